@@ -1,0 +1,130 @@
+"""Error metrics and the baseline rule.
+
+:func:`error_stats` measures an output against a reference, element by element, in
+float64. Absolute error ``a = |out - ref|``. Relative error divides by
+``max(|ref|, tau)`` with ``tau = 0.1 * RMS(ref)``: elements much smaller than the
+reference's typical magnitude (attention outputs cross zero constantly) are judged
+against a tenth of that magnitude instead of blowing up; elsewhere it is the
+ordinary ``|out - ref| / |ref|``. Given a precision, every metric is also reported
+"in eps": divided by that precision's machine epsilon (see
+:mod:`flashbench.precision`).
+
+Non-finite reference entries (LSE = -inf of rows that see no key) must be matched
+exactly by ``out``; any mismatch is counted in ``nonfinite_mismatch`` and makes
+every error infinite, so a wrong mask can never look accurate.
+
+:func:`baseline_rule` is FlashAttention's own test criterion: a kernel is as
+accurate as its dtype allows when its error against the float64 reference is at
+most ``factor`` (2) times the error of the same-dtype standard attention
+(:func:`flashbench.numerics.standard_model`) plus a small floor, eps/4 of that dtype
+by default: twice the rounding error of a value near 0.3, the ``fwd_atol`` of
+FlashAttention's tests. The floor only matters where the standard error is itself
+a handful of ulps (tiny shapes, exact cases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from flashbench.precision import get_precision
+
+__all__ = ["error_stats", "baseline_rule", "BaselineVerdict", "judge", "REL_FLOOR", "to_numpy"]
+
+REL_FLOOR = 0.1  # tau = REL_FLOOR * RMS(ref)
+METRICS = ("max_abs", "rmse", "abs_p50", "abs_p99", "rel_p50", "rel_p99", "rel_max")
+
+
+def to_numpy(x) -> np.ndarray:
+    """float64 NumPy copy of a NumPy array, ml_dtypes array or torch tensor (any device)."""
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().cpu().double().numpy()
+    return np.asarray(x).astype(np.float64)
+
+
+def error_stats(out, ref, dtype: str | None = None) -> dict[str, float]:
+    """Error of ``out`` against ``ref`` (same shape), as a dict of floats.
+
+    Keys: ``max_abs``, ``rmse``, ``abs_p50``, ``abs_p99``, ``rel_p50``, ``rel_p99``,
+    ``rel_max`` (see the module docstring for the relative error's floor), ``count``
+    (finite elements compared), ``nonfinite_mismatch``; with ``dtype`` also each
+    metric divided by that precision's eps, as ``<metric>_eps``.
+    """
+    out, ref = to_numpy(out), to_numpy(ref)
+    if out.shape != ref.shape:
+        raise ValueError(f"out and ref must have the same shape, got {out.shape} and {ref.shape}")
+    finite = np.isfinite(ref)
+    mismatch = int(np.count_nonzero((np.isfinite(out) != finite) | (~finite & (out != ref))))
+    stats: dict[str, float] = {"count": int(np.count_nonzero(finite)),
+                               "nonfinite_mismatch": mismatch}
+    if mismatch:
+        stats.update(dict.fromkeys(METRICS, float("inf")))
+    elif not finite.any():
+        stats.update(dict.fromkeys(METRICS, 0.0))
+    else:
+        r = ref[finite]
+        a = np.abs(out[finite] - r)
+        rms = float(np.sqrt(np.mean(r * r)))
+        tau = REL_FLOOR * rms if rms > 0 else 1.0
+        rel = a / np.maximum(np.abs(r), tau)
+        a50, a99 = np.percentile(a, [50, 99])
+        r50, r99 = np.percentile(rel, [50, 99])
+        stats.update(max_abs=float(a.max()), rmse=float(np.sqrt(np.mean(a * a))),
+                     abs_p50=float(a50), abs_p99=float(a99),
+                     rel_p50=float(r50), rel_p99=float(r99), rel_max=float(rel.max()))
+    if dtype is not None:
+        eps = get_precision(dtype).eps
+        stats.update({f"{name}_eps": stats[name] / eps for name in METRICS})
+    return stats
+
+
+@dataclass(frozen=True)
+class BaselineVerdict:
+    """Outcome of the baseline rule for one tensor (O or LSE) and one metric.
+
+    ``ratio`` = kernel_error / standard_error (0 when both are 0, inf when only the
+    standard is exact): the rule as one number. It passes when
+    ``kernel_error <= factor * standard_error + floor``.
+    """
+
+    metric: str
+    kernel_error: float
+    standard_error: float
+    floor: float
+    factor: float
+    ratio: float
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
+                  factor: float = 2.0, floor: float | None = None,
+                  metric: str = "max_abs") -> BaselineVerdict:
+    """Judge a kernel's error against the same-dtype standard attention's (module docstring)."""
+    floor = get_precision(dtype).eps / 4 if floor is None else float(floor)
+    if standard_error > 0:
+        ratio = kernel_error / standard_error
+    else:
+        ratio = 0.0 if kernel_error == 0 else float("inf")
+    passed = bool(kernel_error <= factor * standard_error + floor)
+    return BaselineVerdict(metric, float(kernel_error), float(standard_error), floor,
+                           float(factor), float(ratio), passed)
+
+
+def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs"):
+    """Error stats and baseline verdicts for a kernel's (o, lse) against the fp64 reference.
+
+    ``kernel``, ``standard`` and ``reference`` are (o, lse) pairs of the same shapes.
+    Returns ``{"o": {...}, "lse": {...}}`` where each holds ``kernel`` and
+    ``standard`` error stats and the ``verdict`` (:class:`BaselineVerdict`).
+    """
+    result = {}
+    for i, name in enumerate(("o", "lse")):
+        k_stats = error_stats(kernel[i], reference[i], dtype)
+        s_stats = error_stats(standard[i], reference[i], dtype)
+        verdict = baseline_rule(k_stats[metric], s_stats[metric], dtype, metric=metric)
+        result[name] = {"kernel": k_stats, "standard": s_stats, "verdict": verdict}
+    return result

@@ -1,0 +1,94 @@
+"""Command line: ``flashbench check | history | review``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+
+from flashbench.inputs import DISTRIBUTIONS, Shape
+
+
+def parse_shape(text: str) -> Shape:
+    """``BxHxNxd`` or ``BxHxNqxNkxd`` (e.g. 1x8x4096x64) -> Shape."""
+    parts = re.split(r"[x,:]", text.strip())
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) == 4:
+        b, h, n, d = nums
+        return Shape(b, h, n, n, d)
+    if len(nums) == 5:
+        return Shape(*nums)
+    raise argparse.ArgumentTypeError(
+        f"shape must be BxHxNxd or BxHxNqxNkxd with integers, got {text!r}")
+
+
+def _jsonable(x):
+    """Floats that JSON cannot hold (inf, nan) become the strings 'inf', '-inf', 'nan'."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def cmd_check(args) -> int:
+    from flashbench.backends import available_backends
+    from flashbench.check import Case, default_cases, render_text, run_check
+
+    if args.shape:
+        causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+        cases = [Case(s, dist, c) for s in args.shape for dist in args.dist for c in causals]
+    else:
+        cases = [c for c in default_cases()
+                 if args.causal == "both" or c.causal == (args.causal == "on")]
+        if args.dist != list(DISTRIBUTIONS[:2]):
+            cases = [Case(c.shape, d, c.causal) for d in args.dist
+                     for c in {(c.shape, c.causal): c for c in cases}.values()]
+    backends = [] if args.no_backends else available_backends()
+    report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
+                       backends=backends, progress=not args.quiet)
+    if args.json:
+        json.dump(_jsonable(report), sys.stdout, indent=1)
+        print()
+    else:
+        print(render_text(report))
+    return 0 if report["passed"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flashbench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="exactness of the streaming and accuracy per dtype",
+                       description="Exactness (fp64 streamed vs one-shot, PASS iff <= 1e-12) "
+                       "and per-dtype accuracy with the baseline rule. Exit 1 on any FAIL.")
+    c.add_argument("--shape", type=parse_shape, action="append",
+                   help="BxHxNxd or BxHxNqxNkxd; repeat for several (default: realistic set)")
+    c.add_argument("--dtype", nargs="+", default=["fp32", "tf32", "fp16", "bf16"],
+                   choices=["fp64", "fp32", "tf32", "fp16", "bf16"])
+    c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
+                   choices=list(DISTRIBUTIONS), help="input distributions")
+    c.add_argument("--causal", choices=["both", "on", "off"], default="both")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--block", type=int, default=64, help="streaming block (keys), >= 1")
+    c.add_argument("--no-backends", action="store_true", help="models only, no torch/triton")
+    c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    c.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    c.set_defaults(func=cmd_check)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

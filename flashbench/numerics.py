@@ -1,0 +1,80 @@
+"""Precision models: where a flash kernel, and a plain framework implementation, round.
+
+Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real
+dtype, usually float64) and a precision name ``dtype`` in
+{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.precision`).
+
+:func:`flash_model` reproduces a FlashAttention-2 style kernel storing tensors in T:
+
+1. q, k, v are rounded to T.
+2. ``S_blk = (q @ k_blk^T) * scale`` with exact products and fp32 accumulation
+   (for tf32 the operands are rounded to tf32's 10-bit mantissa first, as tensor
+   cores do for fp32 inputs).
+3. m, l and the rescale factors are fp32; ``P_blk = exp(S_blk - m_new)`` in fp32;
+   l accumulates the unrounded fp32 P; P_blk is rounded to T before ``P_blk @ V_blk``.
+4. O accumulates in fp32, is divided by l once at the end, then rounded to T.
+   LSE stays fp32.
+
+:func:`standard_model` is what a framework does in T (FlashAttention's tests call
+it the same-dtype reference): S = q @ k^T accumulated in fp32, scaled and rounded
+to T; softmax computed in fp32 from that rounded S, P rounded to T; ``P @ V``
+accumulated in fp32 and rounded to T. Its LSE is the fp32 log-sum-exp of the
+rounded S, kept in fp32 (the stricter choice for the baseline rule).
+
+"fp64" runs both models in float64 without rounding: they equal the reference.
+
+Returns of both: ``(o, lse)`` with o [..., Nq, dv] in T's storage dtype (float32
+for tf32; ml_dtypes.bfloat16 for bf16) and lse [..., Nq] float32 (float64 for fp64).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashbench.precision import get_precision
+from flashbench.streaming import causal_mask, log_sum_exp, safe_max, stream_attention
+from flashbench.validation import check_block, check_qkv, check_scale
+
+__all__ = ["flash_model", "standard_model", "DTYPES"]
+
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+
+
+def _rounded_inputs(q, k, v, dtype, scale):
+    prec = get_precision(dtype)
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
+    return prec, prec.operand(q), prec.operand(k), prec.operand(v), scale
+
+
+def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
+                scale: float | None = None):
+    """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring)."""
+    block = check_block(block)
+    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale)
+    round_p = None if prec.name in ("fp64", "fp32") else prec.operand
+    o, lse = stream_attention(q, k, v, block=block, causal=causal, scale=scale,
+                              compute=prec.compute, round_p=round_p)
+    return prec.store(o), lse
+
+
+def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None):
+    """Model of plain (materialised) attention computing in ``dtype`` (module docstring)."""
+    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale)
+    compute = prec.compute
+    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    s *= compute(scale)
+    s = prec.stored(s)
+    if causal:
+        hidden = causal_mask(q.shape[-2], k.shape[-2])
+        if hidden is not None:
+            s[..., hidden] = -np.inf
+    m = s.max(axis=-1)
+    s -= safe_max(m)[..., None]
+    e = np.exp(s, out=s)
+    l = e.sum(axis=-1)
+    seen = l > 0
+    p = np.divide(e, l[..., None], out=e, where=seen[..., None])  # softmax in fp32
+    o = np.matmul(prec.operand(p), v)
+    return prec.store(o), log_sum_exp(m, l)

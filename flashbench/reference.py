@@ -1,0 +1,113 @@
+"""The gold reference: softmax and attention in float64, one-shot and streamed.
+
+Layouts: ``x [..., N]``; ``q [..., Nq, d]``, ``k [..., Nk, d]``, ``v [..., Nk, dv]``
+with leading dims that broadcast like numpy matmul. Every function computes in
+float64 whatever the input dtype, and returns float64.
+
+- ``scale`` defaults to ``1/sqrt(d)``.
+- LSE is the natural-log log-sum-exp of the scaled, masked scores of each query
+  row, shape ``[..., Nq]``.
+- ``causal=True`` is bottom-right aligned (FlashAttention >= 2.1): query ``i``
+  sees key ``j`` iff ``j <= i + Nk - Nq``. A row that sees no key has output 0 and
+  LSE -inf.
+
+The one-shot functions materialise the full ``[..., Nq, Nk]`` score matrix; the
+streamed ones never hold more than ``[..., Nq, block]`` scores. In float64 the two
+agree to reduction-order noise (about 1e-13): the streaming is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashbench.streaming import causal_mask, finish, safe_max, stream_attention
+from flashbench.validation import check_block, check_qkv, check_rows, check_scale
+
+__all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats"]
+
+
+def softmax(x) -> np.ndarray:
+    """One-shot softmax over the last axis of ``x [..., N]`` in float64.
+
+    -inf entries are masked out; a row that is all -inf gives all zeros.
+    """
+    x = check_rows(x)
+    m = safe_max(x.max(axis=-1, keepdims=True))
+    e = np.exp(x - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def row_stats(x, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Streamed softmax statistics of ``x [..., N]``: (m, l), each [...], float64.
+
+    ``m`` is the row maximum and ``l = sum(exp(x - m))``, combined block by block
+    with ``l = exp(m_old - m_new) l_old + exp(m_blk - m_new) l_blk``.
+    """
+    x = check_rows(x)
+    block = check_block(block)
+    m = np.full(x.shape[:-1], -np.inf)
+    l = np.zeros(x.shape[:-1])
+    for start in range(0, x.shape[-1], block):
+        tile = x[..., start : start + block]
+        m_blk = tile.max(axis=-1)
+        l_blk = np.exp(tile - safe_max(m_blk)[..., None]).sum(axis=-1)
+        m_new = np.maximum(m, m_blk)
+        m_ref = safe_max(m_new)
+        l = np.exp(m - m_ref) * l + np.exp(m_blk - m_ref) * l_blk
+        m = m_new
+    return m, l
+
+
+def online_softmax(x, block: int) -> np.ndarray:
+    """Softmax over the last axis of ``x [..., N]``, streamed in blocks of ``block`` columns.
+
+    First pass: the (m, l) statistics (:func:`row_stats`); second pass: each block
+    normalised with the converged statistics. Any ``block >= 1``, dividing N or not.
+    """
+    x = check_rows(x)
+    m, l = row_stats(x, block)
+    m_ref = safe_max(m)[..., None]
+    inv_l = np.divide(1.0, l, out=np.zeros_like(l), where=l > 0)[..., None]
+    p = np.empty_like(x)
+    for start in range(0, x.shape[-1], block):
+        p[..., start : start + block] = np.exp(x[..., start : start + block] - m_ref) * inv_l
+    return p
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None):
+    """One-shot attention in float64; materialises the full score matrix.
+
+    Args:
+        q: [..., Nq, d]; k: [..., Nk, d]; v: [..., Nk, dv]. Any real dtype.
+        causal: bottom-right aligned causal mask.
+        scale: score scale; None means 1/sqrt(d).
+
+    Returns:
+        (o, lse): o [..., Nq, dv] float64, lse [..., Nq] float64 (natural log).
+    """
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    s *= scale
+    if causal:
+        hidden = causal_mask(q.shape[-2], k.shape[-2])
+        if hidden is not None:
+            s[..., hidden] = -np.inf
+    m = s.max(axis=-1)
+    s -= safe_max(m)[..., None]
+    p = np.exp(s, out=s)
+    return finish(np.matmul(p, v), m, p.sum(axis=-1))
+
+
+def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None):
+    """Streamed attention in float64: key/value blocks through the (m, l) recurrence.
+
+    Holds at most one ``[..., Nq, block]`` score tile; ``block`` is any int >= 1,
+    including values that do not divide Nk or exceed it. Same arguments and
+    returns as :func:`attention`, to which it is equal up to ~1e-13.
+    """
+    q, k, v = check_qkv(q, k, v)
+    block = check_block(block)
+    scale = check_scale(scale, q.shape[-1])
+    return stream_attention(q, k, v, block=block, causal=causal, scale=scale)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create (or refresh) the local virtualenv .venv with flashbench and its test tools.
+#
+# torch: a plain "torch" requirement pulls a multi-GB CUDA build when no torch is
+# installed. This script keeps a torch that is already importable in .venv; on a
+# machine without an NVIDIA GPU it installs the CPU build first (torch==2.13.0, which
+# these machines keep on disk; elsewhere from the PyTorch CPU index), so that the
+# project's "torch>=2.4" is already satisfied when flashbench is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+"$VPY" -m pip install -q --upgrade pip
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    "$VPY" -m pip install -q torch
+  else
+    "$VPY" -m pip install -q torch==2.13.0 \
+      || "$VPY" -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+"$VPY" -m pip install -q -e ".[test]"
+echo "setup: $("$VPY" -c 'import torch, triton, numpy; print(f"torch {torch.__version__}, triton {triton.__version__}, numpy {numpy.__version__}")')"

@@ -1,0 +1,71 @@
+"""error_stats and the baseline rule."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from flashbench.accuracy import baseline_rule, error_stats, judge
+
+
+def test_error_stats_values_by_hand():
+    ref = np.array([1.0, -2.0, 0.0, 4.0])
+    out = np.array([1.5, -2.0, 0.01, 3.0])
+    s = error_stats(out, ref, "fp16")
+    assert s["max_abs"] == 1.0
+    assert s["rmse"] == pytest.approx(np.sqrt((0.25 + 0 + 1e-4 + 1) / 4))
+    rms = np.sqrt((1 + 4 + 0 + 16) / 4)
+    tau = 0.1 * rms  # 0.229..: the zero reference element is judged against tau
+    rel = np.array([0.5, 0.0, 0.01 / tau, 0.25])
+    assert s["rel_max"] == pytest.approx(rel.max())
+    assert s["rel_p50"] == pytest.approx(np.percentile(rel, 50))
+    assert s["max_abs_eps"] == pytest.approx(1.0 / 2**-10)
+    assert s["count"] == 4 and s["nonfinite_mismatch"] == 0
+
+
+def test_relative_error_does_not_blow_up_near_zero():
+    ref = np.array([1e-300, 1.0, -1.0])
+    out = ref + 1e-8
+    assert error_stats(out, ref)["rel_max"] < 1e-6
+
+
+def test_nonfinite_reference_must_be_matched_exactly():
+    ref = np.array([-np.inf, 1.0])
+    ok = error_stats(np.array([-np.inf, 1.0]), ref)
+    assert ok["max_abs"] == 0 and ok["nonfinite_mismatch"] == 0 and ok["count"] == 1
+    bad = error_stats(np.array([0.0, 1.0]), ref)
+    assert bad["nonfinite_mismatch"] == 1 and bad["max_abs"] == np.inf
+    nan = error_stats(np.array([np.nan, 1.0]), np.array([2.0, 1.0]))
+    assert nan["nonfinite_mismatch"] == 1 and nan["rmse"] == np.inf
+
+
+def test_accepts_torch_and_bfloat16():
+    ref = np.array([1.0, 2.0])
+    t = torch.tensor([1.0, 2.5], dtype=torch.bfloat16)
+    b = np.array([1.0, 2.5], dtype=ml_dtypes.bfloat16)
+    assert error_stats(t, ref)["max_abs"] == error_stats(b, ref)["max_abs"] == 0.5
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="same shape"):
+        error_stats(np.zeros(3), np.zeros(4))
+
+
+def test_baseline_rule():
+    v = baseline_rule(3e-3, 1e-3, "bf16")  # floor = 2**-7 / 4
+    assert v.passed and v.ratio == pytest.approx(3.0) and v.floor == 2**-9
+    assert not baseline_rule(5e-3, 1e-3, "bf16").passed
+    assert baseline_rule(2e-3, 1e-3, "fp16").passed
+    assert not baseline_rule(2.3e-3, 1e-3, "fp16").passed  # 2.3e-3 > 2e-3 + 2.4e-4
+    assert baseline_rule(0.0, 0.0, "fp32").ratio == 0.0
+    assert baseline_rule(1e-9, 0.0, "fp32").ratio == np.inf
+
+
+def test_judge_covers_o_and_lse():
+    ref = (np.zeros((2, 3)), np.zeros(2))
+    std = (np.full((2, 3), 1e-3), np.full(2, 1e-3))
+    good = (np.full((2, 3), 1e-3), np.full(2, 1e-3))
+    bad_lse = (np.full((2, 3), 1e-3), np.full(2, 1e-2))
+    assert judge(good, std, ref, "fp16")["lse"]["verdict"].passed
+    j = judge(bad_lse, std, ref, "fp16")
+    assert j["o"]["verdict"].passed and not j["lse"]["verdict"].passed
