@@ -86,8 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as exc:  # bad input: one clear line, exit 2
+        parser.exit(2, f"flashbench {args.command}: error: {exc}\n")
 
 
 if __name__ == "__main__":

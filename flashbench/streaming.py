@@ -38,7 +38,7 @@ def causal_mask(nq: int, nk: int, start: int = 0, stop: int | None = None) -> np
 
 
 def safe_max(m: np.ndarray) -> np.ndarray:
-    """Row maxima with -inf (rows that see no key yet) replaced by 0, so exp never sees inf - inf."""
+    """Row maxima with -inf (rows that see no key yet) replaced by 0: exp never sees inf - inf."""
     return np.where(np.isneginf(m), np.zeros((), m.dtype), m)
 
 

@@ -12,7 +12,7 @@ def test_seeded_and_shaped():
     b = make_qkv(s, "normal", seed=5)
     c = make_qkv(s, "normal", seed=6)
     assert [x.shape for x in a] == [(2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4)]
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[0], c[0])
 
 

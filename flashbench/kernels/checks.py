@@ -11,9 +11,10 @@ import torch
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                 "fp64": torch.float64}
+ALL_DTYPES = tuple(TORCH_DTYPES.values())
 
 
-def check_tensors(q, k, v, dtypes=tuple(TORCH_DTYPES.values()), head_dims=None):
+def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None):
     """Raise TypeError/ValueError unless q, k, v are consistent [B, H, N, d] tensors.
 
     ``dtypes``: accepted torch dtypes; ``head_dims``: accepted d (None: any).

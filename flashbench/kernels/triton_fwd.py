@@ -187,7 +187,8 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
     if INTERPRET and q.device.type != "cpu":
-        raise ValueError(f"under the Triton interpreter q, k, v must be CPU tensors, got {q.device}")
+        raise ValueError(
+            f"under the Triton interpreter q, k, v must be CPU tensors, got {q.device}")
     if not INTERPRET and q.device.type != "cuda":
         raise ValueError(f"the compiled Triton kernel needs CUDA tensors, got {q.device}")
     B, H, n_q, d = q.shape
