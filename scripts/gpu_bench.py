@@ -19,6 +19,7 @@ Writes <out>/<date>-<gpu>.md and .json and prints the table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -79,7 +80,7 @@ def time_backends(max_n: int, peak: float) -> list[dict]:
                 row = {"shape": shape.label(), "dtype": dtype, "causal": causal}
                 for name in ("triton", "torch-sdpa"):
                     fn = get_backend(name).fn
-                    s = device_seconds(lambda fn=fn: fn(q, k, v, causal=causal))
+                    s = device_seconds(functools.partial(fn, q, k, v, causal=causal))
                     row[f"{name}_ms"] = s * 1e3
                     row[f"{name}_tflops"] = tflops(shape, causal, s)
                     row[f"{name}_pct_peak"] = 100 * row[f"{name}_tflops"] / peak
