@@ -87,28 +87,58 @@ def _exactness(case: Case, q, k, v, ref, block: int) -> list[dict]:
              "passed": st["max_abs"] <= EXACT_TOL} for what, st in diffs.items()]
 
 
-def _backend_rows(case: Case, q, k, v, ref, std, dtype: str, backends, say) -> list[dict]:
-    import torch
+def _interpreter_too_slow(backend, shape: Shape) -> bool:
+    return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
 
-    from flashbench.kernels.checks import TORCH_DTYPES
 
-    rows = []
-    backends = [b for b in backends if dtype in b.dtypes and b.name != "reference"]
-    if backends:
-        tq, tk, tv = (torch.from_numpy(x).to(TORCH_DTYPES[dtype]) for x in (q, k, v))
-    for b in backends:
-        sh = case.shape
-        if b.interpreted() and sh.B * sh.H * sh.Nq * sh.Nk > INTERPRETER_LIMIT:
-            rows.append({"case": case.label(), "backend": b.name, "dtype": dtype,
-                         "skipped": "Triton interpreter: too slow at this shape (needs a GPU)"})
-            continue
-        if b.name == "triton" and sh.head_dim_v != sh.d:
-            continue
-        say(f"  backend {b.name} {dtype}")
-        out = b(tq, tk, tv, causal=case.causal)
-        rows.append({"case": case.label(), "backend": b.name, "dtype": dtype,
-                     **_judged(judge(out, std, ref, dtype))})
-    return rows
+def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
+                     block: int = 64, say: Callable[[str], None] = lambda msg: None,
+                     inputs=None, ref=None) -> dict:
+    """Judge each kernel in each dtype against the float64 reference and standard_model.
+
+    ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
+    Returns ``{(kernel, dtype): record}`` where a record is the dict of
+    :func:`_judged` (errors of O and LSE, baseline ratios, passed) or, for a kernel
+    that cannot run that case here, a string saying why. Backends get no record
+    for dtypes they do not take. flash_model records also
+    hold ``streamed_vs_oneshot_o`` / ``_lse``: flash_model against standard_model.
+    """
+    from flashbench.backends import get_backend
+
+    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
+    ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
+    records = {}
+    for dtype in dtypes:
+        std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
+        tensors = None
+        for name in kernels:
+            if name == "flash_model":
+                say(f"  flash_model {dtype}")
+                flash = numerics.flash_model(q, k, v, dtype, block=block, causal=case.causal)
+                records[(name, dtype)] = {
+                    "streamed_vs_oneshot_o": error_stats(flash[0], std[0], dtype),
+                    "streamed_vs_oneshot_lse": error_stats(flash[1], std[1], dtype),
+                    **_judged(judge(flash, std, ref, dtype))}
+                continue
+            backend = get_backend(name)
+            if dtype not in backend.dtypes:
+                continue  # not applicable: no record
+            reason = backend.unavailable()
+            if reason is None and _interpreter_too_slow(backend, case.shape):
+                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
+            if reason is not None:
+                records[(name, dtype)] = reason
+                continue
+            say(f"  {name} {dtype}")
+            if tensors is None:
+                import torch
+
+                from flashbench.kernels.checks import TORCH_DTYPES
+
+                tensors = [torch.from_numpy(x).to(TORCH_DTYPES[dtype]) for x in (q, k, v)]
+            out = backend(*tensors, causal=case.causal)
+            records[(name, dtype)] = _judged(judge(out, std, ref, dtype))
+    return records
 
 
 def _judged(j: dict) -> dict:
@@ -121,11 +151,12 @@ def _judged(j: dict) -> dict:
 
 
 def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK_DTYPES,
-              seed: int = 0, block: int = 64, backends=(), progress: bool = True) -> dict:
+              seed: int = 0, block: int = 64, backends: Sequence[str] = (),
+              progress: bool = True) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
-    ``backends``: :class:`flashbench.backends.Backend` objects to judge beside the
-    flash model (``flashbench check`` passes every available one).
+    ``backends``: backend names to judge beside the flash model (``flashbench check``
+    passes every available one but the float64 reference itself).
     """
     cases = default_cases() if cases is None else list(cases)
     say = _progress_printer(progress)
@@ -136,17 +167,16 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
         q, k, v = make_qkv(case.shape, case.dist, seed)
         ref = reference.attention(q, k, v, causal=case.causal)
         report["exactness"] += _exactness(case, q, k, v, ref, block)
-        for dtype in dtypes:
-            say(f"  models {dtype}")
-            flash = numerics.flash_model(q, k, v, dtype, block=block, causal=case.causal)
-            std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
-            report["dtypes"].append({
-                "case": case.label(), "dtype": dtype,
-                "streamed_vs_oneshot_o": error_stats(flash[0], std[0], dtype),
-                "streamed_vs_oneshot_lse": error_stats(flash[1], std[1], dtype),
-                **_judged(judge(flash, std, ref, dtype)),
-            })
-            report["backends"] += _backend_rows(case, q, k, v, ref, std, dtype, backends, say)
+        records = measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
+                                   inputs=(q, k, v), ref=ref)
+        for (kernel, dtype), rec in records.items():
+            row = {"case": case.label(), "dtype": dtype}
+            if kernel == "flash_model":
+                report["dtypes"].append(row | rec)
+            elif isinstance(rec, str):
+                report["backends"].append(row | {"backend": kernel, "skipped": rec})
+            else:
+                report["backends"].append(row | {"backend": kernel} | rec)
     report["passed"] = (all(r["passed"] for r in report["exactness"])
                         and all(r["passed"] for r in report["dtypes"])
                         and all(r.get("passed", True) for r in report["backends"]))

@@ -79,7 +79,7 @@ def time_backends(max_n: int, peak: float) -> list[dict]:
             for causal in (False, True):
                 row = {"shape": shape.label(), "dtype": dtype, "causal": causal}
                 for name in ("triton", "torch-sdpa"):
-                    fn = get_backend(name).fn
+                    fn = get_backend(name).timed_fn
                     s = device_seconds(functools.partial(fn, q, k, v, causal=causal))
                     row[f"{name}_ms"] = s * 1e3
                     row[f"{name}_tflops"] = tflops(shape, causal, s)

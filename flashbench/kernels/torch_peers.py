@@ -53,17 +53,25 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
     return _zero_blind_rows(o, lse), lse
 
 
-def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """torch.nn.functional.scaled_dot_product_attention; LSE from a separate fp32 logsumexp."""
-    check_tensors(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None):
+    """The bare torch.nn.functional.scaled_dot_product_attention call: o only (what is timed).
+
+    Causal with Nq == Nk uses ``is_causal`` (torch's fused kernels); with Nq != Nk an
+    explicit bottom-right mask, since torch's ``is_causal`` is top-left aligned.
+    """
     nq, nk = q.shape[-2], k.shape[-2]
     if causal and nq == nk:
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    elif causal:  # torch's is_causal is top-left aligned: pass the bottom-right mask
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible(nq, nk, q.device),
-                                           scale=scale)
-    else:
-        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if causal:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible(nq, nk, q.device),
+                                              scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None):
+    """torch's SDPA (:func:`sdpa_output`) plus the LSE from a separate fp32 logsumexp."""
+    check_tensors(q, k, v)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    o = sdpa_output(q, k, v, causal, scale)
     lse = _lse(q, k, scale, causal)
     return _zero_blind_rows(o, lse), lse

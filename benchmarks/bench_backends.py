@@ -1,0 +1,26 @@
+"""CPU time (seconds per call) of the torch backends on CPU tensors [1, 8, N, 64].
+
+The Triton kernel is timed only where it is compiled for a GPU (bench_gpu): under
+the interpreter its speed means nothing and is never recorded.
+"""
+
+from .common import need
+
+
+class TimeCPUBackend:
+    params = (["torch-sdpa", "torch-naive"], ["fp32", "bf16"], [1024, 4096], [False, True])
+    param_names = ["backend", "dtype", "N", "causal"]
+    repeat = (3, 6, 10.0)
+
+    def setup(self, backend, dtype, N, causal):
+        import torch
+
+        get_backend = need("backends", "get_backend")
+        TORCH_DTYPES = need("kernels.checks", "TORCH_DTYPES")
+        self.fn = get_backend(backend).timed_fn
+        g = torch.Generator().manual_seed(0)
+        self.q, self.k, self.v = (torch.randn(1, 8, N, 64, generator=g).to(TORCH_DTYPES[dtype])
+                                  for _ in range(3))
+
+    def time_backend(self, backend, dtype, N, causal):
+        self.fn(self.q, self.k, self.v, causal=causal)
