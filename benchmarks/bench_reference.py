@@ -13,7 +13,8 @@ class TimeAttention:
 
     params = ([1024, 4096], [64, 128], [False, True], ["one-shot", "streamed"])
     param_names = ["N", "d", "causal", "impl"]
-    repeat = (3, 6, 10.0)
+    rounds = 1
+    repeat = (3, 5, 4.0)
     number = 1
 
     def setup(self, N, d, causal, impl):
@@ -29,7 +30,8 @@ class TimeStreamBlock:
 
     params = [16, 64, 256, 1024]
     param_names = ["block"]
-    repeat = (3, 6, 10.0)
+    rounds = 1
+    repeat = (3, 5, 4.0)
     number = 1
 
     def setup(self, block):
@@ -45,7 +47,8 @@ class TimeSoftmax:
 
     params = ([1024, 16384], ["one-shot", "online"])
     param_names = ["N", "impl"]
-    repeat = (3, 6, 10.0)
+    rounds = 1
+    repeat = (3, 5, 4.0)
 
     def setup(self, N, impl):
         self.x = np.random.default_rng(0).standard_normal((256, N))
@@ -64,7 +67,8 @@ class TimeModels:
 
     params = (["flash_model", "standard_model"], ["fp32", "bf16"])
     param_names = ["model", "dtype"]
-    repeat = (1, 2, 30.0)
+    rounds = 1
+    repeat = (2, 2, 30.0)
     number = 1
     timeout = 300
 
