@@ -23,8 +23,11 @@ class TrackAccuracy:
     timeout = 900
 
     def setup_cache(self):
-        Case, measure = need("check", "Case", "measure_accuracy")
-        Shape = need("inputs", "Shape")
+        try:
+            Case, measure = need("check", "Case", "measure_accuracy")
+            Shape = need("inputs", "Shape")
+        except NotImplementedError as exc:  # an older commit: every benchmark skips
+            return {"missing": str(exc)}
         results = {}
         for causal in (False, True):
             case = Case(Shape(*SHAPE), "normal", causal)
@@ -33,7 +36,8 @@ class TrackAccuracy:
         return results
 
     def setup(self, results, kernel, dtype, causal):
-        rec = results.get((kernel, dtype, causal), f"{kernel} does not take {dtype}")
+        rec = results.get((kernel, dtype, causal),
+                          results.get("missing", f"{kernel} does not take {dtype}"))
         if isinstance(rec, str):
             raise NotImplementedError(rec)
         self.rec = rec

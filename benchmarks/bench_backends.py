@@ -4,7 +4,7 @@ The Triton kernel is timed only where it is compiled for a GPU (bench_gpu): unde
 the interpreter its speed means nothing and is never recorded.
 """
 
-from .common import need
+from .common import need, timed_backend
 
 
 class TimeCPUBackend:
@@ -16,9 +16,8 @@ class TimeCPUBackend:
     def setup(self, backend, dtype, N, causal):
         import torch
 
-        get_backend = need("backends", "get_backend")
         TORCH_DTYPES = need("kernels.checks", "TORCH_DTYPES")
-        self.fn = get_backend(backend).timed_fn
+        self.fn = timed_backend(backend)
         g = torch.Generator().manual_seed(0)
         self.q, self.k, self.v = (torch.randn(1, 8, N, 64, generator=g).to(TORCH_DTYPES[dtype])
                                   for _ in range(3))

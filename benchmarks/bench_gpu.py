@@ -8,7 +8,7 @@ records the same run's bf16 matmul time, the denominator of "% of peak".
 import os
 import shutil
 
-from .common import need
+from .common import need, timed_backend
 
 
 def _require_gpu():
@@ -31,10 +31,9 @@ class TrackDeviceTime:
         _require_gpu()
         import torch
 
-        get_backend = need("backends", "get_backend")
         TORCH_DTYPES = need("kernels.checks", "TORCH_DTYPES")
         self.device_seconds = need("timing", "device_seconds")
-        self.fn = get_backend(backend).timed_fn
+        self.fn = timed_backend(backend)
         batch = max(1, 16384 // N)  # B * N = 16384 tokens, 16 heads
         g = torch.Generator(device="cuda").manual_seed(0)
         self.q, self.k, self.v = (torch.randn(batch, 16, N, d, device="cuda", generator=g,

@@ -25,3 +25,16 @@ def qkv(shape_args, dist="normal", seed=0):
     """float64 (q, k, v) for Shape(*shape_args) from flashbench.inputs."""
     Shape, make_qkv = need("inputs", "Shape", "make_qkv")
     return make_qkv(Shape(*shape_args), dist, seed)
+
+
+def timed_backend(name: str):
+    """The callable timings run for backend ``name`` (Backend.timed_fn), or skip.
+
+    Commits before timed_fn existed timed torch-sdpa together with a separate LSE
+    pass: a different quantity, so those commits skip rather than mix the two.
+    """
+    get_backend = need("backends", "get_backend")
+    backend = get_backend(name)
+    if not hasattr(backend, "timed_fn"):
+        raise NotImplementedError("this commit's backends have no timed_fn")
+    return backend.timed_fn

@@ -63,6 +63,27 @@ def cmd_check(args) -> int:
     return 0 if report["passed"] else 1
 
 
+def cmd_history(args) -> int:
+    from flashbench.history_report import build_report
+
+    print(build_report(args.results_dir, args.out))
+    return 0
+
+
+def cmd_review(args) -> int:
+    from flashbench.review import render_markdown, run_review, to_json
+
+    review = run_review(args.base, args.head, results=args.results, quick=args.quick,
+                        existing=args.existing, factor=args.factor, acc_tol=args.acc_tol,
+                        bench=args.bench, machine=args.machine, log=print)
+    text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    print(text)
+    return review.status
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashbench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -83,6 +104,37 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.set_defaults(func=cmd_check)
+
+    h = sub.add_parser("history", help="asv results as tables, CSVs and plots",
+                       description="Load every asv results file into one tidy table; report "
+                       "accuracy bands, TFLOP/s trends and steps (Markdown), write CSVs and "
+                       "PNG plots.")
+    h.add_argument("results_dir", nargs="?", default="results", help="asv results folder")
+    h.add_argument("--out", default="history-report", help="folder for CSVs, plots, report.md")
+    h.set_defaults(func=cmd_history)
+
+    r = sub.add_parser("review", help="pre-merge review: slower or less accurate than base?",
+                       description="Compare BASE and HEAD on this machine: timings with asv's "
+                       "significance test, accuracy against base, history band and the "
+                       "baseline rule. Exit 0: nothing regressed, 1: something did, "
+                       "2: could not decide.")
+    r.add_argument("base", nargs="?", default="main", help="base revision (default main)")
+    r.add_argument("head", nargs="?", default="HEAD", help="head revision (default HEAD)")
+    r.add_argument("--results", default="results", help="committed asv results folder")
+    r.add_argument("--quick", action="store_true",
+                   help="missing commits: one sample per benchmark (fast look)")
+    r.add_argument("--existing", action="store_true",
+                   help="missing commits: run in this Python (no install); the commit's tree "
+                   "goes first on PYTHONPATH")
+    r.add_argument("--factor", type=float, default=1.10, help="timing factor (default 1.10)")
+    r.add_argument("--acc-tol", type=float, default=0.02,
+                   help="relative accuracy tolerance (default 0.02)")
+    r.add_argument("--bench", help="only benchmarks matching this regex")
+    r.add_argument("--machine", help="asv machine name (default: scripts/asv_machine.py's)")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.add_argument("--all", action="store_true", help="list unchanged results too")
+    r.add_argument("--output", help="also write the report to this file")
+    r.set_defaults(func=cmd_review)
     return p
 
 

@@ -1,68 +1,13 @@
 """Register this machine with asv under a stable name that says what it is.
 
-    python scripts/asv_machine.py            # prints the name it registered
+    python scripts/asv_machine.py [NAME]     # prints the name it registered
 
-CPU machines: ``cpu-<arch>-<N>cpu-<M>gb`` (e.g. cpu-x86_64-2cpu-24gb). GPU machines:
-``<gpu>-<N>cpu`` (e.g. nvidia-h200-16cpu). asv's machine.json has no GPU field, so
-the GPU model goes into the name and into the "cpu" field beside the processor.
-
-It writes every field into ~/.asv-machine.json itself: ``asv machine --yes`` stores
-only the fields that differ from its auto-detected defaults, which leaves the
-results' machine.json without os, arch and cpu.
+See flashbench/machine.py for the naming rule (GPU model in the name on GPU machines).
 """
 
-import json
-import os
-import platform
-import re
-import subprocess
 import sys
 
-
-def gpu_model() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    return names[0] if out.returncode == 0 and names else None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def main() -> int:
-    ncpu = os.cpu_count() or 1
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpu = gpu_model()
-    if gpu:
-        name = f"{re.sub(r'[^a-z0-9]+', '-', gpu.lower()).strip('-')}-{ncpu}cpu"
-        cpu = f"{cpu_model()}; GPU: {gpu}"
-    else:
-        name = f"cpu-{platform.machine()}-{ncpu}cpu-{round(ram / 2**30)}gb"
-        cpu = cpu_model()
-    path = os.path.expanduser("~/.asv-machine.json")
-    machines = {"version": 1}
-    if os.path.exists(path):
-        with open(path) as f:
-            machines.update(json.load(f))
-    machines[name] = {"machine": name, "os": f"{platform.system()} {platform.release()}",
-                      "arch": platform.machine(), "cpu": cpu, "num_cpu": str(ncpu),
-                      "ram": str(ram // 1024)}
-    with open(path, "w") as f:
-        json.dump(machines, f, indent=4)
-    print(name)
-    return 0
-
+from flashbench.machine import register
 
 if __name__ == "__main__":
-    sys.exit(main())
+    print(register(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -198,8 +198,10 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             H, n_q, n_k, scale * LOG2E)
-    meta = dict(HEAD_DIM=d, CAUSAL=bool(causal),
-                PRECISION="tf32" if allow_tf32 else "ieee")
+    # IEEE fp32 dots where fp32 accuracy is promised; 16-bit operands take the default
+    # ("tf32", which only affects fp32 operands) so their tensor-core path is untouched.
+    ieee = q.dtype == torch.float32 and not allow_tf32
+    meta = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION="ieee" if ieee else "tf32")
     if INTERPRET:
         grid = (triton.cdiv(n_q, INTERPRETER_BLOCK), B * H)
         _attn_fwd[grid](*args, **meta, UPCAST=q.dtype == torch.bfloat16,

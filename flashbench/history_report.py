@@ -1,0 +1,129 @@
+"""``flashbench history``: the tidy frame, its summaries, a Markdown report and plots.
+
+Writes into ``out``: ``results.csv`` (the tidy frame), ``error_bands.csv``,
+``throughput.csv``, ``steps.csv``, ``report.md`` and the plots ``errors.png``
+(max |O - O_fp64| per dtype over commits, one line per kernel) and ``tflops.png``
+(TFLOP/s over commits per backend x shape).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from tabulate import tabulate
+
+from flashbench.history import error_bands, load_results, steps, throughput
+
+
+def _table(df: pd.DataFrame, floatfmt=".3g") -> str:
+    if df.empty:
+        return "_none recorded_"
+    return tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
+
+
+def _commit_order(df: pd.DataFrame) -> dict:
+    first = df.sort_values("date").drop_duplicates("commit")
+    return {c: i for i, c in enumerate(first["commit"])}
+
+
+def plot_errors(df: pd.DataFrame, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc = df[(df["status"] == "ok") & df["benchmark"].str.endswith("TrackAccuracy.track_o_max_abs")]
+    if acc.empty:
+        return False
+    order = _commit_order(df)
+    dtypes = [d for d in ("fp32", "tf32", "fp16", "bf16") if d in set(acc["dtype"])]
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 3.6), squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes, strict=True):
+        sub = acc[(acc["dtype"] == dtype) & (acc["causal"] == False)]  # noqa: E712
+        for kernel, g in sub.groupby("kernel"):
+            g = g.assign(x=g["commit"].map(order)).sort_values("x")
+            ax.plot(g["x"], g["value"], marker="o", label=kernel)
+        ax.set_yscale("log")
+        ax.set_title(f"{dtype}, non-causal")
+        ax.set_xlabel("commit (oldest = 0)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("max |O - O_fp64| (unitless)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle("Accuracy over history (B=1, H=2, N=1024, d=64, N(0,1) inputs)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if points.empty:
+        return False
+    order = _commit_order(df)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for (backend, dtype, shape, causal), g in points.groupby(["backend", "dtype", "shape",
+                                                               "causal"]):
+        g = g.assign(x=g["commit"].map(order)).sort_values("x")
+        ax.plot(g["x"], g["tflops"], marker=".",
+                label=f"{backend} {dtype} {shape}{' causal' if causal else ''}")
+    ax.set_yscale("log")
+    ax.set_xlabel("commit (oldest = 0)")
+    ax.set_ylabel("TFLOP/s (4·B·H·N²·d / time)")
+    ax.set_title("Throughput over history")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def build_report(results_dir, out) -> str:
+    """Load ``results_dir``, write CSVs, plots and report.md into ``out``; return the report."""
+    from flashbench.history import throughput_points
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    df = load_results(results_dir)
+    bands, trend, jumps = error_bands(df), throughput(df), steps(df)
+    df.to_csv(out / "results.csv", index=False)
+    bands.to_csv(out / "error_bands.csv", index=False)
+    trend.to_csv(out / "throughput.csv", index=False)
+    jumps.to_csv(out / "steps.csv", index=False)
+    plots = [name for name, made in (
+        ("errors.png", plot_errors(df, out / "errors.png")),
+        ("tflops.png", plot_tflops(throughput_points(df), df, out / "tflops.png"))) if made]
+
+    counts = df["status"].value_counts().to_dict()
+    lines = [f"# flashbench history of `{results_dir}`", "",
+             f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
+             f"machines: {', '.join(sorted(df['machine'].unique())) or 'none'}; "
+             f"{len(df)} results: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
+    for file, why in df.attrs["skipped_files"]:
+        lines.append(f"- skipped unreadable file `{file}`: {why}")
+    main = bands[bands["metric"] == "o_max_abs"] if not bands.empty else bands
+    lines += ["", "## Accuracy bands (max |O - O_fp64|, unitless, over all recorded commits)",
+              "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
+              "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
+              "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
+              _table(main.drop(columns=["metric", "unit"], errors="ignore")),
+              "", "## Throughput (TFLOP/s = 4·B·H·N²·d / recorded seconds; causal counts only "
+              "visible pairs)", "",
+              "latest_pct_peak: % of the same run's measured bf16 matmul TFLOP/s (GPU runs "
+              "only). CPU rows time the float64 reference and torch on the CPU.", "",
+              _table(trend),
+              "", "## Steps (level changes beyond noise, asv step detection, >= 1%)", "",
+              "before / after in each benchmark's unit.", "",
+              _table(jumps.assign(date=jumps["date"].astype(str).str[:10]) if not jumps.empty
+                     else jumps),
+              "", "Files: results.csv, error_bands.csv, throughput.csv, steps.csv"
+              + "".join(f", {p}" for p in plots) + f" in `{out}`."]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text

@@ -1,0 +1,95 @@
+"""The published asv site renders offline in a real browser (headless Chromium).
+
+Publishes the committed results/ into a temporary folder, serves it on localhost,
+and checks in Chromium that the benchmark grid lists the suites and that a graph
+is drawn with points. Screenshots go to .asv/site-check/ (ignored).
+"""
+
+import functools
+import http.server
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flashbench.site import publish
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / ".asv" / "site-check"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    html = tmp_path_factory.mktemp("html")
+    publish(config=str(ROOT / "asv.conf.json"), html_dir=str(html))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/", html
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not (chromium and driver_path):
+        pytest.fail("headless Chromium is required: apt-get install chromium chromium-driver "
+                    "(scripts/test.sh does this)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--window-size=1400,1000",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chrome-profile')}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(options=opts, service=Service(driver_path))
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, script, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.25)
+    return driver.execute_script(script)
+
+
+def test_offline_site_has_no_cdn_references(site):
+    _, html = site
+    text = (html / "index.html").read_text()
+    assert "cdnjs" not in text and "cdn.jsdelivr" not in text and "code.jquery" not in text
+    assert (html / "vendor" / "jquery" / "dist" / "jquery.min.js").exists()
+
+
+def test_benchmark_grid_and_a_graph_with_points_render(site, browser):
+    url, _ = site
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.get(url)
+    names = wait_for(browser, "return $('.benchmark-plot').map(function(){return this.id}).get()"
+                     ".filter(function(x){return x.length > 0});")
+    browser.save_screenshot(str(SHOTS / "index.png"))
+    body = browser.find_element("tag name", "body").text
+    assert "failed to load" not in body
+    assert any("TimeAttention" in n for n in names), names
+    assert any("PeakmemAttention" in n for n in names)
+    assert any("TrackAccuracy" in n for n in names)
+
+    browser.get(url + "#bench_memory.PeakmemAttention.peakmem_attention")
+    points = wait_for(browser, """
+        var p = $('#main-graph').data('plot');
+        if (!p) return 0;
+        return p.getData().reduce(function(n, s){ return n + s.data.length; }, 0);""")
+    browser.save_screenshot(str(SHOTS / "graph.png"))
+    assert points >= 1, "no points plotted"
