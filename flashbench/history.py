@@ -29,6 +29,7 @@ Summaries of that frame (each a DataFrame):
 from __future__ import annotations
 
 import ast
+import gc
 import itertools
 import json
 import math
@@ -39,8 +40,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from flashbench.inputs import Shape
 
 __all__ = ["ResultsWarning", "load_results", "error_bands", "throughput", "steps",
            "FIXED_COLUMNS"]
@@ -85,10 +84,33 @@ def _read_benchmarks(root: Path) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 
+_NONFINITE_VALUES = {"NaN": math.nan, "Inf": math.inf, "-Inf": -math.inf}
+
+
+def _parse_json(raw: bytes):
+    """json.loads, through orjson when it is installed (3x faster on big corpora).
+
+    asv writes NaN and +-Infinity, which strict JSON (orjson) rejects: they are
+    quoted first and turned back into floats where values are read. Quoting a
+    token inside a string breaks that string, so such a file fails orjson and is
+    parsed again by the standard library, which reads it exactly.
+    """
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(raw)
+    try:
+        quoted = (raw.replace(b"NaN", b'"NaN"').replace(b"-Infinity", b'"-Inf"')
+                  .replace(b"Infinity", b'"Inf"'))
+        return orjson.loads(quoted)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 def _read_results_file(path: Path) -> dict:
     """Parsed results file; raises ValueError with the reason it cannot be used."""
     try:
-        data = json.loads(path.read_text())
+        data = _parse_json(path.read_bytes())
     except UnicodeDecodeError as exc:
         raise ValueError(f"not text: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -106,28 +128,58 @@ def _read_results_file(path: Path) -> dict:
     return data
 
 
-def _status(value) -> str:
-    if value is None:
-        return "failed"
-    if isinstance(value, float) and math.isnan(value):
-        return "skipped"
-    return "ok"
+_ENTRY_COLUMNS = ["file", "benchmark", "version"]  # per (file, benchmark) entry
+_FIXED = frozenset(FIXED_COLUMNS)
+
+
+def _param_grid(names: list[str], params: list, cache: dict, grids: dict) -> dict[str, list]:
+    """Parsed parameter columns of a benchmark's grid, in asv's (itertools.product) order."""
+    key = tuple(names)
+    known = grids.get(key)
+    if known is not None and known[0] == params:  # the same grid as last time: reuse
+        return known[1]
+    combos = list(itertools.product(*params))
+    grid = {name: _objects([_literal(c[k], cache) for c in combos])
+            for k, name in enumerate(names)}
+    grids[key] = (params, grid)
+    return grid
 
 
 def load_results(path) -> pd.DataFrame:
     """Every results file under ``path`` as one tidy DataFrame (module docstring).
 
     The frame's ``attrs["skipped_files"]`` lists ``(file, reason)`` for every file
-    that was reported and skipped.
+    that was reported and skipped; ``attrs["param_columns"]`` names the parameter
+    columns. Built column-wise: per-benchmark values are repeated over the parameter
+    grid at the end, and each distinct grid is parsed once.
     """
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"results path {str(root)!r} is not a directory")
     meta = _read_benchmarks(root)
-    cols: dict[str, list] = {c: [] for c in FIXED_COLUMNS}
+    entries: dict[str, list] = {c: [] for c in _ENTRY_COLUMNS}  # repeated over each grid
+    sizes: list[int] = []
+    per_row: dict[str, list] = {"value": [], **{c: [] for c in _STAT_COLUMNS.values()}}
     param_cols: dict[str, tuple[list, list]] = {}  # name -> (row indices, values)
     skipped: list[tuple[str, str]] = []
     cache: dict = {}
+    grids: dict = {}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of small containers, none cyclic: collection only slows this
+    try:
+        return _load(root, meta, entries, sizes, per_row, param_cols, skipped, cache, grids)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load(root, meta, entries, sizes, per_row, param_cols, skipped, cache, grids):
+    files: list[tuple] = []  # per file: machine, env, commit, date, file
+    entry_file, entry_bench, entry_version = entries["file"], entries["benchmark"], \
+        entries["version"]
+    names_cache: dict = {}
+    values, stats = per_row["value"], [(short, per_row[short]) for short in
+                                       _STAT_COLUMNS.values()]
     n = 0
     for file in sorted(root.glob("*/*.json")):
         if file.name == "machine.json":
@@ -138,64 +190,112 @@ def load_results(path) -> pd.DataFrame:
             skipped.append((str(file), str(exc)))
             warnings.warn(f"{file}: skipped: {exc}", ResultsWarning, stacklevel=2)
             continue
-        columns = data["result_columns"]
-        where = {name: i for i, name in enumerate(columns)}
-        machine = data["params"].get("machine", file.parent.name) if isinstance(
-            data["params"], dict) else file.parent.name
-        date = data["date"]
-        relpath = str(file.relative_to(root))
+        where = {name: i for i, name in enumerate(data["result_columns"])}
+        if "result" not in where:
+            continue
+        fidx = len(files)
+        files.append((data["params"].get("machine", file.parent.name)
+                      if isinstance(data["params"], dict) else file.parent.name,
+                      data["env_name"], data["commit_hash"], data["date"],
+                      str(file.relative_to(root))))
+        i_result, i_params, i_version = where["result"], where.get("params"), where.get("version")
+        stat_at = [(column, where.get(long)) for (long, _), (_, column) in
+                   zip(_STAT_COLUMNS.items(), stats, strict=True)]
         for bench, row in data["results"].items():
-            if not isinstance(row, list) or "result" not in where:
+            if not isinstance(row, list) or len(row) <= i_result:
                 continue
-            info = meta.get(bench, {})
-
-            def col(name, row=row, where=where):
-                i = where.get(name)
-                return row[i] if i is not None and i < len(row) else None
-
-            results = col("result")
-            params = col("params") or []
+            width = len(row)
+            results = row[i_result]
             if not isinstance(results, list):
                 results = [results]
-            names = list(info.get("param_names") or [])
-            names += [f"param{i + 1}" for i in range(len(names), len(params))]
-            names = [f"param_{p}" if p in cols else p for p in names]
-            combos = list(itertools.product(*params)) if params else [()]
-            m = len(combos)
+            params = row[i_params] if i_params is not None and i_params < width else None
+            if not isinstance(params, list):
+                params = []
+            m = 1
+            for p in params:
+                m *= len(p)
             got = results[:m]
-            values = got + [None] * (m - len(got))
-            status = [_status(v) for v in got] + ["missing"] * (m - len(got))
-            cols["machine"] += [machine] * m
-            cols["env"] += [data["env_name"]] * m
-            cols["commit"] += [data["commit_hash"]] * m
-            cols["date"] += [date] * m
-            cols["file"] += [relpath] * m
-            cols["benchmark"] += [bench] * m
-            cols["type"] += [info.get("type")] * m
-            cols["unit"] += [info.get("unit")] * m
-            cols["value"] += [v if s == "ok" else np.nan for v, s in zip(values, status,
-                                                                          strict=True)]
-            cols["status"] += status
-            for long, short in _STAT_COLUMNS.items():
-                stat = col(long)
+            values += got
+            if len(got) < m:
+                values += [_MISSING] * (m - len(got))
+            for column, i in stat_at:
+                stat = row[i] if i is not None and i < width else None
                 if isinstance(stat, list):
-                    cols[short] += stat[:m] + [None] * (m - len(stat[:m]))
+                    if len(stat) == m:
+                        column += stat
+                    else:
+                        column += stat[:m] + [None] * (m - len(stat[:m]))
                 else:
-                    cols[short] += [None] * m
-            cols["version"] += [col("version")] * m
-            for k, name in enumerate(names[:len(params)]):
-                rows, vals = param_cols.setdefault(name, ([], []))
-                rows.extend(range(n, n + m))
-                vals.extend(_literal(combo[k], cache) for combo in combos)
+                    column += [None] * m
+            entry_file.append(fidx)
+            entry_bench.append(bench)
+            entry_version.append(row[i_version] if i_version is not None and i_version < width
+                                 else None)
+            sizes.append(m)
+            if params:
+                key = (bench, len(params))
+                names = names_cache.get(key)
+                if names is None:
+                    names = list(meta.get(bench, {}).get("param_names") or [])[:len(params)]
+                    names += [f"param{i + 1}" for i in range(len(names), len(params))]
+                    names = [f"param_{p}" if p in _FIXED else p for p in names]
+                    names_cache[key] = names
+                for name, grid in _param_grid(names, params, cache, grids).items():
+                    spans, vals = param_cols.setdefault(name, ([], []))
+                    spans.append((n, m))
+                    vals.append(grid)
             n += m
-    frame = pd.DataFrame(cols)
-    for name, (rows, values) in param_cols.items():
+    return _assemble(files, meta, entries, sizes, per_row, param_cols, n, skipped)
+
+
+def _objects(values: list) -> np.ndarray:
+    """1-D object array of ``values`` (lists and tuples stay elements, never new axes)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+class _Missing:
+    """Marker for grid points a results file does not list (its result list is short)."""
+
+
+_MISSING = _Missing()
+
+
+def _assemble(files, meta, entries, sizes, per_row, param_cols, n, skipped) -> pd.DataFrame:
+    counts = np.asarray(sizes, dtype=np.int64)
+    file_idx = np.asarray(entries["file"], dtype=np.int64)
+    per_file = list(zip(*files, strict=True)) if files else [()] * 5
+    bench = pd.Series(entries["benchmark"], dtype=object)
+    entry_cols = {name: np.asarray(col, dtype=object)[file_idx] if len(file_idx) else
+                  np.empty(0, dtype=object)
+                  for name, col in zip(("machine", "env", "commit", "date", "file"), per_file,
+                                       strict=True)}
+    entry_cols["benchmark"] = bench.to_numpy()
+    entry_cols["type"] = bench.map(lambda b: meta.get(b, {}).get("type")).to_numpy()
+    entry_cols["unit"] = bench.map(lambda b: meta.get(b, {}).get("unit")).to_numpy()
+    entry_cols["version"] = _objects(entries["version"])
+    frame = pd.DataFrame({c: np.repeat(v, counts) for c, v in entry_cols.items()})
+    raw = _objects(per_row.pop("value"))
+    for text, number in _NONFINITE_VALUES.items():  # quoted by _parse_json
+        raw[raw == text] = number
+    missing = np.fromiter((v is _MISSING for v in raw), bool, n)
+    failed = np.fromiter((v is None for v in raw), bool, n)
+    raw[missing | failed] = np.nan
+    value = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(float)
+    status = np.where(missing, "missing", np.where(failed, "failed",
+                                                   np.where(np.isnan(value), "skipped", "ok")))
+    frame["value"] = value
+    frame["status"] = status
+    for c, v in per_row.items():
+        frame[c] = _objects(v)
+    for name, (spans, values) in param_cols.items():
         column = np.full(n, None, dtype=object)
-        column[rows] = values
+        for (start, m), vals in zip(spans, values, strict=True):
+            column[start:start + m] = vals
         frame[name] = column
-    frame["date"] = pd.to_datetime(frame["date"], unit="ms", utc=True)
-    for c in ("value", "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"):
-        frame[c] = pd.to_numeric(frame[c], errors="coerce")
+    frame = frame[FIXED_COLUMNS + list(param_cols)]
+    frame["date"] = pd.to_datetime(frame["date"].astype("int64"), unit="ms", utc=True)
+    for c in ("ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat"):
+        frame[c] = pd.to_numeric(frame[c].replace(_NONFINITE_VALUES), errors="coerce")
     frame.attrs["skipped_files"] = skipped
     frame.attrs["param_columns"] = list(param_cols)
     return frame
@@ -205,15 +305,29 @@ def load_results(path) -> pd.DataFrame:
 
 ACCURACY = re.compile(r"TrackAccuracy\.track_(?P<metric>\w+)$")
 MATMUL_PEAK = re.compile(r"TrackMatmulPeak\.track_matmul_bf16_(?P<n>\d+)$")
-# Benchmarks whose timings have a known attention shape: name pattern -> shape of params.
-SHAPES: list[tuple[re.Pattern, Callable[[dict], Shape]]] = [
+# Benchmarks whose timings have a known attention shape: name pattern -> function of the
+# rows' parameter columns giving (B, H, N, d) (every shape here has Nq == Nk == N).
+SHAPES: list[tuple[re.Pattern, Callable[[pd.DataFrame], tuple]]] = [
     (re.compile(r"TrackDeviceTime\.track_device_time$"),
-     lambda p: Shape(max(1, 16384 // int(p["N"])), 16, int(p["N"]), int(p["N"]), int(p["d"]))),
-    (re.compile(r"TimeCPUBackend\.time_backend$"),
-     lambda p: Shape(1, 8, int(p["N"]), int(p["N"]), 64)),
-    (re.compile(r"TimeAttention\.time_attention$"),
-     lambda p: Shape(1, 1, int(p["N"]), int(p["N"]), int(p["d"]))),
+     lambda p: (np.maximum(1, 16384 // p["N"]), 16, p["N"], p["d"])),
+    (re.compile(r"TimeCPUBackend\.time_backend$"), lambda p: (1, 8, p["N"], 64)),
+    (re.compile(r"TimeAttention\.time_attention$"), lambda p: (1, 1, p["N"], p["d"])),
 ]
+
+
+def _text(record: dict, *names: str) -> str | None:
+    """The first of ``names`` holding a string in ``record`` (missing params are NaN/None)."""
+    for name in names:
+        value = record.get(name)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _texts(frame: pd.DataFrame, *names: str) -> list[str | None]:
+    """Per row, the first of the columns ``names`` holding a string (see :func:`_text`)."""
+    present = [c for c in names if c in frame]
+    return [_text(r, *present) for r in frame[present].to_dict("records")]
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -237,20 +351,21 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=keys + ["commits", "p50", "p99", "max", "band_lo",
                                             "band_hi", "latest", "latest_commit", "inside",
                                             "o_ratio", "lse_ratio", "unit"])
-    rows = []
-    for key, g in acc.groupby(keys, sort=True, dropna=False):
-        v = g["value"].to_numpy(float)
-        earlier = v[:-1]
-        latest = v[-1]
-        lo, hi = (earlier.min(), earlier.max()) if earlier.size else (np.nan, np.nan)
-        tol = 1e-9 * max(abs(hi), 1e-300) if earlier.size else 0.0
-        inside = pd.NA if not earlier.size else bool(lo - tol <= latest <= hi + tol)
-        rows.append(dict(zip(keys, key, strict=True), commits=len(v),
-                         p50=np.percentile(v, 50), p99=np.percentile(v, 99), max=v.max(),
-                         band_lo=lo, band_hi=hi, latest=latest,
-                         latest_commit=g["commit"].iloc[-1][:8], inside=inside,
-                         unit=g["unit"].iloc[-1]))
-    bands = pd.DataFrame(rows)
+    acc = acc.assign(last=acc.groupby(keys, dropna=False).cumcount(ascending=False) == 0)
+    g = acc.groupby(keys, sort=True, dropna=False)
+    bands = g["value"].agg(commits="size", p50="median", max="max", latest="last")
+    bands["p99"] = g["value"].quantile(0.99)
+    earlier = acc[~acc["last"]].groupby(keys, sort=True, dropna=False)["value"]
+    bands["band_lo"], bands["band_hi"] = earlier.min(), earlier.max()
+    bands["latest_commit"] = g["commit"].last().str[:8]
+    bands["unit"] = g["unit"].last()
+    tol = 1e-9 * bands["band_hi"].abs().clip(lower=1e-300)
+    inside = ((bands["band_lo"] - tol <= bands["latest"])
+              & (bands["latest"] <= bands["band_hi"] + tol)).astype(object)
+    inside[bands["band_hi"].isna()] = pd.NA
+    bands["inside"] = inside
+    bands = bands.reset_index()[keys + ["commits", "p50", "p99", "max", "band_lo", "band_hi",
+                                        "latest", "latest_commit", "inside", "unit"]]
     ratios = bands[bands["metric"].isin(["o_baseline_ratio", "lse_baseline_ratio"])]
     ratios = ratios.pivot_table(index=keys[:4], columns="metric", values="latest",
                                 dropna=False).reset_index()
@@ -278,17 +393,21 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
         sel = ok[ok["benchmark"].str.contains(pattern)]
         if sel.empty:
             continue
-        records = sel.to_dict("records")
-        shapes = [shape_of(r) for r in records]
-        causal = [bool(r.get("causal") or False) for r in records]
+        cols = {c: pd.to_numeric(sel[c], errors="coerce").to_numpy() for c in ("N", "d")
+                if c in sel}
+        b, h, n, d = (np.broadcast_to(np.asarray(x, dtype=float), len(sel))
+                      for x in shape_of(cols))
+        causal = (sel["causal"] == True).to_numpy() if "causal" in sel else np.zeros(  # noqa: E712
+            len(sel), bool)
+        pairs = np.where(causal, n * (n + 1) / 2, n * n)  # visible (query, key) pairs
+        labels = [f"B={int(bb)} H={int(hh)} Nq={int(nn)} Nk={int(nn)} d={int(dd)}"
+                  for bb, hh, nn, dd in zip(b, h, n, d, strict=True)]
         part = sel.assign(
-            backend=[r.get("backend") or r.get("impl") or r["benchmark"].split(".")[-1]
-                     for r in records],
-            dtype=[r.get("dtype") if isinstance(r.get("dtype"), str) else "fp64"
-                   for r in records],
-            causal=causal, shape=[s.label() for s in shapes],
-            tflops=[s.flops(c) / v * 1e-12 for s, c, v in zip(shapes, causal, sel["value"],
-                                                              strict=True)])
+            backend=[t or name.split(".")[-1] for t, name in
+                     zip(_texts(sel, "backend", "impl"), sel["benchmark"], strict=True)],
+            dtype=[t or "fp64" for t in _texts(sel, "dtype")],
+            causal=causal, shape=labels,
+            tflops=4 * b * h * d * pairs / sel["value"].to_numpy(float) * 1e-12)
         parts.append(part)
     if not parts:
         return pd.DataFrame(columns=["machine", "env", "commit", "date", "backend", "dtype",
@@ -330,7 +449,7 @@ def _param_label(row: dict, params: list[str]) -> str:
 def _maybe_steps(x: np.ndarray, min_change: float) -> bool:
     """Cheap screen: could ``x`` hold a level change beyond its noise?
 
-    Compares medians of up to 5 points before and after every position against 3x
+    Compares medians of up to 5 points before and after every position against 4x
     the series' robust noise (1.4826 * median |consecutive difference| / sqrt(2))
     and ``min_change``. Series that pass go to asv's step detection.
     """
@@ -341,7 +460,7 @@ def _maybe_steps(x: np.ndarray, min_change: float) -> bool:
     before, after = med[: n - 2 * w + 1], med[w:]
     noise = 1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2)
     jump = np.abs(after - before)
-    return bool(np.any((jump > 3 * noise) & (jump > min_change * np.abs(before))))
+    return bool(np.any((jump > 4 * noise) & (jump > min_change * np.abs(before))))
 
 
 def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
@@ -361,17 +480,20 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
 
     params = [c for c in df.attrs.get("param_columns", []) if c in df.columns]
     ok = _ok(df)
-    rows = []
     key = ["machine", "env", "benchmark"]
-    for _, g in ok.groupby(key + params, sort=False, dropna=False):
-        values = g["value"].to_numpy(float)
-        if len(values) < 3 or not _maybe_steps(values, min_change):
+    series = ok.groupby(key + params, sort=False, dropna=False).ngroup().to_numpy()
+    order = np.argsort(series, kind="stable")  # by series, then by date (ok is date-sorted)
+    values = ok["value"].to_numpy(float)[order]
+    bounds = np.flatnonzero(np.diff(series[order])) + 1
+    rows = []
+    for positions, x in zip(np.split(order, bounds), np.split(values, bounds), strict=True):
+        if len(x) < 3 or not _maybe_steps(x, min_change):
             continue
-        pieces = detect_steps(list(values))
+        pieces = detect_steps(list(x))
         for (_, _, v0, _, e0), (l1, _, v1, _, e1) in itertools.pairwise(pieces):
             noise = max(e0, e1)
             if abs(v1 - v0) > noise and abs(v1 - v0) > min_change * abs(v0):
-                first = g.iloc[l1]
+                first = ok.iloc[positions[l1]]
                 rows.append({"machine": first["machine"], "env": first["env"],
                              "benchmark": first["benchmark"],
                              "params": _param_label(first.to_dict(), params),

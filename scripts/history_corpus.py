@@ -47,12 +47,12 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
     grids = {}
     for i in range(benchmarks):
         if i < acc:
-            name = f"bench_accuracy.TrackAccuracy{i}.track_o_max_abs"
+            name = f"bench_accuracy.TrackAccuracy.track_metric{i}"
             params = [["'flash_model'", "'triton'"], ["'fp16'", "'bf16'"], ["False", "True"]]
             meta[name] = {"name": name, "type": "track", "unit": "max |O - O_fp64|",
                           "param_names": ["kernel", "dtype", "causal"], "params": params}
         elif i < acc + dev:
-            name = f"bench_gpu.TrackDeviceTime{i}.track_device_time"
+            name = f"bench_gpu{i}.TrackDeviceTime.track_device_time"
             params = [["'triton'"], ["'bf16'"], ["1024", "4096"], ["64", "128"], ["False"]]
             meta[name] = {"name": name, "type": "track", "unit": "seconds",
                           "param_names": ["backend", "dtype", "N", "d", "causal"],
@@ -71,7 +71,7 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
     machine = root / "synthetic-machine"
     machine.mkdir(exist_ok=True)
     for f in range(files):
-        commit = f"{f:040x}"
+        commit = f"{f:08x}" + "0" * 32
         results = {}
         for name, params in grids.items():
             n = 1

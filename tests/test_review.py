@@ -95,38 +95,33 @@ def project(tmp_path_factory):
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
-    def commit(msg, path, old, new):
-        p = repo / path
-        text = p.read_text()
-        assert old in text, f"{old!r} not in {path}"
-        p.write_text(text.replace(old, new, 1))
+    def commit(msg, *edits):
+        """Apply (path, old, new) replacements on main's base and commit them."""
+        subprocess.run(["git", "checkout", "-q", "-B", "main", base], cwd=repo, check=True)
+        for path, old, new in edits:
+            p = repo / path
+            text = p.read_text()
+            assert old in text, f"{old!r} not in {path}"
+            p.write_text(text.replace(old, new, 1))
         subprocess.run(["git", "commit", "-qam", msg], cwd=repo, check=True, env=env)
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, text=True,
                               capture_output=True).stdout.strip()
 
-    def reset(rev):
-        subprocess.run(["git", "checkout", "-q", "-B", "main", rev], cwd=repo, check=True)
-
     base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, text=True,
                           capture_output=True).stdout.strip()
     marker = "    for start in range(0, nk, block):\n        stop = min(start + block, nk)"
-    slow = commit("slow", "flashbench/streaming.py", marker, SLOW + marker)
-    reset(base)
-    coarse = commit("coarse P", "flashbench/numerics.py",
-                    'round_p = None if prec.name in ("fp64", "fp32") else prec.operand',
-                    'round_p = None if prec.name in ("fp64", "fp32") else '
-                    '(lambda p: p.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))')
-    subprocess.run(["sed", "-i", "s/^import numpy as np$/import ml_dtypes\\nimport numpy as np/",
-                    str(repo / "flashbench/numerics.py")], check=True)
-    subprocess.run(["git", "commit", "-qam", "import"], cwd=repo, check=True, env=env)
-    coarse = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, text=True,
-                            capture_output=True).stdout.strip()
-    reset(base)
-    same = commit("docs", "README.md", "# flashbench", "# flashbench (unchanged code)")
-    reset(base)
-    broken = commit("broken", "flashbench/streaming.py", marker,
-                    "    raise RuntimeError('broken on purpose')\n" + marker)
-    reset(base)
+    slow = commit("slow", ("flashbench/streaming.py", marker, SLOW + marker))
+    coarse = commit("coarse P",
+                    ("flashbench/numerics.py",
+                     'round_p = None if prec.name in ("fp64", "fp32") else prec.operand',
+                     'round_p = None if prec.name in ("fp64", "fp32") else '
+                     '(lambda p: p.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))'),
+                    ("flashbench/numerics.py", "import numpy as np\n",
+                     "import ml_dtypes\nimport numpy as np\n"))
+    same = commit("docs", ("README.md", "# flashbench", "# flashbench (unchanged code)"))
+    broken = commit("broken", ("flashbench/streaming.py", marker,
+                               "    raise RuntimeError('broken on purpose')\n" + marker))
+    subprocess.run(["git", "checkout", "-q", "-B", "main", base], cwd=repo, check=True)
     return repo, {"base": base, "slow": slow, "coarse": coarse, "same": same, "broken": broken}
 
 
