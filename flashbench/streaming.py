@@ -90,20 +90,29 @@ def stream_attention(
     kt = np.swapaxes(k, -1, -2)
     for start in range(0, nk, block):
         stop = min(start + block, nk)
-        s = np.matmul(q, kt[..., start:stop])  # [..., Nq, b], the only score tile held
+        # Causal: query rows above r0 see no key of this block (nor of any later one).
+        r0 = max(0, start - (nk - nq)) if causal else 0
+        if r0 >= nq:
+            break
+        o_r, m_r, l_r = o[..., r0:, :], m[..., r0:], l[..., r0:]  # views: updated in place
+        s = np.matmul(q[..., r0:, :], kt[..., start:stop])  # [..., Nq - r0, b]: one tile
         s *= scale_c
         if causal:
             hidden = causal_mask(nq, nk, start, stop)
             if hidden is not None:
-                s[..., hidden] = -np.inf
-        m_new = np.maximum(m, s.max(axis=-1))
+                s += np.where(hidden[r0:], -np.inf, 0.0).astype(compute)
+        m_new = np.maximum(m_r, s.max(axis=-1))
         m_ref = safe_max(m_new)
-        alpha = np.exp(m - m_ref)  # rescales the old statistics; 0 where m was -inf
+        alpha = np.exp(m_r - m_ref)  # rescales the old statistics; 0 where m was -inf
         s -= m_ref[..., None]
         p = np.exp(s, out=s)
-        l *= alpha
-        l += p.sum(axis=-1)
-        o *= alpha[..., None]
-        o += np.matmul(p if round_p is None else round_p(p), v[..., start:stop, :])
-        m = m_new
+        l_r *= alpha
+        l_r += p.sum(axis=-1)
+        moved = alpha != 1  # rows whose running max moved: only they need rescaling
+        if moved.all():
+            o_r *= alpha[..., None]
+        elif moved.any():
+            o_r[moved] *= alpha[moved][:, None]
+        o_r += np.matmul(p if round_p is None else round_p(p), v[..., start:stop, :])
+        m_r[...] = m_new
     return finish(o, m, l)
