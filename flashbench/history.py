@@ -442,8 +442,10 @@ def throughput(df: pd.DataFrame) -> pd.DataFrame:
                        "latest_commit"]]
 
 
-def _param_label(row: dict, params: list[str]) -> str:
-    return ", ".join(f"{p}={row[p]}" for p in params if row.get(p) is not None)
+def param_label(row: dict, params: list[str]) -> str:
+    """"name=value, ..." of the parameters this row has (absent ones are None or NaN)."""
+    return ", ".join(f"{p}={row[p]}" for p in params if row.get(p) is not None
+                     and not (isinstance(row[p], float) and math.isnan(row[p])))
 
 
 def _maybe_steps(x: np.ndarray, min_change: float) -> bool:
@@ -496,7 +498,7 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
                 first = ok.iloc[positions[l1]]
                 rows.append({"machine": first["machine"], "env": first["env"],
                              "benchmark": first["benchmark"],
-                             "params": _param_label(first.to_dict(), params),
+                             "params": param_label(first.to_dict(), params),
                              "commit": first["commit"][:8], "date": first["date"],
                              "before": v0, "after": v1,
                              "change_pct": 100 * (v1 / v0 - 1) if v0 else math.inf,

@@ -11,9 +11,11 @@
    judged with asv compare's own significance test (Mann-Whitney U on recorded
    samples, else non-overlapping 99% confidence intervals): "slower" or "faster"
    when the ratio passes ``factor`` (default 1.10) *and* the difference is
-   significant, "ambiguous" when the ratio passes the factor but the statistics
-   cannot tell, "same" otherwise. Results without statistics (peak memory, one
-   sample) are judged on the ratio alone, and the table says so.
+   significant *and* outside the range of the last 5 commits' own runs on this
+   machine (separate runs scatter more than one run's statistics show);
+   "ambiguous" when the ratio passes the factor but one of those cannot tell;
+   "same" otherwise. Results without statistics (peak memory, one sample) are
+   judged on the ratio and that range, and the table says so.
 3. Accuracy (TrackAccuracy tracks): "worse" when the head's error exceeds the
    base's by more than ``acc_tol`` (relative, default 2%), "above band" when it
    exceeds every earlier commit's value on this machine, "rule fails" when a
@@ -37,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 from tabulate import tabulate
 
-from flashbench.history import ACCURACY, load_results
+from flashbench.history import ACCURACY, load_results, param_label
 from flashbench.machine import register
 
 REVIEW_RESULTS = Path(".asv/review-results")
@@ -150,11 +152,6 @@ def _strip_comments(text: str) -> str:
 # --------------------------------------------------------------------------- judging
 
 
-def _params(row: pd.Series, params: list[str]) -> str:
-    return ", ".join(f"{p}={row[p]}" for p in params if p in row and row[p] is not None
-                     and not (isinstance(row[p], float) and math.isnan(row[p])))
-
-
 def _stats(row) -> dict | None:
     if row is None or pd.isna(row.get("ci_99_a")) or pd.isna(row.get("ci_99_b")):
         return None
@@ -181,6 +178,28 @@ def judge_time(base: pd.Series, head: pd.Series, factor: float) -> tuple[str, st
     if is_different(samples_a, samples_b, sa, sb):
         return direction, "significant (asv: Mann-Whitney U or 99% CI)"
     return "ambiguous", "ratio passes factor, difference not significant"
+
+
+RECENT = 5  # commits up to the base whose own runs show the run-to-run range
+
+
+def within_history(verdict: str, basis: str, head: float, history: pd.Series) -> tuple[str, str]:
+    """Demote slower / faster to ambiguous when recent runs already showed the head's value.
+
+    ``history``: this benchmark's values, one per commit up to the base, in commit
+    order, each measured in its own asv run. Separate runs scatter more than one
+    run's confidence interval says (machine load, clocks), so a head inside the
+    range of the last RECENT commits' runs is no evidence of a change. (A return to
+    a level older than that window is still flagged.)
+    """
+    recent = history.iloc[-RECENT:]
+    if len(recent) < 2 or verdict not in ("slower", "faster"):
+        return verdict, basis
+    lo, hi = float(recent.min()), float(recent.max())
+    if (verdict == "slower" and head <= hi) or (verdict == "faster" and head >= lo):
+        return "ambiguous", (f"{basis}, but inside the {lo:.4g}..{hi:.4g} range of the last "
+                             f"{len(recent)} commits' runs")
+    return verdict, f"{basis}; outside the last {len(recent)} commits' range"
 
 
 def judge_accuracy(metric: str, base: float, head: float, history: pd.Series,
@@ -230,7 +249,7 @@ def compare(frame: pd.DataFrame, base: str, head: str, machine: str, factor: flo
         hb, bb = h.loc[idx], b.loc[idx]
         if isinstance(hb, pd.DataFrame):  # duplicate keys: take the last
             hb, bb = hb.iloc[-1], bb.iloc[-1]
-        name, plabel = hb["benchmark"], _params(hb, params)
+        name, plabel = hb["benchmark"], param_label(hb.to_dict(), params)
         if hb["status"] == "skipped" or bb["status"] == "skipped":
             continue
         if hb["status"] != "ok" or bb["status"] != "ok":
@@ -244,17 +263,19 @@ def compare(frame: pd.DataFrame, base: str, head: str, machine: str, factor: flo
         bv, hv = float(bb["value"]), float(hb["value"])
         ratio = hv / bv if bv else math.inf
         metric = ACCURACY.search(name)
+        hist = mine[(mine["benchmark"] == name) & (mine["date"] <= base_date)
+                    & (mine["status"] == "ok")]
+        for p in params:
+            hist = hist[hist[p].isna()] if pd.isna(hb[p]) else hist[hist[p] == hb[p]]
+        hist = hist.sort_values("date").drop_duplicates("commit", keep="last")["value"]
         if metric:
-            hist = mine[(mine["benchmark"] == name) & (mine["date"] <= base_date)
-                        & (mine["status"] == "ok")]
-            for p in params:
-                hist = hist[hist[p].isna()] if pd.isna(hb[p]) else hist[hist[p] == hb[p]]
-            verdict, bad = judge_accuracy(metric["metric"], bv, hv, hist["value"], acc_tol)
+            verdict, bad = judge_accuracy(metric["metric"], bv, hv, hist, acc_tol)
             review.rows.append(Row("accuracy", name, plabel, bv, hv, ratio, hb["unit"] or "",
                                    verdict, f"tolerance {acc_tol:.0%}, band of "
                                    f"{len(hist)} commit(s)", bad))
         elif hb["type"] in ("time", "peakmem") or hb["unit"] == "seconds":
             verdict, basis = judge_time(bb, hb, factor)
+            verdict, basis = within_history(verdict, basis, hv, hist)
             review.rows.append(Row("time", name, plabel, bv, hv, ratio, hb["unit"] or "",
                                    verdict, basis, verdict == "slower"))
     if not review.rows and not review.undecided:

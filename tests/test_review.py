@@ -169,3 +169,15 @@ def test_failed_result_cannot_be_decided(project):
     r = review(repo, c["base"], c["broken"], TIME_BENCH)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "could not decide" in r.stdout and "head failed" in r.stdout
+
+
+def test_run_to_run_range_of_recent_commits_demotes_noise():
+    from flashbench.review import within_history
+
+    history = pd.Series([1.0, 1.3, 1.1, 1.0])  # earlier commits' own runs; base last
+    assert within_history("slower", "sig", 1.25, history)[0] == "ambiguous"
+    assert within_history("slower", "sig", 1.6, history)[0] == "slower"
+    assert within_history("faster", "sig", 0.8, history)[0] == "faster"
+    assert within_history("slower", "sig", 1.25, history.iloc[-1:])[0] == "slower"  # no range
+    old_slow = pd.Series([3.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # optimised 5 commits ago
+    assert within_history("slower", "sig", 3.0, old_slow)[0] == "slower"
