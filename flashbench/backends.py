@@ -37,6 +37,8 @@ class Backend:
     ``dtypes``: precision names it accepts ("fp32", "fp16", "bf16", ...).
     ``unavailable()``: None when it can run here, else the reason in one sentence.
     ``interpreted()``: True when it runs under an interpreter (its time means nothing).
+    ``peer``: True for implementations flashbench does not own (torch's): the check
+    reports their baseline verdict but does not fail on it.
     ``timed``: what timings call (same signature; None means ``fn``). For torch-sdpa
     it is the bare torch call: SDPA does not return its LSE, and the separate
     logsumexp pass that ``fn`` adds for accuracy checks is not SDPA's cost.
@@ -49,6 +51,7 @@ class Backend:
     unavailable: Callable[[], str | None]
     interpreted: Callable[[], bool] = lambda: False
     timed: Callable | None = None
+    peer: bool = False
 
     @property
     def timed_fn(self) -> Callable:
@@ -96,9 +99,9 @@ BACKENDS: dict[str, Backend] = {
         Backend("reference", _reference, "float64 NumPy one-shot reference",
                 ("fp64", "fp32", "fp16", "bf16"), _always),
         Backend("torch-naive", naive_attention, "materialised softmax in the input dtype",
-                ("fp32", "fp16", "bf16"), _always),
+                ("fp32", "fp16", "bf16"), _always, peer=True),
         Backend("torch-sdpa", sdpa_attention, "torch scaled_dot_product_attention",
-                ("fp32", "fp16", "bf16"), _always, timed=sdpa_output),
+                ("fp32", "fp16", "bf16"), _always, timed=sdpa_output, peer=True),
         Backend("triton", _triton, "flashbench fused Triton forward kernel",
                 ("fp32", "fp16", "bf16"), _triton_unavailable, _triton_interpreted),
     )

@@ -56,3 +56,13 @@ def test_cli_rejects_bad_arguments():
                         "--block", "0", "--quiet"], capture_output=True, text=True)
     assert r.returncode == 2 and "block must be >= 1, got 0" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_peers_inform_but_only_owned_kernels_fail_the_check():
+    from flashbench.check import overall_passed
+
+    ok = {"exactness": [{"passed": True}], "dtypes": [{"passed": True}]}
+    assert overall_passed(ok | {"backends": [{"passed": False, "peer": True}]})
+    assert overall_passed(ok | {"backends": [{"skipped": "interpreter"}]})
+    assert not overall_passed(ok | {"backends": [{"passed": False, "peer": False}]})
+    assert not overall_passed(ok | {"exactness": [{"passed": False}], "backends": []})
