@@ -32,7 +32,12 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.precision import get_precision
-from flashbench.streaming import causal_mask, log_sum_exp, safe_max, stream_attention
+from flashbench.streaming import (
+    log_sum_exp,
+    masked_scores,
+    stream_attention,
+    unnormalised_softmax,
+)
 from flashbench.validation import check_block, check_qkv, check_scale
 
 __all__ = ["flash_model", "standard_model", "DTYPES"]
@@ -62,17 +67,7 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
 def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None):
     """Model of plain (materialised) attention computing in ``dtype`` (module docstring)."""
     prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale)
-    compute = prec.compute
-    s = np.matmul(q, np.swapaxes(k, -1, -2))
-    s *= compute(scale)
-    s = prec.stored(s)
-    if causal:
-        hidden = causal_mask(q.shape[-2], k.shape[-2])
-        if hidden is not None:
-            s[..., hidden] = -np.inf
-    m = s.max(axis=-1)
-    s -= safe_max(m)[..., None]
-    e = np.exp(s, out=s)
+    e, m = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=prec.stored))
     l = e.sum(axis=-1)
     seen = l > 0
     p = np.divide(e, l[..., None], out=e, where=seen[..., None])  # softmax in fp32

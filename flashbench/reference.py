@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.streaming import causal_mask, finish, safe_max, stream_attention
+from flashbench.streaming import (
+    finish,
+    masked_scores,
+    safe_max,
+    stream_attention,
+    unnormalised_softmax,
+)
 from flashbench.validation import check_block, check_qkv, check_rows, check_scale
 
 __all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats"]
@@ -88,15 +94,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None):
     """
     q, k, v = check_qkv(q, k, v)
     scale = check_scale(scale, q.shape[-1])
-    s = np.matmul(q, np.swapaxes(k, -1, -2))
-    s *= scale
-    if causal:
-        hidden = causal_mask(q.shape[-2], k.shape[-2])
-        if hidden is not None:
-            s[..., hidden] = -np.inf
-    m = s.max(axis=-1)
-    s -= safe_max(m)[..., None]
-    p = np.exp(s, out=s)
+    p, m = unnormalised_softmax(masked_scores(q, k, scale, causal))
     return finish(np.matmul(p, v), m, p.sum(axis=-1))
 
 

@@ -49,6 +49,28 @@ def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:
                     np.array(-np.inf, dtype=m.dtype))
 
 
+def masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool,
+                  round_s: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """The full score matrix ``(q @ k^T) * scale`` [..., Nq, Nk] in q's dtype, causal
+    entries set to -inf (after ``round_s``, which models storing S in a lower precision)."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    s *= s.dtype.type(scale)
+    if round_s is not None:
+        s = round_s(s)
+    if causal:
+        hidden = causal_mask(q.shape[-2], k.shape[-2])
+        if hidden is not None:
+            s[..., hidden] = -np.inf
+    return s
+
+
+def unnormalised_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """In place: ``s`` becomes ``exp(s - rowmax)``; returns (that array, the row maxima m)."""
+    m = s.max(axis=-1)
+    s -= safe_max(m)[..., None]
+    return np.exp(s, out=s), m
+
+
 def finish(o: np.ndarray, m: np.ndarray, l: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Divide the accumulated output by l once; rows with l == 0 give output 0 and LSE -inf."""
     seen = (l > 0)[..., None]
