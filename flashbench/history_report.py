@@ -58,6 +58,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
 
 
 def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
+    """TFLOP/s over commits: one panel per backend, one line per dtype x shape x causal."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,20 +67,26 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
     if points.empty:
         return False
     order = _commit_order(df)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for (backend, dtype, shape, causal), g in points.groupby(["backend", "dtype", "shape",
-                                                               "causal"]):
-        g = g.assign(x=g["commit"].map(order)).sort_values("x")
-        ax.plot(g["x"], g["tflops"], marker=".",
-                label=f"{backend} {dtype} {shape}{' causal' if causal else ''}")
-    ax.set_yscale("log")
-    ax.set_xlabel("commit (oldest = 0)")
-    ax.set_ylabel("TFLOP/s (4·B·H·N²·d / time)")
-    ax.set_title("Throughput over history")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    backends = sorted(points["backend"].unique())
+    cols = min(3, len(backends))
+    rows = -(-len(backends) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
+    for ax, backend in zip(axes.flat, backends, strict=False):
+        sub = points[points["backend"] == backend]
+        for (dtype, shape, causal), g in sub.groupby(["dtype", "shape", "causal"]):
+            g = g.assign(x=g["commit"].map(order)).sort_values("x")
+            ax.plot(g["x"], g["tflops"], marker=".", linestyle="--" if causal else "-",
+                    label=f"{dtype} {shape.replace(' Nk=', '/')}{' causal' if causal else ''}")
+        ax.set_title(backend)
+        ax.set_xlabel("commit (oldest = 0)")
+        ax.set_ylabel("TFLOP/s (FLOPs / recorded time)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(backends):]:
+        ax.set_visible(False)
+    fig.suptitle("Throughput over history (dashed: causal, visible pairs only)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
