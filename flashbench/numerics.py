@@ -45,31 +45,37 @@ __all__ = ["flash_model", "standard_model", "DTYPES"]
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
 
 
-def _rounded_inputs(q, k, v, dtype, scale):
+def _rounded_inputs(q, k, v, dtype, scale, check_finite):
     prec = get_precision(dtype)
-    q, k, v = check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
     scale = check_scale(scale, q.shape[-1])
     # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
     return prec, prec.operand(q), prec.operand(k), prec.operand(v), scale
 
 
 def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
-                scale: float | None = None):
-    """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring)."""
+                scale: float | None = None, check_finite: bool = False):
+    """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring).
+
+    ``check_finite``: raise ValueError if q, k or v hold inf or nan.
+    """
     block = check_block(block)
-    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale)
+    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
     round_p = None if prec.name in ("fp64", "fp32") else prec.operand
     o, lse = stream_attention(q, k, v, block=block, causal=causal, scale=scale,
                               compute=prec.compute, round_p=round_p)
     return prec.store(o), lse
 
 
-def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None):
-    """Model of plain (materialised) attention computing in ``dtype`` (module docstring)."""
-    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale)
+def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None,
+                   check_finite: bool = False):
+    """Model of plain (materialised) attention computing in ``dtype`` (module docstring).
+
+    ``check_finite``: raise ValueError if q, k or v hold inf or nan.
+    """
+    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
     e, m = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=prec.stored))
     l = e.sum(axis=-1)
-    seen = l > 0
-    p = np.divide(e, l[..., None], out=e, where=seen[..., None])  # softmax in fp32
+    p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
     o = np.matmul(prec.operand(p), v)
     return prec.store(o), log_sum_exp(m, l)

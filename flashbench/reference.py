@@ -41,7 +41,7 @@ def softmax(x) -> np.ndarray:
     m = safe_max(x.max(axis=-1, keepdims=True))
     e = np.exp(x - m)
     total = e.sum(axis=-1, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return np.divide(e, total, out=np.zeros_like(e), where=total != 0)
 
 
 def row_stats(x, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,38 +74,41 @@ def online_softmax(x, block: int) -> np.ndarray:
     x = check_rows(x)
     m, l = row_stats(x, block)
     m_ref = safe_max(m)[..., None]
-    inv_l = np.divide(1.0, l, out=np.zeros_like(l), where=l > 0)[..., None]
+    inv_l = np.divide(1.0, l, out=np.zeros_like(l), where=l != 0)[..., None]
     p = np.empty_like(x)
     for start in range(0, x.shape[-1], block):
         p[..., start : start + block] = np.exp(x[..., start : start + block] - m_ref) * inv_l
     return p
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None):
+def attention(q, k, v, causal: bool = False, scale: float | None = None,
+              check_finite: bool = False):
     """One-shot attention in float64; materialises the full score matrix.
 
     Args:
         q: [..., Nq, d]; k: [..., Nk, d]; v: [..., Nk, dv]. Any real dtype.
         causal: bottom-right aligned causal mask.
         scale: score scale; None means 1/sqrt(d).
+        check_finite: raise ValueError if q, k or v hold inf or nan.
 
     Returns:
         (o, lse): o [..., Nq, dv] float64, lse [..., Nq] float64 (natural log).
     """
-    q, k, v = check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
     scale = check_scale(scale, q.shape[-1])
     p, m = unnormalised_softmax(masked_scores(q, k, scale, causal))
     return finish(np.matmul(p, v), m, p.sum(axis=-1))
 
 
-def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None):
+def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None,
+                     check_finite: bool = False):
     """Streamed attention in float64: key/value blocks through the (m, l) recurrence.
 
     Holds at most one ``[..., Nq, block]`` score tile; ``block`` is any int >= 1,
     including values that do not divide Nk or exceed it. Same arguments and
     returns as :func:`attention`, to which it is equal up to ~1e-13.
     """
-    q, k, v = check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
     block = check_block(block)
     scale = check_scale(scale, q.shape[-1])
     return stream_attention(q, k, v, block=block, causal=causal, scale=scale)

@@ -43,10 +43,13 @@ def safe_max(m: np.ndarray) -> np.ndarray:
 
 
 def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:
-    """LSE = m + log(l) from row statistics; -inf where l == 0 (the row sees no key)."""
-    seen = l > 0
-    return np.where(seen, m + np.log(np.where(seen, l, np.ones((), l.dtype))),
-                    np.array(-np.inf, dtype=m.dtype))
+    """LSE = m + log(l) from row statistics; -inf where l == 0 (the row sees no key).
+
+    Only l == 0 means "blind": a NaN l (non-finite inputs) stays NaN, never 0 / -inf.
+    """
+    blind = l == 0
+    return np.where(blind, np.array(-np.inf, dtype=m.dtype),
+                    m + np.log(np.where(blind, np.ones((), l.dtype), l)))
 
 
 def masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool,
@@ -73,7 +76,7 @@ def unnormalised_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def finish(o: np.ndarray, m: np.ndarray, l: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Divide the accumulated output by l once; rows with l == 0 give output 0 and LSE -inf."""
-    seen = (l > 0)[..., None]
+    seen = (l != 0)[..., None]  # NaN l propagates NaN (see log_sum_exp)
     o = np.divide(o, l[..., None], out=np.zeros_like(o), where=seen)
     return o, log_sum_exp(m, l)
 

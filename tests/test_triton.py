@@ -146,3 +146,14 @@ def test_tf32_only_for_fp32():
     q, k, v = qkv(1, 1, 8, 8, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match="allow_tf32"):
         flashbench.triton_attention(q, k, v, allow_tf32=True)
+
+
+def test_nan_input_propagates_instead_of_looking_like_a_blind_row():
+    q, k, v = qkv(1, 1, 8, 8, 16)
+    q[0, 0, 3, 0] = float("nan")
+    o, lse = flashbench.triton_attention(q, k, v)
+    assert torch.isnan(o[0, 0, 3]).all() and torch.isnan(lse[0, 0, 3])
+    assert torch.isfinite(o[0, 0, :3]).all()
+    with np.errstate(all="ignore"):
+        ro, rlse = ref_of(q, k, v, False)
+    assert np.isnan(ro[0, 0, 3]).all() and np.isnan(rlse[0, 0, 3])

@@ -133,10 +133,10 @@ def _attn_fwd(Q, K, V, O, LSE,
                                      causal_offset, qk_scale, BLOCK_N, True, CAUSAL,
                                      PRECISION, UPCAST)
 
-    seen = l_i > 0.0
-    l_safe = tl.where(seen, l_i, 1.0)
+    blind = l_i == 0.0  # rows that saw no key; a NaN l (non-finite input) stays NaN
+    l_safe = tl.where(blind, 1.0, l_i)
     acc = acc / l_safe[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    lse = tl.where(blind, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
 
     row_ok = offs_m < N_Q
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
