@@ -397,8 +397,8 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
                 if c in sel}
         b, h, n, d = (np.broadcast_to(np.asarray(x, dtype=float), len(sel))
                       for x in shape_of(cols))
-        causal = (sel["causal"] == True).to_numpy() if "causal" in sel else np.zeros(  # noqa: E712
-            len(sel), bool)
+        causal = (sel["causal"].eq(True).to_numpy() if "causal" in sel
+                  else np.zeros(len(sel), bool))
         pairs = np.where(causal, n * (n + 1) / 2, n * n)  # visible (query, key) pairs
         labels = [f"B={int(bb)} H={int(hh)} Nq={int(nn)} Nk={int(nn)} d={int(dd)}"
                   for bb, hh, nn, dd in zip(b, h, n, d, strict=True)]

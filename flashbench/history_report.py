@@ -40,7 +40,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     dtypes = [d for d in ("fp32", "tf32", "fp16", "bf16") if d in set(acc["dtype"])]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 3.6), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes, strict=True):
-        sub = acc[(acc["dtype"] == dtype) & (acc["causal"] == False)]  # noqa: E712
+        sub = acc[(acc["dtype"] == dtype) & acc["causal"].eq(False)]
         for kernel, g in sub.groupby("kernel"):
             g = g.assign(x=g["commit"].map(order)).sort_values("x")
             ax.plot(g["x"], g["value"], marker="o", label=kernel)
