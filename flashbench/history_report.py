@@ -107,7 +107,7 @@ def build_report(results_dir, out) -> str:
         ("errors.png", plot_errors(df, out / "errors.png")),
         ("tflops.png", plot_tflops(throughput_points(df), df, out / "tflops.png"))) if made]
 
-    counts = df["status"].value_counts().to_dict()
+    counts = {k: v for k, v in df["status"].value_counts().items() if v}
     lines = [f"# flashbench history of `{results_dir}`", "",
              f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
              f"machines: {', '.join(sorted(df['machine'].unique())) or 'none'}; "
@@ -119,7 +119,7 @@ def build_report(results_dir, out) -> str:
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
               "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
-              _table(main.drop(columns=["metric", "unit"], errors="ignore")),
+              _table(main.drop(columns=["metric", "params", "unit"], errors="ignore")),
               "", "## Throughput (TFLOP/s = 4·B·H·N²·d / recorded seconds; causal counts only "
               "visible pairs)", "",
               "latest_pct_peak: % of the same run's measured bf16 matmul TFLOP/s (GPU runs "

@@ -36,6 +36,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
@@ -159,6 +160,17 @@ def _stats(row) -> dict | None:
             "repeat": row.get("repeat")}
 
 
+def _samples(row) -> list[float] | None:
+    """The row's raw timing samples as asv's statistics want them (a list), if recorded."""
+    x = row.get("samples")
+    return [float(v) for v in x] if isinstance(x, (list, np.ndarray)) and len(x) else None
+
+
+def _label(value) -> str:
+    """A label column's value as text ("" where it is missing: None or NaN)."""
+    return "" if value is None or pd.isna(value) else str(value)
+
+
 def judge_time(base: pd.Series, head: pd.Series, factor: float) -> tuple[str, str]:
     """(verdict, basis) for one timing: faster / slower / same / ambiguous."""
     from asv._stats import is_different  # asv compare's significance test
@@ -173,9 +185,7 @@ def judge_time(base: pd.Series, head: pd.Series, factor: float) -> tuple[str, st
     direction = "slower" if ratio > factor else "faster"
     if not stats_usable:
         return direction, "ratio only (no statistics recorded)"
-    samples_a = base.get("samples") if isinstance(base.get("samples"), list) else None
-    samples_b = head.get("samples") if isinstance(head.get("samples"), list) else None
-    if is_different(samples_a, samples_b, sa, sb):
+    if is_different(_samples(base), _samples(head), sa, sb):
         return direction, "significant (asv: Mann-Whitney U or 99% CI)"
     return "ambiguous", "ratio passes factor, difference not significant"
 
@@ -256,7 +266,8 @@ def compare(frame: pd.DataFrame, base: str, head: str, machine: str, factor: flo
             review.undecided.append(f"{name} [{plabel}]: base {bb['status']}, head "
                                     f"{hb['status']}")
             continue
-        if bb.get("version") and hb.get("version") and bb["version"] != hb["version"]:
+        versions = _label(bb.get("version")), _label(hb.get("version"))
+        if all(versions) and versions[0] != versions[1]:
             review.undecided.append(f"{name} [{plabel}]: the benchmark's code changed between "
                                     "the two runs (asv version hash differs)")
             continue
@@ -270,13 +281,13 @@ def compare(frame: pd.DataFrame, base: str, head: str, machine: str, factor: flo
         hist = hist.sort_values("date").drop_duplicates("commit", keep="last")["value"]
         if metric:
             verdict, bad = judge_accuracy(metric["metric"], bv, hv, hist, acc_tol)
-            review.rows.append(Row("accuracy", name, plabel, bv, hv, ratio, hb["unit"] or "",
+            review.rows.append(Row("accuracy", name, plabel, bv, hv, ratio, _label(hb["unit"]),
                                    verdict, f"tolerance {acc_tol:.0%}, band of "
                                    f"{len(hist)} commit(s)", bad))
         elif hb["type"] in ("time", "peakmem") or hb["unit"] == "seconds":
             verdict, basis = judge_time(bb, hb, factor)
             verdict, basis = within_history(verdict, basis, hv, hist)
-            review.rows.append(Row("time", name, plabel, bv, hv, ratio, hb["unit"] or "",
+            review.rows.append(Row("time", name, plabel, bv, hv, ratio, _label(hb["unit"]),
                                    verdict, basis, verdict == "slower"))
     if not review.rows and not review.undecided:
         review.undecided.append("no benchmark has results for both commits")

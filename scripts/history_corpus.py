@@ -1,41 +1,50 @@
 """Measure flashbench.history on a large synthetic asv results corpus.
 
     python scripts/history_corpus.py [--files 1000] [--benchmarks 200] [--dir DIR]
+                                     [--jobs N] [--runs 3]
 
 Writes DIR/<machine>/<commit>-<env>.json files in asv's results schema (version 2)
 plus benchmarks.json: ``--benchmarks`` benchmarks per file, a quarter of them
 accuracy tracks with the TrackAccuracy parameter grid (kernel x dtype x causal),
 a quarter device-time tracks (N x d), the rest plain timings with 4 parameter
-combinations, with CIs, quartiles and samples. Then it times, in one fresh process
-each, load_results alone and load_results + every summary (error bands, throughput,
-steps), and reports wall time (s, time.perf_counter) and peak RSS (MiB,
-resource.getrusage: the whole process, Python and pandas included).
+combinations (1,000 rows per file at 200 benchmarks), with CIs, quartiles and 5
+samples per point; about 2% of the points skipped (NaN: every file holds NaN,
+like real results) and 1% failed (null).
+
+Then, ``--runs`` times in a fresh process each, it measures load_results alone
+and load_results + every summary (error_bands, throughput, steps): wall time in
+seconds (time.perf_counter, imports not counted) and peak memory in MiB: the
+largest sum of RSS over the process and its load_results workers, sampled every
+5 ms from outside (/proc; shared pages of the forked workers count in each
+process, so this over-states the memory actually used).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 MEASURE = """
-import resource, sys, time, warnings
-t0 = time.perf_counter()
+import sys, time
 from flashbench.history import load_results, error_bands, throughput, steps
-t_import = time.perf_counter() - t0
+jobs = None if sys.argv[3] == "auto" else int(sys.argv[3])
 t0 = time.perf_counter()
-df = load_results(sys.argv[1])
+df = load_results(sys.argv[1], jobs=jobs)
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
 if sys.argv[2] == "all":
     error_bands(df); throughput(df); steps(df)
 t_sum = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{len(df)} {t_import:.3f} {t_load:.3f} {t_sum:.3f} {rss:.0f}")
+print(len(df), t_load, t_sum)
 """
 
 
@@ -78,11 +87,15 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
             for p in params:
                 n *= len(p)
             values = [rng.uniform(1e-3, 2e-3) for _ in range(n)]
+            for k in range(n):  # about 2% skipped (NaN) and 1% failed (null)
+                u = rng.random()
+                values[k] = math.nan if u < 0.02 else None if u < 0.03 else values[k]
             results[name] = [values, params, "v1", 1700000000000 + f, 1.0,
-                             [v * 0.95 for v in values], [v * 1.05 for v in values],
-                             [v * 0.98 for v in values], [v * 1.02 for v in values],
+                             *[[None if v is None else v * f for v in values]
+                               for f in (0.95, 1.05, 0.98, 1.02)],
                              [1] * n, [5] * n,
-                             [[v * (1 + 0.01 * k) for k in range(5)] for v in values]]
+                             [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
+                              for v in values]]
         data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
                 "params": {"machine": "synthetic-machine"}, "python": "3.11",
                 "requirements": {}, "env_vars": {}, "result_columns": columns,
@@ -90,12 +103,37 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
         (machine / f"{commit[:8]}-env.json").write_text(json.dumps(data))
 
 
-def measure(root: Path, what: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(root), what], check=True,
-                         capture_output=True, text=True).stdout.split()
-    rows, t_import, t_load, t_sum, rss = out
-    return {"rows": int(rows), "import_s": float(t_import), "load_s": float(t_load),
-            "summaries_s": float(t_sum), "peak_rss_mib": float(rss)}
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(k) for k in f.read().split()]
+    except OSError:
+        return [pid]
+    return [pid] + [p for k in kids for p in _tree(k)]
+
+
+def measure(root: Path, what: str, jobs: str) -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(root), what, jobs],
+                            stdout=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))
+        time.sleep(0.005)
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"measurement failed (exit {proc.returncode})")
+    rows, t_load, t_sum = out.split()
+    return {"rows": int(rows), "load_s": float(t_load), "summaries_s": float(t_sum),
+            "peak_mib": peak / 1024}
 
 
 def main(argv=None) -> int:
@@ -103,19 +141,26 @@ def main(argv=None) -> int:
     p.add_argument("--files", type=int, default=1000)
     p.add_argument("--benchmarks", type=int, default=200)
     p.add_argument("--dir", help="corpus folder (default: a temporary one)")
+    p.add_argument("--jobs", default="auto", help="load_results(jobs=...): auto or a number")
+    p.add_argument("--runs", type=int, default=3)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.dir or tmp)
-        make_corpus(root, args.files, args.benchmarks)
+        if not (root / "benchmarks.json").exists():
+            make_corpus(root, args.files, args.benchmarks)
         size = sum(f.stat().st_size for f in root.rglob("*.json")) / 2**20
-        print(f"corpus: {args.files} files x {args.benchmarks} benchmarks, {size:.0f} MiB")
+        print(f"corpus: {args.files} files x {args.benchmarks} benchmarks, {size:.0f} MiB; "
+              f"jobs={args.jobs}, {os.cpu_count()} CPUs, {args.runs} runs, median (max)")
         for what in ("load", "all"):
-            m = measure(root, what)
-            total = m["load_s"] + m["summaries_s"]
-            print(f"{'load only' if what == 'load' else 'load + summaries'}: {m['rows']} rows, "
-                  f"load {m['load_s']:.2f} s, summaries {m['summaries_s']:.2f} s, "
-                  f"total {total:.2f} s (import {m['import_s']:.2f} s not counted), "
-                  f"peak RSS {m['peak_rss_mib']:.0f} MiB")
+            runs = [measure(root, what, args.jobs) for _ in range(args.runs)]
+            total = [r["load_s"] + r["summaries_s"] for r in runs]
+            peak = [r["peak_mib"] for r in runs]
+            label = "load only" if what == "load" else "load + summaries"
+            print(f"{label}: {runs[0]['rows']} rows, load "
+                  f"{statistics.median(r['load_s'] for r in runs):.2f} s, summaries "
+                  f"{statistics.median(r['summaries_s'] for r in runs):.2f} s, total "
+                  f"{statistics.median(total):.2f} s ({max(total):.2f} s), peak memory "
+                  f"{statistics.median(peak):.0f} MiB ({max(peak):.0f} MiB)")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import site
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from asv_project import make_repo, run_asv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench.history import ResultsWarning, error_bands, load_results, steps, throughput
 
@@ -69,7 +72,11 @@ def test_real_asv_results_load_into_one_tidy_frame(asv_results):
     t = df[(df["benchmark"] == "suite.time_sum") & (df["commit"] == commits[0])]
     assert len(t) == 1 and t["status"].iloc[0] == "ok" and t["unit"].iloc[0] == "seconds"
     assert t["value"].iloc[0] > 0
-    assert isinstance(t["samples"].iloc[0], list) and len(t["samples"].iloc[0]) >= 3
+    samples = t["samples"].iloc[0]
+    assert isinstance(samples, np.ndarray) and samples.dtype == float and len(samples) >= 3
+    assert samples.min() <= t["value"].iloc[0] <= samples.max()  # value: median of samples
+    # asv stores statistics rounded to 5 significant digits
+    assert t["q25"].iloc[0] == pytest.approx(np.percentile(samples, 25), rel=1e-4)
     assert t["ci_99_a"].iloc[0] <= t["value"].iloc[0] <= t["ci_99_b"].iloc[0]
     assert df[df["benchmark"] == "suite.track_plain"]["value"].eq(42.5).all()
     assert df[df["benchmark"] == "suite.peakmem_list"]["unit"].eq("bytes").all()
@@ -199,3 +206,82 @@ def test_history_cli_on_the_committed_results(tmp_path):
     tidy = pd.read_csv(tmp_path / "results.csv")
     assert {"machine", "commit", "benchmark", "value", "status", "kernel", "dtype"} <= set(tidy)
     assert tidy["commit"].nunique() >= 2
+
+
+def test_parallel_load_gives_the_same_frame(asv_results, tmp_path):
+    """Workers (forked) read contiguous chunks; merged, the frame equals a serial load."""
+    path, _ = asv_results
+    serial, parallel = load_results(path, jobs=1), load_results(path, jobs=3)
+    pd.testing.assert_frame_equal(serial.drop(columns="samples"),
+                                  parallel.drop(columns="samples"))
+    for a, b in zip(serial["samples"], parallel["samples"], strict=True):
+        assert (a is None and b is None) or np.array_equal(a, b)
+    assert serial.attrs == parallel.attrs
+    # a problem found by a worker is still reported in this process
+    bad = tmp_path / "results"
+    shutil.copytree(path, bad)
+    victim = [f for f in sorted(bad.glob("*/*.json")) if f.name != "machine.json"][-1]
+    victim.write_text(victim.read_text()[:100])
+    with pytest.warns(ResultsWarning, match=victim.name):
+        partial = load_results(bad, jobs=2)
+    assert partial["file"].nunique() == 3 and len(partial.attrs["skipped_files"]) == 1
+
+
+def test_params_label_names_each_combination(asv_results):
+    path, _ = asv_results
+    df = load_results(path)
+    p = df[df["benchmark"] == "suite.Params.track_len"]
+    assert set(p["params"]) == {"word='a', maybe=None", "word='a', maybe=1",
+                                "word='b', maybe=None", "word='b', maybe=1"}
+    assert set(df.loc[df["benchmark"] == "suite.track_plain", "params"]) == {""}
+    assert isinstance(df["params"].dtype, pd.CategoricalDtype)
+
+
+def test_malformed_entries_and_odd_values_are_reported(tmp_path):
+    write(tmp_path / "m" / "a.json", results_file({
+        "b.ok": [[1.0]],
+        "b.not_a_row": 5,
+        "b.bad_params": [[1.0], "not params"],
+        "b.odd": [[1.0, "fast", [2]], [["1", "2", "3"]]],
+    }))
+    with pytest.warns(ResultsWarning) as caught:
+        df = load_results(tmp_path)
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "b.not_a_row: skipped" in messages and "b.bad_params: skipped" in messages
+    assert "2 value(s) are not numbers" in messages
+    assert sorted(df["benchmark"].unique()) == ["b.odd", "b.ok"]
+    odd = df[df["benchmark"] == "b.odd"]
+    assert odd["value"].iloc[0] == 1.0 and odd["value"].iloc[1:].isna().all()
+
+
+def test_json_readers_agree_on_nan_and_infinity():
+    """yyjson (fast path) and the standard library read asv's NaN / Infinity alike."""
+    from flashbench.history import _parse_json
+
+    raw = json.dumps({"r": [float("nan"), float("inf"), -float("inf"), None, 1.5, "NaN"]})
+    fast = _parse_json(raw.encode())["r"]
+    slow = json.loads(raw)["r"]
+    assert math.isnan(fast[0]) and fast[1:] == slow[1:] == [math.inf, -math.inf, None, 1.5,
+                                                            "NaN"]
+    with pytest.raises(ValueError):
+        _parse_json(b'{"version": 2, "results": {"a": [1,')
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(-1, 29),
+                          st.sampled_from([0.5, 0.995, 1.0, 1.5])), min_size=1, max_size=6),
+       st.integers(0, 2**32 - 1))
+def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
+    from flashbench.history import _maybe_steps, _screen
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for length, at, factor in shapes:
+        x = 1 + 0.01 * rng.standard_normal(length)
+        if 0 <= at < length:
+            x[at:] *= factor
+        parts.append(x)
+    lengths = np.array([len(x) for x in parts], dtype=np.int64)
+    got = _screen(np.concatenate(parts), lengths, 0.01)
+    want = [len(x) >= 3 and _maybe_steps(x, 0.01) for x in parts]
+    assert list(got) == want
