@@ -22,6 +22,11 @@ def _table(df: pd.DataFrame, floatfmt=".3g") -> str:
     return tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
 
 
+def _joined(samples) -> str:
+    """A row's samples for the CSV: the numbers, ';'-separated (repr: exact round trip)."""
+    return ";".join(map(repr, samples.tolist()))
+
+
 def _commit_order(df: pd.DataFrame) -> dict:
     first = df.sort_values("date").drop_duplicates("commit")
     return {c: i for i, c in enumerate(first["commit"])}
@@ -99,7 +104,8 @@ def build_report(results_dir, out) -> str:
     out.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
     bands, trend, jumps = error_bands(df), throughput(df), steps(df)
-    df.to_csv(out / "results.csv", index=False)
+    df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
+        out / "results.csv", index=False)
     bands.to_csv(out / "error_bands.csv", index=False)
     trend.to_csv(out / "throughput.csv", index=False)
     jumps.to_csv(out / "steps.csv", index=False)

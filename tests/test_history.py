@@ -206,6 +206,10 @@ def test_history_cli_on_the_committed_results(tmp_path):
     tidy = pd.read_csv(tmp_path / "results.csv")
     assert {"machine", "commit", "benchmark", "value", "status", "kernel", "dtype"} <= set(tidy)
     assert tidy["commit"].nunique() >= 2
+    frame = load_results(results)  # samples (asv --record-samples) round-trip through the CSV
+    row = frame["samples"].map(lambda x: x is not None).to_numpy().nonzero()[0][0]
+    text = tidy["samples"].iloc[row]
+    assert [float(x) for x in text.split(";")] == frame["samples"].iloc[row].tolist()
 
 
 def test_parallel_load_gives_the_same_frame(asv_results, tmp_path):
