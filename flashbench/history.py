@@ -446,14 +446,21 @@ def _objects(values: list) -> np.ndarray:
 
 def _sample_arrays(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Object array: per row a read-only view of its ``counts`` samples in ``flat``;
-    None where the count is -1 (no samples recorded)."""
+    None where the count is -1 (no samples recorded).
+
+    Consecutive rows with the same number of samples k lie back to back in ``flat``:
+    each such run is one (rows, k) reshape whose rows numpy hands out as views.
+    """
     flat.flags.writeable = False
     out = np.full(len(counts), None, dtype=object)
     rows = np.flatnonzero(counts >= 0)
-    stops = np.cumsum(counts[rows])
-    starts = stops - counts[rows]
-    out[rows] = _objects([flat[a:b] for a, b in zip(starts.tolist(), stops.tolist(),
-                                                    strict=True)])
+    k = counts[rows]
+    offsets = np.concatenate([[0], np.cumsum(k)])
+    bounds = [0, *(np.flatnonzero(np.diff(k)) + 1).tolist(), len(k)] if len(k) else []
+    views: list = []
+    for a, b in itertools.pairwise(bounds):
+        views += list(flat[offsets[a]:offsets[b]].reshape(b - a, int(k[a])))
+    out[rows] = _objects(views)
     return out
 
 
@@ -484,9 +491,10 @@ def load_results(path, jobs: int | None = None) -> pd.DataFrame:
 
     ``frame.attrs["skipped_files"]`` lists ``(file or "file: benchmark", reason)``
     for everything reported and skipped; ``frame.attrs["param_columns"]`` names the
-    parameter columns. ``jobs``: processes that parse the files (forked; default one
-    per CPU from 200 files on, 1 reads everything in this process); the frame is the
-    same either way. Raises ValueError if ``path`` is not a directory.
+    parameter columns. ``jobs``: processes that parse the files, this one and
+    ``jobs - 1`` forked workers (default: one per CPU from 200 files on; 1 reads
+    everything here); the frame is the same either way. Raises ValueError if
+    ``path`` is not a directory.
     """
     root = Path(path)
     if not root.is_dir():
@@ -499,14 +507,12 @@ def load_results(path, jobs: int | None = None) -> pd.DataFrame:
     else:  # contiguous chunks, merged in order: rows keep the sorted file order
         size = -(-len(files) // jobs)
         chunks = [files[k:k + size] for k in range(0, len(files), size)]
-        with ProcessPoolExecutor(len(chunks), mp_context=multiprocessing.get_context("fork")) \
-                as pool:
-            parts = list(pool.map(_read_part, [root] * len(chunks), [meta] * len(chunks),
-                                  chunks))
-        columns = parts[0]
-        for part in parts[1:]:
-            columns.merge(part)
-        del parts
+        with ProcessPoolExecutor(len(chunks) - 1,
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            others = [pool.submit(_read_part, root, meta, chunk) for chunk in chunks[1:]]
+            columns = _Columns(root, meta).read(chunks[0])  # this process is one of the jobs
+            for other in others:
+                columns.merge(other.result())
     for what, why in columns.skipped:
         warnings.warn(f"{what}: skipped: {why}", ResultsWarning, stacklevel=2)
     for note in columns.notes:

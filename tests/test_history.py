@@ -289,3 +289,22 @@ def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
     got = _screen(np.concatenate(parts), lengths, 0.01)
     want = [len(x) >= 3 and _maybe_steps(x, 0.01) for x in parts]
     assert list(got) == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-1, 4), max_size=40))
+def test_sample_views_match_their_slices(counts):
+    """Rows in runs of equal sample counts become views; each equals its own slice."""
+    from flashbench.history import _sample_arrays
+
+    counts = np.array(counts, dtype=np.int64)
+    flat = np.arange(counts[counts > 0].sum(), dtype=float)
+    out = _sample_arrays(flat, counts)
+    start = 0
+    for count, got in zip(counts, out, strict=True):
+        if count < 0:
+            assert got is None
+            continue
+        assert got.tolist() == flat[start:start + count].tolist()
+        assert not got.flags.writeable
+        start += count
