@@ -28,8 +28,20 @@ def _joined(samples) -> str:
 
 
 def _commit_order(df: pd.DataFrame) -> dict:
-    first = df.sort_values("date").drop_duplicates("commit")
-    return {c: i for i, c in enumerate(first["commit"])}
+    """commit -> its position in history (0 = oldest, by date of its first result)."""
+    first = df.sort_values("date", kind="stable").drop_duplicates("commit")
+    return {c: i for i, c in enumerate(first["commit"].astype(object))}
+
+
+def by_commit(g: pd.DataFrame, order: dict) -> pd.DataFrame:
+    """``g`` in history order with its commit's position as column ``x`` (the plots'
+    axis; the commit column may be a Categorical, whose own order is by hash)."""
+    x = g["commit"].astype(object).map(order).astype("int64")
+    return g.assign(x=x.to_numpy()).sort_values("x", kind="stable")
+
+
+def _series_label(label: str, machine, machines: int) -> str:
+    return f"{label} [{machine}]" if machines > 1 else label
 
 
 def plot_errors(df: pd.DataFrame, path: Path) -> bool:
@@ -46,9 +58,10 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 3.6), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes, strict=True):
         sub = acc[(acc["dtype"] == dtype) & acc["causal"].eq(False)]
-        for kernel, g in sub.groupby("kernel"):
-            g = g.assign(x=g["commit"].map(order)).sort_values("x")
-            ax.plot(g["x"], g["value"], marker="o", label=kernel)
+        for (machine, kernel), g in sub.groupby(["machine", "kernel"], observed=True):
+            g = by_commit(g, order)
+            ax.plot(g["x"], g["value"], marker="o",
+                    label=_series_label(kernel, machine, acc["machine"].nunique()))
         ax.set_yscale("log")
         ax.set_title(f"{dtype}, non-causal")
         ax.set_xlabel("commit (oldest = 0)")
@@ -78,10 +91,12 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
     for ax, backend in zip(axes.flat, backends, strict=False):
         sub = points[points["backend"] == backend]
-        for (dtype, shape, causal), g in sub.groupby(["dtype", "shape", "causal"]):
-            g = g.assign(x=g["commit"].map(order)).sort_values("x")
+        for (machine, dtype, shape, causal), g in sub.groupby(
+                ["machine", "dtype", "shape", "causal"], observed=True):
+            g = by_commit(g, order)
+            label = f"{dtype} {shape.replace(' Nk=', '/')}{' causal' if causal else ''}"
             ax.plot(g["x"], g["tflops"], marker=".", linestyle="--" if causal else "-",
-                    label=f"{dtype} {shape.replace(' Nk=', '/')}{' causal' if causal else ''}")
+                    label=_series_label(label, machine, points["machine"].nunique()))
         ax.set_title(backend)
         ax.set_xlabel("commit (oldest = 0)")
         ax.set_ylabel("TFLOP/s (FLOPs / recorded time)")

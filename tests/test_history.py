@@ -308,3 +308,17 @@ def test_sample_views_match_their_slices(counts):
         assert got.tolist() == flat[start:start + count].tolist()
         assert not got.flags.writeable
         start += count
+
+
+def test_plots_order_commits_by_date_not_by_hash():
+    """The label columns are Categoricals sorted by hash; the plots' x axis is history."""
+    from flashbench.history_report import _commit_order, by_commit
+
+    commits = ["f" * 40, "a" * 40, "c" * 40]  # date order; hash order would be a, c, f
+    df = pd.DataFrame({"commit": pd.Categorical(commits),
+                       "date": pd.date_range("2026-01-01", periods=3, tz="UTC"),
+                       "value": [1.0, 2.0, 3.0]})
+    order = _commit_order(df)
+    assert order == {"f" * 40: 0, "a" * 40: 1, "c" * 40: 2}
+    shuffled = by_commit(df.iloc[[2, 0, 1]], order)
+    assert list(shuffled["x"]) == [0, 1, 2] and list(shuffled["value"]) == [1.0, 2.0, 3.0]
