@@ -13,8 +13,10 @@ file, columns:
 ("kernel='triton', dtype='bf16', causal=False"; "" without parameters): one key
 to group a benchmark's series by. The label columns (machine, env, commit, file,
 benchmark, params, type, unit, status, version) are pandas Categoricals with
-sorted categories: a million rows repeat a few hundred strings. A label asv did
-not record is NaN. ``value``, the 99% confidence interval ``ci_99_a`` /
+sorted categories (a million rows repeat a few hundred strings), except
+``commit``, whose categories are in history order (date of its first results
+file): sorting by commit, or by anything mapped from it, sorts by history. A label
+asv did not record is NaN. ``value``, the 99% confidence interval ``ci_99_a`` /
 ``ci_99_b`` and the quartiles ``q25`` / ``q75`` are float64 in the benchmark's
 unit; ``number`` / ``repeat`` are float64 counts. ``samples`` holds a read-only
 float64 array of the raw samples where asv recorded them (``asv run
@@ -366,6 +368,10 @@ class _Columns:
         n = int(counts.sum())
         file_of_row = np.repeat(np.asarray(self.entry_file, dtype=np.int64), counts)
         per_file = list(zip(*self.files, strict=True)) if self.files else [()] * 5
+        first: dict[str, float] = {}  # commit -> date (ms) of its first results file
+        for commit, date in zip(per_file[2], per_file[3], strict=True):
+            first[commit] = min(first.get(commit, date), date)
+        history = sorted(first, key=lambda c: (first[c], c))
         cols: dict[str, object] = {}
         for name, column in zip(("machine", "env", "commit", "date", "file"), per_file,
                                 strict=True):
@@ -373,7 +379,8 @@ class _Columns:
                 dates = pd.to_datetime(np.asarray(column, dtype=np.int64), unit="ms", utc=True)
                 cols[name] = dates.take(file_of_row)
             else:
-                cols[name] = _labels(list(column), file_of_row)
+                cols[name] = _labels(list(column), file_of_row,
+                                     history if name == "commit" else None)
         bench = pd.Categorical(self.entry_bench)
         bench_of_row = np.repeat(bench.codes, counts)
         cols["benchmark"] = pd.Categorical.from_codes(bench_of_row, bench.categories)
@@ -468,9 +475,10 @@ def _concat(chunks: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
 
 
-def _labels(values: list, codes_of_row: np.ndarray) -> pd.Categorical:
-    """Categorical (sorted categories; None -> NaN) of ``values[codes_of_row]``."""
-    cat = pd.Categorical(values)
+def _labels(values: list, codes_of_row: np.ndarray, categories=None) -> pd.Categorical:
+    """Categorical of ``values[codes_of_row]`` (None -> NaN); categories sorted unless
+    given."""
+    cat = pd.Categorical(values, categories=categories)
     return pd.Categorical.from_codes(cat.codes[codes_of_row] if len(values)
                                      else np.empty(0, np.int8), cat.categories)
 

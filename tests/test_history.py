@@ -322,3 +322,16 @@ def test_plots_order_commits_by_date_not_by_hash():
     assert order == {"f" * 40: 0, "a" * 40: 1, "c" * 40: 2}
     shuffled = by_commit(df.iloc[[2, 0, 1]], order)
     assert list(shuffled["x"]) == [0, 1, 2] and list(shuffled["value"]) == [1.0, 2.0, 3.0]
+
+
+def test_commit_categories_follow_history_not_hash(tmp_path):
+    """Sorting by commit (or by a mapping of it) sorts by the date of its results."""
+    for commit, day in (("f" * 40, 1), ("a" * 40, 2), ("c" * 40, 3)):
+        write(tmp_path / "m" / f"{commit[:8]}.json",
+              results_file({"b.plain": [[float(day)]]})
+              | {"commit_hash": commit, "date": 1700000000000 + day * 86_400_000})
+    df = load_results(tmp_path)
+    assert list(df["commit"].cat.categories) == ["f" * 40, "a" * 40, "c" * 40]
+    assert list(df.sort_values("commit")["value"]) == [1.0, 2.0, 3.0]
+    short = df["commit"].map(lambda c: c[:8])  # an injective mapping keeps the order
+    assert list(df.assign(s=short).sort_values("s")["value"]) == [1.0, 2.0, 3.0]
