@@ -125,7 +125,7 @@ def stream_attention(
         if causal:
             hidden = causal_mask(nq, nk, start, stop)
             if hidden is not None:
-                s += np.where(hidden[r0:], -np.inf, 0.0).astype(compute)
+                np.copyto(s, -np.inf, where=hidden[r0:])  # hidden, whatever the score
         m_new = np.maximum(m_r, s.max(axis=-1))
         m_ref = safe_max(m_new)
         alpha = np.exp(m_r - m_ref)  # rescales the old statistics; 0 where m was -inf

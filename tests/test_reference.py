@@ -155,3 +155,19 @@ def test_streamed_never_holds_more_than_one_score_tile(monkeypatch, rng):
     S.stream_attention(q, k, v, block=32, causal=False, scale=0.3)
     monkeypatch.undo()
     assert shapes and max(int(np.prod(s)) for s in shapes) <= 2 * 50 * 32
+
+
+@given(st.integers(2, 12), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_a_masked_key_never_reaches_the_rows_it_is_hidden_from(n, block, seed):
+    """An inf key hidden by the causal mask leaves earlier rows finite and equal, streamed
+    or not (adding -inf to an inf score would make them NaN)."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((1, 2, n, 4)) for _ in range(3))
+    k[..., -1, :] = np.inf  # only the last query sees the last key
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # inf * x in the last row
+        o1, lse1 = R.attention(q, k, v, causal=True)
+        o2, lse2 = R.online_attention(q, k, v, block=block, causal=True)
+    assert np.isfinite(o2[..., :-1, :]).all() and np.isfinite(lse2[..., :-1]).all()
+    np.testing.assert_allclose(o2[..., :-1, :], o1[..., :-1, :], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lse2[..., :-1], lse1[..., :-1], rtol=0, atol=1e-12)
