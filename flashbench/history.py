@@ -64,13 +64,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flashbench.inputs import Shape
+
 __all__ = ["ResultsWarning", "load_results", "error_bands", "throughput", "throughput_points",
            "steps", "param_label", "FIXED_COLUMNS", "STATUSES"]
 
 FIXED_COLUMNS = ["machine", "env", "commit", "date", "file", "benchmark", "params", "type",
-                 "unit",
-                 "value", "status", "ci_99_a", "ci_99_b", "q25", "q75", "number", "repeat",
-                 "samples", "version"]
+                 "unit", "value", "status", "ci_99_a", "ci_99_b", "q25", "q75", "number",
+                 "repeat", "samples", "version"]
 STATUSES = ["ok", "skipped", "failed", "missing"]  # the categories of ``status``
 _OK, _SKIPPED, _FAILED, _MISSING = range(4)
 # asv result column -> tidy column, for the per-point statistics read as float64
@@ -583,8 +584,8 @@ def _first_text(frame: pd.DataFrame, names: tuple[str, ...], default: np.ndarray
     return out
 
 
-_LABELS = ["machine", "env", "commit", "benchmark", "unit", "value", "kernel", "dtype",
-           "causal", "backend", "impl", "N", "d"]  # the columns the summaries read
+_READ = ["machine", "env", "commit", "benchmark", "unit", "value", "kernel", "dtype",
+         "causal", "backend", "impl", "N", "d"]  # the columns the summaries read
 
 
 def _combos(frame: pd.DataFrame, params: list[str]) -> pd.Series:
@@ -619,12 +620,13 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     labels = ["machine", "kernel", "dtype", "causal", "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
                         "latest_commit", "inside", "o_ratio", "lse_ratio", "unit"]
-    acc, hits = _ok_rows(df, ACCURACY, [*_LABELS, "params", *_param_columns(df)])
+    sources = _param_columns(df)
+    acc, hits = _ok_rows(df, ACCURACY, [*_READ, "params", *sources])
     if acc.empty:
         return pd.DataFrame(columns=columns)
     acc = acc.assign(metric=_per_name(acc["benchmark"],
                                       {b: m["metric"] for b, m in hits.items()}),
-                     params=_combos(acc, _param_columns(df)))
+                     params=_combos(acc, sources))
     keys = ["machine", "metric", "params"]
     acc["last"] = acc.groupby(keys, observed=True).cumcount(ascending=False) == 0
     g = acc.groupby(keys, observed=True)
@@ -653,20 +655,22 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
 
 def _peaks(df: pd.DataFrame) -> pd.DataFrame:
     """Measured bf16 matmul TFLOP/s per (machine, env, commit), from TrackMatmulPeak."""
-    peak, hits = _ok_rows(df, MATMUL_PEAK, _LABELS)
+    peak, hits = _ok_rows(df, MATMUL_PEAK, _READ)
     n = _per_name(peak["benchmark"], {b: float(m["n"]) for b, m in hits.items()})
     peak["peak_tflops"] = 2 * n.astype(float) ** 3 / peak["value"].to_numpy(float) * 1e-12
     return peak[["machine", "env", "commit", "peak_tflops"]]
 
 
-def _shape_labels(b, h, n, d) -> np.ndarray:
-    """"B=.. H=.. Nq=.. Nk=.. d=.." per row, formatted once per distinct shape."""
-    shapes = pd.DataFrame({"b": b, "h": h, "n": n, "d": d})
-    which = shapes.groupby(["b", "h", "n", "d"]).ngroup().to_numpy()
-    first = shapes.groupby(which).first()
-    labels = _objects([f"B={int(bb)} H={int(hh)} Nq={int(nn)} Nk={int(nn)} d={int(dd)}"
-                       for bb, hh, nn, dd in first.itertuples(index=False)])
-    return labels[which]
+def _shapes(b, h, n, d, causal) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, (Shape.label(), Shape.flops(causal)) of B x H x N x N x d, from one
+    :class:`flashbench.inputs.Shape` per distinct shape."""
+    keys = pd.DataFrame({"b": b, "h": h, "n": n, "d": d, "causal": causal})
+    which = keys.groupby(list(keys)).ngroup().to_numpy()
+    shapes = [(Shape(int(bb), int(hh), int(nn), int(nn), int(dd)), bool(c))
+              for bb, hh, nn, dd, c in keys.groupby(which).first().itertuples(index=False)]
+    labels = _objects([shape.label() for shape, _ in shapes])
+    flops = np.array([shape.flops(c) for shape, c in shapes], dtype=float)
+    return labels[which], flops[which]
 
 
 def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
@@ -675,25 +679,25 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
                "causal", "value", "tflops", "pct_peak"]
     parts = []
     for pattern, shape_of in SHAPES:
-        sel, _ = _ok_rows(df, pattern, _LABELS)
+        sel, _ = _ok_rows(df, pattern, _READ)
         cols = {c: pd.to_numeric(sel[c], errors="coerce").to_numpy(float) for c in ("N", "d")
                 if c in sel}
         if sel.empty or len(cols) < 2:
             continue
         b, h, n, d = (np.broadcast_to(np.asarray(x, dtype=float), len(sel))
                       for x in shape_of(cols))
-        known = np.isfinite(b) & np.isfinite(h) & np.isfinite(n) & np.isfinite(d)
+        known = np.all([np.isfinite(x) & (x >= 1) for x in (b, h, n, d)], axis=0)
         sel, b, h, n, d = sel[known], b[known], h[known], n[known], d[known]
         causal = (sel["causal"].eq(True).to_numpy() if "causal" in sel
                   else np.zeros(len(sel), bool))
-        pairs = np.where(causal, n * (n + 1) / 2, n * n)  # visible (query, key) pairs
+        shape, flops = _shapes(b, h, n, d, causal)
         method = _per_name(sel["benchmark"], {name: name.split(".")[-1]
                                               for name in _names(sel["benchmark"])})
         parts.append(sel.assign(
             backend=_first_text(sel, ("backend", "impl"), method),
             dtype=_first_text(sel, ("dtype",), np.full(len(sel), "fp64", dtype=object)),
-            causal=causal, shape=_shape_labels(b, h, n, d),
-            tflops=4 * b * h * d * pairs / sel["value"].to_numpy(float) * 1e-12))
+            causal=causal, shape=shape,
+            tflops=flops / sel["value"].to_numpy(float) * 1e-12))
     if not parts:
         return pd.DataFrame(columns=columns)
     points = pd.concat(parts, ignore_index=True)
@@ -702,15 +706,18 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
     return points[columns]
 
 
-def throughput(df: pd.DataFrame) -> pd.DataFrame:
+def throughput(df: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """TFLOP/s trends per machine x backend x dtype x shape x causal.
 
-    FLOPs = 4 * B * H * d * visible (query, key) pairs (about half when causal);
-    TFLOP/s = FLOPs / recorded seconds. Columns: commits, first, best, latest
-    (TFLOP/s), change_pct (latest vs first), latest_pct_peak (% of the same run's
-    measured bf16 matmul TFLOP/s, GPU runs only), latest_commit.
+    FLOPs = :meth:`flashbench.inputs.Shape.flops`: 4 * B * H * d * visible (query,
+    key) pairs (about half when causal); TFLOP/s = FLOPs / recorded seconds.
+    ``points``: :func:`throughput_points` of ``df`` when the caller has it already.
+    Columns: commits, first, best, latest (TFLOP/s), change_pct (latest vs first),
+    latest_pct_peak (% of the same run's measured bf16 matmul TFLOP/s, GPU runs
+    only), latest_commit.
     """
-    pts = throughput_points(df).sort_values("date", kind="stable")
+    pts = (throughput_points(df) if points is None else points).sort_values("date",
+                                                                            kind="stable")
     keys = ["machine", "backend", "dtype", "shape", "causal"]
     if pts.empty:
         return pd.DataFrame(columns=keys + ["commits", "first", "best", "latest",
@@ -789,10 +796,11 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
     noise, unit.
     """
     key = ["machine", "env", "benchmark", "params"]
+    sources = _param_columns(df)
     ok = df.loc[(df["status"] == "ok").to_numpy(),
-                [c for c in [*key, *_param_columns(df), "commit", "date", "value", "unit"]
+                [c for c in [*key, *sources, "commit", "date", "value", "unit"]
                  if c in df.columns]]
-    ok = ok.assign(params=_combos(ok, _param_columns(df)))
+    ok = ok.assign(params=_combos(ok, sources))
     series = ok.groupby(key, sort=False, observed=True).ngroup()
     dates = ok["date"].astype("int64").to_numpy()  # datetime64 -> integers, same order
     order = np.lexsort((dates, series.to_numpy()))  # by series, then by date

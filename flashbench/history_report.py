@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 from tabulate import tabulate
 
-from flashbench.history import error_bands, load_results, steps, throughput
+from flashbench.history import error_bands, load_results, steps, throughput, throughput_points
 
 
 def _table(df: pd.DataFrame, floatfmt=".3g") -> str:
@@ -113,12 +113,11 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
 
 def build_report(results_dir, out) -> str:
     """Load ``results_dir``, write CSVs, plots and report.md into ``out``; return the report."""
-    from flashbench.history import throughput_points
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df = load_results(results_dir)
-    bands, trend, jumps = error_bands(df), throughput(df), steps(df)
+    points = throughput_points(df)
+    bands, trend, jumps = error_bands(df), throughput(df, points), steps(df)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
         out / "results.csv", index=False)
     bands.to_csv(out / "error_bands.csv", index=False)
@@ -126,15 +125,15 @@ def build_report(results_dir, out) -> str:
     jumps.to_csv(out / "steps.csv", index=False)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
-        ("tflops.png", plot_tflops(throughput_points(df), df, out / "tflops.png"))) if made]
+        ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
     lines = [f"# flashbench history of `{results_dir}`", "",
              f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
              f"machines: {', '.join(sorted(df['machine'].unique())) or 'none'}; "
              f"{len(df)} results: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
-    for file, why in df.attrs["skipped_files"]:
-        lines.append(f"- skipped unreadable file `{file}`: {why}")
+    for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
+        lines.append(f"- skipped `{what}`: {why}")
     main = bands[bands["metric"] == "o_max_abs"] if not bands.empty else bands
     lines += ["", "## Accuracy bands (max |O - O_fp64|, unitless, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "

@@ -115,7 +115,9 @@ def _has_results(frame: pd.DataFrame, commit: str, machine: str, bench: str | No
 def run_asv(commit: str, machine: str, quick: bool, existing: bool, bench: str | None) -> str:
     """Benchmark ``commit`` into REVIEW_RESULTS; returns asv's output tail."""
     REVIEW_RESULTS.mkdir(parents=True, exist_ok=True)
-    config = json.loads(_strip_comments(Path("asv.conf.json").read_text()))
+    from asv.util import load_json
+
+    config = load_json("asv.conf.json", js_comments=True)  # asv's reader: // comments
     for key in ("repo", "benchmark_dir", "env_dir", "html_dir"):
         config[key] = str(Path(config.get(key, ".")).resolve())
     config["results_dir"] = str(REVIEW_RESULTS.resolve())
@@ -143,11 +145,6 @@ def run_asv(commit: str, machine: str, quick: bool, existing: bool, bench: str |
         if worktree is not None:
             _git("worktree", "remove", "--force", str(worktree))
     return (r.stdout + r.stderr)[-2000:]
-
-
-def _strip_comments(text: str) -> str:
-    """asv.conf.json allows // comments; plain json does not."""
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
 
 
 # --------------------------------------------------------------------------- judging
