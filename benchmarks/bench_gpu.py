@@ -1,14 +1,17 @@
 """GPU device time (seconds, median of triton.testing.do_bench: warm-up, L2 flushed).
 
 Skipped without a CUDA GPU. Throughput is derived from these times in the history
-summaries (TFLOP/s = 4*B*H*N*N*d / time, halved when causal); TrackMatmulPeak
-records the same run's bf16 matmul time, the denominator of "% of peak".
+summaries (TFLOP/s = FLOPs of the recorded shape / time); TrackMatmulPeak records
+the same run's bf16 matmul time, the denominator of "% of peak".
 """
 
 import os
 import shutil
 
-from .common import need, timed_backend
+from .common import need, shape_of, timed_backend, torch_dtype
+
+# B * N = 16384 tokens, 16 heads, as Triton's fused-attention tutorial does
+SHAPES = [f"{16384 // n}x16x{n}x{n}x{d}" for d in (64, 128) for n in (1024, 4096, 16384)]
 
 
 def _require_gpu():
@@ -22,40 +25,42 @@ def _require_gpu():
 
 
 class TrackDeviceTime:
-    params = (["triton", "torch-sdpa"], ["bf16", "fp16"], [1024, 4096, 16384], [64, 128],
-              [False, True])
-    param_names = ["backend", "dtype", "N", "d", "causal"]
+    params = (["triton", "torch-sdpa"], ["bf16", "fp16"], SHAPES, [False, True])
+    param_names = ["backend", "dtype", "shape", "causal"]
     timeout = 600
 
-    def setup(self, backend, dtype, N, d, causal):
+    def setup(self, backend, dtype, shape, causal):
         _require_gpu()
         import torch
 
-        TORCH_DTYPES = need("kernels.checks", "TORCH_DTYPES")
+        s = shape_of(shape)
         self.device_seconds = need("timing", "device_seconds")
         self.fn = timed_backend(backend)
-        batch = max(1, 16384 // N)  # B * N = 16384 tokens, 16 heads
         g = torch.Generator(device="cuda").manual_seed(0)
-        self.q, self.k, self.v = (torch.randn(batch, 16, N, d, device="cuda", generator=g,
-                                              dtype=TORCH_DTYPES[dtype]) for _ in range(3))
+        self.q, self.k, self.v = (torch.randn(s.B, s.H, n, s.d, device="cuda", generator=g,
+                                              dtype=torch_dtype(dtype))
+                                  for n in (s.Nq, s.Nk, s.Nk))
 
-    def track_device_time(self, backend, dtype, N, d, causal):
+    def track_device_time(self, backend, dtype, shape, causal):
         return self.device_seconds(lambda: self.fn(self.q, self.k, self.v, causal=causal))
 
     track_device_time.unit = "seconds"
 
 
 class TrackMatmulPeak:
-    """Device time of one 8192^3 bf16 torch.matmul (2 * 8192^3 FLOP)."""
+    """Device time of one n^3 bf16 torch.matmul (2 * n^3 FLOP)."""
 
-    def setup(self):
+    params = ([8192], ["bf16"])
+    param_names = ["n", "dtype"]
+
+    def setup(self, n, dtype):
         _require_gpu()
         import torch
 
         self.device_seconds = need("timing", "device_seconds")
-        self.a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        self.a = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
 
-    def track_matmul_bf16_8192(self):
+    def track_matmul(self, n, dtype):
         return self.device_seconds(lambda: self.a @ self.a)
 
-    track_matmul_bf16_8192.unit = "seconds"
+    track_matmul.unit = "seconds"

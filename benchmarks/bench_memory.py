@@ -4,17 +4,18 @@ B = H = 1, d = 64, float64. One-shot holds the [N, N] score matrix: O(N^2), 2 Gi
 at N = 16384. Streamed holds one [N, 64] tile: O(N * block).
 """
 
-from .common import need, qkv
+from .common import Benchmark, need, qkv
 
 
-class PeakmemAttention:
-    params = ([1024, 4096, 16384], ["one-shot", "streamed"])
-    param_names = ["N", "impl"]
+class PeakmemAttention(Benchmark):
+    params = (["1x1x1024x1024x64", "1x1x4096x4096x64", "1x1x16384x16384x64"], ["fp64"],
+              ["one-shot", "streamed"])
+    param_names = ["shape", "dtype", "impl"]
     timeout = 300
 
-    def setup(self, N, impl):
-        self.q, self.k, self.v = qkv((1, 1, N, N, 64))
+    def setup(self, shape, dtype, impl):
+        self.q, self.k, self.v = qkv(shape)
         self.fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
 
-    def peakmem_attention(self, N, impl):
+    def peakmem_attention(self, shape, dtype, impl):
         self.fn(self.q, self.k, self.v)

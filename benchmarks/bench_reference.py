@@ -5,76 +5,69 @@ Inputs are made in setup (not timed). Units: seconds per call.
 
 import numpy as np
 
-from .common import need, qkv
+from .common import Benchmark, need, qkv
 
 
-class TimeAttention:
+class TimeAttention(Benchmark):
     """One-shot (materialises [N, N] scores) vs streamed (block = 64) attention, B = H = 1."""
 
-    params = ([1024, 4096], [64, 128], [False, True], ["one-shot", "streamed"])
-    param_names = ["N", "d", "causal", "impl"]
-    rounds = 1
-    repeat = (3, 5, 4.0)
+    params = (["1x1x1024x1024x64", "1x1x1024x1024x128", "1x1x4096x4096x64",
+               "1x1x4096x4096x128"], ["fp64"], [False, True], ["one-shot", "streamed"])
+    param_names = ["shape", "dtype", "causal", "impl"]
     number = 1
 
-    def setup(self, N, d, causal, impl):
-        self.q, self.k, self.v = qkv((1, 1, N, N, d))
+    def setup(self, shape, dtype, causal, impl):
+        self.q, self.k, self.v = qkv(shape)
         self.fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
 
-    def time_attention(self, N, d, causal, impl):
+    def time_attention(self, shape, dtype, causal, impl):
         self.fn(self.q, self.k, self.v, causal=causal)
 
 
-class TimeStreamBlock:
+class TimeStreamBlock(Benchmark):
     """Streamed attention at N = 4096, d = 64 across block sizes (keys per block)."""
 
-    params = [16, 64, 256, 1024]
-    param_names = ["block"]
-    rounds = 1
-    repeat = (3, 5, 4.0)
+    params = (["1x1x4096x4096x64"], ["fp64"], [16, 64, 256, 1024])
+    param_names = ["shape", "dtype", "block"]
     number = 1
 
-    def setup(self, block):
-        self.q, self.k, self.v = qkv((1, 1, 4096, 4096, 64))
+    def setup(self, shape, dtype, block):
+        self.q, self.k, self.v = qkv(shape)
         self.fn = need("reference", "online_attention")
 
-    def time_online_attention(self, block):
+    def time_online_attention(self, shape, dtype, block):
         self.fn(self.q, self.k, self.v, block=block)
 
 
-class TimeSoftmax:
-    """One-shot vs online (block = 64) softmax of a [256, N] float64 array."""
+class TimeSoftmax(Benchmark):
+    """One-shot vs online (block = 64) softmax of a [rows, N] float64 array."""
 
-    params = ([1024, 16384], ["one-shot", "online"])
-    param_names = ["N", "impl"]
-    rounds = 1
-    repeat = (3, 5, 4.0)
+    params = ([256], [1024, 16384], ["fp64"], ["one-shot", "online"])
+    param_names = ["rows", "N", "dtype", "impl"]
 
-    def setup(self, N, impl):
-        self.x = np.random.default_rng(0).standard_normal((256, N))
+    def setup(self, rows, N, dtype, impl):
+        self.x = np.random.default_rng(0).standard_normal((rows, N))
         if impl == "one-shot":
             self.fn = need("reference", "softmax")
         else:
             online = need("reference", "online_softmax")
             self.fn = lambda x: online(x, 64)
 
-    def time_softmax(self, N, impl):
+    def time_softmax(self, rows, N, dtype, impl):
         self.fn(self.x)
 
 
-class TimeModels:
+class TimeModels(Benchmark):
     """Precision models at H = 8, N = 4096, d = 128 (the size the issue promises in seconds)."""
 
-    params = (["flash_model", "standard_model"], ["fp32", "bf16"])
-    param_names = ["model", "dtype"]
-    rounds = 1
+    params = (["1x8x4096x4096x128"], ["flash_model", "standard_model"], ["fp32", "bf16"])
+    param_names = ["shape", "model", "dtype"]
     repeat = (2, 2, 30.0)
     number = 1
-    timeout = 300
 
-    def setup(self, model, dtype):
-        self.q, self.k, self.v = qkv((1, 8, 4096, 4096, 128))
+    def setup(self, shape, model, dtype):
+        self.q, self.k, self.v = qkv(shape)
         self.fn = need("numerics", model)
 
-    def time_model(self, model, dtype):
+    def time_model(self, shape, model, dtype):
         self.fn(self.q, self.k, self.v, dtype)

@@ -16,49 +16,26 @@ the dtype's machine epsilon. Percentiles run over every element of O (or LSE).
 
 from __future__ import annotations
 
-import math
 import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from tabulate import tabulate
 
-from flashbench import numerics, reference
-from flashbench.accuracy import error_stats, judge
-from flashbench.inputs import Shape, make_qkv
-from flashbench.streaming import causal_mask
+from flashbench import reference
+from flashbench.inputs import make_qkv
+from flashbench.measure import (
+    EXACT_TOL,
+    Case,
+    default_cases,
+    exactness,
+    measure_accuracy,
+)
+from flashbench.precision import CHECK_DTYPES
 
-EXACT_TOL = 1e-12
-CHECK_DTYPES = ("fp32", "tf32", "fp16", "bf16")
-# The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
-INTERPRETER_LIMIT = 2 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Case:
-    """One accuracy problem: a shape, an input distribution, causal or not."""
-
-    shape: Shape
-    dist: str = "normal"
-    causal: bool = False
-
-    def label(self) -> str:
-        return f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
-
-
-def default_cases() -> list[Case]:
-    """Realistic shapes (H 2..8, N 1024..4096, d 64 and 128), normal and FA3-outlier inputs."""
-    return [
-        Case(Shape(1, 2, 1024, 1024, 64), "normal", False),
-        Case(Shape(1, 2, 1024, 1024, 64), "normal", True),
-        Case(Shape(1, 4, 2048, 2048, 128), "normal", False),
-        Case(Shape(1, 4, 2048, 2048, 128), "normal", True),
-        Case(Shape(1, 2, 4096, 4096, 64), "normal", False),
-        Case(Shape(1, 8, 2048, 2048, 64), "outliers", False),
-    ]
+__all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -69,85 +46,6 @@ def _progress_printer(enabled: bool) -> Callable[[str], None]:
             print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     return say
-
-
-def _exactness(case: Case, q, k, v, ref, block: int) -> list[dict]:
-    """Streamed vs one-shot in float64: softmax of head 0's masked scores, attention O and LSE."""
-    o_s, lse_s = reference.online_attention(q, k, v, block=block, causal=case.causal)
-    s = q[0, 0] @ k[0, 0].T / math.sqrt(case.shape.d)
-    hidden = causal_mask(*s.shape) if case.causal else None
-    if hidden is not None:
-        s[hidden] = -np.inf
-    diffs = {
-        "softmax": error_stats(reference.online_softmax(s, block), reference.softmax(s)),
-        "attention O": error_stats(o_s, ref[0]),
-        "attention LSE": error_stats(lse_s, ref[1]),
-    }
-    return [{"case": case.label(), "what": what, "max_abs": st["max_abs"],
-             "passed": st["max_abs"] <= EXACT_TOL} for what, st in diffs.items()]
-
-
-def _interpreter_too_slow(backend, shape: Shape) -> bool:
-    return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
-
-
-def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
-                     block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                     inputs=None, ref=None) -> dict:
-    """Judge each kernel in each dtype against the float64 reference and standard_model.
-
-    ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
-    Returns ``{(kernel, dtype): record}`` where a record is the dict of
-    :func:`_judged` (errors of O and LSE, baseline ratios, passed) or, for a kernel
-    that cannot run that case here, a string saying why. Backends get no record
-    for dtypes they do not take. flash_model records also
-    hold ``streamed_vs_oneshot_o`` / ``_lse``: flash_model against standard_model.
-    """
-    from flashbench.backends import get_backend
-
-    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
-    ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
-    records = {}
-    for dtype in dtypes:
-        std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
-        tensors = None
-        for name in kernels:
-            if name == "flash_model":
-                say(f"  flash_model {dtype}")
-                flash = numerics.flash_model(q, k, v, dtype, block=block, causal=case.causal)
-                records[(name, dtype)] = {
-                    "streamed_vs_oneshot_o": error_stats(flash[0], std[0], dtype),
-                    "streamed_vs_oneshot_lse": error_stats(flash[1], std[1], dtype),
-                    **_judged(judge(flash, std, ref, dtype))}
-                continue
-            backend = get_backend(name)
-            if dtype not in backend.dtypes:
-                continue  # not applicable: no record
-            reason = backend.unavailable()
-            if reason is None and _interpreter_too_slow(backend, case.shape):
-                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
-            if reason is not None:
-                records[(name, dtype)] = reason
-                continue
-            say(f"  {name} {dtype}")
-            if tensors is None:
-                import torch
-
-                from flashbench.kernels.checks import TORCH_DTYPES
-
-                tensors = [torch.from_numpy(x).to(TORCH_DTYPES[dtype]) for x in (q, k, v)]
-            out = backend(*tensors, causal=case.causal)
-            records[(name, dtype)] = _judged(judge(out, std, ref, dtype)) | {"peer": backend.peer}
-    return records
-
-
-def _judged(j: dict) -> dict:
-    return {
-        "o": j["o"]["kernel"], "lse": j["lse"]["kernel"],
-        "o_standard": j["o"]["standard"], "lse_standard": j["lse"]["standard"],
-        "o_ratio": j["o"]["verdict"].ratio, "lse_ratio": j["lse"]["verdict"].ratio,
-        "passed": j["o"]["verdict"].passed and j["lse"]["verdict"].passed,
-    }
 
 
 def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK_DTYPES,
@@ -166,17 +64,16 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
         say(f"[{i}/{len(cases)}] {case.label()}: fp64 reference")
         q, k, v = make_qkv(case.shape, case.dist, seed)
         ref = reference.attention(q, k, v, causal=case.causal)
-        report["exactness"] += _exactness(case, q, k, v, ref, block)
-        records = measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
-                                   inputs=(q, k, v), ref=ref)
-        for (kernel, dtype), rec in records.items():
-            row = {"case": case.label(), "dtype": dtype}
-            if kernel == "flash_model":
-                report["dtypes"].append(row | rec)
-            elif isinstance(rec, str):
-                report["backends"].append(row | {"backend": kernel, "skipped": rec})
+        report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block)]
+        for rec in measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
+                                    inputs=(q, k, v), ref=ref):
+            row = rec.as_dict()
+            if rec.kernel == "flash_model":
+                del row["kernel"], row["peer"]
+                report["dtypes"].append(row)
             else:
-                report["backends"].append(row | {"backend": kernel} | rec)
+                row["backend"] = row.pop("kernel")
+                report["backends"].append(row)
     report["passed"] = overall_passed(report)
     say("done")
     return report

@@ -16,18 +16,29 @@ Distributions (``dist``):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shape", "DISTRIBUTIONS", "make_qkv", "ODD_SHAPES"]
+__all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "ODD_SHAPES"]
 
 DISTRIBUTIONS = ("normal", "outliers", "large-logits")
 
 
+# FLOPs of each pass as a multiple of the forward's (FlashAttention's convention: the
+# backward's five matmuls cost 2.5 forwards)
+PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?((?:x\d+){2,4})$")
+
+
 @dataclass(frozen=True)
 class Shape:
-    """An attention problem size: batch B, heads H, Nq queries, Nk keys, head dims d and dv."""
+    """An attention problem size: batch B, query heads H, Nq queries, Nk keys, head dims
+    d and dv, and Hkv key/value heads (grouped-query attention; None means Hkv == H).
+
+    Query head h reads key/value head ``h // (H // Hkv)``; Hkv must divide H.
+    """
 
     B: int
     H: int
@@ -35,31 +46,68 @@ class Shape:
     Nk: int
     d: int
     dv: int | None = None
+    Hkv: int | None = None
 
     def __post_init__(self):
         for name in ("B", "H", "Nq", "Nk", "d"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Shape.{name} must be an int >= 1, got {value!r}")
-        if self.dv is not None and (not isinstance(self.dv, int) or self.dv < 1):
-            raise ValueError(f"Shape.dv must be an int >= 1 or None, got {self.dv!r}")
+        for name in ("dv", "Hkv"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"Shape.{name} must be an int >= 1 or None, got {value!r}")
+        if self.Hkv is not None and self.H % self.Hkv:
+            raise ValueError(f"Shape.Hkv={self.Hkv} must divide the query heads H={self.H}")
 
     @property
     def head_dim_v(self) -> int:
         return self.d if self.dv is None else self.dv
 
-    def flops(self, causal: bool = False) -> float:
-        """Forward FLOPs: 2 matmuls x 2 FLOPs per multiply-add over every visible (q, k) pair.
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: Hkv, or H without grouping."""
+        return self.H if self.Hkv is None else self.Hkv
 
-        4 * B * H * d * pairs (with dv != d: 2 * B * H * (d + dv) * pairs), where pairs
-        counts only the unmasked pairs: about half of Nq * Nk when causal.
+    def flops(self, causal: bool = False, direction: str = "fwd") -> float:
+        """FLOPs of one pass: 2 matmuls x 2 FLOPs per multiply-add over every visible pair.
+
+        Forward: 4 * B * H * d * pairs (with dv != d: 2 * B * H * (d + dv) * pairs),
+        counted per query head (grouped-query attention does the same arithmetic),
+        where pairs counts only the unmasked (query, key) pairs: about half of
+        Nq * Nk when causal. ``direction`` "bwd" counts 2.5x and "fwd+bwd" 3.5x
+        the forward (:data:`PASS_FLOPS`).
         """
-        return 2.0 * self.B * self.H * (self.d + self.head_dim_v) * visible_pairs(
-            self.Nq, self.Nk, causal)
+        if direction not in PASS_FLOPS:
+            raise ValueError(f"direction must be one of {list(PASS_FLOPS)}, got {direction!r}")
+        return PASS_FLOPS[direction] * 2.0 * self.B * self.H * (self.d + self.head_dim_v) * (
+            visible_pairs(self.Nq, self.Nk, causal))
 
     def label(self) -> str:
         dv = "" if self.dv is None else f" dv={self.dv}"
-        return f"B={self.B} H={self.H} Nq={self.Nq} Nk={self.Nk} d={self.d}{dv}"
+        kv = "" if self.Hkv is None else f" Hkv={self.Hkv}"
+        return f"B={self.B} H={self.H}{kv} Nq={self.Nq} Nk={self.Nk} d={self.d}{dv}"
+
+    def spec(self) -> str:
+        """Compact text form, read back by :meth:`parse`: ``BxH[/Hkv]xNqxNkxd[xdv]``."""
+        kv = "" if self.Hkv is None else f"/{self.Hkv}"
+        dv = "" if self.dv is None else f"x{self.dv}"
+        return f"{self.B}x{self.H}{kv}x{self.Nq}x{self.Nk}x{self.d}{dv}"
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """``BxHxNxd``, ``BxHxNqxNkxd`` or ``BxHxNqxNkxdxdv``; ``H/Hkv`` in place of H
+        for grouped-query attention (``1x32/8x4096x128``). ValueError otherwise."""
+        m = _SPEC.match(text.strip()) if isinstance(text, str) else None
+        if m is None:
+            raise ValueError(f"shape must be BxHxNxd or BxHxNqxNkxd (H may be H/Hkv), "
+                             f"integers, got {text!r}")
+        b, h, hkv = int(m[1]), int(m[2]), None if m[3] is None else int(m[3])
+        rest = [int(x) for x in m[4].split("x")[1:]]
+        if len(rest) == 2:
+            rest = [rest[0], rest[0], rest[1]]
+        return cls(b, h, *rest[:3], dv=rest[3] if len(rest) == 4 else None, Hkv=hkv)
 
 
 def visible_pairs(nq: int, nk: int, causal: bool) -> int:
@@ -82,15 +130,18 @@ def _draw(rng: np.random.Generator, shape, dist: str, logit_std: float, role: st
 
 
 def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float = 2000.0):
-    """Draw (q, k, v) of ``shape`` from ``dist`` (module docstring), float64, seeded."""
+    """Draw (q, k, v) of ``shape`` from ``dist`` (module docstring), float64, seeded.
+
+    k and v have ``shape.kv_heads`` heads (fewer than q's under grouped-query attention).
+    """
     if not isinstance(shape, Shape):
         raise TypeError(f"shape must be a flashbench.inputs.Shape, got {type(shape).__name__}")
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
     rng = np.random.default_rng(seed)
     q = _draw(rng, (shape.B, shape.H, shape.Nq, shape.d), dist, logit_std, "q")
-    k = _draw(rng, (shape.B, shape.H, shape.Nk, shape.d), dist, logit_std, "k")
-    v = _draw(rng, (shape.B, shape.H, shape.Nk, shape.head_dim_v), dist, logit_std, "v")
+    k = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.d), dist, logit_std, "k")
+    v = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v), dist, logit_std, "v")
     return q, k, v
 
 

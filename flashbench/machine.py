@@ -3,23 +3,54 @@
 ``python -m flashbench.machine`` (or scripts/asv_machine.py) registers this machine
 in ~/.asv-machine.json and prints its name.
 
-CPU machines: ``cpu-<arch>-<N>cpu-<M>gb`` (e.g. cpu-x86_64-2cpu-24gb). GPU machines:
-``<gpu>-<N>cpu`` (e.g. nvidia-h200-16cpu). asv's machine.json has no GPU field, so
-the GPU model goes into the name and into the "cpu" field beside the processor.
+A measurement machine is identified by everything that changes its speed: the
+processor, the GPU, the core count and the memory. Names:
 
-It writes every field into ~/.asv-machine.json itself: ``asv machine --yes`` stores
-only the fields that differ from its auto-detected defaults, which leaves the
-results' machine.json without os, arch and cpu.
+- CPU machines: ``cpu-<arch>-<cpu token>-<N>cpu-<M>gb`` (``cpu-x86_64-xeon-2cpu-24gb``,
+  ``cpu-x86_64-epyc-7b13-2cpu-24gb``);
+- GPU machines: ``<gpu>-<cpu token>-<N>cpu`` (``nvidia-h200-xeon-platinum-8480-16cpu``).
+
+The CPU token (:func:`cpu_token`) is the processor model without vendor marks,
+"CPU"/"Processor" and clock speed. Results written before the token existed (the
+name ``cpu-x86_64-2cpu-24gb``) are told apart by the ``cpu`` field asv records in
+every result's ``params``: :mod:`flashbench.history` groups by (machine, cpu), so a
+name shared by two processors never mixes their runs. asv's machine.json has no
+GPU field, so the GPU model goes into the name and into the ``cpu`` field beside
+the processor.
+
+It writes every field into ~/.asv-machine.json itself (``asv machine --yes``
+stores only the fields that differ from its auto-detected defaults, which leaves
+the results' machine.json without os, arch and cpu), under an exclusive lock and
+by atomic replacement: concurrent registrations neither lose entries nor leave a
+half-written file.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tempfile
+from contextlib import contextmanager
+
+__all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
+           "check_machine_name"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NOISE = re.compile(r"\((r|tm)\)|\b(cpu|processor|genuine|intel|amd|\d+-core)\b|@.*$", re.I)
+
+
+def check_machine_name(name: str) -> str:
+    """A machine name is a name, never a path: letters, digits, '.', '_' and '-', not
+    starting with '.' or '-' (so never '..'), at most 100 characters."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ValueError(f"machine name must be letters, digits, '.', '_' or '-' (a name, "
+                         f"not a path), got {name!r}")
+    return name
 
 
 def gpu_model() -> str | None:
@@ -43,28 +74,74 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_token(model: str) -> str:
+    """Short, name-safe processor token: 'Intel(R) Xeon(R) Processor' -> 'xeon',
+    'AMD EPYC 7B13 64-Core Processor' -> 'epyc-7b13',
+    'Intel(R) Xeon(R) Platinum 8480+' -> 'xeon-platinum-8480'."""
+    words = re.sub(r"[^a-z0-9]+", " ", _NOISE.sub(" ", model).lower()).split()
+    return "-".join(words[:3]) or "unknown"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def derived_name(cpu: str, gpu: str | None, ncpu: int, ram_bytes: int,
+                 arch: str | None = None) -> str:
+    """The machine name for these facts (module docstring)."""
+    if gpu:
+        return f"{_slug(gpu)}-{cpu_token(cpu)}-{ncpu}cpu"
+    arch = arch or platform.machine()
+    return f"cpu-{arch}-{cpu_token(cpu)}-{ncpu}cpu-{round(ram_bytes / 2**30)}gb"
+
+
+@contextmanager
+def _locked(path: str):
+    """Exclusive lock on ``path + '.lock'`` for a read-modify-write of ``path``."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: str, data: dict) -> None:
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".asv-machine.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=4)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def register(name: str | None = None) -> str:
-    """Write this machine's entry (named ``name``, default the derived one) and return the name."""
+    """Write this machine's entry (named ``name``, default :func:`derived_name`) into
+    ~/.asv-machine.json and return the name. ValueError for a name that is a path, or
+    an existing file that is not valid JSON (named, never overwritten)."""
     ncpu = os.cpu_count() or 1
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpu = gpu_model()
-    if gpu:
-        derived = f"{re.sub(r'[^a-z0-9]+', '-', gpu.lower()).strip('-')}-{ncpu}cpu"
-        cpu = f"{cpu_model()}; GPU: {gpu}"
-    else:
-        derived = f"cpu-{platform.machine()}-{ncpu}cpu-{round(ram / 2**30)}gb"
-        cpu = cpu_model()
-    name = name or derived
+    gpu, cpu = gpu_model(), cpu_model()
+    name = check_machine_name(name or derived_name(cpu, gpu, ncpu, ram))
+    entry = {"machine": name, "os": f"{platform.system()} {platform.release()}",
+             "arch": platform.machine(), "cpu": f"{cpu}; GPU: {gpu}" if gpu else cpu,
+             "num_cpu": str(ncpu), "ram": str(ram // 1024)}
     path = os.path.expanduser("~/.asv-machine.json")
-    machines = {"version": 1}
-    if os.path.exists(path):
-        with open(path) as f:
-            machines.update(json.load(f))
-    machines[name] = {"machine": name, "os": f"{platform.system()} {platform.release()}",
-                      "arch": platform.machine(), "cpu": cpu, "num_cpu": str(ncpu),
-                      "ram": str(ram // 1024)}
-    with open(path, "w") as f:
-        json.dump(machines, f, indent=4)
+    with _locked(path):
+        machines = {"version": 1}
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    machines.update(json.load(f))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{path} is not a readable asv machine file ({exc}); "
+                                 "fix or remove it") from None
+        if machines.get(name) != entry:
+            machines[name] = entry
+            _write_atomic(path, machines)
     return name
 
 

@@ -12,6 +12,15 @@ A :class:`Precision` names a format a kernel computes in ("fp64", "fp32", "tf32"
 - ``operand``: rounds an array to the values a matmul in this precision sees (for
   tf32: fp32 values rounded to a 10-bit mantissa, as tensor cores do) and returns
   them in the compute dtype, float32 (float64 for fp64), the dtype models multiply in.
+- ``torch_name``: the torch dtype (an attribute of ``torch``) that kernels store this
+  precision's tensors in ("float32" for tf32), or None where torch has none. Only
+  the torch side resolves it (:func:`flashbench.kernels.checks.torch_dtype`): the
+  NumPy side never imports torch.
+- ``checked``: whether ``flashbench check`` and the accuracy suites judge it by default.
+
+This registry is the one list of dtype names: every other list (the check's
+defaults, the CLI's choices, the asv suites' parameters, the torch dtypes) is read
+from it. :data:`DTYPES` holds every name, :data:`CHECK_DTYPES` the default judged ones.
 
 NumPy note: ml_dtypes provides bfloat16; numpy float16 matmul has no BLAS, so the
 models round with casts and multiply in float32, which is exact for products of
@@ -26,7 +35,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Precision", "PRECISIONS", "get_precision", "round_to_tf32"]
+__all__ = ["Precision", "PRECISIONS", "DTYPES", "CHECK_DTYPES", "get_precision", "round_to_tf32"]
 
 
 def round_to_tf32(x: np.ndarray) -> np.ndarray:
@@ -59,6 +68,8 @@ class Precision:
     storage: type
     eps: float
     operand: Callable[[np.ndarray], np.ndarray]
+    torch_name: str | None = None
+    checked: bool = False
 
     @property
     def compute(self) -> type:
@@ -75,12 +86,16 @@ class Precision:
 
 
 PRECISIONS: dict[str, Precision] = {
-    "fp64": Precision("fp64", np.float64, 2.0**-52, lambda x: np.asarray(x, dtype=np.float64)),
-    "fp32": Precision("fp32", np.float32, 2.0**-23, _via(np.float32)),
-    "tf32": Precision("tf32", np.float32, 2.0**-10, round_to_tf32),
-    "fp16": Precision("fp16", np.float16, 2.0**-10, _via(np.float16)),
-    "bf16": Precision("bf16", ml_dtypes.bfloat16, 2.0**-7, _via(ml_dtypes.bfloat16)),
+    "fp64": Precision("fp64", np.float64, 2.0**-52, lambda x: np.asarray(x, dtype=np.float64),
+                      "float64"),
+    "fp32": Precision("fp32", np.float32, 2.0**-23, _via(np.float32), "float32", True),
+    "tf32": Precision("tf32", np.float32, 2.0**-10, round_to_tf32, "float32", True),
+    "fp16": Precision("fp16", np.float16, 2.0**-10, _via(np.float16), "float16", True),
+    "bf16": Precision("bf16", ml_dtypes.bfloat16, 2.0**-7, _via(ml_dtypes.bfloat16),
+                      "bfloat16", True),
 }
+DTYPES: tuple[str, ...] = tuple(PRECISIONS)
+CHECK_DTYPES: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.checked)
 
 
 def get_precision(dtype: str | Precision) -> Precision:

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Create (or refresh) the local virtualenv .venv with flashbench and its test tools.
+# Create (or refresh) the local virtualenv .venv with flashbench.
+#
+#   bash scripts/setup.sh          # the package (the main job needs no more)
+#   bash scripts/setup.sh --test   # + the test extra and, as root, Debian's chromium and
+#                                  #   chromium-driver for the browser test of the asv site
 #
 # torch: a plain "torch" requirement pulls a multi-GB CUDA build when no torch is
 # installed. This script keeps a torch that is already importable in .venv; on a
@@ -9,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+TEST=0
+[ "${1:-}" = "--test" ] && TEST=1
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
 "$VPY" -m pip install -q --upgrade pip
@@ -20,5 +26,18 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
       || "$VPY" -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$VPY" -m pip install -q -e ".[test]"
+if [ "$TEST" = 1 ]; then
+  "$VPY" -m pip install -q -e ".[test]"
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "setup: installing Debian's chromium and chromium-driver for the browser test"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        chromium chromium-driver >/dev/null
+    else
+      echo "setup: the browser test needs: sudo apt-get install chromium chromium-driver" >&2
+    fi
+  fi
+else
+  "$VPY" -m pip install -q -e .
+fi
 echo "setup: $("$VPY" -c 'import torch, triton, numpy; print(f"torch {torch.__version__}, triton {triton.__version__}, numpy {numpy.__version__}")')"

@@ -1,4 +1,5 @@
-"""The asv suites: they pass asv check and skip, never fail, where a feature is missing."""
+"""The asv suites: they pass asv check, skip (never fail) where a feature is missing,
+and at HEAD nothing skips but for a missing GPU."""
 
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import bench_accuracy  # noqa: E402
 from benchmarks.bench_accuracy import TrackAccuracy  # noqa: E402
 from benchmarks.bench_gpu import TrackDeviceTime  # noqa: E402
 from benchmarks.common import need  # noqa: E402
@@ -29,16 +31,35 @@ def test_missing_feature_skips_instead_of_failing():
     assert need("reference", "attention").__name__ == "attention"
 
 
-def test_accuracy_suite_skips_combinations_a_kernel_does_not_take():
+def test_need_finds_a_moved_function_at_either_location():
+    # where it lives now, and where an older commit kept it: the first that has it wins
+    assert need(("no_such_module", "measure"), "measure_accuracy").__module__ == \
+        "flashbench.measure"
+    assert need(("reference", "measure"), "measure_accuracy").__module__ == "flashbench.measure"
+    with pytest.raises(NotImplementedError, match="flashbench.a or flashbench.b"):
+        need(("a", "b"), "x")
+
+
+def test_accuracy_grid_is_the_registry():
+    """asv needs a literal grid (the same for every commit); it must equal the registries."""
+    from flashbench.backends import BACKENDS
+    from flashbench.precision import DTYPES
+
+    assert bench_accuracy.DTYPES == [d for d in DTYPES if d != "fp64"]
+    assert bench_accuracy.KERNELS == ["flash_model", *[b for b in BACKENDS if b != "reference"]]
+    skipped = {(k, d) for k, d, *_ in TrackAccuracy.skip_params}
+    assert skipped == {(k, d) for k in BACKENDS if k in bench_accuracy.KERNELS
+                       for d in bench_accuracy.DTYPES if d not in BACKENDS[k].dtypes}
+
+
+def test_accuracy_suite_reads_records_and_older_dicts():
     suite = TrackAccuracy()
-    with pytest.raises(NotImplementedError, match="torch-sdpa does not take tf32"):
-        suite.setup({}, "torch-sdpa", "tf32", False)
     with pytest.raises(NotImplementedError, match="interpreter"):
-        suite.setup({("triton", "fp16", True): "Triton interpreter: too slow"}, "triton", "fp16",
-                    True)
-    suite.setup({("flash_model", "bf16", False): {"o": {"max_abs": 1e-3}}}, "flash_model",
-                "bf16", False)
-    assert suite.track_o_max_abs(None, "flash_model", "bf16", False) == 1e-3
+        suite.setup({("triton", "fp16", True, "s"): "Triton interpreter: too slow"}, "triton",
+                    "fp16", True, "s", "normal")
+    suite.setup({("flash_model", "bf16", False, "s"): {"o": {"max_abs": 1e-3}}}, "flash_model",
+                "bf16", False, "s", "normal")
+    assert suite.track_o_max_abs(None, "flash_model", "bf16", False, "s", "normal") == 1e-3
 
 
 def test_gpu_suite_skips_without_a_gpu():
@@ -47,4 +68,39 @@ def test_gpu_suite_skips_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the suite runs instead")
     with pytest.raises(NotImplementedError, match="GPU"):
-        TrackDeviceTime().setup("triton", "bf16", 1024, 64, False)
+        TrackDeviceTime().setup("triton", "bf16", "4x16x4096x4096x64", False)
+
+
+def _setup_every_benchmark():
+    """Set up every benchmark at every grid point as asv would (setup_cache once per
+    class, asv's skip_params honoured); returns {benchmark[params]: skip reason}."""
+    import itertools
+
+    from asv_runner.benchmarks._base import get_setup_cache_key
+    from asv_runner.discovery import disc_benchmarks
+
+    caches, skips = {}, {}
+    for bench in disc_benchmarks(str(ROOT / "benchmarks")):
+        key = get_setup_cache_key(bench._setup_cache) if bench._setup_cache else None
+        if key is not None and key not in caches:
+            caches[key] = bench.do_setup_cache()
+        for i, combo in enumerate(itertools.product(*bench._params) or [()]):
+            if bench._params:
+                bench.set_param_idx(i)
+            if key is not None:
+                bench.set_cache(caches[key])
+            if tuple(combo) in bench._skip_tuples:
+                continue  # declared not applicable (asv's skip_params)
+            try:
+                for setup in bench._setups:
+                    setup(*bench._build_params())
+            except NotImplementedError as exc:
+                skips[f"{bench.name}{list(combo)}"] = str(exc)
+    return skips
+
+
+@pytest.mark.slow
+def test_at_head_nothing_skips_but_for_a_missing_gpu():
+    skips = _setup_every_benchmark()
+    wrong = {name: why for name, why in skips.items() if "GPU" not in why}
+    assert not wrong, f"{len(wrong)} benchmark(s) skip at HEAD: {wrong}"

@@ -25,14 +25,14 @@ def test_check_json_small(capsys):
 
 
 def test_check_text_report_and_failure_exit(capsys, monkeypatch):
-    import flashbench.check as check
+    import flashbench.measure as measure
 
     rc = main(["check", "--shape", "1x1x40x16", "--dtype", "fp16", "--causal", "on",
                "--no-backends", "--quiet"])
     text = capsys.readouterr().out
     assert rc == 0
     assert "1. Exactness in float64" in text and "RESULT: PASS" in text and "eps" in text
-    monkeypatch.setattr(check, "EXACT_TOL", 0.0)  # nothing is *that* exact: must fail
+    monkeypatch.setattr(measure, "EXACT_TOL", 0.0)  # nothing is *that* exact: must fail
     rc = main(["check", "--shape", "1x1x40x16", "--dtype", "fp16", "--no-backends", "--quiet"])
     assert rc == 1 and "RESULT: FAIL" in capsys.readouterr().out
 

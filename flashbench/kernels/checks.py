@@ -9,9 +9,23 @@ from __future__ import annotations
 
 import torch
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                "fp64": torch.float64}
-ALL_DTYPES = tuple(TORCH_DTYPES.values())
+from flashbench.precision import PRECISIONS, get_precision
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype that holds tensors of precision ``dtype`` (see
+    :mod:`flashbench.precision`); ValueError for names torch cannot store."""
+    name = get_precision(dtype).torch_name
+    if name is None or not hasattr(torch, name):
+        raise ValueError(f"dtype {dtype!r} has no torch storage dtype in this torch "
+                         f"{torch.__version__}")
+    return getattr(torch, name)
+
+
+# precision name -> torch dtype, read from the registry (tf32 is stored as float32)
+TORCH_DTYPES = {n: getattr(torch, p.torch_name) for n, p in PRECISIONS.items()
+                if p.torch_name is not None and hasattr(torch, p.torch_name)}
+ALL_DTYPES = tuple(dict.fromkeys(TORCH_DTYPES.values()))
 
 
 def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None):

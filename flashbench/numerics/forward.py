@@ -40,9 +40,7 @@ from flashbench.streaming import (
 )
 from flashbench.validation import check_block, check_qkv, check_scale
 
-__all__ = ["flash_model", "standard_model", "DTYPES"]
-
-DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+__all__ = ["flash_model", "standard_model"]
 
 
 def _rounded_inputs(q, k, v, dtype, scale, check_finite):

@@ -1,0 +1,5 @@
+import sys
+
+from flashbench.cli import main
+
+sys.exit(main())

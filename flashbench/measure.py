@@ -1,0 +1,197 @@
+"""Accuracy measurement: the cases flashbench judges and one record per measurement.
+
+Measuring apart from reporting: this module computes and returns dataclass records;
+``flashbench check`` (:mod:`flashbench.check`) orchestrates and renders them, the
+asv accuracy suite tracks their numbers, and the GPU script tabulates them. Nothing
+here prints (progress goes through the ``say`` callback) or decides an exit status.
+
+- :class:`Case`: a shape, an input distribution, causal or not.
+- :func:`default_cases`: the realistic set ``flashbench check`` runs by default.
+- :func:`exactness`: streamed vs one-shot in float64 (softmax, O, LSE) ->
+  :class:`Exactness` records, passed iff max |diff| <= :data:`EXACT_TOL`.
+- :func:`measure_accuracy`: each kernel ("flash_model" or a backend name) in each
+  dtype against the float64 reference, with the baseline rule against the
+  same-dtype standard model -> :class:`Accuracy` records, or :class:`Unavailable`
+  where a kernel cannot run a case here (and why).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from flashbench import numerics, reference
+from flashbench.accuracy import error_stats, judge
+from flashbench.inputs import Shape, make_qkv
+from flashbench.streaming import causal_mask
+
+__all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "Case", "default_cases", "Exactness",
+           "Accuracy", "Unavailable", "exactness", "measure_accuracy"]
+
+EXACT_TOL = 1e-12
+# The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
+INTERPRETER_LIMIT = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Case:
+    """One accuracy problem: a shape, an input distribution, causal or not."""
+
+    shape: Shape
+    dist: str = "normal"
+    causal: bool = False
+
+    def label(self) -> str:
+        return f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
+
+
+def default_cases() -> list[Case]:
+    """Realistic shapes (H 2..8, N 1024..4096, d 64 and 128), normal and FA3-outlier inputs."""
+    return [
+        Case(Shape(1, 2, 1024, 1024, 64), "normal", False),
+        Case(Shape(1, 2, 1024, 1024, 64), "normal", True),
+        Case(Shape(1, 4, 2048, 2048, 128), "normal", False),
+        Case(Shape(1, 4, 2048, 2048, 128), "normal", True),
+        Case(Shape(1, 2, 4096, 4096, 64), "normal", False),
+        Case(Shape(1, 8, 2048, 2048, 64), "outliers", False),
+    ]
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """Streamed vs one-shot in float64 for one quantity ("softmax", "attention O", ...)."""
+
+    case: Case
+    what: str
+    max_abs: float
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return {"case": self.case.label(), "what": self.what, "max_abs": self.max_abs,
+                "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """One kernel in one dtype on one case, against the float64 reference.
+
+    ``o`` / ``lse``: :func:`flashbench.accuracy.error_stats` of the kernel's output;
+    ``o_standard`` / ``lse_standard``: the same for the same-dtype standard model;
+    ``o_ratio`` / ``lse_ratio``: kernel max abs error / standard's (the baseline
+    rule as one number); ``passed``: the rule holds for O and LSE. ``peer``: a
+    backend flashbench does not own (informative only). ``streamed_vs_oneshot_o`` /
+    ``_lse`` (flash_model only): flash_model against standard_model in the same dtype.
+    """
+
+    case: Case
+    kernel: str
+    dtype: str
+    o: dict
+    lse: dict
+    o_standard: dict
+    lse_standard: dict
+    o_ratio: float
+    lse_ratio: float
+    passed: bool
+    peer: bool = False
+    streamed_vs_oneshot_o: dict | None = None
+    streamed_vs_oneshot_lse: dict | None = None
+
+    def as_dict(self) -> dict:
+        """JSON-ready row (the case as its label; absent comparisons left out)."""
+        row = {k: v for k, v in asdict(self).items() if v is not None and k != "case"}
+        return {"case": self.case.label(), **row}
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A kernel that cannot run a case here, and the reason in one sentence."""
+
+    case: Case
+    kernel: str
+    dtype: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"case": self.case.label(), "kernel": self.kernel, "dtype": self.dtype,
+                "skipped": self.reason}
+
+
+def exactness(case: Case, q, k, v, ref, block: int) -> list[Exactness]:
+    """Streamed vs one-shot in float64: softmax of head 0's masked scores, attention O and LSE."""
+    o_s, lse_s = reference.online_attention(q, k, v, block=block, causal=case.causal)
+    s = q[0, 0] @ k[0, 0].T / math.sqrt(case.shape.d)
+    hidden = causal_mask(*s.shape) if case.causal else None
+    if hidden is not None:
+        s[hidden] = -np.inf
+    diffs = {
+        "softmax": error_stats(reference.online_softmax(s, block), reference.softmax(s)),
+        "attention O": error_stats(o_s, ref[0]),
+        "attention LSE": error_stats(lse_s, ref[1]),
+    }
+    return [Exactness(case, what, st["max_abs"], st["max_abs"] <= EXACT_TOL)
+            for what, st in diffs.items()]
+
+
+def _interpreter_too_slow(backend, shape: Shape) -> bool:
+    return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
+
+
+def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, **extra) -> Accuracy:
+    j = judge(out, std, ref, dtype)
+    return Accuracy(case, kernel, dtype, o=j["o"]["kernel"], lse=j["lse"]["kernel"],
+                    o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
+                    o_ratio=j["o"]["verdict"].ratio, lse_ratio=j["lse"]["verdict"].ratio,
+                    passed=j["o"]["verdict"].passed and j["lse"]["verdict"].passed, **extra)
+
+
+def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
+                     block: int = 64, say: Callable[[str], None] = lambda msg: None,
+                     inputs=None, ref=None) -> list[Accuracy | Unavailable]:
+    """Judge each kernel in each dtype against the float64 reference and standard_model.
+
+    ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
+    ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
+    (else drawn from ``case`` and ``seed``). Returns one record per kernel x dtype,
+    in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
+    cannot run the case here; backends get no record for dtypes they do not take.
+    """
+    from flashbench.backends import get_backend
+
+    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
+    ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
+    records: list[Accuracy | Unavailable] = []
+    for dtype in dtypes:
+        std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
+        tensors = None
+        for name in kernels:
+            if name == "flash_model":
+                say(f"  flash_model {dtype}")
+                flash = numerics.flash_model(q, k, v, dtype, block=block, causal=case.causal)
+                records.append(_accuracy(
+                    case, name, dtype, flash, std, ref,
+                    streamed_vs_oneshot_o=error_stats(flash[0], std[0], dtype),
+                    streamed_vs_oneshot_lse=error_stats(flash[1], std[1], dtype)))
+                continue
+            backend = get_backend(name)
+            if dtype not in backend.dtypes:
+                continue  # not applicable: no record
+            reason = backend.unavailable()
+            if reason is None and _interpreter_too_slow(backend, case.shape):
+                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
+            if reason is not None:
+                records.append(Unavailable(case, name, dtype, reason))
+                continue
+            say(f"  {name} {dtype}")
+            if tensors is None:
+                import torch
+
+                from flashbench.kernels.checks import torch_dtype
+
+                tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+            out = backend(*tensors, causal=case.causal)
+            records.append(_accuracy(case, name, dtype, out, std, ref, peer=backend.peer))
+    return records

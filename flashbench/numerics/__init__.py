@@ -1,0 +1,13 @@
+"""Precision models: where a flash kernel, and a plain framework implementation, round.
+
+- :mod:`flashbench.numerics.forward`: :func:`flash_model` and :func:`standard_model`,
+  the forward pass in every dtype of :mod:`flashbench.precision` (rounding points
+  documented there).
+
+Public names are importable from here: ``flashbench.numerics.flash_model``.
+"""
+
+from flashbench.numerics.forward import flash_model, standard_model
+from flashbench.precision import DTYPES
+
+__all__ = ["flash_model", "standard_model", "DTYPES"]

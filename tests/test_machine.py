@@ -1,0 +1,66 @@
+"""Machine identity: names say the processor, are names (never paths), and concurrent
+registrations lose nothing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flashbench.machine import check_machine_name, cpu_token, derived_name, register
+
+
+@pytest.mark.parametrize("model,token", [
+    ("Intel(R) Xeon(R) Processor", "xeon"),
+    ("AMD EPYC 7B13 64-Core Processor", "epyc-7b13"),
+    ("Intel(R) Xeon(R) Platinum 8480+", "xeon-platinum-8480"),
+    ("Intel(R) Core(TM) i7-9700K CPU @ 3.60GHz", "core-i7-9700k"),
+    ("", "unknown"),
+])
+def test_cpu_token(model, token):
+    assert cpu_token(model) == token
+
+
+def test_two_processors_get_two_names():
+    xeon = derived_name("Intel(R) Xeon(R) Processor", None, 2, 24 * 2**30, "x86_64")
+    epyc = derived_name("AMD EPYC 7B13 64-Core Processor", None, 2, 24 * 2**30, "x86_64")
+    assert xeon == "cpu-x86_64-xeon-2cpu-24gb" and epyc == "cpu-x86_64-epyc-7b13-2cpu-24gb"
+    gpu = derived_name("Intel(R) Xeon(R) Platinum 8480+", "NVIDIA H200", 16, 0)
+    assert gpu == "nvidia-h200-xeon-platinum-8480-16cpu"
+
+
+@pytest.mark.parametrize("bad", ["../../../somewhere", "../x", "a/b", "..", ".hidden", "",
+                                 "-rf", "x" * 101, "a..b", 3])
+def test_a_machine_name_is_never_a_path(bad):
+    with pytest.raises(ValueError, match="machine name"):
+        check_machine_name(bad)
+
+
+def test_register_refuses_a_path_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ValueError, match="not a path"):
+        register("../evil")
+    assert not (tmp_path / ".asv-machine.json").exists()
+    assert register("good-name") == "good-name"
+    data = json.loads((tmp_path / ".asv-machine.json").read_text())
+    assert data["good-name"]["cpu"] and data["version"] == 1
+
+
+def test_register_names_a_corrupt_file_and_keeps_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".asv-machine.json").write_text("{half")
+    with pytest.raises(ValueError, match="not a readable asv machine file"):
+        register("m")
+    assert (tmp_path / ".asv-machine.json").read_text() == "{half"
+
+
+def test_concurrent_registrations_lose_nothing(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    code = "import sys; from flashbench.machine import register; register(sys.argv[1])"
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"m{i}"], env=env,
+                              stderr=subprocess.PIPE, text=True) for i in range(16)]
+    errors = [p.communicate()[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    data = json.loads((tmp_path / ".asv-machine.json").read_text())
+    assert {f"m{i}" for i in range(16)} <= set(data)
