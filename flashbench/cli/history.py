@@ -5,16 +5,25 @@ from __future__ import annotations
 
 def add_parser(sub) -> None:
     h = sub.add_parser("history", help="asv results as tables, CSVs and plots",
-                       description="Load every asv results file into one tidy table; report "
-                       "accuracy bands, TFLOP/s trends and steps (Markdown), write CSVs and "
-                       "PNG plots.")
-    h.add_argument("results_dir", nargs="?", default="results", help="asv results folder")
-    h.add_argument("--out", default="history-report", help="folder for CSVs, plots, report.md")
+                       description="Load every asv results file of one or several results "
+                       "folders into one tidy table; report accuracy bands, TFLOP/s trends "
+                       "and steps per machine and processor (Markdown), write CSVs and PNG "
+                       "plots.")
+    h.add_argument("results_dir", nargs="*", default=["results"],
+                   help="asv results folder(s), each with its benchmarks.json "
+                        "(default: results)")
+    h.add_argument("--out", default="history-report",
+                   help="folder for CSVs, plots and report.md: a new or empty folder, or "
+                        "one holding a previous history report (default: history-report)")
+    h.add_argument("--force", action="store_true",
+                   help="write into --out even if it holds other files (overwrites "
+                        "report.md, results.csv, ... there)")
     h.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from flashbench.history_report import build_report
+    from flashbench.history.report import build_report
 
-    print(build_report(args.results_dir, args.out))
+    dirs = args.results_dir
+    print(build_report(dirs[0] if len(dirs) == 1 else dirs, args.out, force=args.force))
     return 0

@@ -1,0 +1,142 @@
+"""``flashbench history``: the tidy frame, its summaries, a Markdown report and plots.
+
+:func:`build_report` writes into its ``out`` folder: ``results.csv`` (the tidy
+frame), ``error_bands.csv``, ``throughput.csv``, ``steps.csv``, ``report.md``, the
+plots ``errors.png`` and ``tflops.png`` (:mod:`flashbench.history.plots`), and a
+marker file, :data:`MARKER`. It writes only into a new or empty folder, or one
+holding that marker (a previous report); anything else is refused (ValueError)
+unless ``force``, so a user's own ``report.md`` or ``results.csv`` is never
+overwritten by surprise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from tabulate import tabulate
+
+from flashbench.history.load import folders, load_results
+from flashbench.history.plots import plot_errors, plot_tflops
+from flashbench.history.steps import steps
+from flashbench.history.suites import MAIN_METRIC
+from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
+
+MARKER = ".flashbench-history"
+
+
+def check_out(out, force: bool = False) -> Path:
+    """The report folder ``out``, if the report may write there (nothing is created).
+
+    ValueError for an empty name, an existing file, or (unless ``force``) a folder
+    that holds anything but a previous report (marked by :data:`MARKER`).
+    """
+    if out is None or not str(out).strip():
+        raise ValueError(f"--out must name a folder for the report, got {out!r}")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a file, not a folder")
+    if path.is_dir() and not force and not (path / MARKER).exists():
+        held = sorted(p.name for p in path.iterdir())
+        if held:
+            raise ValueError(
+                f"--out {str(path)!r} holds {len(held)} entries that are not a flashbench "
+                f"history report (e.g. {held[0]!r}); name a new or empty folder, or pass "
+                f"--force (force=True) to write into it")
+    return path
+
+
+def _table(df: pd.DataFrame, floatfmt=".3g") -> str:
+    if df.empty:
+        return "_none recorded_"
+    return tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
+
+
+def _without_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
+    """``df`` without those of ``columns`` that hold nothing (NaN, None or "")."""
+    def holds(v) -> bool:
+        return v != "" if isinstance(v, str) else not pd.isna(v)
+
+    empty = [c for c in columns if c in df and not any(map(holds, df[c].astype(object)))]
+    return df.drop(columns=empty)
+
+
+def _joined(samples) -> str:
+    """A row's samples for the CSV: the numbers, ';'-separated (repr: exact round trip)."""
+    return ";".join(map(repr, samples.tolist()))
+
+
+def _machines(df: pd.DataFrame) -> list[str]:
+    """The machines line of the report, and a line per machine name that holds the
+    results of more than one processor."""
+    ids = identities(df)
+    named = ", ".join(f"{m}" + (f" (cpu: {c})" if isinstance(c, str) else "")
+                      for m, c in zip(ids["machine"], ids["cpu"], strict=True))
+    lines = [f"machines: {named or 'none'}"]
+    for machine, g in ids[ids["shared"]].groupby("machine"):
+        cpus = "; ".join(str(c) if isinstance(c, str) else "cpu not recorded"
+                         for c in g["cpu"])
+        lines.append(f"- machine name `{machine}` holds results of {len(g)} processors "
+                     f"({cpus}): every summary keeps them apart (column cpu)")
+    return lines
+
+
+def build_report(results_dir, out, force: bool = False) -> str:
+    """Load ``results_dir`` (a results folder or a list of them), write CSVs, plots and
+    report.md into ``out`` (see the module docstring); return the report.
+
+    ValueError: ``out`` refused (:func:`check_out`), a results folder missing, or no
+    result with a measured value in them ("no results in FOLDER").
+    """
+    out = check_out(out, force)
+    roots = folders(results_dir)
+    where = ", ".join(str(r) for r in roots)
+    df = load_results(roots if len(roots) > 1 else roots[0])
+    if not (df["status"] == "ok").any():
+        raise ValueError(f"no results in {where}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("A report written by `flashbench history`; the next one may "
+                              "overwrite the files it wrote here.\n")
+    points = throughput_points(df)
+    bands, trend, jumps = error_bands(df), throughput(df, points), steps(df)
+    df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
+        out / "results.csv", index=False)
+    bands.to_csv(out / "error_bands.csv", index=False)
+    trend.to_csv(out / "throughput.csv", index=False)
+    jumps.to_csv(out / "steps.csv", index=False)
+    plots = [name for name, made in (
+        ("errors.png", plot_errors(df, out / "errors.png")),
+        ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
+
+    counts = {k: v for k, v in df["status"].value_counts().items() if v}
+    machines = _machines(df)
+    lines = [f"# flashbench history of `{where}`", "",
+             f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
+             f"{machines[0]}; {len(df)} results: "
+             + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
+    for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
+        lines.append(f"- skipped `{what}`: {why}")
+    main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
+    units = main["unit"].dropna().unique() if not main.empty else []
+    unit = f"{units[0]}, unitless" if len(units) == 1 else MAIN_METRIC
+    lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
+              "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
+              "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
+              "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
+              _table(_without_empty(main.drop(columns=["metric", "params", "unit"],
+                                              errors="ignore"), ["cpu", "shape", "dist"])),
+              "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds)",
+              "", "FLOPs = 4·B·H·Nq·Nk·d for a forward pass, counting only visible (query, "
+              "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. latest_pct_peak: % of the "
+              "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "
+              "other parameters. Per point: throughput_points in flashbench.history.", "",
+              _table(_without_empty(trend, ["cpu", "variant"])),
+              "", "## Steps (level changes beyond noise, asv step detection, >= 1%)", "",
+              "before / after in each benchmark's unit.", "",
+              _table(_without_empty(jumps.assign(date=jumps["date"].astype(str).str[:10])
+                                    if not jumps.empty else jumps, ["cpu"])),
+              "", "Files: results.csv, error_bands.csv, throughput.csv, steps.csv"
+              + "".join(f", {p}" for p in plots) + f" in `{out}`."]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text

@@ -1,0 +1,134 @@
+"""The one module of flashbench that knows flashbench's own asv suites by name.
+
+Everything else in :mod:`flashbench.history` is generic: it reads what a result says
+about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
+``causal``, ``direction``). This module adds what names and old results cannot say:
+
+- :data:`ACCURACY`: the accuracy tracks (``TrackAccuracy.track_<metric>``) and the
+  metric each records; :data:`MAIN_METRIC` is the one plotted and tabled
+  (max |O - O_fp64|); :data:`ACCURACY_LABELS` the parameters that label its rows.
+- :func:`matmul_peak`: the matmul-peak timing, ``TrackMatmulPeak.track_matmul``
+  (parameters n, dtype; 2 n^3 FLOPs), and its older name
+  ``TrackMatmulPeak.track_matmul_bf16_<n>``.
+- :data:`BACKEND_COLUMNS`: the parameters that name what a timing ran.
+- :data:`LEGACY`: the suites as they were before they recorded ``shape`` and
+  ``dtype`` as parameters (the committed results in results/ up to commit 4c5e3ac):
+  their parameter names and value types (:func:`legacy_param_names`: a results folder
+  whose benchmarks.json has since been rewritten still reads them under their own
+  names) and the shape each one ran (:func:`legacy_problem`):
+
+  - TrackDeviceTime.track_device_time(backend, dtype, N, d, causal): B = 16384 // N,
+    H = 16, Nq = Nk = N (Triton's fused-attention tutorial sizes);
+  - TimeCPUBackend.time_backend(backend, dtype, N, causal): B = 1, H = 8, d = 64;
+  - TimeAttention.time_attention(N, d, causal, impl): B = H = 1, float64 (fp64).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flashbench.inputs import Shape
+
+__all__ = ["ACCURACY", "MAIN_METRIC", "ACCURACY_LABELS", "BACKEND_COLUMNS", "LEGACY",
+           "accuracy_metric", "matmul_peak", "legacy_param_names", "legacy_problem"]
+
+ACCURACY = re.compile(r"TrackAccuracy\.track_(?P<metric>\w+)$")
+MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
+ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
+# what a timing ran: the first of these parameters that a result holds as text
+BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
+
+_PEAK = re.compile(r"TrackMatmulPeak\.track_matmul$")
+_PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<n>\d+)$")
+
+
+def accuracy_metric(benchmark: str) -> str | None:
+    """The metric an accuracy track records ("o_max_abs"), None for other benchmarks."""
+    m = ACCURACY.search(benchmark)
+    return m["metric"] if m else None
+
+
+def is_matmul_peak(benchmark: str) -> bool:
+    return bool(_PEAK.search(benchmark) or _PEAK_OLD.search(benchmark))
+
+
+def matmul_peak(benchmark: str, params: dict) -> tuple[float, str | None] | None:
+    """(FLOPs, dtype) of one matmul-peak timing, None for other benchmarks.
+
+    ``params``: the result's parameters by name. FLOPs = 2 n^3 (one n x n x n matmul).
+    """
+    if _PEAK.search(benchmark):
+        n, dtype = params.get("n"), params.get("dtype")
+    elif m := _PEAK_OLD.search(benchmark):
+        n, dtype = int(m["n"]), m["dtype"]
+    else:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return None
+    return 2.0 * n**3, dtype if isinstance(dtype, str) else None
+
+
+@dataclass(frozen=True)
+class Legacy:
+    """A suite as it was before it recorded its problem as parameters."""
+
+    params: dict[str, type]  # the parameter names in order, with the type of their values
+    shape: Callable[[dict], tuple] | None = None  # parameters -> (B, H, Nq, Nk, d)
+    dtype: str | None = None  # the dtype of a suite that had no dtype parameter
+    shape_params: tuple[str, ...] = field(default=())  # the parameters ``shape`` reads
+
+
+LEGACY: dict[str, Legacy] = {
+    "TrackAccuracy": Legacy({"kernel": str, "dtype": str, "causal": bool}),
+    "TrackDeviceTime.track_device_time": Legacy(
+        {"backend": str, "dtype": str, "N": int, "d": int, "causal": bool},
+        lambda p: (max(1, 16384 // p["N"]), 16, p["N"], p["N"], p["d"]),
+        shape_params=("N", "d")),
+    "TimeCPUBackend.time_backend": Legacy(
+        {"backend": str, "dtype": str, "N": int, "causal": bool},
+        lambda p: (1, 8, p["N"], p["N"], 64), shape_params=("N",)),
+    "TimeAttention.time_attention": Legacy(
+        {"N": int, "d": int, "causal": bool, "impl": str},
+        lambda p: (1, 1, p["N"], p["N"], p["d"]), dtype="fp64", shape_params=("N", "d")),
+    "TimeStreamBlock.time_online_attention": Legacy({"block": int}),
+    "TimeModels.time_model": Legacy({"model": str, "dtype": str}),
+    "TimeSoftmax.time_softmax": Legacy({"N": int, "impl": str}),
+    "PeakmemAttention.peakmem_attention": Legacy({"N": int, "impl": str}),
+}
+
+
+def _legacy(benchmark: str) -> Legacy | None:
+    parts = benchmark.split(".")
+    return LEGACY.get(".".join(parts[-2:])) or (LEGACY.get(parts[-2]) if len(parts) > 1
+                                                 else None)
+
+
+def _fits(value, kind: type) -> bool:
+    return type(value) is kind or (kind is float and type(value) is int)
+
+
+def legacy_param_names(benchmark: str, grid: list[list]) -> list[str] | None:
+    """The parameter names of an old suite whose grid (parsed values, one list per
+    parameter) has exactly its parameters' number and value types; else None."""
+    old = _legacy(benchmark)
+    if old is None or len(grid) != len(old.params):
+        return None
+    if all(all(_fits(v, kind) for v in values)
+           for values, kind in zip(grid, old.params.values(), strict=True)):
+        return list(old.params)
+    return None
+
+
+def legacy_problem(benchmark: str, params: dict) -> tuple[Shape, str | None, tuple] | None:
+    """(Shape, dtype or None, the parameters that gave the shape) of a timing written by
+    an old suite without a ``shape`` parameter; None where the table does not know it."""
+    old = _legacy(benchmark)
+    if old is None or old.shape is None:
+        return None
+    if not all(type(params.get(name)) is int and params[name] >= 1
+               for name in old.shape_params):
+        return None
+    b, h, nq, nk, d = (int(x) for x in old.shape(params))
+    return Shape(b, h, nq, nk, d), old.dtype, old.shape_params

@@ -1,0 +1,285 @@
+"""Summaries of the tidy frame: accuracy error bands and throughput (TFLOP/s) trends.
+
+Every summary keeps measurement machines apart by their identity, (machine, cpu):
+one machine name given to two processors is two machines here (:func:`identities`).
+A parameter combination is the ``params`` column, asv's own spelling;
+:func:`parse_params` reads it back into values.
+
+Throughput is computed for every timing (unit "seconds": ``time_`` benchmarks and
+tracks in seconds) whose parameters say what problem it ran: ``shape``
+(:meth:`flashbench.inputs.Shape.spec` text), and where they apply ``causal`` and
+``direction`` (fwd, bwd, fwd+bwd); FLOPs = ``Shape.parse(shape).flops(causal,
+direction)``. Results of the suites from before they recorded a shape get theirs
+from :mod:`flashbench.history.suites`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pandas as pd
+
+from flashbench.history.frame import objects
+from flashbench.history.suites import (
+    ACCURACY_LABELS,
+    BACKEND_COLUMNS,
+    accuracy_metric,
+    is_matmul_peak,
+    legacy_problem,
+    matmul_peak,
+)
+from flashbench.inputs import PASS_FLOPS, Shape
+
+IDENTITY = ["machine", "cpu"]  # a measurement machine: its name and its processor
+_RUN = [*IDENTITY, "env", "commit"]  # one run: one results file
+_PROBLEM = ("shape", "dtype", "causal", "direction")  # the parameters that size a timing
+_PARSED: dict = {}
+_SHAPES: dict = {}
+
+
+def parse_params(label) -> dict | None:
+    """A ``params`` label (``"dtype='bf16', N=1024"``) as {name: value}; {} for "",
+    None where it is not asv's spelling of literal values."""
+    try:
+        return _PARSED[label]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    values = None
+    if label == "":
+        values = {}
+    elif isinstance(label, str):
+        try:
+            call = ast.parse(f"f({label})", mode="eval").body
+            if isinstance(call, ast.Call) and not call.args:
+                values = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+            values = None
+    _PARSED[label] = values
+    return values
+
+
+def names(column: pd.Series) -> list:
+    """The distinct values of a column (a Categorical's categories, no scan)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return list(column.cat.categories)
+    return list(pd.unique(column))
+
+
+def per_name(column: pd.Series, values: dict) -> np.ndarray:
+    """``values[name]`` for every row's value of ``column`` (None where absent), objects."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        table = objects([values.get(c) for c in column.cat.categories] + [None])
+        return table[column.cat.codes.to_numpy()]  # code -1 (NaN) -> the trailing None
+    return objects([values.get(c) for c in column])
+
+
+def with_identity(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``cpu`` column (NaN: not recorded) if it has none."""
+    return df if "cpu" in df.columns else df.assign(cpu=None)
+
+
+def identities(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per measurement machine (machine, cpu) with its number of results files,
+    and ``shared``: whether its machine name also names another processor."""
+    files = (with_identity(df).groupby(IDENTITY, observed=True, dropna=False)["file"]
+             .nunique().rename("files").reset_index())
+    files["shared"] = files.groupby("machine", observed=True)["cpu"].transform("size") > 1
+    return files.astype({"machine": object, "cpu": object})
+
+
+def ok_rows(df: pd.DataFrame, benchmarks, columns: list[str]) -> pd.DataFrame:
+    """Rows with status "ok" of ``benchmarks`` (names), date-sorted, only ``columns``
+    that exist (with ``cpu``)."""
+    df = with_identity(df)
+    mask = df["benchmark"].isin(list(benchmarks)).to_numpy() & (df["status"] == "ok").to_numpy()
+    keep = [c for c in dict.fromkeys(["date", *columns]) if c in df.columns]
+    return df.loc[mask, keep].sort_values("date", kind="stable")
+
+
+def combinations(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
+    """(per row the index of its (benchmark, params) pair, the distinct pairs)."""
+    if frame.empty:
+        return np.empty(0, np.int64), []
+    codes = frame.groupby(["benchmark", "params"], observed=True, sort=False,
+                          dropna=False).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)
+    pairs = list(zip(frame["benchmark"].to_numpy()[first], frame["params"].to_numpy()[first],
+                     strict=True))
+    return codes, pairs
+
+
+def error_bands(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy tracks over history, one row per machine x cpu x metric x parameter
+    combination.
+
+    Columns: machine, cpu, kernel, dtype, causal, shape, dist (the accuracy
+    parameters where recorded), metric, params (the whole combination), commits (how
+    many recorded it), p50, p99, max (over all commits), band_lo / band_hi (min / max
+    over the commits before the latest), latest, latest_commit, inside (latest within
+    [band_lo, band_hi]; NA with one commit), o_ratio / lse_ratio (latest baseline-rule
+    ratio of the same combination: kernel error / same-dtype standard_model error,
+    passes at <= 2), unit.
+    """
+    labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
+    columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
+                        "latest_commit", "inside", "o_ratio", "lse_ratio", "unit"]
+    hits = {b: m for b in names(df["benchmark"]) if isinstance(b, str)
+            and (m := accuracy_metric(b))}
+    acc = ok_rows(df, hits, [*_RUN, "benchmark", "params", "unit", "value", *ACCURACY_LABELS])
+    if acc.empty:
+        return pd.DataFrame(columns=columns)
+    acc = acc.assign(metric=per_name(acc["benchmark"], hits))
+    keys = [*IDENTITY, "metric", "params"]
+    acc["last"] = acc.groupby(keys, observed=True, dropna=False).cumcount(ascending=False) == 0
+    g = acc.groupby(keys, observed=True, dropna=False)
+    bands = g["value"].agg(commits="size", p50="median", max="max", latest="last")
+    bands["p99"] = g["value"].quantile(0.99)
+    earlier = acc[~acc["last"]].groupby(keys, observed=True, dropna=False)["value"]
+    bands["band_lo"], bands["band_hi"] = earlier.min(), earlier.max()
+    for c in ACCURACY_LABELS:
+        bands[c] = g[c].first(skipna=False).astype(object) if c in acc else None
+    bands["latest_commit"] = g["commit"].last().astype(object).str[:8]
+    bands["unit"] = g["unit"].last().astype(object)
+    tol = 1e-9 * bands["band_hi"].abs().clip(lower=1e-300)
+    inside = ((bands["band_lo"] - tol <= bands["latest"])
+              & (bands["latest"] <= bands["band_hi"] + tol)).astype(object)
+    inside[bands["band_hi"].isna()] = pd.NA
+    bands["inside"] = inside
+    bands = bands.reset_index()
+    for c in keys:
+        bands[c] = bands[c].astype(object)
+    for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio")):
+        ratio = bands.loc[bands["metric"] == metric, [*IDENTITY, "params", "latest"]]
+        bands = bands.merge(ratio.rename(columns={"latest": column}),
+                            on=[*IDENTITY, "params"], how="left")
+    return bands.sort_values(labels, kind="stable", ignore_index=True)[columns]
+
+
+def _shape(spec: str) -> Shape | None:
+    if spec not in _SHAPES:
+        try:
+            _SHAPES[spec] = Shape.parse(spec)
+        except ValueError:
+            _SHAPES[spec] = None
+    return _SHAPES[spec]
+
+
+def problem(benchmark: str, label) -> tuple | None:
+    """(backend, dtype, shape label, causal, direction, variant, FLOPs) of a timing's
+    parameter combination, None where it records no known problem shape.
+
+    backend: the first of :data:`~flashbench.history.suites.BACKEND_COLUMNS` held as
+    text, else the benchmark's method name; variant: the other parameters ("block=64").
+    """
+    params = parse_params(label)
+    if params is None:
+        return None
+    used = set(_PROBLEM)
+    dtype = params.get("dtype")
+    if isinstance(params.get("shape"), str):
+        shape = _shape(params["shape"])
+    elif old := legacy_problem(benchmark, params):
+        shape, old_dtype, old_params = old
+        dtype = dtype if isinstance(dtype, str) else old_dtype
+        used.update(old_params)
+    else:
+        return None
+    direction = params.get("direction", "fwd")
+    if shape is None or not isinstance(direction, str) or direction not in PASS_FLOPS:
+        return None
+    causal = params.get("causal") is True
+    column = next((c for c in BACKEND_COLUMNS if isinstance(params.get(c), str)), None)
+    backend = params[column] if column else benchmark.rsplit(".", 1)[-1]
+    used.add(column)
+    variant = ", ".join(f"{k}={v!r}" for k, v in params.items() if k not in used)
+    return (backend, dtype if isinstance(dtype, str) else None, shape.label(), causal,
+            direction, variant, shape.flops(causal, direction))
+
+
+def _timings(df: pd.DataFrame) -> np.ndarray:
+    """Rows with status "ok" whose value is a time in seconds."""
+    method = {b: isinstance(b, str) and b.rsplit(".", 1)[-1].startswith("time_")
+              for b in names(df["benchmark"])}
+    timed = ((df["unit"] == "seconds").to_numpy() | (df["type"] == "time").to_numpy()
+             | per_name(df["benchmark"], method).astype(bool))
+    return timed & (df["status"] == "ok").to_numpy()
+
+
+def _peaks(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured matmul TFLOP/s per run and dtype (the best of its matmul-peak timings)."""
+    peak = ok_rows(df, [b for b in names(df["benchmark"]) if isinstance(b, str)
+                        and is_matmul_peak(b)], [*_RUN, "benchmark", "params", "value"])
+    codes, pairs = combinations(peak)
+    found = [matmul_peak(b, parse_params(p) or {}) for b, p in pairs] + [None]
+    known = np.array([f is not None for f in found])[codes] if len(codes) else np.zeros(0, bool)
+    peak, codes = peak[known], codes[known]
+    flops = np.array([f[0] if f else np.nan for f in found])[codes]
+    peak = peak.assign(dtype=objects([f[1] if f else None for f in found])[codes],
+                       peak_tflops=flops / peak["value"].to_numpy(float) * 1e-12)
+    peak = peak.astype({c: object for c in _RUN})
+    return peak.groupby([*_RUN, "dtype"], dropna=False)["peak_tflops"].max().reset_index()
+
+
+def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
+    """Every timing with a known problem shape as TFLOP/s, and % of the same run's
+    measured matmul peak (same dtype where measured, else the run's best), if any."""
+    columns = [*_RUN, "date", "benchmark", "params", "backend", "dtype", "shape", "causal",
+               "direction", "variant", "value", "tflops", "pct_peak"]
+    df = with_identity(df)
+    sel = df.loc[_timings(df), [c for c in dict.fromkeys([*_RUN, "date", "benchmark",
+                                                           "params", "value"])]]
+    codes, pairs = combinations(sel)
+    found = [problem(b, p) for b, p in pairs]
+    known = np.array([f is not None for f in found] + [False])[codes]
+    sel, codes = sel[known], codes[known]
+    if sel.empty:
+        return pd.DataFrame(columns=columns)
+    described = list(zip(*[f if f else (None,) * 7 for f in found], strict=True))
+    names_ = ("backend", "dtype", "shape", "causal", "direction", "variant")
+    points = sel.assign(**{n: objects(list(v))[codes] for n, v in zip(names_, described,
+                                                                       strict=False)})
+    points["causal"] = points["causal"].astype(bool)
+    points["tflops"] = (np.array(described[6], dtype=float)[codes]
+                        / points["value"].to_numpy(float) * 1e-12)
+    points = points.sort_values("date", kind="stable", ignore_index=True)
+    peaks = _peaks(df)
+    if peaks.empty:
+        points["pct_peak"] = np.nan
+        return points[columns]
+    runs = points[_RUN].astype(object)
+    same = runs.assign(dtype=points["dtype"]).merge(peaks, on=[*_RUN, "dtype"], how="left")
+    best = runs.merge(peaks.groupby(_RUN, dropna=False)["peak_tflops"].max().reset_index(),
+                      on=_RUN, how="left")
+    peak = same["peak_tflops"].fillna(best["peak_tflops"]).to_numpy(float)
+    points["pct_peak"] = 100 * points["tflops"].to_numpy(float) / peak
+    return points[columns]
+
+
+def throughput(df: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """TFLOP/s trends per machine x cpu x backend x dtype x shape x causal x direction
+    (x variant: the timing's other parameters, "" without).
+
+    FLOPs = :meth:`flashbench.inputs.Shape.flops`: 4 * B * H * d * visible (query,
+    key) pairs (about half when causal; 2.5x for the backward, 3.5x for both);
+    TFLOP/s = FLOPs / recorded seconds. ``points``: :func:`throughput_points` of
+    ``df`` when the caller has it already. Columns: commits, first, best, latest
+    (TFLOP/s), change_pct (latest vs first), latest_pct_peak (% of the same run's
+    measured matmul TFLOP/s, where recorded), latest_commit.
+    """
+    pts = throughput_points(df) if points is None else points
+    pts = pts.sort_values("date", kind="stable")
+    keys = [*IDENTITY, "backend", "dtype", "shape", "causal", "direction", "variant"]
+    tail = ["commits", "first", "best", "latest", "change_pct", "latest_pct_peak",
+            "latest_commit"]
+    if pts.empty:
+        return pd.DataFrame(columns=keys + tail)
+    g = pts.groupby(keys, sort=True, observed=True, dropna=False)
+    out = g.agg(commits=("tflops", "size"), first=("tflops", "first"), best=("tflops", "max"),
+                latest=("tflops", "last"), latest_pct_peak=("pct_peak", "last"),
+                latest_commit=("commit", "last")).reset_index()
+    out["change_pct"] = 100 * (out["latest"] / out["first"] - 1)
+    out["latest_commit"] = out["latest_commit"].astype(object).str[:8]
+    return out[keys + tail]
