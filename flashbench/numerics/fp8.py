@@ -1,0 +1,214 @@
+"""FP8 precision models: FlashAttention-3's baseline FP8 attention and its FP8 forward.
+
+Both take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real dtype,
+usually float64; k and v may have fewer heads than q, grouped-query attention, see
+:mod:`flashbench.validation`) and an fp8 precision name: ``"fp8"`` (e4m3,
+``ml_dtypes.float8_e4m3fn``, max 448) or ``"fp8_e5m2"`` (max 57344; no
+FlashAttention-3 counterpart: the same model with e5m2 at every fp8 rounding point).
+They return ``(o, lse)``: o in bfloat16 (FlashAttention-3 writes the output of its
+FP8 forward in bf16), lse float32.
+
+Quantisation (:func:`quantize`), the one place values become fp8: a group of values
+(the whole tensor, or one block of rows) gets the scale ``s = max / amax`` (max = 448
+for e4m3; amax = the largest |x| of the group; s = 1 for an all-zero group) and is
+stored as ``fp8(x * s)``, with x * s computed in fp32 and the conversion rounding to
+nearest-even and saturating at +-max (:func:`flashbench.precision.round_to_fp8`). The
+kernel keeps the descale factor ``1 / s`` (fp32) beside the fp8 tensor.
+
+:func:`standard_fp8` is FlashAttention-3's baseline FP8 attention (paper, section 4.3:
+"per-tensor scaling, with matmul accumulator in FP32 and intermediate softmax results
+kept in FP16"), materialised like :func:`flashbench.numerics.standard_model`:
+
+1. q, k, v quantised per tensor (one scale each over the whole array).
+2. ``S = (q8 @ k8^T) * scale * dq * dk``: exact products, fp32 accumulation, the
+   descales applied in fp32; S rounded to fp16.
+3. softmax computed in fp32 from the fp16 S, its result P rounded to fp16.
+4. P quantised per tensor like q, k, v (scale 448 / max P), then
+   ``O = (P8 @ v8) * dp * dv`` with fp32 accumulation, rounded to bf16.
+   LSE is the fp32 log-sum-exp of the fp16 S.
+
+:func:`flash_fp8` is a FlashAttention-3 style FP8 forward, streamed with the (m, l)
+recurrence of :func:`flashbench.streaming.stream_attention` that the other dtypes use:
+
+1. incoherent processing (``incoherent=True``): q and k are multiplied, in float64
+   before quantisation (FlashAttention-3 fuses it with the rotary embedding of the
+   kernel before), by the same random orthogonal matrix ``M = diag(+-1) H / sqrt(h)``
+   (:func:`incoherence_matrix`: seeded random signs times a normalised Hadamard
+   matrix, block-diagonal with h x h blocks where h is the largest power of two
+   dividing d). ``(q M)(k M)^T = q k^T`` in exact arithmetic; M spreads an outlier
+   feature over h features before it is rounded.
+2. q, k, v quantised (:func:`quantize`) per tensor (``quant="tensor"``) or per block
+   of rows (``quant="block"``): q in blocks of ``block_q`` query rows (the kernel's
+   query tile), k and v in blocks of ``block`` key rows (the key tile the recurrence
+   streams), one scale per block and per leading (batch, head) index.
+3. ``S_blk = (q8 @ k8_blk^T) * scale`` with fp32 accumulation and the descales
+   applied in fp32; m, l and the rescale factors fp32; ``P_blk = exp(S_blk - m_new)``
+   in fp32; l accumulates the unrounded fp32 P.
+4. P_blk is rounded to fp8 with the fixed scale 256 = 2**8 before ``P_blk @ V_blk``:
+   FlashAttention-3 computes exp2 with the row max lowered by 8 (``Max_offset = 8``
+   in hopper/softmax.h), so P lies in [0, 256] and small probabilities stay normal
+   instead of underflowing; the factor cancels exactly (a power of two) when O is
+   divided by l. Values of 256 P below 2**-10 (P < 2**-18) round to 0.
+5. O accumulates ``P8 @ v8_blk`` times the block's descale in fp32, is divided by l
+   once at the end, then rounded to bf16. LSE stays fp32.
+
+Model note: the recurrence receives q8 * dq, k8 * dk and v8 * dv as fp32 operands (the
+descales folded in) where the kernel multiplies each S tile by dq * dk and each P V
+tile by dv: the two differ by fp32 rounding (2**-24 relative), 2**20 below e4m3's
+rounding step. The GPU's fp8 tensor-core accumulators are narrower than IEEE fp32
+(about 22 significand bits are kept between additions); the models accumulate in full
+fp32, which for sums of a key tile of 64-128 products is a difference far below the
+fp8 rounding of the operands.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashbench.precision import FP8_DTYPES, Precision, get_precision, round_to_fp8
+from flashbench.streaming import log_sum_exp, masked_scores, stream_attention, unnormalised_softmax
+from flashbench.validation import check_block, check_qkv, check_scale
+
+__all__ = ["P_SCALE", "QUANT", "standard_fp8", "flash_fp8", "quantize", "hadamard",
+           "incoherence_matrix", "fp8_precision"]
+
+P_SCALE = 256.0  # 2**8: FlashAttention-3's Max_offset = 8 for FP8 (P in [0, 256])
+QUANT = ("block", "tensor")
+
+
+def fp8_precision(dtype) -> Precision:
+    """The fp8 :class:`Precision` called ``dtype``; ValueError for any other name."""
+    prec = get_precision(dtype)
+    if prec.name not in FP8_DTYPES:
+        raise ValueError(f"dtype must be one of {list(FP8_DTYPES)} for the fp8 models, "
+                         f"got {prec.name!r}")
+    return prec
+
+
+def _groups(x: np.ndarray, rows: int | None) -> np.ndarray:
+    """amax of |x| per group: the whole array (rows None) or blocks of ``rows`` rows of
+    axis -2 per leading index; returned broadcastable against x ([..., N, 1])."""
+    a = np.abs(x)
+    if rows is None:
+        return np.max(a, initial=0.0, keepdims=True).reshape((1,) * x.ndim)
+    n = x.shape[-2]
+    row_amax = np.max(a, axis=-1, initial=0.0)  # [..., N]
+    nb = -(-n // rows)
+    padded = np.zeros(row_amax.shape[:-1] + (nb * rows,), dtype=row_amax.dtype)
+    padded[..., :n] = row_amax
+    block_amax = padded.reshape(row_amax.shape[:-1] + (nb, rows)).max(axis=-1)  # [..., nb]
+    return np.repeat(block_amax, rows, axis=-1)[..., :n, None]
+
+
+def quantize(x, dtype: str = "fp8", block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise ``x`` [..., N, d] to fp8 with FlashAttention-3's scales (module docstring).
+
+    ``block``: None for one scale over the whole tensor, else one scale per ``block``
+    rows of axis -2 (and per leading index). Returns ``(x8, descale)``: x8 float32
+    holding fp8 values (x * scale rounded, saturating at +-max), descale float32
+    broadcastable against x8, so ``x8 * descale`` approximates x. An all-zero group
+    gets scale 1; a group holding inf or nan gives nan.
+    """
+    prec = fp8_precision(dtype)
+    x32 = np.asarray(x, dtype=np.float32)
+    amax = _groups(x32, None if block is None else check_block(block))
+    top = np.float32(prec.max)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scale = np.where(amax > 0, top / amax, np.float32(1)).astype(np.float32)
+        scale = np.where(np.isfinite(amax), scale, np.float32(np.nan))
+        descale = (np.float32(1) / scale).astype(np.float32)
+        x8 = round_to_fp8(x32 * scale, prec.storage)
+    return x8, descale
+
+
+def _sylvester(n: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def hadamard(d: int) -> np.ndarray:
+    """Orthogonal [d, d] Hadamard matrix: Sylvester's H_h / sqrt(h) on the diagonal in
+    d / h blocks, h the largest power of two dividing d (one block when d is a power
+    of two; the identity when d is odd)."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be an int >= 1, got {d!r}")
+    h = int(d) & -int(d)  # largest power of two dividing d
+    return np.kron(np.eye(int(d) // h), _sylvester(h) / np.sqrt(h))
+
+
+def incoherence_matrix(d: int, seed: int = 0) -> np.ndarray:
+    """FlashAttention-3's incoherent processing matrix ``M = diag(+-1) @ H`` [d, d],
+    float64, orthogonal (``M @ M.T == I``): the signs are drawn from
+    ``numpy.random.default_rng(seed)``, H is :func:`hadamard`."""
+    signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0]), size=d)
+    return signs[:, None] * hadamard(d)
+
+
+def _options(quant, incoherent) -> tuple[str, bool]:
+    if quant not in QUANT:
+        raise ValueError(f"quant must be one of {list(QUANT)}, got {quant!r}")
+    if not isinstance(incoherent, (bool, np.bool_)):
+        raise TypeError(f"incoherent must be True or False, got {type(incoherent).__name__} "
+                        f"{incoherent!r}")
+    return quant, bool(incoherent)
+
+
+def _prepared(q, k, v, dtype, scale, check_finite):
+    prec = fp8_precision(dtype)
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
+    return prec, q, k, v, check_scale(scale, q.shape[-1])
+
+
+def _p_rounder(prec: Precision):
+    """FlashAttention-3's P conversion: fp8(256 P) / 256, exact but for the fp8 rounding."""
+    up, down = np.float32(P_SCALE), np.float32(1.0 / P_SCALE)
+
+    def round_p(p: np.ndarray) -> np.ndarray:
+        return round_to_fp8(p * up, prec.storage) * down
+
+    return round_p
+
+
+def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False,
+              scale: float | None = None, check_finite: bool = False, quant: str = "block",
+              incoherent: bool = True, block_q: int | None = None, seed: int = 0):
+    """FlashAttention-3 style FP8 forward (module docstring, steps 1-5).
+
+    ``quant``: "block" (one scale per ``block_q`` query rows and per ``block`` key
+    rows) or "tensor" (one scale per tensor). ``incoherent``: multiply q and k by
+    :func:`incoherence_matrix` (d, ``seed``) first. ``block_q`` defaults to ``block``.
+    Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
+    """
+    block = check_block(block)
+    block_q = block if block_q is None else check_block(block_q)
+    quant, incoherent = _options(quant, incoherent)
+    prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
+    if incoherent:
+        m = incoherence_matrix(q.shape[-1], seed)
+        q, k = q @ m, k @ m
+    tensor = quant == "tensor"
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec.name, None if tensor else rows)
+                                    for x, rows in ((q, block_q), (k, block), (v, block)))
+    o, lse = stream_attention(q8 * dq, k8 * dk, v8 * dv, block=block, causal=causal,
+                              scale=scale, compute=np.float32, round_p=_p_rounder(prec))
+    return prec.out.store(o), lse
+
+
+def standard_fp8(q, k, v, dtype: str = "fp8", causal: bool = False, scale: float | None = None,
+                 check_finite: bool = False):
+    """FlashAttention-3's baseline FP8 attention (module docstring, steps 1-4).
+
+    Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
+    """
+    prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec.name) for x in (q, k, v))
+    fp16 = get_precision("fp16")
+    s = masked_scores(q8 * dq, k8 * dk, scale, causal, round_s=fp16.stored)
+    e, m = unnormalised_softmax(s)
+    l = e.sum(axis=-1)
+    p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
+    p8, dp = quantize(fp16.stored(p), prec.name)
+    o = np.matmul(p8, v8 * dv) * dp
+    return prec.out.store(o), log_sum_exp(m, l)
