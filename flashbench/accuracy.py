@@ -16,10 +16,19 @@ every error infinite, so a wrong mask can never look accurate.
 :func:`baseline_rule` is FlashAttention's own test criterion: a kernel is as
 accurate as its dtype allows when its error against the float64 reference is at
 most ``factor`` (2) times the error of the same-dtype standard attention
-(:func:`flashbench.numerics.standard_model`) plus a small floor, eps/4 of that dtype
-by default: twice the rounding error of a value near 0.3, the ``fwd_atol`` of
-FlashAttention's tests. The floor only matters where the standard error is itself
-a handful of ulps (tiny shapes, exact cases).
+(:func:`flashbench.numerics.standard_model`) plus a small floor, eps/4 of the format
+O is written in by default (the dtype's own, but bf16 for the fp8 dtypes, whose
+kernels write bf16): twice the rounding error of a value near 0.3 in that format, the
+``fwd_atol`` of FlashAttention's tests (whose fp8 reference is bf16). The floor only
+matters where the standard error is itself a handful of ulps (tiny shapes, exact
+cases).
+
+Non-finite errors: a kernel whose error is not finite (its output is inf or NaN
+where the float64 reference is finite: :func:`error_stats` reports inf) always
+fails, with ratio inf, whatever the standard model did; a standard model that
+itself overflows (fp16 scores near 7e4 become inf, its error inf) leaves no
+yardstick: a kernel with a finite error then passes with ratio 0, and its error is
+still reported. The ratio is never NaN.
 """
 
 from __future__ import annotations
@@ -84,8 +93,9 @@ class BaselineVerdict:
     """Outcome of the baseline rule for one tensor (O or LSE) and one metric.
 
     ``ratio`` = kernel_error / standard_error (0 when both are 0, inf when only the
-    standard is exact): the rule as one number. It passes when
-    ``kernel_error <= factor * standard_error + floor``.
+    standard is exact or when the kernel's error is not finite, 0 when only the
+    standard's is inf; never NaN): the rule as one number. It passes when the kernel's
+    error is finite and ``kernel_error <= factor * standard_error + floor``.
     """
 
     metric: str
@@ -100,16 +110,33 @@ class BaselineVerdict:
         return asdict(self)
 
 
+def _error(value, name: str) -> float:
+    value = float(value)
+    if np.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be an error >= 0 (inf allowed), got {value}")
+    return value
+
+
 def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
                   factor: float = 2.0, floor: float | None = None,
                   metric: str = "max_abs") -> BaselineVerdict:
-    """Judge a kernel's error against the same-dtype standard attention's (module docstring)."""
-    floor = get_precision(dtype).eps / 4 if floor is None else float(floor)
-    if standard_error > 0:
-        ratio = kernel_error / standard_error
+    """Judge a kernel's error against the same-dtype standard attention's (module docstring).
+
+    ``kernel_error``: a number >= 0 or inf (NaN counts as inf: a kernel that produced
+    NaN fails); ``standard_error``: a number >= 0 or inf (NaN is a ValueError).
+    """
+    floor = get_precision(dtype).out.eps / 4 if floor is None else float(floor)
+    kernel_error = float("inf") if np.isnan(float(kernel_error)) else _error(
+        kernel_error, "kernel_error")
+    standard_error = _error(standard_error, "standard_error")
+    if not np.isfinite(kernel_error):
+        ratio, passed = float("inf"), False  # non-finite output: always fails
+    elif standard_error > 0:
+        ratio = kernel_error / standard_error  # 0.0 when the standard overflowed (inf)
+        passed = bool(kernel_error <= factor * standard_error + floor)
     else:
         ratio = 0.0 if kernel_error == 0 else float("inf")
-    passed = bool(kernel_error <= factor * standard_error + floor)
+        passed = bool(kernel_error <= floor)
     return BaselineVerdict(metric, float(kernel_error), float(standard_error), floor,
                            float(factor), float(ratio), passed)
 

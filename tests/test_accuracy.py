@@ -69,3 +69,48 @@ def test_judge_covers_o_and_lse():
     assert judge(good, std, ref, "fp16")["lse"]["verdict"].passed
     j = judge(bad_lse, std, ref, "fp16")
     assert j["o"]["verdict"].passed and not j["lse"]["verdict"].passed
+
+
+def test_fp8_floor_is_that_of_bf16_output():
+    """fp8 kernels write O in bf16: the floor is bf16's eps/4 (FlashAttention's fwd_atol
+    on its bf16 fp8 reference), not e4m3's 2**-3 / 4 that would pass almost anything."""
+    v = baseline_rule(3e-3, 1e-3, "fp8")
+    assert v.floor == 2**-9 and v.passed  # 3e-3 <= 2e-3 + 1.95e-3
+    assert not baseline_rule(4.5e-3, 1e-3, "fp8").passed  # 4.5e-3 > 3.95e-3
+    assert baseline_rule(4.5e-3, 1e-3, "fp8", floor=2.0**-3 / 4).passed  # e4m3's floor would
+
+
+def test_nonfinite_kernel_error_always_fails_and_ratio_is_never_nan():
+    inf, nan = float("inf"), float("nan")
+    for kernel, standard in ((inf, inf), (inf, 1e-3), (inf, 0.0), (nan, inf), (nan, 1e-3)):
+        v = baseline_rule(kernel, standard, "fp16")
+        assert not v.passed and v.ratio == inf, (kernel, standard, v)
+    # the standard overflowed, the kernel did not: no yardstick, pass with ratio 0
+    v = baseline_rule(1e-3, inf, "fp16")
+    assert v.passed and v.ratio == 0.0
+    with pytest.raises(ValueError, match="standard_error"):
+        baseline_rule(1e-3, nan, "fp16")
+    with pytest.raises(ValueError, match="kernel_error"):
+        baseline_rule(-1.0, 1e-3, "fp16")
+
+
+def test_all_nan_kernel_fails_where_the_fp16_standard_overflows():
+    """Issue 16, item 4: fp16 scores near 7e4 overflow the standard model (its S is
+    rounded to fp16: inf - inf = NaN in the softmax), so its error is inf; a kernel
+    that returns all NaN used to pass with ratio NaN. It must fail, ratio inf."""
+    from flashbench.numerics import standard_model
+    from flashbench.reference import attention
+
+    q = np.array([[[300.0, 0.0], [0.0, 1.0]]])  # row 0 scores 9e4 and 0: beyond fp16's 65504
+    k = np.array([[[300.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])
+    v = np.array([[[1.0], [2.0], [3.0]]])
+    ref = attention(q, k, v, scale=1.0)
+    assert np.all(np.isfinite(ref[0])) and np.all(np.isfinite(ref[1]))
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the point
+        std = standard_model(q, k, v, "fp16", scale=1.0)
+    kernel = (np.full_like(ref[0], np.nan), np.full_like(ref[1], np.nan))
+    j = judge(kernel, std, ref, "fp16")
+    assert j["o"]["standard"]["max_abs"] == np.inf  # the standard model did overflow
+    for part in ("o", "lse"):
+        verdict = j[part]["verdict"]
+        assert not verdict.passed and verdict.ratio == np.inf
