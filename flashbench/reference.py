@@ -14,6 +14,14 @@ float64 whatever the input dtype, and returns float64.
 The one-shot functions materialise the full ``[..., Nq, Nk]`` score matrix; the
 streamed ones never hold more than ``[..., Nq, block]`` scores. In float64 the two
 agree to reduction-order noise (about 1e-13): the streaming is exact.
+
+Grouped-query attention: k and v may have Hkv heads (dim -3) where Hkv divides q's
+H; query head h reads kv head ``h // (H // Hkv)`` (:mod:`flashbench.validation`).
+
+Gradients (:func:`attention_grad`, :func:`online_attention_grad`) return
+``(dq, dk, dv)`` with the shapes of q, k and v, in float64; an input broadcast over
+leading dims (or shared by a group of query heads) gets the sum of its gradients.
+A query row that sees no key gets dq = 0; a key that no query sees, dk = dv = 0.
 """
 
 from __future__ import annotations
@@ -27,9 +35,21 @@ from flashbench.streaming import (
     stream_attention,
     unnormalised_softmax,
 )
-from flashbench.validation import check_block, check_qkv, check_rows, check_scale
+from flashbench.streaming_bwd import stream_attention_grad
+from flashbench.validation import (
+    attention_shape,
+    check_block,
+    check_qkv,
+    check_rows,
+    check_scale,
+    check_shaped,
+    grouped_grad,
+    grouped_query,
+    sum_to,
+)
 
-__all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats"]
+__all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats",
+           "attention_grad", "online_attention_grad"]
 
 
 def softmax(x) -> np.ndarray:
@@ -81,12 +101,14 @@ def online_softmax(x, block: int) -> np.ndarray:
     return p
 
 
+@grouped_query
 def attention(q, k, v, causal: bool = False, scale: float | None = None,
               check_finite: bool = False):
     """One-shot attention in float64; materialises the full score matrix.
 
     Args:
-        q: [..., Nq, d]; k: [..., Nk, d]; v: [..., Nk, dv]. Any real dtype.
+        q: [..., Nq, d]; k: [..., Nk, d]; v: [..., Nk, dv]. Any real dtype; NumPy
+            arrays or array-likes (a torch tensor is a TypeError).
         causal: bottom-right aligned causal mask.
         scale: score scale; None means 1/sqrt(d).
         check_finite: raise ValueError if q, k or v hold inf or nan.
@@ -100,6 +122,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
     return finish(np.matmul(p, v), m, p.sum(axis=-1))
 
 
+@grouped_query
 def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None,
                      check_finite: bool = False):
     """Streamed attention in float64: key/value blocks through the (m, l) recurrence.
@@ -112,3 +135,66 @@ def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: floa
     block = check_block(block)
     scale = check_scale(scale, q.shape[-1])
     return stream_attention(q, k, v, block=block, causal=causal, scale=scale)
+
+
+def attention_grad(q, k, v, do, causal: bool = False, scale: float | None = None,
+                   check_finite: bool = False):
+    """One-shot gradients of attention in float64; materialises S, P and dS.
+
+    Softmax's textbook backward, ``dS = P * (dP - rowsum(P * dP))`` with ``dP = dO V^T``,
+    then ``dq = scale dS K``, ``dk = scale dS^T Q``, ``dv = P^T dO``.
+
+    Args:
+        q, k, v, causal, scale, check_finite: as for :func:`attention`.
+        do: [..., Nq, dv], the gradient of the output (o's shape).
+
+    Returns:
+        (dq, dk, dv): float64 arrays of q's, k's and v's shapes.
+    """
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
+    scale = check_scale(scale, q.shape[-1])
+    do = check_shaped(do, "do", attention_shape(q.shape, k.shape, v.shape),
+                      "the output's shape [..., Nq, dv]", finite=check_finite)
+    return grouped_grad(_one_shot_grad, q, k, v, ((do, -3),), causal=causal, scale=scale)
+
+
+def _one_shot_grad(q, k, v, do, *, causal, scale):
+    p, _ = unnormalised_softmax(masked_scores(q, k, scale, causal))
+    l = p.sum(axis=-1, keepdims=True)
+    p = np.divide(p, l, out=p, where=l != 0)  # rows that see no key: P = 0
+    dv = sum_to(np.matmul(np.swapaxes(p, -1, -2), do), v.shape)
+    ds = np.matmul(do, np.swapaxes(v, -1, -2))  # dP
+    ds -= np.einsum("...ij,...ij->...i", ds, p)[..., None]
+    ds *= p
+    dq = sum_to(np.matmul(ds, k), q.shape) * scale
+    dk = sum_to(np.matmul(np.swapaxes(ds, -1, -2), q), k.shape) * scale
+    return dq, dk, dv
+
+
+def online_attention_grad(q, k, v, o, lse, do, block: int = 64, causal: bool = False,
+                          scale: float | None = None, check_finite: bool = False):
+    """Streamed gradients of attention in float64: FlashAttention-2's backward recurrence.
+
+    ``D = rowsum(dO * O)``; per key block, P is recomputed from the scores and the
+    LSE (never stored) and dV, dS, dQ, dK follow (:mod:`flashbench.streaming_bwd`).
+    Holds a few ``[..., Nq, block]`` tiles at most; ``block`` is any int >= 1.
+
+    Args:
+        q, k, v, causal, scale, check_finite: as for :func:`online_attention`.
+        o, lse: the forward's output [..., Nq, dv] and LSE [..., Nq] (for example from
+            :func:`online_attention` with the same arguments).
+        do: [..., Nq, dv], the gradient of the output.
+
+    Returns:
+        (dq, dk, dv): float64 arrays of q's, k's and v's shapes, equal to
+        :func:`attention_grad` to ~1e-13 relative to the gradient's scale.
+    """
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
+    block = check_block(block)
+    scale = check_scale(scale, q.shape[-1])
+    out = attention_shape(q.shape, k.shape, v.shape)
+    o = check_shaped(o, "o", out, "the output's shape [..., Nq, dv]")
+    lse = check_shaped(lse, "lse", out[:-1], "the output's row shape [..., Nq]")
+    do = check_shaped(do, "do", out, "the output's shape [..., Nq, dv]", finite=check_finite)
+    return grouped_grad(stream_attention_grad, q, k, v, ((o, -3), (lse, -2), (do, -3)),
+                        block=block, causal=causal, scale=scale)

@@ -81,6 +81,26 @@ def finish(o: np.ndarray, m: np.ndarray, l: np.ndarray) -> tuple[np.ndarray, np.
     return o, log_sum_exp(m, l)
 
 
+def first_row(nq: int, nk: int, start: int, causal: bool) -> int:
+    """The first query row that sees key ``start``: with a causal mask, rows above it see no
+    key of a block starting there, nor of any later block (0 without a mask)."""
+    return max(0, start - (nk - nq)) if causal else 0
+
+
+def score_tile(q: np.ndarray, kt: np.ndarray, start: int, stop: int, r0: int, scale,
+               causal: bool) -> np.ndarray:
+    """Scores of query rows ``r0:`` against keys ``start:stop``: ``(q @ k^T) * scale``
+    [..., Nq - r0, stop - start] in q's dtype, causal entries set to -inf by assignment
+    (hidden whatever the score, even inf or nan). ``kt`` is k transposed, [..., d, Nk]."""
+    s = np.matmul(q[..., r0:, :], kt[..., start:stop])
+    s *= scale
+    if causal:
+        hidden = causal_mask(q.shape[-2], kt.shape[-1], start, stop)
+        if hidden is not None:
+            np.copyto(s, -np.inf, where=hidden[r0:])
+    return s
+
+
 def stream_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -115,17 +135,11 @@ def stream_attention(
     kt = np.swapaxes(k, -1, -2)
     for start in range(0, nk, block):
         stop = min(start + block, nk)
-        # Causal: query rows above r0 see no key of this block (nor of any later one).
-        r0 = max(0, start - (nk - nq)) if causal else 0
+        r0 = first_row(nq, nk, start, causal)
         if r0 >= nq:
             break
         o_r, m_r, l_r = o[..., r0:, :], m[..., r0:], l[..., r0:]  # views: updated in place
-        s = np.matmul(q[..., r0:, :], kt[..., start:stop])  # [..., Nq - r0, b]: one tile
-        s *= scale_c
-        if causal:
-            hidden = causal_mask(nq, nk, start, stop)
-            if hidden is not None:
-                np.copyto(s, -np.inf, where=hidden[r0:])  # hidden, whatever the score
+        s = score_tile(q, kt, start, stop, r0, scale_c, causal)  # [..., Nq - r0, b]
         m_new = np.maximum(m_r, s.max(axis=-1))
         m_ref = safe_max(m_new)
         alpha = np.exp(m_r - m_ref)  # rescales the old statistics; 0 where m was -inf

@@ -2,20 +2,39 @@
 
 Every check raises TypeError (wrong kind of thing) or ValueError (right kind, wrong
 value or shape) with a message that names the argument and what was expected.
+
+Grouped-query attention (GQA; MQA with one kv head): k and v may have Hkv heads in
+dimension -3 where Hkv divides q's H heads; query head h reads kv head
+``h // (H // Hkv)``. :func:`kv_group` finds the group size G = H // Hkv and
+:func:`grouped_query` runs a NumPy attention function on the grouped layout
+q [..., Hkv, G, Nq, d] against k [..., Hkv, 1, Nk, d], which broadcasts over the
+group without an expanded copy of k and v.
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import ml_dtypes
 import numpy as np
 
-_EXTRA_FLOATS = {np.dtype(ml_dtypes.bfloat16)}
+# real formats numpy knows only through ml_dtypes (kind "V")
+_EXTRA_FLOATS = {np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                                       ml_dtypes.float8_e5m2)}
 
 
 def as_float_array(x, name: str, dtype=np.float64) -> np.ndarray:
-    """Convert a real numeric array-like to ``dtype``; TypeError for anything else."""
+    """Convert a real numeric array-like to ``dtype``; TypeError for anything else.
+
+    A torch tensor is refused by name (without importing torch): the NumPy side
+    takes NumPy arrays, and a tensor on a GPU or one that requires grad would fail
+    deep inside numpy.
+    """
+    if type(x).__module__.split(".")[0] == "torch":
+        raise TypeError(f"{name} is a {type(x).__module__}.{type(x).__name__}; the NumPy "
+                        f"reference and models take NumPy arrays: pass "
+                        f"{name}.detach().cpu().numpy()")
     arr = np.asarray(x)
     kind = arr.dtype.kind
     if not (kind in "fiu" or arr.dtype in _EXTRA_FLOATS):
@@ -64,8 +83,10 @@ def check_rows(x, name: str = "x", dtype=np.float64, finite: bool = False) -> np
 def check_qkv(q, k, v, dtype=np.float64, finite: bool = False):
     """Validate q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] and return them as ``dtype``.
 
-    Leading dims must broadcast against each other like numpy matmul. With
-    ``finite=True`` any inf or nan in the inputs is a ValueError.
+    Leading dims must broadcast against each other like numpy matmul, except that k
+    and v may have Hkv heads (dim -3) where Hkv divides q's H (grouped-query
+    attention, :func:`kv_group`). With ``finite=True`` any inf or nan in the inputs
+    is a ValueError.
     """
     q = as_float_array(q, "q", dtype)
     k = as_float_array(k, "k", dtype)
@@ -86,14 +107,127 @@ def check_qkv(q, k, v, dtype=np.float64, finite: bool = False):
             f"k and v must share the key count Nk: k has Nk={k.shape[-2]} (shape {k.shape}), "
             f"v has Nk={v.shape[-2]} (shape {v.shape})"
         )
+    lead = 3 if kv_group(q.shape, k.shape, v.shape) > 1 else 2  # heads checked by kv_group
     try:
-        np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        np.broadcast_shapes(q.shape[:-lead], k.shape[:-lead], v.shape[:-lead])
     except ValueError:
         raise ValueError(
-            f"leading (batch) dims of q {q.shape[:-2]}, k {k.shape[:-2]} and v {v.shape[:-2]} "
-            "do not broadcast"
+            f"leading (batch) dims of q {q.shape[:-lead]}, k {k.shape[:-lead]} and v "
+            f"{v.shape[:-lead]} do not broadcast"
         ) from None
     if finite:
         for name, arr in (("q", q), ("k", k), ("v", v)):
             check_finite(arr, name)
     return q, k, v
+
+
+def _heads(shape: tuple[int, ...]) -> int | None:
+    return shape[-3] if len(shape) >= 3 else None
+
+
+def kv_group(q_shape, k_shape, v_shape) -> int:
+    """Query heads per kv head, G = H // Hkv, from the shapes of q, k and v (dim -3).
+
+    1 where no grouping is needed: equal head counts, or a count of 1 that plain
+    broadcasting handles (Hkv == 1 is multi-query attention; a 2-D array has no head
+    dim). ValueError naming both counts when k and v have different head counts or
+    Hkv does not divide H.
+    """
+    h, hk, hv = _heads(tuple(q_shape)), _heads(tuple(k_shape)), _heads(tuple(v_shape))
+    if hk is not None and hv is not None and hk != hv:
+        raise ValueError(f"k and v must have the same number of heads (dim -3): k has "
+                         f"{hk}, v has {hv} (shapes {tuple(k_shape)} and {tuple(v_shape)})")
+    hkv = hk if hk is not None else hv
+    if h is None or hkv is None or hkv == h or hkv == 1 or h == 1:
+        return 1
+    if h % hkv:
+        raise ValueError(
+            f"k and v have Hkv={hkv} heads (dim -3), which must divide q's H={h} heads "
+            f"(grouped-query attention: query head h reads kv head h // (H // Hkv)); "
+            f"shapes q {tuple(q_shape)}, k {tuple(k_shape)}, v {tuple(v_shape)}")
+    return h // hkv
+
+
+def split_heads(x: np.ndarray, group: int, axis: int) -> np.ndarray:
+    """[..., H, *tail] -> [..., H // group, group, *tail], the head axis at ``axis`` (< 0)."""
+    axis = x.ndim + axis
+    return x.reshape(x.shape[:axis] + (x.shape[axis] // group, group) + x.shape[axis + 1:])
+
+
+def merge_heads(x: np.ndarray, axis: int) -> np.ndarray:
+    """Inverse of :func:`split_heads`: the two axes ``axis - 1`` and ``axis`` (< 0) become one."""
+    axis = x.ndim + axis
+    return x.reshape(x.shape[:axis - 1] + (x.shape[axis - 1] * x.shape[axis],)
+                     + x.shape[axis + 1:])
+
+
+def grouped_query(fn):
+    """Let ``fn(q, k, v, ...) -> (o [..., Nq, dv], lse [..., Nq])`` take grouped-query k, v.
+
+    Where k and v have fewer heads than q (:func:`kv_group`), ``fn`` runs on q
+    [..., Hkv, G, Nq, d] and k, v [..., Hkv, 1, Nk, *] (views where the arrays allow)
+    and o, lse are merged back to H heads: equal to the expanded computation, without
+    expanding k and v. Arguments are validated (:func:`check_qkv`) before anything
+    else, so errors read as they do without grouping.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(q, k, v, *args, **kwargs):
+        q, k, v = check_qkv(q, k, v)
+        group = kv_group(q.shape, k.shape, v.shape)
+        if group == 1:
+            return fn(q, k, v, *args, **kwargs)
+        o, lse = fn(split_heads(q, group, -3), k[..., None, :, :], v[..., None, :, :],
+                    *args, **kwargs)
+        return merge_heads(o, -3), merge_heads(lse, -2)
+
+    return wrapper
+
+
+def sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``x`` over the axes along which an array of ``shape`` was broadcast to x's shape.
+
+    The gradient of a broadcast input: leading axes ``shape`` lacks, and axes where
+    ``shape`` has 1 and x does not, are summed; the result has exactly ``shape``.
+    """
+    extra = x.ndim - len(shape)
+    if extra:
+        x = x.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+def attention_shape(q_shape, k_shape, v_shape) -> tuple[int, ...]:
+    """Shape of attention's output o for validated q, k, v shapes: [..., (H,) Nq, dv]."""
+    q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
+    lead = 3 if kv_group(q_shape, k_shape, v_shape) > 1 else 2
+    batch = np.broadcast_shapes(q_shape[:-lead], k_shape[:-lead], v_shape[:-lead])
+    return batch + q_shape[-lead:-2] + (q_shape[-2], v_shape[-1])
+
+
+def check_shaped(x, name: str, shape: tuple[int, ...], what: str, dtype=np.float64,
+                 finite: bool = False) -> np.ndarray:
+    """A real array of exactly ``shape`` (``what`` says whose shape that is), as ``dtype``."""
+    arr = as_float_array(x, name, dtype)
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have {what} {tuple(shape)}, got shape {arr.shape}")
+    if finite:
+        check_finite(arr, name)
+    return arr
+
+
+def grouped_grad(fn, q, k, v, rows, **kwargs):
+    """Run a backward ``fn(q, k, v, *rows, **kwargs) -> (dq, dk, dv)`` on validated arrays,
+    grouping query heads where k and v have fewer (:func:`kv_group`).
+
+    ``rows``: per-query-row arrays with their head axis, ``((o, -3), (lse, -2), (do, -3))``.
+    Grouped, ``fn`` sees q and rows split to [..., Hkv, G, ...] and k, v as
+    [..., Hkv, 1, Nk, *]; it must return dk, dv with those k, v shapes (summed over the
+    group, as :func:`sum_to` does), and the inserted axis is dropped again.
+    """
+    group = kv_group(q.shape, k.shape, v.shape)
+    if group == 1:
+        return fn(q, k, v, *(x for x, _ in rows), **kwargs)
+    dq, dk, dv = fn(split_heads(q, group, -3), k[..., None, :, :], v[..., None, :, :],
+                    *(split_heads(x, group, axis) for x, axis in rows), **kwargs)
+    return merge_heads(dq, -3), dk[..., 0, :, :], dv[..., 0, :, :]

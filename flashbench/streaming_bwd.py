@@ -1,0 +1,107 @@
+"""FlashAttention-2's backward recurrence, written once for every compute dtype.
+
+The forward's side output LSE makes the backward cheap: the probabilities of any
+key block are recomputed from the scores and the LSE, ``P_blk = exp(S_blk - LSE)``,
+never stored. With ``D = rowsum(dO * O)`` (one number per query row, the
+``sum_j P_ij dP_ij`` of softmax's backward, computed once from O instead of from P),
+each key block contributes independently:
+
+    dV_blk  = P_blk^T dO
+    dP_blk  = dO V_blk^T
+    dS_blk  = P_blk * (dP_blk - D)
+    dQ     += scale * dS_blk K_blk
+    dK_blk  = scale * dS_blk^T Q
+
+:func:`stream_attention_grad` is used by
+:func:`flashbench.reference.online_attention_grad` (float64, no rounding) and by
+:func:`flashbench.numerics.flash_model_grad` (float32, with P and dS rounded to a
+storage dtype before their matmuls). It shares the score tile and the causal
+bookkeeping with the forward (:mod:`flashbench.streaming`) and never holds more
+than a few ``[..., Nq, block]`` tiles.
+
+Rows that see no key have LSE = -inf and O = 0: their P is 0 (exp of -inf scores,
+taken against a finite stand-in for the LSE), so their dq is 0; keys that no query
+sees get dk = dv = 0. Leading dims broadcast like numpy matmul; the gradient of a
+broadcast input is summed over the broadcast axes (:func:`flashbench.validation.sum_to`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flashbench.streaming import first_row, safe_max, score_tile
+from flashbench.validation import sum_to
+
+__all__ = ["stream_attention_grad"]
+
+
+def stream_attention_grad(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    o: np.ndarray,
+    lse: np.ndarray,
+    do: np.ndarray,
+    *,
+    block: int,
+    causal: bool,
+    scale: float,
+    compute: type = np.float64,
+    round_op: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stream key/value blocks through FlashAttention-2's backward (module docstring).
+
+    Args:
+        q: [..., Nq, d], k: [..., Nk, d], v: [..., Nk, dv]; o, do: [..., Nq, dv] (the
+            broadcast batch shape); lse: [..., Nq]. All in ``compute`` dtype, already
+            rounded to whatever the caller models.
+        block: keys per block (>= 1; the last block may be shorter).
+        causal: bottom-right aligned causal mask.
+        scale: the forward's score scale; multiplies dQ and dK once, at the end.
+        compute: float64 or float32: dtype of S, P, dP, dS, D and the accumulators.
+        round_op: rounds the matmul operands the recurrence makes or reads: P before
+            ``P^T dO``, dS before ``dS K`` and ``dS^T Q``, and dO (whose unrounded values
+            give D). None: no rounding.
+
+    Returns:
+        (dq, dk, dv) with q's, k's and v's shapes, in ``compute`` dtype.
+    """
+    nq, nk = q.shape[-2], k.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    delta = np.einsum("...ij,...ij->...i", do, o)  # D = rowsum(dO * O) [..., Nq]
+    if round_op is not None:
+        do = round_op(do)
+    lse_ref = safe_max(lse)  # blind rows: S is -inf there, so P = exp(-inf) = 0
+    dq = np.zeros(batch + q.shape[-2:], dtype=compute)
+    dk = np.zeros(k.shape, dtype=compute)
+    dv = np.zeros(v.shape, dtype=compute)
+    kt = np.swapaxes(k, -1, -2)
+    for start in range(0, nk, block):
+        stop = min(start + block, nk)
+        r0 = first_row(nq, nk, start, causal)
+        if r0 >= nq:
+            break  # no query sees this key block or any later one: dk = dv = 0 there
+        q_r, do_r = q[..., r0:, :], do[..., r0:, :]
+        k_b, v_b = k[..., start:stop, :], v[..., start:stop, :]
+        # -- recompute P from S and the LSE --
+        s = score_tile(q, kt, start, stop, r0, compute(scale), causal)  # [..., Nq - r0, b]
+        s -= lse_ref[..., r0:, None]
+        p = np.exp(s, out=s)
+        # -- dV_blk = P^T dO --
+        p_op = p if round_op is None else round_op(p)
+        dv[..., start:stop, :] += sum_to(np.matmul(np.swapaxes(p_op, -1, -2), do_r),
+                                         v_b.shape)
+        # -- dS = P * (dO V^T - D) --
+        ds = np.matmul(do_r, np.swapaxes(v_b, -1, -2))
+        ds -= delta[..., r0:, None]
+        ds *= p
+        ds_op = ds if round_op is None else round_op(ds)
+        # -- dQ += dS K_blk; dK_blk = dS^T Q --
+        dq[..., r0:, :] += np.matmul(ds_op, k_b)
+        dk[..., start:stop, :] += sum_to(np.matmul(np.swapaxes(ds_op, -1, -2), q_r), k_b.shape)
+    scale_c = compute(scale)
+    dq *= scale_c
+    dk *= scale_c
+    return sum_to(dq, q.shape), dk, dv
