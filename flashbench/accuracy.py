@@ -39,7 +39,8 @@ import numpy as np
 
 from flashbench.precision import get_precision
 
-__all__ = ["error_stats", "baseline_rule", "BaselineVerdict", "judge", "REL_FLOOR", "to_numpy"]
+__all__ = ["error_stats", "baseline_rule", "BaselineVerdict", "judge", "REL_FLOOR", "to_numpy",
+           "GRAD_FACTOR", "gradient_rule"]
 
 REL_FLOOR = 0.1  # tau = REL_FLOOR * RMS(ref)
 METRICS = ("max_abs", "rmse", "abs_p50", "abs_p99", "rel_p50", "rel_p99", "rel_max")
@@ -139,6 +140,18 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
         passed = bool(kernel_error <= floor)
     return BaselineVerdict(metric, float(kernel_error), float(standard_error), floor,
                            float(factor), float(ratio), passed)
+
+
+GRAD_FACTOR = 3.0  # FlashAttention-2's tests: gradients within 3x, outputs within 2x
+
+
+def gradient_rule(kernel_error: float, standard_error: float, dtype: str,
+                  floor: float | None = None, metric: str = "max_abs") -> BaselineVerdict:
+    """The baseline rule for one gradient (dq, dk or dv): the kernel's error against the
+    float64 gradient within :data:`GRAD_FACTOR` (3) times the same-dtype standard
+    backward's (:func:`flashbench.numerics.standard_model_grad`) plus the same floor."""
+    return baseline_rule(kernel_error, standard_error, dtype, factor=GRAD_FACTOR, floor=floor,
+                         metric=metric)
 
 
 def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs"):

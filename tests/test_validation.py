@@ -5,16 +5,38 @@ import pytest
 
 from flashbench import numerics as M
 from flashbench import reference as R
+from flashbench.validation import attention_shape
 
 q = np.zeros((2, 4, 8))
 k = np.zeros((2, 6, 8))
 v = np.zeros((2, 6, 3))
+
+def _do(q, k, v):
+    """A dO of the output's shape (zeros where the shapes do not make one)."""
+    try:
+        return np.zeros(attention_shape(np.shape(q), np.shape(k), np.shape(v)))
+    except Exception:
+        return np.zeros((2, 4, 3))
+
+
+def _grad(*a, **kw):
+    return R.attention_grad(*a[:3], _do(*a[:3]), *a[3:], **kw)
+
+
+def _online_grad(*a, **kw):
+    do = _do(*a[:3])
+    return R.online_attention_grad(*a[:3], do, do[..., 0], do, *a[3:], **kw)
+
 
 ALL = [
     ("attention", lambda *a, **kw: R.attention(*a, **kw)),
     ("online", lambda *a, **kw: R.online_attention(*a, **kw)),
     ("flash16", lambda *a, **kw: M.flash_model(*a, "fp16", **kw)),
     ("std16", lambda *a, **kw: M.standard_model(*a, "bf16", **kw)),
+    ("grad", _grad),
+    ("online_grad", _online_grad),
+    ("flash_grad16", lambda *a, **kw: M.flash_model_grad(*a[:3], _do(*a[:3]), "fp16", **kw)),
+    ("std_grad16", lambda *a, **kw: M.standard_model_grad(*a[:3], _do(*a[:3]), "bf16", **kw)),
 ]
 
 
@@ -23,7 +45,10 @@ ALL = [
     ((np.zeros(8), k, v), ValueError, r"q must have shape \[..., Nq, d\]"),
     ((q, np.zeros((2, 6, 5)), v), ValueError, "q and k must share the head dim d"),
     ((q, k, np.zeros((2, 5, 3))), ValueError, "k and v must share the key count Nk"),
-    ((np.zeros((3, 4, 8)), k, v), ValueError, "do not broadcast"),
+    ((np.zeros((3, 2, 4, 8)), np.zeros((2, 2, 6, 8)), np.zeros((2, 2, 6, 3))), ValueError,
+     "do not broadcast"),
+    ((np.zeros((3, 4, 8)), k, v), ValueError, r"Hkv=2 heads \(dim -3\), which must divide q's H=3"),
+    ((np.zeros((4, 4, 8)), k, np.zeros((1, 6, 3))), ValueError, "k has 2, v has 1"),
     ((q.astype(complex), k, v), TypeError, "q must be a real numeric array"),
     ((q, np.array([["a"]]), v), TypeError, "k must be a real numeric array"),
     ((q, k, np.zeros((2, 0, 3))), ValueError, "v must have non-empty"),
@@ -43,7 +68,7 @@ def test_bad_block(block, exc):
             fn()
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "float16", None, 16])
+@pytest.mark.parametrize("dtype", ["fp4", "float16", None, 16])
 def test_unknown_dtype(dtype):
     with pytest.raises(ValueError, match="dtype must be one of"):
         M.flash_model(q, k, v, dtype)
@@ -65,10 +90,44 @@ def test_non_finite_inputs_raise_where_checking_is_asked_for(name, fn):
     with pytest.raises(ValueError, match="k has 1 non-finite"):
         fn(ones, bad, v, check_finite=True)
     with np.errstate(all="ignore"):  # not asked: computed as given, no check cost
-        o, _ = fn(ones, bad, v)
-    assert o.shape == (2, 4, 3) and not np.isfinite(np.asarray(o, dtype=float)).all()
+        o, *_ = fn(ones, bad, v)
+    assert o.shape in ((2, 4, 3), (2, 4, 8)) and not np.isfinite(np.asarray(o, dtype=float)).all()
 
 
 def test_empty_softmax_row_is_an_error():
     with pytest.raises(ValueError, match="x must have shape"):
         R.softmax(np.zeros((3, 0)))
+
+
+@pytest.mark.parametrize("name,fn", ALL[:2] + ALL[4:6])
+def test_torch_tensors_are_refused_by_name(name, fn):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"q is a torch.Tensor.*q.detach\(\).cpu\(\).numpy\(\)"):
+        fn(torch.zeros(2, 4, 8, requires_grad=True), k, v)
+    with pytest.raises(TypeError, match="v is a torch.Tensor"):
+        fn(q, k, torch.zeros(2, 6, 3))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(do=np.zeros((2, 4, 4))), r"do must have the output's shape \[..., Nq, dv\] \(2, 4, 3\)"),
+    (dict(o=np.zeros((4, 3))), r"o must have the output's shape"),
+    (dict(lse=np.zeros((2, 3))), r"lse must have the output's row shape \[..., Nq\] \(2, 4\)"),
+])
+def test_gradient_arguments_must_have_the_outputs_shape(bad, match):
+    args = dict(o=np.zeros((2, 4, 3)), lse=np.zeros((2, 4)), do=np.zeros((2, 4, 3)), **{})
+    args.update(bad)
+    with pytest.raises(ValueError, match=match):
+        R.online_attention_grad(q, k, v, args["o"], args["lse"], args["do"])
+    if "do" in bad:
+        for fn in (lambda: R.attention_grad(q, k, v, bad["do"]),
+                   lambda: M.flash_model_grad(q, k, v, bad["do"], "bf16"),
+                   lambda: M.standard_model_grad(q, k, v, bad["do"], "fp32")):
+            with pytest.raises(ValueError, match=match):
+                fn()
+
+
+def test_backward_models_name_the_dtypes_they_cover():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        M.flash_model_grad(q, k, v, np.zeros((2, 4, 3)), "fp8")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        M.standard_model_grad(q, k, v, np.zeros((2, 4, 3)), "float16")

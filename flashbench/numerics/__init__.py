@@ -3,11 +3,15 @@
 - :mod:`flashbench.numerics.forward`: :func:`flash_model` and :func:`standard_model`,
   the forward pass in every dtype of :mod:`flashbench.precision` (rounding points
   documented there).
+- :mod:`flashbench.numerics.backward`: :func:`flash_model_grad` and
+  :func:`standard_model_grad`, the backward pass (rounding points documented there).
 
 Public names are importable from here: ``flashbench.numerics.flash_model``.
 """
 
+from flashbench.numerics.backward import GRAD_DTYPES, flash_model_grad, standard_model_grad
 from flashbench.numerics.forward import flash_model, standard_model
 from flashbench.precision import DTYPES
 
-__all__ = ["flash_model", "standard_model", "DTYPES"]
+__all__ = ["flash_model", "standard_model", "DTYPES", "flash_model_grad",
+           "standard_model_grad", "GRAD_DTYPES"]

@@ -38,7 +38,7 @@ from flashbench.streaming import (
     stream_attention,
     unnormalised_softmax,
 )
-from flashbench.validation import check_block, check_qkv, check_scale
+from flashbench.validation import check_block, check_qkv, check_scale, grouped_query
 
 __all__ = ["flash_model", "standard_model"]
 
@@ -51,6 +51,7 @@ def _rounded_inputs(q, k, v, dtype, scale, check_finite):
     return prec, prec.operand(q), prec.operand(k), prec.operand(v), scale
 
 
+@grouped_query  # k, v with Hkv heads dividing H: grouped-query attention
 def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
                 scale: float | None = None, check_finite: bool = False):
     """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring).
@@ -65,6 +66,7 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
     return prec.store(o), lse
 
 
+@grouped_query
 def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None,
                    check_finite: bool = False):
     """Model of plain (materialised) attention computing in ``dtype`` (module docstring).

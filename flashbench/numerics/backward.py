@@ -1,0 +1,135 @@
+"""Precision models of attention's backward pass: a flash kernel's, and plain autograd's.
+
+Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] and the output
+gradient do [..., Nq, dv] (any real dtype, usually float64), a precision name
+``dtype`` in :data:`GRAD_DTYPES`, and return ``(dq, dk, dv)`` with q's, k's and v's
+shapes in T's storage dtype (float32 for tf32; ml_dtypes.bfloat16 for bf16). "fp64"
+runs them in float64 without rounding: they equal the reference's gradients
+(:func:`flashbench.reference.online_attention_grad` and ``attention_grad``).
+Grouped-query k, v and broadcast leading dims as in the reference.
+
+:func:`flash_model_grad` is a FlashAttention-2 style backward whose tensors are
+stored in T (the backward of :func:`flashbench.numerics.flash_model`):
+
+1. q, k, v, do are rounded to T; O (T) and LSE (fp32) come from ``flash_model``.
+2. Preprocess: ``D = rowsum(dO * O)`` in fp32 from the T values.
+3. Per key block: ``S = (q @ k_blk^T) * scale`` with exact products and fp32
+   accumulation; ``P = exp(S - LSE)`` in fp32 (never stored).
+4. ``dV_blk += T(P)^T @ dO``: P rounded to T before the matmul, fp32 accumulation.
+5. ``dP = dO @ V_blk^T`` in fp32 (T operands).
+6. ``dS = P * (dP - D)`` in fp32 from the unrounded P.
+7. ``dQ += T(dS) @ K_blk`` and ``dK_blk += T(dS)^T @ Q``: dS rounded to T, fp32
+   accumulation (over key blocks for dQ, over query blocks and the query heads of a
+   kv group for dK, dV); dQ and dK are multiplied by ``scale`` once, in fp32.
+8. dq, dk, dv are rounded to T once, at the end.
+
+For tf32 every matmul operand (q, k, v, do, P, dS) is rounded to tf32's 10-bit
+mantissa, as tensor cores do for fp32 inputs; fp32 rounds nothing (IEEE dots).
+
+:func:`standard_model_grad` is what autograd of plain attention does in T (the
+same-dtype reference of FlashAttention's tests, ``attention_ref(..., upcast=False)``
+differentiated by ``torch.autograd``): the backward of
+:func:`flashbench.numerics.standard_model`'s graph, every op's result stored in T:
+
+1. Forward as ``standard_model``: ``S = T(scale * (q @ k^T))`` (fp32 accumulation),
+   ``P = T(softmax(S))`` with the softmax in fp32; P is kept for the backward.
+2. ``dV = T(P^T @ dO)`` and ``dP = T(dO @ V^T)``: matmuls with fp32 accumulation,
+   results rounded to T.
+3. softmax's backward in fp32 from the T values P and dP, rounded to T:
+   ``dS = T(P * (dP - rowsum(P * dP)))``.
+4. ``dq = T(scale * (dS @ K))``, ``dk = T(scale * (dS^T @ Q))`` (fp32 accumulation).
+   Under grouped-query attention (or a broadcast input) each query head's dk, dv is
+   a T result and the group's are summed in fp32, then rounded to T: the backward of
+   an expanded k, v.
+
+FlashAttention's reference scales k instead of S (``reorder_ops``); with
+``scale = 1/sqrt(d)`` a power of two (d = 16, 64, 256) the two are the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashbench.numerics.forward import flash_model
+from flashbench.precision import get_precision
+from flashbench.streaming import masked_scores, unnormalised_softmax
+from flashbench.streaming_bwd import stream_attention_grad
+from flashbench.validation import (
+    attention_shape,
+    check_block,
+    check_qkv,
+    check_scale,
+    check_shaped,
+    grouped_grad,
+    sum_to,
+)
+
+__all__ = ["flash_model_grad", "standard_model_grad", "GRAD_DTYPES"]
+
+# precisions the backward models cover (fp8 training is not modelled)
+GRAD_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+
+
+def _precision(dtype):
+    prec = get_precision(dtype)
+    if prec.name not in GRAD_DTYPES:
+        raise ValueError(f"dtype must be one of {list(GRAD_DTYPES)} for the backward "
+                         f"models, got {dtype!r}")
+    return prec
+
+
+def _inputs(q, k, v, do, dtype, scale, check_finite):
+    prec = _precision(dtype)
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
+    scale = check_scale(scale, q.shape[-1])
+    do = check_shaped(do, "do", attention_shape(q.shape, k.shape, v.shape),
+                      "the output's shape [..., Nq, dv]", finite=check_finite)
+    return prec, q, k, v, do, scale
+
+
+def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = False,
+                     scale: float | None = None, check_finite: bool = False):
+    """Model of a FlashAttention-2 backward computing in ``dtype`` (module docstring).
+
+    ``block``: keys per block, as for :func:`flashbench.numerics.flash_model` (its
+    forward gives O and LSE). Returns (dq, dk, dv) in T's storage dtype.
+    """
+    block = check_block(block)
+    prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
+    o, lse = flash_model(q, k, v, prec.name, block=block, causal=causal, scale=scale)
+    compute = prec.compute
+    o = np.asarray(o).astype(compute)  # O and dO as the kernel reads them from memory
+    dq, dk, dv = grouped_grad(stream_attention_grad, prec.operand(q), prec.operand(k),
+                              prec.operand(v), ((o, -3), (lse.astype(compute), -2),
+                                                (prec.stored(do), -3)),
+                              block=block, causal=causal, scale=scale, compute=compute,
+                              round_op=None if prec.name in ("fp64", "fp32") else prec.operand)
+    return prec.store(dq), prec.store(dk), prec.store(dv)
+
+
+def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
+                        scale: float | None = None, check_finite: bool = False):
+    """Model of autograd through plain attention in ``dtype`` (module docstring).
+
+    Returns (dq, dk, dv) in T's storage dtype.
+    """
+    prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
+    dq, dk, dv = grouped_grad(_standard_grad, prec.operand(q), prec.operand(k),
+                              prec.operand(v), ((prec.operand(do), -3),), causal=causal,
+                              scale=scale, prec=prec)
+    return prec.store(dq), prec.store(dk), prec.store(dv)
+
+
+def _standard_grad(q, k, v, do, *, causal, scale, prec):
+    op, stored = prec.operand, prec.stored
+    e, _ = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=stored))
+    l = e.sum(axis=-1, keepdims=True)
+    p = stored(np.divide(e, l, out=e, where=l != 0))  # P = T(softmax(S)), fp32 softmax
+    dv = sum_to(stored(np.matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
+    dp = stored(np.matmul(do, np.swapaxes(v, -1, -2)))
+    ds = dp - np.einsum("...ij,...ij->...i", p, dp)[..., None]
+    ds = op(stored(ds * p))
+    c = prec.compute(scale)
+    dq = sum_to(stored(c * np.matmul(ds, k)), q.shape)
+    dk = sum_to(stored(c * np.matmul(np.swapaxes(ds, -1, -2), q)), k.shape)
+    return dq, dk, dv
