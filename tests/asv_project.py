@@ -1,8 +1,9 @@
 """Build a throw-away git repository with a tiny asv suite and run real asv on it.
 
 Used by the history tests: results written by asv itself, with string and None
-parameters, skipped and failing benchmarks, samples, two machines and two
-environments ("existing" environments of two different interpreter paths).
+parameters, skipped and failing benchmarks, a timing with a ``shape`` parameter,
+samples, two machines and two environments ("existing" environments of two
+different interpreter paths).
 """
 
 import json
@@ -38,6 +39,16 @@ class Skips:
         if n == 3:
             raise ValueError("n=3 fails")
         return n * n
+
+
+class Shaped:
+    """A timing that records its problem as parameters, as flashbench's suites do."""
+
+    params = (["1x2x64x64x16"], [False, True])
+    param_names = ["shape", "causal"]
+
+    def time_attention(self, shape, causal):
+        sum(range(1000))
 
 
 def time_sum():
@@ -77,9 +88,13 @@ def make_repo(root: Path) -> Path:
     return repo
 
 
-def run_asv(repo: Path, commit: str, machine: str, python: str, *extra: str):
+def run_asv(repo: Path, commit: str, machine: str, python: str, *extra: str,
+            cpu: str | None = None):
+    """asv run of ``commit`` as ``machine``; ``cpu``: the processor asv records in the
+    results (``asv machine --cpu``; without it ``asv machine --yes`` stores none)."""
     env = {**os.environ, "HOME": str(repo)}  # a private ~/.asv-machine.json
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine],
+    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine,
+                    *(["--cpu", cpu] if cpu else [])],
                    cwd=repo, check=True, capture_output=True, env=env)
     r = subprocess.run([sys.executable, "-m", "asv", "run", "-E", f"existing:{python}",
                         "--set-commit-hash", commit, "--machine", machine,

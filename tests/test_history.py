@@ -1,12 +1,16 @@
 """flashbench.history on results written by real asv runs and on hand-made edge cases."""
 
+import ast
+import io
 import json
 import math
+import re
 import shutil
 import site
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,9 +19,22 @@ from asv_project import make_repo, run_asv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashbench.history import ResultsWarning, error_bands, load_results, steps, throughput
+from flashbench.history import (
+    ACCURACY,
+    FIXED_COLUMNS,
+    ResultsWarning,
+    error_bands,
+    load_results,
+    parse_params,
+    steps,
+    throughput,
+    throughput_points,
+)
+from flashbench.inputs import Shape
 
-pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"  # the project's committed asv history (never written here)
+CPU = "Test CPU @ 1.00GHz"
 
 
 def second_interpreter(root):
@@ -39,25 +56,30 @@ def asv_results(tmp_path_factory):
     commits = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, text=True,
                              capture_output=True, check=True).stdout.split()
     py_a, py_b = sys.executable, second_interpreter(root)
-    run_asv(repo, commits[0], "m1", py_a, "--record-samples", "-a", "repeat=3")
-    run_asv(repo, commits[1], "m1", py_a, "--quick")
-    run_asv(repo, commits[1], "m1", py_b, "--quick")
-    run_asv(repo, commits[1], "m2", py_a, "--quick")
+    run_asv(repo, commits[0], "m1", py_a, "--record-samples", "-a", "repeat=3", cpu=CPU)
+    run_asv(repo, commits[1], "m1", py_a, "--quick", cpu=CPU)
+    run_asv(repo, commits[1], "m1", py_b, "--quick", cpu=CPU)
+    run_asv(repo, commits[1], "m2", py_a, "--quick", cpu="Other CPU")
     return repo / "results", commits
 
 
+@pytest.mark.slow
 def test_real_asv_results_load_into_one_tidy_frame(asv_results):
     path, commits = asv_results
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResultsWarning)  # nothing here is corrupt
         df = load_results(path)
-    # 4 results files x (4 Params + 3 Skips + time + peakmem + track_plain) rows
+    # 4 results files x (4 Params + 3 Skips + 2 Shaped + time + peakmem + track_plain) rows
     assert df["file"].nunique() == 4
-    assert len(df) == 4 * (4 + 3 + 3)
+    assert len(df) == 4 * (4 + 3 + 2 + 3)
+    assert list(df.columns[:len(FIXED_COLUMNS)]) == FIXED_COLUMNS
     assert set(df["machine"]) == {"m1", "m2"}
+    # the processor, as asv recorded it in each results file
+    assert set(df.loc[df["machine"] == "m1", "cpu"]) == {CPU}
+    assert set(df.loc[df["machine"] == "m2", "cpu"]) == {"Other CPU"}
     assert df[df["machine"] == "m1"]["env"].nunique() == 2
     assert set(df["commit"]) == set(commits)
-    assert {"word", "maybe", "n"} <= set(df.columns)
+    assert {"word", "maybe", "n", "shape", "causal"} <= set(df.columns)
 
     p = df[df["benchmark"] == "suite.Params.track_len"]
     assert len(p) == 16 and (p["unit"] == "widgets").all() and (p["type"] == "track").all()
@@ -82,15 +104,26 @@ def test_real_asv_results_load_into_one_tidy_frame(asv_results):
     assert df[df["benchmark"] == "suite.peakmem_list"]["unit"].eq("bytes").all()
     assert df["date"].dt.tz is not None
 
+    # a real asv timing with a shape parameter becomes throughput, per machine identity
+    points = throughput_points(df)
+    assert set(points["benchmark"]) == {"suite.Shaped.time_attention"}
+    row = points.iloc[0]
+    flops = Shape.parse("1x2x64x64x16").flops(row["causal"])
+    assert row["tflops"] == pytest.approx(flops / row["value"] * 1e-12)
+    assert row["backend"] == "time_attention" and row["shape"] == "B=1 H=2 Nq=64 Nk=64 d=16"
+    assert len(throughput(df)) == 2 * 2  # (m1 and m2) x causal
+
 
 def write(path, data, raw=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(raw if raw is not None else json.dumps(data))
 
 
-def results_file(results, columns=None):
-    return {"version": 2, "commit_hash": "c" * 40, "env_name": "env", "date": 1700000000000,
-            "params": {"machine": "m"}, "python": "3.11", "requirements": {},
+def results_file(results, columns=None, commit="c" * 40, date=1700000000000, machine="m",
+                 cpu=None):
+    params = {"machine": machine} | ({"cpu": cpu} if cpu else {})
+    return {"version": 2, "commit_hash": commit, "env_name": "env", "date": date,
+            "params": params, "python": "3.11", "requirements": {},
             "result_columns": columns or ["result", "params", "version", "started_at",
                                           "duration", "stats_ci_99_a", "stats_ci_99_b"],
             "results": results}
@@ -129,6 +162,7 @@ def test_hand_made_edge_cases(tmp_path):
         ("bf16", 2, "missing")]
     assert x["value"].iloc[0] == 1.5 and x["value"].iloc[1:].isna().all()
     assert (x["unit"] == "err").all()
+    assert df["cpu"].isna().all()  # no params.cpu recorded: NaN, not an error
     plain = df[df["benchmark"] == "b.plain"].sort_values("value")
     assert list(plain["value"]) == [3.0, 4.0]
     assert math.isnan(plain["ci_99_a"].iloc[0]) and plain["ci_99_b"].iloc[1] == 5.0
@@ -137,17 +171,49 @@ def test_hand_made_edge_cases(tmp_path):
 def test_not_a_directory(tmp_path):
     with pytest.raises(ValueError, match="not a directory"):
         load_results(tmp_path / "nope")
+    with pytest.raises(ValueError, match="not a directory"):
+        load_results([tmp_path, tmp_path / "nope"])
+    with pytest.raises(ValueError, match="no results folder"):
+        load_results([])
 
 
-def synthetic(values, benchmark, params, unit="seconds", machine="m"):
-    """A tidy frame as load_results makes it, for the summaries."""
+def test_several_folders_each_with_its_own_benchmarks_json(tmp_path):
+    """Parameter names and units come from each folder's own benchmarks.json."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a / "benchmarks.json", {"b.T.track_x": {"param_names": ["n"], "unit": "err",
+                                                  "type": "track"}})
+    write(b / "benchmarks.json", {"b.T.track_x": {"param_names": ["size"], "unit": "ulp",
+                                                  "type": "track"}})
+    write(a / "m" / "1.json", results_file({"b.T.track_x": [[1.0, 2.0], [["1", "2"]]]},
+                                           cpu="CPU A"))
+    write(b / "m" / "1.json", results_file({"b.T.track_x": [[3.0, 4.0], [["1", "2"]]]},
+                                           cpu="CPU B", commit="d" * 40))
+    both = load_results([a, b], jobs=1)
+    assert len(both) == 4
+    assert list(both["file"]) == [str(a / "m" / "1.json")] * 2 + [str(b / "m" / "1.json")] * 2
+    assert list(both["unit"]) == ["err", "err", "ulp", "ulp"]
+    assert list(both["n"]) == [1, 2, None, None] and list(both["size"]) == [None, None, 1, 2]
+    assert list(both["cpu"]) == ["CPU A"] * 2 + ["CPU B"] * 2
+    assert list(both["params"]) == ["n=1", "n=2", "size=1", "size=2"]
+    one = load_results(a)
+    assert list(one["file"]) == ["m/1.json"] * 2  # one folder: paths relative to it
+    assert list(both["value"]) == list(one["value"]) + list(load_results(b)["value"])
+    pd.testing.assert_frame_equal(both.drop(columns="samples"),
+                                  load_results([a, b], jobs=2).drop(columns="samples"))
+
+
+def synthetic(values, benchmark, params, unit="seconds", machine="m", cpu="CPU A", start=0):
+    """A tidy frame as load_results makes it, for the summaries (one commit per value)."""
     n = len(values)
-    df = pd.DataFrame({"machine": machine, "env": "e", "commit": [f"{i:040d}" for i in range(n)],
-                       "date": pd.date_range("2026-01-01", periods=n, tz="UTC"),
-                       "file": "f", "benchmark": benchmark, "type": "track", "unit": unit,
-                       "value": values, "status": "ok"} | {k: [v] * n for k, v in params.items()})
-    df.attrs["param_columns"] = list(params)
-    return df
+    label = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return pd.DataFrame({"machine": machine, "cpu": cpu, "env": "e",
+                         "commit": [f"{i:040d}" for i in range(start, start + n)],
+                         "date": pd.date_range("2026-01-01", periods=n, tz="UTC")
+                         + pd.Timedelta(hours=start),
+                         "file": [f"f{i}" for i in range(start, start + n)],
+                         "benchmark": benchmark, "params": label, "type": "track",
+                         "unit": unit, "value": values, "status": "ok"}
+                        | {k: [v] * n for k, v in params.items()})
 
 
 def test_steps_find_a_level_change_and_ignore_noise():
@@ -155,11 +221,11 @@ def test_steps_find_a_level_change_and_ignore_noise():
     flat = 1.0 + 0.01 * rng.standard_normal(30)
     jump = np.r_[flat[:15], flat[15:] * 1.5]
     df = pd.concat([synthetic(flat, "b.flat", {"n": 1}), synthetic(jump, "b.jump", {"n": 1})])
-    df.attrs["param_columns"] = ["n"]
     found = steps(df)
     assert list(found["benchmark"]) == ["b.jump"]
     assert found["commit"].iloc[0] == f"{15:040d}"[:8]
     assert found["change_pct"].iloc[0] == pytest.approx(50, abs=3)
+    assert found["params"].iloc[0] == "n=1" and found["cpu"].iloc[0] == "CPU A"
 
 
 def test_error_bands_and_baseline_ratio():
@@ -171,30 +237,159 @@ def test_error_bands_and_baseline_ratio():
     assert row["commits"] == 4 and row["max"] == 5e-3 and row["latest"] == 5e-3
     assert row["band_lo"] == 1e-3 and row["band_hi"] == 1.1e-3 and not row["inside"]
     assert row["o_ratio"] == 2.5
+    assert row["params"] == "kernel='triton', dtype='bf16', causal=False"
+    assert ACCURACY.search("a.TrackAccuracy.track_o_max_abs")["metric"] == "o_max_abs"
 
 
-def test_throughput_from_device_times_and_peak():
+def test_two_processors_under_one_machine_name_are_two_machines():
+    """An Intel host and then an AMD host got the same name: grouped by name alone the
+    switch would read as a 2x slowdown (a step) and one wide error band; by
+    (machine, cpu), two steady machines."""
+    intel, amd = "Intel(R) Xeon(R) Processor", "AMD EPYC 7B13 64-Core Processor"
+    acc, timing, peaks = [], [], []
+    for k in range(24):
+        cpu, fast = (intel, 1.0) if k < 12 else (amd, 2.0)
+        kw = {"machine": "cpu-x86_64-2cpu-24gb", "cpu": cpu, "start": k}
+        acc.append(synthetic([fast * 1e-3], "a.TrackAccuracy.track_o_max_abs",
+                             {"kernel": "triton", "dtype": "bf16", "causal": False}, "err", **kw))
+        timing.append(synthetic([fast * 1e-3], "g.TimeX.time_fwd",
+                                {"backend": "triton", "dtype": "bf16",
+                                 "shape": "1x8x1024x1024x64", "causal": False}, **kw))
+        peaks.append(synthetic([1e-3 / fast], "g.TrackMatmulPeak.track_matmul",
+                               {"n": 1024, "dtype": "bf16"}, **kw))
+    df = pd.concat(acc + timing + peaks, ignore_index=True)
+    bands = error_bands(df)
+    assert len(bands) == 2 and set(bands["cpu"]) == {intel, amd}
+    assert list(bands.set_index("cpu").loc[[intel, amd], "p50"]) == [1e-3, 2e-3]
+    assert bands["inside"].all()  # each processor is steady on its own
+    trend = throughput(df)
+    assert len(trend) == 2 and set(trend["cpu"]) == {intel, amd}
+    assert (trend["change_pct"] == 0).all()
+    flops = Shape(1, 8, 1024, 1024, 64).flops()
+    latest = trend.set_index("cpu")["latest"]
+    assert latest[intel] == pytest.approx(flops / 1e-3 * 1e-12)
+    assert latest[amd] == pytest.approx(flops / 2e-3 * 1e-12)
+    # % of the same run's matmul peak: each run against its own processor's peak
+    peak = {intel: 2 * 1024**3 / 1e-3 * 1e-12, amd: 2 * 1024**3 / 5e-4 * 1e-12}
+    for cpu in (intel, amd):
+        assert trend.set_index("cpu").loc[cpu, "latest_pct_peak"] == pytest.approx(
+            100 * latest[cpu] / peak[cpu])
+    assert steps(df).empty
+    mixed = df.assign(cpu=intel)  # as if only the name told machines apart
+    assert set(steps(mixed)["commit"]) == {f"{12:040d}"[:8]}
+    band = error_bands(mixed)  # one band twice as wide, spanning both processors
+    assert len(band) == 1 and (band["band_lo"].iloc[0], band["band_hi"].iloc[0]) == (1e-3, 2e-3)
+    assert (bands["band_lo"] == bands["band_hi"]).all()
+
+
+def test_throughput_from_shape_causal_and_direction_parameters():
+    """FLOPs from the recorded problem, whatever the suite: Shape.parse(shape).flops."""
+    params = {"kernel": "triton", "dtype": "fp16", "shape": "2x4/2x256x512x64",
+              "causal": True, "direction": "fwd+bwd", "block": 64}
+    t = synthetic([4e-3, 2e-3], "x.TimeAnything.time_it", params)
+    other = synthetic([1e-3, 1e-3], "x.TimeAnything.time_other",
+                      {"shape": "1x1x128x128x32", "causal": False})
+    not_time = synthetic([5.0, 5.0], "x.Track.track_bytes",
+                         {"shape": "1x1x128x128x32"}, unit="bytes")
+    bad = synthetic([1.0, 1.0], "x.TimeAnything.time_bad", {"shape": "not a shape"})
+    df = pd.concat([t, other, not_time, bad], ignore_index=True)
+    trend = throughput(df).set_index("backend")
+    assert set(trend.index) == {"triton", "time_other"}  # kernel column, else the method
+    # bottom-right causal, Nq=256 < Nk=512: query i sees i + 257 keys
+    pairs = sum(i + 257 for i in range(256))
+    flops = 3.5 * 4 * 2 * 4 * 64 * pairs  # fwd+bwd = 3.5 forwards, per query head
+    row = trend.loc["triton"]
+    assert row["first"] == pytest.approx(flops / 4e-3 * 1e-12)
+    assert row["latest"] == pytest.approx(flops / 2e-3 * 1e-12) == row["best"]
+    assert row["change_pct"] == pytest.approx(100)
+    assert row["shape"] == "B=2 H=4 Hkv=2 Nq=256 Nk=512 d=64"
+    assert (row["direction"], row["causal"], row["variant"]) == ("fwd+bwd", True, "block=64")
+    assert math.isnan(row["latest_pct_peak"])  # no matmul peak recorded
+    assert trend.loc["time_other", "latest"] == pytest.approx(
+        4 * 128 * 128 * 32 / 1e-3 * 1e-12)
+
+
+def test_legacy_results_keep_their_throughput():
+    """Results from before suites recorded a shape: TrackDeviceTime(N, d) ran
+    B = 16384 // N, H = 16; the old matmul peak is track_matmul_bf16_8192."""
     shape = {"backend": "triton", "dtype": "bf16", "N": 4096, "d": 128, "causal": False}
     t = synthetic([2e-3, 1e-3], "g.TrackDeviceTime.track_device_time", shape)
     peak = synthetic([2 * 8192**3 / 800e12] * 2, "g.TrackMatmulPeak.track_matmul_bf16_8192", {})
-    df = pd.concat([t, peak])
-    df.attrs["param_columns"] = list(shape)
-    out = throughput(df).iloc[0]
+    out = throughput(pd.concat([t, peak])).iloc[0]
     flops = 4 * 4 * 16 * 4096 * 4096 * 128  # B = 16384 // 4096 = 4, H = 16
     assert out["first"] == pytest.approx(flops / 2e-3 / 1e12)
     assert out["latest"] == pytest.approx(flops / 1e-3 / 1e12) == out["best"]
     assert out["change_pct"] == pytest.approx(100)
     assert out["latest_pct_peak"] == pytest.approx(100 * out["latest"] / 800)
+    assert out["shape"] == "B=4 H=16 Nq=4096 Nk=4096 d=128" and out["variant"] == ""
+    # the same problem recorded the new way continues the same series
+    new = synthetic([1e-3], "g.TrackDeviceTime.track_device_time",
+                    {"backend": "triton", "dtype": "bf16", "shape": "4x16x4096x4096x128",
+                     "causal": False}, start=2)
+    both = throughput(pd.concat([t, peak, new]))
+    assert len(both) == 1 and both["commits"].iloc[0] == 3
 
 
+def _benchmarks_json_at_head() -> dict:
+    """benchmarks.json as asv writes it for the suites in benchmarks/ at HEAD."""
+    from asv_runner.discovery import list_benchmarks
+
+    buffer = io.StringIO()
+    list_benchmarks(str(ROOT / "benchmarks"), buffer)
+    return {b["name"]: b for b in json.loads(buffer.getvalue())} | {"version": 2}
+
+
+@pytest.mark.slow
+def test_committed_results_read_alike_after_the_suites_changed(tmp_path):
+    """Once asv rewrites benchmarks.json for today's suites (shape, dtype parameters),
+    the committed results still read under their own parameter names (suites.LEGACY)
+    and give the same figures."""
+    before = load_results(RESULTS)
+    copy = tmp_path / "results"
+    shutil.copytree(RESULTS, copy)
+    head = _benchmarks_json_at_head()
+    assert head["bench_backends.TimeCPUBackend.time_backend"]["param_names"][2] == "shape"
+    (copy / "benchmarks.json").write_text(json.dumps(head))
+    after = load_results(copy)
+    assert list(after["params"]) == list(before["params"])
+    for name in ("N", "d", "impl", "kernel", "block"):
+        assert list(after[name]) == list(before[name])
+    pd.testing.assert_frame_equal(throughput(after), throughput(before))
+    pd.testing.assert_frame_equal(error_bands(after), error_bands(before))
+    assert len(throughput(before)) == 24  # one-shot, streamed, torch-naive, torch-sdpa x 6
+
+
+def _suite_classes() -> set[str]:
+    """Classes in benchmarks/*.py that hold asv benchmarks (time_, track_, peakmem_...)."""
+    prefixes = ("time_", "timeraw_", "track_", "peakmem_", "mem_")
+    found = set()
+    for path in (ROOT / "benchmarks").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, ast.FunctionDef) and f.name.startswith(prefixes)
+                    for f in node.body):
+                found.add(node.name)
+    return found
+
+
+def test_suite_names_appear_only_in_history_suites():
+    names = _suite_classes()
+    assert {"TrackAccuracy", "TrackMatmulPeak", "TimeAttention"} <= names
+    pattern = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b")
+    suites = ROOT / "flashbench" / "history" / "suites.py"
+    assert pattern.search(suites.read_text())
+    offenders = {str(p.relative_to(ROOT)): sorted(set(pattern.findall(p.read_text())))
+                 for p in (ROOT / "flashbench").rglob("*.py")
+                 if p != suites and pattern.search(p.read_text())}
+    assert not offenders, f"suite names outside flashbench/history/suites.py: {offenders}"
+
+
+@pytest.mark.slow
 def test_history_cli_on_the_committed_results(tmp_path):
-    from pathlib import Path
-
     from flashbench.cli import main
 
-    results = Path(__file__).resolve().parents[1] / "results"
-    assert any(results.glob("*/*.json")), "results/ holds the project's asv history"
-    rc = main(["history", str(results), "--out", str(tmp_path)])
+    assert any(RESULTS.glob("*/*.json")), "results/ holds the project's asv history"
+    rc = main(["history", str(RESULTS), "--out", str(tmp_path)])
     assert rc == 0
     report = (tmp_path / "report.md").read_text()
     for heading in ("## Accuracy bands", "## Throughput", "## Steps"):
@@ -204,14 +399,16 @@ def test_history_cli_on_the_committed_results(tmp_path):
     for png in ("errors.png", "tflops.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     tidy = pd.read_csv(tmp_path / "results.csv")
-    assert {"machine", "commit", "benchmark", "value", "status", "kernel", "dtype"} <= set(tidy)
+    assert {"machine", "cpu", "commit", "benchmark", "value", "status", "kernel",
+            "dtype"} <= set(tidy)
     assert tidy["commit"].nunique() >= 2
-    frame = load_results(results)  # samples (asv --record-samples) round-trip through the CSV
+    frame = load_results(RESULTS)  # samples (asv --record-samples) round-trip through the CSV
     row = frame["samples"].map(lambda x: x is not None).to_numpy().nonzero()[0][0]
     text = tidy["samples"].iloc[row]
     assert [float(x) for x in text.split(";")] == frame["samples"].iloc[row].tolist()
 
 
+@pytest.mark.slow
 def test_parallel_load_gives_the_same_frame(asv_results, tmp_path):
     """Workers (forked) read contiguous chunks; merged, the frame equals a serial load."""
     path, _ = asv_results
@@ -231,6 +428,7 @@ def test_parallel_load_gives_the_same_frame(asv_results, tmp_path):
     assert partial["file"].nunique() == 3 and len(partial.attrs["skipped_files"]) == 1
 
 
+@pytest.mark.slow
 def test_params_label_names_each_combination(asv_results):
     path, _ = asv_results
     df = load_results(path)
@@ -239,6 +437,16 @@ def test_params_label_names_each_combination(asv_results):
                                 "word='b', maybe=None", "word='b', maybe=1"}
     assert set(df.loc[df["benchmark"] == "suite.track_plain", "params"]) == {""}
     assert isinstance(df["params"].dtype, pd.CategoricalDtype)
+    for label, word, maybe in p[["params", "word", "maybe"]].itertuples(index=False):
+        assert parse_params(label) == {"word": word, "maybe": maybe}
+
+
+def test_parse_params_reads_asv_labels_back():
+    assert parse_params("") == {}
+    assert parse_params("kernel='a, b', causal=True, n=3, x=None") == {
+        "kernel": "a, b", "causal": True, "n": 3, "x": None}
+    assert parse_params("n=<object at 0x1>") is None
+    assert parse_params(float("nan")) is None
 
 
 def test_malformed_entries_and_odd_values_are_reported(tmp_path):
@@ -260,15 +468,15 @@ def test_malformed_entries_and_odd_values_are_reported(tmp_path):
 
 def test_json_readers_agree_on_nan_and_infinity():
     """yyjson (fast path) and the standard library read asv's NaN / Infinity alike."""
-    from flashbench.history import _parse_json
+    from flashbench.history.files import parse_json
 
     raw = json.dumps({"r": [float("nan"), float("inf"), -float("inf"), None, 1.5, "NaN"]})
-    fast = _parse_json(raw.encode())["r"]
+    fast = parse_json(raw.encode())["r"]
     slow = json.loads(raw)["r"]
     assert math.isnan(fast[0]) and fast[1:] == slow[1:] == [math.inf, -math.inf, None, 1.5,
                                                             "NaN"]
     with pytest.raises(ValueError):
-        _parse_json(b'{"version": 2, "results": {"a": [1,')
+        parse_json(b'{"version": 2, "results": {"a": [1,')
 
 
 @settings(max_examples=60, deadline=None)
@@ -276,7 +484,7 @@ def test_json_readers_agree_on_nan_and_infinity():
                           st.sampled_from([0.5, 0.995, 1.0, 1.5])), min_size=1, max_size=6),
        st.integers(0, 2**32 - 1))
 def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
-    from flashbench.history import _maybe_steps, _screen
+    from flashbench.history.steps import maybe_steps, screen
 
     rng = np.random.default_rng(seed)
     parts = []
@@ -286,8 +494,8 @@ def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
             x[at:] *= factor
         parts.append(x)
     lengths = np.array([len(x) for x in parts], dtype=np.int64)
-    got = _screen(np.concatenate(parts), lengths, 0.01)
-    want = [len(x) >= 3 and _maybe_steps(x, 0.01) for x in parts]
+    got = screen(np.concatenate(parts), lengths, 0.01)
+    want = [len(x) >= 3 and maybe_steps(x, 0.01) for x in parts]
     assert list(got) == want
 
 
@@ -295,11 +503,11 @@ def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
 @given(st.lists(st.integers(-1, 4), max_size=40))
 def test_sample_views_match_their_slices(counts):
     """Rows in runs of equal sample counts become views; each equals its own slice."""
-    from flashbench.history import _sample_arrays
+    from flashbench.history.frame import sample_arrays
 
     counts = np.array(counts, dtype=np.int64)
     flat = np.arange(counts[counts > 0].sum(), dtype=float)
-    out = _sample_arrays(flat, counts)
+    out = sample_arrays(flat, counts)
     start = 0
     for count, got in zip(counts, out, strict=True):
         if count < 0:
@@ -312,13 +520,13 @@ def test_sample_views_match_their_slices(counts):
 
 def test_plots_order_commits_by_date_not_by_hash():
     """The label columns are Categoricals sorted by hash; the plots' x axis is history."""
-    from flashbench.history_report import _commit_order, by_commit
+    from flashbench.history.plots import by_commit, commit_order
 
     commits = ["f" * 40, "a" * 40, "c" * 40]  # date order; hash order would be a, c, f
     df = pd.DataFrame({"commit": pd.Categorical(commits),
                        "date": pd.date_range("2026-01-01", periods=3, tz="UTC"),
                        "value": [1.0, 2.0, 3.0]})
-    order = _commit_order(df)
+    order = commit_order(df)
     assert order == {"f" * 40: 0, "a" * 40: 1, "c" * 40: 2}
     shuffled = by_commit(df.iloc[[2, 0, 1]], order)
     assert list(shuffled["x"]) == [0, 1, 2] and list(shuffled["value"]) == [1.0, 2.0, 3.0]
@@ -328,10 +536,129 @@ def test_commit_categories_follow_history_not_hash(tmp_path):
     """Sorting by commit (or by a mapping of it) sorts by the date of its results."""
     for commit, day in (("f" * 40, 1), ("a" * 40, 2), ("c" * 40, 3)):
         write(tmp_path / "m" / f"{commit[:8]}.json",
-              results_file({"b.plain": [[float(day)]]})
-              | {"commit_hash": commit, "date": 1700000000000 + day * 86_400_000})
+              results_file({"b.plain": [[float(day)]]}, commit=commit,
+                           date=1700000000000 + day * 86_400_000))
     df = load_results(tmp_path)
     assert list(df["commit"].cat.categories) == ["f" * 40, "a" * 40, "c" * 40]
     assert list(df.sort_values("commit")["value"]) == [1.0, 2.0, 3.0]
     short = df["commit"].map(lambda c: c[:8])  # an injective mapping keeps the order
     assert list(df.assign(s=short).sort_values("s")["value"]) == [1.0, 2.0, 3.0]
+
+
+# --------------------------------------------------------------------------- the CLI
+
+def tiny_results(root: Path, commits: int = 3) -> Path:
+    """A results folder: an accuracy track and a timing with a shape, ``commits`` runs."""
+    write(root / "benchmarks.json", {
+        "a.TrackAccuracy.track_o_max_abs": {"param_names": ["kernel", "dtype", "shape"],
+                                            "unit": "max |O - O_fp64|", "type": "track"},
+        "t.TimeX.time_fwd": {"param_names": ["shape", "causal"], "unit": "seconds",
+                             "type": "time"}})
+    for k in range(commits):
+        write(root / "m" / f"{k:08x}-env.json", results_file({
+            "a.TrackAccuracy.track_o_max_abs": [[1e-3, 2e-3], [["'triton'"],
+                                                               ["'fp16'", "'bf16'"],
+                                                               ["'1x2x64x64x16'"]]],
+            "t.TimeX.time_fwd": [[1e-4, 6e-5], [["'1x2x64x64x16'"], ["False", "True"]]]},
+            commit=f"{k:08x}" + "0" * 32, date=1700000000000 + k * 60000, cpu="CPU A"))
+    return root
+
+
+def run_cli(argv, capsys):
+    """(exit status, stdout, stderr) of ``flashbench`` with ``argv``."""
+    from flashbench.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's parser.exit for errors
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def refused(rc, err, *words):
+    """Exit 2 with one line naming the problem, never a traceback."""
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flashbench history: error:"), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0]
+
+
+def test_history_out_writes_into_new_empty_or_report_folders(tmp_path, capsys):
+    results = tiny_results(tmp_path / "results")
+    new = tmp_path / "new" / "report"  # created, parents too
+    rc, out, _ = run_cli(["history", str(results), "--out", str(new)], capsys)
+    assert rc == 0 and "## Throughput" in out
+    assert (new / ".flashbench-history").exists() and (new / "report.md").exists()
+    rc, _, _ = run_cli(["history", str(results), "--out", str(new)], capsys)
+    assert rc == 0  # a previous report: overwritten
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_cli(["history", str(results), "--out", str(empty)], capsys)[0] == 0
+    assert {p.name for p in empty.iterdir()} >= {"report.md", "results.csv", "steps.csv"}
+
+
+def test_history_out_never_overwrites_a_users_files(tmp_path, capsys, monkeypatch):
+    results = tiny_results(tmp_path / "results")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes\n")
+    (mine / "results.csv").write_text("my,data\n")
+    rc, _, err = run_cli(["history", str(results), "--out", str(mine)], capsys)
+    refused(rc, err, str(mine), "--force")
+    assert (mine / "report.md").read_text() == "my notes\n"
+    assert (mine / "results.csv").read_text() == "my,data\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md", "results.csv"]
+
+    a_file = tmp_path / "a-file.txt"
+    a_file.write_text("keep me\n")
+    rc, _, err = run_cli(["history", str(results), "--out", str(a_file)], capsys)
+    refused(rc, err, "is a file")
+    assert a_file.read_text() == "keep me\n"
+
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, _, err = run_cli(["history", str(results), "--out", ""], capsys)
+    refused(rc, err, "--out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written here
+
+    rc, _, _ = run_cli(["history", str(results), "--out", str(mine), "--force"], capsys)
+    assert rc == 0 and "# flashbench history" in (mine / "report.md").read_text()
+
+
+@pytest.mark.parametrize("contents", ["empty", "machine.json only", "null results",
+                                      "corrupt only"])
+def test_history_on_a_folder_without_results(tmp_path, capsys, contents):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    if contents != "empty":
+        write(folder / "m" / "machine.json", {"machine": "m", "version": 1})
+    if contents == "null results":
+        write(folder / "m" / "c-env.json", results_file({"b.T.track_x": [[None, None],
+                                                                        [["1", "2"]]]}))
+    if contents == "corrupt only":
+        write(folder / "m" / "c-env.json", None, raw='{"version": 2, "results": {')
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultsWarning)
+        rc, _, err = run_cli(["history", str(folder), "--out", str(out)], capsys)
+    refused(rc, err, f"no results in {folder}")
+    assert not out.exists()  # nothing written
+
+
+def test_history_cli_reads_several_folders_and_names_shared_machines(tmp_path, capsys):
+    a = tiny_results(tmp_path / "a")
+    b = tiny_results(tmp_path / "b")
+    for path in (b / "m").glob("*.json"):  # the same machine name, another processor
+        data = json.loads(path.read_text())
+        data["params"]["cpu"] = "CPU B"
+        path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    rc, text, _ = run_cli(["history", str(a), str(b), "--out", str(out)], capsys)
+    assert rc == 0
+    assert "machine name `m` holds results of 2 processors (CPU A; CPU B)" in text
+    trend = pd.read_csv(out / "throughput.csv")
+    assert len(trend) == 2 * 2 and set(trend["cpu"]) == {"CPU A", "CPU B"}
+    assert (out / "errors.png").exists() and (out / "tflops.png").exists()
