@@ -1,50 +1,59 @@
 """FlashAttention-2 style fused forward kernel in Triton.
 
-One program computes one block of BLOCK_M query rows of one (batch, head): it
+One program computes one block of BLOCK_M query rows of one (batch, query head): it
 streams BLOCK_N-key blocks of K and V through the (m, l) recurrence in fp32, in the
-log2 domain (``log2(e)`` is folded into the softmax scale so every exponential is an
-``exp2``), divides by l once at the end, writes O in q's dtype and the natural-log
-LSE in fp32.
+log2 domain, divides by l once at the end, writes O in q's dtype and the
+natural-log LSE in fp32. The names (m_new, m_ref, alpha, p) are those of the NumPy
+recurrence in :mod:`flashbench.streaming`.
 
-Key blocks are visited in two phases:
+- Scale: ``qk_scale = scale * log2(e)`` is applied once per score, fused into the
+  exponent: ``p = exp2(qk * qk_scale - m)`` (one fused multiply-add), the running
+  maximum taken on raw scores times ``qk_scale``. A scale <= 0 is turned into a
+  positive one on the host (q negated, or zeroed for scale 0), so the kernel's
+  masked -inf scores stay -inf.
+- Masking: key blocks are visited in two phases: blocks every row of the query block
+  sees whole (no mask), then blocks on the causal diagonal or holding Nk's ragged
+  tail (masked). With ``causal=True`` (bottom-right aligned: query i sees key j iff
+  ``j <= i + Nk - Nq``) blocks wholly above the diagonal are never loaded. Rows that
+  see no key keep ``l = 0`` and finish with O = 0 and LSE = -inf.
+- Grid: axis 0 is batch x head (up to 2^31 - 1 programs), axis 1 the query blocks,
+  heaviest (last) causal blocks first. Batch and head offsets are 64-bit.
+- Grouped-query attention: k, v may have Hkv heads where Hkv divides H; query head h
+  reads kv head ``h // (H // Hkv)`` in place (no expanded copy).
 
-1. blocks every row of the query block sees whole: no mask at all;
-2. blocks that straddle the causal diagonal or hold the ragged tail of Nk: masked.
-
-With ``causal=True`` (bottom-right aligned: query i sees key j iff
-``j <= i + Nk - Nq``) blocks wholly above the diagonal are never loaded. Rows that
-see no key keep ``l = 0`` and finish with O = 0 and LSE = -inf.
-
-Where it runs. On a machine with a CUDA GPU the kernel is compiled and autotuned
-(BLOCK_M, BLOCK_N, warps, stages) per (Nq, Nk, d, causal, dtype). Without one,
-importing this module sets ``TRITON_INTERPRET=1``, so Triton's interpreter runs the
-same kernel on CPU tensors with numpy, with fixed INTERPRETER_BLOCK x INTERPRETER_BLOCK
-tiles: correct, and far too slow to time. The interpreter's ``tl.dot`` on bfloat16
-operands is broken (triton issue 11584), so in interpreter mode only bf16 operands
-are upcast to fp32 before each dot: bf16 x bf16 products are exact in fp32 and the
-dot accumulates in fp32 either way, so the result is the one the GPU computes.
+Where it runs (:mod:`flashbench.kernels.launch`): CUDA tensors run the compiled
+kernel, autotuned over pruned Hopper configs for 16-bit operands
+(:mod:`flashbench.kernels.configs`), one fixed config for fp32; CPU tensors run the
+same kernel under Triton's interpreter, chosen for this kernel alone (the process's
+``TRITON_INTERPRET`` is never touched): correct, and far too slow to time. The
+interpreter's ``tl.dot`` on bfloat16 operands is wrong (triton issue 11584), so in
+interpreter mode only, bf16 operands are upcast to fp32 before each dot: bf16 x bf16
+products are exact in fp32 and the dot accumulates in fp32 either way, so the result
+is the one the GPU computes.
 """
 
 from __future__ import annotations
 
-import math
-import os
-
 import torch
+import triton
+import triton.language as tl
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1" or not torch.cuda.is_available()
-if INTERPRET:  # must be set before the kernels below are decorated
-    os.environ["TRITON_INTERPRET"] = "1"
+from flashbench.kernels import configs as _configs
+from flashbench.kernels.checks import check_tensors
+from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
+from flashbench.validation import check_scale
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from flashbench.kernels.checks import check_tensors  # noqa: E402
+__all__ = ["triton_attention", "forward", "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-LOG2E = 1.4426950408889634
-INTERPRETER_BLOCK = 128  # tests may lower it to cross more block edges
+LOG2E = 1.4426950408889634  # 1 / ln 2 (the kernel multiplies by ln 2 = 0.693... at the end)
+# True when the kernel runs interpreted here by default (no CUDA GPU): read once at
+# import, without side effects; each call still decides from its tensors' device.
+INTERPRET = default_interpreted()
+# Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
+INTERPRETER_BLOCK_M = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_M"]
+INTERPRETER_BLOCK_N = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_N"]
 
 
 @triton.jit
@@ -55,31 +64,36 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
     """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
         v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        # -- S = Q K^T (raw scores; the scale is folded into the exponent) --
         if MASKED:
             k = tl.load(k_ptrs, mask=cols[None, :] < n_k, other=0.0)
-            v = tl.load(v_ptrs, mask=cols[:, None] < n_k, other=0.0)
         else:
             k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
         if UPCAST:
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
             qk = tl.dot(q, k, input_precision=PRECISION)
-        qk = qk * qk_scale  # log2 domain
         if MASKED:
             keep = cols[None, :] < n_k
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
             qk = tl.where(keep, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # -- update m_i and l_i (log2 domain: m is max(qk) * qk_scale) --
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        p = tl.math.exp2(qk - m_ref[:, None])
+        p = tl.math.exp2(qk * qk_scale - m_ref[:, None])  # one fused multiply-add per score
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
+        # -- update the output accumulator --
         acc = acc * alpha[:, None]
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_k, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
         if UPCAST:
             acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc,
                          input_precision="ieee")
@@ -89,31 +103,35 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
     return acc, l_i, m_i
 
 
-@triton.jit
 def _attn_fwd(Q, K, V, O, LSE,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
-              H, N_Q, N_K, qk_scale,
+              H, GROUP, N_Q, N_K, qk_scale,
               HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
               UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    start_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
-    off_b = off_bh // H
+    off_bh = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: launch them first
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(1)
+    off_b = (off_bh // H).to(tl.int64)
     off_h = off_bh % H
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    off_hkv = (off_h // GROUP).to(tl.int64)  # grouped-query: query head h reads kv head h // GROUP
+    off_h = off_h.to(tl.int64)
+    offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
 
     q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh
               + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)
-    k_base = K + off_b * stride_kb + off_h * stride_kh
-    v_base = V + off_b * stride_vb + off_h * stride_vh
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
 
     # Phase 1 covers [0, full): blocks inside Nk that every row of this query block sees.
     # Phase 2 covers [full, hi): blocks on the diagonal or holding Nk's ragged tail.
@@ -133,6 +151,7 @@ def _attn_fwd(Q, K, V, O, LSE,
                                      causal_offset, qk_scale, BLOCK_N, True, CAUSAL,
                                      PRECISION, UPCAST)
 
+    # -- epilogue: one division by l; LSE back to natural log --
     blind = l_i == 0.0  # rows that saw no key; a NaN l (non-finite input) stays NaN
     l_safe = tl.where(blind, 1.0, l_i)
     acc = acc / l_safe[:, None]
@@ -142,24 +161,89 @@ def _attn_fwd(Q, K, V, O, LSE,
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + off_bh * N_Q + offs_m, lse, mask=row_ok)
+    tl.store(LSE + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
-def _gpu_configs():
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (64, 128)
-        for bn in (32, 64, 128)
-        for w in (4, 8)
-        for s in (2, 3, 4)
-        if not (bm == 128 and bn == 128 and s == 4)
-    ]
+FORWARD = TritonKernel(
+    _attn_fwd, name="attn_fwd",
+    do_not_specialize=("H", "GROUP", "N_Q", "N_K"),
+    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION"),
+    prune=_configs.prune_forward,
+)
 
 
-if not INTERPRET:
-    _attn_fwd_tuned = triton.autotune(
-        configs=_gpu_configs(), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION"]
-    )(_attn_fwd)
+def _check_heads(q, k, v) -> None:
+    """Grouped-query head counts: k and v share Hkv, and Hkv divides q's H."""
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return  # check_tensors words those errors
+    h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
+    if hk != hv:
+        raise ValueError(f"k and v must have the same number of kv heads: k has {hk}, v has {hv}")
+    if h % hk:
+        raise ValueError(f"the kv heads must divide the query heads: q has H={h} heads, "
+                         f"k and v have Hkv={hk}")
+
+
+def _validate(q, k, v, scale, allow_tf32) -> float:
+    _check_heads(q, k, v)
+    kk, vv = k, v
+    if isinstance(k, torch.Tensor) and k.dim() == 4 and k.shape[1] != q.shape[1]:
+        # validate the rest as if k, v had H heads (views with stride 0: no copy)
+        kk = k[:, :1].expand(k.shape[0], q.shape[1], *k.shape[2:])
+        vv = v[:, :1].expand(v.shape[0], q.shape[1], *v.shape[2:])
+    check_tensors(q, kk, vv, dtypes=DTYPES, head_dims=HEAD_DIMS)
+    if v.shape[-1] != q.shape[-1]:
+        raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
+    if allow_tf32 and q.dtype != torch.float32:
+        raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
+    if q.device.type not in ("cpu", "cuda", "meta"):
+        raise ValueError(f"q, k, v must be CUDA tensors (compiled kernel) or CPU tensors "
+                         f"(Triton interpreter), got {q.device}")
+    return check_scale(scale, q.shape[-1])
+
+
+def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
+            allow_tf32: bool = False, config: Config | str | None = None):
+    """Launch the forward kernel: ``(o, lse, config)``. For reuse by other kernels' code
+    (the backward needs o and lse) and by the GPU script (the config chosen).
+
+    ``config``: None autotunes 16-bit operands on a GPU (fp32: its fixed config);
+    ``"fixed"`` takes the fixed config (:func:`flashbench.kernels.configs.fixed_config`);
+    a :class:`Config` is launched as given (also under the interpreter, where None
+    means the interpreter tiles ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N``).
+    Returns the config the compiled kernel ran with (interpreter: the tiles).
+    """
+    scale = _validate(q, k, v, scale, allow_tf32)
+    if scale <= 0:  # keep the kernel's folded scale positive (see module docstring)
+        q = torch.zeros_like(q) if scale == 0 else -q
+        scale = 1.0 if scale == 0 else -scale
+    B, H, n_q, d = q.shape
+    n_k = k.shape[-2]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            H, H // k.shape[1], n_q, n_k, scale * LOG2E)
+    interpreted = interpreted_for(q.device)
+    # IEEE fp32 dots where fp32 accuracy is promised; 16-bit operands take the default
+    # ("tf32", which only affects fp32 operands) so their tensor-core path is untouched.
+    ieee = q.dtype == torch.float32 and not allow_tf32
+    constexprs = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION="ieee" if ieee else "tf32",
+                      UPCAST=interpreted and q.dtype == torch.bfloat16)
+
+    def grid(meta):
+        return (B * H, triton.cdiv(n_q, meta["BLOCK_M"]))
+
+    if config == "fixed" or (config is None and q.dtype == torch.float32 and not interpreted):
+        config = _configs.fixed_config(d, q.dtype)
+    elif isinstance(config, str):
+        raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
+    tiles = Config.of(num_warps=1, num_stages=1, BLOCK_M=INTERPRETER_BLOCK_M,
+                      BLOCK_N=INTERPRETER_BLOCK_N)
+    used = FORWARD.launch(grid, args, constexprs, device=q.device, config=config,
+                          configs=None if config is not None else
+                          _configs.candidates(d, q.dtype),
+                          interpret_config=tiles)
+    return o, lse, used
 
 
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -167,12 +251,13 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     """Fused attention forward: ``softmax(q k^T * scale) v`` and its LSE.
 
     Args:
-        q: [B, H, Nq, d]; k: [B, H, Nk, d]; v: [B, H, Nk, d]. One dtype among float16,
-            bfloat16, float32; d in (16, 32, 64, 128, 256); any strides; CUDA tensors,
-            or CPU tensors when running under the Triton interpreter (no GPU present:
-            see the module docstring).
+        q: [B, H, Nq, d]; k: [B, Hkv, Nk, d]; v: [B, Hkv, Nk, d], Hkv dividing H
+            (grouped-query attention: query head h reads kv head h // (H // Hkv);
+            Hkv == H is plain attention). One dtype among float16, bfloat16, float32;
+            d in (16, 32, 64, 128, 256); any strides. CUDA tensors run the compiled
+            kernel; CPU tensors run it under the Triton interpreter (accuracy only).
         causal: bottom-right aligned mask, query i sees key j iff j <= i + Nk - Nq.
-        scale: score scale; None means 1/sqrt(d).
+        scale: score scale, a finite real number; None means 1/sqrt(d).
         allow_tf32: fp32 inputs only: let the matmuls round their operands to tf32
             (tensor-core speed, 10-bit mantissa). Default False computes fp32 dots in
             IEEE fp32. Under the interpreter dots are always computed in fp32.
@@ -181,34 +266,5 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key).
     """
-    check_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS)
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
-    if allow_tf32 and q.dtype != torch.float32:
-        raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
-    if INTERPRET and q.device.type != "cpu":
-        raise ValueError(
-            f"under the Triton interpreter q, k, v must be CPU tensors, got {q.device}")
-    if not INTERPRET and q.device.type != "cuda":
-        raise ValueError(f"the compiled Triton kernel needs CUDA tensors, got {q.device}")
-    B, H, n_q, d = q.shape
-    n_k = k.shape[-2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            H, n_q, n_k, scale * LOG2E)
-    # IEEE fp32 dots where fp32 accuracy is promised; 16-bit operands take the default
-    # ("tf32", which only affects fp32 operands) so their tensor-core path is untouched.
-    ieee = q.dtype == torch.float32 and not allow_tf32
-    meta = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION="ieee" if ieee else "tf32")
-    if INTERPRET:
-        grid = (triton.cdiv(n_q, INTERPRETER_BLOCK), B * H)
-        _attn_fwd[grid](*args, **meta, UPCAST=q.dtype == torch.bfloat16,
-                        BLOCK_M=INTERPRETER_BLOCK, BLOCK_N=INTERPRETER_BLOCK)
-    else:
-        def grid(m):
-            return (triton.cdiv(n_q, m["BLOCK_M"]), B * H)
-
-        _attn_fwd_tuned[grid](*args, **meta, UPCAST=False)
+    o, lse, _ = forward(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)
     return o, lse

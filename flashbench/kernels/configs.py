@@ -1,0 +1,102 @@
+"""Launch configs of the forward kernel: a pruned Hopper autotune space and fixed configs.
+
+The compile budget of a GPU window is small (a cold H200 compiles one attention
+config in a few seconds), so the autotune space is written per (operand width, head
+dim) instead of as a full product, and pruned further per launch:
+
+- candidates (:data:`HOPPER_CANDIDATES`): 4 to 6 configs per head dim for 16-bit
+  operands, drawn from what FlashAttention-2 and Triton's fused-attention tutorial
+  pick on Hopper (128-row query blocks, 8 warps for d=128, 3-4 pipeline stages);
+- :func:`prune_forward` (Triton's ``early_config_prune``): drops configs whose
+  pipelined tiles exceed Hopper's shared memory, and query blocks longer than the
+  whole (padded) query length when a smaller candidate exists;
+- :func:`fixed_config`: one config per (dtype, d), used for correctness checks and
+  for fp32 (never autotuned: IEEE fp32 dots run on CUDA cores, and a check must not
+  depend on what an autotuner picked). For 16-bit operands it is one of the
+  candidates, so a check and an autotuned run of the same signature share the
+  compilation.
+
+Everything here is plain data and arithmetic, shared by the launch code and by the
+compile plan (:mod:`flashbench.kernels.plan`), and reusable by other kernels:
+:func:`fits_shared_memory` and :data:`HOPPER_SMEM_BYTES`.
+"""
+
+from __future__ import annotations
+
+from flashbench.kernels.launch import Config
+
+__all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "INTERPRETER_CONFIG",
+           "candidates", "fixed_config", "prune_forward", "forward_smem_bytes",
+           "fits_shared_memory"]
+
+HOPPER_SMEM_BYTES = 227 * 1024  # per thread block, opt-in maximum on sm_90
+
+
+def _c(bm: int, bn: int, warps: int, stages: int) -> Config:
+    return Config.of(num_warps=warps, num_stages=stages, BLOCK_M=bm, BLOCK_N=bn)
+
+
+# head dim -> candidates for fp16/bf16 operands, best guesses first
+HOPPER_CANDIDATES: dict[int, tuple[Config, ...]] = {
+    16: (_c(128, 64, 4, 3), _c(64, 64, 4, 3), _c(128, 128, 4, 3), _c(128, 64, 4, 4)),
+    32: (_c(128, 64, 4, 3), _c(64, 64, 4, 3), _c(128, 128, 4, 3), _c(128, 64, 4, 4)),
+    64: (_c(128, 64, 4, 3), _c(128, 128, 8, 3), _c(128, 64, 8, 4), _c(64, 64, 4, 4),
+         _c(128, 128, 4, 3)),
+    128: (_c(128, 64, 8, 3), _c(128, 128, 8, 3), _c(128, 64, 4, 3), _c(128, 128, 8, 2),
+          _c(64, 64, 4, 3), _c(128, 64, 8, 4)),
+    256: (_c(64, 64, 4, 2), _c(128, 64, 8, 2), _c(64, 32, 4, 3), _c(128, 32, 8, 2)),
+}
+# fixed configs: 16-bit operands (one of the candidates) and fp32 operands
+FIXED_16BIT = {16: _c(64, 64, 4, 3), 32: _c(64, 64, 4, 3), 64: _c(128, 64, 4, 3),
+               128: _c(128, 64, 8, 3), 256: _c(64, 64, 4, 2)}
+FP32_FIXED = {16: _c(64, 32, 4, 2), 32: _c(64, 32, 4, 2), 64: _c(64, 32, 4, 2),
+              128: _c(64, 32, 4, 2), 256: _c(32, 32, 4, 2)}
+# Interpreter: one tile size (warps and stages mean nothing there); tests pass others.
+INTERPRETER_CONFIG = _c(128, 128, 1, 1)
+
+
+def _width(dtype) -> int:
+    """Bytes per element of a torch dtype or precision name."""
+    name = str(dtype).removeprefix("torch.")
+    return {"float32": 4, "fp32": 4, "tf32": 4, "float16": 2, "fp16": 2, "bfloat16": 2,
+            "bf16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1}[name]
+
+
+def candidates(head_dim: int, dtype) -> tuple[Config, ...]:
+    """The autotune candidates for ``head_dim`` and operand ``dtype`` (16-bit only;
+    fp32 has just its fixed config)."""
+    if _width(dtype) == 4:
+        return (FP32_FIXED[head_dim],)
+    return HOPPER_CANDIDATES[head_dim]
+
+
+def fixed_config(head_dim: int, dtype) -> Config:
+    """The one config used for correctness checks and for fp32 operands."""
+    return (FP32_FIXED if _width(dtype) == 4 else FIXED_16BIT)[head_dim]
+
+
+def forward_smem_bytes(cfg: Config, head_dim: int, dtype) -> int:
+    """Shared memory of the forward's pipelined tiles: the Q block once, K and V blocks
+    once per stage (an estimate: Triton adds a little for layout conversions)."""
+    p = cfg.kwargs
+    w = _width(dtype)
+    return w * head_dim * (p["BLOCK_M"] + 2 * p["BLOCK_N"] * max(1, cfg.num_stages - 1))
+
+
+def fits_shared_memory(nbytes: int, limit: int = HOPPER_SMEM_BYTES) -> bool:
+    return nbytes <= limit
+
+
+def prune_forward(configs: list[Config], named_args: dict, **constexprs) -> list[Config]:
+    """Triton ``early_config_prune`` for the forward kernel (see the module docstring).
+
+    Reads the operand dtype from ``named_args["Q"]``, the head dim from
+    ``constexprs["HEAD_DIM"]`` and the query length from ``named_args["N_Q"]``.
+    Never returns an empty list: if every config would be dropped, the first stays.
+    """
+    dtype, d, n_q = named_args["Q"].dtype, constexprs["HEAD_DIM"], named_args["N_Q"]
+    kept = [c for c in configs if fits_shared_memory(forward_smem_bytes(c, d, dtype))]
+    short = [c for c in kept if c.kwargs["BLOCK_M"] <= max(16, n_q)]
+    if short:
+        kept = short
+    return kept or configs[:1]

@@ -1,0 +1,330 @@
+"""Launching flashbench's Triton kernels: compiled on a GPU, interpreted on CPU tensors.
+
+The choice is made per kernel and per call, never for the process. Triton's own
+switch, the ``TRITON_INTERPRET`` variable, is read when a function is decorated with
+``@triton.jit``: setting it turns every kernel decorated afterwards (torch.compile's
+too) into an interpreted one, and setting it after ``import triton`` breaks the
+interpreter itself, because triton.language's own jitted helpers (``tl.max``,
+``tl.sum``, ``tl.zeros``) were already built as compiled functions, and calling one
+of those from interpreted code raises "Cannot call @triton.jit'd outside of the
+scope of a kernel". flashbench never sets it.
+
+Instead, :class:`TritonKernel` keeps the kernel's plain Python function beside its
+``triton.jit`` object:
+
+- **compiled** (CUDA tensors): the ``JITFunction``, optionally behind
+  ``triton.autotune`` with ``prune_configs_by`` (:meth:`TritonKernel.launch` with
+  ``configs``), or with one fixed :class:`Config`.
+- **interpreted** (CPU tensors, or any tensors with ``FLASHBENCH_TRITON_INTERPRET=1``):
+  a ``triton.runtime.interpreter.InterpretedFunction`` built from the plain function,
+  as ``triton.jit`` would build it with the variable set. For the duration of the
+  launch (under a lock) ``JITFunction.__call__``, which only ever raises, is replaced
+  by a call of the function's interpreted twin, so the kernel's own helpers and
+  triton.language's jitted helpers run interpreted whatever the order of imports.
+  Compiled launches never go through ``JITFunction.__call__`` (they use ``[grid]``), and
+  the original is restored afterwards, as the interpreter restores the
+  triton.language builtins it patches during a launch.
+
+Planning. Inside :func:`planning`, launches are not run: each records the
+compilations it would trigger (one per config x specialization, Triton's cache key)
+into a :class:`flashbench.kernels.plan.CompilePlan`. Run a script's work list on
+``device="meta"`` tensors inside it to count its compilations without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Config", "TritonKernel", "interpreted_for", "default_interpreted", "planning",
+           "ENV_FORCE"]
+
+ENV_FORCE = "FLASHBENCH_TRITON_INTERPRET"  # "1": interpret even CUDA tensors; "0": never
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration: constexpr meta-parameters plus warps and pipeline stages.
+
+    ``params`` holds the block sizes (``{"BLOCK_M": 128, "BLOCK_N": 64}``) as a sorted
+    tuple of pairs so that configs hash and compare by value.
+    """
+
+    params: tuple[tuple[str, int], ...]
+    num_warps: int = 4
+    num_stages: int = 2
+
+    @classmethod
+    def of(cls, num_warps: int = 4, num_stages: int = 2, **params: int) -> Config:
+        return cls(tuple(sorted(params.items())), num_warps, num_stages)
+
+    @property
+    def kwargs(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def label(self) -> str:
+        blocks = " ".join(f"{k}={v}" for k, v in self.params)
+        return f"{blocks} warps={self.num_warps} stages={self.num_stages}"
+
+    def triton(self):
+        import triton
+
+        return triton.Config(self.kwargs, num_warps=self.num_warps, num_stages=self.num_stages)
+
+    @classmethod
+    def from_triton(cls, cfg) -> Config:
+        return cls(tuple(sorted(cfg.kwargs.items())), cfg.num_warps, cfg.num_stages)
+
+
+def _force() -> bool | None:
+    value = os.environ.get(ENV_FORCE, "").strip()
+    if value in ("", None):
+        return None
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV_FORCE} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def default_interpreted() -> bool:
+    """True when flashbench's kernels run interpreted here by default: no CUDA GPU is
+    visible to torch (or ``FLASHBENCH_TRITON_INTERPRET=1``, or the process was started
+    with ``TRITON_INTERPRET=1``, which Triton itself then applies to every kernel)."""
+    forced = _force()
+    if forced is not None:
+        return forced
+    if os.environ.get("TRITON_INTERPRET", "") == "1":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def interpreted_for(device) -> bool:
+    """Whether a launch on tensors of ``device`` runs interpreted: CPU tensors always,
+    CUDA tensors only when ``FLASHBENCH_TRITON_INTERPRET=1`` (or ``TRITON_INTERPRET=1``)."""
+    kind = getattr(device, "type", str(device))
+    if kind == "cpu":
+        return True
+    if kind == "meta":
+        return False
+    return _force() is True or os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+# ---------------------------------------------------------------- interpretation
+
+_INTERPRET_LOCK = threading.RLock()
+_TWINS: dict[Callable, object] = {}
+
+
+def _twin(fn: Callable):
+    """The InterpretedFunction of a plain Python kernel function (built once)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    twin = _TWINS.get(fn)
+    if twin is None:
+        twin = _TWINS[fn] = InterpretedFunction(fn)
+    return twin
+
+
+def _call_interpreted(self, *args, **kwargs):
+    # Stands in for JITFunction.__call__ during an interpreted launch: a jitted helper
+    # called from interpreted code runs as its interpreted twin.
+    return _twin(self.fn)(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _jitted_helpers_interpreted():
+    from triton.runtime.jit import JITFunction
+
+    with _INTERPRET_LOCK:
+        original = JITFunction.__dict__["__call__"]
+        JITFunction.__call__ = _call_interpreted
+        try:
+            yield
+        finally:
+            JITFunction.__call__ = original
+
+
+# ---------------------------------------------------------------- planning
+
+_PLAN: contextvars.ContextVar = contextvars.ContextVar("flashbench_compile_plan", default=None)
+
+
+@contextlib.contextmanager
+def planning(plan=None):
+    """Record launches as compilations instead of running them (see module docstring).
+
+    Yields the :class:`flashbench.kernels.plan.CompilePlan` (a new one by default).
+    """
+    from flashbench.kernels.plan import CompilePlan
+
+    plan = CompilePlan() if plan is None else plan
+    token = _PLAN.set(plan)
+    try:
+        yield plan
+    finally:
+        _PLAN.reset(token)
+
+
+def active_plan():
+    """The plan being recorded, or None outside :func:`planning`."""
+    return _PLAN.get()
+
+
+def _spec(value, specialize: bool = True):
+    """Triton 3.x's specialisation of one argument (``native_specialize_impl``'s rules):
+    ints as i32/i64/u64, 1 as a constant, multiples of 16 marked 'D'; tensors as
+    '*dtype' with 'D' when the address is 16-byte aligned; floats fp32."""
+    if value is None:
+        return ("constexpr", None)
+    if isinstance(value, bool):
+        return ("u1", None)
+    if isinstance(value, int):
+        kind = ("i32" if -2**31 <= value < 2**31 else "u64" if value >= 2**63 else "i64")
+        if not specialize:
+            return (kind, None)
+        if value == 1:
+            return ("constexpr", 1)
+        return (kind, "D" if value % 16 == 0 else "")
+    if isinstance(value, float):
+        return ("fp32", None)
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
+        from flashbench.kernels.plan import triton_type_name
+
+        aligned = value.data_ptr() % 16 == 0
+        return ("*" + triton_type_name(value.dtype), "D" if aligned else "")
+    raise TypeError(f"cannot specialise a kernel argument of type {type(value).__name__}")
+
+
+# ---------------------------------------------------------------- the kernel object
+
+@dataclass
+class TritonKernel:
+    """A Triton kernel that runs compiled (CUDA tensors) or interpreted (CPU tensors).
+
+    ``fn``: the kernel as a plain Python function (not decorated); its helpers are
+    ordinary ``@triton.jit`` functions. ``name``: how plans and errors call it.
+    ``do_not_specialize``: argument names Triton should not specialise on value
+    (sizes that vary per shape: fewer compilations). ``autotune_key``: argument
+    names the autotuner re-tunes on (argument dtypes are added by Triton).
+    ``prune``: ``prune(configs: list[Config], named_args: dict, **constexprs) ->
+    list[Config]``, the early pruning shared by the autotuner and the plan.
+    """
+
+    fn: Callable
+    name: str
+    do_not_specialize: Sequence[str] = ()
+    autotune_key: Sequence[str] = ()
+    prune: Callable | None = None
+    _jit: object = field(default=None, repr=False)
+    _tuned: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.fn.__code__.co_varnames[:self.fn.__code__.co_argcount])
+
+    @property
+    def jit(self):
+        """The compiled kernel (``triton.jit`` of ``fn``), built on first use."""
+        if self._jit is None:
+            import triton
+
+            self._jit = triton.jit(self.fn, do_not_specialize=list(self.do_not_specialize))
+        return self._jit
+
+    def autotuner(self, configs: Sequence[Config]):
+        """``triton.autotune`` over ``configs`` with :attr:`prune` as early_config_prune
+        (one autotuner per candidate list, built on first use)."""
+        key = tuple(configs)
+        tuner = self._tuned.get(key)
+        if tuner is None:
+            import triton
+
+            prune = None
+            if self.prune is not None:
+                def prune(cfgs, named_args, **kwargs):
+                    by_value = {Config.from_triton(c): c for c in cfgs}
+                    kept = self.prune([Config.from_triton(c) for c in cfgs], named_args, **kwargs)
+                    return [by_value[c] for c in kept]
+            tuner = triton.autotune(
+                configs=[c.triton() for c in configs], key=list(self.autotune_key),
+                prune_configs_by=None if prune is None else {"early_config_prune": prune},
+            )(self.jit)
+            self._tuned[key] = tuner
+        return tuner
+
+    def best_config(self, configs: Sequence[Config]) -> Config | None:
+        """The config the autotuner over ``configs`` chose at its last launch."""
+        tuner = self._tuned.get(tuple(configs))
+        best = getattr(tuner, "best_config", None)
+        return None if best is None else Config.from_triton(best)
+
+    def candidates(self, configs: Sequence[Config], args: Sequence,
+                   constexprs: dict) -> list[Config]:
+        """The configs an autotuned launch benchmarks (and compiles): ``prune`` applied."""
+        if self.prune is None:
+            return list(configs)
+        named = dict(zip(self.arg_names, args, strict=False))
+        kept = self.prune(list(configs), named, **constexprs)
+        if not kept:
+            raise ValueError(f"{self.name}: pruning left no config to launch")
+        return kept
+
+    def specialize(self, args: Sequence) -> list[tuple[str, str, object]]:
+        """Triton's specialisation of the positional arguments: (name, type, attribute)."""
+        return [(name, *_spec(value, specialize=name not in self.do_not_specialize))
+                for name, value in zip(self.arg_names, args, strict=False)]
+
+    def signature(self, args: Sequence, constexprs: dict) -> str:
+        """Triton's specialisation of these arguments, as text (part of its cache key)."""
+        parts = []
+        for name, kind, attr in self.specialize(args):
+            if kind == "constexpr":
+                parts.append(f"{name}={attr}")
+            else:
+                parts.append(f"{name}:{kind}{attr or ''}")
+        parts += [f"{k}={v}" for k, v in constexprs.items()]
+        return ", ".join(parts)
+
+    def launch(self, grid: Callable[[dict], tuple], args: Sequence, constexprs: dict, *,
+               device, config: Config | None = None, configs: Sequence[Config] | None = None,
+               interpret_config: Config | None = None) -> Config | None:
+        """Launch over ``grid(meta)`` (meta: the chosen config's params).
+
+        Compiled: with ``config`` (one fixed config) or ``configs`` (autotuned after
+        ``prune``); returns the config used (for autotuning: the one chosen).
+        Interpreted (:func:`interpreted_for` ``device``): ``config`` or, failing that,
+        ``interpret_config`` gives the blocks; warps and stages mean nothing there.
+        Inside :func:`planning`: records the compilations and launches nothing.
+        """
+        if (config is None) == (configs is None) and not interpreted_for(device):
+            raise ValueError(f"{self.name}: give exactly one of config= or configs=")
+        plan = active_plan()
+        if plan is not None:
+            chosen = [config] if config is not None else self.candidates(configs, args, constexprs)
+            sig = self.signature(args, constexprs)
+            detail = (self, self.specialize(args), dict(constexprs))
+            for cfg in chosen:
+                plan.add(self.name, sig, cfg, autotuned=config is None, detail=detail)
+            return config
+        if interpreted_for(device):
+            cfg = config or interpret_config
+            if cfg is None:
+                raise ValueError(f"{self.name}: an interpreted launch needs config= or "
+                                 "interpret_config=")
+            meta = {**constexprs, **cfg.kwargs}
+            with _jitted_helpers_interpreted():
+                _twin(self.fn)[grid(meta)](*args, **meta)
+            return cfg
+        if config is not None:
+            meta = {**constexprs, **config.kwargs}
+            self.jit[grid(meta)](*args, **meta, num_warps=config.num_warps,
+                                 num_stages=config.num_stages)
+            return config
+        tuner = self.autotuner(configs)
+        tuner[grid](*args, **constexprs)
+        return self.best_config(configs)
