@@ -2,7 +2,10 @@
 
 Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real
 dtype, usually float64) and a precision name ``dtype`` in
-{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.precision`).
+{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.precision`), or an
+fp8 name ("fp8" = e4m3, "fp8_e5m2"): those are handed to
+:mod:`flashbench.numerics.fp8` (FlashAttention-3's baseline FP8 attention and FP8
+forward, with their scales; their rounding points are documented there).
 
 :func:`flash_model` reproduces a FlashAttention-2 style kernel storing tensors in T:
 
@@ -31,7 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.precision import get_precision
+from flashbench.numerics import fp8
+from flashbench.precision import FP8_DTYPES, get_precision
 from flashbench.streaming import (
     log_sum_exp,
     masked_scores,
@@ -53,11 +57,23 @@ def _rounded_inputs(q, k, v, dtype, scale, check_finite):
 
 @grouped_query  # k, v with Hkv heads dividing H: grouped-query attention
 def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
-                scale: float | None = None, check_finite: bool = False):
+                scale: float | None = None, check_finite: bool = False,
+                quant: str | None = None, incoherent: bool | None = None):
     """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring).
 
     ``check_finite``: raise ValueError if q, k or v hold inf or nan.
+    ``quant`` ("block" | "tensor", default "block") and ``incoherent`` (default True):
+    FlashAttention-3's FP8 options, for the fp8 dtypes only
+    (:func:`flashbench.numerics.fp8.flash_fp8`).
     """
+    if get_precision(dtype).name in FP8_DTYPES:
+        return fp8.flash_fp8(q, k, v, dtype, block=block, causal=causal, scale=scale,
+                             check_finite=check_finite,
+                             quant="block" if quant is None else quant,
+                             incoherent=True if incoherent is None else incoherent)
+    if quant is not None or incoherent is not None:
+        raise ValueError(f"quant and incoherent apply to the fp8 dtypes {list(FP8_DTYPES)} "
+                         f"only, got dtype {dtype!r}")
     block = check_block(block)
     prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
     round_p = None if prec.name in ("fp64", "fp32") else prec.operand
@@ -71,8 +87,12 @@ def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | Non
                    check_finite: bool = False):
     """Model of plain (materialised) attention computing in ``dtype`` (module docstring).
 
-    ``check_finite``: raise ValueError if q, k or v hold inf or nan.
+    ``check_finite``: raise ValueError if q, k or v hold inf or nan. The fp8 dtypes
+    give FlashAttention-3's baseline (:func:`flashbench.numerics.fp8.standard_fp8`).
     """
+    if get_precision(dtype).name in FP8_DTYPES:
+        return fp8.standard_fp8(q, k, v, dtype, causal=causal, scale=scale,
+                                check_finite=check_finite)
     prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
     e, m = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=prec.stored))
     l = e.sum(axis=-1)

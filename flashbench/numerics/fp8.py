@@ -111,10 +111,14 @@ def quantize(x, dtype: str = "fp8", block: int | None = None) -> tuple[np.ndarra
     """
     prec = fp8_precision(dtype)
     x32 = np.asarray(x, dtype=np.float32)
+    if block is not None and x32.ndim < 2:
+        raise ValueError(f"x must be [..., N, d] for per-block scales, got shape {x32.shape}")
     amax = _groups(x32, None if block is None else check_block(block))
     top = np.float32(prec.max)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scale = np.where(amax > 0, top / amax, np.float32(1)).astype(np.float32)
+        # a group whose amax is below max / 3.4e38 would overflow the fp32 scale: clamp it
+        scale = np.where(amax > 0, np.minimum(top / amax, np.finfo(np.float32).max),
+                         np.float32(1)).astype(np.float32)
         scale = np.where(np.isfinite(amax), scale, np.float32(np.nan))
         descale = (np.float32(1) / scale).astype(np.float32)
         x8 = round_to_fp8(x32 * scale, prec.storage)
