@@ -12,6 +12,13 @@ so the grid must be the same for every commit. tests/test_benchmarks.py holds it
 equal to flashbench's registries (every backend but the float64 reference; every
 modelled dtype but fp64), so a new dtype or backend cannot be left out silently.
 
+The fp8 dtypes ("fp8" = e4m3, "fp8_e5m2") are judged like any other: flash_model is
+FlashAttention-3's FP8 forward with its defaults (block quantisation, incoherent
+processing), the baseline rule compares it with the fp8 standard model (the
+paper's baseline FP8 attention); torch backends that do not take fp8 are declared in
+skip_params. :class:`TrackFP8Accuracy` tracks the FP8 forward's variants (quant x
+incoherent) on FlashAttention-3's outlier inputs.
+
 Units: errors are unitless (|O - O_ref| of unit-variance data); the baseline ratio
 is kernel error / same-dtype standard_model error (the rule passes at <= 2).
 asv treats higher as worse, which fits every number here.
@@ -20,7 +27,7 @@ asv treats higher as worse, which fits every number here.
 from .common import need, shape_of
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "triton"]
-DTYPES = ["fp32", "tf32", "fp16", "bf16"]
+DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"]
 SHAPES = ["1x2x1024x1024x64"]
 DISTS = ["normal"]
 
@@ -35,6 +42,16 @@ def _not_applicable() -> list[tuple]:
     return [(k, d, c, s, dist) for k in KERNELS if k in backends for d in DTYPES
             if d not in backends[k].dtypes for c in (False, True) for s in SHAPES
             for dist in DISTS]
+
+
+def _known(dtypes) -> list[str]:
+    """The dtypes of ``dtypes`` this commit models (its registry, or numerics.DTYPES
+    before the registry existed): older commits lack fp8."""
+    try:
+        registry = need("precision", "DTYPES")
+    except NotImplementedError:
+        registry = need("numerics", "DTYPES")
+    return [d for d in dtypes if d in registry]
 
 
 def _field(rec, name):
@@ -54,12 +71,13 @@ class TrackAccuracy:
             backends = need("backends", "BACKENDS")
         except NotImplementedError as exc:  # an older commit: every benchmark skips
             return {"missing": str(exc)}
+        dtypes = _known(DTYPES)  # a dtype this commit does not model: no record, skipped
         results = {}
         for shape in SHAPES:
             for causal in (False, True):
                 case = Case(shape_of(shape), "normal", causal)
                 kernels = [k for k in KERNELS if k == "flash_model" or k in backends]
-                found = measure(case, DTYPES, kernels)
+                found = measure(case, dtypes, kernels)
                 if isinstance(found, dict):  # older commits: {(kernel, dtype): dict or str}
                     found = [(kernel, dtype, rec) for (kernel, dtype), rec in found.items()]
                 else:
@@ -105,3 +123,72 @@ class TrackAccuracy:
         return _field(self.rec, "lse_ratio")
 
     track_lse_baseline_ratio.unit = "x standard_model error (LSE max abs)"
+
+
+FP8_DTYPES = ["fp8", "fp8_e5m2"]
+FP8_SHAPES = ["1x2x1024x1024x128"]
+FP8_DISTS = ["outliers", "normal"]
+
+
+class TrackFP8Accuracy:
+    """RMSE of FlashAttention-3 style FP8 forwards (flash_model's quant x incoherent
+    options) against the float64 reference, seed 0, not causal, beside the fp8 baseline
+    (standard_model in the same dtype). ``outliers`` is the input of FlashAttention-3's
+    Table 3 (``flashbench table fa3`` reruns the whole table)."""
+
+    params = (FP8_DTYPES, ["block", "tensor"], [True, False], FP8_SHAPES, FP8_DISTS)
+    param_names = ["dtype", "quant", "incoherent", "shape", "dist"]
+    timeout = 900
+
+    def setup_cache(self):
+        try:
+            flash_model, standard_model = need("numerics", "flash_model", "standard_model")
+            attention = need("reference", "attention")
+            error_stats = need("accuracy", "error_stats")
+            make_qkv = need("inputs", "make_qkv")
+            dtypes = _known(FP8_DTYPES)
+        except NotImplementedError as exc:  # an older commit: every benchmark skips
+            return {"missing": str(exc)}
+        results = {}
+        for shape in FP8_SHAPES:
+            for dist in FP8_DISTS:
+                q, k, v = make_qkv(shape_of(shape), dist, 0)
+                ref = attention(q, k, v)[0]
+                for dtype in dtypes:
+                    base = error_stats(standard_model(q, k, v, dtype)[0], ref)["rmse"]
+                    for quant in ("block", "tensor"):
+                        for incoherent in (True, False):
+                            key = (dtype, quant, incoherent, shape, dist)
+                            try:
+                                o = flash_model(q, k, v, dtype, quant=quant,
+                                                incoherent=incoherent)[0]
+                            except TypeError as exc:  # a commit without the FP8 options
+                                results[key] = f"flash_model takes no fp8 options here: {exc}"
+                                continue
+                            st = error_stats(o, ref)
+                            results[key] = {"rmse": st["rmse"], "max_abs": st["max_abs"],
+                                            "vs_baseline": st["rmse"] / base}
+        return results
+
+    def setup(self, results, dtype, quant, incoherent, shape, dist):
+        rec = results.get((dtype, quant, incoherent, shape, dist))
+        if rec is None:
+            rec = results.get("missing", f"this commit does not model {dtype} (no fp8 models)")
+        if isinstance(rec, str):
+            raise NotImplementedError(rec)
+        self.rec = rec
+
+    def track_o_rmse(self, results, dtype, quant, incoherent, shape, dist):
+        return self.rec["rmse"]
+
+    track_o_rmse.unit = "RMSE of O vs fp64"
+
+    def track_o_max_abs(self, results, dtype, quant, incoherent, shape, dist):
+        return self.rec["max_abs"]
+
+    track_o_max_abs.unit = "max |O - O_fp64|"
+
+    def track_o_rmse_vs_baseline(self, results, dtype, quant, incoherent, shape, dist):
+        return self.rec["vs_baseline"]
+
+    track_o_rmse_vs_baseline.unit = "x RMSE of the fp8 baseline (standard_model)"

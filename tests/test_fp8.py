@@ -282,3 +282,21 @@ def test_table_fa3_prints_markdown_beside_the_paper(capsys):
     assert "| FP8 baseline (per-tensor scales, fp16 softmax) | 2.40e-02 |" in out
     assert "seeds 0, 1" in out and "B=1 H=1 Nq=64 Nk=64 d=16" in out
     assert out.count("\n| FP") == 6
+
+
+# -- asv ----------------------------------------------------------------------------------
+
+
+def test_fp8_suite_reads_its_records_and_skips_where_a_commit_has_no_fp8():
+    from benchmarks.bench_accuracy import DTYPES, TrackFP8Accuracy
+
+    assert "fp8" in DTYPES and "fp8_e5m2" in DTYPES  # judged in TrackAccuracy like any dtype
+    suite = TrackFP8Accuracy()
+    key = ("fp8", "block", True, "s", "outliers")
+    suite.setup({key: {"rmse": 9e-3, "max_abs": 0.3, "vs_baseline": 0.4}}, *key)
+    assert suite.track_o_rmse(None, *key) == 9e-3
+    assert suite.track_o_rmse_vs_baseline(None, *key) == 0.4
+    with pytest.raises(NotImplementedError, match="does not model fp8"):
+        suite.setup({}, *key)
+    with pytest.raises(NotImplementedError, match="lacks"):
+        suite.setup({"missing": "this commit lacks flashbench.numerics"}, *key)
