@@ -120,7 +120,7 @@ def render_text(report: dict) -> str:
     out += ["", "3. Against the float64 reference, and the baseline rule (kernel max |err| <= "
             "2 x standard's + eps/4, O and LSE):",
             "   ratio = kernel max |err| / standard max |err|"]
-    rows, skipped = [], {}
+    rows, skipped, failed = [], {}, {}
     for r in report["dtypes"]:
         rows.append([r["case"], "flash_model", r["dtype"], *_judge_cells(r)])
         for b in report["backends"]:
@@ -128,15 +128,21 @@ def render_text(report: dict) -> str:
                 continue
             if "skipped" in b:
                 skipped.setdefault((b["backend"], b["skipped"]), []).append(b["case"])
+            elif "failed" in b:
+                failed.setdefault((b["backend"], b["failed"], b.get("peer")), []).append(
+                    f"{b['case']} {b['dtype']}")
             else:
                 rows.append(["", b["backend"], "", *_judge_cells(b)])
     out.append(tabulate(rows, headers=["case", "kernel", "dtype", "O RMSE", "std O RMSE",
                                        "O max", "std O max", "O ratio", "LSE ratio",
                                        "verdict"]))
     out.append("   (peer): torch's own attention, judged for information; the RESULT counts "
-               "the exactness, the flash model and flashbench's Triton kernel")
+               "the exactness, the flash model, flashbench's Triton kernel and users' kernels")
     for (backend, why), where in skipped.items():
         out.append(f"   {backend} skipped ({why}): {', '.join(dict.fromkeys(where))}")
+    for (backend, why, peer), where in failed.items():
+        out.append(f"   {backend} FAIL{' (peer)' if peer else ''} ({why}): "
+                   f"{', '.join(dict.fromkeys(where))}")
     out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
     return "\n".join(out)
 

@@ -29,7 +29,7 @@ from flashbench.inputs import Shape, make_qkv
 from flashbench.streaming import causal_mask
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "Case", "default_cases", "Exactness",
-           "Accuracy", "Unavailable", "exactness", "measure_accuracy"]
+           "Accuracy", "Unavailable", "Failed", "exactness", "measure_accuracy"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -120,6 +120,22 @@ class Unavailable:
                 "skipped": self.reason}
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A backend that ran and gave no valid result (it raised, returned the wrong shape
+    or dtype, or non-finite values where the reference is finite): a FAIL, with why."""
+
+    case: Case
+    kernel: str
+    dtype: str
+    reason: str
+    peer: bool = False
+
+    def as_dict(self) -> dict:
+        return {"case": self.case.label(), "kernel": self.kernel, "dtype": self.dtype,
+                "failed": self.reason, "passed": False, "peer": self.peer}
+
+
 def exactness(case: Case, q, k, v, ref, block: int) -> list[Exactness]:
     """Streamed vs one-shot in float64: softmax of head 0's masked scores, attention O and LSE."""
     o_s, lse_s = reference.online_attention(q, k, v, block=block, causal=case.causal)
@@ -159,7 +175,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
-    from flashbench.backends import get_backend
+    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
     q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
     ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
@@ -179,7 +195,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
             backend = get_backend(name)
             if dtype not in backend.dtypes:
                 continue  # not applicable: no record
-            reason = backend.unavailable()
+            reason = backend.unavailable_for(case.shape, dtype)
             if reason is None and _interpreter_too_slow(backend, case.shape):
                 reason = "Triton interpreter: too slow at this shape (needs a GPU)"
             if reason is not None:
@@ -192,6 +208,13 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 from flashbench.kernels.checks import torch_dtype
 
                 tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
-            out = backend(*tensors, causal=case.causal)
+            try:
+                out = backend(*tensors, causal=case.causal)
+            except BackendUnavailable as exc:  # this shape or dtype, found out by running
+                records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
+                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                continue
             records.append(_accuracy(case, name, dtype, out, std, ref, peer=backend.peer))
     return records

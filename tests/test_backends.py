@@ -1,43 +1,184 @@
-"""The backend registry and the torch peers."""
+"""The backend registry and the torch peers: every backend agrees with the float64
+reference (fp32, causal, Nq != Nk, grouped-query), unavailable ones say why, and the
+records describe what each takes."""
+
+from dataclasses import replace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench import reference as R
 from flashbench.accuracy import error_stats
-from flashbench.backends import BACKENDS, available_backends, get_backend
+from flashbench.backends import (
+    BACKENDS,
+    TRITON_HEAD_DIMS,
+    BackendFailed,
+    BackendUnavailable,
+    available_backends,
+    get_backend,
+)
+from flashbench.backends.outputs import checked_output
+from flashbench.inputs import Shape
+from flashbench.kernels.checks import check_tensors, expand_kv
 from flashbench.numerics import standard_model
+from flashbench.precision import PRECISIONS
+
+NAMES = ["reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
+         "sdpa-math", "triton", "flex"]  # triton before flex: flex's compile imports triton
+GPU = torch.cuda.is_available()
 
 
-def test_registry_names_and_availability():
-    assert {"reference", "torch-naive", "torch-sdpa", "triton"} <= set(BACKENDS)
+def qkv(b, h, hkv, nq, nk, d, seed=0, dv=None):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, nq, d, generator=g), torch.randn(b, hkv, nk, d, generator=g),
+            torch.randn(b, hkv, nk, d if dv is None else dv, generator=g))
+
+
+def ref_of(q, k, v, causal):
+    k, v = expand_kv(q, k, v)
+    return R.attention(*(t.double().numpy() for t in (q, k, v)), causal=causal)
+
+
+def test_registry_names_and_records():
+    assert list(BACKENDS) == NAMES
+    for b in BACKENDS.values():
+        assert set(b.dtypes) <= set(PRECISIONS), b.name
+        assert set(b.devices) <= {"cpu", "cuda"} and b.devices, b.name
+        assert b.origin in ("flashbench", "torch"), b.name
+        assert b.peer == (b.origin == "torch"), b.name  # torch's are peers; ours count
+        assert callable(b.fn) and callable(b.timed_fn) and b.description
+    assert not BACKENDS["triton"].peer and BACKENDS["triton"].head_dims == TRITON_HEAD_DIMS
     names = [b.name for b in available_backends()]
-    assert "reference" in names and "torch-sdpa" in names
-    assert get_backend("triton").interpreted() == (not torch.cuda.is_available())
-    with pytest.raises(ValueError, match="unknown backend 'flash3'"):
+    assert {"reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math"} <= set(names)
+    assert get_backend("triton").interpreted() == (not GPU)
+    with pytest.raises(ValueError, match="unknown backend 'flash3'.*package.module:function"):
         get_backend("flash3")
 
 
-def test_unavailable_backend_says_why():
-    from dataclasses import replace
+def test_triton_head_dims_are_the_kernels():
+    from flashbench.kernels.triton_fwd import HEAD_DIMS
 
+    assert TRITON_HEAD_DIMS == tuple(HEAD_DIMS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_backend_runs_here_or_says_why(name):
+    b = BACKENDS[name]
+    reason = b.unavailable()
+    q, k, v = qkv(1, 2, 2, 8, 8, 16)
+    if reason is None:
+        o, lse = b(q, k, v)
+        assert o.shape == (1, 2, 8, 16) and lse.shape == (1, 2, 8)
+        return
+    assert reason.strip() and "\n" not in reason
+    if not GPU and "cuda" in b.devices and "cpu" not in b.devices:
+        assert "GPU" in reason  # a hardware reason names the hardware
+    with pytest.raises(BackendUnavailable, match="unavailable"):
+        b(q, k, v)
+
+
+def test_without_a_gpu_the_cuda_only_kernels_say_so():
+    if GPU:
+        pytest.skip("this machine has a GPU: these kernels run (the test above)")
+    for name in ("sdpa-efficient", "sdpa-cudnn"):
+        assert BACKENDS[name].unavailable() == "needs a CUDA GPU (no GPU here)"
+
+
+def test_unavailable_backend_says_why():
     b = replace(get_backend("torch-naive"), unavailable=lambda: "no GPU")
     with pytest.raises(RuntimeError, match="unavailable: no GPU"):
         b(*[torch.zeros(1, 1, 2, 16)] * 3)
 
 
-@pytest.mark.parametrize("name", ["reference", "torch-naive", "torch-sdpa", "triton"])
-@pytest.mark.parametrize("nq,nk", [(33, 33), (20, 50), (50, 20)])
+@pytest.mark.parametrize("name", [n for n in NAMES if BACKENDS[n].unavailable() is None])
+@pytest.mark.parametrize("h,hkv,nq,nk", [(2, 2, 33, 33), (2, 2, 20, 50), (2, 2, 50, 20),
+                                         (4, 2, 20, 50), (4, 1, 50, 20)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_every_backend_agrees_with_reference_in_fp32(name, nq, nk, causal):
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, n, 32, generator=g) for n in (nq, nk, nk))
+def test_every_backend_agrees_with_reference_in_fp32(name, h, hkv, nq, nk, causal):
+    q, k, v = qkv(2, h, hkv, nq, nk, 32)
     o, lse = get_backend(name)(q, k, v, causal=causal)
-    ro, rlse = R.attention(q.double().numpy(), k.double().numpy(), v.double().numpy(), causal=causal)
+    ro, rlse = ref_of(q, k, v, causal)
     assert tuple(o.shape) == ro.shape and tuple(lse.shape) == rlse.shape
     assert error_stats(o, ro)["max_abs"] <= 1e-5
     sl = error_stats(lse, rlse)
     assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= 1e-5
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("reference", "triton")
+                                  and BACKENDS[n].unavailable() is None])
+@pytest.mark.parametrize("nq,nk", [(24, 24), (16, 40)])
+def test_timed_output_is_the_checked_output(name, nq, nk):
+    """What timings run (the bare op after prepare) equals what the check judged, on
+    every row that sees a key (torch leaves the others NaN; the check sets them to 0)."""
+    b = BACKENDS[name]
+    q, k, v = qkv(1, 4, 2, nq, nk, 16, seed=1)
+    o, _ = b(q, k, v, causal=True)
+    timed = b.timed_fn(*b.prepare(q, k, v), causal=True)
+    assert torch.equal(timed, o)
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 2), hkv=st.sampled_from([1, 2, 3]), group=st.integers(1, 3),
+       nq=st.integers(1, 40), nk=st.integers(1, 40), d=st.sampled_from([8, 16, 24]),
+       causal=st.booleans(), name=st.sampled_from(["torch-naive", "torch-sdpa", "sdpa-flash",
+                                                   "sdpa-math"]))
+def test_grouped_query_equals_the_expanded_computation(b, hkv, group, nq, nk, d, causal, name):
+    """k, v with Hkv heads give exactly the expanded computation (head h reads h // G)."""
+    q, k, v = qkv(b, hkv * group, hkv, nq, nk, d, seed=nq * 41 + nk)
+    backend = get_backend(name)
+    o, lse = backend(q, k, v, causal=causal)
+    ke, ve = expand_kv(q, k, v)
+    assert ke.shape[1] == q.shape[1] and torch.equal(ke[:, group * (hkv - 1)], k[:, hkv - 1])
+    oe, lsee = backend(q, ke, ve, causal=causal)
+    assert torch.allclose(o, oe, atol=1e-6, rtol=0) and torch.allclose(lse, lsee, atol=1e-6,
+                                                                       rtol=0)
+    ro, _ = ref_of(q, k, v, causal)
+    assert error_stats(o, ro)["max_abs"] <= 1e-5
+
+
+def test_check_tensors_names_both_head_counts():
+    q, k, v = qkv(1, 6, 4, 8, 8, 16)
+    with pytest.raises(ValueError, match="Hkv=4 heads, which must divide q's H=6"):
+        check_tensors(q, k, v, gqa=True)
+    q, k, _ = qkv(1, 4, 2, 8, 8, 16)
+    with pytest.raises(ValueError, match="k has Hkv=2.*v has 4"):
+        check_tensors(q, k, q, gqa=True)
+    assert check_tensors(q, k, k, gqa=True) == 2
+    with pytest.raises(ValueError, match="share B and H.*H=4.*Hkv=2"):
+        check_tensors(q, k, k)  # a kernel that takes no grouped K/V
+    with pytest.raises(ValueError, match="must divide"):
+        get_backend("torch-naive")(*qkv(1, 6, 4, 8, 8, 16))
+
+
+def test_a_shape_a_backend_cannot_run_is_unavailable_with_the_reason():
+    triton = get_backend("triton")
+    assert "d=48" in triton.unavailable_for(Shape(1, 1, 16, 16, 48), "fp32")
+    assert triton.unavailable_for(Shape(1, 1, 16, 16, 64), "fp32") is None
+    assert "dv == d" in triton.unavailable_for(Shape(1, 1, 16, 16, 64, dv=32), "fp32")
+    assert "not fp64" in triton.unavailable_for(None, "fp64")
+    with pytest.raises(BackendUnavailable, match="head dim d=48"):
+        triton(*qkv(1, 1, 1, 16, 16, 48))
+    # torch's own refusal, with torch's reason: flash wants dv == d
+    with pytest.raises(BackendUnavailable, match="flash SDPA kernel does not take this case: "
+                       "Flash attention requires q,k,v to have the same last dimension"):
+        get_backend("sdpa-flash")(*qkv(1, 2, 2, 8, 8, 16, dv=8))
+    o, _ = get_backend("sdpa-math")(*qkv(1, 2, 2, 8, 8, 16, dv=8))  # math takes it
+    assert o.shape == (1, 2, 8, 8)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if BACKENDS[n].unavailable() is None
+                                  and n != "reference"])
+def test_differentiable_flag_is_true_to_autograd(name):
+    b = BACKENDS[name]
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 16, 16))
+    try:
+        b.timed_fn(q, k, v, causal=True).sum().backward()
+        grads = all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
+    except Exception:  # no backward here (compiled for inference, no autograd.Function)
+        grads = False
+    assert grads == b.differentiable
 
 
 def test_torch_naive_is_the_standard_model_in_fp16():
@@ -47,3 +188,29 @@ def test_torch_naive_is_the_standard_model_in_fp16():
     o, _ = get_backend("torch-naive")(q, k, v)
     so, _ = standard_model(*(t.double().numpy() for t in (q, k, v)), "fp16")
     assert error_stats(o, so)["max_abs"] <= 2 * 2**-10
+
+
+@pytest.mark.parametrize("out,match", [
+    (lambda o, lse: (o, lse, lse), "a tuple of 3"),
+    (lambda o, lse: o[..., :3], r"o of shape \(1, 2, 8, 3\); expected"),
+    (lambda o, lse: o.half(), "o in torch.float16; expected torch.float32"),
+    (lambda o, lse: o.numpy(), "returned a ndarray; expected o or"),
+    (lambda o, lse: (o.numpy(), lse), "o as a ndarray"),
+    (lambda o, lse: (o, lse[..., :4]), r"lse of shape \(1, 2, 4\)"),
+    (lambda o, lse: (o, lse.int()), "lse as a torch.int32 tensor"),
+    (lambda o, lse: o.index_fill(2, torch.tensor([3]), float("nan")), "16 non-finite"),
+    (lambda o, lse: (o, lse.index_fill(2, torch.tensor([1]), float("-inf"))), "non-finite LSE"),
+])
+def test_checked_output_names_what_is_wrong(out, match):
+    q, k, v = qkv(1, 2, 2, 8, 8, 8)
+    o, lse = get_backend("torch-naive")(q, k, v)
+    assert checked_output((o, lse), q, k, v)[0] is o
+    with pytest.raises(BackendFailed, match=match):
+        checked_output(out(o, lse), q, k, v)
+
+
+def test_rows_that_see_no_key_may_have_minus_inf_lse():
+    q, k, v = qkv(1, 1, 1, 12, 4, 8)
+    o, lse = get_backend("torch-naive")(q, k, v, causal=True)
+    assert torch.isneginf(lse[0, 0, :8]).all() and (o[0, 0, :8] == 0).all()
+    assert checked_output((o, lse), q, k, v, causal=True)[1] is lse

@@ -1,8 +1,14 @@
 """Validation of torch (q, k, v) tensors, shared by every torch backend.
 
 Layout [B, H, N, d] (that of ``torch.nn.functional.scaled_dot_product_attention``):
-q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv]. Errors name the argument and
-what was expected.
+q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv]. Hkv == H is plain attention;
+a kernel that takes grouped-query attention (``gqa=True``) also accepts Hkv dividing
+H, query head h reading kv head ``h // (H // Hkv)`` (Hkv == 1: multi-query). Errors
+name the argument and what was expected.
+
+Also the two ways a backend call can end without a result
+(:class:`BackendUnavailable`, :class:`BackendFailed`), raised by the kernels and the
+backend registry and turned into records by :mod:`flashbench.measure`.
 """
 
 from __future__ import annotations
@@ -10,6 +16,23 @@ from __future__ import annotations
 import torch
 
 from flashbench.precision import PRECISIONS, get_precision
+
+__all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "check_tensors",
+           "kv_group", "expand_kv", "GroupedKVError", "BackendUnavailable", "BackendFailed"]
+
+
+class BackendUnavailable(RuntimeError):
+    """This backend cannot run this case here (the message is the reason, one sentence);
+    the other backends still run."""
+
+
+class BackendFailed(RuntimeError):
+    """A backend ran and gave no valid result (raised, wrong shape or dtype, non-finite
+    output for finite inputs): a FAIL with the message as its reason."""
+
+
+class GroupedKVError(ValueError):
+    """k, v have fewer heads than q, and the kernel takes only Hkv == H."""
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -28,10 +51,44 @@ TORCH_DTYPES = {n: getattr(torch, p.torch_name) for n, p in PRECISIONS.items()
 ALL_DTYPES = tuple(dict.fromkeys(TORCH_DTYPES.values()))
 
 
-def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None):
+def precision_name(dtype: torch.dtype) -> str:
+    """The precision name a torch dtype stores ("fp32" for float32, never "tf32")."""
+    for name, t in TORCH_DTYPES.items():
+        if t == dtype:
+            return name
+    raise ValueError(f"torch dtype {dtype} is none of flashbench's precisions "
+                     f"{sorted(TORCH_DTYPES)}")
+
+
+def kv_group(q, k, v) -> int:
+    """Query heads per kv head, G = H // Hkv; ValueError naming both head counts when k
+    and v differ or Hkv does not divide H."""
+    h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
+    if hk != hv:
+        raise ValueError(f"k and v must have the same number of heads: k has Hkv={hk} "
+                         f"(shape {tuple(k.shape)}), v has {hv} (shape {tuple(v.shape)})")
+    if h % hk:
+        raise ValueError(f"k and v have Hkv={hk} heads, which must divide q's H={h} heads "
+                         f"(grouped-query attention: query head h reads kv head "
+                         f"h // (H // Hkv))")
+    return h // hk
+
+
+def expand_kv(q, k, v):
+    """k, v repeated to q's H heads (head h holds kv head h // G): the expanded copy a
+    kernel without grouped-query support needs. Unchanged when Hkv == H."""
+    group = kv_group(q, k, v)
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False):
     """Raise TypeError/ValueError unless q, k, v are consistent [B, H, N, d] tensors.
 
-    ``dtypes``: accepted torch dtypes; ``head_dims``: accepted d (None: any).
+    ``dtypes``: accepted torch dtypes; ``head_dims``: accepted d (None: any);
+    ``gqa``: accept k, v with Hkv heads dividing H (else :class:`GroupedKVError`, a
+    ValueError, when Hkv != H). Returns the group size G = H // Hkv.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -46,14 +103,20 @@ def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None):
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError(
-            f"q, k, v must share B and H: got q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"q, k, v must share the batch B: got q {tuple(q.shape)}, k {tuple(k.shape)}, "
             f"v {tuple(v.shape)}"
         )
+    group = kv_group(q, k, v)
+    if group > 1 and not gqa:
+        raise GroupedKVError(
+            f"q, k, v must share B and H for this kernel: q has H={q.shape[1]} heads, k and v "
+            f"Hkv={k.shape[1]} (it takes no grouped-query attention: expand k and v)")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share head dim d: q has {q.shape[-1]}, k has {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must share Nk: k has {k.shape[-2]}, v has {v.shape[-2]}")
     if head_dims is not None and q.shape[-1] not in head_dims:
         raise ValueError(f"head dim d={q.shape[-1]} is not supported; supported: {list(head_dims)}")
+    return group

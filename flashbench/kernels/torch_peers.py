@@ -1,19 +1,55 @@
-"""torch's own attention, as peers of the Triton kernel.
+"""torch's own attention, as peers of flashbench's kernel.
 
-Both take q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv] torch tensors and return
-(o [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32), with bottom-right causal
-alignment and the fully-masked-row convention of the reference (o = 0, lse = -inf).
+Every function takes torch tensors q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv]
+(Hkv dividing H: grouped-query attention, query head h reads kv head h // (H // Hkv))
+with causal masking bottom-right aligned (query i sees key j iff j <= i + Nk - Nq;
+torch's own ``is_causal`` is top-left aligned, so Nq != Nk gets
+``torch.nn.attention.bias.causal_lower_right``, or an explicit mask).
+
+Two callables per peer, as the registry (:mod:`flashbench.backends`) uses them:
+
+- ``*_output``: the bare op, o only: what timings call;
+- ``*_attention``: (o [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32) for accuracy
+  checks, with the reference's convention for rows that see no key (o = 0,
+  lse = -inf). The LSE comes from the op where it returns one (flex_attention on a
+  GPU), else from a separate fp32 logsumexp of the scaled, masked scores (not part of
+  the op's cost, so never timed).
+
+Peers:
+
+- naive: S = q k^T and P = softmax(S) materialised in q's dtype; k, v expanded to H
+  heads first (no grouped kernel).
+- sdpa (``kernel=None``: torch's own choice; "flash", "efficient", "cudnn", "math":
+  pinned with ``torch.nn.attention.sdpa_kernel``): grouped K/V through
+  ``enable_gqa``. Where torch's pinned kernel does not take a case (a dtype, a head
+  dim, a mask, no GPU), :class:`BackendUnavailable` carries torch's own reason.
+- flex: ``torch.nn.attention.flex_attention`` under ``torch.compile`` (a fused kernel;
+  eager flex materialises the scores), with a block mask for causal and
+  ``enable_gqa``. On CPU, inductor compiles it to C++ for inference only and without
+  an LSE output, so its LSE is the separate fp32 one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 
-from flashbench.kernels.checks import check_tensors
+from flashbench.kernels.checks import BackendUnavailable, check_tensors, expand_kv
 from flashbench.streaming import causal_mask
+
+__all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
+           "sdpa_output", "sdpa_attention", "sdpa_unavailable", "flex_output",
+           "flex_attention_lse", "flex_unavailable"]
+
+# flashbench's name -> attribute of torch.nn.attention.SDPBackend
+SDPA_KERNELS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+_GPU_ONLY = {"efficient", "cudnn"}  # torch has no CPU implementation of these two
+_HAS_ENABLE_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")  # torch >= 2.5
 
 
 def visible(nq: int, nk: int, device) -> torch.Tensor:
@@ -24,6 +60,10 @@ def visible(nq: int, nk: int, device) -> torch.Tensor:
     return torch.from_numpy(~hidden).to(device)
 
 
+def _scale(q, scale):
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+
 def _scores(q, k, scale, causal, dtype):
     s = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
     if causal:
@@ -31,9 +71,11 @@ def _scores(q, k, scale, causal, dtype):
     return s
 
 
-def _lse(q, k, scale, causal):
-    """fp32 log-sum-exp of the scaled, masked scores (computed from fp32 q, k)."""
-    return torch.logsumexp(_scores(q, k, scale, causal, torch.float32), dim=-1)
+def reference_lse(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """fp32 log-sum-exp [B, H, Nq] of the scaled, masked scores (from fp32 q, k; grouped
+    k expanded): the LSE of an op that returns none."""
+    k, _ = expand_kv(q, k, v)
+    return torch.logsumexp(_scores(q, k, _scale(q, scale), causal, torch.float32), dim=-1)
 
 
 def _zero_blind_rows(o, lse):
@@ -42,36 +84,219 @@ def _zero_blind_rows(o, lse):
                        device=o.device), o)
 
 
-def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """Materialised attention in the input dtype: S and P stored in q's dtype."""
-    check_tensors(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = _scores(q, k, scale, causal, q.dtype)
-    p = torch.softmax(s, dim=-1)
-    o = torch.matmul(p, v)
-    lse = _lse(q, k, scale, causal)
+def _with_lse(o, q, k, v, causal, scale):
+    lse = reference_lse(q, k, v, causal, scale)
     return _zero_blind_rows(o, lse), lse
 
 
-def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None):
-    """The bare torch.nn.functional.scaled_dot_product_attention call: o only (what is timed).
+# -- naive ---------------------------------------------------------------------------
 
-    Causal with Nq == Nk uses ``is_causal`` (torch's fused kernels); with Nq != Nk an
-    explicit bottom-right mask, since torch's ``is_causal`` is top-left aligned.
-    """
+
+def naive_output(q, k, v, causal: bool = False, scale: float | None = None):
+    """Materialised attention in the input dtype: S and P stored in q's dtype (o only)."""
+    k, v = expand_kv(q, k, v)
+    p = torch.softmax(_scores(q, k, _scale(q, scale), causal, q.dtype), dim=-1)
+    return torch.matmul(p, v)
+
+
+def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
+    """:func:`naive_output` and the separate fp32 LSE."""
+    check_tensors(q, k, v, gqa=True)
+    return _with_lse(naive_output(q, k, v, causal, scale), q, k, v, causal, scale)
+
+
+# -- scaled_dot_product_attention -----------------------------------------------------
+
+
+def _sdpa_kwargs(q, k, causal, scale):
+    kw = {"scale": scale}
+    if k.shape[1] != q.shape[1]:
+        kw["enable_gqa"] = True
     nq, nk = q.shape[-2], k.shape[-2]
     if causal and nq == nk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        kw["is_causal"] = True
+    elif causal:
+        kw["attn_mask"] = _lower_right(nq, nk)
+    return kw
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_right(nq: int, nk: int):
+    """torch's bottom-right causal bias (its warning that rows seeing no key come out
+    NaN when Nq > Nk is known: the accuracy callables set those rows to 0)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Lower right causal bias", UserWarning)
+        return causal_lower_right(nq, nk)
+
+
+def _sdpa_call(q, k, v, causal, scale, kernel):
+    if k.shape[1] != q.shape[1] and not _HAS_ENABLE_GQA:  # torch < 2.5: no grouped K/V
+        k, v = expand_kv(q, k, v)
+    kw = _sdpa_kwargs(q, k, causal, scale)
+    if kernel is None:
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(getattr(SDPBackend, SDPA_KERNELS[kernel])):
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None,
+                kernel: str | None = None):
+    """torch.nn.functional.scaled_dot_product_attention, o only (what is timed).
+
+    ``kernel``: None lets torch choose; "flash", "efficient", "cudnn" or "math" pins
+    that kernel (``sdpa_kernel``). Raises :class:`BackendUnavailable` with torch's
+    reason where the pinned kernel does not take this case.
+    """
+    try:
+        return _sdpa_call(q, k, v, causal, scale, kernel)
+    except RuntimeError as exc:
+        if kernel is None or "No available kernel" not in str(exc):
+            raise
+    # torch warns its reasons on the failed call: repeat it with the warnings recorded
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _sdpa_call(q, k, v, causal, scale, kernel)
+        except RuntimeError:
+            pass
+    raise BackendUnavailable(_refusal(caught, q, kernel))
+
+
+def _refusal(caught, q, kernel) -> str:
+    """One sentence from torch's warnings about a kernel it did not use."""
+    why = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
+    why = [w for w in why if w and not w.endswith("kernel not used because:")]
+    detail = why[0] if why else "no reason given"
+    if "GPU" not in detail and q.device.type != "cuda" and kernel in _GPU_ONLY:
+        detail += " (this kernel needs a CUDA GPU)"
+    return f"torch's {kernel} SDPA kernel does not take this case: {detail}"
+
+
+def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None,
+                   kernel: str | None = None):
+    """:func:`sdpa_output` and the separate fp32 LSE (SDPA returns none); torch's
+    warnings about a pinned kernel it cannot use become the reason, not noise."""
+    check_tensors(q, k, v, gqa=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            o = _sdpa_call(q, k, v, causal, scale, kernel)
+        except RuntimeError as exc:
+            if kernel is None or "No available kernel" not in str(exc):
+                raise
+            raise BackendUnavailable(_refusal(caught, q, kernel)) from None
+    return _with_lse(o, q, k, v, causal, scale)
+
+
+@functools.cache
+def sdpa_unavailable(kernel: str) -> str | None:
+    """None when torch can run its ``kernel`` SDPA kernel on this machine, else why.
+
+    CPU torch has flash and math kernels; efficient and cudnn exist only for CUDA. On
+    a GPU each pinned kernel is probed once with a small fp16 call.
+    """
+    if kernel not in SDPA_KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(SDPA_KERNELS)}, got {kernel!r}")
+    if not torch.cuda.is_available():
+        if kernel in _GPU_ONLY:
+            return "needs a CUDA GPU (no GPU here)"
+        device = "cpu"
+    else:
+        device = "cuda"
+    x = torch.zeros(1, 2, 64, 64, dtype=torch.float16, device=device)
+    try:
+        sdpa_output(x, x, x, kernel=kernel)
+    except BackendUnavailable as exc:
+        where = "this GPU" if device == "cuda" else "this CPU (no GPU here)"
+        return f"torch {torch.__version__} cannot run it on {where}: {exc}"
+    return None
+
+
+# -- flex_attention -------------------------------------------------------------------
+
+FLEX_RECOMPILE_LIMIT = 64  # one compilation per (shape, dtype, causal); more than dynamo's 8
+
+
+@functools.cache
+def flex_unavailable() -> str | None:
+    """None when torch.nn.attention.flex_attention exists and can be compiled here."""
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError as exc:
+        return f"torch {torch.__version__} has no flex_attention ({exc})"
+    if not torch.cuda.is_available():
+        import shutil
+
+        if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+            return ("torch.compile builds flex_attention for CPU with a C++ compiler, and none "
+                    "is on PATH (no GPU here either)")
+    return None
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_mask(nq: int, nk: int, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = nk - nq
+
+    def bottom_right(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    return create_block_mask(bottom_right, None, None, nq, nk, device=device)
+
+
+def _flex_call(q, k, v, causal, scale, lse: bool):
+    kw = {"scale": scale, "enable_gqa": k.shape[1] != q.shape[1]}
     if causal:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible(nq, nk, q.device),
-                                              scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        kw["block_mask"] = _block_mask(q.shape[-2], k.shape[-2], str(q.device))
+    if lse:
+        try:
+            from torch.nn.attention.flex_attention import AuxRequest
+        except ImportError:  # torch < 2.9
+            kw["return_lse"] = True
+        else:
+            kw["return_aux"] = AuxRequest(lse=True)
+    patch = {"recompile_limit": FLEX_RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
+    config = torch._dynamo.config
+    patch = {k_: v_ for k_, v_ in patch.items() if hasattr(config, k_)}
+    try:
+        with config.patch(**patch):
+            out = _compiled_flex()(q, k, v, **kw)
+    except Exception as exc:  # torch.compile could not build this case
+        if type(exc).__name__ not in ("InductorError", "BackendCompilerFailed",
+                                      "LoweringException", "NotImplementedError",
+                                      "FailOnRecompileLimitHit", "Unsupported"):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackendUnavailable(f"torch.compile could not build flex_attention for this "
+                                 f"case on {q.device.type}: {first[:200]}") from None
+    if lse:
+        o, aux = out
+        return o, getattr(aux, "lse", aux)
+    return out
 
 
-def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None):
-    """torch's SDPA (:func:`sdpa_output`) plus the LSE from a separate fp32 logsumexp."""
-    check_tensors(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    o = sdpa_output(q, k, v, causal, scale)
-    lse = _lse(q, k, scale, causal)
-    return _zero_blind_rows(o, lse), lse
+def flex_output(q, k, v, causal: bool = False, scale: float | None = None):
+    """Compiled flex_attention, o only (what is timed)."""
+    return _flex_call(q, k, v, causal, scale, lse=False)
+
+
+def flex_attention_lse(q, k, v, causal: bool = False, scale: float | None = None):
+    """Compiled flex_attention with its own LSE on a GPU; on CPU (inductor builds no LSE
+    output there) the timed output and the separate fp32 LSE."""
+    check_tensors(q, k, v, gqa=True)
+    if q.device.type == "cuda":
+        o, lse = _flex_call(q, k, v, causal, scale, lse=True)
+        return _zero_blind_rows(o, lse), lse.float()
+    return _with_lse(flex_output(q, k, v, causal, scale), q, k, v, causal, scale)

@@ -1,0 +1,272 @@
+"""Registry of attention backends: each a plain record, with a reason when it cannot run.
+
+Every backend is called as ``backend(q, k, v, causal=False, scale=None) -> (o, lse)`` on
+torch tensors q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv] (Hkv dividing H:
+grouped-query attention); o is [B, H, Nq, dv] in q's dtype (float64 for ``reference``),
+lse [B, H, Nq] (float32; float64 for ``reference``). Causal masking is bottom-right
+aligned everywhere (query i sees key j iff j <= i + Nk - Nq).
+
+==============  =============================================  =========  ====  =====
+name            what it is                                     devices    GQA   grad
+==============  =============================================  =========  ====  =====
+reference       float64 NumPy one-shot reference               cpu        yes   no
+torch-naive     S and P materialised in the input dtype        cpu, cuda  exp.  yes
+torch-sdpa      SDPA, torch's own choice of kernel (alias)     cpu, cuda  yes   yes
+sdpa-flash      SDPA pinned to torch's flash kernel            cpu, cuda  yes   yes
+sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       yes   yes
+sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       yes   yes
+sdpa-math       SDPA pinned to torch's math (composite) path   cpu, cuda  yes   yes
+triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   no
+flex            torch.compile(flex_attention)                  cpu, cuda  yes   cuda
+==============  =============================================  =========  ====  =====
+
+(GQA "yes": k, v passed with their Hkv heads; "exp.": expanded to H heads first. The
+Triton kernel runs on CPU under the Triton interpreter: accuracy only, never timed.)
+
+Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
+where it returns one, else a separate fp32 logsumexp) and ``timed`` (the bare op,
+o only; what timings call, after :meth:`Backend.prepare`). A user's own function
+joins through :func:`get_backend` with ``"package.module:function"`` or an entry point
+in the ``flashbench.backends`` group (:mod:`flashbench.backends.user`): it is judged
+like flashbench's own kernel, never as a peer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from flashbench import reference
+from flashbench.backends.outputs import checked_output
+from flashbench.inputs import Shape
+from flashbench.kernels import torch_peers as tp
+from flashbench.kernels.checks import (
+    BackendFailed,
+    BackendUnavailable,
+    check_tensors,
+    expand_kv,
+    precision_name,
+)
+
+__all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "get_backend", "available_backends",
+           "resolve_backends", "BackendUnavailable", "BackendFailed"]
+
+TORCH_FLOATS = ("fp32", "fp16", "bf16")
+TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
+
+
+def _always() -> str | None:
+    return None
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One attention implementation, as data.
+
+    ``fn``: the accuracy callable ``(q, k, v, causal=False, scale=None) -> (o, lse)``.
+    ``dtypes``: precision names it takes (:mod:`flashbench.precision`).
+    ``unavailable()``: None when it can run on this machine, else the reason in one
+    sentence (a hardware reason says "GPU").
+    ``interpreted()``: True when it runs under an interpreter (its time means nothing).
+    ``timed``: the bare op timings call (same signature, o only; None means ``fn``).
+    ``peer``: torch's implementations, judged for information only; flashbench's own
+    kernel and users' kernels count in the check's verdict.
+    ``head_dims``: the head dims d it takes (None: any). ``limits(shape)``: any other
+    reason it cannot run a shape (None: it can).
+    ``devices``: where it runs ("cpu", "cuda"). ``gqa``: takes k, v with Hkv < H heads
+    itself (else :meth:`prepare` expands them). ``differentiable``: autograd flows
+    through ``timed`` to q, k, v. ``lse``: where the accuracy callable's LSE comes from.
+    ``origin``: "flashbench", "torch" or "user".
+    """
+
+    name: str
+    fn: Callable
+    description: str
+    dtypes: tuple[str, ...]
+    unavailable: Callable[[], str | None] = _always
+    interpreted: Callable[[], bool] = _never
+    timed: Callable | None = None
+    peer: bool = False
+    head_dims: tuple[int, ...] | None = None
+    limits: Callable[[Shape], str | None] | None = None
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    gqa: bool = True
+    differentiable: bool = False
+    lse: str = "separate fp32 logsumexp"
+    origin: str = "flashbench"
+    out_dtype: str | None = None  # precision of o; None: q's
+
+    @property
+    def timed_fn(self) -> Callable:
+        return self.fn if self.timed is None else self.timed
+
+    def unavailable_for(self, shape: Shape | None = None, dtype: str | None = None) -> str | None:
+        """None when it can run ``shape`` in ``dtype`` here, else the reason (one sentence)."""
+        reason = self.unavailable()
+        if reason is not None:
+            return reason
+        if dtype is not None and dtype not in self.dtypes:
+            return f"takes {', '.join(self.dtypes)}, not {dtype}"
+        if shape is None:
+            return None
+        if self.head_dims is not None and shape.d not in self.head_dims:
+            return (f"head dim d={shape.d} is not one it takes "
+                    f"({', '.join(map(str, self.head_dims))})")
+        return None if self.limits is None else self.limits(shape)
+
+    def device(self, given) -> torch.device:
+        """Where it runs inputs given on ``given``: CUDA when the backend runs there and a
+        GPU is present, else the CPU."""
+        given = torch.device(given)
+        if given.type == "cuda" and "cuda" in self.devices:
+            return given
+        if "cuda" in self.devices and torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+
+    def prepare(self, q, k, v):
+        """(q, k, v) as ``timed`` takes them: on :meth:`device`, and k, v expanded to H
+        heads for a backend without its own grouped-query support. Timings call it in
+        setup, so neither copy is timed."""
+        dev = self.device(q.device)
+        q, k, v = (t.to(dev) for t in (q, k, v))
+        if not self.gqa:
+            k, v = expand_kv(q, k, v)
+        return q, k, v
+
+    def __call__(self, q, k, v, causal: bool = False, scale: float | None = None):
+        """(o, lse) for accuracy checks, validated (:func:`checked_output`).
+
+        Raises :class:`BackendUnavailable` (it cannot run here or this shape, with the
+        reason) or :class:`BackendFailed` (it ran and gave no valid result); inputs that
+        are wrong whatever the backend raise TypeError/ValueError as usual.
+        """
+        reason = self.unavailable()
+        if reason is not None:
+            raise BackendUnavailable(f"backend {self.name!r} is unavailable: {reason}")
+        check_tensors(q, k, v, gqa=True)
+        shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3],
+                      dv=v.shape[3], Hkv=k.shape[1])
+        reason = self.unavailable_for(shape, precision_name(q.dtype))
+        if reason is not None:
+            raise BackendUnavailable(reason)
+        q, k, v = self.prepare(q, k, v)
+        try:
+            out = self.fn(q, k, v, causal=causal, scale=scale)
+        except (BackendUnavailable, BackendFailed):
+            raise
+        except Exception as exc:
+            raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
+        return checked_output(out, q, k, v, causal, scale, self.out_dtype)
+
+
+def _reference(q, k, v, causal=False, scale=None):
+    o, lse = reference.attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
+                                 causal=causal, scale=scale)
+    return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+def _triton(q, k, v, causal=False, scale=None):
+    from flashbench.kernels.triton_fwd import triton_attention
+
+    return triton_attention(q, k, v, causal=causal, scale=scale)
+
+
+def _triton_unavailable() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "the triton package is not installed"
+    return None
+
+
+def _triton_interpreted() -> bool:
+    from flashbench.kernels import triton_fwd
+
+    return getattr(triton_fwd, "INTERPRET", not torch.cuda.is_available())
+
+
+def _triton_limits(shape: Shape) -> str | None:
+    if shape.head_dim_v != shape.d:
+        return f"the kernel needs dv == d, got d={shape.d}, dv={shape.head_dim_v}"
+    return None
+
+
+def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Backend:
+    name = "torch-sdpa" if kernel is None else f"sdpa-{kernel}"
+    return Backend(
+        name, partial(tp.sdpa_attention, kernel=kernel), description, TORCH_FLOATS,
+        _always if kernel is None else partial(tp.sdpa_unavailable, kernel),
+        timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices, gqa=True,
+        differentiable=True, origin="torch")
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("reference", _reference, "float64 NumPy one-shot reference",
+                ("fp64", *TORCH_FLOATS), devices=("cpu",), lse="the reference's own (float64)",
+                out_dtype="fp64"),
+        Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
+                TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
+                differentiable=True, origin="torch"),
+        _sdpa(None, "torch scaled_dot_product_attention, torch's own choice of kernel"),
+        _sdpa("flash", "SDPA pinned to torch's flash kernel (sdpa_kernel FLASH_ATTENTION)"),
+        _sdpa("efficient", "SDPA pinned to memory-efficient attention (EFFICIENT_ATTENTION)",
+              ("cuda",)),
+        _sdpa("cudnn", "SDPA pinned to cuDNN attention (CUDNN_ATTENTION)", ("cuda",)),
+        _sdpa("math", "SDPA pinned to torch's math path (MATH)"),
+        Backend("triton", _triton, "flashbench fused Triton forward kernel", TORCH_FLOATS,
+                _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
+                limits=_triton_limits, gqa=True, lse="the kernel's own (float32)"),
+        Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "
+                "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
+                peer=True, gqa=True, differentiable=torch.cuda.is_available(),
+                lse="the op's own on a GPU; separate fp32 logsumexp on CPU", origin="torch"),
+    )
+}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``: a registry name, an entry point of the
+    ``flashbench.backends`` group, or ``"package.module:function"`` (a user's function).
+    ValueError listing the known names otherwise."""
+    if name in BACKENDS:
+        return BACKENDS[name]
+    from flashbench.backends import user
+
+    return user.find(name, BACKENDS)
+
+
+def available_backends() -> list[Backend]:
+    """Registry backends that can run on this machine, in registry order."""
+    return [b for b in BACKENDS.values() if b.unavailable() is None]
+
+
+def resolve_backends(values=()) -> list[str]:
+    """The backend names a check runs for ``--backend`` values (in order, no repeats).
+
+    A registry or entry-point name selects that backend; ``module:function`` adds a
+    user's function. Without any name: every registry backend but ``reference``
+    (unavailable ones are reported with their reason) and every installed entry
+    point, plus the user functions given. ValueError for a value that is none of these.
+    """
+    from flashbench.backends import user
+
+    names, specs = [], []
+    for value in values:
+        if ":" in value:
+            user.parse_spec(value)
+            specs.append(value)
+        else:
+            get_backend(value)  # ValueError listing the known names
+            names.append(value)
+    if not names:
+        names = [n for n in BACKENDS if n != "reference"] + user.entry_point_names(BACKENDS)
+    return list(dict.fromkeys(names + specs))

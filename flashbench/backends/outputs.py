@@ -1,0 +1,82 @@
+"""What a backend must return, checked before its numbers are judged.
+
+A backend (flashbench's, torch's or a user's) returns ``o`` or ``(o, lse)``:
+
+- o: a torch tensor [B, H, Nq, dv] in q's dtype (float64 for the reference);
+- lse (optional): a floating torch tensor [B, H, Nq], natural-log log-sum-exp of the
+  scaled, masked scores; where it is missing, a separate fp32 logsumexp stands in.
+
+For finite inputs the float64 reference is finite everywhere (o is a convex
+combination of rows of v; a row that sees no key has o = 0), so any inf or NaN in o
+is a failure, as is a NaN or +inf LSE, or a -inf LSE on a row that sees some key.
+Each failure is a :class:`BackendFailed` whose message says what was wrong.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed
+from flashbench.kernels.torch_peers import reference_lse
+
+__all__ = ["checked_output"]
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    if isinstance(x, tuple | list):
+        return f"a {type(x).__name__} of {len(x)} item(s)"
+    return f"a {type(x).__name__}"
+
+
+def _unpack(out):
+    if isinstance(out, torch.Tensor):
+        return out, None
+    if isinstance(out, tuple | list) and len(out) == 2:
+        return out[0], out[1]
+    raise BackendFailed(f"returned {_describe(out)}; expected o or (o, lse) torch tensors")
+
+
+def _nonfinite(x: torch.Tensor) -> int:
+    return int(x.numel() - torch.isfinite(x).sum().item())
+
+
+def checked_output(out, q, k, v, causal: bool = False, scale: float | None = None,
+                   out_dtype: str | None = None):
+    """(o, lse) from a backend's return value ``out`` for inputs q, k, v; BackendFailed
+    when it is not a valid result (module docstring). ``out_dtype``: precision name of
+    o when it is not q's dtype (the float64 reference)."""
+    o, lse = _unpack(out)
+    B, H, nq = q.shape[:3]
+    want = (B, H, nq, v.shape[-1])
+    if not isinstance(o, torch.Tensor):
+        raise BackendFailed(f"returned o as {_describe(o)}; expected a torch tensor {want}")
+    if tuple(o.shape) != want:
+        raise BackendFailed(f"returned o of shape {tuple(o.shape)}; expected [B, H, Nq, dv] "
+                            f"= {want}")
+    dtype = q.dtype if out_dtype is None else TORCH_DTYPES[out_dtype]
+    if o.dtype != dtype:
+        raise BackendFailed(f"returned o in {o.dtype}; expected {dtype} (q's dtype)")
+    if lse is None:
+        lse = reference_lse(q, k.to(q.device), v.to(q.device), causal, scale)
+    elif not isinstance(lse, torch.Tensor) or not lse.is_floating_point():
+        raise BackendFailed(f"returned lse as {_describe(lse)}; expected a floating torch "
+                            f"tensor {want[:3]}")
+    elif tuple(lse.shape) != want[:3]:
+        raise BackendFailed(f"returned lse of shape {tuple(lse.shape)}; expected [B, H, Nq] "
+                            f"= {want[:3]}")
+    if all(bool(torch.isfinite(t).all()) for t in (q, k, v)):
+        bad = _nonfinite(o)
+        if bad:
+            raise BackendFailed(f"returned {bad} non-finite value(s) (inf or NaN) in o, of "
+                                f"{o.numel()}, for finite inputs (the float64 reference is "
+                                f"finite there)")
+        sees_nothing = torch.zeros(nq, dtype=torch.bool, device=lse.device)
+        if causal and nq > k.shape[-2]:
+            sees_nothing[: nq - k.shape[-2]] = True
+        wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
+        if bool(wrong.any()):
+            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
+                                f"that see keys (the float64 reference is finite there)")
+    return o, lse
