@@ -1,183 +1,250 @@
-"""flashbench review: unit rules on synthetic frames, and real asv runs on real commits."""
+"""flashbench review on real commits in a throw-away clone: same-run A/B reviews (slower,
+faster, unchanged, broken, renamed), --reuse with a rebased head, a dirty tree, SIGTERM,
+and arguments refused before anything runs.
 
+Every review is restricted to cheap grid points (--bench) and a small budget; the
+machine may be busy, so verdicts that noise could blur are asserted loosely (never
+"slower" where nothing changed) and the ones a 4x slowdown must give strictly.
+"""
+
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from flashbench.review import compare, judge_accuracy, judge_time
-
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
 
-
-def frame(rows):
-    df = pd.DataFrame(rows)
-    for c in ("ci_99_a", "ci_99_b", "repeat", "samples", "unit", "type"):
-        if c not in df:
-            df[c] = None
-    df["date"] = pd.to_datetime(df["date"], utc=True)
-    df.attrs["param_columns"] = [c for c in ("kernel", "dtype", "causal", "block") if c in df]
-    return df
-
-
-def row(commit, bench, value, status="ok", date="2026-01-01", **kw):
-    return dict(machine="m", env="e", commit=commit, benchmark=bench, value=value,
-                status=status, date=date, **kw)
-
-
-def test_time_verdicts_need_the_factor_and_significance():
-    base = pd.Series({"value": 1.0, "ci_99_a": 0.95, "ci_99_b": 1.05, "repeat": 5})
-    slow = pd.Series({"value": 1.5, "ci_99_a": 1.45, "ci_99_b": 1.55, "repeat": 5})
-    noisy = pd.Series({"value": 1.5, "ci_99_a": 0.5, "ci_99_b": 2.5, "repeat": 5})
-    close = pd.Series({"value": 1.05, "ci_99_a": 1.0, "ci_99_b": 1.1, "repeat": 5})
-    assert judge_time(base, slow, 1.1)[0] == "slower"
-    assert judge_time(slow, base, 1.1)[0] == "faster"
-    assert judge_time(base, noisy, 1.1)[0] == "ambiguous"
-    assert judge_time(base, close, 1.1)[0] == "same"
-    one = pd.Series({"value": 1.5, "ci_99_a": None, "ci_99_b": None, "repeat": 1})
-    verdict, basis = judge_time(base, one, 1.1)
-    assert verdict == "slower" and "ratio only" in basis
-
-
-def test_accuracy_verdicts():
-    hist = pd.Series([1.0e-3, 1.05e-3])
-    assert judge_accuracy("o_max_abs", 1e-3, 1.001e-3, hist, 0.02) == ("same", False)
-    assert judge_accuracy("o_max_abs", 1e-3, 3e-3, hist, 0.02) == ("worse, above band", True)
-    assert judge_accuracy("o_baseline_ratio", 2.1, 2.1, pd.Series([2.1]), 0.02)[1] is True
-    assert judge_accuracy("o_max_abs", 1e-3, 5e-4, hist, 0.02) == ("better", False)
-
-
-def test_accuracy_loss_is_a_regression_even_when_faster():
-    acc = "b.TrackAccuracy.track_o_max_abs"
-    df = frame([
-        row("a", "b.time_x", 2.0, ci_99_a=1.9, ci_99_b=2.1, repeat=5, type="time", unit="seconds"),
-        row("b", "b.time_x", 1.0, ci_99_a=0.9, ci_99_b=1.1, repeat=5, type="time",
-            unit="seconds", date="2026-01-02"),
-        row("a", acc, 1e-3, kernel="triton", dtype="bf16", causal=False, type="track"),
-        row("b", acc, 4e-3, kernel="triton", dtype="bf16", causal=False, type="track",
-            date="2026-01-02"),
-    ])
-    review = compare(df, "a", "b", "m")
-    verdicts = {r.benchmark: (r.verdict, r.regression) for r in review.rows}
-    assert verdicts["b.time_x"] == ("faster", False)
-    assert verdicts[acc][1] is True
-    assert review.status == 1
-    assert review.rows[0].regression  # regressions first
-
-
-def test_missing_or_failed_results_give_2():
-    df = frame([row("a", "b.time_x", 1.0, type="time"), row("b", "b.time_x", None,
-                                                             status="failed", type="time")])
-    review = compare(df, "a", "b", "m")
-    assert review.status == 2 and "head failed" in review.undecided[0]
-    review = compare(df, "a", "zzz", "m")
-    assert review.status == 2 and "no results for head" in review.undecided[0]
-
-
-# ----------------------------------------------------------------- real commits, real asv
-
+# TimeAttention at N=1024, d=64 (one-shot and streamed, causal or not) and the cheap softmax
+CHEAP = r"TimeAttention.*1024x1024x64|TimeSoftmax.*N=1024,"
+STREAMED = "impl='streamed'"
 SLOW = '''
     for _ in range(3):  # deliberate extra passes over the blocks (review test)
         for start in range(0, nk, block):
             np.exp(np.matmul(q, kt[..., start:start + block]))
 '''
+MARKER = "    for start in range(0, nk, block):\n        stop = min(start + block, nk)"
+ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(repo, *args, env=None):
+    return subprocess.run(["git", *args], cwd=repo, check=True, text=True, capture_output=True,
+                          env={**os.environ, **ENV, **(env or {})}).stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A clone of this repository with commits that slow, degrade and keep the code."""
+    """A clone of this repository with commits that slow, break, rename and keep the code."""
     tmp = tmp_path_factory.mktemp("review")
     repo = tmp / "repo"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    base = git(repo, "rev-parse", "HEAD")
 
-    def commit(msg, *edits):
-        """Apply (path, old, new) replacements on main's base and commit them."""
-        subprocess.run(["git", "checkout", "-q", "-B", "main", base], cwd=repo, check=True)
+    def commit(msg, *edits, env=None):
+        """Apply (path, old, new) replacements on base and commit them."""
+        git(repo, "checkout", "-q", "-B", "main", base)
         for path, old, new in edits:
             p = repo / path
             text = p.read_text()
             assert old in text, f"{old!r} not in {path}"
             p.write_text(text.replace(old, new, 1))
-        subprocess.run(["git", "commit", "-qam", msg], cwd=repo, check=True, env=env)
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, text=True,
-                              capture_output=True).stdout.strip()
+        git(repo, "commit", "-qam", msg, env=env)
+        return git(repo, "rev-parse", "HEAD")
 
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, text=True,
-                          capture_output=True).stdout.strip()
-    marker = "    for start in range(0, nk, block):\n        stop = min(start + block, nk)"
-    slow = commit("slow", ("flashbench/streaming.py", marker, SLOW + marker))
-    coarse = commit("coarse P",
-                    ("flashbench/numerics.py",
-                     'round_p = None if prec.name in ("fp64", "fp32") else prec.operand',
-                     'round_p = None if prec.name in ("fp64", "fp32") else '
-                     '(lambda p: p.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))'),
-                    ("flashbench/numerics.py", "import numpy as np\n",
-                     "import ml_dtypes\nimport numpy as np\n"))
-    same = commit("docs", ("README.md", "# flashbench", "# flashbench (unchanged code)"))
-    broken = commit("broken", ("flashbench/streaming.py", marker,
-                               "    raise RuntimeError('broken on purpose')\n" + marker))
-    subprocess.run(["git", "checkout", "-q", "-B", "main", base], cwd=repo, check=True)
-    return repo, {"base": base, "slow": slow, "coarse": coarse, "same": same, "broken": broken}
-
-
-def review(repo, base, head, bench):
-    env = {**os.environ, "HOME": str(repo)}  # private ~/.asv-machine.json
-    return subprocess.run([sys.executable, "-m", "flashbench.cli", "review", base, head,
-                           "--existing", "--machine", "review-test", "--bench", bench, "--all"],
-                          cwd=repo, capture_output=True, text=True, env=env, timeout=900)
+    c = {"base": base, "parent": git(repo, "rev-parse", "HEAD~1")}
+    c["slow"] = commit("slow", ("flashbench/streaming.py", MARKER, SLOW + MARKER))
+    c["same"] = commit("docs", ("README.md", "# flashbench", "# flashbench (unchanged code)"))
+    c["broken"] = commit("broken", ("flashbench/streaming.py", MARKER,
+                                    "    raise RuntimeError('broken on purpose')\n" + MARKER))
+    c["renamed"] = commit("rename", ("flashbench/reference.py", "def online_attention(",
+                                     "def online_attention_renamed("),
+                          ("flashbench/reference.py", '"online_attention",',
+                           '"online_attention_renamed",'))
+    early = {"GIT_AUTHOR_DATE": "2001-01-01T00:00:00", "GIT_COMMITTER_DATE": "2001-01-01T00:00:00"}
+    c["sleepy"] = commit("rebased: sleep in softmax, authored long ago",
+                         ("flashbench/reference.py", "    x = check_rows(x)\n",
+                          "    x = check_rows(x)\n    __import__('time').sleep(0.05)\n"),
+                         env=early)
+    git(repo, "checkout", "-q", "-B", "main", base)
+    home = tmp / "home"
+    home.mkdir()
+    return repo, home, c
 
 
-TIME_BENCH = r"TimeStreamBlock"
-ACC_BENCH = r"TrackAccuracy.track_o_max_abs"
+def review(project, *args, timeout=900):
+    repo, home, _ = project
+    env = {**os.environ, "HOME": str(home)}  # a private ~/.asv-machine.json
+    return subprocess.run([sys.executable, "-m", "flashbench.cli", "review", *args], cwd=repo,
+                          capture_output=True, text=True, env=env, timeout=timeout)
 
 
-@pytest.mark.slow
-def test_slower_commit_is_flagged(project):
-    repo, c = project
-    r = review(repo, c["base"], c["slow"], TIME_BENCH)
+def rows(r):
+    return json.loads(r.stdout)["rows"]
+
+
+def worktrees(repo):
+    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]
+
+
+def sessions(repo):
+    folder = repo / ".asv" / "review"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def test_slower_commit_is_flagged_and_untouched_timings_are_not(project):
+    _, _, c = project
+    r = review(project, c["base"], c["slow"], "--bench", CHEAP, "--budget", "90", "--json")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "slower" in r.stdout and "REGRESSION" in r.stdout
-    assert "time_online_attention" in r.stdout
+    got = rows(r)
+    streamed = [x for x in got if STREAMED in x["params"]]
+    assert len(streamed) == 2 and all(x["verdict"] == "slower" for x in streamed), got
+    assert all(x["reason"] == "significant" and x["samples"] >= 3 and x["ci_low"] > 1.1
+               for x in streamed)
+    untouched = [x for x in got if STREAMED not in x["params"]]
+    assert len(untouched) == 4 and not [x for x in untouched if x["verdict"] == "slower"]
+    doc = json.loads(r.stdout)
+    assert doc["mode"].startswith("same-run") and doc["false_alarm_rate"] == 0.05
+    assert not worktrees_left(project)
 
 
-@pytest.mark.slow
-def test_less_accurate_commit_is_flagged_though_not_slower(project):
-    repo, c = project
-    r = review(repo, c["base"], c["coarse"], ACC_BENCH)
-    assert r.returncode == 1, r.stdout + r.stderr
-    lines = [line for line in r.stdout.splitlines() if "**REGRESSION**" in line]
-    assert lines and all("kernel=flash_model" in line for line in lines)
-    assert any("dtype=bf16" in line or "dtype=fp16" in line for line in lines)
+def worktrees_left(project):
+    repo = project[0]
+    return len(worktrees(repo)) > 1 or sessions(repo)
 
 
-@pytest.mark.slow
-def test_unchanged_commit_passes(project):
-    repo, c = project
-    r = review(repo, c["base"], c["same"], ACC_BENCH)  # deterministic: no timing noise
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "OK: nothing regressed" in r.stdout
+def test_faster_commit_is_called_faster(project):
+    _, _, c = project
+    r = review(project, c["slow"], c["base"], "--bench", CHEAP, "--budget", "90")
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if STREAMED in line]
+    assert len(lines) == 2 and all("| faster" in line for line in lines), r.stdout
+    assert "| slower" not in r.stdout
+    assert "Benjamini-Hochberg at 5%" in r.stdout and "significant" in r.stdout
 
 
-@pytest.mark.slow
-def test_failed_result_cannot_be_decided(project):
-    repo, c = project
-    r = review(repo, c["base"], c["broken"], TIME_BENCH)
+def test_unchanged_commit_is_never_slower(project):
+    _, _, c = project
+    r = review(project, c["base"], c["same"], "--bench", CHEAP, "--budget", "60", "--json",
+               "--all")
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    got = rows(r)
+    assert len(got) == 6 and not [x for x in got if x["verdict"] == "slower"]
+    assert all(x["samples"] >= 1 for x in got)
+
+
+def test_broken_head_is_coverage_lost(project):
+    _, _, c = project
+    r = review(project, c["base"], c["broken"], "--bench", CHEAP, "--budget", "20")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "could not decide" in r.stdout and "head failed" in r.stdout
+    assert "COVERAGE LOST: 2 result(s)" in r.stdout
+    lost = [line for line in r.stdout.splitlines() if "coverage-lost" in line and "|" in line]
+    assert len(lost) == 2 and all(STREAMED in line and "broken on purpose" in line
+                                  for line in lost)
 
 
-def test_run_to_run_range_of_recent_commits_demotes_noise():
-    from flashbench.review import within_history
+def test_renamed_function_is_coverage_lost_not_silence(project):
+    """Issue 16 item 2: the suites skip where head lacks the function; never exit 0."""
+    _, _, c = project
+    r = review(project, c["base"], c["renamed"], "--bench", r"TimeAttention.*1024x1024x64",
+               "--budget", "20", "--json")
+    assert r.returncode == 2, r.stdout + r.stderr
+    lost = [x for x in rows(r) if x["reason"] == "coverage-lost"]
+    assert len(lost) == 2 and all("base ok, head skipped" in x["detail"]
+                                  and "lacks flashbench.reference" in x["detail"] for x in lost)
+    assert "COVERAGE LOST" in json.loads(r.stdout)["summary"]
 
-    history = pd.Series([1.0, 1.3, 1.1, 1.0])  # earlier commits' own runs; base last
-    assert within_history("slower", "sig", 1.25, history)[0] == "ambiguous"
-    assert within_history("slower", "sig", 1.6, history)[0] == "slower"
-    assert within_history("faster", "sig", 0.8, history)[0] == "faster"
-    assert within_history("slower", "sig", 1.25, history.iloc[-1:])[0] == "slower"  # no range
-    old_slow = pd.Series([3.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # optimised 5 commits ago
-    assert within_history("slower", "sig", 3.0, old_slow)[0] == "slower"
+
+def test_reuse_rebased_head_dated_before_base_is_still_slower(project):
+    """Issue 16 item 1, with real asv runs: stored results of base's ancestors give the
+    run-to-run range; the head, authored before base, is never part of it."""
+    _, _, c = project
+    warm = review(project, "--reuse", "--existing", "--bench", "TimeSoftmax", c["parent"],
+                  c["base"])
+    assert warm.returncode in (0, 2), warm.stdout + warm.stderr
+    assert "stored results (--reuse)" in warm.stdout
+    r = review(project, "--reuse", "--existing", "--bench", "TimeSoftmax", c["base"],
+               c["sleepy"], "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    one_shot = [x for x in doc["rows"] if "one-shot" in x["params"]]
+    assert one_shot and all(x["verdict"] == "slower" and "outside" in x["detail"]
+                            for x in one_shot), doc["rows"]
+    assert "weaker evidence" in doc["mode"] and doc["false_alarm_rate"] is None
+
+
+def test_uncommitted_edits_are_refused_or_announced(project):
+    """Issue 16 item 6."""
+    repo, _, c = project
+    target = repo / "flashbench" / "reference.py"
+    original = target.read_text()
+    target.write_text(original + "\n# an edit that review would not measure\n")
+    try:
+        r = review(project, c["parent"], "HEAD", "--bench", CHEAP)
+        assert r.returncode == 2
+        assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+        assert "flashbench/reference.py" in r.stderr and "--allow-dirty" in r.stderr
+        assert not worktrees_left(project)
+        r = review(project, c["parent"], "HEAD", "--allow-dirty", "--bench",
+                   r"TimeSoftmax.*N=1024, dtype='fp64', impl='one-shot'", "--budget", "5")
+        assert r.returncode in (0, 2), r.stdout + r.stderr
+        assert "Uncommitted edits were NOT measured" in r.stdout
+    finally:
+        target.write_text(original)
+
+
+def test_sigterm_leaves_no_worktree_and_no_process(project):
+    """Issue 16 item 11."""
+    repo, home, c = project
+    proc = subprocess.Popen([sys.executable, "-m", "flashbench.cli", "review", c["base"],
+                             c["slow"], "--bench", CHEAP, "--budget", "600"], cwd=repo,
+                            env={**os.environ, "HOME": str(home)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not any((s / "head.log").exists()
+                                                 for s in sessions(repo)):
+            time.sleep(0.5)
+        time.sleep(3)  # the workers are up and measuring
+        assert len(worktrees(repo)) == 3, worktrees(repo)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err and "Traceback" not in err
+    assert len(worktrees(repo)) == 1 and not sessions(repo)
+    left = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "worker.py" in cmd and str(repo) in cmd:
+            left.append(cmd)
+    assert not left
+
+
+def test_stale_session_is_pruned_and_bad_arguments_refused_before_any_run(project):
+    """Issue 16 items 11 and 13."""
+    repo, _, c = project
+    stale = repo / ".asv" / "review" / "1-deadbeef"
+    stale.mkdir(parents=True)
+    git(repo, "worktree", "add", "--detach", str(stale / "base"), c["base"])
+    assert len(worktrees(repo)) == 2
+    t0 = time.time()
+    r = review(project, "--results", "/nonexistent", c["base"], c["slow"])
+    assert r.returncode == 2 and "does not exist" in r.stderr and time.time() - t0 < 60
+    r = review(project, "--bench", "nomatch", c["base"], c["slow"])
+    assert r.returncode == 2 and "matches no benchmark" in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0
+    assert len(worktrees(repo)) == 1 and not sessions(repo)  # the stale one went too
+    r = review(project, "origin/mian", c["slow"])
+    assert r.returncode == 2 and "'origin/mian' is not a commit" in r.stderr

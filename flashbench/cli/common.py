@@ -1,17 +1,65 @@
-"""Helpers shared by the subcommands: argument types and JSON output."""
+"""Helpers shared by the subcommands: argument types, the one-line parser, JSON output."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from flashbench.inputs import Shape
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one line of error on stderr (exit status 2), not usage + error."""
+
+    def error(self, message: str):
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
 def parse_shape(text: str) -> Shape:
     """``BxHxNxd`` or ``BxHxNqxNkxd`` (H may be ``H/Hkv``), e.g. 1x8x4096x64 -> Shape."""
     try:
         return Shape.parse(text.replace(",", "x").replace(":", "x"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def finite(lo: float, hi: float, lo_open: bool = False):
+    """An argument type: a finite float in [lo, hi] ((lo, hi] with ``lo_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        low_ok = value > lo if lo_open else value >= lo
+        if not math.isfinite(value) or not low_ok or value > hi:
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {'>' if lo_open else '>='} {lo:g} and <= {hi:g}, "
+                f"got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def regex(text: str) -> str:
+    """An argument type: a regular expression that compiles (returned as text)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") \
+            from None
+    return text
+
+
+def machine_name(text: str) -> str:
+    """An argument type: an asv machine name (a name, never a path)."""
+    from flashbench.machine import check_machine_name
+
+    try:
+        return check_machine_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -2,41 +2,77 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
+from flashbench.cli.common import finite, machine_name, regex
+
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("review", help="pre-merge review: slower or less accurate than base?",
-                       description="Compare BASE and HEAD on this machine: timings with asv's "
-                       "significance test, accuracy against base, history band and the "
-                       "baseline rule. Exit 0: nothing regressed, 1: something did, "
-                       "2: could not decide.")
+    r = sub.add_parser(
+        "review", help="pre-merge review: slower or less accurate than base?",
+        description="Compare BASE and HEAD on this machine. By default both commits are "
+        "measured in the same run, alternately (paired rounds, adaptive sampling within "
+        "--budget, false alarms controlled across the review); --reuse judges stored asv "
+        "results instead (weaker evidence). Accuracy against base, the band of base's "
+        "ancestors and the baseline rule. Exit 0: nothing regressed, 1: something "
+        "regressed, 2: could not decide (or bad arguments), 3: the review failed.")
     r.add_argument("base", nargs="?", default="main", help="base revision (default main)")
     r.add_argument("head", nargs="?", default="HEAD", help="head revision (default HEAD)")
-    r.add_argument("--results", default="results", help="committed asv results folder")
+    r.add_argument("--reuse", action="store_true",
+                   help="judge stored asv results (results/ and earlier review runs), running "
+                   "asv only for a commit without any: faster, weaker evidence")
+    r.add_argument("--results", help="asv results folder for --reuse and the accuracy band "
+                   "(default: results, where it exists)")
     r.add_argument("--quick", action="store_true",
-                   help="missing commits: one sample per benchmark (fast look)")
+                   help="a shorter sampling budget (same-run); with --reuse, one sample per "
+                   "benchmark for commits asv has to run (ratio only: never 'slower')")
     r.add_argument("--existing", action="store_true",
-                   help="missing commits: run in this Python (no install); the commit's tree "
-                   "goes first on PYTHONPATH")
-    r.add_argument("--factor", type=float, default=1.10, help="timing factor (default 1.10)")
-    r.add_argument("--acc-tol", type=float, default=0.02,
-                   help="relative accuracy tolerance (default 0.02)")
-    r.add_argument("--bench", help="only benchmarks matching this regex")
-    r.add_argument("--machine", help="asv machine name (default: scripts/asv_machine.py's)")
+                   help="--reuse: asv runs commits in this Python (no install)")
+    r.add_argument("--factor", type=finite(1.0, 10.0, lo_open=True), default=1.10,
+                   help="timing factor, > 1 (default 1.10)")
+    r.add_argument("--acc-tol", type=finite(0.0, 10.0), default=0.02,
+                   help="relative accuracy tolerance, >= 0 (default 0.02)")
+    r.add_argument("--budget", type=finite(0.0, 86400.0, lo_open=True), default=None,
+                   help="seconds of same-run sampling (default 240; 60 with --quick)")
+    r.add_argument("--bench", type=regex, help="only benchmarks whose name matches this regex")
+    r.add_argument("--machine", type=machine_name,
+                   help="machine name (default: flashbench.machine's name for this machine)")
+    r.add_argument("--allow-dirty", action="store_true",
+                   help="review the committed HEAD although flashbench/ or benchmarks/ have "
+                   "uncommitted edits (the header says they were not measured)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="list unchanged results too")
     r.add_argument("--output", help="also write the report to this file")
     r.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from flashbench.review import render_markdown, run_review, to_json
+def _check_output(path: str | None) -> None:
+    """Refuse an output file that cannot be written before measuring for minutes."""
+    if path is None:
+        return
+    if not path or os.path.isdir(path):
+        raise IsADirectoryError(f"--output {path!r} is a folder, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"--output {path!r}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path,
+                                                                                  os.W_OK)):
+        raise PermissionError(f"--output {path!r} is not writable")
 
-    review = run_review(args.base, args.head, results=args.results, quick=args.quick,
-                        existing=args.existing, factor=args.factor, acc_tol=args.acc_tol,
-                        bench=args.bench, machine=args.machine, log=print)
+
+def run(args) -> int:
+    from flashbench.review import Options, render_markdown, run_review, to_json
+
+    _check_output(args.output)
+    opts = Options(base=args.base, head=args.head, reuse=args.reuse, results=args.results,
+                   quick=args.quick, existing=args.existing, factor=args.factor,
+                   acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
+                   machine=args.machine, allow_dirty=args.allow_dirty)
+    review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
     if args.output:
         with open(args.output, "w") as f:
-            f.write(text)
-    print(text)
+            f.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return review.status

@@ -1,0 +1,46 @@
+"""``flashbench review BASE HEAD``: did a change make the kernel slower or less accurate?
+
+Same-run A/B (the default). Base and head are checked out in git worktrees under
+``.asv/review/``; one worker process per tree imports that commit's flashbench and
+today's suites (``benchmarks/``, as asv does). The two workers take turns, never at
+once (ABBA...), so both commits see the same machine, load and clocks:
+
+- timings (``time_``, GPU timings whose call synchronises included) and peak memory
+  (``peakmem_``, a fresh process per measurement) are compared on paired rounds: the
+  interval of the head/base ratio says "slower" above the factor (default 1.10),
+  "faster" below 1/factor, "same" inside; comparisons still open are sampled further
+  until they are settled or the budget (``--budget`` seconds, 240 by default, 60 with
+  ``--quick``) is spent, then "not slower" (interval below the factor) or "ambiguous".
+  False alarms are controlled across the review (Benjamini-Hochberg at 5%, header);
+  :mod:`flashbench.review.stats` has the statistics.
+- accuracy tracks: worse than base beyond ``--acc-tol``, above the band of the stored
+  results of base's git ancestors, a baseline ratio above 2, or a non-finite head:
+  each a regression, faster or not.
+- coverage: a grid point measured in base but not in head (skipped, failed, gone) is
+  "coverage lost", never silence.
+
+``--reuse``: stored asv results (results/ and earlier review runs), labelled as weaker
+evidence (:mod:`flashbench.review.stored`).
+
+Every row carries a reason code and its sample count (Markdown and JSON).
+
+Exit status (:mod:`flashbench.review.model`): 0 nothing regressed; 1 something
+regressed; 2 could not decide (an ambiguous row, coverage lost, no results), and bad
+arguments; 3 the review itself failed (git, asv, a worker, an unwritable output).
+
+Modules, one job each: ``gitops`` (revisions, ancestry, dirty trees, worktree
+sessions), ``worker`` (the standalone script in each tree), ``workers`` (its driver
+side), ``ab`` (the adaptive ABBA schedule), ``stats`` (paired intervals, the family
+correction), ``rules`` (verdicts: pure functions of numbers), ``tracks`` (track values
+and accuracy bands), ``stored``, ``envs`` and ``asvrun`` (the ``--reuse`` path),
+``model`` (rows, reasons, status), ``render`` (Markdown, JSON), ``run`` (options and
+orchestration).
+"""
+
+from flashbench.review.model import ERROR, OK, REASONS, REGRESSED, UNDECIDED, Review, Row
+from flashbench.review.render import render_markdown, to_json
+from flashbench.review.run import DEFAULT_BUDGET, QUICK_BUDGET, Interrupted, Options, run_review
+
+__all__ = ["run_review", "Options", "Review", "Row", "Interrupted", "render_markdown",
+           "to_json", "REASONS", "OK", "REGRESSED", "UNDECIDED", "ERROR", "DEFAULT_BUDGET",
+           "QUICK_BUDGET"]

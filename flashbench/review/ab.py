@@ -1,0 +1,180 @@
+"""Same-run A/B sampling: base and head measured alternately, adaptively, within a budget.
+
+:class:`Sampler` is the schedule and knows nothing of processes: it calls
+``measure(point, side, plan)`` for one block (see :func:`flashbench.review.run`, which
+wires it to the two workers). For each timing (``time_``) and peak-memory
+(``peakmem_``) grid point:
+
+1. Round 1: base first. Its block calibrates ``number`` (calls per sample, so that a
+   sample lasts >= 10 ms); head then runs the same ``number``. A grid point that is not
+   "ok" on either side leaves the sampling for a coverage row.
+2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
+   back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
+   is shorter than 20 ms, 3 below 0.1 s, else 1; one fresh process for peak memory)
+   and its value is their minimum, per call: load only ever adds time, so the least
+   disturbed sample is the best estimate of the block (timeit's advice). Both sides
+   run the same blocks, so load and clock changes hit them alike and cancel in the
+   round's log-ratio.
+3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: after each pass every
+   open comparison has that many rounds (cheapest first), and
+   :func:`flashbench.review.rules.decide` settles what it can. Settled comparisons
+   stop; open ones go on to the next look.
+4. The budget (wall seconds of sampling, counted from the first round, which always
+   runs) ends the schedule early: a round that would overrun it is not started. What
+   is still open is judged once more on the rounds it has (that judgement takes the
+   place of a look it did not get).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flashbench.review.model import Row
+from flashbench.review.rules import Paired, coverage_row, decide
+from flashbench.review.stats import LOOKS
+
+VERY_SHORT, SHORT_SAMPLE = 0.02, 0.1  # samples shorter (s) come five / three to a block
+WARMUP_BELOW = 0.2  # one untimed call before a block when a call is cheaper than this
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point of one benchmark."""
+
+    name: str
+    index: int
+    params: str
+    type: str  # "time", "track", "peakmemory" (asv_runner's types)
+    unit: str
+    timeout: float = 60.0
+
+    @property
+    def kind(self) -> str:
+        return {"time": "time", "peakmemory": "peakmem"}.get(self.type, "track")
+
+
+@dataclass
+class Plan:
+    """How one comparison is sampled, and its paired rounds so far."""
+
+    point: Point
+    pair: Paired
+    number: int = 0  # calls per sample (0: calibrate at the first block)
+    per_block: int = 1
+    warmup: bool = False
+    round_cost: float = 0.0  # wall seconds of its last round
+
+
+Measure = Callable[[Point, str, Plan], dict]
+
+
+class Sampler:
+    """The adaptive ABBA schedule (module docstring)."""
+
+    def __init__(self, measure: Measure, budget: float, factor: float, q_look: float,
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
+                 | None = None):
+        self.measure, self.budget, self.factor, self.q_look = measure, budget, factor, q_look
+        self.clock, self.log = clock, log or (lambda text: None)
+        self.start = 0.0
+        self.out_of_budget = False
+
+    def _left(self) -> float:
+        return self.budget - (self.clock() - self.start)
+
+    def _block(self, plan: Plan, side: str) -> dict:
+        reply = self.measure(plan.point, side, plan)
+        if reply.get("status") != "ok":
+            return reply
+        if plan.point.type == "peakmemory":
+            return {"status": "ok", "value": float(reply["value"])}
+        if not plan.number:
+            plan.number = int(reply["number"])
+            sample = statistics.median(reply["samples"]) * plan.number
+            plan.per_block = 5 if sample < VERY_SHORT else 3 if sample < SHORT_SAMPLE else 1
+            plan.warmup = sample / plan.number < WARMUP_BELOW
+        return {"status": "ok", "value": float(min(reply["samples"]))}
+
+    def _round(self, plan: Plan) -> None:
+        t0 = self.clock()
+        sides = ("base", "head") if plan.pair.rounds % 2 == 0 else ("head", "base")
+        values = {}
+        for side in sides:
+            reply = self._block(plan, side)
+            if reply.get("status") != "ok":  # it worked in round 1: now it fails
+                raise _Broken(side, reply)
+            values[side] = reply["value"]
+        plan.pair.base.append(values["base"])
+        plan.pair.head.append(values["head"])
+        plan.round_cost = self.clock() - t0
+
+    def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
+        """Sample every point; returns (paired comparisons, coverage rows)."""
+        self.start = self.clock()
+        plans: list[Plan] = []
+        rows: list[Row] = []
+        for point in points:  # round 1: status, calibration, cost
+            plan = Plan(point, Paired(point.name, point.params, point.unit))
+            t0 = self.clock()
+            base = self._block(plan, "base")
+            head = self._block(plan, "head")
+            if base.get("status") == "ok" and head.get("status") == "ok":
+                plan.pair.base.append(base["value"])
+                plan.pair.head.append(head["value"])
+                plan.round_cost = self.clock() - t0
+                plans.append(plan)
+            else:
+                rows.append(coverage_row(point.kind, point.name, point.params, point.unit,
+                                         base.get("status", "failed"),
+                                         head.get("status", "failed"),
+                                         base.get("reason", ""), head.get("reason", "")))
+        for look, target in enumerate(LOOKS):
+            open_plans = sorted((p for p in plans if p.pair.decided is None),
+                                key=lambda p: p.round_cost)
+            if not open_plans:
+                break
+            self.log(f"look {look + 1}/{len(LOOKS)}: {len(open_plans)} open comparison(s), "
+                     f"{max(self._left(), 0):.0f} s of budget left")
+            reached = []
+            for plan in open_plans:
+                while plan.pair.rounds < target and not self.out_of_budget:
+                    if plan.round_cost > self._left():
+                        self.out_of_budget = True
+                        break
+                    try:
+                        self._round(plan)
+                    except _Broken as broken:
+                        plans.remove(plan)
+                        rows.append(broken.row(plan))
+                        break
+                if plan in plans and plan.pair.rounds >= target:
+                    reached.append(plan)
+            pairs = [p.pair for p in plans]
+            for pair, decision in zip(pairs, decide(pairs, self.factor, self.q_look),
+                                      strict=True):
+                if decision is not None and any(pair is p.pair for p in reached):
+                    pair.decided = decision
+            if self.out_of_budget:
+                self.log(f"budget of {self.budget:.0f} s spent at look {look + 1}")
+                break
+        return [p.pair for p in plans], rows
+
+
+class _Broken(Exception):
+    """A grid point that measured in round 1 failed in a later round."""
+
+    def __init__(self, side: str, reply: dict):
+        super().__init__(side)
+        self.side, self.reply = side, reply
+
+    def row(self, plan: Plan) -> Row:
+        status = self.reply.get("status", "failed")
+        base, head = ("ok", status) if self.side == "head" else (status, "ok")
+        return coverage_row(plan.point.kind, plan.point.name, plan.point.params,
+                            plan.point.unit, base, head,
+                            *(("", self.reply.get("reason", "")) if self.side == "head"
+                              else (self.reply.get("reason", ""), "")))
+

@@ -1,0 +1,81 @@
+"""asv for ``review --reuse``: benchmark a commit that has no stored results.
+
+``asv run <commit>^!`` into ``.asv/review-results/`` with a copy of asv.conf.json whose
+paths are absolute (``--quick``: one sample each; ``existing=True``: no install, this
+Python, the commit's tree checked out in the review's worktree session and first on
+the benchmarks' path through ``ASV_PYTHONPATH``). The machine is registered first
+(:func:`flashbench.machine.register`: locked, atomic). asv failing as a whole (no
+results file written) raises :class:`AsvError` with asv's last words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flashbench.machine import register
+from flashbench.review.gitops import Session
+
+REVIEW_RESULTS = Path(".asv") / "review-results"
+
+
+class AsvError(RuntimeError):
+    """asv could not benchmark a commit (exit status 3 of the CLI)."""
+
+
+def config(root: Path) -> dict:
+    from asv.util import load_json
+
+    return load_json(str(root / "asv.conf.json"), js_comments=True)
+
+
+def requirement_names(root: Path) -> list[str]:
+    """The requirement names of asv.conf.json's matrix (for environment names)."""
+    matrix = config(root).get("matrix", {})
+    reqs = matrix.get("req", matrix) if isinstance(matrix, dict) else {}
+    return sorted(k for k in reqs if isinstance(k, str))
+
+
+def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
+            bench: str | None, log) -> None:
+    """Benchmark ``commit`` into ``root/.asv/review-results`` (module docstring)."""
+    register(machine)
+    out = root / REVIEW_RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    conf = config(root)
+    for key in ("repo", "benchmark_dir", "env_dir", "html_dir"):
+        conf[key] = str((root / conf.get(key, ".")).resolve())
+    conf["results_dir"] = str(out.resolve())
+    conf_path = root / ".asv" / "review-asv.conf.json"
+    conf_path.write_text(json.dumps(conf))
+    cmd = [sys.executable, "-m", "asv", "run", "--config", str(conf_path), "--machine", machine,
+           "--launch-method", "spawn", "--show-stderr", "--record-samples"]
+    if quick:
+        cmd.append("--quick")
+    if bench:
+        cmd += ["--bench", bench]
+    started = time.time() - 1.0
+    with Session(root) as session:
+        env = None
+        if existing:
+            tree = session.worktree("head", commit)
+            env = {**os.environ, "ASV_PYTHONPATH": str(tree)}
+            cmd += ["-E", f"existing:{sys.executable}", "--set-commit-hash", commit]
+        else:
+            cmd.append(f"{commit}^!")
+        log(f"review: asv run {commit[:8]} ({'quick' if quick else 'full'}, "
+            f"{'existing env' if existing else 'virtualenv'}) on {machine}")
+        try:
+            r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
+        except OSError as exc:
+            raise AsvError(f"cannot run asv: {exc}") from None
+    written = [p for p in out.glob(f"{machine}/{commit[:8]}-*.json")
+               if p.stat().st_mtime >= started]
+    if not written:
+        last = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+        raise AsvError(f"asv run {commit[:8]} wrote no results (exit {r.returncode}): "
+                       f"{last[-1].strip() if last else 'no output'}")

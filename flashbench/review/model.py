@@ -1,0 +1,118 @@
+"""What a review found: one :class:`Row` per compared result, the :class:`Review` around
+them, the reason codes, and the exit status they add up to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Exit statuses of ``flashbench review`` (and of the CLI as a whole).
+OK, REGRESSED, UNDECIDED, ERROR = 0, 1, 2, 3
+
+# Reason codes: why a row got its verdict (the Markdown and the JSON carry them).
+REASONS = {
+    # timings (same-run A/B: paired rounds)
+    "significant": "the ratio's interval lies beyond the factor (false alarms controlled "
+                   "across the review)",
+    "below-factor": "the ratio's interval lies inside [1/factor, factor]",
+    "not-above-factor": "the ratio's interval lies below the factor (maybe faster, not "
+                        "decided)",
+    "budget-exhausted": "the interval still straddles the factor when the time budget or "
+                        "the sampling schedule ran out",
+    "too-few-samples": "fewer paired rounds than a decision needs",
+    # timings (stored results, --reuse)
+    "within-factor": "the ratio lies inside [1/factor, factor]",
+    "significant-asv": "the ratio passes the factor and asv's test (Mann-Whitney U on the "
+                       "samples, else 99% intervals) finds a difference",
+    "ratio-only": "one sample per commit, no statistics: the ratio alone cannot call a "
+                  "change",
+    "not-significant": "the ratio passes the factor but asv's test finds no difference",
+    "inside-run-to-run-range": "the head lies inside the range of earlier runs of base's "
+                               "ancestors",
+    "benchmark-changed": "the benchmark's code differs between the two runs (asv version)",
+    # accuracy tracks
+    "within-tolerance": "head within the tolerance of base and the band",
+    "worse": "head's error exceeds base's by more than the tolerance",
+    "above-band": "head's error exceeds every earlier result of base's ancestors",
+    "rule-fails": "a baseline ratio above 2 (kernel error > 2x same-dtype standard error)",
+    "not-finite": "head's value is NaN or infinite where base's is finite",
+    "better": "head's error is below base's by more than the tolerance",
+    # coverage
+    "coverage-lost": "measured in base, not in head (skipped, failed or gone)",
+    "coverage-gained": "measured in head, not in base",
+    "not-measured": "measured in neither commit",
+}
+
+
+@dataclass
+class Row:
+    """One compared result (a benchmark grid point)."""
+
+    kind: str  # "time" (timings and peak memory), "accuracy", "track" or "coverage"
+    benchmark: str
+    params: str  # the parameter combination as asv writes it (history's ``params``)
+    unit: str
+    verdict: str
+    reason: str  # a key of REASONS
+    detail: str = ""  # words for a human: statuses, ranges, what failed
+    base: float | None = None  # base's value (median per call, or the stored value)
+    head: float | None = None
+    ratio: float | None = None  # head / base estimate
+    ci_low: float | None = None  # interval of the ratio
+    ci_high: float | None = None
+    ci_level: float | None = None
+    samples: int = 0  # paired rounds (same-run A/B) or samples per commit (stored)
+    regression: bool = False  # counts towards exit 1
+    undecided: bool = False  # counts towards exit 2
+
+
+@dataclass
+class Review:
+    base: str
+    head: str
+    machine: str
+    cpu: str
+    mode: str  # "same-run A/B" or "stored results"
+    factor: float
+    acc_tol: float
+    false_alarm_rate: float | None = None
+    budget: float | None = None
+    notes: list[str] = field(default_factory=list)  # header lines (dirty tree, evidence)
+    problems: list[str] = field(default_factory=list)  # could not decide: why
+    rows: list[Row] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the review
+
+    @property
+    def status(self) -> int:
+        if any(r.regression for r in self.rows):
+            return REGRESSED
+        if self.problems or any(r.undecided for r in self.rows):
+            return UNDECIDED
+        return OK
+
+    def summary(self) -> str:
+        regressions = [r for r in self.rows if r.regression]
+        lost = sum(r.reason == "coverage-lost" for r in self.rows)
+        open_rows = sum(r.undecided for r in self.rows) - lost
+        if regressions:
+            kinds = sorted({r.kind for r in regressions})
+            text = (f"REGRESSION: {len(regressions)} result(s) got worse "
+                    f"({' and '.join(kinds)})")
+        elif lost or open_rows or self.problems:
+            parts = []
+            if lost:
+                parts.append(f"COVERAGE LOST: {lost} result(s) measured in base but not "
+                             "in head")
+            if open_rows:
+                parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous")
+            if self.problems:
+                parts.append(f"{len(self.problems)} problem(s) below")
+            text = "; ".join(parts)
+        else:
+            return (f"OK: nothing regressed across {len(self.rows)} compared results; "
+                    "exit 0")
+        return f"{text}; exit {self.status}"
+
+    def sort(self) -> None:
+        """Regressions first, then undecided rows, then the rest by kind and name."""
+        self.rows.sort(key=lambda r: (not r.regression, not r.undecided, r.kind, r.benchmark,
+                                      r.params))

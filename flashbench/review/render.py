@@ -1,0 +1,111 @@
+"""A review as Markdown (for a pull request) and as JSON (for machines).
+
+Markdown: a header that says how the evidence was gathered (same-run A/B or stored
+results, the factor, the false-alarm rate, the budget, uncommitted edits), the summary
+line with the exit status, the problems, and a table: regressions first, then
+undecided rows; unchanged rows are counted (``--all`` lists them). Every timing row
+shows base and head (per call, in the benchmark's unit), the ratio with its
+interval and level, the paired rounds it rests on, the verdict and its reason code.
+
+JSON: the same facts; floats that JSON cannot hold (NaN, inf) become null, so the
+output is always valid JSON (``json.loads`` with ``parse_constant`` refusing NaN
+reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+from tabulate import tabulate
+
+from flashbench.review.model import REASONS, Review, Row
+
+
+def _num(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.4g}"
+
+
+def _ratio(r: Row) -> str:
+    if r.ratio is None:
+        return "-"
+    text = f"{r.ratio:.3f}"
+    if r.ci_low is not None and r.ci_high is not None:
+        text += f" [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+    return text
+
+
+def header(review: Review) -> list[str]:
+    lines = [f"## flashbench review: `{review.base[:8]}` (base) -> `{review.head[:8]}` "
+             "(head)", ""]
+    facts = [f"Machine `{review.machine}` ({review.cpu})", f"evidence: {review.mode}",
+             f"timing factor {review.factor:.3g}", f"accuracy tolerance {review.acc_tol:.3g}"]
+    if review.false_alarm_rate is not None:
+        facts.append(f"false alarms: Benjamini-Hochberg at {review.false_alarm_rate:.0%} "
+                     "across the timing comparisons")
+    if review.budget is not None:
+        facts.append(f"sampling budget {review.budget:.0f} s")
+    facts.append(f"review took {review.seconds:.0f} s")
+    lines.append("; ".join(facts) + ".")
+    for note in review.notes:
+        lines += ["", f"> {note}"]
+    lines += ["", f"**{review.summary()}**", ""]
+    for problem in review.problems:
+        lines.append(f"- could not decide: {problem}")
+    return lines
+
+
+def render_markdown(review: Review, all_rows: bool = False) -> str:
+    lines = header(review)
+    shown = [r for r in review.rows
+             if all_rows or r.regression or r.undecided or r.verdict not in ("same",
+                                                                               "not slower")]
+    if shown:
+        table = [[("**REGRESSION**" if r.regression else "**?**" if r.undecided else ""),
+                  r.kind, r.benchmark.split(".", 1)[-1], r.params, _num(r.base), _num(r.head),
+                  _ratio(r), f"{r.ci_level:.4g}" if r.ci_level is not None else "-",
+                  r.samples or "-", r.unit, r.verdict, r.reason, r.detail]
+                 for r in shown]
+        lines += ["", tabulate(table, headers=["", "kind", "benchmark", "params", "base",
+                                               "head", "head/base [interval]", "level", "n",
+                                               "unit", "verdict", "reason", "detail"],
+                               tablefmt="github")]
+    quiet = len(review.rows) - len(shown)
+    if quiet:
+        lines += ["", f"{quiet} other result(s) unchanged (same, or not slower)."]
+    codes = sorted({code for r in shown for code in r.reason.split(", ") if code in REASONS})
+    if codes:
+        lines += ["", "Reasons: " + "; ".join(f"`{c}`: {REASONS[c]}" for c in codes) + "."]
+    if any(r.kind in ("time", "peakmem") and r.samples for r in shown):
+        if review.mode.startswith("same-run"):
+            note = ("Timings: base and head are per call, the median over the n paired rounds "
+                    "of each block's fastest sample; head/base is the trimmed mean of the "
+                    "rounds' log-ratios with its interval at the level shown.")
+        else:
+            note = "Timings: asv's stored values (median per call); n is asv's samples."
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def _clean(x):
+    """NaN and infinities become None: JSON holds neither."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def to_json(review: Review) -> str:
+    doc = {"base": review.base, "head": review.head, "machine": review.machine,
+           "cpu": review.cpu, "mode": review.mode, "factor": review.factor,
+           "acc_tol": review.acc_tol, "false_alarm_rate": review.false_alarm_rate,
+           "budget_s": review.budget, "seconds": review.seconds, "status": review.status,
+           "summary": review.summary(), "notes": review.notes, "problems": review.problems,
+           "reasons": REASONS, "rows": [asdict(r) for r in review.rows]}
+    return json.dumps(_clean(doc), indent=1, allow_nan=False)

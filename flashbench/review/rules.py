@@ -1,0 +1,182 @@
+"""The verdict rules: pure functions of measured numbers (no git, no asv, no processes).
+
+- Timings measured in the same run (:class:`Paired`): :func:`decide` judges every
+  comparison of a review together (statistics in :mod:`flashbench.review.stats`):
+  "slower"/"faster" when Benjamini-Hochberg selects it and its interval lies beyond the
+  factor, "same" when its interval lies inside ``[1/factor, factor]``; otherwise it is
+  still open (the sampler goes on), and at the end "not slower" (interval below the
+  factor), or "ambiguous" (it straddles the factor: exit 2).
+- Accuracy tracks (:func:`judge_accuracy`): worse than base beyond the tolerance, above
+  the band of earlier results of base's ancestors, a baseline ratio above 2, or a
+  non-finite head where base is finite: each a regression, faster or not.
+- Values without statistics (:func:`judge_ratio_only`): a ratio beyond the factor is
+  "ambiguous", never "slower" (one sample each cannot tell a change from noise).
+- Coverage (:func:`judge_coverage`): measured in base but not in head is "coverage
+  lost" (exit 2, never silence).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flashbench.review.model import Row
+from flashbench.review.stats import (
+    FALSE_ALARM_RATE,
+    LOOKS,
+    MIN_ROUNDS,
+    against_factor,
+    benjamini_hochberg,
+    fcr_level,
+    log_ratios,
+)
+
+RULE_LIMIT = 2.0  # the baseline rule: kernel error <= 2x the same-dtype standard error
+OK_STATUS = "ok"
+
+
+@dataclass
+class Paired:
+    """Paired rounds of one comparison: base[i] and head[i] ran back to back."""
+
+    benchmark: str
+    params: str
+    unit: str = "seconds"
+    base: list[float] = field(default_factory=list)
+    head: list[float] = field(default_factory=list)
+    decided: tuple[str, str] | None = None  # (verdict, reason) once a look settled it
+
+    @property
+    def rounds(self) -> int:
+        return min(len(self.base), len(self.head))
+
+    def log_ratios(self) -> np.ndarray:
+        n = self.rounds
+        return log_ratios(self.base[:n], self.head[:n])
+
+
+def look_level(q: float = FALSE_ALARM_RATE, looks: int = len(LOOKS)) -> float:
+    """The rate each look spends: ``q`` shared equally by the schedule's looks."""
+    return q / looks
+
+
+def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str, str] | None]:
+    """One look at every comparison: (verdict, reason) where it is settled, else None.
+
+    Comparisons settled at an earlier look keep their verdict (their rounds stopped);
+    the family is the whole list, so Benjamini-Hochberg sees every comparison's current
+    p-value.
+    """
+    evidence = [against_factor(p.log_ratios(), factor) for p in pairs]
+    selected = benjamini_hochberg([e.p_change for e in evidence], q_look)
+    out = []
+    for p, e, sel in zip(pairs, evidence, selected, strict=True):
+        if p.decided is not None:
+            out.append(p.decided)
+        elif sel:
+            out.append(("slower" if e.location.centre > 0 else "faster", "significant"))
+        elif e.p_same <= q_look:
+            out.append(("same", "below-factor"))
+        else:
+            out.append(None)
+    return out
+
+
+def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
+    """Final rows of the paired comparisons (after the last look)."""
+    decisions = decide(pairs, factor, q_look)
+    evidence = [against_factor(p.log_ratios(), factor) for p in pairs]
+    selected = sum(1 for d in decisions if d and d[1] == "significant")
+    level = fcr_level(selected, len(pairs), q_look)
+    rows = []
+    bound = math.log(factor)
+    for p, d, e in zip(pairs, decisions, evidence, strict=True):
+        loc = e.location
+        if d is None:
+            # not settled: below the factor is enough to rule a regression out
+            hi = loc.interval(1.0 - 2.0 * q_look)[1]
+            if loc.n >= MIN_ROUNDS and hi < bound:
+                d = ("not slower", "not-above-factor")
+            else:
+                d = ("ambiguous", "too-few-samples" if loc.n < MIN_ROUNDS
+                     else "budget-exhausted")
+        verdict, reason = d
+        show = 1.0 - 2.0 * q_look if verdict in ("same", "not slower") else level
+        lo, hi = loc.interval(show)
+        n = p.rounds
+        rows.append(Row(
+            kind="time", benchmark=p.benchmark, params=p.params, unit=p.unit,
+            verdict=verdict, reason=reason,
+            base=float(np.median(p.base[:n])) if n else None,
+            head=float(np.median(p.head[:n])) if n else None,
+            ratio=math.exp(loc.centre) if math.isfinite(loc.centre) else None,
+            ci_low=math.exp(lo) if math.isfinite(lo) else None,
+            ci_high=math.exp(hi) if math.isfinite(hi) else None,
+            ci_level=show, samples=n, regression=verdict == "slower",
+            undecided=verdict == "ambiguous"))
+    return rows
+
+
+def judge_accuracy(metric: str, base: float, head: float, band: list[float],
+                   acc_tol: float) -> tuple[str, str, bool]:
+    """(verdict, reason codes, regression) for one accuracy value (higher is worse).
+
+    ``band``: this result's values at base's ancestors (earlier runs), possibly empty.
+    """
+    base_ok = math.isfinite(base)
+    if not math.isfinite(head):
+        if base_ok:
+            return "worse", "not-finite", True
+        return "same", "within-tolerance", False  # both non-finite: nothing changed
+    problems = []
+    if base_ok and head > base * (1 + acc_tol) + 1e-300:
+        problems.append("worse")
+    finite_band = [v for v in band if math.isfinite(v)]
+    if finite_band and head > max(finite_band) * (1 + acc_tol):
+        problems.append("above-band")
+    if metric.endswith("baseline_ratio") and head > RULE_LIMIT:
+        problems.append("rule-fails")
+    if problems:
+        return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True
+    if base_ok and head < base * (1 - acc_tol):
+        return "better", "better", False
+    return "same", "within-tolerance", False
+
+
+def judge_ratio_only(base: float, head: float, factor: float) -> tuple[str, str]:
+    """(verdict, reason) of a value pair without statistics: never "slower"."""
+    ratio = head / base if base > 0 else math.inf
+    if 1 / factor <= ratio <= factor:
+        return "same", "ratio-only"
+    return "ambiguous", "ratio-only"
+
+
+def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None:
+    """(verdict, reason) when the two commits do not both have a value, else None.
+
+    Statuses: "ok", "skipped", "failed", "missing", "not-applicable".
+    """
+    if base_status == OK_STATUS and head_status == OK_STATUS:
+        return None
+    if base_status == OK_STATUS:
+        return "coverage lost", "coverage-lost"
+    if head_status == OK_STATUS:
+        return "coverage gained", "coverage-gained"
+    return "not compared", "not-measured"
+
+
+def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status: str,
+                 head_status: str, base_reason: str = "", head_reason: str = "") -> Row | None:
+    """The row for a grid point that does not have a value in both commits (or None)."""
+    judged = judge_coverage(base_status, head_status)
+    if judged is None:
+        return None
+    verdict, reason = judged
+    detail = f"base {base_status}, head {head_status}"
+    why = head_reason if reason == "coverage-lost" else base_reason or head_reason
+    if why:
+        detail += f": {why}"
+    return Row(kind=kind, benchmark=benchmark, params=params, unit=unit, verdict=verdict,
+               reason=reason, detail=detail, undecided=reason == "coverage-lost")

@@ -1,0 +1,263 @@
+"""``run_review``: check the options, then gather evidence and judge it.
+
+The default (same-run A/B): base and head checked out in worktrees, one worker per
+tree, today's suites, timings sampled alternately within a budget
+(:mod:`flashbench.review.ab`), accuracy tracks measured once per commit and judged
+against base and the band of earlier results of base's ancestors (from ``--results``).
+``reuse=True``: stored asv results instead (:mod:`flashbench.review.stored`).
+
+Errors: bad options, revisions, a ``--bench`` that matches nothing, a results folder
+that does not exist, uncommitted edits without ``allow_dirty``: ValueError, raised
+before anything is checked out or run. git, asv or a worker failing:
+RuntimeError (GitError, WorkerError, AsvError). SIGTERM and SIGINT end the review as
+:class:`Interrupted` (a KeyboardInterrupt) after its worktrees and processes are gone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashbench.machine import check_machine_name, cpu_model, derived_name, gpu_model
+from flashbench.review.ab import Point, Sampler
+from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
+from flashbench.review.model import Review
+from flashbench.review.rules import look_level, paired_rows
+from flashbench.review.stats import FALSE_ALARM_RATE
+from flashbench.review.tracks import band_source, track_rows
+from flashbench.review.workers import Worker, list_suites, peak_memory
+
+DEFAULT_BUDGET = 240.0  # seconds of A/B sampling (a full review within ~5 minutes)
+QUICK_BUDGET = 60.0  # --quick (within ~2 minutes)
+MAX_BUDGET = 24 * 3600.0
+MAX_FACTOR = 10.0
+MAX_ACC_TOL = 10.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived; the review cleaned up and stops."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class Options:
+    base: str = "main"
+    head: str = "HEAD"
+    reuse: bool = False
+    results: str | None = None  # None: "results" where it exists
+    quick: bool = False
+    existing: bool = False
+    factor: float = 1.10
+    acc_tol: float = 0.02
+    budget: float | None = None  # None: DEFAULT_BUDGET, or QUICK_BUDGET with quick
+    bench: str | None = None
+    machine: str | None = None
+    allow_dirty: bool = False
+
+    def check(self) -> None:
+        """ValueError/TypeError naming the option and what it accepts."""
+        _number("factor", self.factor, lo=1.0, hi=MAX_FACTOR, lo_open=True)
+        _number("acc_tol", self.acc_tol, lo=0.0, hi=MAX_ACC_TOL)
+        if self.budget is not None:
+            _number("budget", self.budget, lo=0.0, hi=MAX_BUDGET, lo_open=True)
+        if self.bench is not None:
+            compile_bench(self.bench)
+        if self.machine is not None:
+            check_machine_name(self.machine)
+        if self.results is not None and not Path(self.results).is_dir():
+            raise ValueError(f"results folder {self.results!r} does not exist")
+
+    @property
+    def seconds(self) -> float:
+        if self.budget is not None:
+            return float(self.budget)
+        return QUICK_BUDGET if self.quick else DEFAULT_BUDGET
+
+
+def _number(name: str, value, lo: float, hi: float, lo_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    low_ok = value > lo if lo_open else value >= lo
+    if not math.isfinite(value) or not low_ok or value > hi:
+        raise ValueError(f"{name} must be a finite number {'>' if lo_open else '>='} {lo:g} "
+                         f"and <= {hi:g}, got {value!r}")
+
+
+def compile_bench(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"bench {pattern!r} is not a regular expression: {exc}") from None
+
+
+@contextmanager
+def _signals_raise():
+    """SIGTERM/SIGINT raise :class:`Interrupted` (main thread only), so every ``with``
+    and ``finally`` below runs: workers stopped, worktrees removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def identity(machine: str | None) -> tuple[str, str]:
+    """(machine name, processor [; GPU]) of this machine, registering nothing."""
+    gpu, cpu = gpu_model(), cpu_model()
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    name = machine or derived_name(cpu, gpu, os.cpu_count() or 1, ram)
+    return name, f"{cpu}; GPU: {gpu}" if gpu else cpu
+
+
+def _project(cwd) -> tuple[Path, Path]:
+    """(repository root, benchmark folder); ValueError outside a flashbench-style project."""
+    root = toplevel(cwd)
+    conf = root / "asv.conf.json"
+    if not conf.is_file():
+        raise ValueError(f"no asv.conf.json at the repository root {root}")
+    from asv.util import load_json  # asv's reader: it allows // comments
+
+    try:
+        config = load_json(str(conf), js_comments=True)
+    except Exception as exc:  # asv raises its own UserError for unreadable JSON
+        raise ValueError(f"{conf} is not readable: {exc}") from None
+    return root, root / config.get("benchmark_dir", "benchmarks")
+
+
+def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
+    notes = []
+    if checked_out(root) == head:
+        files = dirty_files(root)
+        if files and not opts.allow_dirty:
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5
+                                             else "")
+            raise ValueError(f"uncommitted changes would not be measured (review measures "
+                             f"commits): {shown}; commit them, or pass --allow-dirty")
+        if files:
+            notes.append(f"Uncommitted edits were NOT measured ({len(files)} file(s) under "
+                         "flashbench/ or benchmarks/): head is the committed "
+                         f"{head[:8]}.")
+    elif any(f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
+        notes.append("benchmarks/ has uncommitted edits: today's suites, edits included, "
+                     "ran against both commits (as asv does).")
+    return notes
+
+
+def select(listing: list[dict], bench: str | None) -> list[Point]:
+    """The grid points whose benchmark name, or ``name(params)``, matches the regex
+    ``bench`` (all without): ``TimeAttention`` selects a benchmark, ``TimeAttention.*
+    1024x1024x64`` some of its grid points."""
+    pattern = compile_bench(bench) if bench else None
+    points = []
+    for b in listing:
+        for i, label in enumerate(b["labels"]):
+            if pattern is None or pattern.search(b["name"]) or pattern.search(
+                    f"{b['name']}({label})"):
+                points.append(Point(b["name"], i, label, b["type"], b["unit"],
+                                    float(b.get("timeout") or 60.0)))
+    if not points:
+        raise ValueError(f"bench {bench!r} matches no benchmark" if bench
+                         else "the suites hold no benchmark")
+    return points
+
+
+def run_review(opts: Options, cwd=".", log=None) -> Review:
+    """Gather evidence for base and head and judge it (module docstring)."""
+    log = log or (lambda text: None)
+    start = time.monotonic()
+    opts.check()
+    root, bench_dir = _project(cwd)
+    base, head = resolve(opts.base, root), resolve(opts.head, root)
+    machine, cpu = identity(opts.machine)
+    results = Path(opts.results) if opts.results else root / "results"
+    notes = _dirty_notes(opts, root, head)
+    with _signals_raise():
+        if opts.reuse:
+            from flashbench.review.stored import review_stored
+
+            review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
+                                   log)
+        else:
+            review = Review(base, head, machine, cpu, "same-run A/B (paired, interleaved)",
+                            opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
+            _same_run(opts, root, bench_dir, review, results, log)
+    review.notes[:0] = notes
+    review.seconds = time.monotonic() - start
+    review.sort()
+    return review
+
+
+def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
+              log) -> None:
+    if opts.existing:
+        review.notes.append("--existing has no effect here: same-run A/B always runs in this "
+                            "Python, with each commit's tree first on PYTHONPATH.")
+    with Session(root) as session, ExitStack() as stack:
+        points = select(list_suites(root, bench_dir, session.folder / "suites.log"),
+                        opts.bench)
+        trees = {side: session.worktree(side, commit)
+                 for side, commit in (("base", review.base), ("head", review.head))}
+        workers = {}
+        for side, tree in trees.items():
+            workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log")
+            stack.callback(workers[side].stop)
+            workers[side].start()
+            if workers[side].error:
+                review.problems.append(f"{side} {getattr(review, side)[:8]}: "
+                                       f"{workers[side].error}")
+        tracks = [p for p in points if p.type == "track"]
+        timed = [p for p in points if p.type in ("time", "peakmemory")]
+        other = [p for p in points if p.type not in ("track", "time", "peakmemory")]
+        for p in other:
+            review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
+        if tracks:
+            log(f"review: {len(tracks)} track value(s) per commit")
+            measured = {side: [w.ask(timeout=2 * p.timeout + 600, op="track", name=p.name,
+                                     index=p.index) for p in tracks]
+                        for side, w in workers.items()}
+            review.rows += track_rows(tracks, measured["base"], measured["head"], opts,
+                                      band_source(results, root, review), review)
+
+        def measure(point: Point, side: str, plan) -> dict:
+            if point.type == "peakmemory":
+                return peak_memory(trees[side], bench_dir, point.name, point.index,
+                                   session.folder / f"{side}.log", 2 * point.timeout + 60)
+            return workers[side].ask(timeout=2 * point.timeout + 60, op="time",
+                                     name=point.name, index=point.index, number=plan.number,
+                                     samples=plan.per_block, warmup=plan.warmup)
+
+        if timed:
+            q_look = look_level()
+            log(f"review: sampling {len(timed)} timing/memory comparison(s), budget "
+                f"{opts.seconds:.0f} s")
+            sampler = Sampler(measure, opts.seconds, opts.factor, q_look,
+                              log=lambda text: log("review: " + text))
+            pairs, coverage = sampler.run(timed)
+            kinds = {(p.name, p.params): p.kind for p in timed}
+            rows = paired_rows(pairs, opts.factor, q_look)
+            for row in rows:
+                row.kind = kinds[(row.benchmark, row.params)]
+            review.rows += rows + coverage
+    if not review.rows and not review.problems:
+        review.problems.append("nothing was compared")
+
+
+__all__ = ["Options", "Interrupted", "run_review", "select", "DEFAULT_BUDGET", "QUICK_BUDGET"]

@@ -1,0 +1,234 @@
+"""Statistics of a same-run A/B review: paired ratio intervals and false-alarm control.
+
+Pure functions of numbers (numpy and math only; no scipy, no asv).
+
+One comparison (a benchmark grid point) yields paired rounds: in round i the base
+and the head ran one block each, back to back, in alternating order (ABBA...), and
+``d_i = log(head_i / base_i)`` is the round's log-ratio. Machine load moves both
+halves of a round alike, so it cancels in ``d_i``; what is left scatters around
+``log(ratio)``.
+
+- Centre and interval: the 10%-trimmed mean of ``d`` with the Tukey-McLaughlin
+  standard error (winsorised variance, ``n - 2g - 1`` degrees of freedom; with fewer
+  than 10 rounds nothing is trimmed and this is the paired t interval). Trimming keeps
+  one round that a burst of load hit from moving the interval, while the t quantile
+  keeps small samples honest. The ratio interval is ``exp`` of the interval of ``d``.
+- One-sided p-values against the factor: ``p_slower`` tests H0 "ratio <= factor",
+  ``p_faster`` tests H0 "ratio >= 1/factor"; ``p_change = min(1, 2 min(...))`` is the
+  two-sided form, so ``p_change <= a`` exactly when the two-sided ``1 - a`` interval
+  lies beyond one end of ``[1/factor, factor]``.
+- Equivalence ("same"): both one-sided tests of "ratio outside [1/factor, factor]"
+  reject at level ``a`` (TOST), i.e. the ``1 - 2a`` interval lies inside.
+- The family: :func:`benjamini_hochberg` over the ``p_change`` of every timing
+  comparison of a review, at rate ``q``; each of the at most ``len(LOOKS)`` looks of
+  the adaptive schedule gets ``q / len(LOOKS)`` (Bonferroni over looks), so repeated
+  looks cannot add false alarms. The intervals shown for "slower"/"faster" verdicts
+  are the false-coverage-rate adjusted ones (Benjamini & Yekutieli 2005): level
+  ``1 - R q_look / m`` for R selected of m.
+
+Zero variance (all rounds equal) gives a zero-width interval: decisive when it lies
+off the factor's boundary, p = 1 on it. Fewer than :data:`MIN_ROUNDS` rounds decide
+nothing (p = 1, infinite interval).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+TRIM = 0.10  # share trimmed from each end of the log-ratios
+MIN_ROUNDS = 3  # fewer paired rounds than this never decide
+LOOKS = (3, 5, 8, 13, 21, 34)  # rounds at which the adaptive schedule judges a comparison
+FALSE_ALARM_RATE = 0.05  # q of Benjamini-Hochberg across a review's timing comparisons
+
+
+# --------------------------------------------------------------------------- Student t
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+           + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (df > 0)."""
+    if math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t > 0 else 1.0 - tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p (0 < p < 1), by bisection on :func:`t_sf`."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > 1.0 - p:
+        hi *= 2.0
+        if hi > 1e12:
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_sf(mid, df) > 1.0 - p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+# --------------------------------------------------------------------------- one comparison
+
+
+@dataclass(frozen=True)
+class Location:
+    """Centre of the log-ratios, its standard error and degrees of freedom."""
+
+    n: int
+    centre: float
+    se: float
+    df: float
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """Two-sided ``level`` interval of the log-ratio ((-inf, inf) when undefined)."""
+        if self.n < MIN_ROUNDS or not math.isfinite(self.centre):
+            return -math.inf, math.inf
+        if self.se == 0.0:
+            return self.centre, self.centre
+        half = t_quantile(0.5 + level / 2.0, self.df) * self.se
+        return self.centre - half, self.centre + half
+
+    def p_above(self, bound: float) -> float:
+        """p-value of H0 "log-ratio <= bound" (small: evidence it is above)."""
+        if self.n < MIN_ROUNDS or not math.isfinite(self.centre):
+            return 1.0
+        if self.se == 0.0:
+            return 0.0 if self.centre > bound else 1.0
+        return t_sf((self.centre - bound) / self.se, self.df)
+
+    def p_below(self, bound: float) -> float:
+        """p-value of H0 "log-ratio >= bound" (small: evidence it is below)."""
+        if self.n < MIN_ROUNDS or not math.isfinite(self.centre):
+            return 1.0
+        if self.se == 0.0:
+            return 0.0 if self.centre < bound else 1.0
+        return t_sf((bound - self.centre) / self.se, self.df)
+
+
+def trimmed_location(d, trim: float = TRIM) -> Location:
+    """Tukey-McLaughlin trimmed mean of ``d`` with its standard error (module docstring)."""
+    x = np.sort(np.asarray(d, dtype=float))
+    n = len(x)
+    if n == 0 or not np.all(np.isfinite(x)):
+        return Location(n, math.nan, math.inf, 0.0)
+    g = int(math.floor(trim * n))
+    centre = float(x[g:n - g].mean())
+    if n < 2:
+        return Location(n, centre, math.inf, 0.0)
+    w = x.copy()
+    w[:g], w[n - g:] = x[g], x[n - g - 1]
+    sw = float(np.std(w, ddof=1))
+    if sw <= 1e-12 * max(1.0, abs(centre)):  # all (winsorised) rounds equal
+        sw = 0.0
+    h = n - 2 * g
+    return Location(n, centre, sw / ((h / n) * math.sqrt(n)), float(h - 1))
+
+
+def log_ratios(base, head) -> np.ndarray:
+    """``log(head_i / base_i)`` of paired positive values."""
+    b, h = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
+    if b.shape != h.shape:
+        raise ValueError(f"base and head need one value per round each, got {b.shape} "
+                         f"and {h.shape}")
+    if np.any(~(b > 0)) or np.any(~(h > 0)):
+        raise ValueError("timings must be positive and finite")
+    return np.log(h) - np.log(b)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The tests of one comparison against ``factor`` at one look."""
+
+    location: Location
+    p_slower: float  # H0: ratio <= factor
+    p_faster: float  # H0: ratio >= 1/factor
+    p_same: float  # H0: ratio outside [1/factor, factor] (TOST: larger of both)
+
+    @property
+    def p_change(self) -> float:
+        return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
+
+
+def against_factor(d, factor: float) -> Evidence:
+    """The slower / faster / same tests of log-ratios ``d`` against ``factor``."""
+    loc = trimmed_location(d)
+    bound = math.log(factor)
+    same = max(loc.p_below(bound), loc.p_above(-bound))
+    return Evidence(loc, loc.p_above(bound), loc.p_below(-bound), same)
+
+
+# --------------------------------------------------------------------------- the family
+
+
+def benjamini_hochberg(pvalues, q: float) -> np.ndarray:
+    """Boolean mask of the hypotheses rejected by the Benjamini-Hochberg step-up
+    procedure at false discovery rate ``q`` (NaN p-values are never rejected)."""
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    reject = np.zeros(m, dtype=bool)
+    if m == 0:
+        return reject
+    p = np.where(np.isnan(p), 1.0, p)
+    order = np.argsort(p, kind="stable")
+    passed = np.nonzero(p[order] <= q * np.arange(1, m + 1) / m)[0]
+    if len(passed):
+        reject[order[: passed[-1] + 1]] = True
+    return reject
+
+
+def fcr_level(selected: int, family: int, q: float) -> float:
+    """Confidence level of the intervals shown for ``selected`` of ``family`` comparisons
+    (Benjamini-Yekutieli false coverage rate at ``q``: ``1 - max(R, 1) q / m``)."""
+    return 1.0 - max(selected, 1) * q / max(family, 1)

@@ -1,0 +1,243 @@
+"""One side of a same-run A/B review: a standalone script, run in one commit's tree.
+
+The review starts one worker per commit with ``PYTHONPATH=<that commit's worktree>``
+(so ``import flashbench`` is that commit's package) and this file as the script: the
+base commit does not have flashbench's review code, so the worker imports nothing of
+flashbench itself; only the suites do. It discovers *today's* suites (the working
+tree's ``benchmarks/``, as asv does) with asv_runner's own discovery, whose importer
+loads ``benchmarks`` from that folder without putting the working tree on sys.path.
+
+    python worker.py serve BENCHMARK_DIR            # requests on stdin, replies on stdout
+    python worker.py peakmem BENCHMARK_DIR NAME I   # one fresh-process peak memory
+
+``serve`` reads one JSON request per line and answers each with one JSON line:
+
+- ``{"op": "list"}`` -> every benchmark: name, type (time, track, peakmemory, ...),
+  unit, version (asv's code hash), param labels per grid point (``name=repr`` as asv
+  writes them) and the grid points this commit declares not applicable (skip_params);
+- ``{"op": "time", "name", "index", "number", "samples", "warmup"}`` -> set up the grid
+  point (setup_cache once per worker), optionally one untimed warm-up call, then
+  ``samples`` samples of ``number`` consecutive calls each (``number`` 0: calibrate so
+  that one sample takes >= 10 ms), timed with the benchmark's ``timer`` (asv's
+  attribute; wall time by default), garbage collection off while timing (as timeit);
+  reply: per-call seconds of each sample and the ``number`` used;
+- ``{"op": "track", "name", "index"}`` -> the value the track returns;
+- ``{"op": "exit"}``.
+
+A reply's ``status`` is "ok", "skipped" (setup raised NotImplementedError, or setup_cache
+did), "not-applicable" (asv's skip_params) or "failed" (any other exception: its last
+line in ``reason``). Setup runs once per request, not before every call (the suites
+build inputs in setup and their calls do not mutate them); teardown runs after it.
+Anything the suites print goes to stderr: stdout carries only the replies.
+
+``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process, set
+up, call once, report the process's maximum resident set size (bytes).
+"""
+
+import gc
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
+    del sys.path[0]  # the script's folder holds flashbench.review's modules: not top level
+
+SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
+WARMUP_BELOW = 0.2  # a warm-up call before sampling when one call is cheaper than this
+
+
+def _reason(exc: BaseException) -> str:
+    lines = traceback.format_exception_only(type(exc), exc)
+    return lines[-1].strip()[:500]
+
+
+class Suites:
+    """Today's benchmarks, discovered once, with their setup_cache values."""
+
+    def __init__(self, root: str):
+        from asv_runner._aux import update_sys_path
+        from asv_runner.discovery import disc_benchmarks
+
+        update_sys_path(root)
+        self.benchmarks = {b.name: b for b in disc_benchmarks(root)}
+        self.caches = {}
+
+    def describe(self) -> list:
+        out = []
+        for name in sorted(self.benchmarks):
+            b = self.benchmarks[name]
+            combos = list(itertools.product(*b.params)) if b.params else [()]
+            values = list(itertools.product(*b._params)) if b._params else [()]
+            labels = [", ".join(f"{n}={v}" for n, v in zip(b.param_names, c, strict=True))
+                      for c in combos]
+            skips = {tuple(s) for s in b._skip_tuples}
+            out.append({"name": name, "type": b.type, "unit": b.unit, "version": b.version,
+                        "timeout": b.timeout,
+                        "param_names": list(b.param_names), "labels": labels,
+                        "not_applicable": [i for i, v in enumerate(values) if v in skips]})
+        return out
+
+    def prepare(self, name: str, index: int):
+        """Set up one grid point; returns (benchmark, None) or (None, reply)."""
+        b = self.benchmarks.get(name)
+        if b is None:
+            return None, {"status": "missing", "reason": f"no benchmark {name} here"}
+        if b.params:
+            b.set_param_idx(index)
+        if tuple(b._current_params) in {tuple(s) for s in b._skip_tuples}:
+            return None, {"status": "not-applicable", "reason": "declared by skip_params"}
+        if b._setup_cache is not None:
+            key = b.setup_cache_key
+            if key not in self.caches:
+                try:
+                    self.caches[key] = ("ok", b.do_setup_cache())
+                except NotImplementedError as exc:
+                    self.caches[key] = ("skipped", _reason(exc))
+                except Exception as exc:  # a suite's own failure: reported, not fatal
+                    self.caches[key] = ("failed", "setup_cache: " + _reason(exc))
+            state, value = self.caches[key]
+            if state != "ok":
+                return None, {"status": state, "reason": value}
+            b.set_cache(value)
+        try:
+            for setup in b._setups:
+                setup(*b._build_params())
+        except NotImplementedError as exc:
+            return None, {"status": "skipped", "reason": _reason(exc)}
+        except Exception as exc:
+            return None, {"status": "failed", "reason": "setup: " + _reason(exc)}
+        return b, None
+
+    @staticmethod
+    def teardown(b) -> None:
+        for teardown in b._teardowns:
+            try:
+                teardown(*b._build_params())
+            except Exception:
+                pass
+
+
+def _sample(func, number: int, timer=time.perf_counter) -> float:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = timer()
+        for _ in range(number):
+            func()
+        return timer() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def time_point(suites: Suites, req: dict) -> dict:
+    b, reply = suites.prepare(req["name"], req["index"])
+    if b is None:
+        return reply
+    params = b._build_params()
+
+    def func():
+        b.func(*params)
+
+    timer = getattr(b, "timer", None) or time.perf_counter  # the suite's own, as asv
+    number = int(req.get("number") or 0)
+    try:
+        if number <= 0:  # calibrate: the first call is also the warm-up
+            once = _sample(func, 1, timer)
+            number = max(1, math.ceil(1.2 * SAMPLE_SECONDS / max(once, 1e-9)))
+            if once < WARMUP_BELOW and number > 1:
+                _sample(func, number, timer)
+        elif req.get("warmup"):
+            _sample(func, 1, timer)
+        samples = [_sample(func, number, timer) / number for _ in range(int(req.get("samples", 1)))]
+    except Exception as exc:
+        return {"status": "failed", "reason": _reason(exc)}
+    finally:
+        suites.teardown(b)
+    return {"status": "ok", "number": number, "samples": samples}
+
+
+def track_point(suites: Suites, req: dict) -> dict:
+    b, reply = suites.prepare(req["name"], req["index"])
+    if b is None:
+        return reply
+    try:
+        value = b.func(*b._build_params())
+    except NotImplementedError as exc:
+        return {"status": "skipped", "reason": _reason(exc)}
+    except Exception as exc:
+        return {"status": "failed", "reason": _reason(exc)}
+    finally:
+        suites.teardown(b)
+    try:
+        return {"status": "ok", "value": float(value)}
+    except (TypeError, ValueError):
+        return {"status": "failed", "reason": f"track returned {value!r}, not a number"}
+
+
+def serve(root: str, out) -> int:
+    try:
+        suites = Suites(root)
+    except BaseException as exc:  # the suites do not import in this commit
+        out.write(json.dumps({"error": "benchmark discovery failed: " + _reason(exc)}) + "\n")
+        out.flush()
+        return 1
+    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "exit":
+            break
+        if op == "list":
+            reply = {"benchmarks": suites.describe()}
+        elif op == "time":
+            reply = time_point(suites, req)
+        elif op == "track":
+            reply = track_point(suites, req)
+        else:
+            reply = {"error": f"unknown op {op!r}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
+def peakmem(root: str, name: str, index: int, out) -> int:
+    from asv_runner.benchmarks._maxrss import get_maxrss
+
+    suites = Suites(root)
+    b, reply = suites.prepare(name, index)
+    if b is None:
+        out.write(json.dumps(reply) + "\n")
+        return 0
+    try:
+        b.func(*b._build_params())
+        reply = {"status": "ok", "value": float(get_maxrss())}
+    except NotImplementedError as exc:
+        reply = {"status": "skipped", "reason": _reason(exc)}
+    except Exception as exc:
+        reply = {"status": "failed", "reason": _reason(exc)}
+    out.write(json.dumps(reply) + "\n")
+    return 0
+
+
+def main(argv: list) -> int:
+    # Replies go to the original stdout; whatever the suites print goes to stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    if len(argv) == 2 and argv[0] == "serve":
+        return serve(argv[1], out)
+    if len(argv) == 4 and argv[0] == "peakmem":
+        return peakmem(argv[1], argv[2], int(argv[3]), out)
+    sys.stderr.write(__doc__.split("\n\n")[2] + "\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

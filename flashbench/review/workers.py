@@ -1,0 +1,174 @@
+"""The driver's side of the workers (:mod:`flashbench.review.worker`, a standalone script).
+
+:class:`Worker` is one long-lived ``worker.py serve`` process in one commit's tree;
+:func:`peak_memory` runs ``worker.py peakmem`` in a fresh process per measurement (as
+asv measures ``peakmem_``: the process's maximum resident set size, which only ever
+grows, so one process can measure one call); :func:`list_suites` lists today's suites
+with the working tree's own package, before anything is checked out or run.
+
+A worker's stderr (what the suites print, tracebacks) goes to a log file; errors quote
+its last line. A worker that dies in the middle of a request is restarted and the
+request reported "failed" (a broken commit is a finding, not an error of the review);
+one that cannot start at all raises :class:`WorkerError` (exit status 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("worker.py")
+START_TIMEOUT = 300.0  # importing the suites (torch, triton) on a busy machine
+
+
+class WorkerError(RuntimeError):
+    """A worker could not be started or answered nonsense (exit status 3)."""
+
+
+def _env(tree: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
+                                     if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the trees
+    return env
+
+
+def _tail(path: Path, lines: int = 1) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+class Worker:
+    """``worker.py serve`` in ``tree``: one request, one reply (JSON lines)."""
+
+    def __init__(self, label: str, tree: Path, bench_dir: Path, log: Path):
+        self.label, self.tree, self.bench_dir, self.log = label, Path(tree), bench_dir, log
+        self.proc: subprocess.Popen | None = None
+        self.error: str | None = None  # discovery failed in this commit: why
+
+    def start(self) -> Worker:
+        self.stop()
+        with open(self.log, "a") as err:
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, str(SCRIPT), "serve", str(self.bench_dir)],
+                    cwd=self.tree, env=_env(self.tree), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+            except OSError as exc:
+                raise WorkerError(f"cannot start the {self.label} worker: {exc}") from None
+        first = self._read(START_TIMEOUT)
+        if first is None:
+            raise WorkerError(f"the {self.label} worker did not start: {_tail(self.log)}")
+        if "error" in first:
+            self.error = first["error"]
+        return self
+
+    def _read(self, timeout: float | None) -> dict | None:
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            if not sel.select(timeout):
+                return None
+        finally:
+            sel.close()
+        line = self.proc.stdout.readline()
+        if not line:
+            return None
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise WorkerError(f"the {self.label} worker wrote {line[:200]!r}") from None
+
+    def ask(self, timeout: float | None = None, **request) -> dict:
+        """Send one request; a worker that dies or overruns ``timeout`` seconds is
+        restarted and the request answered ``{"status": "failed", ...}``."""
+        if self.error:
+            return {"status": "failed", "reason": self.error}
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+            if self.error:
+                return {"status": "failed", "reason": self.error}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died; the read below sees the end
+        reply = self._read(timeout)
+        if reply is None:
+            why = (f"timed out after {timeout:.0f} s" if self.proc.poll() is None
+                   else f"worker died ({_tail(self.log)})")
+            self.stop()
+            return {"status": "failed", "reason": why}
+        if "error" in reply:
+            raise WorkerError(f"the {self.label} worker: {reply['error']}")
+        return reply
+
+    def stop(self) -> None:
+        """End the process: ask, then SIGTERM, then SIGKILL; never leaves it behind."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                try:
+                    proc.stdin.write('{"op": "exit"}\n')
+                    proc.stdin.flush()
+                except OSError:
+                    pass
+                try:
+                    proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=3)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+        finally:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
+                timeout: float) -> dict:
+    """One fresh-process peak-memory measurement (bytes) of a grid point."""
+    with open(log, "a") as err:
+        try:
+            r = subprocess.run([sys.executable, str(SCRIPT), "peakmem", str(bench_dir), name,
+                                str(index)], cwd=tree, env=_env(tree), stdout=subprocess.PIPE,
+                               stderr=err, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        return {"status": "failed", "reason": f"exit {r.returncode} ({_tail(log)})"}
+    return json.loads(lines[-1])
+
+
+def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
+    """Today's benchmarks, discovered by a worker on the working tree itself."""
+    w = Worker("working-tree", root, bench_dir, log)
+    try:
+        w.start()
+        if w.error:
+            raise WorkerError(f"the benchmarks in {bench_dir} do not import: {w.error}")
+        return w.ask(timeout=START_TIMEOUT, op="list")["benchmarks"]
+    finally:
+        w.stop()
+
+
+def wall() -> float:
+    return time.monotonic()

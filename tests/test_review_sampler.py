@@ -1,0 +1,123 @@
+"""The adaptive ABBA sampler of same-run reviews, driven by a simulated machine."""
+
+import numpy as np
+import pytest
+
+from flashbench.review.ab import Point, Sampler
+from flashbench.review.rules import look_level, paired_rows
+from flashbench.review.run import select
+from flashbench.review.stats import LOOKS, MIN_ROUNDS
+
+
+class Machine:
+    """Timings with a true head/base ratio per benchmark, shared load noise per round
+    (which pairing cancels) and a little independent noise; a clock that advances by
+    what the blocks cost."""
+
+    def __init__(self, truth, seconds=0.05, status=None, seed=0, load=0.3, noise=0.02):
+        self.truth, self.seconds, self.status = truth, seconds, status or {}
+        self.rng = np.random.default_rng(seed)
+        self.load, self.noise = load, noise
+        self.now = 0.0
+        self.calls = []  # (benchmark, side, number)
+        self._load = 1.0
+
+    def clock(self):
+        return self.now
+
+    def measure(self, point, side, plan):
+        self.calls.append((point.name, side, plan.number))
+        status = self.status.get((point.name, side))
+        if status:
+            return {"status": status, "reason": f"{status} on purpose"}
+        if len(self.calls) % 2 == 1:  # first block of a round: the load moved since
+            self._load = float(np.exp(self.rng.normal(0, self.load)))
+        t = self.seconds * (self.truth[point.name] if side == "head" else 1.0) * self._load
+        number = plan.number or 1
+        samples = [t * float(np.exp(self.rng.normal(0, self.noise)))
+                   for _ in range(plan.per_block)]
+        self.now += sum(samples) * number + 0.01
+        return {"status": "ok", "number": number, "samples": samples}
+
+
+def points(names):
+    return [Point(n, 0, "", "time", "seconds") for n in names]
+
+
+def run(machine, names, budget=1e9, factor=1.1):
+    sampler = Sampler(machine.measure, budget, factor, look_level(), clock=machine.clock)
+    pairs, rows = sampler.run(points(names))
+    return {r.benchmark: r for r in paired_rows(pairs, factor, look_level()) + rows}, sampler
+
+
+def test_rounds_alternate_and_head_uses_base_calibration():
+    m = Machine({"b.time_a": 1.0})
+    run(m, ["b.time_a"])
+    sides = [side for _, side, _ in m.calls]
+    assert sides[:6] == ["base", "head", "head", "base", "base", "head"]  # AB BA AB
+    assert m.calls[0][2] == 0 and all(n == 1 for _, _, n in m.calls[1:])  # calibrated once
+
+
+def test_slowdowns_caught_untouched_settled_same_noise_cancelled():
+    truth = {f"b.time_slow{i}": 1.3 for i in range(4)} | {
+        f"b.time_same{i}": 1.0 for i in range(8)} | {"b.time_fast": 0.7}
+    rows, _ = run(Machine(truth, load=0.4, seed=3), list(truth))
+    for name, r in rows.items():
+        want = {"slow": "slower", "same": "same", "fast": "faster"}[name[7:11]]
+        assert r.verdict == want, (name, r)
+        assert r.samples >= MIN_ROUNDS and r.samples in LOOKS
+    assert rows["b.time_slow0"].regression and not rows["b.time_same0"].regression
+
+
+def test_a_slowdown_at_the_factor_stays_open_until_the_budget_ends():
+    truth = {"b.time_edge": 1.1, "b.time_same": 1.0}
+    rows, sampler = run(Machine(truth, noise=0.05, seed=5), list(truth), budget=5.0)
+    assert sampler.out_of_budget
+    assert rows["b.time_edge"].verdict == "ambiguous"
+    assert rows["b.time_edge"].reason in ("budget-exhausted", "too-few-samples")
+    assert rows["b.time_edge"].undecided
+
+
+def test_budget_is_kept_and_the_first_round_always_runs():
+    truth = {f"b.time_{i}": 1.0 for i in range(5)}
+    m = Machine(truth, seconds=1.0)
+    rows, sampler = run(m, list(truth), budget=3.0)
+    assert all(r.samples >= 1 for r in rows.values())  # round 1 of everything
+    assert m.now <= 5 * 2 * 1.6 + 3.0  # no round started that would overrun by much
+    assert all(r.verdict == "ambiguous" for r in rows.values() if r.samples < MIN_ROUNDS)
+
+
+def test_a_head_that_skips_or_fails_is_coverage_lost():
+    truth = {"b.time_ok": 1.0, "b.time_gone": 1.0, "b.time_new": 1.0, "b.time_broken": 1.0}
+    status = {("b.time_gone", "head"): "skipped", ("b.time_new", "base"): "skipped",
+              ("b.time_broken", "head"): "failed"}
+    rows, _ = run(Machine(truth, status=status), list(truth))
+    assert rows["b.time_gone"].verdict == "coverage lost" and rows["b.time_gone"].undecided
+    assert "skipped on purpose" in rows["b.time_gone"].detail
+    assert rows["b.time_broken"].reason == "coverage-lost"
+    assert rows["b.time_new"].verdict == "coverage gained"
+    assert not rows["b.time_new"].undecided
+    assert rows["b.time_ok"].verdict == "same"
+
+
+def test_select_matches_names_and_grid_points():
+    listing = [{"name": "bench_reference.TimeAttention.time_attention", "type": "time",
+                "unit": "seconds", "labels": ["shape='1x1x1024x1024x64', impl='one-shot'",
+                                              "shape='1x1x4096x4096x64', impl='one-shot'"]},
+               {"name": "bench_memory.PeakmemAttention.peakmem_attention",
+                "type": "peakmemory", "unit": "bytes", "labels": ["impl='streamed'"]}]
+    assert len(select(listing, None)) == 3
+    assert [p.index for p in select(listing, "TimeAttention")] == [0, 1]
+    assert [p.index for p in select(listing, "TimeAttention.*1024x1024")] == [0]
+    assert select(listing, "Peakmem")[0].kind == "peakmem"
+    with pytest.raises(ValueError, match="matches no benchmark"):
+        select(listing, "nomatch")
+
+
+def test_no_false_alarm_in_noisy_no_op_reviews():
+    """Ten no-op reviews of 20 timings, 30% noise per block that pairing cannot cancel:
+    not one "slower"."""
+    truth = {f"b.time_{i}": 1.0 for i in range(20)}
+    for seed in range(10):
+        rows, _ = run(Machine(truth, load=0.0, noise=0.3, seed=seed), list(truth), budget=60)
+        assert not [r for r in rows.values() if r.verdict == "slower"], seed

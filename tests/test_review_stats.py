@@ -1,0 +1,289 @@
+"""Statistics and verdict rules of the review, on synthetic samples with known answers."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from flashbench.review.model import Review, Row
+from flashbench.review.render import render_markdown, to_json
+from flashbench.review.rules import (
+    Paired,
+    decide,
+    judge_accuracy,
+    judge_coverage,
+    judge_ratio_only,
+    look_level,
+    paired_rows,
+)
+from flashbench.review.stats import (
+    LOOKS,
+    MIN_ROUNDS,
+    against_factor,
+    benjamini_hochberg,
+    fcr_level,
+    log_ratios,
+    t_quantile,
+    t_sf,
+    trimmed_location,
+)
+
+Q = look_level()
+
+
+# ----------------------------------------------------------------------- Student t
+
+
+@pytest.mark.parametrize("df,p,t", [(1, 0.975, 12.7062), (2, 0.975, 4.3027), (5, 0.95, 2.0150),
+                                    (10, 0.975, 2.2281), (30, 0.995, 2.7500),
+                                    (1e6, 0.975, 1.9600), (3, 0.9999, 22.2037)])
+def test_t_quantiles_match_the_tables(df, p, t):
+    assert t_quantile(p, df) == pytest.approx(t, abs=2e-4)
+    assert t_sf(t, df) == pytest.approx(1 - p, rel=1e-3)
+
+
+@given(st.floats(-50, 50), st.floats(0.5, 200))
+def test_t_tails_are_symmetric_and_monotone(t, df):
+    assert t_sf(t, df) + t_sf(-t, df) == pytest.approx(1.0, abs=1e-12)
+    assert 0.0 <= t_sf(t, df) <= 1.0
+    assert t_sf(t + 0.5, df) <= t_sf(t, df) + 1e-15
+    assert t_sf(0.0, df) == pytest.approx(0.5)
+
+
+def test_paired_t_interval_covers_at_its_level():
+    """Normal log-ratios, n = 5 (nothing trimmed): the 90% interval covers the truth 90%."""
+    rng = np.random.default_rng(7)
+    truth, hits, trials = 0.2, 0, 4000
+    for _ in range(trials):
+        lo, hi = trimmed_location(rng.normal(truth, 0.05, 5)).interval(0.90)
+        hits += lo <= truth <= hi
+    assert abs(hits / trials - 0.90) < 0.02
+
+
+# ----------------------------------------------------------------------- edges
+
+
+def test_one_sample_decides_nothing():
+    loc = trimmed_location([math.log(3.0)])
+    assert loc.interval(0.95) == (-math.inf, math.inf)
+    e = against_factor([math.log(3.0)], 1.1)
+    assert e.p_slower == 1.0 and e.p_same == 1.0 and e.p_change == 1.0
+
+
+def test_zero_variance_is_decisive_off_the_boundary_and_never_on_it():
+    slow = against_factor([math.log(1.5)] * MIN_ROUNDS, 1.1)
+    assert slow.p_slower == 0.0 and slow.p_change == 0.0
+    same = against_factor([0.0] * MIN_ROUNDS, 1.1)
+    assert same.p_same == 0.0 and same.p_change == 1.0
+    edge = against_factor([math.log(1.1)] * MIN_ROUNDS, 1.1)
+    assert edge.p_slower == 1.0 and edge.p_same == 1.0
+    assert against_factor([0.0] * (MIN_ROUNDS - 1), 1.1).p_same == 1.0  # too few
+
+
+def test_ties_and_all_equal_rounds():
+    # two tied values among five: an ordinary sample, interval around the centre
+    loc = trimmed_location([0.1, 0.1, 0.2, 0.3, 0.3])
+    lo, hi = loc.interval(0.95)
+    assert lo < 0.2 < hi and loc.centre == pytest.approx(0.2)
+    assert trimmed_location([0.25] * 12).interval(0.99) == (0.25, 0.25)
+
+
+def test_trimming_keeps_one_burst_from_moving_the_verdict():
+    d = [0.0, 0.01, -0.01, 0.005, -0.005, 0.0, 0.01, -0.01, 0.0, 0.002, 0.004, -0.003]
+    clean = against_factor(d, 1.1)
+    burst = against_factor(d[:-1] + [math.log(5.0)], 1.1)  # one round hit by load
+    assert clean.p_same < Q and burst.p_same < Q
+    assert trimmed_location(d[:-1] + [math.log(5.0)]).centre < 0.01
+
+
+def test_log_ratios_refuse_non_positive_timings():
+    with pytest.raises(ValueError, match="positive"):
+        log_ratios([1.0, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="one value per round"):
+        log_ratios([1.0], [1.0, 2.0])
+
+
+@given(st.lists(st.floats(-2, 2, allow_nan=False), min_size=1, max_size=40),
+       st.floats(1.01, 3.0), st.floats(0.0, 1.0))
+def test_tests_are_consistent(d, factor, shift):
+    e = against_factor(d, factor)
+    for p in (e.p_slower, e.p_faster, e.p_same, e.p_change):
+        assert 0.0 <= p <= 1.0
+    assert not (e.p_slower < 0.5 and e.p_faster < 0.5)  # never evidence both ways
+    moved = against_factor([x + shift for x in d], factor)  # slower head: never less slow
+    assert moved.p_slower <= e.p_slower + 1e-12
+    loc = trimmed_location(d)
+    lo90, hi90 = loc.interval(0.90)
+    lo99, hi99 = loc.interval(0.99)
+    assert lo99 <= lo90 <= hi90 <= hi99
+    if len(d) >= MIN_ROUNDS:
+        assert lo90 <= loc.centre <= hi90
+
+
+@given(st.lists(st.floats(-1, 1, allow_nan=False), min_size=MIN_ROUNDS, max_size=30),
+       st.floats(1.01, 2.0), st.sampled_from([0.001, 0.01, 0.05]))
+def test_p_values_and_intervals_agree(d, factor, a):
+    """p_change <= a exactly when the two-sided 1 - a interval lies beyond the factor."""
+    e = against_factor(d, factor)
+    lo, hi = e.location.interval(1 - a)
+    bound = math.log(factor)
+    beyond = lo > bound or hi < -bound
+    assume(min(abs(lo - bound), abs(hi + bound), abs(e.p_change - a)) > 1e-9)
+    assert (e.p_change <= a) == beyond
+
+
+# ----------------------------------------------------------------------- the family
+
+
+def test_benjamini_hochberg_paper_example():
+    """Benjamini & Hochberg (1995), section 4: 15 p-values, q = 0.05 rejects four."""
+    p = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240,
+         0.4262, 0.5719, 0.6528, 0.7590, 1.000]
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(p))
+    mask = benjamini_hochberg(np.array(p)[order], 0.05)
+    assert sorted(np.array(p)[order][mask]) == p[:4]
+
+
+@given(st.lists(st.one_of(st.floats(0, 1), st.just(math.nan)), min_size=0, max_size=30),
+       st.floats(0.001, 0.5))
+def test_benjamini_hochberg_properties(p, q):
+    mask = benjamini_hochberg(p, q)
+    arr = np.array(p, dtype=float)
+    assert len(mask) == len(p)
+    assert not mask[np.isnan(arr)].any() if len(p) else True
+    if mask.any():  # step-up: everything at or below the largest rejected p is rejected
+        worst = arr[mask].max()
+        assert mask[(arr <= worst) & ~np.isnan(arr)].all()
+        assert (arr[mask] <= q).all()
+    m = len(p)
+    assert mask.sum() >= sum(1 for x in p if not math.isnan(x) and x <= q / max(m, 1))
+
+
+def test_benjamini_hochberg_ties_and_single():
+    assert benjamini_hochberg([0.01] * 5, 0.05).all()
+    assert not benjamini_hochberg([0.2] * 5, 0.05).any()
+    assert benjamini_hochberg([0.05], 0.05).tolist() == [True]
+    assert benjamini_hochberg([0.0501], 0.05).tolist() == [False]
+    assert fcr_level(0, 10, 0.05) == pytest.approx(0.995)
+    assert fcr_level(4, 10, 0.05) == pytest.approx(0.98)
+
+
+def _pairs(ratios, rounds, noise, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, r in enumerate(ratios):
+        base = np.exp(rng.normal(0, noise, rounds))
+        head = base * r * np.exp(rng.normal(0, noise, rounds))
+        out.append(Paired(f"b.time_{i}", "", base=list(base), head=list(head)))
+    return out
+
+
+def test_no_op_family_has_no_false_alarm_and_settles_as_same():
+    pairs = _pairs([1.0] * 40, LOOKS[1], 0.02, seed=1)
+    decisions = decide(pairs, 1.1, Q)
+    assert all(d == ("same", "below-factor") for d in decisions)
+
+
+def test_slowdowns_are_found_and_untouched_ones_are_not():
+    ratios = [1.3] * 12 + [1.0] * 24 + [0.6] * 2
+    rows = paired_rows(_pairs(ratios, LOOKS[2], 0.03, seed=2), 1.1, Q)
+    verdicts = [r.verdict for r in rows]
+    assert verdicts[:12] == ["slower"] * 12
+    assert verdicts[12:36] == ["same"] * 24
+    assert verdicts[36:] == ["faster"] * 2
+    slow = rows[0]
+    assert slow.regression and slow.reason == "significant" and slow.samples == LOOKS[2]
+    assert slow.ci_low > 1.1 and slow.ci_level == pytest.approx(fcr_level(14, 38, Q))
+
+
+def test_open_comparisons_end_ambiguous_or_not_slower():
+    pairs = _pairs([1.1, 0.9], LOOKS[0], 0.15, seed=3)  # on the factor, noisy
+    pairs.append(Paired("b.time_one", "", base=[1.0], head=[1.5]))
+    rows = {r.benchmark: r for r in paired_rows(pairs, 1.1, Q)}
+    assert rows["b.time_0"].verdict == "ambiguous" and rows["b.time_0"].undecided
+    assert rows["b.time_0"].reason == "budget-exhausted"
+    assert rows["b.time_1"].verdict in ("not slower", "ambiguous")
+    one = rows["b.time_one"]
+    assert (one.verdict, one.reason, one.regression) == ("ambiguous", "too-few-samples", False)
+
+
+def test_decided_comparisons_keep_their_verdict():
+    pairs = _pairs([1.0], 5, 0.02, seed=4)
+    pairs[0].decided = ("slower", "significant")  # settled at an earlier look
+    assert decide(pairs, 1.1, Q) == [("slower", "significant")]
+
+
+# ----------------------------------------------------------------------- other rules
+
+
+def test_accuracy_rules():
+    assert judge_accuracy("o_max_abs", 1e-3, 1.001e-3, [1e-3, 1.05e-3], 0.02)[2] is False
+    verdict, reason, bad = judge_accuracy("o_max_abs", 1e-3, 3e-3, [1e-3, 1.05e-3], 0.02)
+    assert bad and reason == "worse, above-band"
+    assert judge_accuracy("o_baseline_ratio", 2.1, 2.1, [2.1], 0.02)[1] == "rule-fails"
+    assert judge_accuracy("o_max_abs", 1e-3, 5e-4, [], 0.02)[:2] == ("better", "better")
+    assert judge_accuracy("o_max_abs", 1e-3, math.nan, [], 0.02) == ("worse", "not-finite",
+                                                                     True)
+    assert judge_accuracy("o_max_abs", 1e-3, math.inf, [], 0.02)[2] is True
+    assert judge_accuracy("o_max_abs", math.nan, math.nan, [], 0.02)[2] is False
+    # above the band of earlier commits, though within tolerance of base
+    assert judge_accuracy("o_max_abs", 2e-3, 2e-3, [1e-3, 1.1e-3], 0.02)[1] == "above-band"
+
+
+@given(st.floats(1e-9, 1e9), st.floats(1e-9, 1e9), st.floats(1.01, 10))
+def test_ratio_only_evidence_never_says_slower(base, head, factor):
+    verdict, reason = judge_ratio_only(base, head, factor)
+    assert verdict in ("same", "ambiguous") and reason == "ratio-only"
+    assert (verdict == "same") == (1 / factor <= head / base <= factor)
+
+
+def test_coverage_matrix():
+    assert judge_coverage("ok", "ok") is None
+    for lost in ("skipped", "failed", "missing", "not-applicable"):
+        assert judge_coverage("ok", lost) == ("coverage lost", "coverage-lost")
+        assert judge_coverage(lost, "ok") == ("coverage gained", "coverage-gained")
+        assert judge_coverage(lost, "skipped")[1] == "not-measured"
+
+
+# ----------------------------------------------------------------------- the review record
+
+
+def _review(rows):
+    r = Review("a" * 40, "b" * 40, "m", "cpu", "same-run A/B", 1.1, 0.02, 0.05, 60.0)
+    r.rows = rows
+    return r
+
+
+def test_status_and_summary():
+    same = Row("time", "b.time_x", "", "seconds", "same", "below-factor")
+    lost = Row("time", "b.time_y", "", "seconds", "coverage lost", "coverage-lost",
+               undecided=True)
+    slow = Row("time", "b.time_z", "", "seconds", "slower", "significant", regression=True)
+    assert _review([same]).status == 0
+    assert _review([same, lost]).status == 2
+    assert "COVERAGE LOST" in _review([same, lost]).summary()
+    review = _review([same, lost, slow])
+    assert review.status == 1 and review.summary().endswith("exit 1")
+    review.sort()
+    assert review.rows[0] is slow and review.rows[1] is lost
+    text = render_markdown(review)
+    assert "**REGRESSION**" in text and "coverage-lost" in text and "Benjamini-Hochberg" in text
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none()),
+                min_size=6, max_size=6))
+def test_json_never_holds_nan(values):
+    row = Row("time", "b.time_x", "", "seconds", "ambiguous", "too-few-samples",
+              base=values[0], head=values[1], ratio=values[2], ci_low=values[3],
+              ci_high=values[4], ci_level=values[5], undecided=True)
+    text = to_json(_review([row]))
+
+    def refuse(name):
+        raise AssertionError(f"{name} in JSON")
+
+    doc = json.loads(text, parse_constant=refuse)
+    assert doc["rows"][0]["verdict"] == "ambiguous" and doc["status"] == 2
