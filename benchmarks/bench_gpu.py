@@ -1,17 +1,31 @@
-"""GPU device time (seconds, median of triton.testing.do_bench: warm-up, L2 flushed).
+"""GPU timings that carry their samples: ``time_`` benchmarks whose timed call synchronises.
 
-Skipped without a CUDA GPU. Throughput is derived from these times in the history
-summaries (TFLOP/s = FLOPs of the recorded shape / time); TrackMatmulPeak records
-the same run's bf16 matmul time, the denominator of "% of peak".
+asv times each call of ``time_attention_gpu`` with its own clock; the call runs one
+pass of attention and then ``torch.cuda.synchronize()``, so each sample is the
+device time of that pass (plus a launch and a synchronise, microseconds against
+milliseconds at these sizes). With ``asv run --record-samples`` every sample is kept,
+so asv's statistics and the review's apply to GPU results as to CPU ones.
+
+Parameters: ``backend`` (flashbench's kernel and the pinned SDPA flash peer),
+``dtype``, ``shape`` (Shape.spec text: FlashAttention's benchmark size at d=128 and a
+grouped-query shape, H=32, Hkv=8), ``causal``, ``direction`` (fwd; bwd calls
+``torch.autograd.grad(o, (q, k, v), do)``; fwd+bwd both). A backend that is not
+differentiable skips bwd and fwd+bwd with that reason. FLOPs per result follow from
+its parameters (flashbench.inputs.Shape.flops); TimeMatmulPeak times the same run's
+8192^3 bf16 matmul, the denominator of "% of peak".
+
+Without a CUDA GPU every setup raises NotImplementedError naming the missing GPU.
+The grid is literal and small: a GPU window has minutes, and asv starts one process
+per grid point.
 """
 
 import os
 import shutil
 
-from .common import need, shape_of, timed_backend, torch_dtype
+from .common import Benchmark, need, shape_of, torch_dtype
 
-# B * N = 16384 tokens, 16 heads, as Triton's fused-attention tutorial does
-SHAPES = [f"{16384 // n}x16x{n}x{n}x{d}" for d in (64, 128) for n in (1024, 4096, 16384)]
+# B * N = 16k tokens, H * d = 2048 (FlashAttention's benchmark); GQA H=32 over Hkv=8
+SHAPES = ["4x16x4096x4096x128", "2x32/8x8192x8192x128"]
 
 
 def _require_gpu():
@@ -24,31 +38,51 @@ def _require_gpu():
         raise NotImplementedError("torch sees no CUDA GPU")
 
 
-class TrackDeviceTime:
-    params = (["triton", "torch-sdpa"], ["bf16", "fp16"], SHAPES, [False, True])
-    param_names = ["backend", "dtype", "shape", "causal"]
-    timeout = 600
+class GPUBenchmark(Benchmark):
+    """Enough samples for statistics within a window: 10 to 20 per grid point."""
 
-    def setup(self, backend, dtype, shape, causal):
+    repeat = (10, 20, 8.0)
+    warmup_time = 0.2
+    timeout = 300
+
+
+class TimeAttentionGPU(GPUBenchmark):
+    params = (["triton", "sdpa-flash"], ["bf16"], SHAPES, [False, True],
+              ["fwd", "bwd", "fwd+bwd"])
+    param_names = ["backend", "dtype", "shape", "causal", "direction"]
+
+    def setup(self, backend, dtype, shape, causal, direction):
         _require_gpu()
         import torch
 
+        get_backend = need("backends", "get_backend")
+        pass_fn = need("timing", "pass_fn")
+        try:
+            b = get_backend(backend)
+        except ValueError as exc:  # a backend this commit does not have yet
+            raise NotImplementedError(f"this commit lacks backend {backend!r}: {exc}") from None
         s = shape_of(shape)
-        self.device_seconds = need("timing", "device_seconds")
-        self.fn = timed_backend(backend)
+        reason = b.unavailable_for(s, dtype) if hasattr(b, "unavailable_for") else None
+        if reason is not None:
+            raise NotImplementedError(f"{backend} cannot run {shape} {dtype} here: {reason}")
         g = torch.Generator(device="cuda").manual_seed(0)
-        self.q, self.k, self.v = (torch.randn(s.B, s.H, n, s.d, device="cuda", generator=g,
-                                              dtype=torch_dtype(dtype))
-                                  for n in (s.Nq, s.Nk, s.Nk))
+        q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", generator=g,
+                               dtype=torch_dtype(dtype))
+                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
+        if hasattr(b, "prepare"):
+            q, k, v = b.prepare(q, k, v)
+        self.fn = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
+        self.fn()  # compile / autotune outside the samples
+        self.sync = torch.cuda.synchronize
+        self.sync()
 
-    def track_device_time(self, backend, dtype, shape, causal):
-        return self.device_seconds(lambda: self.fn(self.q, self.k, self.v, causal=causal))
+    def time_attention_gpu(self, backend, dtype, shape, causal, direction):
+        self.fn()
+        self.sync()
 
-    track_device_time.unit = "seconds"
 
-
-class TrackMatmulPeak:
-    """Device time of one n^3 bf16 torch.matmul (2 * n^3 FLOP)."""
+class TimeMatmulPeak(GPUBenchmark):
+    """One n^3 bf16 torch.matmul on random data (2 n^3 FLOP): the run's peak."""
 
     params = ([8192], ["bf16"])
     param_names = ["n", "dtype"]
@@ -57,10 +91,12 @@ class TrackMatmulPeak:
         _require_gpu()
         import torch
 
-        self.device_seconds = need("timing", "device_seconds")
         self.a = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
+        self.b = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
+        self.sync = torch.cuda.synchronize
+        self.a @ self.b
+        self.sync()
 
-    def track_matmul(self, n, dtype):
-        return self.device_seconds(lambda: self.a @ self.a)
-
-    track_matmul.unit = "seconds"
+    def time_matmul(self, n, dtype):
+        self.a @ self.b
+        self.sync()

@@ -1,23 +1,41 @@
 """Device timing and throughput.
 
-:func:`device_seconds` times a CUDA callable with ``triton.testing.do_bench``: warm-up
-first, the L2 cache flushed (a 256 MB buffer zeroed) before every run, CUDA events
-around each run, and the *median* of the runs returned, in seconds. It refuses to
-time anything else: the Triton interpreter's speed means nothing, and CPU timings
-belong to asv's own ``time_`` benchmarks.
+- :func:`device_samples`: per-run device times (seconds) of a CUDA callable: warm-up
+  first, the L2 cache flushed (a 256 MB buffer zeroed) before every run, CUDA events
+  around each run. The samples, not only their median, are what statistics need.
+- :func:`device_seconds`: their median (``triton.testing.do_bench`` semantics).
+- :func:`pass_fn`: the callable that times one pass (fwd, bwd or fwd+bwd) of an
+  attention function; bwd calls ``torch.autograd.grad(o, (q, k, v), do)`` and refuses,
+  with a clear reason, a function whose output carries no gradient.
+- :func:`gpu_state`: SM clock, power, temperature, driver and the torch, Triton and
+  CUDA versions, for results that describe their machine.
 
-Throughput is derived, never recorded: ``tflops(shape, causal, seconds)`` counts
-4 * B * H * d * (visible (query, key) pairs) floating-point operations (two matmuls,
-a multiply and an add each), about half of the full count when causal.
+Timing refuses to run without a CUDA GPU: the Triton interpreter's speed means
+nothing, and CPU timings belong to asv's own ``time_`` benchmarks.
+
+Throughput is derived, never recorded: ``tflops(shape, causal, seconds, direction)``
+counts :meth:`flashbench.inputs.Shape.flops` (4 * B * H * d per visible (query, key)
+pair for the forward, per query head under grouped-query attention; 2.5x for the
+backward), about half of the full count when causal.
 """
 
 from __future__ import annotations
 
+import statistics
+import subprocess
 from collections.abc import Callable
 
-from flashbench.inputs import Shape
+from flashbench.inputs import PASS_FLOPS, Shape
 
-__all__ = ["device_seconds", "tflops", "matmul_peak_tflops", "gpu_name"]
+__all__ = ["device_samples", "device_seconds", "tflops", "matmul_peak_tflops", "gpu_name",
+           "pass_fn", "NotDifferentiable", "gpu_state", "L2_FLUSH_BYTES"]
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+_FLUSH = {}
+
+
+class NotDifferentiable(NotImplementedError):
+    """The attention function's output carries no gradient: no backward to time."""
 
 
 def _require_cuda() -> None:
@@ -27,21 +45,81 @@ def _require_cuda() -> None:
         raise RuntimeError("device timing needs a CUDA GPU; none is visible to torch here")
 
 
-def device_seconds(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
-    """Median device time of ``fn()`` in seconds (do_bench: warm-up, L2 flushed, CUDA events)."""
+def device_samples(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
+                   flush_l2: bool = True) -> list[float]:
+    """Device time of each of ``repeats`` runs of ``fn()``, in seconds.
+
+    ``warmup`` untimed runs first (compilation, autotuning, allocator); before each
+    timed run the L2 cache is flushed by zeroing a 256 MB buffer (outside the timed
+    events); each run is bracketed by its own pair of CUDA events.
+    """
     _require_cuda()
-    from triton.testing import do_bench
+    import torch
 
-    return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") * 1e-3
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
+    dev = torch.cuda.current_device()
+    if flush_l2 and dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        if flush_l2:
+            _FLUSH[dev].zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e-3 for start, end in events]
 
 
-def tflops(shape: Shape, causal: bool, seconds: float) -> float:
-    """TFLOP/s of an attention forward of ``shape`` that took ``seconds``."""
-    return shape.flops(causal) / seconds * 1e-12
+def device_seconds(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> float:
+    """Median device time of ``fn()`` in seconds (:func:`device_samples`)."""
+    return statistics.median(device_samples(fn, repeats=repeats, warmup=warmup))
+
+
+def tflops(shape: Shape, causal: bool, seconds: float, direction: str = "fwd") -> float:
+    """TFLOP/s of one ``direction`` pass of attention on ``shape`` that took ``seconds``."""
+    return shape.flops(causal, direction) / seconds * 1e-12
+
+
+def pass_fn(fn: Callable, q, k, v, causal: bool, direction: str = "fwd",
+            name: str = "backend") -> Callable[[], object]:
+    """The callable one timing runs for ``direction`` of ``fn(q, k, v, causal=...)``.
+
+    ``fwd``: the call. ``bwd``: the forward runs once here (q, k, v requiring grad),
+    the callable computes ``torch.autograd.grad(o, (q, k, v), do)`` with a fixed
+    random ``do`` (the graph kept for the next call). ``fwd+bwd``: both per call.
+    Raises :class:`NotDifferentiable` when ``fn``'s output has no gradient.
+    """
+    if direction not in PASS_FLOPS:
+        raise ValueError(f"direction must be one of {list(PASS_FLOPS)}, got {direction!r}")
+    if direction == "fwd":
+        return lambda: fn(q, k, v, causal=causal)
+    import torch
+
+    leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+
+    def out_of(result):
+        o = result[0] if isinstance(result, tuple) else result
+        if o.grad_fn is None:
+            raise NotDifferentiable(f"{name} is not differentiable (its output carries no "
+                                    "gradient): no backward pass to time")
+        return o
+
+    o = out_of(fn(*leaves, causal=causal))
+    do = torch.randn_like(o)
+    if direction == "bwd":
+        return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+    return lambda: torch.autograd.grad(out_of(fn(*leaves, causal=causal)), leaves, do)
 
 
 def matmul_peak_tflops(dtype: str = "bf16", n: int = 8192) -> float:
-    """Measured dense-matmul throughput (TFLOP/s) of an n x n x n torch.matmul in ``dtype``.
+    """Measured dense-matmul throughput (TFLOP/s) of an n x n x n torch.matmul in ``dtype``
+    on random data (median device time, L2 flushed).
 
     The denominator of "% of peak": what this GPU sustains today in this run,
     not the datasheet number.
@@ -62,3 +140,53 @@ def gpu_name() -> str:
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no-gpu"
+
+
+_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
+               "power.draw", "power.limit", "temperature.gpu", "utilization.gpu")
+
+
+def gpu_state() -> dict:
+    """The GPU's state now and the software stack: nvidia-smi's clocks (MHz), power (W),
+    temperature (C), driver; torch, Triton and CUDA versions. Fields nvidia-smi cannot
+    give are None (``smi_error`` says why)."""
+    import torch
+
+    state: dict = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                   "gpu": gpu_name()}
+    try:
+        import triton
+
+        state["triton"] = triton.__version__
+    except ImportError:
+        state["triton"] = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        state.update(sm_count=props.multi_processor_count,
+                     memory_gib=round(props.total_memory / 2**30, 1),
+                     capability=f"{props.major}.{props.minor}")
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}",
+                              "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=30)
+        values = [x.strip() for x in out.stdout.splitlines()[0].split(",")]
+        if out.returncode != 0 or len(values) != len(_SMI_FIELDS):
+            raise OSError(out.stderr.strip() or out.stdout.strip())
+    except (OSError, IndexError, subprocess.TimeoutExpired) as exc:
+        state.update(dict.fromkeys(("driver", "sm_clock_mhz", "sm_clock_max_mhz",
+                                    "mem_clock_mhz", "power_w", "power_limit_w",
+                                    "temperature_c", "utilization_pct"), None))
+        state["smi_error"] = str(exc) or type(exc).__name__
+        return state
+
+    def num(x):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+
+    (_, driver, sm, sm_max, mem, power, limit, temp, util) = values
+    state.update(driver=driver, sm_clock_mhz=num(sm), sm_clock_max_mhz=num(sm_max),
+                 mem_clock_mhz=num(mem), power_w=num(power), power_limit_w=num(limit),
+                 temperature_c=num(temp), utilization_pct=num(util))
+    return state

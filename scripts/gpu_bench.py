@@ -1,129 +1,337 @@
-"""GPU check of the Triton kernel: correctness, then TFLOP/s against torch-sdpa.
+"""GPU check of the Triton kernel: correctness first, then checked timings against torch's.
 
-One command on a CUDA machine (no asv needed):
+    python scripts/gpu_bench.py --quick [--out gpu-results]   # ~3-5 min on a cold H200
+    python scripts/gpu_bench.py                               # the full grid
+    python scripts/gpu_bench.py --quick --plan [--compile]    # no GPU needed
 
-    python scripts/gpu_bench.py [--out gpu-results]
+1. Correctness (flashbench.measure.measure_accuracy, one fixed kernel config so the
+   check does not depend on the autotuner): triton and the pinned SDPA peers against
+   the float64 reference in fp32 (IEEE dots), fp16 and bf16, causal and not, Nq != Nk,
+   grouped-query; the baseline rule against the same-dtype standard model. Any
+   failure of triton stops the script before timing (exit status 1).
+2. Speed: each backend (triton autotuned over pruned Hopper configs, sdpa-flash,
+   sdpa-cudnn; the full run adds sdpa-efficient and flex) on each shape: the timed
+   output is first checked against the float64 reference (last 256 query rows of
+   batch 0, heads 0 and H-1, all keys: the same bottom-right causal sub-problem) with
+   the baseline rule; a time counts only if that check passed. Times: 20 runs after 3
+   warm-ups, L2 flushed, CUDA events (flashbench.timing.device_samples); the median
+   is reported with the quartiles. TFLOP/s = Shape.flops / median (per query head
+   under GQA; about half for causal); "% peak" divides by the same run's measured
+   8192^3 bf16 matmul.
+3. Records: the chosen autotune config per shape, nvidia-smi's SM clock, power and
+   temperature before and after, torch / Triton / CUDA / driver versions, the
+   compilations planned and observed. Writes <out>/<date>-<gpu>.md and .json.
 
-1. Correctness: triton vs the float64 reference at several shapes (fp32 with IEEE
-   dots, fp16, bf16; causal and not; Nq != Nk), and the baseline rule against the
-   same-dtype standard model. Any failure stops the script with exit status 1.
-2. Speed: triton and torch-sdpa, bf16 and fp16, d = 64 and 128, N = 1k..16k
-   (B * N = 16384 tokens, H = 16), causal and not. Each time is
-   the median of triton.testing.do_bench (warm-up, L2 flushed, CUDA events); TFLOP/s
-   counts 4 * B * H * N * N * d (halved for causal), and "% peak" divides by the
-   same run's measured bf16 matmul throughput.
-
-Writes <out>/<date>-<gpu>.md and .json and prints the table.
+``--plan`` prints, without a GPU, every compilation of flashbench's kernels the run
+will trigger (configs x signatures, recorded by the launch code itself on meta
+tensors), last line ``compiles: N``; ``--compile`` also compiles each for sm_90 here
+(Triton's bundled ptxas) and reports time, shared memory, registers and spills.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import pathlib
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
-from tabulate import tabulate
 
-from flashbench import numerics, reference
-from flashbench.accuracy import judge
-from flashbench.backends import get_backend
-from flashbench.inputs import Shape, make_qkv
-from flashbench.kernels.checks import TORCH_DTYPES
-from flashbench.timing import device_seconds, gpu_name, matmul_peak_tflops, tflops
+from flashbench.inputs import Shape
+from flashbench.kernels import triton_fwd
+from flashbench.kernels.launch import planning
+from flashbench.measure import Case
 
-CHECK_SHAPES = [Shape(1, 2, 1024, 1024, 64), Shape(2, 2, 777, 1500, 128),
-                Shape(1, 4, 1500, 600, 64), Shape(1, 2, 2048, 2048, 256),
-                Shape(1, 2, 129, 129, 16)]
-TOKENS = 16384  # B * N held constant across N, as Triton's fused-attention tutorial does
-HEADS = 16
+CHECK_DTYPES = ("fp32", "fp16", "bf16")
+CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
+SLICE_ROWS = 256  # query rows of the timed-output check
+TARGETS = {"noncausal_tflops": 450.0, "causal_tflops": 400.0, "vs_sdpa_flash": 1.1}
 
 
-def speed_shapes(max_n: int) -> list[Shape]:
-    ns = [n for n in (1024, 2048, 4096, 8192, 16384) if n <= max_n]
-    return [Shape(max(1, TOKENS // n), HEADS, n, n, d) for d in (64, 128) for n in ns]
+@dataclass(frozen=True)
+class Timed:
+    shape: Shape
+    dtype: str
+    causal: bool
+    direction: str = "fwd"
+
+    def label(self) -> str:
+        return (f"{self.shape.spec()} {self.dtype} {'causal' if self.causal else 'full'}"
+                f" {self.direction}")
 
 
-def check_correctness() -> list[dict]:
+def check_cases(quick: bool) -> list[Case]:
+    cases = [Case(Shape(1, 2, 1024, 1024, 64)), Case(Shape(1, 2, 1024, 1024, 64), causal=True),
+             Case(Shape(2, 2, 777, 1500, 128), causal=True), Case(Shape(1, 4, 1500, 600, 128)),
+             Case(Shape(1, 8, 1000, 1000, 128, Hkv=2), causal=True)]
+    if not quick:
+        cases += [Case(Shape(1, 2, 129, 129, 16), causal=True), Case(Shape(1, 2, 333, 400, 32)),
+                  Case(Shape(1, 2, 1024, 1024, 256), causal=True),
+                  Case(Shape(1, 8, 2048, 2048, 64), "outliers")]
+    return cases
+
+
+def timed_cases(quick: bool) -> list[Timed]:
+    """FlashAttention's benchmark sizes: B * N = 16k tokens, H * d = 2048; GQA H=32/8."""
+    def shapes(d, ns):
+        return [Shape(16384 // n, 2048 // d, n, n, d) for n in ns]
+
+    if quick:
+        grid = [(s, "bf16") for s in shapes(128, (4096, 8192))]
+        grid += [(Shape(2, 32, 8192, 8192, 128, Hkv=8), "bf16")]
+        directions = ("fwd",)
+    else:
+        ns = (1024, 2048, 4096, 8192, 16384)
+        grid = [(s, dt) for dt in ("bf16", "fp16") for d in (64, 128) for s in shapes(d, ns)]
+        grid += [(Shape(16384 // n, 32, n, n, 128, Hkv=8), "bf16") for n in (4096, 16384)]
+        directions = ("fwd", "bwd", "fwd+bwd")
+    return [Timed(s, dt, c, dr) for s, dt in grid for c in (False, True) for dr in directions]
+
+
+def backends_for(quick: bool) -> tuple[str, ...]:
+    base = ("triton", "sdpa-flash", "sdpa-cudnn")
+    return base if quick else base + ("sdpa-efficient", "flex")
+
+
+# ------------------------------------------------------------------ the plan
+
+def record_plan(quick: bool):
+    """Run every triton launch of the run on meta tensors inside planning()."""
+    from flashbench.kernels.checks import torch_dtype
+    from flashbench.timing import NotDifferentiable, pass_fn
+
+    def meta(shape, dtype):
+        t = torch_dtype(dtype)
+        return (torch.empty(shape.B, shape.H, shape.Nq, shape.d, device="meta", dtype=t),
+                torch.empty(shape.B, shape.kv_heads, shape.Nk, shape.d, device="meta", dtype=t),
+                torch.empty(shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v, device="meta",
+                            dtype=t))
+
+    with planning() as plan:
+        with triton_fwd.default_config("fixed"):
+            for case in check_cases(quick):
+                for dtype in CHECK_DTYPES:
+                    triton_fwd.forward(*meta(case.shape, dtype), causal=case.causal)
+        for t in timed_cases(quick):
+            q, k, v = meta(t.shape, t.dtype)
+            try:
+                pass_fn(triton_fwd.triton_attention, q, k, v, t.causal, t.direction,
+                        name="triton")()
+            except NotDifferentiable:
+                pass  # the run skips these too
+    return plan
+
+
+# ------------------------------------------------------------------ the run
+
+def run_checks(quick: bool, say) -> list[dict]:
+    from flashbench.measure import measure_accuracy
+
     rows = []
-    for shape in CHECK_SHAPES:
-        q, k, v = make_qkv(shape, "normal", seed=0)
-        for causal in (False, True):
-            ref = reference.attention(q, k, v, causal=causal)
-            for dtype in ("fp32", "fp16", "bf16"):
-                t = [torch.from_numpy(x).to("cuda", TORCH_DTYPES[dtype]) for x in (q, k, v)]
-                out = get_backend("triton")(*t, causal=causal)
-                std = numerics.standard_model(q, k, v, dtype, causal=causal)
-                j = judge(out, std, ref, dtype)
-                ok = j["o"]["verdict"].passed and j["lse"]["verdict"].passed
-                if dtype == "fp32":
-                    ok = ok and j["o"]["kernel"]["max_abs"] <= 1e-5
-                rows.append({"shape": shape.label(), "causal": causal, "dtype": dtype,
-                             "o_max_abs": j["o"]["kernel"]["max_abs"],
-                             "lse_max_abs": j["lse"]["kernel"]["max_abs"],
-                             "o_ratio": j["o"]["verdict"].ratio, "passed": ok})
-    return rows
-
-
-def time_backends(max_n: int, peak: float) -> list[dict]:
-    rows = []
-    for shape in speed_shapes(max_n):
-        for dtype in ("bf16", "fp16"):
-            g = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v = (torch.randn(shape.B, shape.H, n, shape.d, device="cuda", generator=g,
-                                   dtype=TORCH_DTYPES[dtype]) for n in (shape.Nq, shape.Nk,
-                                                                        shape.Nk))
-            for causal in (False, True):
-                row = {"shape": shape.label(), "dtype": dtype, "causal": causal}
-                for name in ("triton", "torch-sdpa"):
-                    fn = get_backend(name).timed_fn
-                    s = device_seconds(functools.partial(fn, q, k, v, causal=causal))
-                    row[f"{name}_ms"] = s * 1e3
-                    row[f"{name}_tflops"] = tflops(shape, causal, s)
-                    row[f"{name}_pct_peak"] = 100 * row[f"{name}_tflops"] / peak
-                row["speedup"] = row["torch-sdpa_ms"] / row["triton_ms"]
+    with triton_fwd.default_config("fixed"):
+        for case in check_cases(quick):
+            say(f"check {case.label()}")
+            for rec in measure_accuracy(case, CHECK_DTYPES, ("triton", *CHECK_PEERS)):
+                row = rec.as_dict()
+                if row.get("kernel") == "triton" and row.get("dtype") == "fp32" and "o" in row:
+                    row["passed"] = row["passed"] and row["o"]["max_abs"] <= 1e-5
                 rows.append(row)
-                print(f"  {row['shape']} {dtype} causal={causal}: triton "
-                      f"{row['triton_tflops']:.0f} TFLOP/s, sdpa {row['torch-sdpa_tflops']:.0f}",
-                      flush=True)
     return rows
+
+
+def check_slice(o, q, k, v, causal: bool, dtype: str) -> dict:
+    """The timed output against the float64 reference on a sub-problem: batch 0, heads 0
+    and H-1 (their kv heads under GQA), the last SLICE_ROWS query rows, all keys."""
+    from flashbench import numerics, reference
+    from flashbench.accuracy import baseline_rule, error_stats
+
+    H, group = q.shape[1], q.shape[1] // k.shape[1]
+    heads = sorted({0, H - 1})
+    rows = slice(max(0, q.shape[2] - SLICE_ROWS), q.shape[2])
+
+    def np64(t):
+        return t.detach().float().cpu().double().numpy()
+
+    qs = np64(q[0, heads, rows])
+    ks, vs = (np64(t[0, [h // group for h in heads]]) for t in (k, v))
+    ref = reference.attention(qs, ks, vs, causal=causal)
+    std = numerics.standard_model(qs, ks, vs, dtype, causal=causal)
+    err, err_std = error_stats(o[0, heads, rows], ref[0]), error_stats(std[0], ref[0])
+    verdict = baseline_rule(err["max_abs"], err_std["max_abs"], dtype)
+    return {"o_max_abs": err["max_abs"], "standard_max_abs": err_std["max_abs"],
+            "ratio": verdict.ratio, "passed": bool(verdict.passed)}
+
+
+def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
+    from flashbench.backends import get_backend
+    from flashbench.kernels.checks import torch_dtype
+    from flashbench.timing import NotDifferentiable, device_samples, pass_fn, tflops
+
+    rows, chosen = [], {}
+    for t in timed_cases(quick):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        s, dt = t.shape, torch_dtype(t.dtype)
+        q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", dtype=dt, generator=g)
+                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
+        if t.direction == "fwd":
+            _, _, used = triton_fwd.forward(q, k, v, causal=t.causal)  # autotunes this key
+            chosen[t.label()] = used.label() if used is not None else None
+        for name in backends_for(quick):
+            row = {"case": t.label(), "backend": name, "shape": s.spec(), "dtype": t.dtype,
+                   "causal": t.causal, "direction": t.direction}
+            rows.append(row)
+            try:
+                backend = get_backend(name)
+                reason = backend.unavailable_for(s, t.dtype)
+                if reason is not None:
+                    row["skipped"] = reason
+                    continue
+                bq, bk, bv = backend.prepare(q, k, v)
+                if t.direction == "fwd":
+                    out = backend.timed_fn(bq, bk, bv, causal=t.causal)
+                    row["check"] = check_slice(out[0] if isinstance(out, tuple) else out,
+                                               bq, bk, bv, t.causal, t.dtype)
+                    if not row["check"]["passed"]:
+                        row["skipped"] = "timed output failed its check: time not counted"
+                        continue
+                fn = pass_fn(backend.timed_fn, bq, bk, bv, t.causal, t.direction, name)
+                samples = device_samples(fn)
+            except NotDifferentiable as exc:
+                row["skipped"] = str(exc)
+                continue
+            except Exception as exc:  # one backend's failure must not stop the others
+                row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            med = statistics.median(samples)
+            q1, _, q3 = statistics.quantiles(samples, n=4)
+            row.update(ms=med * 1e3, ms_q1=q1 * 1e3, ms_q3=q3 * 1e3,
+                       tflops=tflops(s, t.causal, med, t.direction), samples_s=samples)
+            row["pct_peak"] = 100 * row["tflops"] / peak
+        got = {r["backend"]: r.get("tflops") for r in rows if r["case"] == t.label()}
+        say(f"  {t.label()}: " + ", ".join(f"{b} {v:.0f}" if v else f"{b} -"
+                                           for b, v in got.items()) + " TFLOP/s")
+    return rows, chosen
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The H200 targets on bf16, d=128, N >= 4k forward rows (figures, not tests)."""
+    out = []
+    by_case = {}
+    for r in rows:
+        by_case.setdefault(r["case"], {})[r["backend"]] = r
+    for case, rs in by_case.items():
+        tr, fl = rs.get("triton", {}), rs.get("sdpa-flash", {})
+        s = Shape.parse(tr.get("shape", "1x1x1x1x16"))
+        if not (tr.get("dtype") == "bf16" and s.d == 128 and s.Nq >= 4096
+                and tr.get("direction") == "fwd" and "tflops" in tr):
+            continue
+        need = TARGETS["causal_tflops" if tr["causal"] else "noncausal_tflops"]
+        row = {"case": case, "triton_tflops": tr["tflops"], "target_tflops": need,
+               "met_tflops": tr["tflops"] >= need}
+        if "tflops" in fl:
+            row["vs_sdpa_flash"] = tr["tflops"] / fl["tflops"]
+            if not tr["causal"]:
+                row["met_vs_sdpa_flash"] = row["vs_sdpa_flash"] >= TARGETS["vs_sdpa_flash"]
+        if "tflops" in rs.get("sdpa-cudnn", {}):
+            row["sdpa_cudnn_tflops"] = rs["sdpa-cudnn"]["tflops"]
+        out.append(row)
+    return out
+
+
+def write_results(out_dir: str, record: dict) -> pathlib.Path:
+    from tabulate import tabulate
+
+    gpu = record["gpu_before"]["gpu"]
+    stem = pathlib.Path(out_dir) / f"{record['date']}-{gpu.replace(' ', '_')}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    speed = [{k: r.get(k) for k in ("case", "backend", "ms", "ms_q1", "ms_q3", "tflops",
+                                     "pct_peak", "skipped")} for r in record["speed"]]
+    checks = [{k: (r.get(k) if not isinstance(r.get(k), dict) else r[k].get("max_abs"))
+               for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "passed",
+                         "skipped", "failed")} for r in record["checks"]]
+    b = record["gpu_before"]
+    md = [f"# Triton attention forward on {gpu}, {record['date']}", "",
+          f"torch {b['torch']}, Triton {b['triton']}, CUDA {b['cuda']}, driver {b.get('driver')}."
+          f" SM clock {b.get('sm_clock_mhz')} MHz (max {b.get('sm_clock_max_mhz')}), power "
+          f"{b.get('power_w')} W, {b.get('temperature_c')} C before; after: "
+          f"{record['gpu_after'].get('sm_clock_mhz')} MHz, {record['gpu_after'].get('power_w')}"
+          f" W, {record['gpu_after'].get('temperature_c')} C (nvidia-smi).",
+          f"bf16 matmul peak measured in this run: {record['matmul_peak_tflops']:.0f} TFLOP/s "
+          "(8192^3 torch.matmul on random data, median device time).",
+          f"Compilations of flashbench's kernels: planned {record['compiles_planned']}, "
+          f"observed {record['compiles_observed']}. Wall time {record['wall_s']:.0f} s.", "",
+          "## Correctness vs the float64 reference (max abs error; ratio = kernel / "
+          "same-dtype standard model)", "",
+          tabulate(checks, headers="keys", tablefmt="github", floatfmt=".2e"), "",
+          "## Speed (ms: median of 20 device-timed runs, L2 flushed; q1/q3 quartiles; "
+          "TFLOP/s from Shape.flops)", "",
+          tabulate(speed, headers="keys", tablefmt="github", floatfmt=".4g"), "",
+          "## Autotune configs chosen", "",
+          tabulate(sorted(record["autotune_configs"].items()), headers=["case", "config"],
+                   tablefmt="github"), "",
+          "## Targets (H200, bf16, d=128, N >= 4k)", "",
+          tabulate(record["targets"], headers="keys", tablefmt="github", floatfmt=".3g")]
+    stem.with_suffix(".md").write_text("\n".join(md) + "\n")
+    return stem
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the window-sized run (see docstring)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the kernel compilations the run triggers; no GPU needed")
+    p.add_argument("--compile", action="store_true",
+                   help="with --plan: compile each for sm_90 here (Triton's ptxas)")
     p.add_argument("--out", default="gpu-results", help="folder for the .md and .json")
-    p.add_argument("--max-n", type=int, default=16384)
     args = p.parse_args(argv)
+    if args.compile and not args.plan:
+        p.error("--compile goes with --plan")
+    if args.plan:
+        plan = record_plan(args.quick)
+        lines = plan.lines()
+        print("\n".join(lines[:-1]))
+        if args.compile:
+            from flashbench.kernels.offline import compile_plan
+
+            done = compile_plan(plan)
+            failed = [r for r in done if r.error]
+            print(f"compiled {len(done) - len(failed)} of {len(done)} for sm_90 in "
+                  f"{sum(r.seconds for r in done):.0f} s on this CPU; {len(failed)} failed")
+        print(lines[-1])
+        return 0
     if not torch.cuda.is_available():
-        print("gpu_bench: no CUDA GPU visible to torch; this script only runs on a GPU",
-              file=sys.stderr)
+        print("gpu_bench: no CUDA GPU visible to torch; this script only runs on a GPU "
+              "(--plan works anywhere)", file=sys.stderr)
         return 2
-    gpu, date = gpu_name(), time.strftime("%Y-%m-%d")
-    print(f"{gpu}, torch {torch.__version__}", flush=True)
-    checks = check_correctness()
-    print(tabulate(checks, headers="keys", floatfmt=".2e"))
+    from flashbench.timing import gpu_state, matmul_peak_tflops
+
+    def say(msg):
+        print(msg, flush=True)
+
+    start = time.time()
+    planned = len(record_plan(args.quick))
+    before = gpu_state()
+    say(f"{before['gpu']}: torch {before['torch']}, Triton {before['triton']}, CUDA "
+        f"{before['cuda']}, driver {before.get('driver')}; {planned} compilations planned")
+    checks = run_checks(args.quick, say)
+    bad = [r for r in checks if r.get("kernel") == "triton" and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")
-    print(f"measured bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, do_bench median)")
-    speed = time_backends(args.max_n, peak) if all(r["passed"] for r in checks) else []
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{date}-{gpu.replace(' ', '_')}"
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"gpu": gpu, "date": date, "torch": torch.__version__, "matmul_peak_tflops": peak,
-         "checks": checks, "speed": speed}, indent=1))
-    md = [f"# Triton attention forward on {gpu}, {date}", "",
-          f"bf16 matmul peak measured in the same run: {peak:.0f} TFLOP/s. Times: median of "
-          "triton.testing.do_bench (warm-up, L2 flushed), ms. TFLOP/s = 4*B*H*N*N*d / time "
-          "(halved when causal).", "", "## Correctness vs float64 reference", "",
-          tabulate(checks, headers="keys", tablefmt="github", floatfmt=".2e"), "",
-          "## Speed", "", tabulate(speed, headers="keys", tablefmt="github", floatfmt=".3g")]
-    stem.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md[-1:]))
-    print(f"wrote {stem}.md and .json")
-    return 0 if all(r["passed"] for r in checks) else 1
+    say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
+    speed, chosen = ([], {}) if bad else run_timings(args.quick, peak, say)
+    record = {"date": time.strftime("%Y-%m-%d"), "quick": args.quick, "gpu_before": before,
+              "gpu_after": gpu_state(), "matmul_peak_tflops": peak, "checks": checks,
+              "speed": speed, "autotune_configs": chosen, "targets": targets(speed),
+              "compiles_planned": planned,
+              "compiles_observed": triton_fwd.FORWARD.compiled_count(),
+              "wall_s": time.time() - start}
+    stem = write_results(args.out, record)
+    say(stem.with_suffix(".md").read_text().split("## Speed")[-1])
+    say(f"wrote {stem}.md and .json; {len(bad)} triton check(s) failed")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_accuracy  # noqa: E402
 from benchmarks.bench_accuracy import TrackAccuracy  # noqa: E402
-from benchmarks.bench_gpu import TrackDeviceTime  # noqa: E402
+from benchmarks.bench_gpu import TimeAttentionGPU  # noqa: E402
 from benchmarks.common import need  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def test_gpu_suite_skips_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the suite runs instead")
     with pytest.raises(NotImplementedError, match="GPU"):
-        TrackDeviceTime().setup("triton", "bf16", "4x16x4096x4096x64", False)
+        TimeAttentionGPU().setup("triton", "bf16", "4x16x4096x4096x128", False, "fwd")
 
 
 def _setup_every_benchmark():

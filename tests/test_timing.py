@@ -1,24 +1,74 @@
-"""Throughput arithmetic and the refusal to time without a GPU."""
+"""Throughput arithmetic, pass callables, machine state, and the refusal to time without a GPU."""
 
-import subprocess
-import sys
+import math
 
 import pytest
 import torch
 
 from flashbench.inputs import Shape
-from flashbench.timing import device_seconds, tflops
+from flashbench.timing import (
+    NotDifferentiable,
+    device_samples,
+    device_seconds,
+    gpu_state,
+    pass_fn,
+    tflops,
+)
 
 
-def test_tflops_counts_visible_pairs():
+def test_tflops_counts_visible_pairs_and_passes():
     s = Shape(4, 16, 4096, 4096, 128)
     assert tflops(s, False, 1e-3) == pytest.approx(4 * 4 * 16 * 4096 * 4096 * 128 / 1e-3 / 1e12)
     assert tflops(s, True, 1e-3) == pytest.approx(tflops(s, False, 1e-3) / 2, rel=1e-3)
+    assert tflops(s, False, 1e-3, "bwd") == pytest.approx(2.5 * tflops(s, False, 1e-3))
+    assert tflops(s, False, 1e-3, "fwd+bwd") == pytest.approx(3.5 * tflops(s, False, 1e-3))
+    # grouped-query attention does the same arithmetic per query head
+    assert tflops(Shape(4, 16, 4096, 4096, 128, Hkv=4), False, 1e-3) == tflops(s, False, 1e-3)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
 def test_no_device_timing_without_gpu():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         device_seconds(lambda: None)
-    r = subprocess.run([sys.executable, "scripts/gpu_bench.py"], capture_output=True, text=True)
-    assert r.returncode == 2 and "no CUDA GPU" in r.stderr
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        device_samples(lambda: None)
+
+
+def _attention(q, k, v, causal=False):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v, None
+
+
+def test_pass_fn_runs_each_direction():
+    q, k, v = (torch.randn(1, 2, 8, 16, dtype=torch.float64) for _ in range(3))
+    o, _ = pass_fn(_attention, q, k, v, True, "fwd")()
+    assert o.shape == q.shape and o.grad_fn is None
+    for direction in ("bwd", "fwd+bwd"):
+        fn = pass_fn(_attention, q, k, v, True, direction)
+        g1, g2 = fn(), fn()  # repeatable: the graph is kept for bwd, rebuilt for fwd+bwd
+        assert len(g1) == 3 and all(torch.equal(a, b) for a, b in zip(g1, g2, strict=True))
+        assert g1[0].shape == q.shape and torch.isfinite(g1[2]).all()
+    with pytest.raises(ValueError, match="direction must be one of"):
+        pass_fn(_attention, q, k, v, False, "sideways")
+
+
+def test_pass_fn_refuses_a_function_without_gradient():
+    q, k, v = (torch.randn(1, 1, 4, 16) for _ in range(3))
+
+    def detached(q, k, v, causal=False):
+        return _attention(q, k, v, causal)[0].detach()
+
+    with pytest.raises(NotDifferentiable, match="mine is not differentiable"):
+        pass_fn(detached, q, k, v, False, "bwd", name="mine")
+    assert issubclass(NotDifferentiable, NotImplementedError)  # asv: a skip, not a failure
+
+
+def test_gpu_state_describes_the_stack():
+    state = gpu_state()
+    assert state["torch"] == torch.__version__
+    for key in ("triton", "cuda", "gpu", "driver", "sm_clock_mhz", "power_w", "temperature_c"):
+        assert key in state
+    if not torch.cuda.is_available():
+        assert state["gpu"] == "no-gpu"

@@ -7,8 +7,8 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
 - :data:`ACCURACY`: the accuracy tracks (``TrackAccuracy.track_<metric>``) and the
   metric each records; :data:`MAIN_METRIC` is the one plotted and tabled
   (max |O - O_fp64|); :data:`ACCURACY_LABELS` the parameters that label its rows.
-- :func:`matmul_peak`: the matmul-peak timing, ``TrackMatmulPeak.track_matmul``
-  (parameters n, dtype; 2 n^3 FLOPs), and its older name
+- :func:`matmul_peak`: the matmul-peak timing, ``TimeMatmulPeak.time_matmul`` (earlier
+  ``TrackMatmulPeak.track_matmul``; parameters n, dtype; 2 n^3 FLOPs), and its older name
   ``TrackMatmulPeak.track_matmul_bf16_<n>``.
 - :data:`BACKEND_COLUMNS`: the parameters that name what a timing ran.
 - :data:`LEGACY`: the suites as they were before they recorded ``shape`` and
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from flashbench.inputs import Shape
 
 __all__ = ["ACCURACY", "MAIN_METRIC", "ACCURACY_LABELS", "BACKEND_COLUMNS", "LEGACY",
-           "accuracy_metric", "matmul_peak", "legacy_param_names", "legacy_problem"]
+           "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
+           "legacy_shaped", "legacy_problem"]
 
 ACCURACY = re.compile(r"TrackAccuracy\.track_(?P<metric>\w+)$")
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
@@ -40,7 +41,7 @@ ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
 # what a timing ran: the first of these parameters that a result holds as text
 BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
 
-_PEAK = re.compile(r"TrackMatmulPeak\.track_matmul$")
+_PEAK = re.compile(r"(TimeMatmulPeak\.time_matmul|TrackMatmulPeak\.track_matmul)$")
 _PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<n>\d+)$")
 
 
@@ -119,6 +120,12 @@ def legacy_param_names(benchmark: str, grid: list[list]) -> list[str] | None:
            for values, kind in zip(grid, old.params.values(), strict=True)):
         return list(old.params)
     return None
+
+
+def legacy_shaped(benchmark: str) -> bool:
+    """Whether ``benchmark`` is an old suite whose shape :func:`legacy_problem` knows."""
+    old = _legacy(benchmark)
+    return old is not None and old.shape is not None
 
 
 def legacy_problem(benchmark: str, params: dict) -> tuple[Shape, str | None, tuple] | None:

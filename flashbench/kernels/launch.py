@@ -195,8 +195,10 @@ def _spec(value, specialize: bool = True):
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
         from flashbench.kernels.plan import triton_type_name
 
-        aligned = value.data_ptr() % 16 == 0
-        return ("*" + triton_type_name(value.dtype), "D" if aligned else "")
+        kind = "*" + triton_type_name(value.dtype)
+        if not specialize:
+            return (kind, None)
+        return (kind, "D" if value.data_ptr() % 16 == 0 else "")
     raise TypeError(f"cannot specialise a kernel argument of type {type(value).__name__}")
 
 
@@ -220,6 +222,9 @@ class TritonKernel:
     do_not_specialize: Sequence[str] = ()
     autotune_key: Sequence[str] = ()
     prune: Callable | None = None
+    # compile options for every compiled launch: fp fusion on (the folded softmax scale is
+    # one fused multiply-add per score), as Triton 3.6-3.9 default but 3.10 will not
+    options: dict = field(default_factory=lambda: {"enable_fp_fusion": True})
     _jit: object = field(default=None, repr=False)
     _tuned: dict = field(default_factory=dict, repr=False)
 
@@ -256,6 +261,17 @@ class TritonKernel:
             )(self.jit)
             self._tuned[key] = tuner
         return tuner
+
+    def compiled_count(self) -> int | None:
+        """Kernels compiled (or loaded from Triton's disk cache) by this process so far;
+        None where this Triton keeps its caches elsewhere."""
+        if self._jit is None:
+            return 0
+        caches = getattr(self._jit, "device_caches", None)
+        try:
+            return sum(len(entry[0]) for entry in caches.values())
+        except (AttributeError, TypeError, IndexError):
+            return None
 
     def best_config(self, configs: Sequence[Config]) -> Config | None:
         """The config the autotuner over ``configs`` chose at its last launch."""
@@ -323,8 +339,8 @@ class TritonKernel:
         if config is not None:
             meta = {**constexprs, **config.kwargs}
             self.jit[grid(meta)](*args, **meta, num_warps=config.num_warps,
-                                 num_stages=config.num_stages)
+                                 num_stages=config.num_stages, **self.options)
             return config
         tuner = self.autotuner(configs)
-        tuner[grid](*args, **constexprs)
+        tuner[grid](*args, **constexprs, **self.options)
         return self.best_config(configs)

@@ -34,6 +34,9 @@ is the one the GPU computes.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 import triton
 import triton.language as tl
@@ -43,7 +46,8 @@ from flashbench.kernels.checks import check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.validation import check_scale
 
-__all__ = ["triton_attention", "forward", "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
+__all__ = ["triton_attention", "forward", "default_config", "FORWARD", "HEAD_DIMS", "DTYPES",
+           "INTERPRET"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -54,6 +58,19 @@ INTERPRET = default_interpreted()
 # Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
 INTERPRETER_BLOCK_M = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_M"]
 INTERPRETER_BLOCK_N = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_N"]
+_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_fwd_config",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def default_config(config: Config | str | None):
+    """Within the block, calls that name no config use ``config`` (``"fixed"``: the fixed
+    config, as correctness checks want; None: autotune). Contextvar: per thread/task."""
+    token = _DEFAULT_CONFIG.set(config)
+    try:
+        yield
+    finally:
+        _DEFAULT_CONFIG.reset(token)
 
 
 @triton.jit
@@ -207,13 +224,16 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     """Launch the forward kernel: ``(o, lse, config)``. For reuse by other kernels' code
     (the backward needs o and lse) and by the GPU script (the config chosen).
 
-    ``config``: None autotunes 16-bit operands on a GPU (fp32: its fixed config);
+    ``config``: None autotunes 16-bit operands on a GPU (fp32: its fixed config), unless
+    :func:`default_config` says otherwise;
     ``"fixed"`` takes the fixed config (:func:`flashbench.kernels.configs.fixed_config`);
     a :class:`Config` is launched as given (also under the interpreter, where None
     means the interpreter tiles ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N``).
     Returns the config the compiled kernel ran with (interpreter: the tiles).
     """
     scale = _validate(q, k, v, scale, allow_tf32)
+    if config is None:
+        config = _DEFAULT_CONFIG.get()
     if scale <= 0:  # keep the kernel's folded scale positive (see module docstring)
         q = torch.zeros_like(q) if scale == 0 else -q
         scale = 1.0 if scale == 0 else -scale

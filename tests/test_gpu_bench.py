@@ -1,0 +1,144 @@
+"""The GPU script, its compile plan and the one-command GPU check, as far as a machine
+without a GPU can run them (the GPU paths run in ``scripts/gpu_check.sh``)."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flashbench import reference as R
+from flashbench.inputs import Shape
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+
+
+def _script(*args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def _gpu_bench():
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_bench"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_plan_fits_the_compile_budget():
+    r = _script("--quick", "--plan")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    m = re.fullmatch(r"compiles: (\d+)", lines[-1])
+    assert m, lines[-1]
+    n = int(m[1])
+    assert 0 < n <= 64
+    # one line per compilation: a config under its signature
+    configs = [x for x in lines if x.startswith("    BLOCK_M=")]
+    assert len(configs) == n
+    assert sum(x.startswith("signature ") for x in lines) >= 2
+    assert any("HEAD_DIM=128" in x and "bf16" in x for x in lines)
+
+
+def test_full_plan_is_larger_and_ends_the_same_way():
+    quick = int(_script("--quick", "--plan").stdout.splitlines()[-1].split()[-1])
+    r = _script("--plan")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"compiles: \d+", r.stdout.splitlines()[-1])
+    assert int(r.stdout.splitlines()[-1].split()[-1]) > quick
+
+
+@NO_GPU
+def test_bench_refuses_without_a_gpu_and_compile_needs_plan():
+    r = _script("--quick")
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "--plan" in r.stderr
+    r = _script("--compile")
+    assert r.returncode == 2 and "--compile goes with --plan" in r.stderr
+
+
+def test_timed_output_check_catches_a_wrong_output():
+    gb = _gpu_bench()
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 300, 64, generator=g)
+    k, v = (torch.randn(1, 2, 280, 64, generator=g) for _ in range(2))
+    ke, ve = (t.repeat_interleave(2, 1) for t in (k, v))
+    o, _ = R.attention(q.double().numpy(), ke.double().numpy(), ve.double().numpy(), causal=True)
+    o = torch.from_numpy(o).to(torch.bfloat16)
+    good = gb.check_slice(o, q, k, v, True, "bf16")
+    assert good["passed"], good
+    bad = o.clone()
+    bad[0, 3, -1] += 0.25  # the last row of the last head: inside the checked slice
+    assert not gb.check_slice(bad, q, k, v, True, "bf16")["passed"]
+
+
+def test_targets_read_only_the_target_rows():
+    gb = _gpu_bench()
+    rows = []
+    for shape, causal, tr, fl in (("4x16x4096x4096x128", False, 500.0, 400.0),
+                                  ("4x16x4096x4096x128", True, 380.0, 350.0),
+                                  ("16x16x1024x1024x128", False, 100.0, 90.0)):
+        case = f"{shape} bf16 {causal}"
+        for name, tf in (("triton", tr), ("sdpa-flash", fl)):
+            rows.append({"case": case, "backend": name, "shape": shape, "dtype": "bf16",
+                         "causal": causal, "direction": "fwd", "tflops": tf})
+    t = {r["case"]: r for r in gb.targets(rows)}
+    assert len(t) == 2  # N = 1024 is not a target shape
+    full, causal = t["4x16x4096x4096x128 bf16 False"], t["4x16x4096x4096x128 bf16 True"]
+    assert full["met_tflops"] and full["met_vs_sdpa_flash"] and full["vs_sdpa_flash"] == 1.25
+    assert not causal["met_tflops"] and "met_vs_sdpa_flash" not in causal
+
+
+def test_timed_shapes_include_grouped_query_and_count_flops_per_query_head():
+    gb = _gpu_bench()
+    gqa = [t.shape for t in gb.timed_cases(True) if t.shape.Hkv is not None]
+    assert gqa and all(s.H == 32 and s.Hkv == 8 and s.d == 128 for s in gqa)
+    s = gqa[0]
+    assert s.flops(False) == Shape(s.B, s.H, s.Nq, s.Nk, s.d).flops(False)
+    from benchmarks.bench_gpu import SHAPES
+    assert any(Shape.parse(x).Hkv == 8 for x in SHAPES)
+
+
+def test_gpu_check_usage_and_no_gpu():
+    script = ROOT / "scripts" / "gpu_check.sh"
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert r.returncode == 2 and "usage: bash scripts/gpu_check.sh OUTDIR" in r.stderr
+    r = subprocess.run(["bash", str(script), "a", "b"], capture_output=True, text=True)
+    assert r.returncode == 2
+    if torch.cuda.is_available():
+        return
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-check-test-{os.getpid()}"
+    env = dict(os.environ, PYTHON=sys.executable)
+    r = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "no CUDA GPU" in r.stdout and "no CUDA GPU" in (out / "summary.txt").read_text()
+
+
+@pytest.mark.slow
+@NO_GPU
+def test_gpu_check_runs_every_phase_without_a_gpu(tmp_path):
+    """GPU_CHECK_ALLOW_NO_GPU=1 walks every phase here: tests, the refused benchmark, asv
+    on the GPU suites (which skip), results under OUTDIR, the machine registered in a
+    private HOME."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), PYTHON=sys.executable, GPU_CHECK_ALLOW_NO_GPU="1",
+               GPU_CHECK_TESTS="tests/test_timing.py")
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    summary = (out / "summary.txt").read_text()
+    assert r.returncode == 1, summary  # gpu_bench refuses without a GPU
+    assert "pytest: ok" in summary and "gpu_bench: FAILED (exit 2)" in summary
+    assert "asv: ok" in summary, (out / "asv.log").read_text()[-3000:]
+    results = list((out / "asv-results").glob("*/*-existing-*.json"))
+    assert results and "bench_gpu.TimeAttentionGPU.time_attention_gpu" in results[0].read_text()
+    assert (home / ".asv-machine.json").exists()
+    assert np.isfinite(float(re.search(r"gpu_check: (\d+)s", summary)[1]))

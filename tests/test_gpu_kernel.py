@@ -1,0 +1,154 @@
+"""The compiled kernel on a GPU (marker ``gpu``: ``pytest -m gpu``; without a GPU these
+skip with reason "no GPU"), and the launch machinery that decides what compiles
+(runs here)."""
+
+import pytest
+import torch
+
+from flashbench import numerics
+from flashbench import reference as R
+from flashbench.accuracy import error_stats, judge
+from flashbench.kernels import configs, triton_fwd
+from flashbench.kernels.launch import Config, _spec, planning
+
+COMBOS = [(d, dt) for d in triton_fwd.HEAD_DIMS for dt in ("fp16", "bf16", "fp32")]
+TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _inputs(shape, dtype, seed=0, hkv=None):
+    B, H, nq, nk, d = shape
+    g = torch.Generator().manual_seed(seed)
+    hk = H if hkv is None else hkv
+    return tuple(torch.randn(B, h, n, d, generator=g, dtype=torch.float64)
+                 for h, n in ((H, nq), (hk, nk), (hk, nk)))
+
+
+def _np_expanded(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    return (q.numpy(), k.repeat_interleave(group, 1).numpy(),
+            v.repeat_interleave(group, 1).numpy())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,dtype", COMBOS, ids=[f"d{d}-{dt}" for d, dt in COMBOS])
+@pytest.mark.parametrize("nq,nk", [(300, 517), (517, 300)], ids=["Nq<Nk", "Nq>Nk"])
+def test_every_autotune_config_on_a_ragged_causal_shape(d, dtype, nq, nk):
+    """Every candidate config (unequal BLOCK_M/BLOCK_N included) and the fixed one, forced
+    one by one through a ragged, causal, grouped-query Nq != Nk problem."""
+    q64, k64, v64 = _inputs((2, 4, nq, nk, d), dtype, hkv=2)
+    q, k, v = (t.to("cuda", TORCH[dtype]) for t in (q64, k64, v64))
+    qn, kn, vn = _np_expanded(*(t.cpu().double() for t in (q, k, v)))
+    ref = R.attention(qn, kn, vn, causal=True)
+    std = numerics.standard_model(qn, kn, vn, dtype, causal=True)
+    tried = dict.fromkeys([*configs.candidates(d, TORCH[dtype]),
+                           configs.fixed_config(d, TORCH[dtype])])
+    for cfg in tried:
+        o, lse, used = triton_fwd.forward(q, k, v, causal=True, config=cfg)
+        assert used == cfg
+        if dtype == "fp32":
+            assert error_stats(o, ref[0])["max_abs"] <= 1e-5, cfg.label()
+            assert error_stats(lse, ref[1])["max_abs"] <= 1e-5, cfg.label()
+        else:
+            j = judge((o, lse), std, ref, dtype)
+            assert j["o"]["verdict"].passed, (cfg.label(), j["o"]["verdict"])
+            assert j["lse"]["verdict"].passed, (cfg.label(), j["lse"]["verdict"])
+
+
+@pytest.mark.gpu
+def test_autotuned_launch_reports_its_config():
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in _inputs((1, 2, 1024, 1024, 128), "bf16"))
+    o, lse, used = triton_fwd.forward(q, k, v, causal=True)
+    assert used in configs.candidates(128, torch.bfloat16)
+    o2, _, fixed = triton_fwd.forward(q, k, v, causal=True, config="fixed")
+    assert fixed == configs.fixed_config(128, torch.bfloat16)
+    assert error_stats(o, o2)["max_abs"] <= 4 * 2.0**-8  # both bf16 roundings of one result
+
+
+@pytest.mark.gpu
+def test_grid_launches_for_4096_batches_of_32_heads():
+    """B * H = 131072 programs on grid axis 0 (axis 1's limit is 65535)."""
+    B, H, N, d = 4096, 32, 128, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=g)
+               for _ in range(3))
+    o, lse = triton_fwd.triton_attention(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    for b, h in ((0, 0), (B - 1, H - 1), (2049, 17)):
+        ro, rlse = R.attention(*(t[b, h].double().cpu().numpy() for t in (q, k, v)), causal=True)
+        assert error_stats(o[b, h], ro)["max_abs"] <= 2e-3
+        assert error_stats(lse[b, h], rlse)["max_abs"] <= 1e-3
+
+
+@pytest.mark.gpu
+def test_observed_compilations_match_the_plan():
+    """The plan's specialisation rules are Triton's: launches of a config used nowhere else
+    compile exactly as many kernels as the plan counts."""
+    cfg = Config.of(num_warps=2, num_stages=1, BLOCK_M=32, BLOCK_N=16)  # unique to this test
+    shapes = [(1, 2, 100, 100, 64), (2, 3, 64, 200, 64), (1, 2, 100, 100, 32)]
+    calls = [(s, dt, c) for s in shapes for dt in ("fp16", "bf16") for c in (False, True)]
+    with planning() as plan:
+        for s, dt, c in calls:
+            q, k, v = (torch.empty(*t.shape, device="meta", dtype=TORCH[dt])
+                       for t in _inputs(s, dt))
+            triton_fwd.forward(q, k, v, causal=c, config=cfg)
+    before = triton_fwd.FORWARD.compiled_count()
+    if before is None:
+        pytest.skip("this Triton keeps its compile cache where flashbench cannot count it")
+    for s, dt, c in calls:
+        q, k, v = (t.to("cuda", TORCH[dt]) for t in _inputs(s, dt))
+        triton_fwd.forward(q, k, v, causal=c, config=cfg)
+    assert triton_fwd.FORWARD.compiled_count() - before == len(plan)
+
+
+def test_specialisation_mirror_matches_triton():
+    native = pytest.importorskip("triton._C.libtriton").native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    values = [1, 0, 16, 17, -16, 2**31 - 16, 2**31, 2**31 + 16, -2**31 - 16, 2**63, 0.5, True,
+              None, torch.empty(4, device="meta", dtype=torch.bfloat16),
+              torch.zeros(5, dtype=torch.float16), torch.zeros(9)[1:]]
+    for v in values:
+        for specialize in (True, False):
+            want = native(BaseBackend, v, False, specialize, True)
+            assert _spec(v, specialize) == tuple(want), (v, specialize)
+
+
+def test_plan_counts_configs_times_signatures():
+    q = torch.empty(1, 4, 1000, 128, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(1, 2, 1000, 128, device="meta", dtype=torch.bfloat16)
+    with planning() as plan:
+        for causal in (False, True):
+            triton_fwd.forward(q, k, k, causal=causal)  # autotuned: every candidate
+            triton_fwd.forward(q, k, k, causal=causal, config="fixed")  # one of them
+        triton_fwd.forward(q, k, k, causal=True)  # same signature again: nothing new
+    n = len(configs.candidates(128, torch.bfloat16))
+    assert configs.fixed_config(128, torch.bfloat16) in configs.candidates(128, torch.bfloat16)
+    assert len(plan) == 2 * n and len(plan.signatures()) == 2 and plan.launches == 2 * n + 2 + n
+    assert plan.lines()[-1] == f"compiles: {2 * n}"
+
+
+def test_pruning_drops_what_does_not_fit_and_long_query_blocks():
+    q = torch.empty(1, 1, 64, 256, device="meta", dtype=torch.bfloat16)
+    huge = Config.of(num_warps=8, num_stages=4, BLOCK_M=128, BLOCK_N=128)
+    assert not configs.fits_shared_memory(configs.forward_smem_bytes(huge, 256, q.dtype))
+    cands = [*configs.candidates(256, q.dtype), huge]
+    kept = configs.prune_forward(cands, {"Q": q, "N_Q": 64}, HEAD_DIM=256)
+    assert huge not in kept and kept
+    assert all(c.kwargs["BLOCK_M"] <= 64 for c in kept)
+    assert configs.prune_forward([huge], {"Q": q, "N_Q": 64}, HEAD_DIM=256) == [huge]
+
+
+def test_offline_compile_for_sm90_without_a_gpu():
+    """One small config compiled to sm_90 here with Triton's bundled ptxas: it compiles,
+    uses wgmma, and spills nothing."""
+    pytest.importorskip("triton.backends.nvidia")
+    from flashbench.kernels.offline import compile_plan
+
+    q = torch.empty(1, 1, 64, 16, device="meta", dtype=torch.float16)
+    with planning() as plan:
+        triton_fwd.forward(q, q, q, config=Config.of(num_warps=4, num_stages=2, BLOCK_M=64,
+                                                     BLOCK_N=32))
+    (result,) = compile_plan(plan, say=lambda msg: None)
+    assert result.error is None, result.error
+    assert result.wgmma and result.shared_bytes > 0
+    assert result.spill_bytes in (0, None)
