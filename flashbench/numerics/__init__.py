@@ -5,6 +5,9 @@
   documented there).
 - :mod:`flashbench.numerics.backward`: :func:`flash_model_grad` and
   :func:`standard_model_grad`, the backward pass (rounding points documented there).
+- :mod:`flashbench.numerics.fp8`: FlashAttention-3's baseline FP8 attention and FP8
+  forward (scales, incoherent processing), which ``flash_model`` / ``standard_model``
+  run for the fp8 dtypes (forward only).
 
 Public names are importable from here: ``flashbench.numerics.flash_model``.
 """
