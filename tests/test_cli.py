@@ -46,9 +46,9 @@ def test_parse_shape():
 
 
 def test_cli_rejects_bad_arguments():
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--dtype", "fp8"],
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--dtype", "fp7"],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "invalid choice: 'fp8'" in r.stderr
+    assert r.returncode == 2 and "invalid choice: 'fp7'" in r.stderr
     r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "axb"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "shape must be" in r.stderr
@@ -66,3 +66,88 @@ def test_peers_inform_but_only_owned_kernels_fail_the_check():
     assert overall_passed(ok | {"backends": [{"skipped": "interpreter"}]})
     assert not overall_passed(ok | {"backends": [{"passed": False, "peer": False}]})
     assert not overall_passed(ok | {"exactness": [{"passed": False}], "backends": []})
+
+
+def test_check_on_a_head_dim_triton_lacks_still_runs_the_others(capsys):
+    rc = main(["check", "--shape", "1x1x16x48", "--dtype", "fp32", "bf16", "--dist", "normal",
+               "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    triton = [r for r in report["backends"] if r["backend"] == "triton"]
+    assert triton and all("head dim d=48" in r["skipped"] for r in triton)
+    ran = {r["backend"] for r in report["backends"] if "o" in r}
+    assert {"torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math"} <= ran
+    assert rc == (0 if report["passed"] else 1)
+    assert all(r["passed"] for r in report["dtypes"])  # the flash model ran too
+
+
+def test_kv_heads_applies_to_given_shapes_and_checks_them(capsys):
+    rc = main(["check", "--shape", "1x4x64x32", "--shape", "1x8/8x40x16", "--kv-heads", "2",
+               "--dtype", "bf16", "--dist", "normal", "--causal", "off", "--backend",
+               "torch-naive", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and {r["case"] for r in report["exactness"]} == {
+        "normal B=1 H=4 Hkv=2 Nq=64 Nk=64 d=32", "normal B=1 H=8 Hkv=2 Nq=40 Nk=40 d=16"}
+    assert all(r["passed"] for r in report["exactness"])
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x6x8x16",
+                        "--kv-heads", "4"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Hkv=4 must divide the query heads H=6" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--kv-heads", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "must be an integer >= 1" in r.stderr
+
+
+def test_grouped_shape_spec_reaches_every_backend(capsys):
+    rc = main(["check", "--shape", "1x4/2x64x32", "--dtype", "bf16", "--dist", "normal",
+               "--causal", "on", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    judged = [r for r in report["backends"] if "o" in r]
+    assert {"torch-naive", "sdpa-flash", "sdpa-math", "triton", "flex"} <= {
+        r["backend"] for r in judged}
+    assert all("Hkv=2" in r["case"] and r["o"]["max_abs"] < 0.05 for r in judged)
+    assert rc == 0 and report["passed"]
+
+
+def test_a_case_too_big_for_memory_is_refused_before_allocating():
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape",
+                        "1x1x1000000x64"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "shape 1x1x1000000x1000000x64 needs about 32.0 TB" in r.stderr
+    assert "available" in r.stderr
+
+
+def test_memory_estimate_formula_and_refusal():
+    from flashbench.footprint import BYTES_PER_SCORE, check_case_bytes, human, too_big
+    from flashbench.inputs import Shape
+
+    s = Shape(2, 4, 1000, 3000, 64)
+    assert check_case_bytes(s) == BYTES_PER_SCORE * 8 * 1000 * 3000 + 128 * 8 * 4000 * 64
+    assert check_case_bytes(Shape(1, 1, 100, 100, 16)) == 32 * 100 * 100 + 128 * 200 * 16
+    assert too_big([s], available=check_case_bytes(s)) is None
+    msg = too_big([Shape(1, 1, 8, 8, 16), s], available=5 * 10**8)
+    assert msg.startswith("shape 2x4x1000x3000x64 needs about 838.1 MB") and "500.0 MB" in msg
+    assert human(999) == "999 B" and human(24e12) == "24.0 TB"
+
+
+def test_memory_estimate_bounds_the_measured_peak():
+    """tracemalloc's peak of the reference and the standard models on one case stays
+    under the estimate (which also covers the torch peers, measured by RSS)."""
+    import tracemalloc
+
+    from flashbench import numerics, reference
+    from flashbench.footprint import check_case_bytes
+    from flashbench.inputs import Shape, make_qkv
+
+    s = Shape(1, 2, 512, 768, 64)
+    q, k, v = make_qkv(s)
+    peaks = []
+    for dtype in (None, "fp32", "tf32", "fp16", "bf16"):
+        tracemalloc.start()
+        if dtype is None:
+            reference.attention(q, k, v, causal=True)
+        else:
+            numerics.standard_model(q, k, v, dtype, causal=True)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert max(peaks) <= check_case_bytes(s)
+    assert max(peaks) >= check_case_bytes(s) / 3  # an estimate, not a blanket refusal

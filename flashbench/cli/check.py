@@ -1,36 +1,58 @@
-"""``flashbench check``: exactness of the streaming and accuracy per dtype."""
+"""``flashbench check``: exactness of the streaming and accuracy per dtype and backend."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from dataclasses import replace
 
 from flashbench.cli.common import jsonable, parse_shape
 from flashbench.inputs import DISTRIBUTIONS
 from flashbench.precision import CHECK_DTYPES, DTYPES
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="exactness of the streaming and accuracy per dtype",
                        description="Exactness (fp64 streamed vs one-shot, PASS iff <= 1e-12) "
-                       "and per-dtype accuracy with the baseline rule. Exit 1 on any FAIL.")
+                       "and per-dtype accuracy with the baseline rule, for the flash model and "
+                       "every backend. Exit 1 on any FAIL, 2 on bad input.")
     c.add_argument("--shape", type=parse_shape, action="append",
-                   help="BxHxNxd or BxHxNqxNkxd; repeat for several (default: realistic set)")
+                   help="BxHxNxd or BxHxNqxNkxd, H may be H/Hkv (grouped-query: 1x32/8x1024x128);"
+                   " repeat for several (default: realistic set)")
+    c.add_argument("--kv-heads", type=_positive_int, metavar="N",
+                   help="key/value heads (grouped-query attention) for every shape, given or "
+                   "default; N must divide each shape's H")
     c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES))
     c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--block", type=int, default=64, help="streaming block (keys), >= 1")
-    c.add_argument("--no-backends", action="store_true", help="models only, no torch/triton")
+    c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
+                   help="a backend name (reference, torch-naive, torch-sdpa, sdpa-flash, "
+                   "sdpa-efficient, sdpa-cudnn, sdpa-math, triton, flex, or an installed "
+                   "flashbench.backends entry point) selects it; package.module:function adds "
+                   "your own attention function, judged like flashbench's kernel. Repeatable. "
+                   "Default: every backend and entry point")
+    c.add_argument("--no-backends", action="store_true",
+                   help="models only: no torch, Triton or user backends")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from flashbench.backends import available_backends
-    from flashbench.check import render_text, run_check
+def _cases(args):
     from flashbench.measure import Case, default_cases
 
     if args.shape:
@@ -42,8 +64,23 @@ def run(args) -> int:
         if args.dist != list(DISTRIBUTIONS[:2]):
             cases = [Case(c.shape, d, c.causal) for d in args.dist
                      for c in {(c.shape, c.causal): c for c in cases}.values()]
-    backends = [] if args.no_backends else [b.name for b in available_backends()
-                                            if b.name != "reference"]
+    if args.kv_heads is not None:
+        cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
+    return cases
+
+
+def run(args) -> int:
+    from flashbench.backends import resolve_backends
+    from flashbench.check import render_text, run_check
+    from flashbench.footprint import too_big
+
+    cases = _cases(args)
+    refusal = too_big([c.shape for c in cases])
+    if refusal is not None:
+        raise ValueError(refusal)
+    if args.no_backends and args.backend:
+        raise ValueError("--backend and --no-backends contradict each other")
+    backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet)
     if args.json:

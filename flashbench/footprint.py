@@ -1,0 +1,112 @@
+"""Memory a check case needs, and memory this machine has: refuse before allocating.
+
+``flashbench check`` computes the one-shot float64 reference, which materialises the
+[B, H, Nq, Nk] score matrix, then per dtype the standard model (fp32 copies of the
+same matrix) and the materialising torch backends. These run one after another, so
+the peak is the largest of them, and it grows with B * H * Nq * Nk.
+
+Peak bytes per score element, measured on 1x2x1024x1536 (tracemalloc peak, NumPy) and
+1x1x4096x4096 (resident-set growth, torch, causal):
+
+=========================  ==========
+float64 reference          8.7 - 11.2
+standard_model fp32/tf32   12.7 / 17.7
+standard_model fp16/bf16   10.7
+torch-naive fp32 / bf16    19.0 / 16.9
+torch-sdpa fp32            9.7
+=========================  ==========
+
+:data:`BYTES_PER_SCORE` (24) bounds all of them with some margin. Streaming parts
+(flash_model, online reference, Triton, flex) hold O(N * block) and are covered by
+the per-row term.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flashbench.inputs import Shape
+
+__all__ = ["BYTES_PER_SCORE", "check_case_bytes", "available_bytes", "too_big", "human"]
+
+BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (table above)
+BYTES_PER_ROW_VALUE = 8 * 16  # float64, about 16 live [.., N, d] arrays (inputs, o, copies)
+
+
+def check_case_bytes(shape: Shape) -> int:
+    """Peak memory of one ``flashbench check`` case, in bytes (the steps run one after
+    another, so the larger score term counts, not both)::
+
+        max(24 * B * H, 32) * Nq * Nk      (score matrices: reference, models, torch
+                                            peers; or the exactness test's float64
+                                            softmax of one head, about 4 copies)
+      + 128 * B * H * (Nq + Nk) * max(d, dv)   (inputs, outputs and their copies)
+    """
+    s = shape
+    score_bytes = max(BYTES_PER_SCORE * s.B * s.H, 4 * 8) * s.Nq * s.Nk
+    rows = s.B * s.H * (s.Nq + s.Nk) * max(s.d, s.head_dim_v)
+    return score_bytes + BYTES_PER_ROW_VALUE * rows
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_available() -> int | None:
+    """Room left under a cgroup v2 memory limit (containers), if one is set."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(int(limit) - used, 0)
+
+
+def available_bytes() -> tuple[int | None, str]:
+    """(bytes this process may still allocate, where the figure comes from): the
+    smaller of /proc/meminfo's MemAvailable and a cgroup limit's headroom; else
+    os.sysconf's free physical pages; (None, why) when nothing says."""
+    found = [(b, src) for b, src in ((_meminfo_available(), "MemAvailable in /proc/meminfo"),
+                                     (_cgroup_available(), "cgroup memory.max - memory.current"))
+             if b is not None]
+    if found:
+        return min(found)
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return pages, "os.sysconf free physical pages"
+    except (ValueError, OSError, AttributeError):
+        return None, "no memory figure on this system"
+
+
+def human(n: float) -> str:
+    """Bytes in decimal units: 1.5 GB, 24.0 TB."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def too_big(shapes, available: int | None = None) -> str | None:
+    """None when every shape's check fits in memory, else a one-line refusal naming the
+    first that does not, with both figures. ``available``: bytes (None: measure now)."""
+    where = "given"
+    if available is None:
+        available, where = available_bytes()
+        if available is None:
+            return None
+    for shape in dict.fromkeys(shapes):
+        need = check_case_bytes(shape)
+        if need > available:
+            return (f"shape {shape.spec()} needs about {human(need)} of memory for the check "
+                    f"(estimate: {BYTES_PER_SCORE} bytes per element of the B*H*Nq*Nk score "
+                    f"matrix, which the float64 reference materialises), but only "
+                    f"{human(available)} is available ({where}); try a smaller shape")
+    return None

@@ -1,0 +1,192 @@
+"""A user's own attention function, through ``flashbench check --backend module:function``
+and the ``flashbench.backends`` entry-point group: judged like flashbench's kernel,
+every failure named with its reason, and the other backends still run."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from flashbench.backends import get_backend, resolve_backends
+from flashbench.backends.user import parse_spec
+from flashbench.cli import main
+
+USER_MODULE = textwrap.dedent('''
+    import math
+    import torch
+
+    SEEN = []  # (H, Hkv) of every call, for the tests
+
+    def _attn(q, k, v, causal=False, scale=None):
+        SEEN.append((q.shape[1], k.shape[1]))
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q.float() @ k.float().transpose(-1, -2)) * scale
+        if causal:
+            nq, nk = q.shape[-2], k.shape[-2]
+            keep = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        return (p @ v.float()).to(q.dtype), lse
+
+    def good_o(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)[0]
+
+    def good_pair(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+
+    def grouped(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+    grouped.flashbench_gqa = True
+
+    def raises(q, k, v, causal=False):
+        raise RuntimeError("kernel exploded")
+
+    def wrong_shape(q, k, v, causal=False):
+        return good_o(q, k, v, causal)[..., :1, :]
+
+    def wrong_dtype(q, k, v, causal=False):
+        return good_o(q, k, v, causal).double()
+
+    def nans(q, k, v, causal=False):
+        return torch.full_like(q, float("nan"))
+
+    def half_only(q, k, v, causal=False):
+        assert q.dtype == torch.float16
+        return good_o(q, k, v, causal)
+    half_only.flashbench_dtypes = ("fp16",)
+
+    NOT_A_FUNCTION = 3
+''')
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """``fbuser_kern`` importable from a temp dir on sys.path."""
+    (tmp_path / "fbuser_kern.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fbuser_kern", raising=False)
+    yield tmp_path
+    sys.modules.pop("fbuser_kern", None)
+
+
+def check_json(capsys, *args):
+    rc = main(["check", "--dtype", "fp32", "--dist", "normal", "--json", "--quiet", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def rows(report, backend):
+    return [r for r in report["backends"] if r["backend"] == backend]
+
+
+def test_a_good_user_function_passes_and_counts(user_module, capsys):
+    rc, report = check_json(capsys, "--shape", "1x2x64x32", "--backend", "torch-naive",
+                            "--backend", "fbuser_kern:good_o", "--backend", "fbuser_kern:good_pair")
+    assert rc == 0 and report["passed"]
+    for name in ("fbuser_kern:good_o", "fbuser_kern:good_pair"):
+        got = rows(report, name)
+        assert len(got) == 2 and all(r["passed"] and r["peer"] is False for r in got)
+        assert all(r["o"]["max_abs"] < 1e-5 for r in got)
+    assert {r["backend"] for r in report["backends"]} == {
+        "torch-naive", "fbuser_kern:good_o", "fbuser_kern:good_pair"}  # names select
+
+
+@pytest.mark.parametrize("fn,reason", [
+    ("raises", "raised RuntimeError: kernel exploded"),
+    ("wrong_shape", r"returned o of shape (1, 2, 1, 32); expected [B, H, Nq, dv] = (1, 2, 64, 32)"),
+    ("wrong_dtype", "returned o in torch.float64; expected torch.float32"),
+    ("nans", "returned 4096 non-finite value(s) (inf or NaN) in o, of 4096, for finite inputs"),
+    ("NOT_A_FUNCTION", "fbuser_kern:NOT_A_FUNCTION is a int, not a function"),
+    ("missing", "cannot import fbuser_kern:missing: AttributeError"),
+])
+def test_each_failure_is_named_and_fails_the_check(user_module, capsys, fn, reason):
+    name = f"fbuser_kern:{fn}"
+    rc, report = check_json(capsys, "--shape", "1x2x64x32", "--causal", "off",
+                            "--backend", "torch-naive", "--backend", name)
+    assert rc == 1 and not report["passed"]
+    (row,) = rows(report, name)
+    assert row["passed"] is False and row["peer"] is False and reason in row["failed"]
+    assert rows(report, "torch-naive")[0]["passed"] in (True, False)  # the peer still ran
+    assert "o" in rows(report, "torch-naive")[0]
+
+
+def test_a_module_that_does_not_import_fails_with_its_reason(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fbuser_broken.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["check", "--shape", "1x1x32x16", "--dtype", "fp32", "bf16", "--dist", "normal",
+               "--causal", "off", "--quiet", "--backend", "fbuser_broken:attn",
+               "--backend", "sdpa-math"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "RESULT: FAIL" in text
+    assert ("fbuser_broken:attn FAIL (cannot import fbuser_broken:attn: ModuleNotFoundError: "
+            "No module named 'no_such_module_anywhere')") in text
+    assert "sdpa-math" in text and "PASS (peer)" in text  # the other backend ran
+    sys.modules.pop("fbuser_broken", None)
+
+
+def test_grouped_kv_reaches_only_functions_that_declare_it(user_module, capsys):
+    import fbuser_kern
+
+    rc, report = check_json(capsys, "--shape", "1x4x64x32", "--kv-heads", "2", "--causal", "off",
+                            "--backend", "fbuser_kern:grouped", "--backend", "fbuser_kern:good_o")
+    assert rc == 0, report
+    judged = {r["backend"] for r in report["backends"] if r.get("passed")}
+    assert {"fbuser_kern:grouped", "fbuser_kern:good_o", "torch-naive"} <= judged  # specs add
+    assert all("Hkv=2" in r["case"] for r in report["backends"])
+    assert (4, 2) in fbuser_kern.SEEN and (4, 4) in fbuser_kern.SEEN  # native vs expanded
+
+
+def test_declared_dtypes_are_respected(user_module, capsys):
+    rc = main(["check", "--shape", "1x1x32x16", "--dtype", "fp32", "fp16", "--dist", "normal",
+               "--causal", "off", "--json", "--quiet", "--backend", "fbuser_kern:half_only"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["dtype"] for r in rows(report, "fbuser_kern:half_only")] == ["fp16"]
+
+
+def test_timed_callable_is_the_bare_function(user_module):
+    b = get_backend("fbuser_kern:good_o")
+    q = torch.randn(1, 2, 8, 16)
+    assert b.origin == "user" and not b.peer and b.timed_fn(q, q, q).shape == (1, 2, 8, 16)
+
+
+def test_bad_backend_arguments_exit_2_with_one_line():
+    import subprocess
+
+    for value, msg in [("nosuch", "unknown backend 'nosuch'"),
+                       ("a b:c", "is not of the form package.module:function")]:
+        r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape",
+                            "1x1x8x16", "--backend", value], capture_output=True, text=True)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    with pytest.raises(ValueError, match="package.module:function"):
+        parse_spec("mod:")
+
+
+@pytest.fixture
+def entry_point(user_module, monkeypatch):
+    """A fake installed distribution whose entry point names fbuser_kern's functions."""
+    dist = user_module / "fbuser_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fbuser-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[flashbench.backends]\nmykernel = fbuser_kern:good_pair\nbroken = fbuser_kern:nans\n"
+        "triton = fbuser_kern:good_o\n")
+    return dist
+
+
+def test_entry_points_join_the_check(entry_point, capsys):
+    names = resolve_backends()
+    assert {"mykernel", "broken", "triton-entry-point"} <= set(names)  # clash renamed
+    assert "reference" not in names and "sdpa-cudnn" in names
+    assert get_backend("mykernel").origin == "entry point mykernel = fbuser_kern:good_pair"
+    rc, report = check_json(capsys, "--shape", "1x2x64x32", "--causal", "off",
+                            "--backend", "mykernel")
+    assert rc == 0 and rows(report, "mykernel")[0]["passed"]
+    rc, report = check_json(capsys, "--shape", "1x2x64x32", "--causal", "off",
+                            "--backend", "mykernel", "--backend", "broken")
+    assert rc == 1 and "non-finite" in rows(report, "broken")[0]["failed"]
+    assert rows(report, "mykernel")[0]["passed"]
