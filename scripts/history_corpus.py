@@ -6,10 +6,14 @@
 Writes DIR/<machine>/<commit>-<env>.json files in asv's results schema (version 2)
 plus benchmarks.json: ``--benchmarks`` benchmarks per file, a quarter of them
 accuracy tracks with the TrackAccuracy parameter grid (kernel x dtype x causal),
-a quarter device-time tracks (N x d), the rest plain timings with 4 parameter
-combinations (1,000 rows per file at 200 benchmarks), with CIs, quartiles and 5
-samples per point; about 2% of the points skipped (NaN: every file holds NaN,
-like real results) and 1% failed (null).
+an eighth device-time tracks as they were before suites recorded their shape
+(N x d: the legacy table of flashbench.history.suites), an eighth timings that
+record their problem as parameters (backend, dtype, shape x causal x direction:
+throughput from ``Shape.parse(shape).flops``), the rest plain timings, each with
+4 parameter combinations but the accuracy tracks' 8 (1,000 rows per file at 200
+benchmarks), with CIs, quartiles and 5 samples per point; about 2% of the points
+skipped (NaN: every file holds NaN, like real results) and 1% failed (null).
+Every file records its processor (``params.cpu``), as asv does.
 
 Then, ``--runs`` times in a fresh process each, it measures load_results alone
 and load_results + every summary (error_bands, throughput, steps): wall time in
@@ -51,7 +55,8 @@ print(len(df), t_load, t_sum)
 def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     acc = benchmarks // 4
-    dev = benchmarks // 4
+    dev = benchmarks // 8
+    shaped = benchmarks // 8
     meta = {"version": 2}
     grids = {}
     for i in range(benchmarks):
@@ -65,6 +70,13 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
             params = [["'triton'"], ["'bf16'"], ["1024", "4096"], ["64", "128"], ["False"]]
             meta[name] = {"name": name, "type": "track", "unit": "seconds",
                           "param_names": ["backend", "dtype", "N", "d", "causal"],
+                          "params": params}
+        elif i < acc + dev + shaped:
+            name = f"bench_fwd{i}.TimeFlash.time_flash"
+            params = [["'triton'"], ["'bf16'"], ["'4x16x4096x4096x64'", "'16x16x1024x1024x128'"],
+                      ["True"], ["'fwd'", "'fwd+bwd'"]]
+            meta[name] = {"name": name, "type": "time", "unit": "seconds",
+                          "param_names": ["backend", "dtype", "shape", "causal", "direction"],
                           "params": params}
         else:
             name = f"bench_misc.Time{i}.time_thing"
@@ -97,8 +109,8 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
                              [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
                               for v in values]]
         data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
-                "params": {"machine": "synthetic-machine"}, "python": "3.11",
-                "requirements": {}, "env_vars": {}, "result_columns": columns,
+                "params": {"machine": "synthetic-machine", "cpu": "Synthetic CPU"},
+                "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": columns,
                 "results": results, "durations": {}, "version": 2}
         (machine / f"{commit[:8]}-env.json").write_text(json.dumps(data))
 

@@ -94,9 +94,12 @@ def build_report(results_dir, out, force: bool = False) -> str:
     df = load_results(roots if len(roots) > 1 else roots[0])
     if not (df["status"] == "ok").any():
         raise ValueError(f"no results in {where}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("A report written by `flashbench history`; the next one may "
-                              "overwrite the files it wrote here.\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text("A report written by `flashbench history`; the next one "
+                                  "may overwrite the files it wrote here.\n")
+    except OSError as exc:
+        raise ValueError(f"--out {str(out)!r}: cannot write the report there: {exc}") from None
     points = throughput_points(df)
     bands, trend, jumps = error_bands(df), throughput(df, points), steps(df)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(

@@ -27,6 +27,7 @@ from flashbench.history.suites import (
     accuracy_metric,
     is_matmul_peak,
     legacy_problem,
+    legacy_shaped,
     matmul_peak,
 )
 from flashbench.inputs import PASS_FLOPS, Shape
@@ -99,16 +100,24 @@ def ok_rows(df: pd.DataFrame, benchmarks, columns: list[str]) -> pd.DataFrame:
     return df.loc[mask, keep].sort_values("date", kind="stable")
 
 
+def codes(column: pd.Series) -> tuple[np.ndarray, list]:
+    """(per row an int64 code, -1 for NaN; the distinct values the codes index): a
+    Categorical's own codes and categories, else factorized."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy().astype(np.int64), list(column.cat.categories)
+    found, uniques = pd.factorize(column.to_numpy(dtype=object))
+    return found.astype(np.int64), list(uniques)
+
+
 def combinations(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
     """(per row the index of its (benchmark, params) pair, the distinct pairs)."""
-    if frame.empty:
-        return np.empty(0, np.int64), []
-    codes = frame.groupby(["benchmark", "params"], observed=True, sort=False,
-                          dropna=False).ngroup().to_numpy()
-    _, first = np.unique(codes, return_index=True)
-    pairs = list(zip(frame["benchmark"].to_numpy()[first], frame["params"].to_numpy()[first],
-                     strict=True))
-    return codes, pairs
+    b, benches = codes(frame["benchmark"])
+    p, labels = codes(frame["params"])
+    benches, labels = [*benches, None], [*labels, None]  # code -1 -> None
+    key = b * len(labels) + (p % len(labels))
+    unique, which = np.unique(key, return_inverse=True)
+    return which, [(benches[k // len(labels)] if k >= 0 else None, labels[k % len(labels)])
+                   for k in unique.tolist()]
 
 
 def error_bands(df: pd.DataFrame) -> pd.DataFrame:
@@ -212,12 +221,12 @@ def _peaks(df: pd.DataFrame) -> pd.DataFrame:
     """Measured matmul TFLOP/s per run and dtype (the best of its matmul-peak timings)."""
     peak = ok_rows(df, [b for b in names(df["benchmark"]) if isinstance(b, str)
                         and is_matmul_peak(b)], [*_RUN, "benchmark", "params", "value"])
-    codes, pairs = combinations(peak)
+    which, pairs = combinations(peak)
     found = [matmul_peak(b, parse_params(p) or {}) for b, p in pairs] + [None]
-    known = np.array([f is not None for f in found])[codes] if len(codes) else np.zeros(0, bool)
-    peak, codes = peak[known], codes[known]
-    flops = np.array([f[0] if f else np.nan for f in found])[codes]
-    peak = peak.assign(dtype=objects([f[1] if f else None for f in found])[codes],
+    known = np.array([f is not None for f in found])[which]
+    peak, which = peak[known], which[known]
+    flops = np.array([f[0] if f else np.nan for f in found])[which]
+    peak = peak.assign(dtype=objects([f[1] if f else None for f in found])[which],
                        peak_tflops=flops / peak["value"].to_numpy(float) * 1e-12)
     peak = peak.astype({c: object for c in _RUN})
     return peak.groupby([*_RUN, "dtype"], dropna=False)["peak_tflops"].max().reset_index()
@@ -229,20 +238,27 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
     columns = [*_RUN, "date", "benchmark", "params", "backend", "dtype", "shape", "causal",
                "direction", "variant", "value", "tflops", "pct_peak"]
     df = with_identity(df)
-    sel = df.loc[_timings(df), [c for c in dict.fromkeys([*_RUN, "date", "benchmark",
-                                                           "params", "value"])]]
-    codes, pairs = combinations(sel)
+    # only a shape parameter or a legacy suite can name a problem: rows of other
+    # parameter combinations and benchmarks are dropped before any per-row work
+    b, benches = codes(df["benchmark"])
+    p, labels = codes(df["params"])
+    legacy = np.array([isinstance(n, str) and legacy_shaped(n) for n in benches] + [False])
+    shaped = np.array([isinstance((parse_params(x) or {}).get("shape"), str)
+                       for x in labels] + [False])
+    rows = _timings(df) & (legacy[b] | shaped[p])  # code -1 -> the trailing False
+    sel = df.loc[rows, [*_RUN, "date", "benchmark", "params", "value"]]
+    which, pairs = combinations(sel)
     found = [problem(b, p) for b, p in pairs]
-    known = np.array([f is not None for f in found] + [False])[codes]
-    sel, codes = sel[known], codes[known]
+    known = np.array([f is not None for f in found] + [False])[which]
+    sel, which = sel[known], which[known]
     if sel.empty:
         return pd.DataFrame(columns=columns)
     described = list(zip(*[f if f else (None,) * 7 for f in found], strict=True))
     names_ = ("backend", "dtype", "shape", "causal", "direction", "variant")
-    points = sel.assign(**{n: objects(list(v))[codes] for n, v in zip(names_, described,
+    points = sel.assign(**{n: objects(list(v))[which] for n, v in zip(names_, described,
                                                                        strict=False)})
     points["causal"] = points["causal"].astype(bool)
-    points["tflops"] = (np.array(described[6], dtype=float)[codes]
+    points["tflops"] = (np.array(described[6], dtype=float)[which]
                         / points["value"].to_numpy(float) * 1e-12)
     points = points.sort_values("date", kind="stable", ignore_index=True)
     peaks = _peaks(df)
