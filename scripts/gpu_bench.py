@@ -1,6 +1,6 @@
 """GPU check of the Triton kernel: correctness first, then checked timings against torch's.
 
-    python scripts/gpu_bench.py --quick [--out gpu-results]   # ~3-5 min on a cold H200
+    python scripts/gpu_bench.py --quick [--out gpu-results]   # ~2-3 min on a cold H200
     python scripts/gpu_bench.py                               # the full grid
     python scripts/gpu_bench.py --quick --plan [--compile]    # no GPU needed
 
@@ -22,10 +22,14 @@
    temperature before and after, torch / Triton / CUDA / driver versions, the
    compilations planned and observed. Writes <out>/<date>-<gpu>.md and .json.
 
+Before the run, ``--jobs`` processes (default 8) compile the plan into Triton's disk
+cache (flashbench.kernels.launch.warming: the same launch code, Triton's own
+``warmup``), so a cold machine compiles in parallel.
+
 ``--plan`` prints, without a GPU, every compilation of flashbench's kernels the run
 will trigger (configs x signatures, recorded by the launch code itself on meta
 tensors), last line ``compiles: N``; ``--compile`` also compiles each for sm_90 here
-(Triton's bundled ptxas) and reports time, shared memory, registers and spills.
+(Triton's bundled ptxas) and reports time, shared memory, registers and local memory.
 """
 
 from __future__ import annotations
@@ -98,8 +102,8 @@ def backends_for(quick: bool) -> tuple[str, ...]:
 
 # ------------------------------------------------------------------ the plan
 
-def record_plan(quick: bool):
-    """Run every triton launch of the run on meta tensors inside planning()."""
+def _replay(quick: bool) -> None:
+    """Every triton launch of the run, on meta tensors (inside planning() or warming())."""
     from flashbench.kernels.checks import torch_dtype
     from flashbench.timing import NotDifferentiable, pass_fn
 
@@ -110,19 +114,44 @@ def record_plan(quick: bool):
                 torch.empty(shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v, device="meta",
                             dtype=t))
 
+    with triton_fwd.default_config("fixed"):
+        for case in check_cases(quick):
+            for dtype in CHECK_DTYPES:
+                triton_fwd.forward(*meta(case.shape, dtype), causal=case.causal)
+    for t in timed_cases(quick):
+        q, k, v = meta(t.shape, t.dtype)
+        try:
+            pass_fn(triton_fwd.triton_attention, q, k, v, t.causal, t.direction,
+                    name="triton")()
+        except NotDifferentiable:
+            pass  # the run skips these too
+
+
+def record_plan(quick: bool):
+    """The run's compilations, recorded by the launch code itself."""
     with planning() as plan:
-        with triton_fwd.default_config("fixed"):
-            for case in check_cases(quick):
-                for dtype in CHECK_DTYPES:
-                    triton_fwd.forward(*meta(case.shape, dtype), causal=case.causal)
-        for t in timed_cases(quick):
-            q, k, v = meta(t.shape, t.dtype)
-            try:
-                pass_fn(triton_fwd.triton_attention, q, k, v, t.causal, t.direction,
-                        name="triton")()
-            except NotDifferentiable:
-                pass  # the run skips these too
+        _replay(quick)
     return plan
+
+
+def _precompile_share(quick: bool, jobs: int, me: int) -> str | None:
+    from flashbench.kernels.launch import warming
+
+    try:
+        with warming(lambda i: i % jobs == me):
+            _replay(quick)
+    except Exception as exc:  # the run proper compiles whatever is missing
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
+
+
+def precompile(quick: bool, jobs: int) -> list[str]:
+    """Compile the plan in ``jobs`` processes into Triton's disk cache (errors returned)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        errors = pool.starmap(_precompile_share, [(quick, jobs, i) for i in range(jobs)])
+    return [e for e in errors if e]
 
 
 # ------------------------------------------------------------------ the run
@@ -287,6 +316,8 @@ def main(argv=None) -> int:
     p.add_argument("--compile", action="store_true",
                    help="with --plan: compile each for sm_90 here (Triton's ptxas)")
     p.add_argument("--out", default="gpu-results", help="folder for the .md and .json")
+    p.add_argument("--jobs", type=int, default=8,
+                   help="processes that precompile the plan first (0: compile as the run goes)")
     args = p.parse_args(argv)
     if args.compile and not args.plan:
         p.error("--compile goes with --plan")
@@ -317,6 +348,11 @@ def main(argv=None) -> int:
     before = gpu_state()
     say(f"{before['gpu']}: torch {before['torch']}, Triton {before['triton']}, CUDA "
         f"{before['cuda']}, driver {before.get('driver')}; {planned} compilations planned")
+    if args.jobs > 1:
+        t0 = time.time()
+        errors = precompile(args.quick, args.jobs)
+        say(f"precompiled the plan in {time.time() - t0:.0f} s with {args.jobs} processes"
+            + (f"; errors: {errors}" if errors else ""))
     checks = run_checks(args.quick, say)
     bad = [r for r in checks if r.get("kernel") == "triton" and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")

@@ -152,3 +152,33 @@ def test_offline_compile_for_sm90_without_a_gpu():
     assert result.error is None, result.error
     assert result.wgmma and result.shared_bytes > 0
     assert result.spill_bytes in (0, None)
+
+
+def test_warming_splits_the_plans_compilations_among_workers(monkeypatch):
+    """Workers that each replay the launches inside warming(share) compile every planned
+    compilation exactly once between them, through Triton's warmup (faked here)."""
+    from flashbench.kernels.launch import warming
+
+    calls = []
+
+    class FakeJit:
+        def warmup(self, *args, grid, **kw):
+            calls.append((args[0].dtype, kw["HEAD_DIM"], kw["CAUSAL"], kw["BLOCK_M"],
+                          kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]))
+
+    monkeypatch.setattr(triton_fwd.FORWARD, "_jit", FakeJit())
+
+    def work():
+        for dt in (torch.float16, torch.float32):
+            q = torch.empty(2, 4, 700, 64, device="meta", dtype=dt)
+            for causal in (False, True):
+                triton_fwd.forward(q, q, q, causal=causal)
+                triton_fwd.forward(q, q, q, causal=causal, config="fixed")
+
+    with planning() as plan:
+        work()
+    for me in range(3):
+        with warming(lambda i, me=me: i % 3 == me):
+            work()
+    assert len(calls) == len(plan) == len(set(calls))
+    assert len(plan) == 2 * len(configs.candidates(64, torch.float16)) + 2

@@ -175,6 +175,26 @@ def active_plan():
     return _PLAN.get()
 
 
+_WARM: contextvars.ContextVar = contextvars.ContextVar("flashbench_warmup", default=None)
+
+
+@contextlib.contextmanager
+def warming(share: Callable[[int], bool] = lambda i: True):
+    """Compile instead of launching (Triton's ``warmup``: kernels land in its disk cache,
+    nothing runs): the i-th distinct compilation met is done where ``share(i)``.
+
+    Worker processes on a GPU machine each replay a run's launches on ``device="meta"``
+    tensors inside ``warming(lambda i: i % workers == me)``: the run proper then finds
+    every kernel in Triton's cache (same code path, same cache key). Yields the
+    compilations met so far, (kernel, signature, config) -> index."""
+    seen: dict = {}
+    token = _WARM.set((share, seen))
+    try:
+        yield seen
+    finally:
+        _WARM.reset(token)
+
+
 def _spec(value, specialize: bool = True):
     """Triton 3.x's specialisation of one argument (``native_specialize_impl``'s rules):
     ints as i32/i64/u64, 1 as a constant, multiples of 16 marked 'D'; tensors as
@@ -319,6 +339,20 @@ class TritonKernel:
         """
         if (config is None) == (configs is None) and not interpreted_for(device):
             raise ValueError(f"{self.name}: give exactly one of config= or configs=")
+        warm = _WARM.get()
+        if warm is not None:
+            share, seen = warm
+            chosen = [config] if config is not None else self.candidates(configs, args, constexprs)
+            sig = self.signature(args, constexprs)
+            for cfg in chosen:
+                if (self.name, sig, cfg) in seen:
+                    continue
+                seen[(self.name, sig, cfg)] = index = len(seen)
+                if share(index):
+                    meta = {**constexprs, **cfg.kwargs}
+                    self.jit.warmup(*args, grid=(1,), **meta, num_warps=cfg.num_warps,
+                                    num_stages=cfg.num_stages, **self.options)
+            return config
         plan = active_plan()
         if plan is not None:
             chosen = [config] if config is not None else self.candidates(configs, args, constexprs)
