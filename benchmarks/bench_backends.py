@@ -1,25 +1,66 @@
-"""CPU time (seconds per call) of the torch backends on CPU tensors.
+"""CPU time (seconds per call) of the torch peers on CPU tensors.
 
-The Triton kernel is timed only where it is compiled for a GPU (bench_gpu): under
-the interpreter its speed means nothing and is never recorded.
+What is timed is each backend's bare op (``Backend.timed_fn``: o only, no LSE pass),
+on inputs built in setup (``Backend.prepare``: grouped K/V expanded there for a
+backend that takes none, so the copy is never timed). flex is compiled in setup (its
+first call), so the timed calls run the compiled kernel. The Triton kernel is timed
+only where it is compiled for a GPU (bench_gpu): under the interpreter its speed means
+nothing and is never recorded; sdpa-efficient and sdpa-cudnn exist only on a GPU.
+
+The grid is literal (asv addresses a grid point by its index, for every commit); a
+point a backend does not take (a dtype, a device) is declared in ``skip_params`` from
+the registry; a backend unavailable on this machine skips from setup with its reason.
+Shapes are ``BxH[/Hkv]xNqxNkxd`` (:meth:`flashbench.inputs.Shape.spec`).
 """
 
-from .common import Benchmark, shape_of, timed_backend, torch_dtype
+from .common import Benchmark, need, shape_of, torch_dtype
+
+BACKENDS = ["torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math", "flex"]
+DTYPES = ["fp32", "bf16"]
+SHAPES = ["1x8x1024x1024x64", "1x8/2x1024x1024x64", "1x8x4096x4096x64"]
+CAUSAL = [False, True]
+_WARM = set()  # grid points already run once in this process (asv reruns setup per sample)
+
+
+def _not_applicable() -> list[tuple]:
+    """Grid points whose backend does not take the dtype or CPU tensors (registry)."""
+    try:
+        registry = need("backends", "BACKENDS")
+    except NotImplementedError:
+        return []
+    return [(b, d, s, c) for b in BACKENDS if b in registry for d in DTYPES
+            if d not in registry[b].dtypes or "cpu" not in getattr(registry[b], "devices",
+                                                                    ("cpu",))
+            for s in SHAPES for c in CAUSAL]
 
 
 class TimeCPUBackend(Benchmark):
-    params = (["torch-sdpa", "torch-naive"], ["fp32"], ["1x8x1024x1024x64", "1x8x4096x4096x64"],
-              [False, True])
+    params = (BACKENDS, DTYPES, SHAPES, CAUSAL)
     param_names = ["backend", "dtype", "shape", "causal"]
+    skip_params = _not_applicable()
 
     def setup(self, backend, dtype, shape, causal):
         import torch
 
+        get_backend = need("backends", "get_backend")
+        try:
+            b = get_backend(backend)
+        except ValueError as exc:  # a backend this commit does not have yet
+            raise NotImplementedError(f"this commit lacks backend {backend!r}: {exc}") from None
+        if not hasattr(b, "prepare"):
+            raise NotImplementedError("this commit's backends have no prepare/timed_fn")
         s = shape_of(shape)
-        self.fn = timed_backend(backend)
+        reason = b.unavailable_for(s, dtype)
+        if reason is not None:
+            raise NotImplementedError(reason)
         g = torch.Generator().manual_seed(0)
-        self.q, self.k, self.v = (torch.randn(s.B, s.H, n, s.d, generator=g).to(
-            torch_dtype(dtype)) for n in (s.Nq, s.Nk, s.Nk))
+        q, k, v = (torch.randn(s.B, h, n, s.d, generator=g).to(torch_dtype(dtype))
+                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
+        self.q, self.k, self.v = b.prepare(q, k, v, device="cpu")
+        self.fn = b.timed_fn
+        if (backend, dtype, shape, causal) not in _WARM:  # compile (flex) and warm up, once
+            self.fn(self.q, self.k, self.v, causal=causal)
+            _WARM.add((backend, dtype, shape, causal))
 
     def time_backend(self, backend, dtype, shape, causal):
         self.fn(self.q, self.k, self.v, causal=causal)

@@ -132,11 +132,11 @@ class Backend:
             return torch.device("cuda")
         return torch.device("cpu")
 
-    def prepare(self, q, k, v):
-        """(q, k, v) as ``timed`` takes them: on :meth:`device`, and k, v expanded to H
-        heads for a backend without its own grouped-query support. Timings call it in
-        setup, so neither copy is timed."""
-        dev = self.device(q.device)
+    def prepare(self, q, k, v, device=None):
+        """(q, k, v) as ``timed`` takes them: on ``device`` (None: :meth:`device`), and k, v
+        expanded to H heads for a backend without its own grouped-query support. Timings
+        call it in setup, so neither copy is timed."""
+        dev = self.device(q.device) if device is None else torch.device(device)
         q, k, v = (t.to(dev) for t in (q, k, v))
         if not self.gqa:
             k, v = expand_kv(q, k, v)
