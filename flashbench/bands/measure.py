@@ -1,0 +1,324 @@
+"""Measured error bands: per dtype x N x distribution x causal, over seeds.
+
+What one band is
+----------------
+A *cell* is (N, dist, causal): N is the number of keys each softmax row sums over,
+``dist`` an input distribution of :mod:`flashbench.inputs`, ``causal`` the
+bottom-right mask. For each seed, :func:`flashbench.inputs.make_qkv` draws
+``Shape(1, H, Nq, N, 64)`` with ``Nq = min(256, N // 4)`` query rows per head and
+``H = 512 // Nq`` heads (512 query rows per seed). Every query row therefore sums
+over N keys, or, causal, over ``N - Nq + 1 .. N`` >= 3N/4 keys, with the mask cutting
+the last key blocks: the error of a row depends on how many keys it sums over, not on
+how many rows there are, so a few hundred rows measure the band of an N x N problem
+at a fraction of its cost (``scripts/make_tolerances.py --check-rows`` measures both).
+
+The kernel computes in ``dtype`` from the inputs as its caller holds them: q, k, v
+rounded to the dtype's storage format (tf32: float32), except for the fp8 dtypes,
+whose models quantise float64 inputs with their own scales. The reference is the
+float64 one-shot attention (:func:`flashbench.reference.attention`) of exactly those
+inputs: the band is the error the kernel adds, not the rounding of the inputs (a
+user's test builds its tensors in the dtype and upcasts them for the reference, so it
+sees the same). Rounded inputs are shared by every dtype with the same storage format
+(fp32 and tf32), and so is their reference. ``versus="fp64-unrounded"`` measures
+against the reference of the unrounded draws instead (input rounding included, as
+the lecture's script does); ``versus="standard_model"`` against the same-dtype
+one-shot attention (the lecture's "bf16 vs bf16 blockwise").
+
+Statistics of a :class:`Band` (exactly):
+
+- ``abs_p50``, ``abs_p99``, ``abs_max``: percentiles (numpy's linear interpolation)
+  and maximum of ``|out - ref|`` over every element of every seed's output, pooled
+  (seeds x 512 rows x 64 features for O; seeds x 512 for LSE). ``abs_max`` is
+  therefore also the largest per-seed max-abs error: what a test's ``max_abs``
+  compares with.
+- ``rel_p50``, ``rel_p99``, ``rel_max``: the same for the relative error
+  ``|out - ref| / max(|ref|, 0.1 RMS(ref))`` with RMS over the seed's whole tensor,
+  as :func:`flashbench.accuracy.error_stats` computes it for one seed.
+- ``seed_max_abs`` / ``seed_rel_max``: each seed's own maximum (stability of the max).
+- ``ratio_p50`` / ``ratio_p99`` / ``ratio_max``: per seed, the kernel's max-abs error
+  divided by the same-dtype :func:`flashbench.numerics.standard_model`'s (the baseline
+  rule as a number; passes at <= 2); p50, p99 and maximum over seeds.
+
+A non-finite output where the reference is finite counts as an infinite error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from flashbench import numerics, precision, reference
+from flashbench.accuracy import REL_FLOOR, to_numpy
+from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
+from flashbench.precision import DTYPES, get_precision
+
+__all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Band",
+           "band_dtypes", "cell_shape", "measure_bands", "caller_inputs", "element_errors"]
+
+BAND_N = (256, 1024, 4096)  # keys per row: the default grid (the lecture's "N ~ 1k" and around)
+SEEDS = 16  # default seeds per cell: the max moves by <= 10% from 16 to 32 (README, bands)
+ROWS_PER_SEED = 512  # query rows per seed (heads x rows per head)
+MAX_ROWS = 256  # query rows per head
+HEAD_DIM = 64
+VERSUS = ("fp64", "fp64-unrounded", "standard_model")
+_SELF_QUANTISING = tuple(getattr(precision, "FP8_DTYPES", ()))  # models that scale inputs
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One band cell: N keys per query row, an input distribution, causal or not."""
+
+    n: int
+    dist: str = "normal"
+    causal: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"N must be an int >= 1, got {self.n!r}")
+        if self.dist not in DISTRIBUTIONS:
+            raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {self.dist!r}")
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be a bool, got {self.causal!r}")
+
+
+def cell_shape(n: int, rows_per_seed: int = ROWS_PER_SEED, d: int = HEAD_DIM,
+               rows: int | None = None) -> Shape:
+    """Shape drawn per seed for N = ``n`` keys: ``rows`` query rows per head (default
+    ``min(256, n // 4)``, at least 1), as many heads as make ``rows_per_seed`` rows."""
+    rows = max(1, min(MAX_ROWS, n // 4)) if rows is None else rows
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= n:
+        raise ValueError(f"rows must be an int in [1, N={n}], got {rows!r}")
+    if isinstance(rows_per_seed, bool) or not isinstance(rows_per_seed, int) \
+            or rows_per_seed < 1:
+        raise ValueError(f"rows_per_seed must be an int >= 1, got {rows_per_seed!r}")
+    return Shape(1, max(1, rows_per_seed // rows), rows, n, d)
+
+
+@dataclass(frozen=True)
+class Band:
+    """The measured error band of one kernel in one dtype on one cell (module docstring).
+
+    ``kernel``: "flash_model", "standard_model" or a backend name; ``versus``: what
+    it is compared with ("fp64": the float64 reference of the same inputs, see
+    :data:`VERSUS`); ``tensor``: "o" or "lse"; ``elements``: the compared elements,
+    all seeds together; ``eps``: the dtype's machine epsilon (errors "in eps" divide
+    by it).
+    """
+
+    kernel: str
+    dtype: str
+    n: int
+    dist: str
+    causal: bool
+    tensor: str
+    versus: str
+    seeds: int
+    elements: int
+    eps: float
+    abs_p50: float
+    abs_p99: float
+    abs_max: float
+    rel_p50: float
+    rel_p99: float
+    rel_max: float
+    seed_max_abs: tuple[float, ...]
+    seed_rel_max: tuple[float, ...]
+    ratio_p50: float | None = None
+    ratio_p99: float | None = None
+    ratio_max: float | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["seed_max_abs"], d["seed_rel_max"] = list(self.seed_max_abs), list(self.seed_rel_max)
+        return d
+
+
+def band_dtypes() -> tuple[str, ...]:
+    """Every registry dtype but fp64 that :func:`flashbench.numerics.flash_model` models
+    (tried on a tiny input: a dtype the models do not take yet is left out)."""
+    q = np.linspace(-1.0, 1.0, 8).reshape(1, 2, 4)
+    found = []
+    for name in DTYPES:
+        if name == "fp64":
+            continue
+        try:
+            numerics.flash_model(q, q, q, name)
+            numerics.standard_model(q, q, q, name)
+        except (ValueError, TypeError, NotImplementedError):
+            continue
+        found.append(name)
+    return tuple(found)
+
+
+def caller_inputs(dtype: str, x: np.ndarray) -> np.ndarray:
+    """``x`` as a caller of a ``dtype`` kernel holds it, in float64: rounded to the
+    storage format (float32 for tf32), unrounded for the fp8 dtypes (their models
+    quantise with their own scales)."""
+    prec = get_precision(dtype)
+    if prec.name in _SELF_QUANTISING:
+        return x
+    return prec.store(x).astype(np.float64)
+
+
+def _storage_key(dtype: str):
+    prec = get_precision(dtype)
+    return "unrounded" if prec.name in _SELF_QUANTISING else np.dtype(prec.storage).name
+
+
+def element_errors(out, ref: np.ndarray, seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(abs, rel) errors, each [seeds, elements] float64: ``|out - ref|`` (inf where out
+    is not finite) and that over ``max(|ref|, 0.1 RMS(ref))``, RMS per seed (the
+    relative error of :func:`flashbench.accuracy.error_stats`, per seed)."""
+    o = to_numpy(out).reshape(seeds, -1)
+    r = np.asarray(ref, dtype=np.float64).reshape(seeds, -1)
+    a = np.abs(o - r)
+    a[~np.isfinite(a)] = np.inf
+    rms = np.sqrt(np.mean(r * r, axis=1))
+    tau = np.where(rms > 0, REL_FLOOR * rms, 1.0)
+    return a, a / np.maximum(np.abs(r), tau[:, None])
+
+
+def _summary(a: np.ndarray, rel: np.ndarray) -> dict:
+    flat_a, flat_r = a.ravel(), rel.ravel()
+    a50, a99 = np.percentile(flat_a, [50, 99])
+    r50, r99 = np.percentile(flat_r, [50, 99])
+    return dict(abs_p50=float(a50), abs_p99=float(a99), abs_max=float(flat_a.max()),
+                rel_p50=float(r50), rel_p99=float(r99), rel_max=float(flat_r.max()),
+                seed_max_abs=tuple(float(x) for x in a.max(axis=1)),
+                seed_rel_max=tuple(float(x) for x in rel.max(axis=1)), elements=a.size)
+
+
+def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None = None):
+    shape = cell_shape(cell.n, rows_per_seed, rows=rows)
+    draws = [make_qkv(shape, cell.dist, seed) for seed in seeds]
+    return tuple(np.concatenate([d[i] for d in draws]) for i in range(3))
+
+
+def _backend_output(name: str, dtype: str, inputs, causal: bool, say):
+    """(o, lse) of backend ``name`` in ``dtype`` as NumPy, or None (and why, via say)."""
+    from flashbench.backends import get_backend
+
+    backend = get_backend(name)
+    if dtype not in backend.dtypes:
+        return None
+    reason = backend.unavailable()
+    if reason is not None:
+        say(f"  {name} {dtype}: skipped: {reason}")
+        return None
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in inputs]
+    o, lse = backend(*tensors, causal=causal)
+    return to_numpy(o), to_numpy(lse)
+
+
+def _seed_list(seeds) -> tuple[int, ...]:
+    if isinstance(seeds, bool):
+        raise TypeError(f"seeds must be an int >= 1 or a sequence of ints, got {seeds!r}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        return tuple(range(seeds))
+    out = tuple(seeds)
+    if not out or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                          for s in out):
+        raise ValueError(f"seeds must be a non-empty sequence of ints >= 0, got {seeds!r}")
+    return out
+
+
+def measure_bands(dtypes: Sequence[str] | None = None, ns: Sequence[int] = BAND_N,
+                  dists: Sequence[str] = DISTRIBUTIONS, causal: Sequence[bool] = (False, True),
+                  seeds: int | Sequence[int] = SEEDS, kernels: Sequence[str] = ("flash_model",),
+                  versus: Sequence[str] = ("fp64",), rows_per_seed: int = ROWS_PER_SEED,
+                  rows: int | None = None, block: int = 64,
+                  say: Callable[[str], None] = lambda msg: None) -> list[Band]:
+    """Measure the bands of every kernel x dtype x cell (module docstring).
+
+    ``dtypes``: default :func:`band_dtypes`. ``seeds``: a count (seeds 0..count-1) or
+    the seeds themselves. ``kernels``: "flash_model" and/or backend names
+    (:mod:`flashbench.backends`; a backend that does not take a dtype or cannot run
+    here is left out, and ``say`` says why). ``versus``: any of :data:`VERSUS`; the
+    standard model is always measured against "fp64" too (the ratios need it) and
+    returned as kernel "standard_model". ``rows_per_seed`` / ``rows``: query rows per
+    seed and per head (:func:`cell_shape`; ``rows=N`` draws square problems). Returns
+    Band records, O and LSE for each.
+    """
+    dtypes = band_dtypes() if dtypes is None else tuple(dtypes)
+    for name in dtypes:
+        if get_precision(name).name == "fp64":
+            raise ValueError("dtype fp64 has no band: its models equal the reference")
+    seed_ids = _seed_list(seeds)
+    bad = [v for v in versus if v not in VERSUS]
+    if bad or not versus:
+        raise ValueError(f"versus must be some of {VERSUS}, got {list(versus)!r}")
+    cells = [Cell(n, dist, bool(c)) for n in ns for dist in dists for c in causal]
+    bands: list[Band] = []
+    for cell in cells:
+        say(f"N={cell.n} {cell.dist}{' causal' if cell.causal else ''}")
+        inputs = _draw(cell, seed_ids, rows_per_seed, rows)
+        bands += _measure_cell(cell, inputs, dtypes, len(seed_ids), tuple(kernels),
+                               tuple(versus), block, say)
+    return bands
+
+
+def _measure_cell(cell, qkv, dtypes, n_seeds, kernels, versus, block, say):
+    q, k, v = qkv
+    refs: dict = {}
+
+    def ref_of(key, inputs):
+        if key not in refs:
+            refs[key] = reference.attention(*inputs, causal=cell.causal)
+        return refs[key]
+
+    out: list[Band] = []
+    for dtype in dtypes:
+        eps = get_precision(dtype).eps
+        inputs = tuple(caller_inputs(dtype, x) for x in (q, k, v))
+        ref = ref_of(_storage_key(dtype), inputs)
+        std = numerics.standard_model(inputs[0], inputs[1], inputs[2], dtype, causal=cell.causal)
+        outputs = {"standard_model": std}
+        for name in kernels:
+            if name == "flash_model":
+                outputs[name] = numerics.flash_model(*inputs, dtype, block=block,
+                                                     causal=cell.causal)
+            elif name != "standard_model":
+                got = _backend_output(name, dtype, inputs, cell.causal, say)
+                if got is not None:
+                    outputs[name] = got
+        against = {"fp64": ref}
+        if "fp64-unrounded" in versus:
+            against["fp64-unrounded"] = ref_of("unrounded", (q, k, v))
+        if "standard_model" in versus:
+            against["standard_model"] = tuple(to_numpy(x) for x in std)
+        std_max = {}
+        for kernel in ("standard_model", *[k for k in outputs if k != "standard_model"]):
+            for vs, target in against.items():
+                if vs not in versus and not (kernel == "standard_model" and vs == "fp64"):
+                    continue
+                if kernel == "standard_model" and vs == "standard_model":
+                    continue
+                for i, tensor in enumerate(("o", "lse")):
+                    a, rel = element_errors(outputs[kernel][i], target[i], n_seeds)
+                    stats = _summary(a, rel)
+                    ratio = {}
+                    if vs == "fp64":
+                        seed_max = a.max(axis=1)
+                        if kernel == "standard_model":
+                            std_max[tensor] = seed_max
+                        else:
+                            ratio = _ratios(seed_max, std_max[tensor])
+                    out.append(Band(kernel, dtype, cell.n, cell.dist, cell.causal, tensor, vs,
+                                    n_seeds, eps=eps, **stats, **ratio))
+    return out
+
+
+def _ratios(kernel_max: np.ndarray, standard_max: np.ndarray) -> dict:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(standard_max > 0, kernel_max / standard_max,
+                     np.where(kernel_max == 0, 0.0, np.inf))
+    p50, p99 = np.percentile(r, [50, 99])
+    return {"ratio_p50": float(p50), "ratio_p99": float(p99), "ratio_max": float(r.max())}

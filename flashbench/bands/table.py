@@ -1,0 +1,173 @@
+"""The shipped tolerance table, and :func:`tolerance` for tests.
+
+``flashbench/data/tolerances.json`` holds, per dtype x N x distribution x causal and
+for O and LSE, the *edges* of the flash model's measured band
+(:mod:`flashbench.bands.measure`: the largest error over every element of every
+seed, and the pooled p99 / p50), and the safety factor :func:`tolerance` multiplies
+them by. Regenerate it with one command (a few minutes here)::
+
+    .venv/bin/python scripts/make_tolerances.py
+
+How a test uses it (inputs made in the dtype, reference from those same values)::
+
+    import flashbench
+    from flashbench.accuracy import error_stats
+
+    q, k, v = (torch.randn(B, H, N, 64).to(torch.bfloat16) for _ in range(3))
+    o, lse = my_kernel(q, k, v, causal=True)
+    o_ref, lse_ref = flashbench.reference.attention(*(t.double().numpy() for t in (q, k, v)),
+                                                    causal=True)
+    stats = error_stats(o, o_ref)
+    assert stats["max_abs"] <= flashbench.tolerance("bf16", N, causal=True)
+    assert stats["rel_p99"] <= flashbench.tolerance("bf16", N, metric="rel_p99", causal=True)
+    assert error_stats(lse, lse_ref)["max_abs"] <= flashbench.tolerance("bf16", N, tensor="lse",
+                                                                        causal=True)
+
+Rules (:func:`tolerance`):
+
+- ``n`` is the number of keys a query row sums over (Nk). Between two tabulated N
+  the larger of the two neighbours' edges is used (errors fall with N for normal
+  inputs and rise for outliers: the envelope holds either way); an ``n`` below the
+  smallest or above the largest tabulated N is refused (ValueError).
+- ``causal=True``: rows of a causal attention see from one key up to ``n``, so the
+  edge is the largest over every tabulated causal N <= n (and the neighbour above
+  n when n is not tabulated).
+- The band is measured at head dim 64 with float64 references of the inputs as the
+  kernel received them (see :mod:`flashbench.bands.measure`).
+
+No torch, no pandas: importing this module (``flashbench.tolerance``) is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["tolerance", "load_table", "build_table", "write_table", "TABLE_METRICS", "SAFETY",
+           "TABLE_PATH"]
+
+# metric name (as flashbench.accuracy.error_stats names it) -> the Band field of its edge
+TABLE_METRICS = {"max_abs": "abs_max", "abs_p99": "abs_p99", "abs_p50": "abs_p50",
+                 "rel_max": "rel_max", "rel_p99": "rel_p99", "rel_p50": "rel_p50"}
+SAFETY = 2.0  # tolerance = edge x SAFETY (README "Tolerance bands": why 2)
+TENSORS = ("o", "lse")
+TABLE_PATH = "data/tolerances.json"  # inside the flashbench package
+VERSION = 1
+
+
+def _default_path():
+    return resources.files("flashbench").joinpath(TABLE_PATH)
+
+
+@lru_cache(maxsize=4)
+def _load(path: str | None) -> dict:
+    source = _default_path() if path is None else Path(path)
+    try:
+        table = json.loads(source.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"tolerance table {source}: cannot be read: {exc}") from None
+    if not isinstance(table, dict) or table.get("version") != VERSION or "cells" not in table:
+        raise ValueError(f"tolerance table {source}: not a version-{VERSION} table")
+    index = {}
+    for cell in table["cells"]:
+        index[(cell["dtype"], cell["dist"], cell["causal"], cell["tensor"], cell["n"])] = cell
+    table["_index"] = index
+    return table
+
+
+def load_table(path: str | Path | None = None) -> dict:
+    """The tolerance table (the shipped one by default) as a dict: ``version``,
+    ``safety``, ``dtypes``, ``n``, ``dists``, ``causal``, ``method``, ``command``,
+    ``cells`` (one dict per dtype x n x dist x causal x tensor with the edges)."""
+    table = _load(None if path is None else str(path))
+    return {k: v for k, v in table.items() if k != "_index"}
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
+              causal: bool = False, tensor: str = "o", table: str | Path | None = None) -> float:
+    """Tolerance for ``error_stats(out, ref)[metric]`` of a flash kernel in ``dtype`` whose
+    query rows sum over ``n`` keys: the measured band's upper edge x the table's
+    safety factor (module docstring for the rules, the table and an example test).
+
+    ``metric``: "max_abs" (default), "abs_p99", "abs_p50", "rel_max", "rel_p99",
+    "rel_p50" (relative error floored at 0.1 RMS(ref), as error_stats).
+    ``tensor``: "o" or "lse". ``table``: another table file (default: the shipped one).
+    ValueError for a dtype, N, dist, metric or tensor the table does not cover.
+    """
+    t = _load(None if table is None else str(table))
+    _check_choice("dtype", dtype, t["dtypes"])
+    _check_choice("dist", dist, t["dists"])
+    _check_choice("metric", metric, list(TABLE_METRICS))
+    _check_choice("tensor", tensor, TENSORS)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if causal not in t["causal"]:
+        raise ValueError(f"causal={causal} is not in the table (it covers {t['causal']})")
+    grid = sorted(t["n"])
+    if isinstance(n, bool) or not isinstance(n, int) or not grid[0] <= n <= grid[-1]:
+        raise ValueError(f"n (keys per query row) must be an int in [{grid[0]}, {grid[-1]}] "
+                         f"(the table's N: {grid}), got {n!r}")
+    above = next(g for g in grid if g >= n)
+    below = max(g for g in grid if g <= n)
+    ns = [g for g in grid if g <= above] if causal else sorted({below, above})
+    field = TABLE_METRICS[metric]
+    edges = []
+    for g in ns:
+        cell = t["_index"].get((dtype, dist, causal, tensor, g))
+        if cell is None:
+            raise ValueError(f"the tolerance table has no cell dtype={dtype} N={g} dist={dist} "
+                             f"causal={causal} tensor={tensor}")
+        edges.append(float(cell[field]))
+    return max(edges) * float(t["safety"])
+
+
+def build_table(bands, safety: float = SAFETY, command: str = "", meta: dict | None = None) -> dict:
+    """A tolerance table from :class:`flashbench.bands.measure.Band` records: the flash
+    model against the float64 reference of its inputs (other records are ignored)."""
+    if not (isinstance(safety, int | float) and math.isfinite(safety) and safety >= 1):
+        raise ValueError(f"safety must be a finite number >= 1, got {safety!r}")
+    cells = []
+    for b in bands:
+        if b.kernel != "flash_model" or b.versus != "fp64":
+            continue
+        cell = {"dtype": b.dtype, "n": b.n, "dist": b.dist, "causal": b.causal,
+                "tensor": b.tensor, "seeds": b.seeds, "elements": b.elements, "eps": b.eps}
+        cell.update({f: getattr(b, f) for f in TABLE_METRICS.values()})
+        cells.append(cell)
+    if not cells:
+        raise ValueError("no flash_model band against fp64 among the records")
+
+    def values(key):
+        return sorted({c[key] for c in cells}, key=lambda x: (str(type(x)), x))
+
+    from flashbench.precision import DTYPES  # the registry's order
+
+    dtypes = [d for d in DTYPES if d in {c["dtype"] for c in cells}]
+    return {"version": VERSION, "safety": float(safety), "dtypes": dtypes, "n": values("n"),
+            "dists": values("dist"), "causal": values("causal"), "command": command,
+            "method": "edges of the flash model's measured bands (flashbench.bands.measure): "
+                      "abs_max / rel_max: largest error over every element of every seed; "
+                      "*_p99 / *_p50: percentiles over those elements pooled; float64 "
+                      "reference of the inputs as the kernel received them; tolerance = "
+                      "edge x safety", **(meta or {}), "cells": cells}
+
+
+def write_table(table: dict, path: str | Path) -> Path:
+    """Write ``table`` as JSON (one cell per line: reviewable diffs); returns the path."""
+    path = Path(path)
+    cells = table["cells"]
+    head = {k: v for k, v in table.items() if k != "cells"}
+    text = json.dumps(head, indent=1)[:-2] + ',\n "cells": [\n' + ",\n".join(
+        "  " + json.dumps(c, sort_keys=False) for c in cells) + "\n ]\n}\n"
+    json.loads(text)  # the hand-made layout must stay valid JSON
+    path.write_text(text)
+    _load.cache_clear()
+    return path

@@ -1,0 +1,134 @@
+"""``flashbench bands``: the lecture's error bands per dtype x N x distribution."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from flashbench.inputs import DISTRIBUTIONS
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def add_parser(sub) -> None:
+    from flashbench.bands.measure import BAND_N, SEEDS
+
+    b = sub.add_parser(
+        "bands", help="error bands per dtype x N x distribution (p50 / p99 / max)",
+        description="Error of the flash model (and of other kernels) against the float64 "
+        "reference of the same inputs, per dtype x N (keys per query row) x input "
+        "distribution x causal, over several seeds: p50 / p99 / max of the absolute and "
+        "relative error, in eps too, and the baseline ratio. Measured afresh (default: "
+        f"{SEEDS} seeds, N {' '.join(map(str, BAND_N))}, under a minute here) or read "
+        "from asv results (--from-results).")
+    b.add_argument("--dtype", nargs="+", default=None,
+                   help="dtypes (default: every registry dtype but fp64 that the models take)")
+    b.add_argument("--n", nargs="+", type=_positive, default=list(BAND_N),
+                   help=f"keys per query row (default: {' '.join(map(str, BAND_N))})")
+    b.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
+    b.add_argument("--causal", choices=["both", "on", "off"], default="both")
+    b.add_argument("--seeds", type=_positive, default=SEEDS,
+                   help=f"seeds per cell (default {SEEDS}; seeds 0..S-1)")
+    b.add_argument("--kernels", nargs="+", default=["flash_model"],
+                   help="flash_model and/or backend names, e.g. triton (the interpreter "
+                   "here: about 1 s per seed and cell), torch-naive (default: flash_model)")
+    b.add_argument("--unrounded", action="store_true",
+                   help="also the error against the reference of the unrounded draws "
+                   "(input rounding included, the lecture's script)")
+    b.add_argument("--tensor", choices=["o", "lse"], default="o", help="which output to table")
+    b.add_argument("--from-results", metavar="DIR", default=None,
+                   help="print the latest commit's bands from these asv results instead")
+    b.add_argument("--json", metavar="FILE", default=None,
+                   help="also write every band (O and LSE, per-seed maxima) as JSON")
+    b.add_argument("--force", action="store_true", help="let --json overwrite FILE")
+    b.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    b.set_defaults(func=run)
+
+
+def _check_json_target(path, force: bool) -> Path | None:
+    if path is None:
+        return None
+    target = Path(path)
+    if target.exists() and not force:
+        raise ValueError(f"--json {path}: the file exists (pass --force to overwrite it)")
+    if target.is_dir():
+        raise ValueError(f"--json {path}: is a folder, expected a file name")
+    return target
+
+
+def run(args) -> int:
+    from flashbench.bands.render import legend, render_table, to_json
+
+    target = _check_json_target(args.json, args.force)
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    if args.from_results is not None:
+        bands, meta = _from_results(args.from_results)
+        head = (f"Bands of commit {meta['commit'][:8]} on {meta['machine']} from the asv "
+                f"results in {args.from_results} (the bands suite's tracks).")
+    else:
+        bands, meta = _measure(args, say)
+        head = (f"Measured in {meta['seconds']:.1f} s (wall clock, this machine): "
+                f"{meta['seeds']} seeds x {meta['rows_per_seed']} query rows x d="
+                f"{meta['head_dim']} per cell.")
+    print(head)
+    print(legend(meta.get("seeds"), meta.get("rows_per_seed"), args.tensor))
+    print()
+    print(render_table(bands, tensor=args.tensor))
+    for kernel in sorted({b["kernel"] if isinstance(b, dict) else b.kernel for b in bands}
+                         - {"flash_model", "standard_model"}):
+        print(f"\n{kernel}:\n")
+        print(render_table(bands, tensor=args.tensor, kernel=kernel))
+    if target is not None:
+        target.write_text(json.dumps(to_json(bands, meta), indent=1) + "\n")
+        print(f"\nwrote {target}")
+    return 0
+
+
+def _measure(args, say):
+    from flashbench.bands.measure import HEAD_DIM, ROWS_PER_SEED, measure_bands
+
+    causal = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    versus = ("fp64", "standard_model") + (("fp64-unrounded",) if args.unrounded else ())
+    t0 = time.perf_counter()
+    bands = measure_bands(dtypes=args.dtype, ns=args.n, dists=args.dist, causal=causal,
+                          seeds=args.seeds, kernels=args.kernels, versus=versus, say=say)
+    meta = {"seconds": time.perf_counter() - t0, "seeds": args.seeds,
+            "rows_per_seed": ROWS_PER_SEED, "head_dim": HEAD_DIM,
+            "dtypes": sorted({b.dtype for b in bands}), "n": list(args.n), "dists": args.dist,
+            "causal": list(causal), "kernels": args.kernels, "versus": list(versus)}
+    return bands, meta
+
+
+def _from_results(path):
+    import warnings
+
+    from flashbench.history import load_results
+    from flashbench.history.bands import band_history, latest_bands
+
+    if not Path(path).is_dir():
+        raise ValueError(f"--from-results {path}: not a folder of asv results")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = load_results(path)
+    records = latest_bands(band_history(df))
+    if not records:
+        raise ValueError(f"--from-results {path}: no bands tracks recorded there")
+    return records, {"commit": str(records[0]["commit"]), "machine": str(records[0]["machine"]),
+                     "seeds": None, "rows_per_seed": None, "source": str(path)}
