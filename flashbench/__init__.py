@@ -23,4 +23,8 @@ def __getattr__(name):
         from flashbench.kernels.triton_fwd import triton_attention
 
         return triton_attention
+    if name == "tolerance":  # the shipped tolerance table (no torch import)
+        from flashbench.bands.table import tolerance
+
+        return tolerance
     raise AttributeError(f"module 'flashbench' has no attribute {name!r}")
