@@ -24,12 +24,12 @@ import subprocess
 import sys
 import traceback
 
-from flashbench.cli import check, history, review, table
+from flashbench.cli import bands, check, history, review, table
 from flashbench.cli.common import Parser, jsonable, parse_shape
 
 __all__ = ["main", "build_parser", "parse_shape", "jsonable", "COMMANDS", "BAD_INPUT", "ERROR"]
 
-COMMANDS = (check, history, review, table)
+COMMANDS = (check, history, review, table, bands)
 BAD_INPUT, ERROR = 2, 3
 
 
@@ -56,10 +56,10 @@ def _quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)  # bad arguments: one line, SystemExit(2)
-    name = f"flashbench {args.command}"
+    name = "flashbench"
     try:
+        args = build_parser().parse_args(argv)  # bad arguments: one line, SystemExit(2)
+        name = f"flashbench {args.command}"
         status = args.func(args)
         sys.stdout.flush()
         return status

@@ -1,0 +1,246 @@
+"""Every subcommand meets bad arguments the same way: exit status 2, exactly one line on
+stderr, no traceback, and nothing written outside ``.asv/`` (and the named output).
+
+A hypothesis test drives :func:`flashbench.cli.main` in a throw-away clone with
+generated bad arguments: for every subcommand in ``COMMANDS`` (found by introspecting
+the parser, so a new subcommand is covered without editing this file) values that its
+options cannot parse, choices it does not offer, unknown options, options without
+their value; and, for the subcommands that take them, values that parse but mean
+nothing (``--factor nan``, an unresolvable revision, a machine name that is a path, a
+results folder that does not exist, ...). A few cases run as real processes too, and
+the error statuses of the tool itself (3) are checked apart.
+"""
+
+import argparse
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flashbench.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    repo = tmp / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+    home = tmp / "home"
+    home.mkdir()
+    return repo, home
+
+
+def _subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+SUBPARSERS = _subparsers()
+
+
+def _typed_options(sub):
+    """(option string, action) of every option that needs a value."""
+    return [(a.option_strings[0], a) for a in sub._actions
+            if a.option_strings and a.nargs not in (0, "?", "*")
+            and not isinstance(a, argparse._HelpAction)]
+
+
+CANDIDATES = ["x", "", "1,5", "0x", "1e", "1.5", "nan", "inf", "-inf", "-1", "0", "1e400",
+              "axb", "1x2", "1x1x0x16", "(", "[a", "a{2,1}", "../x", "a/b", "..", "-x"]
+
+
+def _refuses(kind, value) -> bool:
+    try:
+        kind(value)
+    except (argparse.ArgumentTypeError, ValueError, TypeError):
+        return True
+    return False
+
+
+def _unparsable(action):
+    """Values this option's parser refuses (checked here, by calling its type), or None."""
+    if action.choices is not None:
+        bad = [v for v in ("no-such-choice", "", "*") if v not in action.choices]
+    elif action.type in (None, str):
+        return None
+    else:
+        bad = [v for v in CANDIDATES if _refuses(action.type, v)]
+    return st.sampled_from(bad) if bad else None
+
+
+def _semantic(command):
+    """Values that parse but that the subcommand must refuse (command-specific)."""
+    if command == "review":
+        return st.sampled_from([
+            ["--factor", "nan"], ["--factor", "inf"], ["--factor", "1"], ["--factor", "-2"],
+            ["--factor", "1e400"], ["--acc-tol", "nan"], ["--acc-tol", "-0.1"],
+            ["--budget", "0"], ["--budget", "inf"], ["--budget", "nan"],
+            ["--results", "/nonexistent/results"], ["origin/mian"], ["HEAD", "no-such-rev"],
+            ["--machine", "../../../somewhere"], ["--bench", "("]])
+    if command == "check":
+        return st.sampled_from([["--block", "0", "--quiet"], ["--block", "-3", "--quiet"],
+                                ["--shape", "1x1x0x16"]])
+    if command == "history":
+        return st.sampled_from([["/nonexistent/results"]])
+    return st.nothing()
+
+
+@st.composite
+def bad_arguments(draw):
+    command = draw(st.sampled_from(sorted(SUBPARSERS)))
+    sub = SUBPARSERS[command]
+    options = [(opt, a, _unparsable(a)) for opt, a in _typed_options(sub)]
+    options = [(opt, a, s) for opt, a, s in options if s is not None]
+    kinds = ["unknown-option", "missing-value"] + (["unparsable"] if options else [])
+    kinds += ["semantic"] if command in ("review", "check", "history") else []
+    kind = draw(st.sampled_from(kinds))
+    if kind == "unknown-option":
+        return [command, draw(st.sampled_from(["--no-such-option", "--factorr", "-Z"]))]
+    if kind == "missing-value":
+        opts = [opt for opt, _ in _typed_options(sub)]
+        if not opts:
+            return [command, "--no-such-option"]
+        return [command, draw(st.sampled_from(opts))]
+    if kind == "unparsable":
+        opt, action, values = draw(st.sampled_from(options))
+        return [command, f"{opt}={draw(values)}"]
+    return [command, *draw(_semantic(command))]
+
+
+def _snapshot(*folders):
+    """{path: (size, mtime)} of every file outside .git/ and .asv/."""
+    out = {}
+    for folder in folders:
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames[:] = [d for d in dirnames if d not in (".git", ".asv")]
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                st_ = os.stat(p)
+                out[p] = (st_.st_size, st_.st_mtime_ns)
+    return out
+
+
+class Ran(BaseException):
+    """Not an Exception: no ``except Exception`` in the command can swallow it."""
+
+
+def _alarm(signum, frame):
+    raise Ran("a command ran for a minute instead of refusing its arguments")
+
+
+def run_in(repo, home, argv):
+    """main(argv) in ``repo`` with HOME=home; (status, stdout, stderr)."""
+    old_cwd, old_home = os.getcwd(), os.environ.get("HOME")
+    out, err = io.StringIO(), io.StringIO()
+    old_handler = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(60)
+    try:
+        os.chdir(repo)
+        os.environ["HOME"] = str(home)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(argv)
+            except SystemExit as exc:
+                status = exc.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old_handler)
+        os.chdir(old_cwd)
+        if old_home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old_home
+    return status, out.getvalue(), err.getvalue()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(argv=bad_arguments())
+def test_bad_arguments_exit_2_with_one_line_and_write_nothing(clone, argv):
+    repo, home = clone
+    before = _snapshot(repo, home)
+    status, out, err = run_in(repo, home, argv)
+    assert status == 2, (argv, status, out, err)
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0], (argv, err)
+    assert "Traceback" not in err and "error" in lines[0], (argv, err)
+    assert _snapshot(repo, home) == before, argv
+
+
+# check validates --block after its first progress line: --quiet keeps stderr to the error
+@pytest.mark.parametrize("argv", [[], ["no-such-command"], ["review", "--factor", "nan"],
+                                  ["review", "--bench", "("], ["review", "--machine", "../x"],
+                                  ["check", "--block", "0", "--quiet"], ["check", "--seed", "x"]])
+def test_real_process_bad_arguments(clone, argv):
+    repo, home = clone
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", *argv], cwd=repo,
+                       capture_output=True, text=True, env={**os.environ, "HOME": str(home)},
+                       timeout=300)
+    assert r.returncode == 2, r
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr and not r.stdout
+
+
+def test_every_subcommand_is_covered():
+    assert {m.__name__.rsplit(".", 1)[-1] for m in COMMANDS} <= set(SUBPARSERS)
+    assert {"check", "history", "review"} <= set(SUBPARSERS)
+
+
+# ------------------------------------------------------------------ the tool's own failures
+
+
+def test_unwritable_output_is_status_3_before_any_work(clone):
+    repo, home = clone
+    status, out, err = run_in(repo, home, ["review", "--output", "/nonexistent/dir/x.md"])
+    assert status == 3 and err.count("\n") == 1 and "does not exist" in err
+    assert "Traceback" not in err
+
+
+def test_outside_a_project_is_refused(tmp_path, clone):
+    _, home = clone
+    status, _, err = run_in(tmp_path, home, ["review"])
+    assert status == 2 and "not inside a git repository" in err and err.count("\n") == 1
+
+
+def test_failures_map_to_their_statuses(monkeypatch, capsys):
+    from flashbench.cli import review as review_cli
+
+    def fail(exc):
+        def run(args):
+            raise exc
+        return run
+
+    cases = [(BrokenPipeError(), 3, ""), (OSError("disk full"), 3, "failed: disk full"),
+             (subprocess.CalledProcessError(1, ["asv"]), 3, "failed"),
+             (RuntimeError("asv run wrote no results"), 3, "failed: asv run"),
+             (ValueError("bad\nvalue"), 2, "error: bad value"),
+             (KeyboardInterrupt(), 130, "interrupted (SIGINT)")]
+    for exc, status, text in cases:
+        monkeypatch.setattr(review_cli, "run", fail(exc))
+        monkeypatch.setattr(sys.stdout, "fileno", lambda: os.open(os.devnull, os.O_WRONLY))
+        assert main(["review"]) == status, exc
+        err = capsys.readouterr().err
+        assert (text in err) if text else err == ""
+        assert err.count("\n") <= 1 and "Traceback" not in err
+
+
+def test_closed_pipe_is_quiet(clone):
+    """``flashbench ... | head`` closing the pipe: status 3, nothing on stderr."""
+    repo, home = clone
+    r, w = os.pipe()
+    os.close(r)
+    proc = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x8x16",
+                           "--dtype", "fp32", "--no-backends", "--json", "--quiet"], cwd=repo,
+                          stdout=w, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "HOME": str(home)}, timeout=120)
+    os.close(w)
+    assert proc.returncode == 3 and proc.stderr == ""
