@@ -10,16 +10,25 @@ site's pages is rewritten to them (the CDN integrity hashes do not match npm's
 builds of the files, so they are dropped).
 
     python -m flashbench.site [--html-dir DIR]   # publish + localise, print the folder
+
+Concurrent runs do not break each other: each publishes into a private folder beside
+the target and swaps it into place under a lock (the last one wins, both succeed), and
+the package cache is filled under a lock of its folder, one package at a time through
+a private folder. When ``asv publish`` fails, its own last words are the error
+(:class:`PublishError`); ``main`` prints one line and exits 3 (2 for bad arguments).
 """
 
 from __future__ import annotations
 
-import argparse
+import fcntl
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 PACKAGES = ["jquery@3.3.1", "flot@0.8.3", "bootstrap@3.1.1", "blueimp-md5@2.19.0",
@@ -41,26 +50,52 @@ CACHE = Path(".asv/vendor")
 _TAG = re.compile(r'<(script|link)\b([^>]*?)\b(src|href)="(https?://[^"]+)"([^>]*)>')
 
 
+class PublishError(RuntimeError):
+    """asv publish or npm failed; the message carries the tool's own error."""
+
+
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on ``folder`` itself (flock on its descriptor: no lock file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _last_words(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
 def fetch_vendor(cache: Path = CACHE) -> Path:
     """npm-pack the packages into ``cache`` (once) and unpack them; returns the folder."""
+    cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
-    for spec in PACKAGES:
-        name = spec.rsplit("@", 1)[0]
-        target = cache / name
-        if target.exists():
-            continue
-        if shutil.which("npm") is None:
-            raise RuntimeError("npm is needed once to fetch the site's JavaScript packages")
-        out = subprocess.run(["npm", "pack", spec, "--silent"], cwd=cache, capture_output=True,
-                             text=True)
-        if out.returncode != 0:
-            raise RuntimeError(f"npm pack {spec} failed: {out.stderr.strip()}")
-        tgz = cache / out.stdout.strip().splitlines()[-1]
-        with tarfile.open(tgz) as tar:
-            tar.extractall(cache / f".{name}", filter="data")
-        (cache / f".{name}" / "package").rename(target)
-        shutil.rmtree(cache / f".{name}")
-        tgz.unlink()
+    with _locked(cache):
+        for spec in PACKAGES:
+            name = spec.rsplit("@", 1)[0]
+            target = cache / name
+            if target.exists():
+                continue
+            if shutil.which("npm") is None:
+                raise PublishError("npm is needed once to fetch the site's JavaScript packages")
+            work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache))
+            try:
+                out = subprocess.run(["npm", "pack", spec, "--silent"], cwd=work,
+                                     capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise PublishError(f"npm pack {spec} failed: "
+                                       f"{_last_words(out.stderr + out.stdout)}")
+                tgz = work / out.stdout.strip().splitlines()[-1]
+                with tarfile.open(tgz) as tar:
+                    tar.extractall(work / "unpacked", filter="data")
+                (work / "unpacked" / "package").rename(target)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     return cache
 
 
@@ -92,23 +127,57 @@ def localize(html_dir: Path, cache: Path = CACHE) -> int:
     return count
 
 
+def _html_dir(config: str) -> Path:
+    from asv.util import load_json
+
+    try:
+        conf = load_json(config, js_comments=True)
+    except Exception as exc:  # asv's UserError for a missing or broken file
+        raise PublishError(f"cannot read {config}: {exc}") from None
+    return (Path(config).resolve().parent / conf.get("html_dir", "html")).resolve()
+
+
 def publish(config: str = "asv.conf.json", html_dir: str | None = None) -> Path:
-    """``asv publish`` (optionally into ``html_dir``), then :func:`localize`; returns the folder."""
-    cmd = [sys.executable, "-m", "asv", "publish", "--config", config]
-    if html_dir:
-        cmd += ["--html-dir", html_dir]
-    subprocess.run(cmd, check=True, capture_output=True)
-    out = Path(html_dir) if html_dir else Path(".asv/html")
-    if localize(out, fetch_vendor()) == 0:
-        raise RuntimeError(f"no CDN reference found to localise in {out}/*.html")
+    """``asv publish`` (into ``html_dir``, default the config's), then :func:`localize`;
+    returns the folder. The site is built in a private folder and swapped into place."""
+    out = Path(html_dir).resolve() if html_dir else _html_dir(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+    try:
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", config, "--html-dir",
+               str(build)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PublishError(f"asv publish failed (exit {r.returncode}): "
+                               f"{_last_words(r.stderr + r.stdout)}")
+        if localize(build, fetch_vendor()) == 0:
+            raise PublishError(f"no CDN reference found to localise in {out}/*.html")
+        with _locked(out.parent):
+            old = None
+            if out.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+                os.rename(out, old / "site")
+            os.rename(build, out)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     return out
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="asv publish, with local copies of the site's JS")
+    from flashbench.cli.common import Parser  # one line of error for bad arguments
+
+    p = Parser(prog="python -m flashbench.site",
+               description="asv publish, with local copies of the site's JS")
     p.add_argument("--html-dir", help="where to write the site (default: asv.conf.json's)")
+    p.add_argument("--config", default="asv.conf.json", help="asv configuration file")
     args = p.parse_args(argv)
-    print(publish(html_dir=args.html_dir))
+    try:
+        print(publish(config=args.config, html_dir=args.html_dir))
+    except (PublishError, OSError, ValueError) as exc:
+        print(f"{p.prog}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -8,6 +8,8 @@ is drawn with points. Screenshots go to .asv/site-check/ (ignored).
 import functools
 import http.server
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -93,3 +95,29 @@ def test_benchmark_grid_and_a_graph_with_points_render(site, browser):
         return p.getData().reduce(function(n, s){ return n + s.data.length; }, 0);""")
     browser.save_screenshot(str(SHOTS / "graph.png"))
     assert points >= 1, "no points plotted"
+
+
+def test_concurrent_publishes_both_succeed(tmp_path):
+    """Issue 16 item 17: two ``python -m flashbench.site`` at once into one folder."""
+    html = tmp_path / "site"
+    cmd = [sys.executable, "-m", "flashbench.site", "--config", str(ROOT / "asv.conf.json"),
+           "--html-dir", str(html)]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert (html / "index.html").is_file() and (html / "vendor" / "jquery").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no build folder left
+    assert not [p for p in (ROOT / ".asv" / "vendor").iterdir() if p.name.startswith(".")]
+
+
+def test_asv_publish_failure_shows_asvs_own_error(tmp_path):
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{"version": 1, "project": "x", "repo": ".", "results_dir": "nope", '
+                    '"html_dir": "html"}')
+    r = subprocess.run([sys.executable, "-m", "flashbench.site", "--config", str(conf)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3, r
+    assert "asv publish failed" in r.stderr and "Can not determine what kind of DVCS" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asv.conf.json"]
