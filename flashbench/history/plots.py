@@ -99,7 +99,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     axes[0][0].set_ylabel(f"{unit[0] if len(unit) else MAIN_METRIC} (unitless)")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"Accuracy over history ({_texts(acc['shape'], 'shape')}; "
-                 f"{_texts(acc['dist'], 'inputs')})")
+                 f"{_texts(acc['dist'], 'dist')})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
