@@ -285,6 +285,9 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     Returns:
         (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key).
+        o is differentiable in q, k, v (the Triton backward,
+        :mod:`flashbench.kernels.triton_bwd`); lse is not.
     """
-    o, lse, _ = forward(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)
-    return o, lse
+    from flashbench.kernels.triton_bwd import attention_function
+
+    return attention_function(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)
