@@ -16,7 +16,7 @@ sdpa-flash      SDPA pinned to torch's flash kernel            cpu, cuda  yes   
 sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       yes   yes
 sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       yes   yes
 sdpa-math       SDPA pinned to torch's math (composite) path   cpu, cuda  yes   yes
-triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   no
+triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   yes
 flex            torch.compile(flex_attention)                  cpu, cuda  yes   cuda
 ==============  =============================================  =========  ====  =====
 
@@ -180,6 +180,10 @@ def _triton(q, k, v, causal=False, scale=None):
     return triton_attention(q, k, v, causal=causal, scale=scale)
 
 
+def _triton_output(q, k, v, causal=False, scale=None):
+    return _triton(q, k, v, causal=causal, scale=scale)[0]
+
+
 def _triton_unavailable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed"
@@ -222,9 +226,11 @@ BACKENDS: dict[str, Backend] = {
               ("cuda",)),
         _sdpa("cudnn", "SDPA pinned to cuDNN attention (CUDNN_ATTENTION)", ("cuda",)),
         _sdpa("math", "SDPA pinned to torch's math path (MATH)"),
-        Backend("triton", _triton, "flashbench fused Triton forward kernel", TORCH_FLOATS,
+        Backend("triton", _triton, "flashbench fused Triton kernel, forward and backward",
+                TORCH_FLOATS,
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
-                limits=_triton_limits, gqa=True, lse="the kernel's own (float32)"),
+                limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
+                timed=_triton_output, differentiable=True),
         Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
