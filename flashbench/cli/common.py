@@ -44,6 +44,17 @@ def finite(lo: float, hi: float, lo_open: bool = False):
     return parse
 
 
+def positive_int(text: str) -> int:
+    """An argument type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def regex(text: str) -> str:
     """An argument type: a regular expression that compiles (returned as text)."""
     try:

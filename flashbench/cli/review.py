@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from flashbench.cli.common import finite, machine_name, regex
+from flashbench.cli.common import finite, machine_name, positive_int, regex
 
 
 def add_parser(sub) -> None:
@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     r.add_argument("--bench", type=regex, help="only benchmarks whose name matches this regex")
     r.add_argument("--machine", type=machine_name,
                    help="machine name (default: flashbench.machine's name for this machine)")
+    r.add_argument("--threads", type=positive_int,
+                   help="same-run: thread pools of the measured code (OpenMP, OpenBLAS, MKL; "
+                   "default: theirs). 1 keeps a busy machine's load from stretching calls")
     r.add_argument("--allow-dirty", action="store_true",
                    help="review the committed HEAD although flashbench/ or benchmarks/ have "
                    "uncommitted edits (the header says they were not measured)")
@@ -68,7 +71,8 @@ def run(args) -> int:
     opts = Options(base=args.base, head=args.head, reuse=args.reuse, results=args.results,
                    quick=args.quick, existing=args.existing, factor=args.factor,
                    acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
-                   machine=args.machine, allow_dirty=args.allow_dirty)
+                   machine=args.machine, allow_dirty=args.allow_dirty,
+                   threads=args.threads)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
     if args.output:

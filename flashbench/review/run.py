@@ -63,6 +63,7 @@ class Options:
     bench: str | None = None
     machine: str | None = None
     allow_dirty: bool = False
+    threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
 
     def check(self) -> None:
         """ValueError/TypeError naming the option and what it accepts."""
@@ -74,6 +75,9 @@ class Options:
             compile_bench(self.bench)
         if self.machine is not None:
             check_machine_name(self.machine)
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
+                self.threads, int) or not 1 <= self.threads <= 4096):
+            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
         if self.results is not None and not Path(self.results).is_dir():
             raise ValueError(f"results folder {self.results!r} does not exist")
 
@@ -207,6 +211,10 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
 
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
               log) -> None:
+    if opts.threads:
+        review.notes.append(f"Measured with {opts.threads} thread(s) per worker (OpenMP, "
+                            "OpenBLAS and MKL thread pools): fewer threads than cores keep a "
+                            "busy machine's load from stretching one side's calls.")
     if opts.existing:
         review.notes.append("--existing has no effect here: same-run A/B always runs in this "
                             "Python, with each commit's tree first on PYTHONPATH.")
@@ -217,7 +225,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                  for side, commit in (("base", review.base), ("head", review.head))}
         workers = {}
         for side, tree in trees.items():
-            workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log")
+            workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log",
+                                   opts.threads)
             stack.callback(workers[side].stop)
             workers[side].start()
             if workers[side].error:
@@ -239,7 +248,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         def measure(point: Point, side: str, plan) -> dict:
             if point.type == "peakmemory":
                 return peak_memory(trees[side], bench_dir, point.name, point.index,
-                                   session.folder / f"{side}.log", 2 * point.timeout + 60)
+                                   session.folder / f"{side}.log", 2 * point.timeout + 60,
+                                   opts.threads)
             return workers[side].ask(timeout=2 * point.timeout + 60, op="time",
                                      name=point.name, index=point.index, number=plan.number,
                                      samples=plan.per_block, warmup=plan.warmup)

@@ -31,8 +31,14 @@ class WorkerError(RuntimeError):
     """A worker could not be started or answered nonsense (exit status 3)."""
 
 
-def _env(tree: Path) -> dict:
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+
+def _env(tree: Path, threads: int | None = None) -> dict:
     env = dict(os.environ)
+    if threads:  # the measured code's thread pools (BLAS, OpenMP: numpy and torch)
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
     env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
                                      if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the trees
@@ -50,8 +56,10 @@ def _tail(path: Path, lines: int = 1) -> str:
 class Worker:
     """``worker.py serve`` in ``tree``: one request, one reply (JSON lines)."""
 
-    def __init__(self, label: str, tree: Path, bench_dir: Path, log: Path):
+    def __init__(self, label: str, tree: Path, bench_dir: Path, log: Path,
+                 threads: int | None = None):
         self.label, self.tree, self.bench_dir, self.log = label, Path(tree), bench_dir, log
+        self.threads = threads
         self.proc: subprocess.Popen | None = None
         self.error: str | None = None  # discovery failed in this commit: why
 
@@ -61,7 +69,7 @@ class Worker:
             try:
                 self.proc = subprocess.Popen(
                     [sys.executable, str(SCRIPT), "serve", str(self.bench_dir)],
-                    cwd=self.tree, env=_env(self.tree), stdin=subprocess.PIPE,
+                    cwd=self.tree, env=_env(self.tree, self.threads), stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
             except OSError as exc:
                 raise WorkerError(f"cannot start the {self.label} worker: {exc}") from None
@@ -143,13 +151,13 @@ class Worker:
 
 
 def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
-                timeout: float) -> dict:
+                timeout: float, threads: int | None = None) -> dict:
     """One fresh-process peak-memory measurement (bytes) of a grid point."""
     with open(log, "a") as err:
         try:
             r = subprocess.run([sys.executable, str(SCRIPT), "peakmem", str(bench_dir), name,
-                                str(index)], cwd=tree, env=_env(tree), stdout=subprocess.PIPE,
-                               stderr=err, text=True, timeout=timeout)
+                                str(index)], cwd=tree, env=_env(tree, threads),
+                               stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
     lines = r.stdout.strip().splitlines()
