@@ -1,0 +1,230 @@
+"""How often does ``flashbench review`` catch a slowdown, and how often does it cry wolf?
+
+In a throw-away clone of this repository's committed HEAD, the script makes commits
+on top of it and reviews each one several times against it (same-run A/B, the
+default review), then prints one table:
+
+- a no-op commit (README only): any "slower" verdict is a false alarm;
+- one commit per size (default 1.1, 1.2, 1.3, 1.5): the streamed reference's loop
+  (``stream_attention`` in flashbench/streaming.py) spins, after its blocks, for
+  ``size - 1`` times the time the blocks took: every timing whose call runs that loop
+  (the affected set, ``--affected``: TimeStreamBlock, streamed TimeAttention,
+  TimeModels' flash_model) grows by about ``size`` times the loop's share of the call
+  (nearly all of it); the others are untouched.
+
+Per size: reviews; detected (reviews with "slower" on every affected timing);
+false alarms (reviews with "slower" on an untouched timing, or on any timing of the
+no-op commit); ambiguous share (rows "ambiguous" / all timing rows); the measured
+size (median head/base ratio of the affected rows); review wall time (median and
+max, seconds, the whole ``flashbench review`` process). The lines after the table say
+whether the targets of the review-power issue are met.
+
+    python scripts/review_power.py                                 # the full study
+    python scripts/review_power.py --reviews 2 --sizes 1.3 \\
+        --bench "TimeAttention.*1024x1024x64" --budget 60          # a small look
+
+Run it on a quiet machine: the figures are the machine's as much as the review's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMINGS = r"\.time_"  # every time_ benchmark (the timing suites)
+AFFECTED = (r"TimeStreamBlock|TimeAttention.*impl='streamed'|TimeModels.*model='flash_model'")
+LOOP = "    for start in range(0, nk, block):\n"
+SPIN = '''    _spent = _review_power_clock() - _review_power_t0
+    _until = _review_power_clock() + {extra!r} * _spent  # review_power.py: size {size}
+    while _review_power_clock() < _until:
+        pass
+'''
+GIT_ENV = {"GIT_AUTHOR_NAME": "review-power", "GIT_AUTHOR_EMAIL": "power@flashbench",
+           "GIT_COMMITTER_NAME": "review-power", "GIT_COMMITTER_EMAIL": "power@flashbench"}
+
+
+def git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                       env={**os.environ, **GIT_ENV})
+    if r.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def slowed(source: str, size: float) -> str:
+    """streaming.py whose stream_attention spins ``size - 1`` times its loop's time."""
+    start = source.index("def stream_attention(")
+    loop = source.index(LOOP, start)
+    ret = source.index("    return ", loop)
+    extra = round(size - 1.0, 6)
+    return (source[:loop]
+            + "    from time import perf_counter as _review_power_clock\n"
+            + "    _review_power_t0 = _review_power_clock()\n"
+            + source[loop:ret] + SPIN.format(extra=extra, size=size) + source[ret:])
+
+
+def make_commits(repo: Path, sizes: list[float]) -> dict:
+    """{label: commit}: base, no-op and one commit per size, each on top of base."""
+    base = git(repo, "rev-parse", "HEAD")
+    commits = {"base": base}
+    streaming = repo / "flashbench" / "streaming.py"
+    original = streaming.read_text()
+    if LOOP not in original:
+        raise RuntimeError("flashbench/streaming.py has no stream_attention loop to slow")
+    readme = repo / "README.md"
+    for label, edit in [("no-op", None)] + [(f"{s:g}x", s) for s in sizes]:
+        git(repo, "checkout", "-q", "--detach", base)
+        if edit is None:
+            readme.write_text(readme.read_text() + "\n<!-- review_power.py: no-op -->\n")
+        else:
+            streaming.write_text(slowed(original, edit))
+        git(repo, "commit", "-qam", f"review_power.py: {label}")
+        commits[label] = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "--detach", base)
+    return commits
+
+
+def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "flashbench.cli", "review", base, head, "--json", "--bench",
+           args.bench]
+    if args.budget:
+        cmd += ["--budget", str(args.budget)]
+    if args.quick:
+        cmd.append("--quick")
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True,
+                       env={**os.environ, "HOME": str(home)})
+    seconds = time.monotonic() - t0
+    if r.returncode not in (0, 1, 2) or not r.stdout.strip():
+        raise RuntimeError(f"review exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout), seconds
+
+
+def score(label: str, docs: list[tuple[dict, float]], affected) -> dict:
+    rows = [[x for x in doc["rows"] if x["kind"] == "time"] for doc, _ in docs]
+    noop = label == "no-op"
+    hit = [x for x in sum(rows, []) if affected(x)]
+
+    def detected(rs):
+        mine = [x for x in rs if affected(x)]
+        return bool(mine) and all(x["verdict"] == "slower" for x in mine)
+
+    def false_alarm(rs):
+        return any(x["verdict"] == "slower" and (noop or not affected(x)) for x in rs)
+
+    total = sum(len(rs) for rs in rows)
+    times = [s for _, s in docs]
+    ratios = [x["ratio"] for x in hit if x["ratio"] is not None]
+    return {"size": label, "reviews": len(docs),
+            "detected": None if noop else sum(detected(rs) for rs in rows),
+            "false_alarms": sum(false_alarm(rs) for rs in rows),
+            "ambiguous": sum(x["verdict"] == "ambiguous" for rs in rows for x in rs)
+            / max(total, 1),
+            "rows": total // max(len(docs), 1),
+            "measured": statistics.median(ratios) if ratios and not noop else None,
+            "median_s": statistics.median(times), "max_s": max(times)}
+
+
+def table(results: list[dict]) -> str:
+    head = ("| size | reviews | detected (slower on every affected timing) | false alarms | "
+            "ambiguous rows | timing rows per review | measured head/base (median, affected) "
+            "| review wall time, median / max (s) |")
+    lines = [head, "|" + "---|" * 8]
+    for r in results:
+        detected = "-" if r["detected"] is None else f"{r['detected']}/{r['reviews']}"
+        measured = "-" if r["measured"] is None else f"{r['measured']:.3f}"
+        lines.append(f"| {r['size']} | {r['reviews']} | {detected} | "
+                     f"{r['false_alarms']}/{r['reviews']} | {r['ambiguous']:.0%} | {r['rows']} | "
+                     f"{measured} | {r['median_s']:.0f} / {r['max_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def targets(results: list[dict], args) -> list[str]:
+    by = {r["size"]: r for r in results}
+    out = []
+    if "no-op" in by:
+        r = by["no-op"]
+        out.append(f"no-op: {r['false_alarms']}/{r['reviews']} reviews with a 'slower' verdict "
+                   "(target: none in 10 of 10)")
+    for label, r in by.items():
+        if label == "no-op":
+            continue
+        size = float(label.rstrip("x"))
+        if size >= 1.3:
+            out.append(f"{label}: detected in {r['detected']}/{r['reviews']}, untouched timings "
+                       f"called slower in {r['false_alarms']} (target: every review, none)")
+        elif size >= 1.2:
+            out.append(f"{label}: detected in {r['detected']}/{r['reviews']} (target: >= 9 of 10)")
+    worst = max((r["ambiguous"] for r in results), default=0.0)
+    out.append(f"ambiguous rows: at most {worst:.0%} per size (target: <= 10%)")
+    slowest = max((r["max_s"] for r in results), default=0.0)
+    limit = 120 if args.quick else 300
+    out.append(f"slowest review: {slowest:.0f} s ({'--quick ' if args.quick else ''}target: "
+               f"<= {limit} s)")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=float, nargs="+", default=[1.1, 1.2, 1.3, 1.5],
+                   help="slowdowns of the streamed loop (default 1.1 1.2 1.3 1.5)")
+    p.add_argument("--reviews", type=int, default=10, help="reviews per commit (default 10)")
+    p.add_argument("--no-noop", action="store_true", help="skip the no-op commit")
+    p.add_argument("--bench", default=TIMINGS, help=f"benchmarks to review (default {TIMINGS})")
+    p.add_argument("--affected", default=AFFECTED,
+                   help="regex on 'benchmark(params)' naming the timings the loop slows")
+    p.add_argument("--budget", type=float, help="review --budget (default: review's)")
+    p.add_argument("--quick", action="store_true", help="review --quick")
+    p.add_argument("--threads", type=int, help="review --threads")
+    p.add_argument("--workdir", help="where to clone (default: a temporary folder, removed)")
+    args = p.parse_args(argv)
+    if args.reviews < 1 or any(not 1.0 < s < 100 for s in args.sizes):
+        p.error("--reviews must be >= 1 and every size in (1, 100)")
+    import re
+
+    pattern = re.compile(args.affected)
+
+    def affected(row) -> bool:
+        return bool(pattern.search(f"{row['benchmark']}({row['params']})"))
+
+    with tempfile.TemporaryDirectory(prefix="review-power-", dir=args.workdir) as tmp:
+        repo, home = Path(tmp) / "repo", Path(tmp) / "home"
+        home.mkdir()
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+        commits = make_commits(repo, args.sizes)
+        labels = ([] if args.no_noop else ["no-op"]) + [f"{s:g}x" for s in args.sizes]
+        results = []
+        for label in labels:
+            docs = []
+            for i in range(args.reviews):
+                doc, seconds = review(repo, home, commits["base"], commits[label], args)
+                docs.append((doc, seconds))
+                slower = sum(x["verdict"] == "slower" for x in doc["rows"])
+                print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
+                      f"{seconds:.0f} s", file=sys.stderr, flush=True)
+            results.append(score(label, docs, affected))
+    print(f"flashbench review power: same-run A/B reviews of commits on "
+          f"{commits['base'][:8]}, --bench {args.bench!r}"
+          f"{f', --budget {args.budget:g}' if args.budget else ''}"
+          f"{', --quick' if args.quick else ''}"
+          f"{f', --threads {args.threads}' if args.threads else ''}; "
+          f"affected: {args.affected!r}.\n")
+    print(table(results))
+    print()
+    for line in targets(results, args):
+        print("- " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
