@@ -4,7 +4,9 @@ A review that measures checks base and head out in git worktrees under
 ``.asv/review/<session>/`` (``base/``, ``head/``). The session folder holds a lock
 file, locked (``flock``) for as long as the review runs: a folder whose lock can be
 taken belongs to a review that is gone (killed, crashed), and :func:`prune_stale`
-removes it and its worktrees at the start of the next review. A running review
+removes it and its worktrees at the start of the next review (pruning and creating a
+session happen under a lock of ``.asv/review/`` itself, so two reviews starting at
+once never take each other's folder for stale). A running review
 removes its own on exit, on an error, and on SIGTERM/SIGINT (the caller turns those
 into exceptions; see :mod:`flashbench.review.run`).
 """
@@ -16,6 +18,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 SESSIONS = Path(".asv") / "review"
@@ -94,8 +97,27 @@ def _remove_session(root: Path, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextmanager
+def _sessions_lock(root: Path):
+    """Serialises pruning and session creation: a review's folder is locked before any
+    other review can look at it."""
+    folder = root / SESSIONS
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def prune_stale(root: Path) -> list[Path]:
     """Remove the worktrees of reviews that are gone; returns their folders."""
+    with _sessions_lock(root):
+        return _prune(root)
+
+
+def _prune(root: Path) -> list[Path]:
     gone = []
     base = root / SESSIONS
     if base.is_dir():
@@ -132,10 +154,11 @@ class Session:
         self._fd: int | None = None
 
     def __enter__(self) -> Session:
-        prune_stale(self.root)
-        self.folder.mkdir(parents=True)
-        self._fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        with _sessions_lock(self.root):
+            _prune(self.root)
+            self.folder.mkdir(parents=True)
+            self._fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self
 
     def worktree(self, name: str, commit: str) -> Path:

@@ -1,0 +1,107 @@
+"""review's git side on a tiny real repository: revisions, ancestry, uncommitted edits,
+worktree sessions that clean up after themselves and after reviews that died."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.review.gitops import (
+    Session,
+    ancestors,
+    checked_out,
+    dirty_files,
+    prune_stale,
+    resolve,
+)
+
+ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(repo, *args, **env):
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **ENV, **env}).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = tmp_path / "repo"
+    (r / "flashbench").mkdir(parents=True)
+    (r / "flashbench" / "a.py").write_text("x = 1\n")
+    (r / ".gitignore").write_text(".asv/\n")
+    git(r, "init", "-q", "-b", "main")
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "one")
+    (r / "README").write_text("two\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "two", GIT_AUTHOR_DATE="2001-01-01T00:00:00")  # dated early
+    git(r, "checkout", "-q", "-b", "side", "HEAD~1")
+    (r / "SIDE").write_text("side\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "side")
+    git(r, "checkout", "-q", "main")
+    return r
+
+
+def worktrees(repo):
+    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]
+
+
+def test_revisions_and_ancestry(repo):
+    head = resolve("HEAD", repo)
+    assert len(head) == 40 and checked_out(repo) == head
+    one, side = resolve("HEAD~1", repo), resolve("side", repo)
+    assert ancestors(head, repo) == [head, one]  # git order, whatever the dates say
+    assert side not in ancestors(head, repo)
+    for bad in ("origin/mian", "", "-x", "HEAD~9"):
+        with pytest.raises(ValueError, match="commit"):
+            resolve(bad, repo)
+
+
+def test_dirty_files_name_uncommitted_edits(repo):
+    assert dirty_files(repo) == []
+    (repo / "flashbench" / "a.py").write_text("x = 2\n")
+    (repo / "flashbench" / "new.py").write_text("")
+    (repo / "README").write_text("elsewhere\n")  # not under flashbench/ or benchmarks/
+    assert sorted(dirty_files(repo)) == ["flashbench/a.py", "flashbench/new.py"]
+
+
+def test_session_removes_its_worktrees_even_on_error(repo):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Session(repo) as s:
+            tree = s.worktree("base", resolve("HEAD~1", repo))
+            assert (tree / "flashbench" / "a.py").exists() and len(worktrees(repo)) == 2
+            raise RuntimeError("boom")
+    assert len(worktrees(repo)) == 1 and not any((repo / ".asv" / "review").iterdir())
+
+
+def test_stale_sessions_are_pruned_live_ones_kept(repo):
+    stale = repo / ".asv" / "review" / "1-dead"
+    stale.mkdir(parents=True)
+    git(repo, "worktree", "add", "--detach", str(stale / "base"), "HEAD")
+    # a live review in another process holds its session's lock
+    live = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(os.getcwd())!r})
+        from pathlib import Path
+        from flashbench.review.gitops import Session
+        with Session(Path({str(repo)!r})) as s:
+            s.worktree("head", "HEAD")
+            print(s.folder, flush=True)
+            time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        folder = live.stdout.readline().strip()
+        assert folder and len(worktrees(repo)) == 2  # the stale one went at its start
+        assert not stale.exists()
+        gone = prune_stale(repo)
+        assert gone == [] and os.path.isdir(folder) and len(worktrees(repo)) == 2
+    finally:
+        live.kill()
+        live.wait()
+    # killed without cleaning up: the next prune removes what it left
+    assert len(prune_stale(repo)) == 1 and len(worktrees(repo)) == 1
