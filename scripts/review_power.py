@@ -6,17 +6,21 @@ default review), then prints one table:
 
 - a no-op commit (README only): any "slower" verdict is a false alarm;
 - one commit per size (default 1.1, 1.2, 1.3, 1.5): the streamed reference's loop
-  (``stream_attention`` in flashbench/streaming.py) spins, after its blocks, for
-  ``size - 1`` times the time the blocks took: every timing whose call runs that loop
-  (the affected set, ``--affected``: TimeStreamBlock, streamed TimeAttention,
-  TimeModels' flash_model) grows by about ``size`` times the loop's share of the call
-  (nearly all of it); the others are untouched.
+  (``stream_attention`` in flashbench/streaming.py) spins, after its blocks, for a
+  fixed multiple of the time the blocks took. The multiple is calibrated so that the
+  chosen timing, ``online_attention(q, k, v, block=64)`` at 1x1x4096x4096x64 (asv's
+  TimeStreamBlock at block=64), grows by ``size``: a probe commit that doubles the loop
+  is timed against base (alternating fresh processes, fastest of 3 calls each), which
+  gives the loop's share of that call. Every timing whose call runs the loop (the
+  affected set, ``--affected``: TimeStreamBlock, streamed TimeAttention, TimeModels'
+  flash_model) grows in proportion to its own loop share; the others are untouched.
 
 Per size: reviews; detected (reviews with "slower" on every affected timing);
 false alarms (reviews with "slower" on an untouched timing, or on any timing of the
 no-op commit); ambiguous share (rows "ambiguous" / all timing rows); the measured
-size (median head/base ratio of the affected rows); review wall time (median and
-max, seconds, the whole ``flashbench review`` process). The lines after the table say
+size (the reviews' median head/base ratio of the chosen timing where it was reviewed,
+else of all affected rows); review wall time (median and max, seconds, the whole
+``flashbench review`` process). The lines after the table say
 whether the targets of the review-power issue are met.
 
     python scripts/review_power.py                                 # the full study
@@ -41,6 +45,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TIMINGS = r"\.time_"  # every time_ benchmark (the timing suites)
 AFFECTED = (r"TimeStreamBlock|TimeAttention.*impl='streamed'|TimeModels.*model='flash_model'")
+CHOSEN = r"TimeStreamBlock.*block=64\)"  # the chosen timing's row, as name(params)
+PROBE = """
+import time
+import numpy as np
+from flashbench.reference import online_attention
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((1, 1, 4096, 64)) for _ in range(3))
+online_attention(q, k, v, block=64)  # warm-up
+times = []
+for _ in range(3):
+    t0 = time.perf_counter()
+    online_attention(q, k, v, block=64)
+    times.append(time.perf_counter() - t0)
+print(min(times))
+"""
 LOOP = "    for start in range(0, nk, block):\n"
 SPIN = '''    _spent = _review_power_clock() - _review_power_t0
     _until = _review_power_clock() + {extra!r} * _spent  # review_power.py: size {size}
@@ -64,15 +83,57 @@ def slowed(source: str, size: float) -> str:
     start = source.index("def stream_attention(")
     loop = source.index(LOOP, start)
     ret = source.index("    return ", loop)
-    extra = round(size - 1.0, 6)
+    extra = round(size - 1.0, 6)  # ``size``: the loop's own slowdown
     return (source[:loop]
             + "    from time import perf_counter as _review_power_clock\n"
             + "    _review_power_t0 = _review_power_clock()\n"
             + source[loop:ret] + SPIN.format(extra=extra, size=size) + source[ret:])
 
 
-def make_commits(repo: Path, sizes: list[float]) -> dict:
-    """{label: commit}: base, no-op and one commit per size, each on top of base."""
+def _commit(repo: Path, base: str, label: str, path: Path, text: str) -> str:
+    git(repo, "checkout", "-q", "--detach", base)
+    path.write_text(text)
+    git(repo, "commit", "-qam", f"review_power.py: {label}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def _time_call(tree: Path, threads: int | None) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    if threads:
+        env.update({v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                              "MKL_NUM_THREADS")})
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=tree, env=env, capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"timing the chosen call failed: {r.stderr.strip()[-300:]}")
+    return float(r.stdout.split()[-1])
+
+
+def loop_share(repo: Path, base: str, probe: str, threads: int | None, pairs: int = 3
+               ) -> tuple[float, float]:
+    """(share of the chosen call spent in the loop, probe/base ratio): the probe commit
+    doubles the loop, so its ratio to base is 1 + share."""
+    trees = {}
+    try:
+        for label, commit in (("base", base), ("probe", probe)):
+            trees[label] = repo.parent / f"tree-{label}"
+            git(repo, "worktree", "add", "-q", "--detach", str(trees[label]), commit)
+        ratios = []
+        for i in range(pairs):  # alternate which side runs first
+            order = ("base", "probe") if i % 2 == 0 else ("probe", "base")
+            t = {label: _time_call(trees[label], threads) for label in order}
+            ratios.append(t["probe"] / t["base"])
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo,
+                           capture_output=True)
+    ratio = statistics.median(ratios)
+    return min(max(ratio - 1.0, 0.2), 1.0), ratio
+
+
+def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[dict, str]:
+    """({label: commit}, calibration note): base, no-op and one commit per size, each on
+    top of base."""
     base = git(repo, "rev-parse", "HEAD")
     commits = {"base": base}
     streaming = repo / "flashbench" / "streaming.py"
@@ -80,16 +141,18 @@ def make_commits(repo: Path, sizes: list[float]) -> dict:
     if LOOP not in original:
         raise RuntimeError("flashbench/streaming.py has no stream_attention loop to slow")
     readme = repo / "README.md"
-    for label, edit in [("no-op", None)] + [(f"{s:g}x", s) for s in sizes]:
-        git(repo, "checkout", "-q", "--detach", base)
-        if edit is None:
-            readme.write_text(readme.read_text() + "\n<!-- review_power.py: no-op -->\n")
-        else:
-            streaming.write_text(slowed(original, edit))
-        git(repo, "commit", "-qam", f"review_power.py: {label}")
-        commits[label] = git(repo, "rev-parse", "HEAD")
+    commits["no-op"] = _commit(repo, base, "no-op", readme, readme.read_text()
+                               + "\n<!-- review_power.py: no-op -->\n")
+    probe = _commit(repo, base, "probe (loop doubled)", streaming, slowed(original, 2.0))
+    share, ratio = loop_share(repo, base, probe, threads)
+    note = (f"calibration: doubling the loop made the chosen call {ratio:.3f}x slower "
+            f"(median of 3 alternating fresh-process pairs, fastest of 3 calls each): loop "
+            f"share {share:.2f}, so size s spins (s - 1) / {share:.2f} of the loop's time")
+    for size in sizes:
+        commits[f"{size:g}x"] = _commit(repo, base, f"{size:g}x", streaming,
+                                        slowed(original, 1.0 + (size - 1.0) / share))
     git(repo, "checkout", "-q", "--detach", base)
-    return commits
+    return commits, note
 
 
 def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, float]:
@@ -110,7 +173,7 @@ def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, fl
     return json.loads(r.stdout), seconds
 
 
-def score(label: str, docs: list[tuple[dict, float]], affected) -> dict:
+def score(label: str, docs: list[tuple[dict, float]], affected, chosen) -> dict:
     rows = [[x for x in doc["rows"] if x["kind"] == "time"] for doc, _ in docs]
     noop = label == "no-op"
     hit = [x for x in sum(rows, []) if affected(x)]
@@ -124,7 +187,8 @@ def score(label: str, docs: list[tuple[dict, float]], affected) -> dict:
 
     total = sum(len(rs) for rs in rows)
     times = [s for _, s in docs]
-    ratios = [x["ratio"] for x in hit if x["ratio"] is not None]
+    picked = [x for x in hit if chosen(x)] or hit
+    ratios = [x["ratio"] for x in picked if x["ratio"] is not None]
     return {"size": label, "reviews": len(docs),
             "detected": None if noop else sum(detected(rs) for rs in rows),
             "false_alarms": sum(false_alarm(rs) for rs in rows),
@@ -197,11 +261,15 @@ def main(argv=None) -> int:
     def affected(row) -> bool:
         return bool(pattern.search(f"{row['benchmark']}({row['params']})"))
 
+    def chosen(row) -> bool:
+        return bool(re.search(CHOSEN, f"{row['benchmark']}({row['params']})"))
+
     with tempfile.TemporaryDirectory(prefix="review-power-", dir=args.workdir) as tmp:
         repo, home = Path(tmp) / "repo", Path(tmp) / "home"
         home.mkdir()
         subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-        commits = make_commits(repo, args.sizes)
+        commits, note = make_commits(repo, args.sizes, args.threads)
+        print(note, file=sys.stderr, flush=True)
         labels = ([] if args.no_noop else ["no-op"]) + [f"{s:g}x" for s in args.sizes]
         results = []
         for label in labels:
@@ -212,13 +280,13 @@ def main(argv=None) -> int:
                 slower = sum(x["verdict"] == "slower" for x in doc["rows"])
                 print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
                       f"{seconds:.0f} s", file=sys.stderr, flush=True)
-            results.append(score(label, docs, affected))
+            results.append(score(label, docs, affected, chosen))
     print(f"flashbench review power: same-run A/B reviews of commits on "
           f"{commits['base'][:8]}, --bench {args.bench!r}"
           f"{f', --budget {args.budget:g}' if args.budget else ''}"
           f"{', --quick' if args.quick else ''}"
           f"{f', --threads {args.threads}' if args.threads else ''}; "
-          f"affected: {args.affected!r}.\n")
+          f"affected: {args.affected!r}; {note}.\n")
     print(table(results))
     print()
     for line in targets(results, args):
