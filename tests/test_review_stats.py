@@ -287,3 +287,12 @@ def test_json_never_holds_nan(values):
 
     doc = json.loads(text, parse_constant=refuse)
     assert doc["rows"][0]["verdict"] == "ambiguous" and doc["status"] == 2
+
+
+def test_markdown_cells_keep_pipes_inside():
+    row = Row("accuracy", "b.TrackAccuracy.track_o_max_abs", "k='x'", "max |O - O_fp64|",
+              "worse", "worse", base=1e-3, head=2e-3, ratio=2.0, samples=1, regression=True)
+    table = [line for line in render_markdown(_review([row])).splitlines()
+             if line.startswith("| **REGRESSION**")]
+    assert len(table) == 1 and "max \\|O - O_fp64\\|" in table[0]
+    assert table[0].replace("\\|", "").count("|") == 14  # 13 columns

@@ -38,6 +38,11 @@ def _ratio(r: Row) -> str:
     return text
 
 
+def _cell(x) -> str:
+    """A table cell: a '|' inside (units such as ``max |O - O_fp64|``) would split it."""
+    return str(x).replace("|", "\\|")
+
+
 def header(review: Review) -> list[str]:
     lines = [f"## flashbench review: `{review.base[:8]}` (base) -> `{review.head[:8]}` "
              "(head)", ""]
@@ -64,11 +69,11 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
              if all_rows or r.regression or r.undecided or r.verdict not in ("same",
                                                                                "not slower")]
     if shown:
-        table = [[("**REGRESSION**" if r.regression else "**?**" if r.undecided else ""),
-                  r.kind, r.benchmark.split(".", 1)[-1], r.params, _num(r.base), _num(r.head),
-                  _ratio(r), f"{r.ci_level:.4g}" if r.ci_level is not None else "-",
-                  r.samples or "-", r.unit, r.verdict, r.reason, r.detail]
-                 for r in shown]
+        table = [[_cell(c) for c in (
+            "**REGRESSION**" if r.regression else "**?**" if r.undecided else "", r.kind,
+            r.benchmark.split(".", 1)[-1], r.params, _num(r.base), _num(r.head), _ratio(r),
+            f"{r.ci_level:.2%}" if r.ci_level is not None else "-", r.samples or "-", r.unit,
+            r.verdict, r.reason, r.detail)] for r in shown]
         lines += ["", tabulate(table, headers=["", "kind", "benchmark", "params", "base",
                                                "head", "head/base [interval]", "level", "n",
                                                "unit", "verdict", "reason", "detail"],
