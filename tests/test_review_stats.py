@@ -296,3 +296,41 @@ def test_markdown_cells_keep_pipes_inside():
              if line.startswith("| **REGRESSION**")]
     assert len(table) == 1 and "max \\|O - O_fp64\\|" in table[0]
     assert table[0].replace("\\|", "").count("|") == 14  # 13 columns
+
+
+def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
+    import pandas as pd
+
+    from flashbench.review import tracks
+    from flashbench.review.ab import Point
+    from flashbench.review.run import Options
+
+    acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
+    frame = pd.DataFrame([
+        dict(machine="old-name", cpu="Xeon", commit=c, benchmark=acc, params="k", value=v,
+             status="ok")
+        for c, v in (("a1", 1.0e-3), ("a2", 1.1e-3), ("head", 9e-3), ("side", 8e-3))]
+        + [dict(machine="m", cpu="EPYC", commit="a1", benchmark=acc, params="k", value=7e-3,
+                status="ok")])
+    monkeypatch.setattr(tracks, "load_results", lambda folder: frame)
+    monkeypatch.setattr(tracks, "ancestors", lambda base, root: ["a2", "a1", "head"])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x.json").write_text("{}")
+    review = _review([])
+    review.base, review.head, review.machine, review.cpu = "a2", "head", "m", "Xeon"
+    band = tracks.band_source(tmp_path, tmp_path, review)
+    # this processor's results (any machine name), base's ancestors only, never the head
+    assert sorted(band(acc, "k")) == [1.0e-3, 1.1e-3] and band(acc, "other") == []
+    assert "2 ancestor commit(s)" in review.notes[0]
+    points = [Point(acc, 0, "k", "track", "err"), Point(acc, 1, "j", "track", "err"),
+              Point("b.TrackDeviceTime.track_device_time", 0, "", "track", "seconds")]
+    base = [{"status": "ok", "value": 1.0e-3}, {"status": "ok", "value": 1.0e-3},
+            {"status": "ok", "value": 1.0}]
+    head = [{"status": "ok", "value": 1.15e-3}, {"status": "skipped", "reason": "gone"},
+            {"status": "ok", "value": 2.0}]
+    rows = tracks.track_rows(points, base, head, Options(), band, review)
+    assert (rows[0].verdict, rows[0].reason, rows[0].regression) == (
+        "worse, above band", "worse, above-band", True)
+    assert rows[1].reason == "coverage-lost" and rows[1].kind == "accuracy"
+    assert (rows[2].verdict, rows[2].reason, rows[2].regression, rows[2].undecided) == (
+        "ambiguous", "ratio-only", False, True)
