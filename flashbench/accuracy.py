@@ -40,7 +40,7 @@ import numpy as np
 from flashbench.precision import get_precision
 
 __all__ = ["error_stats", "baseline_rule", "BaselineVerdict", "judge", "REL_FLOOR", "to_numpy",
-           "GRAD_FACTOR", "gradient_rule"]
+           "GRAD_FACTOR", "gradient_rule", "gradient_floor", "judge_gradient"]
 
 REL_FLOOR = 0.1  # tau = REL_FLOOR * RMS(ref)
 METRICS = ("max_abs", "rmse", "abs_p50", "abs_p99", "rel_p50", "rel_p99", "rel_max")
@@ -145,13 +145,39 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
 GRAD_FACTOR = 3.0  # FlashAttention-2's tests: gradients within 3x, outputs within 2x
 
 
+def gradient_floor(ref, dtype: str) -> float:
+    """FlashAttention's absolute floor for a gradient: ``2 * max |(g + 0.3) - 0.3 - g|``
+    computed in the dtype, g the float64 gradient rounded to it: twice the rounding
+    error of values near the gradient's largest ones (about one ulp of max |g| + 0.3)."""
+    prec = get_precision(dtype)
+    g = prec.stored(to_numpy(ref))
+    g = g[np.isfinite(g)]
+    if g.size == 0:
+        return 0.0
+    c = prec.compute(0.3)
+    return float(2 * np.abs(prec.stored(prec.stored(g + c) - c) - g).max())
+
+
 def gradient_rule(kernel_error: float, standard_error: float, dtype: str,
                   floor: float | None = None, metric: str = "max_abs") -> BaselineVerdict:
     """The baseline rule for one gradient (dq, dk or dv): the kernel's error against the
     float64 gradient within :data:`GRAD_FACTOR` (3) times the same-dtype standard
-    backward's (:func:`flashbench.numerics.standard_model_grad`) plus the same floor."""
+    backward's (:func:`flashbench.numerics.standard_model_grad`) plus ``floor``
+    (:func:`gradient_floor` of the reference gradient, as :func:`judge_gradient` passes;
+    None: the baseline rule's eps/4)."""
     return baseline_rule(kernel_error, standard_error, dtype, factor=GRAD_FACTOR, floor=floor,
                          metric=metric)
+
+
+def judge_gradient(grad, standard, reference, dtype: str, metric: str = "max_abs") -> dict:
+    """Error stats of one gradient and of the standard backward's against the float64
+    ``reference``, and the :func:`gradient_rule` verdict with :func:`gradient_floor`:
+    ``{"kernel": {...}, "standard": {...}, "verdict": BaselineVerdict}``."""
+    k_stats = error_stats(grad, reference, dtype)
+    s_stats = error_stats(standard, reference, dtype)
+    verdict = gradient_rule(k_stats[metric], s_stats[metric], dtype,
+                            floor=gradient_floor(reference, dtype), metric=metric)
+    return {"kernel": k_stats, "standard": s_stats, "verdict": verdict}
 
 
 def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs"):

@@ -13,6 +13,9 @@ here prints (progress goes through the ``say`` callback) or decides an exit stat
   dtype against the float64 reference, with the baseline rule against the
   same-dtype standard model -> :class:`Accuracy` records, or :class:`Unavailable`
   where a kernel cannot run a case here (and why).
+
+The same for gradients (the backward pass) lives beside it, in
+:mod:`flashbench.measure_grad`.
 """
 
 from __future__ import annotations
@@ -152,7 +155,9 @@ def exactness(case: Case, q, k, v, ref, block: int) -> list[Exactness]:
             for what, st in diffs.items()]
 
 
-def _interpreter_too_slow(backend, shape: Shape) -> bool:
+def interpreter_too_slow(backend, shape: Shape) -> bool:
+    """True when ``backend`` runs interpreted here and ``shape`` has more than
+    :data:`INTERPRETER_LIMIT` score elements (B*H*Nq*Nk)."""
     return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
 
 
@@ -196,7 +201,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
             if dtype not in backend.dtypes:
                 continue  # not applicable: no record
             reason = backend.unavailable_for(case.shape, dtype)
-            if reason is None and _interpreter_too_slow(backend, case.shape):
+            if reason is None and interpreter_too_slow(backend, case.shape):
                 reason = "Triton interpreter: too slow at this shape (needs a GPU)"
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))

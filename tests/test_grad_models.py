@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flashbench import reference as R
-from flashbench.accuracy import GRAD_FACTOR, error_stats, gradient_rule
+from flashbench.accuracy import GRAD_FACTOR, error_stats, gradient_floor, gradient_rule
 from flashbench.numerics import GRAD_DTYPES, flash_model, flash_model_grad, standard_model_grad
 
 f32 = np.float32
@@ -102,3 +102,14 @@ def test_flash_backward_model_meets_the_gradient_rule(dtype, causal):
         assert verdict.factor == GRAD_FACTOR == 3.0
         assert verdict.passed, (name, verdict)
         assert error_stats(f, r)["max_abs"] > 0  # the dtype really costs something
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_gradient_floor_is_flashattentions_atol(dtype):
+    """FlashAttention's tests: ``2 * (dq_ref + 0.3 - 0.3 - dq_ref).abs().max()`` in T."""
+    torch = pytest.importorskip("torch")
+    g = np.random.default_rng(3).standard_normal(500) * 3
+    t = torch.from_numpy(g).to({"fp32": torch.float32, "fp16": torch.float16,
+                                "bf16": torch.bfloat16}[dtype])
+    want = 2 * (t + 0.3 - 0.3 - t).abs().max().item()
+    assert gradient_floor(g, dtype) == want > 0

@@ -82,7 +82,8 @@ def run(args) -> int:
         raise ValueError("--backend and --no-backends contradict each other")
     backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
-                       backends=backends, progress=not args.quiet)
+                       backends=backends, progress=not args.quiet,
+                       grad_cases=cases if args.shape else None)  # None: default gradient cases
     if args.json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()

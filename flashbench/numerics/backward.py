@@ -121,15 +121,28 @@ def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
 
 
 def _standard_grad(q, k, v, do, *, causal, scale, prec):
-    op, stored = prec.operand, prec.stored
-    e, _ = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=stored))
-    l = e.sum(axis=-1, keepdims=True)
-    p = stored(np.divide(e, l, out=e, where=l != 0))  # P = T(softmax(S)), fp32 softmax
-    dv = sum_to(stored(np.matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
-    dp = stored(np.matmul(do, np.swapaxes(v, -1, -2)))
-    ds = dp - np.einsum("...ij,...ij->...i", p, dp)[..., None]
-    ds = op(stored(ds * p))
-    c = prec.compute(scale)
-    dq = sum_to(stored(c * np.matmul(ds, k)), q.shape)
-    dk = sum_to(stored(c * np.matmul(np.swapaxes(ds, -1, -2), q)), k.shape)
-    return dq, dk, dv
+    compute = prec.compute
+
+    def store(x):  # round in place to T (values kept in the compute dtype): no extra copy
+        if np.dtype(prec.storage) != np.dtype(compute):
+            x[...] = x.astype(prec.storage)
+        return x
+
+    def op(x):  # a matmul operand: T values already, but for tf32's operand rounding
+        return prec.operand(x) if prec.name == "tf32" else x
+
+    p, _ = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=store))
+    l = p.sum(axis=-1, keepdims=True)
+    store(np.divide(p, l, out=p, where=l != 0))  # P = T(softmax(S)), fp32 softmax
+    dv = sum_to(store(np.matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
+    ds = store(np.matmul(do, np.swapaxes(v, -1, -2)))  # dP = T(dO V^T)
+    ds -= np.einsum("...ij,...ij->...i", p, ds)[..., None]
+    ds *= p
+    del p
+    ds = op(store(ds))  # dS = T(P * (dP - rowsum(P * dP)))
+    c = compute(scale)
+    dq = np.matmul(ds, k)
+    dq *= c
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+    dk *= c
+    return sum_to(store(dq), q.shape), sum_to(store(dk), k.shape), dv

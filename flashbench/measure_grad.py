@@ -1,0 +1,204 @@
+"""Gradient measurement: the backward pass judged like the forward, one record per measurement.
+
+Beside :mod:`flashbench.measure` (the forward's cases and records), with the same
+habits: this module computes and returns dataclass records; ``flashbench check``
+renders them, the asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
+
+- :func:`default_grad_cases`: the cases ``flashbench check`` judges gradients on by
+  default (small, so that the interpreted Triton backward fits the check's budget).
+- :func:`grad_output`: the seeded output gradient dO every gradient record uses.
+- :func:`grad_exactness`: streamed vs one-shot backward in float64 ->
+  :class:`GradExactness`, passed iff max |diff| <= :data:`~flashbench.measure.EXACT_TOL`
+  times the gradients' scale (the largest |dq|, |dk|, |dv| of the one-shot result).
+- :func:`measure_gradients`: dq, dk, dv of the flash model's backward
+  (:func:`flashbench.numerics.flash_model_grad`) and of every differentiable backend
+  (torch.autograd through it) against the float64 gradients, with the gradient rule
+  (:func:`flashbench.accuracy.judge_gradient`: 3x the same-dtype standard backward's
+  max abs error + FlashAttention's gradient floor) -> :class:`GradAccuracy` records,
+  or the forward's :class:`~flashbench.measure.Unavailable` /
+  :class:`~flashbench.measure.Failed`.
+
+Errors are unitless (|dq - dq_fp64| of unit-variance inputs and dO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from flashbench import numerics, reference
+from flashbench.accuracy import judge_gradient
+from flashbench.inputs import Shape, make_qkv
+from flashbench.measure import EXACT_TOL, Case, Failed, Unavailable, interpreter_too_slow
+
+__all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
+           "grad_exactness", "measure_gradients"]
+
+GRADS = ("dq", "dk", "dv")
+
+
+def default_grad_cases() -> list[Case]:
+    """Where ``flashbench check`` judges gradients by default: N = 256, d = 64, causal and
+    not, and a grouped-query causal case with Nq != Nk (H = 4, Hkv = 2, Nq = 128,
+    Nk = 192). Small because the Triton backward runs interpreted here (about 3x its
+    forward's time, which is ~1 s per 2M scores): the gradient part of the check then
+    takes seconds. ``flashbench check --shape`` judges gradients on the shapes given."""
+    return [Case(Shape(1, 2, 256, 256, 64), "normal", False),
+            Case(Shape(1, 2, 256, 256, 64), "normal", True),
+            Case(Shape(1, 4, 128, 192, 64, Hkv=2), "normal", True)]
+
+
+def grad_output(shape: Shape, seed: int = 0) -> np.ndarray:
+    """dO [B, H, Nq, dv], float64 N(0, 1), from ``numpy.random.default_rng(seed + 1)`` (the
+    inputs use ``seed``): the output gradient of every gradient record."""
+    return np.random.default_rng(seed + 1).standard_normal(
+        (shape.B, shape.H, shape.Nq, shape.head_dim_v))
+
+
+@dataclass(frozen=True)
+class GradExactness:
+    """Streamed vs one-shot backward in float64 for one gradient ("dq", "dk" or "dv").
+
+    ``max_abs``: max |streamed - one-shot|; ``scale``: the gradients' scale (largest
+    magnitude among the one-shot dq, dk, dv); ``rel`` = max_abs / scale; passed iff
+    ``rel <= EXACT_TOL``.
+    """
+
+    case: Case
+    what: str
+    max_abs: float
+    scale: float
+    rel: float
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
+                                              if k != "case"}}
+
+
+@dataclass(frozen=True)
+class GradAccuracy:
+    """One kernel's gradients in one dtype on one case, against the float64 gradients.
+
+    ``dq`` / ``dk`` / ``dv``: :func:`flashbench.accuracy.error_stats` of the kernel's
+    gradient; ``*_standard``: the same for the same-dtype standard backward
+    (:func:`flashbench.numerics.standard_model_grad`); ``*_ratio``: kernel max abs
+    error / standard's; ``*_floor``: the rule's absolute floor
+    (:func:`flashbench.accuracy.gradient_floor`); ``passed``: the gradient rule
+    (:func:`flashbench.accuracy.judge_gradient`: 3x + floor) holds for all three.
+    ``peer``: a backend flashbench does not own (informative only).
+    """
+
+    case: Case
+    kernel: str
+    dtype: str
+    dq: dict
+    dk: dict
+    dv: dict
+    dq_standard: dict
+    dk_standard: dict
+    dv_standard: dict
+    dq_ratio: float
+    dk_ratio: float
+    dv_ratio: float
+    dq_floor: float
+    dk_floor: float
+    dv_floor: float
+    passed: bool
+    peer: bool = False
+
+    def as_dict(self) -> dict:
+        return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
+                                              if k != "case"}}
+
+
+def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactness]:
+    """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``."""
+    o, lse = reference.online_attention(q, k, v, block=block, causal=case.causal)
+    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block,
+                                               causal=case.causal)
+    scale = max(float(np.abs(r).max()) for r in ref)
+    out = []
+    for what, a, b in zip(GRADS, streamed, ref, strict=True):
+        diff = float(np.abs(a - b).max())
+        rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+        out.append(GradExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
+    return out
+
+
+def _grad_accuracy(case, kernel, dtype, grads, std, ref, peer=False) -> GradAccuracy:
+    fields, passed = {}, True
+    for name, g, s, r in zip(GRADS, grads, std, ref, strict=True):
+        j = judge_gradient(g, s, r, dtype)
+        fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
+                       f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
+        passed = passed and j["verdict"].passed
+    return GradAccuracy(case, kernel, dtype, passed=passed, peer=peer, **fields)
+
+
+def _autograd(backend, q, k, v, do, dtype, causal):
+    """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable."""
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    leaves = [torch.from_numpy(x).to(torch_dtype(dtype)).requires_grad_(True)
+              for x in (q, k, v)]
+    out = backend.timed_fn(*backend.prepare(*leaves), causal=causal)
+    o = out[0] if isinstance(out, tuple) else out
+    return torch.autograd.grad(o, leaves, torch.from_numpy(do).to(o.dtype).to(o.device))
+
+
+def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
+                      seed: int = 0, block: int = 64,
+                      say: Callable[[str], None] = lambda msg: None, inputs=None,
+                      ref=None) -> list[GradAccuracy | Unavailable | Failed]:
+    """Judge each kernel's gradients in each dtype (module docstring).
+
+    ``kernels``: "flash_model" and/or backend names; backends that are not
+    differentiable, or do not take a dtype, get no record. ``inputs``: (q, k, v, do)
+    when the caller has them (else from ``case``, ``seed`` and :func:`grad_output`);
+    ``ref``: their float64 (dq, dk, dv). dtypes without a backward model (fp64, fp8)
+    are left out.
+    """
+    from flashbench.backends import BackendUnavailable, get_backend
+
+    if inputs is None:
+        inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
+    q, k, v, do = inputs
+    if ref is None:
+        ref = reference.attention_grad(q, k, v, do, causal=case.causal)
+    records: list[GradAccuracy | Unavailable | Failed] = []
+    for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
+        std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
+        for name in kernels:
+            if name == "flash_model":
+                say(f"  flash_model backward {dtype}")
+                grads = numerics.flash_model_grad(q, k, v, do, dtype, block=block,
+                                                  causal=case.causal)
+                records.append(_grad_accuracy(case, name, dtype, grads, std, ref))
+                continue
+            backend = get_backend(name)
+            if dtype not in backend.dtypes or not backend.differentiable:
+                continue  # not applicable: no record
+            reason = backend.unavailable_for(case.shape, dtype)
+            if reason is None and interpreter_too_slow(backend, case.shape):
+                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
+            if reason is not None:
+                records.append(Unavailable(case, name, dtype, reason))
+                continue
+            say(f"  {name} backward {dtype}")
+            try:
+                grads = _autograd(backend, q, k, v, do, dtype, case.causal)
+            except BackendUnavailable as exc:
+                records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
+                records.append(Failed(case, name, dtype, f"backward raised "
+                                      f"{type(exc).__name__}: {exc}", peer=backend.peer))
+                continue
+            records.append(_grad_accuracy(case, name, dtype, grads, std, ref,
+                                          peer=backend.peer))
+    return records
