@@ -44,10 +44,12 @@ from dataclasses import dataclass
 
 import torch
 
-from flashbench.inputs import Shape
-from flashbench.kernels import triton_fwd
-from flashbench.kernels.launch import planning
-from flashbench.measure import Case
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
+
+from flashbench.inputs import Shape  # noqa: E402
+from flashbench.kernels import triton_fwd  # noqa: E402
+from flashbench.kernels.launch import planning  # noqa: E402
+from flashbench.measure import Case  # noqa: E402
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
 CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
