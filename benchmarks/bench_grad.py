@@ -1,0 +1,151 @@
+"""The backward pass: gradient accuracy per kernel x dtype x causal, and the CPU time and
+peak memory of the float64 backward, one-shot vs streamed.
+
+TrackGradAccuracy: one case per run (``shape`` and ``dist`` parameters: B=1, H=2,
+N=512, d=64, standard-normal inputs, seed 0, dO from flashbench.measure_grad.grad_output);
+every number comes from flashbench.measure_grad.measure_gradients in setup_cache: each
+of dq, dk, dv's max abs error against the float64 gradients, and its ratio to the
+same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor). The
+Triton backward runs under the interpreter where there is no GPU (accuracy only).
+Grid points a backend does not take (its dtypes, or no autograd) are declared in
+skip_params from the backend registry.
+
+TimeBackward / PeakmemBackward: flashbench.reference.attention_grad (one-shot, holds
+[N, N] S, P, dS) vs online_attention_grad (FlashAttention-2's recurrence, block 64,
+given the forward's o and lse as a training step has them), B = H = 1, d = 64,
+float64; inputs (q, k, v, dO and the forward's o, lse) are made in setup, never timed.
+Units: seconds per call; bytes of peak resident memory of the benchmark process.
+
+The grids are literal (asv addresses a grid point by its index, for every commit);
+tests/test_bench_grad.py holds KERNELS and DTYPES equal to flashbench's registries.
+Commits without the backward skip (need() raises NotImplementedError).
+"""
+
+import numpy as np
+
+from .common import Benchmark, need, qkv, shape_of
+
+KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
+           "sdpa-math", "triton", "flex"]
+DTYPES = ["fp32", "tf32", "fp16", "bf16"]
+SHAPES = ["1x2x512x512x64"]
+DISTS = ["normal"]
+
+
+def _not_applicable() -> list[tuple]:
+    """Grid points whose backend does not take the dtype or has no backward here."""
+    try:
+        backends = need("backends", "BACKENDS")
+    except NotImplementedError:
+        return []
+    return [(k, d, c, s, dist) for k in KERNELS if k in backends for d in DTYPES
+            if d not in backends[k].dtypes or not getattr(backends[k], "differentiable", False)
+            for c in (False, True) for s in SHAPES for dist in DISTS]
+
+
+class TrackGradAccuracy:
+    params = (KERNELS, DTYPES, [False, True], SHAPES, DISTS)
+    param_names = ["kernel", "dtype", "causal", "shape", "dist"]
+    skip_params = _not_applicable()
+    timeout = 900
+
+    def setup_cache(self):
+        try:
+            Case = need("measure", "Case")
+            measure = need("measure_grad", "measure_gradients")
+            backends = need("backends", "BACKENDS")
+        except NotImplementedError as exc:  # an older commit: every benchmark skips
+            return {"missing": str(exc)}
+        results = {}
+        for shape in SHAPES:
+            for causal in (False, True):
+                case = Case(shape_of(shape), "normal", causal)
+                kernels = [k for k in KERNELS if k == "flash_model" or k in backends]
+                for r in measure(case, DTYPES, kernels):
+                    results[(r.kernel, r.dtype, causal, shape)] = getattr(r, "reason", r)
+        return results
+
+    def setup(self, results, kernel, dtype, causal, shape, dist):
+        rec = results.get((kernel, dtype, causal, shape))
+        if rec is None:
+            rec = results.get("missing", f"no gradient record for {kernel} {dtype} in this "
+                                         "commit")
+        if isinstance(rec, str):
+            raise NotImplementedError(rec)
+        self.rec = rec
+
+    def track_dq_max_abs(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dq["max_abs"]
+
+    track_dq_max_abs.unit = "max |dq - dq_fp64|"
+
+    def track_dk_max_abs(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dk["max_abs"]
+
+    track_dk_max_abs.unit = "max |dk - dk_fp64|"
+
+    def track_dv_max_abs(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dv["max_abs"]
+
+    track_dv_max_abs.unit = "max |dv - dv_fp64|"
+
+    def track_dq_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dq_ratio
+
+    track_dq_ratio.unit = "x standard backward error (dq max abs)"
+
+    def track_dk_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dk_ratio
+
+    track_dk_ratio.unit = "x standard backward error (dk max abs)"
+
+    def track_dv_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self.rec.dv_ratio
+
+    track_dv_ratio.unit = "x standard backward error (dv max abs)"
+
+
+def _backward_call(shape, causal, impl):
+    """The float64 backward of ``impl`` on inputs of ``shape``, inputs made here (setup)."""
+    if impl == "one-shot":
+        grad = need("reference", "attention_grad")
+    else:
+        online, grad = need("reference", "online_attention", "online_attention_grad")
+    q, k, v = qkv(shape)
+    s = shape_of(shape)
+    do = np.random.default_rng(1).standard_normal((s.B, s.H, s.Nq, s.head_dim_v))
+    if impl == "one-shot":
+        return lambda: grad(q, k, v, do, causal=causal)
+    o, lse = online(q, k, v, causal=causal)
+    return lambda: grad(q, k, v, o, lse, do, causal=causal)
+
+
+class TimeBackward(Benchmark):
+    """CPU time of the float64 backward: one-shot vs streamed (block 64)."""
+
+    params = (["1x1x1024x1024x64", "1x1x4096x4096x64"], ["fp64"], [False, True],
+              ["one-shot", "streamed"], ["bwd"])
+    param_names = ["shape", "dtype", "causal", "impl", "direction"]
+    number = 1
+
+    def setup(self, shape, dtype, causal, impl, direction):
+        self.fn = _backward_call(shape, causal, impl)
+
+    def time_backward(self, shape, dtype, causal, impl, direction):
+        self.fn()
+
+
+class PeakmemBackward(Benchmark):
+    """Peak memory of the float64 backward: one-shot holds [N, N] S, P and dS (O(N^2));
+    streamed holds a few [N, 64] tiles (O(N * block))."""
+
+    params = (["1x1x1024x1024x64", "1x1x4096x4096x64", "1x1x8192x8192x64"], ["fp64"], [False],
+              ["one-shot", "streamed"], ["bwd"])
+    param_names = ["shape", "dtype", "causal", "impl", "direction"]
+    timeout = 300
+
+    def setup(self, shape, dtype, causal, impl, direction):
+        self.fn = _backward_call(shape, causal, impl)
+
+    def peakmem_backward(self, shape, dtype, causal, impl, direction):
+        self.fn()

@@ -1,0 +1,65 @@
+"""The asv gradient suites (benchmarks/bench_grad.py): literal grids equal to the
+registries, records read back, skips only where a backend has no backward or dtype."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_grad  # noqa: E402
+from benchmarks.bench_grad import PeakmemBackward, TimeBackward, TrackGradAccuracy  # noqa: E402
+
+
+def test_grid_is_the_registry():
+    from flashbench.backends import BACKENDS
+    from flashbench.numerics import GRAD_DTYPES
+
+    assert bench_grad.DTYPES == [d for d in GRAD_DTYPES if d != "fp64"]
+    assert bench_grad.KERNELS == ["flash_model", *[b for b in BACKENDS if b != "reference"]]
+    declared = {(k, d) for k, d, *_ in TrackGradAccuracy.skip_params}
+    assert declared == {(k, d) for k in bench_grad.KERNELS if k in BACKENDS
+                        for d in bench_grad.DTYPES
+                        if d not in BACKENDS[k].dtypes or not BACKENDS[k].differentiable}
+    assert ("triton", "fp16") not in declared and ("torch-naive", "tf32") in declared
+
+
+def test_suite_reads_records_and_skips_with_the_reason():
+    from flashbench.inputs import Shape
+    from flashbench.measure import Case
+    from flashbench.measure_grad import measure_gradients
+
+    (rec,) = measure_gradients(Case(Shape(1, 1, 24, 24, 16), causal=True), ["bf16"],
+                               ["flash_model"])
+    suite = TrackGradAccuracy()
+    results = {("flash_model", "bf16", True, "s"): rec,
+               ("triton", "bf16", True, "s"): "Triton interpreter: too slow (needs a GPU)"}
+    suite.setup(results, "flash_model", "bf16", True, "s", "normal")
+    args = (results, "flash_model", "bf16", True, "s", "normal")
+    assert suite.track_dq_max_abs(*args) == rec.dq["max_abs"] > 0
+    assert suite.track_dv_ratio(*args) == rec.dv_ratio
+    with pytest.raises(NotImplementedError, match="needs a GPU"):
+        suite.setup(results, "triton", "bf16", True, "s", "normal")
+    with pytest.raises(NotImplementedError, match="lacks"):
+        suite.setup({"missing": "this commit lacks flashbench.measure_grad"}, "triton", "bf16",
+                    True, "s", "normal")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_timed_calls_compute_the_same_gradients(causal):
+    one = bench_grad._backward_call("1x1x70x70x16", causal, "one-shot")()
+    streamed = bench_grad._backward_call("1x1x70x70x16", causal, "streamed")()
+    for a, b in zip(one, streamed, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_time_and_peakmem_suites_record_the_problem():
+    for suite in (TimeBackward, PeakmemBackward):
+        assert suite.param_names == ["shape", "dtype", "causal", "impl", "direction"]
+        assert suite.params[1] == ["fp64"] and suite.params[4] == ["bwd"]
+        assert suite.params[3] == ["one-shot", "streamed"]
+    assert "1x1x4096x4096x64" in TimeBackward.params[0]
+    assert "1x1x8192x8192x64" in PeakmemBackward.params[0]
