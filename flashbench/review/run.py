@@ -21,6 +21,7 @@ import re
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,25 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     return review
 
 
+def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
+    """Track values of both workers, measured in parallel (one thread per worker)."""
+
+    def values(worker):
+        return [worker.ask(timeout=2 * p.timeout + 600, op="track", name=p.name, index=p.index)
+                for p in tracks]
+
+    pool = ThreadPoolExecutor(len(workers))
+    try:
+        futures = {side: pool.submit(values, w) for side, w in workers.items()}
+        return {side: f.result() for side, f in futures.items()}
+    except BaseException:  # interrupted: end the processes, so the threads' reads end
+        for w in workers.values():
+            w.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
               log) -> None:
     if opts.threads:
@@ -238,10 +258,9 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         for p in other:
             review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
         if tracks:
-            log(f"review: {len(tracks)} track value(s) per commit")
-            measured = {side: [w.ask(timeout=2 * p.timeout + 600, op="track", name=p.name,
-                                     index=p.index) for p in tracks]
-                        for side, w in workers.items()}
+            log(f"review: {len(tracks)} track value(s) per commit, both commits at once "
+                "(deterministic values: no timing to disturb)")
+            measured = _tracks_at_once(workers, tracks)
             review.rows += track_rows(tracks, measured["base"], measured["head"], opts,
                                       band_source(results, root, review), review)
 
