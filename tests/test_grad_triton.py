@@ -206,7 +206,7 @@ def test_fixed_configs_fit_hoppers_shared_memory():
 
 def test_interpreted_bf16_rounding_is_to_nearest_even():
     """The interpreter's fp32 -> bf16 cast truncates; the kernels' own rounding under the
-    interpreter (``_round_bf16``) matches torch's (and the GPU's) round-to-nearest-even."""
+    interpreter (``round_bf16``) matches torch's (and the GPU's) round-to-nearest-even."""
     import triton.language as tl
 
     from flashbench.kernels.launch import Config, TritonKernel
@@ -214,7 +214,7 @@ def test_interpreted_bf16_rounding_is_to_nearest_even():
     def kernel(X, Y, TRUNC, N: tl.constexpr):
         offs = tl.arange(0, N)
         x = tl.load(X + offs)
-        tl.store(Y + offs, triton_bwd._round_bf16(x))
+        tl.store(Y + offs, triton_bwd.round_bf16(x))
         tl.store(TRUNC + offs, x.to(tl.bfloat16).to(tl.float32))
 
     g = torch.Generator().manual_seed(0)

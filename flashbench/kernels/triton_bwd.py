@@ -1,8 +1,9 @@
 """FlashAttention-2 style backward kernels in Triton, and the autograd Function that makes
 :func:`flashbench.triton_attention` differentiable in q, k and v.
 
-Three kernels, no atomics, so every result is bitwise repeatable (each output element
-is written by one program, its sums always taken in the same order):
+Three kernels (in :mod:`flashbench.kernels.triton_bwd_kernels`), no atomics, so every
+result is bitwise repeatable (each output element is written by one program, its sums
+always taken in the same order):
 
 1. ``attn_bwd_preprocess``: ``D = rowsum(dO * O)`` in fp32, one program per block of
    BLOCK_M query rows of one (batch, head).
@@ -35,278 +36,39 @@ signature); CPU tensors run them under Triton's interpreter with
 INTERPRETER_BLOCK_M x INTERPRETER_BLOCK_N tiles, bf16 operands upcast to fp32 before
 each dot as in the forward (triton issue 11584); the interpreter's fp32 -> bf16 cast
 truncates (the GPU rounds to nearest even), so interpreted bf16 launches round P, dS
-and the gradients to nearest even themselves (``_round_bf16``) before those casts.
+and the gradients to nearest even themselves (``round_bf16``) before those casts.
 """
 
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.configs import fits_shared_memory
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
+from flashbench.kernels.triton_bwd_kernels import (
+    attn_bwd_dkdv,
+    attn_bwd_dq,
+    attn_bwd_preprocess,
+    round_bf16,
+)
 from flashbench.validation import check_scale
 
-__all__ = ["attention_function", "backward", "PREPROCESS", "DKDV", "DQ", "DKDV_CONFIGS",
-           "DQ_CONFIGS", "backward_config"]
+__all__ = ["attention_function", "backward", "round_bf16", "PREPROCESS", "DKDV", "DQ",
+           "DKDV_CONFIGS", "DQ_CONFIGS", "backward_config"]
 
-LOG2E = triton_fwd.LOG2E
+LOG2E = triton_fwd.LOG2E  # the kernels (triton_bwd_kernels) inline it as a literal
 # Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
 INTERPRETER_BLOCK_M = 128
 INTERPRETER_BLOCK_N = 128
 
 
-@triton.jit
-def _round_bf16(x):
-    """fp32 values rounded to the nearest bfloat16 (ties to even), kept in fp32.
-
-    For interpreted bf16 launches (UPCAST) only: the interpreter's fp32 -> bf16 cast
-    truncates toward zero, where the GPU rounds to nearest even."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
-
-
-@triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                 stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, lo, hi,
-                 n_q, n_k, causal_offset, qk_scale, BLOCK_M: tl.constexpr,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr):
-    """Accumulate the query blocks [lo, hi) of one query head into (dk, dv) [BLOCK_N, D]."""
-    offs_m = tl.arange(0, BLOCK_M)
-    for start_m in range(lo, hi, BLOCK_M):
-        start_m = tl.multiple_of(start_m, BLOCK_M)
-        rows = start_m + offs_m
-        q_ptrs = q_base + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        do_ptrs = do_base + rows[:, None] * stride_dom + offs_d[None, :] * stride_dod
-        if MASKED:
-            q = tl.load(q_ptrs, mask=rows[:, None] < n_q, other=0.0)
-            do = tl.load(do_ptrs, mask=rows[:, None] < n_q, other=0.0)
-            lse = tl.load(lse_base + rows, mask=rows < n_q, other=0.0)
-            delta = tl.load(delta_base + rows, mask=rows < n_q, other=0.0)
-        else:
-            q = tl.load(q_ptrs)
-            do = tl.load(do_ptrs)
-            lse = tl.load(lse_base + rows)
-            delta = tl.load(delta_base + rows)
-        # blind rows (LSE = -inf) are masked below; a finite stand-in keeps exp2 quiet
-        lse_ref = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-        # -- recompute P^T = exp(S^T - LSE) (log2 domain) --
-        if UPCAST:
-            qkT = tl.dot(k.to(tl.float32), tl.trans(q).to(tl.float32), input_precision="ieee")
-        else:
-            qkT = tl.dot(k, tl.trans(q), input_precision=PRECISION)
-        p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
-        if MASKED:
-            keep = (rows[None, :] < n_q) & (offs_n[:, None] < n_k)
-            if CAUSAL:
-                keep = keep & (offs_n[:, None] <= rows[None, :] + causal_offset)
-            p = tl.where(keep, p, 0.0)
-        # -- dV += T(P)^T dO --
-        if UPCAST:
-            dv = tl.dot(_round_bf16(p), do.to(tl.float32), dv, input_precision="ieee")
-            dpT = tl.dot(v.to(tl.float32), tl.trans(do).to(tl.float32), input_precision="ieee")
-        else:
-            dv = tl.dot(p.to(do.dtype), do, dv, input_precision=PRECISION)
-            dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        # -- dS^T = P^T * (dP^T - D) --
-        ds = p * (dpT - delta[None, :])
-        # -- dK += T(dS)^T Q --
-        if UPCAST:
-            dk = tl.dot(_round_bf16(ds), q.to(tl.float32), dk, input_precision="ieee")
-        else:
-            dk = tl.dot(ds.to(q.dtype), q, dk, input_precision=PRECISION)
-    return dk, dv
-
-
-@triton.jit
-def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
-               stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset, qk_scale,
-               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """Accumulate the key blocks [lo, hi) into dq [BLOCK_M, D]."""
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        cols = start_n + offs_n
-        kT_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        vT_ptrs = v_base + cols[None, :] * stride_vn + offs_d[:, None] * stride_vd
-        if MASKED:
-            kT = tl.load(kT_ptrs, mask=cols[None, :] < n_k, other=0.0)
-            vT = tl.load(vT_ptrs, mask=cols[None, :] < n_k, other=0.0)
-        else:
-            kT = tl.load(kT_ptrs)
-            vT = tl.load(vT_ptrs)
-        # -- recompute P = exp(S - LSE) (log2 domain) --
-        if UPCAST:
-            qk = tl.dot(q.to(tl.float32), kT.to(tl.float32), input_precision="ieee")
-            dp = tl.dot(do.to(tl.float32), vT.to(tl.float32), input_precision="ieee")
-        else:
-            qk = tl.dot(q, kT, input_precision=PRECISION)
-            dp = tl.dot(do, vT, input_precision=PRECISION)
-        p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])
-        if MASKED:
-            keep = cols[None, :] < n_k
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            p = tl.where(keep, p, 0.0)
-        # -- dS = P * (dP - D); dQ += T(dS) K --
-        ds = p * (dp - delta[:, None])
-        if UPCAST:
-            dq = tl.dot(_round_bf16(ds), tl.trans(kT).to(tl.float32), dq,
-                        input_precision="ieee")
-        else:
-            dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision=PRECISION)
-    return dq
-
-
-def _attn_bwd_preprocess(O, DO, DELTA,
-                         stride_ob, stride_oh, stride_om, stride_od,
-                         stride_dob, stride_doh, stride_dom, stride_dod,
-                         H, N_Q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    off_bh = tl.program_id(0)
-    off_b = (off_bh // H).to(tl.int64)
-    off_h = (off_bh % H).to(tl.int64)
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < N_Q
-    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om
-                + offs_d[None, :] * stride_od, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # D = rowsum(dO * O)
-    tl.store(DELTA + off_bh.to(tl.int64) * N_Q + offs_m, delta, mask=row_ok)
-
-
-def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
-                   stride_qb, stride_qh, stride_qm, stride_qd,
-                   stride_kb, stride_kh, stride_kn, stride_kd,
-                   stride_vb, stride_vh, stride_vn, stride_vd,
-                   stride_dob, stride_doh, stride_dom, stride_dod,
-                   stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                   stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                   H, HKV, GROUP, N_Q, N_K, qk_scale, scale,
-                   HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    off_bkv = tl.program_id(0)
-    start_n = tl.program_id(1)  # causal: the first key blocks are seen most, and run first
-    off_b = (off_bkv // HKV).to(tl.int64)
-    off_hkv = (off_bkv % HKV).to(tl.int64)
-    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    col_ok = offs_n < N_K
-    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kd, mask=col_ok[:, None], other=0.0)
-    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vd, mask=col_ok[:, None], other=0.0)
-    dk = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
-    dv = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
-
-    # Query blocks: [lo, a) on the causal diagonal (masked), [a, b) every pair visible
-    # (no mask), [b, N_Q) the ragged tail of Nq, or everything after lo when this key
-    # block holds Nk's ragged tail (masked).
-    causal_offset = N_K - N_Q
-    q_full = (N_Q // BLOCK_M) * BLOCK_M
-    lo = 0
-    a = 0
-    if CAUSAL:
-        first_row = start_n * BLOCK_N - causal_offset  # the first row that sees key start_n
-        lo = (tl.maximum(first_row, 0) // BLOCK_M) * BLOCK_M
-        full_row = first_row + BLOCK_N - 1  # the first row that sees every key of the block
-        a = tl.cdiv(tl.maximum(full_row, 0), BLOCK_M) * BLOCK_M
-        a = tl.maximum(lo, tl.minimum(a, q_full))
-    b = tl.where((start_n + 1) * BLOCK_N > N_K, a, tl.maximum(a, q_full))
-    for g in range(GROUP):  # the query heads reading this kv head: no atomics needed
-        off_bh = off_b * H + off_hkv * GROUP + g
-        off_h = off_hkv * GROUP + g
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        lse_base = LSE + off_bh * N_Q
-        delta_base = DELTA + off_bh * N_Q
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                              stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              lo, a, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, True, CAUSAL,
-                              PRECISION, UPCAST)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                              stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              a, b, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, False, CAUSAL,
-                              PRECISION, UPCAST)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                              stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              b, N_Q, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, True, CAUSAL,
-                              PRECISION, UPCAST)
-    dk = dk * scale
-    if UPCAST:  # round to nearest here, so that the store's conversion is exact
-        dk = _round_bf16(dk)
-        dv = _round_bf16(dv)
-    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
-             + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
-    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvn
-             + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
-
-
-def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
-                 stride_qb, stride_qh, stride_qm, stride_qd,
-                 stride_kb, stride_kh, stride_kn, stride_kd,
-                 stride_vb, stride_vh, stride_vn, stride_vd,
-                 stride_dob, stride_doh, stride_dom, stride_dod,
-                 stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-                 H, GROUP, N_Q, N_K, qk_scale, scale,
-                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    off_bh = tl.program_id(0)
-    if CAUSAL:  # the last query blocks see the most keys: launch them first
-        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
-    else:
-        start_m = tl.program_id(1)
-    off_b = (off_bh // H).to(tl.int64)
-    off_h = off_bh % H
-    off_hkv = (off_h // GROUP).to(tl.int64)  # query head h reads kv head h // GROUP
-    off_h = off_h.to(tl.int64)
-    offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < N_Q
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm
-                + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
-    rows = off_bh.to(tl.int64) * N_Q + offs_m
-    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
-    lse_ref = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
-    dq = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
-
-    # Key blocks as in the forward: [0, full) seen whole by every row, [full, hi) masked.
-    causal_offset = N_K - N_Q
-    full = (N_K // BLOCK_N) * BLOCK_N
-    hi = N_K
-    if CAUSAL:
-        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys the first row sees
-        full = tl.minimum(full, (tl.maximum(first_row_limit, 0) // BLOCK_N) * BLOCK_N)
-        hi = tl.minimum(hi, tl.maximum((start_m + 1) * BLOCK_M + causal_offset, 0))
-    dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
-                    stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K, causal_offset,
-                    qk_scale, BLOCK_N, False, CAUSAL, PRECISION, UPCAST)
-    dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
-                    stride_vn, stride_vd, offs_m, offs_d, full, hi, N_K, causal_offset,
-                    qk_scale, BLOCK_N, True, CAUSAL, PRECISION, UPCAST)
-    dq = dq * scale
-    if UPCAST:
-        dq = _round_bf16(dq)
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
-             + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
-
-
 _SIZES = ("H", "HKV", "GROUP", "N_Q", "N_K")
-PREPROCESS = TritonKernel(_attn_bwd_preprocess, name="attn_bwd_preprocess",
+PREPROCESS = TritonKernel(attn_bwd_preprocess, name="attn_bwd_preprocess",
                           do_not_specialize=("H", "N_Q"))
-DKDV = TritonKernel(_attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES)
-DQ = TritonKernel(_attn_bwd_dq, name="attn_bwd_dq", do_not_specialize=_SIZES[:1] + _SIZES[2:])
+DKDV = TritonKernel(attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES)
+DQ = TritonKernel(attn_bwd_dq, name="attn_bwd_dq", do_not_specialize=_SIZES[:1] + _SIZES[2:])
 
 
 def _c(bm: int, bn: int, warps: int, stages: int) -> Config:
