@@ -91,8 +91,9 @@ def pass_fn(fn: Callable, q, k, v, causal: bool, direction: str = "fwd",
     """The callable one timing runs for ``direction`` of ``fn(q, k, v, causal=...)``.
 
     ``fwd``: the call. ``bwd``: the forward runs once here (q, k, v requiring grad),
-    the callable computes ``torch.autograd.grad(o, (q, k, v), do)`` with a fixed
-    random ``do`` (the graph kept for the next call). ``fwd+bwd``: both per call.
+    the callable computes ``torch.autograd.grad(o, (q, k, v), do)`` with a seeded
+    random ``do`` (the graph kept for the next call; ``call.do`` holds it). ``fwd+bwd``:
+    both per call.
     Raises :class:`NotDifferentiable` when ``fn``'s output has no gradient.
     """
     if direction not in PASS_FLOPS:
@@ -111,10 +112,19 @@ def pass_fn(fn: Callable, q, k, v, causal: bool, direction: str = "fwd",
         return o
 
     o = out_of(fn(*leaves, causal=causal))
-    do = torch.randn_like(o)
+    if o.device.type == "meta":
+        do = torch.empty_like(o)
+    else:  # seeded: every backend timed on these inputs gets the same dO
+        g = torch.Generator(device=o.device).manual_seed(0)
+        do = torch.randn(o.shape, generator=g, device=o.device).to(o.dtype)
     if direction == "bwd":
-        return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
-    return lambda: torch.autograd.grad(out_of(fn(*leaves, causal=causal)), leaves, do)
+        def call():
+            return torch.autograd.grad(o, leaves, do, retain_graph=True)
+    else:
+        def call():
+            return torch.autograd.grad(out_of(fn(*leaves, causal=causal)), leaves, do)
+    call.do = do  # what a check of the gradients needs
+    return call
 
 
 def matmul_peak_tflops(dtype: str = "bf16", n: int = 8192) -> float:

@@ -13,7 +13,8 @@
    sdpa-cudnn; the full run adds sdpa-efficient and flex) on each shape: the timed
    output is first checked against the float64 reference (last 256 query rows of
    batch 0, heads 0 and H-1, all keys: the same bottom-right causal sub-problem) with
-   the baseline rule; a time counts only if that check passed. Times: 20 runs after 3
+   the baseline rule (bwd: the gradients of batch 0, kv head 0 and its query heads by
+   the 3x gradient rule); a time counts only if that check passed. Times: 20 runs after 3
    warm-ups, L2 flushed, CUDA events (flashbench.timing.device_samples); the median
    is reported with the quartiles. TFLOP/s = Shape.flops / median (per query head
    under GQA; about half for causal); "% peak" divides by the same run's measured
@@ -54,7 +55,8 @@ from flashbench.measure import Case  # noqa: E402
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
 CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
 SLICE_ROWS = 256  # query rows of the timed-output check
-TARGETS = {"noncausal_tflops": 450.0, "causal_tflops": 400.0, "vs_sdpa_flash": 1.1}
+TARGETS = {"noncausal_tflops": 450.0, "causal_tflops": 400.0, "vs_sdpa_flash": 1.1,
+           "bwd_vs_sdpa_flash": 1.0}
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ def timed_cases(quick: bool) -> list[Timed]:
     if quick:
         grid = [(s, "bf16") for s in shapes(128, (4096, 8192))]
         grid += [(Shape(2, 32, 8192, 8192, 128, Hkv=8), "bf16")]
-        directions = ("fwd",)
+        cases = [Timed(s, dt, c) for s, dt in grid for c in (False, True)]
+        return cases + [Timed(grid[0][0], "bf16", c, "bwd") for c in (False, True)]
     else:
         ns = (1024, 2048, 4096, 8192, 16384)
         grid = [(s, dt) for dt in ("bf16", "fp16") for d in (64, 128) for s in shapes(d, ns)]
@@ -196,6 +199,32 @@ def check_slice(o, q, k, v, causal: bool, dtype: str) -> dict:
             "ratio": verdict.ratio, "passed": bool(verdict.passed)}
 
 
+def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> dict:
+    """Timed gradients against the float64 reference on a sub-problem: batch 0, kv head 0
+    and its query heads, all rows (dk, dv need every query), by the gradient rule (3x the
+    same-dtype standard backward plus FlashAttention's floor)."""
+    from flashbench import numerics, reference
+    from flashbench.accuracy import judge_gradient
+
+    group = q.shape[1] // k.shape[1]
+
+    def np64(t):
+        return t.detach().float().cpu().double().numpy()
+
+    if "ref" not in cache:  # the same inputs for every backend of this case
+        sub = [np64(q[0, :group]), np64(k[0, :1]), np64(v[0, :1]), np64(do[0, :group])]
+        cache["ref"] = reference.attention_grad(*sub, causal=causal)
+        cache["std"] = numerics.standard_model_grad(*sub, dtype, causal=causal)
+    got = (grads[0][0, :group], grads[1][0, :1], grads[2][0, :1])
+    out = {"passed": True}
+    for name, g, r, s in zip(("dq", "dk", "dv"), got, cache["ref"], cache["std"], strict=True):
+        j = judge_gradient(g, s, r, dtype)
+        out[f"{name}_max_abs"] = j["kernel"]["max_abs"]
+        out[f"{name}_ratio"] = j["verdict"].ratio
+        out["passed"] = out["passed"] and bool(j["verdict"].passed)
+    return out
+
+
 def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
     from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
@@ -210,6 +239,7 @@ def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
         if t.direction == "fwd":
             _, _, used = triton_fwd.forward(q, k, v, causal=t.causal)  # autotunes this key
             chosen[t.label()] = used.label() if used is not None else None
+        shared_grads: dict = {}
         for name in backends_for(quick):
             row = {"case": t.label(), "backend": name, "shape": s.spec(), "dtype": t.dtype,
                    "causal": t.causal, "direction": t.direction}
@@ -229,6 +259,16 @@ def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
                         row["skipped"] = "timed output failed its check: time not counted"
                         continue
                 fn = pass_fn(backend.timed_fn, bq, bk, bv, t.causal, t.direction, name)
+                if t.direction != "fwd":
+                    if bk.shape[1] != k.shape[1]:
+                        grad_cache = {}  # this backend expanded k, v: its own sub-problem
+                    else:
+                        grad_cache = shared_grads
+                    row["check"] = check_grads(fn(), bq, bk, bv, fn.do, t.causal, t.dtype,
+                                               grad_cache)
+                    if not row["check"]["passed"]:
+                        row["skipped"] = "timed gradients failed their check: time not counted"
+                        continue
                 samples = device_samples(fn)
             except NotDifferentiable as exc:
                 row["skipped"] = str(exc)
@@ -248,7 +288,9 @@ def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
 
 
 def targets(rows: list[dict]) -> list[dict]:
-    """The H200 targets on bf16, d=128, N >= 4k forward rows (figures, not tests)."""
+    """The H200 targets on bf16, d=128, N >= 4k rows (figures, not tests): forward
+    >= 450 TFLOP/s and >= 1.1x sdpa-flash non-causal, >= 400 TFLOP/s causal; backward
+    >= 1.0x sdpa-flash's backward."""
     out = []
     by_case = {}
     for r in rows:
@@ -257,14 +299,17 @@ def targets(rows: list[dict]) -> list[dict]:
         tr, fl = rs.get("triton", {}), rs.get("sdpa-flash", {})
         s = Shape.parse(tr.get("shape", "1x1x1x1x16"))
         if not (tr.get("dtype") == "bf16" and s.d == 128 and s.Nq >= 4096
-                and tr.get("direction") == "fwd" and "tflops" in tr):
+                and tr.get("direction") in ("fwd", "bwd") and "tflops" in tr):
             continue
-        need = TARGETS["causal_tflops" if tr["causal"] else "noncausal_tflops"]
-        row = {"case": case, "triton_tflops": tr["tflops"], "target_tflops": need,
-               "met_tflops": tr["tflops"] >= need}
+        row = {"case": case, "triton_tflops": tr["tflops"]}
+        if tr["direction"] == "fwd":
+            need = TARGETS["causal_tflops" if tr["causal"] else "noncausal_tflops"]
+            row.update(target_tflops=need, met_tflops=tr["tflops"] >= need)
         if "tflops" in fl:
             row["vs_sdpa_flash"] = tr["tflops"] / fl["tflops"]
-            if not tr["causal"]:
+            if tr["direction"] == "bwd":
+                row["met_vs_sdpa_flash"] = row["vs_sdpa_flash"] >= TARGETS["bwd_vs_sdpa_flash"]
+            elif not tr["causal"]:
                 row["met_vs_sdpa_flash"] = row["vs_sdpa_flash"] >= TARGETS["vs_sdpa_flash"]
         if "tflops" in rs.get("sdpa-cudnn", {}):
             row["sdpa_cudnn_tflops"] = rs["sdpa-cudnn"]["tflops"]
@@ -304,7 +349,8 @@ def write_results(out_dir: str, record: dict) -> pathlib.Path:
           "## Autotune configs chosen", "",
           tabulate(sorted(record["autotune_configs"].items()), headers=["case", "config"],
                    tablefmt="github"), "",
-          "## Targets (H200, bf16, d=128, N >= 4k)", "",
+          "## Targets (H200, bf16, d=128, N >= 4k; fwd: >= 450 TFLOP/s and >= 1.1x "
+          "sdpa-flash non-causal, >= 400 causal; bwd: >= 1.0x sdpa-flash)", "",
           tabulate(record["targets"], headers="keys", tablefmt="github", floatfmt=".3g")]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     return stem

@@ -142,3 +142,28 @@ def test_gpu_check_runs_every_phase_without_a_gpu(tmp_path):
     assert results and "bench_gpu.TimeAttentionGPU.time_attention_gpu" in results[0].read_text()
     assert (home / ".asv-machine.json").exists()
     assert np.isfinite(float(re.search(r"gpu_check: (\d+)s", summary)[1]))
+
+
+def test_timed_gradient_check_catches_a_wrong_gradient():
+    from flashbench.timing import pass_fn
+
+    gb = _gpu_bench()
+
+    def naive(q, k, v, causal=False):  # grouped-query attention in the inputs' dtype
+        kk, vv = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+        s = q @ kk.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if causal:
+            s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.softmax(s.float(), -1).to(q.dtype) @ vv
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 64, 32, generator=g)
+    k, v = (torch.randn(1, 2, 64, 32, generator=g) for _ in range(2))
+    fn = pass_fn(naive, q, k, v, True, "bwd")
+    grads = fn()
+    assert torch.equal(fn.do, pass_fn(naive, q, k, v, True, "bwd").do)  # seeded dO
+    good = gb.check_grads(grads, q, k, v, fn.do, True, "fp32", {})
+    assert good["passed"], good
+    bad = (grads[0], grads[1].clone(), grads[2])
+    bad[1][0, 0, 5] += 0.01  # kv head 0: inside the checked sub-problem
+    assert not gb.check_grads(bad, q, k, v, fn.do, True, "fp32", {})["passed"]
