@@ -334,3 +334,14 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
     assert rows[1].reason == "coverage-lost" and rows[1].kind == "accuracy"
     assert (rows[2].verdict, rows[2].reason, rows[2].regression, rows[2].undecided) == (
         "ambiguous", "ratio-only", False, True)
+
+
+def test_points_measured_in_neither_commit_are_counted_not_listed():
+    ok = Row("time", "b.time_x", "", "seconds", "same", "below-factor")
+    gpu = Row("time", "b.time_gpu", "", "seconds", "not compared", "not-measured",
+              detail="base skipped, head skipped: no GPU")
+    review = _review([ok, gpu, gpu])
+    assert review.status == 0 and "across 1 compared results" in review.summary()
+    text = render_markdown(review)
+    assert "time_gpu" not in text and "2 grid point(s) measured in neither commit" in text
+    assert "time_gpu" in render_markdown(review, all_rows=True)

@@ -108,8 +108,8 @@ class Review:
                 parts.append(f"{len(self.problems)} problem(s) below")
             text = "; ".join(parts)
         else:
-            return (f"OK: nothing regressed across {len(self.rows)} compared results; "
-                    "exit 0")
+            compared = sum(r.reason != "not-measured" for r in self.rows)
+            return f"OK: nothing regressed across {compared} compared results; exit 0"
         return f"{text}; exit {self.status}"
 
     def sort(self) -> None:

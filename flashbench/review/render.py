@@ -65,9 +65,9 @@ def header(review: Review) -> list[str]:
 
 def render_markdown(review: Review, all_rows: bool = False) -> str:
     lines = header(review)
-    shown = [r for r in review.rows
-             if all_rows or r.regression or r.undecided or r.verdict not in ("same",
-                                                                               "not slower")]
+    neither = [r for r in review.rows if r.reason == "not-measured"]
+    shown = [r for r in review.rows if all_rows or r.regression or r.undecided
+             or (r.verdict not in ("same", "not slower") and r.reason != "not-measured")]
     if shown:
         table = [[_cell(c) for c in (
             "**REGRESSION**" if r.regression else "**?**" if r.undecided else "", r.kind,
@@ -78,9 +78,12 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
                                                "head", "head/base [interval]", "level", "n",
                                                "unit", "verdict", "reason", "detail"],
                                tablefmt="github")]
-    quiet = len(review.rows) - len(shown)
+    quiet = len(review.rows) - len(shown) - (0 if all_rows else len(neither))
     if quiet:
         lines += ["", f"{quiet} other result(s) unchanged (same, or not slower)."]
+    if neither and not all_rows:
+        lines += ["", f"{len(neither)} grid point(s) measured in neither commit (declared not "
+                  "applicable, or skipped in both: for example no GPU here); --all lists them."]
     codes = sorted({code for r in shown for code in r.reason.split(", ") if code in REASONS})
     if codes:
         lines += ["", "Reasons: " + "; ".join(f"`{c}`: {REASONS[c]}" for c in codes) + "."]
