@@ -30,8 +30,9 @@ line in ``reason``). Setup runs once per request, not before every call (the sui
 build inputs in setup and their calls do not mutate them); teardown runs after it.
 Anything the suites print goes to stderr: stdout carries only the replies.
 
-``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process, set
-up, call once, report the process's maximum resident set size (bytes).
+``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process that
+imports only that benchmark's module, set up, call once, report the process's maximum
+resident set size (bytes).
 """
 
 import gc
@@ -59,12 +60,15 @@ def _reason(exc: BaseException) -> str:
 class Suites:
     """Today's benchmarks, discovered once, with their setup_cache values."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, only: str | None = None):
         from asv_runner._aux import update_sys_path
-        from asv_runner.discovery import disc_benchmarks
+        from asv_runner.discovery import disc_benchmarks, get_benchmark_from_name
 
         update_sys_path(root)
-        self.benchmarks = {b.name: b for b in disc_benchmarks(root)}
+        if only is None:
+            self.benchmarks = {b.name: b for b in disc_benchmarks(root)}
+        else:  # only that benchmark's module is imported (a small baseline, as asv)
+            self.benchmarks = {only: get_benchmark_from_name(root, only)}
         self.caches = {}
 
     def describe(self) -> list:
@@ -210,7 +214,11 @@ def serve(root: str, out) -> int:
 def peakmem(root: str, name: str, index: int, out) -> int:
     from asv_runner.benchmarks._maxrss import get_maxrss
 
-    suites = Suites(root)
+    try:
+        suites = Suites(root, only=name)
+    except Exception as exc:  # gone from this commit's view of the suites
+        out.write(json.dumps({"status": "missing", "reason": _reason(exc)}) + "\n")
+        return 0
     b, reply = suites.prepare(name, index)
     if b is None:
         out.write(json.dumps(reply) + "\n")
