@@ -163,3 +163,16 @@ def test_within_factor_is_same(ratio):
     rows = [row("b", 1.0, "2026-01-02"), row("h", ratio, "2026-01-03")]
     (r,), _, _ = compare(rows, ancestry=("b",))
     assert r.verdict == "same" and not r.undecided
+
+
+def test_bench_selects_names_or_grid_points_of_stored_rows():
+    import re
+
+    from flashbench.review.stored import _matching
+
+    frame = pd.DataFrame([row("b", 1.0, "2026-01-02"),
+                          row("b", 1.0, "2026-01-02", params="rows=256, N=16384, impl='online'"),
+                          row("b", 1.0, "2026-01-02", bench="b.TimeOther.time_x", params="")])
+    assert len(_matching(frame, re.compile("TimeSoftmax"))) == 2
+    assert len(_matching(frame, re.compile(r"TimeSoftmax.*N=16384"))) == 1
+    assert len(_matching(frame, None)) == 3 and not len(_matching(frame, re.compile("zzz")))

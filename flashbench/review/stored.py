@@ -207,6 +207,16 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
     return rows, problems, notes
 
 
+def _matching(frame: pd.DataFrame, pattern) -> pd.DataFrame:
+    """Rows whose benchmark name, or ``name(params)``, matches ``pattern`` (as same-run
+    reviews select grid points)."""
+    if pattern is None or not len(frame):
+        return frame
+    names = frame["benchmark"].astype(str)
+    full = names + "(" + frame["params"].astype(object).fillna("").astype(str) + ")"
+    return frame[names.str.contains(pattern) | full.str.contains(pattern)]
+
+
 def _load(dirs: list[Path]) -> pd.DataFrame:
     have = [d for d in dirs if d.is_dir() and any(p.name != "machine.json"
                                                   for p in d.glob("*/*.json"))]
@@ -229,31 +239,26 @@ def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machi
         from flashbench.review.run import compile_bench
 
         pattern = compile_bench(opts.bench)
-        names = {str(n) for n in frame["benchmark"].dropna().unique()}
-        if not any(pattern.search(n) for n in names):
+        if not len(_matching(frame, pattern)):
+            from flashbench.review.run import select
             from flashbench.review.workers import list_suites
 
             log_file = root / ".asv" / "review-suites.log"
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            listing = list_suites(root, bench_dir, log_file)
-            if not any(pattern.search(b["name"]) for b in listing):
-                raise ValueError(f"bench {opts.bench!r} matches no benchmark")
+            select(list_suites(root, bench_dir, log_file), opts.bench)  # ValueError if none
     requirements = requirement_names(root)
     kind_now = existing_name() if opts.existing else None
 
     def has(commit) -> bool:
         sel = frame[(frame["machine"].astype(object) == machine)
                     & (frame["commit"].astype(object) == commit)]
-        if pattern is not None:
-            sel = sel[sel["benchmark"].astype(str).str.contains(pattern)]
-        return len(sel) > 0
+        return len(_matching(sel, pattern)) > 0
 
     for commit in dict.fromkeys((base, head)):
         if not has(commit):
             run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
             frame = _load(dirs)
-    if pattern is not None:
-        frame = frame[frame["benchmark"].astype(str).str.contains(pattern)]
+    frame = _matching(frame, pattern)
     mine = frame[frame["machine"].astype(object) == machine]
     if pick_envs(mine, base, head, requirements)[0] is None:
         # leftover results of another kind of environment: measure in the kind asked for
@@ -264,8 +269,7 @@ def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machi
             if not envs & wanted:
                 run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
                 frame = _load(dirs)
-                if pattern is not None:
-                    frame = frame[frame["benchmark"].astype(str).str.contains(pattern)]
+                frame = _matching(frame, pattern)
                 mine = frame[frame["machine"].astype(object) == machine]
                 break
     rows, problems, notes = compare_stored(frame, base, head, machine, cpu,
