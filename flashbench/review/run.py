@@ -200,6 +200,9 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
 
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
                                    log)
+            if opts.threads:
+                review.notes.append("--threads has no effect with --reuse (asv runs with the "
+                                    "libraries' own thread pools).")
         else:
             review = Review(base, head, machine, cpu, "same-run A/B (paired, interleaved)",
                             opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
