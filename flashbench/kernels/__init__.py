@@ -3,5 +3,11 @@
 - :mod:`flashbench.kernels.checks`: shared validation of (q, k, v) tensors.
 - :mod:`flashbench.kernels.torch_peers`: torch's naive and SDPA attention.
 - :mod:`flashbench.kernels.triton_fwd`: the Triton fused forward kernel (imported
-  lazily: importing it decides between the GPU and the Triton interpreter).
+  lazily; CUDA tensors run it compiled, CPU tensors under Triton's interpreter).
+- :mod:`flashbench.kernels.launch`: launching a Triton kernel compiled or interpreted,
+  chosen per kernel and call (never the process's ``TRITON_INTERPRET``); compile
+  plans and parallel precompilation.
+- :mod:`flashbench.kernels.configs`: the forward's pruned Hopper autotune space and
+  fixed configs; :mod:`flashbench.kernels.plan`: counted compilations;
+  :mod:`flashbench.kernels.offline`: compiling a plan for sm_90 without a GPU.
 """
