@@ -282,6 +282,12 @@ class TritonKernel:
             self._tuned[key] = tuner
         return tuner
 
+    def _compiled_kwargs(self, constexprs: dict, config: Config) -> dict:
+        # spelled as the autotuner spells a config's launch (constexprs, options, then
+        # Config.all_kwargs()), so a fixed launch and an autotuned one of the same config
+        # share one entry of Triton's in-memory cache, not only of its disk cache
+        return {**constexprs, **self.options, **config.triton().all_kwargs()}
+
     def compiled_count(self) -> int | None:
         """Kernels compiled (or loaded from Triton's disk cache) by this process so far;
         None where this Triton keeps its caches elsewhere."""
@@ -349,9 +355,7 @@ class TritonKernel:
                     continue
                 seen[(self.name, sig, cfg)] = index = len(seen)
                 if share(index):
-                    meta = {**constexprs, **cfg.kwargs}
-                    self.jit.warmup(*args, grid=(1,), **meta, num_warps=cfg.num_warps,
-                                    num_stages=cfg.num_stages, **self.options)
+                    self.jit.warmup(*args, grid=(1,), **self._compiled_kwargs(constexprs, cfg))
             return config
         plan = active_plan()
         if plan is not None:
@@ -371,9 +375,8 @@ class TritonKernel:
                 _twin(self.fn)[grid(meta)](*args, **meta)
             return cfg
         if config is not None:
-            meta = {**constexprs, **config.kwargs}
-            self.jit[grid(meta)](*args, **meta, num_warps=config.num_warps,
-                                 num_stages=config.num_stages, **self.options)
+            self.jit[grid({**constexprs, **config.kwargs})](
+                *args, **self._compiled_kwargs(constexprs, config))
             return config
         tuner = self.autotuner(configs)
         tuner[grid](*args, **constexprs, **self.options)
