@@ -5,12 +5,13 @@ What one band is
 A *cell* is (N, dist, causal): N is the number of keys each softmax row sums over,
 ``dist`` an input distribution of :mod:`flashbench.inputs`, ``causal`` the
 bottom-right mask. For each seed, :func:`flashbench.inputs.make_qkv` draws
-``Shape(1, H, Nq, N, 64)`` with ``Nq = min(256, N // 4)`` query rows per head and
-``H = 512 // Nq`` heads (512 query rows per seed). Every query row therefore sums
-over N keys, or, causal, over ``N - Nq + 1 .. N`` >= 3N/4 keys, with the mask cutting
-the last key blocks: the error of a row depends on how many keys it sums over, not on
-how many rows there are, so a few hundred rows measure the band of an N x N problem
-at a fraction of its cost (``scripts/make_tolerances.py --check-rows`` measures both).
+``Shape(1, H, Nq, N, 64)`` with ``Nq`` query rows per head (:func:`cell_shape`:
+``min(256, N // 4)`` causal, at least 64 otherwise) and ``H = 256 // Nq`` heads (256
+query rows per seed). Every query row therefore sums over N keys, or, causal, over
+``N - Nq + 1 .. N`` >= 3N/4 keys, with the mask cutting the last key blocks: the error
+of a row depends on how many keys it sums over, not on how many rows there are, so a
+few hundred rows measure the band of an N x N problem at a fraction of its cost
+(``scripts/make_tolerances.py --check-rows`` measures both).
 
 The kernel computes in ``dtype`` from the inputs as its caller holds them: q, k, v
 rounded to the dtype's storage format (tf32: float32), except for the fp8 dtypes,
@@ -28,7 +29,7 @@ Statistics of a :class:`Band` (exactly):
 
 - ``abs_p50``, ``abs_p99``, ``abs_max``: percentiles (numpy's linear interpolation)
   and maximum of ``|out - ref|`` over every element of every seed's output, pooled
-  (seeds x 512 rows x 64 features for O; seeds x 512 for LSE). ``abs_max`` is
+  (seeds x 256 rows x 64 features for O; seeds x 256 for LSE). ``abs_max`` is
   therefore also the largest per-seed max-abs error: what a test's ``max_abs``
   compares with.
 - ``rel_p50``, ``rel_p99``, ``rel_max``: the same for the relative error
@@ -44,7 +45,10 @@ A non-finite output where the reference is finite counts as an infinite error.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -58,8 +62,8 @@ __all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Ba
            "band_dtypes", "cell_shape", "measure_bands", "caller_inputs", "element_errors"]
 
 BAND_N = (256, 1024, 4096)  # keys per row: the default grid (the lecture's "N ~ 1k" and around)
-SEEDS = 16  # default seeds per cell: the max moves by <= 10% from 16 to 32 (README, bands)
-ROWS_PER_SEED = 512  # query rows per seed (heads x rows per head)
+SEEDS = 16  # default seeds per cell of `flashbench bands` (the table uses 64: README, bands)
+ROWS_PER_SEED = 256  # query rows per seed (heads x rows per head)
 MAX_ROWS = 256  # query rows per head
 HEAD_DIM = 64
 VERSUS = ("fp64", "fp64-unrounded", "standard_model")
@@ -84,12 +88,18 @@ class Cell:
 
 
 def cell_shape(n: int, rows_per_seed: int = ROWS_PER_SEED, d: int = HEAD_DIM,
-               rows: int | None = None) -> Shape:
-    """Shape drawn per seed for N = ``n`` keys: ``rows`` query rows per head (default
-    ``min(256, n // 4)``, at least 1), as many heads as make ``rows_per_seed`` rows."""
-    rows = max(1, min(MAX_ROWS, n // 4)) if rows is None else rows
-    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= n:
-        raise ValueError(f"rows must be an int in [1, N={n}], got {rows!r}")
+               rows: int | None = None, causal: bool = False) -> Shape:
+    """Shape drawn per seed for N = ``n`` keys: ``rows`` query rows per head, as many
+    heads as make ``rows_per_seed`` rows. Default rows: causal ``min(256, n // 4)`` (at
+    least 1: bottom-right, every row sees 3n/4 to n keys); not causal
+    ``min(256, max(64, n // 4))``: at least 64, so that the score tiles are too large
+    for the small-matrix kernels of the CPU's BLAS, which sum q.k in another order than
+    larger ones (for scores of 1e4, a third of the fp32 error: the band would be too
+    narrow for a kernel that sums in order)."""
+    if rows is None:
+        rows = max(1, min(MAX_ROWS, n // 4)) if causal else min(MAX_ROWS, max(64, n // 4))
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or (causal and rows > n):
+        raise ValueError(f"rows must be an int >= 1 (<= N={n} when causal), got {rows!r}")
     if isinstance(rows_per_seed, bool) or not isinstance(rows_per_seed, int) \
             or rows_per_seed < 1:
         raise ValueError(f"rows_per_seed must be an int >= 1, got {rows_per_seed!r}")
@@ -190,8 +200,50 @@ def _summary(a: np.ndarray, rel: np.ndarray) -> dict:
                 seed_rel_max=tuple(float(x) for x in rel.max(axis=1)), elements=a.size)
 
 
+_OPENBLAS = ("scipy_openblas_{}_num_threads64_", "scipy_openblas_{}_num_threads",
+             "openblas_{}_num_threads")
+
+
+def _openblas():
+    """(get, set) of the OpenBLAS that numpy loaded, or None (not Linux, not OpenBLAS)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()
+                     and ".so" in line.split()[-1]}
+        for path in sorted(paths):
+            lib = ctypes.CDLL(path)
+            for pattern in _OPENBLAS:
+                get, put = (getattr(lib, pattern.format(w), None) for w in ("get", "set"))
+                if get is not None and put is not None:
+                    get.restype = ctypes.c_int
+                    return get, put
+    except OSError:
+        return None
+    return None
+
+
+@contextmanager
+def single_threaded_blas():
+    """Run the block with one OpenBLAS thread, then restore the count. The models multiply
+    many small tiles (256 x 64 by 64 x 64): threads cost more than they give, 4x the wall
+    time of ``flashbench bands`` on this 2-CPU machine. A no-op without OpenBLAS."""
+    found = _openblas()
+    if found is None:
+        yield
+        return
+    get, put = found
+    before = get()
+    put(ctypes.c_int(1))
+    try:
+        yield
+    finally:
+        put(ctypes.c_int(before))
+
+
 def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None = None):
-    shape = cell_shape(cell.n, rows_per_seed, rows=rows)
+    shape = cell_shape(cell.n, rows_per_seed, rows=rows, causal=cell.causal)
     draws = [make_qkv(shape, cell.dist, seed) for seed in seeds]
     return tuple(np.concatenate([d[i] for d in draws]) for i in range(3))
 
@@ -255,13 +307,20 @@ def measure_bands(dtypes: Sequence[str] | None = None, ns: Sequence[int] = BAND_
     bad = [v for v in versus if v not in VERSUS]
     if bad or not versus:
         raise ValueError(f"versus must be some of {VERSUS}, got {list(versus)!r}")
+    backends = [k for k in kernels if k not in ("flash_model", "standard_model")]
+    if backends:  # unknown names fail here, before any cell is measured
+        from flashbench.backends import get_backend
+
+        for name in backends:
+            get_backend(name)
     cells = [Cell(n, dist, bool(c)) for n in ns for dist in dists for c in causal]
     bands: list[Band] = []
-    for cell in cells:
-        say(f"N={cell.n} {cell.dist}{' causal' if cell.causal else ''}")
-        inputs = _draw(cell, seed_ids, rows_per_seed, rows)
-        bands += _measure_cell(cell, inputs, dtypes, len(seed_ids), tuple(kernels),
-                               tuple(versus), block, say)
+    with single_threaded_blas():
+        for cell in cells:
+            say(f"N={cell.n} {cell.dist}{' causal' if cell.causal else ''}")
+            inputs = _draw(cell, seed_ids, rows_per_seed, rows)
+            bands += _measure_cell(cell, inputs, dtypes, len(seed_ids), tuple(kernels),
+                                   tuple(versus), block, say)
     return bands
 
 
