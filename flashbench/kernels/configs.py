@@ -5,14 +5,16 @@ config in a few seconds), so the autotune space is written per (operand width, h
 dim) instead of as a full product, and pruned further per launch:
 
 - candidates (:data:`HOPPER_CANDIDATES`): 4 to 6 configs per head dim for 16-bit
-  operands, drawn from what FlashAttention-2 and Triton's fused-attention tutorial
-  pick on Hopper (128-row query blocks, 8 warps for d=128, 3-4 pipeline stages);
+  operands (:data:`FP8_CANDIDATES`: 3 or 4 for e4m3 operands), drawn from what
+  FlashAttention-2 and Triton's fused-attention tutorial pick on Hopper (128-row
+  query blocks, 8 warps for d=128, 3-4 pipeline stages);
 - :func:`prune_forward` (Triton's ``early_config_prune``): drops configs whose
   pipelined tiles exceed Hopper's shared memory, and query blocks longer than the
   whole (padded) query length when a smaller candidate exists;
 - :func:`fixed_config`: one config per (dtype, d), used for correctness checks and
   for fp32 (never autotuned: IEEE fp32 dots run on CUDA cores, and a check must not
-  depend on what an autotuner picked). For 16-bit operands it is one of the
+  depend on what an autotuner picked), and for fp8 with per-block descales (the
+  quantiser's blocks are the tiles). For 16-bit and fp8 operands it is one of the
   candidates, so a check and an autotuned run of the same signature share the
   compilation.
 
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 from flashbench.kernels.launch import Config
 
-__all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "INTERPRETER_CONFIG",
+__all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "FP8_CANDIDATES",
+           "FIXED_FP8", "INTERPRETER_CONFIG",
            "candidates", "fixed_config", "prune_forward", "forward_smem_bytes",
            "fits_shared_memory"]
 
@@ -52,6 +55,17 @@ FIXED_16BIT = {16: _c(64, 64, 4, 3), 32: _c(64, 64, 4, 3), 64: _c(128, 64, 4, 3)
 # (IEEE fp32 dots unroll into FMA code: small tiles keep the compile near 10 s at d=128)
 FP32_FIXED = {16: _c(64, 32, 4, 2), 32: _c(64, 32, 4, 2), 64: _c(64, 32, 4, 2),
               128: _c(64, 32, 8, 2), 256: _c(32, 32, 8, 2)}
+# fp8 (e4m3) operands, after Triton's fused-attention tutorial for fp8 on Hopper (128 x 128
+# tiles, 8 warps for d >= 128): half the bytes of a 16-bit tile, so wider key blocks fit
+# the same shared memory; register pressure (the fp32 S tile and O accumulator) sets the
+# limits. The fixed config is the first candidate.
+FP8_CANDIDATES: dict[int, tuple[Config, ...]] = {
+    32: (_c(128, 128, 4, 3), _c(128, 64, 4, 3), _c(64, 128, 4, 3)),
+    64: (_c(128, 128, 8, 3), _c(128, 64, 4, 3), _c(128, 128, 4, 3), _c(64, 128, 4, 3)),
+    128: (_c(128, 128, 8, 3), _c(128, 64, 8, 3), _c(128, 128, 8, 4), _c(64, 128, 4, 3)),
+    256: (_c(128, 64, 8, 2), _c(64, 64, 4, 3), _c(64, 128, 8, 2)),
+}
+FIXED_FP8 = {d: c[0] for d, c in FP8_CANDIDATES.items()}
 # Interpreter: one tile size (warps and stages mean nothing there); tests pass others.
 INTERPRETER_CONFIG = _c(128, 128, 1, 1)
 
@@ -64,16 +78,18 @@ def _width(dtype) -> int:
 
 
 def candidates(head_dim: int, dtype) -> tuple[Config, ...]:
-    """The autotune candidates for ``head_dim`` and operand ``dtype`` (16-bit only;
+    """The autotune candidates for ``head_dim`` and operand ``dtype`` (16-bit and fp8;
     fp32 has just its fixed config)."""
-    if _width(dtype) == 4:
+    width = _width(dtype)
+    if width == 4:
         return (FP32_FIXED[head_dim],)
-    return HOPPER_CANDIDATES[head_dim]
+    return (FP8_CANDIDATES if width == 1 else HOPPER_CANDIDATES)[head_dim]
 
 
 def fixed_config(head_dim: int, dtype) -> Config:
-    """The one config used for correctness checks and for fp32 operands."""
-    return (FP32_FIXED if _width(dtype) == 4 else FIXED_16BIT)[head_dim]
+    """The one config used for correctness checks, fp32 operands and per-block fp8
+    descales (whose blocks are the tiles)."""
+    return {4: FP32_FIXED, 2: FIXED_16BIT, 1: FIXED_FP8}[_width(dtype)][head_dim]
 
 
 def forward_smem_bytes(cfg: Config, head_dim: int, dtype) -> int:

@@ -13,18 +13,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
+# fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
+from flashbench.kernels.rounding import round_bf16
+
 __all__ = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "round_bf16"]
-
-
-@triton.jit
-def round_bf16(x):
-    """fp32 values rounded to the nearest bfloat16 (ties to even), kept in fp32.
-
-    For interpreted bf16 launches (UPCAST) only: the interpreter's fp32 -> bf16 cast
-    truncates toward zero, where the GPU rounds to nearest even."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
 
 
 @triton.jit

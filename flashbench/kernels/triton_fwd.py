@@ -44,10 +44,11 @@ import triton.language as tl
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.checks import check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
+from flashbench.kernels.rounding import round_bf16, round_e4m3
 from flashbench.validation import check_scale
 
-__all__ = ["triton_attention", "forward", "default_config", "FORWARD", "HEAD_DIMS", "DTYPES",
-           "INTERPRET"]
+__all__ = ["triton_attention", "forward", "launch", "default_config", "FORWARD", "HEAD_DIMS",
+           "DTYPES", "INTERPRET"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -76,8 +77,9 @@ def default_config(config: Config | str | None):
 @triton.jit
 def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                      stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset,
-                     qk_scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                     CAUSAL: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                     qk_scale, kd_base, vd_base, stride_kd_n, BLOCK_N: tl.constexpr,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                     UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr):
     """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
@@ -94,15 +96,22 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
             qk = tl.dot(q, k, input_precision=PRECISION)
+        if FP8:  # this key block's descale joins the folded score scale
+            s_scale = qk_scale * tl.load(kd_base + (start_n // BLOCK_N) * stride_kd_n)
+        else:
+            s_scale = qk_scale
         if MASKED:
             keep = cols[None, :] < n_k
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
             qk = tl.where(keep, qk, float("-inf"))
-        # -- update m_i and l_i (log2 domain: m is max(qk) * qk_scale) --
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        # -- update m_i and l_i (log2 domain: m is max(qk) * s_scale) --
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * s_scale)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-        p = tl.math.exp2(qk * qk_scale - m_ref[:, None])  # one fused multiply-add per score
+        if FP8:  # FlashAttention-3's Max_offset 8: p = 256 P, in [0, 256]
+            p = tl.math.exp2(qk * s_scale - (m_ref[:, None] - 8.0))
+        else:
+            p = tl.math.exp2(qk * s_scale - m_ref[:, None])  # one fused multiply-add per score
         alpha = tl.math.exp2(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
         # -- update the output accumulator --
@@ -111,7 +120,14 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
             v = tl.load(v_ptrs, mask=cols[:, None] < n_k, other=0.0)
         else:
             v = tl.load(v_ptrs)
-        if UPCAST:
+        if FP8:  # P rounded to e4m3; this value block's descale applied to its P V tile
+            if ROUND:
+                p = round_e4m3(p)
+            pv = tl.dot(p.to(v.dtype), v)
+            acc += pv * tl.load(vd_base + (start_n // BLOCK_N) * stride_kd_n)
+        elif UPCAST:
+            if ROUND:
+                p = round_bf16(p)
             acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc,
                          input_precision="ieee")
         else:
@@ -120,14 +136,16 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
     return acc, l_i, m_i
 
 
-def _attn_fwd(Q, K, V, O, LSE,
+def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
+              stride_qd_bh, stride_qd_m, stride_kd_bh, stride_kd_n,
               H, GROUP, N_Q, N_K, qk_scale,
               HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-              UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -145,6 +163,15 @@ def _attn_fwd(Q, K, V, O, LSE,
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    if FP8:  # descales: per (batch, head) and block of rows; strides 0 where shared
+        qk_scale = qk_scale * tl.load(QD + off_bh.to(tl.int64) * stride_qd_bh
+                                      + start_m * stride_qd_m)
+        off_bkv = (off_b * (H // GROUP) + off_hkv) * stride_kd_bh
+        kd_base = KD + off_bkv
+        vd_base = VD + off_bkv
+    else:
+        kd_base = KD
+        vd_base = VD
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
@@ -161,18 +188,22 @@ def _attn_fwd(Q, K, V, O, LSE,
         hi = tl.minimum(hi, tl.maximum((start_m + 1) * BLOCK_M + causal_offset, 0))
     acc, l_i, m_i = _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K,
-                                     causal_offset, qk_scale, BLOCK_N, False, CAUSAL,
-                                     PRECISION, UPCAST)
+                                     causal_offset, qk_scale, kd_base, vd_base, stride_kd_n,
+                                     BLOCK_N, False, CAUSAL, PRECISION, UPCAST, FP8, ROUND)
     acc, l_i, m_i = _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, full, hi, N_K,
-                                     causal_offset, qk_scale, BLOCK_N, True, CAUSAL,
-                                     PRECISION, UPCAST)
+                                     causal_offset, qk_scale, kd_base, vd_base, stride_kd_n,
+                                     BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8, ROUND)
 
     # -- epilogue: one division by l; LSE back to natural log --
     blind = l_i == 0.0  # rows that saw no key; a NaN l (non-finite input) stays NaN
     l_safe = tl.where(blind, 1.0, l_i)
     acc = acc / l_safe[:, None]
+    if FP8:  # l summed 256 P: the factor cancels in O, and comes off the LSE here
+        m_i = m_i - 8.0
     lse = tl.where(blind, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    if ROUND:  # interpreted bf16 output: round here, so that the store's conversion is exact
+        acc = round_bf16(acc)
 
     row_ok = offs_m < N_Q
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
@@ -183,8 +214,9 @@ def _attn_fwd(Q, K, V, O, LSE,
 
 FORWARD = TritonKernel(
     _attn_fwd, name="attn_fwd",
-    do_not_specialize=("H", "GROUP", "N_Q", "N_K"),
-    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION"),
+    do_not_specialize=("H", "GROUP", "N_Q", "N_K", "stride_qd_bh", "stride_qd_m",
+                       "stride_kd_bh", "stride_kd_n"),
+    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION", "FP8"),
     prune=_configs.prune_forward,
 )
 
@@ -234,36 +266,64 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     scale = _validate(q, k, v, scale, allow_tf32)
     if config is None:
         config = _DEFAULT_CONFIG.get()
+    if isinstance(config, str) and config != "fixed":
+        raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if scale <= 0:  # keep the kernel's folded scale positive (see module docstring)
         q = torch.zeros_like(q) if scale == 0 else -q
         scale = 1.0 if scale == 0 else -scale
-    B, H, n_q, d = q.shape
-    n_k = k.shape[-2]
+    if config == "fixed" or (config is None and q.dtype == torch.float32
+                             and not interpreted_for(q.device)):
+        config = _configs.fixed_config(q.shape[-1], q.dtype)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            H, H // k.shape[1], n_q, n_k, scale * LOG2E)
-    interpreted = interpreted_for(q.device)
     # IEEE fp32 dots where fp32 accuracy is promised; 16-bit operands take the default
     # ("tf32", which only affects fp32 operands) so their tensor-core path is untouched.
     ieee = q.dtype == torch.float32 and not allow_tf32
-    constexprs = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION="ieee" if ieee else "tf32",
-                      UPCAST=interpreted and q.dtype == torch.bfloat16)
+    lse, used = launch(q, k, v, o, scale, causal, config, precision="ieee" if ieee else "tf32",
+                       candidates=_configs.candidates(q.shape[-1], q.dtype),
+                       tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N))
+    return o, lse, used
+
+
+def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
+           precision: str = "tf32", descales=None, candidates=(), tiles=(128, 128)):
+    """Launch :data:`FORWARD` on checked tensors, writing ``o``; returns ``(lse, config)``.
+
+    ``scale`` > 0 (the callers turn other scales into that). ``config``: a
+    :class:`Config`, or None to autotune over ``candidates`` (pruned); interpreted
+    launches without a config take ``tiles`` (BLOCK_M, BLOCK_N). ``descales``: None,
+    or for fp8 operands ``(q_descale, k_descale, v_descale)``, fp32 tensors indexed as
+    ``qd[bh * s_bh + m_block * s_m]`` (bh = b * H + h) and
+    ``kd[bkv * s_bh + n_block * s_n]`` (bkv = b * Hkv + hkv) with the strides returned
+    by :func:`flashbench.kernels.triton_fp8.descale_strides` (0 where a scale is shared).
+    """
+    if config is not None and not isinstance(config, Config):
+        raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
+    B, H, n_q, d = q.shape
+    n_k = k.shape[-2]
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    fp8 = descales is not None
+    if fp8:
+        (qd, (sq_bh, sq_m)), (kd, (sk_bh, sk_n)), (vd, _) = descales
+    else:
+        qd = kd = vd = None
+        sq_bh = sq_m = sk_bh = sk_n = 0
+    args = (q, k, v, o, lse, qd, kd, vd, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            sq_bh, sq_m, sk_bh, sk_n, H, H // k.shape[1], n_q, n_k, scale * LOG2E)
+    interpreted = interpreted_for(q.device)
+    # Interpreted launches only: bf16 dot operands upcast (triton issue 11584); P and a
+    # bf16 output rounded to nearest even in fp32 before their (wrong) conversions.
+    constexprs = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION=precision,
+                      UPCAST=interpreted and q.dtype == torch.bfloat16, FP8=fp8,
+                      ROUND=interpreted and (fp8 or q.dtype == torch.bfloat16))
 
     def grid(meta):
         return (B * H, triton.cdiv(n_q, meta["BLOCK_M"]))
 
-    if config == "fixed" or (config is None and q.dtype == torch.float32 and not interpreted):
-        config = _configs.fixed_config(d, q.dtype)
-    elif isinstance(config, str):
-        raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
-    tiles = Config.of(num_warps=1, num_stages=1, BLOCK_M=INTERPRETER_BLOCK_M,
-                      BLOCK_N=INTERPRETER_BLOCK_N)
     used = FORWARD.launch(grid, args, constexprs, device=q.device, config=config,
-                          configs=None if config is not None else
-                          _configs.candidates(d, q.dtype),
-                          interpret_config=tiles)
-    return o, lse, used
+                          configs=None if config is not None else tuple(candidates),
+                          interpret_config=Config.of(num_warps=1, num_stages=1,
+                                                     BLOCK_M=tiles[0], BLOCK_N=tiles[1]))
+    return lse, used
 
 
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

@@ -1,0 +1,55 @@
+"""Round-to-nearest-even in fp32 for interpreted launches: Triton's interpreter converts
+fp32 to bfloat16 and to e4m3 wrongly, the GPU does not.
+
+Triton 3.9's interpreter (checked on this machine):
+
+- fp32 -> bfloat16 truncates toward zero (the GPU's ``cvt.rn.bf16.f32`` rounds to
+  nearest even): a bf16 kernel under the interpreter would round P and its output
+  down, a bias the compiled kernel does not have.
+- fp32 -> float8e4nv (e4m3) is not round-to-nearest-even either: 535 of 4096 random
+  values differ from torch's cast (a carry into the exponent is lost, 7.84 -> 4
+  instead of 8; subnormals are rounded down); ``fp_downcast_rounding="rtne"`` does not
+  change it (triton PR 11897 fixes the interpreter's ``_convert_float``). Values
+  already on the e4m3 grid convert exactly.
+
+So interpreted launches round in fp32 with these helpers first, and the conversion that
+follows is exact. Compiled launches never call them (the kernels branch on a
+constexpr), so the GPU code is the plain conversion.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["round_bf16", "round_e4m3", "E4M3_MAX"]
+
+E4M3_MAX = 448.0  # largest finite e4m3fn value
+
+
+@triton.jit
+def round_bf16(x):
+    """fp32 values rounded to the nearest bfloat16 (ties to even), kept in fp32; NaN
+    stays NaN. (Overflow past bf16's largest finite value gives inf, as on the GPU.)"""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def round_e4m3(x):
+    """fp32 values rounded to the nearest e4m3fn value (ties to even), kept in fp32,
+    saturating at +-448 as the GPU's ``cvt.rn.satfinite.e4m3x2.f32`` does; subnormals
+    (steps of 2**-9 below 2**-6) kept; NaN stays NaN.
+
+    Adding and subtracting ``c = 2**(e + 20)``, where ``e = max(floor(log2 |x|), -6)``
+    is read from the exponent bits, leaves ``|x|`` rounded to a multiple of
+    ``2**(e - 3)``, e4m3's step at that exponent, by fp32's own nearest-even rounding
+    (the sum lies in [c, 2c), where fp32's step is 2**(e - 3))."""
+    a = tl.minimum(tl.abs(x), 448.0)
+    e = ((a.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32) - 127
+    e = tl.maximum(e, -6)
+    c = ((e + (20 + 127)).to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    r = (a + c) - c
+    r = tl.where(x < 0, -r, r)
+    return tl.where(x != x, x, r)
