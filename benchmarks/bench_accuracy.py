@@ -27,7 +27,7 @@ asv treats higher as worse, which fits every number here.
 from .common import need, shape_of
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
-           "sdpa-math", "triton", "flex"]
+           "sdpa-math", "triton", "triton-fp8", "flex"]
 DTYPES = ["fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"]
 SHAPES = ["1x2x1024x1024x64"]
 DISTS = ["normal"]

@@ -26,7 +26,7 @@ import numpy as np
 from .common import Benchmark, need, qkv, shape_of
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
-           "sdpa-math", "triton", "flex"]
+           "sdpa-math", "triton", "triton-fp8", "flex"]
 DTYPES = ["fp32", "tf32", "fp16", "bf16"]
 SHAPES = ["1x2x512x512x64"]
 DISTS = ["normal"]

@@ -187,7 +187,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     records: list[Accuracy | Unavailable] = []
     for dtype in dtypes:
         std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
-        tensors = None
+        tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
@@ -207,14 +207,15 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype}")
-            if tensors is None:
+            given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
+            if given not in tensors:
                 import torch
 
                 from flashbench.kernels.checks import torch_dtype
 
-                tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+                tensors[given] = [torch.from_numpy(x).to(torch_dtype(given)) for x in (q, k, v)]
             try:
-                out = backend(*tensors, causal=case.causal)
+                out = backend(*tensors[given], causal=case.causal, dtype=dtype)
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue

@@ -26,7 +26,7 @@ from flashbench.numerics import standard_model
 from flashbench.precision import PRECISIONS
 
 NAMES = ["reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
-         "sdpa-math", "triton", "flex"]  # triton before flex: flex's compile imports triton
+         "sdpa-math", "triton", "triton-fp8", "flex"]  # triton before flex: flex's compile imports triton
 GPU = torch.cuda.is_available()
 
 
@@ -67,10 +67,10 @@ def test_triton_head_dims_are_the_kernels():
 def test_each_backend_runs_here_or_says_why(name):
     b = BACKENDS[name]
     reason = b.unavailable()
-    q, k, v = qkv(1, 2, 2, 8, 8, 16)
+    q, k, v = qkv(1, 2, 2, 8, 8, 32)  # d = 32: every backend takes it (triton-fp8: d >= 32)
     if reason is None:
         o, lse = b(q, k, v)
-        assert o.shape == (1, 2, 8, 16) and lse.shape == (1, 2, 8)
+        assert o.shape == (1, 2, 8, 32) and lse.shape == (1, 2, 8)
         return
     assert reason.strip() and "\n" not in reason
     if not GPU and "cuda" in b.devices and "cpu" not in b.devices:
@@ -92,7 +92,8 @@ def test_unavailable_backend_says_why():
         b(*[torch.zeros(1, 1, 2, 16)] * 3)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if BACKENDS[n].unavailable() is None])
+@pytest.mark.parametrize("name", [n for n in NAMES if BACKENDS[n].unavailable() is None
+                                  and "fp32" in BACKENDS[n].dtypes])  # fp8: test_triton_fp8
 @pytest.mark.parametrize("h,hkv,nq,nk", [(2, 2, 33, 33), (2, 2, 20, 50), (2, 2, 50, 20),
                                          (4, 2, 20, 50), (4, 1, 50, 20)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -106,7 +107,7 @@ def test_every_backend_agrees_with_reference_in_fp32(name, h, hkv, nq, nk, causa
     assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= 1e-5
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("reference", "triton")
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("reference", "triton", "triton-fp8")
                                   and BACKENDS[n].unavailable() is None])
 @pytest.mark.parametrize("nq,nk", [(24, 24), (16, 40)])
 def test_timed_output_is_the_checked_output(name, nq, nk):

@@ -17,11 +17,21 @@ sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       yes   
 sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       yes   yes
 sdpa-math       SDPA pinned to torch's math (composite) path   cpu, cuda  yes   yes
 triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   yes
+triton-fp8      its FP8 forward (FlashAttention-3 recipe)      cuda; cpu  yes   no
 flex            torch.compile(flex_attention)                  cpu, cuda  yes   cuda
 ==============  =============================================  =========  ====  =====
 
 (GQA "yes": k, v passed with their Hkv heads; "exp.": expanded to H heads first. The
 Triton kernel runs on CPU under the Triton interpreter: accuracy only, never timed.)
+
+``triton-fp8`` takes the dtype "fp8" (e4m3) only and is given fp32 tensors
+(``Backend.inputs``): it quantises them itself as FlashAttention-3's callers do and as
+the fp8 flash model does (block quantisation on the kernel's tiles, incoherent
+processing; :func:`flashbench.kernels.triton_fp8.triton_attention_fp8` with its
+defaults), so kernel and model start from the same values; o is bf16. A separate
+backend rather than an fp8 dtype of ``triton``: it has another input contract, another
+output dtype and no backward, and the suites that read ``triton``'s dtypes (gradients,
+bands) stay as they are.
 
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
 where it returns one, else a separate fp32 logsumexp) and ``timed`` (the bare op,
@@ -52,11 +62,12 @@ from flashbench.kernels.checks import (
     precision_name,
 )
 
-__all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "get_backend", "available_backends",
-           "resolve_backends", "BackendUnavailable", "BackendFailed"]
+__all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
+           "available_backends", "resolve_backends", "BackendUnavailable", "BackendFailed"]
 
 TORCH_FLOATS = ("fp32", "fp16", "bf16")
 TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
+TRITON_FP8_HEAD_DIMS = (32, 64, 128, 256)  # kernels.triton_fp8.HEAD_DIMS (tests hold them equal)
 
 
 def _always() -> str | None:
@@ -84,7 +95,9 @@ class Backend:
     ``devices``: where it runs ("cpu", "cuda"). ``gqa``: takes k, v with Hkv < H heads
     itself (else :meth:`prepare` expands them). ``differentiable``: autograd flows
     through ``timed`` to q, k, v. ``lse``: where the accuracy callable's LSE comes from.
-    ``origin``: "flashbench", "torch" or "user".
+    ``origin``: "flashbench", "torch" or "user". ``out_dtype``: the precision of o
+    when it is not q's. ``inputs``: the precision of the tensors the accuracy callable
+    is given when it is not the dtype judged (fp8 kernels get fp32 and quantise them).
     """
 
     name: str
@@ -103,6 +116,7 @@ class Backend:
     lse: str = "separate fp32 logsumexp"
     origin: str = "flashbench"
     out_dtype: str | None = None  # precision of o; None: q's
+    inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
 
     @property
     def timed_fn(self) -> Callable:
@@ -142,8 +156,12 @@ class Backend:
             k, v = expand_kv(q, k, v)
         return q, k, v
 
-    def __call__(self, q, k, v, causal: bool = False, scale: float | None = None):
+    def __call__(self, q, k, v, causal: bool = False, scale: float | None = None,
+                 dtype: str | None = None):
         """(o, lse) for accuracy checks, validated (:func:`checked_output`).
+
+        ``dtype``: for a backend with ``inputs``, the precision it computes in (None: its
+        first); every other backend computes in q's dtype.
 
         Raises :class:`BackendUnavailable` (it cannot run here or this shape, with the
         reason) or :class:`BackendFailed` (it ran and gave no valid result); inputs that
@@ -155,7 +173,9 @@ class Backend:
         check_tensors(q, k, v, gqa=True)
         shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3],
                       dv=v.shape[3], Hkv=k.shape[1])
-        reason = self.unavailable_for(shape, precision_name(q.dtype))
+        if self.inputs is None or dtype is None:
+            dtype = precision_name(q.dtype) if self.inputs is None else self.dtypes[0]
+        reason = self.unavailable_for(shape, dtype)
         if reason is not None:
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
@@ -196,6 +216,16 @@ def _triton_interpreted() -> bool:
     return getattr(triton_fwd, "INTERPRET", not torch.cuda.is_available())
 
 
+def _triton_fp8(q, k, v, causal=False, scale=None):
+    from flashbench.kernels.triton_fp8 import triton_attention_fp8
+
+    return triton_attention_fp8(q, k, v, causal=causal, scale=scale)
+
+
+def _triton_fp8_output(q, k, v, causal=False, scale=None):
+    return _triton_fp8(q, k, v, causal=causal, scale=scale)[0]
+
+
 def _triton_limits(shape: Shape) -> str | None:
     if shape.head_dim_v != shape.d:
         return f"the kernel needs dv == d, got d={shape.d}, dv={shape.head_dim_v}"
@@ -231,6 +261,12 @@ BACKENDS: dict[str, Backend] = {
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
                 timed=_triton_output, differentiable=True),
+        Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
+                "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
+                ("fp8",), _triton_unavailable, _triton_interpreted,
+                head_dims=TRITON_FP8_HEAD_DIMS, limits=_triton_limits, gqa=True,
+                lse="the kernel's own (float32)", timed=_triton_fp8_output, out_dtype="bf16",
+                inputs="fp32"),
         Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
