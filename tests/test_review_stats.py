@@ -224,7 +224,9 @@ def test_accuracy_rules():
     assert judge_accuracy("o_max_abs", 1e-3, 1.001e-3, [1e-3, 1.05e-3], 0.02)[2] is False
     verdict, reason, bad = judge_accuracy("o_max_abs", 1e-3, 3e-3, [1e-3, 1.05e-3], 0.02)
     assert bad and reason == "worse, above-band"
-    assert judge_accuracy("o_baseline_ratio", 2.1, 2.1, [2.1], 0.02)[1] == "rule-fails"
+    assert judge_accuracy("o_baseline_ratio", 2.1, 2.1, [2.1], 0.02, 2.0)[1] == "rule-fails"
+    assert judge_accuracy("dq_ratio", 2.5, 2.5, [2.5], 0.02, 3.0)[2] is False  # 3x rule
+    assert judge_accuracy("dq_ratio", 3.1, 3.1, [3.1], 0.02, 3.0)[1] == "rule-fails"
     assert judge_accuracy("o_max_abs", 1e-3, 5e-4, [], 0.02)[:2] == ("better", "better")
     assert judge_accuracy("o_max_abs", 1e-3, math.nan, [], 0.02) == ("worse", "not-finite",
                                                                      True)

@@ -4,9 +4,14 @@ Everything else in :mod:`flashbench.history` is generic: it reads what a result 
 about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
 ``causal``, ``direction``). This module adds what names and old results cannot say:
 
-- :data:`ACCURACY`: the accuracy tracks (``TrackAccuracy.track_<metric>``) and the
-  metric each records; :data:`MAIN_METRIC` is the one plotted and tabled
-  (max |O - O_fp64|); :data:`ACCURACY_LABELS` the parameters that label its rows.
+- :data:`ACCURACY`: the accuracy tracks and the metric each records: the forward
+  (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
+  (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios) and
+  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``); :data:`MAIN_METRIC` is
+  the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
+  parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
+  must stay under (the forward's baseline rule 2x, the gradient rule 3x: the factors
+  of :mod:`flashbench.accuracy`).
 - :func:`matmul_peak`: the matmul-peak timing, ``TimeMatmulPeak.time_matmul`` (earlier
   ``TrackMatmulPeak.track_matmul``; parameters n, dtype; 2 n^3 FLOPs), and its older name
   ``TrackMatmulPeak.track_matmul_bf16_<n>``.
@@ -29,13 +34,19 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.inputs import Shape
 
-__all__ = ["ACCURACY", "MAIN_METRIC", "ACCURACY_LABELS", "BACKEND_COLUMNS", "LEGACY",
+__all__ = ["ACCURACY", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
+           "BACKEND_COLUMNS", "LEGACY",
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
 
-ACCURACY = re.compile(r"TrackAccuracy\.track_(?P<metric>\w+)$")
+ACCURACY = re.compile(
+    r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy)\.track_(?P<metric>\w+)$")
+# rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
+RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
+               "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR}
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
 ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
 # what a timing ran: the first of these parameters that a result holds as text
@@ -43,6 +54,11 @@ BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
 
 _PEAK = re.compile(r"(TimeMatmulPeak\.time_matmul|TrackMatmulPeak\.track_matmul)$")
 _PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<n>\d+)$")
+
+
+def rule_limit(metric: str) -> float | None:
+    """The rule's factor for a rule-ratio metric ("o_baseline_ratio" -> 2.0), else None."""
+    return RULE_LIMITS.get(metric)
 
 
 def accuracy_metric(benchmark: str) -> str | None:

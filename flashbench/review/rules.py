@@ -7,7 +7,8 @@
   still open (the sampler goes on), and at the end "not slower" (interval below the
   factor), or "ambiguous" (it straddles the factor: exit 2).
 - Accuracy tracks (:func:`judge_accuracy`): worse than base beyond the tolerance, above
-  the band of earlier results of base's ancestors, a baseline ratio above 2, or a
+  the band of earlier results of base's ancestors, a rule ratio above its rule's factor
+  (2 for the forward's baseline rule, 3 for gradients), or a
   non-finite head where base is finite: each a regression, faster or not.
 - Values without statistics (:func:`judge_ratio_only`): a ratio beyond the factor is
   "ambiguous", never "slower" (one sample each cannot tell a change from noise).
@@ -33,7 +34,6 @@ from flashbench.review.stats import (
     log_ratios,
 )
 
-RULE_LIMIT = 2.0  # the baseline rule: kernel error <= 2x the same-dtype standard error
 OK_STATUS = "ok"
 
 
@@ -120,10 +120,12 @@ def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
 
 
 def judge_accuracy(metric: str, base: float, head: float, band: list[float],
-                   acc_tol: float) -> tuple[str, str, bool]:
+                   acc_tol: float, rule_limit: float | None = None) -> tuple[str, str, bool]:
     """(verdict, reason codes, regression) for one accuracy value (higher is worse).
 
     ``band``: this result's values at base's ancestors (earlier runs), possibly empty.
+    ``rule_limit``: for a rule-ratio metric (kernel error / same-dtype standard error),
+    the rule's factor (:func:`flashbench.history.suites.rule_limit`); None otherwise.
     """
     base_ok = math.isfinite(base)
     if not math.isfinite(head):
@@ -136,7 +138,7 @@ def judge_accuracy(metric: str, base: float, head: float, band: list[float],
     finite_band = [v for v in band if math.isfinite(v)]
     if finite_band and head > max(finite_band) * (1 + acc_tol):
         problems.append("above-band")
-    if metric.endswith("baseline_ratio") and head > RULE_LIMIT:
+    if rule_limit is not None and head > rule_limit:
         problems.append("rule-fails")
     if problems:
         return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True

@@ -168,8 +168,8 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
 
 def select(listing: list[dict], bench: str | None) -> list[Point]:
     """The grid points whose benchmark name, or ``name(params)``, matches the regex
-    ``bench`` (all without): ``TimeAttention`` selects a benchmark, ``TimeAttention.*
-    1024x1024x64`` some of its grid points."""
+    ``bench`` (all without): a class name selects its benchmarks, ``<class>.*1024x1024x64``
+    some of their grid points."""
     pattern = compile_bench(bench) if bench else None
     points = []
     for b in listing:

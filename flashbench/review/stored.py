@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from flashbench.history import ACCURACY, load_results
+from flashbench.history.suites import rule_limit
 from flashbench.review.asvrun import REVIEW_RESULTS, requirement_names, run_asv
 from flashbench.review.envs import comparable, existing_name
 from flashbench.review.gitops import ancestors
@@ -188,7 +189,8 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
         n = int(min(x for x in (bb.get("repeat"), hh.get("repeat"), 1e9)
                     if x is not None and not pd.isna(x))) if kind != "accuracy" else 1
         if metric:
-            verdict, reason, bad = judge_accuracy(metric["metric"], bv, hv, earlier, acc_tol)
+            verdict, reason, bad = judge_accuracy(metric["metric"], bv, hv, earlier, acc_tol,
+                                                  rule_limit(metric["metric"]))
             rows.append(Row(kind, name, params, unit, verdict, reason,
                             detail=f"tolerance {acc_tol:.0%}, band of {len(earlier)} earlier "
                             "result(s)", base=bv, head=hv, ratio=ratio, samples=1,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flashbench.history import ACCURACY, load_results
+from flashbench.history.suites import rule_limit
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
 from flashbench.review.rules import coverage_row, judge_accuracy, judge_ratio_only
@@ -87,7 +88,7 @@ def track_rows(points, base: list[dict], head: list[dict], opts, band: Band,
         if metric:
             earlier = band(p.name, p.params)
             verdict, reason, bad = judge_accuracy(metric["metric"], bv, hv, earlier,
-                                                  opts.acc_tol)
+                                                  opts.acc_tol, rule_limit(metric["metric"]))
             rows.append(Row(kind, p.name, p.params, p.unit, verdict, reason,
                             detail=f"tolerance {opts.acc_tol:.0%}, band of {len(earlier)} "
                             "earlier result(s)", base=bv, head=hv, ratio=ratio, samples=1,
