@@ -7,14 +7,22 @@
 1. Correctness (flashbench.measure.measure_accuracy, one fixed kernel config so the
    check does not depend on the autotuner): triton and the pinned SDPA peers against
    the float64 reference in fp32 (IEEE dots), fp16 and bf16, causal and not, Nq != Nk,
-   grouped-query; the baseline rule against the same-dtype standard model. Any
-   failure of triton stops the script before timing (exit status 1).
+   grouped-query; the baseline rule against the same-dtype standard model. The FP8
+   forward (triton-fp8, fixed config, block quantisation on its tiles, incoherent
+   processing) in fp8 on the cases with d >= 32, beside the fp8 flash model with the
+   same blocks: baseline rule against the fp8 standard model, and its O RMSE within
+   10% of the model's. A failure of triton stops the script before timing, one of
+   triton-fp8 skips the fp8 timings (exit status 1 either way).
 2. Speed: each backend (triton autotuned over pruned Hopper configs, sdpa-flash,
    sdpa-cudnn; the full run adds sdpa-efficient and flex) on each shape: the timed
    output is first checked against the float64 reference (last 256 query rows of
    batch 0, heads 0 and H-1, all keys: the same bottom-right causal sub-problem) with
    the baseline rule (bwd: the gradients of batch 0, kv head 0 and its query heads by
-   the 3x gradient rule); a time counts only if that check passed. Times: 20 runs after 3
+   the 3x gradient rule); a time counts only if that check passed. fp8 rows time the
+   FP8 kernel alone (flashbench.kernels.triton_fp8.forward_fp8, autotuned) on e4m3
+   inputs quantised per tensor beforehand (as FlashAttention-3 is called), V key-major;
+   their output is checked the same way against the float64 reference of the
+   unquantised inputs, by the baseline rule against the fp8 standard model. Times: 20 runs after 3
    warm-ups, L2 flushed, CUDA events (flashbench.timing.device_samples); the median
    is reported with the quartiles. TFLOP/s = Shape.flops / median (per query head
    under GQA; about half for causal); "% peak" divides by the same run's measured
@@ -48,12 +56,13 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
 
 from flashbench.inputs import Shape  # noqa: E402
-from flashbench.kernels import triton_fwd  # noqa: E402
+from flashbench.kernels import triton_fp8, triton_fwd  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 from flashbench.measure import Case  # noqa: E402
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
 CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
+FP8_MODEL_AGREEMENT = 0.10  # |triton-fp8 O RMSE / fp8 flash model's - 1| at most this
 SLICE_ROWS = 256  # query rows of the timed-output check
 TARGETS = {"noncausal_tflops": 450.0, "causal_tflops": 400.0, "vs_sdpa_flash": 1.1,
            "bwd_vs_sdpa_flash": 1.0}
@@ -91,18 +100,42 @@ def timed_cases(quick: bool) -> list[Timed]:
         grid = [(s, "bf16") for s in shapes(128, (4096, 8192))]
         grid += [(Shape(2, 32, 8192, 8192, 128, Hkv=8), "bf16")]
         cases = [Timed(s, dt, c) for s, dt in grid for c in (False, True)]
+        cases += [Timed(s, "fp8", c) for s in shapes(128, (4096, 8192)) for c in (False, True)]
         return cases + [Timed(grid[0][0], "bf16", c, "bwd") for c in (False, True)]
     else:
         ns = (1024, 2048, 4096, 8192, 16384)
         grid = [(s, dt) for dt in ("bf16", "fp16") for d in (64, 128) for s in shapes(d, ns)]
         grid += [(Shape(16384 // n, 32, n, n, 128, Hkv=8), "bf16") for n in (4096, 16384)]
         directions = ("fwd", "bwd", "fwd+bwd")
-    return [Timed(s, dt, c, dr) for s, dt in grid for c in (False, True) for dr in directions]
+    fp8 = [Timed(s, "fp8", c) for d in (64, 128) for s in shapes(d, ns) for c in (False, True)]
+    return [Timed(s, dt, c, dr) for s, dt in grid for c in (False, True)
+            for dr in directions] + fp8
 
 
-def backends_for(quick: bool) -> tuple[str, ...]:
+def backends_for(quick: bool, dtype: str = "bf16") -> tuple[str, ...]:
+    if dtype == "fp8":
+        return ("triton-fp8",)  # torch's SDPA takes no fp8
     base = ("triton", "sdpa-flash", "sdpa-cudnn")
     return base if quick else base + ("sdpa-efficient", "flex")
+
+
+def fp8_check_cases(quick: bool) -> list[Case]:
+    return [c for c in check_cases(quick) if c.shape.d in triton_fp8.HEAD_DIMS]
+
+
+def fp8_inputs(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0):
+    """Random (q, k, v) in ``dtype`` and their per-tensor e4m3 quantisation with V
+    key-major: ``((q, k, v), (q8, k8, v8, qd, kd, vd))``."""
+    s = shape
+    sizes = ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk))
+    if device == "meta":  # planning: no values
+        hi = tuple(torch.empty(s.B, h, n, s.d, device="meta", dtype=dtype) for h, n in sizes)
+    else:
+        g = torch.Generator(device=device).manual_seed(seed)
+        hi = tuple(torch.randn(s.B, h, n, s.d, device=device, generator=g, dtype=dtype)
+                   for h, n in sizes)
+    (q8, qd), (k8, kd), (v8, vd) = (triton_fp8.quantize(t) for t in hi)
+    return hi, (q8, k8, triton_fp8.key_major(v8), qd, kd, vd)
 
 
 # ------------------------------------------------------------------ the plan
@@ -123,7 +156,12 @@ def _replay(quick: bool) -> None:
         for case in check_cases(quick):
             for dtype in CHECK_DTYPES:
                 triton_fwd.forward(*meta(case.shape, dtype), causal=case.causal)
+        for case in fp8_check_cases(quick):  # the triton-fp8 backend's call
+            triton_fp8.triton_attention_fp8(*meta(case.shape, "fp32"), causal=case.causal)
     for t in timed_cases(quick):
+        if t.dtype == "fp8":
+            triton_fp8.forward_fp8(*fp8_inputs(t.shape, "meta")[1], causal=t.causal)
+            continue
         q, k, v = meta(t.shape, t.dtype)
         try:
             pass_fn(triton_fwd.triton_attention, q, k, v, t.causal, t.direction,
@@ -173,7 +211,28 @@ def run_checks(quick: bool, say) -> list[dict]:
                 if row.get("kernel") == "triton" and row.get("dtype") == "fp32" and "o" in row:
                     row["passed"] = row["passed"] and row["o"]["max_abs"] <= 1e-5
                 rows.append(row)
+        for case in fp8_check_cases(quick):
+            say(f"check fp8 {case.label()}")
+            rows += fp8_check_rows(case)
     return rows
+
+
+def fp8_check_rows(case: Case) -> list[dict]:
+    """triton-fp8 and the fp8 flash model on the kernel's fixed tiles (the model's
+    block_q = block = BLOCK_N; equal to BLOCK_M for the fixed fp8 configs of d <= 128):
+    the baseline rule, and the kernel's O RMSE within FP8_MODEL_AGREEMENT of the model's."""
+    from flashbench.measure import measure_accuracy
+
+    bm, bn = triton_fp8.tiles(case.shape.d, "cuda" if torch.cuda.is_available() else "cpu")
+    recs = [r.as_dict() for r in measure_accuracy(case, ("fp8",), ("flash_model", "triton-fp8"),
+                                                  block=bn)]
+    model = next((r for r in recs if r.get("kernel") == "flash_model" and "o" in r), None)
+    for r in recs:
+        if r.get("kernel") == "triton-fp8" and "o" in r and model is not None:
+            r["vs_fp8_model"] = r["o"]["rmse"] / model["o"]["rmse"]
+            r["model_blocks"] = f"{bn}x{bn} (kernel tiles {bm}x{bn})"
+            r["passed"] = r["passed"] and abs(r["vs_fp8_model"] - 1) <= FP8_MODEL_AGREEMENT
+    return recs
 
 
 def check_slice(o, q, k, v, causal: bool, dtype: str) -> dict:
@@ -225,13 +284,24 @@ def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> di
     return out
 
 
-def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
+def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True) -> tuple[list[dict], dict]:
     from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
     from flashbench.timing import NotDifferentiable, device_samples, pass_fn, tflops
 
     rows, chosen = [], {}
     for t in timed_cases(quick):
+        if t.dtype == "fp8":
+            if not fp8_ok:
+                rows.append({"case": t.label(), "backend": "triton-fp8", "shape": t.shape.spec(),
+                             "dtype": "fp8", "causal": t.causal, "direction": t.direction,
+                             "skipped": "triton-fp8 failed its correctness checks"})
+                continue
+            rows.append(time_fp8(t, peak, chosen))
+            r = rows[-1]
+            say(f"  {t.label()}: triton-fp8 " + (f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r
+                                                else r.get("skipped", "-")))
+            continue
         g = torch.Generator(device="cuda").manual_seed(0)
         s, dt = t.shape, torch_dtype(t.dtype)
         q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", dtype=dt, generator=g)
@@ -287,6 +357,49 @@ def run_timings(quick: bool, peak: float, say) -> tuple[list[dict], dict]:
     return rows, chosen
 
 
+def time_fp8(t: Timed, peak: float, chosen: dict) -> dict:
+    """One fp8 row: the FP8 kernel alone on per-tensor quantised e4m3 inputs (V
+    key-major), its output checked against the float64 reference of the bf16 inputs
+    it was quantised from (check_slice, fp8 baseline rule) before its time counts."""
+    from flashbench.timing import device_samples, tflops
+
+    s = t.shape
+    row = {"case": t.label(), "backend": "triton-fp8", "shape": s.spec(), "dtype": "fp8",
+           "causal": t.causal, "direction": t.direction, "quant": "tensor"}
+    try:
+        (q, k, v), fp8 = fp8_inputs(s, "cuda")
+        o, _, used = triton_fp8.forward_fp8(*fp8, causal=t.causal)  # autotunes this key
+        chosen[t.label()] = used.label() if used is not None else None
+        row["check"] = check_slice(o, q, k, v, t.causal, "fp8")
+        if not row["check"]["passed"]:
+            row["skipped"] = "timed output failed its check: time not counted"
+            return row
+        samples = device_samples(lambda: triton_fp8.forward_fp8(*fp8, causal=t.causal))
+    except Exception as exc:  # report it, keep the other rows
+        row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        return row
+    med = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    row.update(ms=med * 1e3, ms_q1=q1 * 1e3, ms_q3=q3 * 1e3,
+               tflops=tflops(s, t.causal, med, t.direction), samples_s=samples)
+    row["pct_peak"] = 100 * row["tflops"] / peak  # of the bf16 matmul peak (fp8's is ~2x)
+    return row
+
+
+def fp8_speedups(rows: list[dict]) -> list[dict]:
+    """triton-fp8 against triton bf16 on the same shape and mask (both timed here)."""
+    bf16 = {(r["shape"], r["causal"]): r for r in rows if r.get("backend") == "triton"
+            and r.get("dtype") == "bf16" and r.get("direction") == "fwd" and "tflops" in r}
+    out = []
+    for r in rows:
+        if r.get("backend") == "triton-fp8" and "tflops" in r:
+            base = bf16.get((r["shape"], r["causal"]))
+            out.append({"case": r["case"], "fp8_tflops": r["tflops"],
+                        "bf16_tflops": base["tflops"] if base else None,
+                        "fp8_vs_bf16": r["tflops"] / base["tflops"] if base else None})
+    return out
+
+
 def targets(rows: list[dict]) -> list[dict]:
     """The H200 targets on bf16, d=128, N >= 4k rows (figures, not tests): forward
     >= 450 TFLOP/s and >= 1.1x sdpa-flash non-causal, >= 400 TFLOP/s causal; backward
@@ -327,8 +440,8 @@ def write_results(out_dir: str, record: dict) -> pathlib.Path:
     speed = [{k: r.get(k) for k in ("case", "backend", "ms", "ms_q1", "ms_q3", "tflops",
                                      "pct_peak", "skipped")} for r in record["speed"]]
     checks = [{k: (r.get(k) if not isinstance(r.get(k), dict) else r[k].get("max_abs"))
-               for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "passed",
-                         "skipped", "failed")} for r in record["checks"]]
+               for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "vs_fp8_model",
+                         "passed", "skipped", "failed")} for r in record["checks"]]
     b = record["gpu_before"]
     md = [f"# Triton attention forward on {gpu}, {record['date']}", "",
           f"torch {b['torch']}, Triton {b['triton']}, CUDA {b['cuda']}, driver {b.get('driver')}."
@@ -341,11 +454,15 @@ def write_results(out_dir: str, record: dict) -> pathlib.Path:
           f"Compilations of flashbench's kernels: planned {record['compiles_planned']}, "
           f"observed {record['compiles_observed']}. Wall time {record['wall_s']:.0f} s.", "",
           "## Correctness vs the float64 reference (max abs error; ratio = kernel / "
-          "same-dtype standard model)", "",
+          "same-dtype standard model; vs_fp8_model = triton-fp8's O RMSE / the fp8 flash "
+          "model's on the same blocks)", "",
           tabulate(checks, headers="keys", tablefmt="github", floatfmt=".2e"), "",
           "## Speed (ms: median of 20 device-timed runs, L2 flushed; q1/q3 quartiles; "
-          "TFLOP/s from Shape.flops)", "",
+          "TFLOP/s from Shape.flops; pct_peak: of the bf16 matmul peak, fp8 rows included)", "",
           tabulate(speed, headers="keys", tablefmt="github", floatfmt=".4g"), "",
+          "## FP8 forward vs the bf16 forward (TFLOP/s of the same shape and mask)", "",
+          tabulate(record.get("fp8_speedups", []), headers="keys", tablefmt="github",
+                   floatfmt=".3g"), "",
           "## Autotune configs chosen", "",
           tabulate(sorted(record["autotune_configs"].items()), headers=["case", "config"],
                    tablefmt="github"), "",
@@ -402,13 +519,17 @@ def main(argv=None) -> int:
         say(f"precompiled the plan in {time.time() - t0:.0f} s with {args.jobs} processes"
             + (f"; errors: {errors}" if errors else ""))
     checks = run_checks(args.quick, say)
-    bad = [r for r in checks if r.get("kernel") == "triton" and r.get("passed") is False]
+    bad = [r for r in checks if r.get("kernel") in ("triton", "triton-fp8")
+           and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")
     say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
-    speed, chosen = ([], {}) if bad else run_timings(args.quick, peak, say)
+    stop = any(r.get("kernel") == "triton" for r in bad)
+    speed, chosen = ([], {}) if stop else run_timings(
+        args.quick, peak, say, fp8_ok=not any(r.get("kernel") == "triton-fp8" for r in bad))
     record = {"date": time.strftime("%Y-%m-%d"), "quick": args.quick, "gpu_before": before,
               "gpu_after": gpu_state(), "matmul_peak_tflops": peak, "checks": checks,
               "speed": speed, "autotune_configs": chosen, "targets": targets(speed),
+              "fp8_speedups": fp8_speedups(speed),
               "compiles_planned": planned,
               "compiles_observed": triton_fwd.FORWARD.compiled_count(),
               "wall_s": time.time() - start}

@@ -45,6 +45,11 @@ def test_quick_plan_fits_the_compile_budget():
     assert len(configs) == n
     assert sum(x.startswith("signature ") for x in lines) >= 2
     assert any("HEAD_DIM=128" in x and "bf16" in x for x in lines)
+    # the FP8 forward's checks and timings are planned: e4m3 operands, FP8 mode
+    fp8 = [x for x in lines if x.startswith("signature ") and "Q:*fp8e4nv" in x]
+    assert fp8 and all("FP8=True" in x and "O:*bf16" in x for x in fp8)
+    assert any("HEAD_DIM=128" in x and "CAUSAL=True" in x for x in fp8)
+    assert any("HEAD_DIM=128" in x and "CAUSAL=False" in x for x in fp8)
 
 
 def test_full_plan_is_larger_and_ends_the_same_way():
@@ -167,3 +172,49 @@ def test_timed_gradient_check_catches_a_wrong_gradient():
     bad = (grads[0], grads[1].clone(), grads[2])
     bad[1][0, 0, 5] += 0.01  # kv head 0: inside the checked sub-problem
     assert not gb.check_grads(bad, q, k, v, fn.do, True, "fp32", {})["passed"]
+
+
+def test_fp8_timed_output_check_catches_a_wrong_output():
+    """The fp8 rows' check: the FP8 kernel (interpreted here) on per-tensor quantised
+    inputs, against the float64 reference of the bf16 inputs, by the fp8 baseline rule."""
+    from flashbench.kernels import triton_fp8
+
+    gb = _gpu_bench()
+    s = Shape(1, 4, 300, 280, 64, Hkv=2)
+    (q, k, v), fp8 = gb.fp8_inputs(s, "cpu")
+    assert q.dtype == torch.bfloat16 and fp8[0].dtype == torch.float8_e4m3fn
+    assert fp8[2].stride(-2) == 1 and fp8[3].dim() == 0  # V key-major, per-tensor descale
+    o, _, _ = triton_fp8.forward_fp8(*fp8, causal=True)
+    good = gb.check_slice(o, q, k, v, True, "fp8")
+    assert good["passed"] and good["ratio"] < 2, good
+    bad = o.clone()
+    bad[0, 3, -1] += 0.25
+    assert not gb.check_slice(bad, q, k, v, True, "fp8")["passed"]
+
+
+def test_fp8_check_rows_compare_the_kernel_with_the_model():
+    from flashbench.measure import Case
+
+    gb = _gpu_bench()
+    rows = gb.fp8_check_rows(Case(Shape(1, 2, 200, 260, 64), causal=True))
+    assert [r["kernel"] for r in rows] == ["flash_model", "triton-fp8"]
+    kernel = rows[1]
+    assert kernel["passed"] and abs(kernel["vs_fp8_model"] - 1) <= gb.FP8_MODEL_AGREEMENT
+    assert {c.shape.d for c in gb.fp8_check_cases(True)} <= {32, 64, 128, 256}
+
+
+def test_fp8_timed_cases_and_speedups():
+    gb = _gpu_bench()
+    fp8 = [t for t in gb.timed_cases(True) if t.dtype == "fp8"]
+    assert {(t.shape.d, t.shape.Nq, t.causal) for t in fp8} == {
+        (128, n, c) for n in (4096, 8192) for c in (False, True)}
+    assert all(t.direction == "fwd" for t in fp8) and gb.backends_for(True, "fp8") == (
+        "triton-fp8",)
+    rows = [{"case": "a", "backend": "triton", "dtype": "bf16", "shape": "s", "causal": False,
+             "direction": "fwd", "tflops": 400.0},
+            {"case": "b", "backend": "triton-fp8", "dtype": "fp8", "shape": "s",
+             "causal": False, "direction": "fwd", "tflops": 600.0},
+            {"case": "c", "backend": "triton-fp8", "dtype": "fp8", "shape": "s",
+             "causal": True, "direction": "fwd", "tflops": 500.0}]
+    ups = gb.fp8_speedups(rows)
+    assert ups[0]["fp8_vs_bf16"] == 1.5 and ups[1]["fp8_vs_bf16"] is None

@@ -27,6 +27,8 @@ class OfflineCompile:
     spill_bytes: int | None  # local memory per thread (spills), from cuobjdump -res-usage
     wgmma: bool
     error: str | None = None
+    wgmma_ops: int = 0  # wgmma.mma_async instructions in the PTX (Hopper tensor-core dots)
+    mma_sync_ops: int = 0  # mma.sync instructions (the pre-Hopper path: a dot that missed wgmma)
 
 
 def _resource_usage(cubin: bytes) -> tuple[int | None, int | None]:
@@ -82,8 +84,11 @@ def compile_plan(plan, capability: int = 90, say=print) -> list[OfflineCompile]:
         ptx = compiled.asm.get("ptx", "")
         regs, spills = _resource_usage(compiled.asm.get("cubin", b""))
         r = OfflineCompile(c.line(), seconds, getattr(compiled.metadata, "shared", None),
-                           regs, spills, "wgmma" in ptx)
+                           regs, spills, "wgmma" in ptx,
+                           wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
+                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)))
         results.append(r)
         say(f"{seconds:5.1f} s  shared {r.shared_bytes} B  regs {r.registers}  "
-            f"local {r.spill_bytes} B  wgmma {r.wgmma}  {c.line()}")
+            f"local {r.spill_bytes} B  wgmma {r.wgmma} ({r.wgmma_ops} ops, mma.sync "
+            f"{r.mma_sync_ops})  {c.line()}")
     return results

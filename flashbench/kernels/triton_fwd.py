@@ -29,7 +29,18 @@ same kernel under Triton's interpreter, chosen for this kernel alone (the proces
 interpreter's ``tl.dot`` on bfloat16 operands is wrong (triton issue 11584), so in
 interpreter mode only, bf16 operands are upcast to fp32 before each dot: bf16 x bf16
 products are exact in fp32 and the dot accumulates in fp32 either way, so the result
-is the one the GPU computes.
+is the one the GPU computes. The interpreter's fp32 -> bf16 conversion truncates
+(the GPU rounds to nearest even), so interpreted bf16 launches also round P and O to
+nearest even in fp32 first (:func:`flashbench.kernels.rounding.round_bf16`, shared
+with the backward; constexpr ``ROUND``): their output is then the flash model's.
+
+FP8 mode (constexpr ``FP8``; :mod:`flashbench.kernels.triton_fp8` is its host side):
+e4m3 q, k, v with fp32 descales (per tensor, per head or per block of the tiles);
+the descales of the query block and of each key block join the folded score scale,
+``p = exp2(s - (m - 8))`` is 256 P (FlashAttention-3's Max_offset), rounded to e4m3
+before ``P V`` (interpreted: :func:`~flashbench.kernels.rounding.round_e4m3` first),
+each P V tile scaled by its value block's descale, O written in bf16, and
+``LSE = (m - 8 + log2 l) ln 2``. Same masks, phases, grid and GQA as above.
 """
 
 from __future__ import annotations
@@ -214,8 +225,9 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
 
 FORWARD = TritonKernel(
     _attn_fwd, name="attn_fwd",
-    do_not_specialize=("H", "GROUP", "N_Q", "N_K", "stride_qd_bh", "stride_qd_m",
-                       "stride_kd_bh", "stride_kd_n"),
+    # sizes vary per shape; fp8 descales: any layout (strides 0 where shared), any address
+    do_not_specialize=("H", "GROUP", "N_Q", "N_K", "QD", "KD", "VD", "stride_qd_bh",
+                       "stride_qd_m", "stride_kd_bh", "stride_kd_n"),
     autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION", "FP8"),
     prune=_configs.prune_forward,
 )
@@ -347,6 +359,9 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key).
         o is differentiable in q, k, v (the Triton backward,
         :mod:`flashbench.kernels.triton_bwd`); lse is not.
+
+    The FP8 forward (e4m3 operands, bf16 o, no backward) is
+    :func:`flashbench.kernels.triton_fp8.triton_attention_fp8`.
     """
     from flashbench.kernels.triton_bwd import attention_function
 
