@@ -322,6 +322,38 @@ def test_interpreter_does_not_leak_to_other_kernels(device):
         assert torch.equal(y, torch.zeros_like(x))
 
 
+def _rowmax(X, Y, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs[:, None] * BLOCK + offs[None, :])
+    tl.store(Y + offs, tl.max(x, 1))
+
+
+def test_interpreted_launch_leaves_triton_language_as_it_was(tmp_path, monkeypatch):
+    """Triton's interpreter patches triton.language while it runs, and an interpreted helper
+    call (tl.max reached from the kernel) patches triton.language.core without restoring
+    it; the launch puts everything back, so a kernel compiled afterwards (a fresh cache: a
+    real compilation, here for sm_90 offline) still compiles."""
+    pytest.importorskip("triton.backends.nvidia")
+    from flashbench.kernels.launch import TritonKernel, _language_objects, planning
+    from flashbench.kernels.offline import compile_plan
+
+    before = [(obj, dict(vars(obj))) for obj in _language_objects()]
+    q, k, v = qkv(1, 1, 16, 16, 16)  # CPU: interpreted wherever the test runs
+    triton_fwd.forward(q, k, v)
+    for obj, attrs in before:
+        now = dict(vars(obj))
+        assert now.keys() == attrs.keys(), obj
+        assert [n for n in attrs if now[n] is not attrs[n]] == [], obj
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    kernel = TritonKernel(_rowmax, name="rowmax")
+    x, y = torch.empty(16, 16, device="meta"), torch.empty(16, device="meta")
+    with planning() as plan:
+        kernel.launch(lambda m: (1,), (x, y), {}, device="meta",
+                      config=Config.of(num_warps=1, num_stages=1, BLOCK=16))
+    (result,) = compile_plan(plan, say=lambda msg: None)
+    assert result.error is None, result.error
+
+
 def test_works_after_triton_and_dynamo_were_imported_first(device):
     """A fresh process that imports triton, torch and torch._dynamo before flashbench
     (the order that broke the process-wide TRITON_INTERPRET switch)."""

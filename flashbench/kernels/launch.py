@@ -22,8 +22,10 @@ Instead, :class:`TritonKernel` keeps the kernel's plain Python function beside i
   by a call of the function's interpreted twin, so the kernel's own helpers and
   triton.language's jitted helpers run interpreted whatever the order of imports.
   Compiled launches never go through ``JITFunction.__call__`` (they use ``[grid]``), and
-  the original is restored afterwards, as the interpreter restores the
-  triton.language builtins it patches during a launch.
+  the original is restored afterwards. triton.language itself is restored too: the
+  interpreter restores what a kernel launch patches, but not what an interpreted helper
+  call patches (``triton.language.core``'s builtins, through Triton's own ``tl.max``),
+  which would break the next kernel compiled in the process.
 
 Planning. Inside :func:`planning`, launches are not run: each records the
 compilations it would trigger (one per config x specialization, Triton's cache key)
@@ -136,11 +138,45 @@ def _call_interpreted(self, *args, **kwargs):
     return _twin(self.fn)(*args, **kwargs)
 
 
+def _language_objects() -> list:
+    """What Triton's interpreter patches while it runs: triton.language, its core and math
+    modules, the tensor classes."""
+    import triton.language as tl
+
+    objs = [tl, tl.core, tl.math, tl.core.tensor]
+    base = getattr(tl.core, "tensor_descriptor_base", None)
+    return objs + ([base] if base is not None else [])
+
+
+@contextlib.contextmanager
+def _language_restored():
+    """Put triton.language back exactly as it was. Triton's interpreter restores what the
+    kernel's launch patched, but an interpreted *helper* call (``InterpretedFunction.__call__``,
+    e.g. triton.language's own ``tl.max`` reached from the kernel) patches the modules in
+    that helper's globals (``triton.language.core`` for Triton's helpers) and never
+    restores them: afterwards ``tl.core``'s builtins are interpreter lambdas and the next
+    kernel *compiled* in the process (a cache miss) fails with a CompilationError."""
+    saved = [(obj, dict(vars(obj))) for obj in _language_objects()]
+    try:
+        yield
+    finally:
+        for obj, before in saved:
+            now = vars(obj)
+            for name in [n for n in now if n not in before]:
+                delattr(obj, name)
+            for name, value in before.items():
+                if now.get(name, _GONE) is not value:
+                    setattr(obj, name, value)
+
+
+_GONE = object()
+
+
 @contextlib.contextmanager
 def _jitted_helpers_interpreted():
     from triton.runtime.jit import JITFunction
 
-    with _INTERPRET_LOCK:
+    with _INTERPRET_LOCK, _language_restored():
         original = JITFunction.__dict__["__call__"]
         JITFunction.__call__ = _call_interpreted
         try:
