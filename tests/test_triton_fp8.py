@@ -250,6 +250,26 @@ def test_each_descale_scales_what_it_should(device):
     assert (o3.float() - o4.float()).abs().max() <= 2**-7 and (lse3 - lse4).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_forward_fp8_takes_scales_of_any_sign(scale, device):
+    """scale < 0 is -q8 (the sign bit flipped, exactly) with scale > 0; scale 0 is
+    uniform attention over the keys each row sees."""
+    (q8, qd), (k8, kd), (v8, vd) = _quantised(device)
+    c = cfg(32, 32)
+    o, lse, _ = F.forward_fp8(q8, k8, v8, qd, kd, vd, causal=True, scale=scale, config=c)
+    if scale < 0:
+        neg = F.quantize(-q8.float())[0]  # amax unchanged: the same descale
+        want = F.forward_fp8(neg, k8, v8, qd, kd, vd, causal=True, scale=-scale, config=c)
+        assert torch.equal(o, want[0]) and torch.equal(lse, want[1])
+    else:
+        vv = (v8.float() * vd).double()
+        mean = vv.cumsum(-2) / torch.arange(1, vv.shape[-2] + 1, device=device,
+                                           dtype=torch.float64)[:, None]
+        assert (o.double() - mean).abs().max() <= 2**-6  # p = 256 exactly; O rounded to bf16
+        n = torch.arange(1, lse.shape[-1] + 1, device=device, dtype=torch.float64)
+        assert torch.allclose(lse.double(), n.log().expand_as(lse), atol=1e-5)
+
+
 def test_v_layouts_give_the_same_result(device):
     (q8, qd), (k8, kd), (v8, vd) = _quantised(device)
     c = cfg(32, 32)

@@ -51,6 +51,7 @@ from flashbench.kernels import configs as _configs
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_tensors
 from flashbench.kernels.launch import Config, interpreted_for
+from flashbench.kernels.rounding import E4M3_MAX
 from flashbench.validation import check_scale
 
 __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tiles",
@@ -58,7 +59,6 @@ __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tile
            "INTERPRETER_BLOCK_M", "INTERPRETER_BLOCK_N"]
 
 FP8_DTYPE = torch.float8_e4m3fn
-E4M3_MAX = 448.0
 HEAD_DIMS = (32, 64, 128, 256)  # fp8 wgmma reduces over 32 elements: no d = 16
 INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 QUANT = ("block", "tensor")
