@@ -334,10 +334,11 @@ def test_interpreted_launch_leaves_triton_language_as_it_was(tmp_path, monkeypat
     it; the launch puts everything back, so a kernel compiled afterwards (a fresh cache: a
     real compilation, here for sm_90 offline) still compiles."""
     pytest.importorskip("triton.backends.nvidia")
-    from flashbench.kernels.launch import TritonKernel, _language_objects, planning
+    from flashbench.kernels.interpreter import language_objects
+    from flashbench.kernels.launch import TritonKernel, planning
     from flashbench.kernels.offline import compile_plan
 
-    before = [(obj, dict(vars(obj))) for obj in _language_objects()]
+    before = [(obj, dict(vars(obj))) for obj in language_objects()]
     q, k, v = qkv(1, 1, 16, 16, 16)  # CPU: interpreted wherever the test runs
     triton_fwd.forward(q, k, v)
     for obj, attrs in before:

@@ -9,7 +9,8 @@
   nearest-even roundings interpreted launches need (bf16, e4m3).
 - :mod:`flashbench.kernels.launch`: launching a Triton kernel compiled or interpreted,
   chosen per kernel and call (never the process's ``TRITON_INTERPRET``); compile
-  plans and parallel precompilation.
+  plans and parallel precompilation. :mod:`flashbench.kernels.interpreter`: running the
+  interpreted twin and putting triton.language back afterwards.
 - :mod:`flashbench.kernels.configs`: the forward's pruned Hopper autotune space and
   fixed configs; :mod:`flashbench.kernels.plan`: counted compilations;
   :mod:`flashbench.kernels.offline`: compiling a plan for sm_90 without a GPU.

@@ -25,7 +25,8 @@ Instead, :class:`TritonKernel` keeps the kernel's plain Python function beside i
   the original is restored afterwards. triton.language itself is restored too: the
   interpreter restores what a kernel launch patches, but not what an interpreted helper
   call patches (``triton.language.core``'s builtins, through Triton's own ``tl.max``),
-  which would break the next kernel compiled in the process.
+  which would break the next kernel compiled in the process
+  (:mod:`flashbench.kernels.interpreter`).
 
 Planning. Inside :func:`planning`, launches are not run: each records the
 compilations it would trigger (one per config x specialization, Triton's cache key)
@@ -38,9 +39,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from flashbench.kernels.interpreter import jitted_helpers_interpreted, twin
 
 __all__ = ["Config", "TritonKernel", "interpreted_for", "default_interpreted", "planning",
            "ENV_FORCE"]
@@ -114,75 +116,6 @@ def interpreted_for(device) -> bool:
     if kind == "meta":
         return False
     return _force() is True or os.environ.get("TRITON_INTERPRET", "") == "1"
-
-
-# ---------------------------------------------------------------- interpretation
-
-_INTERPRET_LOCK = threading.RLock()
-_TWINS: dict[Callable, object] = {}
-
-
-def _twin(fn: Callable):
-    """The InterpretedFunction of a plain Python kernel function (built once)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    twin = _TWINS.get(fn)
-    if twin is None:
-        twin = _TWINS[fn] = InterpretedFunction(fn)
-    return twin
-
-
-def _call_interpreted(self, *args, **kwargs):
-    # Stands in for JITFunction.__call__ during an interpreted launch: a jitted helper
-    # called from interpreted code runs as its interpreted twin.
-    return _twin(self.fn)(*args, **kwargs)
-
-
-def _language_objects() -> list:
-    """What Triton's interpreter patches while it runs: triton.language, its core and math
-    modules, the tensor classes."""
-    import triton.language as tl
-
-    objs = [tl, tl.core, tl.math, tl.core.tensor]
-    base = getattr(tl.core, "tensor_descriptor_base", None)
-    return objs + ([base] if base is not None else [])
-
-
-@contextlib.contextmanager
-def _language_restored():
-    """Put triton.language back exactly as it was. Triton's interpreter restores what the
-    kernel's launch patched, but an interpreted *helper* call (``InterpretedFunction.__call__``,
-    e.g. triton.language's own ``tl.max`` reached from the kernel) patches the modules in
-    that helper's globals (``triton.language.core`` for Triton's helpers) and never
-    restores them: afterwards ``tl.core``'s builtins are interpreter lambdas and the next
-    kernel *compiled* in the process (a cache miss) fails with a CompilationError."""
-    saved = [(obj, dict(vars(obj))) for obj in _language_objects()]
-    try:
-        yield
-    finally:
-        for obj, before in saved:
-            now = vars(obj)
-            for name in [n for n in now if n not in before]:
-                delattr(obj, name)
-            for name, value in before.items():
-                if now.get(name, _GONE) is not value:
-                    setattr(obj, name, value)
-
-
-_GONE = object()
-
-
-@contextlib.contextmanager
-def _jitted_helpers_interpreted():
-    from triton.runtime.jit import JITFunction
-
-    with _INTERPRET_LOCK, _language_restored():
-        original = JITFunction.__dict__["__call__"]
-        JITFunction.__call__ = _call_interpreted
-        try:
-            yield
-        finally:
-            JITFunction.__call__ = original
 
 
 # ---------------------------------------------------------------- planning
@@ -407,8 +340,8 @@ class TritonKernel:
                 raise ValueError(f"{self.name}: an interpreted launch needs config= or "
                                  "interpret_config=")
             meta = {**constexprs, **cfg.kwargs}
-            with _jitted_helpers_interpreted():
-                _twin(self.fn)[grid(meta)](*args, **meta)
+            with jitted_helpers_interpreted():
+                twin(self.fn)[grid(meta)](*args, **meta)
             return cfg
         if config is not None:
             self.jit[grid({**constexprs, **config.kwargs})](
