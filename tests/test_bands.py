@@ -363,13 +363,23 @@ def test_asv_grid_is_the_registry():
     from benchmarks import bench_bands
     from flashbench.backends import BACKENDS
 
-    assert bench_bands.DTYPES == list(band_dtypes())
+    assert set(bench_bands.DTYPES) <= set(band_dtypes())
+    assert {"fp32", "fp16", "bf16"} <= set(bench_bands.DTYPES)
     assert bench_bands.DISTS == list(DISTRIBUTIONS)
     assert set(bench_bands.NS) <= set(load_table()["n"])
     assert all(k == "flash_model" or k in BACKENDS for k in bench_bands.KERNELS)
-    skipped = {(k, d, n) for k, d, n, *_ in bench_bands.TrackBands.skip_params}
-    assert ("triton", "bf16", 256) not in skipped and ("triton", "bf16", 1024) in skipped
-    assert ("triton", "tf32", 256) in skipped  # the backend does not take tf32
+    assert bench_bands.TRITON_DTYPES == [d for d in bench_bands.DTYPES
+                                         if d in BACKENDS["triton"].dtypes]
+    skipped = {(k, d, n, c) for k, d, n, _, c, _ in bench_bands.TrackBands.skip_params}
+    assert ("triton", "bf16", 256, True) not in skipped
+    assert ("triton", "bf16", 1024, False) in skipped and ("triton", "fp8", 256, False) in skipped
+    assert ("flash_model", "fp8", 4096, False) not in skipped
+    assert ("flash_model", "bf16", 1024, True) not in skipped
+    assert ("flash_model", "bf16", 4096, True) in skipped
+    import itertools
+
+    points = len(list(itertools.product(*bench_bands.TrackBands.params)))
+    assert points - len(bench_bands.TrackBands.skip_params) <= 200  # one process each
 
 
 def test_asv_suite_reads_its_cache():
@@ -379,10 +389,7 @@ def test_asv_suite_reads_its_cache():
     with pytest.raises(NotImplementedError, match="lacks"):
         suite.setup({"missing": "this commit lacks flashbench.bands"}, "flash_model", "bf16",
                     256, "normal", False, "max")
-    entry = {"o_abs": {"p50": 1.0, "p99": 2.0, "max": 3.0}, "o_rel": {"max": 4.0},
-             "lse_abs": {"max": 5.0}, "o_ratio": {"max": 0.5}}
-    cache = {("flash_model", "bf16", 256, "normal", False): entry}
-    suite.setup(cache, "flash_model", "bf16", 256, "normal", False, "max")
-    args = (cache, "flash_model", "bf16", 256, "normal", False, "max")
-    assert (suite.track_o_abs(*args), suite.track_o_rel(*args), suite.track_lse_abs(*args),
-            suite.track_o_ratio(*args)) == (3.0, 4.0, 5.0, 0.5)
+    cache = {("flash_model", "bf16", 256, "normal", False): {"p50": 1.0, "p99": 2.0, "max": 3.0}}
+    for stat, want in (("p50", 1.0), ("p99", 2.0), ("max", 3.0)):
+        suite.setup(cache, "flash_model", "bf16", 256, "normal", False, stat)
+        assert suite.track_o_abs(cache, "flash_model", "bf16", 256, "normal", False, stat) == want
