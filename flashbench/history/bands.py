@@ -173,6 +173,7 @@ def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from flashbench.precision import DTYPES
 
@@ -197,6 +198,7 @@ def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
             ax.fill_between(g["x"], g["p50"], g["max"], color=c, alpha=0.2, step="mid")
             ax.plot(g["x"], g["p99"], color=c, marker=".", lw=1, label=f"N={n} {dist}{where}")
         ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{dtype} ({kernel})")
         ax.set_xlabel("commit (oldest = 0)")
         ax.grid(alpha=0.3)

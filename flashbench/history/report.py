@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 from tabulate import tabulate
 
+from flashbench.history.bands import band_history, plot_bands, widened_markdown
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import plot_errors, plot_tflops
 from flashbench.history.steps import steps
@@ -107,8 +108,10 @@ def build_report(results_dir, out, force: bool = False) -> str:
     bands.to_csv(out / "error_bands.csv", index=False)
     trend.to_csv(out / "throughput.csv", index=False)
     jumps.to_csv(out / "steps.csv", index=False)
+    band_rows = band_history(df)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
+        ("bands.png", plot_bands(band_rows, out / "bands.png")),
         ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
@@ -128,6 +131,9 @@ def build_report(results_dir, out, force: bool = False) -> str:
               "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
               _table(_without_empty(main.drop(columns=["metric", "params", "unit"],
                                               errors="ignore"), ["cpu", "shape", "dist"])),
+              *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "
+                 "seeds; bands.png)", "", widened_markdown(band_rows)]
+                if not band_rows.empty else []),
               "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds)",
               "", "FLOPs = 4·B·H·Nq·Nk·d for a forward pass, counting only visible (query, "
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. latest_pct_peak: % of the "
