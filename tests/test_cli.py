@@ -68,9 +68,16 @@ def test_peers_inform_but_only_owned_kernels_fail_the_check():
     assert not overall_passed(ok | {"exactness": [{"passed": False}], "backends": []})
 
 
+def peers(*names):
+    """--backend arguments naming each backend (the pinned SDPA kernels and flex run
+    unasked on GPU machines only)."""
+    return [a for n in names for a in ("--backend", n)]
+
+
 def test_check_on_a_head_dim_triton_lacks_still_runs_the_others(capsys):
     rc = main(["check", "--shape", "1x1x16x48", "--dtype", "fp32", "bf16", "--dist", "normal",
-               "--json", "--quiet"])
+               "--json", "--quiet", *peers("triton", "torch-naive", "torch-sdpa", "sdpa-flash",
+                                           "sdpa-math")])
     report = json.loads(capsys.readouterr().out)
     triton = [r for r in report["backends"] if r["backend"] == "triton"]
     assert triton and all("head dim d=48" in r["skipped"] for r in triton)
@@ -98,7 +105,8 @@ def test_kv_heads_applies_to_given_shapes_and_checks_them(capsys):
 
 def test_grouped_shape_spec_reaches_every_backend(capsys):
     rc = main(["check", "--shape", "1x4/2x64x32", "--dtype", "bf16", "--dist", "normal",
-               "--causal", "on", "--json", "--quiet"])
+               "--causal", "on", "--json", "--quiet",
+               *peers("torch-naive", "sdpa-flash", "sdpa-math", "triton", "flex")])
     report = json.loads(capsys.readouterr().out)
     judged = [r for r in report["backends"] if "o" in r]
     assert {"torch-naive", "sdpa-flash", "sdpa-math", "triton", "flex"} <= {

@@ -117,6 +117,7 @@ class Backend:
     origin: str = "flashbench"
     out_dtype: str | None = None  # precision of o; None: q's
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
+    default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
 
     @property
     def timed_fn(self) -> Callable:
@@ -238,7 +239,8 @@ def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Back
         name, partial(tp.sdpa_attention, kernel=kernel), description, TORCH_FLOATS,
         _always if kernel is None else partial(tp.sdpa_unavailable, kernel),
         timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices, gqa=True,
-        differentiable=True, origin="torch")
+        differentiable=True, origin="torch",
+        default_on=("cpu", "cuda") if kernel is None else ("cuda",))
 
 
 BACKENDS: dict[str, Backend] = {
@@ -270,7 +272,8 @@ BACKENDS: dict[str, Backend] = {
         Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
-                lse="the op's own on a GPU; separate fp32 logsumexp on CPU", origin="torch"),
+                lse="the op's own on a GPU; separate fp32 logsumexp on CPU", origin="torch",
+                default_on=("cuda",)),
     )
 }
 
@@ -295,9 +298,10 @@ def resolve_backends(values=()) -> list[str]:
     """The backend names a check runs for ``--backend`` values (in order, no repeats).
 
     A registry or entry-point name selects that backend; ``module:function`` adds a
-    user's function. Without any name: every registry backend but ``reference``
-    (unavailable ones are reported with their reason) and every installed entry
-    point, plus the user functions given. ValueError for a value that is none of these.
+    user's function. Without any name: every registry backend but ``reference`` whose
+    ``default_on`` holds this machine's kind (unavailable ones are reported with their
+    reason) and every installed entry point, plus the user functions given. ValueError
+    for a value that is none of these.
     """
     from flashbench.backends import user
 
@@ -310,5 +314,7 @@ def resolve_backends(values=()) -> list[str]:
             get_backend(value)  # ValueError listing the known names
             names.append(value)
     if not names:
-        names = [n for n in BACKENDS if n != "reference"] + user.entry_point_names(BACKENDS)
+        machine = "cuda" if torch.cuda.is_available() else "cpu"
+        names = [n for n, b in BACKENDS.items() if n != "reference" and machine in b.default_on]
+        names += user.entry_point_names(BACKENDS)
     return list(dict.fromkeys(names + specs))

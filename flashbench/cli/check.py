@@ -44,7 +44,8 @@ def add_parser(sub) -> None:
                    "sdpa-efficient, sdpa-cudnn, sdpa-math, triton, flex, or an installed "
                    "flashbench.backends entry point) selects it; package.module:function adds "
                    "your own attention function, judged like flashbench's kernel. Repeatable. "
-                   "Default: every backend and entry point")
+                   "Default: flashbench's kernels, torch-naive, torch-sdpa and every entry point; "
+                   "on a GPU machine every backend")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
