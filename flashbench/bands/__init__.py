@@ -1,6 +1,11 @@
 """Tolerance bands: measured error bands per dtype x N x distribution x causal.
 
-- :mod:`flashbench.bands.measure`: :func:`measure_bands` -> :class:`Band` records.
+- :mod:`flashbench.bands.measure`: :func:`measure_bands` -> :class:`Band` records
+  (measuring only).
+- :mod:`flashbench.bands.render`: the lecture's table, a DataFrame, JSON.
+- :mod:`flashbench.bands.table`: the shipped tolerance table and
+  :func:`~flashbench.bands.table.tolerance` (also ``flashbench.tolerance``).
+- Over history: :mod:`flashbench.history.bands`. Command line: ``flashbench bands``.
 """
 
 from flashbench.bands.measure import (
