@@ -38,7 +38,7 @@ import tempfile
 from contextlib import contextmanager
 
 __all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
-           "check_machine_name"]
+           "check_machine_name", "asv_launch_method"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _NOISE = re.compile(r"\((r|tm)\)|\b(cpu|processor|genuine|intel|amd|\d+-core)\b|@.*$", re.I)
@@ -61,6 +61,13 @@ def gpu_model() -> str | None:
         return None
     names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
     return names[0] if out.returncode == 0 and names else None
+
+
+def asv_launch_method() -> str:
+    """How asv should start benchmark processes here: "spawn" where an NVIDIA GPU is
+    present (CUDA does not survive a fork), else "forkserver" (asv.conf.json's: the
+    suites are imported once, not once per grid point)."""
+    return "spawn" if gpu_model() else "forkserver"
 
 
 def cpu_model() -> str:

@@ -5,8 +5,7 @@ The bands suite records, per commit, tracks whose parameters say what they hold:
 (p50, p99 or max), and whose method name says the quantity: ``track_o_abs`` (|O -
 O_fp64|), ``track_o_rel`` (relative error of O), ``track_lse_abs`` and
 ``track_o_ratio`` (kernel error / same-dtype standard_model error, per seed).
-:data:`flashbench.history.suites.BANDS` names the suite where it is declared; until
-then the tracks are recognised by that method name and their ``stat`` parameter.
+:data:`flashbench.history.suites.BANDS` names the suite.
 
 - :func:`band_history`: one row per machine x cpu x commit x cell x quantity with
   the band's p50, p99 and max as columns, in history order.
@@ -21,7 +20,6 @@ then the tracks are recognised by that method name and their ``stat`` parameter.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +32,7 @@ from flashbench.history.summaries import with_identity
 __all__ = ["band_history", "widened", "widened_markdown", "latest_bands", "plot_bands",
            "BAND_TRACK", "CELL"]
 
-# the quantity a bands track records, from its method name (suites.BANDS when declared)
-BAND_TRACK = getattr(suites, "BANDS", None) or re.compile(
-    r"\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
+BAND_TRACK = suites.BANDS  # the quantity a bands track records, from its method name
 CELL = ["machine", "cpu", "kernel", "dtype", "N", "dist", "causal", "quantity"]
 STATS = ("p50", "p99", "max")
 _COLUMNS = [*CELL, "commit", "date", "x", "unit", *STATS]

@@ -7,11 +7,14 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
 - :data:`ACCURACY`: the accuracy tracks and the metric each records: the forward
   (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
   (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios) and
-  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``); :data:`MAIN_METRIC` is
+  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``) and the tolerance bands
+  (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss); :data:`MAIN_METRIC` is
   the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
   parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
   must stay under (the forward's baseline rule 2x, the gradient rule 3x: the factors
   of :mod:`flashbench.accuracy`).
+- :data:`BANDS`: the tolerance-bands tracks (``TrackBands.track_<tensor>_<metric>``, a
+  band edge per cell and ``stat``), read by :mod:`flashbench.history.bands`.
 - :func:`matmul_peak`: the matmul-peak timing, ``TimeMatmulPeak.time_matmul`` (earlier
   ``TrackMatmulPeak.track_matmul``; parameters n, dtype; 2 n^3 FLOPs), and its older name
   ``TrackMatmulPeak.track_matmul_bf16_<n>``.
@@ -37,13 +40,15 @@ from dataclasses import dataclass, field
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.inputs import Shape
 
-__all__ = ["ACCURACY", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
+__all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
            "BACKEND_COLUMNS", "LEGACY",
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
 
-ACCURACY = re.compile(
-    r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy)\.track_(?P<metric>\w+)$")
+ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands)"
+                      r"\.track_(?P<metric>\w+)$")
+# the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
+BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
 # rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR}

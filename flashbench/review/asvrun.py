@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashbench.machine import register
+from flashbench.machine import asv_launch_method, register
 from flashbench.review.gitops import Session
 
 REVIEW_RESULTS = Path(".asv") / "review-results"
@@ -53,7 +53,7 @@ def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
     conf_path = root / ".asv" / "review-asv.conf.json"
     conf_path.write_text(json.dumps(conf))
     cmd = [sys.executable, "-m", "asv", "run", "--config", str(conf_path), "--machine", machine,
-           "--launch-method", "spawn", "--show-stderr", "--record-samples"]
+           "--launch-method", asv_launch_method(), "--show-stderr", "--record-samples"]
     if quick:
         cmd.append("--quick")
     if bench:
