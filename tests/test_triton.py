@@ -48,6 +48,13 @@ def np64(*ts):
     return tuple(t.detach().cpu().double().numpy() for t in ts)
 
 
+def tol(dtype, q, k, causal, tensor="o"):
+    """The measured tolerance band's edge (flashbench.tolerance, safety factor included) for
+    this problem: Nk keys per row, Nq query rows (bottom-right causal rows see fewer)."""
+    return flashbench.tolerance(dtype, k.shape[-2], causal=causal, nq=q.shape[-2],
+                                tensor=tensor)
+
+
 def ref_of(q, k, v, causal, scale=None):
     group = q.shape[1] // k.shape[1]
     k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
@@ -79,7 +86,8 @@ def test_fp32_matches_fp64_reference(shape, causal, blocks, device):
     assert o.shape == q.shape and lse.shape == q.shape[:3] and o.device == q.device
     so, sl = error_stats(o, ro), error_stats(lse, rlse)
     assert so["nonfinite_mismatch"] == 0 and sl["nonfinite_mismatch"] == 0
-    assert so["max_abs"] <= 1e-5 and sl["max_abs"] <= 1e-5
+    assert so["max_abs"] <= tol("fp32", q, k, causal)
+    assert sl["max_abs"] <= tol("fp32", q, k, causal, "lse")
     blind = np.isneginf(rlse)
     assert np.all(o.cpu().numpy()[blind] == 0)
 
@@ -151,7 +159,7 @@ def test_non_contiguous_inputs_use_strides(device):
                                      causal=True, config=fixed)
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
     ro, _ = ref_of(q, k, v, True)
-    assert error_stats(o, ro)["max_abs"] <= 1e-5
+    assert error_stats(o, ro)["max_abs"] <= tol("fp32", q, k, True)
 
 
 def test_repeated_calls_are_bitwise_identical(device):
@@ -166,6 +174,8 @@ def test_scale_argument(scale, device):
     q, k, v = qkv(1, 1, 20, 30, 16, device=device)
     o, lse = flashbench.triton_attention(q, k, v, scale=scale, causal=True)
     ro, rlse = ref_of(q, k, v, True, scale=scale)
+    # not the tolerance table's setting (its bands are for the default scale 1/sqrt(d):
+    # scale 1.7 makes the logits 7x larger and the fp32 LSE error with them): fp32's 1e-5
     assert error_stats(o, ro)["max_abs"] <= 1e-5 and error_stats(lse, rlse)["max_abs"] <= 1e-5
 
 
@@ -190,8 +200,8 @@ def test_property_masks_tails_and_blocks(nq, nk, d, causal, dtype, bm, bn, seed,
     o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, config=cfg((bm, bn)))
     ro, rlse = ref_of(q, k, v, causal)
     sl = error_stats(lse, rlse)
-    assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= 1e-4
-    assert error_stats(o, ro)["max_abs"] <= 8 * get_precision(dtype).eps
+    assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= tol(dtype, q, k, causal, "lse")
+    assert error_stats(o, ro)["max_abs"] <= tol(dtype, q, k, causal)
 
 
 @settings(max_examples=10)
@@ -214,7 +224,8 @@ def test_gqa_matches_reference(device):
     q, k, v = qkv(2, 8, 33, 47, 32, device=device, hkv=2)
     o, lse = flashbench.triton_attention(q, k, v, causal=True)
     ro, rlse = ref_of(q, k, v, True)
-    assert error_stats(o, ro)["max_abs"] <= 1e-5 and error_stats(lse, rlse)["max_abs"] <= 1e-5
+    assert error_stats(o, ro)["max_abs"] <= tol("fp32", q, k, True)
+    assert error_stats(lse, rlse)["max_abs"] <= tol("fp32", q, k, True, "lse")
 
 
 @pytest.mark.parametrize("mutate,exc,match", [
