@@ -152,5 +152,21 @@ def register(name: str | None = None) -> str:
     return name
 
 
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m flashbench.machine",
+                                description="Register this machine with asv (~/.asv-machine.json) "
+                                "under a stable name that says what it is; print the name.")
+    p.add_argument("name", nargs="?", help="the name to register (default: derived, e.g. "
+                   "cpu-x86_64-xeon-2cpu-24gb)")
+    args = p.parse_args(argv)
+    try:
+        print(register(args.name))
+    except ValueError as exc:
+        p.exit(2, f"flashbench.machine: error: {exc}\n")
+    return 0
+
+
 if __name__ == "__main__":
-    print(register(sys.argv[1] if len(sys.argv) > 1 else None))
+    sys.exit(main())

@@ -12,6 +12,18 @@ from flashbench.inputs import DISTRIBUTIONS
 from flashbench.precision import CHECK_DTYPES, DTYPES
 
 
+def _block(text: str) -> int:
+    """--block: checked before any work starts (the library's own check runs later)."""
+    from flashbench.validation import check_block
+
+    try:
+        return check_block(int(text))
+    except (TypeError, ValueError) as exc:
+        message = str(exc) if text.strip().lstrip("-").isdigit() else (
+            f"block must be an int >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -38,11 +50,11 @@ def add_parser(sub) -> None:
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--block", type=int, default=64, help="streaming block (keys), >= 1")
+    c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
-                   help="a backend name (reference, torch-naive, torch-sdpa, sdpa-flash, "
-                   "sdpa-efficient, sdpa-cudnn, sdpa-math, triton, flex, or an installed "
-                   "flashbench.backends entry point) selects it; package.module:function adds "
+                   help="a backend name (a flashbench.backends registry name: an unknown name "
+                   "lists them; or an installed flashbench.backends entry point) selects it; "
+                   "package.module:function adds "
                    "your own attention function, judged like flashbench's kernel. Repeatable. "
                    "Default: flashbench's kernels, torch-naive, torch-sdpa and every entry point; "
                    "on a GPU machine every backend")
