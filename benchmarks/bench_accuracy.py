@@ -19,12 +19,18 @@ paper's baseline FP8 attention); torch backends that do not take fp8 are declare
 skip_params. :class:`TrackFP8Accuracy` tracks the FP8 forward's variants (quant x
 incoherent) on FlashAttention-3's outlier inputs.
 
+A kernel that cannot run a case here (an Unavailable record: no GPU, the
+interpreter too slow) skips with its reason; a kernel that ran and gave no valid
+result (a Failed record: it raised, returned the wrong shape or dtype, NaN where the
+reference is finite) makes its tracks FAIL (common.KernelFailed, naming the kernel
+and the reason): a broken kernel is a failure in the history, never a gap.
+
 Units: errors are unitless (|O - O_ref| of unit-variance data); the baseline ratio
 is kernel error / same-dtype standard_model error (the rule passes at <= 2).
 asv treats higher as worse, which fits every number here.
 """
 
-from .common import need, shape_of
+from .common import need, record_or_raise, shape_of
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
            "sdpa-math", "triton", "triton-fp8", "flex"]
@@ -82,18 +88,19 @@ class TrackAccuracy:
                 if isinstance(found, dict):  # older commits: {(kernel, dtype): dict or str}
                     found = [(kernel, dtype, rec) for (kernel, dtype), rec in found.items()]
                 else:
-                    found = [(r.kernel, r.dtype, getattr(r, "reason", r)) for r in found]
+                    found = [(r.kernel, r.dtype, r) for r in found]
                 for kernel, dtype, rec in found:
                     results[(kernel, dtype, causal, shape)] = rec
         return results
 
     def setup(self, results, kernel, dtype, causal, shape, dist):
+        """The record, or skip (Unavailable: it cannot run here; older commits) or FAIL
+        (a Failed record: the kernel raised, returned the wrong shape, NaN...)."""
         rec = results.get((kernel, dtype, causal, shape))
         if rec is None:
             rec = results.get("missing", f"no record for {kernel} {dtype} in this commit")
-        if isinstance(rec, str):
-            raise NotImplementedError(rec)
-        self.rec = rec
+        self.rec = record_or_raise(rec, f"{kernel} {dtype} ({shape}"
+                                        f"{' causal' if causal else ''})")
 
     def track_o_max_abs(self, results, kernel, dtype, causal, shape, dist):
         return _field(self.rec, "o")["max_abs"]

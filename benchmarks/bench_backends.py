@@ -13,7 +13,7 @@ the registry; a backend unavailable on this machine skips from setup with its re
 Shapes are ``BxH[/Hkv]xNqxNkxd`` (:meth:`flashbench.inputs.Shape.spec`).
 """
 
-from .common import Benchmark, need, shape_of, torch_dtype
+from .common import Benchmark, need, shape_of, timed_backend, torch_dtype
 
 BACKENDS = ["torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math", "flex"]
 DTYPES = ["fp32"]  # CPU timings in fp32 only: 16-bit CPU paths say nothing of a GPU kernel
@@ -42,13 +42,7 @@ class TimeCPUBackend(Benchmark):
     def setup(self, backend, dtype, shape, causal):
         import torch
 
-        get_backend = need("backends", "get_backend")
-        try:
-            b = get_backend(backend)
-        except ValueError as exc:  # a backend this commit does not have yet
-            raise NotImplementedError(f"this commit lacks backend {backend!r}: {exc}") from None
-        if not hasattr(b, "prepare"):
-            raise NotImplementedError("this commit's backends have no prepare/timed_fn")
+        b = timed_backend(backend)
         s = shape_of(shape)
         reason = b.unavailable_for(s, dtype)
         if reason is not None:

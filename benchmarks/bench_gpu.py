@@ -22,7 +22,7 @@ per grid point.
 import os
 import shutil
 
-from .common import Benchmark, need, shape_of, torch_dtype
+from .common import Benchmark, need, shape_of, timed_backend, torch_dtype
 
 # B * N = 16k tokens, H * d = 2048 (FlashAttention's benchmark); GQA H=32 over Hkv=8
 SHAPES = ["4x16x4096x4096x128", "2x32/8x8192x8192x128"]
@@ -55,22 +55,17 @@ class TimeAttentionGPU(GPUBenchmark):
         _require_gpu()
         import torch
 
-        get_backend = need("backends", "get_backend")
         pass_fn = need("timing", "pass_fn")
-        try:
-            b = get_backend(backend)
-        except ValueError as exc:  # a backend this commit does not have yet
-            raise NotImplementedError(f"this commit lacks backend {backend!r}: {exc}") from None
+        b = timed_backend(backend)
         s = shape_of(shape)
-        reason = b.unavailable_for(s, dtype) if hasattr(b, "unavailable_for") else None
+        reason = b.unavailable_for(s, dtype)
         if reason is not None:
             raise NotImplementedError(f"{backend} cannot run {shape} {dtype} here: {reason}")
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", generator=g,
                                dtype=torch_dtype(dtype))
                    for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
-        if hasattr(b, "prepare"):
-            q, k, v = b.prepare(q, k, v)
+        q, k, v = b.prepare(q, k, v)
         self.fn = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
         self.fn()  # compile / autotune outside the samples
         self.sync = torch.cuda.synchronize

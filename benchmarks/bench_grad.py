@@ -8,22 +8,31 @@ of dq, dk, dv's max abs error against the float64 gradients, and its ratio to th
 same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor). The
 Triton backward runs under the interpreter where there is no GPU (accuracy only).
 Grid points a backend does not take (its dtypes, or no autograd) are declared in
-skip_params from the backend registry.
+skip_params from the backend registry; an Unavailable record skips with its reason, a
+Failed one (the backward raised or gave no valid gradients) makes the tracks FAIL.
 
 TimeBackward / PeakmemBackward: flashbench.reference.attention_grad (one-shot, holds
 [N, N] S, P, dS) vs online_attention_grad (FlashAttention-2's recurrence, block 64,
 given the forward's o and lse as a training step has them), B = H = 1, d = 64,
 float64; inputs (q, k, v, dO and the forward's o, lse) are made in setup, never timed.
-Units: seconds per call; bytes of peak resident memory of the benchmark process.
+Units: seconds per call; bytes of peak resident memory of a fresh process that makes
+the inputs and runs one backward (PeakmemBackward.track_peak_memory).
 
 The grids are literal (asv addresses a grid point by its index, for every commit);
 tests/test_bench_grad.py holds KERNELS and DTYPES equal to flashbench's registries.
 Commits without the backward skip (need() raises NotImplementedError).
 """
 
-import numpy as np
-
-from .common import Benchmark, need, qkv, shape_of
+from . import calls
+from .calls import backward_call
+from .common import (
+    Benchmark,
+    need,
+    peak_memory,
+    record_or_raise,
+    require_peak_memory,
+    shape_of,
+)
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
            "sdpa-math", "triton", "triton-fp8", "flex"]
@@ -62,17 +71,18 @@ class TrackGradAccuracy:
                 case = Case(shape_of(shape), "normal", causal)
                 kernels = [k for k in KERNELS if k == "flash_model" or k in backends]
                 for r in measure(case, DTYPES, kernels):
-                    results[(r.kernel, r.dtype, causal, shape)] = getattr(r, "reason", r)
+                    results[(r.kernel, r.dtype, causal, shape)] = r
         return results
 
     def setup(self, results, kernel, dtype, causal, shape, dist):
+        """The record, or skip (Unavailable, older commits) or FAIL (a Failed record:
+        the backward raised or returned no valid gradients)."""
         rec = results.get((kernel, dtype, causal, shape))
         if rec is None:
             rec = results.get("missing", f"no gradient record for {kernel} {dtype} in this "
                                          "commit")
-        if isinstance(rec, str):
-            raise NotImplementedError(rec)
-        self.rec = rec
+        self.rec = record_or_raise(rec, f"{kernel} {dtype} backward "
+                                        f"({shape}{' causal' if causal else ''})")
 
     def track_dq_max_abs(self, results, kernel, dtype, causal, shape, dist):
         return self.rec.dq["max_abs"]
@@ -105,21 +115,6 @@ class TrackGradAccuracy:
     track_dv_ratio.unit = "x standard backward error (dv max abs)"
 
 
-def _backward_call(shape, causal, impl):
-    """The float64 backward of ``impl`` on inputs of ``shape``, inputs made here (setup)."""
-    if impl == "one-shot":
-        grad = need("reference", "attention_grad")
-    else:
-        online, grad = need("reference", "online_attention", "online_attention_grad")
-    q, k, v = qkv(shape)
-    s = shape_of(shape)
-    do = np.random.default_rng(1).standard_normal((s.B, s.H, s.Nq, s.head_dim_v))
-    if impl == "one-shot":
-        return lambda: grad(q, k, v, do, causal=causal)
-    o, lse = online(q, k, v, causal=causal)
-    return lambda: grad(q, k, v, o, lse, do, causal=causal)
-
-
 class TimeBackward(Benchmark):
     """CPU time of the float64 backward: one-shot vs streamed (block 64)."""
 
@@ -129,7 +124,7 @@ class TimeBackward(Benchmark):
     number = 1
 
     def setup(self, shape, dtype, causal, impl, direction):
-        self.fn = _backward_call(shape, causal, impl)
+        self.fn = backward_call(shape, causal, impl)
 
     def time_backward(self, shape, dtype, causal, impl, direction):
         self.fn()
@@ -137,15 +132,28 @@ class TimeBackward(Benchmark):
 
 class PeakmemBackward(Benchmark):
     """Peak memory of the float64 backward: one-shot holds [N, N] S, P and dS (O(N^2));
-    streamed holds a few [N, 64] tiles (O(N * block))."""
+    streamed holds a few [N, 64] tiles (O(N * block)).
+
+    Bytes: the peak resident memory (VmHWM) of a fresh child process
+    (common.peak_memory, the same environment) that imports numpy and flashbench's
+    reference and inputs, makes the inputs (q, k, v, dO and, for streamed, the
+    forward's o and lse) and runs the backward once: it includes that baseline
+    (interpreter + numpy + the flashbench modules, about 35 MB here) and the inputs,
+    as asv's spawn-mode ``peakmem_`` did; never the forkserver's memory (a
+    ``peakmem_`` benchmark forked from asv's forkserver starts with ~240 MB of it)."""
 
     params = (["1x1x1024x1024x64", "1x1x4096x4096x64", "1x1x8192x8192x64"], ["fp64"], [False],
               ["one-shot", "streamed"], ["bwd"])
     param_names = ["shape", "dtype", "causal", "impl", "direction"]
-    timeout = 300
+    timeout = 600
 
     def setup(self, shape, dtype, causal, impl, direction):
-        self.fn = _backward_call(shape, causal, impl)
+        require_peak_memory()
+        need("reference", "attention_grad" if impl == "one-shot" else "online_attention_grad")
+        need("inputs", "make_qkv")
 
-    def peakmem_backward(self, shape, dtype, causal, impl, direction):
-        self.fn()
+    def track_peak_memory(self, shape, dtype, causal, impl, direction):
+        return peak_memory(calls.__name__, "backward_call", [shape, causal, impl],
+                           self.timeout - 60)
+
+    track_peak_memory.unit = "bytes"

@@ -14,9 +14,18 @@ Every timed suite records the problem it ran as asv parameters: ``shape`` (the
 text form of :class:`flashbench.inputs.Shape`, ``BxH[/Hkv]xNqxNkxd``), ``dtype`` and,
 where it applies, ``causal`` and ``direction`` (fwd, bwd, fwd+bwd). The history
 computes FLOPs from those columns; no other module needs to know a suite's shape.
+
+Peak memory is measured in a fresh child process (:func:`peak_memory`), never in the
+benchmark's own process: under asv's forkserver a benchmark process is forked from a
+server that has imported every suite, and starts with its memory.
 """
 
 import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 
 class Benchmark:
@@ -72,21 +81,111 @@ def qkv(spec: str, dist="normal", seed=0):
 
 
 def timed_backend(name: str):
-    """The callable timings run for backend ``name`` (Backend.timed_fn), or skip.
+    """The Backend record timings run for backend ``name``, or skip: they call its
+    ``timed_fn`` (the bare op) on inputs from its ``prepare``.
 
-    Commits before timed_fn existed timed torch-sdpa together with a separate LSE
-    pass: a different quantity, so those commits skip rather than mix the two.
+    Commits before timed_fn and prepare existed timed torch-sdpa together with a
+    separate LSE pass: a different quantity, so those commits skip rather than mix
+    the two.
     """
     get_backend = need("backends", "get_backend")
     try:
         backend = get_backend(name)
     except ValueError as exc:  # a backend this commit does not have yet
         raise NotImplementedError(f"this commit lacks backend {name!r}: {exc}") from None
-    if not hasattr(backend, "timed_fn"):
-        raise NotImplementedError("this commit's backends have no timed_fn")
-    return backend.timed_fn
+    if not (hasattr(backend, "timed_fn") and hasattr(backend, "prepare")):
+        raise NotImplementedError("this commit's backends have no timed_fn/prepare")
+    return backend
 
 
 def torch_dtype(dtype: str):
     """torch dtype of a precision name, from the registry (or skip on older commits)."""
     return need(("kernels.checks",), "TORCH_DTYPES")[dtype]
+
+
+class KernelFailed(RuntimeError):
+    """A kernel ran and gave no valid result (it raised, returned the wrong shape, NaN
+    where the reference is finite): the benchmark FAILS (asv records null), never skips."""
+
+
+def record_or_raise(rec, what: str):
+    """A measurement record, or raise: NotImplementedError (asv skips) for a kernel that
+    cannot run here (``Unavailable``, or a reason string from an older commit);
+    :class:`KernelFailed` (asv records a failure) for a ``Failed`` record, naming
+    ``what`` (kernel and dtype) and the reason."""
+    if isinstance(rec, str):
+        raise NotImplementedError(rec)
+    if type(rec).__name__ == "Failed":
+        raise KernelFailed(f"{what} failed: {rec.reason}")
+    if type(rec).__name__ == "Unavailable":
+        raise NotImplementedError(rec.reason)
+    return rec
+
+
+# -- peak memory in a fresh process ---------------------------------------------------
+
+_STATUS = "/proc/self/status"
+PEAK_EXIT_SKIP = 3  # the child's exit status for "this commit lacks it" (NotImplementedError)
+_CHILD = f"""
+import ctypes, importlib, json, os, signal, sys
+try:  # die with the benchmark process (asv kills it on timeout)
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]  # the working directory must not shadow the installed flashbench
+sys.path.append(sys.argv[1])  # the benchmarks package, after the installed packages
+try:
+    call = getattr(importlib.import_module(sys.argv[2]), sys.argv[3])(*json.loads(sys.argv[4]))
+except NotImplementedError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit({PEAK_EXIT_SKIP})
+call()
+with open({_STATUS!r}) as f:
+    kib = [line.split()[1] for line in f if line.startswith("VmHWM:")][0]
+print("VmHWM", int(kib) * 1024)
+"""
+
+
+def require_peak_memory() -> None:
+    """Skip where a process cannot read its own peak resident memory (not Linux)."""
+    if not os.path.exists(_STATUS):
+        raise NotImplementedError(f"peak memory is read from {_STATUS} (VmHWM): Linux only")
+
+
+def peak_memory(module: str, factory: str, args: list, timeout: float) -> int:
+    """Peak resident memory, in bytes, of a fresh Python process that makes one call.
+
+    The child is ``sys.executable`` (the benchmark's environment, so it imports the
+    commit's installed flashbench), with this benchmarks package appended to its
+    ``sys.path``; it imports ``module`` (a suite of this package, e.g.
+    "benchmarks.bench_memory"), calls ``factory(*args)`` (which imports what it needs
+    from flashbench and makes the inputs) and then the zero-argument callable that
+    returns, once. The number is the child's VmHWM (``/proc/self/status``): the high
+    water mark of *its own* resident set, so it includes the interpreter, numpy,
+    the flashbench modules imported and the inputs (about 35 MB before the inputs
+    here), as asv's spawn-mode ``peakmem_`` did, and nothing of the parent's.
+
+    Why not ``ru_maxrss``: Linux folds the pre-exec memory of a forked child into its
+    maxrss at exec (a child of a 300 MiB process reads >= 300 MiB in ru_maxrss, from
+    ``getrusage(RUSAGE_CHILDREN)`` in the parent as from ``RUSAGE_SELF`` in the child,
+    while its VmHWM reads 11 MiB): the forkserver's memory would come back in.
+
+    The child's exit status 3 means this commit lacks what it measures
+    (NotImplementedError: asv skips); any other failure raises RuntimeError with the
+    child's last output (asv records a failure).
+    """
+    root = Path(__file__).resolve().parents[1]
+    try:
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(root), module, factory,
+                            json.dumps(args)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{module}.{factory}{tuple(args)}: the measured process ran "
+                           f"past {timeout:g} s and was killed") from None
+    if r.returncode == PEAK_EXIT_SKIP:
+        raise NotImplementedError(r.stderr.strip() or "this commit lacks what is measured")
+    lines = r.stdout.split()
+    if r.returncode != 0 or len(lines) < 2 or lines[-2] != "VmHWM":
+        raise RuntimeError(f"{module}.{factory}{tuple(args)}: the measured process exited "
+                           f"{r.returncode}: {(r.stderr or r.stdout)[-2000:]}")
+    return int(lines[-1])

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_grad  # noqa: E402
+from benchmarks.calls import backward_call  # noqa: E402
 from benchmarks.bench_grad import PeakmemBackward, TimeBackward, TrackGradAccuracy  # noqa: E402
 
 
@@ -50,16 +51,45 @@ def test_suite_reads_records_and_skips_with_the_reason():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_timed_calls_compute_the_same_gradients(causal):
-    one = bench_grad._backward_call("1x1x70x70x16", causal, "one-shot")()
-    streamed = bench_grad._backward_call("1x1x70x70x16", causal, "streamed")()
+    one = backward_call("1x1x70x70x16", causal, "one-shot")()
+    streamed = backward_call("1x1x70x70x16", causal, "streamed")()
     for a, b in zip(one, streamed, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
-def test_time_and_peakmem_suites_record_the_problem():
+def test_time_and_memory_suites_record_the_problem():
     for suite in (TimeBackward, PeakmemBackward):
         assert suite.param_names == ["shape", "dtype", "causal", "impl", "direction"]
         assert suite.params[1] == ["fp64"] and suite.params[4] == ["bwd"]
         assert suite.params[3] == ["one-shot", "streamed"]
     assert "1x1x4096x4096x64" in TimeBackward.params[0]
     assert "1x1x8192x8192x64" in PeakmemBackward.params[0]
+    assert PeakmemBackward.track_peak_memory.unit == "bytes"
+    assert not [n for n in dir(PeakmemBackward) if n.startswith("peakmem_")]
+
+
+def test_peak_memory_of_the_backward_is_measured_in_a_fresh_process():
+    """The one-shot backward's [N, N] matrices (32 MiB each at N = 2048: S, P, dS,
+    partly in place) show in the child's peak; the streamed backward has none."""
+    suite, args = PeakmemBackward(), ["1x1x2048x2048x64", "fp64", False]
+    peaks = {}
+    for impl in ("one-shot", "streamed"):
+        suite.setup(*args, impl, "bwd")
+        peaks[impl] = suite.track_peak_memory(*args, impl, "bwd")
+    assert peaks["one-shot"] - peaks["streamed"] > 32 * 2**20, peaks
+
+
+def test_a_failed_backward_fails_the_track_instead_of_skipping():
+    """A Failed record (the backward raised, or NaN gradients) is a failure naming the
+    kernel and the reason (asv records null), never NotImplementedError (a skip)."""
+    from benchmarks.common import KernelFailed
+    from flashbench.inputs import Shape
+    from flashbench.measure import Case, Failed
+
+    case = Case(Shape(1, 1, 24, 24, 16))
+    results = {("triton", "fp16", False, "s"): Failed(case, "triton", "fp16",
+                                                      "backward raised RuntimeError: boom")}
+    with pytest.raises(KernelFailed, match="triton fp16 backward.*failed: backward raised "
+                                           "RuntimeError: boom") as info:
+        TrackGradAccuracy().setup(results, "triton", "fp16", False, "s", "normal")
+    assert not isinstance(info.value, NotImplementedError)

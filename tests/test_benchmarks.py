@@ -62,6 +62,94 @@ def test_accuracy_suite_reads_records_and_older_dicts():
     assert suite.track_o_max_abs(None, "flash_model", "bf16", False, "s", "normal") == 1e-3
 
 
+def test_a_failed_kernel_fails_the_accuracy_track_instead_of_skipping():
+    """A Failed record (the kernel raised, returned the wrong shape, NaN where the
+    reference is finite) must make the track FAIL, naming the kernel and the reason;
+    only Unavailable (no GPU, not applicable) skips."""
+    from benchmarks.common import KernelFailed
+    from flashbench.inputs import Shape
+    from flashbench.measure import Case, Failed, Unavailable
+
+    case = Case(Shape(1, 1, 16, 16, 16))
+    results = {
+        ("triton", "fp16", False, "s"): Failed(case, "triton", "fp16", "returned 3 non-finite "
+                                               "value(s) (inf or NaN) in o"),
+        ("sdpa-cudnn", "fp16", False, "s"): Unavailable(case, "sdpa-cudnn", "fp16",
+                                                        "needs a CUDA GPU (no GPU here)"),
+    }
+    suite = TrackAccuracy()
+    with pytest.raises(KernelFailed, match=r"triton fp16 \(s\) failed: returned 3 non-finite") \
+            as info:
+        suite.setup(results, "triton", "fp16", False, "s", "normal")
+    assert not isinstance(info.value, NotImplementedError)  # asv: failed (null), not skipped
+    with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
+        suite.setup(results, "sdpa-cudnn", "fp16", False, "s", "normal")
+
+
+def test_a_failed_kernel_from_measure_accuracy_reaches_the_track(monkeypatch):
+    """End to end through setup_cache: a backend that returns NaN gives a Failed record,
+    which asv's setup turns into a failure (it was a skip: the reason string was kept)."""
+    import torch
+
+    from benchmarks.common import KernelFailed
+    from flashbench import backends
+
+    nan = backends.BACKENDS["torch-naive"]
+    broken = type(nan)(**{**nan.__dict__, "fn": lambda q, k, v, causal=False, scale=None:
+                          torch.full_like(q, float("nan"))})
+    monkeypatch.setitem(backends.BACKENDS, "torch-naive", broken)
+    monkeypatch.setattr(bench_accuracy, "SHAPES", ["1x1x32x32x16"])
+    monkeypatch.setattr(bench_accuracy, "KERNELS", ["torch-naive"])
+    monkeypatch.setattr(bench_accuracy, "DTYPES", ["fp32"])
+    results = TrackAccuracy().setup_cache()
+    with pytest.raises(KernelFailed, match="torch-naive fp32.*non-finite"):
+        TrackAccuracy().setup(results, "torch-naive", "fp32", False, "1x1x32x32x16", "normal")
+
+
+def test_peak_memory_is_the_fresh_process_own_not_the_parents():
+    """Under asv's forkserver the benchmark process holds the server's memory (~240 MB
+    here). The child's ru_maxrss would include its parent's memory (Linux folds the
+    pre-exec size in at exec); its VmHWM does not: with 300 MiB held here, the child's
+    peak for a small streamed call stays at its own size (interpreter, numpy,
+    flashbench: < 150 MiB)."""
+    from benchmarks.bench_memory import PeakmemAttention
+
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # touch every page: resident
+    suite = PeakmemAttention()
+    suite.setup("1x1x1024x1024x64", "fp64", "streamed")
+    peak = suite.track_peak_memory("1x1x1024x1024x64", "fp64", "streamed")
+    assert 10 * 2**20 < peak < 150 * 2**20, peak
+    assert PeakmemAttention.track_peak_memory.unit == "bytes"
+    assert not [n for n in dir(PeakmemAttention) if n.startswith("peakmem_")]
+    del held
+
+
+def test_peak_memory_child_imports_no_torch_and_sees_the_score_matrix():
+    """The child imports benchmarks.calls (common, flashbench's reference and inputs),
+    never torch (+200 MB); one-shot's [N, N] float64 scores (128 MiB at N = 4096) show."""
+    code = ("import sys; sys.path.append(sys.argv[1]); import benchmarks.calls as c; "
+            "c.attention_call('1x1x64x64x16', 'streamed')(); "
+            "c.backward_call('1x1x64x64x16', False, 'streamed')(); print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
+                       cwd="/")
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+    from benchmarks.common import peak_memory
+
+    one, streamed = (peak_memory("benchmarks.calls", "attention_call", ["1x1x4096x4096x64", i],
+                                 120) for i in ("one-shot", "streamed"))
+    assert one - streamed > 100 * 2**20, (one, streamed)
+
+
+def test_peak_memory_child_skips_or_fails_with_the_reason():
+    from benchmarks.common import peak_memory
+
+    with pytest.raises(NotImplementedError, match="lacks flashbench.no_such_module"):
+        peak_memory("benchmarks.common", "need", ["no_such_module"], 60)
+    with pytest.raises(RuntimeError, match="(?s)exited 1.*ValueError: shape must be"):
+        peak_memory("benchmarks.common", "shape_of", ["not-a-shape"], 60)
+
+
 def test_gpu_suite_skips_without_a_gpu():
     import torch
 
