@@ -27,7 +27,6 @@ half-written file.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
@@ -35,7 +34,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
+
+from flashbench.locks import locked
 
 __all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
            "check_machine_name", "asv_launch_method"]
@@ -102,17 +102,6 @@ def derived_name(cpu: str, gpu: str | None, ncpu: int, ram_bytes: int,
     return f"cpu-{arch}-{cpu_token(cpu)}-{ncpu}cpu-{round(ram_bytes / 2**30)}gb"
 
 
-@contextmanager
-def _locked(path: str):
-    """Exclusive lock on ``path + '.lock'`` for a read-modify-write of ``path``."""
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _write_atomic(path: str, data: dict) -> None:
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".asv-machine.", dir=folder)
@@ -137,7 +126,7 @@ def register(name: str | None = None) -> str:
              "arch": platform.machine(), "cpu": f"{cpu}; GPU: {gpu}" if gpu else cpu,
              "num_cpu": str(ncpu), "ram": str(ram // 1024)}
     path = os.path.expanduser("~/.asv-machine.json")
-    with _locked(path):
+    with locked(path + ".lock"):  # a read-modify-write of path
         machines = {"version": 1}
         if os.path.exists(path):
             try:

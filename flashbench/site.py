@@ -20,7 +20,6 @@ a private folder. When ``asv publish`` fails, its own last words are the error
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -28,8 +27,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
+
+from flashbench.locks import locked
 
 PACKAGES = ["jquery@3.3.1", "flot@0.8.3", "bootstrap@3.1.1", "blueimp-md5@2.19.0",
             "stupid-table-plugin@1.1.3", "flot-orderbars@1.0.0"]
@@ -54,18 +54,6 @@ class PublishError(RuntimeError):
     """asv publish or npm failed; the message carries the tool's own error."""
 
 
-@contextmanager
-def _locked(folder: Path):
-    """An exclusive lock on ``folder`` itself (flock on its descriptor: no lock file)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
 def _last_words(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
@@ -75,7 +63,7 @@ def fetch_vendor(cache: Path = CACHE) -> Path:
     """npm-pack the packages into ``cache`` (once) and unpack them; returns the folder."""
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache):
+    with locked(cache):  # the folder itself: no lock file
         for spec in PACKAGES:
             name = spec.rsplit("@", 1)[0]
             target = cache / name
@@ -152,7 +140,7 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None) -> Path:
                                f"{_last_words(r.stderr + r.stdout)}")
         if localize(build, fetch_vendor()) == 0:
             raise PublishError(f"no CDN reference found to localise in {out}/*.html")
-        with _locked(out.parent):
+        with locked(out.parent):
             old = None
             if out.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))

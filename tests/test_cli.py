@@ -45,6 +45,30 @@ def test_parse_shape():
         parse_shape("1x2")
 
 
+def test_counts_share_one_positive_integer_parser():
+    """Findings 16: one parser (cli.common.positive_int) for every count of every
+    subcommand, one message for a bad value."""
+    import argparse
+
+    from flashbench.cli import build_parser
+    from flashbench.cli.common import positive_int
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    typed = {(name, a.option_strings[0]): a.type for name, p in sub.choices.items()
+             for a in p._actions if a.option_strings}
+    for key in (("check", "--kv-heads"), ("bands", "--n"), ("bands", "--seeds"),
+                ("review", "--threads")):
+        assert typed[key] is positive_int, key
+    counts = [k for k, t in typed.items() if getattr(t, "__name__", "").lstrip("_").startswith(
+        "positive")]
+    assert all(typed[k] is positive_int for k in counts), counts
+    for bad in ("0", "-2", "x", "1.5", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be an integer >= 1"):
+            positive_int(bad)
+    assert positive_int("3") == 3
+
+
 def test_cli_rejects_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--dtype", "fp7"],
                        capture_output=True, text=True)

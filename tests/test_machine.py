@@ -64,3 +64,33 @@ def test_concurrent_registrations_lose_nothing(tmp_path):
     assert all(p.returncode == 0 for p in procs), errors
     data = json.loads((tmp_path / ".asv-machine.json").read_text())
     assert {f"m{i}" for i in range(16)} <= set(data)
+
+
+def test_one_lock_helper_is_exclusive_across_processes(tmp_path):
+    """flashbench.locks: what machine, site and review sessions lock with."""
+    import textwrap
+
+    from flashbench import locks
+
+    for target in (tmp_path / "folder", tmp_path / "file.lock"):
+        if target.name == "folder":
+            target.mkdir()
+        holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from flashbench.locks import acquire
+            fd = acquire({str(target)!r})
+            print("held", flush=True)
+            sys.stdin.readline()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            assert locks.acquire(target, wait=False) is None  # held elsewhere
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        fd = locks.acquire(target, wait=False)  # its holder is gone: free
+        assert fd is not None
+        locks.release(fd)
+        with locks.locked(target):
+            assert locks.acquire(target, wait=False) is None  # flock: per open descriptor
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == []  # no lock file

@@ -143,14 +143,28 @@ def test_unchanged_commit_is_never_slower(project):
     assert all(x["samples"] >= 1 for x in got)
 
 
-def test_broken_head_is_coverage_lost(project):
+def test_broken_head_is_a_regression(project):
+    """Finding 1: a benchmark that raises in head failed: exit 1, whatever base did."""
     _, _, c = project
     r = review(project, c["base"], c["broken"], "--bench", CHEAP, "--budget", "20")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "COVERAGE LOST: 2 result(s)" in r.stdout
-    lost = [line for line in r.stdout.splitlines() if "coverage-lost" in line and "|" in line]
-    assert len(lost) == 2 and all(STREAMED in line and "broken on purpose" in line
-                                  for line in lost)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION: 2 result(s) failed in head" in r.stdout
+    failed = [line for line in r.stdout.splitlines() if "| failed " in line]
+    assert len(failed) == 2 and all(STREAMED in line and "broken on purpose" in line
+                                    and "**REGRESSION**" in line for line in failed)
+
+
+def test_peak_memory_is_one_value_per_commit(project):
+    """Peak memory (peakmem_, or tracks in bytes): judged by the memory rule."""
+    _, _, c = project
+    r = review(project, c["base"], c["same"], "--bench", r"Peakmem.*1x1x1024x1024x64",
+               "--json", "--all")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = rows(r)
+    assert got and all(x["kind"] == "memory" and x["samples"] == 1 for x in got), got
+    measured = [x for x in got if x["reason"] != "not-measured"]
+    assert measured and all(x["verdict"] == "same" and x["reason"] == "within-factor"
+                            and x["base"] > 20 * 2**20 for x in measured), measured
 
 
 def test_renamed_function_is_coverage_lost_not_silence(project):
@@ -237,6 +251,55 @@ def test_sigterm_leaves_no_worktree_and_no_process(project):
         if "worker.py" in cmd and str(repo) in cmd:
             left.append(cmd)
     assert not left
+
+
+def _processes_of(repo):
+    """Live processes whose command line names the clone, with their command lines."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(repo) in cmd and state != "Z":
+            found[int(pid)] = cmd.replace("\0", " ")
+    return found
+
+
+def test_sigterm_during_reuse_asv_run_leaves_no_process(project):
+    """Finding 11: asv's benchmark server and benchmark processes (process groups of
+    their own) end with the interrupted review."""
+    repo, home, c = project
+    proc = subprocess.Popen([sys.executable, "-m", "flashbench.cli", "review", "--reuse",
+                             "--existing", "--bench", "TimeAttention", c["base"], c["slow"]],
+                            cwd=repo, env={**os.environ, "HOME": str(home)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not any(
+                "run_server" in cmd for cmd in _processes_of(repo).values()):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        assert any("run_server" in cmd for cmd in _processes_of(repo).values())
+        time.sleep(3)  # the server forks benchmark processes
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err and "Traceback" not in err
+    deadline = time.time() + 10
+    while time.time() < deadline and _processes_of(repo):
+        time.sleep(0.2)
+    left = _processes_of(repo)
+    for pid in left:  # never leave them running, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left, left
+    assert len(worktrees(repo)) == 1 and not sessions(repo)
 
 
 def test_stale_session_is_pruned_and_bad_arguments_refused_before_any_run(project):

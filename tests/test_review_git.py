@@ -13,7 +13,6 @@ from flashbench.review.gitops import (
     ancestors,
     checked_out,
     dirty_files,
-    prune_stale,
     resolve,
 )
 
@@ -98,10 +97,12 @@ def test_stale_sessions_are_pruned_live_ones_kept(repo):
         folder = live.stdout.readline().strip()
         assert folder and len(worktrees(repo)) == 2  # the stale one went at its start
         assert not stale.exists()
-        gone = prune_stale(repo)
-        assert gone == [] and os.path.isdir(folder) and len(worktrees(repo)) == 2
+        with Session(repo) as s:  # a second review starting: the live one is kept
+            assert s.pruned == [] and os.path.isdir(folder) and len(worktrees(repo)) == 2
     finally:
         live.kill()
         live.wait()
-    # killed without cleaning up: the next prune removes what it left
-    assert len(prune_stale(repo)) == 1 and len(worktrees(repo)) == 1
+    # killed without cleaning up: the next review removes what it left as it starts
+    with Session(repo) as s:
+        assert [str(p) for p in s.pruned] == [folder] and len(worktrees(repo)) == 1
+    assert not any((repo / ".asv" / "review").iterdir())

@@ -54,8 +54,68 @@ def test_rounds_alternate_and_head_uses_base_calibration():
     m = Machine({"b.time_a": 1.0})
     run(m, ["b.time_a"])
     sides = [side for _, side, _ in m.calls]
-    assert sides[:6] == ["base", "head", "head", "base", "base", "head"]  # AB BA AB
+    # calibration (base, then head's discarded block), then rounds AB BA AB
+    assert sides[:8] == ["base", "head", "base", "head", "head", "base", "base", "head"]
     assert m.calls[0][2] == 0 and all(n == 1 for _, _, n in m.calls[1:])  # calibrated once
+
+
+class Recorder:
+    """A worker stand-in that keeps the worker's contract (``number`` 0 calibrates) and
+    tags every block: its value (the minimum sample) identifies the call, so that each
+    paired round can be traced back to the two blocks it compares."""
+
+    def __init__(self, seconds=0.001, noise=0.1, seed=0):
+        self.seconds, self.noise = seconds, noise
+        self.rng = np.random.default_rng(seed)
+        self.calls = []  # (side, number, samples per block)
+        self.value = {}  # block value -> index into calls
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def measure(self, point, side, plan):
+        number = plan.number or max(1, int(0.012 / self.seconds))
+        samples = [self.seconds * float(np.exp(self.rng.normal(0, self.noise)))
+                   for _ in range(plan.per_block)]
+        self.calls.append((side, plan.number, plan.per_block))
+        self.value[min(samples)] = len(self.calls) - 1
+        self.now += sum(samples) * number + 0.01
+        return {"status": "ok", "number": number, "samples": samples}
+
+
+def test_both_sides_get_identical_block_sizes_in_every_paired_round():
+    """Finding 3: base's calibration block (1 sample) must not be paired with a head
+    block of 5 samples: every round compares blocks of one size and one ``number``."""
+    m = Recorder()
+    sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock)
+    (pair,), _ = sampler.run(points(["b.time_a"]))
+    assert pair.rounds >= MIN_ROUNDS
+    for i in range(pair.rounds):
+        base, head = m.calls[m.value[pair.base[i]]], m.calls[m.value[pair.head[i]]]
+        assert (base[0], head[0]) == ("base", "head")
+        assert base[1:] == head[1:], (i, base, head)  # same number, same samples per block
+        assert base[1] > 0 and base[2] == 5  # calibrated number; a 12 ms sample: 5 a block
+    assert m.calls[0] == ("base", 0, 1)  # the calibration block is not part of any round
+    assert m.value[pair.base[0]] > 0
+
+
+def test_a_a_reviews_have_no_systematic_bias():
+    """300 simulated A/A reviews (same code on both sides, independent 10% noise per
+    sample): round 1 and the rounds overall centre on head/base = 1. Pairing a 1-sample
+    block with the minimum of 5 samples gave a mean round-1 log-ratio of about -0.12."""
+    first, overall = [], []
+    for seed in range(300):
+        m = Recorder(seed=seed)
+        sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock)
+        (pair,), _ = sampler.run(points(["b.time_a"]))
+        ratios = pair.log_ratios()
+        first.append(ratios[0])
+        overall.extend(ratios)
+    first, overall = np.array(first), np.array(overall)
+    se = first.std(ddof=1) / np.sqrt(len(first))
+    assert abs(first.mean()) < 4 * se and abs(first.mean()) < 0.03, (first.mean(), se)
+    assert abs(overall.mean()) < 0.02, overall.mean()
 
 
 def test_slowdowns_caught_untouched_settled_same_noise_cancelled():
@@ -83,21 +143,47 @@ def test_budget_is_kept_and_the_first_round_always_runs():
     m = Machine(truth, seconds=1.0)
     rows, sampler = run(m, list(truth), budget=3.0)
     assert all(r.samples >= 1 for r in rows.values())  # round 1 of everything
-    assert m.now <= 5 * 2 * 1.6 + 3.0  # no round started that would overrun by much
+    # calibration and round 1 of each (4 blocks), no round started that would overrun
+    assert m.now <= 5 * 4 * 1.6 + 3.0
     assert all(r.verdict == "ambiguous" for r in rows.values() if r.samples < MIN_ROUNDS)
 
 
-def test_a_head_that_skips_or_fails_is_coverage_lost():
-    truth = {"b.time_ok": 1.0, "b.time_gone": 1.0, "b.time_new": 1.0, "b.time_broken": 1.0}
+def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():
+    truth = {"b.time_ok": 1.0, "b.time_gone": 1.0, "b.time_new": 1.0, "b.time_broken": 1.0,
+             "b.time_new_broken": 1.0, "b.time_still": 1.0}
     status = {("b.time_gone", "head"): "skipped", ("b.time_new", "base"): "skipped",
-              ("b.time_broken", "head"): "failed"}
+              ("b.time_broken", "head"): "failed", ("b.time_new_broken", "base"): "skipped",
+              ("b.time_new_broken", "head"): "failed", ("b.time_still", "base"): "failed",
+              ("b.time_still", "head"): "failed"}
     rows, _ = run(Machine(truth, status=status), list(truth))
     assert rows["b.time_gone"].verdict == "coverage lost" and rows["b.time_gone"].undecided
     assert "skipped on purpose" in rows["b.time_gone"].detail
-    assert rows["b.time_broken"].reason == "coverage-lost"
+    broken = rows["b.time_broken"]
+    assert (broken.reason, broken.regression) == ("failed", True)
+    assert "failed on purpose" in broken.detail
+    assert rows["b.time_new_broken"].reason == "failed" and rows["b.time_new_broken"].regression
+    still = rows["b.time_still"]
+    assert (still.verdict, still.undecided, still.regression) == ("still failing", True, False)
     assert rows["b.time_new"].verdict == "coverage gained"
     assert not rows["b.time_new"].undecided
     assert rows["b.time_ok"].verdict == "same"
+
+
+def test_a_head_that_fails_after_calibration_is_a_regression():
+    m = Machine({"b.time_a": 1.0})
+    measure = m.measure
+
+    def flaky(point, side, plan):
+        if side == "head" and len(m.calls) >= 6:
+            m.calls.append((point.name, side, plan.number))
+            return {"status": "failed", "reason": "NaN output"}
+        return measure(point, side, plan)
+
+    sampler = Sampler(flaky, 1e9, 1.1, look_level(), clock=m.clock)
+    pairs, rows = sampler.run(points(["b.time_a"]))
+    assert not pairs and len(rows) == 1
+    assert (rows[0].reason, rows[0].regression, rows[0].detail) == (
+        "failed", True, "base ok, head failed: NaN output")
 
 
 def test_select_matches_names_and_grid_points():
@@ -109,7 +195,7 @@ def test_select_matches_names_and_grid_points():
     assert len(select(listing, None)) == 3
     assert [p.index for p in select(listing, "TimeAttention")] == [0, 1]
     assert [p.index for p in select(listing, "TimeAttention.*1024x1024")] == [0]
-    assert select(listing, "Peakmem")[0].kind == "peakmem"
+    assert select(listing, "Peakmem")[0].kind == "memory"
     with pytest.raises(ValueError, match="matches no benchmark"):
         select(listing, "nomatch")
 

@@ -8,15 +8,20 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from flashbench.review.ab import Point
 from flashbench.review.model import Review, Row
 from flashbench.review.render import render_markdown, to_json
 from flashbench.review.rules import (
     Paired,
+    coverage_row,
     decide,
+    is_memory,
     judge_accuracy,
     judge_coverage,
+    judge_memory,
     judge_ratio_only,
     look_level,
+    memory_row,
     paired_rows,
 )
 from flashbench.review.stats import (
@@ -228,12 +233,59 @@ def test_accuracy_rules():
     assert judge_accuracy("dq_ratio", 2.5, 2.5, [2.5], 0.02, 3.0)[2] is False  # 3x rule
     assert judge_accuracy("dq_ratio", 3.1, 3.1, [3.1], 0.02, 3.0)[1] == "rule-fails"
     assert judge_accuracy("o_max_abs", 1e-3, 5e-4, [], 0.02)[:2] == ("better", "better")
-    assert judge_accuracy("o_max_abs", 1e-3, math.nan, [], 0.02) == ("worse", "not-finite",
+    assert judge_accuracy("o_max_abs", 1e-3, math.nan, [], 0.02) == ("not finite", "not-finite",
                                                                      True)
     assert judge_accuracy("o_max_abs", 1e-3, math.inf, [], 0.02)[2] is True
-    assert judge_accuracy("o_max_abs", math.nan, math.nan, [], 0.02)[2] is False
-    # above the band of earlier commits, though within tolerance of base
-    assert judge_accuracy("o_max_abs", 2e-3, 2e-3, [1e-3, 1.1e-3], 0.02)[1] == "above-band"
+    assert judge_accuracy("o_max_abs", math.nan, math.nan, [], 0.02) == (
+        "same", "both-not-finite", False)
+
+
+def test_above_band_only_blames_a_head_worse_than_base():
+    """Finding 6: head equal to base is not a regression, whatever earlier commits did."""
+    assert judge_accuracy("o_max_abs", 1.0, 1.0, [0.5, 0.6], 0.02) == (
+        "same", "within-tolerance", False)
+    assert judge_accuracy("o_max_abs", 2e-3, 2e-3, [1e-3, 1.1e-3], 0.02)[2] is False
+    assert judge_accuracy("o_max_abs", 1e-3, 0.9e-3, [0.5e-3], 0.02)[:2] == ("better", "better")
+    # worse than base: the band says whether it is also beyond every earlier result
+    assert judge_accuracy("o_max_abs", 1.0, 1.5, [0.5, 0.6], 0.02)[1] == "worse, above-band"
+    assert judge_accuracy("o_max_abs", 1.0, 1.5, [0.5, 1.6], 0.02)[1] == "worse"
+    # a base that is not finite cannot make a finite head worse
+    assert judge_accuracy("o_max_abs", math.inf, 1.0, [0.5], 0.02)[2] is False
+
+
+@pytest.mark.parametrize("metric,limit", [("o_baseline_ratio", 2.0), ("lse_baseline_ratio", 2.0),
+                                          ("dq_ratio", 3.0), ("dk_ratio", 3.0)])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_rule_ratio_that_is_not_finite_fails_its_rule_whatever_base(metric, limit, bad):
+    """Finding 5: inf at base and head (NaN output in both) must not pass with exit 0."""
+    from flashbench.history.suites import rule_limit
+
+    assert rule_limit(metric) == limit
+    assert judge_accuracy(metric, bad, bad, [], 0.02, limit) == ("rule fails", "rule-fails",
+                                                                True)
+    assert judge_accuracy(metric, math.nan, bad, [1.0], 0.02, limit)[2] is True
+    verdict, reason, bad_ = judge_accuracy(metric, 1.0, bad, [], 0.02, limit)
+    assert bad_ and reason == "not-finite, rule-fails"
+    # finite and inside the rule on both sides: fine
+    assert judge_accuracy(metric, 1.0, 1.0, [], 0.02, limit)[2] is False
+
+
+def test_rule_fails_names_each_rules_own_factor(monkeypatch, tmp_path):
+    """Finding 15: the gradient rule is 3x, the forward's 2x (suites.rule_limit)."""
+    from flashbench.review.model import REASONS
+    from flashbench.review.run import Options
+    from flashbench.review.tracks import track_rows
+
+    text = REASONS["rule-fails"]
+    assert "2x for the forward" in text and "3x for the gradient" in text
+    assert "above 2 (" not in text
+    points = [Point("b.TrackGradAccuracy.track_dq_ratio", 0, "k", "track", "ratio"),
+              Point("b.TrackAccuracy.track_o_baseline_ratio", 0, "k", "track", "ratio")]
+    ok = [{"status": "ok", "value": 2.5}, {"status": "ok", "value": 1.0}]
+    bad = [{"status": "ok", "value": 3.5}, {"status": "ok", "value": 2.5}]
+    rows = track_rows(points, ok, bad, Options(), lambda *a: [], _review([]))
+    assert [r.reason for r in rows] == ["worse, rule-fails", "worse, rule-fails"]
+    assert "at most 3x" in rows[0].detail and "at most 2x" in rows[1].detail
 
 
 @given(st.floats(1e-9, 1e9), st.floats(1e-9, 1e9), st.floats(1.01, 10))
@@ -243,12 +295,80 @@ def test_ratio_only_evidence_never_says_slower(base, head, factor):
     assert (verdict == "same") == (1 / factor <= head / base <= factor)
 
 
+STATUSES = ("ok", "skipped", "failed", "missing", "not-applicable")
+
+
 def test_coverage_matrix():
     assert judge_coverage("ok", "ok") is None
-    for lost in ("skipped", "failed", "missing", "not-applicable"):
+    for lost in ("skipped", "missing", "not-applicable"):
         assert judge_coverage("ok", lost) == ("coverage lost", "coverage-lost")
-        assert judge_coverage(lost, "ok") == ("coverage gained", "coverage-gained")
-        assert judge_coverage(lost, "skipped")[1] == "not-measured"
+    for other in ("skipped", "failed", "missing", "not-applicable"):
+        assert judge_coverage(other, "ok") == ("coverage gained", "coverage-gained")
+    for neither in ("skipped", "failed", "missing", "not-applicable"):
+        for head in ("skipped", "missing", "not-applicable"):
+            assert judge_coverage(neither, head)[1] == "not-measured"
+
+
+@pytest.mark.parametrize("base", STATUSES)
+def test_a_head_that_failed_is_a_regression_unless_base_failed_too(base):
+    """Finding 1: failed in head (it raised, NaN, wrong shape) is exit 1 whatever base
+    was (a new backend that crashes at head must not pass); failed in both is "still
+    failing", undecided (exit 2); skipped on both sides stays neither."""
+    row = coverage_row("time", "b.time_x", "p", "seconds", base, "failed", "", "boom")
+    review = _review([row])
+    if base == "failed":
+        assert (row.verdict, row.reason) == ("still failing", "still-failing")
+        assert row.undecided and not row.regression and review.status == 2
+        assert "STILL FAILING: 1 result(s)" in review.summary()
+    else:
+        assert (row.verdict, row.reason) == ("failed", "failed")
+        assert row.regression and review.status == 1
+        assert "1 result(s) failed in head" in review.summary()
+    assert row.detail == f"base {base}, head failed: boom"
+    text = render_markdown(review)
+    assert "time_x" in text and f"| {row.reason} " in text  # listed, never only counted
+    skipped = coverage_row("time", "b.time_y", "p", "seconds", "skipped", "not-applicable")
+    assert not skipped.regression and not skipped.undecided
+    assert _review([skipped]).status == 0
+
+
+def test_render_counts_neither_rows_by_their_statuses():
+    rows = [coverage_row("time", f"b.time_{i}", "p", "seconds", b, h, "", "no GPU")
+            for i, (b, h) in enumerate([("skipped", "skipped"), ("skipped", "skipped"),
+                                        ("not-applicable", "not-applicable"),
+                                        ("failed", "skipped")])]
+    text = render_markdown(_review(rows))
+    assert ("4 grid point(s) measured in neither commit and not failed in head (base "
+            "skipped, head skipped: 2; base failed, head skipped: 1; base not-applicable, "
+            "head not-applicable: 1)") in text
+    assert "skipped in both" not in text
+
+
+# ----------------------------------------------------------------------- peak memory
+
+
+def test_memory_rule():
+    assert judge_memory(100e6, 100e6, 1.1) == ("same", "within-factor")
+    assert judge_memory(100e6, 109e6, 1.1) == ("same", "within-factor")
+    assert judge_memory(100e6, 111e6, 1.1) == ("more memory", "more-memory")
+    assert judge_memory(100e6, 90e6, 1.1) == ("less memory", "less-memory")
+    assert judge_memory(100e6, 100e6 / 1.1 + 1, 1.1) == ("same", "within-factor")
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        assert judge_memory(100e6, bad, 1.1) == ("not compared", "not-a-size")
+        assert judge_memory(bad, 100e6, 1.1) == ("not compared", "not-a-size")
+    assert is_memory("peakmemory", "bytes") and is_memory("track", "bytes")
+    assert not is_memory("track", "seconds") and not is_memory("time", "bytes")
+
+
+@given(st.floats(1e3, 1e12), st.floats(1e3, 1e12), st.floats(1.01, 10))
+def test_memory_rule_is_the_ratio_against_the_factor(base, head, factor):
+    verdict, reason = judge_memory(base, head, factor)
+    ratio = head / base
+    assert (reason == "more-memory") == (ratio > factor)
+    assert (reason == "less-memory") == (ratio < 1 / factor)
+    row = memory_row("memory", "b.Peakmem.track_peak_memory", "", "bytes", base, head, factor)
+    assert row.regression == (ratio > factor) and not row.undecided and row.samples == 1
+    assert row.ratio == pytest.approx(ratio)
 
 
 # ----------------------------------------------------------------------- the review record
@@ -304,16 +424,18 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
     import pandas as pd
 
     from flashbench.review import tracks
-    from flashbench.review.ab import Point
     from flashbench.review.run import Options
 
     acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
     frame = pd.DataFrame([
         dict(machine="old-name", cpu="Xeon", commit=c, benchmark=acc, params="k", value=v,
-             status="ok")
+             status="ok", version="v1")
         for c, v in (("a1", 1.0e-3), ("a2", 1.1e-3), ("head", 9e-3), ("side", 8e-3))]
         + [dict(machine="m", cpu="EPYC", commit="a1", benchmark=acc, params="k", value=7e-3,
-                status="ok")])
+                status="ok", version="v1"),
+           # an earlier version of the suite measured something else: never in the band
+           dict(machine="m", cpu="Xeon", commit="a1", benchmark=acc, params="k", value=5e-2,
+                status="ok", version="v0")])
     monkeypatch.setattr(tracks, "load_results", lambda folder: frame)
     monkeypatch.setattr(tracks, "ancestors", lambda base, root: ["a2", "a1", "head"])
     (tmp_path / "m").mkdir()
@@ -321,21 +443,33 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
     review = _review([])
     review.base, review.head, review.machine, review.cpu = "a2", "head", "m", "Xeon"
     band = tracks.band_source(tmp_path, tmp_path, review)
-    # this processor's results (any machine name), base's ancestors only, never the head
-    assert sorted(band(acc, "k")) == [1.0e-3, 1.1e-3] and band(acc, "other") == []
+    # this processor's results (any machine name), base's ancestors only, never the head,
+    # of head's benchmark version where it is known
+    assert sorted(band(acc, "k", "v1")) == [1.0e-3, 1.1e-3] and band(acc, "other") == []
+    assert band(acc, "k", "v0") == [5e-2] and len(band(acc, "k")) == 3
     assert "2 ancestor commit(s)" in review.notes[0]
-    points = [Point(acc, 0, "k", "track", "err"), Point(acc, 1, "j", "track", "err"),
-              Point("b.TrackDeviceTime.track_device_time", 0, "", "track", "seconds")]
+    points = [Point(acc, 0, "k", "track", "err", version="v1"),
+              Point(acc, 1, "j", "track", "err", version="v1"),
+              Point("b.TrackDeviceTime.track_device_time", 0, "", "track", "seconds"),
+              Point("b.PeakmemAttention.track_peak_memory", 0, "", "track", "bytes"),
+              Point("b.PeakmemAttention.peakmem_attention", 0, "", "peakmemory", "bytes")]
     base = [{"status": "ok", "value": 1.0e-3}, {"status": "ok", "value": 1.0e-3},
-            {"status": "ok", "value": 1.0}]
+            {"status": "ok", "value": 1.0}, {"status": "ok", "value": 100e6},
+            {"status": "ok", "value": 100e6}]
     head = [{"status": "ok", "value": 1.15e-3}, {"status": "skipped", "reason": "gone"},
-            {"status": "ok", "value": 2.0}]
+            {"status": "ok", "value": 2.0}, {"status": "ok", "value": 150e6},
+            {"status": "ok", "value": 101e6}]
     rows = tracks.track_rows(points, base, head, Options(), band, review)
     assert (rows[0].verdict, rows[0].reason, rows[0].regression) == (
         "worse, above band", "worse, above-band", True)
+    assert "band of 2 earlier" in rows[0].detail
     assert rows[1].reason == "coverage-lost" and rows[1].kind == "accuracy"
     assert (rows[2].verdict, rows[2].reason, rows[2].regression, rows[2].undecided) == (
         "ambiguous", "ratio-only", False, True)
+    assert (rows[3].kind, rows[3].verdict, rows[3].reason, rows[3].regression) == (
+        "memory", "more memory", "more-memory", True)
+    assert (rows[4].kind, rows[4].verdict, rows[4].reason, rows[4].regression) == (
+        "memory", "same", "within-factor", False)
 
 
 def test_points_measured_in_neither_commit_are_counted_not_listed():

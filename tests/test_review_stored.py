@@ -1,5 +1,7 @@
 """review --reuse: the rules on stored results, tested on frames alone."""
 
+import os
+import signal
 import sys
 
 import numpy as np
@@ -63,16 +65,96 @@ def test_ratio_only_is_ambiguous_never_slower():
                                                                 False, True)
 
 
-def test_skipped_or_failed_head_is_coverage_lost():
-    """Issue 16 item 2: a renamed function skips its benchmarks in head."""
+def test_skipped_head_is_coverage_lost_failed_head_a_regression():
+    """Issue 16 item 2: a renamed function skips its benchmarks in head (coverage lost);
+    finding 1: a head that failed (asv status "failed") is a regression whatever base
+    was, "still failing" when base failed too; skipped in both stays neither."""
     rows = [row("b", 1.0, "2026-01-02"), row("h", np.nan, "2026-01-03", status="skipped"),
             row("b", 2.0, "2026-01-02", params="other"),
-            row("h", np.nan, "2026-01-03", params="other", status="failed")]
+            row("h", np.nan, "2026-01-03", params="other", status="failed"),
+            row("b", np.nan, "2026-01-02", params="new", status="skipped"),
+            row("h", np.nan, "2026-01-03", params="new", status="failed"),
+            row("b", np.nan, "2026-01-02", params="old", status="failed"),
+            row("h", np.nan, "2026-01-03", params="old", status="failed"),
+            row("b", np.nan, "2026-01-02", params="gpu", status="skipped"),
+            row("h", np.nan, "2026-01-03", params="gpu", status="skipped")]
     got, problems, _ = compare(rows, ancestry=("b",))
     assert not problems
-    assert {(r.params, r.verdict) for r in got} == {(P, "coverage lost"),
-                                                    ("other", "coverage lost")}
-    assert all(r.undecided and not r.regression for r in got)
+    by = {r.params: r for r in got}
+    assert (by[P].verdict, by[P].undecided, by[P].regression) == ("coverage lost", True, False)
+    assert (by["other"].verdict, by["other"].regression) == ("failed", True)
+    assert (by["new"].reason, by["new"].regression) == ("failed", True)
+    assert (by["old"].reason, by["old"].undecided, by["old"].regression) == (
+        "still-failing", True, False)
+    assert (by["gpu"].reason, by["gpu"].undecided, by["gpu"].regression) == (
+        "not-measured", False, False)
+
+
+def test_tracks_without_a_rule_are_judged_ratio_only_not_dropped():
+    """Finding 12: same-run reviews judge them ratio-only; stored ones did nothing."""
+    dev = "bench_gpu.TrackDeviceTime.track_device_time"
+    rows = [row("b", 1.0, "2026-01-02", bench=dev, type="track", unit="ms"),
+            row("h", 2.0, "2026-01-03", bench=dev, type="track", unit="ms"),
+            row("b", 1.0, "2026-01-02", bench=dev, params="q", type="track", unit="ms"),
+            row("h", 1.02, "2026-01-03", bench=dev, params="q", type="track", unit="ms")]
+    got, problems, _ = compare(rows, ancestry=("b",))
+    by = {r.params: r for r in got}
+    assert not problems and len(got) == 2
+    assert (by[P].kind, by[P].verdict, by[P].reason, by[P].undecided, by[P].regression) == (
+        "track", "ambiguous", "ratio-only", True, False)
+    assert (by["q"].verdict, by["q"].reason, by["q"].undecided) == ("same", "ratio-only", False)
+
+
+def test_memory_is_judged_by_the_memory_rule():
+    """peakmem_ results (older suites) and tracks in bytes (peak memory measured in a
+    fresh subprocess): more memory beyond the factor is a regression."""
+    pm = "bench_memory.PeakmemAttention.peakmem_attention"
+    tr = "bench_memory.PeakmemAttention.track_peak_memory"
+    rows = [row("b", 100e6, "2026-01-02", bench=pm, type="peakmemory", unit="bytes", repeat=1,
+                ci_99_a=np.nan, ci_99_b=np.nan),
+            row("h", 150e6, "2026-01-03", bench=pm, type="peakmemory", unit="bytes", repeat=1,
+                ci_99_a=np.nan, ci_99_b=np.nan),
+            row("b", 100e6, "2026-01-02", bench=tr, type="track", unit="bytes"),
+            row("h", 80e6, "2026-01-03", bench=tr, type="track", unit="bytes"),
+            row("b", 100e6, "2026-01-02", bench=tr, params="x", type="track", unit="bytes"),
+            row("h", 105e6, "2026-01-03", bench=tr, params="x", type="track", unit="bytes")]
+    got, problems, notes = compare(rows, ancestry=("b",))
+    assert not problems
+    by = {(r.benchmark, r.params): r for r in got}
+    assert all(r.kind == "memory" and r.samples == 1 for r in got)
+    assert (by[pm, P].verdict, by[pm, P].reason, by[pm, P].regression) == (
+        "more memory", "more-memory", True)
+    assert (by[tr, P].verdict, by[tr, P].regression) == ("less memory", False)
+    assert (by[tr, "x"].verdict, by[tr, "x"].reason) == ("same", "within-factor")
+    assert any("forkserver" in n for n in notes)  # stored peakmem_ depends on the launch
+
+
+def test_results_of_another_processor_are_announced_in_header_and_rows():
+    """Finding 12: never silently another processor's results."""
+    rows = [row("b", 1.0, "2026-01-02", cpu="AMD EPYC 7B13"),
+            row("h", 1.0, "2026-01-03", cpu="AMD EPYC 7B13")]
+    got, problems, notes = compare(rows, ancestry=("b",), cpu="Intel Xeon")
+    assert not problems and got[0].verdict == "same"
+    assert any("AMD EPYC 7B13" in n and "not this machine's processor" in n
+               and "Intel Xeon" in n for n in notes)
+    assert got[0].detail.startswith("measured on AMD EPYC 7B13, not this machine's processor")
+    got, _, notes = compare(rows, ancestry=("b",), cpu="AMD EPYC 7B13")
+    assert not notes and "not this machine" not in got[0].detail
+
+
+def test_earlier_runs_count_only_with_heads_benchmark_version():
+    """Finding 6: the band (and the run-to-run range) of another version of the
+    benchmark's code measured something else."""
+    acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
+    kw = dict(bench=acc, params="k", type="track", unit="err")
+    rows = [row("a1", 2e-3, "2026-01-01", version="v0", **kw),
+            row("b", 1e-3, "2026-01-02", **kw), row("h", 1.5e-3, "2026-01-03", **kw)]
+    (r,), _, _ = compare(rows, ancestry=("b", "a1"))
+    assert (r.reason, r.regression) == ("worse, above-band", True)
+    assert "band of 1 earlier" in r.detail
+    rows[0]["version"] = "v1"
+    (r,), _, _ = compare(rows, ancestry=("b", "a1"))
+    assert r.reason == "worse" and "band of 2 earlier" in r.detail
 
 
 def test_changed_benchmark_is_not_compared():
@@ -176,3 +258,63 @@ def test_bench_selects_names_or_grid_points_of_stored_rows():
     assert len(_matching(frame, re.compile("TimeSoftmax"))) == 2
     assert len(_matching(frame, re.compile(r"TimeSoftmax.*N=16384"))) == 1
     assert len(_matching(frame, None)) == 3 and not len(_matching(frame, re.compile("zzz")))
+
+
+DRIVER = r"""
+import signal, sys
+from flashbench.review.asvrun import run_in_session
+from flashbench.review.run import _signals_raise
+
+folder = sys.argv[1]
+# like asv: a child in a process group of its own (asv's benchmark server), with a
+# grandchild of its own (a benchmark process), and a plain background child
+script = (
+    "sleep 300 & echo $! > {f}/plain; "
+    "python3 -c 'import os, subprocess, time; os.setpgid(0, 0); "
+    "p = subprocess.Popen([\"sleep\", \"300\"]); "
+    "open(\"{f}/grandchild\", \"w\").write(str(p.pid)); "
+    "open(\"{f}/group\", \"w\").write(str(os.getpid())); time.sleep(300)' & "
+    "wait").format(f=folder)
+with _signals_raise():
+    run_in_session(["bash", "-c", script], ".")
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_asv_run_leaves_no_process_behind(tmp_path, signum):
+    """Finding 11: the --reuse path's asv run, interrupted, must end its benchmark
+    processes too (asv starts them in process groups of their own)."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        names = ("plain", "grandchild", "group")
+        while time.time() < deadline and not all((tmp_path / n).exists() and
+                                                 (tmp_path / n).read_text() for n in names):
+            time.sleep(0.1)
+        pids = [int((tmp_path / n).read_text()) for n in names]
+        assert all(_alive(p) for p in pids)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "Interrupted" in err, err  # the exception went on
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    left = [p for p in pids if _alive(p)]
+    for pid in left:  # never leave them running, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left

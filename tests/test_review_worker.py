@@ -110,3 +110,175 @@ def test_script_alone_prints_usage():
     script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert r.returncode == 2 and "serve" in r.stderr
+
+
+# ------------------------------------------------ asv_runner's private API (finding 10)
+
+API_SUITE = '''
+import os
+import time
+
+CALLS = os.environ["API_CALLS"]
+
+
+def _note(text):
+    with open(CALLS, "a") as f:
+        f.write(text + "\\n")
+
+
+class Api:
+    params = ([1, 2, 3], ["a", "b"])
+    param_names = ["n", "s"]
+    skip_params = [(3, "b")]
+    timeout = 7
+
+    def setup_cache(self):
+        _note("setup_cache")
+        return {"scale": 100.0}
+
+    def setup(self, cache, n, s):
+        if n == 2:
+            raise NotImplementedError("n=2 is not in this commit")
+        self.value = cache["scale"] * n + (s == "b")
+
+    def teardown(self, cache, n, s):
+        _note(f"teardown {n} {s}")
+
+    def track_value(self, cache, n, s):
+        return self.value
+
+    def time_ticks(self, cache, n, s):
+        pass
+
+    time_ticks.timer = lambda: time.perf_counter() * 1e6  # the suite's own clock (us)
+
+
+def peakmem_some():
+    bytearray(50 * 1024 * 1024)
+'''
+
+EXERCISE = r'''
+import json, os, sys
+import asv_runner.discovery as discovery
+
+USED = set()
+
+
+class Spy:
+    """A benchmark whose attribute reads are recorded."""
+
+    def __init__(self, real):
+        object.__setattr__(self, "_real", real)
+
+    def __getattr__(self, name):
+        USED.add(name)
+        return getattr(object.__getattribute__(self, "_real"), name)
+
+
+disc, by_name = discovery.disc_benchmarks, discovery.get_benchmark_from_name
+discovery.disc_benchmarks = lambda root: [Spy(b) for b in disc(root)]
+discovery.get_benchmark_from_name = lambda root, name: Spy(by_name(root, name))
+
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import worker
+
+root = sys.argv[2]
+suites = worker.Suites(root)
+out = {"list": suites.describe()}
+track, time_ = "apisuite.Api.track_value", "apisuite.Api.time_ticks"
+out["tracks"] = [worker.track_point(suites, {"name": track, "index": i}) for i in range(6)]
+out["time"] = worker.time_point(suites, {"name": time_, "index": 0, "number": 0, "samples": 2})
+only = worker.Suites(root, only="apisuite.peakmem_some")
+out["only"] = sorted(only.benchmarks)
+b, reply = only.prepare("apisuite.peakmem_some", 0)
+out["peakmem_prepared"] = reply is None
+out["used"] = sorted(USED)
+print(json.dumps(out))
+'''
+
+
+def _benchmark_names_used_by_the_worker():
+    """Attributes the worker reads on asv_runner's benchmark objects (always named ``b``
+    there), and what it imports from asv_runner."""
+    import ast
+
+    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
+    tree = ast.parse(script.read_text())
+    attrs, imports = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "b":
+            attrs.add(node.attr)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" \
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == "b":
+            attrs.add(node.args[1].value)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("asv_runner"):
+            imports |= {f"{node.module}.{a.name}" for a in node.names}
+    return attrs, imports
+
+
+def test_every_asv_runner_name_the_worker_uses_is_exercised(tmp_path):
+    """The worker relies on asv_runner internals (_params, _skip_tuples, _current_params,
+    _setups, _build_params, set_param_idx, do_setup_cache, _aux.update_sys_path,
+    benchmarks._maxrss, ...), bounded in pyproject.toml (asv_runner>=0.3,<0.4). This runs
+    every one of them on a suite with parameters, skip_params, setup_cache, a setup that
+    skips, a teardown and a timer of its own, checks what they gave, and fails when the
+    worker starts to use a name that it does not exercise."""
+    import importlib.metadata
+    import json
+    import os
+
+    version = tuple(int(x) for x in importlib.metadata.version("asv_runner").split(".")[:2])
+    assert (0, 3) <= version < (0, 4), "pyproject.toml bounds asv_runner to 0.3.x"
+    root = tmp_path / "benchmarks"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "apisuite.py").write_text(textwrap.dedent(API_SUITE))
+    calls = tmp_path / "calls.log"
+    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
+    r = subprocess.run([sys.executable, "-c", EXERCISE, str(script), str(root)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "API_CALLS": str(calls)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    listing = {b["name"]: b for b in out["list"]}
+    api = listing["apisuite.Api.track_value"]
+    assert api["labels"][:2] == ["n=1, s='a'", "n=1, s='b'"] and len(api["labels"]) == 6
+    assert api["not_applicable"] == [5] and api["timeout"] == 7  # (3, 'b'), _skip_tuples
+    assert api["type"] == "track" and api["unit"] == "unit"
+    assert isinstance(api["version"], str) and len(api["version"]) >= 16
+    assert listing["apisuite.peakmem_some"]["type"] == "peakmemory"
+    assert listing["apisuite.peakmem_some"]["unit"] == "bytes"
+    tracks = out["tracks"]
+    # setup_cache's value reaches setup; set_param_idx picks (n, s) in asv's order
+    assert [t.get("value") for t in tracks[:2]] == [100.0, 101.0]
+    assert tracks[2]["status"] == tracks[3]["status"] == "skipped"
+    assert tracks[4] == {"status": "ok", "value": 300.0}
+    assert tracks[5]["status"] == "not-applicable"
+    log = calls.read_text().splitlines()
+    assert log.count("setup_cache") == 1  # once per worker (setup_cache_key)
+    assert "teardown 1 a" in log and "teardown 1 b" in log and "teardown 3 a" in log
+    # the suite's timer counts microseconds: a no-op call takes about 0.1 of them (1e-7
+    # of perf_counter's seconds), and calibration sized number by that clock
+    assert out["time"]["status"] == "ok" and out["time"]["number"] < 1000
+    assert min(out["time"]["samples"]) > 1e-3
+    assert out["only"] == ["apisuite.peakmem_some"] and out["peakmem_prepared"]
+    attrs, imports = _benchmark_names_used_by_the_worker()
+    assert attrs, "the worker reads no benchmark attribute named b.<x>?"
+    missing = attrs - set(out["used"])
+    assert not missing, f"worker.py uses asv_runner names that this test does not run: {missing}"
+    assert imports == {"asv_runner._aux.update_sys_path",
+                       "asv_runner.discovery.disc_benchmarks",
+                       "asv_runner.discovery.get_benchmark_from_name",
+                       "asv_runner.benchmarks._maxrss.get_maxrss"}, imports
+
+
+def test_asv_runner_maxrss_is_in_bytes():
+    """The worker's fallback where /proc is missing: asv_runner's get_maxrss (private)."""
+    from asv_runner.benchmarks._maxrss import get_maxrss
+
+    from flashbench.review.worker import peak_rss
+
+    here = peak_rss()  # VmHWM of this process, bytes
+    assert here > 10 * 2**20
+    assert get_maxrss() >= 0.9 * here  # ru_maxrss, in bytes too (never below the peak)

@@ -7,19 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from flashbench.cli.common import positive_int
 from flashbench.inputs import DISTRIBUTIONS
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
 
 
 def add_parser(sub) -> None:
@@ -35,13 +24,13 @@ def add_parser(sub) -> None:
         "from asv results (--from-results).")
     b.add_argument("--dtype", nargs="+", default=None,
                    help="dtypes (default: every registry dtype but fp64 that the models take)")
-    b.add_argument("--n", nargs="+", type=_positive, default=list(BAND_N),
+    b.add_argument("--n", nargs="+", type=positive_int, default=list(BAND_N),
                    help=f"keys per query row (default: {' '.join(map(str, BAND_N))})")
     b.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
     b.add_argument("--causal", choices=["both", "on", "off"], default="off",
                    help="causal cells too (default off: the lecture's table; causal rows "
                    "near full length differ little, see the README)")
-    b.add_argument("--seeds", type=_positive, default=SEEDS,
+    b.add_argument("--seeds", type=positive_int, default=SEEDS,
                    help=f"seeds per cell (default {SEEDS}; seeds 0..S-1)")
     b.add_argument("--kernels", nargs="+", default=["flash_model"],
                    help="flash_model and/or backend names, e.g. triton (the interpreter "

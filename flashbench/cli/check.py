@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import replace
 
-from flashbench.cli.common import jsonable, parse_shape
+from flashbench.cli.common import jsonable, parse_shape, positive_int
 from flashbench.inputs import DISTRIBUTIONS
 from flashbench.precision import CHECK_DTYPES, DTYPES
 
@@ -24,16 +24,6 @@ def _block(text: str) -> int:
         raise argparse.ArgumentTypeError(message) from None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="exactness of the streaming and accuracy per dtype",
                        description="Exactness (fp64 streamed vs one-shot, PASS iff <= 1e-12) "
@@ -42,7 +32,7 @@ def add_parser(sub) -> None:
     c.add_argument("--shape", type=parse_shape, action="append",
                    help="BxHxNxd or BxHxNqxNkxd, H may be H/Hkv (grouped-query: 1x32/8x1024x128);"
                    " repeat for several (default: realistic set)")
-    c.add_argument("--kv-heads", type=_positive_int, metavar="N",
+    c.add_argument("--kv-heads", type=positive_int, metavar="N",
                    help="key/value heads (grouped-query attention) for every shape, given or "
                    "default; N must divide each shape's H")
     c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES))

@@ -45,11 +45,12 @@ def finite(lo: float, hi: float, lo_open: bool = False):
 
 
 def positive_int(text: str) -> int:
-    """An argument type: an integer >= 1."""
+    """An argument type: an integer >= 1 (every subcommand's counts: --threads, --seeds,
+    --n, --kv-heads, ...)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value

@@ -2,27 +2,32 @@
 
 :class:`Sampler` is the schedule and knows nothing of processes: it calls
 ``measure(point, side, plan)`` for one block (see :func:`flashbench.review.run`, which
-wires it to the two workers). For each timing (``time_``) and peak-memory
-(``peakmem_``) grid point:
+wires it to the two workers). For each timing (``time_``) grid point:
 
-1. Round 1: base first. Its block calibrates ``number`` (calls per sample, so that a
-   sample lasts >= 10 ms); head then runs the same ``number``. A grid point that is not
-   "ok" on either side leaves the sampling for a coverage row.
+1. Calibration, outside the paired data: base runs one sample with ``number`` 0, which
+   calibrates ``number`` (calls per sample, so that a sample lasts >= 10 ms) and sets
+   the block size; head then runs one sample of that ``number`` (its warm-up, and its
+   status). Both blocks are discarded, so every paired round compares blocks of the
+   same size, taken the same way (the minimum of 5 samples against one sample would
+   bias round 1 towards "head faster"). A grid point that is not "ok" on either side
+   leaves the sampling for a coverage row.
 2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
    back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
-   is shorter than 20 ms, 3 below 0.1 s, else 1; one fresh process for peak memory)
-   and its value is their minimum, per call: load only ever adds time, so the least
-   disturbed sample is the best estimate of the block (timeit's advice). Both sides
-   run the same blocks, so load and clock changes hit them alike and cancel in the
-   round's log-ratio.
+   is shorter than 20 ms, 3 below 0.1 s, else 1) and its value is their minimum, per
+   call: load only ever adds time, so the least disturbed sample is the best estimate
+   of the block (timeit's advice). Both sides run the same blocks, so load and clock
+   changes hit them alike and cancel in the round's log-ratio.
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: after each pass every
    open comparison has that many rounds (cheapest first), and
    :func:`flashbench.review.rules.decide` settles what it can. Settled comparisons
    stop; open ones go on to the next look.
-4. The budget (wall seconds of sampling, counted from the first round, which always
-   runs) ends the schedule early: a round that would overrun it is not started. What
-   is still open is judged once more on the rounds it has (that judgement takes the
-   place of a look it did not get).
+4. The budget (wall seconds of sampling, counted from the calibration, which always
+   runs with round 1) ends the schedule early: a round that would overrun it is not
+   started. What is still open is judged once more on the rounds it has (that
+   judgement takes the place of a look it did not get).
+
+Peak memory is not sampled here: it is one deterministic value per commit
+(:func:`flashbench.review.rules.judge_memory`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashbench.review.model import Row
-from flashbench.review.rules import Paired, coverage_row, decide
+from flashbench.review.rules import Paired, coverage_row, decide, is_memory
 from flashbench.review.stats import LOOKS
 
 VERY_SHORT, SHORT_SAMPLE = 0.02, 0.1  # samples shorter (s) come five / three to a block
@@ -50,10 +55,13 @@ class Point:
     type: str  # "time", "track", "peakmemory" (asv_runner's types)
     unit: str
     timeout: float = 60.0
+    version: str | None = None  # asv's code hash of today's benchmark (both sides run it)
 
     @property
     def kind(self) -> str:
-        return {"time": "time", "peakmemory": "peakmem"}.get(self.type, "track")
+        if is_memory(self.type, self.unit):
+            return "memory"
+        return "time" if self.type == "time" else "track"
 
 
 @dataclass
@@ -89,8 +97,6 @@ class Sampler:
         reply = self.measure(plan.point, side, plan)
         if reply.get("status") != "ok":
             return reply
-        if plan.point.type == "peakmemory":
-            return {"status": "ok", "value": float(reply["value"])}
         if not plan.number:
             plan.number = int(reply["number"])
             sample = statistics.median(reply["samples"]) * plan.number
@@ -98,13 +104,21 @@ class Sampler:
             plan.warmup = sample / plan.number < WARMUP_BELOW
         return {"status": "ok", "value": float(min(reply["samples"]))}
 
+    def _calibrated(self, plan: Plan, side: str) -> dict:
+        """One discarded sample of the calibrated ``number`` (warm-up and status)."""
+        per_block, plan.per_block = plan.per_block, 1
+        try:
+            return self._block(plan, side)
+        finally:
+            plan.per_block = per_block
+
     def _round(self, plan: Plan) -> None:
         t0 = self.clock()
         sides = ("base", "head") if plan.pair.rounds % 2 == 0 else ("head", "base")
         values = {}
         for side in sides:
             reply = self._block(plan, side)
-            if reply.get("status") != "ok":  # it worked in round 1: now it fails
+            if reply.get("status") != "ok":  # it worked at calibration: now it fails
                 raise _Broken(side, reply)
             values[side] = reply["value"]
         plan.pair.base.append(values["base"])
@@ -116,15 +130,17 @@ class Sampler:
         self.start = self.clock()
         plans: list[Plan] = []
         rows: list[Row] = []
-        for point in points:  # round 1: status, calibration, cost
+        for point in points:  # calibration (discarded), then round 1
             plan = Plan(point, Paired(point.name, point.params, point.unit))
-            t0 = self.clock()
-            base = self._block(plan, "base")
-            head = self._block(plan, "head")
+            base = self._block(plan, "base")  # number 0: calibrates number and per_block
+            head = (self._calibrated(plan, "head") if base.get("status") == "ok"
+                    else self.measure(point, "head", plan))
             if base.get("status") == "ok" and head.get("status") == "ok":
-                plan.pair.base.append(base["value"])
-                plan.pair.head.append(head["value"])
-                plan.round_cost = self.clock() - t0
+                try:
+                    self._round(plan)
+                except _Broken as broken:
+                    rows.append(broken.row(plan))
+                    continue
                 plans.append(plan)
             else:
                 rows.append(coverage_row(point.kind, point.name, point.params, point.unit,
@@ -164,7 +180,7 @@ class Sampler:
 
 
 class _Broken(Exception):
-    """A grid point that measured in round 1 failed in a later round."""
+    """A grid point that measured at calibration failed in a paired round."""
 
     def __init__(self, side: str, reply: dict):
         super().__init__(side)

@@ -6,12 +6,19 @@ Python, the commit's tree checked out in the review's worktree session and first
 the benchmarks' path through ``ASV_PYTHONPATH``). The machine is registered first
 (:func:`flashbench.machine.register`: locked, atomic). asv failing as a whole (no
 results file written) raises :class:`AsvError` with asv's last words.
+
+asv runs in a session of its own (:func:`run_in_session`): asv puts its benchmark
+server and benchmark processes in process groups of their own, so killing asv's group
+would orphan them; the session holds them all, and every process of it is ended when
+the review is interrupted (SIGTERM, SIGINT: exceptions by then, see
+:mod:`flashbench.review.run`), when anything fails, and after asv returns.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +45,73 @@ def requirement_names(root: Path) -> list[str]:
     matrix = config(root).get("matrix", {})
     reqs = matrix.get("req", matrix) if isinstance(matrix, dict) else {}
     return sorted(k for k in reqs if isinstance(k, str))
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid`` (Linux's /proc; elsewhere: the
+    process group ``sid``, if it still exists)."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(sid, 0)
+        except OSError:
+            return []
+        return [sid]
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command name: state, ppid, pgrp, session, ...
+        if len(fields) > 3 and fields[0] != "Z" and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def end_session(sid: int, grace: float = 3.0) -> None:
+    """SIGTERM every process of session ``sid``, then SIGKILL what is left after
+    ``grace`` seconds (repeated until none is left: a dying asv may still fork)."""
+    deadline = time.monotonic() + grace
+    sig = signal.SIGTERM
+    for _ in range(100):
+        members = session_members(sid)
+        if not members:
+            return
+        for pid in members:
+            try:
+                if os.path.isdir("/proc/self"):
+                    os.kill(pid, sig)
+                else:
+                    os.killpg(sid, sig)
+            except OSError:
+                pass
+        time.sleep(0.05)
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+
+
+def run_in_session(cmd: list[str], cwd, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (stdout and stderr captured) as the leader of a new session, and end
+    every process of that session when it returns or when anything interrupts it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        end_session(proc.pid)
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        raise
+    end_session(proc.pid)  # anything asv left behind
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
@@ -70,7 +144,7 @@ def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
         log(f"review: asv run {commit[:8]} ({'quick' if quick else 'full'}, "
             f"{'existing env' if existing else 'virtualenv'}) on {machine}")
         try:
-            r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
+            r = run_in_session(cmd, root, env)
         except OSError as exc:
             raise AsvError(f"cannot run asv: {exc}") from None
     written = [p for p in out.glob(f"{machine}/{commit[:8]}-*.json")

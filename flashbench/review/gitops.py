@@ -2,9 +2,9 @@
 
 A review that measures checks base and head out in git worktrees under
 ``.asv/review/<session>/`` (``base/``, ``head/``). The session folder holds a lock
-file, locked (``flock``) for as long as the review runs: a folder whose lock can be
-taken belongs to a review that is gone (killed, crashed), and :func:`prune_stale`
-removes it and its worktrees at the start of the next review (pruning and creating a
+file, locked (:mod:`flashbench.locks`) for as long as the review runs: a folder whose
+lock can be taken belongs to a review that is gone (killed, crashed), and the next
+:class:`Session` removes it and its worktrees as it starts (pruning and creating a
 session happen under a lock of ``.asv/review/`` itself, so two reviews starting at
 once never take each other's folder for stale). A running review
 removes its own on exit, on an error, and on SIGTERM/SIGINT (the caller turns those
@@ -13,13 +13,14 @@ into exceptions; see :mod:`flashbench.review.run`).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+
+from flashbench.locks import acquire, locked, release
 
 SESSIONS = Path(".asv") / "review"
 WATCHED = ("flashbench", "benchmarks")  # uncommitted edits here change what is measured
@@ -103,39 +104,28 @@ def _sessions_lock(root: Path):
     other review can look at it."""
     folder = root / SESSIONS
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(folder):
         yield
-    finally:
-        os.close(fd)
-
-
-def prune_stale(root: Path) -> list[Path]:
-    """Remove the worktrees of reviews that are gone; returns their folders."""
-    with _sessions_lock(root):
-        return _prune(root)
 
 
 def _prune(root: Path) -> list[Path]:
+    """Remove the worktrees of reviews that are gone (their lock can be taken); returns
+    their folders. Called under :func:`_sessions_lock`."""
     gone = []
     base = root / SESSIONS
     if base.is_dir():
         for folder in sorted(p for p in base.iterdir() if p.is_dir()):
             try:
-                fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = acquire(folder / "lock", wait=False)
             except OSError:
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # a live review holds it
-                os.close(fd)
+            if fd is None:  # a live review holds it
                 continue
             try:
                 _remove_session(root, folder)
                 gone.append(folder)
             finally:
-                os.close(fd)
+                release(fd)
     for old in root.glob(".asv/review-worktree-*"):  # an earlier review's layout
         subprocess.run(["git", "worktree", "remove", "--force", "--force", str(old)], cwd=root,
                        capture_output=True)
@@ -152,13 +142,13 @@ class Session:
         self.root = Path(root)
         self.folder = self.root / SESSIONS / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._fd: int | None = None
+        self.pruned: list[Path] = []  # folders of dead reviews removed as this one started
 
     def __enter__(self) -> Session:
         with _sessions_lock(self.root):
-            _prune(self.root)
+            self.pruned = _prune(self.root)
             self.folder.mkdir(parents=True)
-            self._fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._fd = acquire(self.folder / "lock")
         return self
 
     def worktree(self, name: str, commit: str) -> Path:
@@ -174,7 +164,7 @@ class Session:
             _remove_session(self.root, self.folder)
             subprocess.run(["git", "worktree", "prune"], cwd=self.root, capture_output=True)
         finally:
-            os.close(self._fd)
+            release(self._fd)
             self._fd = None
 
     def __exit__(self, *exc) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
+
 # Exit statuses of ``flashbench review`` (and of the CLI as a whole).
 OK, REGRESSED, UNDECIDED, ERROR = 0, 1, 2, 3
 
@@ -32,14 +34,27 @@ REASONS = {
     # accuracy tracks
     "within-tolerance": "head within the tolerance of base and the band",
     "worse": "head's error exceeds base's by more than the tolerance",
-    "above-band": "head's error exceeds every earlier result of base's ancestors",
-    "rule-fails": "a baseline ratio above 2 (kernel error > 2x same-dtype standard error)",
+    "above-band": "head's error is worse than base's and exceeds every earlier result of "
+                  "base's ancestors (same benchmark version)",
+    "rule-fails": "a rule ratio (kernel error / same-dtype standard error) above its rule's "
+                  f"factor, or not finite: {BASELINE_FACTOR:g}x for the forward's baseline "
+                  f"rule, {GRAD_FACTOR:g}x for the gradient rule (the row names its factor)",
     "not-finite": "head's value is NaN or infinite where base's is finite",
+    "both-not-finite": "NaN or infinite in base and head alike (no rule applies): nothing "
+                       "changed that can be judged",
     "better": "head's error is below base's by more than the tolerance",
+    # peak memory (peakmem_, and tracks in bytes): one value per commit
+    "more-memory": "head/base peak memory above the factor",
+    "less-memory": "head/base peak memory below 1/factor",
+    "not-a-size": "a peak memory that is not a positive, finite number of bytes",
     # coverage
-    "coverage-lost": "measured in base, not in head (skipped, failed or gone)",
+    "failed": "failed in head (it raised, or returned a wrong or non-numeric result), "
+              "whatever base did",
+    "still-failing": "failed in base and in head: not fixed, cannot be compared",
+    "coverage-lost": "measured in base, skipped or gone in head",
     "coverage-gained": "measured in head, not in base",
-    "not-measured": "measured in neither commit",
+    "not-measured": "measured in neither commit (skipped, not applicable or gone; never "
+                    "failed in head)",
 }
 
 
@@ -47,7 +62,7 @@ REASONS = {
 class Row:
     """One compared result (a benchmark grid point)."""
 
-    kind: str  # "time" (timings and peak memory), "accuracy", "track" or "coverage"
+    kind: str  # "time", "memory" (peak memory, bytes), "accuracy" or "track"
     benchmark: str
     params: str  # the parameter combination as asv writes it (history's ``params``)
     unit: str
@@ -92,16 +107,24 @@ class Review:
     def summary(self) -> str:
         regressions = [r for r in self.rows if r.regression]
         lost = sum(r.reason == "coverage-lost" for r in self.rows)
-        open_rows = sum(r.undecided for r in self.rows) - lost
+        still = sum(r.reason == "still-failing" for r in self.rows)
+        open_rows = sum(r.undecided for r in self.rows) - lost - still
         if regressions:
+            failed = sum(r.reason == "failed" for r in regressions)
             kinds = sorted({r.kind for r in regressions})
-            text = (f"REGRESSION: {len(regressions)} result(s) got worse "
-                    f"({' and '.join(kinds)})")
-        elif lost or open_rows or self.problems:
+            parts = []
+            if len(regressions) > failed:
+                parts.append(f"{len(regressions) - failed} result(s) got worse")
+            if failed:
+                parts.append(f"{failed} result(s) failed in head")
+            text = f"REGRESSION: {' and '.join(parts)} ({' and '.join(kinds)})"
+        elif lost or still or open_rows or self.problems:
             parts = []
             if lost:
                 parts.append(f"COVERAGE LOST: {lost} result(s) measured in base but not "
                              "in head")
+            if still:
+                parts.append(f"STILL FAILING: {still} result(s) failed in base and head")
             if open_rows:
                 parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous")
             if self.problems:

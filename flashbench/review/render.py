@@ -3,7 +3,9 @@
 Markdown: a header that says how the evidence was gathered (same-run A/B or stored
 results, the factor, the false-alarm rate, the budget, uncommitted edits), the summary
 line with the exit status, the problems, and a table: regressions first, then
-undecided rows; unchanged rows are counted (``--all`` lists them). Every timing row
+undecided rows; unchanged rows are counted (``--all`` lists them), and so are grid
+points measured in neither commit, by their statuses (a head that failed is always
+listed: a regression, or "still failing"). Every timing row
 shows base and head (per call, in the benchmark's unit), the ratio with its
 interval and level, the paired rounds it rests on, the verdict and its reason code.
 
@@ -41,6 +43,16 @@ def _ratio(r: Row) -> str:
 def _cell(x) -> str:
     """A table cell: a '|' inside (units such as ``max |O - O_fp64|``) would split it."""
     return str(x).replace("|", "\\|")
+
+
+def _statuses(rows: list[Row]) -> str:
+    """'base skipped, head skipped: 3; ...' from the rows' details (most frequent first)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        pair = r.detail.split(":", 1)[0] or "no status"
+        counts[pair] = counts.get(pair, 0) + 1
+    return "; ".join(f"{pair}: {n}" for pair, n in sorted(counts.items(),
+                                                          key=lambda kv: (-kv[1], kv[0])))
 
 
 def header(review: Review) -> list[str]:
@@ -82,12 +94,15 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
     if quiet:
         lines += ["", f"{quiet} other result(s) unchanged (same, or not slower)."]
     if neither and not all_rows:
-        lines += ["", f"{len(neither)} grid point(s) measured in neither commit (declared not "
-                  "applicable, or skipped in both: for example no GPU here); --all lists them."]
+        lines += ["", f"{len(neither)} grid point(s) measured in neither commit and not failed "
+                  f"in head ({_statuses(neither)}); --all lists them."]
     codes = sorted({code for r in shown for code in r.reason.split(", ") if code in REASONS})
     if codes:
         lines += ["", "Reasons: " + "; ".join(f"`{c}`: {REASONS[c]}" for c in codes) + "."]
-    if any(r.kind in ("time", "peakmem") and r.samples for r in shown):
+    if any(r.kind == "memory" for r in shown):
+        lines += ["", "Peak memory: one value per commit in bytes (a fresh process's peak "
+                  "resident set size), judged by head/base against the factor."]
+    if any(r.kind == "time" and r.samples for r in shown):
         if review.mode.startswith("same-run"):
             note = ("Timings: base and head are per call, the median over the n paired rounds "
                     "of each block's fastest sample; head/base is the trimmed mean of the "

@@ -6,14 +6,19 @@
   factor, "same" when its interval lies inside ``[1/factor, factor]``; otherwise it is
   still open (the sampler goes on), and at the end "not slower" (interval below the
   factor), or "ambiguous" (it straddles the factor: exit 2).
-- Accuracy tracks (:func:`judge_accuracy`): worse than base beyond the tolerance, above
-  the band of earlier results of base's ancestors, a rule ratio above its rule's factor
-  (2 for the forward's baseline rule, 3 for gradients), or a
-  non-finite head where base is finite: each a regression, faster or not.
+- Accuracy tracks (:func:`judge_accuracy`): worse than base beyond the tolerance (and
+  then also "above band" where it exceeds every earlier result of base's ancestors), a
+  rule ratio above its rule's factor or not finite (2 for the forward's baseline rule,
+  3 for gradients), or a non-finite head where base is finite: each a regression,
+  faster or not.
+- Memory (:func:`judge_memory`): peak memory in bytes, one deterministic value per
+  commit: "more memory" (a regression) when head/base exceeds the factor, "less
+  memory" below 1/factor, else "same".
 - Values without statistics (:func:`judge_ratio_only`): a ratio beyond the factor is
   "ambiguous", never "slower" (one sample each cannot tell a change from noise).
-- Coverage (:func:`judge_coverage`): measured in base but not in head is "coverage
-  lost" (exit 2, never silence).
+- Coverage (:func:`judge_coverage`): failed in head (raised, or a wrong result) is a
+  regression whatever base was, "still failing" (exit 2) when base failed too; measured
+  in base but skipped or gone in head is "coverage lost" (exit 2, never silence).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from flashbench.review.stats import (
 )
 
 OK_STATUS = "ok"
+FAILED_STATUS = "failed"  # it raised (or the worker died, or timed out): asv's "failed"
+MEMORY_UNIT = "bytes"
 
 
 @dataclass
@@ -123,21 +130,29 @@ def judge_accuracy(metric: str, base: float, head: float, band: list[float],
                    acc_tol: float, rule_limit: float | None = None) -> tuple[str, str, bool]:
     """(verdict, reason codes, regression) for one accuracy value (higher is worse).
 
-    ``band``: this result's values at base's ancestors (earlier runs), possibly empty.
+    ``band``: this result's values at base's ancestors (earlier runs of the same
+    benchmark version), possibly empty; "above band" qualifies a head that is worse
+    than base: it never blames the head for what base already does.
     ``rule_limit``: for a rule-ratio metric (kernel error / same-dtype standard error),
     the rule's factor (:func:`flashbench.history.suites.rule_limit`); None otherwise.
+    A rule ratio that is not finite fails its rule, whatever base was.
     """
     base_ok = math.isfinite(base)
+    problems = []
     if not math.isfinite(head):
         if base_ok:
-            return "worse", "not-finite", True
-        return "same", "within-tolerance", False  # both non-finite: nothing changed
-    problems = []
-    if base_ok and head > base * (1 + acc_tol) + 1e-300:
+            problems.append("not-finite")
+        if rule_limit is not None:
+            problems.append("rule-fails")
+        if not problems:  # both non-finite, no rule: nothing changed that can be judged
+            return "same", "both-not-finite", False
+        return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True
+    worse = base_ok and head > base * (1 + acc_tol) + 1e-300
+    if worse:
         problems.append("worse")
-    finite_band = [v for v in band if math.isfinite(v)]
-    if finite_band and head > max(finite_band) * (1 + acc_tol):
-        problems.append("above-band")
+        finite_band = [v for v in band if math.isfinite(v)]
+        if finite_band and head > max(finite_band) * (1 + acc_tol):
+            problems.append("above-band")
     if rule_limit is not None and head > rule_limit:
         problems.append("rule-fails")
     if problems:
@@ -145,6 +160,40 @@ def judge_accuracy(metric: str, base: float, head: float, band: list[float],
     if base_ok and head < base * (1 - acc_tol):
         return "better", "better", False
     return "same", "within-tolerance", False
+
+
+def is_memory(type_: str | None, unit: str | None) -> bool:
+    """Peak memory: asv's ``peakmem_`` benchmarks, and tracks that return bytes (peak
+    memory measured in a fresh subprocess: a forked benchmark inherits the forkserver's
+    resident memory, so the suites measure it themselves)."""
+    return type_ == "peakmemory" or (type_ == "track" and unit == MEMORY_UNIT)
+
+
+def judge_memory(base: float, head: float, factor: float) -> tuple[str, str]:
+    """(verdict, reason) of peak memory (bytes), one deterministic value per commit
+    measured in the same run: "more memory" (a regression) when head/base > ``factor``,
+    "less memory" when below 1/factor, else "same"; a value that is not a positive,
+    finite number of bytes cannot be compared ("not compared", exit 2)."""
+    if not all(isinstance(x, int | float) and math.isfinite(x) and x > 0
+               for x in (base, head)):
+        return "not compared", "not-a-size"
+    ratio = head / base
+    if ratio > factor:
+        return "more memory", "more-memory"
+    if ratio < 1 / factor:
+        return "less memory", "less-memory"
+    return "same", "within-factor"
+
+
+def memory_row(kind: str, benchmark: str, params: str, unit: str, base: float, head: float,
+               factor: float, detail: str = "") -> Row:
+    """The row of one memory comparison (:func:`judge_memory`)."""
+    verdict, reason = judge_memory(base, head, factor)
+    ratio = head / base if reason != "not-a-size" else None
+    return Row(kind, benchmark, params, unit, verdict, reason,
+               detail=detail or f"peak memory, once per commit; factor {factor:.3g}",
+               base=base, head=head, ratio=ratio, samples=1,
+               regression=reason == "more-memory", undecided=reason == "not-a-size")
 
 
 def judge_ratio_only(base: float, head: float, factor: float) -> tuple[str, str]:
@@ -158,10 +207,17 @@ def judge_ratio_only(base: float, head: float, factor: float) -> tuple[str, str]
 def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None:
     """(verdict, reason) when the two commits do not both have a value, else None.
 
-    Statuses: "ok", "skipped", "failed", "missing", "not-applicable".
+    Statuses: "ok", "skipped", "failed", "missing", "not-applicable". A head that failed
+    is a regression ("failed") whatever base was, except a base that failed too ("still
+    failing": undecided); skipped, gone or not applicable in head where base measured is
+    "coverage lost"; neither measured nor failed in head: "not-measured".
     """
     if base_status == OK_STATUS and head_status == OK_STATUS:
         return None
+    if head_status == FAILED_STATUS:
+        if base_status == FAILED_STATUS:
+            return "still failing", "still-failing"
+        return "failed", "failed"
     if base_status == OK_STATUS:
         return "coverage lost", "coverage-lost"
     if head_status == OK_STATUS:
@@ -177,8 +233,10 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
         return None
     verdict, reason = judged
     detail = f"base {base_status}, head {head_status}"
-    why = head_reason if reason == "coverage-lost" else base_reason or head_reason
+    why = (head_reason if reason in ("coverage-lost", "failed", "still-failing")
+           else base_reason or head_reason)
     if why:
         detail += f": {why}"
     return Row(kind=kind, benchmark=benchmark, params=params, unit=unit, verdict=verdict,
-               reason=reason, detail=detail, undecided=reason == "coverage-lost")
+               reason=reason, detail=detail, regression=reason == "failed",
+               undecided=reason in ("coverage-lost", "still-failing"))

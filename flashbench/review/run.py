@@ -2,8 +2,9 @@
 
 The default (same-run A/B): base and head checked out in worktrees, one worker per
 tree, today's suites, timings sampled alternately within a budget
-(:mod:`flashbench.review.ab`), accuracy tracks measured once per commit and judged
-against base and the band of earlier results of base's ancestors (from ``--results``).
+(:mod:`flashbench.review.ab`), tracks and peak memory measured once per commit
+(accuracy judged against base and the band of earlier results of base's ancestors, from
+``--results``; memory against the factor).
 ``reuse=True``: stored asv results instead (:mod:`flashbench.review.stored`).
 
 Errors: bad options, revisions, a ``--bench`` that matches nothing, a results folder
@@ -177,7 +178,7 @@ def select(listing: list[dict], bench: str | None) -> list[Point]:
             if pattern is None or pattern.search(b["name"]) or pattern.search(
                     f"{b['name']}({label})"):
                 points.append(Point(b["name"], i, label, b["type"], b["unit"],
-                                    float(b.get("timeout") or 60.0)))
+                                    float(b.get("timeout") or 60.0), b.get("version")))
     if not points:
         raise ValueError(f"bench {bench!r} matches no benchmark" if bench
                          else "the suites hold no benchmark")
@@ -256,38 +257,41 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                 review.problems.append(f"{side} {getattr(review, side)[:8]}: "
                                        f"{workers[side].error}")
         tracks = [p for p in points if p.type == "track"]
-        timed = [p for p in points if p.type in ("time", "peakmemory")]
+        peakmem = [p for p in points if p.type == "peakmemory"]
+        timed = [p for p in points if p.type == "time"]
         other = [p for p in points if p.type not in ("track", "time", "peakmemory")]
         for p in other:
             review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
+        band = band_source(results, root, review)
         if tracks:
             log(f"review: {len(tracks)} track value(s) per commit, both commits at once "
                 "(deterministic values: no timing to disturb)")
             measured = _tracks_at_once(workers, tracks)
-            review.rows += track_rows(tracks, measured["base"], measured["head"], opts,
-                                      band_source(results, root, review), review)
+            review.rows += track_rows(tracks, measured["base"], measured["head"], opts, band,
+                                      review)
+        if peakmem:
+            log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
+                "process")
+            measured = {side: [peak_memory(trees[side], bench_dir, p.name, p.index,
+                                           session.folder / f"{side}.log", 2 * p.timeout + 60,
+                                           opts.threads) for p in peakmem]
+                        for side in ("base", "head")}
+            review.rows += track_rows(peakmem, measured["base"], measured["head"], opts, band,
+                                      review)
 
         def measure(point: Point, side: str, plan) -> dict:
-            if point.type == "peakmemory":
-                return peak_memory(trees[side], bench_dir, point.name, point.index,
-                                   session.folder / f"{side}.log", 2 * point.timeout + 60,
-                                   opts.threads)
             return workers[side].ask(timeout=2 * point.timeout + 60, op="time",
                                      name=point.name, index=point.index, number=plan.number,
                                      samples=plan.per_block, warmup=plan.warmup)
 
         if timed:
             q_look = look_level()
-            log(f"review: sampling {len(timed)} timing/memory comparison(s), budget "
+            log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
             sampler = Sampler(measure, opts.seconds, opts.factor, q_look,
                               log=lambda text: log("review: " + text))
             pairs, coverage = sampler.run(timed)
-            kinds = {(p.name, p.params): p.kind for p in timed}
-            rows = paired_rows(pairs, opts.factor, q_look)
-            for row in rows:
-                row.kind = kinds[(row.benchmark, row.params)]
-            review.rows += rows + coverage
+            review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 

@@ -7,17 +7,21 @@ benchmarked first (:mod:`flashbench.review.asvrun`). Rules (:func:`compare_store
 pure on the loaded frame):
 
 - one machine identity: rows of this machine name, and one processor (``cpu``) that
-  both commits were measured on; two processors under one name are refused;
+  both commits were measured on; two processors under one name are refused; results of
+  another processor than this machine's are used only with a note in the header and in
+  every row that says so;
 - one pair of comparable environments (:mod:`flashbench.review.envs`), or the exact
   explanation of what differs and what to run;
-- timings (time_, peakmem_, tracks in seconds): "slower"/"faster" when the ratio passes
+- timings (time_, tracks in seconds): "slower"/"faster" when the ratio passes
   the factor and asv's own test (Mann-Whitney U on recorded samples, else
   non-overlapping 99% intervals: ``asv._stats.is_different``) finds a difference and
   the head lies outside the range of the last 5 runs of base's git ancestors (never by
   date, never the head); a ratio without statistics (one sample, ``--quick``) is
   "ambiguous" at most, never "slower";
-- accuracy and coverage as in same-run reviews; a benchmark whose code changed between
-  the two runs (asv's version hash) is not compared (exit 2).
+- accuracy, peak memory (``peakmem_``, tracks in bytes), other tracks (ratio only)
+  and coverage as in same-run reviews; earlier runs (the band, the run-to-run range)
+  count only with head's benchmark version; a benchmark whose code changed between the
+  two runs (asv's version hash) is not compared (exit 2).
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from flashbench.review.asvrun import REVIEW_RESULTS, requirement_names, run_asv
 from flashbench.review.envs import comparable, existing_name
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
-from flashbench.review.rules import coverage_row, judge_accuracy
+from flashbench.review.rules import (
+    coverage_row,
+    is_memory,
+    judge_accuracy,
+    judge_ratio_only,
+    memory_row,
+)
+from flashbench.review.tracks import rule_detail, same_version
 
 RECENT = 5  # ancestors of base whose own runs give the run-to-run range
 MODE = ("stored results (--reuse): separate asv runs, weaker evidence than same-run A/B "
@@ -129,6 +140,13 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
                         "machine with same-run A/B (flashbench review BASE HEAD)")
         return rows, problems, notes
     chosen = cpu if cpu in common else sorted(common, key=str)[0]
+    elsewhere = ""
+    if chosen != cpu:
+        elsewhere = (f"measured on {chosen}, not this machine's processor" if chosen
+                     else "processor not recorded")
+        notes.append(f"These stored results were {elsewhere} ({cpu}): base and head "
+                     f"share processor {chosen or 'unknown'} under the machine name "
+                     f"{machine}; their speed says nothing about this machine.")
     if "cpu" in mine.columns:
         col = mine["cpu"].astype(object)
         mine = mine[col.isna()] if chosen is None else mine[col == chosen]
@@ -157,9 +175,10 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
     rank = {c: i for i, c in enumerate(order)}
     earlier_env = earlier_env[earlier_env["commit"].astype(object).isin(rank)]
 
-    def history(name, params) -> list[float]:
+    def history(name, params, version) -> list[float]:
         sel = earlier_env[(earlier_env["benchmark"].astype(object) == name)
                           & (earlier_env["params"].astype(object) == params)]
+        sel = same_version(sel, version)
         sel = sel.sort_values("date").drop_duplicates("commit", keep="last")
         sel = sel.assign(_rank=sel["commit"].astype(object).map(rank)).sort_values("_rank")
         return [float(v) for v in sel["value"]]
@@ -170,43 +189,60 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
         metric = ACCURACY.search(name)
         ref = hh if hh is not None else bb
         unit = _text(ref.get("unit")) or ""
-        kind = ("accuracy" if metric else "peakmem" if ref.get("type") == "peakmemory"
+        memory = is_memory(_text(ref.get("type")), unit)
+        kind = ("accuracy" if metric else "memory" if memory
                 else "time" if ref.get("type") == "time" or unit == "seconds" else "track")
         bs = "missing" if bb is None else str(bb["status"])
         hs = "missing" if hh is None else str(hh["status"])
         cov = coverage_row(kind, name, params, unit, bs, hs)
         if cov is not None:
-            rows.append(cov)
+            rows.append(_where(cov, elsewhere))
             continue
         versions = _text(bb.get("version")), _text(hh.get("version"))
         if all(versions) and versions[0] != versions[1]:
-            rows.append(Row(kind, name, params, unit, "not compared", "benchmark-changed",
-                            undecided=True))
+            rows.append(_where(Row(kind, name, params, unit, "not compared",
+                                   "benchmark-changed", undecided=True), elsewhere))
             continue
         bv, hv = float(bb["value"]), float(hh["value"])
         ratio = hv / bv if bv else None
-        earlier = history(name, params)
+        earlier = history(name, params, versions[1])
         n = int(min(x for x in (bb.get("repeat"), hh.get("repeat"), 1e9)
-                    if x is not None and not pd.isna(x))) if kind != "accuracy" else 1
+                    if x is not None and not pd.isna(x))) if kind == "time" else 1
         if metric:
             verdict, reason, bad = judge_accuracy(metric["metric"], bv, hv, earlier, acc_tol,
                                                   rule_limit(metric["metric"]))
-            rows.append(Row(kind, name, params, unit, verdict, reason,
-                            detail=f"tolerance {acc_tol:.0%}, band of {len(earlier)} earlier "
-                            "result(s)", base=bv, head=hv, ratio=ratio, samples=1,
-                            regression=bad))
+            row = Row(kind, name, params, unit, verdict, reason,
+                      detail=rule_detail(metric["metric"], acc_tol, len(earlier)), base=bv,
+                      head=hv, ratio=ratio, samples=1, regression=bad)
+        elif memory:
+            row = memory_row(kind, name, params, unit, bv, hv, factor,
+                             detail=f"peak memory, one stored value per commit; factor "
+                             f"{factor:.3g}")
         elif kind == "track":
-            continue  # a unitless track: nothing to judge without a rule
+            verdict, reason = judge_ratio_only(bv, hv, factor)
+            row = Row(kind, name, params, unit, verdict, reason, base=bv, head=hv,
+                      ratio=ratio, samples=1, undecided=verdict == "ambiguous")
         else:
             verdict, reason = judge_time_stored(bb, hh, factor)
             verdict, reason, detail = within_history(verdict, reason, hv, earlier)
-            rows.append(Row(kind, name, params, unit, verdict, reason, detail=detail, base=bv,
-                            head=hv, ratio=ratio, samples=n if n < 1e9 else 0,
-                            regression=verdict == "slower",
-                            undecided=verdict == "ambiguous"))
+            row = Row(kind, name, params, unit, verdict, reason, detail=detail, base=bv,
+                      head=hv, ratio=ratio, samples=n if n < 1e9 else 0,
+                      regression=verdict == "slower", undecided=verdict == "ambiguous")
+        rows.append(_where(row, elsewhere))
+    if any(r.kind == "memory" and ".peakmem_" in r.benchmark for r in rows):
+        notes.append("peakmem_ values stored by asv are the benchmark process's peak "
+                     "resident size: with launch_method forkserver a forked process starts "
+                     "at the server's size, so compare results of one launch method.")
     if not rows:
         problems.append("no benchmark has results for both commits")
     return rows, problems, notes
+
+
+def _where(row: Row, elsewhere: str) -> Row:
+    """Say in the row where its numbers come from, when not from this processor."""
+    if elsewhere:
+        row.detail = f"{elsewhere}; {row.detail}" if row.detail else elsewhere
+    return row
 
 
 def _matching(frame: pd.DataFrame, pattern) -> pd.DataFrame:

@@ -20,7 +20,6 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("worker.py")
@@ -176,7 +175,3 @@ def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
         return w.ask(timeout=START_TIMEOUT, op="list")["benchmarks"]
     finally:
         w.stop()
-
-
-def wall() -> float:
-    return time.monotonic()
