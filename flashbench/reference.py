@@ -39,6 +39,7 @@ from flashbench.streaming_bwd import stream_attention_grad
 from flashbench.validation import (
     attention_shape,
     check_block,
+    check_causal,
     check_qkv,
     check_rows,
     check_scale,
@@ -117,6 +118,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
         (o, lse): o [..., Nq, dv] float64, lse [..., Nq] float64 (natural log).
     """
     q, k, v = check_qkv(q, k, v, finite=check_finite)
+    causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
     p, m = unnormalised_softmax(masked_scores(q, k, scale, causal))
     return finish(np.matmul(p, v), m, p.sum(axis=-1))
@@ -133,6 +135,7 @@ def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: floa
     """
     q, k, v = check_qkv(q, k, v, finite=check_finite)
     block = check_block(block)
+    causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
     return stream_attention(q, k, v, block=block, causal=causal, scale=scale)
 
@@ -152,6 +155,7 @@ def attention_grad(q, k, v, do, causal: bool = False, scale: float | None = None
         (dq, dk, dv): float64 arrays of q's, k's and v's shapes.
     """
     q, k, v = check_qkv(q, k, v, finite=check_finite)
+    causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
     do = check_shaped(do, "do", attention_shape(q.shape, k.shape, v.shape),
                       "the output's shape [..., Nq, dv]", finite=check_finite)
@@ -191,6 +195,7 @@ def online_attention_grad(q, k, v, o, lse, do, block: int = 64, causal: bool = F
     """
     q, k, v = check_qkv(q, k, v, finite=check_finite)
     block = check_block(block)
+    causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
     out = attention_shape(q.shape, k.shape, v.shape)
     o = check_shaped(o, "o", out, "the output's shape [..., Nq, dv]")

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flashbench.validation import check_causal
+
 
 def causal_mask(nq: int, nk: int, start: int = 0, stop: int | None = None) -> np.ndarray | None:
     """Boolean [nq, stop - start] mask of keys ``start..stop-1`` hidden from each query.
@@ -126,6 +128,7 @@ def stream_attention(
     Returns:
         (o, lse): o [..., Nq, dv] and lse [..., Nq], both in ``compute`` dtype.
     """
+    causal = check_causal(causal)
     nq, nk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     o = np.zeros(batch + (nq, dv), dtype=compute)

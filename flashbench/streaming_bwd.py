@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flashbench.streaming import first_row, safe_max, score_tile
-from flashbench.validation import sum_to
+from flashbench.validation import check_causal, sum_to
 
 __all__ = ["stream_attention_grad"]
 
@@ -68,6 +68,7 @@ def stream_attention_grad(
     Returns:
         (dq, dk, dv) with q's, k's and v's shapes, in ``compute`` dtype.
     """
+    causal = check_causal(causal)
     nq, nk = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     delta = np.einsum("...ij,...ij->...i", do, o)  # D = rowsum(dO * O) [..., Nq]

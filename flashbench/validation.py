@@ -8,7 +8,9 @@ dimension -3 where Hkv divides q's H heads; query head h reads kv head
 ``h // (H // Hkv)``. :func:`kv_group` finds the group size G = H // Hkv and
 :func:`grouped_query` runs a NumPy attention function on the grouped layout
 q [..., Hkv, G, Nq, d] against k [..., Hkv, 1, Nk, d], which broadcasts over the
-group without an expanded copy of k and v.
+group without an expanded copy of k and v. The head-count rule itself,
+:func:`head_group`, works on plain ints: the torch side
+(:func:`flashbench.kernels.checks.kv_group`) applies the same rule.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ def check_scale(scale, d: int) -> float:
     if not np.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     return float(scale)
+
+
+def check_causal(causal) -> bool:
+    """The causal flag: True or False (a bool or a NumPy bool); TypeError for anything
+    else (``"False"`` is a non-empty string, which ``if causal:`` would take as True)."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be True or False (a bool), got "
+                        f"{type(causal).__name__} {causal!r}")
+    return bool(causal)
 
 
 def check_finite(x: np.ndarray, name: str) -> None:
@@ -125,27 +136,44 @@ def _heads(shape: tuple[int, ...]) -> int | None:
     return shape[-3] if len(shape) >= 3 else None
 
 
+def head_group(h: int, hk: int, hv: int, *, broadcast: bool = False, where: str = "") -> int:
+    """The grouped-query rule on head counts, shared by the NumPy and the torch side: k and
+    v have one head count Hkv, and Hkv divides q's H. Returns G = H // Hkv.
+
+    ``broadcast``: a count of 1 on either side is plain broadcasting (G = 1), as NumPy's
+    matmul treats it. ``where`` says which dim holds the heads (" (dim -3)"). ValueError
+    naming both counts otherwise.
+    """
+    if hk != hv:
+        raise ValueError(f"k and v must have the same number of heads{where}: k has {hk}, "
+                         f"v has {hv}")
+    if broadcast and 1 in (h, hk):
+        return 1
+    if hk < 1 or h % hk:
+        raise ValueError(f"k and v have Hkv={hk} heads{where}, which must divide q's H={h} "
+                         f"heads (grouped-query attention: query head h reads kv head "
+                         f"h // (H // Hkv))")
+    return h // hk
+
+
 def kv_group(q_shape, k_shape, v_shape) -> int:
     """Query heads per kv head, G = H // Hkv, from the shapes of q, k and v (dim -3).
 
     1 where no grouping is needed: equal head counts, or a count of 1 that plain
     broadcasting handles (Hkv == 1 is multi-query attention; a 2-D array has no head
-    dim). ValueError naming both counts when k and v have different head counts or
-    Hkv does not divide H.
+    dim). ValueError naming both counts (:func:`head_group`) when k and v have different
+    head counts or Hkv does not divide H.
     """
     h, hk, hv = _heads(tuple(q_shape)), _heads(tuple(k_shape)), _heads(tuple(v_shape))
-    if hk is not None and hv is not None and hk != hv:
-        raise ValueError(f"k and v must have the same number of heads (dim -3): k has "
-                         f"{hk}, v has {hv} (shapes {tuple(k_shape)} and {tuple(v_shape)})")
-    hkv = hk if hk is not None else hv
-    if h is None or hkv is None or hkv == h or hkv == 1 or h == 1:
+    if hk is None or hv is None:  # a 2-D k or v broadcasts against the other's heads
+        hk = hv = hk if hk is not None else hv
+    if hk is None:
         return 1
-    if h % hkv:
-        raise ValueError(
-            f"k and v have Hkv={hkv} heads (dim -3), which must divide q's H={h} heads "
-            f"(grouped-query attention: query head h reads kv head h // (H // Hkv)); "
-            f"shapes q {tuple(q_shape)}, k {tuple(k_shape)}, v {tuple(v_shape)}")
-    return h // hkv
+    try:
+        return head_group(hk if h is None else h, hk, hv, broadcast=True, where=" (dim -3)")
+    except ValueError as err:
+        raise ValueError(f"{err}; shapes q {tuple(q_shape)}, k {tuple(k_shape)}, "
+                         f"v {tuple(v_shape)}") from None
 
 
 def split_heads(x: np.ndarray, group: int, axis: int) -> np.ndarray:

@@ -133,3 +133,40 @@ def test_bad_head_counts_name_both(hq, hk, hv, match):
                lambda: R.attention_grad(q, k, v, np.zeros((hq, 3, 2)))):
         with pytest.raises(ValueError, match=match):
             fn()
+
+
+def _outcome(fn, *args, **kwargs):
+    """(value, None) or (None, the ValueError's text)."""
+    try:
+        return fn(*args, **kwargs), None
+    except ValueError as err:
+        return None, str(err)
+
+
+@given(h=st.integers(1, 12), hk=st.integers(1, 12), hv=st.integers(1, 12))
+def test_one_head_count_rule_on_both_sides(h, hk, hv):
+    """validation.head_group is the rule; the torch tensors check, the Triton kernels' check
+    and the NumPy shapes check all apply it: the same group, or an error that starts with
+    the rule's words (the Triton forward had its own wording before)."""
+    import torch
+
+    import flashbench
+    from flashbench.kernels import checks
+    from flashbench.validation import head_group
+
+    q, k, v = (torch.zeros(1, n, 4, 16) for n in (h, hk, hv))
+    want, words = _outcome(head_group, h, hk, hv)
+    got, said = _outcome(checks.kv_group, q, k, v)
+    assert got == want and (said or "").startswith(words or "")
+    assert (said is None) == (words is None)
+    if words is not None:
+        with pytest.raises(ValueError) as caught:
+            flashbench.triton_attention(q, k, v)
+        assert str(caught.value).startswith(words)
+    # NumPy: dim -3 holds the heads, and a count of 1 broadcasts
+    want, words = _outcome(head_group, h, hk, hv, broadcast=True, where=" (dim -3)")
+    got, said = _outcome(kv_group, (h, 3, 8), (hk, 5, 8), (hv, 5, 2))
+    assert got == want and (said is None) == (words is None)
+    assert (said or "").startswith(words or "")
+    if 1 not in (h, hk):  # no broadcasting: the same rule as the torch side
+        assert want == _outcome(head_group, h, hk, hv)[0]

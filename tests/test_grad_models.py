@@ -113,3 +113,30 @@ def test_gradient_floor_is_flashattentions_atol(dtype):
                                 "bf16": torch.bfloat16}[dtype])
     want = 2 * (t + 0.3 - 0.3 - t).abs().max().item()
     assert gradient_floor(g, dtype) == want > 0
+
+
+def test_backward_models_cover_the_registrys_precisions_but_fp8(monkeypatch):
+    """GRAD_DTYPES is read from flashbench.precision, not written out: a precision added to
+    the registry (here a renamed copy of fp16) has backward models, equal to fp16's."""
+    import dataclasses
+    import importlib
+
+    from flashbench import precision
+    from flashbench.numerics import backward
+
+    assert GRAD_DTYPES == tuple(n for n in precision.DTYPES if n not in precision.FP8_DTYPES)
+    twin = dataclasses.replace(precision.PRECISIONS["fp16"], name="fp16_twin")
+    monkeypatch.setitem(precision.PRECISIONS, "fp16_twin", twin)
+    try:
+        importlib.reload(backward)
+        assert backward.GRAD_DTYPES == GRAD_DTYPES + ("fp16_twin",)
+        rng = np.random.default_rng(3)
+        q, k, v, do = (rng.standard_normal((2, 5, 8)) for _ in range(4))
+        for fn in (backward.flash_model_grad, backward.standard_model_grad):
+            for a, b in zip(fn(q, k, v, do, "fp16_twin", causal=True),
+                            fn(q, k, v, do, "fp16", causal=True), strict=True):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(backward)
+    assert backward.GRAD_DTYPES == GRAD_DTYPES

@@ -238,7 +238,7 @@ def test_gqa_matches_reference(device):
     (lambda q, k, v: (q, k, v[..., :16]), ValueError, "dv=16"),
     (lambda q, k, v: (q, k[:1], v[:1]), ValueError, r"share (the batch )?B"),
     (lambda q, k, v: (q, k[:, :1], v), ValueError, "k has 1, v has 4"),
-    (lambda q, k, v: (q, k[:, :3], v[:, :3]), ValueError, "q has H=4 heads, k and v have Hkv=3"),
+    (lambda q, k, v: (q, k[:, :3], v[:, :3]), ValueError, "Hkv=3 heads, which must divide q's H=4"),
     (lambda q, k, v: (q.numpy(), k, v), TypeError, "q must be a torch.Tensor"),
 ])
 def test_bad_inputs_raise(mutate, exc, match):

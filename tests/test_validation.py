@@ -131,3 +131,60 @@ def test_backward_models_name_the_dtypes_they_cover():
         M.flash_model_grad(q, k, v, np.zeros((2, 4, 3)), "fp8")
     with pytest.raises(ValueError, match="dtype must be one of"):
         M.standard_model_grad(q, k, v, np.zeros((2, 4, 3)), "float16")
+
+
+def _stream(*a, causal):
+    from flashbench.streaming import stream_attention
+
+    return stream_attention(*a, block=4, causal=causal, scale=1.0)
+
+
+def _stream_grad(q, k, v, causal):
+    from flashbench.streaming_bwd import stream_attention_grad
+
+    o, lse = R.attention(q, k, v)
+    return stream_attention_grad(q, k, v, o, lse, np.ones_like(o), block=4, causal=causal,
+                                 scale=1.0)
+
+
+def _fp8(name):
+    from flashbench.numerics import fp8
+
+    return getattr(fp8, name)
+
+
+def _with_causal(fn):
+    return lambda q, k, v, c: fn(q, k, v, causal=c)
+
+
+NUMPY_CAUSAL = {
+    **{name: _with_causal(fn) for name, fn in ALL},
+    "flash_fp8_model": lambda q, k, v, c: M.flash_model(q, k, v, "fp8", causal=c),
+    "standard_fp8_model": lambda q, k, v, c: M.standard_model(q, k, v, "fp8_e5m2", causal=c),
+    "flash_fp8": lambda q, k, v, c: _fp8("flash_fp8")(q, k, v, causal=c),
+    "standard_fp8": lambda q, k, v, c: _fp8("standard_fp8")(q, k, v, causal=c),
+    "stream_attention": lambda q, k, v, c: _stream(q, k, v, causal=c),
+    "stream_attention_grad": _stream_grad,
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_CAUSAL))
+@pytest.mark.parametrize("bad", ["False", "", 0, 1, None, np.array(True), [True]],
+                         ids=["str", "empty", "0", "1", "None", "array", "list"])
+def test_causal_must_be_a_bool(name, bad):
+    """``causal="False"`` used to apply the mask (a non-empty string is truthy)."""
+    qq, kk, vv = (np.random.default_rng(0).standard_normal(s) for s in ((2, 4, 8), (2, 6, 8),
+                                                                       (2, 6, 8)))
+    with pytest.raises(TypeError, match=r"causal must be True or False \(a bool\), got"):
+        NUMPY_CAUSAL[name](qq, kk, vv, bad)
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_CAUSAL))
+def test_a_numpy_bool_causal_counts_as_the_bool(name):
+    qq, kk, vv = (np.random.default_rng(0).standard_normal(s) for s in ((2, 4, 8), (2, 6, 8),
+                                                                       (2, 6, 8)))
+    for flag in (True, False):
+        got = NUMPY_CAUSAL[name](qq, kk, vv, np.bool_(flag))
+        want = NUMPY_CAUSAL[name](qq, kk, vv, flag)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))

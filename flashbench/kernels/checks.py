@@ -16,9 +16,11 @@ from __future__ import annotations
 import torch
 
 from flashbench.precision import PRECISIONS, get_precision
+from flashbench.validation import check_causal, head_group
 
 __all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "check_tensors",
-           "kv_group", "expand_kv", "GroupedKVError", "BackendUnavailable", "BackendFailed"]
+           "kv_group", "check_heads", "check_causal", "expand_kv", "GroupedKVError",
+           "BackendUnavailable", "BackendFailed"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -61,17 +63,22 @@ def precision_name(dtype: torch.dtype) -> str:
 
 
 def kv_group(q, k, v) -> int:
-    """Query heads per kv head, G = H // Hkv; ValueError naming both head counts when k
-    and v differ or Hkv does not divide H."""
-    h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
-    if hk != hv:
-        raise ValueError(f"k and v must have the same number of heads: k has Hkv={hk} "
-                         f"(shape {tuple(k.shape)}), v has {hv} (shape {tuple(v.shape)})")
-    if h % hk:
-        raise ValueError(f"k and v have Hkv={hk} heads, which must divide q's H={h} heads "
-                         f"(grouped-query attention: query head h reads kv head "
-                         f"h // (H // Hkv))")
-    return h // hk
+    """Query heads per kv head, G = H // Hkv (dim 1 holds the heads); ValueError naming
+    both head counts when k and v differ or Hkv does not divide H: the rule of
+    :func:`flashbench.validation.head_group`, which the NumPy side applies too."""
+    try:
+        return head_group(q.shape[1], k.shape[1], v.shape[1])
+    except ValueError as err:
+        raise ValueError(f"{err}; shapes q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}") from None
+
+
+def check_heads(q, k, v) -> None:
+    """The head counts of q, k, v (:func:`kv_group`) checked first, before the rest of
+    :func:`check_tensors`, where all three are 4-D tensors (else check_tensors words
+    the error). For kernels that take grouped-query attention."""
+    if all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        kv_group(q, k, v)
 
 
 def expand_kv(q, k, v):
@@ -83,13 +90,17 @@ def expand_kv(q, k, v):
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
-def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False):
+def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False,
+                  causal=False):
     """Raise TypeError/ValueError unless q, k, v are consistent [B, H, N, d] tensors.
 
     ``dtypes``: accepted torch dtypes; ``head_dims``: accepted d (None: any);
     ``gqa``: accept k, v with Hkv heads dividing H (else :class:`GroupedKVError`, a
-    ValueError, when Hkv != H). Returns the group size G = H // Hkv.
+    ValueError, when Hkv != H); ``causal``: the call's causal flag, which must be a
+    bool (:func:`flashbench.validation.check_causal`). Returns the group size
+    G = H // Hkv.
     """
+    check_causal(causal)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor [B, H, N, d], got {type(t).__name__}")

@@ -25,7 +25,10 @@ compile plan (:mod:`flashbench.kernels.plan`), and reusable by other kernels:
 
 from __future__ import annotations
 
+import numpy as np
+
 from flashbench.kernels.launch import Config
+from flashbench.precision import PRECISIONS
 
 __all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "FP8_CANDIDATES",
            "FIXED_FP8", "INTERPRETER_CONFIG",
@@ -71,25 +74,36 @@ INTERPRETER_CONFIG = _c(128, 128, 1, 1)
 
 
 def _width(dtype) -> int:
-    """Bytes per element of a torch dtype or precision name."""
+    """Bytes per element of a torch dtype or precision name: the item size of the
+    precision's storage dtype in the registry (:mod:`flashbench.precision`; tf32 is stored
+    as float32, so 4). ValueError for a dtype no precision stores."""
     name = str(dtype).removeprefix("torch.")
-    return {"float32": 4, "fp32": 4, "tf32": 4, "float16": 2, "fp16": 2, "bfloat16": 2,
-            "bf16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1}[name]
+    for prec in PRECISIONS.values():
+        if name in (prec.name, prec.torch_name):
+            return np.dtype(prec.storage).itemsize
+    raise ValueError(f"dtype {dtype!r} is none of flashbench's precisions {sorted(PRECISIONS)} "
+                     f"(nor their torch dtypes)")
+
+
+def _by_width(dtype, tables: dict[int, dict]) -> dict:
+    width = _width(dtype)
+    if width not in tables:
+        raise ValueError(f"the forward kernel takes 4-, 2- and 1-byte operands (fp32, "
+                         f"fp16/bf16, fp8), got {dtype} ({width} bytes)")
+    return tables[width]
 
 
 def candidates(head_dim: int, dtype) -> tuple[Config, ...]:
     """The autotune candidates for ``head_dim`` and operand ``dtype`` (16-bit and fp8;
     fp32 has just its fixed config)."""
-    width = _width(dtype)
-    if width == 4:
-        return (FP32_FIXED[head_dim],)
-    return (FP8_CANDIDATES if width == 1 else HOPPER_CANDIDATES)[head_dim]
+    fp32 = {d: (c,) for d, c in FP32_FIXED.items()}
+    return _by_width(dtype, {4: fp32, 2: HOPPER_CANDIDATES, 1: FP8_CANDIDATES})[head_dim]
 
 
 def fixed_config(head_dim: int, dtype) -> Config:
     """The one config used for correctness checks, fp32 operands and per-block fp8
     descales (whose blocks are the tiles)."""
-    return {4: FP32_FIXED, 2: FIXED_16BIT, 1: FIXED_FP8}[_width(dtype)][head_dim]
+    return _by_width(dtype, {4: FP32_FIXED, 2: FIXED_16BIT, 1: FIXED_FP8})[head_dim]
 
 
 def forward_smem_bytes(cfg: Config, head_dim: int, dtype) -> int:

@@ -72,9 +72,6 @@ def _language_restored():
                     setattr(obj, name, value)
 
 
-_GONE = object()
-
-
 @contextlib.contextmanager
 def jitted_helpers_interpreted():
     """For an interpreted launch: jitted helpers run as their interpreted twins, and

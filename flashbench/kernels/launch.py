@@ -15,7 +15,9 @@ Instead, :class:`TritonKernel` keeps the kernel's plain Python function beside i
 - **compiled** (CUDA tensors): the ``JITFunction``, optionally behind
   ``triton.autotune`` with ``prune_configs_by`` (:meth:`TritonKernel.launch` with
   ``configs``), or with one fixed :class:`Config`.
-- **interpreted** (CPU tensors, or any tensors with ``FLASHBENCH_TRITON_INTERPRET=1``):
+- **interpreted** (CPU tensors, or any tensors with ``FLASHBENCH_TRITON_INTERPRET=1``;
+  ``FLASHBENCH_TRITON_INTERPRET=0`` refuses the interpreter: a CPU launch is then a
+  ValueError, see :func:`interpreted_for`):
   a ``triton.runtime.interpreter.InterpretedFunction`` built from the plain function,
   as ``triton.jit`` would build it with the variable set. For the duration of the
   launch (under a lock) ``JITFunction.__call__``, which only ever raises, is replaced
@@ -93,14 +95,18 @@ def _force() -> bool | None:
     return value == "1"
 
 
+def _triton_interprets() -> bool:
+    # the process was started with TRITON_INTERPRET=1: Triton interprets every kernel
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
 def default_interpreted() -> bool:
-    """True when flashbench's kernels run interpreted here by default: no CUDA GPU is
-    visible to torch (or ``FLASHBENCH_TRITON_INTERPRET=1``, or the process was started
-    with ``TRITON_INTERPRET=1``, which Triton itself then applies to every kernel)."""
-    forced = _force()
-    if forced is not None:
-        return forced
-    if os.environ.get("TRITON_INTERPRET", "") == "1":
+    """True when flashbench's kernels run interpreted here: no CUDA GPU is visible to
+    torch (a CPU-only machine has only CPU tensors, and interprets every launch, whatever
+    ``FLASHBENCH_TRITON_INTERPRET`` says: with ``=0`` those launches are refused, not
+    compiled), ``FLASHBENCH_TRITON_INTERPRET=1``, or the process was started with
+    ``TRITON_INTERPRET=1``, which Triton itself then applies to every kernel."""
+    if _force() is True or _triton_interprets():
         return True
     import torch
 
@@ -109,13 +115,25 @@ def default_interpreted() -> bool:
 
 def interpreted_for(device) -> bool:
     """Whether a launch on tensors of ``device`` runs interpreted: CPU tensors always,
-    CUDA tensors only when ``FLASHBENCH_TRITON_INTERPRET=1`` (or ``TRITON_INTERPRET=1``)."""
+    CUDA tensors only when ``FLASHBENCH_TRITON_INTERPRET=1`` (or ``TRITON_INTERPRET=1``);
+    ``meta`` tensors (planning) never.
+
+    ``FLASHBENCH_TRITON_INTERPRET=0`` means never: where a launch could only run
+    interpreted (CPU tensors, or a process started with ``TRITON_INTERPRET=1``) it is
+    a ValueError saying so, not a silent interpretation.
+    """
     kind = getattr(device, "type", str(device))
-    if kind == "cpu":
-        return True
     if kind == "meta":
         return False
-    return _force() is True or os.environ.get("TRITON_INTERPRET", "") == "1"
+    interpreted = kind == "cpu" or _force() is True or _triton_interprets()
+    if interpreted and _force() is False:
+        why = (f"tensors on {kind} run only under Triton's interpreter" if kind == "cpu"
+               else "the process was started with TRITON_INTERPRET=1, so Triton interprets "
+                    "every kernel")
+        raise ValueError(f"{ENV_FORCE}=0 refuses the Triton interpreter, and {why}: give "
+                         f"CUDA tensors (in a process without TRITON_INTERPRET=1), or unset "
+                         f"{ENV_FORCE}")
+    return interpreted
 
 
 # ---------------------------------------------------------------- planning

@@ -38,7 +38,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from flashbench.kernels.checks import BackendUnavailable, check_tensors, expand_kv
+from flashbench.kernels.checks import BackendUnavailable, check_causal, check_tensors, expand_kv
 from flashbench.streaming import causal_mask
 
 __all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
@@ -74,6 +74,7 @@ def _scores(q, k, scale, causal, dtype):
 def reference_lse(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """fp32 log-sum-exp [B, H, Nq] of the scaled, masked scores (from fp32 q, k; grouped
     k expanded): the LSE of an op that returns none."""
+    check_causal(causal)
     k, _ = expand_kv(q, k, v)
     return torch.logsumexp(_scores(q, k, _scale(q, scale), causal, torch.float32), dim=-1)
 
@@ -94,6 +95,7 @@ def _with_lse(o, q, k, v, causal, scale):
 
 def naive_output(q, k, v, causal: bool = False, scale: float | None = None):
     """Materialised attention in the input dtype: S and P stored in q's dtype (o only)."""
+    check_causal(causal)
     k, v = expand_kv(q, k, v)
     p = torch.softmax(_scores(q, k, _scale(q, scale), causal, q.dtype), dim=-1)
     return torch.matmul(p, v)
@@ -101,7 +103,7 @@ def naive_output(q, k, v, causal: bool = False, scale: float | None = None):
 
 def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
     """:func:`naive_output` and the separate fp32 LSE."""
-    check_tensors(q, k, v, gqa=True)
+    check_tensors(q, k, v, gqa=True, causal=causal)
     return _with_lse(naive_output(q, k, v, causal, scale), q, k, v, causal, scale)
 
 
@@ -151,6 +153,7 @@ def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None,
     that kernel (``sdpa_kernel``). Raises :class:`BackendUnavailable` with torch's
     reason where the pinned kernel does not take this case.
     """
+    check_causal(causal)
     try:
         return _sdpa_call(q, k, v, causal, scale, kernel)
     except RuntimeError as exc:
@@ -180,7 +183,7 @@ def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None,
                    kernel: str | None = None):
     """:func:`sdpa_output` and the separate fp32 LSE (SDPA returns none); torch's
     warnings about a pinned kernel it cannot use become the reason, not noise."""
-    check_tensors(q, k, v, gqa=True)
+    check_tensors(q, k, v, gqa=True, causal=causal)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -289,13 +292,14 @@ def _flex_call(q, k, v, causal, scale, lse: bool):
 
 def flex_output(q, k, v, causal: bool = False, scale: float | None = None):
     """Compiled flex_attention, o only (what is timed)."""
+    check_causal(causal)
     return _flex_call(q, k, v, causal, scale, lse=False)
 
 
 def flex_attention_lse(q, k, v, causal: bool = False, scale: float | None = None):
     """Compiled flex_attention with its own LSE on a GPU; on CPU (inductor builds no LSE
     output there) the timed output and the separate fp32 LSE."""
-    check_tensors(q, k, v, gqa=True)
+    check_tensors(q, k, v, gqa=True, causal=causal)
     if q.device.type == "cuda":
         o, lse = _flex_call(q, k, v, causal, scale, lse=True)
         return _zero_blind_rows(o, lse), lse.float()

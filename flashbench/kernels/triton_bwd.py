@@ -53,7 +53,7 @@ from flashbench.kernels.triton_bwd_kernels import (
     attn_bwd_preprocess,
     round_bf16,
 )
-from flashbench.validation import check_scale
+from flashbench.validation import check_causal, check_scale
 
 __all__ = ["attention_function", "backward", "round_bf16", "PREPROCESS", "DKDV", "DQ",
            "DKDV_CONFIGS", "DQ_CONFIGS", "backward_config"]
@@ -138,6 +138,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
         (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous).
     """
     _check_do(do, o)
+    causal = check_causal(causal)
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
     scale = check_scale(scale, d)
@@ -148,7 +149,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     interpreted = interpreted_for(q.device)
     ieee = q.dtype == torch.float32 and not allow_tf32
-    meta = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION="ieee" if ieee else "tf32",
+    meta = dict(HEAD_DIM=d, CAUSAL=causal, PRECISION="ieee" if ieee else "tf32",
                 UPCAST=interpreted and q.dtype == torch.bfloat16)
     tiles = _interpret_config()
 
@@ -194,6 +195,7 @@ def attention_function(q, k, v, causal: bool = False, scale: float | None = None
                        allow_tf32: bool = False):
     """``(o, lse)`` of the Triton forward, differentiable in q, k, v through
     :func:`backward` (``o.backward(do)`` fills q.grad, k.grad, v.grad)."""
+    check_causal(causal)
     return _Attention.apply(q, k, v, causal, scale, allow_tf32)
 
 

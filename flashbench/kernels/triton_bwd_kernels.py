@@ -13,6 +13,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# the key-block phases of a query block, shared with the forward
+from flashbench.kernels.phases import key_phases
+
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
 from flashbench.kernels.rounding import round_bf16
@@ -233,13 +236,7 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
     dq = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
 
     # Key blocks as in the forward: [0, full) seen whole by every row, [full, hi) masked.
-    causal_offset = N_K - N_Q
-    full = (N_K // BLOCK_N) * BLOCK_N
-    hi = N_K
-    if CAUSAL:
-        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys the first row sees
-        full = tl.minimum(full, (tl.maximum(first_row_limit, 0) // BLOCK_N) * BLOCK_N)
-        hi = tl.minimum(hi, tl.maximum((start_m + 1) * BLOCK_M + causal_offset, 0))
+    causal_offset, full, hi = key_phases(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                     stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K, causal_offset,
                     qk_scale, BLOCK_N, False, CAUSAL, PRECISION, UPCAST)

@@ -49,7 +49,7 @@ import torch
 
 from flashbench.kernels import configs as _configs
 from flashbench.kernels import triton_fwd
-from flashbench.kernels.checks import check_tensors
+from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
 from flashbench.validation import check_scale
@@ -121,7 +121,7 @@ def _resolve(config, d: int, device, block_quant: bool) -> Config | None:
     launch, whose blocks must be known before the kernel runs): the fixed fp8 config
     on a GPU, the interpreter tiles on CPU; None: autotune (GPU) / interpreter tiles."""
     if config is None:
-        config = triton_fwd._DEFAULT_CONFIG.get()
+        config = triton_fwd.current_config()
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if isinstance(config, Config):
@@ -141,13 +141,14 @@ def tiles(d: int, device, config=None) -> tuple[int, int] | None:
     return cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
 
 
-def _check_fp8(q8, k8, v8) -> None:
+def _check_fp8(q8, k8, v8, causal) -> None:
     for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
         if not isinstance(t, torch.Tensor) or t.dtype != FP8_DTYPE:
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be a {FP8_DTYPE} tensor [B, H, N, d], got {got}")
-    triton_fwd._check_heads(q8, k8, v8)
-    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), head_dims=HEAD_DIMS, gqa=True)
+    check_heads(q8, k8, v8)
+    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), head_dims=HEAD_DIMS, gqa=True,
+                  causal=causal)
     if v8.shape[-1] != q8.shape[-1]:
         raise ValueError(f"v8 must have head dim d={q8.shape[-1]} like q8, got dv={v8.shape[-1]}")
     if q8.device.type not in ("cpu", "cuda", "meta"):
@@ -199,7 +200,7 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
         config: a Config, "fixed", or None (GPU: autotune over the fp8 candidates
             unless a descale is per block; CPU: the interpreter tiles).
     """
-    _check_fp8(q8, k8, v8)
+    _check_fp8(q8, k8, v8, causal)
     scale = check_scale(scale, q8.shape[-1])
     B, H, n_q, d = q8.shape
     hkv, n_k = k8.shape[1], k8.shape[2]
@@ -224,9 +225,9 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
     return o, lse, used
 
 
-def _check_inputs(q, k, v) -> None:
-    triton_fwd._check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=INPUT_DTYPES, head_dims=HEAD_DIMS, gqa=True)
+def _check_inputs(q, k, v, causal) -> None:
+    check_heads(q, k, v)
+    check_tensors(q, k, v, dtypes=INPUT_DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
     if v.shape[-1] != q.shape[-1]:
         raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
 
@@ -254,7 +255,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns:
         (o, lse): o [B, H, Nq, d] bfloat16, lse [B, H, Nq] float32; not differentiable.
     """
-    _check_inputs(q, k, v)
+    _check_inputs(q, k, v, causal)
     if quant not in QUANT:
         raise ValueError(f"quant must be one of {list(QUANT)}, got {quant!r}")
     if not isinstance(incoherent, bool):

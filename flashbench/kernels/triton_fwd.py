@@ -53,13 +53,14 @@ import triton
 import triton.language as tl
 
 from flashbench.kernels import configs as _configs
-from flashbench.kernels.checks import check_tensors
+from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
+from flashbench.kernels.phases import key_phases
 from flashbench.kernels.rounding import round_bf16, round_e4m3
-from flashbench.validation import check_scale
+from flashbench.validation import check_causal, check_scale
 
-__all__ = ["triton_attention", "forward", "launch", "default_config", "FORWARD", "HEAD_DIMS",
-           "DTYPES", "INTERPRET"]
+__all__ = ["triton_attention", "forward", "launch", "default_config", "current_config",
+           "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -83,6 +84,12 @@ def default_config(config: Config | str | None):
         yield
     finally:
         _DEFAULT_CONFIG.reset(token)
+
+
+def current_config() -> Config | str | None:
+    """The config of the innermost :func:`default_config` block (None outside one): what
+    a call that names no config launches with (the fp8 forward reads it too)."""
+    return _DEFAULT_CONFIG.get()
 
 
 @triton.jit
@@ -190,13 +197,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
 
     # Phase 1 covers [0, full): blocks inside Nk that every row of this query block sees.
     # Phase 2 covers [full, hi): blocks on the diagonal or holding Nk's ragged tail.
-    causal_offset = N_K - N_Q
-    full = (N_K // BLOCK_N) * BLOCK_N
-    hi = N_K
-    if CAUSAL:
-        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys the first row sees
-        full = tl.minimum(full, (tl.maximum(first_row_limit, 0) // BLOCK_N) * BLOCK_N)
-        hi = tl.minimum(hi, tl.maximum((start_m + 1) * BLOCK_M + causal_offset, 0))
+    causal_offset, full, hi = key_phases(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
                                      stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K,
                                      causal_offset, qk_scale, kd_base, vd_base, stride_kd_n,
@@ -233,26 +234,9 @@ FORWARD = TritonKernel(
 )
 
 
-def _check_heads(q, k, v) -> None:
-    """Grouped-query head counts: k and v share Hkv, and Hkv divides q's H."""
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
-        return  # check_tensors words those errors
-    h, hk, hv = q.shape[1], k.shape[1], v.shape[1]
-    if hk != hv:
-        raise ValueError(f"k and v must have the same number of kv heads: k has {hk}, v has {hv}")
-    if h % hk:
-        raise ValueError(f"the kv heads must divide the query heads: q has H={h} heads, "
-                         f"k and v have Hkv={hk}")
-
-
-def _validate(q, k, v, scale, allow_tf32) -> float:
-    _check_heads(q, k, v)
-    kk, vv = k, v
-    if isinstance(k, torch.Tensor) and k.dim() == 4 and k.shape[1] != q.shape[1]:
-        # validate the rest as if k, v had H heads (views with stride 0: no copy)
-        kk = k[:, :1].expand(k.shape[0], q.shape[1], *k.shape[2:])
-        vv = v[:, :1].expand(v.shape[0], q.shape[1], *v.shape[2:])
-    check_tensors(q, kk, vv, dtypes=DTYPES, head_dims=HEAD_DIMS)
+def _validate(q, k, v, causal, scale, allow_tf32) -> float:
+    check_heads(q, k, v)
+    check_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
     if v.shape[-1] != q.shape[-1]:
         raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
     if allow_tf32 and q.dtype != torch.float32:
@@ -275,9 +259,9 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     means the interpreter tiles ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N``).
     Returns the config the compiled kernel ran with (interpreter: the tiles).
     """
-    scale = _validate(q, k, v, scale, allow_tf32)
+    scale = _validate(q, k, v, causal, scale, allow_tf32)
     if config is None:
-        config = _DEFAULT_CONFIG.get()
+        config = current_config()
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if scale <= 0:  # keep the kernel's folded scale positive (see module docstring)
@@ -324,7 +308,7 @@ def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
     interpreted = interpreted_for(q.device)
     # Interpreted launches only: bf16 dot operands upcast (triton issue 11584); P and a
     # bf16 output rounded to nearest even in fp32 before their (wrong) conversions.
-    constexprs = dict(HEAD_DIM=d, CAUSAL=bool(causal), PRECISION=precision,
+    constexprs = dict(HEAD_DIM=d, CAUSAL=check_causal(causal), PRECISION=precision,
                       UPCAST=interpreted and q.dtype == torch.bfloat16, FP8=fp8,
                       ROUND=interpreted and (fp8 or q.dtype == torch.bfloat16))
 
@@ -365,4 +349,5 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     """
     from flashbench.kernels.triton_bwd import attention_function
 
+    check_causal(causal)
     return attention_function(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)

@@ -51,12 +51,13 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.numerics.forward import flash_model
-from flashbench.precision import get_precision
+from flashbench.precision import FP8_DTYPES, PRECISIONS, get_precision
 from flashbench.streaming import masked_scores, unnormalised_softmax
 from flashbench.streaming_bwd import stream_attention_grad
 from flashbench.validation import (
     attention_shape,
     check_block,
+    check_causal,
     check_qkv,
     check_scale,
     check_shaped,
@@ -66,8 +67,9 @@ from flashbench.validation import (
 
 __all__ = ["flash_model_grad", "standard_model_grad", "GRAD_DTYPES"]
 
-# precisions the backward models cover (fp8 training is not modelled)
-GRAD_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+# precisions the backward models cover: every precision of the registry but the fp8 ones
+# (fp8 training is not modelled), in the registry's order
+GRAD_DTYPES = tuple(name for name in PRECISIONS if name not in FP8_DTYPES)
 
 
 def _precision(dtype):
@@ -95,6 +97,7 @@ def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = Fa
     forward gives O and LSE). Returns (dq, dk, dv) in T's storage dtype.
     """
     block = check_block(block)
+    causal = check_causal(causal)
     prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
     o, lse = flash_model(q, k, v, prec.name, block=block, causal=causal, scale=scale)
     compute = prec.compute
@@ -113,6 +116,7 @@ def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
 
     Returns (dq, dk, dv) in T's storage dtype.
     """
+    causal = check_causal(causal)
     prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
     dq, dk, dv = grouped_grad(_standard_grad, prec.operand(q), prec.operand(k),
                               prec.operand(v), ((prec.operand(do), -3),), causal=causal,

@@ -42,7 +42,7 @@ from flashbench.streaming import (
     stream_attention,
     unnormalised_softmax,
 )
-from flashbench.validation import check_block, check_qkv, check_scale, grouped_query
+from flashbench.validation import check_block, check_causal, check_qkv, check_scale, grouped_query
 
 __all__ = ["flash_model", "standard_model"]
 
@@ -66,6 +66,7 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
     FlashAttention-3's FP8 options, for the fp8 dtypes only
     (:func:`flashbench.numerics.fp8.flash_fp8`).
     """
+    causal = check_causal(causal)
     if get_precision(dtype).name in FP8_DTYPES:
         return fp8.flash_fp8(q, k, v, dtype, block=block, causal=causal, scale=scale,
                              check_finite=check_finite,
@@ -90,6 +91,7 @@ def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | Non
     ``check_finite``: raise ValueError if q, k or v hold inf or nan. The fp8 dtypes
     give FlashAttention-3's baseline (:func:`flashbench.numerics.fp8.standard_fp8`).
     """
+    causal = check_causal(causal)
     if get_precision(dtype).name in FP8_DTYPES:
         return fp8.standard_fp8(q, k, v, dtype, causal=causal, scale=scale,
                                 check_finite=check_finite)

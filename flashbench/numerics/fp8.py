@@ -67,7 +67,7 @@ import numpy as np
 
 from flashbench.precision import FP8_DTYPES, Precision, get_precision, round_to_fp8
 from flashbench.streaming import log_sum_exp, masked_scores, stream_attention, unnormalised_softmax
-from flashbench.validation import check_block, check_qkv, check_scale
+from flashbench.validation import check_block, check_causal, check_qkv, check_scale
 
 __all__ = ["P_SCALE", "QUANT", "standard_fp8", "flash_fp8", "quantize", "hadamard",
            "incoherence_matrix", "fp8_precision"]
@@ -187,6 +187,7 @@ def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False
     """
     block = check_block(block)
     block_q = block if block_q is None else check_block(block_q)
+    causal = check_causal(causal)
     quant, incoherent = _options(quant, incoherent)
     prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
     if incoherent:
@@ -207,6 +208,7 @@ def standard_fp8(q, k, v, dtype: str = "fp8", causal: bool = False, scale: float
     Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
     """
     prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
+    causal = check_causal(causal)
     (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec.name) for x in (q, k, v))
     fp16 = get_precision("fp16")
     s = masked_scores(q8 * dq, k8 * dk, scale, causal, round_s=fp16.stored)
