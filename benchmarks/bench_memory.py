@@ -9,9 +9,9 @@ The number is the peak resident memory (VmHWM) of a fresh child process
 flashbench's reference and inputs (benchmarks/calls.py, no torch), makes the inputs
 and makes the call once: it includes that baseline (interpreter + numpy + the
 flashbench modules, about 35 MB here) and the inputs (q, k, v: 3 * N * 64 * 8 bytes,
-25 MB at N = 16384), as asv's spawn-mode ``peakmem_`` did. Not a ``peakmem_`` benchmark: under asv's forkserver
-(asv.conf.json) a benchmark process is forked from a server that imported every
-suite (about 240 MB) and its peak would include that.
+25 MB at N = 16384), as asv's spawn-mode ``peakmem_`` did. Not a ``peakmem_``
+benchmark: under asv's forkserver (asv.conf.json) a benchmark process is forked from a
+server that imported every suite (about 240 MB) and its peak would include that.
 """
 
 from . import calls

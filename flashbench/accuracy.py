@@ -25,10 +25,21 @@ cases).
 
 Non-finite errors: a kernel whose error is not finite (its output is inf or NaN
 where the float64 reference is finite: :func:`error_stats` reports inf) always
-fails, with ratio inf, whatever the standard model did; a standard model that
-itself overflows (fp16 scores near 7e4 become inf, its error inf) leaves no
-yardstick: a kernel with a finite error then passes with ratio 0, and its error is
-still reported. The ratio is never NaN.
+fails, with ratio inf, whatever the standard model did.
+
+The standard model overflowed (fp16 scores near 7e4 become inf: its error is inf)
+but the kernel's error is finite: the kernel is more accurate than the standard, so
+it passes. Its ratio is then taken against the next yardstick, the *fallback* error
+the caller gives: :mod:`flashbench.measure` and :mod:`flashbench.measure_grad` give
+the same-dtype flash model's (:func:`flashbench.numerics.flash_model` /
+``flash_model_grad``: FlashAttention's rounding in that dtype, scores in fp32, which
+cannot overflow there), so a correct kernel reads about 1 and the tracked ratio stays
+comparable with the rule's limit, instead of the 0 that ``kernel / inf`` gives (read as
+"perfect" in history). Not the float32 flash model's error: an fp16 kernel would read
+hundreds of times that, a "rule failure" to every reader of the ratio. The verdict's
+``yardstick`` names what the ratio is against ("standard", the fallback's name, or
+"none"). Without a usable fallback the ratio is NaN (yardstick "none"): no number is
+honest there; otherwise the ratio is never NaN.
 """
 
 from __future__ import annotations
@@ -95,9 +106,12 @@ class BaselineVerdict:
     """Outcome of the baseline rule for one tensor (O or LSE) and one metric.
 
     ``ratio`` = kernel_error / standard_error (0 when both are 0, inf when only the
-    standard is exact or when the kernel's error is not finite, 0 when only the
-    standard's is inf; never NaN): the rule as one number. It passes when the kernel's
-    error is finite and ``kernel_error <= factor * standard_error + floor``.
+    standard is exact or when the kernel's error is not finite): the rule as one number.
+    It passes when the kernel's error is finite and ``kernel_error <= factor *
+    standard_error + floor``, or when only the standard's error is inf (it
+    overflowed): then ``ratio`` = kernel_error / the fallback error and ``yardstick``
+    names the fallback; NaN with yardstick "none" when no fallback was given (module
+    docstring). ``yardstick``: "standard" (the same-dtype standard model) otherwise.
     """
 
     metric: str
@@ -107,6 +121,7 @@ class BaselineVerdict:
     factor: float
     ratio: float
     passed: bool
+    yardstick: str = "standard"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -121,26 +136,35 @@ def _error(value, name: str) -> float:
 
 def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
                   factor: float = BASELINE_FACTOR, floor: float | None = None,
-                  metric: str = "max_abs") -> BaselineVerdict:
+                  metric: str = "max_abs", fallback_error: float | None = None,
+                  fallback: str = "flash_model") -> BaselineVerdict:
     """Judge a kernel's error against the same-dtype standard attention's (module docstring).
 
     ``kernel_error``: a number >= 0 or inf (NaN counts as inf: a kernel that produced
     NaN fails); ``standard_error``: a number >= 0 or inf (NaN is a ValueError).
+    ``fallback_error`` (named ``fallback``): the yardstick of the ratio where the
+    standard's error is inf and the kernel's finite (the same-dtype flash model's error).
     """
     floor = get_precision(dtype).out.eps / 4 if floor is None else float(floor)
     kernel_error = float("inf") if np.isnan(float(kernel_error)) else _error(
         kernel_error, "kernel_error")
     standard_error = _error(standard_error, "standard_error")
+    yardstick = "standard"
     if not np.isfinite(kernel_error):
         ratio, passed = float("inf"), False  # non-finite output: always fails
+    elif not np.isfinite(standard_error):  # the standard overflowed; the kernel did not
+        passed = True
+        usable = fallback_error is not None and 0 < float(fallback_error) < float("inf")
+        ratio = kernel_error / float(fallback_error) if usable else float("nan")
+        yardstick = fallback if usable else "none"
     elif standard_error > 0:
-        ratio = kernel_error / standard_error  # 0.0 when the standard overflowed (inf)
+        ratio = kernel_error / standard_error
         passed = bool(kernel_error <= factor * standard_error + floor)
     else:
         ratio = 0.0 if kernel_error == 0 else float("inf")
         passed = bool(kernel_error <= floor)
     return BaselineVerdict(metric, float(kernel_error), float(standard_error), floor,
-                           float(factor), float(ratio), passed)
+                           float(factor), float(ratio), passed, yardstick)
 
 
 GRAD_FACTOR = 3.0  # FlashAttention-2's tests: gradients within 3x, outputs within 2x
@@ -160,38 +184,58 @@ def gradient_floor(ref, dtype: str) -> float:
 
 
 def gradient_rule(kernel_error: float, standard_error: float, dtype: str,
-                  floor: float | None = None, metric: str = "max_abs") -> BaselineVerdict:
+                  floor: float | None = None, metric: str = "max_abs",
+                  fallback_error: float | None = None) -> BaselineVerdict:
     """The baseline rule for one gradient (dq, dk or dv): the kernel's error against the
     float64 gradient within :data:`GRAD_FACTOR` (3) times the same-dtype standard
     backward's (:func:`flashbench.numerics.standard_model_grad`) plus ``floor``
     (:func:`gradient_floor` of the reference gradient, as :func:`judge_gradient` passes;
-    None: the baseline rule's eps/4)."""
+    None: the baseline rule's eps/4). ``fallback_error``: the same-dtype flash model
+    backward's, the yardstick where the standard backward overflowed."""
     return baseline_rule(kernel_error, standard_error, dtype, factor=GRAD_FACTOR, floor=floor,
-                         metric=metric)
+                         metric=metric, fallback_error=fallback_error)
 
 
-def judge_gradient(grad, standard, reference, dtype: str, metric: str = "max_abs") -> dict:
+def _fallback_error(fallback, i, reference, metric: str, s_stats: dict) -> float | None:
+    """The fallback's error where the standard's is not finite (``fallback``: an array,
+    an (o, lse) pair indexed by ``i``, or a callable giving either; None: none given)."""
+    if fallback is None or np.isfinite(s_stats[metric]):
+        return None
+    out = fallback() if callable(fallback) else fallback
+    return error_stats(out if i is None else out[i], reference)[metric]
+
+
+def judge_gradient(grad, standard, reference, dtype: str, metric: str = "max_abs",
+                   fallback=None) -> dict:
     """Error stats of one gradient and of the standard backward's against the float64
     ``reference``, and the :func:`gradient_rule` verdict with :func:`gradient_floor`:
-    ``{"kernel": {...}, "standard": {...}, "verdict": BaselineVerdict}``."""
+    ``{"kernel": {...}, "standard": {...}, "verdict": BaselineVerdict}``. ``fallback``:
+    the same-dtype flash model's gradient (or a callable giving it), used only where the
+    standard backward overflowed (module docstring)."""
     k_stats = error_stats(grad, reference, dtype)
     s_stats = error_stats(standard, reference, dtype)
     verdict = gradient_rule(k_stats[metric], s_stats[metric], dtype,
-                            floor=gradient_floor(reference, dtype), metric=metric)
+                            floor=gradient_floor(reference, dtype), metric=metric,
+                            fallback_error=_fallback_error(fallback, None, reference, metric,
+                                                           s_stats))
     return {"kernel": k_stats, "standard": s_stats, "verdict": verdict}
 
 
-def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs"):
+def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs", fallback=None):
     """Error stats and baseline verdicts for a kernel's (o, lse) against the fp64 reference.
 
     ``kernel``, ``standard`` and ``reference`` are (o, lse) pairs of the same shapes.
     Returns ``{"o": {...}, "lse": {...}}`` where each holds ``kernel`` and
     ``standard`` error stats and the ``verdict`` (:class:`BaselineVerdict`).
+    ``fallback``: the same-dtype flash model's (o, lse), or a callable giving it, used
+    (and called) only where the standard overflowed (module docstring).
     """
     result = {}
     for i, name in enumerate(("o", "lse")):
         k_stats = error_stats(kernel[i], reference[i], dtype)
         s_stats = error_stats(standard[i], reference[i], dtype)
-        verdict = baseline_rule(k_stats[metric], s_stats[metric], dtype, metric=metric)
+        verdict = baseline_rule(k_stats[metric], s_stats[metric], dtype, metric=metric,
+                                fallback_error=_fallback_error(fallback, i, reference[i],
+                                                               metric, s_stats))
         result[name] = {"kernel": k_stats, "standard": s_stats, "verdict": verdict}
     return result

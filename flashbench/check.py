@@ -184,6 +184,12 @@ def render_text(report: dict) -> str:
                                        "verdict"]))
     out.append("   (peer): torch's own attention, judged for information; the RESULT counts "
                "the exactness, the flash model, flashbench's Triton kernel and users' kernels")
+    if any(b.get("lse_note") and b.get("lse_ratio") is not None for b in report["backends"]):
+        out.append("   LSE (stand-in): the op returns no LSE; flashbench's float64 logsumexp of "
+                   "the inputs, rounded to fp32, shown for information (not judged)")
+    if any(r.get("yardsticks") for r in (*report["dtypes"], *report["backends"])):
+        out.append("   (vs flash_model): the same-dtype standard model overflowed (error inf); "
+                   "the ratio is against the same-dtype flash model's error instead")
     for (backend, why), where in skipped.items():
         out.append(f"   {backend} skipped ({why}): {', '.join(dict.fromkeys(where))}")
     for (backend, why, peer), where in failed.items():
@@ -224,7 +230,7 @@ def _render_gradients(report: dict) -> list[str]:
             continue
         verdict = "PASS" if r["passed"] else "FAIL"
         cells = [c for g in GRADS for c in (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]),
-                                            f"{r[f'{g}_ratio']:.2f}")]
+                                            _ratio(r, g))]
         floors = "/".join(f"{r[f'{g}_floor']:.0e}" for g in GRADS)
         rows.append([*(("", "") if where == last else where), r["kernel"], *cells, floors,
                      f"{verdict} (peer)" if r.get("peer") else verdict])
@@ -240,8 +246,16 @@ def _render_gradients(report: dict) -> list[str]:
     return out
 
 
+def _ratio(r: dict, name: str) -> str:
+    """A rule ratio, with what it is against where that is not the standard model."""
+    against = (r.get("yardsticks") or {}).get(name)
+    return f"{r[f'{name}_ratio']:.2f}" + (f" (vs {against})" if against else "")
+
+
 def _judge_cells(r: dict) -> list[str]:
     verdict = "PASS" if r["passed"] else "FAIL"
+    lse = r["lse_note"] if r.get("lse_ratio") is None else (
+        _ratio(r, "lse") + (" (stand-in)" if r.get("lse_note") else ""))
     return [_g(r["o"]["rmse"]), _g(r["o_standard"]["rmse"]), _g(r["o"]["max_abs"]),
-            _g(r["o_standard"]["max_abs"]), f"{r['o_ratio']:.2f}", f"{r['lse_ratio']:.2f}",
+            _g(r["o_standard"]["max_abs"]), _ratio(r, "o"), lse,
             f"{verdict} (peer)" if r.get("peer") else verdict]

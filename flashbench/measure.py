@@ -20,9 +20,11 @@ The same for gradients (the backward pass) lives beside it, in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 
@@ -31,12 +33,18 @@ from flashbench.accuracy import error_stats, judge
 from flashbench.inputs import Shape, make_qkv
 from flashbench.streaming import causal_mask
 
-__all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "Case", "default_cases", "Exactness",
-           "Accuracy", "Unavailable", "Failed", "exactness", "measure_accuracy"]
+__all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
+           "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
+           "Failed", "exactness", "unavailable_reason", "measure_accuracy"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
 INTERPRETER_LIMIT = 2 * 1024 * 1024
+INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
+# Accuracy.lse_note: why an LSE is not judged (None: the kernel's own LSE, judged)
+LSE_NOT_RETURNED = "not returned by the kernel (not judged)"
+LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumexp of the "
+                "inputs, rounded to fp32), shown for information (not judged)")
 
 
 @dataclass(frozen=True)
@@ -84,24 +92,35 @@ class Accuracy:
     ``o`` / ``lse``: :func:`flashbench.accuracy.error_stats` of the kernel's output;
     ``o_standard`` / ``lse_standard``: the same for the same-dtype standard model;
     ``o_ratio`` / ``lse_ratio``: kernel max abs error / standard's (the baseline
-    rule as one number); ``passed``: the rule holds for O and LSE. ``peer``: a
-    backend flashbench does not own (informative only). ``streamed_vs_oneshot_o`` /
-    ``_lse`` (flash_model only): flash_model against standard_model in the same dtype.
+    rule as one number); ``passed``: the rule holds for O and, where it is judged,
+    LSE. ``peer``: a backend flashbench does not own (informative only).
+    ``streamed_vs_oneshot_o`` / ``_lse`` (flash_model only): flash_model against
+    standard_model in the same dtype.
+
+    ``lse_note``: None when the LSE is the kernel's own (judged); else why it is not
+    judged: :data:`LSE_NOT_RETURNED` (a kernel that returns only o: ``lse`` and
+    ``lse_ratio`` are None, it is judged on O alone) or :data:`LSE_STAND_IN` (a peer
+    whose op returns none: the stand-in's numbers, for information).
+    ``yardsticks``: None when every ratio is against the same-dtype standard model;
+    else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
+    model overflowed (:func:`flashbench.accuracy.baseline_rule`).
     """
 
     case: Case
     kernel: str
     dtype: str
     o: dict
-    lse: dict
+    lse: dict | None
     o_standard: dict
     lse_standard: dict
     o_ratio: float
-    lse_ratio: float
+    lse_ratio: float | None
     passed: bool
     peer: bool = False
     streamed_vs_oneshot_o: dict | None = None
     streamed_vs_oneshot_lse: dict | None = None
+    lse_note: str | None = None
+    yardsticks: dict | None = None
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -161,12 +180,40 @@ def interpreter_too_slow(backend, shape: Shape) -> bool:
     return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
 
 
-def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, **extra) -> Accuracy:
-    j = judge(out, std, ref, dtype)
-    return Accuracy(case, kernel, dtype, o=j["o"]["kernel"], lse=j["lse"]["kernel"],
+def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
+    """None when ``backend`` can run ``shape`` in ``dtype`` here, else why, in one
+    sentence: its own reason (``Backend.unavailable_for``) or
+    :data:`INTERPRETER_TOO_SLOW`. The forward and the gradients ask this alike."""
+    reason = backend.unavailable_for(shape, dtype)
+    if reason is None and interpreter_too_slow(backend, shape):
+        reason = INTERPRETER_TOO_SLOW
+    return reason
+
+
+def _yardsticks(verdicts: dict) -> dict | None:
+    """{name: yardstick} of the verdicts whose ratio is not against the standard model."""
+    odd = {name: v.yardstick for name, v in verdicts.items() if v.yardstick != "standard"}
+    return odd or None
+
+
+def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
+              own_lse: bool = True, peer: bool = False, **extra) -> Accuracy:
+    """The record of one kernel's (o, lse); ``own_lse`` False: its op returned no LSE (a
+    stand-in fills ``out[1]``): judged on O only (the LSE note says why)."""
+    j = judge(out, std, ref, dtype, fallback=fallback)
+    verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
+    note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
+    shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE
+    if not shown:
+        del verdicts["lse"]
+    return Accuracy(case, kernel, dtype, o=j["o"]["kernel"],
+                    lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
-                    o_ratio=j["o"]["verdict"].ratio, lse_ratio=j["lse"]["verdict"].ratio,
-                    passed=j["o"]["verdict"].passed and j["lse"]["verdict"].passed, **extra)
+                    o_ratio=j["o"]["verdict"].ratio,
+                    lse_ratio=j["lse"]["verdict"].ratio if shown else None,
+                    passed=j["o"]["verdict"].passed and (note is not None
+                                                         or j["lse"]["verdict"].passed),
+                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **extra)
 
 
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
@@ -187,22 +234,24 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     records: list[Accuracy | Unavailable] = []
     for dtype in dtypes:
         std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
+        # the flash model in this dtype: its own record, and the yardstick of the ratios
+        # where the standard model overflowed (computed once, when first asked for)
+        flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
+                                        causal=case.causal))
         tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
-                flash = numerics.flash_model(q, k, v, dtype, block=block, causal=case.causal)
+                out = flash()
                 records.append(_accuracy(
-                    case, name, dtype, flash, std, ref,
-                    streamed_vs_oneshot_o=error_stats(flash[0], std[0], dtype),
-                    streamed_vs_oneshot_lse=error_stats(flash[1], std[1], dtype)))
+                    case, name, dtype, out, std, ref, fallback=flash,
+                    streamed_vs_oneshot_o=error_stats(out[0], std[0], dtype),
+                    streamed_vs_oneshot_lse=error_stats(out[1], std[1], dtype)))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes:
                 continue  # not applicable: no record
-            reason = backend.unavailable_for(case.shape, dtype)
-            if reason is None and interpreter_too_slow(backend, case.shape):
-                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
+            reason = unavailable_reason(backend, case.shape, dtype)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
@@ -222,5 +271,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
             except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
                 records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, peer=backend.peer))
+            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
+                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer))
     return records
+

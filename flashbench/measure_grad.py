@@ -23,15 +23,17 @@ Errors are unitless (|dq - dq_fp64| of unit-variance inputs and dO).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import judge_gradient
 from flashbench.inputs import Shape, make_qkv
-from flashbench.measure import EXACT_TOL, Case, Failed, Unavailable, interpreter_too_slow
+from flashbench.measure import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
            "grad_exactness", "measure_gradients"]
@@ -88,7 +90,10 @@ class GradAccuracy:
     error / standard's; ``*_floor``: the rule's absolute floor
     (:func:`flashbench.accuracy.gradient_floor`); ``passed``: the gradient rule
     (:func:`flashbench.accuracy.judge_gradient`: 3x + floor) holds for all three.
-    ``peer``: a backend flashbench does not own (informative only).
+    ``peer``: a backend flashbench does not own (informative only). ``yardsticks``:
+    None when every ratio is against the standard backward; else {"dq" / "dk" / "dv":
+    what that ratio is against}: "flash_model" (the same-dtype flash model backward)
+    where the standard backward overflowed (:func:`flashbench.accuracy.baseline_rule`).
     """
 
     case: Case
@@ -108,10 +113,11 @@ class GradAccuracy:
     dv_floor: float
     passed: bool
     peer: bool = False
+    yardsticks: dict | None = None
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
-                                              if k != "case"}}
+                                              if k != "case" and v is not None}}
 
 
 def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactness]:
@@ -128,14 +134,19 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactne
     return out
 
 
-def _grad_accuracy(case, kernel, dtype, grads, std, ref, peer=False) -> GradAccuracy:
-    fields, passed = {}, True
-    for name, g, s, r in zip(GRADS, grads, std, ref, strict=True):
-        j = judge_gradient(g, s, r, dtype)
+def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False) -> GradAccuracy:
+    """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
+    yardstick where the standard backward overflowed."""
+    fields, passed, yardsticks = {}, True, {}
+    for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
+        j = judge_gradient(g, s, r, dtype, fallback=lambda i=i: fallback()[i])
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
         passed = passed and j["verdict"].passed
-    return GradAccuracy(case, kernel, dtype, passed=passed, peer=peer, **fields)
+        if j["verdict"].yardstick != "standard":
+            yardsticks[name] = j["verdict"].yardstick
+    return GradAccuracy(case, kernel, dtype, passed=passed, peer=peer,
+                        yardsticks=yardsticks or None, **fields)
 
 
 def _autograd(backend, q, k, v, do, dtype, causal):
@@ -173,19 +184,19 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     records: list[GradAccuracy | Unavailable | Failed] = []
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
         std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
+        # the flash model backward in this dtype: its own record, and the yardstick of the
+        # ratios where the standard backward overflowed (computed once, when first asked)
+        flash = functools.cache(partial(numerics.flash_model_grad, q, k, v, do, dtype,
+                                        block=block, causal=case.causal))
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
-                grads = numerics.flash_model_grad(q, k, v, do, dtype, block=block,
-                                                  causal=case.causal)
-                records.append(_grad_accuracy(case, name, dtype, grads, std, ref))
+                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record
-            reason = backend.unavailable_for(case.shape, dtype)
-            if reason is None and interpreter_too_slow(backend, case.shape):
-                reason = "Triton interpreter: too slow at this shape (needs a GPU)"
+            reason = unavailable_reason(backend, case.shape, dtype)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
@@ -199,6 +210,6 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 records.append(Failed(case, name, dtype, f"backward raised "
                                       f"{type(exc).__name__}: {exc}", peer=backend.peer))
                 continue
-            records.append(_grad_accuracy(case, name, dtype, grads, std, ref,
+            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash,
                                           peer=backend.peer))
     return records

@@ -85,9 +85,10 @@ def test_nonfinite_kernel_error_always_fails_and_ratio_is_never_nan():
     for kernel, standard in ((inf, inf), (inf, 1e-3), (inf, 0.0), (nan, inf), (nan, 1e-3)):
         v = baseline_rule(kernel, standard, "fp16")
         assert not v.passed and v.ratio == inf, (kernel, standard, v)
-    # the standard overflowed, the kernel did not: no yardstick, pass with ratio 0
+    # the standard overflowed, the kernel did not: it passes; with no fallback yardstick
+    # given there is no honest ratio (NaN, yardstick "none"), never a "perfect" 0
     v = baseline_rule(1e-3, inf, "fp16")
-    assert v.passed and v.ratio == 0.0
+    assert v.passed and np.isnan(v.ratio) and v.yardstick == "none"
     with pytest.raises(ValueError, match="standard_error"):
         baseline_rule(1e-3, nan, "fp16")
     with pytest.raises(ValueError, match="kernel_error"):
@@ -114,3 +115,75 @@ def test_all_nan_kernel_fails_where_the_fp16_standard_overflows():
     for part in ("o", "lse"):
         verdict = j[part]["verdict"]
         assert not verdict.passed and verdict.ratio == np.inf
+
+
+def test_where_the_standard_overflowed_the_ratio_is_against_the_fallback():
+    """Finding 7: kernel / inf = 0 read as "perfect" in history. The kernel still passes
+    (it is more accurate than the overflowing standard), its ratio is taken against the
+    fallback (the same-dtype flash model's error) and the verdict names it."""
+    inf = float("inf")
+    v = baseline_rule(1e-3, inf, "fp16", fallback_error=5e-4)
+    assert v.passed and v.ratio == pytest.approx(2.0) and v.yardstick == "flash_model"
+    v = baseline_rule(1e-2, inf, "fp16", fallback_error=1e-3)  # 10x the flash model: passes
+    assert v.passed and v.ratio == pytest.approx(10.0)
+    assert baseline_rule(1e-3, 1e-3, "fp16", fallback_error=5e-4).yardstick == "standard"
+    v = baseline_rule(inf, inf, "fp16", fallback_error=5e-4)  # non-finite kernel: fails
+    assert not v.passed and v.ratio == inf
+    assert baseline_rule(1e-3, inf, "fp16", fallback_error=inf).yardstick == "none"
+
+
+def _overflowing_fp16_problem():
+    """q k^T * scale of 9e4 in row 0 (beyond fp16's 65504): the fp16 standard model's S
+    overflows (inf - inf = NaN in its softmax); the flash model's fp32 S does not."""
+    q = np.zeros((1, 1, 2, 16))
+    k = np.zeros((1, 1, 3, 16))
+    q[..., 0, 0], k[..., 0, 0] = 600.0, 600.0  # 3.6e5 * 0.25 = 9e4
+    q[..., 1, 1], k[..., 1, 1], k[..., 2, :2] = 1.0, 1.0, 1.0
+    v = np.arange(48, dtype=np.float64).reshape(1, 1, 3, 16) / 48
+    return q, k, v
+
+
+def test_judge_uses_the_fallback_only_where_the_standard_overflowed():
+    from flashbench.numerics import flash_model, standard_model
+    from flashbench.reference import attention
+
+    q, k, v = _overflowing_fp16_problem()
+    ref = attention(q, k, v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        std = standard_model(q, k, v, "fp16")
+    flash = flash_model(q, k, v, "fp16")
+    calls = []
+
+    def fallback():
+        calls.append(1)
+        return flash
+
+    j = judge(flash, std, ref, "fp16", fallback=fallback)
+    assert j["o"]["standard"]["max_abs"] == np.inf
+    for part in ("o", "lse"):
+        verdict = j[part]["verdict"]
+        assert verdict.passed and verdict.yardstick == "flash_model" and verdict.ratio == 1.0
+    assert calls  # asked for where the standard overflowed
+    calls.clear()
+    fine = standard_model(q / 10, k / 10, v, "fp16")  # no overflow: the fallback is not asked
+    assert judge(fine, fine, attention(q / 10, k / 10, v), "fp16",
+                 fallback=fallback)["o"]["verdict"].yardstick == "standard"
+    assert not calls
+
+
+def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
+    """Through measure_accuracy: the flash model's record reads ratio 1 against itself
+    (it was 0), names the yardstick, passes; the check table says "(vs flash_model)"."""
+    from flashbench.check import _judge_cells
+    from flashbench.inputs import Shape
+    from flashbench.measure import Case, measure_accuracy
+
+    q, k, v = _overflowing_fp16_problem()
+    with np.errstate(over="ignore", invalid="ignore"):
+        (rec,) = measure_accuracy(Case(Shape(1, 1, 2, 3, 16)), ["fp16"], ["flash_model"],
+                                  inputs=(q, k, v))
+    assert rec.o_standard["max_abs"] == np.inf
+    assert rec.passed and rec.o_ratio == 1.0 and rec.lse_ratio == 1.0
+    assert rec.yardsticks == {"o": "flash_model", "lse": "flash_model"}
+    row = rec.as_dict()
+    assert "1.00 (vs flash_model)" in _judge_cells(row)

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_grad  # noqa: E402
-from benchmarks.calls import backward_call  # noqa: E402
 from benchmarks.bench_grad import PeakmemBackward, TimeBackward, TrackGradAccuracy  # noqa: E402
+from benchmarks.calls import backward_call  # noqa: E402
 
 
 def test_grid_is_the_registry():

@@ -128,3 +128,29 @@ def test_cli_judges_gradients_on_the_shapes_given(capsys):
     assert rc == 0 and report["grad_cases"] == ["normal B=1 H=4 Hkv=2 Nq=40 Nk=24 d=16 causal"]
     triton = [r for r in report["gradients"] if r["kernel"] == "triton"]
     assert triton and all(r[g]["max_abs"] <= 1e-5 for r in triton for g in MG.GRADS)
+
+
+def test_where_the_standard_backward_overflowed_ratios_are_against_the_flash_model():
+    """Finding 7 for gradients: fp16 scores of 9e4 overflow the standard backward (error
+    inf). A finite kernel passes; its ratios are against the same-dtype flash model
+    backward (the flash model reads 1, the Triton backward about 1), never 0."""
+    q, k, v = np.zeros((1, 1, 2, 16)), np.zeros((1, 1, 3, 16)), np.zeros((1, 1, 3, 16))
+    q[..., 0, 0], k[..., 0, 0] = 600.0, 600.0  # 3.6e5 * 0.25 = 9e4 > 65504
+    q[..., 1, 1], k[..., 1, 1], k[..., 2, :2] = 1.0, 1.0, 1.0
+    v[...] = np.arange(48).reshape(1, 1, 3, 16) / 48
+    do = np.random.default_rng(1).standard_normal((1, 1, 2, 16))
+    with np.errstate(over="ignore", invalid="ignore"):
+        recs = MG.measure_gradients(Case(Shape(1, 1, 2, 3, 16)), ["fp16"],
+                                    ["flash_model", "triton"], inputs=(q, k, v, do))
+    by = {r.kernel: r for r in recs}
+    assert by["flash_model"].dq_standard["max_abs"] == np.inf  # it did overflow
+    for r in recs:
+        assert r.passed and r.yardsticks and set(r.yardsticks.values()) == {"flash_model"}
+        for g in MG.GRADS:
+            if g in r.yardsticks:
+                assert 0 < getattr(r, f"{g}_ratio") < GRAD_FACTOR, (r.kernel, g)
+    assert all(by["flash_model"].__dict__[f"{g}_ratio"] == 1.0 for g in by["flash_model"].yardsticks)
+    assert "(vs flash_model)" in render_text(
+        {"meta": {"seed": 0, "block": 64, "date": ""}, "exactness": [], "dtypes": [],
+         "backends": [], "grad_cases": ["x"], "grad_exactness": [],
+         "gradients": [r.as_dict() for r in recs], "passed": True})

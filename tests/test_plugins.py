@@ -12,6 +12,7 @@ import torch
 from flashbench.backends import get_backend, resolve_backends
 from flashbench.backends.user import parse_spec
 from flashbench.cli import main
+from flashbench.inputs import Shape
 
 USER_MODULE = textwrap.dedent('''
     import math
@@ -194,3 +195,40 @@ def test_entry_points_join_the_check(entry_point, capsys):
                             "--backend", "mykernel", "--backend", "broken")
     assert rc == 1 and "non-finite" in rows(report, "broken")[0]["failed"]
     assert rows(report, "mykernel")[0]["passed"]
+
+
+def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys, monkeypatch):
+    """Finding 8: the LSE of a kernel that returns only o is not its own: the record and
+    the check table say "not returned by the kernel (not judged)", and it does not count
+    towards passed (a wrong stand-in, patched in here, cannot fail it). A pair's LSE is
+    the kernel's own and is judged."""
+    from flashbench.backends import outputs
+    from flashbench.check import render_text
+    from flashbench.measure import LSE_NOT_RETURNED
+
+    monkeypatch.setattr(outputs, "reference_lse", lambda q, k, v, causal, scale:
+                        torch.zeros(q.shape[:3]))  # a stand-in that would fail any rule
+    rc, report = check_json(capsys, "--shape", "1x2x64x32", "--causal", "off",
+                            "--backend", "fbuser_kern:good_o", "--backend", "fbuser_kern:good_pair")
+    (only_o,) = rows(report, "fbuser_kern:good_o")
+    assert only_o["passed"] and only_o["lse_note"] == LSE_NOT_RETURNED
+    assert "lse" not in only_o and "lse_ratio" not in only_o  # no stand-in numbers shown
+    (pair,) = rows(report, "fbuser_kern:good_pair")
+    assert pair["passed"] and "lse_note" not in pair and pair["lse_ratio"] < 2
+    assert rc == 0 and report["passed"]
+    assert LSE_NOT_RETURNED in render_text(report)
+
+
+def test_a_wrong_lse_of_its_own_fails_the_kernel(user_module, monkeypatch):
+    """The kernel's own LSE is judged: a pair whose LSE is off fails (o is right)."""
+    import fbuser_kern
+
+    from flashbench.measure import Case, measure_accuracy
+
+    def off_lse(q, k, v, causal=False, scale=None):
+        o, lse = fbuser_kern.good_pair(q, k, v, causal, scale)
+        return o, lse + 1e-3
+
+    monkeypatch.setattr(fbuser_kern, "off_lse", off_lse, raising=False)
+    (rec,) = measure_accuracy(Case(Shape(1, 2, 64, 64, 32)), ["fp32"], ["fbuser_kern:off_lse"])
+    assert rec.lse_note is None and rec.o_ratio < 2 and rec.lse_ratio > 2 and not rec.passed

@@ -34,8 +34,11 @@ output dtype and no backward, and the suites that read ``triton``'s dtypes (grad
 bands) stay as they are.
 
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
-where it returns one, else a separate fp32 logsumexp) and ``timed`` (the bare op,
-o only; what timings call, after :meth:`Backend.prepare`). A user's own function
+where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
+masked scores, rounded to fp32, deterministic) and ``timed`` (the bare op, o only; what
+timings call, after :meth:`Backend.prepare`). ``Backend.own_lse`` says whether the
+LSE ``fn`` returns is the op's own: a stand-in is never judged (a peer shows it for
+information; a user's kernel that returns only o is judged on o alone). A user's own function
 joins through :func:`get_backend` with ``"package.module:function"`` or an entry point
 in the ``flashbench.backends`` group (:mod:`flashbench.backends.user`): it is judged
 like flashbench's own kernel, never as a peer.
@@ -55,17 +58,22 @@ from flashbench.backends.outputs import checked_output
 from flashbench.inputs import Shape
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
+    TORCH_DTYPES,
     BackendFailed,
     BackendUnavailable,
     check_tensors,
     expand_kv,
     precision_name,
 )
+from flashbench.precision import CHECK_DTYPES
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
            "available_backends", "resolve_backends", "BackendUnavailable", "BackendFailed"]
 
-TORCH_FLOATS = ("fp32", "fp16", "bf16")
+# what torch's attention ops take: the precisions judged by default that are stored in a
+# torch dtype of their own (fp32, fp16, bf16; tf32 is fp32 storage, a compute mode)
+TORCH_FLOATS = tuple(n for n in CHECK_DTYPES
+                     if n in TORCH_DTYPES and precision_name(TORCH_DTYPES[n]) == n)
 TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
 TRITON_FP8_HEAD_DIMS = (32, 64, 128, 256)  # kernels.triton_fp8.HEAD_DIMS (tests hold them equal)
 
@@ -94,7 +102,8 @@ class Backend:
     reason it cannot run a shape (None: it can).
     ``devices``: where it runs ("cpu", "cuda"). ``gqa``: takes k, v with Hkv < H heads
     itself (else :meth:`prepare` expands them). ``differentiable``: autograd flows
-    through ``timed`` to q, k, v. ``lse``: where the accuracy callable's LSE comes from.
+    through ``timed`` to q, k, v. ``lse``: where the accuracy callable's LSE comes from;
+    ``own_lse``: whether that is the op's own (True) or a stand-in (False: not judged).
     ``origin``: "flashbench", "torch" or "user". ``out_dtype``: the precision of o
     when it is not q's. ``inputs``: the precision of the tensors the accuracy callable
     is given when it is not the dtype judged (fp8 kernels get fp32 and quantise them).
@@ -113,7 +122,8 @@ class Backend:
     devices: tuple[str, ...] = ("cpu", "cuda")
     gqa: bool = True
     differentiable: bool = False
-    lse: str = "separate fp32 logsumexp"
+    lse: str = "stand-in: float64 logsumexp rounded to fp32"
+    own_lse: bool = False
     origin: str = "flashbench"
     out_dtype: str | None = None  # precision of o; None: q's
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
@@ -186,7 +196,7 @@ class Backend:
             raise
         except Exception as exc:
             raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
-        return checked_output(out, q, k, v, causal, scale, self.out_dtype)
+        return checked_output(out, q, k, v, causal, scale, self.out_dtype, self.own_lse)
 
 
 def _reference(q, k, v, causal=False, scale=None):
@@ -248,7 +258,7 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("reference", _reference, "float64 NumPy one-shot reference",
                 ("fp64", *TORCH_FLOATS), devices=("cpu",), lse="the reference's own (float64)",
-                out_dtype="fp64"),
+                own_lse=True, out_dtype="fp64"),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
                 differentiable=True, origin="torch"),
@@ -262,18 +272,18 @@ BACKENDS: dict[str, Backend] = {
                 TORCH_FLOATS,
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
-                timed=_triton_output, differentiable=True),
+                own_lse=True, timed=_triton_output, differentiable=True),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,
                 head_dims=TRITON_FP8_HEAD_DIMS, limits=_triton_limits, gqa=True,
-                lse="the kernel's own (float32)", timed=_triton_fp8_output, out_dtype="bf16",
-                inputs="fp32"),
+                lse="the kernel's own (float32)", own_lse=True, timed=_triton_fp8_output,
+                out_dtype="bf16", inputs="fp32"),
         Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
-                lse="the op's own on a GPU; separate fp32 logsumexp on CPU", origin="torch",
-                default_on=("cuda",)),
+                lse="the op's own on a GPU; the stand-in on CPU",
+                own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",)),
     )
 }
 

@@ -4,7 +4,9 @@ A backend (flashbench's, torch's or a user's) returns ``o`` or ``(o, lse)``:
 
 - o: a torch tensor [B, H, Nq, dv] in q's dtype (float64 for the reference);
 - lse (optional): a floating torch tensor [B, H, Nq], natural-log log-sum-exp of the
-  scaled, masked scores; where it is missing, a separate fp32 logsumexp stands in.
+  scaled, masked scores; where it is missing, a stand-in fills it
+  (:func:`flashbench.kernels.torch_peers.reference_lse`) and the result says so
+  (:class:`BackendOutput`, ``own_lse`` False): the kernel is then judged on o alone.
 
 For finite inputs the float64 reference is finite everywhere (o is a convex
 combination of rows of v; a row that sees no key has o = 0), so any inf or NaN in o
@@ -19,7 +21,19 @@ import torch
 from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed
 from flashbench.kernels.torch_peers import reference_lse
 
-__all__ = ["checked_output"]
+__all__ = ["BackendOutput", "checked_output"]
+
+
+class BackendOutput(tuple):
+    """``(o, lse)``, unpacked like any pair, and ``own_lse``: True when the LSE is the
+    kernel's own, False when it is flashbench's stand-in (the op returned none)."""
+
+    own_lse: bool
+
+    def __new__(cls, o, lse, own_lse: bool):
+        out = super().__new__(cls, (o, lse))
+        out.own_lse = bool(own_lse)
+        return out
 
 
 def _describe(x) -> str:
@@ -43,11 +57,14 @@ def _nonfinite(x: torch.Tensor) -> int:
 
 
 def checked_output(out, q, k, v, causal: bool = False, scale: float | None = None,
-                   out_dtype: str | None = None):
-    """(o, lse) from a backend's return value ``out`` for inputs q, k, v; BackendFailed
-    when it is not a valid result (module docstring). ``out_dtype``: precision name of
-    o when it is not q's dtype (the float64 reference)."""
+                   out_dtype: str | None = None, own_lse: bool = True) -> BackendOutput:
+    """(o, lse) from a backend's return value ``out`` for inputs q, k, v, as a
+    :class:`BackendOutput`; BackendFailed when it is not a valid result (module
+    docstring). ``out_dtype``: precision name of o when it is not q's dtype (the
+    float64 reference). ``own_lse``: False for a backend whose returned LSE is itself a
+    stand-in (torch's ops return none); an ``out`` of o alone is never its own."""
     o, lse = _unpack(out)
+    own_lse = own_lse and lse is not None
     B, H, nq = q.shape[:3]
     want = (B, H, nq, v.shape[-1])
     if not isinstance(o, torch.Tensor):
@@ -79,4 +96,4 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
         if bool(wrong.any()):
             raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
                                 f"that see keys (the float64 reference is finite there)")
-    return o, lse
+    return BackendOutput(o, lse, own_lse)

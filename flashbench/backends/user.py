@@ -16,7 +16,8 @@ is set) on torch tensors q [B, H, Nq, d], k, v [B, Hkv, Nk, d] and returns ``o``
 (:mod:`flashbench.backends.outputs`). Optional attributes of the function declare
 what it takes (else the defaults):
 
-- ``flashbench_dtypes``: precision names, default ("fp32", "fp16", "bf16");
+- ``flashbench_dtypes``: precision names, default ``TORCH_FLOATS`` ("fp32", "fp16",
+  "bf16": the registry's default-judged precisions with a torch dtype of their own);
 - ``flashbench_head_dims``: head dims d, default any;
 - ``flashbench_gqa``: True if k, v may have fewer heads than q (Hkv dividing H);
   default False: k and v are expanded to H heads for it;
@@ -34,13 +35,14 @@ import importlib.metadata
 import re
 from functools import partial
 
+from flashbench.backends import TORCH_FLOATS
 from flashbench.kernels.checks import BackendFailed
 from flashbench.precision import PRECISIONS
 
 __all__ = ["GROUP", "parse_spec", "user_backend", "entry_point_names", "find"]
 
 GROUP = "flashbench.backends"
-DEFAULT_DTYPES = ("fp32", "fp16", "bf16")
+DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends)
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _SPEC = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 
@@ -123,8 +125,8 @@ def user_backend(spec: str, name: str | None = None, origin: str = "user"):
     return Backend(name, partial(_call, obj), description, dtypes, timed=partial(_call, obj),
                    head_dims=head_dims, gqa=bool(getattr(obj, "flashbench_gqa", False)),
                    differentiable=bool(getattr(obj, "flashbench_differentiable", False)),
-                   lse="the function's own when it returns (o, lse), else separate fp32 "
-                   "logsumexp", origin=origin)
+                   lse="the function's own when it returns (o, lse); o alone: judged on o",
+                   own_lse=True, origin=origin)
 
 
 def _entry_points(registry) -> dict[str, str]:
