@@ -12,8 +12,8 @@ Two callables per peer, as the registry (:mod:`flashbench.backends`) uses them:
 - ``*_attention``: (o [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32) for accuracy
   checks, with the reference's convention for rows that see no key (o = 0,
   lse = -inf). The LSE comes from the op where it returns one (flex_attention on a
-  GPU), else from a separate fp32 logsumexp of the scaled, masked scores (not part of
-  the op's cost, so never timed).
+  GPU), else from a separate logsumexp of the scaled, masked scores in float64, rounded
+  to fp32 (:func:`reference_lse`; not part of the op's cost, so never timed).
 
 Peers:
 
@@ -72,11 +72,15 @@ def _scores(q, k, scale, causal, dtype):
 
 
 def reference_lse(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
-    """fp32 log-sum-exp [B, H, Nq] of the scaled, masked scores (from fp32 q, k; grouped
-    k expanded): the LSE of an op that returns none."""
+    """fp32 log-sum-exp [B, H, Nq] of the scaled, masked scores, computed in float64 from
+    q, k as given (grouped k expanded) and rounded once to fp32: the stand-in LSE of an op
+    that returns none (shown for information, never judged). Deterministic: an fp32
+    logsumexp varied with BLAS threading (1 run in 4 read 3.6e-5 instead of 5.8e-7 off
+    the float64 LSE); float64's own variation (~1e-16) is far below fp32's rounding."""
     check_causal(causal)
     k, _ = expand_kv(q, k, v)
-    return torch.logsumexp(_scores(q, k, _scale(q, scale), causal, torch.float32), dim=-1)
+    return torch.logsumexp(_scores(q, k, _scale(q, scale), causal, torch.float64),
+                           dim=-1).float()
 
 
 def _zero_blind_rows(o, lse):
