@@ -150,6 +150,16 @@ def test_peak_memory_child_skips_or_fails_with_the_reason():
         peak_memory("benchmarks.common", "shape_of", ["not-a-shape"], 60)
 
 
+def test_backend_timings_resolve_their_backend_through_common(monkeypatch):
+    """Finding 16: bench_backends (and bench_gpu) use common.timed_backend, written once."""
+    from benchmarks import bench_backends, bench_gpu, common
+
+    assert bench_backends.timed_backend is common.timed_backend is bench_gpu.timed_backend
+    with pytest.raises(NotImplementedError, match="lacks backend 'no-such'"):
+        bench_backends.TimeCPUBackend().setup("no-such", "fp32", "1x1x16x16x16", False)
+    assert common.timed_backend("torch-naive").timed_fn is not None
+
+
 def test_gpu_suite_skips_without_a_gpu():
     import torch
 
