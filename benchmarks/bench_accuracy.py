@@ -62,8 +62,13 @@ def _known(dtypes) -> list[str]:
 
 
 def _field(rec, name):
-    """A record's field: measure's dataclasses, or the dicts older commits returned."""
-    return rec[name] if isinstance(rec, dict) else getattr(rec, name)
+    """A record's field: measure's dataclasses, or the dicts older commits returned. An
+    LSE the kernel does not return (None: not judged, the record's lse_note says so) is
+    not applicable: NotImplementedError with that note."""
+    value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
+    if value is None:
+        raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
+    return value
 
 
 class TrackAccuracy:

@@ -150,6 +150,22 @@ def test_peak_memory_child_skips_or_fails_with_the_reason():
         peak_memory("benchmarks.common", "shape_of", ["not-a-shape"], 60)
 
 
+def test_an_lse_the_kernel_does_not_return_is_not_applicable():
+    from flashbench.inputs import Shape
+    from flashbench.measure import LSE_NOT_RETURNED, Accuracy, Case
+
+    stats = {"max_abs": 1e-7, "rmse": 1e-8, "rel_p99": 1e-6}
+    rec = Accuracy(Case(Shape(1, 1, 16, 16, 16)), "mine:fn", "fp32", o=stats, lse=None,
+                   o_standard=stats, lse_standard=stats, o_ratio=1.0, lse_ratio=None,
+                   passed=True, lse_note=LSE_NOT_RETURNED)
+    suite, args = TrackAccuracy(), ({}, "mine:fn", "fp32", False, "s", "normal")
+    suite.rec = rec
+    assert suite.track_o_max_abs(*args) == 1e-7
+    for track in (suite.track_lse_max_abs, suite.track_lse_baseline_ratio):
+        with pytest.raises(NotImplementedError, match="not returned by the kernel"):
+            track(*args)
+
+
 def test_backend_timings_resolve_their_backend_through_common(monkeypatch):
     """Finding 16: bench_backends (and bench_gpu) use common.timed_backend, written once."""
     from benchmarks import bench_backends, bench_gpu, common
