@@ -15,8 +15,9 @@ def add_parser(sub) -> None:
         "measured in the same run, alternately (paired rounds, adaptive sampling within "
         "--budget, false alarms controlled across the review); --reuse judges stored asv "
         "results instead (weaker evidence). Accuracy against base, the band of base's "
-        "ancestors and the baseline rule. Exit 0: nothing regressed, 1: something "
-        "regressed, 2: could not decide (or bad arguments), 3: the review failed.")
+        "ancestors and the baseline rule; peak memory against the factor. Exit 0: nothing "
+        "regressed, 1: something regressed or failed in head, 2: could not decide (or bad "
+        "arguments), 3: the review failed.")
     r.add_argument("base", nargs="?", default="main", help="base revision (default main)")
     r.add_argument("head", nargs="?", default="HEAD", help="head revision (default HEAD)")
     r.add_argument("--reuse", action="store_true",

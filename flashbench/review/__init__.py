@@ -5,19 +5,23 @@ Same-run A/B (the default). Base and head are checked out in git worktrees under
 today's suites (``benchmarks/``, as asv does). The two workers take turns, never at
 once (ABBA...), so both commits see the same machine, load and clocks:
 
-- timings (``time_``, GPU timings whose call synchronises included) and peak memory
-  (``peakmem_``, a fresh process per measurement) are compared on paired rounds: the
+- timings (``time_``, GPU timings whose call synchronises included) are compared on
+  paired rounds (calibration discarded, equal blocks on both sides): the
   interval of the head/base ratio says "slower" above the factor (default 1.10),
   "faster" below 1/factor, "same" inside; comparisons still open are sampled further
   until they are settled or the budget (``--budget`` seconds, 240 by default, 60 with
   ``--quick``) is spent, then "not slower" (interval below the factor) or "ambiguous".
   False alarms are controlled across the review (Benjamini-Hochberg at 5%, header);
   :mod:`flashbench.review.stats` has the statistics.
-- accuracy tracks: worse than base beyond ``--acc-tol``, above the band of the stored
-  results of base's git ancestors, a baseline ratio above 2, or a non-finite head:
-  each a regression, faster or not.
-- coverage: a grid point measured in base but not in head (skipped, failed, gone) is
-  "coverage lost", never silence.
+- peak memory (``peakmem_``, a fresh process per measurement, and tracks in bytes):
+  one value per commit, "more memory" (a regression) when head/base exceeds the factor;
+- accuracy tracks: worse than base beyond ``--acc-tol`` (and "above band" when beyond
+  the stored results of base's git ancestors of the same benchmark version), a rule
+  ratio above its rule's factor or not finite (2 forward, 3 gradients), or a
+  non-finite head: each a regression, faster or not.
+- coverage: failed in head is a regression ("still failing", undecided, when base
+  failed too); measured in base but skipped or gone in head is "coverage lost", never
+  silence.
 
 ``--reuse``: stored asv results (results/ and earlier review runs), labelled as weaker
 evidence (:mod:`flashbench.review.stored`).
@@ -25,7 +29,8 @@ evidence (:mod:`flashbench.review.stored`).
 Every row carries a reason code and its sample count (Markdown and JSON).
 
 Exit status (:mod:`flashbench.review.model`): 0 nothing regressed; 1 something
-regressed; 2 could not decide (an ambiguous row, coverage lost, no results), and bad
+regressed or failed in head; 2 could not decide (an ambiguous row, coverage lost, still
+failing, no results), and bad
 arguments; 3 the review itself failed (git, asv, a worker, an unwritable output).
 
 Modules, one job each: ``gitops`` (revisions, ancestry, dirty trees, worktree
