@@ -353,7 +353,8 @@ def test_memory_rule():
     assert judge_memory(100e6, 111e6, 1.1) == ("more memory", "more-memory")
     assert judge_memory(100e6, 90e6, 1.1) == ("less memory", "less-memory")
     assert judge_memory(100e6, 100e6 / 1.1 + 1, 1.1) == ("same", "within-factor")
-    for bad in (0.0, -1.0, math.nan, math.inf):
+    assert judge_memory(np.int64(100), np.float32(200), 1.1)[1] == "more-memory"
+    for bad in (0.0, -1.0, math.nan, math.inf, None, "x"):
         assert judge_memory(100e6, bad, 1.1) == ("not compared", "not-a-size")
         assert judge_memory(bad, 100e6, 1.1) == ("not compared", "not-a-size")
     assert is_memory("peakmemory", "bytes") and is_memory("track", "bytes")

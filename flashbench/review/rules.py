@@ -174,8 +174,11 @@ def judge_memory(base: float, head: float, factor: float) -> tuple[str, str]:
     measured in the same run: "more memory" (a regression) when head/base > ``factor``,
     "less memory" when below 1/factor, else "same"; a value that is not a positive,
     finite number of bytes cannot be compared ("not compared", exit 2)."""
-    if not all(isinstance(x, int | float) and math.isfinite(x) and x > 0
-               for x in (base, head)):
+    try:
+        base, head = float(base), float(head)
+    except (TypeError, ValueError):
+        return "not compared", "not-a-size"
+    if not all(math.isfinite(x) and x > 0 for x in (base, head)):
         return "not compared", "not-a-size"
     ratio = head / base
     if ratio > factor:
