@@ -279,3 +279,19 @@ def test_torch_floats_and_user_defaults_come_from_the_precision_registry():
                                                                             "bf16")
     assert user.DEFAULT_DTYPES is TORCH_FLOATS
     assert BACKENDS["torch-naive"].dtypes == TORCH_FLOATS
+
+
+def test_triton_unavailable_when_the_interpreter_is_refused_without_a_gpu(monkeypatch):
+    """FLASHBENCH_TRITON_INTERPRET=0 on a machine without a GPU: the Triton backends say
+    why they cannot run (the check lists them as skipped, not as failed)."""
+    from flashbench.backends import get_backend
+
+    monkeypatch.setenv("FLASHBENCH_TRITON_INTERPRET", "0")
+    for name in ("triton", "triton-fp8"):
+        reason = get_backend(name).unavailable()
+        if torch.cuda.is_available():
+            assert reason is None
+        else:
+            assert "refuses Triton's interpreter" in reason
+    monkeypatch.delenv("FLASHBENCH_TRITON_INTERPRET")
+    assert get_backend("triton").unavailable() is None

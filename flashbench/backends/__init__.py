@@ -218,6 +218,11 @@ def _triton_output(q, k, v, causal=False, scale=None):
 def _triton_unavailable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed"
+    from flashbench.kernels import launch
+
+    if launch.interpreter_refused() and launch.default_interpreted():
+        return (f"{launch.ENV_FORCE}=0 refuses Triton's interpreter, and without a GPU "
+                "the kernel runs only interpreted")
     return None
 
 

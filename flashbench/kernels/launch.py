@@ -95,6 +95,12 @@ def _force() -> bool | None:
     return value == "1"
 
 
+def interpreter_refused() -> bool:
+    """``FLASHBENCH_TRITON_INTERPRET=0``: launches that could only run interpreted are
+    refused (:func:`interpreted_for`)."""
+    return _force() is False
+
+
 def _triton_interprets() -> bool:
     # the process was started with TRITON_INTERPRET=1: Triton interprets every kernel
     return os.environ.get("TRITON_INTERPRET", "") == "1"
