@@ -87,13 +87,14 @@ def test_a_cpu_only_machine_says_it_interprets(monkeypatch, value):
 def test_backend_and_measure_say_interpreted_on_a_cpu_only_machine_with_interpret_0():
     """A fresh process, GPUs hidden, FLASHBENCH_TRITON_INTERPRET=0 before import: the
     Triton backends report interpreted runs, big shapes are 'too slow for the interpreter',
-    and a call fails with the refusal rather than running interpreted."""
+    and a call is refused (the backend is unavailable, with the reason) rather than
+    running interpreted."""
     code = textwrap.dedent("""
         import torch
         from flashbench.backends import get_backend
         from flashbench.inputs import Shape
         from flashbench.kernels import triton_fwd
-        from flashbench.kernels.checks import BackendFailed
+        from flashbench.kernels.checks import BackendUnavailable
         from flashbench.measure import interpreter_too_slow
         assert not torch.cuda.is_available()
         assert triton_fwd.INTERPRET is True
@@ -105,7 +106,7 @@ def test_backend_and_measure_say_interpreted_on_a_cpu_only_machine_with_interpre
         q = torch.randn(1, 2, 8, 32)
         try:
             get_backend("triton")(q, q, q)
-        except BackendFailed as exc:
+        except BackendUnavailable as exc:
             assert "FLASHBENCH_TRITON_INTERPRET=0 refuses" in str(exc), exc
         else:
             raise AssertionError("an interpreted launch ran with FLASHBENCH_TRITON_INTERPRET=0")
