@@ -251,6 +251,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="review --quick")
     p.add_argument("--threads", type=int, help="review --threads")
     p.add_argument("--workdir", help="where to clone (default: a temporary folder, removed)")
+    p.add_argument("--save", help="a folder to write each review's JSON to (<size>-<i>.json)")
     args = p.parse_args(argv)
     if args.reviews < 1 or any(not 1.0 < s < 100 for s in args.sizes):
         p.error("--reviews must be >= 1 and every size in (1, 100)")
@@ -277,6 +278,10 @@ def main(argv=None) -> int:
             for i in range(args.reviews):
                 doc, seconds = review(repo, home, commits["base"], commits[label], args)
                 docs.append((doc, seconds))
+                if args.save:
+                    out = Path(args.save)
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / f"{label}-{i + 1}.json").write_text(json.dumps(doc, indent=1))
                 slower = sum(x["verdict"] == "slower" for x in doc["rows"])
                 print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
                       f"{seconds:.0f} s", file=sys.stderr, flush=True)
