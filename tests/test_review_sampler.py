@@ -14,8 +14,10 @@ class Machine:
     (which pairing cancels) and a little independent noise; a clock that advances by
     what the blocks cost."""
 
-    def __init__(self, truth, seconds=0.05, status=None, seed=0, load=0.3, noise=0.02):
+    def __init__(self, truth, seconds=0.05, status=None, seed=0, load=0.3, noise=0.02,
+                 costs=None):
         self.truth, self.seconds, self.status = truth, seconds, status or {}
+        self.costs = costs or {}  # per-benchmark seconds per call (default ``seconds``)
         self.rng = np.random.default_rng(seed)
         self.load, self.noise = load, noise
         self.now = 0.0
@@ -32,7 +34,8 @@ class Machine:
             return {"status": status, "reason": f"{status} on purpose"}
         if len(self.calls) % 2 == 1:  # first block of a round: the load moved since
             self._load = float(np.exp(self.rng.normal(0, self.load)))
-        t = self.seconds * (self.truth[point.name] if side == "head" else 1.0) * self._load
+        seconds = self.costs.get(point.name, self.seconds)
+        t = seconds * (self.truth[point.name] if side == "head" else 1.0) * self._load
         number = plan.number or 1
         samples = [t * float(np.exp(self.rng.normal(0, self.noise)))
                    for _ in range(plan.per_block)]
@@ -146,6 +149,22 @@ def test_budget_is_kept_and_the_first_round_always_runs():
     # calibration and round 1 of each (4 blocks), no round started that would overrun
     assert m.now <= 5 * 4 * 1.6 + 3.0
     assert all(r.verdict == "ambiguous" for r in rows.values() if r.samples < MIN_ROUNDS)
+
+
+def test_a_costly_comparison_does_not_starve_the_cheap_ones():
+    """The next rounds go to the open comparison whose next look is cheapest to reach:
+    taking every comparison to each look in turn let one 5 s timing spend the budget
+    before the cheap slowdowns reached the look that settles them."""
+    truth = {f"b.time_slow{i}": 1.3 for i in range(6)} | {"b.time_costly": 1.0}
+    m = Machine(truth, seconds=0.05, costs={"b.time_costly": 5.0}, load=0.3, noise=0.03,
+                seed=11)
+    rows, sampler = run(m, list(truth), budget=45.0)
+    assert m.now <= 45.0 + 4 * 5.0 * 1.5  # calibration + round 1 of the costly one run anyway
+    for i in range(6):
+        slow = rows[f"b.time_slow{i}"]
+        assert slow.verdict == "slower", slow
+    costly = rows["b.time_costly"]
+    assert costly.samples <= min(rows[f"b.time_slow{i}"].samples for i in range(6))
 
 
 def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():

@@ -32,6 +32,18 @@ class Things:
         return 10.0 * n
 
 
+COUNT = []
+
+
+def time_long():
+    COUNT.append(1)
+    time.sleep(0.03)
+
+
+def track_long_calls():
+    return float(len(COUNT))
+
+
 def time_broken():
     raise RuntimeError("broken on purpose")
 
@@ -83,6 +95,20 @@ def test_timing_calibrates_to_ten_milliseconds_and_reports_statuses(worker):
     assert broken["status"] == "failed" and "broken on purpose" in broken["reason"]
     gone = worker.ask(op="time", name="suite.nothing", index=0, number=0, samples=1)
     assert gone["status"] == "missing"
+
+
+def test_a_call_longer_than_a_sample_calibrates_with_that_one_call(worker):
+    """Calibration blocks are discarded by the sampler: for a call longer than a sample
+    (number 1) the calibrating call is the block's sample, not a second call."""
+    before = worker.ask(op="track", name="suite.track_long_calls", index=0)["value"]
+    r = worker.ask(op="time", name="suite.time_long", index=0, number=0, samples=1)
+    after = worker.ask(op="track", name="suite.track_long_calls", index=0)["value"]
+    assert r["status"] == "ok" and r["number"] == 1 and len(r["samples"]) == 1
+    assert 0.03 <= r["samples"][0] < 0.5
+    assert after - before == 1
+    r = worker.ask(op="time", name="suite.time_long", index=0, number=0, samples=2)
+    assert len(r["samples"]) == 2  # the first call, then one more
+    assert worker.ask(op="track", name="suite.track_long_calls", index=0)["value"] == after + 2
 
 
 def test_tracks_return_their_value(worker):

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     r.add_argument("--acc-tol", type=finite(0.0, 10.0), default=0.02,
                    help="relative accuracy tolerance, >= 0 (default 0.02)")
     r.add_argument("--budget", type=finite(0.0, 86400.0, lo_open=True), default=None,
-                   help="seconds of same-run sampling (default 240; 60 with --quick)")
+                   help="seconds of same-run sampling (default 280; 60 with --quick)")
     r.add_argument("--bench", type=regex, help="only benchmarks whose name matches this regex")
     r.add_argument("--machine", type=machine_name,
                    help="machine name (default: flashbench.machine's name for this machine)")

@@ -9,7 +9,7 @@ once (ABBA...), so both commits see the same machine, load and clocks:
   paired rounds (calibration discarded, equal blocks on both sides): the
   interval of the head/base ratio says "slower" above the factor (default 1.10),
   "faster" below 1/factor, "same" inside; comparisons still open are sampled further
-  until they are settled or the budget (``--budget`` seconds, 240 by default, 60 with
+  until they are settled or the budget (``--budget`` seconds, 280 by default, 60 with
   ``--quick``) is spent, then "not slower" (interval below the factor) or "ambiguous".
   False alarms are controlled across the review (Benjamini-Hochberg at 5%, header);
   :mod:`flashbench.review.stats` has the statistics.

@@ -17,14 +17,21 @@ wires it to the two workers). For each timing (``time_``) grid point:
    call: load only ever adds time, so the least disturbed sample is the best estimate
    of the block (timeit's advice). Both sides run the same blocks, so load and clock
    changes hit them alike and cancel in the round's log-ratio.
-3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: after each pass every
-   open comparison has that many rounds (cheapest first), and
-   :func:`flashbench.review.rules.decide` settles what it can. Settled comparisons
-   stop; open ones go on to the next look.
+3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
+   when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
+   it if it can (the family for Benjamini-Hochberg is every comparison, at its current
+   rounds). Settled comparisons stop. The next step always goes to the open comparison
+   whose next look is cheapest to reach (rounds still needed x the wall time of its last
+   round): cheap timings climb the looks quickly and leave the budget to the rest, and
+   a costly one is not allowed to spend the budget on one more round while cheaper
+   comparisons could be settled with it. (Taking every comparison to each look in turn
+   spent the whole budget of a review over the CPU timing suites, about 57 s per round,
+   before the first look of the costly ones, and settled almost nothing.)
 4. The budget (wall seconds of sampling, counted from the calibration, which always
-   runs with round 1) ends the schedule early: a round that would overrun it is not
-   started. What is still open is judged once more on the rounds it has (that
-   judgement takes the place of a look it did not get).
+   runs with round 1) ends the schedule when even the cheapest next step would overrun
+   it; a round that would overrun it is never started. What is still open is judged
+   once more on the rounds it has (that judgement takes the place of a look it did not
+   get).
 
 Peak memory is not sampled here: it is one deterministic value per commit
 (:func:`flashbench.review.rules.judge_memory`).
@@ -147,36 +154,44 @@ class Sampler:
                                          base.get("status", "failed"),
                                          head.get("status", "failed"),
                                          base.get("reason", ""), head.get("reason", "")))
-        for look, target in enumerate(LOOKS):
-            open_plans = sorted((p for p in plans if p.pair.decided is None),
-                                key=lambda p: p.round_cost)
-            if not open_plans:
+        while True:
+            steps = [(need * plan.round_cost, plan.pair.rounds, i, target, plan)
+                     for i, plan in enumerate(plans) if plan.pair.decided is None
+                     for target in [_next_look(plan.pair.rounds)] if target is not None
+                     for need in [target - plan.pair.rounds]]
+            if not steps:
                 break
-            self.log(f"look {look + 1}/{len(LOOKS)}: {len(open_plans)} open comparison(s), "
-                     f"{max(self._left(), 0):.0f} s of budget left")
-            reached = []
-            for plan in open_plans:
-                while plan.pair.rounds < target and not self.out_of_budget:
+            cost, _, _, target, plan = min(steps, key=lambda step: step[:3])
+            if cost > self._left():
+                self.out_of_budget = True
+                self.log(f"budget of {self.budget:.0f} s spent: {len(steps)} comparison(s) "
+                         "still open")
+                break
+            try:
+                while plan.pair.rounds < target:
                     if plan.round_cost > self._left():
                         self.out_of_budget = True
                         break
-                    try:
-                        self._round(plan)
-                    except _Broken as broken:
-                        plans.remove(plan)
-                        rows.append(broken.row(plan))
-                        break
-                if plan in plans and plan.pair.rounds >= target:
-                    reached.append(plan)
+                    self._round(plan)
+            except _Broken as broken:
+                plans.remove(plan)
+                rows.append(broken.row(plan))
+                continue
+            if self.out_of_budget:
+                break
             pairs = [p.pair for p in plans]
             for pair, decision in zip(pairs, decide(pairs, self.factor, self.q_look),
                                       strict=True):
-                if decision is not None and any(pair is p.pair for p in reached):
+                if pair is plan.pair and decision is not None:
                     pair.decided = decision
-            if self.out_of_budget:
-                self.log(f"budget of {self.budget:.0f} s spent at look {look + 1}")
-                break
+                    self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
+                             f"{pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget left")
         return [p.pair for p in plans], rows
+
+
+def _next_look(rounds: int) -> int | None:
+    """The first look after ``rounds`` rounds (None after the last)."""
+    return next((look for look in LOOKS if look > rounds), None)
 
 
 class _Broken(Exception):

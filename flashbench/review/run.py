@@ -36,7 +36,7 @@ from flashbench.review.stats import FALSE_ALARM_RATE
 from flashbench.review.tracks import band_source, track_rows
 from flashbench.review.workers import Worker, list_suites, peak_memory
 
-DEFAULT_BUDGET = 240.0  # seconds of A/B sampling (a full review within ~5 minutes)
+DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (a full review within ~5 minutes)
 QUICK_BUDGET = 60.0  # --quick (within ~2 minutes)
 MAX_BUDGET = 24 * 3600.0
 MAX_FACTOR = 10.0

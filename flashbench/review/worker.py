@@ -151,14 +151,18 @@ def time_point(suites: Suites, req: dict) -> dict:
     timer = getattr(b, "timer", None) or time.perf_counter  # the suite's own, as asv
     number = int(req.get("number") or 0)
     try:
+        samples = []
         if number <= 0:  # calibrate: the first call is also the warm-up
             once = _sample(func, 1, timer)
             number = max(1, math.ceil(1.2 * SAMPLE_SECONDS / max(once, 1e-9)))
             if once < WARMUP_BELOW and number > 1:
                 _sample(func, number, timer)
+            elif number == 1:  # a call longer than a sample: it is the calibration's sample
+                samples.append(once)  # (the sampler discards calibration blocks)
         elif req.get("warmup"):
             _sample(func, 1, timer)
-        samples = [_sample(func, number, timer) / number for _ in range(int(req.get("samples", 1)))]
+        while len(samples) < max(1, int(req.get("samples", 1))):
+            samples.append(_sample(func, number, timer) / number)
     except Exception as exc:
         return {"status": "failed", "reason": _reason(exc)}
     finally:
