@@ -152,7 +152,7 @@ def test_budget_is_kept_and_the_first_round_always_runs():
 
 
 def test_a_costly_comparison_does_not_starve_the_cheap_ones():
-    """The next rounds go to the open comparison whose next look is cheapest to reach:
+    """The next rounds go to the open comparison with the least sampling time so far:
     taking every comparison to each look in turn let one 5 s timing spend the budget
     before the cheap slowdowns reached the look that settles them."""
     truth = {f"b.time_slow{i}": 1.3 for i in range(6)} | {"b.time_costly": 1.0}
@@ -165,6 +165,18 @@ def test_a_costly_comparison_does_not_starve_the_cheap_ones():
         assert slow.verdict == "slower", slow
     costly = rows["b.time_costly"]
     assert costly.samples <= min(rows[f"b.time_slow{i}"].samples for i in range(6))
+
+
+def test_a_costly_comparison_still_gets_its_first_look():
+    """Fair shares in time: once the cheap comparisons have spent as long as the costly
+    one's calibration, the costly one reaches its first look (3 rounds) and can settle."""
+    truth = {f"b.time_edge{i}": 1.1 for i in range(4)} | {"b.time_costly": 1.0}
+    m = Machine(truth, seconds=0.05, costs={"b.time_costly": 1.0}, load=0.3, noise=0.02,
+                seed=2)
+    rows, _ = run(m, list(truth), budget=80.0)
+    costly = rows["b.time_costly"]
+    assert costly.samples >= MIN_ROUNDS and costly.verdict == "same", costly
+    assert all(rows[f"b.time_edge{i}"].samples > costly.samples for i in range(4))
 
 
 def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():

@@ -20,16 +20,18 @@ wires it to the two workers). For each timing (``time_``) grid point:
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
-   rounds). Settled comparisons stop. The next step always goes to the open comparison
-   whose next look is cheapest to reach (rounds still needed x the wall time of its last
-   round): cheap timings climb the looks quickly and leave the budget to the rest, and
-   a costly one is not allowed to spend the budget on one more round while cheaper
-   comparisons could be settled with it. (Taking every comparison to each look in turn
-   spent the whole budget of a review over the CPU timing suites, about 57 s per round,
-   before the first look of the costly ones, and settled almost nothing.)
+   rounds). Settled comparisons stop. The next step goes to the open comparison with
+   the least sampling time so far, counting the step (rounds still needed to its next
+   look x the wall time of its last round): every comparison gets a fair share of the
+   budget in time, so cheap timings climb the looks quickly and a multi-second one
+   still gets its first look, but cannot spend on one round what would settle ten
+   cheap comparisons. A step that would overrun the budget gives way to the next one
+   that fits. (Taking every comparison to each look in turn spent the whole budget of
+   a review over the CPU timing suites, about 57 s per round, before the first look
+   of the costly ones: 32 of 66 rows of a no-op review stayed ambiguous.)
 4. The budget (wall seconds of sampling, counted from the calibration, which always
-   runs with round 1) ends the schedule when even the cheapest next step would overrun
-   it; a round that would overrun it is never started. What is still open is judged
+   runs with round 1) ends the schedule when no next step fits in what is left; a
+   round that would overrun it is never started. What is still open is judged
    once more on the rounds it has (that judgement takes the place of a look it did not
    get).
 
@@ -81,6 +83,7 @@ class Plan:
     per_block: int = 1
     warmup: bool = False
     round_cost: float = 0.0  # wall seconds of its last round
+    spent: float = 0.0  # wall seconds of all its blocks so far (calibration included)
 
 
 Measure = Callable[[Point, str, Plan], dict]
@@ -138,6 +141,7 @@ class Sampler:
         plans: list[Plan] = []
         rows: list[Row] = []
         for point in points:  # calibration (discarded), then round 1
+            t0 = self.clock()
             plan = Plan(point, Paired(point.name, point.params, point.unit))
             base = self._block(plan, "base")  # number 0: calibrates number and per_block
             head = (self._calibrated(plan, "head") if base.get("status") == "ok"
@@ -148,6 +152,7 @@ class Sampler:
                 except _Broken as broken:
                     rows.append(broken.row(plan))
                     continue
+                plan.spent = self.clock() - t0
                 plans.append(plan)
             else:
                 rows.append(coverage_row(point.kind, point.name, point.params, point.unit,
@@ -155,29 +160,31 @@ class Sampler:
                                          head.get("status", "failed"),
                                          base.get("reason", ""), head.get("reason", "")))
         while True:
-            steps = [(need * plan.round_cost, plan.pair.rounds, i, target, plan)
-                     for i, plan in enumerate(plans) if plan.pair.decided is None
-                     for target in [_next_look(plan.pair.rounds)] if target is not None
-                     for need in [target - plan.pair.rounds]]
+            steps = sorted((plan.spent + cost, cost, i, target, plan)
+                           for i, plan in enumerate(plans) if plan.pair.decided is None
+                           for target in [_next_look(plan.pair.rounds)] if target is not None
+                           for cost in [(target - plan.pair.rounds) * plan.round_cost])
             if not steps:
                 break
-            cost, _, _, target, plan = min(steps, key=lambda step: step[:3])
-            if cost > self._left():
+            step = next((st for st in steps if st[1] <= self._left()), None)
+            if step is None:
                 self.out_of_budget = True
                 self.log(f"budget of {self.budget:.0f} s spent: {len(steps)} comparison(s) "
                          "still open")
                 break
+            _, _, _, target, plan = step
+            t0 = self.clock()
             try:
-                while plan.pair.rounds < target:
-                    if plan.round_cost > self._left():
-                        self.out_of_budget = True
-                        break
+                while plan.pair.rounds < target and plan.round_cost <= self._left():
                     self._round(plan)
             except _Broken as broken:
                 plans.remove(plan)
                 rows.append(broken.row(plan))
                 continue
-            if self.out_of_budget:
+            finally:
+                plan.spent += self.clock() - t0
+            if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
+                self.out_of_budget = True
                 break
             pairs = [p.pair for p in plans]
             for pair, decision in zip(pairs, decide(pairs, self.factor, self.q_look),
