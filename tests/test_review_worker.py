@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashbench.review.workers import Worker, peak_memory
+from flashbench.review.workers import Worker, peak_memory, shared_cpus
 
 SUITE = '''
 import time
@@ -109,6 +109,30 @@ def test_a_call_longer_than_a_sample_calibrates_with_that_one_call(worker):
     r = worker.ask(op="time", name="suite.time_long", index=0, number=0, samples=2)
     assert len(r["samples"]) == 2  # the first call, then one more
     assert worker.ask(op="track", name="suite.track_long_calls", index=0)["value"] == after + 2
+
+
+def test_both_workers_can_be_pinned_to_one_cpu(tree, tmp_path):
+    """With --threads N, base and head run on the same last N CPUs (a slower core must
+    not slow one side only); without --threads they are not pinned."""
+    import os
+
+    allowed = sorted(os.sched_getaffinity(0))
+    assert shared_cpus(None) is None
+    cpus = shared_cpus(1)
+    if len(allowed) == 1:
+        assert cpus is None  # nothing to choose: one CPU
+        return
+    assert cpus == frozenset(allowed[-1:])
+    workers = [Worker(side, tree, tree / "benchmarks", tmp_path / f"{side}.log", 1, cpus)
+               for side in ("base", "head")]
+    try:
+        for w in workers:
+            w.start()
+            assert os.sched_getaffinity(w.proc.pid) == cpus
+            assert w.ask(op="track", name="suite.Things.track_value", index=0)["value"] == 10.0
+    finally:
+        for w in workers:
+            w.stop()
 
 
 def test_tracks_return_their_value(worker):

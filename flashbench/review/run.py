@@ -34,7 +34,7 @@ from flashbench.review.model import Review
 from flashbench.review.rules import look_level, paired_rows
 from flashbench.review.stats import FALSE_ALARM_RATE
 from flashbench.review.tracks import band_source, track_rows
-from flashbench.review.workers import Worker, list_suites, peak_memory
+from flashbench.review.workers import Worker, list_suites, peak_memory, shared_cpus
 
 DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (a full review within ~5 minutes)
 QUICK_BUDGET = 60.0  # --quick (within ~2 minutes)
@@ -248,9 +248,13 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
         workers = {}
+        cpus = shared_cpus(opts.threads)
+        if cpus:
+            review.notes.append(f"Both workers pinned to CPU {', '.join(map(str, sorted(cpus)))}"
+                                ": base and head run on the same core(s), one at a time.")
         for side, tree in trees.items():
             workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log",
-                                   opts.threads)
+                                   opts.threads, cpus)
             stack.callback(workers[side].stop)
             workers[side].start()
             if workers[side].error:

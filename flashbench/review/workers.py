@@ -52,13 +52,27 @@ def _tail(path: Path, lines: int = 1) -> str:
     return " | ".join(text[-lines:])
 
 
+def shared_cpus(threads: int | None) -> frozenset[int] | None:
+    """The CPUs both workers of a review are pinned to: the last ``threads`` CPUs this
+    process may use (None without ``threads``, or where affinity is not available).
+
+    Base and head never run at once, so one core costs them nothing; on separate cores
+    a busier or slower core (a virtual CPU whose sibling another tenant uses) moves one
+    side's times and not the other's, which pairing cannot cancel."""
+    if not threads or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return frozenset(allowed[-threads:]) if len(allowed) > threads else None
+
+
 class Worker:
     """``worker.py serve`` in ``tree``: one request, one reply (JSON lines)."""
 
     def __init__(self, label: str, tree: Path, bench_dir: Path, log: Path,
-                 threads: int | None = None):
+                 threads: int | None = None, cpus: frozenset[int] | None = None):
         self.label, self.tree, self.bench_dir, self.log = label, Path(tree), bench_dir, log
         self.threads = threads
+        self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
         self.proc: subprocess.Popen | None = None
         self.error: str | None = None  # discovery failed in this commit: why
 
@@ -72,6 +86,11 @@ class Worker:
                     stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
             except OSError as exc:
                 raise WorkerError(f"cannot start the {self.label} worker: {exc}") from None
+        if self.cpus:
+            try:
+                os.sched_setaffinity(self.proc.pid, self.cpus)
+            except (OSError, AttributeError):  # not Linux, or the CPUs went away
+                self.cpus = None
         first = self._read(START_TIMEOUT)
         if first is None:
             raise WorkerError(f"the {self.label} worker did not start: {_tail(self.log)}")
