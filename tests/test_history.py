@@ -356,7 +356,10 @@ def test_committed_results_read_alike_after_the_suites_changed(tmp_path):
         assert list(after[name]) == list(before[name])
     pd.testing.assert_frame_equal(throughput(after), throughput(before))
     pd.testing.assert_frame_equal(error_bands(after), error_bands(before))
-    assert len(throughput(before)) == 24  # one-shot, streamed, torch-naive, torch-sdpa x 6
+    tput = throughput(before)
+    old = tput[tput["machine"] == "cpu-x86_64-2cpu-24gb"]
+    assert len(old) == 24  # one-shot, streamed, torch-naive, torch-sdpa x 6 (the 23 old files)
+    assert (tput["machine"] == "cpu-x86_64-xeon-2cpu-24gb").any()  # the re-run's series
 
 
 def _suite_classes() -> set[str]:
