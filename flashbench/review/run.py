@@ -36,8 +36,8 @@ from flashbench.review.stats import FALSE_ALARM_RATE
 from flashbench.review.tracks import band_source, track_rows
 from flashbench.review.workers import Worker, list_suites, peak_memory, shared_cpus
 
-DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (a full review within ~5 minutes)
-QUICK_BUDGET = 60.0  # --quick (within ~2 minutes)
+DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (the timing suites' share of ~5 minutes)
+QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outlasts it otherwise)
 MAX_BUDGET = 24 * 3600.0
 MAX_FACTOR = 10.0
 MAX_ACC_TOL = 10.0
@@ -249,9 +249,6 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                  for side, commit in (("base", review.base), ("head", review.head))}
         workers = {}
         cpus = shared_cpus(opts.threads)
-        if cpus:
-            review.notes.append(f"Both workers pinned to CPU {', '.join(map(str, sorted(cpus)))}"
-                                ": base and head run on the same core(s), one at a time.")
         for side, tree in trees.items():
             workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log",
                                    opts.threads, cpus)
@@ -260,6 +257,9 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             if workers[side].error:
                 review.problems.append(f"{side} {getattr(review, side)[:8]}: "
                                        f"{workers[side].error}")
+        if cpus and all(w.cpus for w in workers.values()):  # a refused pin unsets it
+            review.notes.append(f"Both workers pinned to CPU {', '.join(map(str, sorted(cpus)))}"
+                                ": base and head run on the same core(s), one at a time.")
         tracks = [p for p in points if p.type == "track"]
         peakmem = [p for p in points if p.type == "peakmemory"]
         timed = [p for p in points if p.type == "time"]
