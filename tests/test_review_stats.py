@@ -482,3 +482,99 @@ def test_points_measured_in_neither_commit_are_counted_not_listed():
     text = render_markdown(review)
     assert "time_gpu" not in text and "2 grid point(s) measured in neither commit" in text
     assert "time_gpu" in render_markdown(review, all_rows=True)
+
+
+# --------------------------------------------------------------------------- moderated variances
+
+
+def test_digamma_and_trigamma_at_known_points():
+    from flashbench.review.stats import digamma, trigamma
+
+    assert digamma(1.0) == pytest.approx(-0.5772156649015329, abs=1e-12)
+    assert digamma(0.5) == pytest.approx(-0.5772156649015329 - 2 * math.log(2), abs=1e-12)
+    assert digamma(10.0) == pytest.approx(2.251752589066721, abs=1e-12)
+    assert trigamma(1.0) == pytest.approx(math.pi ** 2 / 6, abs=1e-12)
+    assert trigamma(0.5) == pytest.approx(math.pi ** 2 / 2, abs=1e-11)
+    assert trigamma(7.5) == pytest.approx(0.142615896696704, abs=1e-12)  # mpmath
+    with pytest.raises(ValueError, match="x > 0"):
+        digamma(0.0)
+
+
+@given(st.floats(0.01, 500.0))
+def test_trigamma_inverse_inverts(x):
+    from flashbench.review.stats import trigamma, trigamma_inverse
+
+    assert trigamma_inverse(trigamma(x)) == pytest.approx(x, rel=1e-8)
+
+
+def _locations(sds, rounds, rng, centre=0.0):
+    return [trimmed_location(rng.normal(centre, sd, rounds)) for sd in sds]
+
+
+def test_prior_recovers_a_known_scaled_inverse_chi_square():
+    from flashbench.review.stats import fit_prior
+
+    rng = np.random.default_rng(3)
+    d0, s0 = 12.0, 0.03
+    true_var = d0 * s0 ** 2 / rng.chisquare(d0, 3000)  # each comparison's own variance
+    prior = fit_prior(_locations(np.sqrt(true_var), 5, rng))
+    assert prior.family == 3000
+    assert prior.s2 == pytest.approx(s0 ** 2, rel=0.1)
+    assert 8.0 < prior.d0 < 18.0
+
+
+def test_prior_needs_a_family_and_caps_agreeing_variances():
+    from flashbench.review.stats import MAX_PRIOR_DF, MIN_FAMILY, fit_prior
+
+    rng = np.random.default_rng(4)
+    assert fit_prior(_locations([0.02] * (MIN_FAMILY - 1), 5, rng)) is None
+    assert fit_prior([trimmed_location([0.1] * 5)] * 10) is None  # zero variance lends none
+    alike = fit_prior(_locations([0.02] * 400, 8, rng))  # one true variance: sampling only
+    assert alike.d0 > 40 or alike.d0 == MAX_PRIOR_DF
+    scattered = fit_prior(_locations(np.exp(rng.uniform(-6, 0, 400)), 8, rng))
+    assert scattered.d0 < 3  # variances 400x apart lend next to nothing
+
+
+def _family(rng, ratios, sds, rounds):
+    pairs = []
+    for i, (ratio, sd) in enumerate(zip(ratios, sds, strict=True)):
+        base = np.exp(rng.normal(0.0, 0.05, rounds))  # load moves both halves of a round
+        head = base * ratio * np.exp(rng.normal(0.0, sd, rounds))
+        pairs.append(Paired("b", f"p{i}", base=list(base), head=list(head)))
+    return pairs
+
+
+def test_moderation_decides_at_the_first_look_what_a_plain_t_cannot():
+    from flashbench.review.rules import family_prior
+
+    rng = np.random.default_rng(5)
+    pairs = _family(rng, [1.25] * 4 + [1.0] * 40, [0.02] * 44, MIN_ROUNDS)
+    verdicts = decide(pairs, 1.1, Q)
+    assert [v and v[0] for v in verdicts[:4]] == ["slower"] * 4
+    assert all(v is not None and v[0] == "same" for v in verdicts[4:])
+    plain = [against_factor(p.log_ratios(), 1.1).p_change for p in pairs]
+    assert benjamini_hochberg(plain, Q)[:4].sum() < 4  # 2 degrees of freedom: not all
+    prior = family_prior(pairs)
+    assert prior.family == 44 and 0.01 < math.sqrt(prior.s2) < 0.04
+
+
+def test_one_burst_still_widens_its_own_interval():
+    rng = np.random.default_rng(6)
+    pairs = _family(rng, [1.0] * 30, [0.02] * 30, MIN_ROUNDS)
+    burst = pairs[0]
+    burst.head[0] *= 1.6  # one round of head hit by load: mean log-ratio ~ 0.16 > log 1.1
+    assert math.exp(np.mean(burst.log_ratios())) > 1.1
+    assert decide(pairs, 1.1, Q)[0] is None  # not "slower": its own variance still counts
+
+
+@pytest.mark.parametrize("rounds", [3, 5, 8])
+def test_moderated_false_alarms_at_the_factor_stay_within_the_rate(rounds):
+    """The worst null for "slower": every true ratio exactly at the factor, variances
+    scattered over a decade. Families with any "slower" must stay near the rate q."""
+    rng = np.random.default_rng(100 + rounds)
+    q, families, alarms = 0.05, 300, 0
+    for _ in range(families):
+        sds = np.exp(rng.uniform(math.log(0.01), math.log(0.1), 40))
+        pairs = _family(rng, [1.1] * 40, sds, rounds)
+        alarms += any(v is not None and v[0] == "slower" for v in decide(pairs, 1.1, q))
+    assert alarms / families <= 1.6 * q

@@ -33,10 +33,13 @@ from flashbench.review.stats import (
     FALSE_ALARM_RATE,
     LOOKS,
     MIN_ROUNDS,
+    Prior,
     against_factor,
     benjamini_hochberg,
     fcr_level,
+    fit_prior,
     log_ratios,
+    trimmed_location,
 )
 
 OK_STATUS = "ok"
@@ -69,14 +72,21 @@ def look_level(q: float = FALSE_ALARM_RATE, looks: int = len(LOOKS)) -> float:
     return q / looks
 
 
+def family_prior(pairs: list[Paired]) -> Prior | None:
+    """The variance prior of a review's paired comparisons (:func:`fit_prior`): every
+    comparison with two rounds or more lends its variance, settled ones too."""
+    return fit_prior([trimmed_location(p.log_ratios()) for p in pairs if p.rounds >= 2])
+
+
 def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str, str] | None]:
     """One look at every comparison: (verdict, reason) where it is settled, else None.
 
     Comparisons settled at an earlier look keep their verdict (their rounds stopped);
     the family is the whole list, so Benjamini-Hochberg sees every comparison's current
-    p-value.
+    p-value, and the variance prior (:func:`family_prior`) is fitted to all of them.
     """
-    evidence = [against_factor(p.log_ratios(), factor) for p in pairs]
+    prior = family_prior(pairs)
+    evidence = [against_factor(p.log_ratios(), factor, prior) for p in pairs]
     selected = benjamini_hochberg([e.p_change for e in evidence], q_look)
     out = []
     for p, e, sel in zip(pairs, evidence, selected, strict=True):
@@ -94,7 +104,8 @@ def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str,
 def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
     """Final rows of the paired comparisons (after the last look)."""
     decisions = decide(pairs, factor, q_look)
-    evidence = [against_factor(p.log_ratios(), factor) for p in pairs]
+    prior = family_prior(pairs)
+    evidence = [against_factor(p.log_ratios(), factor, prior) for p in pairs]
     selected = sum(1 for d in decisions if d and d[1] == "significant")
     level = fcr_level(selected, len(pairs), q_look)
     rows = []

@@ -31,7 +31,7 @@ from flashbench.machine import check_machine_name, cpu_model, derived_name, gpu_
 from flashbench.review.ab import Point, Sampler
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
 from flashbench.review.model import Review
-from flashbench.review.rules import look_level, paired_rows
+from flashbench.review.rules import family_prior, look_level, paired_rows
 from flashbench.review.stats import FALSE_ALARM_RATE
 from flashbench.review.tracks import band_source, track_rows
 from flashbench.review.workers import Worker, list_suites, peak_memory, shared_cpus
@@ -296,6 +296,14 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                               log=lambda text: log("review: " + text))
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
+            prior = family_prior(pairs)
+            if prior is not None:
+                review.notes.append(
+                    f"Intervals use moderated variances (empirical Bayes over the "
+                    f"{prior.family} timing comparisons with 2 rounds or more): a prior "
+                    f"spread of {math.sqrt(prior.s2):.2%} per round's log-ratio, worth "
+                    f"{prior.d0:.1f} rounds' degrees of freedom, is pooled with each "
+                    "comparison's own.")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 

@@ -26,9 +26,21 @@ halves of a round alike, so it cancels in ``d_i``; what is left scatters around
   are the false-coverage-rate adjusted ones (Benjamini & Yekutieli 2005): level
   ``1 - R q_look / m`` for R selected of m.
 
-Zero variance (all rounds equal) gives a zero-width interval: decisive when it lies
-off the factor's boundary, p = 1 on it. Fewer than :data:`MIN_ROUNDS` rounds decide
-nothing (p = 1, infinite interval).
+- Moderated variances (empirical Bayes, Smyth 2004, limma's moderated t): a review
+  measures dozens of comparisons on one machine, a few rounds each, and their
+  variances are alike. :func:`fit_prior` fits a scaled inverse chi-square prior
+  (``s0^2`` with ``d0`` degrees of freedom) to every comparison's variance; each
+  comparison's variance is then ``(d0 s0^2 + d s^2) / (d0 + d)`` with ``d0 + d``
+  degrees of freedom. With 3 rounds a plain t interval has 2 degrees of freedom and
+  a 99.9% quantile of 22: it takes about eight rounds to clear a factor of 1.1 at a
+  1.2x change, the machine's noise allowing four. The prior's ``d0`` is estimated
+  from how much the variances differ: alike variances lend many degrees of freedom,
+  scattered ones few (``d0`` near 0 is the plain t again). A comparison's own
+  variance keeps its weight, so one round hit by load still widens its interval.
+
+Zero variance (all rounds equal) gives a zero-width interval without a prior:
+decisive when it lies off the factor's boundary, p = 1 on it. Fewer than
+:data:`MIN_ROUNDS` rounds decide nothing (p = 1, infinite interval).
 """
 
 from __future__ import annotations
@@ -124,12 +136,28 @@ def t_quantile(p: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class Location:
-    """Centre of the log-ratios, its standard error and degrees of freedom."""
+    """Centre of the log-ratios, its standard error and degrees of freedom.
+
+    ``var`` is the (winsorised) variance of one round's log-ratio and ``scale`` the
+    factor that turns its square root into ``se`` (``se = sqrt(var) * scale``): what a
+    prior moderates (:meth:`moderated`)."""
 
     n: int
     centre: float
     se: float
     df: float
+    var: float = math.nan
+    scale: float = math.nan
+
+    def moderated(self, prior: Prior | None) -> Location:
+        """This location with its variance moderated by ``prior`` (itself without one,
+        or where it has no variance of its own)."""
+        if prior is None or not (self.df > 0 and math.isfinite(self.var)
+                                 and math.isfinite(self.scale)):
+            return self
+        var = (prior.d0 * prior.s2 + self.df * self.var) / (prior.d0 + self.df)
+        return Location(self.n, self.centre, math.sqrt(var) * self.scale,
+                        prior.d0 + self.df, var, self.scale)
 
     def interval(self, level: float) -> tuple[float, float]:
         """Two-sided ``level`` interval of the log-ratio ((-inf, inf) when undefined)."""
@@ -173,7 +201,8 @@ def trimmed_location(d, trim: float = TRIM) -> Location:
     if sw <= 1e-12 * max(1.0, abs(centre)):  # all (winsorised) rounds equal
         sw = 0.0
     h = n - 2 * g
-    return Location(n, centre, sw / ((h / n) * math.sqrt(n)), float(h - 1))
+    scale = 1.0 / ((h / n) * math.sqrt(n))
+    return Location(n, centre, sw * scale, float(h - 1), sw * sw, scale)
 
 
 def log_ratios(base, head) -> np.ndarray:
@@ -201,12 +230,97 @@ class Evidence:
         return min(1.0, 2.0 * min(self.p_slower, self.p_faster))
 
 
-def against_factor(d, factor: float) -> Evidence:
-    """The slower / faster / same tests of log-ratios ``d`` against ``factor``."""
-    loc = trimmed_location(d)
+def against_factor(d, factor: float, prior: Prior | None = None) -> Evidence:
+    """The slower / faster / same tests of log-ratios ``d`` against ``factor``, with the
+    variance moderated by ``prior`` where one is given (:func:`fit_prior`)."""
+    loc = trimmed_location(d).moderated(prior)
     bound = math.log(factor)
     same = max(loc.p_below(bound), loc.p_above(-bound))
     return Evidence(loc, loc.p_above(bound), loc.p_below(-bound), same)
+
+
+# --------------------------------------------------------------------------- the prior
+
+EULER = 0.5772156649015329
+MAX_PRIOR_DF = 100.0  # d0 is capped: variances that agree perfectly lend no more than this
+MIN_FAMILY = 4  # fewer comparisons with a variance than this fit no prior
+
+
+def digamma(x: float) -> float:
+    """The digamma function psi(x) for x > 0 (recurrence up to 10, then the asymptotic
+    series; absolute error below 1e-12)."""
+    if not x > 0:
+        raise ValueError(f"digamma needs x > 0, got {x}")
+    acc = 0.0
+    while x < 10.0:
+        acc -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    return acc + math.log(x) - 0.5 / x - f * (1 / 12 - f * (1 / 120 - f * (1 / 252 - f * (
+        1 / 240 - f / 132))))
+
+
+def trigamma(x: float) -> float:
+    """The trigamma function psi'(x) for x > 0 (same method as :func:`digamma`)."""
+    if not x > 0:
+        raise ValueError(f"trigamma needs x > 0, got {x}")
+    acc = 0.0
+    while x < 10.0:
+        acc += 1.0 / (x * x)
+        x += 1.0
+    f = 1.0 / (x * x)
+    return acc + 1.0 / x + f / 2.0 + f / x * (1 / 6 - f * (1 / 30 - f * (1 / 42 - f / 30)))
+
+
+def trigamma_inverse(y: float) -> float:
+    """The x > 0 with trigamma(x) = y (y > 0), by bisection on log x (trigamma falls)."""
+    if not y > 0:
+        raise ValueError(f"trigamma_inverse needs y > 0, got {y}")
+    lo, hi = -30.0, 30.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if trigamma(math.exp(mid)) > y:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return math.exp(0.5 * (lo + hi))
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A scaled inverse chi-square prior of the comparisons' variances: ``s2`` with
+    ``d0`` degrees of freedom, fitted from ``family`` comparisons."""
+
+    s2: float
+    d0: float
+    family: int
+
+
+def fit_prior(locations) -> Prior | None:
+    """The prior of a family's variances by Smyth's (2004) moments of log variances.
+
+    Each location with a positive, finite variance and ``df >= 1`` takes part; with
+    ``e = log s^2 - digamma(d/2) + log(d/2)``, the mean of ``e`` estimates
+    ``log s0^2 - digamma(d0/2) + log(d0/2)`` and the variance of ``e`` less the mean of
+    ``trigamma(d/2)`` estimates ``trigamma(d0/2)``. Variances more alike than sampling
+    alone makes them give the cap :data:`MAX_PRIOR_DF`. None with fewer than
+    :data:`MIN_FAMILY` such locations.
+    """
+    pairs = [(loc.var, loc.df) for loc in locations
+             if loc.df >= 1 and math.isfinite(loc.var) and loc.var > 0]
+    if len(pairs) < MIN_FAMILY:
+        return None
+    e = np.array([math.log(v) - digamma(d / 2.0) + math.log(d / 2.0) for v, d in pairs])
+    spread = float(np.var(e, ddof=1)) - float(np.mean([trigamma(d / 2.0) for _, d in pairs]))
+    mean = float(e.mean())
+    if spread > 0:
+        d0 = min(2.0 * trigamma_inverse(spread), MAX_PRIOR_DF)
+    else:
+        d0 = MAX_PRIOR_DF
+    s2 = math.exp(mean + digamma(d0 / 2.0) - math.log(d0 / 2.0))
+    return Prior(s2, d0, len(pairs))
 
 
 # --------------------------------------------------------------------------- the family
