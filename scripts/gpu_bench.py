@@ -284,7 +284,10 @@ def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> di
     return out
 
 
-def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True) -> tuple[list[dict], dict]:
+def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
+                failed_dtypes: frozenset = frozenset()) -> tuple[list[dict], dict]:
+    """Time every case of :func:`timed_cases`; a dtype whose Triton checks failed
+    (``failed_dtypes``; triton-fp8's: ``fp8_ok`` False) is not timed: its row says why."""
     from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
     from flashbench.timing import NotDifferentiable, device_samples, pass_fn, tflops
@@ -301,6 +304,11 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True) -> tuple[lis
             r = rows[-1]
             say(f"  {t.label()}: triton-fp8 " + (f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r
                                                 else r.get("skipped", "-")))
+            continue
+        if t.dtype in failed_dtypes:
+            rows.append({"case": t.label(), "backend": "triton", "shape": t.shape.spec(),
+                         "dtype": t.dtype, "causal": t.causal, "direction": t.direction,
+                         "skipped": f"triton failed its {t.dtype} correctness checks"})
             continue
         g = torch.Generator(device="cuda").manual_seed(0)
         s, dt = t.shape, torch_dtype(t.dtype)
@@ -523,9 +531,10 @@ def main(argv=None) -> int:
            and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")
     say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
-    stop = any(r.get("kernel") == "triton" for r in bad)
-    speed, chosen = ([], {}) if stop else run_timings(
-        args.quick, peak, say, fp8_ok=not any(r.get("kernel") == "triton-fp8" for r in bad))
+    # a failed check stops the timings of its own dtype only (fp32 is checked, not timed)
+    speed, chosen = run_timings(
+        args.quick, peak, say, fp8_ok=not any(r.get("kernel") == "triton-fp8" for r in bad),
+        failed_dtypes=frozenset(r["dtype"] for r in bad if r.get("kernel") == "triton"))
     record = {"date": time.strftime("%Y-%m-%d"), "quick": args.quick, "gpu_before": before,
               "gpu_after": gpu_state(), "matmul_peak_tflops": peak, "checks": checks,
               "speed": speed, "autotune_configs": chosen, "targets": targets(speed),

@@ -295,3 +295,23 @@ def test_triton_unavailable_when_the_interpreter_is_refused_without_a_gpu(monkey
             assert "refuses Triton's interpreter" in reason
     monkeypatch.delenv("FLASHBENCH_TRITON_INTERPRET")
     assert get_backend("triton").unavailable() is None
+
+
+def test_a_pinned_sdpa_kernels_refusal_quotes_its_own_reason_not_the_pin():
+    """On a GPU torch warns about every kernel the pin disabled as well; the reason shown
+    is the pinned kernel's own (seen on an H200: "Memory Efficient attention has been
+    runtime disabled." was quoted as flash's reason for refusing fp32)."""
+    import types
+
+    from flashbench.kernels.torch_peers import _refusal
+
+    caught = [types.SimpleNamespace(message=m) for m in (
+        "Memory efficient kernel not used because:",
+        "Memory Efficient attention has been runtime disabled. (Triggered internally at x)",
+        "Flash attention kernel not used because:",
+        "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got float.")]
+    q = torch.zeros(1)
+    text = _refusal(caught, q, "flash")
+    assert text == ("torch's flash SDPA kernel does not take this case: Expected query, key "
+                    "and value to all be of dtype: {Half, BFloat16}. Got float.")
+    assert "no reason given" in _refusal(caught[:2], q, "flash")

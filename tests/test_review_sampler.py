@@ -141,14 +141,21 @@ def test_a_slowdown_at_the_factor_stays_open_until_the_budget_ends():
     assert rows["b.time_edge"].undecided
 
 
-def test_budget_is_kept_and_the_first_round_always_runs():
+def test_budget_is_kept_and_covers_calibration():
+    """A comparison's calibration and first round run together; once the budget is
+    spent no further comparison is started, and each one not reached is an "ambiguous"
+    row that says it was not measured (--quick over costly suites ends on time)."""
     truth = {f"b.time_{i}": 1.0 for i in range(5)}
     m = Machine(truth, seconds=1.0)
-    rows, sampler = run(m, list(truth), budget=3.0)
-    assert all(r.samples >= 1 for r in rows.values())  # round 1 of everything
-    # calibration and round 1 of each (4 blocks), no round started that would overrun
-    assert m.now <= 5 * 4 * 1.6 + 3.0
-    assert all(r.verdict == "ambiguous" for r in rows.values() if r.samples < MIN_ROUNDS)
+    rows, sampler = run(m, list(truth), budget=6.0)
+    measured = [r for r in rows.values() if r.samples >= 1]
+    unseen = [r for r in rows.values() if r.samples == 0]
+    assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
+    assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
+               and "not measured" in r.detail for r in unseen)
+    # two comparisons' calibration and round 1 (4 blocks of ~1 s each): nothing after
+    assert m.now <= 2 * 4 * 1.2 + 0.5
+    assert all(r.verdict == "ambiguous" for r in measured if r.samples < MIN_ROUNDS)
 
 
 def test_a_costly_comparison_does_not_starve_the_cheap_ones():

@@ -176,7 +176,10 @@ def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None,
 def _refusal(caught, q, kernel) -> str:
     """One sentence from torch's warnings about a kernel it did not use."""
     why = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
-    why = [w for w in why if w and not w.endswith("kernel not used because:")]
+    # on a GPU torch also says why each kernel the pin turned off was not used ("...
+    # has been runtime disabled"): that is the pin, not the pinned kernel's reason
+    why = [w for w in why if w and not w.endswith("kernel not used because:")
+           and "runtime disabled" not in w]
     detail = why[0] if why else "no reason given"
     if "GPU" not in detail and q.device.type != "cuda" and kernel in _GPU_ONLY:
         detail += " (this kernel needs a CUDA GPU)"

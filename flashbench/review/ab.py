@@ -29,9 +29,11 @@ wires it to the two workers). For each timing (``time_``) grid point:
    that fits. (Taking every comparison to each look in turn spent the whole budget of
    a review over the CPU timing suites, about 57 s per round, before the first look
    of the costly ones: 32 of 66 rows of a no-op review stayed ambiguous.)
-4. The budget (wall seconds of sampling, counted from the calibration, which always
-   runs with round 1) ends the schedule when no next step fits in what is left; a
-   round that would overrun it is never started. What is still open is judged
+4. The budget (wall seconds of sampling, calibration included) ends the schedule
+   when no next step fits in what is left; a round that would overrun it is never
+   started, and a comparison not yet calibrated when it is spent is not measured at
+   all (an "ambiguous" row that says so: --quick over suites that cost more than its
+   budget a round ends on time and says what it did not see). What is still open is judged
    once more on the rounds it has (that judgement takes the place of a look it did not
    get).
 
@@ -140,7 +142,13 @@ class Sampler:
         self.start = self.clock()
         plans: list[Plan] = []
         rows: list[Row] = []
-        for point in points:  # calibration (discarded), then round 1
+        for n, point in enumerate(points):  # calibration (discarded), then round 1
+            if self._left() <= 0:  # the budget covers calibration too: the rest is unseen
+                self.out_of_budget = True
+                self.log(f"budget of {self.budget:.0f} s spent before {len(points) - n} "
+                         "comparison(s) were calibrated")
+                rows += [_unmeasured(p, self.budget) for p in points[n:]]
+                break
             t0 = self.clock()
             plan = Plan(point, Paired(point.name, point.params, point.unit))
             base = self._block(plan, "base")  # number 0: calibrates number and per_block
@@ -194,6 +202,14 @@ class Sampler:
                     self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
                              f"{pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget left")
         return [p.pair for p in plans], rows
+
+
+def _unmeasured(point: Point, budget: float) -> Row:
+    """The row of a timing the budget ran out before: not measured, not decided."""
+    return Row(kind="time", benchmark=point.name, params=point.params, unit=point.unit,
+               verdict="ambiguous", reason="budget-exhausted",
+               detail=f"not measured: the budget of {budget:.0f} s was spent before its "
+                      "calibration", undecided=True)
 
 
 def _next_look(rounds: int) -> int | None:
