@@ -36,6 +36,22 @@ def qkv(b, h, hkv, nq, nk, d, seed=0, dv=None):
             torch.randn(b, hkv, nk, d if dv is None else dv, generator=g))
 
 
+def native(b, q, k, v):
+    """q, k, v in a precision ``b`` takes on the device it runs on here (fp32 first;
+    on a GPU sdpa-flash and sdpa-cudnn take fp16 and bf16 only), unchanged for a
+    backend given fp32 by contract (``inputs``: triton-fp8)."""
+    if b.inputs is not None:
+        return q, k, v
+    name = next(d for d in ("fp32", "fp16", "bf16") if b.unavailable_for(None, d) is None)
+    dt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+    return tuple(t.to(dt) for t in (q, k, v))
+
+
+def takes_fp32(name):
+    return BACKENDS[name].unavailable() is None and BACKENDS[name].unavailable_for(
+        None, "fp32") is None
+
+
 def ref_of(q, k, v, causal):
     k, v = expand_kv(q, k, v)
     return R.attention(*(t.double().numpy() for t in (q, k, v)), causal=causal)
@@ -69,7 +85,7 @@ def test_each_backend_runs_here_or_says_why(name):
     reason = b.unavailable()
     q, k, v = qkv(1, 2, 2, 8, 8, 32)  # d = 32: every backend takes it (triton-fp8: d >= 32)
     if reason is None:
-        o, lse = b(q, k, v)
+        o, lse = b(*native(b, q, k, v))
         assert o.shape == (1, 2, 8, 32) and lse.shape == (1, 2, 8)
         return
     assert reason.strip() and "\n" not in reason
@@ -92,8 +108,7 @@ def test_unavailable_backend_says_why():
         b(*[torch.zeros(1, 1, 2, 16)] * 3)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if BACKENDS[n].unavailable() is None
-                                  and "fp32" in BACKENDS[n].dtypes])  # fp8: test_triton_fp8
+@pytest.mark.parametrize("name", [n for n in NAMES if takes_fp32(n)])  # fp8: test_triton_fp8
 @pytest.mark.parametrize("h,hkv,nq,nk", [(2, 2, 33, 33), (2, 2, 20, 50), (2, 2, 50, 20),
                                          (4, 2, 20, 50), (4, 1, 50, 20)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -108,7 +123,7 @@ def test_every_backend_agrees_with_reference_in_fp32(name, h, hkv, nq, nk, causa
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("reference", "triton", "triton-fp8")
-                                  and BACKENDS[n].unavailable() is None])
+                                  and takes_fp32(n)])
 @pytest.mark.parametrize("nq,nk", [(24, 24), (16, 40)])
 def test_timed_output_is_the_checked_output(name, nq, nk):
     """What timings run (the bare op after prepare) equals what the check judged, on
@@ -162,9 +177,12 @@ def test_a_shape_a_backend_cannot_run_is_unavailable_with_the_reason():
     with pytest.raises(BackendUnavailable, match="head dim d=48"):
         triton(*qkv(1, 1, 1, 16, 16, 48))
     # torch's own refusal, with torch's reason: flash wants dv == d
+    flash = get_backend("sdpa-flash")
     with pytest.raises(BackendUnavailable, match="flash SDPA kernel does not take this case: "
                        "Flash attention requires q,k,v to have the same last dimension"):
-        get_backend("sdpa-flash")(*qkv(1, 2, 2, 8, 8, 16, dv=8))
+        flash(*native(flash, *qkv(1, 2, 2, 8, 8, 16, dv=8)))
+    if GPU:  # flash takes no fp32 on a GPU: said before torch is asked
+        assert flash.unavailable_for(None, "fp32") == "takes fp16, bf16 on a GPU, not fp32"
     o, _ = get_backend("sdpa-math")(*qkv(1, 2, 2, 8, 8, 16, dv=8))  # math takes it
     assert o.shape == (1, 2, 8, 8)
 
@@ -173,7 +191,7 @@ def test_a_shape_a_backend_cannot_run_is_unavailable_with_the_reason():
                                   and n != "reference"])
 def test_differentiable_flag_is_true_to_autograd(name):
     b = BACKENDS[name]
-    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 16, 16, 16))
+    q, k, v = (t.requires_grad_() for t in b.prepare(*native(b, *qkv(1, 2, 2, 16, 16, 16))))
     try:
         b.timed_fn(q, k, v, causal=True).sum().backward()
         grads = all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
@@ -204,7 +222,7 @@ def test_torch_naive_is_the_standard_model_in_fp16():
 ])
 def test_checked_output_names_what_is_wrong(out, match):
     q, k, v = qkv(1, 2, 2, 8, 8, 8)
-    o, lse = get_backend("torch-naive")(q, k, v)
+    o, lse = (t.cpu() for t in get_backend("torch-naive")(q, k, v))  # a GPU machine: cuda
     assert checked_output((o, lse), q, k, v)[0] is o
     with pytest.raises(BackendFailed, match=match):
         checked_output(out(o, lse), q, k, v)
@@ -236,7 +254,7 @@ def test_a_peer_lse_is_the_stand_in_shown_for_information_not_judged(monkeypatch
     (rec,) = measure_accuracy(case, ["fp32"], ["torch-naive"])
     assert rec.lse_note == LSE_STAND_IN and rec.lse["max_abs"] < 1e-5 and rec.passed
     monkeypatch.setattr(torch_peers, "reference_lse", lambda q, k, v, causal, scale:
-                        torch.zeros(q.shape[:3]))
+                        torch.zeros(q.shape[:3], device=q.device))
     (rec,) = measure_accuracy(case, ["fp32"], ["torch-naive"])
     assert rec.lse_note == LSE_STAND_IN and rec.lse_ratio > 2 and rec.passed
     assert "(stand-in)" in " ".join(_judge_cells(rec.as_dict()))

@@ -174,7 +174,7 @@ def test_timed_gradient_check_catches_a_wrong_gradient():
     assert not gb.check_grads(bad, q, k, v, fn.do, True, "fp32", {})["passed"]
 
 
-def test_fp8_timed_output_check_catches_a_wrong_output():
+def test_fp8_timed_output_check_catches_a_wrong_output(working_interpreter):
     """The fp8 rows' check: the FP8 kernel (interpreted here) on per-tensor quantised
     inputs, against the float64 reference of the bf16 inputs, by the fp8 baseline rule."""
     from flashbench.kernels import triton_fp8

@@ -186,6 +186,20 @@ def test_a_costly_comparison_still_gets_its_first_look():
     assert all(rows[f"b.time_edge{i}"].samples > costly.samples for i in range(4))
 
 
+def test_first_looks_come_before_later_looks():
+    """Every comparison gets its first look (3 rounds) before any goes on to a later one:
+    with fair shares alone, twenty noisy cheap comparisons climbing to 13 and 21 rounds
+    left two 1 s timings at one round each (ambiguous) when the budget ended."""
+    truth = {f"b.time_noisy{i}": 1.0 for i in range(20)} | {"b.time_costly0": 1.0,
+                                                            "b.time_costly1": 1.0}
+    costs = {"b.time_costly0": 1.0, "b.time_costly1": 1.0}
+    m = Machine(truth, seconds=0.05, costs=costs, load=0.3, noise=0.12, seed=4)
+    rows, _ = run(m, list(truth), budget=40.0)
+    for name in costs:
+        assert rows[name].samples >= MIN_ROUNDS, rows[name]
+    assert max(rows[n].samples for n in truth if "noisy" in n) > MIN_ROUNDS  # then onwards
+
+
 def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():
     truth = {"b.time_ok": 1.0, "b.time_gone": 1.0, "b.time_new": 1.0, "b.time_broken": 1.0,
              "b.time_new_broken": 1.0, "b.time_still": 1.0}

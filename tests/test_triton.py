@@ -339,7 +339,8 @@ def _rowmax(X, Y, BLOCK: tl.constexpr):
     tl.store(Y + offs, tl.max(x, 1))
 
 
-def test_interpreted_launch_leaves_triton_language_as_it_was(tmp_path, monkeypatch):
+def test_interpreted_launch_leaves_triton_language_as_it_was(tmp_path, monkeypatch,
+                                                            working_interpreter):
     """Triton's interpreter patches triton.language while it runs, and an interpreted helper
     call (tl.max reached from the kernel) patches triton.language.core without restoring
     it; the launch puts everything back, so a kernel compiled afterwards (a fresh cache: a

@@ -13,15 +13,16 @@ reference       float64 NumPy one-shot reference               cpu        yes   
 torch-naive     S and P materialised in the input dtype        cpu, cuda  exp.  yes
 torch-sdpa      SDPA, torch's own choice of kernel (alias)     cpu, cuda  yes   yes
 sdpa-flash      SDPA pinned to torch's flash kernel            cpu, cuda  yes   yes
-sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       yes   yes
-sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       yes   yes
+sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       exp.  yes
+sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       exp.  yes
 sdpa-math       SDPA pinned to torch's math (composite) path   cpu, cuda  yes   yes
 triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   yes
 triton-fp8      its FP8 forward (FlashAttention-3 recipe)      cuda; cpu  yes   no
 flex            torch.compile(flex_attention)                  cpu, cuda  yes   cuda
 ==============  =============================================  =========  ====  =====
 
-(GQA "yes": k, v passed with their Hkv heads; "exp.": expanded to H heads first. The
+(GQA "yes": k, v passed with their Hkv heads; "exp.": expanded to H heads first. On a
+GPU sdpa-flash and sdpa-cudnn take fp16 and bf16 only (``gpu_dtypes``). The
 Triton kernel runs on CPU under the Triton interpreter: accuracy only, never timed.)
 
 ``triton-fp8`` takes the dtype "fp8" (e4m3) only and is given fp32 tensors
@@ -128,6 +129,7 @@ class Backend:
     out_dtype: str | None = None  # precision of o; None: q's
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
     default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
+    gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
 
     @property
     def timed_fn(self) -> Callable:
@@ -140,6 +142,9 @@ class Backend:
             return reason
         if dtype is not None and dtype not in self.dtypes:
             return f"takes {', '.join(self.dtypes)}, not {dtype}"
+        if (dtype is not None and self.gpu_dtypes is not None and dtype not in self.gpu_dtypes
+                and self.device("cpu").type == "cuda"):
+            return f"takes {', '.join(self.gpu_dtypes)} on a GPU, not {dtype}"
         if shape is None:
             return None
         if self.head_dims is not None and shape.d not in self.head_dims:
@@ -248,14 +253,22 @@ def _triton_limits(shape: Shape) -> str | None:
     return None
 
 
+# Seen on an H200 (torch 2.11): the flash and cuDNN kernels refuse fp32 on a GPU, and
+# only flash and math take k, v with fewer heads (enable_gqa); efficient and cuDNN say
+# "both fused kernels require query, key and value to have the same num_heads".
+SDPA_GPU_DTYPES = {"flash": ("fp16", "bf16"), "cudnn": ("fp16", "bf16")}
+SDPA_GQA = (None, "flash", "math")
+
+
 def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Backend:
     name = "torch-sdpa" if kernel is None else f"sdpa-{kernel}"
     return Backend(
         name, partial(tp.sdpa_attention, kernel=kernel), description, TORCH_FLOATS,
         _always if kernel is None else partial(tp.sdpa_unavailable, kernel),
-        timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices, gqa=True,
-        differentiable=True, origin="torch",
-        default_on=("cpu", "cuda") if kernel is None else ("cuda",))
+        timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices,
+        gqa=kernel in SDPA_GQA, differentiable=True, origin="torch",
+        default_on=("cpu", "cuda") if kernel is None else ("cuda",),
+        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel))
 
 
 BACKENDS: dict[str, Backend] = {

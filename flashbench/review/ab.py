@@ -20,15 +20,17 @@ wires it to the two workers). For each timing (``time_``) grid point:
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
-   rounds). Settled comparisons stop. The next step goes to the open comparison with
-   the least sampling time so far, counting the step (rounds still needed to its next
-   look x the wall time of its last round): every comparison gets a fair share of the
-   budget in time, so cheap timings climb the looks quickly and a multi-second one
-   still gets its first look, but cannot spend on one round what would settle ten
-   cheap comparisons. A step that would overrun the budget gives way to the next one
-   that fits. (Taking every comparison to each look in turn spent the whole budget of
-   a review over the CPU timing suites, about 57 s per round, before the first look
-   of the costly ones: 32 of 66 rows of a no-op review stayed ambiguous.)
+   rounds). Settled comparisons stop. First looks come first: while a comparison has
+   not had its first look (3 rounds, where moderated variances settle most of them),
+   the next step goes to such a one, the least sampling time so far first. After
+   that, the next step goes to the open comparison with the least sampling time so
+   far, counting the step (rounds still needed to its next look x the wall time of its
+   last round): every comparison gets a fair share of the budget in time, so cheap
+   timings climb the looks quickly, and a multi-second one cannot spend on one round
+   what would settle ten cheap comparisons. A step that would overrun the budget gives
+   way to the next one that fits. (Measured over the CPU timing suites, one round of
+   everything about 45-57 s: fair shares alone left the multi-second timings at 1-3
+   rounds while cheap ones went on to 13, 7 of 66 rows of a no-op review ambiguous.)
 4. The budget (wall seconds of sampling, calibration included) ends the schedule
    when no next step fits in what is left; a round that would overrun it is never
    started, and a comparison not yet calibrated when it is spent is not measured at
@@ -168,19 +170,20 @@ class Sampler:
                                          head.get("status", "failed"),
                                          base.get("reason", ""), head.get("reason", "")))
         while True:
-            steps = sorted((plan.spent + cost, cost, i, target, plan)
+            steps = sorted((plan.pair.rounds >= LOOKS[0], plan.spent + cost, cost, i, target,
+                            plan)
                            for i, plan in enumerate(plans) if plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            for cost in [(target - plan.pair.rounds) * plan.round_cost])
             if not steps:
                 break
-            step = next((st for st in steps if st[1] <= self._left()), None)
+            step = next((st for st in steps if st[2] <= self._left()), None)
             if step is None:
                 self.out_of_budget = True
                 self.log(f"budget of {self.budget:.0f} s spent: {len(steps)} comparison(s) "
                          "still open")
                 break
-            _, _, _, target, plan = step
+            _, _, _, _, target, plan = step
             t0 = self.clock()
             try:
                 while plan.pair.rounds < target and plan.round_cost <= self._left():
