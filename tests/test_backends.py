@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from flashbench import reference as R
@@ -114,7 +114,12 @@ def test_unavailable_backend_says_why():
 @pytest.mark.parametrize("causal", [False, True])
 def test_every_backend_agrees_with_reference_in_fp32(name, h, hkv, nq, nk, causal):
     q, k, v = qkv(2, h, hkv, nq, nk, 32)
-    o, lse = get_backend(name)(q, k, v, causal=causal)
+    try:
+        o, lse = get_backend(name)(q, k, v, causal=causal)
+    except BackendUnavailable as exc:  # flex on a GPU: inductor found no kernel for a case
+        if name != "flex" or "torch.compile could not build" not in str(exc):
+            raise
+        pytest.skip(str(exc)[:200])
     ro, rlse = ref_of(q, k, v, causal)
     assert tuple(o.shape) == ro.shape and tuple(lse.shape) == rlse.shape
     assert error_stats(o, ro)["max_abs"] <= 1e-5
@@ -142,16 +147,23 @@ def test_timed_output_is_the_checked_output(name, nq, nk):
                                                    "sdpa-math"]))
 def test_grouped_query_equals_the_expanded_computation(b, hkv, group, nq, nk, d, causal, name):
     """k, v with Hkv heads give exactly the expanded computation (head h reads h // G)."""
-    q, k, v = qkv(b, hkv * group, hkv, nq, nk, d, seed=nq * 41 + nk)
     backend = get_backend(name)
-    o, lse = backend(q, k, v, causal=causal)
+    # fp32 where the backend takes it here; on a GPU sdpa-flash takes fp16 / bf16 only
+    q, k, v = native(backend, *qkv(b, hkv * group, hkv, nq, nk, d, seed=nq * 41 + nk))
+    try:
+        o, lse = backend(q, k, v, causal=causal)
+    except BackendUnavailable:  # e.g. GPU flash takes no mask: causal with Nq != Nk
+        assume(False)
     ke, ve = expand_kv(q, k, v)
     assert ke.shape[1] == q.shape[1] and torch.equal(ke[:, group * (hkv - 1)], k[:, hkv - 1])
     oe, lsee = backend(q, ke, ve, causal=causal)
-    assert torch.allclose(o, oe, atol=1e-6, rtol=0) and torch.allclose(lse, lsee, atol=1e-6,
-                                                                       rtol=0)
-    ro, _ = ref_of(q, k, v, causal)
-    assert error_stats(o, ro)["max_abs"] <= 1e-5
+    eps = torch.finfo(q.dtype).eps
+    tol = 1e-6 if q.dtype == torch.float32 else eps
+    assert torch.allclose(o, oe, atol=tol, rtol=0) and torch.allclose(lse, lsee, atol=1e-6,
+                                                                      rtol=0)
+    ro, _ = ref_of(q.float(), k.float(), v.float(), causal)
+    bound = 1e-5 if q.dtype == torch.float32 else 8 * eps * float(v.abs().max())
+    assert error_stats(o, ro)["max_abs"] <= bound  # a wrong head: errors of order 1
 
 
 def test_check_tensors_names_both_head_counts():

@@ -103,6 +103,21 @@ def test_both_sides_get_identical_block_sizes_in_every_paired_round():
     assert m.value[pair.base[0]] > 0
 
 
+def test_a_long_call_s_calibration_calls_are_its_first_round():
+    """Calls of 0.2 s or more: one call a block, no warm-up, so base's calibrating call
+    and head's first call are taken alike and pair as round 1; nothing is discarded."""
+    truth = {f"b.time_long{i}": 1.0 for i in range(6)}
+    m = Machine(truth, seconds=0.5, load=0.2, noise=0.01, seed=9)
+    rows, _ = run(m, list(truth))
+    for name in truth:
+        calls = [c for c in m.calls if c[0] == name]
+        assert len(calls) == 2 * rows[name].samples, name  # every block is in a round
+        assert calls[0][1:] == ("base", 0) and calls[1][1:] == ("head", 1)
+    short = Machine({"b.time_short": 1.0}, seconds=0.05, seed=9)
+    rows, _ = run(short, ["b.time_short"])
+    assert len(short.calls) == 2 * rows["b.time_short"].samples + 2  # calibration discarded
+
+
 def test_a_a_reviews_have_no_systematic_bias():
     """300 simulated A/A reviews (same code on both sides, independent 10% noise per
     sample): round 1 and the rounds overall centre on head/base = 1. Pairing a 1-sample
@@ -150,11 +165,12 @@ def test_budget_is_kept_and_covers_calibration():
     rows, sampler = run(m, list(truth), budget=6.0)
     measured = [r for r in rows.values() if r.samples >= 1]
     unseen = [r for r in rows.values() if r.samples == 0]
-    assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
+    assert len(measured) == 3 and len(unseen) == 2 and sampler.out_of_budget
     assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
                and "not measured" in r.detail for r in unseen)
-    # two comparisons' calibration and round 1 (4 blocks of ~1 s each): nothing after
-    assert m.now <= 2 * 4 * 1.2 + 0.5
+    # three comparisons' calibration, which is round 1 for 1 s calls (2 blocks of ~1 s
+    # each): the budget is spent after the third, nothing after
+    assert m.now <= 3 * 2 * 1.2 + 0.5
     assert all(r.verdict == "ambiguous" for r in measured if r.samples < MIN_ROUNDS)
 
 

@@ -578,3 +578,18 @@ def test_moderated_false_alarms_at_the_factor_stay_within_the_rate(rounds):
         pairs = _family(rng, [1.1] * 40, sds, rounds)
         alarms += any(v is not None and v[0] == "slower" for v in decide(pairs, 1.1, q))
     assert alarms / families <= 1.6 * q
+
+
+def test_rows_carry_their_rounds_so_the_json_can_be_audited():
+    from flashbench.review.rules import family_prior
+
+    rng = np.random.default_rng(8)
+    pairs = _family(rng, [1.3] + [1.0] * 9, [0.02] * 10, 5)
+    rows = paired_rows(pairs, 1.1, Q)
+    doc = json.loads(to_json(_review(rows)))
+    prior = family_prior(pairs)
+    for pair, row in zip(pairs, doc["rows"], strict=True):
+        assert row["log_ratios"] == pytest.approx(list(pair.log_ratios()), abs=1e-6)
+        redo = against_factor(row["log_ratios"], 1.1, prior).location
+        assert math.exp(redo.centre) == pytest.approx(row["ratio"], rel=1e-5)
+        assert row["samples"] == len(row["log_ratios"])

@@ -78,6 +78,9 @@ class Row:
     samples: int = 0  # paired rounds (same-run A/B) or samples per commit (stored)
     regression: bool = False  # counts towards exit 1
     undecided: bool = False  # counts towards exit 2
+    # same-run A/B: each paired round's log(head / base), in the order measured (the
+    # JSON's audit trail: a reader can redo the interval, or pool rounds across reviews)
+    log_ratios: list[float] = field(default_factory=list)
 
 
 @dataclass

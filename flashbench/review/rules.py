@@ -133,7 +133,8 @@ def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
             ci_low=math.exp(lo) if math.isfinite(lo) else None,
             ci_high=math.exp(hi) if math.isfinite(hi) else None,
             ci_level=show, samples=n, regression=verdict == "slower",
-            undecided=verdict == "ambiguous"))
+            undecided=verdict == "ambiguous",
+            log_ratios=[round(float(x), 7) for x in p.log_ratios()] if n else []))
     return rows
 
 
