@@ -26,6 +26,7 @@ whether the targets of the review-power issue are met.
     python scripts/review_power.py                                 # the full study
     python scripts/review_power.py --reviews 2 --sizes 1.3 \\
         --bench "TimeAttention.*1024x1024x64" --budget 60          # a small look
+    python scripts/review_power.py --summarize DIR                 # the table of --save DIR
 
 Run it on a quiet machine: the figures are the machine's as much as the review's.
 """
@@ -185,23 +186,50 @@ def score(label: str, docs: list[tuple[dict, float]], affected, chosen) -> dict:
     def false_alarm(rs):
         return any(x["verdict"] == "slower" and (noop or not affected(x)) for x in rs)
 
-    total = sum(len(rs) for rs in rows)
+    compared = [[x for x in rs if x["verdict"] != "not compared"] for rs in rows]
+    total = sum(len(rs) for rs in compared)  # GPU timings on a CPU machine: not compared
     times = [s for _, s in docs]
     picked = [x for x in hit if chosen(x)] or hit
     ratios = [x["ratio"] for x in picked if x["ratio"] is not None]
     return {"size": label, "reviews": len(docs),
             "detected": None if noop else sum(detected(rs) for rs in rows),
             "false_alarms": sum(false_alarm(rs) for rs in rows),
-            "ambiguous": sum(x["verdict"] == "ambiguous" for rs in rows for x in rs)
+            "ambiguous": sum(x["verdict"] == "ambiguous" for rs in compared for x in rs)
             / max(total, 1),
             "rows": total // max(len(docs), 1),
             "measured": statistics.median(ratios) if ratios and not noop else None,
             "median_s": statistics.median(times), "max_s": max(times)}
 
 
+def summarize(folder: Path, affected, chosen) -> list[dict]:
+    """Scores of the reviews saved in ``folder`` by --save (an interrupted study too); a
+    file that is not a saved review is reported and skipped."""
+    import re
+
+    docs: dict[str, list] = {}
+    for path in sorted(folder.glob("*.json")):
+        m = re.fullmatch(r"(no-op|[0-9.]+x)-([0-9]+)\.json", path.name)
+        if not m:
+            continue
+        try:
+            doc = json.loads(path.read_text())
+            rows = doc["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"review_power: skipped {path}: not a saved review ({exc})", file=sys.stderr)
+            continue
+        if not isinstance(rows, list):
+            print(f"review_power: skipped {path}: no rows", file=sys.stderr)
+            continue
+        docs.setdefault(m[1], []).append((doc, float(doc.get("power_wall_s")
+                                                      or doc.get("seconds") or 0.0)))
+    order = sorted(docs, key=lambda label: (label != "no-op", label))
+    return [score(label, docs[label], affected, chosen) for label in order]
+
+
 def table(results: list[dict]) -> str:
     head = ("| size | reviews | detected (slower on every affected timing) | false alarms | "
-            "ambiguous rows | timing rows per review | measured head/base (median, affected) "
+            "ambiguous rows (of compared) | timing rows compared per review | "
+            "measured head/base (median, affected) "
             "| review wall time, median / max (s) |")
     lines = [head, "|" + "---|" * 8]
     for r in results:
@@ -252,6 +280,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, help="review --threads")
     p.add_argument("--workdir", help="where to clone (default: a temporary folder, removed)")
     p.add_argument("--save", help="a folder to write each review's JSON to (<size>-<i>.json)")
+    p.add_argument("--summarize", metavar="DIR",
+                   help="print the table of the reviews saved in DIR (--save) and stop")
     args = p.parse_args(argv)
     if args.reviews < 1 or any(not 1.0 < s < 100 for s in args.sizes):
         p.error("--reviews must be >= 1 and every size in (1, 100)")
@@ -265,6 +295,20 @@ def main(argv=None) -> int:
     def chosen(row) -> bool:
         return bool(re.search(CHOSEN, f"{row['benchmark']}({row['params']})"))
 
+    if args.summarize:
+        results = summarize(Path(args.summarize), affected, chosen)
+        if not results:
+            print(f"review_power: no saved reviews (<size>-<i>.json) in {args.summarize}",
+                  file=sys.stderr)
+            return 2
+        print(f"flashbench review power: {sum(r['reviews'] for r in results)} saved reviews in "
+              f"{args.summarize}; affected: {args.affected!r}.\n")
+        print(table(results))
+        print()
+        for line in targets(results, args):
+            print("- " + line)
+        return 0
+
     with tempfile.TemporaryDirectory(prefix="review-power-", dir=args.workdir) as tmp:
         repo, home = Path(tmp) / "repo", Path(tmp) / "home"
         home.mkdir()
@@ -272,20 +316,20 @@ def main(argv=None) -> int:
         commits, note = make_commits(repo, args.sizes, args.threads)
         print(note, file=sys.stderr, flush=True)
         labels = ([] if args.no_noop else ["no-op"]) + [f"{s:g}x" for s in args.sizes]
-        results = []
-        for label in labels:
-            docs = []
-            for i in range(args.reviews):
+        docs = {label: [] for label in labels}
+        for i in range(args.reviews):  # sizes interleaved: drift of the machine hits all
+            for label in labels:
                 doc, seconds = review(repo, home, commits["base"], commits[label], args)
-                docs.append((doc, seconds))
+                docs[label].append((doc, seconds))
                 if args.save:
                     out = Path(args.save)
                     out.mkdir(parents=True, exist_ok=True)
-                    (out / f"{label}-{i + 1}.json").write_text(json.dumps(doc, indent=1))
+                    (out / f"{label}-{i + 1}.json").write_text(
+                        json.dumps({**doc, "power_wall_s": seconds}, indent=1))
                 slower = sum(x["verdict"] == "slower" for x in doc["rows"])
                 print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
                       f"{seconds:.0f} s", file=sys.stderr, flush=True)
-            results.append(score(label, docs, affected, chosen))
+        results = [score(label, docs[label], affected, chosen) for label in labels]
     print(f"flashbench review power: same-run A/B reviews of commits on "
           f"{commits['base'][:8]}, --bench {args.bench!r}"
           f"{f', --budget {args.budget:g}' if args.budget else ''}"
