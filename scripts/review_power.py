@@ -301,13 +301,8 @@ def main(argv=None) -> int:
             print(f"review_power: no saved reviews (<size>-<i>.json) in {args.summarize}",
                   file=sys.stderr)
             return 2
-        print(f"flashbench review power: {sum(r['reviews'] for r in results)} saved reviews in "
-              f"{args.summarize}; affected: {args.affected!r}.\n")
-        print(table(results))
-        print()
-        for line in targets(results, args):
-            print("- " + line)
-        return 0
+        return report(f"{sum(r['reviews'] for r in results)} saved reviews in "
+                      f"{args.summarize}; affected: {args.affected!r}", results, args)
 
     with tempfile.TemporaryDirectory(prefix="review-power-", dir=args.workdir) as tmp:
         repo, home = Path(tmp) / "repo", Path(tmp) / "home"
@@ -330,12 +325,15 @@ def main(argv=None) -> int:
                 print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
                       f"{seconds:.0f} s", file=sys.stderr, flush=True)
         results = [score(label, docs[label], affected, chosen) for label in labels]
-    print(f"flashbench review power: same-run A/B reviews of commits on "
-          f"{commits['base'][:8]}, --bench {args.bench!r}"
-          f"{f', --budget {args.budget:g}' if args.budget else ''}"
-          f"{', --quick' if args.quick else ''}"
-          f"{f', --threads {args.threads}' if args.threads else ''}; "
-          f"affected: {args.affected!r}; {note}.\n")
+    return report(f"same-run A/B reviews of commits on {commits['base'][:8]}, --bench "
+                  f"{args.bench!r}{f', --budget {args.budget:g}' if args.budget else ''}"
+                  f"{', --quick' if args.quick else ''}"
+                  f"{f', --threads {args.threads}' if args.threads else ''}; "
+                  f"affected: {args.affected!r}; {note}", results, args)
+
+
+def report(what: str, results: list[dict], args) -> int:
+    print(f"flashbench review power: {what}.\n")
     print(table(results))
     print()
     for line in targets(results, args):
