@@ -216,6 +216,22 @@ def test_first_looks_come_before_later_looks():
     assert max(rows[n].samples for n in truth if "noisy" in n) > MIN_ROUNDS  # then onwards
 
 
+def test_looks_come_in_turn_so_open_comparisons_end_within_one_look():
+    """Open comparisons take their looks in turn (cheapest first within a look): when the
+    budget ends, no open comparison is more than one look behind another. With fair
+    shares in time a 1.2x change left a 2 s timing at 3 rounds while cheap ones reached
+    8 or 13."""
+    truth = {f"b.time_edge{i}": 1.1 for i in range(6)} | {"b.time_costly": 1.1}
+    m = Machine(truth, seconds=0.05, costs={"b.time_costly": 1.0}, load=0.3, noise=0.03,
+                seed=6)
+    rows, sampler = run(m, list(truth), budget=40.0)
+    assert sampler.out_of_budget
+    level = {n: max(i for i, look in enumerate((1,) + LOOKS) if r.samples >= look)
+             for n, r in rows.items() if r.verdict == "ambiguous"}
+    assert "b.time_costly" in level and len(level) >= 3
+    assert max(level.values()) - min(level.values()) <= 1, {n: rows[n].samples for n in level}
+
+
 def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():
     truth = {"b.time_ok": 1.0, "b.time_gone": 1.0, "b.time_new": 1.0, "b.time_broken": 1.0,
              "b.time_new_broken": 1.0, "b.time_still": 1.0}

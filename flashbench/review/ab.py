@@ -22,17 +22,18 @@ wires it to the two workers). For each timing (``time_``) grid point:
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
-   rounds). Settled comparisons stop. First looks come first: while a comparison has
-   not had its first look (3 rounds, where moderated variances settle most of them),
-   the next step goes to such a one, the least sampling time so far first. After
-   that, the next step goes to the open comparison with the least sampling time so
-   far, counting the step (rounds still needed to its next look x the wall time of its
-   last round): every comparison gets a fair share of the budget in time, so cheap
-   timings climb the looks quickly, and a multi-second one cannot spend on one round
-   what would settle ten cheap comparisons. A step that would overrun the budget gives
-   way to the next one that fits. (Measured over the CPU timing suites, one round of
-   everything about 45-57 s: fair shares alone left the multi-second timings at 1-3
-   rounds while cheap ones went on to 13, 7 of 66 rows of a no-op review ambiguous.)
+   rounds). Settled comparisons stop. Looks come in turn: the next step goes to an
+   open comparison whose next look is the earliest (every open comparison reaches 3
+   rounds, where moderated variances settle most, before any goes on to 5, and so
+   on), and among those to the one with the least sampling time so far, counting the
+   step (rounds still needed to its next look x the wall time of its last round): the
+   cheap first, so a budget that runs out leaves the fewest comparisons short. A step
+   that would overrun the budget gives way to the next one that fits. (Measured over
+   the CPU timing suites, one round of everything about 45 s here. Fair shares in
+   time alone, before the moderated variances, left the multi-second timings at 1-3
+   rounds while cheap ones went on to 13: 7 of 66 rows of a no-op review ambiguous;
+   with first looks first but fair shares after them, a 1.2x change left TimeModels'
+   flash_model at 3 rounds, interval 1.07-1.33, while cheap rows went on to 8.)
 4. The budget (wall seconds of sampling, calibration included) ends the schedule
    when no next step fits in what is left; a round that would overrun it is never
    started, and a comparison not yet calibrated when it is spent is not measured at
@@ -180,8 +181,7 @@ class Sampler:
                                          head.get("status", "failed"),
                                          base.get("reason", ""), head.get("reason", "")))
         while True:
-            steps = sorted((plan.pair.rounds >= LOOKS[0], plan.spent + cost, cost, i, target,
-                            plan)
+            steps = sorted((target, plan.spent + cost, cost, i, target, plan)
                            for i, plan in enumerate(plans) if plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            for cost in [(target - plan.pair.rounds) * plan.round_cost])
