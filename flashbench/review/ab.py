@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashbench.review.model import Row
-from flashbench.review.rules import Paired, coverage_row, decide, is_memory
+from flashbench.review.rules import Paired, coverage_row, is_memory, settle
 from flashbench.review.stats import LOOKS
 
 VERY_SHORT, SHORT_SAMPLE = 0.02, 0.1  # samples shorter (s) come five / three to a block
@@ -207,13 +207,11 @@ class Sampler:
             if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
                 self.out_of_budget = True
                 break
-            pairs = [p.pair for p in plans]
-            for pair, decision in zip(pairs, decide(pairs, self.factor, self.q_look),
-                                      strict=True):
-                if pair is plan.pair and decision is not None:
-                    pair.decided = decision
-                    self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
-                             f"{pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget left")
+            decision = settle([p.pair for p in plans], plan.pair, self.factor, self.q_look)
+            if decision is not None:
+                self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
+                         f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget "
+                         "left")
         return [p.pair for p in plans], rows
 
 

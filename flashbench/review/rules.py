@@ -57,6 +57,9 @@ class Paired:
     base: list[float] = field(default_factory=list)
     head: list[float] = field(default_factory=list)
     decided: tuple[str, str] | None = None  # (verdict, reason) once a look settled it
+    # the family's variance prior at that look: the row shows the interval the verdict
+    # rested on (a prior fitted later, to a noisier family, could widen it past it)
+    decided_prior: Prior | None = None
 
     @property
     def rounds(self) -> int:
@@ -78,6 +81,24 @@ def family_prior(pairs: list[Paired]) -> Prior | None:
     return fit_prior([trimmed_location(p.log_ratios()) for p in pairs if p.rounds >= 2])
 
 
+def _evidence(pairs: list[Paired], factor: float, prior: Prior | None) -> list:
+    """Each comparison's tests: a settled one with the prior of the look that settled it
+    (its rounds stopped there), an open one with ``prior``."""
+    return [against_factor(p.log_ratios(), factor,
+                           p.decided_prior if p.decided is not None and p.decided_prior
+                           is not None else prior) for p in pairs]
+
+
+def settle(pairs: list[Paired], which: Paired, factor: float, q_look: float
+           ) -> tuple[str, str] | None:
+    """One look at ``which`` (a member of ``pairs``): its decision, recorded on it with the
+    family's prior at this look, or None while it is open."""
+    decision = decide(pairs, factor, q_look)[pairs.index(which)]
+    if decision is not None and which.decided is None:
+        which.decided, which.decided_prior = decision, family_prior(pairs)
+    return decision
+
+
 def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str, str] | None]:
     """One look at every comparison: (verdict, reason) where it is settled, else None.
 
@@ -85,8 +106,7 @@ def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str,
     the family is the whole list, so Benjamini-Hochberg sees every comparison's current
     p-value, and the variance prior (:func:`family_prior`) is fitted to all of them.
     """
-    prior = family_prior(pairs)
-    evidence = [against_factor(p.log_ratios(), factor, prior) for p in pairs]
+    evidence = _evidence(pairs, factor, family_prior(pairs))
     selected = benjamini_hochberg([e.p_change for e in evidence], q_look)
     out = []
     for p, e, sel in zip(pairs, evidence, selected, strict=True):
@@ -104,8 +124,7 @@ def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str,
 def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
     """Final rows of the paired comparisons (after the last look)."""
     decisions = decide(pairs, factor, q_look)
-    prior = family_prior(pairs)
-    evidence = [against_factor(p.log_ratios(), factor, prior) for p in pairs]
+    evidence = _evidence(pairs, factor, family_prior(pairs))
     selected = sum(1 for d in decisions if d and d[1] == "significant")
     level = fcr_level(selected, len(pairs), q_look)
     rows = []
