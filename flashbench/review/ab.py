@@ -32,8 +32,9 @@ wires it to the two workers). For each timing (``time_``) grid point:
    the CPU timing suites, one round of everything about 45 s here. Fair shares in
    time alone, before the moderated variances, left the multi-second timings at 1-3
    rounds while cheap ones went on to 13: 7 of 66 rows of a no-op review ambiguous;
-   with first looks first but fair shares after them, a 1.2x change left TimeModels'
-   flash_model at 3 rounds, interval 1.07-1.33, while cheap rows went on to 8.)
+   with first looks first but fair shares after them, a 1.2x change left the
+   flash precision model's timing at 3 rounds, interval 1.07-1.33, while cheap rows
+   went on to 8.)
 4. The budget (wall seconds of sampling, calibration included) ends the schedule
    when no next step fits in what is left; a round that would overrun it is never
    started, and a comparison not yet calibrated when it is spent is not measured at
