@@ -138,7 +138,10 @@ def _agrees_with_model(o, lse, model, ref, causal_blind=None):
     own = error_stats(mo32, ref[0])
     assert diff["nonfinite_mismatch"] == 0
     assert diff["rmse"] <= 0.1 * own["rmse"] + 2**-12, (diff["rmse"], own["rmse"])
-    assert np.mean(got == mo32) >= 0.95
+    # One P on the other side of a rounding boundary moves a whole row of o (d values): on
+    # a small problem one such row is more than 5% (CI found 15 of 256 outputs off, 4x57
+    # keys, d = 32), so the allowance is 5% of the outputs or one row, whichever is more.
+    assert np.sum(got != mo32) <= max(0.05 * got.size, got.shape[-1]), np.mean(got == mo32)
     sl = error_stats(lse.cpu().numpy(), ml)
     top = np.abs(ml[np.isfinite(ml)]).max(initial=1.0)
     assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= 1e-5 * top
