@@ -345,3 +345,15 @@ def test_a_pinned_sdpa_kernels_refusal_quotes_its_own_reason_not_the_pin():
     assert text == ("torch's flash SDPA kernel does not take this case: Expected query, key "
                     "and value to all be of dtype: {Half, BFloat16}. Got float.")
     assert "no reason given" in _refusal(caught[:2], q, "flash")
+
+
+def test_the_materialised_causal_mask_is_bottom_right_and_built_once():
+    """The mask given to SDPA on a GPU for Nq > Nk (torch's lower-right bias gave the
+    efficient kernel wrong rows): query i sees key j iff j <= i + Nk - Nq, the same
+    object for every call of a shape (timed calls do not build it)."""
+    from flashbench.kernels.torch_peers import _lower_right_mask
+
+    m = _lower_right_mask(5, 3, "cpu")
+    want = torch.tensor([[j <= i + 3 - 5 for j in range(3)] for i in range(5)])
+    assert torch.equal(m, want) and not m[:2].any() and m[4].all()
+    assert _lower_right_mask(5, 3, "cpu") is m

@@ -599,7 +599,7 @@ def test_a_settled_row_shows_the_interval_its_verdict_rested_on():
     """A comparison settled "slower" at an early look keeps the prior of that look: a
     family that turns noisy afterwards (a busy machine) must not widen the interval shown
     for it past the factor (a "slower" row whose interval held 1.0, seen in a review)."""
-    from flashbench.review.rules import settle
+    from flashbench.review.rules import family_prior, settle
 
     rng = np.random.default_rng(12)
     pairs = _family(rng, [1.3] + [1.0] * 20, [0.01] * 21, MIN_ROUNDS)
@@ -611,12 +611,6 @@ def test_a_settled_row_shows_the_interval_its_verdict_rested_on():
         p.head += extra.head
     (row, *_) = paired_rows(pairs, 1.1, Q)
     assert row.verdict == "slower" and row.ci_low > 1.1, row
-    unfrozen = against_factor(pairs[0].log_ratios(), 1.1, family_prior_of(pairs))
+    unfrozen = against_factor(pairs[0].log_ratios(), 1.1, family_prior(pairs))
     assert unfrozen.location.se > against_factor(pairs[0].log_ratios(), 1.1,
                                                  pairs[0].decided_prior).location.se
-
-
-def family_prior_of(pairs):
-    from flashbench.review.rules import family_prior
-
-    return family_prior(pairs)

@@ -148,7 +148,7 @@ class Sampler:
         self.start = self.clock()
         plans: list[Plan] = []
         rows: list[Row] = []
-        for n, point in enumerate(points):  # calibration (discarded), then round 1
+        for n, point in enumerate(points):  # calibration, then round 1
             if self._left() <= 0:  # the budget covers calibration too: the rest is unseen
                 self.out_of_budget = True
                 self.log(f"budget of {self.budget:.0f} s spent before {len(points) - n} "
@@ -182,7 +182,7 @@ class Sampler:
                                          head.get("status", "failed"),
                                          base.get("reason", ""), head.get("reason", "")))
         while True:
-            steps = sorted((target, plan.spent + cost, cost, i, target, plan)
+            steps = sorted((target, plan.spent + cost, cost, i, plan)
                            for i, plan in enumerate(plans) if plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            for cost in [(target - plan.pair.rounds) * plan.round_cost])
@@ -194,7 +194,7 @@ class Sampler:
                 self.log(f"budget of {self.budget:.0f} s spent: {len(steps)} comparison(s) "
                          "still open")
                 break
-            _, _, _, _, target, plan = step
+            target, _, _, _, plan = step
             t0 = self.clock()
             try:
                 while plan.pair.rounds < target and plan.round_cost <= self._left():

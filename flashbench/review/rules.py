@@ -93,20 +93,28 @@ def settle(pairs: list[Paired], which: Paired, factor: float, q_look: float
            ) -> tuple[str, str] | None:
     """One look at ``which`` (a member of ``pairs``): its decision, recorded on it with the
     family's prior at this look, or None while it is open."""
-    decision = decide(pairs, factor, q_look)[pairs.index(which)]
+    prior = family_prior(pairs)
+    decision = decide(pairs, factor, q_look, prior)[pairs.index(which)]
     if decision is not None and which.decided is None:
-        which.decided, which.decided_prior = decision, family_prior(pairs)
+        which.decided, which.decided_prior = decision, prior
     return decision
 
 
-def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str, str] | None]:
+_FIT = object()  # decide()'s default: fit the family's prior itself
+
+
+def decide(pairs: list[Paired], factor: float, q_look: float, prior=_FIT
+           ) -> list[tuple[str, str] | None]:
     """One look at every comparison: (verdict, reason) where it is settled, else None.
 
     Comparisons settled at an earlier look keep their verdict (their rounds stopped);
     the family is the whole list, so Benjamini-Hochberg sees every comparison's current
-    p-value, and the variance prior (:func:`family_prior`) is fitted to all of them.
+    p-value, and the variance prior (:func:`family_prior`) is fitted to all of them
+    unless the caller has it (``prior``; None: no moderation).
     """
-    evidence = _evidence(pairs, factor, family_prior(pairs))
+    if prior is _FIT:
+        prior = family_prior(pairs)
+    evidence = _evidence(pairs, factor, prior)
     selected = benjamini_hochberg([e.p_change for e in evidence], q_look)
     out = []
     for p, e, sel in zip(pairs, evidence, selected, strict=True):
@@ -123,8 +131,9 @@ def decide(pairs: list[Paired], factor: float, q_look: float) -> list[tuple[str,
 
 def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
     """Final rows of the paired comparisons (after the last look)."""
-    decisions = decide(pairs, factor, q_look)
-    evidence = _evidence(pairs, factor, family_prior(pairs))
+    prior = family_prior(pairs)
+    decisions = decide(pairs, factor, q_look, prior)
+    evidence = _evidence(pairs, factor, prior)
     selected = sum(1 for d in decisions if d and d[1] == "significant")
     level = fcr_level(selected, len(pairs), q_look)
     rows = []

@@ -303,7 +303,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                     f"{prior.family} timing comparisons with 2 rounds or more): a prior "
                     f"spread of {math.sqrt(prior.s2):.2%} per round's log-ratio, worth "
                     f"{prior.d0:.1f} rounds' degrees of freedom, is pooled with each "
-                    "comparison's own.")
+                    "comparison's own (a comparison settled at an earlier look keeps "
+                    "that look's prior).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 

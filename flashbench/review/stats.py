@@ -241,7 +241,6 @@ def against_factor(d, factor: float, prior: Prior | None = None) -> Evidence:
 
 # --------------------------------------------------------------------------- the prior
 
-EULER = 0.5772156649015329
 MAX_PRIOR_DF = 100.0  # d0 is capped: variances that agree perfectly lend no more than this
 MIN_FAMILY = 4  # fewer comparisons with a variance than this fit no prior
 
