@@ -115,8 +115,9 @@ def test_slower_commit_is_flagged_and_untouched_timings_are_not(project):
     assert len(untouched) == 4 and not [x for x in untouched if x["verdict"] == "slower"]
     doc = json.loads(r.stdout)
     assert doc["mode"].startswith("same-run") and doc["false_alarm_rate"] == 0.05
-    if len(os.sched_getaffinity(0)) > 1:  # --threads 1: both workers on one core, said
-        assert any(n.startswith("Both workers pinned to CPU") for n in doc["notes"]), doc
+    assert any(n.startswith("Base and head ran in one worker process") for n in doc["notes"])
+    if len(os.sched_getaffinity(0)) > 1:  # --threads 1: the worker on one core, said
+        assert any(n.startswith("The worker was pinned to CPU") for n in doc["notes"]), doc
     assert not worktrees_left(project)
 
 
@@ -231,7 +232,7 @@ def test_sigterm_leaves_no_worktree_and_no_process(project):
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and not any((s / "head.log").exists()
+        while time.time() < deadline and not any((s / "worker.log").exists()
                                                  for s in sessions(repo)):
             time.sleep(0.5)
         time.sleep(3)  # the workers are up and measuring

@@ -111,9 +111,9 @@ def test_a_call_longer_than_a_sample_calibrates_with_that_one_call(worker):
     assert worker.ask(op="track", name="suite.track_long_calls", index=0)["value"] == after + 2
 
 
-def test_both_workers_can_be_pinned_to_one_cpu(tree, tmp_path):
-    """With --threads N, base and head run on the same last N CPUs (a slower core must
-    not slow one side only); without --threads they are not pinned."""
+def test_the_worker_can_be_pinned_to_one_cpu(tree, tmp_path):
+    """With --threads N, the timing worker runs on the last N CPUs; without --threads
+    it is not pinned."""
     import os
 
     allowed = sorted(os.sched_getaffinity(0))
@@ -123,16 +123,107 @@ def test_both_workers_can_be_pinned_to_one_cpu(tree, tmp_path):
         assert cpus is None  # nothing to choose: one CPU
         return
     assert cpus == frozenset(allowed[-1:])
-    workers = [Worker(side, tree, tree / "benchmarks", tmp_path / f"{side}.log", 1, cpus)
-               for side in ("base", "head")]
+    w = Worker("timing", {"base": tree, "head": tree}, tree / "benchmarks",
+               tmp_path / "w.log", 1, cpus)
     try:
-        for w in workers:
-            w.start()
-            assert os.sched_getaffinity(w.proc.pid) == cpus
-            assert w.ask(op="track", name="suite.Things.track_value", index=0)["value"] == 10.0
+        w.start()
+        assert os.sched_getaffinity(w.proc.pid) == cpus
+        for side in ("base", "head"):
+            assert w.ask(side=side, op="track", name="suite.Things.track_value",
+                         index=0)["value"] == 10.0
     finally:
-        for w in workers:
-            w.stop()
+        w.stop()
+
+
+# --------------------------------------- both commits in one process (modules kept apart)
+
+TWO_SIDED_SUITE = """
+import flashbench
+
+
+def track_commit():
+    return flashbench.VALUE
+
+
+def track_lazy():
+    from flashbench.lazy import LAZY  # imported inside the call, first under either side
+    return LAZY
+
+
+def track_pid():
+    import os
+    return float(os.getpid())
+
+
+def track_cwd_is_the_tree():
+    import os
+    return float(os.path.exists("which_tree_" + str(int(flashbench.VALUE))))
+"""
+
+
+def _commit_tree(root: Path, value: float, broken: bool = False) -> Path:
+    pkg = root / "flashbench"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('this commit is broken')\n" if broken
+                                     else f"VALUE = {value}\n")
+    (pkg / "lazy.py").write_text(f"LAZY = {value * 10}\n")
+    (root / f"which_tree_{int(value)}").write_text("")
+    return root
+
+
+@pytest.fixture(scope="module")
+def two_sided(tmp_path_factory):
+    top = tmp_path_factory.mktemp("two")
+    bench = top / "today" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "__init__.py").write_text("")
+    (bench / "suite.py").write_text(textwrap.dedent(TWO_SIDED_SUITE))
+    return bench, _commit_tree(top / "base", 1.0), _commit_tree(top / "head", 2.0)
+
+
+def test_one_process_runs_each_commits_own_code(two_sided, tmp_path):
+    """Base and head share one process (a process's own speed cancels in each round's
+    ratio) yet each request runs its own commit's modules: imports at load time, imports
+    inside the call (first made under either side), and the working directory."""
+    bench, base, head = two_sided
+    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
+    try:
+        assert w.errors == {}
+
+        def track(side, name):
+            r = w.ask(side=side, op="track", name=f"suite.{name}", index=0)
+            assert r["status"] == "ok", r
+            return r["value"]
+
+        assert [track(s, "track_commit") for s in ("base", "head", "head", "base")] == [
+            1.0, 2.0, 2.0, 1.0]
+        assert track("head", "track_lazy") == 20.0  # first imported under head
+        assert track("base", "track_lazy") == 10.0  # then under base: base's own file
+        assert track("head", "track_lazy") == 20.0
+        assert track("base", "track_pid") == track("head", "track_pid") == w.proc.pid
+        assert track("base", "track_cwd_is_the_tree") == 1.0
+        assert track("head", "track_cwd_is_the_tree") == 1.0
+        timed = w.ask(side="head", op="time", name="suite.track_commit", index=0, number=0,
+                      samples=1)
+        assert timed["status"] == "ok"
+        with pytest.raises(Exception, match="no side 'other'"):
+            w.ask(side="other", op="track", name="suite.track_commit", index=0)
+    finally:
+        w.stop()
+
+
+def test_a_commit_whose_suites_do_not_import_fails_only_its_side(two_sided, tmp_path):
+    bench, base, _ = two_sided
+    broken = _commit_tree(tmp_path / "broken", 3.0, broken=True)
+    w = Worker("timing", {"base": base, "head": broken}, bench, tmp_path / "w.log").start()
+    try:
+        assert list(w.errors) == ["head"] and "this commit is broken" in w.errors["head"]
+        r = w.ask(side="head", op="track", name="suite.track_commit", index=0)
+        assert r["status"] == "failed" and "this commit is broken" in r["reason"]
+        assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
+            "value"] == 1.0
+    finally:
+        w.stop()
 
 
 def test_tracks_return_their_value(worker):

@@ -1,7 +1,7 @@
 """``run_review``: check the options, then gather evidence and judge it.
 
-The default (same-run A/B): base and head checked out in worktrees, one worker per
-tree, today's suites, timings sampled alternately within a budget
+The default (same-run A/B): base and head checked out in worktrees, both loaded in one
+worker process with today's suites, timings sampled alternately within a budget
 (:mod:`flashbench.review.ab`), tracks and peak memory measured once per commit
 (accuracy judged against base and the band of earlier results of base's ancestors, from
 ``--results``; memory against the factor).
@@ -215,15 +215,16 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
 
 
 def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
-    """Track values of both workers, measured in parallel (one thread per worker)."""
+    """Track values of each side, measured in parallel (one thread and one worker per
+    side: ``workers`` maps side -> a worker holding it)."""
 
-    def values(worker):
-        return [worker.ask(timeout=2 * p.timeout + 600, op="track", name=p.name, index=p.index)
-                for p in tracks]
+    def values(side, worker):
+        return [worker.ask(timeout=2 * p.timeout + 600, side=side, op="track", name=p.name,
+                           index=p.index) for p in tracks]
 
     pool = ThreadPoolExecutor(len(workers))
     try:
-        futures = {side: pool.submit(values, w) for side, w in workers.items()}
+        futures = {side: pool.submit(values, side, w) for side, w in workers.items()}
         return {side: f.result() for side, f in futures.items()}
     except BaseException:  # interrupted: end the processes, so the threads' reads end
         for w in workers.values():
@@ -241,25 +242,25 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                             "busy machine's load from stretching one side's calls.")
     if opts.existing:
         review.notes.append("--existing has no effect here: same-run A/B always runs in this "
-                            "Python, with each commit's tree first on PYTHONPATH.")
+                            "Python, with each commit's tree first on sys.path while it runs.")
     with Session(root) as session, ExitStack() as stack:
         points = select(list_suites(root, bench_dir, session.folder / "suites.log"),
                         opts.bench)
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
-        workers = {}
         cpus = shared_cpus(opts.threads)
-        for side, tree in trees.items():
-            workers[side] = Worker(side, tree, bench_dir, session.folder / f"{side}.log",
-                                   opts.threads, cpus)
-            stack.callback(workers[side].stop)
-            workers[side].start()
-            if workers[side].error:
-                review.problems.append(f"{side} {getattr(review, side)[:8]}: "
-                                       f"{workers[side].error}")
-        if cpus and all(w.cpus for w in workers.values()):  # a refused pin unsets it
-            review.notes.append(f"Both workers pinned to CPU {', '.join(map(str, sorted(cpus)))}"
-                                ": base and head run on the same core(s), one at a time.")
+        worker = Worker("timing", trees, bench_dir, session.folder / "worker.log",
+                        opts.threads, cpus)
+        stack.callback(worker.stop)
+        worker.start()
+        for side, why in worker.errors.items():
+            review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
+        review.notes.append("Base and head ran in one worker process (each commit's modules "
+                            "kept apart, swapped in before each block): a process's own "
+                            "speed moves both sides alike.")
+        if cpus and worker.cpus:  # a refused pin unsets it
+            review.notes.append(f"The worker was pinned to CPU {', '.join(map(str, sorted(cpus)))}"
+                                ": base and head ran on the same core(s), one at a time.")
         tracks = [p for p in points if p.type == "track"]
         peakmem = [p for p in points if p.type == "peakmemory"]
         timed = [p for p in points if p.type == "time"]
@@ -270,7 +271,14 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         if tracks:
             log(f"review: {len(tracks)} track value(s) per commit, both commits at once "
                 "(deterministic values: no timing to disturb)")
-            measured = _tracks_at_once(workers, tracks)
+            helper = Worker("head-tracks", {"head": trees["head"]}, bench_dir,
+                            session.folder / "tracks.log", opts.threads)
+            stack.callback(helper.stop)
+            helper.start()
+            try:
+                measured = _tracks_at_once({"base": worker, "head": helper}, tracks)
+            finally:
+                helper.stop()
             review.rows += track_rows(tracks, measured["base"], measured["head"], opts, band,
                                       review)
         if peakmem:
@@ -284,9 +292,9 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                                       review)
 
         def measure(point: Point, side: str, plan) -> dict:
-            return workers[side].ask(timeout=2 * point.timeout + 60, op="time",
-                                     name=point.name, index=point.index, number=plan.number,
-                                     samples=plan.per_block, warmup=plan.warmup)
+            return worker.ask(timeout=2 * point.timeout + 60, side=side, op="time",
+                              name=point.name, index=point.index, number=plan.number,
+                              samples=plan.per_block, warmup=plan.warmup)
 
         if timed:
             q_look = look_level()

@@ -1,16 +1,28 @@
-"""One side of a same-run A/B review: a standalone script, run in one commit's tree.
+"""The review's measuring process: a standalone script that holds both commits' code.
 
-The review starts one worker per commit with ``PYTHONPATH=<that commit's worktree>``
-(so ``import flashbench`` is that commit's package) and this file as the script: the
-base commit does not have flashbench's review code, so the worker imports nothing of
-flashbench itself; only the suites do. It discovers *today's* suites (the working
-tree's ``benchmarks/``, as asv does) with asv_runner's own discovery, whose importer
+The review starts it as ``worker.py serve BENCHMARK_DIR base=TREE head=TREE``: one
+process imports *today's* suites (the working tree's ``benchmarks/``, as asv does)
+twice, once against each commit's flashbench (TREE first on sys.path while that side is
+loaded), and keeps the two sets of modules apart (:class:`Sides`). Before each request
+the requested side's modules are put back in ``sys.modules`` and its tree first on
+``sys.path``, so what the suites import while they run (imports inside functions) is
+that commit's too. Base and head therefore run in one process, on one heap, one
+address-space layout and one core: a process's own speed (measured here: fresh
+processes ran the same streamed reference 0.187-0.206 s, and in one no-op review with
+a process per commit every streamed timing came out 0.78-0.91x on identical code)
+moves both sides alike and cancels in each round's ratio. What the two commits share
+is the process: a commit that changes a third-party library's global state (a torch
+flag, numpy's error mode) changes it for the other side too.
+
+The base commit does not have flashbench's review code, so the worker imports nothing
+of flashbench itself; only the suites do. Discovery is asv_runner's own, whose importer
 loads ``benchmarks`` from that folder without putting the working tree on sys.path.
 
-    python worker.py serve BENCHMARK_DIR            # requests on stdin, replies on stdout
+    python worker.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker.py peakmem BENCHMARK_DIR NAME I   # one fresh-process peak memory
 
-``serve`` reads one JSON request per line and answers each with one JSON line:
+``serve`` reads one JSON request per line and answers each with one JSON line; a
+request names its ``side`` (it may be left out where the process holds one side):
 
 - ``{"op": "list"}`` -> every benchmark: name, type (time, track, peakmemory, ...),
   unit, version (asv's code hash), param labels per grid point (``name=repr`` as asv
@@ -24,15 +36,18 @@ loads ``benchmarks`` from that folder without putting the working tree on sys.pa
 - ``{"op": "track", "name", "index"}`` -> the value the track returns;
 - ``{"op": "exit"}``.
 
+The first line is ``{"ready": true, "pid", "errors": {side: why}}``: a side whose
+suites do not import is listed there, and its requests are answered "failed".
 A reply's ``status`` is "ok", "skipped" (setup raised NotImplementedError, or setup_cache
 did), "not-applicable" (asv's skip_params) or "failed" (any other exception: its last
 line in ``reason``). Setup runs once per request, not before every call (the suites
 build inputs in setup and their calls do not mutate them); teardown runs after it.
 Anything the suites print goes to stderr: stdout carries only the replies.
 
-``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process that
-imports only that benchmark's module, set up, call once, report the process's maximum
-resident set size (bytes; :func:`peak_rss`).
+``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process (the
+commit's tree on PYTHONPATH, set by the caller) that imports only that benchmark's
+module, set up, call once, report the process's maximum resident set size (bytes;
+:func:`peak_rss`).
 """
 
 import gc
@@ -60,11 +75,12 @@ def _reason(exc: BaseException) -> str:
 class Suites:
     """Today's benchmarks, discovered once, with their setup_cache values."""
 
-    def __init__(self, root: str, only: str | None = None):
+    def __init__(self, root: str, only: str | None = None, importer: bool = True):
         from asv_runner._aux import update_sys_path
         from asv_runner.discovery import disc_benchmarks, get_benchmark_from_name
 
-        update_sys_path(root)
+        if importer:  # once per process (Sides installs it before the first side)
+            update_sys_path(root)
         if only is None:
             self.benchmarks = {b.name: b for b in disc_benchmarks(root)}
         else:  # only that benchmark's module is imported (a small baseline, as asv)
@@ -188,29 +204,104 @@ def track_point(suites: Suites, req: dict) -> dict:
         return {"status": "failed", "reason": f"track returned {value!r}, not a number"}
 
 
-def serve(root: str, out) -> int:
+def _top_level_names(tree: str) -> set:
+    """What ``import NAME`` finds at the top of ``tree``: packages and modules."""
+    names = set()
     try:
-        suites = Suites(root)
-    except BaseException as exc:  # the suites do not import in this commit
-        out.write(json.dumps({"error": "benchmark discovery failed: " + _reason(exc)}) + "\n")
+        entries = os.listdir(tree)
+    except OSError:
+        return names
+    for entry in entries:
+        path = os.path.join(tree, entry)
+        if entry.endswith(".py") and os.path.isfile(path):
+            names.add(entry[:-3])
+        elif entry.isidentifier() and os.path.isfile(os.path.join(path, "__init__.py")):
+            names.add(entry)
+    return names
+
+
+class Sides:
+    """Each commit's copy of the suites and of the modules they import, in one process.
+
+    A module belongs to a side when its top-level name is the benchmarks package's or
+    that of a package or module at the top of a tree (flashbench, ...); everything else
+    (numpy, torch, triton, asv_runner, even from a virtual environment inside a tree) is
+    imported once and shared. :meth:`use` takes the active side's modules out of
+    ``sys.modules`` (they are kept, with any its suites imported on the way) and puts
+    the requested side's in, with its tree first on ``sys.path`` and as the working
+    directory."""
+
+    def __init__(self, root: str, trees: dict):
+        from asv_runner._aux import update_sys_path
+
+        self.root = root
+        self.trees = {side: os.path.abspath(tree) for side, tree in trees.items()}
+        self.package = os.path.basename(os.path.normpath(root))
+        self.tops = {self.package} | {name for tree in self.trees.values()
+                                      for name in _top_level_names(tree)}
+        self.modules = {side: {} for side in self.trees}
+        self.suites, self.errors = {}, {}
+        self.active = None
+        update_sys_path(root)
+        for side in self.trees:
+            self.use(side)
+            try:
+                self.suites[side] = Suites(root, importer=False)
+            except BaseException as exc:  # this commit's suites do not import
+                self.errors[side] = "benchmark discovery failed: " + _reason(exc)
+
+    def _owned(self, name: str) -> bool:
+        return name != "__main__" and name.partition(".")[0] in self.tops
+
+    def use(self, side: str) -> None:
+        if side == self.active:
+            return
+        owned = [n for n in list(sys.modules) if self._owned(n)]
+        if self.active is not None:
+            self.modules[self.active] = {n: sys.modules[n] for n in owned}
+        for name in owned:
+            del sys.modules[name]
+        sys.modules.update(self.modules[side])
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".")
+                       not in self.trees.values()]
+        sys.path.insert(0, self.trees[side])
+        os.chdir(self.trees[side])
+        self.active = side
+
+    def answer(self, req: dict) -> dict:
+        side = req.get("side")
+        if side is None and len(self.trees) == 1:
+            side = next(iter(self.trees))
+        if side not in self.trees:
+            return {"error": f"no side {side!r} in this worker (it has "
+                             f"{', '.join(self.trees)})"}
+        if side in self.errors:
+            return {"status": "failed", "reason": self.errors[side]}
+        self.use(side)
+        op, suites = req.get("op"), self.suites[side]
+        if op == "list":
+            return {"benchmarks": suites.describe()}
+        if op == "time":
+            return time_point(suites, req)
+        if op == "track":
+            return track_point(suites, req)
+        return {"error": f"unknown op {op!r}"}
+
+
+def serve(root: str, trees: dict, out) -> int:
+    try:
+        sides = Sides(root, trees)
+    except BaseException as exc:  # asv_runner itself failed
+        out.write(json.dumps({"error": "cannot load the suites: " + _reason(exc)}) + "\n")
         out.flush()
         return 1
-    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "errors": sides.errors}) + "\n")
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
-        op = req.get("op")
-        if op == "exit":
+        if req.get("op") == "exit":
             break
-        if op == "list":
-            reply = {"benchmarks": suites.describe()}
-        elif op == "time":
-            reply = time_point(suites, req)
-        elif op == "track":
-            reply = track_point(suites, req)
-        else:
-            reply = {"error": f"unknown op {op!r}"}
-        out.write(json.dumps(reply) + "\n")
+        out.write(json.dumps(sides.answer(req)) + "\n")
         out.flush()
     return 0
 
@@ -258,11 +349,12 @@ def main(argv: list) -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    if len(argv) == 2 and argv[0] == "serve":
-        return serve(argv[1], out)
+    if len(argv) >= 3 and argv[0] == "serve" and all("=" in a for a in argv[2:]):
+        return serve(argv[1], dict(a.split("=", 1) for a in argv[2:]), out)
     if len(argv) == 4 and argv[0] == "peakmem":
         return peakmem(argv[1], argv[2], int(argv[3]), out)
-    sys.stderr.write(__doc__.split("\n\n")[2] + "\n")
+    sys.stderr.write(next(part for part in __doc__.split("\n\n") if "worker.py serve" in part)
+                     + "\n")
     return 2
 
 

@@ -1,6 +1,7 @@
 """The driver's side of the workers (:mod:`flashbench.review.worker`, a standalone script).
 
-:class:`Worker` is one long-lived ``worker.py serve`` process in one commit's tree;
+:class:`Worker` is one long-lived ``worker.py serve`` process holding one or more
+commits' trees, each a *side* (the review times base and head in one such process);
 :func:`peak_memory` runs ``worker.py peakmem`` in a fresh process per measurement (as
 asv measures ``peakmem_``: the process's maximum resident set size, which only ever
 grows, so one process can measure one call); :func:`list_suites` lists today's suites
@@ -35,12 +36,15 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
                     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
-def _env(tree: Path, threads: int | None = None) -> dict:
+def _env(tree: Path | None, threads: int | None = None) -> dict:
+    """The workers' environment; ``tree`` first on PYTHONPATH (None: the worker puts each
+    side's tree first on sys.path itself)."""
     env = dict(os.environ)
     if threads:  # the measured code's thread pools (BLAS, OpenMP: numpy and torch)
         env.update({name: str(threads) for name in THREAD_VARIABLES})
-    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
-                                     if env.get("PYTHONPATH") else "")
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
+                                         if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the trees
     # numpy asks for transparent huge pages on large arrays; with the kernel's defrag
     # setting "madvise" a page fault there may stop to compact memory. Measured here
@@ -61,12 +65,13 @@ def _tail(path: Path, lines: int = 1) -> str:
 
 
 def shared_cpus(threads: int | None) -> frozenset[int] | None:
-    """The CPUs both workers of a review are pinned to: the last ``threads`` CPUs this
+    """The CPUs the timing worker of a review is pinned to: the last ``threads`` CPUs this
     process may use (None without ``threads``, or where affinity is not available).
 
-    Base and head never run at once, so one core costs them nothing; on separate cores
-    a busier or slower core (a virtual CPU whose sibling another tenant uses) moves one
-    side's times and not the other's, which pairing cannot cancel."""
+    Base and head never run at once and share that one process, so they share its
+    core(s) too; left to the scheduler, the process may move between a busier and a
+    quieter core (a virtual CPU whose sibling another tenant uses) in the middle of a
+    round."""
     if not threads or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))
@@ -74,24 +79,35 @@ def shared_cpus(threads: int | None) -> frozenset[int] | None:
 
 
 class Worker:
-    """``worker.py serve`` in ``tree``: one request, one reply (JSON lines)."""
+    """``worker.py serve`` holding ``trees`` (side -> tree; a single tree is the side
+    ``label``): one request, one reply (JSON lines). ``errors`` holds the sides whose
+    suites do not import (their requests are answered "failed")."""
 
-    def __init__(self, label: str, tree: Path, bench_dir: Path, log: Path,
+    def __init__(self, label: str, trees: Path | dict, bench_dir: Path, log: Path,
                  threads: int | None = None, cpus: frozenset[int] | None = None):
-        self.label, self.tree, self.bench_dir, self.log = label, Path(tree), bench_dir, log
+        if not isinstance(trees, dict):
+            trees = {label: trees}
+        self.label, self.trees, self.bench_dir, self.log = label, dict(trees), bench_dir, log
         self.threads = threads
         self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
         self.proc: subprocess.Popen | None = None
-        self.error: str | None = None  # discovery failed in this commit: why
+        self.errors: dict[str, str] = {}  # discovery failed in these sides: why
+
+    @property
+    def error(self) -> str | None:
+        """Why the suites do not import, where the worker holds one side."""
+        return next(iter(self.errors.values()), None) if len(self.trees) == 1 else None
 
     def start(self) -> Worker:
         self.stop()
+        sides = [f"{side}={tree}" for side, tree in self.trees.items()]
         with open(self.log, "a") as err:
             try:
                 self.proc = subprocess.Popen(
-                    [sys.executable, str(SCRIPT), "serve", str(self.bench_dir)],
-                    cwd=self.tree, env=_env(self.tree, self.threads), stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+                    [sys.executable, str(SCRIPT), "serve", str(self.bench_dir), *sides],
+                    cwd=next(iter(self.trees.values())), env=_env(None, self.threads),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                    bufsize=1)
             except OSError as exc:
                 raise WorkerError(f"cannot start the {self.label} worker: {exc}") from None
         if self.cpus:
@@ -103,7 +119,8 @@ class Worker:
         if first is None:
             raise WorkerError(f"the {self.label} worker did not start: {_tail(self.log)}")
         if "error" in first:
-            self.error = first["error"]
+            raise WorkerError(f"the {self.label} worker: {first['error']}")
+        self.errors = dict(first.get("errors") or {})
         return self
 
     def _read(self, timeout: float | None) -> dict | None:
@@ -123,15 +140,18 @@ class Worker:
         except ValueError:
             raise WorkerError(f"the {self.label} worker wrote {line[:200]!r}") from None
 
-    def ask(self, timeout: float | None = None, **request) -> dict:
-        """Send one request; a worker that dies or overruns ``timeout`` seconds is
-        restarted and the request answered ``{"status": "failed", ...}``."""
-        if self.error:
-            return {"status": "failed", "reason": self.error}
+    def ask(self, timeout: float | None = None, side: str | None = None, **request) -> dict:
+        """Send one request to ``side`` (may be left out where the worker holds one); a
+        worker that dies or overruns ``timeout`` seconds is restarted and the request
+        answered ``{"status": "failed", ...}``."""
+        side = side if side is not None else next(iter(self.trees))
+        if side not in self.trees:
+            raise WorkerError(f"the {self.label} worker holds no side {side!r}")
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-            if self.error:
-                return {"status": "failed", "reason": self.error}
+        if side in self.errors:
+            return {"status": "failed", "reason": self.errors[side]}
+        request["side"] = side
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
@@ -182,7 +202,7 @@ def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
     with open(log, "a") as err:
         try:
             r = subprocess.run([sys.executable, str(SCRIPT), "peakmem", str(bench_dir), name,
-                                str(index)], cwd=tree, env=_env(tree, threads),
+                                str(index)], cwd=tree, env=_env(Path(tree), threads),
                                stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
