@@ -1,9 +1,10 @@
 """``flashbench review BASE HEAD``: did a change make the kernel slower or less accurate?
 
 Same-run A/B (the default). Base and head are checked out in git worktrees under
-``.asv/review/``; one worker process per tree imports that commit's flashbench and
-today's suites (``benchmarks/``, as asv does). The two workers take turns, never at
-once (ABBA...), so both commits see the same machine, load and clocks:
+``.asv/review/``; one worker process imports today's suites (``benchmarks/``, as asv
+does) against each commit's flashbench, keeping the two sets of modules apart. The two
+commits take turns, never at once (ABBA...), so both see the same process, machine, load
+and clocks:
 
 - timings (``time_``, GPU timings whose call synchronises included) are compared on
   paired rounds (calibration discarded, equal blocks on both sides): the

@@ -2,7 +2,7 @@
 
 :class:`Sampler` is the schedule and knows nothing of processes: it calls
 ``measure(point, side, plan)`` for one block (see :func:`flashbench.review.run`, which
-wires it to the two workers). For each timing (``time_``) grid point:
+wires it to the worker that holds both commits). For each timing (``time_``) grid point:
 
 1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
    (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
