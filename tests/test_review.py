@@ -188,7 +188,9 @@ def test_reuse_rebased_head_dated_before_base_is_still_slower(project):
     _, _, c = project
     warm = review(project, "--reuse", "--existing", "--bench", "TimeSoftmax", c["parent"],
                   c["base"])
-    assert warm.returncode in (0, 2), warm.stdout + warm.stderr
+    # this review only stores results of parent and base; its verdict is separate asv
+    # runs' (weaker evidence: one CI run here called a call "slower", exit 1)
+    assert warm.returncode in (0, 1, 2), warm.stdout + warm.stderr
     assert "stored results (--reuse)" in warm.stdout
     r = review(project, "--reuse", "--existing", "--bench", "TimeSoftmax", c["base"],
                c["sleepy"], "--json")
