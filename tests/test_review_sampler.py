@@ -103,16 +103,52 @@ def test_both_sides_get_identical_block_sizes_in_every_paired_round():
     assert m.value[pair.base[0]] > 0
 
 
-def test_a_long_call_s_calibration_calls_are_its_first_round():
-    """Calls of 0.2 s or more: one call a block, no warm-up, so base's calibrating call
-    and head's first call are taken alike and pair as round 1; nothing is discarded."""
-    truth = {f"b.time_long{i}": 1.0 for i in range(6)}
-    m = Machine(truth, seconds=0.5, load=0.2, noise=0.01, seed=9)
+class ColdMachine(Machine):
+    """One process for both sides, as the review runs them: the first call of a grid
+    point in the process pays one-time costs (``first``: 1.5x), and a block that follows
+    another grid point's block runs ``cold`` (1.3x) unless it is warmed by an untimed
+    call first. Seen in one-process no-op reviews here: round 1 made of the two
+    calibrating calls had TimeModels' fp32 call at N = 4096 0.55-0.66x in head (base's
+    call first), and steps that began with head's block put rounds at 1.6-2.6x."""
+
+    def __init__(self, *args, first=1.5, cold=1.3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.first_factor, self.cold_factor = first, cold
+        self.seen, self.last, self.warm = set(), None, []
+
+    def measure(self, point, side, plan):
+        reply = super().measure(point, side, plan)
+        if plan.warmup:
+            self.warm.append((point.name, side))
+        factor = 1.0
+        if point.name not in self.seen:
+            factor *= self.first_factor
+        elif self.last != point.name and not plan.warmup:
+            factor *= self.cold_factor
+        self.seen.add(point.name)
+        self.last = point.name
+        if "samples" in reply:
+            reply["samples"] = [x * factor for x in reply["samples"]]
+        return reply
+
+
+def test_long_calls_discard_first_calls_and_warm_each_step():
+    """Calls of 0.2 s or more (one call a block, no warm-up per block): each side's first
+    call is discarded (base's pays the grid point's one-time costs in the process), and
+    each later step of rounds begins with one untimed call of its first side (its first
+    block would otherwise follow another grid point's). No-op comparisons then centre on
+    1 and none is called slower or faster."""
+    truth = {f"b.time_long{i}": 1.0 for i in range(8)}
+    m = ColdMachine(truth, seconds=0.5, load=0.1, noise=0.01, seed=9)
     rows, _ = run(m, list(truth))
     for name in truth:
         calls = [c for c in m.calls if c[0] == name]
-        assert len(calls) == 2 * rows[name].samples, name  # every block is in a round
         assert calls[0][1:] == ("base", 0) and calls[1][1:] == ("head", 1)
+        assert len(calls) == 2 * rows[name].samples + 2  # the two first calls discarded
+        steps = sum(1 for look in LOOKS if look <= rows[name].samples)  # rounds 2.. on
+        assert len([w for w in m.warm if w[0] == name]) == steps
+        assert rows[name].verdict == "same", rows[name]
+        assert abs(np.log(rows[name].ratio)) < 0.03, rows[name]
     short = Machine({"b.time_short": 1.0}, seconds=0.05, seed=9)
     rows, _ = run(short, ["b.time_short"])
     assert len(short.calls) == 2 * rows["b.time_short"].samples + 2  # calibration discarded
@@ -165,12 +201,12 @@ def test_budget_is_kept_and_covers_calibration():
     rows, sampler = run(m, list(truth), budget=6.0)
     measured = [r for r in rows.values() if r.samples >= 1]
     unseen = [r for r in rows.values() if r.samples == 0]
-    assert len(measured) == 3 and len(unseen) == 2 and sampler.out_of_budget
+    assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
     assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
                and "not measured" in r.detail for r in unseen)
-    # three comparisons' calibration, which is round 1 for 1 s calls (2 blocks of ~1 s
-    # each): the budget is spent after the third, nothing after
-    assert m.now <= 3 * 2 * 1.2 + 0.5
+    # two comparisons' calibration (2 calls of ~1 s, discarded) and round 1 (2 more):
+    # the budget is spent after the second, nothing after
+    assert m.now <= 2 * 4 * 1.2 + 0.5
     assert all(r.verdict == "ambiguous" for r in measured if r.samples < MIN_ROUNDS)
 
 
@@ -229,7 +265,11 @@ def test_looks_come_in_turn_so_open_comparisons_end_within_one_look():
     level = {n: max(i for i, look in enumerate((1,) + LOOKS) if r.samples >= look)
              for n, r in rows.items() if r.verdict == "ambiguous"}
     assert "b.time_costly" in level and len(level) >= 3
-    assert max(level.values()) - min(level.values()) <= 1, {n: rows[n].samples for n in level}
+    cheap = [v for n, v in level.items() if "edge" in n]
+    assert max(cheap) - min(cheap) <= 1, {n: rows[n].samples for n in level}
+    # the costly one goes to each look in turn too, until its next step (rounds to the
+    # next look, plus a warm-up call) no longer fits in what is left; then it gives way
+    assert rows["b.time_costly"].samples >= 5, rows["b.time_costly"]
 
 
 def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():

@@ -6,26 +6,34 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
 
 1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
    (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
-   then runs one sample of that ``number`` (its warm-up, and its status). For calls
-   shorter than 0.2 s both blocks are discarded, so every paired round compares blocks
-   of the same size, taken the same way (the minimum of 5 samples against one sample
-   would bias round 1 towards "head faster"). A call of 0.2 s or more is one call a
-   block on both sides with no warm-up, so the two calibration calls, each side's
-   first, are taken alike and make round 1. A grid point that is not "ok" on either
-   side leaves the sampling for a coverage row.
+   then runs one sample of that ``number`` (its warm-up, and its status). Both blocks
+   are discarded, so every paired round compares blocks of the same size, taken the
+   same way (the minimum of 5 samples against one sample would bias round 1 towards
+   "head faster"), and neither side's first call is timed: base and head share one
+   process, so base's first call of a grid point pays what the process does once for
+   it (heap growth, first touch of buffers, lazy initialisation), which head's then
+   does not. (Measured in one-process no-op reviews here, with the two first calls as
+   round 1: TimeModels' float32 call at N = 4096 came out 0.55-0.66x in head.) A grid
+   point that is not "ok" on either side leaves the sampling for a coverage row.
 2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
    back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
    is shorter than 20 ms, 3 below 0.1 s, else 1) and its value is their minimum, per
    call: load only ever adds time, so the least disturbed sample is the best estimate
    of the block (timeit's advice). Both sides run the same blocks, so load and clock
-   changes hit them alike and cancel in the round's log-ratio.
+   changes hit them alike and cancel in the round's log-ratio. A call shorter than
+   0.2 s has an untimed call before every block; a longer one has one before the first
+   block of each step (the rounds a comparison runs in a row, to its next look): that
+   block follows another grid point's, and steps begin with head's block (BA) at rounds
+   2, 4 and 6, so a cold first block biased every step against head (measured: rounds
+   of 1.6-2.6x in no-op reviews, at N = 4096 on the CPU backends and TimeModels).
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
    rounds). Settled comparisons stop. Looks come in turn: the next step goes to an
    open comparison whose next look is the earliest (every open comparison reaches 3
    rounds, where moderated variances settle most, before any goes on to 5, and so
-   on), and among those to the one with the least sampling time so far, counting the
+   on, unless its step no longer fits in the budget left: then it gives way), and
+   among those to the one with the least sampling time so far, counting the
    step (rounds still needed to its next look x the wall time of its last round): the
    cheap first, so a budget that runs out leaves the fewest comparisons short. A step
    that would overrun the budget gives way to the next one that fits. (Measured over
@@ -111,8 +119,16 @@ class Sampler:
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
 
-    def _block(self, plan: Plan, side: str) -> dict:
-        reply = self.measure(plan.point, side, plan)
+    def _block(self, plan: Plan, side: str, warm: bool = False) -> dict:
+        """One block; ``warm``: an untimed call first, whatever the call's length."""
+        if warm and not plan.warmup:
+            plan.warmup = True
+            try:
+                reply = self.measure(plan.point, side, plan)
+            finally:
+                plan.warmup = False
+        else:
+            reply = self.measure(plan.point, side, plan)
         if reply.get("status") != "ok":
             return reply
         if not plan.number:
@@ -130,12 +146,12 @@ class Sampler:
         finally:
             plan.per_block = per_block
 
-    def _round(self, plan: Plan) -> None:
+    def _round(self, plan: Plan, first_of_step: bool = False) -> None:
         t0 = self.clock()
         sides = ("base", "head") if plan.pair.rounds % 2 == 0 else ("head", "base")
         values = {}
-        for side in sides:
-            reply = self._block(plan, side)
+        for n, side in enumerate(sides):
+            reply = self._block(plan, side, warm=first_of_step and n == 0)
             if reply.get("status") != "ok":  # it worked at calibration: now it fails
                 raise _Broken(side, reply)
             values[side] = reply["value"]
@@ -162,15 +178,7 @@ class Sampler:
                     else self.measure(point, "head", plan))
             if base.get("status") == "ok" and head.get("status") == "ok":
                 try:
-                    if plan.number == 1 and plan.per_block == 1 and not plan.warmup:
-                        # a call of 0.2 s or more: both sides' first call, cold alike and
-                        # taken alike (one call, no warm-up), is round 1 (saves a round of
-                        # the costliest timings: about 40 s of a review of the CPU suites)
-                        plan.pair.base.append(base["value"])
-                        plan.pair.head.append(head["value"])
-                        plan.round_cost = self.clock() - t0
-                    else:
-                        self._round(plan)
+                    self._round(plan)
                 except _Broken as broken:
                     rows.append(broken.row(plan))
                     continue
@@ -185,7 +193,8 @@ class Sampler:
             steps = sorted((target, plan.spent + cost, cost, i, plan)
                            for i, plan in enumerate(plans) if plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
-                           for cost in [(target - plan.pair.rounds) * plan.round_cost])
+                           for cost in [(target - plan.pair.rounds + (
+                               0.0 if plan.warmup else 0.5)) * plan.round_cost])
             if not steps:
                 break
             step = next((st for st in steps if st[2] <= self._left()), None)
@@ -197,8 +206,10 @@ class Sampler:
             target, _, _, _, plan = step
             t0 = self.clock()
             try:
+                first = True
                 while plan.pair.rounds < target and plan.round_cost <= self._left():
-                    self._round(plan)
+                    self._round(plan, first_of_step=first)
+                    first = False
             except _Broken as broken:
                 plans.remove(plan)
                 rows.append(broken.row(plan))
