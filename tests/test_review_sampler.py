@@ -23,6 +23,7 @@ class Machine:
         self.now = 0.0
         self.calls = []  # (benchmark, side, number)
         self._load = 1.0
+        self._round = None
 
     def clock(self):
         return self.now
@@ -32,7 +33,9 @@ class Machine:
         status = self.status.get((point.name, side))
         if status:
             return {"status": status, "reason": f"{status} on purpose"}
-        if len(self.calls) % 2 == 1:  # first block of a round: the load moved since
+        key = (point.name, len(plan.pair.base))  # a new round (or calibration) of a point
+        if key != self._round:  # its first block: the load moved since the last round
+            self._round = key
             self._load = float(np.exp(self.rng.normal(0, self.load)))
         seconds = self.costs.get(point.name, self.seconds)
         t = seconds * (self.truth[point.name] if side == "head" else 1.0) * self._load
@@ -105,11 +108,11 @@ def test_both_sides_get_identical_block_sizes_in_every_paired_round():
 
 class ColdMachine(Machine):
     """One process for both sides, as the review runs them: the first call of a grid
-    point in the process pays one-time costs (``first``: 1.5x), and a block that follows
-    another grid point's block runs ``cold`` (1.3x) unless it is warmed by an untimed
-    call first. Seen in one-process no-op reviews here: round 1 made of the two
-    calibrating calls had TimeModels' fp32 call at N = 4096 0.55-0.66x in head (base's
-    call first), and steps that began with head's block put rounds at 1.6-2.6x."""
+    point in the process pays one-time costs (``first``: 1.5x), and a block right after
+    another grid point's block runs ``cold`` (1.3x). Seen in one-process no-op reviews
+    here: round 1 made of the two calibrating calls had TimeModels' fp32 call at
+    N = 4096 at 0.55-0.66x in head (base's call first), and steps that began with
+    head's block after another point's put rounds at 1.6-2.6x."""
 
     def __init__(self, *args, first=1.5, cold=1.3, **kwargs):
         super().__init__(*args, **kwargs)
@@ -123,7 +126,7 @@ class ColdMachine(Machine):
         factor = 1.0
         if point.name not in self.seen:
             factor *= self.first_factor
-        elif self.last != point.name and not plan.warmup:
+        elif self.last != point.name:
             factor *= self.cold_factor
         self.seen.add(point.name)
         self.last = point.name
@@ -132,21 +135,23 @@ class ColdMachine(Machine):
         return reply
 
 
-def test_long_calls_discard_first_calls_and_warm_each_step():
-    """Calls of 0.2 s or more (one call a block, no warm-up per block): each side's first
+def test_long_calls_discard_first_calls_and_begin_steps_with_a_discarded_block():
+    """Calls of 0.2 s or more (a block is the setup and one call): each side's first
     call is discarded (base's pays the grid point's one-time costs in the process), and
-    each later step of rounds begins with one untimed call of its first side (its first
-    block would otherwise follow another grid point's). No-op comparisons then centre on
-    1 and none is called slower or faster."""
+    every timed block follows a block of the same grid point: rounds go BA, AB, ...
+    (after head's calibration block), and each step of rounds begins with one discarded
+    block of the side its first round opens with. No-op comparisons then centre on 1 and
+    none is called slower or faster."""
     truth = {f"b.time_long{i}": 1.0 for i in range(8)}
     m = ColdMachine(truth, seconds=0.5, load=0.1, noise=0.01, seed=9)
     rows, _ = run(m, list(truth))
+    assert not m.warm  # no untimed call inside a long call's block
     for name in truth:
-        calls = [c for c in m.calls if c[0] == name]
-        assert calls[0][1:] == ("base", 0) and calls[1][1:] == ("head", 1)
-        assert len(calls) == 2 * rows[name].samples + 2  # the two first calls discarded
+        calls = [c[1] for c in m.calls if c[0] == name]
+        assert calls[:4] == ["base", "head", "head", "base"]  # calibration, then round 1 BA
         steps = sum(1 for look in LOOKS if look <= rows[name].samples)  # rounds 2.. on
-        assert len([w for w in m.warm if w[0] == name]) == steps
+        assert len(calls) == 2 * rows[name].samples + 2 + steps
+        assert calls[4] == calls[5] == "base"  # step 1: a discarded base block, round 2 AB
         assert rows[name].verdict == "same", rows[name]
         assert abs(np.log(rows[name].ratio)) < 0.03, rows[name]
     short = Machine({"b.time_short": 1.0}, seconds=0.05, seed=9)
@@ -246,7 +251,9 @@ def test_first_looks_come_before_later_looks():
                                                             "b.time_costly1": 1.0}
     costs = {"b.time_costly0": 1.0, "b.time_costly1": 1.0}
     m = Machine(truth, seconds=0.05, costs=costs, load=0.3, noise=0.12, seed=4)
-    rows, _ = run(m, list(truth), budget=40.0)
+    # about 35 s to take all 22 to their first look (the 1 s ones: 2 discarded first
+    # calls, round 1, a discarded block and 2 rounds: 9 calls each), then 15 s beyond
+    rows, _ = run(m, list(truth), budget=50.0)
     for name in costs:
         assert rows[name].samples >= MIN_ROUNDS, rows[name]
     assert max(rows[n].samples for n in truth if "noisy" in n) > MIN_ROUNDS  # then onwards

@@ -21,11 +21,18 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    call: load only ever adds time, so the least disturbed sample is the best estimate
    of the block (timeit's advice). Both sides run the same blocks, so load and clock
    changes hit them alike and cancel in the round's log-ratio. A call shorter than
-   0.2 s has an untimed call before every block; a longer one has one before the first
-   block of each step (the rounds a comparison runs in a row, to its next look): that
-   block follows another grid point's, and steps begin with head's block (BA) at rounds
-   2, 4 and 6, so a cold first block biased every step against head (measured: rounds
-   of 1.6-2.6x in no-op reviews, at N = 4096 on the CPU backends and TimeModels).
+   0.2 s has an untimed call before every block. A longer call's block is its setup
+   and one call, and its time depends on the block before it (measured A/A in one
+   process, one call of TimeModels' float32 model at N = 4096: a call right after an
+   untimed call of its own 20% faster than one right after its setup; a block right
+   after another grid point's up to 1.6-2.6x slower). So every timed block of a long
+   call follows a block of the same grid point, as in the ABBA run itself, where a
+   round's first block follows the same side's block: its rounds go BA, AB, BA, ...
+   (head's discarded calibration block precedes round 1's head block), and each later
+   step (the rounds a comparison runs in a row, to its next look) begins with one
+   discarded block of the side its first round opens with. Before this, steps began
+   with a head block after another point's, and no-op rounds came out at 1.6-2.6x,
+   always against head.
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
@@ -119,16 +126,8 @@ class Sampler:
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
 
-    def _block(self, plan: Plan, side: str, warm: bool = False) -> dict:
-        """One block; ``warm``: an untimed call first, whatever the call's length."""
-        if warm and not plan.warmup:
-            plan.warmup = True
-            try:
-                reply = self.measure(plan.point, side, plan)
-            finally:
-                plan.warmup = False
-        else:
-            reply = self.measure(plan.point, side, plan)
+    def _block(self, plan: Plan, side: str) -> dict:
+        reply = self.measure(plan.point, side, plan)
         if reply.get("status") != "ok":
             return reply
         if not plan.number:
@@ -148,10 +147,15 @@ class Sampler:
 
     def _round(self, plan: Plan, first_of_step: bool = False) -> None:
         t0 = self.clock()
-        sides = ("base", "head") if plan.pair.rounds % 2 == 0 else ("head", "base")
+        long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
+        sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
         values = {}
-        for n, side in enumerate(sides):
-            reply = self._block(plan, side, warm=first_of_step and n == 0)
+        if first_of_step and long:  # the step's first block must not follow another
+            reply = self._block(plan, sides[0])  # point's: one block first, discarded
+            if reply.get("status") != "ok":
+                raise _Broken(sides[0], reply)
+        for side in sides:
+            reply = self._block(plan, side)
             if reply.get("status") != "ok":  # it worked at calibration: now it fails
                 raise _Broken(side, reply)
             values[side] = reply["value"]
