@@ -135,25 +135,31 @@ class ColdMachine(Machine):
         return reply
 
 
-def test_long_calls_discard_first_calls_and_begin_steps_with_a_discarded_block():
-    """Calls of 0.2 s or more (a block is the setup and one call): each side's first
-    call is discarded (base's pays the grid point's one-time costs in the process), and
-    every timed block follows a block of the same grid point: rounds go BA, AB, ...
-    (after head's calibration block), and each step of rounds begins with one discarded
-    block of the side its first round opens with. No-op comparisons then centre on 1 and
-    none is called slower or faster."""
-    truth = {f"b.time_long{i}": 1.0 for i in range(8)}
+def test_long_calls_discard_base_first_call_and_time_blocks_after_their_point():
+    """Calls of 0.2 s or more (a block is the setup and one call): base's first call is
+    discarded (it pays the grid point's one-time costs in the process); head's, which
+    follows it, is round 1's head block (BA); each later step of rounds begins with one
+    discarded block of the side that opens it. Every timed block thus follows a block of
+    the same grid point. No-op comparisons centre on 1 and none is called slower or
+    faster."""
+    truth = {f"b.time_long{i}": 1.0 for i in range(8)} | {"b.time_edge": 1.1}
     m = ColdMachine(truth, seconds=0.5, load=0.1, noise=0.01, seed=9)
     rows, _ = run(m, list(truth))
     assert not m.warm  # no untimed call inside a long call's block
+    names = [c[0] for c in m.calls]
     for name in truth:
         calls = [c[1] for c in m.calls if c[0] == name]
-        assert calls[:4] == ["base", "head", "head", "base"]  # calibration, then round 1 BA
-        steps = sum(1 for look in LOOKS if look <= rows[name].samples)  # rounds 2.. on
-        assert len(calls) == 2 * rows[name].samples + 2 + steps
-        assert calls[4] == calls[5] == "base"  # step 1: a discarded base block, round 2 AB
-        assert rows[name].verdict == "same", rows[name]
-        assert abs(np.log(rows[name].ratio)) < 0.03, rows[name]
+        # calibration (base), round 1 (head's first call, base), then a step: a
+        # discarded base block and rounds 2 and 3 (AB BA)
+        assert calls[:8] == ["base", "head", "base", "base", "base", "head", "head", "base"]
+        first = names.index(name)
+        assert names[first:first + 3] == [name] * 3
+        steps = sum(1 for look in LOOKS if look <= rows[name].samples)
+        assert len(calls) == 2 * rows[name].samples + 1 + steps
+        if name != "b.time_edge":
+            assert rows[name].verdict == "same", rows[name]
+            assert abs(np.log(rows[name].ratio)) < 0.03, rows[name]
+    assert rows["b.time_edge"].samples > 5  # later steps were exercised
     short = Machine({"b.time_short": 1.0}, seconds=0.05, seed=9)
     rows, _ = run(short, ["b.time_short"])
     assert len(short.calls) == 2 * rows["b.time_short"].samples + 2  # calibration discarded
@@ -202,16 +208,16 @@ def test_budget_is_kept_and_covers_calibration():
     spent no further comparison is started, and each one not reached is an "ambiguous"
     row that says it was not measured (--quick over costly suites ends on time)."""
     truth = {f"b.time_{i}": 1.0 for i in range(5)}
-    m = Machine(truth, seconds=1.0)
+    m = Machine(truth, seconds=1.0, load=0.0, noise=0.01)
     rows, sampler = run(m, list(truth), budget=6.0)
     measured = [r for r in rows.values() if r.samples >= 1]
     unseen = [r for r in rows.values() if r.samples == 0]
     assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
     assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
                and "not measured" in r.detail for r in unseen)
-    # two comparisons' calibration (2 calls of ~1 s, discarded) and round 1 (2 more):
-    # the budget is spent after the second, nothing after
-    assert m.now <= 2 * 4 * 1.2 + 0.5
+    # two comparisons' calibration and round 1 (3 calls of 1 s: base's first discarded,
+    # head's first in round 1, base's second): the budget is spent after the second
+    assert m.now <= 2 * 3 * 1.1 + 0.5
     assert all(r.verdict == "ambiguous" for r in measured if r.samples < MIN_ROUNDS)
 
 
@@ -251,8 +257,8 @@ def test_first_looks_come_before_later_looks():
                                                             "b.time_costly1": 1.0}
     costs = {"b.time_costly0": 1.0, "b.time_costly1": 1.0}
     m = Machine(truth, seconds=0.05, costs=costs, load=0.3, noise=0.12, seed=4)
-    # about 35 s to take all 22 to their first look (the 1 s ones: 2 discarded first
-    # calls, round 1, a discarded block and 2 rounds: 9 calls each), then 15 s beyond
+    # about 35 s to take all 22 to their first look (the 1 s ones: base's first call
+    # discarded, round 1, a discarded block and 2 rounds: 8 calls each), then beyond
     rows, _ = run(m, list(truth), budget=50.0)
     for name in costs:
         assert rows[name].samples >= MIN_ROUNDS, rows[name]

@@ -6,15 +6,16 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
 
 1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
    (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
-   then runs one sample of that ``number`` (its warm-up, and its status). Both blocks
-   are discarded, so every paired round compares blocks of the same size, taken the
-   same way (the minimum of 5 samples against one sample would bias round 1 towards
-   "head faster"), and neither side's first call is timed: base and head share one
-   process, so base's first call of a grid point pays what the process does once for
-   it (heap growth, first touch of buffers, lazy initialisation), which head's then
-   does not. (Measured in one-process no-op reviews here, with the two first calls as
-   round 1: TimeModels' float32 call at N = 4096 came out 0.55-0.66x in head.) A grid
-   point that is not "ok" on either side leaves the sampling for a coverage row.
+   then runs one sample of that ``number`` (its warm-up, and its status). For calls
+   shorter than 0.2 s both blocks are discarded, so every paired round compares blocks
+   of the same size, taken the same way (the minimum of 5 samples against one sample
+   would bias round 1 towards "head faster"). A call of 0.2 s or more is one call a
+   block: base's first call is discarded (base and head share one process, so it pays
+   what the process does once for the grid point: heap growth, first touch of buffers,
+   lazy initialisation; with the two first calls as round 1, one-process no-op reviews
+   had TimeModels' float32 call at N = 4096 at 0.55-0.66x in head), and head's first
+   call, which follows it, is round 1's head block, base's next call its base block. A
+   grid point that is not "ok" on either side leaves the sampling for a coverage row.
 2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
    back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
    is shorter than 20 ms, 3 below 0.1 s, else 1) and its value is their minimum, per
@@ -22,16 +23,15 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    of the block (timeit's advice). Both sides run the same blocks, so load and clock
    changes hit them alike and cancel in the round's log-ratio. A call shorter than
    0.2 s has an untimed call before every block. A longer call's block is its setup
-   and one call, and its time depends on the block before it (measured A/A in one
-   process, one call of TimeModels' float32 model at N = 4096: a call right after an
-   untimed call of its own 20% faster than one right after its setup; a block right
-   after another grid point's up to 1.6-2.6x slower). So every timed block of a long
-   call follows a block of the same grid point, as in the ABBA run itself, where a
-   round's first block follows the same side's block: its rounds go BA, AB, BA, ...
-   (head's discarded calibration block precedes round 1's head block), and each later
-   step (the rounds a comparison runs in a row, to its next look) begins with one
-   discarded block of the side its first round opens with. Before this, steps began
-   with a head block after another point's, and no-op rounds came out at 1.6-2.6x,
+   and one call, and its time depends on the block before it (A/A in one process:
+   TimeModels' float32 call at N = 4096 about 20% faster right after an untimed call
+   of its own than right after its setup; a block right after another grid point's up
+   to 1.6-2.6x slower). So every timed block of a long call follows a block of the
+   same grid point, as inside a run of ABBA rounds, where a round's first block
+   follows the same side's block: its rounds go BA, AB, BA, ... (round 1 as above),
+   and each step (the rounds a comparison runs in a row, to its next look) begins
+   with one discarded block of the side that opens it. Before this, steps began with
+   head's block right after another point's, and no-op rounds came out at 1.6-2.6x,
    always against head.
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
@@ -163,6 +163,15 @@ class Sampler:
         plan.pair.head.append(values["head"])
         plan.round_cost = self.clock() - t0
 
+    def _first_round(self, plan: Plan, head: dict) -> None:
+        t0 = self.clock()
+        base = self._block(plan, "base")
+        if base.get("status") != "ok":
+            raise _Broken("base", base)
+        plan.pair.base.append(base["value"])
+        plan.pair.head.append(head["value"])
+        plan.round_cost = self.clock() - t0
+
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
         """Sample every point; returns (paired comparisons, coverage rows)."""
         self.start = self.clock()
@@ -182,7 +191,12 @@ class Sampler:
                     else self.measure(point, "head", plan))
             if base.get("status") == "ok" and head.get("status") == "ok":
                 try:
-                    self._round(plan)
+                    if plan.warmup:
+                        self._round(plan)
+                    else:  # a long call: base's first call (the point's one-time costs in
+                        # the process) is discarded; head's first call, which follows it,
+                        # is round 1's head block (BA)
+                        self._first_round(plan, head)
                 except _Broken as broken:
                     rows.append(broken.row(plan))
                     continue
