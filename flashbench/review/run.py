@@ -306,13 +306,16 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             prior = family_prior(pairs)
             if prior is not None:
+                left_out = (f"; {prior.outliers} comparison(s) whose variance it does not "
+                            "explain (p < 0.001) were left out of the fit and keep their own"
+                            if prior.outliers else "")
                 review.notes.append(
                     f"Intervals use moderated variances (empirical Bayes over the "
-                    f"{prior.family} timing comparisons with 2 rounds or more): a prior "
-                    f"spread of {math.sqrt(prior.s2):.2%} per round's log-ratio, worth "
-                    f"{prior.d0:.1f} rounds' degrees of freedom, is pooled with each "
-                    "comparison's own (a comparison settled at an earlier look keeps "
-                    "that look's prior).")
+                    f"{prior.family} timing comparisons with 2 rounds or more, fitted "
+                    f"robustly): a prior spread of {math.sqrt(prior.s2):.2%} per round's "
+                    f"log-ratio, worth {prior.d0:.1f} rounds' degrees of freedom, is pooled "
+                    f"with each comparison's own{left_out} (a comparison settled at an "
+                    "earlier look keeps that look's prior).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 
