@@ -108,8 +108,9 @@ def test_both_sides_get_identical_block_sizes_in_every_paired_round():
 
 class ColdMachine(Machine):
     """One process for both sides, as the review runs them: the first call of a grid
-    point in the process pays one-time costs (``first``: 1.5x), and a block right after
-    another grid point's block runs ``cold`` (1.3x). Seen in one-process no-op reviews
+    point in the process pays one-time costs (``first``: 1.5x), each side's first call
+    its own copy's (1.5x again), and a block right after another grid point's block
+    runs ``cold`` (1.3x). Seen in one-process no-op reviews
     here: round 1 made of the two calibrating calls had TimeModels' fp32 call at
     N = 4096 at 0.55-0.66x in head (base's call first), and steps that began with
     head's block after another point's put rounds at 1.6-2.6x."""
@@ -124,24 +125,26 @@ class ColdMachine(Machine):
         if plan.warmup:
             self.warm.append((point.name, side))
         factor = 1.0
-        if point.name not in self.seen:
+        if point.name not in self.seen:  # the point's one-time costs in the process
+            factor *= self.first_factor
+        if (point.name, side) not in self.seen:  # and in this side's copy of the modules
             factor *= self.first_factor
         elif self.last != point.name:
             factor *= self.cold_factor
-        self.seen.add(point.name)
+        self.seen |= {point.name, (point.name, side)}
         self.last = point.name
         if "samples" in reply:
             reply["samples"] = [x * factor for x in reply["samples"]]
         return reply
 
 
-def test_long_calls_discard_base_first_call_and_time_blocks_after_their_point():
-    """Calls of 0.2 s or more (a block is the setup and one call): base's first call is
-    discarded (it pays the grid point's one-time costs in the process); head's, which
-    follows it, is round 1's head block (BA); each later step of rounds begins with one
-    discarded block of the side that opens it. Every timed block thus follows a block of
-    the same grid point. No-op comparisons centre on 1 and none is called slower or
-    faster."""
+def test_long_calls_discard_first_calls_and_time_blocks_after_their_point():
+    """Calls of 0.2 s or more (a block is the setup and one call): each side's first call
+    is discarded (base's pays the grid point's one-time costs in the process, and each
+    its own copy's); round 1 is BA, head's block right after head's first call; each
+    later step of rounds begins with one discarded block of the side that opens it.
+    Every timed block thus follows a block of the same grid point. No-op comparisons
+    centre on 1 and none is called slower or faster."""
     truth = {f"b.time_long{i}": 1.0 for i in range(8)} | {"b.time_edge": 1.1}
     m = ColdMachine(truth, seconds=0.5, load=0.1, noise=0.01, seed=9)
     rows, _ = run(m, list(truth))
@@ -149,13 +152,14 @@ def test_long_calls_discard_base_first_call_and_time_blocks_after_their_point():
     names = [c[0] for c in m.calls]
     for name in truth:
         calls = [c[1] for c in m.calls if c[0] == name]
-        # calibration (base), round 1 (head's first call, base), then a step: a
-        # discarded base block and rounds 2 and 3 (AB BA)
-        assert calls[:8] == ["base", "head", "base", "base", "base", "head", "head", "base"]
+        # calibration (base, head), round 1 (BA), then a step: a discarded base block
+        # and rounds 2 and 3 (AB, BA)
+        assert calls[:9] == ["base", "head", "head", "base",
+                             "base", "base", "head", "head", "base"]
         first = names.index(name)
-        assert names[first:first + 3] == [name] * 3
+        assert names[first:first + 4] == [name] * 4
         steps = sum(1 for look in LOOKS if look <= rows[name].samples)
-        assert len(calls) == 2 * rows[name].samples + 1 + steps
+        assert len(calls) == 2 * rows[name].samples + 2 + steps
         if name != "b.time_edge":
             assert rows[name].verdict == "same", rows[name]
             assert abs(np.log(rows[name].ratio)) < 0.03, rows[name]
@@ -163,6 +167,20 @@ def test_long_calls_discard_base_first_call_and_time_blocks_after_their_point():
     short = Machine({"b.time_short": 1.0}, seconds=0.05, seed=9)
     rows, _ = run(short, ["b.time_short"])
     assert len(short.calls) == 2 * rows["b.time_short"].samples + 2  # calibration discarded
+
+
+def test_long_calls_steps_keep_the_budget():
+    """A long call's step costs a discarded block and its rounds: the schedule counts
+    both, so no round starts that the budget cannot pay for (the round cost is the two
+    timed blocks; a step's estimate adds half a round for the discarded block)."""
+    truth = {f"b.time_edge{i}": 1.1 for i in range(3)}
+    for budget in (20.0, 30.0, 45.0):
+        m = Machine(truth, seconds=1.0, load=0.0, noise=0.01)
+        rows, sampler = run(m, list(truth), budget=budget)
+        assert sampler.out_of_budget
+        assert m.now <= budget + 0.1, (budget, m.now)
+        assert m.now >= budget - 2 * 2.2 - 1.1  # no more left unspent than a step needs
+        assert all(r.samples >= 3 for r in rows.values()) or budget < 25
 
 
 def test_a_a_reviews_have_no_systematic_bias():
@@ -215,9 +233,9 @@ def test_budget_is_kept_and_covers_calibration():
     assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
     assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
                and "not measured" in r.detail for r in unseen)
-    # two comparisons' calibration and round 1 (3 calls of 1 s: base's first discarded,
-    # head's first in round 1, base's second): the budget is spent after the second
-    assert m.now <= 2 * 3 * 1.1 + 0.5
+    # two comparisons' calibration (2 calls of 1 s, discarded) and round 1 (2 more):
+    # the budget is spent after the second, nothing after
+    assert m.now <= 2 * 4 * 1.1 + 0.5
     assert all(r.verdict == "ambiguous" for r in measured if r.samples < MIN_ROUNDS)
 
 
@@ -257,8 +275,8 @@ def test_first_looks_come_before_later_looks():
                                                             "b.time_costly1": 1.0}
     costs = {"b.time_costly0": 1.0, "b.time_costly1": 1.0}
     m = Machine(truth, seconds=0.05, costs=costs, load=0.3, noise=0.12, seed=4)
-    # about 35 s to take all 22 to their first look (the 1 s ones: base's first call
-    # discarded, round 1, a discarded block and 2 rounds: 8 calls each), then beyond
+    # about 35 s to take all 22 to their first look (the 1 s ones: 2 discarded first
+    # calls, round 1, a discarded block and 2 rounds: 9 calls each), then beyond
     rows, _ = run(m, list(truth), budget=50.0)
     for name in costs:
         assert rows[name].samples >= MIN_ROUNDS, rows[name]

@@ -155,6 +155,14 @@ def track_pid():
     return float(os.getpid())
 
 
+def track_child_process_imports_the_commit():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import flashbench; print(flashbench.VALUE)"],
+                         cwd="/", capture_output=True, text=True, check=True).stdout
+    return float(out)
+
+
 def track_cwd_is_the_tree():
     import os
     return float(os.path.exists("which_tree_" + str(int(flashbench.VALUE))))
@@ -201,6 +209,9 @@ def test_one_process_runs_each_commits_own_code(two_sided, tmp_path):
         assert track("base", "track_lazy") == 10.0  # then under base: base's own file
         assert track("head", "track_lazy") == 20.0
         assert track("base", "track_pid") == track("head", "track_pid") == w.proc.pid
+        # a child process (peak memory tracks measure in one) imports that commit's too
+        assert track("head", "track_child_process_imports_the_commit") == 2.0
+        assert track("base", "track_child_process_imports_the_commit") == 1.0
         assert track("base", "track_cwd_is_the_tree") == 1.0
         assert track("head", "track_cwd_is_the_tree") == 1.0
         timed = w.ask(side="head", op="time", name="suite.track_commit", index=0, number=0,
@@ -250,7 +261,8 @@ def test_peak_memory_is_the_fresh_processs_own(tree, tmp_path):
 def test_script_alone_prints_usage():
     script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
-    assert r.returncode == 2 and "serve" in r.stderr
+    assert r.returncode == 2 and "worker.py serve BENCHMARK_DIR SIDE=TREE" in r.stderr
+    assert "peakmem" in r.stderr
 
 
 # ------------------------------------------------ asv_runner's private API (finding 10)

@@ -6,16 +6,17 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
 
 1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
    (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
-   then runs one sample of that ``number`` (its warm-up, and its status). For calls
-   shorter than 0.2 s both blocks are discarded, so every paired round compares blocks
-   of the same size, taken the same way (the minimum of 5 samples against one sample
-   would bias round 1 towards "head faster"). A call of 0.2 s or more is one call a
-   block: base's first call is discarded (base and head share one process, so it pays
-   what the process does once for the grid point: heap growth, first touch of buffers,
-   lazy initialisation; with the two first calls as round 1, one-process no-op reviews
-   had TimeModels' float32 call at N = 4096 at 0.55-0.66x in head), and head's first
-   call, which follows it, is round 1's head block, base's next call its base block. A
-   grid point that is not "ok" on either side leaves the sampling for a coverage row.
+   then runs one sample of that ``number`` (its warm-up, and its status). Both blocks
+   are discarded, so every paired round compares blocks of the same size, taken the
+   same way (the minimum of 5 samples against one sample would bias round 1 towards
+   "head faster"), and neither side's first call is timed: base and head share one
+   process, so base's first call of a grid point pays what the process does once for
+   it (heap growth, first touch of buffers, lazy initialisation), and each side's
+   first call pays what its own copy of the modules does once (imports inside
+   functions, caches, Triton's kernel loads). With the two first calls of a call of
+   0.2 s or more as round 1, one-process no-op reviews had TimeModels' float32 call at
+   N = 4096 at 0.55-0.66x in head. A grid point that is not "ok" on either side leaves
+   the sampling for a coverage row.
 2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
    back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
    is shorter than 20 ms, 3 below 0.1 s, else 1) and its value is their minimum, per
@@ -28,11 +29,11 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    of its own than right after its setup; a block right after another grid point's up
    to 1.6-2.6x slower). So every timed block of a long call follows a block of the
    same grid point, as inside a run of ABBA rounds, where a round's first block
-   follows the same side's block: its rounds go BA, AB, BA, ... (round 1 as above),
-   and each step (the rounds a comparison runs in a row, to its next look) begins
-   with one discarded block of the side that opens it. Before this, steps began with
-   head's block right after another point's, and no-op rounds came out at 1.6-2.6x,
-   always against head.
+   follows the same side's block: its rounds go BA, AB, BA, ... (round 1's head block
+   follows head's calibration block), and each step (the rounds a comparison runs in
+   a row, to its next look) begins with one discarded block of the side that opens
+   it. Before this, steps began with head's block right after another point's, and
+   no-op rounds came out at 1.6-2.6x, always against head.
 3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
    when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
    it if it can (the family for Benjamini-Hochberg is every comparison, at its current
@@ -146,7 +147,6 @@ class Sampler:
             plan.per_block = per_block
 
     def _round(self, plan: Plan, first_of_step: bool = False) -> None:
-        t0 = self.clock()
         long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
         sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
         values = {}
@@ -154,6 +154,7 @@ class Sampler:
             reply = self._block(plan, sides[0])  # point's: one block first, discarded
             if reply.get("status") != "ok":
                 raise _Broken(sides[0], reply)
+        t0 = self.clock()  # a round's cost: its two timed blocks
         for side in sides:
             reply = self._block(plan, side)
             if reply.get("status") != "ok":  # it worked at calibration: now it fails
@@ -161,15 +162,6 @@ class Sampler:
             values[side] = reply["value"]
         plan.pair.base.append(values["base"])
         plan.pair.head.append(values["head"])
-        plan.round_cost = self.clock() - t0
-
-    def _first_round(self, plan: Plan, head: dict) -> None:
-        t0 = self.clock()
-        base = self._block(plan, "base")
-        if base.get("status") != "ok":
-            raise _Broken("base", base)
-        plan.pair.base.append(base["value"])
-        plan.pair.head.append(head["value"])
         plan.round_cost = self.clock() - t0
 
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
@@ -191,13 +183,8 @@ class Sampler:
                     else self.measure(point, "head", plan))
             if base.get("status") == "ok" and head.get("status") == "ok":
                 try:
-                    if plan.warmup:
-                        self._round(plan)
-                    else:  # a long call: base's first call (the point's one-time costs in
-                        # the process) is discarded; head's first call, which follows it,
-                        # is round 1's head block (BA)
-                        self._first_round(plan, head)
-                except _Broken as broken:
+                    self._round(plan)  # a long call's round 1 is BA: head's block follows
+                except _Broken as broken:  # head's discarded first call
                     rows.append(broken.row(plan))
                     continue
                 plan.spent = self.clock() - t0

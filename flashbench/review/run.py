@@ -307,7 +307,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             prior = family_prior(pairs)
             if prior is not None:
                 left_out = (f"; {prior.outliers} comparison(s) whose variance it does not "
-                            "explain (p < 0.001) were left out of the fit and keep their own"
+                            "explain (p < 1e-7) were left out of the fit and keep their own"
                             if prior.outliers else "")
                 review.notes.append(
                     f"Intervals use moderated variances (empirical Bayes over the "

@@ -28,7 +28,7 @@ request names its ``side`` (it may be left out where the process holds one side)
   unit, version (asv's code hash), param labels per grid point (``name=repr`` as asv
   writes them) and the grid points this commit declares not applicable (skip_params);
 - ``{"op": "time", "name", "index", "number", "samples", "warmup"}`` -> set up the grid
-  point (setup_cache once per worker), optionally one untimed warm-up call, then
+  point (setup_cache once per side), optionally one untimed warm-up call, then
   ``samples`` samples of ``number`` consecutive calls each (``number`` 0: calibrate so
   that one sample takes >= 10 ms), timed with the benchmark's ``timer`` (asv's
   attribute; wall time by default), garbage collection off while timing (as timeit);
@@ -228,8 +228,8 @@ class Sides:
     (numpy, torch, triton, asv_runner, even from a virtual environment inside a tree) is
     imported once and shared. :meth:`use` takes the active side's modules out of
     ``sys.modules`` (they are kept, with any its suites imported on the way) and puts
-    the requested side's in, with its tree first on ``sys.path`` and as the working
-    directory."""
+    the requested side's in, with its tree first on ``sys.path`` and on ``PYTHONPATH``
+    (for the processes the suites start) and as the working directory."""
 
     def __init__(self, root: str, trees: dict):
         from asv_runner._aux import update_sys_path
@@ -240,6 +240,7 @@ class Sides:
         self.tops = {self.package} | {name for tree in self.trees.values()
                                       for name in _top_level_names(tree)}
         self.modules = {side: {} for side in self.trees}
+        self.pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         self.suites, self.errors = {}, {}
         self.active = None
         update_sys_path(root)
@@ -265,6 +266,9 @@ class Sides:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".")
                        not in self.trees.values()]
         sys.path.insert(0, self.trees[side])
+        # processes the suites start (peak memory tracks measure in a child) import this
+        # side's flashbench too
+        os.environ["PYTHONPATH"] = os.pathsep.join([self.trees[side]] + self.pythonpath)
         os.chdir(self.trees[side])
         self.active = side
 
@@ -350,11 +354,11 @@ def main(argv: list) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     if len(argv) >= 3 and argv[0] == "serve" and all("=" in a for a in argv[2:]):
-        return serve(argv[1], dict(a.split("=", 1) for a in argv[2:]), out)
+        return serve(os.path.abspath(argv[1]), dict(a.split("=", 1) for a in argv[2:]), out)
     if len(argv) == 4 and argv[0] == "peakmem":
         return peakmem(argv[1], argv[2], int(argv[3]), out)
-    sys.stderr.write(next(part for part in __doc__.split("\n\n") if "worker.py serve" in part)
-                     + "\n")
+    sys.stderr.write(next(part for part in __doc__.split("\n\n")
+                          if "python worker.py serve" in part) + "\n")
     return 2
 
 
