@@ -223,6 +223,22 @@ def test_one_process_runs_each_commits_own_code(two_sided, tmp_path):
         w.stop()
 
 
+def test_a_two_sided_worker_that_dies_is_restarted_with_both_sides(two_sided, tmp_path):
+    bench, base, head = two_sided
+    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
+    try:
+        first = w.proc.pid
+        w.proc.kill()
+        w.proc.wait()
+        assert w.ask(side="head", op="track", name="suite.track_commit", index=0)[
+            "value"] == 2.0  # restarted for the request
+        assert w.proc.pid != first
+        assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
+            "value"] == 1.0
+    finally:
+        w.stop()
+
+
 def test_a_commit_whose_suites_do_not_import_fails_only_its_side(two_sided, tmp_path):
     bench, base, _ = two_sided
     broken = _commit_tree(tmp_path / "broken", 3.0, broken=True)
