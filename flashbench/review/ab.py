@@ -14,7 +14,7 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    it (heap growth, first touch of buffers, lazy initialisation), and each side's
    first call pays what its own copy of the modules does once (imports inside
    functions, caches, Triton's kernel loads). With the two first calls of a call of
-   0.2 s or more as round 1, one-process no-op reviews had TimeModels' float32 call at
+   0.2 s or more as round 1, one-process no-op reviews had the float32 precision model's call at
    N = 4096 at 0.55-0.66x in head. A grid point that is not "ok" on either side leaves
    the sampling for a coverage row.
 2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
@@ -25,7 +25,7 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    changes hit them alike and cancel in the round's log-ratio. A call shorter than
    0.2 s has an untimed call before every block. A longer call's block is its setup
    and one call, and its time depends on the block before it (A/A in one process:
-   TimeModels' float32 call at N = 4096 about 20% faster right after an untimed call
+   the float32 precision model's call at N = 4096 about 20% faster right after an untimed call
    of its own than right after its setup; a block right after another grid point's up
    to 1.6-2.6x slower). So every timed block of a long call follows a block of the
    same grid point, as inside a run of ABBA rounds, where a round's first block
