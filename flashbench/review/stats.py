@@ -322,8 +322,13 @@ class Prior:
         return f_sf(var / self.s2, df, self.d0) >= OUTLIER_P
 
 
+def _centred_log_var(var: float, df: float) -> float:
+    """Smyth's ``e = log s^2 - digamma(d/2) + log(d/2)`` of one comparison."""
+    return math.log(var) - digamma(df / 2.0) + math.log(df / 2.0)
+
+
 def _moments(pairs) -> tuple[float, float]:
-    e = np.array([math.log(v) - digamma(d / 2.0) + math.log(d / 2.0) for v, d in pairs])
+    e = np.array([_centred_log_var(v, d) for v, d in pairs])
     spread = float(np.var(e, ddof=1)) - float(np.mean([trigamma(d / 2.0) for _, d in pairs]))
     mean = float(e.mean())
     d0 = min(2.0 * trigamma_inverse(spread), MAX_PRIOR_DF) if spread > 0 else MAX_PRIOR_DF
@@ -358,8 +363,7 @@ def fit_prior(locations) -> Prior | None:
              if loc.df >= 1 and math.isfinite(loc.var) and loc.var > 0]
     if len(pairs) < MIN_FAMILY:
         return None
-    order = sorted(pairs, key=lambda vd: math.log(vd[0]) - digamma(vd[1] / 2.0)
-                   + math.log(vd[1] / 2.0))
+    order = sorted(pairs, key=lambda vd: _centred_log_var(*vd))
     kept = order[:max(MIN_FAMILY, math.ceil(INITIAL_SHARE * len(order)))]
     s2, d0 = _moments(kept)
     for _ in range(20):
