@@ -46,6 +46,24 @@ class Machine:
         return {"status": "ok", "number": number, "samples": samples}
 
 
+class PairMachine(Machine):
+    """A worker that also answers op "pair" (both sides' samples, interleaved): each
+    pair request is recorded, and ``pair_status`` makes pairs fail from then on."""
+
+    def __init__(self, *args, pair_status=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pairs = []  # (benchmark, order, number, per_block)
+        self.pair_status = pair_status  # (first failing pair, reply)
+
+    def measure_pair(self, point, order, plan):
+        self.pairs.append((point.name, order, plan.number, plan.per_block))
+        if self.pair_status and len(self.pairs) >= self.pair_status[0]:
+            return dict(self.pair_status[1])
+        replies = {side: self.measure(point, side, plan) for side in order}
+        return {"status": "ok", "number": plan.number,
+                **{side: r["samples"] for side, r in replies.items()}}
+
+
 def points(names):
     return [Point(n, 0, "", "time", "seconds") for n in names]
 
@@ -339,6 +357,43 @@ def test_a_head_that_fails_after_calibration_is_a_regression():
     assert not pairs and len(rows) == 1
     assert (rows[0].reason, rows[0].regression, rows[0].detail) == (
         "failed", True, "base ok, head failed: NaN output")
+
+
+def _pair_run(m, names):
+    sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock,
+                      measure_pair=m.measure_pair)
+    pairs, rows = sampler.run(points(names))
+    return {r.benchmark: r for r in paired_rows(pairs, 1.1, look_level()) + rows}
+
+
+def test_short_calls_pair_their_rounds_long_calls_keep_blocks():
+    """Calls under 0.2 s: after calibration, each round is one pair request (both sides'
+    samples interleaved in the worker), its order alternating; longer calls keep their
+    blocks (one call each, a block of their own point first)."""
+    m = PairMachine({"b.time_short": 1.0, "b.time_long": 1.0},
+                    costs={"b.time_short": 0.004, "b.time_long": 0.5})
+    rows = _pair_run(m, ["b.time_short", "b.time_long"])
+    short = [p for p in m.pairs if p[0] == "b.time_short"]
+    assert rows["b.time_short"].samples == len(short) >= MIN_ROUNDS
+    assert [order for _, order, _, _ in short[:4]] == [("base", "head"), ("head", "base")] * 2
+    # calibrated once, on base (this machine's calibration answers one call a sample)
+    assert all(number == 1 and per == 5 for _, _, number, per in short)
+    assert not any(p[0] == "b.time_long" for p in m.pairs)
+    assert rows["b.time_long"].samples >= MIN_ROUNDS
+    assert {r.verdict for r in rows.values()} == {"same"}
+
+
+def test_a_pair_that_fails_names_its_side_and_one_that_dies_falls_back_to_blocks():
+    failing = PairMachine({"b.time_a": 1.0}, pair_status=(
+        2, {"status": "failed", "side": "head", "reason": "NaN output"}))
+    (row,) = _pair_run(failing, ["b.time_a"]).values()
+    assert (row.reason, row.regression, row.detail) == (
+        "failed", True, "base ok, head failed: NaN output")
+    died = PairMachine({"b.time_a": 1.0}, pair_status=(
+        2, {"status": "failed", "reason": "worker died"}))
+    (row,) = _pair_run(died, ["b.time_a"]).values()
+    assert row.verdict == "same" and row.samples >= MIN_ROUNDS  # its rounds as blocks
+    assert len(died.pairs) >= row.samples - 1
 
 
 def test_select_matches_names_and_grid_points():

@@ -166,6 +166,23 @@ def track_child_process_imports_the_commit():
 def track_cwd_is_the_tree():
     import os
     return float(os.path.exists("which_tree_" + str(int(flashbench.VALUE))))
+
+
+def time_sleep_by_commit():  # head (VALUE 2) sleeps twice as long; every call logged
+    import os
+    import time
+    with open(os.path.join(os.path.dirname(__file__), "calls.log"), "a") as f:
+        f.write(f"{int(flashbench.VALUE)}\\n")
+    time.sleep(0.003 * flashbench.VALUE)
+
+
+class NotInHead:
+    def setup(self):
+        if flashbench.VALUE == 2.0:
+            raise NotImplementedError("not in this commit")
+
+    def time_nothing(self):
+        pass
 """
 
 
@@ -219,6 +236,44 @@ def test_one_process_runs_each_commits_own_code(two_sided, tmp_path):
         assert timed["status"] == "ok"
         with pytest.raises(Exception, match="no side 'other'"):
             w.ask(side="other", op="track", name="suite.track_commit", index=0)
+    finally:
+        w.stop()
+
+
+def test_a_pair_interleaves_both_commits_samples_abba(two_sided, tmp_path):
+    """op "pair": both sides set up, one warm-up call each, then samples alternating
+    A B B A A B ..., each run with its own commit's modules."""
+    bench, base, head = two_sided
+    log = bench / "calls.log"
+    log.unlink(missing_ok=True)
+    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
+    try:
+        r = w.ask_pair(("head", "base"), name="suite.time_sleep_by_commit", index=0,
+                       number=2, samples=3)
+        assert r["status"] == "ok" and r["number"] == 2, r
+        assert len(r["base"]) == len(r["head"]) == 3
+        assert 1.5 < min(r["head"]) / min(r["base"]) < 2.5  # each its own commit's code
+        assert log.read_text().split() == (["2", "1"] + ["2"] * 2 + ["1"] * 4 + ["2"] * 4
+                                           + ["1"] * 2)  # warm-ups, then H B B H H B
+        skipped = w.ask_pair(("base", "head"), name="suite.NotInHead.time_nothing",
+                             index=0, number=1, samples=1)
+        assert (skipped["status"], skipped["side"]) == ("skipped", "head"), skipped
+        assert "not in this commit" in skipped["reason"]
+        with pytest.raises(Exception, match="a pair needs two"):
+            w.ask_pair(("base", "base"), name="suite.time_sleep_by_commit", index=0,
+                       number=1, samples=1)
+        with pytest.raises(Exception, match="calibrated number"):
+            w.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
+                       number=0, samples=1)
+    finally:
+        w.stop()
+    broken = _commit_tree(tmp_path / "broken", 3.0, broken=True)
+    w = Worker("timing", {"base": base, "head": broken}, bench, tmp_path / "b.log").start()
+    try:
+        r = w.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
+                       number=1, samples=1)
+        assert (r["status"], r["side"]) == ("failed", "head")
+        assert "this commit is broken" in r["reason"]
     finally:
         w.stop()
 

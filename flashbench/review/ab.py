@@ -111,6 +111,10 @@ class Plan:
 
 
 Measure = Callable[[Point, str, Plan], dict]
+# a pair of blocks, interleaved sample by sample: (point, (first side, second side), plan)
+# -> {"status": "ok", "base": [per-call seconds], "head": [...]} or a failure that names
+# its "side" (none: the worker died or overran, and the blocks are asked one by one)
+MeasurePair = Callable[[Point, tuple[str, str], Plan], dict]
 
 
 class Sampler:
@@ -118,8 +122,9 @@ class Sampler:
 
     def __init__(self, measure: Measure, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
-                 | None = None):
+                 | None = None, measure_pair: MeasurePair | None = None):
         self.measure, self.budget, self.factor, self.q_look = measure, budget, factor, q_look
+        self.measure_pair = measure_pair  # short calls' rounds, interleaved (None: blocks)
         self.clock, self.log = clock, log or (lambda text: None)
         self.start = 0.0
         self.out_of_budget = False
@@ -149,6 +154,17 @@ class Sampler:
     def _round(self, plan: Plan, first_of_step: bool = False) -> None:
         long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
         sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
+        if not long and self.measure_pair is not None:
+            t0 = self.clock()
+            reply = self.measure_pair(plan.point, sides, plan)
+            if reply.get("status") == "ok":
+                plan.pair.base.append(float(min(reply["base"])))
+                plan.pair.head.append(float(min(reply["head"])))
+                plan.round_cost = self.clock() - t0
+                return
+            if "side" in reply:
+                raise _Broken(reply["side"], reply)
+            # the worker died or overran: one block per side tells which side it was
         values = {}
         if first_of_step and long:  # the step's first block must not follow another
             reply = self._block(plan, sides[0])  # point's: one block first, discarded

@@ -296,12 +296,18 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                               name=point.name, index=point.index, number=plan.number,
                               samples=plan.per_block, warmup=plan.warmup)
 
+        def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
+            return worker.ask_pair(order, timeout=4 * point.timeout + 60, name=point.name,
+                                   index=point.index, number=plan.number,
+                                   samples=plan.per_block)
+
         if timed:
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
             sampler = Sampler(measure, opts.seconds, opts.factor, q_look,
-                              log=lambda text: log("review: " + text))
+                              log=lambda text: log("review: " + text),
+                              measure_pair=measure_pair)
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             prior = family_prior(pairs)

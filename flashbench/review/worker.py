@@ -33,6 +33,10 @@ request names its ``side`` (it may be left out where the process holds one side)
   that one sample takes >= 10 ms), timed with the benchmark's ``timer`` (asv's
   attribute; wall time by default), garbage collection off while timing (as timeit);
   reply: per-call seconds of each sample and the ``number`` used;
+- ``{"op": "pair", "name", "index", "number", "samples", "order": [A, B]}`` -> both
+  sides' calls of one grid point interleaved sample by sample (:func:`pair_point`);
+  reply: ``{"status": "ok", "number", A: [...], B: [...]}`` (per-call seconds), a
+  failure with the ``side`` it came from;
 - ``{"op": "track", "name", "index"}`` -> the value the track returns;
 - ``{"op": "exit"}``.
 
@@ -50,6 +54,7 @@ module, set up, call once, report the process's maximum resident set size (bytes
 :func:`peak_rss`).
 """
 
+import functools
 import gc
 import itertools
 import json
@@ -186,6 +191,52 @@ def time_point(suites: Suites, req: dict) -> dict:
     return {"status": "ok", "number": number, "samples": samples}
 
 
+def pair_point(sides: "Sides", req: dict) -> dict:
+    """Both commits' calls of one grid point, interleaved sample by sample (op "pair").
+
+    Each side in ``order`` is set up (under its own modules) and given one untimed
+    warm-up call; then ``samples`` samples per side alternate in ABBA order (A B B A A B
+    ...: each side as often first as second of a pair), the requested side's modules put
+    back before each sample. Reply: per-call seconds of each side's samples; a failure
+    names the ``side`` it came from."""
+    order = list(req.get("order") or [])
+    if len(order) != 2 or len(set(order)) != 2 or not set(order) <= set(sides.trees):
+        return {"error": f"a pair needs two of this worker's sides, got {order!r}"}
+    number = int(req.get("number") or 0)
+    if number <= 0:
+        return {"error": "a pair needs the calibrated number of calls per sample"}
+    for side in order:
+        if side in sides.errors:
+            return {"status": "failed", "side": side, "reason": sides.errors[side]}
+    prepared = {}
+    side = order[0]
+    try:
+        for side in order:
+            sides.use(side)
+            b, reply = sides.suites[side].prepare(req["name"], req["index"])
+            if b is None:
+                return dict(reply, side=side)
+            prepared[side] = (b, functools.partial(b.func, *b._build_params()),
+                              getattr(b, "timer", None) or time.perf_counter)
+        for side in order:  # one untimed call each
+            sides.use(side)
+            _, call, timer = prepared[side]
+            _sample(call, 1, timer)
+        samples = {s: [] for s in order}
+        for k in range(max(1, int(req.get("samples", 1)))):
+            for side in order if k % 2 == 0 else order[::-1]:
+                sides.use(side)
+                _, call, timer = prepared[side]
+                samples[side].append(_sample(call, number, timer) / number)
+    except Exception as exc:
+        return {"status": "failed", "side": side, "reason": _reason(exc)}
+    finally:
+        for s, (b, _, _) in prepared.items():
+            sides.use(s)
+            sides.suites[s].teardown(b)
+    return {"status": "ok", "number": number, **samples}
+
+
 def track_point(suites: Suites, req: dict) -> dict:
     b, reply = suites.prepare(req["name"], req["index"])
     if b is None:
@@ -273,6 +324,8 @@ class Sides:
         self.active = side
 
     def answer(self, req: dict) -> dict:
+        if req.get("op") == "pair":
+            return pair_point(self, req)
         side = req.get("side")
         if side is None and len(self.trees) == 1:
             side = next(iter(self.trees))

@@ -145,13 +145,25 @@ class Worker:
         worker that dies or overruns ``timeout`` seconds is restarted and the request
         answered ``{"status": "failed", ...}``."""
         side = side if side is not None else next(iter(self.trees))
-        if side not in self.trees:
-            raise WorkerError(f"the {self.label} worker holds no side {side!r}")
+        return self._send(request, timeout, [side], side=side)
+
+    def ask_pair(self, order: tuple[str, str], timeout: float | None = None,
+                 **request) -> dict:
+        """Send one ``pair`` request (worker.py's ``pair_point``: both sides' calls of one
+        grid point, interleaved); a side whose suites do not import is answered
+        ``{"status": "failed", "side": ...}`` without asking."""
+        return self._send(request, timeout, list(order), op="pair", order=list(order))
+
+    def _send(self, request: dict, timeout: float | None, sides: list, **fields) -> dict:
+        for side in sides:
+            if side not in self.trees:
+                raise WorkerError(f"the {self.label} worker holds no side {side!r}")
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        if side in self.errors:
-            return {"status": "failed", "reason": self.errors[side]}
-        request["side"] = side
+        for side in sides:
+            if side in self.errors:
+                return {"status": "failed", "side": side, "reason": self.errors[side]}
+        request.update(fields)
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
