@@ -165,6 +165,8 @@ def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, fl
         cmd.append("--quick")
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.jobs:
+        cmd += ["--jobs", str(args.jobs)]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True,
                        env={**os.environ, "HOME": str(home)})
@@ -278,6 +280,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, help="review --budget (default: review's)")
     p.add_argument("--quick", action="store_true", help="review --quick")
     p.add_argument("--threads", type=int, help="review --threads")
+    p.add_argument("--jobs", type=int, help="review --jobs (timing workers at once)")
     p.add_argument("--workdir", help="where to clone (default: a temporary folder, removed)")
     p.add_argument("--save", help="a folder to write each review's JSON to (<size>-<i>.json)")
     p.add_argument("--summarize", metavar="DIR",
@@ -328,7 +331,8 @@ def main(argv=None) -> int:
     return report(f"same-run A/B reviews of commits on {commits['base'][:8]}, --bench "
                   f"{args.bench!r}{f', --budget {args.budget:g}' if args.budget else ''}"
                   f"{', --quick' if args.quick else ''}"
-                  f"{f', --threads {args.threads}' if args.threads else ''}; "
+                  f"{f', --threads {args.threads}' if args.threads else ''}"
+                  f"{f', --jobs {args.jobs}' if args.jobs else ''}; "
                   f"affected: {args.affected!r}; {note}", results, args)
 
 

@@ -58,7 +58,7 @@ def test_counts_share_one_positive_integer_parser():
     typed = {(name, a.option_strings[0]): a.type for name, p in sub.choices.items()
              for a in p._actions if a.option_strings}
     for key in (("check", "--kv-heads"), ("bands", "--n"), ("bands", "--seeds"),
-                ("review", "--threads")):
+                ("review", "--threads"), ("review", "--jobs")):
         assert typed[key] is positive_int, key
     counts = [k for k, t in typed.items() if getattr(t, "__name__", "").lstrip("_").startswith(
         "positive")]

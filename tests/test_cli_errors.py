@@ -86,7 +86,8 @@ def _semantic(command):
             ["--factor", "1e400"], ["--acc-tol", "nan"], ["--acc-tol", "-0.1"],
             ["--budget", "0"], ["--budget", "inf"], ["--budget", "nan"],
             ["--results", "/nonexistent/results"], ["origin/mian"], ["HEAD", "no-such-rev"],
-            ["--machine", "../../../somewhere"], ["--bench", "("]])
+            ["--machine", "../../../somewhere"], ["--bench", "("], ["--jobs", "2"],
+            ["--jobs", "100000", "--threads", "1"]])
     if command == "check":
         return st.sampled_from([["--block", "0", "--quiet"], ["--block", "-3", "--quiet"],
                                 ["--shape", "1x1x0x16"]])

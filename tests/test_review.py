@@ -121,6 +121,26 @@ def test_slower_commit_is_flagged_and_untouched_timings_are_not(project):
     assert not worktrees_left(project)
 
 
+def test_two_timing_workers_sample_at_once(project):
+    """--jobs 2 (with --threads 1): two worker processes, each on a CPU of its own, each
+    holding both commits; the verdicts are those of one worker."""
+    _, _, c = project
+    r = review(project, c["base"], c["slow"], "--bench", CHEAP, "--budget", "60", "--json",
+               "--jobs", "2")
+    if len(os.sched_getaffinity(0)) < 2:
+        assert r.returncode == 2 and "needs 2 CPUs" in r.stderr, r.stderr
+        return
+    assert r.returncode == 1, r.stdout + r.stderr
+    got = rows(r)
+    assert sorted(x["verdict"] for x in got if STREAMED in x["params"]) == ["slower"] * 2
+    assert not [x for x in got if STREAMED not in x["params"] and x["verdict"] == "slower"]
+    doc = json.loads(r.stdout)
+    assert any(n.startswith("Timings were sampled by 2 worker processes at once")
+               for n in doc["notes"]), doc["notes"]
+    assert any(n.startswith("The workers were pinned to CPU") for n in doc["notes"])
+    assert not worktrees_left(project)
+
+
 def worktrees_left(project):
     repo = project[0]
     return len(worktrees(repo)) > 1 or sessions(repo)

@@ -1,9 +1,12 @@
 """The adaptive ABBA sampler of same-run reviews, driven by a simulated machine."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
-from flashbench.review.ab import Point, Sampler
+from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.rules import look_level, paired_rows
 from flashbench.review.run import select
 from flashbench.review.stats import LOOKS, MIN_ROUNDS
@@ -394,6 +397,58 @@ def test_a_pair_that_fails_names_its_side_and_one_that_dies_falls_back_to_blocks
     (row,) = _pair_run(died, ["b.time_a"]).values()
     assert row.verdict == "same" and row.samples >= MIN_ROUNDS  # its rounds as blocks
     assert len(died.pairs) >= row.samples - 1
+
+
+def _lanes(truth, n, fail_in=None):
+    """``n`` simulated processes (a Machine each) answering in real time (1 ms a call);
+    ``calls`` records (lane, benchmark) of every request."""
+    calls, lock = [], threading.Lock()
+
+    def lane(i):
+        m = PairMachine(truth, seed=i)
+
+        def record(point):
+            with lock:
+                calls.append((i, point.name))
+            time.sleep(0.001)
+            if fail_in == i and len(calls) > 30:
+                raise RuntimeError("the worker is gone")
+
+        def measure(point, side, plan):
+            record(point)
+            return m.measure(point, side, plan)
+
+        def measure_pair(point, order, plan):
+            record(point)
+            return m.measure_pair(point, order, plan)
+
+        return Lane(measure, measure_pair)
+
+    return [lane(i) for i in range(n)], calls
+
+
+def test_lanes_sample_at_once_each_comparison_in_the_process_that_calibrated_it():
+    truth = {f"b.time_{n}": 1.5 if n < 3 else 1.0 for n in range(8)}
+    lanes, calls = _lanes(truth, 2)
+    sampler = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes)
+    pairs, rows = sampler.run(points(list(truth)))
+    assert not rows and [p.benchmark for p in pairs] == list(truth)  # the points' order
+    verdicts = {r.benchmark: r.verdict for r in paired_rows(pairs, 1.1, look_level())}
+    assert verdicts == {n: "slower" if t > 1 else "same" for n, t in truth.items()}
+    owners = {}
+    for lane, name in calls:
+        owners.setdefault(name, set()).add(lane)
+    assert all(len(o) == 1 for o in owners.values()), owners  # one process per comparison
+    assert {next(iter(o)) for o in owners.values()} == {0, 1}  # both processes worked
+
+
+def test_a_lane_that_fails_stops_the_review_with_its_error():
+    lanes, _ = _lanes({f"b.time_{n}": 1.0 for n in range(8)}, 2, fail_in=1)
+    sampler = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes)
+    with pytest.raises(RuntimeError, match="the worker is gone"):
+        sampler.run(points([f"b.time_{n}" for n in range(8)]))
+    with pytest.raises(ValueError, match="not both"):
+        Sampler(lambda *a: {}, 1.0, 1.1, 0.01, lanes=lanes)
 
 
 def test_select_matches_names_and_grid_points():

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashbench.review.workers import Worker, peak_memory, shared_cpus
+from flashbench.review.workers import Worker, lane_cpus, peak_memory
 
 SUITE = '''
 import time
@@ -111,14 +111,38 @@ def test_a_call_longer_than_a_sample_calibrates_with_that_one_call(worker):
     assert worker.ask(op="track", name="suite.track_long_calls", index=0)["value"] == after + 2
 
 
+def test_each_timing_worker_gets_cpus_of_its_own(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert lane_cpus(1) == [frozenset({3})]
+    assert lane_cpus(1, 2) == [frozenset({3}), frozenset({2})]
+    assert lane_cpus(2, 2) == [frozenset({2, 3}), frozenset({0, 1})]
+    assert lane_cpus(4) == [None]  # one worker on every CPU: left to the scheduler
+    with pytest.raises(ValueError, match="needs 5 CPUs; this process may use 4"):
+        lane_cpus(1, 5)
+    with pytest.raises(ValueError, match="needs --threads"):
+        lane_cpus(None, 2)
+    from flashbench.review import Options
+
+    Options(jobs=2, threads=2).check()
+    Options(jobs=2, reuse=True).check()  # no workers with --reuse (a note says so)
+    for bad, why in ((Options(jobs=2), "needs --threads"),
+                     (Options(jobs=3, threads=2), "needs 6 CPUs; this process may use 4"),
+                     (Options(jobs=0), "jobs must be an integer >= 1"),
+                     (Options(jobs=True), "jobs must be an integer >= 1")):
+        with pytest.raises(ValueError, match=why):
+            bad.check()
+
+
 def test_the_worker_can_be_pinned_to_one_cpu(tree, tmp_path):
     """With --threads N, the timing worker runs on the last N CPUs; without --threads
     it is not pinned."""
     import os
 
     allowed = sorted(os.sched_getaffinity(0))
-    assert shared_cpus(None) is None
-    cpus = shared_cpus(1)
+    assert lane_cpus(None) == [None]
+    (cpus,) = lane_cpus(1)
     if len(allowed) == 1:
         assert cpus is None  # nothing to choose: one CPU
         return

@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
     r.add_argument("--threads", type=positive_int,
                    help="same-run: thread pools of the measured code (OpenMP, OpenBLAS, MKL; "
                    "default: theirs). 1 keeps a busy machine's load from stretching calls")
+    r.add_argument("--jobs", type=positive_int, default=1,
+                   help="same-run: timing worker processes sampling at once (default 1); "
+                   "needs --threads, and jobs x threads CPUs: each worker is pinned to its "
+                   "own (on a 2-CPU machine: --jobs 2 --threads 1)")
     r.add_argument("--allow-dirty", action="store_true",
                    help="review the committed HEAD although flashbench/ or benchmarks/ have "
                    "uncommitted edits (the header says they were not measured)")
@@ -73,7 +77,7 @@ def run(args) -> int:
                    quick=args.quick, existing=args.existing, factor=args.factor,
                    acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
                    machine=args.machine, allow_dirty=args.allow_dirty,
-                   threads=args.threads)
+                   threads=args.threads, jobs=args.jobs)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
     if args.output:

@@ -1,8 +1,9 @@
 """Same-run A/B sampling: base and head measured alternately, adaptively, within a budget.
 
 :class:`Sampler` is the schedule and knows nothing of processes: it calls
-``measure(point, side, plan)`` for one block (see :func:`flashbench.review.run`, which
-wires it to the worker that holds both commits). For each timing (``time_``) grid point:
+``measure(point, side, plan)`` for one block and ``measure_pair(point, order, plan)``
+for one interleaved round of a short call (see :func:`flashbench.review.run`, which
+wires both to the worker that holds both commits). For each timing (``time_``) grid point:
 
 1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
    (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
@@ -23,7 +24,13 @@ wires it to the worker that holds both commits). For each timing (``time_``) gri
    call: load only ever adds time, so the least disturbed sample is the best estimate
    of the block (timeit's advice). Both sides run the same blocks, so load and clock
    changes hit them alike and cancel in the round's log-ratio. A call shorter than
-   0.2 s has an untimed call before every block. A longer call's block is its setup
+   0.2 s runs its round as one pair request (``measure_pair``: the worker sets the grid
+   point up for both sides, gives each one untimed call, then alternates their samples
+   A B B A A B ..., the round's order first): the two sides' samples lie one sample
+   apart, not one block, so load that changes within a round hits both (A/A here,
+   ``scripts/review_interleave.py``: see docs/review.md for the spread it measured).
+   Where no pair can be asked (``measure_pair`` None) or the worker died in one, that
+   round is one block per side, each after an untimed call. A longer call's block is its setup
    and one call, and its time depends on the block before it (A/A in one process:
    the float32 precision model's call at N = 4096 about 20% faster right after an untimed call
    of its own than right after its setup; a block right after another grid point's up
@@ -66,6 +73,7 @@ Peak memory is not sampled here: it is one deterministic value per commit
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,23 +125,46 @@ Measure = Callable[[Point, str, Plan], dict]
 MeasurePair = Callable[[Point, tuple[str, str], Plan], dict]
 
 
-class Sampler:
-    """The adaptive ABBA schedule (module docstring)."""
+@dataclass(frozen=True)
+class Lane:
+    """One measuring process: its ``measure`` (a block) and ``measure_pair`` (a short
+    call's interleaved round; None: blocks only)."""
 
-    def __init__(self, measure: Measure, budget: float, factor: float, q_look: float,
+    measure: Measure
+    measure_pair: MeasurePair | None = None
+
+
+class Sampler:
+    """The adaptive ABBA schedule (module docstring).
+
+    ``lanes`` (more than one: :class:`Lane` per process, each process holding both
+    commits) sample at once, one thread each: a lane takes the next grid point to
+    calibrate while there is one, then the next step of the comparisons it calibrated
+    (a comparison's rounds all run in one process: its first calls there were the
+    discarded calibration calls). Looks and the budget are the whole review's."""
+
+    def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
-                 | None = None, measure_pair: MeasurePair | None = None):
-        self.measure, self.budget, self.factor, self.q_look = measure, budget, factor, q_look
-        self.measure_pair = measure_pair  # short calls' rounds, interleaved (None: blocks)
+                 | None = None, measure_pair: MeasurePair | None = None,
+                 lanes: list[Lane] | None = None):
+        if lanes is None:
+            lanes = [Lane(measure, measure_pair)]
+        elif measure is not None or measure_pair is not None:
+            raise ValueError("give measure/measure_pair or lanes, not both")
+        if not lanes:
+            raise ValueError("a sampler needs at least one lane")
+        self.lanes = list(lanes)
+        self.budget, self.factor, self.q_look = budget, factor, q_look
         self.clock, self.log = clock, log or (lambda text: None)
         self.start = 0.0
         self.out_of_budget = False
+        self._lock = threading.Lock()
 
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
 
-    def _block(self, plan: Plan, side: str) -> dict:
-        reply = self.measure(plan.point, side, plan)
+    def _block(self, plan: Plan, side: str, lane: Lane) -> dict:
+        reply = lane.measure(plan.point, side, plan)
         if reply.get("status") != "ok":
             return reply
         if not plan.number:
@@ -143,20 +174,20 @@ class Sampler:
             plan.warmup = sample / plan.number < WARMUP_BELOW
         return {"status": "ok", "value": float(min(reply["samples"]))}
 
-    def _calibrated(self, plan: Plan, side: str) -> dict:
+    def _calibrated(self, plan: Plan, side: str, lane: Lane) -> dict:
         """One discarded sample of the calibrated ``number`` (warm-up and status)."""
         per_block, plan.per_block = plan.per_block, 1
         try:
-            return self._block(plan, side)
+            return self._block(plan, side, lane)
         finally:
             plan.per_block = per_block
 
-    def _round(self, plan: Plan, first_of_step: bool = False) -> None:
+    def _round(self, plan: Plan, lane: Lane, first_of_step: bool = False) -> None:
         long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
         sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
-        if not long and self.measure_pair is not None:
+        if not long and lane.measure_pair is not None:
             t0 = self.clock()
-            reply = self.measure_pair(plan.point, sides, plan)
+            reply = lane.measure_pair(plan.point, sides, plan)
             if reply.get("status") == "ok":
                 plan.pair.base.append(float(min(reply["base"])))
                 plan.pair.head.append(float(min(reply["head"])))
@@ -167,12 +198,12 @@ class Sampler:
             # the worker died or overran: one block per side tells which side it was
         values = {}
         if first_of_step and long:  # the step's first block must not follow another
-            reply = self._block(plan, sides[0])  # point's: one block first, discarded
+            reply = self._block(plan, sides[0], lane)  # point's: one block first, discarded
             if reply.get("status") != "ok":
                 raise _Broken(sides[0], reply)
         t0 = self.clock()  # a round's cost: its two timed blocks
         for side in sides:
-            reply = self._block(plan, side)
+            reply = self._block(plan, side, lane)
             if reply.get("status") != "ok":  # it worked at calibration: now it fails
                 raise _Broken(side, reply)
             values[side] = reply["value"]
@@ -183,69 +214,123 @@ class Sampler:
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
         """Sample every point; returns (paired comparisons, coverage rows)."""
         self.start = self.clock()
-        plans: list[Plan] = []
-        rows: list[Row] = []
-        for n, point in enumerate(points):  # calibration, then round 1
+        self._todo = list(enumerate(points))  # not yet calibrated, in order
+        self._plans: list[Plan] = []  # every measured comparison, in calibration order
+        self._owner: dict[int, tuple[int, int]] = {}  # id(plan) -> (lane, point's index)
+        self._rows: list[Row] = []
+        self._failure: BaseException | None = None
+        if len(self.lanes) == 1:
+            self._lane(0)
+        else:
+            threads = [threading.Thread(target=self._lane, args=(i,), daemon=True,
+                                        name=f"review-lane-{i}")
+                       for i in range(len(self.lanes))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if self._failure is not None:
+                raise self._failure
+        plans = sorted(self._plans, key=lambda p: self._owner[id(p)][1])
+        return [p.pair for p in plans], self._rows
+
+    def _lane(self, i: int) -> None:
+        try:
+            while self._calibrate_next(i):
+                pass
+            while self._step_next(i):
+                pass
+        except BaseException as exc:  # a worker error: the review reports it
+            with self._lock:
+                self._failure = self._failure or exc
+                self._todo.clear()
+            if len(self.lanes) == 1:
+                raise
+
+    def _calibrate_next(self, i: int) -> bool:
+        """Calibration and round 1 of the next grid point (False: none left)."""
+        lane = self.lanes[i]
+        with self._lock:
+            if not self._todo or self._failure is not None:
+                return False
             if self._left() <= 0:  # the budget covers calibration too: the rest is unseen
                 self.out_of_budget = True
-                self.log(f"budget of {self.budget:.0f} s spent before {len(points) - n} "
+                self.log(f"budget of {self.budget:.0f} s spent before {len(self._todo)} "
                          "comparison(s) were calibrated")
-                rows += [_unmeasured(p, self.budget) for p in points[n:]]
-                break
-            t0 = self.clock()
-            plan = Plan(point, Paired(point.name, point.params, point.unit))
-            base = self._block(plan, "base")  # number 0: calibrates number and per_block
-            head = (self._calibrated(plan, "head") if base.get("status") == "ok"
-                    else self.measure(point, "head", plan))
-            if base.get("status") == "ok" and head.get("status") == "ok":
-                try:
-                    self._round(plan)  # a long call's round 1 is BA: head's block follows
-                except _Broken as broken:  # head's discarded first call
-                    rows.append(broken.row(plan))
-                    continue
-                plan.spent = self.clock() - t0
-                plans.append(plan)
+                self._rows += [_unmeasured(p, self.budget) for _, p in self._todo]
+                self._todo.clear()
+                return False
+            index, point = self._todo.pop(0)
+        t0 = self.clock()
+        plan = Plan(point, Paired(point.name, point.params, point.unit))
+        base = self._block(plan, "base", lane)  # number 0: calibrates number and per_block
+        head = (self._calibrated(plan, "head", lane) if base.get("status") == "ok"
+                else lane.measure(point, "head", plan))
+        row = None
+        if base.get("status") == "ok" and head.get("status") == "ok":
+            try:
+                self._round(plan, lane)  # a long call's round 1 is BA: head's block follows
+            except _Broken as broken:  # head's discarded first call
+                row = broken.row(plan)
+            plan.spent = self.clock() - t0
+        else:
+            row = coverage_row(point.kind, point.name, point.params, point.unit,
+                               base.get("status", "failed"), head.get("status", "failed"),
+                               base.get("reason", ""), head.get("reason", ""))
+        with self._lock:
+            if row is not None:
+                self._rows.append(row)
             else:
-                rows.append(coverage_row(point.kind, point.name, point.params, point.unit,
-                                         base.get("status", "failed"),
-                                         head.get("status", "failed"),
-                                         base.get("reason", ""), head.get("reason", "")))
-        while True:
-            steps = sorted((target, plan.spent + cost, cost, i, plan)
-                           for i, plan in enumerate(plans) if plan.pair.decided is None
+                self._plans.append(plan)
+                self._owner[id(plan)] = (i, index)
+        return True
+
+    def _step_next(self, i: int) -> bool:
+        """The next step of one of lane ``i``'s open comparisons (False: the lane is
+        done: nothing open, or nothing that fits in the budget left)."""
+        lane = self.lanes[i]
+        with self._lock:
+            if self._failure is not None:
+                return False
+            steps = sorted((target, plan.spent + cost, cost, n, plan)
+                           for n, plan in enumerate(self._plans)
+                           if self._owner[id(plan)][0] == i and plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            for cost in [(target - plan.pair.rounds + (
                                0.0 if plan.warmup else 0.5)) * plan.round_cost])
             if not steps:
-                break
+                return False
             step = next((st for st in steps if st[2] <= self._left()), None)
             if step is None:
                 self.out_of_budget = True
                 self.log(f"budget of {self.budget:.0f} s spent: {len(steps)} comparison(s) "
-                         "still open")
-                break
-            target, _, _, _, plan = step
-            t0 = self.clock()
-            try:
-                first = True
-                while plan.pair.rounds < target and plan.round_cost <= self._left():
-                    self._round(plan, first_of_step=first)
-                    first = False
-            except _Broken as broken:
-                plans.remove(plan)
-                rows.append(broken.row(plan))
-                continue
-            finally:
-                plan.spent += self.clock() - t0
-            if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
-                self.out_of_budget = True
-                break
-            decision = settle([p.pair for p in plans], plan.pair, self.factor, self.q_look)
-            if decision is not None:
-                self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
-                         f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget "
-                         "left")
-        return [p.pair for p in plans], rows
+                         "still open" + (f" in lane {i}" if len(self.lanes) > 1 else ""))
+                return False
+            target, plan = step[0], step[4]
+        t0 = self.clock()
+        try:
+            first = True
+            while plan.pair.rounds < target and plan.round_cost <= self._left():
+                self._round(plan, lane, first_of_step=first)
+                first = False
+        except _Broken as broken:
+            with self._lock:
+                self._plans.remove(plan)
+                self._rows.append(broken.row(plan))
+            return True
+        finally:
+            plan.spent += self.clock() - t0
+        if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
+            self.out_of_budget = True
+            return False
+        with self._lock:
+            decision = settle([p.pair for p in self._plans], plan.pair, self.factor,
+                              self.q_look)
+        if decision is not None:
+            self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
+                     f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget "
+                     "left")
+        return True
 
 
 def _unmeasured(point: Point, budget: float) -> Row:

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashbench.machine import check_machine_name, cpu_model, derived_name, gpu_model
-from flashbench.review.ab import Point, Sampler
+from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
 from flashbench.review.model import Review
 from flashbench.review.rules import family_prior, look_level, paired_rows
 from flashbench.review.stats import FALSE_ALARM_RATE
 from flashbench.review.tracks import band_source, track_rows
-from flashbench.review.workers import Worker, list_suites, peak_memory, shared_cpus
+from flashbench.review.workers import Worker, lane_cpus, list_suites, peak_memory
 
 DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (the timing suites' share of ~5 minutes)
 QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outlasts it otherwise)
@@ -66,6 +66,7 @@ class Options:
     machine: str | None = None
     allow_dirty: bool = False
     threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
+    jobs: int = 1  # same-run: timing workers sampling at once, each on CPUs of its own
 
     def check(self) -> None:
         """ValueError/TypeError naming the option and what it accepts."""
@@ -80,6 +81,11 @@ class Options:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
                 self.threads, int) or not 1 <= self.threads <= 4096):
             raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not (
+                1 <= self.jobs <= 1024):
+            raise ValueError(f"jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.jobs > 1 and not self.reuse:
+            lane_cpus(self.threads, self.jobs)  # each worker needs CPUs of its own
         if self.results is not None and not Path(self.results).is_dir():
             raise ValueError(f"results folder {self.results!r} does not exist")
 
@@ -204,6 +210,9 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
             if opts.threads:
                 review.notes.append("--threads has no effect with --reuse (asv runs with the "
                                     "libraries' own thread pools).")
+            if opts.jobs > 1:
+                review.notes.append("--jobs has no effect with --reuse (asv runs one "
+                                    "benchmark at a time).")
         else:
             review = Review(base, head, machine, cpu, "same-run A/B (paired, interleaved)",
                             opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
@@ -234,6 +243,16 @@ def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
         pool.shutdown(wait=True)
 
 
+def _start_all(workers: list[Worker]) -> None:
+    """Start the workers at once (each imports the suites twice: 10-20 s)."""
+    if len(workers) == 1:
+        workers[0].start()
+        return
+    with ThreadPoolExecutor(len(workers)) as pool:
+        for future in [pool.submit(w.start) for w in workers]:
+            future.result()
+
+
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
               log) -> None:
     if opts.threads:
@@ -248,19 +267,33 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                         opts.bench)
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
-        cpus = shared_cpus(opts.threads)
-        worker = Worker("timing", trees, bench_dir, session.folder / "worker.log",
-                        opts.threads, cpus)
-        stack.callback(worker.stop)
-        worker.start()
+        cpus = lane_cpus(opts.threads, opts.jobs)
+        workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
+                          session.folder / f"worker{i or ''}.log", opts.threads, lane)
+                   for i, lane in enumerate(cpus)]
+        worker = workers[0]  # also measures base's tracks
+        for w in workers:
+            stack.callback(w.stop)
+        _start_all(workers)
         for side, why in worker.errors.items():
             review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
-        review.notes.append("Base and head ran in one worker process (each commit's modules "
-                            "kept apart, swapped in before each block): a process's own "
-                            "speed moves both sides alike.")
-        if cpus and worker.cpus:  # a refused pin unsets it
-            review.notes.append(f"The worker was pinned to CPU {', '.join(map(str, sorted(cpus)))}"
-                                ": base and head ran on the same core(s), one at a time.")
+        if len(workers) == 1:
+            review.notes.append("Base and head ran in one worker process (each commit's "
+                                "modules kept apart, swapped in before each block): a "
+                                "process's own speed moves both sides alike.")
+        else:
+            review.notes.append(f"Timings were sampled by {len(workers)} worker processes at "
+                                "once, each holding both commits (modules kept apart, swapped "
+                                "in before each block) and pinned to CPUs of its own; every "
+                                "round of a comparison ran in the process that calibrated "
+                                "it, base and head one at a time: a process's own speed "
+                                "moves both sides alike.")
+        pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
+        if pinned:  # a refused pin unsets it
+            where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)
+            review.notes.append(f"The worker{'s were' if len(pinned) > 1 else ' was'} pinned "
+                                f"to CPU {where}: base and head ran on the same core(s), one "
+                                "at a time.")
         tracks = [p for p in points if p.type == "track"]
         peakmem = [p for p in points if p.type == "peakmemory"]
         timed = [p for p in points if p.type == "time"]
@@ -291,23 +324,26 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.rows += track_rows(peakmem, measured["base"], measured["head"], opts, band,
                                       review)
 
-        def measure(point: Point, side: str, plan) -> dict:
-            return worker.ask(timeout=2 * point.timeout + 60, side=side, op="time",
-                              name=point.name, index=point.index, number=plan.number,
-                              samples=plan.per_block, warmup=plan.warmup)
+        def lane(w: Worker) -> Lane:
+            def measure(point: Point, side: str, plan) -> dict:
+                return w.ask(timeout=2 * point.timeout + 60, side=side, op="time",
+                             name=point.name, index=point.index, number=plan.number,
+                             samples=plan.per_block, warmup=plan.warmup)
 
-        def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
-            return worker.ask_pair(order, timeout=4 * point.timeout + 60, name=point.name,
-                                   index=point.index, number=plan.number,
-                                   samples=plan.per_block)
+            def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
+                return w.ask_pair(order, timeout=4 * point.timeout + 60, name=point.name,
+                                  index=point.index, number=plan.number,
+                                  samples=plan.per_block)
+
+            return Lane(measure, measure_pair)
 
         if timed:
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
-            sampler = Sampler(measure, opts.seconds, opts.factor, q_look,
+            sampler = Sampler(None, opts.seconds, opts.factor, q_look,
                               log=lambda text: log("review: " + text),
-                              measure_pair=measure_pair)
+                              lanes=[lane(w) for w in workers])
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             prior = family_prior(pairs)

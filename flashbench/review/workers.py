@@ -64,18 +64,31 @@ def _tail(path: Path, lines: int = 1) -> str:
     return " | ".join(text[-lines:])
 
 
-def shared_cpus(threads: int | None) -> frozenset[int] | None:
-    """The CPUs the timing worker of a review is pinned to: the last ``threads`` CPUs this
-    process may use (None without ``threads``, or where affinity is not available).
+def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]:
+    """The CPUs each of a review's ``jobs`` timing workers is pinned to: the last
+    ``threads`` CPUs this process may use for the first, the ``threads`` before them for
+    the second, and so on (None each without ``threads``, or where affinity is not
+    available; one worker is pinned only where a CPU is left over for the rest).
 
-    Base and head never run at once and share that one process, so they share its
-    core(s) too; left to the scheduler, the process may move between a busier and a
-    quieter core (a virtual CPU whose sibling another tenant uses) in the middle of a
-    round."""
+    Base and head never run at once and share one process, so they share its core(s)
+    too; left to the scheduler, the process may move between a busier and a quieter core
+    (a virtual CPU whose sibling another tenant uses) in the middle of a round. ValueError
+    where ``jobs`` workers of ``threads`` CPUs each do not fit in the CPUs there are."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     if not threads or not hasattr(os, "sched_getaffinity"):
-        return None
+        if jobs > 1:
+            raise ValueError("more than one timing worker (--jobs) needs --threads: each "
+                             "worker is pinned to CPUs of its own")
+        return [None]
     allowed = sorted(os.sched_getaffinity(0))
-    return frozenset(allowed[-threads:]) if len(allowed) > threads else None
+    if jobs * threads > len(allowed):
+        raise ValueError(f"--jobs {jobs} x --threads {threads} needs {jobs * threads} CPUs; "
+                         f"this process may use {len(allowed)}")
+    if jobs == 1:
+        return [frozenset(allowed[-threads:]) if len(allowed) > threads else None]
+    return [frozenset(allowed[len(allowed) - (i + 1) * threads:len(allowed) - i * threads])
+            for i in range(jobs)]
 
 
 class Worker:
