@@ -399,27 +399,28 @@ def test_a_pair_that_fails_names_its_side_and_one_that_dies_falls_back_to_blocks
     assert len(died.pairs) >= row.samples - 1
 
 
-def _lanes(truth, n, fail_in=None):
-    """``n`` simulated processes (a Machine each) answering in real time (1 ms a call);
-    ``calls`` records (lane, benchmark) of every request."""
+def _lanes(truth, n, fail_in=None, slow=None):
+    """``n`` simulated processes (a Machine each) answering in real time (1 ms a call,
+    ``slow``: lane -> seconds a call); ``calls`` records (lane, benchmark, rounds the
+    comparison had, time) of every request."""
     calls, lock = [], threading.Lock()
 
     def lane(i):
         m = PairMachine(truth, seed=i)
 
-        def record(point):
+        def record(point, plan):
             with lock:
-                calls.append((i, point.name))
-            time.sleep(0.001)
+                calls.append((i, point.name, plan.pair.rounds, time.monotonic()))
+            time.sleep((slow or {}).get(i, 0.001))
             if fail_in == i and len(calls) > 30:
                 raise RuntimeError("the worker is gone")
 
         def measure(point, side, plan):
-            record(point)
+            record(point, plan)
             return m.measure(point, side, plan)
 
         def measure_pair(point, order, plan):
-            record(point)
+            record(point, plan)
             return m.measure_pair(point, order, plan)
 
         return Lane(measure, measure_pair)
@@ -436,10 +437,46 @@ def test_lanes_sample_at_once_each_comparison_in_the_process_that_calibrated_it(
     verdicts = {r.benchmark: r.verdict for r in paired_rows(pairs, 1.1, look_level())}
     assert verdicts == {n: "slower" if t > 1 else "same" for n, t in truth.items()}
     owners = {}
-    for lane, name in calls:
+    for lane, name, _, _ in calls:
         owners.setdefault(name, set()).add(lane)
     assert all(len(o) == 1 for o in owners.values()), owners  # one process per comparison
     assert {next(iter(o)) for o in owners.values()} == {0, 1}  # both processes worked
+
+
+def test_no_lane_looks_before_every_grid_point_is_calibrated():
+    """A lane whose calibrations are done waits for the others' (Benjamini-Hochberg's
+    family at the first look is every comparison)."""
+    truth = {f"b.time_{n}": 1.0 for n in range(6)}
+    lanes, calls = _lanes(truth, 2, slow={1: 0.03})
+    pairs, _ = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes).run(points(list(truth)))
+    assert len(pairs) == 6
+    calibrating = [t for _, _, rounds, t in calls if rounds == 0]
+    stepping = [t for _, _, rounds, t in calls if rounds >= 1]
+    assert stepping and min(stepping) > max(calibrating)
+
+
+def test_an_interrupt_stops_every_lane():
+    """The review turns SIGTERM into an exception in the main thread, which is joining
+    the lanes: it propagates, and the lanes make no request after their current one."""
+    import signal
+
+    truth = {f"b.time_{n}": 1.0 for n in range(40)}
+    lanes, calls = _lanes(truth, 2, slow={0: 0.005, 1: 0.005})
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("stop")
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            Sampler(None, 1e9, 1.1, look_level(), lanes=lanes).run(points(list(truth)))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    made = len(calls)
+    time.sleep(0.1)
+    assert 0 < made and len(calls) <= made + 2  # at most the requests under way
 
 
 def test_a_lane_that_fails_stops_the_review_with_its_error():

@@ -119,6 +119,7 @@ def test_each_timing_worker_gets_cpus_of_its_own(monkeypatch):
     assert lane_cpus(1, 2) == [frozenset({3}), frozenset({2})]
     assert lane_cpus(2, 2) == [frozenset({2, 3}), frozenset({0, 1})]
     assert lane_cpus(4) == [None]  # one worker on every CPU: left to the scheduler
+    assert lane_cpus(8) == [None]  # more threads than CPUs: one worker, unpinned
     with pytest.raises(ValueError, match="needs 5 CPUs; this process may use 4"):
         lane_cpus(1, 5)
     with pytest.raises(ValueError, match="needs --threads"):
@@ -330,6 +331,21 @@ def test_a_commit_whose_suites_do_not_import_fails_only_its_side(two_sided, tmp_
             "value"] == 1.0
     finally:
         w.stop()
+
+
+def test_a_closed_worker_is_never_started_again(tree, tmp_path):
+    """After close() (the review ending, or interrupted, while a sampling thread still
+    runs) a request raises instead of starting a new process."""
+    from flashbench.review.workers import WorkerError
+
+    w = Worker("timing", tree, tree / "benchmarks", tmp_path / "w.log").start()
+    w.close()
+    assert w.proc is None
+    with pytest.raises(WorkerError, match="was closed"):
+        w.ask(op="track", name="suite.Things.track_value", index=0)
+    with pytest.raises(WorkerError, match="was closed"):
+        w.ask_pair(("timing", "timing"), name="suite.time_long", index=0, number=1)
+    assert w.proc is None
 
 
 def test_tracks_return_their_value(worker):

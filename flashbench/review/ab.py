@@ -139,9 +139,13 @@ class Sampler:
 
     ``lanes`` (more than one: :class:`Lane` per process, each process holding both
     commits) sample at once, one thread each: a lane takes the next grid point to
-    calibrate while there is one, then the next step of the comparisons it calibrated
-    (a comparison's rounds all run in one process: its first calls there were the
-    discarded calibration calls). Looks and the budget are the whole review's."""
+    calibrate while there is one, then, once every grid point is calibrated (so that
+    every comparison is in the family of the first look), the next step of the
+    comparisons it calibrated (a comparison's rounds all run in one process: its first
+    calls there were the discarded calibration calls). Looks come in turn within a lane;
+    Benjamini-Hochberg, the variance prior and the budget (wall time) are the whole
+    review's. An error in one lane, or an interrupt, stops the others at their next
+    round."""
 
     def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
@@ -159,6 +163,8 @@ class Sampler:
         self.start = 0.0
         self.out_of_budget = False
         self._lock = threading.Lock()
+        self._calibrated_all = threading.Condition(self._lock)
+        self._calibrating = 0  # grid points some lane is calibrating now
 
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
@@ -225,10 +231,17 @@ class Sampler:
             threads = [threading.Thread(target=self._lane, args=(i,), daemon=True,
                                         name=f"review-lane-{i}")
                        for i in range(len(self.lanes))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            except BaseException as exc:  # interrupted: the lanes stop at their next request
+                with self._lock:
+                    self._failure = self._failure or exc
+                    self._todo.clear()
+                    self._calibrated_all.notify_all()
+                raise
             if self._failure is not None:
                 raise self._failure
         plans = sorted(self._plans, key=lambda p: self._owner[id(p)][1])
@@ -244,12 +257,12 @@ class Sampler:
             with self._lock:
                 self._failure = self._failure or exc
                 self._todo.clear()
+                self._calibrated_all.notify_all()
             if len(self.lanes) == 1:
                 raise
 
     def _calibrate_next(self, i: int) -> bool:
         """Calibration and round 1 of the next grid point (False: none left)."""
-        lane = self.lanes[i]
         with self._lock:
             if not self._todo or self._failure is not None:
                 return False
@@ -261,6 +274,17 @@ class Sampler:
                 self._todo.clear()
                 return False
             index, point = self._todo.pop(0)
+            self._calibrating += 1
+        try:
+            self._calibrate(i, index, point)
+        finally:
+            with self._lock:
+                self._calibrating -= 1
+                self._calibrated_all.notify_all()
+        return True
+
+    def _calibrate(self, i: int, index: int, point: Point) -> None:
+        lane = self.lanes[i]
         t0 = self.clock()
         plan = Plan(point, Paired(point.name, point.params, point.unit))
         base = self._block(plan, "base", lane)  # number 0: calibrates number and per_block
@@ -283,13 +307,14 @@ class Sampler:
             else:
                 self._plans.append(plan)
                 self._owner[id(plan)] = (i, index)
-        return True
 
     def _step_next(self, i: int) -> bool:
         """The next step of one of lane ``i``'s open comparisons (False: the lane is
         done: nothing open, or nothing that fits in the budget left)."""
         lane = self.lanes[i]
         with self._lock:
+            while self._calibrating and self._failure is None:  # every comparison is in
+                self._calibrated_all.wait()  # the family before any look
             if self._failure is not None:
                 return False
             steps = sorted((target, plan.spent + cost, cost, n, plan)
@@ -310,7 +335,8 @@ class Sampler:
         t0 = self.clock()
         try:
             first = True
-            while plan.pair.rounds < target and plan.round_cost <= self._left():
+            while (plan.pair.rounds < target and plan.round_cost <= self._left()
+                   and self._failure is None):
                 self._round(plan, lane, first_of_step=first)
                 first = False
         except _Broken as broken:

@@ -199,6 +199,10 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     root, bench_dir = _project(cwd)
     base, head = resolve(opts.base, root), resolve(opts.head, root)
     machine, cpu = identity(opts.machine)
+    if opts.jobs > 1 and not opts.reuse and gpu_model():
+        raise ValueError(f"--jobs {opts.jobs} on a GPU machine: the workers would share the "
+                         "GPU (a long call's two sides would meet different contention); "
+                         "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
     notes = _dirty_notes(opts, root, head)
     with _signals_raise():
@@ -269,11 +273,12 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                  for side, commit in (("base", review.base), ("head", review.head))}
         cpus = lane_cpus(opts.threads, opts.jobs)
         workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
-                          session.folder / f"worker{i or ''}.log", opts.threads, lane)
+                          session.folder / f"worker{i + 1 if i else ''}.log", opts.threads,
+                          lane)
                    for i, lane in enumerate(cpus)]
         worker = workers[0]  # also measures base's tracks
         for w in workers:
-            stack.callback(w.stop)
+            stack.callback(w.close)
         _start_all(workers)
         for side, why in worker.errors.items():
             review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
@@ -331,7 +336,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                              samples=plan.per_block, warmup=plan.warmup)
 
             def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
-                return w.ask_pair(order, timeout=4 * point.timeout + 60, name=point.name,
+                return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
                                   index=point.index, number=plan.number,
                                   samples=plan.per_block)
 

@@ -76,17 +76,20 @@ def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]
     where ``jobs`` workers of ``threads`` CPUs each do not fit in the CPUs there are."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if jobs > 1 and not threads:
+        raise ValueError("more than one timing worker (--jobs) needs --threads: each "
+                         "worker is pinned to CPUs of its own")
+    if jobs > 1 and not hasattr(os, "sched_getaffinity"):
+        raise ValueError("more than one timing worker (--jobs) needs CPU affinity "
+                         "(os.sched_getaffinity), which this platform does not have")
     if not threads or not hasattr(os, "sched_getaffinity"):
-        if jobs > 1:
-            raise ValueError("more than one timing worker (--jobs) needs --threads: each "
-                             "worker is pinned to CPUs of its own")
         return [None]
     allowed = sorted(os.sched_getaffinity(0))
+    if jobs == 1:  # pinned where a CPU is left over; more threads than CPUs: unpinned
+        return [frozenset(allowed[-threads:]) if len(allowed) > threads else None]
     if jobs * threads > len(allowed):
         raise ValueError(f"--jobs {jobs} x --threads {threads} needs {jobs * threads} CPUs; "
                          f"this process may use {len(allowed)}")
-    if jobs == 1:
-        return [frozenset(allowed[-threads:]) if len(allowed) > threads else None]
     return [frozenset(allowed[len(allowed) - (i + 1) * threads:len(allowed) - i * threads])
             for i in range(jobs)]
 
@@ -105,6 +108,7 @@ class Worker:
         self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
         self.proc: subprocess.Popen | None = None
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
+        self.closed = False  # close()d: requests raise instead of restarting the process
 
     @property
     def error(self) -> str | None:
@@ -171,6 +175,8 @@ class Worker:
         for side in sides:
             if side not in self.trees:
                 raise WorkerError(f"the {self.label} worker holds no side {side!r}")
+        if self.closed:
+            raise WorkerError(f"the {self.label} worker was closed")
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         for side in sides:
@@ -191,6 +197,12 @@ class Worker:
         if "error" in reply:
             raise WorkerError(f"the {self.label} worker: {reply['error']}")
         return reply
+
+    def close(self) -> None:
+        """Stop the process for good: a request made after this (a sampling thread still
+        running after an interrupt) raises WorkerError instead of starting it again."""
+        self.closed = True
+        self.stop()
 
     def stop(self) -> None:
         """End the process: ask, then SIGTERM, then SIGKILL; never leaves it behind."""
