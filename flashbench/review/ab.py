@@ -237,10 +237,7 @@ class Sampler:
                 for t in threads:
                     t.join()
             except BaseException as exc:  # interrupted: the lanes stop at their next request
-                with self._lock:
-                    self._failure = self._failure or exc
-                    self._todo.clear()
-                    self._calibrated_all.notify_all()
+                self._stop(exc)
                 raise
             if self._failure is not None:
                 raise self._failure
@@ -254,12 +251,16 @@ class Sampler:
             while self._step_next(i):
                 pass
         except BaseException as exc:  # a worker error: the review reports it
-            with self._lock:
-                self._failure = self._failure or exc
-                self._todo.clear()
-                self._calibrated_all.notify_all()
+            self._stop(exc)
             if len(self.lanes) == 1:
                 raise
+
+    def _stop(self, exc: BaseException) -> None:
+        """Every lane stops at its next request (the first failure is the one raised)."""
+        with self._lock:
+            self._failure = self._failure or exc
+            self._todo.clear()
+            self._calibrated_all.notify_all()
 
     def _calibrate_next(self, i: int) -> bool:
         """Calibration and round 1 of the next grid point (False: none left)."""
