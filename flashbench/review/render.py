@@ -105,8 +105,9 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
     if any(r.kind == "time" and r.samples for r in shown):
         if review.mode.startswith("same-run"):
             note = ("Timings: base and head are per call, the median over the n paired rounds "
-                    "of each block's fastest sample; head/base is the trimmed mean of the "
-                    "rounds' log-ratios with its interval at the level shown.")
+                    "of each block's fastest sample; head/base is the mean of the rounds' "
+                    "log-ratios (20% trimmed from each end from 8 rounds on) with its "
+                    "interval at the level shown.")
         else:
             note = "Timings: asv's stored values (median per call); n is asv's samples."
         lines += ["", note]
