@@ -76,9 +76,11 @@ def test_trimmed_interval_covers_near_its_level(n):
     assert math.floor(TRIM * n) >= 1
     rng = np.random.default_rng(n)
     truth, misses, trials = 0.2, 0, 20000
+    t = t_quantile(0.995, n - 2 * math.floor(TRIM * n) - 1)  # Yuen's degrees of freedom
     for _ in range(trials):
-        lo, hi = trimmed_location(rng.normal(truth, 0.05, n)).interval(0.99)
-        misses += not lo <= truth <= hi
+        loc = trimmed_location(rng.normal(truth, 0.05, n))
+        assert loc.df == n - 2 * math.floor(TRIM * n) - 1
+        misses += abs(loc.centre - truth) > t * loc.se
     assert 0.006 < misses / trials < 0.018
 
 
@@ -553,7 +555,7 @@ def test_prior_recovers_a_known_scaled_inverse_chi_square(rounds):
                        for loc in _locations(np.sqrt(true_var[i::len(counts)]), r, rng)])
     assert prior.family == 3000
     assert prior.s2 == pytest.approx(s0 ** 2, rel=0.1)
-    assert 8.0 < prior.d0 < 18.0
+    assert 10.0 < prior.d0 < 14.5
 
 
 def test_prior_needs_a_family_and_caps_agreeing_variances():
@@ -722,6 +724,26 @@ def test_winsorised_variance_factors():
     assert winsorised_variance(9, 0) == (1.0, 8.0)
     kappa, nu = winsorised_variance(13, 2)
     assert 0.45 < kappa < 0.57 and 6.0 < nu < 8.0  # below the variance, fewer than h - 1
-    assert winsorised_variance(13, 2) == (kappa, nu)  # the same every call
+    assert winsorised_variance.__wrapped__(13, 2) == (kappa, nu)  # computed again: the same
     with pytest.raises(ValueError, match="cannot winsorise 3 of 6"):
         winsorised_variance(6, 3)
+
+
+def test_trimmed_comparisons_pool_on_a_rounds_scale_with_their_own_degrees_of_freedom():
+    from flashbench.review.stats import Prior, winsorised_variance
+
+    rng = np.random.default_rng(12)
+    loc = trimmed_location(rng.normal(0.1, 0.03, 13))
+    kappa, nu = winsorised_variance(13, 2)
+    assert loc.df == 8 and loc.vdf == nu
+    rounds = rng.normal(0.1, 0.03, 13)
+    x = np.sort(rounds)
+    w = np.clip(x, x[2], x[10])  # two winsorised at each end
+    again = trimmed_location(rounds)
+    assert again.var == pytest.approx(np.var(w, ddof=1) / kappa, rel=1e-12)
+    assert again.se == pytest.approx(np.std(w, ddof=1) / ((9 / 13) * math.sqrt(13)), rel=1e-12)
+    prior = Prior(again.var, 20.0, 40)
+    moderated = again.moderated(prior)
+    assert moderated.df == pytest.approx(20.0 + nu) and moderated.vdf == moderated.df
+    assert moderated.var == pytest.approx(again.var)  # the prior at its own variance
+    assert trimmed_location(rounds[:5]).vdf == 4.0  # untrimmed: n - 1

@@ -12,10 +12,10 @@ halves of a round alike, so it cancels in ``d_i``; what is left scatters around
   standard error (Yuen's trimmed t: winsorised variance, ``n - 2g - 1`` degrees of
   freedom, ``g = floor(0.2 n)``; with fewer than 8 rounds nothing is trimmed and this
   is the paired t interval: at 5 rounds a trimmed 90% interval covered 87% of normal
-  samples, and a prior fitted to such winsorised variances had three times the
-  degrees of freedom it should). Trimming keeps the rounds that a burst of load hit from
-  moving the interval (at 13 rounds, two at each end), while the t quantile keeps
-  small samples honest. 20% rather than 10%: with two timing workers the other's
+  samples, and a prior fitted to winsorised variances of 5 rounds, even on a round's
+  scale (below), had three times the degrees of freedom it should). Trimming keeps
+  the rounds that a burst of load hit from moving the interval (at 13 rounds, two at
+  each end), while the t quantile keeps small samples honest. 20% rather than 10%: with two timing workers the other's
   memory-heavy calls put single rounds off by 0.05-0.7, two of 13 at times, which a
   10% trim (one round off each end from 10 rounds on) kept. Its price, measured on
   normal rounds: a 99% interval misses 1.3-1.5% of the time at 8-21 rounds (10%:
@@ -40,9 +40,12 @@ halves of a round alike, so it cancels in ``d_i``; what is left scatters around
   variances are alike. :func:`fit_prior` fits a scaled inverse chi-square prior
   (``s0^2`` with ``d0`` degrees of freedom) to every comparison's variance; each
   comparison's variance is then ``(d0 s0^2 + d s^2) / (d0 + d)`` with ``d0 + d``
-  degrees of freedom. With 3 rounds a plain t interval has 2 degrees of freedom and
-  a 99.9% quantile of 22: it takes about eight rounds to clear a factor of 1.1 at a
-  1.2x change, the machine's noise allowing four. The prior's ``d0`` is estimated
+  degrees of freedom (for a trimmed comparison ``s^2`` is its winsorised variance over
+  ``kappa`` and ``d`` is ``nu``, :func:`winsorised_variance`; its unmoderated t keeps
+  Yuen's ``n - 2g - 1``, a little more than ``nu``). With 3 rounds a plain t
+  interval has 2 degrees of freedom and a 99.9% quantile of 22: it takes about eight
+  rounds to clear a factor of 1.1 at a 1.2x change, the machine's noise allowing
+  four. The prior's ``d0`` is estimated
   from how much the variances differ: alike variances lend many degrees of freedom,
   scattered ones few (``d0`` near 0 is the plain t again). A comparison's own
   variance keeps its weight, so one round hit by load still widens its interval.
@@ -150,7 +153,7 @@ class Location:
     """Centre of the log-ratios, its standard error and degrees of freedom.
 
     ``var`` estimates the variance of one round's log-ratio (a winsorised variance
-    divided by :func:`winsorised_variance_factor`, so trimmed and untrimmed comparisons
+    divided by :func:`winsorised_variance`, so trimmed and untrimmed comparisons
     share a scale) and ``scale`` is the factor that turns its square root into ``se``
     (``se = sqrt(var) * scale``): what a prior moderates (:meth:`moderated`)."""
 
@@ -238,9 +241,9 @@ def winsorised_variance(n: int, g: int) -> tuple[float, float]:
     not 2). Comparisons at different round counts are trimmed differently and a family
     prior pools their variances (:func:`fit_prior`), so each enters on one scale, a
     round's variance, with the degrees of freedom it has. Monte Carlo over 40,000
-    normal samples, the seed fixed by ``(n, g)`` (the same every run; the chi-square's
-    mean of ``log`` then agrees with the samples' within 0.003 from 8 values on, 0.026
-    at 5)."""
+    normal samples, the seed fixed by ``(n, g)`` (the same every run of one numpy
+    version; the chi-square's mean of ``log`` then agrees with the samples' within
+    0.005 from 8 values on, 0.026 at 5)."""
     if g == 0:
         return 1.0, float(n - 1)
     if not 0 < 2 * g < n - 1:
