@@ -15,9 +15,9 @@ halves of a round alike, so it cancels in ``d_i``; what is left scatters around
   samples, and a prior fitted to winsorised variances of 5 rounds, even on a round's
   scale (below), had three times the degrees of freedom it should). Trimming keeps
   the rounds that a burst of load hit from moving the interval (at 13 rounds, two at
-  each end), while the t quantile keeps small samples honest. 20% rather than 10%: with two timing workers the other's
-  memory-heavy calls put single rounds off by 0.05-0.7, two of 13 at times, which a
-  10% trim (one round off each end from 10 rounds on) kept. Its price, measured on
+  each end), while the t quantile keeps small samples honest. 20% rather than 10%:
+  with two timing workers the other's memory-heavy calls put single rounds off by
+  0.05-0.7, two of 13 at times, which a 10% trim (one round off each end from 10 rounds on) kept. Its price, measured on
   normal rounds: a 99% interval misses 1.3-1.5% of the time at 8-21 rounds (10%:
   1.0-1.3%), and families of 40 comparisons all at the factor had a false alarm in
   4-5% of them at q = 5% at 8 and 13 rounds (tests/test_review_stats.py checks <= 8%).
