@@ -8,20 +8,20 @@ and the head ran one block each, back to back, in alternating order (ABBA...), a
 halves of a round alike, so it cancels in ``d_i``; what is left scatters around
 ``log(ratio)``.
 
-- Centre and interval: the 20%-trimmed mean of ``d`` with the Tukey-McLaughlin
-  standard error (Yuen's trimmed t: winsorised variance, ``n - 2g - 1`` degrees of
-  freedom, ``g = floor(0.2 n)``; with fewer than 8 rounds nothing is trimmed and this
-  is the paired t interval: at 5 rounds a trimmed 90% interval covered 87% of normal
-  samples, and a prior fitted to winsorised variances of 5 rounds, even on a round's
-  scale (below), had three times the degrees of freedom it should). Trimming keeps
-  the rounds that a burst of load hit from moving the interval (at 13 rounds, two at
-  each end), while the t quantile keeps small samples honest. 20% rather than 10%:
-  with two timing workers the other's memory-heavy calls put single rounds off by
-  0.05-0.7, two of 13 at times, which a 10% trim (one round off each end from 10 rounds on) kept. Its price, measured on
-  normal rounds: a 99% interval misses 1.3-1.5% of the time at 8-21 rounds (10%:
-  1.0-1.3%), and families of 40 comparisons all at the factor had a false alarm in
-  4-5% of them at q = 5% at 8 and 13 rounds (tests/test_review_stats.py checks <= 8%).
-  The ratio interval is ``exp`` of the interval of ``d``.
+- Centre and interval: the 20%-trimmed mean of ``d`` with the Tukey-McLaughlin standard
+  error (Yuen's trimmed t: winsorised variance, ``n - 2g - 1`` degrees of freedom,
+  ``g = floor(0.2 n)``; with fewer than 8 rounds nothing is trimmed and this is the paired t
+  interval: at 5 rounds a trimmed 90% interval covered 87% of normal samples, and a
+  prior fitted to winsorised variances of 5 rounds, even on a round's scale (below), had
+  three times the degrees of freedom it should). Trimming keeps the rounds that a burst
+  of load hit from moving the interval (at 13 rounds, two at each end), while the t
+  quantile keeps small samples honest. 20% rather than 10%: with two timing workers the
+  other's memory-heavy calls put single rounds off by 0.05-0.7, two of 13 at times,
+  which a 10% trim (one round off each end from 10 rounds on) kept. Its price, measured
+  on normal rounds: a 99% interval misses 1.3-1.5% of the time at 8-21 rounds (10%:
+  1.0-1.3%), and families of 40 comparisons all at the factor had a false alarm in 4-5%
+  of them at q = 5% at 8 and 13 rounds (tests/test_review_stats.py checks <= 8%). The
+  ratio interval is ``exp`` of the interval of ``d``.
 - One-sided p-values against the factor: ``p_slower`` tests H0 "ratio <= factor",
   ``p_faster`` tests H0 "ratio >= 1/factor"; ``p_change = min(1, 2 min(...))`` is the
   two-sided form, so ``p_change <= a`` exactly when the two-sided ``1 - a`` interval
