@@ -165,6 +165,11 @@ class Location:
     scale: float = math.nan
     vdf: float = math.nan  # degrees of freedom of var (:func:`winsorised_variance`)
 
+    @property
+    def var_df(self) -> float:
+        """The degrees of freedom ``var`` has (``vdf``; ``df`` where none was given)."""
+        return self.vdf if math.isfinite(self.vdf) else self.df
+
     def moderated(self, prior: Prior | None) -> Location:
         """This location with its variance moderated by ``prior`` (itself without one,
         where it has no variance of its own, or where the prior does not explain its
@@ -172,7 +177,7 @@ class Location:
         if prior is None or not (self.df > 0 and math.isfinite(self.var)
                                  and math.isfinite(self.scale)):
             return self
-        vdf = self.vdf if math.isfinite(self.vdf) else self.df
+        vdf = self.var_df
         if self.var > 0 and not prior.explains(self.var, vdf):
             return self  # a variance not of the family: its own, unmoderated
         var = (prior.d0 * prior.s2 + vdf * self.var) / (prior.d0 + vdf)
@@ -407,7 +412,7 @@ def fit_prior(locations) -> Prior | None:
     families with the plain fit to 9-10%; at 1e-7 they are the plain fit's. The
     comparisons left out keep their own variance (:meth:`Location.moderated`).
     """
-    pairs = [(loc.var, loc.vdf if math.isfinite(loc.vdf) else loc.df) for loc in locations
+    pairs = [(loc.var, loc.var_df) for loc in locations
              if loc.df >= 1 and math.isfinite(loc.var) and loc.var > 0]
     if len(pairs) < MIN_FAMILY:
         return None
