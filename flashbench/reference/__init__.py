@@ -1,7 +1,9 @@
 """The float64 truth: softmax and attention, one-shot (:mod:`.oneshot`) and streamed.
 
 :mod:`.streaming` holds the forward (m, l) recurrence, :mod:`.streaming_bwd`
-FlashAttention-2's backward recurrence. Every function computes in float64.
+FlashAttention-2's backward recurrence, :mod:`.varlen` packed variable-length batches.
+Every function computes in float64 and takes the variants of
+:mod:`flashbench.inputs.variant` (window, softcap, sinks).
 """
 
 from flashbench.reference.oneshot import (
@@ -13,6 +15,14 @@ from flashbench.reference.oneshot import (
     row_stats,
     softmax,
 )
+from flashbench.reference.varlen import (
+    online_varlen_attention,
+    online_varlen_attention_grad,
+    varlen_attention,
+    varlen_attention_grad,
+)
 
 __all__ = ["attention", "attention_grad", "online_attention", "online_attention_grad",
            "online_softmax", "row_stats", "softmax"]
+__all__ += ["varlen_attention", "online_varlen_attention", "varlen_attention_grad",
+            "online_varlen_attention_grad"]
