@@ -25,7 +25,7 @@ import numpy as np
 
 from flashbench.inputs.validation import check_causal
 
-__all__ = ["Variant", "variant_of", "check_cu_seqlens", "VARIANT_KEYS"]
+__all__ = ["Variant", "variant_of", "no_variant", "check_cu_seqlens", "VARIANT_KEYS"]
 
 VARIANT_KEYS = ("causal", "window", "softcap", "sinks")  # the keywords every path takes
 
@@ -206,11 +206,16 @@ class Variant:
         return " ".join(parts) or "full"
 
 
+def no_variant(window=(-1, -1), softcap=None, sinks=None) -> bool:
+    """True where the keywords ask for no window, softcap or sinks (the defaults)."""
+    return softcap is None and sinks is None and isinstance(window, tuple) and window == (-1, -1)
+
+
 def variant_of(causal=False, window=(-1, -1), softcap=None, sinks=None) -> Variant:
     """The :class:`Variant` of the keywords every path takes; a Variant passed as
     ``causal`` is returned as it is (internal helpers take either)."""
     if isinstance(causal, Variant):
-        if (window, softcap, sinks) != ((-1, -1), None, None):
+        if not no_variant(window, softcap, sinks):
             raise ValueError("pass either a Variant or window/softcap/sinks, not both")
         return causal
     return Variant(causal=causal, window=window, softcap=softcap, sinks=sinks)
