@@ -72,3 +72,21 @@ def test_the_fp8_models_refuse_a_variant_by_name():
         numerics.flash_model(q, k, v, "fp8", window=(4, 0))
     with pytest.raises(ValueError, match="fp8 models take causal only"):
         numerics.standard_model(q, k, v, "fp8", softcap=3.0)
+
+
+@pytest.mark.parametrize("kw", [{}, VARIANTS[1], VARIANTS[4]], ids=["plain", "window", "sinks"])
+def test_the_flash_model_streams_fp32_operands_with_grouped_heads(kw, monkeypatch):
+    """k, v with fewer heads than q go through the grouping wrapper, which checks (and
+    converts to float64) its arguments: the rounding to fp32 must come after it."""
+    from flashbench.numerics import forward
+
+    seen, real = [], forward.stream_attention
+
+    def spy(q, k, v, **kw_):
+        seen.append((q.dtype, k.dtype, v.dtype, kw_["compute"]))
+        return real(q, k, v, **kw_)
+
+    monkeypatch.setattr(forward, "stream_attention", spy)
+    q, k, v = inputs(3)
+    numerics.flash_model(q, k, v, "fp32", **kw)
+    assert seen == [(np.float32,) * 4]

@@ -34,6 +34,12 @@ backend rather than an fp8 dtype of ``triton``: it has another input contract, a
 output dtype and no backward, and the suites that read ``triton``'s dtypes (gradients,
 bands) stay as they are.
 
+Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it takes
+(``Backend.variants``; reference, torch-naive and triton all three, flex window and softcap,
+the SDPA ones a window as an explicit mask); asked for one it does not declare, it is "not
+applicable" (:meth:`Backend.not_applicable`), never run without it. The triton backend runs
+a variant forward only.
+
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
 where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
 masked scores, rounded to fp32, deterministic) and ``timed`` (the bare op, o only; what
@@ -58,6 +64,7 @@ from flashbench import reference
 from flashbench.backends.outputs import checked_output
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
+from flashbench.inputs.variant import Variant, variant_of
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
     TORCH_DTYPES,
@@ -69,7 +76,8 @@ from flashbench.kernels.checks import (
 )
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
-           "available_backends", "resolve_backends", "BackendUnavailable", "BackendFailed"]
+           "VARIANTS", "variant_kwargs", "available_backends", "resolve_backends",
+           "BackendUnavailable", "BackendFailed"]
 
 # what torch's attention ops take: the precisions judged by default that are stored in a
 # torch dtype of their own (fp32, fp16, bf16; tf32 is fp32 storage, a compute mode)
@@ -77,6 +85,7 @@ TORCH_FLOATS = tuple(n for n in CHECK_DTYPES
                      if n in TORCH_DTYPES and precision_name(TORCH_DTYPES[n]) == n)
 TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
 TRITON_FP8_HEAD_DIMS = (32, 64, 128, 256)  # kernels.triton_fp8.HEAD_DIMS (tests hold them equal)
+VARIANTS = ("window", "softcap", "sinks")  # what a backend may declare it takes
 
 
 def _always() -> str | None:
@@ -130,6 +139,20 @@ class Backend:
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
     default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
+    variants: tuple[str, ...] = ()  # which of VARIANTS it takes (keywords of fn and timed)
+
+    def not_applicable(self, variant: Variant | None) -> str | None:
+        """None when it takes ``variant`` (window, softcap, sinks), else why not: a
+        backend that does not declare a variant is never run without it."""
+        if variant is None:
+            return None
+        missing = [name for name, given in (("window", variant.window != (-1, -1)),
+                                            ("softcap", variant.softcap is not None),
+                                            ("sinks", variant.sinks is not None))
+                   if given and name not in self.variants]
+        if not missing:
+            return None
+        return f"not applicable: it takes no {' or '.join(missing)}"
 
     @property
     def timed_fn(self) -> Callable:
@@ -173,11 +196,14 @@ class Backend:
         return q, k, v
 
     def __call__(self, q, k, v, causal: bool = False, scale: float | None = None,
-                 dtype: str | None = None):
+                 dtype: str | None = None, variant: Variant | None = None):
         """(o, lse) for accuracy checks, validated (:func:`checked_output`).
 
         ``dtype``: for a backend with ``inputs``, the precision it computes in (None: its
-        first); every other backend computes in q's dtype.
+        first); every other backend computes in q's dtype. ``variant``: a
+        :class:`~flashbench.inputs.variant.Variant` whose window, softcap and sinks are
+        passed as keywords (causal stays ``causal``); :class:`BackendUnavailable` where
+        the backend does not declare them (:meth:`not_applicable`).
 
         Raises :class:`BackendUnavailable` (it cannot run here or this shape, with the
         reason) or :class:`BackendFailed` (it ran and gave no valid result); inputs that
@@ -191,33 +217,47 @@ class Backend:
                       dv=v.shape[3], Hkv=k.shape[1])
         if self.inputs is None or dtype is None:
             dtype = precision_name(q.dtype) if self.inputs is None else self.dtypes[0]
-        reason = self.unavailable_for(shape, dtype)
+        reason = self.unavailable_for(shape, dtype) or self.not_applicable(variant)
         if reason is not None:
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
+        extra = variant_kwargs(variant)
         try:
-            out = self.fn(q, k, v, causal=causal, scale=scale)
+            out = self.fn(q, k, v, causal=causal, scale=scale, **extra)
         except (BackendUnavailable, BackendFailed):
             raise
         except Exception as exc:
             raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
-        return checked_output(out, q, k, v, causal, scale, self.out_dtype, self.own_lse)
+        mask = causal if variant is None else variant_of(causal, **extra)
+        return checked_output(out, q, k, v, mask, scale, self.out_dtype, self.own_lse)
 
 
-def _reference(q, k, v, causal=False, scale=None):
+def variant_kwargs(variant: Variant | None) -> dict:
+    """The keywords a backend gets for ``variant``: only those that differ from plain
+    attention's (a backend without variants is called exactly as before)."""
+    if variant is None:
+        return {}
+    kw = {"softcap": variant.softcap, "sinks": variant.sinks}
+    kw = {k: x for k, x in kw.items() if x is not None}
+    return kw if variant.window == (-1, -1) else {"window": variant.window, **kw}
+
+
+def _reference(q, k, v, causal=False, scale=None, **variant):
     o, lse = reference.attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
-                                 causal=causal, scale=scale)
+                                 causal=causal, scale=scale, **variant)
     return torch.from_numpy(o), torch.from_numpy(lse)
 
 
-def _triton(q, k, v, causal=False, scale=None):
+def _triton(q, k, v, causal=False, scale=None, **variant):
     from flashbench.kernels.triton_fwd import triton_attention
 
-    return triton_attention(q, k, v, causal=causal, scale=scale)
+    if variant and torch.is_grad_enabled():  # the variants' kernel is forward only
+        q, k, v = (t.detach() for t in (q, k, v))
+    return triton_attention(q, k, v, causal=causal, scale=scale, **variant)
 
 
-def _triton_output(q, k, v, causal=False, scale=None):
-    return _triton(q, k, v, causal=causal, scale=scale)[0]
+def _triton_output(q, k, v, causal=False, scale=None, **variant):
+    return _triton(q, k, v, causal=causal, scale=scale, **variant)[0]
 
 
 def _triton_unavailable() -> str | None:
@@ -268,7 +308,7 @@ def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Back
         timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices,
         gqa=kernel in SDPA_GQA, differentiable=True, origin="torch",
         default_on=("cpu", "cuda") if kernel is None else ("cuda",),
-        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel))
+        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",))
 
 
 BACKENDS: dict[str, Backend] = {
@@ -276,10 +316,10 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("reference", _reference, "float64 NumPy one-shot reference",
                 ("fp64", *TORCH_FLOATS), devices=("cpu",), lse="the reference's own (float64)",
-                own_lse=True, out_dtype="fp64"),
+                own_lse=True, out_dtype="fp64", variants=VARIANTS),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
-                differentiable=True, origin="torch"),
+                differentiable=True, origin="torch", variants=VARIANTS),
         _sdpa(None, "torch scaled_dot_product_attention, torch's own choice of kernel"),
         _sdpa("flash", "SDPA pinned to torch's flash kernel (sdpa_kernel FLASH_ATTENTION)"),
         _sdpa("efficient", "SDPA pinned to memory-efficient attention (EFFICIENT_ATTENTION)",
@@ -290,7 +330,7 @@ BACKENDS: dict[str, Backend] = {
                 TORCH_FLOATS,
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
-                own_lse=True, timed=_triton_output, differentiable=True),
+                own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,
@@ -301,7 +341,8 @@ BACKENDS: dict[str, Backend] = {
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
                 lse="the op's own on a GPU; the stand-in on CPU",
-                own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",)),
+                own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",),
+                variants=("window", "softcap")),
     )
 }
 

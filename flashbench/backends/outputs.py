@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from flashbench.inputs.variant import variant_of
 from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed
 from flashbench.kernels.torch_peers import reference_lse
 
@@ -60,7 +61,8 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
                    out_dtype: str | None = None, own_lse: bool = True) -> BackendOutput:
     """(o, lse) from a backend's return value ``out`` for inputs q, k, v, as a
     :class:`BackendOutput`; BackendFailed when it is not a valid result (module
-    docstring). ``out_dtype``: precision name of o when it is not q's dtype (the
+    docstring). ``causal``: a bool or a :class:`~flashbench.inputs.variant.Variant` (which
+    rows see no key). ``out_dtype``: precision name of o when it is not q's dtype (the
     float64 reference). ``own_lse``: False for a backend whose returned LSE is itself a
     stand-in (torch's ops return none); an ``out`` of o alone is never its own."""
     o, lse = _unpack(out)
@@ -90,8 +92,10 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
                                 f"{o.numel()}, for finite inputs (the float64 reference is "
                                 f"finite there)")
         sees_nothing = torch.zeros(nq, dtype=torch.bool, device=lse.device)
-        if causal and nq > k.shape[-2]:
-            sees_nothing[: nq - k.shape[-2]] = True
+        variant = variant_of(causal)  # a bool, or a Variant (window, sinks)
+        hidden = None if variant.sinks is not None else variant.hidden(nq, k.shape[-2])
+        if hidden is not None:
+            sees_nothing[torch.from_numpy(hidden.all(axis=1)).to(lse.device)] = True
         wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
         if bool(wrong.any()):
             raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "

@@ -21,7 +21,10 @@ what it takes (else the defaults):
 - ``flashbench_head_dims``: head dims d, default any;
 - ``flashbench_gqa``: True if k, v may have fewer heads than q (Hkv dividing H);
   default False: k and v are expanded to H heads for it;
-- ``flashbench_differentiable``: True if autograd flows through it (default False).
+- ``flashbench_differentiable``: True if autograd flows through it (default False);
+- ``flashbench_variants``: which of "window", "softcap", "sinks" it takes, as keywords
+  ``window=(left, right)``, ``softcap=c``, ``sinks=`` (a tuple of H floats), passed only
+  when set; default none: a check with a variant reports it "not applicable".
 
 A function that cannot be imported, raises, returns the wrong shape or dtype, or
 non-finite values where the reference is finite is a FAIL with that reason; the
@@ -57,12 +60,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return m[1], m[2]
 
 
-def _call(fn, q, k, v, causal=False, scale=None):
+def _call(fn, q, k, v, causal=False, scale=None, **variant):
     kwargs = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
-    return fn(q, k, v, **kwargs)
+    return fn(q, k, v, **kwargs, **variant)
 
 
-def _broken(reason: str, q, k, v, causal=False, scale=None):
+def _broken(reason: str, q, k, v, causal=False, scale=None, **variant):
     raise BackendFailed(reason)
 
 
@@ -77,6 +80,15 @@ def _declared(fn, attr: str, default, check):
 def _dtypes(value) -> tuple[str, ...]:
     names = tuple(value)
     if not names or any(n not in PRECISIONS for n in names):
+        raise ValueError(names)
+    return names
+
+
+def _variants(value) -> tuple[str, ...]:
+    from flashbench.backends import VARIANTS
+
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if any(n not in VARIANTS for n in names):
         raise ValueError(names)
     return names
 
@@ -118,6 +130,7 @@ def user_backend(spec: str, name: str | None = None, origin: str = "user"):
             raise TypeError(f"{spec} is a {type(obj).__name__}, not a function")
         dtypes = _declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)
         head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
+        variants = _declared(obj, "flashbench_variants", (), _variants)
     except Exception as exc:  # a user's module may fail in any way: report it, run the rest
         reason = str(exc) if isinstance(exc, BackendFailed) else (
             f"cannot import {spec}: {type(exc).__name__}: {exc}")
@@ -126,7 +139,7 @@ def user_backend(spec: str, name: str | None = None, origin: str = "user"):
                    head_dims=head_dims, gqa=bool(getattr(obj, "flashbench_gqa", False)),
                    differentiable=bool(getattr(obj, "flashbench_differentiable", False)),
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
-                   own_lse=True, origin=origin)
+                   own_lse=True, origin=origin, variants=variants)
 
 
 def _entry_points(registry) -> dict[str, str]:

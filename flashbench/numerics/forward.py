@@ -56,12 +56,9 @@ from flashbench.reference.streaming import (
 __all__ = ["flash_model", "standard_model"]
 
 
-def _rounded_inputs(q, k, v, dtype, causal, scale, window, softcap, sinks, check_finite):
+def _inputs(q, k, v, dtype, causal, scale, window, softcap, sinks, check_finite):
     prec = get_precision(dtype)
-    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
-                                            check_finite)
-    # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
-    return prec, prec.operand(q), prec.operand(k), prec.operand(v), variant, scale, sink
+    return (prec, *problem(q, k, v, causal, scale, window, softcap, sinks, check_finite))
 
 
 def _fp8_variant(dtype, causal, window, softcap, sinks) -> bool:
@@ -96,15 +93,19 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
         raise ValueError(f"quant and incoherent apply to the fp8 dtypes {list(FP8_DTYPES)} "
                          f"only, got dtype {dtype!r}")
     block = check_block(block)
-    prec, q, k, v, variant, scale, sink = _rounded_inputs(q, k, v, dtype, causal, scale, window,
-                                                          softcap, sinks, check_finite)
-    round_p = None if prec.name in ("fp64", "fp32") else prec.operand
-    o, lse = _grouped_stream(q, k, v, block=block, causal=variant, scale=scale,
-                             compute=prec.compute, round_p=round_p, sink=sink)
+    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
+                                                  softcap, sinks, check_finite)
+    o, lse = _flash(q, k, v, prec=prec, block=block, variant=variant, scale=scale, sink=sink)
     return prec.store(o), lse
 
 
-_grouped_stream = grouped_query(stream_attention)  # k, v with Hkv heads dividing H
+@grouped_query  # k, v with Hkv heads dividing H (float64 here: the wrapper checks them)
+def _flash(q, k, v, *, prec, block, variant, scale, sink):
+    # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
+    round_p = None if prec.name in ("fp64", "fp32") else prec.operand
+    return stream_attention(prec.operand(q), prec.operand(k), prec.operand(v), block=block,
+                            causal=variant, scale=scale, compute=prec.compute,
+                            round_p=round_p, sink=sink)
 
 
 def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None,
@@ -120,15 +121,16 @@ def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | Non
     if _fp8_variant(dtype, causal, window, softcap, sinks):
         return fp8.standard_fp8(q, k, v, dtype, causal=causal, scale=scale,
                                 check_finite=check_finite)
-    prec, q, k, v, variant, scale, sink = _rounded_inputs(q, k, v, dtype, causal, scale, window,
-                                                          softcap, sinks, check_finite)
+    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
+                                                  softcap, sinks, check_finite)
     if sink is not None:
         sink = prec.stored(sink).astype(prec.compute)  # the sink column of S, in T
     return _standard(q, k, v, variant=variant, scale=scale, sink=sink, prec=prec)
 
 
-@grouped_query
+@grouped_query  # float64 q, k, v here (the wrapper checks them), rounded below
 def _standard(q, k, v, *, variant, scale, sink, prec):
+    q, k, v = prec.operand(q), prec.operand(k), prec.operand(v)
     e, m = unnormalised_softmax(masked_scores(q, k, scale, variant, round_s=prec.stored))
     l = e.sum(axis=-1)
     if sink is not None:  # softmax over [S, sink]: the sink's term in the fp32 denominator
