@@ -39,7 +39,7 @@ def test_each_backend_computes_the_variants_it_declares_and_refuses_the_rest(nam
     q, k, v = qkv()
     reason = backend.not_applicable(variant)
     if reason is not None:
-        assert reason.startswith("not applicable: it takes no")
+        assert reason.startswith("not applicable: its forward takes no")
         with pytest.raises(BackendUnavailable, match="not applicable"):
             backend(q, k, v, causal=variant.causal, variant=variant)
         return
@@ -114,10 +114,10 @@ def test_a_user_backend_runs_the_variants_it_declares_and_no_other(tmp_path, mon
     o, _ = windowed(q, k, v, variant=Variant(window=(4, 4)))
     np.testing.assert_allclose(o.double().numpy(), reference(q, k, v, Variant(window=(4, 4)))[0],
                                rtol=0, atol=2e-6)
-    with pytest.raises(BackendUnavailable, match="not applicable: it takes no softcap"):
+    with pytest.raises(BackendUnavailable, match="not applicable: its forward takes no softcap"):
         windowed(q, k, v, variant=Variant(window=(4, 4), softcap=3.0))
     plain = get_backend("fbuser_variants:plain")
-    with pytest.raises(BackendUnavailable, match="not applicable: it takes no window"):
+    with pytest.raises(BackendUnavailable, match="not applicable: its forward takes no window"):
         plain(q, k, v, variant=Variant(window=(4, 4)))
     plain(q, k, v, variant=Variant(causal=True))  # plain causal: no keyword passed
     assert sys.modules["fbuser_variants"].CALLS == [(4, 4), "plain"]

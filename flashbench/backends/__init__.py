@@ -140,19 +140,22 @@ class Backend:
     default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
     variants: tuple[str, ...] = ()  # which of VARIANTS it takes (keywords of fn and timed)
+    grad_variants: tuple[str, ...] = ()  # which of them its backward takes
 
-    def not_applicable(self, variant: Variant | None) -> str | None:
-        """None when it takes ``variant`` (window, softcap, sinks), else why not: a
-        backend that does not declare a variant is never run without it."""
+    def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
+        """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
+        else why not: a backend never runs without a variant it was asked for."""
         if variant is None:
             return None
+        takes = self.grad_variants if grad else self.variants
         missing = [name for name, given in (("window", variant.window != (-1, -1)),
                                             ("softcap", variant.softcap is not None),
                                             ("sinks", variant.sinks is not None))
-                   if given and name not in self.variants]
+                   if given and name not in takes]
         if not missing:
             return None
-        return f"not applicable: it takes no {' or '.join(missing)}"
+        return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
+               f"{' or '.join(missing)}"
 
     @property
     def timed_fn(self) -> Callable:
@@ -251,8 +254,6 @@ def _reference(q, k, v, causal=False, scale=None, **variant):
 def _triton(q, k, v, causal=False, scale=None, **variant):
     from flashbench.kernels.triton_fwd import triton_attention
 
-    if variant and torch.is_grad_enabled():  # the variants' kernel is forward only
-        q, k, v = (t.detach() for t in (q, k, v))
     return triton_attention(q, k, v, causal=causal, scale=scale, **variant)
 
 
@@ -308,7 +309,7 @@ def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Back
         timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices,
         gqa=kernel in SDPA_GQA, differentiable=True, origin="torch",
         default_on=("cpu", "cuda") if kernel is None else ("cuda",),
-        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",))
+        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",), grad_variants=("window",))
 
 
 BACKENDS: dict[str, Backend] = {
@@ -319,7 +320,7 @@ BACKENDS: dict[str, Backend] = {
                 own_lse=True, out_dtype="fp64", variants=VARIANTS),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
-                differentiable=True, origin="torch", variants=VARIANTS),
+                differentiable=True, origin="torch", variants=VARIANTS, grad_variants=VARIANTS),
         _sdpa(None, "torch scaled_dot_product_attention, torch's own choice of kernel"),
         _sdpa("flash", "SDPA pinned to torch's flash kernel (sdpa_kernel FLASH_ATTENTION)"),
         _sdpa("efficient", "SDPA pinned to memory-efficient attention (EFFICIENT_ATTENTION)",
@@ -342,7 +343,7 @@ BACKENDS: dict[str, Backend] = {
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
                 lse="the op's own on a GPU; the stand-in on CPU",
                 own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",),
-                variants=("window", "softcap")),
+                variants=("window", "softcap"), grad_variants=("window", "softcap")),
     )
 }
 

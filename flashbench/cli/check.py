@@ -24,6 +24,30 @@ def _block(text: str) -> int:
         raise argparse.ArgumentTypeError(message) from None
 
 
+def _window(text: str) -> tuple[int, int]:
+    """--window L,R: two ints >= -1 (checked by the Variant, the library's own check)."""
+    from flashbench.inputs.variant import Variant
+
+    try:
+        left, right = (int(x) for x in text.split(","))
+        return Variant(window=(left, right)).window
+    except ValueError as exc:
+        message = str(exc) if text.count(",") == 1 and "window" in str(exc) else (
+            f"window must be L,R: two ints >= -1 (-1: unbounded), got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def _softcap(text: str) -> float:
+    from flashbench.inputs.variant import Variant
+
+    try:
+        return Variant(softcap=float(text)).softcap
+    except ValueError as exc:
+        message = str(exc) if "softcap" in str(exc) else (
+            f"softcap must be a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="exactness of the streaming and accuracy per dtype",
                        description="Exactness (fp64 streamed vs one-shot, PASS iff <= 1e-12) "
@@ -41,6 +65,15 @@ def add_parser(sub) -> None:
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
+    c.add_argument("--window", type=_window, metavar="L,R",
+                   help="sliding window (FlashAttention's window_size): query i sees keys "
+                   "i + Nk - Nq - L .. i + Nk - Nq + R; -1 unbounded (e.g. 128,0; write "
+                   "--window=-1,0 when L is -1)")
+    c.add_argument("--softcap", type=_softcap, metavar="C",
+                   help="logit softcap C > 0: scores become C tanh(s / C) (Gemma 2: 50)")
+    c.add_argument("--sinks", action="store_true",
+                   help="attention sinks: one seeded N(0, 1) logit per query head in each "
+                   "row's softmax denominator (gpt-oss)")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
@@ -69,7 +102,26 @@ def _cases(args):
                      for c in {(c.shape, c.causal): c for c in cases}.values()]
     if args.kv_heads is not None:
         cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
-    return cases
+    return [replace(c, **_variant(args)) for c in cases]
+
+
+def _variant(args) -> dict:
+    """The Case fields of --window, --softcap, --sinks (empty without them)."""
+    fields = {"window": args.window, "softcap": args.softcap, "sinks": args.sinks or None}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _grad_cases(args, cases):
+    """Where gradients are judged: the shapes given, else the default gradient cases (with
+    the variant asked for); None: the defaults as run_check picks them."""
+    if args.shape:
+        return cases
+    if not _variant(args):
+        return None
+    from flashbench.measure.backward import default_grad_cases
+
+    causals = {c.causal for c in cases}
+    return [replace(c, **_variant(args)) for c in default_grad_cases() if c.causal in causals]
 
 
 def run(args) -> int:
@@ -86,7 +138,7 @@ def run(args) -> int:
     backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=cases if args.shape else None)  # None: default gradient cases
+                       grad_cases=_grad_cases(args, cases))
     if args.json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 
 import numpy as np
 
@@ -120,11 +119,14 @@ class GradAccuracy:
                                               if k != "case" and v is not None}}
 
 
-def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactness]:
-    """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``."""
-    o, lse = reference.online_attention(q, k, v, block=block, causal=case.causal)
-    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block,
-                                               causal=case.causal)
+def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
+                   ) -> list[GradExactness]:
+    """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``
+    (dq, dk, dv; a case with sinks has its dsinks held to the same by the tests)."""
+    kw = case.kwargs(seed)
+    o, lse = reference.online_attention(q, k, v, block=block, **kw)
+    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)[:3]
+    ref = ref[:3]
     scale = max(float(np.abs(r).max()) for r in ref)
     out = []
     for what, a, b in zip(GRADS, streamed, ref, strict=True):
@@ -149,15 +151,17 @@ def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False) -
                         yardsticks=yardsticks or None, **fields)
 
 
-def _autograd(backend, q, k, v, do, dtype, causal):
+def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
     """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable."""
     import torch
 
+    from flashbench.backends import variant_kwargs
     from flashbench.kernels.checks import torch_dtype
 
     leaves = [torch.from_numpy(x).to(torch_dtype(dtype)).requires_grad_(True)
               for x in (q, k, v)]
-    out = backend.timed_fn(*backend.prepare(*leaves), causal=causal)
+    out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
+                           **variant_kwargs(variant))
     o = out[0] if isinstance(out, tuple) else out
     return torch.autograd.grad(o, leaves, torch.from_numpy(do).to(o.dtype).to(o.device))
 
@@ -179,15 +183,17 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
     q, k, v, do = inputs
+    kw, variant = case.kwargs(seed), case.variant(seed)
     if ref is None:
-        ref = reference.attention_grad(q, k, v, do, causal=case.causal)
+        ref = reference.attention_grad(q, k, v, do, **kw)
+    ref = ref[:3]  # dsinks (with sinks) is not tabled
     records: list[GradAccuracy | Unavailable | Failed] = []
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
-        std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
+        std = numerics.standard_model_grad(q, k, v, do, dtype, **kw)[:3]
         # the flash model backward in this dtype: its own record, and the yardstick of the
         # ratios where the standard backward overflowed (computed once, when first asked)
-        flash = functools.cache(partial(numerics.flash_model_grad, q, k, v, do, dtype,
-                                        block=block, causal=case.causal))
+        flash = functools.cache(lambda dtype=dtype: numerics.flash_model_grad(
+            q, k, v, do, dtype, block=block, **kw)[:3])
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
@@ -196,13 +202,14 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record
-            reason = unavailable_reason(backend, case.shape, dtype)
+            reason = (unavailable_reason(backend, case.shape, dtype)
+                      or backend.not_applicable(variant, grad=True))
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} backward {dtype}")
             try:
-                grads = _autograd(backend, q, k, v, do, dtype, case.causal)
+                grads = _autograd(backend, q, k, v, do, dtype, case.causal, variant)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue

@@ -83,8 +83,8 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
     for i, case in enumerate(cases, 1):
         say(f"[{i}/{len(cases)}] {case.label()}: fp64 reference")
         q, k, v = make_qkv(case.shape, case.dist, seed)
-        ref = reference.attention(q, k, v, causal=case.causal)
-        report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block)]
+        ref = reference.attention(q, k, v, **case.kwargs(seed))
+        report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
         for rec in measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
                                     inputs=(q, k, v), ref=ref):
             row = rec.as_dict()
@@ -113,9 +113,9 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
         say(f"[grad {i}/{len(grad_cases)}] {case.label()}: fp64 gradients")
         q, k, v = make_qkv(case.shape, case.dist, seed)
         do = grad_output(case.shape, seed)
-        ref = reference.attention_grad(q, k, v, do, causal=case.causal)
+        ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
         report["grad_exactness"] += [r.as_dict() for r in
-                                     grad_exactness(case, q, k, v, do, ref, block)]
+                                     grad_exactness(case, q, k, v, do, ref, block, seed)]
         for rec in measure_gradients(case, dtypes, ["flash_model", *backends], seed, block,
                                      say, inputs=(q, k, v, do), ref=ref):
             report["gradients"].append(rec.as_dict())

@@ -31,7 +31,8 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats, judge
 from flashbench.inputs.problem import Shape, make_qkv
-from flashbench.reference.streaming import causal_mask
+from flashbench.inputs.variant import Variant
+from flashbench.reference.streaming import masked_scores
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
@@ -49,14 +50,39 @@ LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumex
 
 @dataclass(frozen=True)
 class Case:
-    """One accuracy problem: a shape, an input distribution, causal or not."""
+    """One accuracy problem: a shape, an input distribution, causal or not, and a variant
+    (:mod:`flashbench.inputs.variant`): a window, a softcap, sinks (``sinks=True``: one
+    seeded N(0, 1) logit per query head, :meth:`kwargs`)."""
 
     shape: Shape
     dist: str = "normal"
     causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    softcap: float | None = None
+    sinks: bool = False
+
+    def kwargs(self, seed: int = 0) -> dict:
+        """The keywords every path takes for this case: causal, and the variant's where set
+        (the sinks drawn from ``default_rng(seed + 2)``; the inputs use seed, dO seed + 1)."""
+        kw = {"causal": self.causal}
+        if self.window != (-1, -1):
+            kw["window"] = self.window
+        if self.softcap is not None:
+            kw["softcap"] = self.softcap
+        if self.sinks:
+            kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(self.shape.H)
+        return kw
+
+    def variant(self, seed: int = 0) -> Variant | None:
+        """The case's :class:`Variant` for backends (None: plain attention, causal or not)."""
+        kw = self.kwargs(seed)
+        return None if len(kw) == 1 else Variant(**kw)
 
     def label(self) -> str:
-        return f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
+        extra = Variant(window=self.window, softcap=self.softcap,
+                        sinks=(0.0,) if self.sinks else None).label()
+        return (f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
+                f"{'' if extra == 'full' else ' ' + extra}")
 
 
 def default_cases() -> list[Case]:
@@ -158,13 +184,12 @@ class Failed:
                 "failed": self.reason, "passed": False, "peer": self.peer}
 
 
-def exactness(case: Case, q, k, v, ref, block: int) -> list[Exactness]:
+def exactness(case: Case, q, k, v, ref, block: int, seed: int = 0) -> list[Exactness]:
     """Streamed vs one-shot in float64: softmax of head 0's masked scores, attention O and LSE."""
-    o_s, lse_s = reference.online_attention(q, k, v, block=block, causal=case.causal)
-    s = q[0, 0] @ k[0, 0].T / math.sqrt(case.shape.d)
-    hidden = causal_mask(*s.shape) if case.causal else None
-    if hidden is not None:
-        s[hidden] = -np.inf
+    kw = case.kwargs(seed)
+    o_s, lse_s = reference.online_attention(q, k, v, block=block, **kw)
+    mask = Variant(causal=case.causal, window=case.window, softcap=case.softcap)
+    s = masked_scores(q[0, 0], k[0, 0], 1 / math.sqrt(case.shape.d), mask)
     diffs = {
         "softmax": error_stats(reference.online_softmax(s, block), reference.softmax(s)),
         "attention O": error_stats(o_s, ref[0]),
@@ -230,14 +255,15 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
     q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
-    ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
+    kw, variant = case.kwargs(seed), case.variant(seed)
+    ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
     for dtype in dtypes:
-        std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
+        std = numerics.standard_model(q, k, v, dtype, **kw)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
         # where the standard model overflowed (computed once, when first asked for)
         flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
-                                        causal=case.causal))
+                                        **kw))
         tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
         for name in kernels:
             if name == "flash_model":
@@ -263,8 +289,9 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 from flashbench.kernels.checks import torch_dtype
 
                 tensors[given] = [torch.from_numpy(x).to(torch_dtype(given)) for x in (q, k, v)]
-            try:
-                out = backend(*tensors[given], causal=case.causal, dtype=dtype)
+            try:  # a variant it does not declare: "not applicable" (never run without it)
+                out = backend(*tensors[given], causal=case.causal, dtype=dtype,
+                              **({} if variant is None else {"variant": variant}))
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
