@@ -59,3 +59,27 @@ def test_bad_variant_options_are_one_line_errors(capsys, args, message):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_packed_batch_is_judged_per_sequence_and_peers_without_varlen_do_not_apply(capsys):
+    rc = main(["check", "--dtype", "fp16", "--dist", "normal", "--json", "--quiet",
+               "--causal", "on", "--varlen", "40,0,17", "--window", "8,0", "--no-backends"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"]
+    assert report["exactness"][0]["case"] == ("normal varlen 40,0,17 H=2 d=64 causal "
+                                              "window=(8,0)")
+    rc = main(["check", "--dtype", "fp32", "--dist", "normal", "--json", "--quiet",
+               "--causal", "off", "--varlen", "40,17", "--backend", "torch-naive",
+               "--backend", "reference"])
+    report = json.loads(capsys.readouterr().out)
+    by_name = {r["backend"]: r for r in report["backends"]}
+    assert by_name["torch-naive"]["skipped"] == ("not applicable: it takes no packed (varlen) "
+                                                 "batch")
+    assert by_name["reference"]["o"]["max_abs"] < 1e-6 and report["passed"]
+
+
+@pytest.mark.parametrize("text", ["", "a,b", "0,0", "-1,3"])
+def test_bad_varlen_lengths_are_one_line_errors(capsys, text):
+    with pytest.raises(SystemExit) as exc:
+        main(["check", f"--varlen={text}"])
+    assert exc.value.code == 2 and "varlen must be sequence lengths" in capsys.readouterr().err

@@ -38,7 +38,8 @@ Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it take
 (``Backend.variants``; reference, torch-naive and triton all three, flex window and softcap,
 the SDPA ones a window as an explicit mask); asked for one it does not declare, it is "not
 applicable" (:meth:`Backend.not_applicable`), never run without it. The triton backend runs
-a variant forward only.
+a variant forward only. Packed variable-length batches (``Backend.varlen``, FlashAttention's
+varlen layout): reference and triton.
 
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
 where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
@@ -64,7 +65,7 @@ from flashbench import reference
 from flashbench.backends.outputs import checked_output
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
-from flashbench.inputs.variant import Variant, variant_of
+from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
     TORCH_DTYPES,
@@ -141,6 +142,9 @@ class Backend:
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
     variants: tuple[str, ...] = ()  # which of VARIANTS it takes (keywords of fn and timed)
     grad_variants: tuple[str, ...] = ()  # which of them its backward takes
+    # packed variable-length batches: (q [total_q, H, d], k, v [total_k, Hkv, d], cu_seqlens_q,
+    # cu_seqlens_k, causal=, **variant) -> (o [total_q, H, dv], lse [H, total_q]); None: none
+    varlen: Callable | None = None
 
     def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
         """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
@@ -235,20 +239,22 @@ class Backend:
         return checked_output(out, q, k, v, mask, scale, self.out_dtype, self.own_lse)
 
 
-def variant_kwargs(variant: Variant | None) -> dict:
-    """The keywords a backend gets for ``variant``: only those that differ from plain
-    attention's (a backend without variants is called exactly as before)."""
-    if variant is None:
-        return {}
-    kw = {"softcap": variant.softcap, "sinks": variant.sinks}
-    kw = {k: x for k, x in kw.items() if x is not None}
-    return kw if variant.window == (-1, -1) else {"window": variant.window, **kw}
-
-
 def _reference(q, k, v, causal=False, scale=None, **variant):
     o, lse = reference.attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
                                  causal=causal, scale=scale, **variant)
     return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+def _reference_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    o, lse = reference.varlen_attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
+                                        cu_q, cu_k, causal=causal, scale=scale, **variant)
+    return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    from flashbench.kernels.triton_variants import triton_varlen_attention
+
+    return triton_varlen_attention(q, k, v, cu_q, cu_k, causal=causal, scale=scale, **variant)
 
 
 def _triton(q, k, v, causal=False, scale=None, **variant):
@@ -317,7 +323,7 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("reference", _reference, "float64 NumPy one-shot reference",
                 ("fp64", *TORCH_FLOATS), devices=("cpu",), lse="the reference's own (float64)",
-                own_lse=True, out_dtype="fp64", variants=VARIANTS),
+                own_lse=True, out_dtype="fp64", variants=VARIANTS, varlen=_reference_varlen),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
                 differentiable=True, origin="torch", variants=VARIANTS, grad_variants=VARIANTS),
@@ -331,7 +337,8 @@ BACKENDS: dict[str, Backend] = {
                 TORCH_FLOATS,
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
-                own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS),
+                own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
+                varlen=_triton_varlen),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,

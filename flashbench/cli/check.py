@@ -37,6 +37,17 @@ def _window(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(message) from None
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        lengths = ()
+    if not lengths or min(lengths) < 0 or sum(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"varlen must be sequence lengths N1,N2,... (ints "
+                                         f">= 0, not all 0), got {text!r}")
+    return lengths
+
+
 def _softcap(text: str) -> float:
     from flashbench.inputs.variant import Variant
 
@@ -74,6 +85,10 @@ def add_parser(sub) -> None:
     c.add_argument("--sinks", action="store_true",
                    help="attention sinks: one seeded N(0, 1) logit per query head in each "
                    "row's softmax denominator (gpt-oss)")
+    c.add_argument("--varlen", type=_lengths, metavar="N1,N2,...",
+                   help="a packed variable-length batch (FlashAttention's varlen layout) of "
+                   "sequences of these lengths, queries and keys alike (0 allowed), with "
+                   "each shape's H, Hkv and d (default 1x2x64: H=2, d=64)")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
@@ -102,7 +117,16 @@ def _cases(args):
                      for c in {(c.shape, c.causal): c for c in cases}.values()]
     if args.kv_heads is not None:
         cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
-    return [replace(c, **_variant(args)) for c in cases]
+    cases = [replace(c, **_variant(args)) for c in cases]
+    if args.varlen is None:
+        return cases
+    from flashbench.inputs.problem import Shape
+
+    n = max(args.varlen)  # the shape's B, Nq, Nk: the batch and its longest sequence
+    shapes = args.shape or [Shape(1, 2, 64, 64, 64)]
+    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=n), varlen=args.varlen)
+            for s in dict.fromkeys(shapes)
+            for c in {(c.dist, c.causal): c for c in cases}.values()]
 
 
 def _variant(args) -> dict:

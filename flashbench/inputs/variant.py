@@ -25,9 +25,7 @@ import numpy as np
 
 from flashbench.inputs.validation import check_causal
 
-__all__ = ["Variant", "variant_of", "no_variant", "check_cu_seqlens", "VARIANT_KEYS"]
-
-VARIANT_KEYS = ("causal", "window", "softcap", "sinks")  # the keywords every path takes
+__all__ = ["Variant", "variant_of", "no_variant", "variant_kwargs", "check_cu_seqlens"]
 
 
 def _check_window(window) -> tuple[int, int]:
@@ -219,6 +217,16 @@ def variant_of(causal=False, window=(-1, -1), softcap=None, sinks=None) -> Varia
             raise ValueError("pass either a Variant or window/softcap/sinks, not both")
         return causal
     return Variant(causal=causal, window=window, softcap=softcap, sinks=sinks)
+
+
+def variant_kwargs(variant: Variant | None) -> dict:
+    """The keywords a backend gets for ``variant``: window, softcap, sinks where they differ
+    from plain attention's (a backend without variants is called exactly as before)."""
+    if variant is None:
+        return {}
+    kw = {"softcap": variant.softcap, "sinks": variant.sinks}
+    kw = {k: x for k, x in kw.items() if x is not None}
+    return kw if variant.window == (-1, -1) else {"window": variant.window, **kw}
 
 
 def check_cu_seqlens(cu, name: str, total: int, max_seqlen=None) -> np.ndarray:

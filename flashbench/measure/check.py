@@ -51,6 +51,7 @@ from flashbench.measure.forward import (
     exactness,
     measure_accuracy,
 )
+from flashbench.measure.varlen import measure_varlen, varlen_exactness, varlen_inputs
 
 __all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
@@ -82,25 +83,45 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
               "backends": []}
     for i, case in enumerate(cases, 1):
         say(f"[{i}/{len(cases)}] {case.label()}: fp64 reference")
+        if case.varlen is not None:  # a packed batch: per-sequence reference and models
+            _run_varlen(report, case, dtypes, seed, block, backends, say)
+            continue
         q, k, v = make_qkv(case.shape, case.dist, seed)
         ref = reference.attention(q, k, v, **case.kwargs(seed))
         report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
-        for rec in measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
-                                    inputs=(q, k, v), ref=ref):
-            row = rec.as_dict()
-            if rec.kernel == "flash_model":
-                del row["kernel"], row["peer"]
-                report["dtypes"].append(row)
-            else:
-                row["backend"] = row.pop("kernel")
-                report["backends"].append(row)
+        _add_records(report, measure_accuracy(case, dtypes, ["flash_model", *backends], seed,
+                                              block, say, inputs=(q, k, v), ref=ref))
     _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say)
     report["passed"] = overall_passed(report)
     say("done")
     return report
 
 
+def _add_records(report, records) -> None:
+    for rec in records:
+        row = rec.as_dict()
+        if rec.kernel == "flash_model":
+            del row["kernel"], row["peer"]
+            report["dtypes"].append(row)
+        else:
+            row["backend"] = row.pop("kernel")
+            report["backends"].append(row)
+
+
+def _run_varlen(report, case, dtypes, seed, block, backends, say) -> None:
+    q, k, v, cu = varlen_inputs(case, seed)
+    ref = reference.varlen_attention(q, k, v, cu, cu, **case.kwargs(seed))
+    report["exactness"] += [r.as_dict() for r in
+                            varlen_exactness(case, q, k, v, cu, ref, block, seed)]
+    _add_records(report, measure_varlen(case, dtypes, ["flash_model", *backends], seed, block,
+                                        say, inputs=(q, k, v, cu), ref=ref))
+
+
 def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say) -> None:
+    if grad_cases is not None and any(c.varlen for c in grad_cases):
+        grad_cases = [c for c in grad_cases if c.varlen is None]
+        report["grad_cases_why"] = ("packed (varlen) batches' gradients are held to the "
+                                    "float64 reference by the tests, not judged here")
     if grad_cases is None:
         causals = {c.causal for c in cases}
         grad_cases = [c for c in default_grad_cases() if c.causal in causals]

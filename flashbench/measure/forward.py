@@ -52,7 +52,9 @@ LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumex
 class Case:
     """One accuracy problem: a shape, an input distribution, causal or not, and a variant
     (:mod:`flashbench.inputs.variant`): a window, a softcap, sinks (``sinks=True``: one
-    seeded N(0, 1) logit per query head, :meth:`kwargs`)."""
+    seeded N(0, 1) logit per query head, :meth:`kwargs`). ``varlen``: a packed batch of
+    sequences of these lengths (:mod:`flashbench.measure.varlen`; ``shape`` gives H, Hkv, d).
+    """
 
     shape: Shape
     dist: str = "normal"
@@ -60,6 +62,7 @@ class Case:
     window: tuple[int, int] = (-1, -1)
     softcap: float | None = None
     sinks: bool = False
+    varlen: tuple[int, ...] | None = None  # a packed batch: these sequence lengths (q and k)
 
     def kwargs(self, seed: int = 0) -> dict:
         """The keywords every path takes for this case: causal, and the variant's where set
@@ -81,7 +84,9 @@ class Case:
     def label(self) -> str:
         extra = Variant(window=self.window, softcap=self.softcap,
                         sinks=(0.0,) if self.sinks else None).label()
-        return (f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
+        shape = self.shape.label() if self.varlen is None else (
+            f"varlen {','.join(map(str, self.varlen))} H={self.shape.H} d={self.shape.d}")
+        return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
                 f"{'' if extra == 'full' else ' ' + extra}")
 
 

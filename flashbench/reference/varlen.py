@@ -21,7 +21,7 @@ from flashbench.inputs.variant import check_cu_seqlens, variant_of
 from flashbench.reference import oneshot
 
 __all__ = ["varlen_attention", "online_varlen_attention", "varlen_attention_grad",
-           "online_varlen_attention_grad", "check_varlen", "sequences"]
+           "online_varlen_attention_grad", "check_varlen", "sequences", "per_sequence"]
 
 
 def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
@@ -63,7 +63,7 @@ def _blind(n: int, h: int, dv: int, sinks) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros((h, n, dv)), lse
 
 
-def _checked_sinks(h, causal, window, softcap, sinks, **_):
+def _checked_sinks(h, causal=False, window=(-1, -1), softcap=None, sinks=None, **_):
     """The variant's arguments checked once for the batch (also where every sequence is
     empty); the sinks as checked floats (None without)."""
     variant = variant_of(causal, window, softcap, sinks)
@@ -71,8 +71,12 @@ def _checked_sinks(h, causal, window, softcap, sinks, **_):
     return variant.sinks
 
 
-def _forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-             check_finite, **kwargs):
+def per_sequence(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                 check_finite=False, **kwargs):
+    """Run ``fn(q_b, k_b, v_b, **kwargs) -> (o_b, lse_b)`` on each sequence's [H, n, d] views
+    of a packed batch: (o [total_q, H, dv], lse [H, total_q]) in float64. ``kwargs`` holds
+    causal, window, softcap, sinks (and whatever else ``fn`` takes: a precision model's
+    dtype and block). A sequence with queries and no key gets O = 0, LSE = -inf or the sink."""
     q, k, v, cu_q, cu_k = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                        max_seqlen_k, finite=check_finite)
     h, dv = q.shape[1], v.shape[2]
@@ -109,7 +113,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     Returns:
         (o [total_q, H, dv], lse [H, total_q]), float64.
     """
-    return _forward(oneshot.attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    return per_sequence(oneshot.attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                     max_seqlen_k, check_finite, causal=causal, scale=scale, window=window,
                     softcap=softcap, sinks=sinks)
 
@@ -121,7 +125,7 @@ def online_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
                             check_finite: bool = False):
     """Streamed attention of a packed batch: :func:`varlen_attention` with the (m, l)
     recurrence over key blocks of ``block`` keys within each sequence."""
-    return _forward(oneshot.online_attention, q, k, v, cu_seqlens_q, cu_seqlens_k,
+    return per_sequence(oneshot.online_attention, q, k, v, cu_seqlens_q, cu_seqlens_k,
                     max_seqlen_q, max_seqlen_k, check_finite, block=block, causal=causal,
                     scale=scale, window=window, softcap=softcap, sinks=sinks)
 
