@@ -83,3 +83,21 @@ def test_bad_varlen_lengths_are_one_line_errors(capsys, text):
     with pytest.raises(SystemExit) as exc:
         main(["check", f"--varlen={text}"])
     assert exc.value.code == 2 and "varlen must be sequence lengths" in capsys.readouterr().err
+
+
+def test_the_asv_variant_grid_names_its_cases_as_the_check_prints_them():
+    """bench_variants' ``variant`` parameter is the label flashbench check prints, and its
+    skip_params are exactly the registry's "not applicable" pairs."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import bench_variants as bv
+    from flashbench.inputs import Shape
+    from flashbench.measure.forward import Case
+
+    for name, kw in bv.VARIANTS.items():
+        label = Case(Shape.parse(bv.SHAPES[0]), "normal", **kw).label()
+        assert name in label, (name, label)
+    skipped = {(k, v) for k, _, v, _ in bv.TrackVariantAccuracy.skip_params}
+    assert skipped == {("torch-naive", "varlen 512,1000,77")}

@@ -7,7 +7,9 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
 - :data:`ACCURACY`: the accuracy tracks and the metric each records: the forward
   (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
   (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios) and
-  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``) and the tolerance bands
+  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``), the attention variants
+  (``TrackVariantAccuracy.track_<metric>``: window, softcap, sinks, varlen; parameter
+  ``variant``) and the tolerance bands
   (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss); :data:`MAIN_METRIC` is
   the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
   parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
@@ -45,15 +47,15 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACC
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
 
-ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands)"
-                      r"\.track_(?P<metric>\w+)$")
+ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
+                      r"|TrackVariantAccuracy)\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
 # rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR}
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
-ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
+ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist", "variant")
 # what a timing ran: the first of these parameters that a result holds as text
 BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
 
