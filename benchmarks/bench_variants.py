@@ -15,7 +15,7 @@ error (passes at <= 2); times in seconds per call. asv treats higher as worse.
 
 from .common import Benchmark, need, qkv, record_or_raise, shape_of
 
-VARIANTS = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},
+VARIANTS = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},  # == VARIANT_SET
             "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": True},
             "varlen 512,1000,77": {"varlen": (512, 1000, 77)}}
 KERNELS = ["flash_model", "torch-naive", "triton"]

@@ -95,9 +95,20 @@ def test_the_asv_variant_grid_names_its_cases_as_the_check_prints_them():
     from benchmarks import bench_variants as bv
     from flashbench.inputs import Shape
     from flashbench.measure.forward import Case
+    from flashbench.measure.varlen import VARIANT_SET
 
+    assert bv.VARIANTS == VARIANT_SET  # asv needs its grid literal: held equal here
     for name, kw in bv.VARIANTS.items():
         label = Case(Shape.parse(bv.SHAPES[0]), "normal", **kw).label()
         assert name in label, (name, label)
     skipped = {(k, v) for k, _, v, _ in bv.TrackVariantAccuracy.skip_params}
     assert skipped == {("torch-naive", "varlen 512,1000,77")}
+
+
+def test_the_variant_set_runs_each_variant_once_and_refuses_a_mix(capsys):
+    rc = main(["check", "--variants", "--shape", "1x2x48x32", "--dtype", "fp32", "--dist",
+               "normal", "--json", "--quiet", "--no-backends"])
+    report = json.loads(capsys.readouterr().out)
+    cases = list(dict.fromkeys(r["case"] for r in report["exactness"]))
+    assert rc == 0 and len(cases) == 4 and cases[-1].startswith("normal varlen 512,1000,77")
+    assert main(["check", "--variants", "--softcap", "3"]) == 2

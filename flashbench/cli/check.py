@@ -89,6 +89,10 @@ def add_parser(sub) -> None:
                    help="a packed variable-length batch (FlashAttention's varlen layout) of "
                    "sequences of these lengths, queries and keys alike (0 allowed), with "
                    "each shape's H, Hkv and d (default 1x2x64: H=2, d=64)")
+    c.add_argument("--variants", action="store_true",
+                   help="judge each shape with every variant of flashbench.measure.varlen."
+                   "VARIANT_SET (causal window=(128,0), softcap=30, sinks, varlen 512,1000,77) "
+                   "in one report")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
@@ -118,6 +122,8 @@ def _cases(args):
     if args.kv_heads is not None:
         cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
     cases = [replace(c, **_variant(args)) for c in cases]
+    if args.variants:
+        return _variant_set(args, cases)
     if args.varlen is None:
         return cases
     from flashbench.inputs.problem import Shape
@@ -127,6 +133,24 @@ def _cases(args):
     return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=n), varlen=args.varlen)
             for s in dict.fromkeys(shapes)
             for c in {(c.dist, c.causal): c for c in cases}.values()]
+
+
+def _variant_set(args, cases):
+    """--variants: each distinct shape and dist (causal off) with every variant of the set."""
+    from flashbench.measure.varlen import VARIANT_SET
+
+    if _variant(args) or args.varlen:
+        raise ValueError("--variants runs its own set: without --window, --softcap, --sinks "
+                         "or --varlen")
+    base = {(c.shape, c.dist): replace(c, causal=False) for c in cases}.values()
+    out = []
+    for kw in VARIANT_SET.values():
+        for c in base:
+            if "varlen" in kw:
+                n = max(kw["varlen"])
+                c = replace(c, shape=replace(c.shape, B=len(kw["varlen"]), Nq=n, Nk=n))
+            out.append(replace(c, **kw))
+    return list(dict.fromkeys(out))
 
 
 def _variant(args) -> dict:
@@ -140,6 +164,8 @@ def _grad_cases(args, cases):
     the variant asked for); None: the defaults as run_check picks them."""
     if args.shape:
         return cases
+    if args.variants:
+        return [c for c in cases if c.varlen is None]
     if not _variant(args):
         return None
     from flashbench.measure.backward import default_grad_cases

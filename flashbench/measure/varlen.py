@@ -31,7 +31,13 @@ from flashbench.measure.forward import (
 )
 from flashbench.reference.varlen import per_sequence
 
-__all__ = ["varlen_inputs", "varlen_exactness", "measure_varlen"]
+__all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen"]
+
+# ``flashbench check --variants`` and the asv variant suite: the Case fields of each variant
+# (the models' sliding window, Gemma 2's softcap, gpt-oss's sinks, a packed batch)
+VARIANT_SET = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},
+               "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": True},
+               "varlen 512,1000,77": {"varlen": (512, 1000, 77)}}
 
 
 def varlen_inputs(case: Case, seed: int = 0):
