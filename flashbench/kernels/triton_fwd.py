@@ -14,8 +14,7 @@ recurrence in :mod:`flashbench.reference.streaming`.
   the causal diagonal, a window's right edge or Nk's ragged tail (masked); blocks no
   row sees are never loaded. Rows that see no key finish with O = 0 and LSE = -inf.
   Softcap, sinks and packed batches: :mod:`flashbench.kernels.triton_variants`.
-- Grid: axis 0 is batch x head (up to 2^31 - 1 programs), axis 1 the query blocks,
-  heaviest (last) causal blocks first. Batch and head offsets are 64-bit.
+- Grid: axis 0 batch x head, axis 1 query blocks (heaviest causal first); 64-bit offsets.
 - Grouped-query attention: query head h reads kv head ``h // (H // Hkv)`` in place.
 
 Where it runs (:mod:`flashbench.kernels.launch`): CUDA tensors run the compiled
@@ -53,6 +52,7 @@ __all__ = ["triton_attention", "forward", "launch", "default_config", "current_c
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+NO_VARIANT = dict.fromkeys(("WINDOW", "SOFTCAP", "HAS_SINKS", "VARLEN", "COUNT"), False)
 LOG2E = 1.4426950408889634  # 1 / ln 2 (the kernel multiplies by ln 2 = 0.693... at the end)
 # True when the kernel runs interpreted here by default (no CUDA GPU): read once at
 # import, without side effects; each call still decides from its tensors' device.
@@ -162,9 +162,9 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
               SINKS, CU_Q, CU_K, VISITS, LEFT, RIGHT, CAP, stride_lb, stride_lh,
               HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
               UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr = False,
-              SOFTCAP: tl.constexpr = False, HAS_SINKS: tl.constexpr = False,
-              VARLEN: tl.constexpr = False, COUNT: tl.constexpr = False):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
+              SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, VARLEN: tl.constexpr,
+              COUNT: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -336,7 +336,7 @@ def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
         sq_bh = sq_m = sk_bh = sk_n = 0
     if variant is None:
         lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-        extra, flags = (None, None, None, None, 0, 0, 1.0, H * n_q, n_q), {}
+        extra, flags = (None, None, None, None, 0, 0, 1.0, H * n_q, n_q), NO_VARIANT
     else:
         lse, extra, flags = variant.lse, variant.args(scale), variant.constexprs()
         B, n_q, n_k = variant.batch, variant.max_q, variant.max_k
