@@ -37,8 +37,8 @@ bands) stay as they are.
 Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it takes
 (``Backend.variants``; reference, torch-naive and triton all three, flex window and softcap,
 the SDPA ones a window as an explicit mask); asked for one it does not declare, it is "not
-applicable" (:meth:`Backend.not_applicable`), never run without it. The triton backend runs
-a variant forward only. Packed variable-length batches (``Backend.varlen``, FlashAttention's
+applicable" (:meth:`Backend.not_applicable`), never run without it; ``grad_variants``: what
+its backward takes. Packed variable-length batches (``Backend.varlen``, FlashAttention's
 varlen layout): reference and triton.
 
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
@@ -338,6 +338,7 @@ BACKENDS: dict[str, Backend] = {
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
                 own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
+                grad_variants=VARIANTS,
                 varlen=_triton_varlen),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",

@@ -379,22 +379,21 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
             (tensor-core speed, 10-bit mantissa). Default False computes fp32 dots in
             IEEE fp32. Under the interpreter dots are always computed in fp32.
         window, softcap, sinks: the variants (:mod:`flashbench.inputs.variant`; sinks a
-            float tensor or array [H]), forward only (:mod:`flashbench.kernels.triton_variants`).
+            float tensor or array [H]; :mod:`flashbench.kernels.triton_variants`).
 
     Returns:
         (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key; with
-        sinks it includes the sink). Without a variant o is differentiable in q, k, v
+        sinks it includes the sink). o is differentiable in q, k, v (and a sinks tensor)
         (:mod:`flashbench.kernels.triton_bwd`); lse is not.
     """
     check_causal(causal)
     if not no_variant(window, softcap, sinks):
         from flashbench.kernels import triton_variants
 
-        triton_variants.refuse_grad(q, k, v)
-        return triton_variants.variant_forward(q, k, v, causal, scale, window=window,
-                                               softcap=softcap, sinks=sinks,
-                                               allow_tf32=allow_tf32)[:2]
+        return triton_variants.variant_attention(q, k, v, causal, scale, window=window,
+                                                 softcap=softcap, sinks=sinks,
+                                                 allow_tf32=allow_tf32)
     from flashbench.kernels.triton_bwd import attention_function
 
     return attention_function(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)

@@ -11,7 +11,9 @@ masking; the sink joins (m, l) before the one division, as
 :func:`flashbench.reference.streaming.finish` does. Packed batches: q [total_q, H, d], k, v
 [total_k, Hkv, d] with ``cu_seqlens_q`` / ``cu_seqlens_k``; one program per (sequence,
 head, query block of the longest sequence), blocks past a sequence's end visit nothing.
-The Triton backward takes no variant yet: a call that needs gradients is refused.
+Gradients (:func:`variant_attention`): the Triton backward takes the window and the
+softcap (:func:`flashbench.kernels.triton_bwd.backward`); a sinks tensor that requires grad
+gets ``-sum P_sink D`` (:func:`sink_grad`). Packed batches are forward only (refused).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from flashbench.inputs.variant import Variant, check_cu_seqlens, variant_of
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_heads
 
-__all__ = ["KernelVariant", "variant_forward", "triton_varlen_attention", "refuse_grad"]
+__all__ = ["KernelVariant", "variant_forward", "variant_attention", "triton_varlen_attention",
+           "refuse_grad", "sink_grad"]
 
 UNBOUNDED = 2**30  # a window side of -1, as the kernel's int32 bound
 
@@ -68,11 +71,56 @@ class KernelVariant:
 
 
 def refuse_grad(*tensors) -> None:
-    """NotImplementedError where autograd would need the (missing) variant backward."""
+    """NotImplementedError where autograd would need the (missing) packed-batch backward."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise NotImplementedError("the Triton backward takes no window, softcap, sinks or "
-                                  "packed batch yet: call under torch.no_grad() or with "
-                                  "inputs that do not require grad")
+        raise NotImplementedError("the Triton backward takes no packed (varlen) batch yet: "
+                                  "call under torch.no_grad() or with inputs that do not "
+                                  "require grad")
+
+
+def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, do: torch.Tensor):
+    """The sinks' gradient [H]: ``-sum P_sink D`` over batch and rows, ``P_sink = exp(sink -
+    LSE)``, ``D = rowsum(dO * O)`` (:func:`flashbench.reference.streaming_bwd.sink_grad`)."""
+    delta = (o.float() * do.float()).sum(-1)
+    p = torch.where(torch.isneginf(lse), 0.0, torch.exp(sinks.float()[None, :, None] - lse))
+    return -(p * delta).sum((0, 2)).to(sinks.dtype)
+
+
+class _VariantAttention(torch.autograd.Function):
+    """The variant forward and the Triton backward as one autograd node (LSE not
+    differentiable; the sinks tensor, when given, differentiable)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32):
+        o, lse, _ = variant_forward(q, k, v, variant.causal, scale, window=variant.window,
+                                    softcap=variant.softcap, sinks=variant.sinks,
+                                    allow_tf32=allow_tf32)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
+        ctx.variant, ctx.scale, ctx.allow_tf32 = variant, scale, allow_tf32
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        from flashbench.kernels.triton_bwd import backward
+
+        q, k, v, o, lse, sinks = ctx.saved_tensors
+        var = ctx.variant
+        dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale,
+                              allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        dsinks = sink_grad(sinks, lse, o, do) if ctx.needs_input_grad[3] else None
+        return dq, dk, dv, dsinks, None, None, None
+
+
+def variant_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
+                      window=(-1, -1), softcap=None, sinks=None, allow_tf32: bool = False):
+    """``(o, lse)`` of the variant forward, differentiable in q, k, v (and in ``sinks`` when
+    it is a tensor that requires grad) through the Triton backward."""
+    variant = variant_of(causal, window, softcap, sinks)
+    check_heads(q, k, v)
+    variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
+    sink_t = sinks if isinstance(sinks, torch.Tensor) else None
+    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32)
 
 
 def _sinks(variant: Variant, heads: int, device) -> torch.Tensor | None:
@@ -128,6 +176,8 @@ def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
     """
     variant = variant_of(causal, window, softcap, sinks)
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor):
+            refuse_grad(t)
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             raise ValueError(f"{name} must be a torch.Tensor of the packed shape "
                              f"[total, heads, d], got {getattr(t, 'shape', type(t).__name__)}")
