@@ -3,13 +3,14 @@
 - :func:`replay`: the variants' launches on meta tensors, so ``--plan`` counts their
   compilations: the fixed config (no autotuning), bf16 only: one compilation per variant
   signature (checks at d = 64: window, softcap, sinks, varlen; timings at d = 128:
-  window, softcap, sinks).
+  window, softcap, sinks, and the window's backward: dK/dV and dQ).
 - :func:`check_rows`: each variant of :data:`flashbench.measure.varlen.VARIANT_SET`
   judged like the plain checks (Triton vs the float64 reference, baseline rule), bf16.
 - :func:`timing_rows`: the forward's device time with a causal sliding window (and the
   plain causal forward beside it, same run), a softcap, sinks; effective TFLOP/s count the
   visible (query, key) pairs only (``Variant.visible_pairs``), so a window's row says how
-  much of the visible work's rate survives the block skipping.
+  much of the visible work's rate survives the block skipping; the window's backward
+  too (2.5x the forward's visible FLOPs).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from flashbench.inputs import Shape
 from flashbench.inputs.variant import Variant
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import triton_bwd, triton_fwd
 from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
 from flashbench.measure.forward import Case, measure_accuracy
 from flashbench.measure.varlen import VARIANT_SET, measure_varlen
@@ -30,6 +31,7 @@ TIMED_SHAPE = Shape(2, 16, 8192, 8192, 128)
 TIMED = {"causal": {"causal": True}, "causal window=(1024,0)": {"causal": True,
                                                                "window": (1024, 0)},
          "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": True}}
+WINDOW_BWD = (1024, 0)  # the backward timed with a causal window
 
 
 def check_cases() -> list[Case]:
@@ -71,6 +73,9 @@ def replay() -> None:
                 triton_fwd.forward(*_tensors(TIMED_SHAPE, "meta"), causal=True)
             else:
                 variant_forward(*_tensors(TIMED_SHAPE, "meta"), **_keywords(kw))
+        q, k, v = _tensors(TIMED_SHAPE, "meta")  # the window's backward (fixed configs)
+        lse = torch.empty(q.shape[:3], device="meta", dtype=torch.float32)
+        triton_bwd.backward(q, k, v, q, lse, q, True, window=WINDOW_BWD)
 
 
 def _keywords(kw: dict) -> dict:
@@ -121,4 +126,31 @@ def timing_rows(peak: float, say) -> list[dict]:
         row["pct_peak"] = 100 * row["tflops"] / peak
         say(f"  {row['case']}: {row['ms']:.2f} ms, {row['tflops']:.0f} TFLOP/s (visible work)")
         rows.append(row)
+    rows.append(_time_backward(q, k, v, peak, say))
     return rows
+
+
+def _time_backward(q, k, v, peak: float, say) -> dict:
+    """The backward with a causal (1024, 0) window: 2.5x the forward's visible FLOPs."""
+    from flashbench.measure.timing import device_samples
+
+    s = TIMED_SHAPE
+    row = {"case": f"{s.spec()} bf16 causal window=(1024,0) bwd", "backend": "triton",
+           "shape": s.spec(), "dtype": "bf16", "variant": "causal window=(1024,0)",
+           "direction": "bwd"}
+    try:
+        with torch.no_grad():
+            o, lse, _ = variant_forward(q, k, v, True, window=WINDOW_BWD, config="fixed")
+            do = torch.randn_like(o)
+            samples = device_samples(lambda: triton_bwd.backward(q, k, v, o, lse, do, True,
+                                                                 window=WINDOW_BWD))
+    except Exception as exc:
+        row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        return row
+    med = statistics.median(samples)
+    visible = Variant(causal=True, window=WINDOW_BWD).visible_pairs(s.Nq, s.Nk)
+    row.update(ms=med * 1e3, tflops=2.5 * 4 * s.B * s.H * s.d * visible / med * 1e-12,
+               samples_s=samples, visible_pairs=visible)
+    row["pct_peak"] = 100 * row["tflops"] / peak
+    say(f"  {row['case']}: {row['ms']:.2f} ms, {row['tflops']:.0f} TFLOP/s (visible work)")
+    return row
