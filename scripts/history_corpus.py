@@ -52,12 +52,12 @@ print(len(df), t_load, t_sum)
 """
 
 
-def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
-    rng = random.Random(seed)
+def corpus_grids(benchmarks: int, meta: dict) -> dict:
+    """benchmark name -> parameter grid (value reprs) of the corpus; fills ``meta``
+    (benchmarks.json) with each benchmark's entry."""
     acc = benchmarks // 4
     dev = benchmarks // 8
     shaped = benchmarks // 8
-    meta = {"version": 2}
     grids = {}
     for i in range(benchmarks):
         if i < acc:
@@ -84,35 +84,62 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
             meta[name] = {"name": name, "type": "time", "unit": "seconds",
                           "param_names": ["n", "word"], "params": params}
         grids[name] = params
+    return grids
+
+
+def machine_names(machines: int) -> list[tuple[str, str]]:
+    """(machine, cpu) of each machine: one is ``synthetic-machine``, several
+    ``synthetic-machine-<k>`` with processor "Synthetic CPU k"."""
+    if machines == 1:
+        return [("synthetic-machine", "Synthetic CPU")]
+    return [(f"synthetic-machine-{k}", f"Synthetic CPU {k}") for k in range(machines)]
+
+
+def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0,
+                machines: int = 1) -> dict:
+    """``files`` results files per machine (one per commit, the same commits on every
+    machine), ``benchmarks`` benchmarks each, under ``root``; returns the grids."""
+    rng = random.Random(seed)
+    meta = {"version": 2}
+    grids = corpus_grids(benchmarks, meta)
     root.mkdir(parents=True, exist_ok=True)
     (root / "benchmarks.json").write_text(json.dumps(meta))
-    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
-               "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
-               "samples"]
-    machine = root / "synthetic-machine"
-    machine.mkdir(exist_ok=True)
-    for f in range(files):
-        commit = f"{f:08x}" + "0" * 32
-        results = {}
-        for name, params in grids.items():
-            n = 1
-            for p in params:
-                n *= len(p)
-            values = [rng.uniform(1e-3, 2e-3) for _ in range(n)]
-            for k in range(n):  # about 2% skipped (NaN) and 1% failed (null)
-                u = rng.random()
-                values[k] = math.nan if u < 0.02 else None if u < 0.03 else values[k]
-            results[name] = [values, params, "v1", 1700000000000 + f, 1.0,
-                             *[[None if v is None else v * f for v in values]
-                               for f in (0.95, 1.05, 0.98, 1.02)],
-                             [1] * n, [5] * n,
-                             [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
-                              for v in values]]
-        data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
-                "params": {"machine": "synthetic-machine", "cpu": "Synthetic CPU"},
-                "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": columns,
-                "results": results, "durations": {}, "version": 2}
-        (machine / f"{commit[:8]}-env.json").write_text(json.dumps(data))
+    for name, cpu in machine_names(machines):
+        (root / name).mkdir(exist_ok=True)
+        for f in range(files):
+            write_file(root / name, f, grids, rng, {"machine": name, "cpu": cpu})
+    return grids
+
+
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+           "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+           "samples"]
+
+
+def write_file(folder: Path, f: int, grids: dict, rng: random.Random, machine: dict) -> Path:
+    """The results file of commit number ``f`` in ``folder`` (``machine``: asv's params)."""
+    commit = f"{f:08x}" + "0" * 32
+    results = {}
+    for name, params in grids.items():
+        n = 1
+        for p in params:
+            n *= len(p)
+        values = [rng.uniform(1e-3, 2e-3) for _ in range(n)]
+        for k in range(n):  # about 2% skipped (NaN) and 1% failed (null)
+            u = rng.random()
+            values[k] = math.nan if u < 0.02 else None if u < 0.03 else values[k]
+        results[name] = [values, params, "v1", 1700000000000 + f, 1.0,
+                         *[[None if v is None else v * f for v in values]
+                           for f in (0.95, 1.05, 0.98, 1.02)],
+                         [1] * n, [5] * n,
+                         [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
+                          for v in values]]
+    data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
+            "params": machine, "python": "3.11", "requirements": {}, "env_vars": {},
+            "result_columns": COLUMNS, "results": results, "durations": {}, "version": 2}
+    path = folder / f"{commit[:8]}-env.json"
+    path.write_text(json.dumps(data))
+    return path
 
 
 def _rss_kib(pid: int) -> int:
