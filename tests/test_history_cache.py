@@ -16,6 +16,7 @@ import pytest
 from flashbench.history import ResultsWarning, load_results
 from flashbench.history import cache as hcache
 from flashbench.history import rows as hrows
+from flashbench.history.load import refresh_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"  # the project's committed asv history (never written here)
@@ -166,6 +167,15 @@ def test_only_new_or_changed_files_are_parsed(tmp_path, monkeypatch):
     assert_same_frame(quiet_load(root, cache=False), quiet_load(root, cache=where))
     assert calls[-1] == [changed.name]
     assert len(calls) == 3
+    again = CORPUS.write_file(machine, 11, grids, random.Random(6),
+                              {"machine": "synthetic-machine-1", "cpu": "Synthetic CPU 1"})
+    os.utime(again, ns=(OLD, OLD))
+    assert refresh_cache(root, cache=where) == 1 and calls[-1] == [again.name]
+    assert refresh_cache(root, cache=where) == 0
+    assert_same_frame(quiet_load(root, cache=False), quiet_load(root, cache=where))
+    assert len(calls) == 4  # the refreshed cache served the load
+    with pytest.raises(ValueError, match="cache is off"):
+        refresh_cache(root, cache=False)
 
 
 def test_a_rewrite_with_the_same_size_and_mtime_is_read_again(tmp_path, monkeypatch):
@@ -193,6 +203,7 @@ def test_a_rewrite_with_the_same_size_and_mtime_is_read_again(tmp_path, monkeypa
 def test_a_corrupt_cache_is_reported_and_rebuilt(tmp_path, damage):
     root = tmp_path / "corpus"
     CORPUS.make_corpus(root, 4, 4)
+    age(root)
     where = tmp_path / "cache"
     plain = quiet_load(root, cache=False)
     quiet_load(root, cache=where)

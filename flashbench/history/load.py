@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flashbench.history.cache import cache_dir, cached_rows
+from flashbench.history.cache import cache_dir, cached_rows, refresh
 from flashbench.history.files import ResultsWarning, gc_paused, read_benchmarks
 from flashbench.history.frame import assemble
 from flashbench.history.rows import parse
@@ -97,3 +97,20 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
         warnings.warn(note, ResultsWarning, stacklevel=2)
     with gc_paused():
         return assemble(rows, metas, samples)
+
+
+def refresh_cache(path_or_paths, cache=None, jobs: int | None = None) -> int:
+    """Bring the cache of each results folder up to date (parse what is new or
+    changed) without assembling a frame; returns how many files were parsed.
+    ``cache`` as for :func:`load_results`; ValueError when it names no cache."""
+    roots = folders(path_or_paths)
+    files = results_files(roots)
+    parsed = 0
+    for i, root in enumerate(roots):
+        where = cache_dir(root, cache)
+        if where is None:
+            raise ValueError("refresh_cache: the cache is off (cache=False or "
+                             "FLASHBENCH_HISTORY_CACHE=off)")
+        parsed += refresh(where, root, read_benchmarks(root),
+                          [path for folder, path in files if folder == i], jobs)
+    return parsed
