@@ -8,7 +8,7 @@ mtime; one whose mtime lay within ``RACY_NS`` of its listing is read again next 
 Only new or changed files are parsed, into one new part; parts that hold mostly
 replaced files, and past :data:`MAX_PARTS` all but the largest, are merged. A part
 is written under a private name and the index replaced atomically, under a lock of
-the cache folder (flashbench.locks): one process updates it at a time, a second
+the cache folder (flashbench.infra.locks): one process updates it at a time, a second
 finds the work done. The cache is derived data: safe to delete, rebuilt when
 SCHEMA changes, rebuilt with a :class:`ResultsWarning` when it cannot be read.
 """
@@ -37,7 +37,7 @@ from flashbench.history.parts import (
     to_rows,
 )
 from flashbench.history.rows import Rows, parse
-from flashbench.locks import locked
+from flashbench.infra.locks import locked
 
 SCHEMA = 1  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
