@@ -112,9 +112,10 @@ def machine_names(machines: int) -> list[tuple[str, str]]:
 
 
 def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0,
-                machines: int = 1) -> dict:
+                machines: int = 1, commits: list[str] | None = None) -> dict:
     """``files`` results files per machine (one per commit, the same commits on every
-    machine), ``benchmarks`` benchmarks each, under ``root``; returns the grids."""
+    machine: ``commits``, else made-up hashes), ``benchmarks`` benchmarks each, under
+    ``root``; returns the grids."""
     rng = random.Random(seed)
     meta = {"version": 2}
     grids = corpus_grids(benchmarks, meta)
@@ -123,7 +124,8 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0,
     for name, cpu in machine_names(machines):
         (root / name).mkdir(exist_ok=True)
         for f in range(files):
-            write_file(root / name, f, grids, rng, {"machine": name, "cpu": cpu})
+            write_file(root / name, f, grids, rng, {"machine": name, "cpu": cpu},
+                       commits[f] if commits else None)
     return grids
 
 
@@ -132,9 +134,11 @@ COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99
            "samples"]
 
 
-def write_file(folder: Path, f: int, grids: dict, rng: random.Random, machine: dict) -> Path:
-    """The results file of commit number ``f`` in ``folder`` (``machine``: asv's params)."""
-    commit = f"{f:08x}" + "0" * 32
+def write_file(folder: Path, f: int, grids: dict, rng: random.Random, machine: dict,
+               commit: str | None = None) -> Path:
+    """The results file of commit number ``f`` (hash ``commit``, else a made-up one) in
+    ``folder`` (``machine``: asv's params)."""
+    commit = commit or f"{f:08x}" + "0" * 32
     results = {}
     for name, params in grids.items():
         n = 1
