@@ -123,10 +123,18 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0,
     (root / "benchmarks.json").write_text(json.dumps(meta))
     for name, cpu in machine_names(machines):
         (root / name).mkdir(exist_ok=True)
+        write_machine(root / name, cpu)
         for f in range(files):
             write_file(root / name, f, grids, rng, {"machine": name, "cpu": cpu},
                        commits[f] if commits else None)
     return grids
+
+
+def write_machine(folder: Path, cpu: str) -> None:
+    """The folder's machine.json, as asv writes it (asv publish skips a folder without)."""
+    (folder / "machine.json").write_text(json.dumps(
+        {"machine": folder.name, "cpu": cpu, "arch": "x86_64", "os": "Linux", "num_cpu": "2",
+         "ram": "24000000", "version": 1}))
 
 
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
