@@ -48,8 +48,9 @@ Summaries of that frame (each a DataFrame):
   step detection, :func:`asv.step_detect.detect_steps`).
 
 Modules, one job each: ``files`` (reading asv's files), ``grids`` (the parameter-grid
-table), ``rows`` (per-row columns, file by file), ``frame`` (frame assembly),
-``load`` (:func:`load_results`, worker processes), ``summaries``, ``steps``,
+table), ``rows`` (per-row columns, file by file, worker processes), ``frame`` (frame
+assembly), ``parts`` and ``cache`` (the incremental Parquet cache of parsed files,
+docs/team.md), ``load`` (:func:`load_results`), ``summaries``, ``steps``,
 ``report`` and ``plots`` (``flashbench history``), and ``suites``: the only module
 of flashbench that names flashbench's asv suites. ``scripts/history_corpus.py``
 measures loading and summarising a 1,000-file corpus.
