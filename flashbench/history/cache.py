@@ -71,13 +71,13 @@ def cache_dir(root: Path, cache=None) -> Path | None:
 
 
 def listing(root: Path, paths: list[Path]) -> tuple[list[tuple[str, int, int]], int]:
-    """(path in ``root``, size, mtime_ns) of each results file, and the time (ns) it
-    was taken."""
+    """(path in ``root``: ``<machine>/<file>``, size, mtime_ns) of each results file
+    ``root/<machine>/<file>``, and the time (ns) it was taken."""
     now = time.time_ns()
     out = []
     for path in paths:
         st = path.stat()
-        out.append((path.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns))
+        out.append((f"{path.parent.name}/{path.name}", st.st_size, st.st_mtime_ns))
     return out, now
 
 

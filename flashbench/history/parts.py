@@ -50,7 +50,7 @@ def part_tables(rows: Rows, root: Path, stats: dict, now: int) -> dict[str, pa.T
     sizes = np.asarray(rows.sizes, dtype=np.int64)
     before = (0, 0, 0, 0)
     for path, f, e, s, n in rows.marks:
-        rel = Path(path).relative_to(root).as_posix()
+        rel = f"{path.parent.name}/{path.name}"  # as cache.listing names it
         size, mtime = stats[rel]
         facts = rows.files[f - 1] if f > before[0] else (None,) * 5
         text = str(path)
