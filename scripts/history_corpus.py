@@ -189,20 +189,29 @@ def _tree(pid: int) -> list[int]:
     return [pid] + [p for k in kids for p in _tree(k)]
 
 
-def measure(root: Path, what: str, jobs: str, cache: str = "off", samples: bool = True) -> dict:
-    """One fresh process: ``what`` is load, all (load + summaries) or refresh."""
-    proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(root), what, jobs, cache,
-                             "1" if samples else "0"], stdout=subprocess.PIPE, text=True)
+def watched(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float]:
+    """(stdout, wall seconds, peak RSS MiB of the process tree, sampled every 5 ms) of
+    ``cmd``; SystemExit if it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))
         time.sleep(0.005)
     out, _ = proc.communicate()
     if proc.returncode:
-        raise SystemExit(f"measurement failed (exit {proc.returncode})")
+        raise SystemExit(f"{cmd[2:4] if cmd[1] == '-c' else cmd[:4]} failed "
+                         f"(exit {proc.returncode})")
+    return out, time.perf_counter() - t0, peak / 1024
+
+
+def measure(root: Path, what: str, jobs: str, cache: str = "off", samples: bool = True) -> dict:
+    """One fresh process: ``what`` is load, all (load + summaries) or refresh."""
+    out, _, peak = watched([sys.executable, "-c", MEASURE, str(root), what, jobs, cache,
+                            "1" if samples else "0"])
     rows, t_load, t_sum = out.split()
     return {"rows": int(rows), "load_s": float(t_load), "summaries_s": float(t_sum),
-            "peak_mib": peak / 1024}
+            "peak_mib": peak}
 
 
 CACHE_MODES = {  # name -> (what, samples, cache emptied first, results files added first)

@@ -23,11 +23,10 @@ import itertools
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from history_corpus import _rss_kib, _tree, corpus_grids, make_corpus  # noqa: E402
+from history_corpus import corpus_grids, make_corpus, watched  # noqa: E402
 
 BAND = """
 import hashlib, itertools, json, sys, time, warnings
@@ -83,20 +82,6 @@ def make_history(root: Path, machines: int, files: int, benchmarks: int) -> list
     if not (root / "results" / "benchmarks.json").exists():
         make_corpus(root / "results", files, benchmarks, machines=machines, commits=commits)
     return commits
-
-
-def watched(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float]:
-    """(stdout, wall seconds, peak RSS MiB of the process tree) of ``cmd``."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))
-        time.sleep(0.01)
-    out, _ = proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"{cmd[:4]} failed (exit {proc.returncode})")
-    return out, time.perf_counter() - t0, peak / 1024
 
 
 def band_figures(root: Path, commits: list[str], benchmarks: int) -> None:
