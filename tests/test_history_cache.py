@@ -2,6 +2,7 @@
 cache parses only what is new, survives corruption, schema changes and two builders."""
 
 import importlib.util
+import itertools
 import json
 import multiprocessing
 import os
@@ -12,11 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flashbench.history import ResultsWarning, load_results
 from flashbench.history import cache as hcache
 from flashbench.history import rows as hrows
 from flashbench.history.load import refresh_cache
+from flashbench.history.parts import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"  # the project's committed asv history (never written here)
@@ -314,3 +318,14 @@ def test_two_processes_building_one_cache_at_once(tmp_path, monkeypatch):
     calls = spy_parse(monkeypatch)  # the one built by the first is complete
     assert_same_frame(plain, quiet_load(root, cache=where))
     assert calls == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 6)), max_size=12))
+def test_runs_cover_the_stretches_in_order_with_no_two_adjacent(pairs):
+    starts = np.array([s for s, _ in pairs], dtype=np.int64)
+    lengths = np.array([n for _, n in pairs], dtype=np.int64)
+    got = runs(starts, lengths)
+    want = [i for s, n in pairs for i in range(s, s + n)]
+    assert [i for s, n in got for i in range(s, s + n)] == want
+    assert all(n > 0 for _, n in got)
+    assert all(a + n != b for (a, n), (b, _) in itertools.pairwise(got))

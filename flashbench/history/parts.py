@@ -131,38 +131,40 @@ def _sum(column) -> int:
     return pa.compute.sum(column).as_py() or 0
 
 
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | slice:
-    """The indices start..start+length of each pair, one after another (a slice when
-    they follow each other)."""
-    total = int(lengths.sum())
-    if len(starts) == 0 or total == 0:
-        return slice(0, 0)
-    if np.array_equal(starts[1:], starts[:-1] + lengths[:-1]):
-        return slice(int(starts[0]), int(starts[0]) + total)
-    shift = starts - np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    return np.repeat(shift, lengths) + np.arange(total)
+def runs(starts: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    """The stretches start..start+length, one after another, as few (start, length)
+    runs as possible (stretches that follow each other are one run)."""
+    keep = lengths > 0
+    starts, lengths = starts[keep], lengths[keep]
+    if not len(starts):
+        return []
+    cut = np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1
+    first = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(starts)]])
+    return [(int(starts[i]), int(starts[j - 1] + lengths[j - 1] - starts[i]))
+            for i, j in zip(first, ends, strict=True)]
 
 
 def select(tables: list[dict], picks: list[tuple[int, int]]) -> dict[str, pa.Table]:
     """The records ``picks`` ((part, record) pairs, in that order) of the parts'
-    ``tables`` as one part's tables (no copy when they are one part, whole, in order)."""
+    ``tables`` as one part's tables: slices of them, so nothing is copied (a file's
+    entries, rows and samples lie together, in file order)."""
     files = pa.concat_tables([t["files"] for t in tables])
     base = np.cumsum([0] + [t["files"].num_rows for t in tables])
     at = np.array([base[k] + j for k, j in picks], dtype=np.int64)
-    out = {"files": _take(files, ranges(at, np.ones(len(at), np.int64)))}
-    for name in [t for t in TABLES[1:] if t in tables[0]]:  # a file's entries, rows and
-        # samples lie together, in file order
+    out = {"files": _slices(files, runs(at, np.ones(len(at), np.int64)))}
+    for name in [t for t in TABLES[1:] if t in tables[0]]:
         every = files[name].to_numpy()
         starts = (np.cumsum(every) - every)[at]
-        out[name] = _take(pa.concat_tables([t[name] for t in tables]),
-                          ranges(starts, every[at]))
+        out[name] = _slices(pa.concat_tables([t[name] for t in tables]),
+                            runs(starts, every[at]))
     return out
 
 
-def _take(table: pa.Table, idx) -> pa.Table:
-    if isinstance(idx, slice):
-        return table.slice(idx.start, idx.stop - idx.start)
-    return table.take(pa.array(idx))
+def _slices(table: pa.Table, stretches: list[tuple[int, int]]) -> pa.Table:
+    if len(stretches) == 1:
+        return table.slice(*stretches[0])
+    return pa.concat_tables([table.slice(0, 0)] + [table.slice(s, n) for s, n in stretches])
 
 
 def to_rows(roots: list[Path], metas: list[dict], folder: int,
