@@ -218,7 +218,7 @@ CACHE_MODES = {  # name -> (what, samples, cache emptied first, results files ad
     "no cache": ("all", True, False, 0),
     "cold cache": ("all", True, True, 0),
     "warm cache": ("all", True, False, 0),
-    "warm, samples=False": ("all", False, False, 0),
+    "warm without samples": ("all", False, False, 0),
     "+1 file: refresh_cache": ("refresh", True, False, 1),
     "+1 file: load + summaries": ("all", True, False, 1),
 }
