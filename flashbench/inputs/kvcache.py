@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flashbench.inputs.problem import DISTRIBUTIONS, _draw
 from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["CacheLayout", "check_cache", "check_seqlens", "check_block_table", "check_splits",
@@ -141,31 +142,29 @@ def split_bounds(max_len: int, num_splits: int, align: int = 1) -> list[tuple[in
 
 
 def make_decode(B: int, H: int, Hkv: int, Nq: int, d: int, seqlens, page_size: int | None = None,
-                dist: str = "normal", seed: int = 0, dv: int | None = None, spare_pages: int = 3):
+                dist: str = "normal", seed: int = 0, dv: int | None = None, spare_pages: int = 3,
+                logit_std: float = 2000.0):
     """Seeded float64 decode inputs: ``(q, k_cache, v_cache, cache_seqlens, block_table)``.
 
     ``seqlens``: the B cache lengths. Contiguous (``page_size`` None): capacity
     max(seqlens), block_table None. Paged: each sequence's pages drawn at random from a
     pool with ``spare_pages`` unused ones (scattered, in no order), its table padded
-    with -1. ``dist``: "normal", or "outliers" (FlashAttention-3's: N(0, 1) plus, with
-    probability 1e-3, N(0, 100)).
+    with -1. ``dist`` and ``logit_std``: as :func:`flashbench.inputs.make_qkv` draws them
+    ("normal", "outliers", "large-logits" with scores of standard deviation logit_std).
     """
-    if dist not in ("normal", "outliers"):
-        raise ValueError(f"dist must be 'normal' or 'outliers', got {dist!r}")
+    if dist not in DISTRIBUTIONS:
+        raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
     rng = np.random.default_rng(seed)
     lens = np.asarray(seqlens, dtype=np.int64)
     dv = d if dv is None else dv
 
-    def draw(shape):
-        x = rng.standard_normal(shape)
-        if dist == "outliers":
-            x += rng.standard_normal(shape) * 10.0 * (rng.random(shape) < 1e-3)
-        return x
+    def draw(shape, role="v"):
+        return _draw(rng, shape, dist, logit_std, role)
 
-    q = draw((B, Nq, H, d))
+    q = draw((B, Nq, H, d), "q")
     if page_size is None:
         cap = max(int(lens.max()), 1)
-        return q, draw((B, cap, Hkv, d)), draw((B, cap, Hkv, dv)), lens, None
+        return q, draw((B, cap, Hkv, d), "k"), draw((B, cap, Hkv, dv)), lens, None
     pages = [-(-int(n) // page_size) for n in lens]
     total = sum(pages) + spare_pages
     order = rng.permutation(total)
@@ -174,5 +173,5 @@ def make_decode(B: int, H: int, Hkv: int, Nq: int, d: int, seqlens, page_size: i
     for b, n in enumerate(pages):
         table[b, :n] = order[start:start + n]
         start += n
-    k = draw((total, page_size, Hkv, d))
+    k = draw((total, page_size, Hkv, d), "k")
     return q, k, draw((total, page_size, Hkv, dv)), lens, table

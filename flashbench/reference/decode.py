@@ -27,7 +27,8 @@ from flashbench.inputs.kvcache import (
 from flashbench.inputs.validation import as_float_array, check_scale, split_heads
 from flashbench.reference.streaming import finish, masked_scores, safe_max
 
-__all__ = ["merge_states", "merge", "decode_attention", "decode_partials", "sequence_cache"]
+__all__ = ["merge_states", "merge", "decode_attention", "decode_partials", "sequence_cache",
+           "check_decode"]
 
 
 def merge(o_parts: np.ndarray, lse_parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +82,10 @@ def sequence_cache(cache: np.ndarray, b: int, length: int, block_table=None) -> 
     return cache[pages].reshape(-1, *cache.shape[2:])[:length]
 
 
-def _checked(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale):
+def check_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale):
+    """The checked arguments of a NumPy decode call: (q, k_cache, v_cache as float64,
+    cache_seqlens, block_table as int64, the :class:`~flashbench.inputs.kvcache.CacheLayout`,
+    the scale)."""
     q = as_float_array(q, "q")
     k_cache = as_float_array(k_cache, "k_cache")
     v_cache = as_float_array(v_cache, "v_cache")
@@ -130,7 +134,7 @@ def decode_partials(q, k_cache, v_cache, cache_seqlens, block_table=None, *, num
         (o_parts [S, B, H, Nq, dv], lse_parts [S, B, H, Nq]), head-major as
         :func:`merge_states` takes them; chunks that see no key hold 0 and -inf.
     """
-    q, k_cache, v_cache, lens, table, layout, scale = _checked(
+    q, k_cache, v_cache, lens, table, layout, scale = check_decode(
         q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
     if bounds is None:
         bounds = split_bounds(int(lens.max()), check_splits(num_splits))
