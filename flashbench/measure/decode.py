@@ -1,0 +1,236 @@
+"""Decode cases of ``flashbench check --decode``: exactness of split-KV and paging, and
+accuracy per dtype and decode backend, as records (rendered by :mod:`flashbench.cli.decode`).
+
+- :class:`DecodeCase`: batch, heads (H/Hkv), Nq new tokens, head dim, the ragged cache
+  lengths, the page size (None: contiguous), causal, the input distribution; text form
+  ``BxH[/Hkv]xNqxd:L1,L2,...[:pP]``.
+- :func:`decode_exactness`: float64 split-KV merged vs one-shot (2, 3 and 16 splits), the
+  one-shot vs the forward reference on each gathered sequence, and paged vs contiguous
+  (bit for bit) -> :class:`flashbench.measure.forward.Exactness` records.
+- :func:`measure_decode`: the split-KV model (``split_model``, fp32 partials) and each
+  decode backend in each dtype against the float64 decode, with the baseline rule
+  against the same-dtype standard decode -> the forward's Accuracy / Unavailable /
+  Failed records, plus the tolerance band's edge for the longest sequence where the
+  shipped table covers it (:func:`band_edge`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from flashbench import numerics, reference
+from flashbench.accuracy import error_stats
+from flashbench.inputs.kvcache import make_decode
+from flashbench.inputs.validation import head_group
+from flashbench.measure.forward import (
+    EXACT_TOL,
+    INTERPRETER_LIMIT,
+    INTERPRETER_TOO_SLOW,
+    Exactness,
+    Failed,
+    Unavailable,
+    _accuracy,
+)
+from flashbench.reference.decode import sequence_cache
+
+__all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
+           "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check"]
+
+MODEL = "split_model"  # the kernel name of the precision model's rows
+MODEL_SPLITS = 4
+_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+):(\d+(?:,\d+)*)(?::p(\d+))?$")
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    """One decode problem (module docstring); ``lens`` has one length per sequence."""
+
+    B: int
+    H: int
+    Hkv: int
+    Nq: int
+    d: int
+    lens: tuple[int, ...]
+    page_size: int | None = None
+    causal: bool = True
+    dist: str = "normal"
+
+    def __post_init__(self):
+        for name in ("B", "H", "Hkv", "Nq", "d", "page_size"):
+            value = getattr(self, name)
+            if (value is not None or name != "page_size") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"DecodeCase.{name} must be an int >= 1, got {value!r}")
+        head_group(self.H, self.Hkv, self.Hkv)
+        if len(self.lens) != self.B or any(n < 0 for n in self.lens):
+            raise ValueError(f"a decode case needs B={self.B} cache lengths >= 0, got "
+                             f"{self.lens}")
+
+    def spec(self) -> str:
+        page = "" if self.page_size is None else f":p{self.page_size}"
+        return (f"{self.B}x{self.H}/{self.Hkv}x{self.Nq}x{self.d}:"
+                f"{','.join(map(str, self.lens))}{page}")
+
+    def label(self) -> str:
+        return f"{self.spec()} {self.dist}{' causal' if self.causal else ''}"
+
+    @classmethod
+    def parse(cls, text: str, causal: bool = True, dist: str = "normal") -> DecodeCase:
+        """``BxH[/Hkv]xNqxd:L1,L2,...[:pP]`` (``4x32/8x1x128:4096,100,7,1:p64``)."""
+        m = _SPEC.match(text.strip()) if isinstance(text, str) else None
+        if m is None:
+            raise ValueError(f"decode case must be BxH[/Hkv]xNqxd:L1,L2,...[:pPAGE] (one cache "
+                             f"length per sequence), got {text!r}")
+        b, h, hkv, nq, d = (int(x) if x else None for x in m.groups()[:5])
+        return cls(b, h, h if hkv is None else hkv, nq, d,
+                   tuple(int(x) for x in m[6].split(",")),
+                   None if m[7] is None else int(m[7]), causal, dist)
+
+
+def default_decode_cases() -> list[DecodeCase]:
+    """Small enough for the interpreted kernel on a CPU: one token and speculative Nq,
+    GQA to 8 and MQA, pages of 16 to 256 and a contiguous cache, ragged lengths."""
+    return [DecodeCase(4, 8, 2, 1, 64, (1000, 517, 64, 1), 64),
+            DecodeCase(2, 8, 1, 4, 64, (777, 2048), 16),
+            DecodeCase(3, 16, 2, 16, 128, (300, 1200, 16), 256),
+            DecodeCase(2, 4, 4, 2, 64, (500, 3), None, causal=False)]
+
+
+def decode_inputs(case: DecodeCase, seed: int = 0):
+    """float64 ``(q, k_cache, v_cache, cache_seqlens, block_table)`` of a case."""
+    return make_decode(case.B, case.H, case.Hkv, case.Nq, case.d, case.lens, case.page_size,
+                       dist=case.dist, seed=seed)
+
+
+def _contiguous(inputs):
+    q, k, v, lens, table = inputs
+    cap = max(int(lens.max()), 1)
+    kc, vc = (np.zeros((len(lens), cap) + c.shape[2:]) for c in (k, v))
+    for b, n in enumerate(lens):
+        kc[b, :n], vc[b, :n] = sequence_cache(k, b, n, table), sequence_cache(v, b, n, table)
+    return q, kc, vc, lens, None
+
+
+def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
+    """Exactness records of one case (module docstring)."""
+    q, k, v, lens, table = inputs
+    out = []
+    diffs = [[], []]
+    for splits in (2, 3, 16):
+        o, lse = reference.decode_attention(*inputs, causal=case.causal, num_splits=splits)
+        diffs[0].append(error_stats(o, ref[0])["max_abs"])
+        diffs[1].append(error_stats(lse, ref[1])["max_abs"])
+    out += [Exactness(case, f"split-KV 2/3/16 merged vs one-shot {t}", max(d),
+                      max(d) <= EXACT_TOL) for t, d in zip(("O", "LSE"), diffs, strict=True)]
+    worst = 0.0
+    for b, n in enumerate(lens.tolist()):
+        if n == 0:
+            continue
+        o, lse = reference.attention(q[b].transpose(1, 0, 2),
+                                     sequence_cache(k, b, n, table).transpose(1, 0, 2),
+                                     sequence_cache(v, b, n, table).transpose(1, 0, 2),
+                                     causal=case.causal)
+        worst = max(worst, error_stats(o.transpose(1, 0, 2), ref[0][b])["max_abs"],
+                    error_stats(lse, ref[1][b])["max_abs"])
+    out.append(Exactness(case, "one-shot vs forward reference per sequence (O, LSE)", worst,
+                         worst <= EXACT_TOL))
+    if table is not None:
+        o, lse = reference.decode_attention(*_contiguous(inputs), causal=case.causal,
+                                            num_splits=3)
+        p_o, p_lse = reference.decode_attention(*inputs, causal=case.causal, num_splits=3)
+        same = np.array_equal(o, p_o) and np.array_equal(lse, p_lse)
+        out.append(Exactness(case, "paged vs contiguous (bit for bit)",
+                             error_stats(p_o, o)["max_abs"], same))
+    return out
+
+
+def band_edge(case: DecodeCase, dtype: str) -> float | None:
+    """The tolerance band's edge (:func:`flashbench.tolerance`, O max |err|) for the
+    longest sequence of the case, or None where the shipped table does not reach."""
+    from flashbench.bands.table import tolerance
+
+    n = max(case.lens)
+    try:
+        return tolerance(dtype, n, dist=case.dist, causal=case.causal,
+                         nq=min(case.Nq, n) if case.causal else None)
+    except ValueError:
+        return None
+
+
+def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[str],
+                   seed: int = 0, say: Callable[[str], None] = lambda msg: None,
+                   inputs=None, ref=None) -> list:
+    """Judge :data:`MODEL` and decode backends in each dtype (module docstring)."""
+    import torch
+
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.kernels.checks import BackendFailed, BackendUnavailable, torch_dtype
+
+    inputs = decode_inputs(case, seed) if inputs is None else inputs
+    ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
+    records = []
+    for dtype in dtypes:
+        std = numerics.standard_decode_model(*inputs, dtype=dtype, causal=case.causal)
+        model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=dtype,
+                                        causal=case.causal, num_splits=MODEL_SPLITS))
+        tensors = None
+        for name in kernels:
+            if name == MODEL:
+                say(f"  {MODEL} {dtype}")
+                records.append(_accuracy(case, name, dtype, model(), std, ref, fallback=model))
+                continue
+            backend = get_decode_backend(name)
+            if dtype not in backend.dtypes:
+                continue
+            reason = backend.unavailable_for(case.d, dtype)
+            if reason is None and backend.interpreted() and (
+                    case.B * case.H * case.Nq * max(case.lens) > INTERPRETER_LIMIT):
+                reason = INTERPRETER_TOO_SLOW
+            if reason is not None:
+                records.append(Unavailable(case, name, dtype, reason))
+                continue
+            say(f"  {name} {dtype}")
+            if tensors is None:
+                q, k, v, lens, table = inputs
+                tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+                tensors += [torch.from_numpy(lens).to(torch.int32),
+                            None if table is None else torch.from_numpy(table).to(torch.int32)]
+            try:
+                out = backend(*tensors, causal=case.causal)
+            except BackendUnavailable as exc:
+                records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except BackendFailed as exc:
+                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                continue
+            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=model,
+                                     own_lse=out.own_lse, peer=backend.peer))
+    return records
+
+
+def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backends: Sequence[str],
+                     seed: int = 0, say: Callable[[str], None] = lambda msg: None) -> dict:
+    """The decode check as a JSON-ready report: ``exactness`` and ``rows`` (one per kernel
+    x dtype x case, with ``band``: the band's edge or None), ``passed``."""
+    report = {"seed": seed, "dtypes": list(dtypes), "exact_tol": EXACT_TOL, "exactness": [],
+              "rows": [], "model_splits": MODEL_SPLITS}
+    for i, case in enumerate(cases, 1):
+        say(f"[decode {i}/{len(cases)}] {case.label()}: fp64 reference")
+        inputs = decode_inputs(case, seed)
+        ref = reference.decode_attention(*inputs, causal=case.causal)
+        report["exactness"] += [r.as_dict() for r in decode_exactness(case, inputs, ref)]
+        for rec in measure_decode(case, dtypes, [MODEL, *backends], seed, say, inputs, ref):
+            row = rec.as_dict()
+            if "o" in row:
+                row["band"] = band_edge(case, rec.dtype)
+            records_kernel = row.pop("kernel")
+            report["rows"].append({"kernel": records_kernel, **row})
+    report["passed"] = (all(r["passed"] for r in report["exactness"])
+                        and all(r.get("passed", True) or r.get("peer") for r in report["rows"]))
+    return report
