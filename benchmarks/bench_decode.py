@@ -16,7 +16,7 @@ from .common import Benchmark, need, record_or_raise
 
 KERNELS = ["split_model", "triton", "torch-naive", "torch-sdpa", "flex"]
 DTYPES = ["fp32", "fp16", "bf16"]
-CASES = ["4x8/2x4x64:1000,517,64,1:p64"]
+CASES = ["4x8/2x4x64:1000,517,64,4:p64"]
 STORES = ["fp32", "bf16", "fp16"]
 MERGE_CASE = "2x8/2x4x64:2048,1031:p64"
 MERGE_SPLITS = 16

@@ -51,3 +51,39 @@ def test_timings_set_up_and_run():
     m = bd.TimeMergeStates()
     m.setup()
     m.time_merge_states()
+
+
+def _gpu_decode():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_decode.py"
+    spec = importlib.util.spec_from_file_location("gpu_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_decode"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_decode_pieces_on_cpu():
+    """What the GPU run does besides timing: inputs, the timed output's check, targets."""
+    import torch
+
+    from flashbench.kernels.triton_decode import triton_decode
+    from flashbench.measure.decode import DecodeCase, decode_bytes
+
+    g = _gpu_decode()
+    case = DecodeCase(2, 4, 2, 1, 16, (200, 200), 64)
+    inputs = g.cache_inputs(case, "cpu")
+    o = triton_decode(*inputs, causal=True)[0]
+    assert g.check_sequence0(o, inputs, case)["passed"]
+    assert not g.check_sequence0(o + 0.05, inputs, case)["passed"]
+    assert decode_bytes(case, 2) == 2 * (400 * 2 * 2 * 16 + 2 * 2 * 1 * 4 * 16)
+    rows = [{"case": "a", "backend": "triton", "gbs": 3900, "pct_copy": 82.0, "cache_len": 32768},
+            {"case": "a", "backend": "torch-sdpa", "gbs": 1000},
+            {"case": "b", "backend": "triton", "gbs": 3000, "pct_copy": 63.0, "cache_len": 32768},
+            {"case": "c", "backend": "triton", "skipped": "timed output failed its check"}]
+    met = {r["case"]: r["met"] for r in g.targets(rows)}
+    assert met == {"a": True, "b": False, "c": False}
+    assert all(c.lens[0] * c.B <= 64 * 32768 for c in g.timed_cases(False))
+    with torch.no_grad():
+        assert g.cache_inputs(case, "meta")[4].shape == (2, 4)

@@ -111,3 +111,12 @@ def test_bad_input_is_a_clear_error(change, match):
     t = [torch.from_numpy(x).float() for x in (q, k, v)]
     with pytest.raises((ValueError, TypeError), match=match):
         triton_decode(*t, lens, table, causal=True, num_splits=change.get("splits", 2))
+
+
+def test_many_splits_merge_sixteen_at_a_time(device):
+    inputs = make_decode(2, 4, 2, 2, 16, [2500, 700], 64, seed=9)
+    ref = R.decode_attention(*inputs, causal=True)
+    (o, lse), info = run(inputs, "fp32", device, causal=True, num_splits=37)
+    assert info.num_splits == 37
+    assert error_stats(o, ref[0])["max_abs"] <= 2e-6
+    assert error_stats(lse, ref[1])["max_abs"] <= 2e-6

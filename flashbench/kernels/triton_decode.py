@@ -13,9 +13,9 @@ Layouts and the causal rule are those of :mod:`flashbench.inputs.kvcache`
    page sizes are refused. It writes O_s and LSE_s in fp32 (FlashAttention's out_accum,
    softmax_lse_accum; docs/decode.md: a 16-bit LSE breaks the rule), or with one split
    O in q's dtype and LSE directly.
-2. ``decode_merge``, one program per (b, h, query row): LSE = logsumexp_s LSE_s and
-   O = sum_s exp(LSE_s - LSE) O_s (:func:`flashbench.reference.merge_states`'s rule; -inf
-   chunks are not read).
+2. ``decode_merge``, one program per (b, h, query row), 16 chunks at a time: LSE =
+   logsumexp_s LSE_s and O = sum_s exp(LSE_s - LSE) O_s
+   (:func:`flashbench.reference.merge_states`'s rule; -inf chunks are not read).
 
 Splits: FlashAttention-2's ``num_splits_heuristic`` (:func:`choose_splits`) from the
 (B x Hkv) programs, the streaming multiprocessors and the cache's key blocks; or fixed
@@ -158,20 +158,33 @@ def _decode_merge(O_PART, LSE_PART, O, LSE, N_SPLITS, H, N_Q,
     off_i = (row % N_Q).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, HEAD_DIM)
-    lse_s = tl.load(LSE_PART + offs_s * stride_ls + off_b * stride_lb + off_h * stride_lh
-                    + off_i * stride_lm, mask=offs_s < N_SPLITS, other=float("-inf"))
-    # -- m = max_s LSE_s; weights exp(LSE_s - m), 0 for chunks that saw no key --
-    m = tl.max(lse_s, 0)
+    lse_base = LSE_PART + off_b * stride_lb + off_h * stride_lh + off_i * stride_lm
+    o_base = O_PART + off_b * stride_pb + off_h * stride_ph + off_i * stride_pm
+    # -- m = max_s LSE_s, over BLOCK_S chunks at a time --
+    m_s = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, N_SPLITS, BLOCK_S):
+        splits = s0 + offs_s
+        m_s = tl.maximum(m_s, tl.load(lse_base + splits * stride_ls, mask=splits < N_SPLITS,
+                                      other=float("-inf")))
+    m = tl.max(m_s, 0)
     m_ref = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(lse_s - m_ref)
-    l = tl.sum(w, 0)
-    seen = lse_s > float("-inf")
-    o_s = tl.load(O_PART + offs_s[:, None] * stride_ps + off_b * stride_pb + off_h * stride_ph
-                  + off_i * stride_pm + offs_d[None, :] * stride_pd, mask=seen[:, None],
-                  other=0.0)
+    # -- weights exp(LSE_s - m), 0 for chunks that saw no key (their O_s is not read) --
+    l_s = tl.full([BLOCK_S], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_S, HEAD_DIM], 0.0, dtype=tl.float32)
+    for s0 in range(0, N_SPLITS, BLOCK_S):
+        splits = s0 + offs_s
+        lse_s = tl.load(lse_base + splits * stride_ls, mask=splits < N_SPLITS,
+                        other=float("-inf"))
+        w = tl.exp(lse_s - m_ref)
+        l_s += w
+        seen = lse_s > float("-inf")
+        o_s = tl.load(o_base + splits[:, None] * stride_ps + offs_d[None, :] * stride_pd,
+                      mask=seen[:, None], other=0.0)
+        acc += o_s * w[:, None]
+    l = tl.sum(l_s, 0)
     blind = l == 0.0
     l_safe = tl.where(blind, 1.0, l)
-    o = tl.sum(o_s * w[:, None], 0) / l_safe
+    o = tl.sum(acc, 0) / l_safe
     lse = tl.where(blind, float("-inf"), m_ref + tl.log(l_safe))
     if ROUND:
         o = round_bf16(o)
@@ -180,10 +193,17 @@ def _decode_merge(O_PART, LSE_PART, O, LSE, N_SPLITS, H, N_Q,
     tl.store(LSE + off_b * stride_rb + off_h * stride_rh + off_i * stride_rm, lse)
 
 
+# output strides that are 1 or not with Nq: not specialised (one compilation for all Nq)
+_OUT_STRIDES = ("stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ls", "stride_lb",
+                "stride_lh", "stride_lm")
 SPLIT = TritonKernel(_decode_split, name="decode_split",
-                     do_not_specialize=("H_KV", "GROUP", "N_Q", "chunk"))
+                     do_not_specialize=("H_KV", "GROUP", "N_Q", "chunk", "stride_tb",
+                                        *_OUT_STRIDES))
 MERGE = TritonKernel(_decode_merge, name="decode_merge",
-                     do_not_specialize=("N_SPLITS", "H", "N_Q"))
+                     do_not_specialize=("N_SPLITS", "H", "N_Q", "stride_ps", "stride_pb",
+                                        "stride_ph", "stride_pm", *_OUT_STRIDES[4:],
+                                        "stride_ob", "stride_om", "stride_oh", "stride_rb",
+                                        "stride_rh", "stride_rm"))
 
 
 def decode_config(head_dim: int, dtype) -> Config:
@@ -317,8 +337,7 @@ def decode_forward(q, k_cache, v_cache, cache_seqlens, block_table=None, causal:
                       *lse_part.stride(), o.stride(0), o.stride(1), o.stride(2), o.stride(3),
                       *lse.stride())
         MERGE.launch(lambda meta: (B * H * nq,), merge_args,
-                     dict(HEAD_DIM=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
-                          ROUND=upcast),
+                     dict(HEAD_DIM=d, BLOCK_S=16, ROUND=upcast),
                      device=q.device, config=Config.of(num_warps=4, num_stages=1))
     return o, lse, DecodeLaunch(num_splits, chunk, config, block_m)
 

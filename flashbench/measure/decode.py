@@ -40,7 +40,8 @@ from flashbench.measure.forward import (
 from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
-           "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check"]
+           "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check",
+           "decode_bytes"]
 
 MODEL = "split_model"  # the kernel name of the precision model's rows
 MODEL_SPLITS = 4
@@ -148,6 +149,15 @@ def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
         out.append(Exactness(case, "paged vs contiguous (bit for bit)",
                              error_stats(p_o, o)["max_abs"], same))
     return out
+
+
+def decode_bytes(case: DecodeCase, itemsize: int) -> int:
+    """Bytes a decode call must move: the K and V rows of every cached key read once
+    (sum of lengths x Hkv x (d + dv)), q read and o written (B x Nq x H x d each), at
+    ``itemsize`` bytes an element. Partials, LSE and the block table are not counted:
+    GB/s from it is the useful traffic, as FlashDecoding reports."""
+    kv = sum(case.lens) * case.Hkv * 2 * case.d
+    return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
 
 
 def band_edge(case: DecodeCase, dtype: str) -> float | None:
