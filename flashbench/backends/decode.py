@@ -27,7 +27,7 @@ from functools import partial
 
 import torch
 
-from flashbench.backends import TORCH_FLOATS, _triton_interpreted, _triton_unavailable
+from flashbench.backends import BACKENDS, TORCH_FLOATS
 from flashbench.backends.outputs import BackendOutput
 from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels import torch_decode as td
@@ -153,8 +153,8 @@ def _peer(name, op, description, unavailable=_always, default_on=("cpu", "cuda")
 
 DECODE_BACKENDS: dict[str, DecodeBackend] = {b.name: b for b in (
     DecodeBackend("triton", _triton, "flashbench's Triton split-KV decode and merge kernels "
-                  "(paged through the block table)", TORCH_FLOATS, _triton_unavailable,
-                  _triton_interpreted, timed=_triton_timed, own_lse=True,
+                  "(paged through the block table)", TORCH_FLOATS, BACKENDS["triton"].unavailable,
+                  BACKENDS["triton"].interpreted, timed=_triton_timed, own_lse=True,
                   head_dims=(16, 32, 64, 128, 256)),
     _peer("torch-naive", td.naive_decode, "gathered cache, scores and softmax materialised "
           "in the input dtype"),

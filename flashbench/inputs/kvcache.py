@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashbench.inputs.problem import DISTRIBUTIONS, _draw
+from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["CacheLayout", "check_cache", "check_seqlens", "check_block_table", "check_splits",
@@ -152,26 +152,22 @@ def make_decode(B: int, H: int, Hkv: int, Nq: int, d: int, seqlens, page_size: i
     with -1. ``dist`` and ``logit_std``: as :func:`flashbench.inputs.make_qkv` draws them
     ("normal", "outliers", "large-logits" with scores of standard deviation logit_std).
     """
-    if dist not in DISTRIBUTIONS:
-        raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
-    rng = np.random.default_rng(seed)
     lens = np.asarray(seqlens, dtype=np.int64)
     dv = d if dv is None else dv
-
-    def draw(shape, role="v"):
-        return _draw(rng, shape, dist, logit_std, role)
-
-    q = draw((B, Nq, H, d), "q")
-    if page_size is None:
-        cap = max(int(lens.max()), 1)
-        return q, draw((B, cap, Hkv, d), "k"), draw((B, cap, Hkv, dv)), lens, None
-    pages = [-(-int(n) // page_size) for n in lens]
+    pages = [] if page_size is None else [-(-int(n) // page_size) for n in lens]
     total = sum(pages) + spare_pages
-    order = rng.permutation(total)
+    keys = B * max(int(lens.max()), 1) if page_size is None else total * page_size
+    # q of all B x Nq new tokens and the keys of the whole pool, drawn as one problem
+    q, k, v = make_qkv(Shape(1, H, B * Nq, keys, d, dv=dv, Hkv=Hkv), dist, seed, logit_std)
+    q = q[0].transpose(1, 0, 2).reshape(B, Nq, H, d)
+    rows = (B, -1) if page_size is None else (total, page_size)
+    k, v = (x[0].transpose(1, 0, 2).reshape(*rows, Hkv, x.shape[-1]) for x in (k, v))
+    if page_size is None:
+        return q, k, v, lens, None
+    order = np.random.default_rng(seed + 1).permutation(total)
     table = np.full((B, max(max(pages), 1)), -1, dtype=np.int64)
     start = 0
     for b, n in enumerate(pages):
         table[b, :n] = order[start:start + n]
         start += n
-    k = draw((total, page_size, Hkv, d), "k")
-    return q, k, draw((total, page_size, Hkv, dv)), lens, table
+    return q, k, v, lens, table

@@ -35,7 +35,7 @@ from flashbench.measure.forward import (
     Exactness,
     Failed,
     Unavailable,
-    _accuracy,
+    accuracy_record,
 )
 from flashbench.reference.decode import sequence_cache
 
@@ -193,7 +193,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
-                records.append(_accuracy(case, name, dtype, model(), std, ref, fallback=model))
+                records.append(accuracy_record(case, name, dtype, model(), std, ref,
+                                               fallback=model))
                 continue
             backend = get_decode_backend(name)
             if dtype not in backend.dtypes:
@@ -219,7 +220,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
             except BackendFailed as exc:
                 records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=model,
+            records.append(accuracy_record(case, name, dtype, out, std, ref, fallback=model,
                                      own_lse=out.own_lse, peer=backend.peer))
     return records
 
