@@ -58,6 +58,9 @@ def test_decode_check_judges_the_kernel_and_a_users_function(capsys, user_module
     assert {r["what"] for r in report["exactness"]} >= {"paged vs contiguous (bit for bit)"}
     user = [r for r in report["rows"] if r["kernel"] == "fbuser_decode:good"]
     assert all(r["passed"] and not r["peer"] and r["o_ratio"] <= 1 for r in user)
+    # beside the band: the error against the rounded inputs' decode, within the band here
+    mine = [r for r in report["rows"] if r["kernel"] in ("triton", "split_model")]
+    assert all(0 <= r["band_err"] <= r["band"] for r in mine)
 
 
 @pytest.mark.parametrize("spec, why", [

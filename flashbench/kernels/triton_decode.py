@@ -57,7 +57,7 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
                   H_KV, GROUP, N_Q, chunk, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                  UPCAST: tl.constexpr, ROUND: tl.constexpr):
+                  UPCAST: tl.constexpr, ROUND: tl.constexpr, ROUND_O: tl.constexpr):
     off_bkv = tl.program_id(0)
     split = tl.program_id(1)
     off_b = (off_bkv // H_KV).to(tl.int64)
@@ -136,7 +136,7 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
     l_safe = tl.where(blind, 1.0, l_i)
     acc = acc / l_safe[:, None]
     lse = tl.where(blind, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
-    if ROUND:
+    if ROUND_O:  # interpreted bf16 output (one split): round here, the store's cast is exact
         acc = round_bf16(acc)
     o_ptrs = (O + split.to(tl.int64) * stride_os + off_b * stride_ob
               + offs_h[:, None] * stride_oh + offs_i[:, None] * stride_om
@@ -329,8 +329,8 @@ def decode_forward(q, k_cache, v_cache, cache_seqlens, block_table=None, causal:
                   layout.Hkv, layout.group, nq, chunk, scale * LOG2E)
     SPLIT.launch(lambda meta: (B * layout.Hkv, num_splits), split_args,
                  dict(HEAD_DIM=d, BLOCK_M=block_m, PAGE_SIZE=page, CAUSAL=causal,
-                      PRECISION="ieee" if ieee else "tf32", UPCAST=upcast,
-                      ROUND=upcast and num_splits == 1),
+                      PRECISION="ieee" if ieee else "tf32", UPCAST=upcast, ROUND=upcast,
+                      ROUND_O=upcast and num_splits == 1),
                  device=q.device, config=config)
     if num_splits > 1:
         merge_args = (o_part, lse_part, o, lse, num_splits, H, nq, *o_part.stride(),

@@ -10,8 +10,9 @@ accuracy per dtype and decode backend, as records (rendered by :mod:`flashbench.
 - :func:`measure_decode`: the split-KV model (``split_model``, fp32 partials) and each
   decode backend in each dtype against the float64 decode, with the baseline rule
   against the same-dtype standard decode -> the forward's Accuracy / Unavailable /
-  Failed records, plus the tolerance band's edge for the longest sequence where the
-  shipped table covers it (:func:`band_edge`).
+  Failed records; with ``bands``, each O's max |err| against the float64 decode of the
+  inputs as the kernel received them (rounded to the dtype: how the bands were measured),
+  to set beside the band's edge for the longest sequence (:func:`band_edge`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.inputs.kvcache import make_decode
+from flashbench.inputs.precision import get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.forward import (
     EXACT_TOL,
@@ -175,8 +177,10 @@ def band_edge(case: DecodeCase, dtype: str) -> float | None:
 
 def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[str],
                    seed: int = 0, say: Callable[[str], None] = lambda msg: None,
-                   inputs=None, ref=None) -> list:
-    """Judge :data:`MODEL` and decode backends in each dtype (module docstring)."""
+                   inputs=None, ref=None, bands: dict | None = None) -> list:
+    """Judge :data:`MODEL` and decode backends in each dtype (module docstring);
+    ``bands`` (a dict) receives {(kernel, dtype): O max |err| vs the rounded inputs'
+    float64 decode}."""
     import torch
 
     from flashbench.backends.decode import get_decode_backend
@@ -187,6 +191,10 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
     records = []
     for dtype in dtypes:
         std = numerics.standard_decode_model(*inputs, dtype=dtype, causal=case.causal)
+        if bands is not None:
+            prec = get_precision(dtype)
+            rounded = reference.decode_attention(*(prec.stored(x) for x in inputs[:3]),
+                                                 *inputs[3:], causal=case.causal)[0]
         model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=dtype,
                                         causal=case.causal, num_splits=MODEL_SPLITS))
         tensors = None
@@ -195,6 +203,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                 say(f"  {MODEL} {dtype}")
                 records.append(accuracy_record(case, name, dtype, model(), std, ref,
                                                fallback=model))
+                if bands is not None:
+                    bands[(name, dtype)] = error_stats(model()[0], rounded)["max_abs"]
                 continue
             backend = get_decode_backend(name)
             if dtype not in backend.dtypes:
@@ -222,13 +232,16 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                 continue
             records.append(accuracy_record(case, name, dtype, out, std, ref, fallback=model,
                                      own_lse=out.own_lse, peer=backend.peer))
+            if bands is not None:
+                bands[(name, dtype)] = error_stats(out[0], rounded)["max_abs"]
     return records
 
 
 def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backends: Sequence[str],
                      seed: int = 0, say: Callable[[str], None] = lambda msg: None) -> dict:
     """The decode check as a JSON-ready report: ``exactness`` and ``rows`` (one per kernel
-    x dtype x case, with ``band``: the band's edge or None), ``passed``."""
+    x dtype x case, with ``band``: the band's edge or None, and ``band_err``: O's error
+    against the rounded inputs' decode, shown beside it, not judged), ``passed``."""
     report = {"seed": seed, "dtypes": list(dtypes), "exact_tol": EXACT_TOL, "exactness": [],
               "rows": [], "model_splits": MODEL_SPLITS}
     for i, case in enumerate(cases, 1):
@@ -236,10 +249,13 @@ def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backend
         inputs = decode_inputs(case, seed)
         ref = reference.decode_attention(*inputs, causal=case.causal)
         report["exactness"] += [r.as_dict() for r in decode_exactness(case, inputs, ref)]
-        for rec in measure_decode(case, dtypes, [MODEL, *backends], seed, say, inputs, ref):
+        bands: dict = {}
+        for rec in measure_decode(case, dtypes, [MODEL, *backends], seed, say, inputs, ref,
+                                  bands):
             row = rec.as_dict()
             if "o" in row:
                 row["band"] = band_edge(case, rec.dtype)
+                row["band_err"] = bands.get((rec.kernel, rec.dtype))
             records_kernel = row.pop("kernel")
             report["rows"].append({"kernel": records_kernel, **row})
     report["passed"] = (all(r["passed"] for r in report["exactness"])
