@@ -121,6 +121,8 @@ def test_case_text_and_band():
     assert DecodeCase.parse("1x2x1x16:5").page_size is None
     assert band_edge(case, "bf16") > 0 and band_edge(DecodeCase.parse("1x2x1x16:9000"),
                                                      "bf16") is None
+    # the largest over the sequences: the 1-key row of this case, not its 4096-key one
+    assert band_edge(case, "bf16") == band_edge(DecodeCase.parse("1x32/8x1x128:1"), "bf16")
 
 
 def test_records_without_backends():

@@ -41,8 +41,8 @@ def render_decode(report: dict) -> str:
             f"{report['model_splits']} splits, fp32 partials",
             "   ratio = kernel max |err| / standard max |err|; band err = O max |err| against "
             "the float64 decode of the inputs rounded to the dtype (as the bands were measured),",
-            "   band = the tolerance band's edge for the longest sequence (flashbench.tolerance; "
-            "n/a past its table), shown for information, not judged"]
+            "   band = the tolerance band's edge, the largest over the case's sequences "
+            "(flashbench.tolerance; n/a past its table), shown for information, not judged"]
     rows, notes = [], []
     for r in report["rows"]:
         if "skipped" in r or "failed" in r:

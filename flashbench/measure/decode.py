@@ -12,7 +12,7 @@ accuracy per dtype and decode backend, as records (rendered by :mod:`flashbench.
   against the same-dtype standard decode -> the forward's Accuracy / Unavailable /
   Failed records; with ``bands``, each O's max |err| against the float64 decode of the
   inputs as the kernel received them (rounded to the dtype: how the bands were measured),
-  to set beside the band's edge for the longest sequence (:func:`band_edge`).
+  to set beside the band's edge (:func:`band_edge`).
 """
 
 from __future__ import annotations
@@ -163,14 +163,15 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
 
 
 def band_edge(case: DecodeCase, dtype: str) -> float | None:
-    """The tolerance band's edge (:func:`flashbench.tolerance`, O max |err|) for the
-    longest sequence of the case, or None where the shipped table does not reach."""
+    """The tolerance band's edge (:func:`flashbench.tolerance`, O max |err|) of the case:
+    the largest over its sequences (a row of few keys errs more than one of many), or None
+    where the shipped table does not reach (a sequence past its largest N)."""
     from flashbench.bands.table import tolerance
 
-    n = max(case.lens)
     try:
-        return tolerance(dtype, n, dist=case.dist, causal=case.causal,
-                         nq=min(case.Nq, n) if case.causal else None)
+        return max(tolerance(dtype, n, dist=case.dist, causal=case.causal,
+                             nq=min(case.Nq, n) if case.causal else None)
+                   for n in set(case.lens) if n > 0)
     except ValueError:
         return None
 
