@@ -23,6 +23,7 @@ from dataclasses import asdict
 from tabulate import tabulate
 
 from flashbench.review.model import REASONS, Review, Row
+from flashbench.review.stats import LOOKS, MIN_TRIM_ROUNDS, TRIM
 
 
 def _num(x) -> str:
@@ -62,7 +63,8 @@ def header(review: Review) -> list[str]:
              f"timing factor {review.factor:.3g}", f"accuracy tolerance {review.acc_tol:.3g}"]
     if review.false_alarm_rate is not None:
         facts.append(f"false alarms: Benjamini-Hochberg at {review.false_alarm_rate:.0%} "
-                     "across the timing comparisons")
+                     f"across the timing comparisons, {review.false_alarm_rate / len(LOOKS):.2%}"
+                     f" at each of the {len(LOOKS)} looks")
     if review.budget is not None:
         facts.append(f"sampling budget {review.budget:.0f} s")
     facts.append(f"review took {review.seconds:.0f} s")
@@ -106,8 +108,9 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
         if review.mode.startswith("same-run"):
             note = ("Timings: base and head are per call, the median over the n paired rounds "
                     "of each block's fastest sample; head/base is the mean of the rounds' "
-                    "log-ratios (20% trimmed from each end from 8 rounds on) with its "
-                    "interval at the level shown.")
+                    f"log-ratios ({TRIM:.0%} trimmed from each end from {MIN_TRIM_ROUNDS} "
+                    "rounds on) with its interval at the level shown; the detail names the "
+                    "variance prior it rests on.")
         else:
             note = "Timings: asv's stored values (median per call); n is asv's samples."
         lines += ["", note]

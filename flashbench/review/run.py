@@ -3,44 +3,35 @@
 The default (same-run A/B): base and head checked out in worktrees, both loaded in one
 worker process with today's suites, timings sampled alternately within a budget
 (:mod:`flashbench.review.ab`), tracks and peak memory measured once per commit
-(accuracy judged against base and the band of earlier results of base's ancestors, from
-``--results``; memory against the factor).
-``reuse=True``: stored asv results instead (:mod:`flashbench.review.stored`).
-
-Errors: bad options, revisions, a ``--bench`` that matches nothing, a results folder
-that does not exist, uncommitted edits without ``allow_dirty``: ValueError, raised
-before anything is checked out or run. git, asv or a worker failing:
-RuntimeError (GitError, WorkerError, AsvError). SIGTERM and SIGINT end the review as
-:class:`Interrupted` (a KeyboardInterrupt) after its worktrees and processes are gone.
+(:mod:`flashbench.review.tracks`). ``reuse=True``: stored asv results instead
+(:mod:`flashbench.review.stored`). Bad options, revisions or selections raise
+ValueError before anything is checked out or run; git, asv or a worker failing raise
+RuntimeError (GitError, WorkerError, AsvError); SIGTERM and SIGINT end the review as
+:class:`Interrupted` after its worktrees and processes are gone.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from flashbench.machine import check_machine_name, cpu_model, derived_name, gpu_model
+from flashbench.machine import cpu_model, derived_name, gpu_model
 from flashbench.review.ab import Lane, Point, Sampler
-from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
+from flashbench.review.asvrun import project
+from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
 from flashbench.review.model import Review
-from flashbench.review.rules import family_prior, look_level, paired_rows
-from flashbench.review.stats import FALSE_ALARM_RATE
+from flashbench.review.options import DEFAULT_BUDGET, QUICK_BUDGET, Options, select
+from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
+from flashbench.review.prior import OUTLIER_P
+from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
+from flashbench.review.stored import review_stored
 from flashbench.review.tracks import band_source, track_rows
-from flashbench.review.workers import Worker, lane_cpus, list_suites, peak_memory
-
-DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (the timing suites' share of ~5 minutes)
-QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outlasts it otherwise)
-MAX_BUDGET = 24 * 3600.0
-MAX_FACTOR = 10.0
-MAX_ACC_TOL = 10.0
+from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
 class Interrupted(KeyboardInterrupt):
@@ -49,67 +40,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-@dataclass
-class Options:
-    base: str = "main"
-    head: str = "HEAD"
-    reuse: bool = False
-    results: str | None = None  # None: "results" where it exists
-    quick: bool = False
-    existing: bool = False
-    factor: float = 1.10
-    acc_tol: float = 0.02
-    budget: float | None = None  # None: DEFAULT_BUDGET, or QUICK_BUDGET with quick
-    bench: str | None = None
-    machine: str | None = None
-    allow_dirty: bool = False
-    threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
-    jobs: int = 1  # same-run: timing workers sampling at once, each on CPUs of its own
-
-    def check(self) -> None:
-        """ValueError/TypeError naming the option and what it accepts."""
-        _number("factor", self.factor, lo=1.0, hi=MAX_FACTOR, lo_open=True)
-        _number("acc_tol", self.acc_tol, lo=0.0, hi=MAX_ACC_TOL)
-        if self.budget is not None:
-            _number("budget", self.budget, lo=0.0, hi=MAX_BUDGET, lo_open=True)
-        if self.bench is not None:
-            compile_bench(self.bench)
-        if self.machine is not None:
-            check_machine_name(self.machine)
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
-                self.threads, int) or not 1 <= self.threads <= 4096):
-            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not (
-                1 <= self.jobs <= 1024):
-            raise ValueError(f"jobs must be an integer >= 1, got {self.jobs!r}")
-        if self.jobs > 1 and not self.reuse:
-            lane_cpus(self.threads, self.jobs)  # each worker needs CPUs of its own
-        if self.results is not None and not Path(self.results).is_dir():
-            raise ValueError(f"results folder {self.results!r} does not exist")
-
-    @property
-    def seconds(self) -> float:
-        if self.budget is not None:
-            return float(self.budget)
-        return QUICK_BUDGET if self.quick else DEFAULT_BUDGET
-
-
-def _number(name: str, value, lo: float, hi: float, lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    low_ok = value > lo if lo_open else value >= lo
-    if not math.isfinite(value) or not low_ok or value > hi:
-        raise ValueError(f"{name} must be a finite number {'>' if lo_open else '>='} {lo:g} "
-                         f"and <= {hi:g}, got {value!r}")
-
-
-def compile_bench(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"bench {pattern!r} is not a regular expression: {exc}") from None
 
 
 @contextmanager
@@ -139,21 +69,6 @@ def identity(machine: str | None) -> tuple[str, str]:
     return name, f"{cpu}; GPU: {gpu}" if gpu else cpu
 
 
-def _project(cwd) -> tuple[Path, Path]:
-    """(repository root, benchmark folder); ValueError outside a flashbench-style project."""
-    root = toplevel(cwd)
-    conf = root / "asv.conf.json"
-    if not conf.is_file():
-        raise ValueError(f"no asv.conf.json at the repository root {root}")
-    from asv.util import load_json  # asv's reader: it allows // comments
-
-    try:
-        config = load_json(str(conf), js_comments=True)
-    except Exception as exc:  # asv raises its own UserError for unreadable JSON
-        raise ValueError(f"{conf} is not readable: {exc}") from None
-    return root, root / config.get("benchmark_dir", "benchmarks")
-
-
 def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     notes = []
     if checked_out(root) == head:
@@ -173,30 +88,12 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     return notes
 
 
-def select(listing: list[dict], bench: str | None) -> list[Point]:
-    """The grid points whose benchmark name, or ``name(params)``, matches the regex
-    ``bench`` (all without): a class name selects its benchmarks, ``<class>.*1024x1024x64``
-    some of their grid points."""
-    pattern = compile_bench(bench) if bench else None
-    points = []
-    for b in listing:
-        for i, label in enumerate(b["labels"]):
-            if pattern is None or pattern.search(b["name"]) or pattern.search(
-                    f"{b['name']}({label})"):
-                points.append(Point(b["name"], i, label, b["type"], b["unit"],
-                                    float(b.get("timeout") or 60.0), b.get("version")))
-    if not points:
-        raise ValueError(f"bench {bench!r} matches no benchmark" if bench
-                         else "the suites hold no benchmark")
-    return points
-
-
 def run_review(opts: Options, cwd=".", log=None) -> Review:
     """Gather evidence for base and head and judge it (module docstring)."""
     log = log or (lambda text: None)
     start = time.monotonic()
     opts.check()
-    root, bench_dir = _project(cwd)
+    root, bench_dir = project(cwd)
     base, head = resolve(opts.base, root), resolve(opts.head, root)
     machine, cpu = identity(opts.machine)
     if opts.jobs > 1 and not opts.reuse and gpu_model():
@@ -207,8 +104,6 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     notes = _dirty_notes(opts, root, head)
     with _signals_raise():
         if opts.reuse:
-            from flashbench.review.stored import review_stored
-
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
                                    log)
             if opts.threads:
@@ -317,8 +212,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                 measured = _tracks_at_once({"base": worker, "head": helper}, tracks)
             finally:
                 helper.stop()
-            review.rows += track_rows(tracks, measured["base"], measured["head"], opts, band,
-                                      review)
+            review.rows += track_rows(tracks, measured["base"], measured["head"],
+                                      opts.acc_tol, opts.factor, band)
         if peakmem:
             log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
                 "process")
@@ -326,8 +221,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                                            session.folder / f"{side}.log", 2 * p.timeout + 60,
                                            opts.threads) for p in peakmem]
                         for side in ("base", "head")}
-            review.rows += track_rows(peakmem, measured["base"], measured["head"], opts, band,
-                                      review)
+            review.rows += track_rows(peakmem, measured["base"], measured["head"],
+                                      opts.acc_tol, opts.factor, band)
 
         def lane(w: Worker) -> Lane:
             def measure(point: Point, side: str, plan) -> dict:
@@ -351,20 +246,26 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                               lanes=[lane(w) for w in workers])
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
-            prior = family_prior(pairs)
-            if prior is not None:
-                left_out = (f"; {prior.outliers} comparison(s) whose variance it does not "
-                            "explain (p < 1e-7) were left out of the fit and keep their own"
-                            if prior.outliers else "")
-                review.notes.append(
-                    f"Intervals use moderated variances (empirical Bayes over the "
-                    f"{prior.family} timing comparisons with 2 rounds or more, fitted "
-                    f"robustly): a prior spread of {math.sqrt(prior.s2):.2%} per round's "
-                    f"log-ratio, worth {prior.d0:.1f} rounds' degrees of freedom, is pooled "
-                    f"with each comparison's own{left_out} (a comparison settled at an "
-                    "earlier look keeps that look's prior).")
+            review.notes.append(_prior_note(family_prior(pairs)))
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 
 
-__all__ = ["Options", "Interrupted", "run_review", "select", "DEFAULT_BUDGET", "QUICK_BUDGET"]
+def _prior_note(prior) -> str:
+    """The header's account of the variance prior (each row names the one it rested on)."""
+    how = (f"Intervals use moderated variances: an empirical Bayes prior of the timing "
+           f"comparisons' variances (those with {PRIOR_FROM_ROUNDS} rounds or more), fitted "
+           f"robustly, is pooled with each comparison's own. It is fitted at every look; the "
+           f"first look ({LOOKS[0]} rounds) is taken for all comparisons together, once each "
+           "has its rounds, and a row names the prior its verdict rested on.")
+    if prior is None:
+        return how + " At the end there was no prior: too few comparisons had a variance."
+    left_out = (f"; {prior.outliers} comparison(s) whose variance it does not explain "
+                f"(p < {OUTLIER_P:g}) were left out of the fit and keep their own"
+                if prior.outliers else "")
+    return how + (f" At the end: a spread of {prior.s2 ** 0.5:.2%} per round's log-ratio, "
+                  f"worth {prior.d0:.1f} rounds' degrees of freedom, from {prior.family} "
+                  f"comparisons{left_out}.")
+
+
+__all__ = ["Options", "Interrupted", "run_review", "DEFAULT_BUDGET", "QUICK_BUDGET"]

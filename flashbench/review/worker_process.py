@@ -1,57 +1,16 @@
 """The review's measuring process: a standalone script that holds both commits' code.
 
-The review starts it as ``worker.py serve BENCHMARK_DIR base=TREE head=TREE``: one
-process imports *today's* suites (the working tree's ``benchmarks/``, as asv does)
-twice, once against each commit's flashbench (TREE first on sys.path while that side is
-loaded), and keeps the two sets of modules apart (:class:`Sides`). Before each request
-the requested side's modules are put back in ``sys.modules`` and its tree first on
-``sys.path``, so what the suites import while they run (imports inside functions) is
-that commit's too. Base and head therefore run in one process, on one heap, one
-address-space layout and one core: a process's own speed (measured here: fresh
-processes ran the same streamed reference 0.187-0.206 s, and in one no-op review with
-a process per commit every streamed timing came out 0.78-0.91x on identical code)
-moves both sides alike and cancels in each round's ratio. What the two commits share
-is the process: a commit that changes a third-party library's global state (a torch
-flag, numpy's error mode) changes it for the other side too.
+``worker_process.py serve BENCHMARK_DIR base=TREE head=TREE`` imports *today's* suites
+(``benchmarks/``, as asv does) once against each commit's flashbench and keeps the two
+sets of modules apart (:class:`Sides`); before each request the requested side's modules
+and tree are put back first, so base and head run in one process (one heap, one core),
+and a process's own speed cancels in each round's ratio. It imports nothing of
+flashbench itself (the base commit may not have this code): only the suites do.
+``worker_process.py peakmem BENCHMARK_DIR NAME I`` measures one fresh-process peak memory.
+Requests and replies are JSON lines (:func:`serve`); why one process: docs/review.md.
 
-The base commit does not have flashbench's review code, so the worker imports nothing
-of flashbench itself; only the suites do. Discovery is asv_runner's own, whose importer
-loads ``benchmarks`` from that folder without putting the working tree on sys.path.
-
-    python worker.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
-    python worker.py peakmem BENCHMARK_DIR NAME I   # one fresh-process peak memory
-
-``serve`` reads one JSON request per line and answers each with one JSON line; a
-request names its ``side`` (it may be left out where the process holds one side):
-
-- ``{"op": "list"}`` -> every benchmark: name, type (time, track, peakmemory, ...),
-  unit, version (asv's code hash), param labels per grid point (``name=repr`` as asv
-  writes them) and the grid points this commit declares not applicable (skip_params);
-- ``{"op": "time", "name", "index", "number", "samples", "warmup"}`` -> set up the grid
-  point (setup_cache once per side), optionally one untimed warm-up call, then
-  ``samples`` samples of ``number`` consecutive calls each (``number`` 0: calibrate so
-  that one sample takes >= 10 ms), timed with the benchmark's ``timer`` (asv's
-  attribute; wall time by default), garbage collection off while timing (as timeit);
-  reply: per-call seconds of each sample and the ``number`` used;
-- ``{"op": "pair", "name", "index", "number", "samples", "order": [A, B]}`` -> both
-  sides' calls of one grid point interleaved sample by sample (:func:`pair_point`);
-  reply: ``{"status": "ok", "number", A: [...], B: [...]}`` (per-call seconds), a
-  failure with the ``side`` it came from;
-- ``{"op": "track", "name", "index"}`` -> the value the track returns;
-- ``{"op": "exit"}``.
-
-The first line is ``{"ready": true, "pid", "errors": {side: why}}``: a side whose
-suites do not import is listed there, and its requests are answered "failed".
-A reply's ``status`` is "ok", "skipped" (setup raised NotImplementedError, or setup_cache
-did), "not-applicable" (asv's skip_params) or "failed" (any other exception: its last
-line in ``reason``). Setup runs once per request, not before every call (the suites
-build inputs in setup and their calls do not mutate them); teardown runs after it.
-Anything the suites print goes to stderr: stdout carries only the replies.
-
-``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process (the
-commit's tree on PYTHONPATH, set by the caller) that imports only that benchmark's
-module, set up, call once, report the process's maximum resident set size (bytes;
-:func:`peak_rss`).
+    python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
+    python worker_process.py peakmem BENCHMARK_DIR NAME I
 """
 
 import functools
@@ -69,7 +28,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
     del sys.path[0]  # the script's folder holds flashbench.review's modules: not top level
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
-WARMUP_BELOW = 0.2  # a warm-up call before sampling when one call is cheaper than this
+WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
 
 
 def _reason(exc: BaseException) -> str:
@@ -346,6 +305,22 @@ class Sides:
 
 
 def serve(root: str, trees: dict, out) -> int:
+    """Answer one JSON request per line of stdin with one JSON line on ``out``; the first
+    line is ``{"ready": true, "pid", "errors": {side: why}}`` (a side whose suites do not
+    import: its requests are answered "failed"). A request names its ``side`` (optional
+    where the process holds one):
+
+    - ``{"op": "list"}``: every benchmark's name, type, unit, version, timeout and param
+      labels (``name=repr``, as asv writes them), and its not-applicable grid points;
+    - ``{"op": "time", "name", "index", "number", "samples", "warmup"}``: per-call seconds
+      of ``samples`` samples of ``number`` calls (``number`` 0: calibrate to >= 10 ms a
+      sample), timed with the benchmark's ``timer``, gc off (:func:`time_point`);
+    - ``{"op": "pair", ..., "order": [A, B]}``: both sides interleaved (:func:`pair_point`);
+    - ``{"op": "track", "name", "index"}``: the track's value; ``{"op": "exit"}``.
+
+    A reply's ``status`` is "ok", "skipped" (NotImplementedError in setup or
+    setup_cache), "not-applicable" (skip_params), "missing" or "failed" (the exception's
+    last line in ``reason``). What the suites print goes to stderr."""
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
@@ -411,7 +386,7 @@ def main(argv: list) -> int:
     if len(argv) == 4 and argv[0] == "peakmem":
         return peakmem(argv[1], argv[2], int(argv[3]), out)
     sys.stderr.write(next(part for part in __doc__.split("\n\n")
-                          if "python worker.py serve" in part) + "\n")
+                          if "python worker_process.py serve" in part) + "\n")
     return 2
 
 
