@@ -725,3 +725,86 @@ def test_trimmed_comparisons_pool_on_a_rounds_scale_with_their_own_degrees_of_fr
     assert moderated.df == pytest.approx(20.0 + nu) and moderated.vdf == moderated.df
     assert moderated.var == pytest.approx(again.var)  # the prior at its own variance
     assert trimmed_location(rounds[:5]).vdf == 4.0  # untrimmed: n - 1
+
+
+def test_the_prior_agrees_with_a_brute_force_maximum_likelihood_fit():
+    """Smyth's moments against an independent fit: under the prior, a comparison's
+    variance over s0^2 is F(d, d0); maximise that likelihood numerically (scipy)."""
+    from scipy.optimize import minimize
+    from scipy.stats import f as fdist
+
+    from flashbench.review.prior import fit_prior
+    from flashbench.review.stats import Location
+
+    rng = np.random.default_rng(31)
+    d, d0, s2 = 4.0, 8.0, 0.02 ** 2
+    var = d0 * s2 / rng.chisquare(d0, 2000) * rng.chisquare(d, 2000) / d
+    prior = fit_prior([Location(5, 0.0, 1.0, d, v, 1.0, d) for v in var])
+
+    def nll(x):
+        scale, dof = math.exp(x[0]), math.exp(x[1])
+        return -np.sum(fdist.logpdf(var / scale, d, dof) - math.log(scale))
+
+    ml = minimize(nll, [math.log(np.median(var)), math.log(5.0)], method="Nelder-Mead",
+                  options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 2000})
+    assert ml.success
+    assert prior.s2 == pytest.approx(math.exp(ml.x[0]), rel=0.1)
+    assert prior.d0 == pytest.approx(math.exp(ml.x[1]), rel=0.3)
+    assert prior.s2 == pytest.approx(s2, rel=0.15) and 5.5 < prior.d0 < 11
+
+
+def test_a_row_shows_the_prior_it_rested_on_even_none():
+    """A comparison settled while the family was too small for a prior keeps its own
+    variance's interval, and says so, when a prior exists at the end; a moderated row
+    names the prior (JSON: ``prior``)."""
+    rng = np.random.default_rng(13)
+    pairs = _family(rng, [1.6, 1.0, 1.0], [0.01] * 3, 5)  # three: no prior yet
+    settle(pairs, pairs[:1], 1.1, Q)
+    assert pairs[0].decided == ("slower", "significant") and pairs[0].decided_prior is None
+    pairs += _family(rng, [1.0] * 30, [0.05] * 30, 5)  # the family grows, noisier
+    prior = family_prior(pairs)
+    assert prior is not None
+    rows = paired_rows(pairs, 1.1, Q)
+    lo, hi = trimmed_location(pairs[0].log_ratios()).interval(rows[0].ci_level)
+    assert rows[0].prior is None and "no variance prior" in rows[0].detail
+    assert (rows[0].ci_low, rows[0].ci_high) == pytest.approx((math.exp(lo), math.exp(hi)))
+    assert rows[5].prior == prior.describe() and f"{prior.d0:.1f} df" in rows[5].detail
+    assert json.loads(to_json(_review(rows)))["rows"][5]["prior"]["family"] == prior.family
+
+
+# ----------------------------------------------------------------------- the band rule
+
+
+@pytest.mark.parametrize("metric", ["o_band_ratio", "lse_band_ratio", "dq_band_ratio"])
+def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric):
+    """Issue 25: kernel error / the band edge of a correct kernel; PASS iff <= 1."""
+    from flashbench.history.suites import rule_limit
+
+    assert rule_limit(metric) == 1.0 and accuracy_rule(metric) == (1.0, "outside-band")
+    rule = accuracy_rule(metric)
+    assert judge_accuracy(1.2, 1.2, [], 0.02, rule) == ("outside band", "outside-band", True)
+    assert judge_accuracy(0.5, 1.3, [], 0.02, rule)[1] == "worse, outside-band"
+    assert judge_accuracy(0.9, 0.9, [], 0.02, rule) == ("same", "within-tolerance", False)
+    assert judge_accuracy(0.9, 1.0, [], 0.02, rule)[1] == "worse"  # at the edge: inside
+    for bad in (math.nan, math.inf):
+        assert judge_accuracy(0.9, bad, [], 0.02, rule) == (
+            "not finite, outside band", "not-finite, outside-band", True)
+        assert judge_accuracy(bad, bad, [], 0.02, rule)[1] == "outside-band"
+
+
+def test_band_ratio_tracks_go_through_the_track_rows_and_the_table():
+    from flashbench.review.tracks import track_rows
+
+    points = [Point("bench_accuracy.TrackAccuracy.track_o_band_ratio", 0, "k", "track",
+                    "ratio"),
+              Point("bench_accuracy.TrackGradAccuracy.track_dq_band_ratio", 0, "k", "track",
+                    "ratio")]
+    base = [{"status": "ok", "value": 0.8}, {"status": "ok", "value": 0.7}]
+    head = [{"status": "ok", "value": 1.4}, {"status": "ok", "value": 0.71}]
+    rows = track_rows(points, base, head, 0.02, 1.1, lambda *a: [])
+    assert (rows[0].kind, rows[0].verdict, rows[0].regression) == (
+        "accuracy", "worse, outside band", True)
+    assert "band rule: at most 1x the band edge" in rows[0].detail
+    assert (rows[1].verdict, rows[1].regression) == ("same", False)
+    text = render_markdown(_review(rows))
+    assert "outside band" in text and "`outside-band`: a band ratio" in text

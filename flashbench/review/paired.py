@@ -21,8 +21,9 @@ from flashbench.review.stats import (
     FALSE_ALARM_RATE,
     LOOKS,
     MIN_ROUNDS,
-    against_factor,
+    Location,
     benjamini_hochberg,
+    evidence,
     fcr_level,
     log_ratios,
     trimmed_location,
@@ -44,6 +45,7 @@ class Paired:
     # the family's prior at that look (None: it rested on none); its row shows the
     # interval and prior the verdict rested on, whatever is fitted later
     decided_prior: Prior | None = None
+    _location: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def rounds(self) -> int:
@@ -52,6 +54,14 @@ class Paired:
     def log_ratios(self) -> np.ndarray:
         n = self.rounds
         return log_ratios(self.base[:n], self.head[:n])
+
+    def location(self) -> Location:
+        """:func:`trimmed_location` of its rounds (kept until they change)."""
+        n = self.rounds
+        key = (n, sum(self.base[:n]), sum(self.head[:n]))
+        if not self._location or self._location[0] != key:
+            self._location = (key, trimmed_location(self.log_ratios()))
+        return self._location[1]
 
 
 def look_level(q: float = FALSE_ALARM_RATE, looks: int = len(LOOKS)) -> float:
@@ -62,8 +72,7 @@ def look_level(q: float = FALSE_ALARM_RATE, looks: int = len(LOOKS)) -> float:
 def family_prior(pairs: list[Paired]) -> Prior | None:
     """The variance prior of a review's paired comparisons (:func:`fit_prior`): every
     comparison with :data:`PRIOR_FROM_ROUNDS` rounds or more lends its variance."""
-    return fit_prior([trimmed_location(p.log_ratios()) for p in pairs
-                      if p.rounds >= PRIOR_FROM_ROUNDS])
+    return fit_prior([p.location() for p in pairs if p.rounds >= PRIOR_FROM_ROUNDS])
 
 
 def _prior_of(p: Paired, prior: Prior | None) -> Prior | None:
@@ -80,10 +89,10 @@ def decide(pairs: list[Paired], factor: float, q_look: float, prior: Prior | Non
     ``fit`` is False (then ``prior`` is used, None: no moderation)."""
     if fit:
         prior = family_prior(pairs)
-    evidence = [against_factor(p.log_ratios(), factor, _prior_of(p, prior)) for p in pairs]
-    selected = benjamini_hochberg([e.p_change for e in evidence], q_look)
+    tests = [evidence(p.location().moderated(_prior_of(p, prior)), factor) for p in pairs]
+    selected = benjamini_hochberg([e.p_change for e in tests], q_look)
     out = []
-    for p, e, sel in zip(pairs, evidence, selected, strict=True):
+    for p, e, sel in zip(pairs, tests, selected, strict=True):
         if p.decided is not None:
             out.append(p.decided)
         elif sel:
@@ -125,8 +134,8 @@ def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
     rows = []
     for p, d in zip(pairs, decisions, strict=True):
         used = _prior_of(p, prior)
-        own = trimmed_location(p.log_ratios())
-        loc = own.moderated(used)  # what against_factor judged
+        own = p.location()
+        loc = own.moderated(used)  # what decide judged
         moderated = loc is not own
         if d is None:  # not settled: below the factor is enough to rule a regression out
             hi = loc.interval(1.0 - 2.0 * q_look)[1]

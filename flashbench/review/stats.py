@@ -188,7 +188,11 @@ class Evidence:
 def against_factor(d, factor: float, prior: Prior | None = None) -> Evidence:
     """The slower / faster / same tests of log-ratios ``d`` against ``factor``, with the
     variance moderated by ``prior`` where one is given."""
-    loc = trimmed_location(d).moderated(prior)
+    return evidence(trimmed_location(d).moderated(prior), factor)
+
+
+def evidence(loc: Location, factor: float) -> Evidence:
+    """The slower / faster / same tests of a location against ``factor``."""
     bound = math.log(factor)
     same = max(loc.p_below(bound), loc.p_above(-bound))
     return Evidence(loc, loc.p_above(bound), loc.p_below(-bound), same)
