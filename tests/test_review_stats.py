@@ -24,9 +24,11 @@ from flashbench.review.rules import (
     memory_row,
 )
 from flashbench.review.stats import (
+    FALSE_ALARM_RATE,
     LOOKS,
     MIN_ROUNDS,
     TRIM,
+    WORST_FALSE_ALARMS,
     against_factor,
     benjamini_hochberg,
     fcr_level,
@@ -575,19 +577,6 @@ def test_one_burst_still_widens_its_own_interval():
     assert decide(pairs, 1.1, Q)[0] is None  # not "slower": its own variance still counts
 
 
-@pytest.mark.parametrize("rounds", [3, 5, 8, 13])
-def test_moderated_false_alarms_at_the_factor_stay_within_the_rate(rounds):
-    """The worst null for "slower": every true ratio exactly at the factor, variances
-    scattered over a decade. Families with any "slower" must stay near the rate q."""
-    rng = np.random.default_rng(100 + rounds)
-    q, families, alarms = 0.05, 300, 0
-    for _ in range(families):
-        sds = np.exp(rng.uniform(math.log(0.01), math.log(0.1), 40))
-        pairs = _family(rng, [1.1] * 40, sds, rounds)
-        alarms += any(v is not None and v[0] == "slower" for v in decide(pairs, 1.1, q))
-    assert alarms / families <= 1.6 * q
-
-
 def test_a_few_erratic_comparisons_do_not_spend_the_prior():
     """Measured in a 1.2x review here: six multi-second torch calls whose rounds jumped
     by 0.2-0.4 among 60 comparisons that agreed within 1-3% brought the plain moment fit
@@ -615,34 +604,43 @@ def test_a_few_erratic_comparisons_do_not_spend_the_prior():
     assert sum(v is not None and v[0] == "same" for v in verdicts[4:60]) >= 50
 
 
-@pytest.mark.parametrize("rounds,erratic", [(3, 0.4), (5, 0.4), (3, 0.15), (5, 0.15)])
-def test_false_alarms_at_the_factor_stay_within_the_rate_with_erratic_members(rounds,
-                                                                               erratic):
-    """The worst null again (every true ratio at the factor), with four erratic members
-    (0.4 per round: left out of the prior, their own variance; 0.15: a few times the
-    others', near the cut) in each family of 44: families with any "slower" stay near
-    the rate q."""
-    rng = np.random.default_rng(200 + rounds + int(100 * erratic))
-    q, families, alarms = 0.05, 300, 0
-    for _ in range(families):
-        sds = list(np.exp(rng.uniform(math.log(0.01), math.log(0.1), 40))) + [erratic] * 4
-        pairs = _family(rng, [1.1] * 44, sds, rounds)
-        alarms += any(v is not None and v[0] == "slower" for v in decide(pairs, 1.1, q))
-    assert alarms / families <= 1.6 * q
+def _decade(rng, erratic=0.0):
+    sds = list(np.exp(rng.uniform(math.log(0.01), math.log(0.1), 40)))
+    return sds + [erratic] * 4 if erratic else sds
 
 
-@pytest.mark.parametrize("d0", [3.0, 5.0])
-def test_false_alarms_at_the_factor_stay_within_the_rate_when_variances_truly_scatter(d0):
-    """No outliers, but variances that truly scatter (a scaled inverse chi-square with few
-    degrees of freedom): the robust fit starts from the lower 80% and must not settle on
-    a prior narrower than the family (every true ratio at the factor, 3 rounds)."""
-    rng = np.random.default_rng(300 + int(d0))
-    q, families, alarms = 0.05, 300, 0
-    for _ in range(families):
-        sds = np.sqrt(d0 * 0.03 ** 2 / rng.chisquare(d0, 44))
-        pairs = _family(rng, [1.1] * 44, sds, 3)
-        alarms += any(v is not None and v[0] == "slower" for v in decide(pairs, 1.1, q))
-    assert alarms / families <= 1.6 * q
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sds,limit", [
+    # variances over a decade, four erratic members (0.4 per round: left out of the prior)
+    ("decade, erratic", lambda rng: _decade(rng, 0.4), FALSE_ALARM_RATE),
+    # erratic members near the prior's cut (0.15: a few times the others')
+    ("near the cut", lambda rng: _decade(rng, 0.15), FALSE_ALARM_RATE),
+    # variances that truly scatter (a scaled inverse chi-square, d0 = 5): the worst found
+    ("scattered", lambda rng: np.sqrt(5 * 0.03 ** 2 / rng.chisquare(5, 44)), WORST_FALSE_ALARMS),
+])
+def test_the_whole_review_keeps_the_false_alarm_rate_its_header_states(name, sds, limit):
+    """The review's own procedure under its worst null (every true ratio exactly at the
+    factor): looks at LOOKS, each spending q / len(LOOKS), all comparisons together,
+    settled ones stopping, the rest judged at the end. Reviews with any false "slower"
+    stay within the rate the header states (render.header): FALSE_ALARM_RATE where the
+    prior fits the family, WORST_FALSE_ALARMS where variances truly scatter (measured
+    with 600 reviews: 2.8% decade, 4.2% erratic, 4.0% near the cut, 7.0% and 7.7% at
+    d0 = 3 and 5)."""
+    rng = np.random.default_rng(1)
+    reviews, alarms = 300, 0
+    for _ in range(reviews):
+        spread = sds(rng)
+        full = _family(rng, [1.1] * len(spread), spread, LOOKS[-1])
+        pairs = [Paired(p.benchmark, p.params) for p in full]
+        for look in LOOKS:
+            for p, f in zip(pairs, full, strict=True):
+                if p.decided is None:
+                    p.base, p.head = f.base[:look], f.head[:look]
+            settle(pairs, [p for p in pairs if p.decided is None], 1.1, Q)
+        alarms += any(r.verdict == "slower" for r in paired_rows(pairs, 1.1, Q))
+    assert alarms / reviews <= limit, name
+    text = render_markdown(_review([]))
+    assert f"{FALSE_ALARM_RATE:.0%}" in text and f"{WORST_FALSE_ALARMS:.0%}" in text
 
 
 def test_rows_carry_their_rounds_so_the_json_can_be_audited():

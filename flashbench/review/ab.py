@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from flashbench.review.model import Row
 from flashbench.review.paired import Paired, settle
-from flashbench.review.rules import coverage_row, is_memory
+from flashbench.review.rules import coverage_row, row_kind
 from flashbench.review.stats import LOOKS
 from flashbench.review.worker_process import WARMUP_BELOW
 
@@ -41,9 +41,7 @@ class Point:
 
     @property
     def kind(self) -> str:
-        if is_memory(self.type, self.unit):
-            return "memory"
-        return "time" if self.type == "time" else "track"
+        return row_kind(self.name, self.type, self.unit)
 
 
 @dataclass

@@ -122,7 +122,7 @@ def memory_row(kind: str, benchmark: str, params: str, unit: str, base: float, h
 def value_row(kind: str, benchmark: str, params: str, unit: str, base: float, head: float,
               band: list[float], acc_tol: float, factor: float, memory_detail: str = "") -> Row:
     """The row of a value measured once per commit, both commits ok (same-run tracks and
-    peak memory, stored tracks): ``kind`` from :func:`value_kind`; ``band``: earlier
+    peak memory, stored tracks): ``kind`` from :func:`row_kind`; ``band``: earlier
     results of base's ancestors (accuracy only)."""
     if kind == "memory":
         return memory_row(kind, benchmark, params, unit, base, head, factor, memory_detail)
@@ -138,11 +138,14 @@ def value_row(kind: str, benchmark: str, params: str, unit: str, base: float, he
                ratio=ratio, samples=1, undecided=verdict == "ambiguous")
 
 
-def value_kind(benchmark: str, type_: str | None, unit: str | None) -> str:
-    """"accuracy" (an accuracy track), "memory" (:func:`is_memory`) or "track"."""
+def row_kind(benchmark: str, type_: str | None, unit: str | None) -> str:
+    """A result's kind: "accuracy" (an accuracy track), "memory" (:func:`is_memory`),
+    "time" (asv's ``time_``) or "track"."""
     if accuracy_metric(benchmark):
         return "accuracy"
-    return "memory" if is_memory(type_, unit) else "track"
+    if is_memory(type_, unit):
+        return "memory"
+    return "time" if type_ == "time" else "track"
 
 
 def judge_ratio_only(base: float, head: float, factor: float) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
 from flashbench.review.options import compile_bench, select, select_rows
 from flashbench.review.results import load_stored, machine_rows, same_version
-from flashbench.review.rules import coverage_row, value_kind, value_row
+from flashbench.review.rules import coverage_row, row_kind, value_row
 from flashbench.review.worker_client import list_suites
 
 RECENT = 5  # ancestors of base whose own runs give the run-to-run range
@@ -181,8 +181,8 @@ def _row(name: str, params: str, bb, hh, history, factor: float, acc_tol: float)
     """The row of one stored grid point (either side may be None: missing)."""
     ref = hh if hh is not None else bb
     unit = _text(ref.get("unit")) or ""
-    kind = value_kind(name, _text(ref.get("type")), unit)
-    if kind == "track" and (ref.get("type") == "time" or unit == "seconds"):
+    kind = row_kind(name, _text(ref.get("type")), unit)
+    if kind == "track" and unit == "seconds":  # a device time: judged as a timing
         kind = "time"
     cov = coverage_row(kind, name, params, unit, "missing" if bb is None else str(bb["status"]),
                        "missing" if hh is None else str(hh["status"]))

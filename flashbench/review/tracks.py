@@ -15,7 +15,7 @@ from pathlib import Path
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
 from flashbench.review.results import load_stored, machine_rows, same_version
-from flashbench.review.rules import coverage_row, value_kind, value_row
+from flashbench.review.rules import coverage_row, value_row
 
 Band = Callable[..., list[float]]
 
@@ -54,7 +54,7 @@ def track_rows(points, base: list[dict], head: list[dict], acc_tol: float, facto
     peak memory)."""
     rows = []
     for p, b, h in zip(points, base, head, strict=True):
-        kind = value_kind(p.name, p.type, p.unit)
+        kind = p.kind
         if b.get("status") != "ok" or h.get("status") != "ok":
             rows.append(coverage_row(kind, p.name, p.params, p.unit, b.get("status", "failed"),
                                      h.get("status", "failed"), b.get("reason", ""),
