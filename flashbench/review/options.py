@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flashbench.machine import check_machine_name
+from flashbench.infra.machine import check_machine_name
 from flashbench.review.ab import Point
 from flashbench.review.worker_client import lane_cpus
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from flashbench.machine import cpu_model, derived_name, gpu_model
+from flashbench.infra.machine import cpu_model, derived_name, gpu_model
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.asvrun import project
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
