@@ -142,14 +142,49 @@ def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
         pool.shutdown(wait=True)
 
 
-def _start_all(workers: list[Worker]) -> None:
-    """Start the workers at once (each imports the suites twice: 10-20 s)."""
-    if len(workers) == 1:
-        workers[0].start()
-        return
+def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dict,
+                   bench_dir: Path, review: Review) -> list[Worker]:
+    """The timing workers (one per ``--jobs``, each holding both commits), started at once
+    (each imports the suites twice: 10-20 s), with the header's notes on how they ran."""
+    cpus = lane_cpus(opts.threads, opts.jobs)
+    workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
+                      session.folder / f"worker{i + 1 if i else ''}.log", opts.threads, lane)
+               for i, lane in enumerate(cpus)]
+    for w in workers:
+        stack.callback(w.close)
     with ThreadPoolExecutor(len(workers)) as pool:
         for future in [pool.submit(w.start) for w in workers]:
             future.result()
+    for side, why in workers[0].errors.items():
+        review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
+    review.notes.append(
+        ("Base and head ran in one worker process" if len(workers) == 1 else
+         f"Timings were sampled by {len(workers)} worker processes at once, each pinned to "
+         "CPUs of its own; every round of a comparison ran in the process that calibrated "
+         "it, base and head one at a time, each") + " (each commit's modules kept apart, "
+        "swapped in before each block): a process's own speed moves both sides alike.")
+    pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
+    if pinned:  # a refused pin unsets it
+        where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)
+        review.notes.append(f"The worker{'s were' if len(pinned) > 1 else ' was'} pinned "
+                            f"to CPU {where}: base and head ran on the same core(s), one "
+                            "at a time.")
+    return workers
+
+
+def _lane(w: Worker) -> Lane:
+    """A sampler's lane that asks worker ``w``."""
+
+    def measure(point: Point, side: str, plan) -> dict:
+        return w.ask(timeout=2 * point.timeout + 60, side=side, op="time", name=point.name,
+                     index=point.index, number=plan.number, samples=plan.per_block,
+                     warmup=plan.warmup)
+
+    def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
+        return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
+                          index=point.index, number=plan.number, samples=plan.per_block)
+
+    return Lane(measure, measure_pair)
 
 
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
@@ -166,42 +201,13 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                         opts.bench)
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
-        cpus = lane_cpus(opts.threads, opts.jobs)
-        workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
-                          session.folder / f"worker{i + 1 if i else ''}.log", opts.threads,
-                          lane)
-                   for i, lane in enumerate(cpus)]
-        worker = workers[0]  # also measures base's tracks
-        for w in workers:
-            stack.callback(w.close)
-        _start_all(workers)
-        for side, why in worker.errors.items():
-            review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
-        if len(workers) == 1:
-            review.notes.append("Base and head ran in one worker process (each commit's "
-                                "modules kept apart, swapped in before each block): a "
-                                "process's own speed moves both sides alike.")
-        else:
-            review.notes.append(f"Timings were sampled by {len(workers)} worker processes at "
-                                "once, each holding both commits (modules kept apart, swapped "
-                                "in before each block) and pinned to CPUs of its own; every "
-                                "round of a comparison ran in the process that calibrated "
-                                "it, base and head one at a time: a process's own speed "
-                                "moves both sides alike.")
-        pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
-        if pinned:  # a refused pin unsets it
-            where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)
-            review.notes.append(f"The worker{'s were' if len(pinned) > 1 else ' was'} pinned "
-                                f"to CPU {where}: base and head ran on the same core(s), one "
-                                "at a time.")
-        tracks = [p for p in points if p.type == "track"]
-        peakmem = [p for p in points if p.type == "peakmemory"]
-        timed = [p for p in points if p.type == "time"]
-        other = [p for p in points if p.type not in ("track", "time", "peakmemory")]
-        for p in other:
-            review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
+        workers = _start_workers(opts, session, stack, trees, bench_dir, review)
+        by_type = {t: [p for p in points if p.type == t] for t in ("track", "peakmemory", "time")}
+        for p in points:
+            if p.type not in by_type:
+                review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
         band = band_source(results, root, review)
-        if tracks:
+        if tracks := by_type["track"]:
             log(f"review: {len(tracks)} track value(s) per commit, both commits at once "
                 "(deterministic values: no timing to disturb)")
             helper = Worker("head-tracks", {"head": trees["head"]}, bench_dir,
@@ -209,12 +215,12 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             stack.callback(helper.stop)
             helper.start()
             try:
-                measured = _tracks_at_once({"base": worker, "head": helper}, tracks)
+                measured = _tracks_at_once({"base": workers[0], "head": helper}, tracks)
             finally:
                 helper.stop()
             review.rows += track_rows(tracks, measured["base"], measured["head"],
                                       opts.acc_tol, opts.factor, band)
-        if peakmem:
+        if peakmem := by_type["peakmemory"]:
             log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
                 "process")
             measured = {side: [peak_memory(trees[side], bench_dir, p.name, p.index,
@@ -223,27 +229,13 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                         for side in ("base", "head")}
             review.rows += track_rows(peakmem, measured["base"], measured["head"],
                                       opts.acc_tol, opts.factor, band)
-
-        def lane(w: Worker) -> Lane:
-            def measure(point: Point, side: str, plan) -> dict:
-                return w.ask(timeout=2 * point.timeout + 60, side=side, op="time",
-                             name=point.name, index=point.index, number=plan.number,
-                             samples=plan.per_block, warmup=plan.warmup)
-
-            def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
-                return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
-                                  index=point.index, number=plan.number,
-                                  samples=plan.per_block)
-
-            return Lane(measure, measure_pair)
-
-        if timed:
+        if timed := by_type["time"]:
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
             sampler = Sampler(None, opts.seconds, opts.factor, q_look,
                               log=lambda text: log("review: " + text),
-                              lanes=[lane(w) for w in workers])
+                              lanes=[_lane(w) for w in workers])
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
