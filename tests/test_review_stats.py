@@ -773,8 +773,19 @@ def test_a_row_shows_the_prior_it_rested_on_even_none():
 # ----------------------------------------------------------------------- the band rule
 
 
+@pytest.fixture
+def band_limits(monkeypatch):
+    """The band rule's limits in ``suites.RULE_LIMITS`` (1 for each band ratio: the band
+    rule's branch adds them there; where they are already, they stay as they are)."""
+    from flashbench.history import suites
+
+    for t in ("o", "lse", "dq", "dk", "dv"):
+        name = f"{t}_band_ratio"
+        monkeypatch.setitem(suites.RULE_LIMITS, name, suites.RULE_LIMITS.get(name, 1.0))
+
+
 @pytest.mark.parametrize("metric", ["o_band_ratio", "lse_band_ratio", "dq_band_ratio"])
-def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric):
+def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric, band_limits):
     """Issue 25: kernel error / the band edge of a correct kernel; PASS iff <= 1."""
     from flashbench.history.suites import rule_limit
 
@@ -790,7 +801,7 @@ def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric):
         assert judge_accuracy(bad, bad, [], 0.02, rule)[1] == "outside-band"
 
 
-def test_band_ratio_tracks_go_through_the_track_rows_and_the_table():
+def test_band_ratio_tracks_go_through_the_track_rows_and_the_table(band_limits):
     from flashbench.review.tracks import track_rows
 
     points = [Point("bench_accuracy.TrackAccuracy.track_o_band_ratio", 0, "k", "track",
@@ -803,6 +814,7 @@ def test_band_ratio_tracks_go_through_the_track_rows_and_the_table():
     assert (rows[0].kind, rows[0].verdict, rows[0].regression) == (
         "accuracy", "worse, outside band", True)
     assert "band rule: at most 1x the band edge" in rows[0].detail
+    assert accuracy_rule("o_max_abs") is None  # an error, not a ratio: no rule
     assert (rows[1].verdict, rows[1].regression) == ("same", False)
     text = render_markdown(_review(rows))
     assert "outside band" in text and "`outside-band`: a band ratio" in text

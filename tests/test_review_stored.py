@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from test_review_stats import band_limits  # noqa: F401  (the band rule's limits, a fixture)
 
 from flashbench.review.envs import comparable, existing_name, facts
 from flashbench.review.stored import compare_stored, judge_time_stored, within_history
@@ -345,6 +346,7 @@ def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, t
     assert sorted(band(acc, "k", "v1")) == [1e-3, 2e-3]  # the same two results
 
 
+@pytest.mark.usefixtures("band_limits")
 def test_band_ratio_tracks_are_judged_by_the_band_rule_in_stored_results():
     """Issue 25 item 4: a band-ratio track (unit "ratio") above 1, or not finite, in head
     is a regression ("outside band"), as in same-run reviews."""

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.inputs.problem import Shape
 
-__all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_LIMIT", "rule_limit", "is_band_ratio",
-           "MAIN_METRIC", "ACCURACY_LABELS",
+__all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
            "BACKEND_COLUMNS", "LEGACY",
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
@@ -53,9 +52,6 @@ BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|rati
 # rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR}
-# band-ratio tracks (any metric with "band_ratio" in its name): kernel error / the band edge
-# of a correct kernel of that dtype at that size; PASS iff <= 1
-BAND_LIMIT = 1.0
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
 ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
 # what a timing ran: the first of these parameters that a result holds as text
@@ -65,15 +61,9 @@ _PEAK = re.compile(r"(TimeMatmulPeak\.time_matmul|TrackMatmulPeak\.track_matmul)
 _PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<n>\d+)$")
 
 
-def is_band_ratio(metric: str) -> bool:
-    """Whether a metric is a band ratio ("o_band_ratio"): judged against :data:`BAND_LIMIT`."""
-    return "band_ratio" in metric
-
-
 def rule_limit(metric: str) -> float | None:
-    """The limit of a rule-ratio metric ("o_baseline_ratio" -> 2.0, a band ratio -> 1.0),
-    else None."""
-    return BAND_LIMIT if is_band_ratio(metric) else RULE_LIMITS.get(metric)
+    """The rule's factor for a rule-ratio metric ("o_baseline_ratio" -> 2.0), else None."""
+    return RULE_LIMITS.get(metric)
 
 
 def accuracy_metric(benchmark: str) -> str | None:

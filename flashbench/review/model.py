@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
-from flashbench.history.suites import BAND_LIMIT
 
 # Exit statuses of ``flashbench review`` (and of the CLI as a whole).
 OK, REGRESSED, UNDECIDED, ERROR = 0, 1, 2, 3
@@ -41,7 +40,7 @@ REASONS = {
                   f"factor, or not finite: {BASELINE_FACTOR:g}x for the forward's baseline "
                   f"rule, {GRAD_FACTOR:g}x for the gradient rule (the row names its factor)",
     "outside-band": "a band ratio (kernel error / the band edge of a correct kernel of that "
-                    f"dtype at that size) above {BAND_LIMIT:g}, or not finite",
+                    "dtype at that size) above its limit (the row names it), or not finite",
     "not-finite": "head's value is NaN or infinite where base's is finite",
     "both-not-finite": "NaN or infinite in base and head alike (no rule applies): nothing "
                        "changed that can be judged",

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import math
 
-from flashbench.history.suites import accuracy_metric, is_band_ratio, rule_limit
+from flashbench.history.suites import accuracy_metric, rule_limit
 from flashbench.review.model import Row
+
+BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 25)
 
 OK_STATUS = "ok"
 FAILED_STATUS = "failed"  # it raised (or the worker died, or timed out): asv's "failed"
@@ -27,13 +29,14 @@ MEMORY_UNIT = "bytes"
 
 def accuracy_rule(metric: str | None) -> tuple[float, str] | None:
     """(limit, reason code when broken) of a rule-ratio metric: FlashAttention's rules
-    (kernel error / same-dtype standard error: "rule-fails") and the band rule (kernel
-    error / the band edge of a correct kernel: "outside-band"); None for other metrics.
-    The limits are :func:`flashbench.history.suites.rule_limit`'s."""
+    (kernel error / same-dtype standard error: "rule-fails") and the band rule (a metric
+    named ``*band_ratio``, kernel error / the band edge of a correct kernel:
+    "outside-band"); None for other metrics. Every limit is
+    :func:`flashbench.history.suites.rule_limit`'s."""
     limit = rule_limit(metric) if metric else None
     if limit is None:
         return None
-    return limit, "outside-band" if is_band_ratio(metric) else "rule-fails"
+    return limit, "outside-band" if BAND_RATIO in metric else "rule-fails"
 
 
 def rule_detail(metric: str, acc_tol: float, band: int) -> str:
