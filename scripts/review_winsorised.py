@@ -25,14 +25,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flashbench.review.stats import (  # noqa: E402
-    MIN_TRIM_ROUNDS,
-    TRIM,
-    WINSORISED_TABLE,
-    winsorised_monte_carlo,
-)
+from flashbench.review.prior import trigamma_inverse  # noqa: E402
+from flashbench.review.stats import MIN_TRIM_ROUNDS, TRIM, WINSORISED_TABLE  # noqa: E402
 
 SEED = 20041  # Smyth 2004: any fixed number; each n draws from SeedSequence((SEED, n))
+
+
+def winsorised_monte_carlo(n: int, gs, samples: int, rng: np.random.Generator
+                           ) -> dict[int, tuple[float, float]]:
+    """``{g: (kappa, nu)}`` estimated from ``samples`` standard normal samples of size
+    ``n``: kappa the mean of s_w^2, nu from the variance of log s_w^2."""
+    x = np.sort(rng.standard_normal((samples, n)), axis=1)
+    out = {}
+    for g in gs:
+        w = np.clip(x, x[:, [g]], x[:, [n - g - 1]])
+        v = np.var(w, axis=1, ddof=1)
+        out[g] = float(v.mean()), 2.0 * trigamma_inverse(float(np.log(v).var()))
+    return out
 
 
 def table(max_n: int, samples: int) -> list[list]:

@@ -135,7 +135,7 @@ def winsorised_variance(n: int, g: int) -> tuple[float, float]:
     ``g`` winsorised at each end: ``kappa = E[s_w^2] / sigma^2``, and ``s_w^2 / kappa``
     scatters like ``sigma^2 chi2_nu / nu`` (matched on the variance of ``log s_w^2``).
     ``(1, n - 1)`` when ``g = 0``; otherwise read from the shipped table that
-    ``scripts/review_winsorised.py`` computes (:func:`winsorised_monte_carlo`)."""
+    ``scripts/review_winsorised.py`` computes (a Monte Carlo, once)."""
     if g == 0:
         return 1.0, float(n - 1)
     if not 0 < 2 * g < n - 1:
@@ -146,21 +146,6 @@ def winsorised_variance(n: int, g: int) -> tuple[float, float]:
         last = max(m for m, _ in _table())
         raise ValueError(f"no winsorised-variance factors for n={n}, g={g}: the table "
                          f"covers n <= {last} (scripts/review_winsorised.py)") from None
-
-
-def winsorised_monte_carlo(n: int, gs, samples: int, rng: np.random.Generator
-                           ) -> dict[int, tuple[float, float]]:
-    """``{g: (kappa, nu)}`` estimated from ``samples`` standard normal samples of size
-    ``n`` (the table's source; never called while reviewing)."""
-    from flashbench.review.prior import trigamma_inverse
-
-    x = np.sort(rng.standard_normal((samples, n)), axis=1)
-    out = {}
-    for g in gs:
-        w = np.clip(x, x[:, [g]], x[:, [n - g - 1]])
-        v = np.var(w, axis=1, ddof=1)
-        out[g] = float(v.mean()), 2.0 * trigamma_inverse(float(np.log(v).var()))
-    return out
 
 
 def log_ratios(base, head) -> np.ndarray:

@@ -151,13 +151,10 @@ def time_point(suites: Suites, req: dict) -> dict:
 
 
 def pair_point(sides: "Sides", req: dict) -> dict:
-    """Both commits' calls of one grid point, interleaved sample by sample (op "pair").
-
-    Each side in ``order`` is set up (under its own modules) and given one untimed
-    warm-up call; then ``samples`` samples per side alternate in ABBA order (A B B A A B
-    ...: each side as often first as second of a pair), the requested side's modules put
-    back before each sample. Reply: per-call seconds of each side's samples; a failure
-    names the ``side`` it came from."""
+    """Both commits' calls of one grid point, interleaved sample by sample (op "pair"):
+    each side set up and given one untimed call, then its samples in ABBA order (A B B A
+    A B ...), its modules put back before each. Reply: each side's per-call seconds; a
+    failure names the ``side`` it came from."""
     order = list(req.get("order") or [])
     if len(order) != 2 or len(set(order)) != 2 or not set(order) <= set(sides.trees):
         return {"error": f"a pair needs two of this worker's sides, got {order!r}"}
@@ -231,15 +228,11 @@ def _top_level_names(tree: str) -> set:
 
 
 class Sides:
-    """Each commit's copy of the suites and of the modules they import, in one process.
-
-    A module belongs to a side when its top-level name is the benchmarks package's or
-    that of a package or module at the top of a tree (flashbench, ...); everything else
-    (numpy, torch, triton, asv_runner, even from a virtual environment inside a tree) is
-    imported once and shared. :meth:`use` takes the active side's modules out of
-    ``sys.modules`` (they are kept, with any its suites imported on the way) and puts
-    the requested side's in, with its tree first on ``sys.path`` and on ``PYTHONPATH``
-    (for the processes the suites start) and as the working directory."""
+    """Each commit's copy of the suites and of the modules they import, in one process: a
+    module whose top-level name is the benchmarks package's or at the top of a tree
+    (flashbench, ...) belongs to a side, the rest (numpy, torch, ...) is shared.
+    :meth:`use` swaps the sides' modules in ``sys.modules`` and puts the side's tree
+    first on ``sys.path``, on ``PYTHONPATH`` and as the working directory."""
 
     def __init__(self, root: str, trees: dict):
         from asv_runner._aux import update_sys_path
@@ -305,22 +298,14 @@ class Sides:
 
 
 def serve(root: str, trees: dict, out) -> int:
-    """Answer one JSON request per line of stdin with one JSON line on ``out``; the first
-    line is ``{"ready": true, "pid", "errors": {side: why}}`` (a side whose suites do not
-    import: its requests are answered "failed"). A request names its ``side`` (optional
-    where the process holds one):
-
-    - ``{"op": "list"}``: every benchmark's name, type, unit, version, timeout and param
-      labels (``name=repr``, as asv writes them), and its not-applicable grid points;
-    - ``{"op": "time", "name", "index", "number", "samples", "warmup"}``: per-call seconds
-      of ``samples`` samples of ``number`` calls (``number`` 0: calibrate to >= 10 ms a
-      sample), timed with the benchmark's ``timer``, gc off (:func:`time_point`);
-    - ``{"op": "pair", ..., "order": [A, B]}``: both sides interleaved (:func:`pair_point`);
-    - ``{"op": "track", "name", "index"}``: the track's value; ``{"op": "exit"}``.
-
-    A reply's ``status`` is "ok", "skipped" (NotImplementedError in setup or
-    setup_cache), "not-applicable" (skip_params), "missing" or "failed" (the exception's
-    last line in ``reason``). What the suites print goes to stderr."""
+    """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
+    "pid", "errors": {side: why}}``. Requests (``side`` optional with one side): ``list``
+    (benchmarks: name, type, unit, version, timeout, param labels as asv writes them,
+    not-applicable points), ``time`` (:func:`time_point`: ``number`` 0 calibrates to
+    >= 10 ms a sample), ``pair`` (:func:`pair_point`), ``track``, ``exit``. A reply's
+    ``status``: "ok", "skipped" (NotImplementedError in setup or setup_cache),
+    "not-applicable" (skip_params), "missing" or "failed" (the error's last line in
+    ``reason``); a side whose suites do not import answers "failed"."""
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
