@@ -27,7 +27,7 @@ import tempfile
 
 from flashbench.infra.locks import locked
 
-__all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
+__all__ = ["identity", "register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
            "check_machine_name", "asv_launch_method"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -104,17 +104,26 @@ def _write_atomic(path: str, data: dict) -> None:
         raise
 
 
+def identity(name: str | None = None) -> tuple[str, str, int, int]:
+    """(machine name, processor [; GPU], CPU count, RAM bytes) of this machine, registering
+    nothing: ``name``, else :func:`derived_name`; the processor text is asv's ``cpu``
+    field."""
+    ncpu = os.cpu_count() or 1
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    gpu, cpu = gpu_model(), cpu_model()
+    return (name or derived_name(cpu, gpu, ncpu, ram),
+            f"{cpu}; GPU: {gpu}" if gpu else cpu, ncpu, ram)
+
+
 def register(name: str | None = None) -> str:
     """Write this machine's entry (named ``name``, default :func:`derived_name`) into
     ~/.asv-machine.json and return the name. ValueError for a name that is a path, or
     an existing file that is not valid JSON (named, never overwritten)."""
-    ncpu = os.cpu_count() or 1
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpu, cpu = gpu_model(), cpu_model()
-    name = check_machine_name(name or derived_name(cpu, gpu, ncpu, ram))
+    name, cpu, ncpu, ram = identity(name)
+    name = check_machine_name(name)
     entry = {"machine": name, "os": f"{platform.system()} {platform.release()}",
-             "arch": platform.machine(), "cpu": f"{cpu}; GPU: {gpu}" if gpu else cpu,
-             "num_cpu": str(ncpu), "ram": str(ram // 1024)}
+             "arch": platform.machine(), "cpu": cpu, "num_cpu": str(ncpu),
+             "ram": str(ram // 1024)}
     path = os.path.expanduser("~/.asv-machine.json")
     with locked(path + ".lock"):  # a read-modify-write of path
         machines = {"version": 1}

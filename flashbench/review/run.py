@@ -12,7 +12,6 @@ RuntimeError (GitError, WorkerError, AsvError); SIGTERM and SIGINT end the revie
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -20,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from flashbench.infra.machine import cpu_model, derived_name, gpu_model
+from flashbench.infra.machine import gpu_model
+from flashbench.infra.machine import identity as machine_identity
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.asvrun import project
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
@@ -63,10 +63,7 @@ def _signals_raise():
 
 def identity(machine: str | None) -> tuple[str, str]:
     """(machine name, processor [; GPU]) of this machine, registering nothing."""
-    gpu, cpu = gpu_model(), cpu_model()
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    name = machine or derived_name(cpu, gpu, os.cpu_count() or 1, ram)
-    return name, f"{cpu}; GPU: {gpu}" if gpu else cpu
+    return machine_identity(machine)[:2]
 
 
 def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
