@@ -1,20 +1,14 @@
 """Decode backends: every decode implementation as data, beside the forward registry.
 
-A decode backend is called as ``fn(q, k_cache, v_cache, cache_seqlens, block_table=None,
-causal=False, scale=None)`` on torch tensors in the layouts of
-:mod:`flashbench.inputs.kvcache` and returns o [B, Nq, H, dv] in q's dtype, or
-``(o, lse)`` with lse [B, H, Nq]. ``flashbench check --decode --backend NAME`` takes the
-names of :data:`DECODE_BACKENDS` (the forward's names, for their decode counterparts:
-``triton``, ``torch-naive``, ``torch-sdpa``, ``flex``) and users' functions:
-
-- ``package.module:function`` whose function declares the decode signature with the
-  attribute ``flashbench_kind = "decode"`` (a forward function given to ``--decode`` is
-  a FAIL saying so); optional ``flashbench_dtypes`` as for forward backends;
-- entry points of the group ``flashbench.decode_backends`` (every installed one joins
-  ``check --decode``), so forward checks never call a decode function.
-
-A user's function is judged like flashbench's own kernel. Outputs are checked as the
-forward's are (:func:`checked_decode_output`): shape, dtype, non-finite values.
+Called as ``fn(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
+scale=None)`` on torch tensors (layouts of :mod:`flashbench.inputs.kvcache`), returning o
+[B, Nq, H, dv] or ``(o, lse)``; outputs are checked as the forward's are
+(:func:`checked_decode_output`). :data:`DECODE_BACKENDS` uses the forward's names for the
+decode counterparts (``triton``, ``torch-naive``, ``torch-sdpa``, ``flex``). A user's
+``package.module:function`` joins when the function declares ``flashbench_kind =
+"decode"`` (else it FAILs saying so), as do entry points of the group
+``flashbench.decode_backends``, so forward checks never call a decode function; it is
+judged like flashbench's own kernel.
 """
 
 from __future__ import annotations

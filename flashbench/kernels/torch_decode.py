@@ -1,19 +1,13 @@
 """torch's attention as peers of the decode kernel: the KV cache gathered, then attended.
 
-Layouts of :mod:`flashbench.inputs.kvcache` (q [B, Nq, H, d], caches contiguous or paged,
-``cache_seqlens``, ``block_table``); every peer returns o [B, Nq, H, dv] in q's dtype.
-torch has no paged attention op, so a peer first gathers each sequence's pages into a
-padded [B, Hkv, capacity, d] copy (:func:`gather_cache`; part of its timed cost, as for
-anyone calling SDPA on a paged cache) and masks the keys each row may see
-(:func:`visible_keys`: ragged lengths, bottom-right causal). Rows that see no key get
-o = 0 (SDPA gives NaN there).
-
-- naive: scores and softmax materialised in q's dtype, k and v expanded to H heads;
-- sdpa: ``scaled_dot_product_attention`` with the boolean mask and ``enable_gqa``;
-- flex: compiled ``flex_attention`` with a block mask built from ``cache_seqlens``.
-
-The LSE of an op that returns none is the stand-in of :mod:`flashbench.kernels.torch_peers`:
-float64 logsumexp of the masked scores, rounded to fp32 (:func:`decode_lse`).
+Layouts of :mod:`flashbench.inputs.kvcache`; every peer returns o [B, Nq, H, dv] in q's
+dtype. torch has no paged op, so a peer gathers each sequence's pages into a padded
+[B, Hkv, capacity, d] copy (:func:`gather_cache`, part of its timed cost) and masks the
+keys each row sees (:func:`visible_keys`: ragged, bottom-right causal); rows that see no
+key get o = 0. naive: scores and softmax in q's dtype; sdpa: the boolean mask and
+``enable_gqa``; flex: compiled ``flex_attention`` with a block mask from cache_seqlens.
+An op's missing LSE is the forward's stand-in (:func:`decode_lse`: float64, rounded to
+fp32).
 """
 
 from __future__ import annotations

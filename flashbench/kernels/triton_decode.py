@@ -1,27 +1,15 @@
 """Split-KV decode in Triton: a kernel reading a KV cache (paged through its block table)
 per key chunk, and the kernel that merges the chunks' partial states.
 
-Layouts and the causal rule are those of :mod:`flashbench.inputs.kvcache`
-(FlashAttention's ``flash_attn_with_kvcache``). :func:`triton_decode` launches:
-
-1. ``decode_split``, grid (B x Hkv, num_splits): one program holds the G x Nq query rows
-   of one kv head (G = H / Hkv query heads, padded to a power of two >= 16 for the dot)
-   and streams its chunk of keys in BLOCK_N blocks through the forward's fp32 (m, l)
-   recurrence (names as in :mod:`flashbench.kernels.triton_fwd`), each kv block read once
-   for the whole group. Paged: a block lies within one page (page_size a multiple of
-   BLOCK_N: one table entry per block) or covers whole pages (one entry per key); other
-   page sizes are refused. It writes O_s and LSE_s in fp32 (FlashAttention's out_accum,
-   softmax_lse_accum; docs/decode.md: a 16-bit LSE breaks the rule), or with one split
-   O in q's dtype and LSE directly.
-2. ``decode_merge``, one program per (b, h, query row), 16 chunks at a time: LSE =
-   logsumexp_s LSE_s and O = sum_s exp(LSE_s - LSE) O_s
-   (:func:`flashbench.reference.merge_states`'s rule; -inf chunks are not read).
-
-Splits: FlashAttention-2's ``num_splits_heuristic`` (:func:`choose_splits`) from the
-(B x Hkv) programs, the streaming multiprocessors and the cache's key blocks; or fixed
-by ``num_splits``. Chunks are cut over the cache's capacity (no device-to-host read of
-cache_seqlens), aligned to BLOCK_N. CPU tensors run both kernels under Triton's
-interpreter, with the forward's workarounds for bf16 (triton issue 11584).
+Layouts and the causal rule: :mod:`flashbench.inputs.kvcache`. ``decode_split``, grid
+(B x Hkv, num_splits): one program holds the G x Nq query rows of one kv head (each K/V
+block read once for the group) and streams its chunk through the forward's fp32 (m, l)
+recurrence (names as in :mod:`flashbench.kernels.triton_fwd`), writing O_s and LSE_s in
+fp32, or with one split O and LSE directly. ``decode_merge``, one program per query row:
+:func:`flashbench.reference.merge_states`'s rule, 16 chunks at a time. Splits:
+FlashAttention-2's heuristic (:func:`choose_splits`) or fixed. CPU tensors run both under
+Triton's interpreter with the forward's bf16 workarounds (triton issue 11584). Paging,
+chunking and why fp32 partials: docs/decode.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
-"""Decode cases of ``flashbench check --decode``: exactness of split-KV and paging, and
-accuracy per dtype and decode backend, as records (rendered by :mod:`flashbench.cli.decode`).
+"""Decode cases of ``flashbench check --decode``, as records (rendered by
+:mod:`flashbench.cli.decode`).
 
-- :class:`DecodeCase`: batch, heads (H/Hkv), Nq new tokens, head dim, the ragged cache
-  lengths, the page size (None: contiguous), causal, the input distribution; text form
-  ``BxH[/Hkv]xNqxd:L1,L2,...[:pP]``.
-- :func:`decode_exactness`: float64 split-KV merged vs one-shot (2, 3 and 16 splits), the
-  one-shot vs the forward reference on each gathered sequence, and paged vs contiguous
-  (bit for bit) -> :class:`flashbench.measure.forward.Exactness` records.
-- :func:`measure_decode`: the split-KV model (``split_model``, fp32 partials) and each
-  decode backend in each dtype against the float64 decode, with the baseline rule
-  against the same-dtype standard decode -> the forward's Accuracy / Unavailable /
-  Failed records; with ``bands``, each O's max |err| against the float64 decode of the
-  inputs as the kernel received them (rounded to the dtype: how the bands were measured),
-  to set beside the band's edge (:func:`band_edge`).
+- :class:`DecodeCase`: batch, H/Hkv, Nq, d, ragged cache lengths, page size (None:
+  contiguous), causal, distribution; text form ``BxH[/Hkv]xNqxd:L1,L2,...[:pP]``.
+- :func:`decode_exactness`: float64 split-KV merged vs one-shot, one-shot vs the forward
+  reference per sequence, paged vs contiguous (bit for bit): Exactness records.
+- :func:`measure_decode`: the split model and decode backends per dtype against float64,
+  the baseline rule against the standard decode: the forward's Accuracy / Unavailable /
+  Failed records; optionally O's error against the rounded inputs' decode, to set beside
+  the band's edge (:func:`band_edge`).
+- :func:`decode_bytes`: the bytes a decode call must move (the GPU's GB/s).
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Precision models of decode: split-KV with partial states stored in fp32, bf16 or fp16.
 
-:func:`split_decode_model` reproduces a split-KV decode kernel computing in T (the
-layouts and causal rule of :mod:`flashbench.inputs.kvcache`):
-
-1. q and the cached k, v are rounded to T.
-2. Each chunk of keys (:func:`flashbench.inputs.kvcache.split_bounds`, aligned to
-   ``block``) is streamed in blocks of ``block`` keys through the flash model's fp32
-   (m, l) recurrence, P rounded to T before ``P V``
-   (:func:`flashbench.reference.streaming.stream_attention`): a partial O_s (fp32,
-   normalised by its own l) and LSE_s (fp32).
-3. The partials are stored in ``partials`` (O_s) and ``lse_dtype`` (LSE_s): fp32 as
-   FlashAttention's ``out_accum`` / ``softmax_lse_accum``, or a 16-bit format, the
-   saving this model prices. With one split nothing is stored: O and LSE come straight
-   from the chunk.
-4. The merge (:func:`flashbench.reference.decode.merge`) runs in fp32 on the stored
-   values; O is rounded to T, LSE stays fp32.
-
-With one split and fp32 partials it is the flash model of one sequence. What rounding
-LSE_s costs: a weight ``exp(LSE_s - LSE)`` read from a LSE rounded by delta is off by a
-factor exp(delta), and |delta| <= ulp(|LSE_s|) / 2 grows with |LSE_s| (docs/decode.md has
-the measured figures). :func:`standard_decode_model` is the yardstick of the baseline
-rule: plain attention in T on each sequence's gathered cache.
+:func:`split_decode_model` is a split-KV decode kernel computing in T: q, k, v rounded to
+T; each key chunk (aligned to ``block``) streamed through the flash model's fp32 (m, l)
+recurrence with P rounded to T (:func:`flashbench.reference.streaming.stream_attention`);
+the partial O_s and LSE_s stored in ``partials`` / ``lse_dtype`` (with one split nothing
+is stored); merged in fp32 (:func:`flashbench.reference.decode.merge`); O rounded to T,
+LSE fp32. A weight read from an LSE rounded by delta is off by exp(delta), and delta
+grows with |LSE|: docs/decode.md has the measured cost. :func:`standard_decode_model`,
+plain attention in T on each sequence's gathered cache, is the baseline rule's yardstick.
 """
 
 from __future__ import annotations
