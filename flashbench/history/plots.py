@@ -82,28 +82,23 @@ def _grid(panels: int, cols: int, height: float = 2.5):
     cols = max(1, min(cols, panels))
     rows = -(-panels // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, height * rows + 0.6),
-                             squeeze=False, sharex=True)
+                             squeeze=False)
     for ax in list(axes.flat)[panels:]:
         ax.set_visible(False)
     return fig, axes
 
 
-def _commit_axis(axes, labels: dict, xs) -> None:
-    """Ticks at the figure's commits (shared x axis), at most 5 labelled with short hash
-    and date, labels under the lowest visible panel of each column only."""
+def _commit_axis(ax, labels: dict, xs) -> None:
+    """The panel's own commits on its x axis, at most 4 labelled (short hash and date;
+    the latest always)."""
     xs = sorted({int(x) for x in xs if x == x})
     if not xs:
         return
-    step = max(1, -(-len(xs) // 5))
-    ticks = xs[::-1][::step][::-1]  # the latest commit always labelled
-    ax0 = axes.flat[0]
-    ax0.set_xticks(ticks)
-    ax0.set_xticklabels([labels.get(x, str(x)) for x in ticks], fontsize=6)
-    ax0.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
-    for col in axes.T:
-        shown = [ax for ax in col if ax.get_visible()]
-        for ax in shown:
-            ax.xaxis.set_tick_params(labelbottom=ax is shown[-1])
+    step = max(1, -(-len(xs) // 4))
+    ticks = xs[::-1][::step][::-1]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([labels.get(x, str(x)) for x in ticks], fontsize=6)
+    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
 
 
 def _log_if_wide(ax, values) -> None:
@@ -205,7 +200,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
                 ax, g, "value", *style[_key(key)])
         _log(ax)
         ax.set_title(dtype or "dtype not recorded", fontsize=9)
-    _commit_axis(axes, labels, acc["commit"].map(order))
+        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
     unit = acc["unit"].dropna().astype(object).unique() if "unit" in acc else []
     for row in axes:
         row[0].set_ylabel(f"{unit[0] if len(unit) else MAIN_METRIC}", fontsize=8)
@@ -241,7 +236,7 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
             handles.setdefault(titles[(machine, cpu)], {}).setdefault(label, line)
         _log_if_wide(ax, sub["tflops"])
         ax.set_title(f"{shape.replace(' Nk=', '/')} {direction}", fontsize=8)
-    _commit_axis(axes, labels, pts["commit"].map(order))
+        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
     for row in axes:
         row[0].set_ylabel("TFLOP/s", fontsize=8)
     _finish(fig, axes, handles, "Throughput over history: TFLOP/s = FLOPs of the shape "
@@ -284,7 +279,7 @@ def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
                 ax, g, "p99", colour, marker)
         _log(ax)
         ax.set_title(f"{dtype} {dist}", fontsize=8)
-    _commit_axis(axes, labels, h["x"])
+        _commit_axis(ax, labels, sub["x"])
     unit = h["unit"].dropna().iloc[-1] if h["unit"].notna().any() else quantity
     for row in axes:
         row[0].set_ylabel(str(unit), fontsize=8)
