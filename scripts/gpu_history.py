@@ -111,7 +111,11 @@ def remove_stale(parent: Path) -> list[Path]:
 def extract(commit: str, dest: Path, repo: Path) -> Path:
     """The commit's flashbench/ under ``dest`` (``git archive``); HistoryError if it has none."""
     dest.mkdir(parents=True)
-    r = subprocess.run(["git", "archive", "--format=tar", commit, "flashbench"], cwd=repo,
+    paths = ["flashbench"]
+    if subprocess.run(["git", "cat-file", "-e", f"{commit}:scripts/gpu_bench.py"], cwd=repo,
+                      capture_output=True).returncode == 0:
+        paths.append("scripts/gpu_bench.py")  # its precompile, for --precompile
+    r = subprocess.run(["git", "archive", "--format=tar", commit, *paths], cwd=repo,
                        capture_output=True)
     if r.returncode != 0:
         raise HistoryError(f"COMMITS: {commit[:8]} has no flashbench/ folder: "
@@ -159,7 +163,33 @@ def summarise(path: Path) -> dict:
     return {"commit": data["commit_hash"], **counts}
 
 
-def run_commit(commit: str, args, repo: Path, out: Path, say) -> dict:
+PRECOMPILE = """
+import sys, time
+import gpu_bench
+if not hasattr(gpu_bench, "precompile"):
+    print("this commit's gpu_bench has no precompile"); sys.exit(0)
+t = time.time()
+errors = gpu_bench.precompile(True, int(sys.argv[1]))
+print(f"precompiled in {time.time() - t:.0f} s" + (f"; errors: {errors}" if errors else ""))
+"""
+
+
+def precompile(tree: Path, jobs: int, env: dict, timeout: float = 150) -> str:
+    """The commit's own ``gpu_bench.precompile`` (its quick plan, which holds the kernels
+    the GPU suites launch) in ``jobs`` processes into the shared Triton cache."""
+    if not (tree / "scripts" / "gpu_bench.py").exists():
+        return "no scripts/gpu_bench.py at this commit"
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tree / "scripts"), str(tree)])}
+    try:
+        r = subprocess.run([sys.executable, "-c", PRECOMPILE, str(jobs)], cwd=tree, env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"stopped after {timeout:.0f} s (the run compiles what is missing)"
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    return lines[-1][:300] if lines else f"exit {r.returncode}"
+
+
+def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True) -> dict:
     """One commit: asv into a private folder, then the files moved into ``out``."""
     work = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{os.getpid()}-", dir=out.parent))
     try:
@@ -178,6 +208,9 @@ def run_commit(commit: str, args, repo: Path, out: Path, say) -> dict:
         if args.attribute:
             cmd += sum((["-a", a] for a in args.attribute), [])
         start = time.monotonic()
+        if args.precompile and fresh:
+            say(f"{commit[:8]} precompile ({args.precompile} processes): "
+                f"{precompile(tree, args.precompile, env)}")
         r = run_in_session(cmd, repo, env)
         (work / "asv.log").write_text(r.stdout + r.stderr)
         written = sorted(results.glob(f"{args.machine}/{commit[:8]}-*.json"))
@@ -225,6 +258,9 @@ def parser() -> argparse.ArgumentParser:
                    help="asv's launch method (default forkserver: the suites are imported "
                    "once; safe with CUDA, docs/gpu.md)")
     p.add_argument("--triton-cache", help="TRITON_CACHE_DIR shared by every commit")
+    p.add_argument("--precompile", type=int, default=0, metavar="N",
+                   help="before a commit whose kernels were not seen yet, compile its "
+                   "gpu_bench plan in N processes (a GPU machine; 0: no)")
     p.add_argument("--repo", default=str(ROOT), help="the git checkout whose commits and "
                    "benchmarks/ are used (default: this script's)")
     p.add_argument("-a", "--attribute", action="append", help="asv run -a (e.g. repeat=3)")
@@ -257,7 +293,8 @@ def main(argv=None) -> int:
             if tree in seen_kernels else ""
         seen_kernels.setdefault(tree, commit)
         try:
-            f = run_commit(commit, args, repo, out, print)
+            f = run_commit(commit, args, repo, out, lambda m: print(m, flush=True),
+                           fresh=not reuse)
         except KeyboardInterrupt:
             print(f"gpu_history: interrupted during {commit[:8]}: nothing of it written to "
                   f"{out}", file=sys.stderr)
