@@ -23,7 +23,8 @@
 # Exit status: 0 every phase as expected, 1 some phase not, 2 usage, 3 no GPU.
 set -u
 usage="usage: bash scripts/gpu_session.sh OUTDIR [--dry-run]   (env: PYTHON, FLASHBENCH_WHEELS,
-  GPU_SESSION_BUDGET, GPU_SESSION_COMMITS, GPU_SESSION_TESTS, GPU_SESSION_LAUNCH)"
+  GPU_SESSION_BUDGET, GPU_SESSION_COMMITS, GPU_SESSION_TESTS, GPU_SESSION_WORKERS,
+  GPU_SESSION_LAUNCH)"
 DRY=0
 [ "${2:-}" = "--dry-run" ] && DRY=1
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ] ||
@@ -101,7 +102,8 @@ fi
 
 # -- correctness on the GPU
 XDIST=()
-"$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+WORKERS=${GPU_SESSION_WORKERS:-8}
+[ "$WORKERS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n "$WORKERS")
 TESTS=${GPU_SESSION_TESTS:-tests/test_gpu_kernel.py tests/test_gpu_suites.py tests/test_triton.py}
 # shellcheck disable=SC2086  # TESTS is a list of paths
 phase tests 100 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
