@@ -92,7 +92,7 @@ def fp32_case_part(device: str, shape: Shape) -> dict:
 
 def slow_config_part(shapes: list[str]) -> list[dict]:
     from flashbench.kernels import triton_fwd
-    from flashbench.timing import device_samples
+    from flashbench.measure.timing import device_samples
 
     rows = []
     for spec in shapes:

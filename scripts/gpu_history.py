@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from flashbench.machine import check_machine_name, register  # noqa: E402
+from flashbench.infra.machine import check_machine_name, register  # noqa: E402
 from flashbench.review.asvrun import run_in_session  # noqa: E402
 
 PARTIAL = ".gpu-history-"  # prefix of the private folders beside --out

@@ -85,7 +85,7 @@ phase() {
 }
 
 # -- what this machine is
-{ "$PY" -c "import flashbench.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
+{ "$PY" -c "import flashbench.measure.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
   nvidia-smi || true; } > "$OUT/machine.txt" 2>&1
 
 # -- wheels: asv into a private target, never the system
@@ -116,7 +116,7 @@ phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:
   -q -rA --tb=short tests/test_gpu_kernel.py -k "fp8 and 256"
 
 # -- asv history of the commits, on this machine's name
-MACHINE=$("$PY" -m flashbench.machine 2>>"$OUT/history.log" | tail -1)
+MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/history.log" | tail -1)
 say "history: machine $MACHINE, commits $COMMITS"
 # shellcheck disable=SC2086  # COMMITS is a list
 phase history 230 0 "$PY" scripts/gpu_history.py --machine "$MACHINE" --out "$OUT/results" \
