@@ -32,22 +32,15 @@ if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ] ||
   echo "$usage" >&2
   exit 2
 fi
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$1" || { echo "gpu_session: cannot create OUTDIR $1" >&2; exit 2; }
-OUT=$(cd "$1" && pwd)
-PY=${PYTHON:-python3}
-WHEELS=${FLASHBENCH_WHEELS:-$REPO/wheels}
-BUDGET=${GPU_SESSION_BUDGET:-540}
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_start gpu_session "$1" "${GPU_SESSION_BUDGET:-540}"
 # main's commits that changed flashbench/kernels (git log -- flashbench/kernels), most
 # recent first, so that a cut budget still spans the history:
 #   011b6e4 CUDA causal mask built once per shape   5e46b2a the Triton backward
 #   5992dcc FP8 in the GPU run (triton_fp8 used)    f2db96a kernels review findings
 #   7c31a4a interpreted launch restores triton.language
 COMMITS=${GPU_SESSION_COMMITS:-011b6e4 5e46b2a 5992dcc f2db96a 7c31a4a}
-START=$(date +%s)
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
 cd "$REPO" || exit 2
 
 if [ $DRY -eq 0 ] &&
@@ -55,50 +48,15 @@ if [ $DRY -eq 0 ] &&
   say "gpu_session: no CUDA GPU visible to torch ($PY) (--dry-run runs every phase anyway)"
   exit 3
 fi
-export PYTHONUNBUFFERED=1
-export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 export PYTORCH_NVML_BASED_CUDA_CHECK=1  # torch.cuda.is_available() never initialises CUDA
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/flashbench-triton-cache}  # one, all phases
 export TRITON_CACHE_AUTOTUNING=1
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-FAILED=0
-
-# phase NAME LIMIT EXPECTED_EXIT CMD...: run with a time limit (capped by the budget left),
-# output to OUT/NAME.log, one summary line.
-phase() {
-  local name=$1 limit=$2 expect=$3 left t0 rc status
-  shift 3
-  left=$(( BUDGET - ($(date +%s) - START) ))
-  if [ "$left" -lt 20 ]; then
-    say "$name: not run (budget of ${BUDGET}s spent)"; FAILED=1; return
-  fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  t0=$(date +%s)
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  rc=$?
-  status="ok (exit $rc)"
-  if [ $rc -ne "$expect" ]; then
-    status="UNEXPECTED exit $rc, expected $expect$([ $rc -eq 124 ] && echo ", time limit ${limit}s")"
-    FAILED=1
-  fi
-  say "$name: $status in $(( $(date +%s) - t0 ))s, limit ${limit}s (log: $name.log)"
-}
 
 # -- what this machine is
-{ "$PY" -c "import flashbench.measure.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
-  nvidia-smi || true; } > "$OUT/machine.txt" 2>&1
+gpu_machine
 
 # -- wheels: asv into a private target, never the system
-SITE=$(mktemp -d /tmp/flashbench-site.XXXXXX)
-if "$PY" -c "import asv, asv_runner, yyjson" 2>/dev/null; then
-  say "wheels: asv already importable"
-elif ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-  phase wheels 60 0 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-  export PYTHONPATH="$PYTHONPATH:$SITE"
-else
-  say "wheels: none in $WHEELS and no asv here: history and reviews will fail (gpu_wheels.sh)"
-fi
+gpu_wheels
 
 # -- correctness on the GPU
 XDIST=()
