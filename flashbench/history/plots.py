@@ -61,14 +61,29 @@ def _key(values) -> tuple:
     return tuple(None if isinstance(v, float) and v != v else v for v in values)
 
 
-def palette(series: list[tuple]) -> dict:
+def machine_order(df: pd.DataFrame) -> list[tuple]:
+    """Every (machine, cpu) of a frame, GPU machines (a cpu field naming a GPU) first:
+    the order colour families are handed out in, the same in every plot of a report."""
+    ids = with_identity(df)[IDENTITY].astype(object).drop_duplicates()
+    return sorted({_key(m) for m in ids.itertuples(index=False, name=None)}, key=_gpu_first)
+
+
+def _gpu_first(machine: tuple) -> tuple:
+    name, cpu = str(machine[0]), str(machine[1])
+    return ("GPU:" not in cpu and name.startswith("cpu-"), name, cpu)
+
+
+def palette(series: list[tuple], machines: list[tuple] | None = None) -> dict:
     """series key (machine, cpu, *rest) -> (colour, marker): one colour family per
-    machine (GPU machines, whose cpu field names a GPU, first), a shade per series."""
+    machine, in ``machines`` order (default: the series' machines, GPU machines first),
+    a shade and a marker per series within it."""
     plt = _pyplot()
-    machines = sorted({s[:2] for s in series}, key=lambda m: (
-        "GPU:" not in str(m[1]) and str(m[0]).startswith("cpu-"), str(m[0]), str(m[1])))
+    found = {s[:2] for s in series}
+    order = list(machines or []) + sorted(found - set(machines or []), key=_gpu_first)
     out = {}
-    for k, m in enumerate(machines):
+    for k, m in enumerate(order):  # a machine keeps its family in every plot
+        if m not in found:
+            continue
         cmap = plt.get_cmap(FAMILIES[k % len(FAMILIES)])
         mine = [s for s in series if s[:2] == m]
         for i, s in enumerate(mine):
@@ -185,7 +200,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     several = {c: acc[c].nunique(dropna=False) > 1 for c in ("shape", "dist")}
     keys = [*IDENTITY, "kernel", "shape", "dist"]
     series = [_key(s) for s in acc[keys].drop_duplicates().itertuples(index=False, name=None)]
-    style, titles = palette(series), _machine_titles(series)
+    style, titles = palette(series, machine_order(df)), _machine_titles(series)
     fig, axes = _grid(len(dtypes), 3)
     handles: dict = {}
     for ax, dtype in zip(axes.flat, dtypes, strict=False):
@@ -222,7 +237,7 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
     panels = sorted(gpu.index, key=lambda k: (not gpu[k], k[0], k[1]))
     keys = [*IDENTITY, "backend", "dtype", "variant"]
     series = [_key(s) for s in pts[keys].drop_duplicates().itertuples(index=False, name=None)]
-    style, titles = palette(series), _machine_titles(series)
+    style, titles = palette(series, machine_order(df)), _machine_titles(series)
     fig, axes = _grid(len(panels), 3)
     handles: dict = {}
     for ax, (shape, direction) in zip(axes.flat, panels, strict=False):
@@ -245,10 +260,11 @@ def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
 
 
 def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
-               kernel: str = "flash_model") -> bool:
+               kernel: str = "flash_model", machines: list[tuple] | None = None) -> bool:
     """The bands suite's bands over commits: one panel per dtype x distribution, per N
     (a shade of the machine's colour, darker for larger N) the p50..max range shaded and
-    the p99 as a line; non-causal rows (causal where there are none). False: nothing."""
+    the p99 as a line; non-causal rows (causal where there are none). ``machines``:
+    :func:`machine_order` of the whole frame (the report's colours). False: nothing."""
     h = history[(history["quantity"] == quantity) & (history["kernel"] == kernel)]
     if h.empty:
         return False
@@ -261,7 +277,7 @@ def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
     series = sorted((_key(s) for s in h[keys].drop_duplicates().itertuples(index=False,
                                                                            name=None)),
                     key=lambda s: (str(s[0]), str(s[1]), s[2]))
-    style, titles = palette(series), _machine_titles(series)
+    style, titles = palette(series, machines), _machine_titles(series)
     fig, axes = _grid(len(dtypes) * len(dists), len(dists), height=2.2)
     labels = {}
     for c, x, d in h[["commit", "x", "date"]].drop_duplicates("commit").itertuples(index=False):

@@ -18,7 +18,13 @@ from tabulate import tabulate
 
 from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
-from flashbench.history.plots import commit_order, plot_bands, plot_errors, plot_tflops
+from flashbench.history.plots import (
+    commit_order,
+    machine_order,
+    plot_bands,
+    plot_errors,
+    plot_tflops,
+)
 from flashbench.history.steps import steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
@@ -135,7 +141,7 @@ def build_report(results_dir, out, force: bool = False) -> str:
     band_rows = band_history(df)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
-        ("bands.png", plot_bands(band_rows, out / "bands.png")),
+        ("bands.png", plot_bands(band_rows, out / "bands.png", machines=machine_order(df))),
         ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
