@@ -181,10 +181,13 @@ def test_the_slurm_script_passes_shellcheck():
     assert r.returncode == 0, r.stdout
 
 
-@pytest.mark.skipif(shutil.which("check-jsonschema") is None,
-                    reason="check-jsonschema not installed (pip install check-jsonschema)")
+CHECK_JSONSCHEMA = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.skipif(CHECK_JSONSCHEMA is None,
+                    reason="check-jsonschema not installed (the test extra installs it)")
 def test_the_workflow_passes_the_github_workflow_schema():
-    r = subprocess.run(["check-jsonschema", "--builtin-schema", "vendor.github-workflows",
+    r = subprocess.run([CHECK_JSONSCHEMA, "--builtin-schema", "vendor.github-workflows",
                         str(ROOT / ".github" / "workflows" / "asv.yml")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
