@@ -25,7 +25,8 @@ import numpy as np
 
 from flashbench.inputs.validation import check_causal
 
-__all__ = ["Variant", "variant_of", "no_variant", "variant_kwargs", "check_cu_seqlens"]
+__all__ = ["Variant", "variant_of", "no_variant", "variant_kwargs", "check_cu_seqlens",
+           "check_cu_pair"]
 
 
 def _check_window(window) -> tuple[int, int]:
@@ -258,3 +259,15 @@ def check_cu_seqlens(cu, name: str, total: int, max_seqlen=None) -> np.ndarray:
             raise ValueError(f"max_seqlen for {name} is {max_seqlen}, smaller than its "
                              f"longest sequence ({longest})")
     return arr
+
+
+def check_cu_pair(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_seqlen_q=None,
+                  max_seqlen_k=None) -> tuple[np.ndarray, np.ndarray]:
+    """Both cumulative lengths of a packed batch (:func:`check_cu_seqlens`), holding the same
+    number of sequences; returns them as int64 arrays."""
+    cu_q = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", total_q, max_seqlen_q)
+    cu_k = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", total_k, max_seqlen_k)
+    if cu_q.shape != cu_k.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must hold the same number of "
+                         f"sequences B + 1: got {cu_q.shape[0]} and {cu_k.shape[0]}")
+    return cu_q, cu_k

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flashbench.inputs.variant import Variant, check_cu_seqlens, variant_of
+from flashbench.inputs.variant import Variant, check_cu_pair, variant_of
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_heads
 
@@ -181,11 +181,8 @@ def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             raise ValueError(f"{name} must be a torch.Tensor of the packed shape "
                              f"[total, heads, d], got {getattr(t, 'shape', type(t).__name__)}")
-    cu_q_np = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q)
-    cu_k_np = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k)
-    if cu_q_np.shape != cu_k_np.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must hold the same number of "
-                         f"sequences B + 1: got {cu_q_np.shape[0]} and {cu_k_np.shape[0]}")
+    cu_q_np, cu_k_np = check_cu_pair(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                                     max_seqlen_q, max_seqlen_k)
     total_q, H, d = q.shape
     batch = cu_q_np.shape[0] - 1
     max_q = int(max_seqlen_q or max(int((cu_q_np[1:] - cu_q_np[:-1]).max()), 1))

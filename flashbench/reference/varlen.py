@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.inputs.validation import as_float_array, check_finite
-from flashbench.inputs.variant import check_cu_seqlens, variant_of
+from flashbench.inputs.variant import check_cu_pair, variant_of
 from flashbench.reference import oneshot
 
 __all__ = ["varlen_attention", "online_varlen_attention", "varlen_attention_grad",
@@ -37,11 +37,8 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seq
     if k.shape[0] != v.shape[0]:
         raise ValueError(f"k and v must have the same packed length total_k: k has "
                          f"{k.shape[0]}, v has {v.shape[0]}")
-    cu_q = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q)
-    cu_k = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k)
-    if cu_q.shape != cu_k.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must hold the same number of "
-                         f"sequences B + 1: got {cu_q.shape[0]} and {cu_k.shape[0]}")
+    cu_q, cu_k = check_cu_pair(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                               max_seqlen_q, max_seqlen_k)
     return q, k, v, cu_q, cu_k
 
 
