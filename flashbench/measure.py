@@ -35,7 +35,7 @@ from flashbench.streaming import causal_mask
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "exactness", "unavailable_reason", "measure_accuracy"]
+           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -216,6 +216,29 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
                     peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **extra)
 
 
+def private(*arrays) -> tuple:
+    """The harness's own copies of the inputs, read-only: the reference, the models and
+    every yardstick are computed from them, and no backend is ever given them
+    (:func:`handed`). Arrays already read-only are taken as they are."""
+    out = []
+    for x in arrays:
+        if x.flags.writeable or x.base is not None:
+            x = np.array(x)
+            x.flags.writeable = False
+        out.append(x)
+    return tuple(out)
+
+
+def handed(precision: str, *arrays) -> list:
+    """Fresh torch copies of ``arrays`` in ``precision`` for one backend call: whatever a
+    backend does to them reaches no other backend and none of the harness's arrays."""
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]
+
+
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
                      inputs=None, ref=None) -> list[Accuracy | Unavailable]:
@@ -223,13 +246,15 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
 
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
-    (else drawn from ``case`` and ``seed``). Returns one record per kernel x dtype,
+    (else drawn from ``case`` and ``seed``); every backend call gets its own copies
+    (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
+    Returns one record per kernel x dtype,
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
-    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
+    q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
     ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
     for dtype in dtypes:
@@ -238,7 +263,6 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
         # where the standard model overflowed (computed once, when first asked for)
         flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
                                         causal=case.causal))
-        tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
@@ -257,14 +281,8 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 continue
             say(f"  {name} {dtype}")
             given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
-            if given not in tensors:
-                import torch
-
-                from flashbench.kernels.checks import torch_dtype
-
-                tensors[given] = [torch.from_numpy(x).to(torch_dtype(given)) for x in (q, k, v)]
             try:
-                out = backend(*tensors[given], causal=case.causal, dtype=dtype)
+                out = backend(*handed(given, q, k, v), causal=case.causal, dtype=dtype)
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue

@@ -55,7 +55,7 @@ from functools import partial
 import torch
 
 from flashbench import reference
-from flashbench.backends.outputs import checked_output
+from flashbench.backends.outputs import checked_output, modified_inputs, snapshot
 from flashbench.inputs import Shape
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
@@ -130,6 +130,12 @@ class Backend:
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
     default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
+    # (q, k, v, do, causal) -> (dq, dk, dv) where the gradients are computed elsewhere (a
+    # user's function: in its worker process); None: autograd through ``timed`` here
+    grads: Callable | None = None
+    # whether its calls ran a Triton kernel under the interpreter (a user's function, seen
+    # by its worker): a FAIL in bf16 / fp8 then names the interpreter as the likely cause
+    ran_interpreted: Callable[[], bool] = _never
 
     @property
     def timed_fn(self) -> Callable:
@@ -174,7 +180,9 @@ class Backend:
 
     def __call__(self, q, k, v, causal: bool = False, scale: float | None = None,
                  dtype: str | None = None):
-        """(o, lse) for accuracy checks, validated (:func:`checked_output`).
+        """(o, lse) for accuracy checks, validated (:func:`checked_output`); a call that
+        changes its q, k or v fails ("modified its inputs in place": they are compared
+        with copies taken before the call).
 
         ``dtype``: for a backend with ``inputs``, the precision it computes in (None: its
         first); every other backend computes in q's dtype.
@@ -195,12 +203,16 @@ class Backend:
         if reason is not None:
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
+        saved = snapshot(q, k, v)
         try:
             out = self.fn(q, k, v, causal=causal, scale=scale)
         except (BackendUnavailable, BackendFailed):
             raise
         except Exception as exc:
             raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
+        changed = modified_inputs((q, k, v), saved)
+        if changed is not None:
+            raise BackendFailed(changed)
         return checked_output(out, q, k, v, causal, scale, self.out_dtype, self.own_lse)
 
 

@@ -7,7 +7,8 @@ import json
 import sys
 from dataclasses import replace
 
-from flashbench.cli.common import jsonable, parse_shape, positive_int
+from flashbench.backends.worker import DEFAULT_TIME_LIMIT
+from flashbench.cli.common import finite, jsonable, parse_shape, positive_int
 from flashbench.inputs import DISTRIBUTIONS
 from flashbench.precision import CHECK_DTYPES, DTYPES
 
@@ -50,6 +51,11 @@ def add_parser(sub) -> None:
                    "on a GPU machine every backend")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
+    c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
+                   metavar="SECONDS",
+                   help="per-call time limit of a user's kernel (its import, each forward, "
+                   "each backward), after which it FAILs and its later calls are not run "
+                   f"(default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.set_defaults(func=run)
@@ -86,7 +92,8 @@ def run(args) -> int:
     backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=cases if args.shape else None)  # None: default gradient cases
+                       grad_cases=cases if args.shape else None,  # None: default gradient cases
+                       time_limit=args.timeout)
     if args.json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()

@@ -1,0 +1,188 @@
+"""The kernel under test is untrusted code (issue 24): whatever a user's kernel does to its
+inputs, the process or stdout, it fails alone, by name, and every other verdict stands."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.cli import main
+
+KERNELS = textwrap.dedent('''
+    import math
+    import os
+    import sys
+    import time
+
+    import torch
+
+    def _attn(q, k, v, causal=False, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q.double() @ k.double().transpose(-1, -2)) * scale
+        if causal:
+            nq, nk = q.shape[-2], k.shape[-2]
+            keep = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        return (p @ v.double()).to(q.dtype), lse
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+
+    def vandal(q, k, v, causal=False, scale=None):
+        out = _attn(q, k, v, causal, scale)
+        q.mul_(3)
+        k.zero_()
+        v.add_(1)
+        return out
+
+    def vandal64(q, k, v, causal=False, scale=None):
+        return vandal(q, k, v, causal, scale)
+    vandal64.flashbench_dtypes = ("fp64", "fp32", "fp16", "bf16")
+
+    def good64(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+    good64.flashbench_dtypes = ("fp64", "fp32", "fp16", "bf16")
+
+    def exits(q, k, v, causal=False, scale=None):
+        sys.exit(0)
+
+    def interrupts(q, k, v, causal=False, scale=None):
+        raise KeyboardInterrupt
+
+    def dies(q, k, v, causal=False, scale=None):
+        os._exit(0)
+
+    def sparse(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)[0].to_sparse()
+
+    def meta(q, k, v, causal=False, scale=None):
+        return torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device="meta")
+
+    def odd_object(q, k, v, causal=False, scale=None):
+        return (x for x in range(3))
+
+    def chatty(q, k, v, causal=False, scale=None):
+        print("hello from the kernel")
+        return _attn(q, k, v, causal, scale)
+
+    def hangs(q, k, v, causal=False, scale=None):
+        time.sleep(3600)
+
+    def grad_vandal(q, k, v, causal=False, scale=None):
+        o, lse = _attn(q, k, v, causal, scale)
+        with torch.no_grad():
+            q.mul_(3)
+        return o, lse
+    grad_vandal.flashbench_differentiable = True
+
+    print("imported and printing at import time")
+''')
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """``fbuntrusted`` importable from a temp dir on sys.path (and by the workers)."""
+    (tmp_path / "fbuntrusted.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fbuntrusted", raising=False)
+    yield tmp_path
+    sys.modules.pop("fbuntrusted", None)
+
+
+def check(capsys, *args, dtypes=("fp32",)):
+    rc = main(["check", "--shape", "1x2x64x32", "--causal", "off", "--dist", "normal",
+               "--dtype", *dtypes, "--json", "--quiet", *args])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def rows(report, backend):
+    return [r for r in report["backends"] if r["backend"] == backend]
+
+
+def test_a_kernel_that_changes_its_inputs_fails_alone(kernels, capsys):
+    """Probe 1: q.mul_(3); k.zero_(); v.add_(1) after a correct o: that kernel FAILs by
+    name, the correct kernel run after it on the same case PASSes."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:vandal", "--backend", "fbuntrusted:good",
+                       "--backend", "torch-naive")
+    (bad,) = rows(report, "fbuntrusted:vandal")
+    assert not bad["passed"] and "modified its inputs in place (q, k, v)" in bad["failed"]
+    (good,) = rows(report, "fbuntrusted:good")
+    assert good["passed"] and good["o_ratio"] < 2
+    (peer,) = rows(report, "torch-naive")
+    assert peer["passed"]
+    assert rc == 1 and not report["passed"]
+
+
+def test_a_vandal_declaring_fp64_cannot_reach_the_reference_or_the_yardsticks(kernels, capsys):
+    """Probe 2: a kernel that declares fp64 got flashbench's own arrays (from_numpy does
+    not copy); after it, every later dtype's yardstick came from corrupted inputs."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:vandal64",
+                       "--backend", "fbuntrusted:good64", dtypes=("fp64", "fp32", "bf16"))
+    assert all(not r["passed"] for r in rows(report, "fbuntrusted:vandal64"))
+    goods = rows(report, "fbuntrusted:good64")
+    assert [r["dtype"] for r in goods] == ["fp64", "fp32", "bf16"]
+    assert all(r["passed"] for r in goods[1:])  # (fp64: its LSE is judged against 0 error)
+    assert all(r["o"]["max_abs"] < 0.05 for r in goods + report["dtypes"])  # inputs untouched
+    assert all(r["o_standard"]["max_abs"] < 0.05 for r in goods)  # the yardsticks too
+    assert all(r["passed"] for r in report["dtypes"] + report["exactness"])
+    assert rc == 1
+
+
+@pytest.mark.parametrize("fn,reason", [
+    ("exits", "called sys.exit(0)"),
+    ("interrupts", "raised KeyboardInterrupt"),
+    ("dies", "its worker process ended during the call (exit status 0)"),
+    ("sparse", "returned o as a torch.sparse_coo tensor; expected a dense (strided)"),
+    ("meta", "returned o on the meta device"),
+    ("odd_object", "returned a generator; expected o or (o, lse) torch tensors"),
+])
+def test_each_way_out_fails_the_kernel_and_the_check_goes_on(kernels, capsys, fn, reason):
+    """Probes 3 and 4: sys.exit, KeyboardInterrupt, a dying process and odd outputs FAIL
+    that kernel with the reason; the kernel after it is still judged."""
+    name = f"fbuntrusted:{fn}"
+    rc, report = check(capsys, "--backend", name, "--backend", "fbuntrusted:good")
+    (row,) = rows(report, name)
+    assert not row["passed"] and reason in row["failed"], row
+    assert rows(report, "fbuntrusted:good")[0]["passed"]
+    assert rc == 1
+
+
+def test_prints_do_not_reach_stdout(kernels, capsys):
+    """Probe 4: a kernel that prints (at import and per call) leaves --json parseable."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:chatty")
+    assert rc == 0 and rows(report, "fbuntrusted:chatty")[0]["passed"]
+
+
+def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):
+    """Probe 4: a kernel that hangs FAILs after --timeout seconds (the first call; later
+    calls are not run), and the rest of the check reports."""
+    rc, report = check(capsys, "--timeout", "5", "--backend", "fbuntrusted:hangs",
+                       "--backend", "fbuntrusted:good", dtypes=("fp32", "fp16"))
+    first, second = rows(report, "fbuntrusted:hangs")
+    assert "exceeded the per-call time limit of 5 s" in first["failed"]
+    assert "not run: an earlier call exceeded the per-call time limit" in second["failed"]
+    assert all(r["passed"] for r in rows(report, "fbuntrusted:good"))
+    assert rc == 1
+
+
+def test_gradients_of_a_kernel_that_changes_its_inputs_fail(kernels, capsys):
+    rc, report = check(capsys, "--backend", "fbuntrusted:grad_vandal")
+    (grad,) = [r for r in report["gradients"] if r["kernel"] == "fbuntrusted:grad_vandal"]
+    assert "modified its inputs in place (q)" in grad["failed"]
+    assert rc == 1
+
+
+def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(kernels):
+    """Probe 3 as CI sees it: a separate process, exit status 1 and a RESULT line."""
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
+                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
+                        "--backend", "fbuntrusted:exits"], capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONPATH": f"{kernels}:"
+                            + ":".join(p for p in sys.path if p)}, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert "RESULT: FAIL" in r.stdout and "called sys.exit(0)" in r.stdout
