@@ -209,6 +209,12 @@ def render_text(report: dict) -> str:
     for (backend, why, peer), where in failed.items():
         out.append(f"   {backend} FAIL{' (peer)' if peer else ''} ({why}): "
                    f"{', '.join(dict.fromkeys(where))}")
+    noted = {}
+    for b in report["backends"]:
+        if b.get("note"):
+            noted.setdefault((b["backend"], b["note"]), []).append(f"{b['case']} {b['dtype']}")
+    for (backend, note), where in noted.items():
+        out.append(f"   {backend} FAIL ({note}): {', '.join(where)}")
     if report.get("grad_cases"):
         out += ["", *_render_gradients(report)]
     out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]

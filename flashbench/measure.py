@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -35,7 +35,8 @@ from flashbench.streaming import causal_mask
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed"]
+           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed",
+           "INTERPRETER_NOTE", "with_note"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -43,6 +44,12 @@ INTERPRETER_LIMIT = 2 * 1024 * 1024
 INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
 # Accuracy.lse_note: why an LSE is not judged (None: the kernel's own LSE, judged)
 LSE_NOT_RETURNED = "not returned by the kernel (not judged)"
+# a user's Triton kernel under the interpreter: flashbench fixes its bf16 dots and its fp32 ->
+# bf16 / e4m3 casts (flashbench.kernels.interpreter.patch_interpreter), not the rest
+INTERPRETED_WRONG = ("bf16", "fp8")
+INTERPRETER_NOTE = ("ran under Triton's interpreter (TRITON_INTERPRET=1), whose bf16 and fp8 "
+                    "arithmetic beyond dots and casts runs on raw bits: the interpreter is the "
+                    "likely cause; check on a GPU")
 LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumexp of the "
                 "inputs, rounded to fp32), shown for information (not judged)")
 
@@ -104,6 +111,7 @@ class Accuracy:
     ``yardsticks``: None when every ratio is against the same-dtype standard model;
     else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
     model overflowed (:func:`flashbench.accuracy.baseline_rule`).
+    ``note``: a FAIL's likely cause flashbench knows of (:data:`INTERPRETER_NOTE`).
     """
 
     case: Case
@@ -121,6 +129,7 @@ class Accuracy:
     streamed_vs_oneshot_lse: dict | None = None
     lse_note: str | None = None
     yardsticks: dict | None = None
+    note: str | None = None
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -187,6 +196,14 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     reason = backend.unavailable_for(shape, dtype)
     if reason is None and interpreter_too_slow(backend, shape):
         reason = INTERPRETER_TOO_SLOW
+    return reason
+
+
+def with_note(reason: str, backend, dtype: str) -> str:
+    """``reason`` with :data:`INTERPRETER_NOTE` appended where a user's kernel ran under
+    Triton's interpreter in a dtype whose arithmetic the interpreter gets wrong."""
+    if dtype in INTERPRETED_WRONG and backend.ran_interpreted():
+        return f"{reason}; {INTERPRETER_NOTE}" if reason else INTERPRETER_NOTE
     return reason
 
 
@@ -287,9 +304,13 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
             except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
-                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer))
+            rec = _accuracy(case, name, dtype, out, std, ref, fallback=flash,
+                            own_lse=getattr(out, "own_lse", True), peer=backend.peer)
+            if not rec.passed and with_note("", backend, dtype):
+                rec = replace(rec, note=INTERPRETER_NOTE)
+            records.append(rec)
     return records
 

@@ -41,6 +41,7 @@ from flashbench.measure import (
     handed,
     private,
     unavailable_reason,
+    with_note,
 )
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
@@ -227,7 +228,8 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
             except BackendFailed as exc:  # its inputs modified, its worker's verdict
-                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
             except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
                 records.append(Failed(case, name, dtype, f"backward raised "

@@ -7,6 +7,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench.cli import main
 
@@ -93,8 +95,8 @@ def kernels(tmp_path, monkeypatch):
     sys.modules.pop("fbuntrusted", None)
 
 
-def check(capsys, *args, dtypes=("fp32",)):
-    rc = main(["check", "--shape", "1x2x64x32", "--causal", "off", "--dist", "normal",
+def check(capsys, *args, dtypes=("fp32",), shape="1x2x64x32"):
+    rc = main(["check", "--shape", shape, "--causal", "off", "--dist", "normal",
                "--dtype", *dtypes, "--json", "--quiet", *args])
     out = capsys.readouterr().out
     return rc, json.loads(out)
@@ -186,3 +188,99 @@ def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(kernels):
                             + ":".join(p for p in sys.path if p)}, timeout=300)
     assert r.returncode == 1, r.stderr
     assert "RESULT: FAIL" in r.stdout and "called sys.exit(0)" in r.stdout
+
+
+TRITON_KERNELS = textwrap.dedent('''
+    import math
+
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _attn(Q, K, V, O, L, scale, N: tl.constexpr, D: tl.constexpr, DOUBLE_V: tl.constexpr):
+        bh = tl.program_id(0)
+        rows = tl.arange(0, N)
+        offs = bh * N * D + rows[:, None] * D + tl.arange(0, D)[None, :]
+        q = tl.load(Q + offs)
+        k = tl.load(K + offs)
+        v = tl.load(V + offs)
+        if DOUBLE_V:  # bf16 + bf16: the interpreter adds the raw bits
+            v = v + v
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        m = tl.max(s, 1)
+        p = tl.exp(s - m[:, None])
+        l_sum = tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v).to(tl.float32)
+        if DOUBLE_V:
+            acc = acc * 0.5
+        tl.store(O + offs, (acc / l_sum[:, None]).to(O.dtype.element_ty))
+        tl.store(L + bh * N + rows, m + tl.log(l_sum))
+
+
+    def _run(q, k, v, causal, scale, double_v):
+        B, H, N, D = q.shape
+        scale = 1 / math.sqrt(D) if scale is None else scale
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
+        _attn[(B * H,)](q, k, v, o, lse, scale, N, D, double_v)
+        return o, lse
+
+
+    def attn(q, k, v, causal=False, scale=None):
+        return _run(q, k, v, causal, scale, False)
+
+
+    def doubled(q, k, v, causal=False, scale=None):
+        return _run(q, k, v, causal, scale, True)
+''')
+
+
+@pytest.fixture
+def triton_kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbtriton_user.py").write_text(TRITON_KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the worker sets it on a CPU
+    yield tmp_path
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the interpreter: CPU")
+def test_a_correct_user_triton_kernel_passes_in_bf16_under_the_interpreter(triton_kernels,
+                                                                            capsys):
+    """Probe 5: the interpreter's bf16 tl.dot (triton issue 11584) and fp32 -> bf16 cast
+    made a correct user kernel FAIL with errors of 1e8; now it passes. A kernel whose
+    bf16 arithmetic the interpreter gets wrong FAILs with the interpreter named."""
+    rc, report = check(capsys, "--backend", "fbtriton_user:attn", "--backend",
+                       "fbtriton_user:doubled", dtypes=("fp32", "bf16"), shape="1x2x32x16")
+    good = rows(report, "fbtriton_user:attn")
+    assert [r["dtype"] for r in good] == ["fp32", "bf16"] and all(r["passed"] for r in good)
+    assert good[1]["o_ratio"] < 2 and "note" not in good[1]
+    fp32, bf16 = rows(report, "fbtriton_user:doubled")
+    assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
+    assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
+    assert rc == 1
+
+
+@settings(max_examples=30)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=1,
+                max_size=64))
+def test_interpreter_casts_round_to_nearest_even_like_the_gpu(values):
+    """The fixed interpreter casts: fp32 -> bf16 as torch rounds (to nearest even), fp32 ->
+    e4m3 as torch's cast of the value clipped to +-448 (cvt.rn.satfinite)."""
+    import numpy as np
+    import torch
+
+    from flashbench.kernels.interpreter import _fp32_to_bf16_rtne, _fp32_to_e4m3_rtne
+
+    x = np.array(values, dtype=np.float32)
+    t = torch.from_numpy(x)
+    num = ~np.isnan(x)
+    got = _fp32_to_bf16_rtne(x)
+    assert np.array_equal(got[num], t.to(torch.bfloat16).view(torch.int16).numpy()
+                          .view(np.uint16)[num])
+    assert np.all((got[~num] & 0x7F80) == 0x7F80) and np.all(got[~num] & 0x7F)  # NaN stays
+    want = t.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    got = _fp32_to_e4m3_rtne(x)
+    assert np.array_equal(got[num], want[num]) and np.all(got[~num] & 0x7F == 0x7F)
