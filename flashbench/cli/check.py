@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from flashbench.backends.worker import DEFAULT_TIME_LIMIT
-from flashbench.cli.common import finite, jsonable, parse_shape, positive_int
+from flashbench.cli.common import distinct, finite, jsonable, parse_shape, positive_int, seed
 from flashbench.inputs import DISTRIBUTIONS
 from flashbench.precision import CHECK_DTYPES, DTYPES
 
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
     c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
@@ -83,6 +83,8 @@ def run(args) -> int:
     from flashbench.check import render_text, run_check
     from flashbench.footprint import too_big
 
+    args.dtype = distinct(args.dtype, "--dtype", "check")
+    args.dist = distinct(args.dist, "--dist", "check")
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 
 from flashbench.inputs import Shape
 
@@ -56,6 +57,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """An argument type: a random seed, an integer >= 0 (numpy's generators take no
+    negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def regex(text: str) -> str:
     """An argument type: a regular expression that compiles (returned as text)."""
     try:
@@ -74,6 +87,19 @@ def machine_name(text: str) -> str:
         return check_machine_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def distinct(values, option: str, command: str) -> list | None:
+    """``values`` (an nargs list) without repeats, in order; a repeat is dropped with a
+    warning on stderr (measured once, it would be tabled twice)."""
+    if values is None:
+        return None
+    kept = list(dict.fromkeys(values))
+    if len(kept) < len(values):
+        extra = [v for i, v in enumerate(values) if v in values[:i]]
+        print(f"flashbench {command}: warning: {option} {' '.join(map(str, extra))} given more "
+              "than once; measured once", file=sys.stderr)
+    return kept
 
 
 def jsonable(x):
