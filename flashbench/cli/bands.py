@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flashbench.cli.common import distinct, positive_int
 from flashbench.cli.output import output_file, write_atomically
-from flashbench.inputs import DISTRIBUTIONS
+from flashbench.inputs.problem import DISTRIBUTIONS
 
 
 def add_parser(sub) -> None:
@@ -55,7 +55,7 @@ def _refuse_big(args) -> None:
     from dataclasses import replace
 
     from flashbench.bands.measure import cell_shape
-    from flashbench.footprint import too_big
+    from flashbench.measure.footprint import too_big
 
     causal = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
     shapes = [replace(s, B=s.B * args.seeds) for s in

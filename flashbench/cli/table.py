@@ -30,8 +30,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from flashbench.footprint import too_big
-    from flashbench.tables import FA3_SHAPE, fa3_table3, render_markdown
+    from flashbench.measure.footprint import too_big
+    from flashbench.measure.papers import FA3_SHAPE, fa3_table3, render_markdown
 
     shape = args.shape or FA3_SHAPE
     if shape.kv_heads != shape.H:

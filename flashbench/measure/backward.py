@@ -32,8 +32,8 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import judge_gradient
-from flashbench.inputs import Shape, make_qkv
-from flashbench.measure import (
+from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.forward import (
     EXACT_TOL,
     Case,
     Failed,
