@@ -4,13 +4,12 @@ and bad mixed, small enough to run, give 0 or 1 (the answer) or 2 (bad input: on
 --force. review's measuring is replaced by a marker (it takes minutes): everything
 before it (arguments, the output check) runs for real."""
 
-import contextlib
-import io
 import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cli_errors import run_in
 from test_history import tiny_results
 
 from flashbench.cli import COMMANDS, main
@@ -113,18 +112,9 @@ def _user_files(root):
 
 
 def run(root, argv):
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    try:
-        os.chdir(root)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main(argv)
-            except SystemExit as exc:
-                status = exc.code
-    finally:
-        os.chdir(old)
-    return status, out.getvalue(), err.getvalue()
+    """main(argv) in ``root`` (HOME there too), stopped after a minute of work."""
+    (root / "home").mkdir(exist_ok=True)
+    return run_in(root, root / "home", argv)
 
 
 STRATEGIES = {"check": lambda root: check_args(), "bands": bands_args,

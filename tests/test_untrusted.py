@@ -284,3 +284,20 @@ def test_interpreter_casts_round_to_nearest_even_like_the_gpu(values):
     want = t.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
     got = _fp32_to_e4m3_rtne(x)
     assert np.array_equal(got[num], want[num]) and np.all(got[~num] & 0x7F == 0x7F)
+
+
+def test_an_installed_entry_point_that_changes_its_inputs_fails_alone(kernels, capsys):
+    """Probe 1 through the entry-point group: the correct entry point after the vandal
+    PASSes (it got ratio 2679 before)."""
+    dist = kernels / "fbuntrusted_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fbuntrusted-plugin\n"
+                                   "Version: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[flashbench.backends]\naavandal = fbuntrusted:vandal\nzzgood = fbuntrusted:good\n")
+    rc, report = check(capsys, "--backend", "aavandal", "--backend", "zzgood")
+    (bad,) = rows(report, "aavandal")
+    assert "modified its inputs in place" in bad["failed"]
+    (good,) = rows(report, "zzgood")
+    assert good["passed"] and good["o_ratio"] < 2
+    assert rc == 1

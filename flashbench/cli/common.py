@@ -45,28 +45,24 @@ def finite(lo: float, hi: float, lo_open: bool = False):
     return parse
 
 
-def positive_int(text: str) -> int:
-    """An argument type: an integer >= 1 (every subcommand's counts: --threads, --seeds,
-    --n, --kv-heads, ...)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+def _int_at_least(lo: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
 
 
-def seed(text: str) -> int:
-    """An argument type: a random seed, an integer >= 0 (numpy's generators take no
-    negative seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
+# every subcommand's counts: --threads, --seeds, --n, --kv-heads, ...: an integer >= 1
+positive_int = _int_at_least(1, "positive_int")
+# a random seed: an integer >= 0 (numpy's generators take no negative seed)
+seed = _int_at_least(0, "seed")
 
 
 def regex(text: str) -> str:
