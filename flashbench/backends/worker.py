@@ -108,7 +108,10 @@ class Worker:
     def close(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.kill()
+                try:  # its own session: the kernel's own child processes go too
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    self.proc.kill()
             self.proc.wait()
             for pipe in (self.proc.stdin, self.proc.stdout):
                 pipe.close()
