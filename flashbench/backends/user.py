@@ -32,6 +32,7 @@ still run.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import re
@@ -121,9 +122,14 @@ def load(spec: str):
                  "differentiable": bool(getattr(obj, "flashbench_differentiable", False))}
 
 
+@functools.cache
+def _imported(spec: str):
+    return load(spec)[0]
+
+
 def _timed(spec: str, q, k, v, causal=False, scale=None):
     """The bare function, imported here on first use: what timings call (in process)."""
-    return _call(load(spec)[0], q, k, v, causal=causal, scale=scale)
+    return _call(_imported(spec), q, k, v, causal=causal, scale=scale)
 
 
 def _forward(worker, q, k, v, causal=False, scale=None):
