@@ -233,6 +233,9 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
                     peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **extra)
 
 
+accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
+
+
 def private(*arrays) -> tuple:
     """The harness's own copies of the inputs, read-only: the reference, the models and
     every yardstick are computed from them, and no backend is ever given them

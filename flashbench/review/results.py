@@ -20,15 +20,16 @@ def has_results(folder: Path) -> bool:
     return folder.is_dir() and any(p.name != "machine.json" for p in folder.glob("*/*.json"))
 
 
-def load_stored(dirs: list[Path]) -> pd.DataFrame:
-    """The results of every folder of ``dirs`` that holds some (history's frame; an empty
-    frame with its main columns where none does)."""
+def load_stored(dirs: list[Path], samples: bool = True) -> pd.DataFrame:
+    """The results of every folder of ``dirs`` that holds some (history's frame, without
+    the samples column unless ``samples``; an empty frame with its main columns where none
+    does)."""
     have = [d for d in dirs if has_results(d)]
     if not have:
         return pd.DataFrame(columns=COLUMNS)
     with warnings.catch_warnings():  # history reports corrupt files; the review goes on
         warnings.simplefilter("ignore")
-        return load_results([str(d) for d in have])
+        return load_results([str(d) for d in have], samples=samples)
 
 
 def machine_rows(frame: pd.DataFrame, machine: str, cpu: str | None) -> pd.DataFrame:

@@ -29,21 +29,22 @@ def band_source(results: Path, root: Path, review: Review) -> Band:
 
     def load():
         if "frame" not in cache:
-            frame = machine_rows(load_stored([results]), review.machine, review.cpu)
+            frame = machine_rows(load_stored([results], samples=False), review.machine,
+                                 review.cpu)
             keep = set(ancestors(review.base, root)) - {review.head} if len(frame) else set()
             frame = frame[(frame["status"].astype(object) == "ok")
                           & frame["commit"].astype(object).isin(keep)]
-            cache["frame"] = frame
+            cache["frame"] = {key: group for key, group in frame.groupby(
+                [frame["benchmark"].astype(object), frame["params"].astype(object)],
+                sort=False)}
             review.notes.append(f"Accuracy band: results stored in {results} for "
                                 f"{frame['commit'].nunique()} ancestor commit(s) of base on "
                                 "this machine.")
         return cache["frame"]
 
     def band(benchmark: str, params: str, version: str | None = None) -> list[float]:
-        frame = load()
-        sel = frame[(frame["benchmark"].astype(object) == benchmark)
-                    & (frame["params"].astype(object) == params)]
-        return [float(v) for v in same_version(sel, version)["value"]]
+        sel = load().get((benchmark, params))  # one groupby, then a lookup per grid point
+        return [] if sel is None else [float(v) for v in same_version(sel, version)["value"]]
 
     return band
 
