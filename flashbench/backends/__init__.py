@@ -34,12 +34,9 @@ backend rather than an fp8 dtype of ``triton``: it has another input contract, a
 output dtype and no backward, and the suites that read ``triton``'s dtypes (gradients,
 bands) stay as they are.
 
-Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it takes
-(``Backend.variants``; reference, torch-naive and triton all three, flex window and softcap,
-the SDPA ones a window as an explicit mask); asked for one it does not declare, it is "not
-applicable" (:meth:`Backend.not_applicable`), never run without it; ``grad_variants``: what
-its backward takes. Packed variable-length batches (``Backend.varlen``, FlashAttention's
-varlen layout): reference and triton.
+Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it (and its
+backward) takes (``variants``, ``grad_variants``; docs/variants.md); asked for one it does
+not declare it is "not applicable", never run without it. ``varlen``: packed batches.
 
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
 where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
@@ -62,7 +59,7 @@ from functools import partial
 import torch
 
 from flashbench import reference
-from flashbench.backends.outputs import checked_output
+from flashbench.backends.outputs import checked_output, modified_inputs, snapshot
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
@@ -149,17 +146,16 @@ class Backend:
     def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
         """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
         else why not: a backend never runs without a variant it was asked for."""
-        if variant is None:
-            return None
-        takes = self.grad_variants if grad else self.variants
-        missing = [name for name, given in (("window", variant.window != (-1, -1)),
-                                            ("softcap", variant.softcap is not None),
-                                            ("sinks", variant.sinks is not None))
-                   if given and name not in takes]
-        if not missing:
-            return None
+        missing = [] if variant is None else variant.missing(
+            self.grad_variants if grad else self.variants)
         return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
-               f"{' or '.join(missing)}"
+               f"{' or '.join(missing)}" if missing else None
+    # (q, k, v, do, causal) -> (dq, dk, dv) where the gradients are computed elsewhere (a
+    # user's function: in its worker process); None: autograd through ``timed`` here
+    grads: Callable | None = None
+    # whether its calls ran a Triton kernel under the interpreter (a user's function, seen
+    # by its worker): a FAIL in bf16 / fp8 then names the interpreter as the likely cause
+    ran_interpreted: Callable[[], bool] = _never
 
     @property
     def timed_fn(self) -> Callable:
@@ -204,7 +200,9 @@ class Backend:
 
     def __call__(self, q, k, v, causal: bool = False, scale: float | None = None,
                  dtype: str | None = None, variant: Variant | None = None):
-        """(o, lse) for accuracy checks, validated (:func:`checked_output`).
+        """(o, lse) for accuracy checks, validated (:func:`checked_output`); a call that
+        changes its q, k or v fails ("modified its inputs in place": they are compared
+        with copies taken before the call).
 
         ``dtype``: for a backend with ``inputs``, the precision it computes in (None: its
         first); every other backend computes in q's dtype. ``variant``: a
@@ -229,12 +227,16 @@ class Backend:
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
         extra = variant_kwargs(variant)
+        saved = snapshot(q, k, v)
         try:
             out = self.fn(q, k, v, causal=causal, scale=scale, **extra)
         except (BackendUnavailable, BackendFailed):
             raise
         except Exception as exc:
             raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
+        changed = modified_inputs((q, k, v), saved)
+        if changed is not None:
+            raise BackendFailed(changed)
         mask = causal if variant is None else variant_of(causal, **extra)
         return checked_output(out, q, k, v, mask, scale, self.out_dtype, self.own_lse)
 

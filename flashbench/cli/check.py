@@ -7,7 +7,8 @@ import json
 import sys
 from dataclasses import replace
 
-from flashbench.cli.common import jsonable, parse_shape, positive_int
+from flashbench.backends.worker import DEFAULT_TIME_LIMIT
+from flashbench.cli.common import distinct, finite, jsonable, parse_shape, positive_int, seed
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
 from flashbench.inputs.problem import DISTRIBUTIONS
 
@@ -74,7 +75,7 @@ def add_parser(sub) -> None:
     c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
     c.add_argument("--window", type=_window, metavar="L,R",
                    help="sliding window (FlashAttention's window_size): query i sees keys "
@@ -102,6 +103,11 @@ def add_parser(sub) -> None:
                    "on a GPU machine every backend")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
+    c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
+                   metavar="SECONDS",
+                   help="per-call time limit of a user's kernel (its import, each forward, "
+                   "each backward), after which it FAILs and its later calls are not run "
+                   f"(default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
@@ -192,6 +198,8 @@ def run(args) -> int:
     from flashbench.measure.check import render_text, run_check
     from flashbench.measure.footprint import too_big
 
+    args.dtype = distinct(args.dtype, "--dtype", "check")
+    args.dist = distinct(args.dist, "--dist", "check")
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:
@@ -201,7 +209,7 @@ def run(args) -> int:
     backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=_grad_cases(args, cases))
+                       grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
     if args.json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()

@@ -193,6 +193,12 @@ class Variant:
                              f"head, got ({len(self.sinks)},)")
         return np.asarray(self.sinks, dtype=np.float64)[:, None]
 
+    def missing(self, takes) -> list[str]:
+        """The features this variant sets ("window", "softcap", "sinks") not in ``takes``."""
+        given = {"window": self.window != (-1, -1), "softcap": self.softcap is not None,
+                 "sinks": self.sinks is not None}
+        return [name for name, on in given.items() if on and name not in takes]
+
     def label(self) -> str:
         """Short text for tables: ``causal window=(128,0) softcap=30 sinks``; ``full``."""
         parts = ["causal"] if self.causal else []

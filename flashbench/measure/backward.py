@@ -32,7 +32,16 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import judge_gradient
 from flashbench.inputs.problem import Shape, make_qkv
-from flashbench.measure.forward import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
+from flashbench.measure.forward import (
+    EXACT_TOL,
+    Case,
+    Failed,
+    Unavailable,
+    handed,
+    private,
+    unavailable_reason,
+    with_note,
+)
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
            "grad_exactness", "measure_gradients"]
@@ -152,18 +161,30 @@ def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False) -
 
 
 def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
-    """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable."""
+    """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
+    (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
+    user's function: in its worker; no variant). BackendFailed when the call changed its
+    q, k, v or dO."""
     import torch
 
-    from flashbench.backends import variant_kwargs
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.backends import BackendFailed, variant_kwargs
+    from flashbench.backends.outputs import modified_inputs, snapshot
 
-    leaves = [torch.from_numpy(x).to(torch_dtype(dtype)).requires_grad_(True)
-              for x in (q, k, v)]
-    out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
-                           **variant_kwargs(variant))
-    o = out[0] if isinstance(out, tuple) else out
-    return torch.autograd.grad(o, leaves, torch.from_numpy(do).to(o.dtype).to(o.device))
+    given = handed(dtype, q, k, v)
+    grad_o = handed(dtype, do)[0]
+    saved = snapshot(*given, grad_o)
+    if backend.grads is not None:
+        grads = backend.grads(*given, grad_o, causal=causal)
+    else:
+        leaves = [t.requires_grad_(True) for t in given]
+        out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
+                               **variant_kwargs(variant))
+        o = out[0] if isinstance(out, tuple) else out
+        grads = torch.autograd.grad(o, leaves, grad_o.to(o.dtype).to(o.device))
+    changed = modified_inputs((*given, grad_o), saved)
+    if changed is not None:
+        raise BackendFailed(changed)
+    return grads
 
 
 def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
@@ -178,11 +199,11 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     ``ref``: their float64 (dq, dk, dv). dtypes without a backward model (fp64, fp8)
     are left out.
     """
-    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
-    q, k, v, do = inputs
+    q, k, v, do = private(*inputs)
     kw, variant = case.kwargs(seed), case.variant(seed)
     if ref is None:
         ref = reference.attention_grad(q, k, v, do, **kw)
@@ -212,6 +233,10 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 grads = _autograd(backend, q, k, v, do, dtype, case.causal, variant)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except BackendFailed as exc:  # its inputs modified, its worker's verdict
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
             except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
                 records.append(Failed(case, name, dtype, f"backward raised "

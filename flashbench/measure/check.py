@@ -50,6 +50,7 @@ from flashbench.measure.forward import (
     default_cases,
     exactness,
     measure_accuracy,
+    private,
 )
 from flashbench.measure.varlen import measure_varlen, varlen_exactness, varlen_inputs
 
@@ -68,15 +69,28 @@ def _progress_printer(enabled: bool) -> Callable[[str], None]:
 
 def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK_DTYPES,
               seed: int = 0, block: int = 64, backends: Sequence[str] = (),
-              progress: bool = True, grad_cases: Sequence[Case] | None = None) -> dict:
+              progress: bool = True, grad_cases: Sequence[Case] | None = None,
+              time_limit: float | None = None) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
     ``backends``: backend names to judge beside the flash model (``flashbench check``
     passes every available one but the float64 reference itself).
     ``grad_cases``: where gradients are judged; None means
     :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
-    appears among ``cases``), ``()`` none.
+    appears among ``cases``), ``()`` none. ``time_limit``: seconds a user's kernel may
+    take per call (its worker's limit; None: :data:`flashbench.backends.worker.
+    DEFAULT_TIME_LIMIT`); the workers stop when the check ends.
     """
+    from flashbench.backends import user, worker
+
+    worker.set_time_limit(worker.DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
+    try:
+        return _run(cases, dtypes, seed, block, backends, progress, grad_cases)
+    finally:
+        user.release()
+
+
+def _run(cases, dtypes, seed, block, backends, progress, grad_cases) -> dict:
     cases = default_cases() if cases is None else list(cases)
     say = _progress_printer(progress)
     report = {"meta": _meta(seed, block, dtypes), "exactness": [], "dtypes": [],
@@ -86,7 +100,7 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
         if case.varlen is not None:  # a packed batch: per-sequence reference and models
             _run_varlen(report, case, dtypes, seed, block, backends, say)
             continue
-        q, k, v = make_qkv(case.shape, case.dist, seed)
+        q, k, v = private(*make_qkv(case.shape, case.dist, seed))
         ref = reference.attention(q, k, v, **case.kwargs(seed))
         report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
         _add_records(report, measure_accuracy(case, dtypes, ["flash_model", *backends], seed,
@@ -132,8 +146,8 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
     report["grad_exactness"], report["gradients"] = [], []
     for i, case in enumerate(grad_cases, 1):
         say(f"[grad {i}/{len(grad_cases)}] {case.label()}: fp64 gradients")
-        q, k, v = make_qkv(case.shape, case.dist, seed)
-        do = grad_output(case.shape, seed)
+        q, k, v, do = private(*make_qkv(case.shape, case.dist, seed),
+                              grad_output(case.shape, seed))
         ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
         report["grad_exactness"] += [r.as_dict() for r in
                                      grad_exactness(case, q, k, v, do, ref, block, seed)]
@@ -216,6 +230,12 @@ def render_text(report: dict) -> str:
     for (backend, why, peer), where in failed.items():
         out.append(f"   {backend} FAIL{' (peer)' if peer else ''} ({why}): "
                    f"{', '.join(dict.fromkeys(where))}")
+    noted = {}
+    for b in report["backends"]:
+        if b.get("note"):
+            noted.setdefault((b["backend"], b["note"]), []).append(f"{b['case']} {b['dtype']}")
+    for (backend, note), where in noted.items():
+        out.append(f"   {backend} FAIL ({note}): {', '.join(where)}")
     if report.get("grad_cases"):
         out += ["", *_render_gradients(report)]
     out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -36,7 +36,8 @@ from flashbench.reference.streaming import masked_scores
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "exactness", "unavailable_reason", "measure_accuracy"]
+           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed",
+           "INTERPRETER_NOTE", "with_note"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -44,6 +45,12 @@ INTERPRETER_LIMIT = 2 * 1024 * 1024
 INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
 # Accuracy.lse_note: why an LSE is not judged (None: the kernel's own LSE, judged)
 LSE_NOT_RETURNED = "not returned by the kernel (not judged)"
+# a user's Triton kernel under the interpreter: flashbench fixes its bf16 dots and its fp32 ->
+# bf16 / e4m3 casts (flashbench.kernels.interpreter.patch_interpreter), not the rest
+INTERPRETED_WRONG = ("bf16", "fp8")
+INTERPRETER_NOTE = ("ran under Triton's interpreter (TRITON_INTERPRET=1), whose bf16 and fp8 "
+                    "arithmetic beyond dots and casts runs on raw bits: the interpreter is the "
+                    "likely cause; check on a GPU")
 LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumexp of the "
                 "inputs, rounded to fp32), shown for information (not judged)")
 
@@ -135,6 +142,7 @@ class Accuracy:
     ``yardsticks``: None when every ratio is against the same-dtype standard model;
     else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
     model overflowed (:func:`flashbench.accuracy.baseline_rule`).
+    ``note``: a FAIL's likely cause flashbench knows of (:data:`INTERPRETER_NOTE`).
     """
 
     case: Case
@@ -152,6 +160,7 @@ class Accuracy:
     streamed_vs_oneshot_lse: dict | None = None
     lse_note: str | None = None
     yardsticks: dict | None = None
+    note: str | None = None
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -220,6 +229,14 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     return reason
 
 
+def with_note(reason: str, backend, dtype: str) -> str:
+    """``reason`` with :data:`INTERPRETER_NOTE` appended where a user's kernel ran under
+    Triton's interpreter in a dtype whose arithmetic the interpreter gets wrong."""
+    if dtype in INTERPRETED_WRONG and backend.ran_interpreted():
+        return f"{reason}; {INTERPRETER_NOTE}" if reason else INTERPRETER_NOTE
+    return reason
+
+
 def _yardsticks(verdicts: dict) -> dict | None:
     """{name: yardstick} of the verdicts whose ratio is not against the standard model."""
     odd = {name: v.yardstick for name, v in verdicts.items() if v.yardstick != "standard"}
@@ -249,6 +266,29 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
 accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
 
 
+def private(*arrays) -> tuple:
+    """The harness's own copies of the inputs, read-only: the reference, the models and
+    every yardstick are computed from them, and no backend is ever given them
+    (:func:`handed`). Arrays already read-only are taken as they are."""
+    out = []
+    for x in arrays:
+        if x.flags.writeable or x.base is not None:
+            x = np.array(x)
+            x.flags.writeable = False
+        out.append(x)
+    return tuple(out)
+
+
+def handed(precision: str, *arrays) -> list:
+    """Fresh torch copies of ``arrays`` in ``precision`` for one backend call: whatever a
+    backend does to them reaches no other backend and none of the harness's arrays."""
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]
+
+
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
                      inputs=None, ref=None) -> list[Accuracy | Unavailable]:
@@ -256,13 +296,15 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
 
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
-    (else drawn from ``case`` and ``seed``). Returns one record per kernel x dtype,
+    (else drawn from ``case`` and ``seed``); every backend call gets its own copies
+    (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
+    Returns one record per kernel x dtype,
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
-    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
+    q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
     kw, variant = case.kwargs(seed), case.variant(seed)
     ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
@@ -272,7 +314,6 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
         # where the standard model overflowed (computed once, when first asked for)
         flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
                                         **kw))
-        tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
@@ -291,22 +332,20 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 continue
             say(f"  {name} {dtype}")
             given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
-            if given not in tensors:
-                import torch
-
-                from flashbench.kernels.checks import torch_dtype
-
-                tensors[given] = [torch.from_numpy(x).to(torch_dtype(given)) for x in (q, k, v)]
             try:  # a variant it does not declare: "not applicable" (never run without it)
-                out = backend(*tensors[given], causal=case.causal, dtype=dtype,
+                out = backend(*handed(given, q, k, v), causal=case.causal, dtype=dtype,
                               **({} if variant is None else {"variant": variant}))
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
             except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
-                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer))
+            rec = _accuracy(case, name, dtype, out, std, ref, fallback=flash,
+                            own_lse=getattr(out, "own_lse", True), peer=backend.peer)
+            if not rec.passed and with_note("", backend, dtype):
+                rec = replace(rec, note=INTERPRETER_NOTE)
+            records.append(rec)
     return records
 
