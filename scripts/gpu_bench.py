@@ -62,7 +62,7 @@ import gpu_decode  # noqa: E402
 import gpu_variants  # noqa: E402
 
 from flashbench.inputs import Shape  # noqa: E402
-from flashbench.kernels import triton_fp8, triton_fwd  # noqa: E402
+from flashbench.kernels import attention, triton_fp8, triton_fwd  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 from flashbench.measure.forward import Case  # noqa: E402
 
@@ -170,7 +170,7 @@ def _replay(quick: bool) -> None:
             continue
         q, k, v = meta(t.shape, t.dtype)
         try:
-            pass_fn(triton_fwd.triton_attention, q, k, v, t.causal, t.direction,
+            pass_fn(attention.triton_attention, q, k, v, t.causal, t.direction,
                     name="triton")()
         except NotDifferentiable:
             pass  # the run skips these too

@@ -260,7 +260,7 @@ def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
 
 
 def _triton(q, k, v, causal=False, scale=None, **variant):
-    from flashbench.kernels.triton_fwd import triton_attention
+    from flashbench.kernels.attention import triton_attention
 
     return triton_attention(q, k, v, causal=causal, scale=scale, **variant)
 
