@@ -2,8 +2,8 @@
 peak memory of the float64 backward, one-shot vs streamed.
 
 TrackGradAccuracy: one case per run (``shape`` and ``dist`` parameters: B=1, H=2,
-N=512, d=64, standard-normal inputs, seed 0, dO from flashbench.measure_grad.grad_output);
-every number comes from flashbench.measure_grad.measure_gradients in setup_cache: each
+N=512, d=64, standard-normal inputs, seed 0, dO from flashbench.measure.backward.grad_output);
+every number comes from flashbench.measure.backward.measure_gradients in setup_cache: each
 of dq, dk, dv's max abs error against the float64 gradients, and its ratio to the
 same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor). The
 Triton backward runs under the interpreter where there is no GPU (accuracy only).

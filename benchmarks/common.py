@@ -41,6 +41,13 @@ class Benchmark:
     timeout = 600
 
 
+# Modules that moved into packages: tried at their new home first (the old path still
+# imports there, with a DeprecationWarning), then where older commits kept them.
+NEW_HOME = {"precision": "inputs.precision", "validation": "inputs.validation",
+            "measure_grad": "measure.backward", "timing": "measure.timing",
+            "check": "measure.check", "machine": "infra.machine"}
+
+
 def need(module, *names: str):
     """Import ``flashbench.<module>`` (and attributes), or skip the benchmark.
 
@@ -49,6 +56,7 @@ def need(module, *names: str):
     finds the function where it lives now and where older commits kept it).
     """
     alternatives = (module,) if isinstance(module, str) else tuple(module)
+    alternatives = tuple(n for name in alternatives for n in (NEW_HOME.get(name), name) if n)
     errors = []
     for name in alternatives:
         try:

@@ -1,21 +1,27 @@
 """flashbench: keeps FlashAttention-style attention kernels honest.
 
-Modules (data flows down this list, never back up):
+Packages (data flows down this list, never back up; docs/architecture.md):
 
-- :mod:`flashbench.precision`, :mod:`flashbench.validation`: formats and argument checks
-- :mod:`flashbench.inputs`: seeded input distributions and shapes
-- :mod:`flashbench.reference`: the float64 gold reference, one-shot and streamed
+- :mod:`flashbench.inputs`: shapes, seeded inputs, dtype names, argument checks
+- :mod:`flashbench.reference`: the float64 truth, one-shot and streamed
 - :mod:`flashbench.numerics`: precision models of a flash kernel and of plain attention
-- :mod:`flashbench.kernels`, :mod:`flashbench.backends`: the Triton kernel and torch peers
-- :mod:`flashbench.accuracy`, :mod:`flashbench.timing`: error metrics, device timing
-- :mod:`flashbench.check`: the accuracy report (``flashbench check``)
-- :mod:`flashbench.history`, :mod:`flashbench.review`: asv results as pandas, pre-merge review
+- :mod:`flashbench.kernels`, :mod:`flashbench.backends`: the Triton kernels, torch peers, yours
+- :mod:`flashbench.accuracy`, :mod:`flashbench.bands`: error metrics, rules, measured bands
+- :mod:`flashbench.measure`: what ``flashbench check`` measures, timing, footprints
+- :mod:`flashbench.infra`: machine names, locks
+- :mod:`flashbench.history`, :mod:`flashbench.review`, :mod:`flashbench.site`: asv results
+  as pandas, the pre-merge review, the offline asv site
+- :mod:`flashbench.cli`: the command line
 
 ``flashbench.triton_attention`` is imported lazily: importing it picks the GPU or,
 without one, the Triton interpreter.
 """
 
 __version__ = "0.1.0"
+
+from flashbench import _moved  # noqa: E402  (old module paths, deprecated)
+
+_moved.install()
 
 
 def __getattr__(name):

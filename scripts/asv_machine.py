@@ -2,12 +2,12 @@
 
     python scripts/asv_machine.py [NAME]     # prints the name it registered
 
-See flashbench/machine.py for the naming rule (GPU model in the name on GPU machines).
+See flashbench/infra/machine.py for the naming rule (GPU model in the name on GPU machines).
 """
 
 import sys
 
-from flashbench.machine import register
+from flashbench.infra.machine import register
 
 if __name__ == "__main__":
     print(register(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -23,7 +23,7 @@
    inputs quantised per tensor beforehand (as FlashAttention-3 is called), V key-major;
    their output is checked the same way against the float64 reference of the
    unquantised inputs, by the baseline rule against the fp8 standard model. Times: 20 runs after 3
-   warm-ups, L2 flushed, CUDA events (flashbench.timing.device_samples); the median
+   warm-ups, L2 flushed, CUDA events (flashbench.measure.timing.device_samples); the median
    is reported with the quartiles. TFLOP/s = Shape.flops / median (per query head
    under GQA; about half for causal); "% peak" divides by the same run's measured
    8192^3 bf16 matmul.
@@ -58,7 +58,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 from flashbench.inputs import Shape  # noqa: E402
 from flashbench.kernels import triton_fp8, triton_fwd  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
-from flashbench.measure import Case  # noqa: E402
+from flashbench.measure.forward import Case  # noqa: E402
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
 CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
@@ -143,7 +143,7 @@ def fp8_inputs(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0):
 def _replay(quick: bool) -> None:
     """Every triton launch of the run, on meta tensors (inside planning() or warming())."""
     from flashbench.kernels.checks import torch_dtype
-    from flashbench.timing import NotDifferentiable, pass_fn
+    from flashbench.measure.timing import NotDifferentiable, pass_fn
 
     def meta(shape, dtype):
         t = torch_dtype(dtype)
@@ -200,7 +200,7 @@ def precompile(quick: bool, jobs: int) -> list[str]:
 # ------------------------------------------------------------------ the run
 
 def run_checks(quick: bool, say) -> list[dict]:
-    from flashbench.measure import measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
 
     rows = []
     with triton_fwd.default_config("fixed"):
@@ -221,7 +221,7 @@ def fp8_check_rows(case: Case) -> list[dict]:
     """triton-fp8 and the fp8 flash model on the kernel's fixed tiles (the model's
     block_q = block = BLOCK_N; equal to BLOCK_M for the fixed fp8 configs of d <= 128):
     the baseline rule, and the kernel's O RMSE within FP8_MODEL_AGREEMENT of the model's."""
-    from flashbench.measure import measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
 
     bm, bn = triton_fp8.tiles(case.shape.d, "cuda" if torch.cuda.is_available() else "cpu")
     recs = [r.as_dict() for r in measure_accuracy(case, ("fp8",), ("flash_model", "triton-fp8"),
@@ -290,7 +290,7 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
     (``failed_dtypes``; triton-fp8's: ``fp8_ok`` False) is not timed: its row says why."""
     from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
-    from flashbench.timing import NotDifferentiable, device_samples, pass_fn, tflops
+    from flashbench.measure.timing import NotDifferentiable, device_samples, pass_fn, tflops
 
     rows, chosen = [], {}
     for t in timed_cases(quick):
@@ -369,7 +369,7 @@ def time_fp8(t: Timed, peak: float, chosen: dict) -> dict:
     """One fp8 row: the FP8 kernel alone on per-tensor quantised e4m3 inputs (V
     key-major), its output checked against the float64 reference of the bf16 inputs
     it was quantised from (check_slice, fp8 baseline rule) before its time counts."""
-    from flashbench.timing import device_samples, tflops
+    from flashbench.measure.timing import device_samples, tflops
 
     s = t.shape
     row = {"case": t.label(), "backend": "triton-fp8", "shape": s.spec(), "dtype": "fp8",
@@ -511,7 +511,7 @@ def main(argv=None) -> int:
         print("gpu_bench: no CUDA GPU visible to torch; this script only runs on a GPU "
               "(--plan works anywhere)", file=sys.stderr)
         return 2
-    from flashbench.timing import gpu_state, matmul_peak_tflops
+    from flashbench.measure.timing import gpu_state, matmul_peak_tflops
 
     def say(msg):
         print(msg, flush=True)

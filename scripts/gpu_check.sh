@@ -10,7 +10,7 @@
 #    in parallel workers where pytest-xdist is installed;
 # 3. python scripts/gpu_bench.py --quick (correctness, then checked timings);
 # 4. asv run -E existing:<python> --record-samples of the GPU suites (benchmarks/
-#    bench_gpu.py), the machine registered with flashbench.machine, results under
+#    bench_gpu.py), the machine registered with flashbench.infra.machine, results under
 #    OUTDIR/asv-results (needs the tree's .git: carry it).
 #
 # Everything goes under OUTDIR (logs, gpu-results/*.md|json, asv-results/, summary.txt).
@@ -71,7 +71,7 @@ phase() {
 
 # -- 0: what this machine is
 {
-  "$PY" -c "import flashbench.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
+  "$PY" -c "import flashbench.measure.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
   nvidia-smi || true
 } > "$OUT/machine.txt" 2>&1
 
@@ -108,7 +108,7 @@ if ! "$PY" -c "import asv" 2>/dev/null; then
 elif ! COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null); then
   say "asv: not run (no git checkout here: carry .git with the tree)"; FAILED=1
 else
-  MACHINE=$("$PY" -m flashbench.machine 2>>"$OUT/asv.log" | tail -1)
+  MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/asv.log" | tail -1)
   "$PY" - "$REPO" "$OUT" <<'EOF' 2>>"$OUT/asv.log"
 import json, sys
 from asv.util import load_json

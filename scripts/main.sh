@@ -3,7 +3,7 @@
 #   1. set up .venv (scripts/setup.sh);
 #   2. flashbench check: exactness and per-dtype accuracy (exit 1 on FAIL);
 #   3. asv on the current commit into results/ (the machine registered under a stable
-#      name, see flashbench/machine.py; skipped when results/ already holds it);
+#      name, see flashbench/infra/machine.py; skipped when results/ already holds it);
 #   4. the history report (flashbench history -> history-report/);
 #   5. the asv site, published with local JavaScript copies (.asv/html/).
 set -euo pipefail
@@ -15,7 +15,7 @@ echo "== 1/4 flashbench check"
 .venv/bin/flashbench check
 
 echo "== 2/4 asv run on $(git rev-parse --short HEAD)"
-MACHINE=$($PY -m flashbench.machine)
+MACHINE=$($PY -m flashbench.infra.machine)
 $PY -m asv run --machine "$MACHINE" --record-samples --skip-existing-commits "HEAD^!"
 
 echo "== 3/4 flashbench history"

@@ -6,7 +6,7 @@ default review), then prints one table:
 
 - a no-op commit (README only): any "slower" verdict is a false alarm;
 - one commit per size (default 1.1, 1.2, 1.3, 1.5): the streamed reference's loop
-  (``stream_attention`` in flashbench/streaming.py) spins, after its blocks, for a
+  (``stream_attention`` in flashbench/reference/streaming.py) spins, after its blocks, for a
   fixed multiple of the time the blocks took. The multiple is calibrated so that the
   chosen timing, ``online_attention(q, k, v, block=64)`` at 1x1x4096x4096x64 (asv's
   TimeStreamBlock at block=64), grows by ``size``: a probe commit that doubles the loop
@@ -140,7 +140,7 @@ def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[d
     streaming = repo / "flashbench" / "streaming.py"
     original = streaming.read_text()
     if LOOP not in original:
-        raise RuntimeError("flashbench/streaming.py has no stream_attention loop to slow")
+        raise RuntimeError("flashbench/reference/streaming.py has no stream_attention loop to slow")
     readme = repo / "README.md"
     commits["no-op"] = _commit(repo, base, "no-op", readme, readme.read_text()
                                + "\n<!-- review_power.py: no-op -->\n")

@@ -174,9 +174,9 @@ def test_judge_uses_the_fallback_only_where_the_standard_overflowed():
 def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
     """Through measure_accuracy: the flash model's record reads ratio 1 against itself
     (it was 0), names the yardstick, passes; the check table says "(vs flash_model)"."""
-    from flashbench.check import _judge_cells
     from flashbench.inputs import Shape
-    from flashbench.measure import Case, measure_accuracy
+    from flashbench.measure.check import _judge_cells
+    from flashbench.measure.forward import Case, measure_accuracy
 
     q, k, v = _overflowing_fp16_problem()
     with np.errstate(over="ignore", invalid="ignore"):

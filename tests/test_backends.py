@@ -21,9 +21,9 @@ from flashbench.backends import (
 )
 from flashbench.backends.outputs import checked_output
 from flashbench.inputs import Shape
+from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.checks import check_tensors, expand_kv
 from flashbench.numerics import standard_model
-from flashbench.precision import PRECISIONS
 
 NAMES = ["reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
          "sdpa-math", "triton", "triton-fp8", "flex"]  # triton before flex: flex's compile imports triton
@@ -258,9 +258,9 @@ def test_own_lse_is_declared_where_the_op_returns_one():
 def test_a_peer_lse_is_the_stand_in_shown_for_information_not_judged(monkeypatch):
     """Finding 8: torch's ops return no LSE; the stand-in's numbers are shown (marked),
     never judged: a stand-in patched to be wrong cannot fail the peer."""
-    from flashbench.check import _judge_cells
     from flashbench.kernels import torch_peers
-    from flashbench.measure import LSE_STAND_IN, Case, measure_accuracy
+    from flashbench.measure.check import _judge_cells
+    from flashbench.measure.forward import LSE_STAND_IN, Case, measure_accuracy
 
     case = Case(Shape(1, 2, 64, 64, 32))
     (rec,) = measure_accuracy(case, ["fp32"], ["torch-naive"])
@@ -303,7 +303,7 @@ def test_torch_floats_and_user_defaults_come_from_the_precision_registry():
     """Finding 17: no literal dtype lists: the default-judged precisions stored in a torch
     dtype of their own (tf32 is fp32 storage, a compute mode)."""
     from flashbench.backends import TORCH_FLOATS, user
-    from flashbench.precision import CHECK_DTYPES
+    from flashbench.inputs.precision import CHECK_DTYPES
 
     assert TORCH_FLOATS == tuple(d for d in CHECK_DTYPES if d != "tf32") == ("fp32", "fp16",
                                                                             "bf16")

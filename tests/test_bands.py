@@ -25,8 +25,8 @@ from flashbench.bands.measure import (
 )
 from flashbench.bands.table import TABLE_METRICS, build_table, load_table, tolerance, write_table
 from flashbench.inputs import DISTRIBUTIONS, make_qkv
-from flashbench.precision import DTYPES, get_precision
-from flashbench.streaming import stream_attention
+from flashbench.inputs.precision import DTYPES, get_precision
+from flashbench.reference.streaming import stream_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,8 +30,8 @@ def test_grid_is_the_registry():
 
 def test_suite_reads_records_and_skips_with_the_reason():
     from flashbench.inputs import Shape
-    from flashbench.measure import Case
-    from flashbench.measure_grad import measure_gradients
+    from flashbench.measure.backward import measure_gradients
+    from flashbench.measure.forward import Case
 
     (rec,) = measure_gradients(Case(Shape(1, 1, 24, 24, 16), causal=True), ["bf16"],
                                ["flash_model"])
@@ -45,7 +45,7 @@ def test_suite_reads_records_and_skips_with_the_reason():
     with pytest.raises(NotImplementedError, match="needs a GPU"):
         suite.setup(results, "triton", "bf16", True, "s", "normal")
     with pytest.raises(NotImplementedError, match="lacks"):
-        suite.setup({"missing": "this commit lacks flashbench.measure_grad"}, "triton", "bf16",
+        suite.setup({"missing": "this commit lacks flashbench.measure.backward"}, "triton", "bf16",
                     True, "s", "normal")
 
 
@@ -84,7 +84,7 @@ def test_a_failed_backward_fails_the_track_instead_of_skipping():
     kernel and the reason (asv records null), never NotImplementedError (a skip)."""
     from benchmarks.common import KernelFailed
     from flashbench.inputs import Shape
-    from flashbench.measure import Case, Failed
+    from flashbench.measure.forward import Case, Failed
 
     case = Case(Shape(1, 1, 24, 24, 16))
     results = {("triton", "fp16", False, "s"): Failed(case, "triton", "fp16",

@@ -3,6 +3,7 @@ and at HEAD nothing skips but for a missing GPU."""
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,15 @@ def test_missing_feature_skips_instead_of_failing():
 def test_need_finds_a_moved_function_at_either_location():
     # where it lives now, and where an older commit kept it: the first that has it wins
     assert need(("no_such_module", "measure"), "measure_accuracy").__module__ == \
-        "flashbench.measure"
-    assert need(("reference", "measure"), "measure_accuracy").__module__ == "flashbench.measure"
+        "flashbench.measure.forward"
+    assert need(("reference", "measure"), "measure_accuracy").__module__ == \
+        "flashbench.measure.forward"
+    # a module that moved into a package is found at its new home first, without the
+    # old path's DeprecationWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert need("measure_grad", "measure_gradients").__module__ == "flashbench.measure.backward"
+        assert need("machine", "register").__module__ == "flashbench.infra.machine"
     with pytest.raises(NotImplementedError, match="flashbench.a or flashbench.b"):
         need(("a", "b"), "x")
 
@@ -43,7 +51,7 @@ def test_need_finds_a_moved_function_at_either_location():
 def test_accuracy_grid_is_the_registry():
     """asv needs a literal grid (the same for every commit); it must equal the registries."""
     from flashbench.backends import BACKENDS
-    from flashbench.precision import DTYPES
+    from flashbench.inputs.precision import DTYPES
 
     assert bench_accuracy.DTYPES == [d for d in DTYPES if d != "fp64"]
     assert bench_accuracy.KERNELS == ["flash_model", *[b for b in BACKENDS if b != "reference"]]
@@ -68,7 +76,7 @@ def test_a_failed_kernel_fails_the_accuracy_track_instead_of_skipping():
     only Unavailable (no GPU, not applicable) skips."""
     from benchmarks.common import KernelFailed
     from flashbench.inputs import Shape
-    from flashbench.measure import Case, Failed, Unavailable
+    from flashbench.measure.forward import Case, Failed, Unavailable
 
     case = Case(Shape(1, 1, 16, 16, 16))
     results = {
@@ -152,7 +160,7 @@ def test_peak_memory_child_skips_or_fails_with_the_reason():
 
 def test_an_lse_the_kernel_does_not_return_is_not_applicable():
     from flashbench.inputs import Shape
-    from flashbench.measure import LSE_NOT_RETURNED, Accuracy, Case
+    from flashbench.measure.forward import LSE_NOT_RETURNED, Accuracy, Case
 
     stats = {"max_abs": 1e-7, "rmse": 1e-8, "rel_p99": 1e-6}
     rec = Accuracy(Case(Shape(1, 1, 16, 16, 16)), "mine:fn", "fp32", o=stats, lse=None,

@@ -83,7 +83,7 @@ def test_cli_rejects_bad_arguments():
 
 
 def test_peers_inform_but_only_owned_kernels_fail_the_check():
-    from flashbench.check import overall_passed
+    from flashbench.measure.check import overall_passed
 
     ok = {"exactness": [{"passed": True}], "dtypes": [{"passed": True}]}
     assert overall_passed(ok | {"backends": [{"passed": False, "peer": True}]})
@@ -149,8 +149,8 @@ def test_a_case_too_big_for_memory_is_refused_before_allocating():
 
 
 def test_memory_estimate_formula_and_refusal():
-    from flashbench.footprint import BYTES_PER_SCORE, check_case_bytes, human, too_big
     from flashbench.inputs import Shape
+    from flashbench.measure.footprint import BYTES_PER_SCORE, check_case_bytes, human, too_big
 
     s = Shape(2, 4, 1000, 3000, 64)
     assert check_case_bytes(s) == BYTES_PER_SCORE * 8 * 1000 * 3000 + 128 * 8 * 4000 * 64
@@ -167,8 +167,8 @@ def test_memory_estimate_bounds_the_measured_peak():
     import tracemalloc
 
     from flashbench import numerics, reference
-    from flashbench.footprint import check_case_bytes
     from flashbench.inputs import Shape, make_qkv
+    from flashbench.measure.footprint import check_case_bytes
 
     s = Shape(1, 2, 512, 768, 64)
     q, k, v = make_qkv(s)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flashbench import reference as R
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision, round_to_fp8
 from flashbench.numerics import flash_model, standard_model
 from flashbench.numerics.fp8 import (
     P_SCALE,
@@ -19,7 +20,6 @@ from flashbench.numerics.fp8 import (
     quantize,
     standard_fp8,
 )
-from flashbench.precision import CHECK_DTYPES, DTYPES, get_precision, round_to_fp8
 
 f32 = np.float32
 E4M3, E5M2, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16
@@ -252,7 +252,7 @@ def test_table3_fp8_rows_within_2x_of_the_paper_and_in_its_order():
     (2.4e-2, 9.1e-3, 9.3e-3, 2.4e-2), FlashAttention-3 below the baseline and below its
     run without incoherent processing; fp16 flash below fp16 standard."""
     from flashbench.inputs import Shape
-    from flashbench.tables import fa3_table3, order_claims
+    from flashbench.measure.papers import fa3_table3, order_claims
 
     table = fa3_table3(Shape(1, 2, 2048, 2048, 128), seeds=(0,))
     for row in table.rows:

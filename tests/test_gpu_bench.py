@@ -150,7 +150,7 @@ def test_gpu_check_runs_every_phase_without_a_gpu(tmp_path):
 
 
 def test_timed_gradient_check_catches_a_wrong_gradient():
-    from flashbench.timing import pass_fn
+    from flashbench.measure.timing import pass_fn
 
     gb = _gpu_bench()
 
@@ -193,7 +193,7 @@ def test_fp8_timed_output_check_catches_a_wrong_output(working_interpreter):
 
 
 def test_fp8_check_rows_compare_the_kernel_with_the_model():
-    from flashbench.measure import Case
+    from flashbench.measure.forward import Case
 
     gb = _gpu_bench()
     rows = gb.fp8_check_rows(Case(Shape(1, 2, 200, 260, 64), causal=True))

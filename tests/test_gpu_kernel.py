@@ -90,7 +90,7 @@ def test_compiled_fp32_to_e4m3_conversion_rounds_to_nearest_even():
     import triton
     import triton.language as tl
 
-    from flashbench.precision import round_to_fp8
+    from flashbench.inputs.precision import round_to_fp8
 
     @triton.jit
     def cast(X, Y, N, BLOCK: tl.constexpr):

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from flashbench import numerics as M
 from flashbench import reference as R
-from flashbench.precision import get_precision
-from flashbench.validation import check_qkv, kv_group
+from flashbench.inputs.precision import get_precision
+from flashbench.inputs.validation import check_qkv, kv_group
 
 
 def expand(x, group):
@@ -151,8 +151,8 @@ def test_one_head_count_rule_on_both_sides(h, hk, hv):
     import torch
 
     import flashbench
+    from flashbench.inputs.validation import head_group
     from flashbench.kernels import checks
-    from flashbench.validation import head_group
 
     q, k, v = (torch.zeros(1, n, 4, 16) for n in (h, hk, hv))
     want, words = _outcome(head_group, h, hk, hv)

@@ -1,16 +1,16 @@
-"""Gradient records (flashbench.measure_grad) and the check's gradient tables."""
+"""Gradient records (flashbench.measure.backward) and the check's gradient tables."""
 
 import json
 
 import numpy as np
 import pytest
 
-from flashbench import measure_grad as MG
 from flashbench.accuracy import GRAD_FACTOR
-from flashbench.check import overall_passed, render_text, run_check
 from flashbench.cli import main
 from flashbench.inputs import Shape
-from flashbench.measure import Case, Unavailable
+from flashbench.measure import backward as MG
+from flashbench.measure.check import overall_passed, render_text, run_check
+from flashbench.measure.forward import Case, Unavailable
 
 SMALL = Case(Shape(1, 2, 40, 48, 16), "normal", True)
 
@@ -101,7 +101,7 @@ def test_check_report_and_tables():
 
 def test_default_gradient_cases_are_named_in_the_output(monkeypatch):
     monkeypatch.setattr(MG, "default_grad_cases", lambda: [SMALL])
-    import flashbench.check as check
+    import flashbench.measure.check as check
 
     monkeypatch.setattr(check, "default_grad_cases", lambda: [SMALL])
     report = run_check([Case(Shape(1, 1, 24, 24, 16), causal=True)], dtypes=["bf16"],

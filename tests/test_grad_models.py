@@ -116,12 +116,12 @@ def test_gradient_floor_is_flashattentions_atol(dtype):
 
 
 def test_backward_models_cover_the_registrys_precisions_but_fp8(monkeypatch):
-    """GRAD_DTYPES is read from flashbench.precision, not written out: a precision added to
+    """GRAD_DTYPES is read from flashbench.inputs.precision, not written out: a precision added to
     the registry (here a renamed copy of fp16) has backward models, equal to fp16's."""
     import dataclasses
     import importlib
 
-    from flashbench import precision
+    from flashbench.inputs import precision
     from flashbench.numerics import backward
 
     assert GRAD_DTYPES == tuple(n for n in precision.DTYPES if n not in precision.FP8_DTYPES)

@@ -127,8 +127,8 @@ def test_an_inf_key_does_not_reach_the_rows_it_is_hidden_from(rng):
 def test_streamed_backward_holds_only_block_tiles(monkeypatch, rng):
     """Every matmul the streamed backward makes has at most Nq x block (or block x d) entries
     per batch element: no [Nq, Nk] score matrix."""
-    import flashbench.streaming as S
-    import flashbench.streaming_bwd as SB
+    import flashbench.reference.streaming as S
+    import flashbench.reference.streaming_bwd as SB
 
     shapes = []
     real = np.matmul

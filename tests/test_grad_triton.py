@@ -180,7 +180,7 @@ def test_bad_do_is_refused():
 
 def test_the_compile_plan_holds_the_backward_kernels():
     """A backward on meta tensors records its three kernels' compilations (fixed configs)."""
-    from flashbench.timing import pass_fn
+    from flashbench.measure.timing import pass_fn
 
     def meta(*shape):
         return torch.empty(*shape, device="meta", dtype=torch.bfloat16)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from flashbench.machine import check_machine_name, cpu_token, derived_name, register
+from flashbench.infra.machine import check_machine_name, cpu_token, derived_name, register
 
 
 @pytest.mark.parametrize("model,token", [
@@ -57,7 +57,7 @@ def test_register_names_a_corrupt_file_and_keeps_it(tmp_path, monkeypatch):
 
 def test_concurrent_registrations_lose_nothing(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}
-    code = "import sys; from flashbench.machine import register; register(sys.argv[1])"
+    code = "import sys; from flashbench.infra.machine import register; register(sys.argv[1])"
     procs = [subprocess.Popen([sys.executable, "-c", code, f"m{i}"], env=env,
                               stderr=subprocess.PIPE, text=True) for i in range(16)]
     errors = [p.communicate()[1] for p in procs]
@@ -67,17 +67,17 @@ def test_concurrent_registrations_lose_nothing(tmp_path):
 
 
 def test_one_lock_helper_is_exclusive_across_processes(tmp_path):
-    """flashbench.locks: what machine, site and review sessions lock with."""
+    """flashbench.infra.locks: what machine, site and review sessions lock with."""
     import textwrap
 
-    from flashbench import locks
+    from flashbench.infra import locks
 
     for target in (tmp_path / "folder", tmp_path / "file.lock"):
         if target.name == "folder":
             target.mkdir()
         holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from flashbench.locks import acquire
+            from flashbench.infra.locks import acquire
             fd = acquire({str(target)!r})
             print("held", flush=True)
             sys.stdin.readline()

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from flashbench import reference as R
 from flashbench.accuracy import error_stats
+from flashbench.inputs.precision import get_precision, round_to_tf32
 from flashbench.numerics import DTYPES, flash_model, standard_model
-from flashbench.precision import get_precision, round_to_tf32
 
 f32 = np.float32
 STORAGE = {"fp64": np.float64, "fp32": np.float32, "tf32": np.float32, "fp16": np.float16,

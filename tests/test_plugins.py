@@ -203,8 +203,8 @@ def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys
     towards passed (a wrong stand-in, patched in here, cannot fail it). A pair's LSE is
     the kernel's own and is judged."""
     from flashbench.backends import outputs
-    from flashbench.check import render_text
-    from flashbench.measure import LSE_NOT_RETURNED
+    from flashbench.measure.check import render_text
+    from flashbench.measure.forward import LSE_NOT_RETURNED
 
     monkeypatch.setattr(outputs, "reference_lse", lambda q, k, v, causal, scale:
                         torch.zeros(q.shape[:3]))  # a stand-in that would fail any rule
@@ -223,7 +223,7 @@ def test_a_wrong_lse_of_its_own_fails_the_kernel(user_module, monkeypatch):
     """The kernel's own LSE is judged: a pair whose LSE is off fails (o is right)."""
     import fbuser_kern
 
-    from flashbench.measure import Case, measure_accuracy
+    from flashbench.measure.forward import Case, measure_accuracy
 
     def off_lse(q, k, v, causal=False, scale=None):
         o, lse = fbuser_kern.good_pair(q, k, v, causal, scale)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flashbench import reference as R
-from flashbench.streaming import causal_mask
+from flashbench.reference.streaming import causal_mask
 
 EXACT = 1e-12
 
@@ -140,7 +140,7 @@ def test_block_larger_than_n_and_block_one_agree(rng):
 
 def test_streamed_never_holds_more_than_one_score_tile(monkeypatch, rng):
     """Every matmul the streamed path makes produces at most [.., Nq, block] scores."""
-    import flashbench.streaming as S
+    import flashbench.reference.streaming as S
 
     shapes = []
     real = np.matmul

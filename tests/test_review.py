@@ -58,17 +58,21 @@ def project(tmp_path_factory):
         return git(repo, "rev-parse", "HEAD")
 
     c = {"base": base, "parent": git(repo, "rev-parse", "HEAD~1")}
-    c["slow"] = commit("slow", ("flashbench/streaming.py", MARKER, SLOW + MARKER))
+    c["slow"] = commit("slow", ("flashbench/reference/streaming.py", MARKER, SLOW + MARKER))
     c["same"] = commit("docs", ("README.md", "# flashbench", "# flashbench (unchanged code)"))
-    c["broken"] = commit("broken", ("flashbench/streaming.py", MARKER,
+    c["broken"] = commit("broken", ("flashbench/reference/streaming.py", MARKER,
                                     "    raise RuntimeError('broken on purpose')\n" + MARKER))
-    c["renamed"] = commit("rename", ("flashbench/reference.py", "def online_attention(",
+    c["renamed"] = commit("rename", ("flashbench/reference/oneshot.py", "def online_attention(",
                                      "def online_attention_renamed("),
-                          ("flashbench/reference.py", '"online_attention",',
+                          ("flashbench/reference/oneshot.py", '"online_attention",',
+                           '"online_attention_renamed",'),
+                          ("flashbench/reference/__init__.py", "    online_attention,\n",
+                           "    online_attention_renamed,\n"),
+                          ("flashbench/reference/__init__.py", '"online_attention",',
                            '"online_attention_renamed",'))
     early = {"GIT_AUTHOR_DATE": "2001-01-01T00:00:00", "GIT_COMMITTER_DATE": "2001-01-01T00:00:00"}
     c["sleepy"] = commit("rebased: sleep in softmax, authored long ago",
-                         ("flashbench/reference.py", "    x = check_rows(x)\n",
+                         ("flashbench/reference/oneshot.py", "    x = check_rows(x)\n",
                           "    x = check_rows(x)\n    __import__('time').sleep(0.2)\n"),
                          env=early)
     git(repo, "checkout", "-q", "-B", "main", base)
@@ -228,14 +232,14 @@ def test_reuse_rebased_head_dated_before_base_is_still_slower(project):
 def test_uncommitted_edits_are_refused_or_announced(project):
     """Issue 16 item 6."""
     repo, _, c = project
-    target = repo / "flashbench" / "reference.py"
+    target = repo / "flashbench" / "reference" / "oneshot.py"
     original = target.read_text()
     target.write_text(original + "\n# an edit that review would not measure\n")
     try:
         r = review(project, c["parent"], "HEAD", "--bench", CHEAP)
         assert r.returncode == 2
         assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
-        assert "flashbench/reference.py" in r.stderr and "--allow-dirty" in r.stderr
+        assert "flashbench/reference/oneshot.py" in r.stderr and "--allow-dirty" in r.stderr
         assert not worktrees_left(project)
         r = review(project, c["parent"], "HEAD", "--allow-dirty", "--bench",
                    r"TimeSoftmax.*N=1024, dtype='fp64', impl='one-shot'", "--budget", "5")

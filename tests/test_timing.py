@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flashbench.inputs import Shape
-from flashbench.timing import (
+from flashbench.measure.timing import (
     NotDifferentiable,
     device_samples,
     device_seconds,

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 import flashbench
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
+from flashbench.inputs.precision import get_precision
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.launch import Config
 from flashbench.numerics import flash_model, standard_model
-from flashbench.precision import get_precision
 
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 BLOCKS = {"default": None, "16x16": (16, 16), "16x32": (16, 32), "32x16": (32, 16)}
@@ -127,7 +127,7 @@ def test_bf16_rounds_p_and_o_to_nearest_even_like_the_gpu(causal, device):
     model's (which rounds to nearest even) bit for bit but for rare P ties of exp2 vs exp,
     within one bf16 ulp. The case is one where truncation and rounding differ: truncating
     the model's own fp32 O would change most outputs."""
-    from flashbench.streaming import stream_attention
+    from flashbench.reference.streaming import stream_attention
 
     q, k, v = qkv(1, 2, 96, 80, 64, seed=5, dtype=torch.bfloat16, device=device)
     o, _, used = triton_fwd.forward(q, k, v, causal=causal, config=cfg((32, 32)))

@@ -19,12 +19,12 @@ from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
 from flashbench.backends import BACKENDS, TRITON_FP8_HEAD_DIMS
 from flashbench.inputs import Shape, make_qkv
+from flashbench.inputs.precision import round_to_fp8
 from flashbench.kernels import triton_fp8 as F
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
 from flashbench.kernels.rounding import round_bf16, round_e4m3
 from flashbench.numerics import fp8 as M
 from flashbench.numerics import standard_model
-from flashbench.precision import round_to_fp8
 
 
 def cfg(bm, bn):
@@ -338,7 +338,7 @@ def test_check_judges_it_beside_the_flash_model():
     """measure_accuracy (what `flashbench check --dtype fp8` runs) gives triton-fp8 the
     fp32 inputs, and on the interpreter's tiles (the flash model's default block) its
     error against float64 equals the flash model's to a few percent."""
-    from flashbench.measure import Accuracy, Case, measure_accuracy
+    from flashbench.measure.forward import Accuracy, Case, measure_accuracy
 
     recs = measure_accuracy(Case(Shape(1, 2, 256, 256, 64), "outliers", True), ["fp8"],
                             ["flash_model", "triton-fp8"])

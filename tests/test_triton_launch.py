@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flashbench
+from flashbench.inputs.precision import DTYPES, PRECISIONS
 from flashbench.kernels import configs, torch_peers, triton_bwd, triton_fp8, triton_fwd
 from flashbench.kernels.checks import check_tensors
 from flashbench.kernels.launch import (
@@ -30,7 +31,6 @@ from flashbench.kernels.launch import (
     interpreted_for,
 )
 from flashbench.kernels.phases import key_phases
-from flashbench.precision import DTYPES, PRECISIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,7 +95,7 @@ def test_backend_and_measure_say_interpreted_on_a_cpu_only_machine_with_interpre
         from flashbench.inputs import Shape
         from flashbench.kernels import triton_fwd
         from flashbench.kernels.checks import BackendUnavailable
-        from flashbench.measure import interpreter_too_slow
+        from flashbench.measure.forward import interpreter_too_slow
         assert not torch.cuda.is_available()
         assert triton_fwd.INTERPRET is True
         big = Shape(1, 32, 4096, 4096, 128)

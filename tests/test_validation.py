@@ -5,7 +5,7 @@ import pytest
 
 from flashbench import numerics as M
 from flashbench import reference as R
-from flashbench.validation import attention_shape
+from flashbench.inputs.validation import attention_shape
 
 q = np.zeros((2, 4, 8))
 k = np.zeros((2, 6, 8))
@@ -134,13 +134,13 @@ def test_backward_models_name_the_dtypes_they_cover():
 
 
 def _stream(*a, causal):
-    from flashbench.streaming import stream_attention
+    from flashbench.reference.streaming import stream_attention
 
     return stream_attention(*a, block=4, causal=causal, scale=1.0)
 
 
 def _stream_grad(q, k, v, causal):
-    from flashbench.streaming_bwd import stream_attention_grad
+    from flashbench.reference.streaming_bwd import stream_attention_grad
 
     o, lse = R.attention(q, k, v)
     return stream_attention_grad(q, k, v, o, lse, np.ones_like(o), block=4, causal=causal,

@@ -56,7 +56,8 @@ import torch
 
 from flashbench import reference
 from flashbench.backends.outputs import checked_output
-from flashbench.inputs import Shape
+from flashbench.inputs.precision import CHECK_DTYPES
+from flashbench.inputs.problem import Shape
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
     TORCH_DTYPES,
@@ -66,7 +67,6 @@ from flashbench.kernels.checks import (
     expand_kv,
     precision_name,
 )
-from flashbench.precision import CHECK_DTYPES
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
            "available_backends", "resolve_backends", "BackendUnavailable", "BackendFailed"]
@@ -92,7 +92,7 @@ class Backend:
     """One attention implementation, as data.
 
     ``fn``: the accuracy callable ``(q, k, v, causal=False, scale=None) -> (o, lse)``.
-    ``dtypes``: precision names it takes (:mod:`flashbench.precision`).
+    ``dtypes``: precision names it takes (:mod:`flashbench.inputs.precision`).
     ``unavailable()``: None when it can run on this machine, else the reason in one
     sentence (a hardware reason says "GPU").
     ``interpreted()``: True when it runs under an interpreter (its time means nothing).

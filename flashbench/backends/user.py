@@ -36,8 +36,8 @@ import re
 from functools import partial
 
 from flashbench.backends import TORCH_FLOATS
+from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.checks import BackendFailed
-from flashbench.precision import PRECISIONS
 
 __all__ = ["GROUP", "parse_spec", "user_backend", "entry_point_names", "find"]
 

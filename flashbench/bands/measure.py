@@ -53,10 +53,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from flashbench import numerics, precision, reference
+from flashbench import numerics, reference
 from flashbench.accuracy import REL_FLOOR, to_numpy
-from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
-from flashbench.precision import DTYPES, get_precision
+from flashbench.inputs import precision
+from flashbench.inputs.precision import DTYPES, get_precision
+from flashbench.inputs.problem import DISTRIBUTIONS, Shape, make_qkv
 
 __all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Band",
            "band_dtypes", "cell_shape", "measure_bands", "caller_inputs", "element_errors"]

@@ -183,7 +183,7 @@ def build_table(bands, safety: float = SAFETY, command: str = "", meta: dict | N
     def values(key):
         return sorted({c[key] for c in cells}, key=lambda x: (str(type(x)), x))
 
-    from flashbench.precision import DTYPES  # the registry's order
+    from flashbench.inputs.precision import DTYPES  # the registry's order
 
     dtypes = [d for d in DTYPES if d in {c["dtype"] for c in cells}]
     return {"version": VERSION, "safety": float(safety), "dtypes": dtypes, "n": values("n"),

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from flashbench.cli.common import positive_int
-from flashbench.inputs import DISTRIBUTIONS
+from flashbench.inputs.problem import DISTRIBUTIONS
 
 
 def add_parser(sub) -> None:

@@ -8,13 +8,13 @@ import sys
 from dataclasses import replace
 
 from flashbench.cli.common import jsonable, parse_shape, positive_int
-from flashbench.inputs import DISTRIBUTIONS
-from flashbench.precision import CHECK_DTYPES, DTYPES
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
+from flashbench.inputs.problem import DISTRIBUTIONS
 
 
 def _block(text: str) -> int:
     """--block: checked before any work starts (the library's own check runs later)."""
-    from flashbench.validation import check_block
+    from flashbench.inputs.validation import check_block
 
     try:
         return check_block(int(text))
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
 
 
 def _cases(args):
-    from flashbench.measure import Case, default_cases
+    from flashbench.measure.forward import Case, default_cases
 
     if args.shape:
         causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
@@ -74,8 +74,8 @@ def _cases(args):
 
 def run(args) -> int:
     from flashbench.backends import resolve_backends
-    from flashbench.check import render_text, run_check
-    from flashbench.footprint import too_big
+    from flashbench.measure.check import render_text, run_check
+    from flashbench.measure.footprint import too_big
 
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])

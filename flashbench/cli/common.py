@@ -6,7 +6,7 @@ import argparse
 import math
 import re
 
-from flashbench.inputs import Shape
+from flashbench.inputs.problem import Shape
 
 
 class Parser(argparse.ArgumentParser):
@@ -68,7 +68,7 @@ def regex(text: str) -> str:
 
 def machine_name(text: str) -> str:
     """An argument type: an asv machine name (a name, never a path)."""
-    from flashbench.machine import check_machine_name
+    from flashbench.infra.machine import check_machine_name
 
     try:
         return check_machine_name(text)

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
                    help="seconds of same-run sampling (default 280; 60 with --quick)")
     r.add_argument("--bench", type=regex, help="only benchmarks whose name matches this regex")
     r.add_argument("--machine", type=machine_name,
-                   help="machine name (default: flashbench.machine's name for this machine)")
+                   help="machine name (default: flashbench.infra.machine's name for this machine)")
     r.add_argument("--threads", type=positive_int,
                    help="same-run: thread pools of the measured code (OpenMP, OpenBLAS, MKL; "
                    "default: theirs). 1 keeps a busy machine's load from stretching calls")

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from flashbench.tables import FA3_SHAPE, fa3_table3, render_markdown
+    from flashbench.measure.papers import FA3_SHAPE, fa3_table3, render_markdown
 
     start = time.perf_counter()
 

@@ -129,7 +129,7 @@ def latest_bands(history: pd.DataFrame) -> list[dict]:
     records for :func:`flashbench.bands.render.render_table`: kernel, dtype, n, dist,
     causal, tensor "o" and "lse", versus "fp64", abs_/rel_ p50 / p99 / max, ratios,
     eps (the registry's), commit, machine."""
-    from flashbench.precision import PRECISIONS
+    from flashbench.inputs.precision import PRECISIONS
 
     if history.empty:
         return []
@@ -171,7 +171,7 @@ def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from flashbench.precision import DTYPES
+    from flashbench.inputs.precision import DTYPES
 
     dtypes = [d for d in DTYPES if d in set(h["dtype"])]
     dtypes += sorted(set(h["dtype"]) - set(dtypes))

@@ -56,7 +56,7 @@ def _texts(values: pd.Series, what: str) -> str:
 
 
 def _dtype_order(dtypes) -> list[str]:
-    from flashbench.precision import DTYPES  # the registry's order: fp64, fp32, tf32, ...
+    from flashbench.inputs.precision import DTYPES  # the registry's order: fp64, fp32, tf32, ...
 
     known = [d for d in DTYPES if d in dtypes]
     return known + sorted(d for d in dtypes if d not in known)

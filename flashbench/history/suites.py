@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
-from flashbench.inputs import Shape
+from flashbench.inputs.problem import Shape
 
 __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
            "BACKEND_COLUMNS", "LEGACY",

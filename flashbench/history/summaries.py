@@ -30,7 +30,7 @@ from flashbench.history.suites import (
     legacy_shaped,
     matmul_peak,
 )
-from flashbench.inputs import PASS_FLOPS, Shape
+from flashbench.inputs.problem import PASS_FLOPS, Shape
 
 IDENTITY = ["machine", "cpu"]  # a measurement machine: its name and its processor
 _RUN = [*IDENTITY, "env", "commit"]  # one run: one results file

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from flashbench.precision import PRECISIONS, get_precision
-from flashbench.validation import check_causal, head_group
+from flashbench.inputs.precision import PRECISIONS, get_precision
+from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "check_tensors",
            "kv_group", "check_heads", "check_causal", "expand_kv", "GroupedKVError",
@@ -39,7 +39,7 @@ class GroupedKVError(ValueError):
 
 def torch_dtype(dtype: str) -> torch.dtype:
     """The torch dtype that holds tensors of precision ``dtype`` (see
-    :mod:`flashbench.precision`); ValueError for names torch cannot store."""
+    :mod:`flashbench.inputs.precision`); ValueError for names torch cannot store."""
     name = get_precision(dtype).torch_name
     if name is None or not hasattr(torch, name):
         raise ValueError(f"dtype {dtype!r} has no torch storage dtype in this torch "
@@ -65,7 +65,7 @@ def precision_name(dtype: torch.dtype) -> str:
 def kv_group(q, k, v) -> int:
     """Query heads per kv head, G = H // Hkv (dim 1 holds the heads); ValueError naming
     both head counts when k and v differ or Hkv does not divide H: the rule of
-    :func:`flashbench.validation.head_group`, which the NumPy side applies too."""
+    :func:`flashbench.inputs.validation.head_group`, which the NumPy side applies too."""
     try:
         return head_group(q.shape[1], k.shape[1], v.shape[1])
     except ValueError as err:
@@ -97,7 +97,7 @@ def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False,
     ``dtypes``: accepted torch dtypes; ``head_dims``: accepted d (None: any);
     ``gqa``: accept k, v with Hkv heads dividing H (else :class:`GroupedKVError`, a
     ValueError, when Hkv != H); ``causal``: the call's causal flag, which must be a
-    bool (:func:`flashbench.validation.check_causal`). Returns the group size
+    bool (:func:`flashbench.inputs.validation.check_causal`). Returns the group size
     G = H // Hkv.
     """
     check_causal(causal)

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.launch import Config
-from flashbench.precision import PRECISIONS
 
 __all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "FP8_CANDIDATES",
            "FIXED_FP8", "INTERPRETER_CONFIG",
@@ -75,7 +75,7 @@ INTERPRETER_CONFIG = _c(128, 128, 1, 1)
 
 def _width(dtype) -> int:
     """Bytes per element of a torch dtype or precision name: the item size of the
-    precision's storage dtype in the registry (:mod:`flashbench.precision`; tf32 is stored
+    precision's storage dtype in the registry (:mod:`flashbench.inputs.precision`; tf32 is stored
     as float32, so 4). ValueError for a dtype no precision stores."""
     name = str(dtype).removeprefix("torch.")
     for prec in PRECISIONS.values():

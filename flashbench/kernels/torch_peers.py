@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from flashbench.kernels.checks import BackendUnavailable, check_causal, check_tensors, expand_kv
-from flashbench.streaming import causal_mask
+from flashbench.reference.streaming import causal_mask
 
 __all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
            "sdpa_output", "sdpa_attention", "sdpa_unavailable", "flex_output",

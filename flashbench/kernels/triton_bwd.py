@@ -17,7 +17,7 @@ always taken in the same order):
    ``dQ += T(dS) K``; scaled once at the end.
 
 The names (p, ds, delta, lse_ref) are those of the NumPy twin,
-:func:`flashbench.streaming_bwd.stream_attention_grad`, and the rounding points those of
+:func:`flashbench.reference.streaming_bwd.stream_attention_grad`, and the rounding points those of
 :func:`flashbench.numerics.flash_model_grad`: P and dS are rounded to the input dtype T
 (``.to(q.dtype)``) before their matmuls, everything else is fp32. fp32 inputs use IEEE
 fp32 dots (or tf32 with ``allow_tf32``).
@@ -44,6 +44,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.configs import fits_shared_memory
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
@@ -53,7 +54,6 @@ from flashbench.kernels.triton_bwd_kernels import (
     attn_bwd_preprocess,
     round_bf16,
 )
-from flashbench.validation import check_causal, check_scale
 
 __all__ = ["attention_function", "backward", "round_bf16", "PREPROCESS", "DKDV", "DQ",
            "DKDV_CONFIGS", "DQ_CONFIGS", "backward_config"]

@@ -5,7 +5,7 @@ masks, rounding points and where they run) through
 :class:`flashbench.kernels.launch.TritonKernel`: the kernel functions here are plain
 Python functions (compiled or interpreted per launch), their helpers ``@triton.jit``.
 The names (p, ds, delta, lse_ref) are those of the NumPy twin,
-:func:`flashbench.streaming_bwd.stream_attention_grad`.
+:func:`flashbench.reference.streaming_bwd.stream_attention_grad`.
 """
 
 from __future__ import annotations

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import torch
 
+from flashbench.inputs.validation import check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
-from flashbench.validation import check_scale
 
 __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tiles",
            "HEAD_DIMS", "INPUT_DTYPES", "FP8_DTYPE", "QUANT", "E4M3_MAX",

@@ -4,7 +4,7 @@ One program computes one block of BLOCK_M query rows of one (batch, query head):
 streams BLOCK_N-key blocks of K and V through the (m, l) recurrence in fp32, in the
 log2 domain, divides by l once at the end, writes O in q's dtype and the
 natural-log LSE in fp32. The names (m_new, m_ref, alpha, p) are those of the NumPy
-recurrence in :mod:`flashbench.streaming`.
+recurrence in :mod:`flashbench.reference.streaming`.
 
 - Scale: ``qk_scale = scale * log2(e)`` is applied once per score, fused into the
   exponent: ``p = exp2(qk * qk_scale - m)`` (one fused multiply-add), the running
@@ -52,12 +52,12 @@ import torch
 import triton
 import triton.language as tl
 
+from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import key_phases
 from flashbench.kernels.rounding import round_bf16, round_e4m3
-from flashbench.validation import check_causal, check_scale
 
 __all__ = ["triton_attention", "forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]

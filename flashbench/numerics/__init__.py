@@ -1,7 +1,7 @@
 """Precision models: where a flash kernel, and a plain framework implementation, round.
 
 - :mod:`flashbench.numerics.forward`: :func:`flash_model` and :func:`standard_model`,
-  the forward pass in every dtype of :mod:`flashbench.precision` (rounding points
+  the forward pass in every dtype of :mod:`flashbench.inputs.precision` (rounding points
   documented there).
 - :mod:`flashbench.numerics.backward`: :func:`flash_model_grad` and
   :func:`standard_model_grad`, the backward pass (rounding points documented there).
@@ -12,9 +12,9 @@
 Public names are importable from here: ``flashbench.numerics.flash_model``.
 """
 
+from flashbench.inputs.precision import DTYPES
 from flashbench.numerics.backward import GRAD_DTYPES, flash_model_grad, standard_model_grad
 from flashbench.numerics.forward import flash_model, standard_model
-from flashbench.precision import DTYPES
 
 __all__ = ["flash_model", "standard_model", "DTYPES", "flash_model_grad",
            "standard_model_grad", "GRAD_DTYPES"]

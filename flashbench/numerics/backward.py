@@ -50,11 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.numerics.forward import flash_model
-from flashbench.precision import FP8_DTYPES, PRECISIONS, get_precision
-from flashbench.streaming import masked_scores, unnormalised_softmax
-from flashbench.streaming_bwd import stream_attention_grad
-from flashbench.validation import (
+from flashbench.inputs.precision import FP8_DTYPES, PRECISIONS, get_precision
+from flashbench.inputs.validation import (
     attention_shape,
     check_block,
     check_causal,
@@ -64,6 +61,9 @@ from flashbench.validation import (
     grouped_grad,
     sum_to,
 )
+from flashbench.numerics.forward import flash_model
+from flashbench.reference.streaming import masked_scores, unnormalised_softmax
+from flashbench.reference.streaming_bwd import stream_attention_grad
 
 __all__ = ["flash_model_grad", "standard_model_grad", "GRAD_DTYPES"]
 

@@ -2,7 +2,7 @@
 
 Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real
 dtype, usually float64) and a precision name ``dtype`` in
-{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.precision`), or an
+{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.inputs.precision`), or an
 fp8 name ("fp8" = e4m3, "fp8_e5m2"): those are handed to
 :mod:`flashbench.numerics.fp8` (FlashAttention-3's baseline FP8 attention and FP8
 forward, with their scales; their rounding points are documented there).
@@ -34,15 +34,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashbench.inputs.precision import FP8_DTYPES, get_precision
+from flashbench.inputs.validation import (
+    check_block,
+    check_causal,
+    check_qkv,
+    check_scale,
+    grouped_query,
+)
 from flashbench.numerics import fp8
-from flashbench.precision import FP8_DTYPES, get_precision
-from flashbench.streaming import (
+from flashbench.reference.streaming import (
     log_sum_exp,
     masked_scores,
     stream_attention,
     unnormalised_softmax,
 )
-from flashbench.validation import check_block, check_causal, check_qkv, check_scale, grouped_query
 
 __all__ = ["flash_model", "standard_model"]
 

@@ -2,7 +2,7 @@
 
 Both take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real dtype,
 usually float64; k and v may have fewer heads than q, grouped-query attention, see
-:mod:`flashbench.validation`) and an fp8 precision name: ``"fp8"`` (e4m3,
+:mod:`flashbench.inputs.validation`) and an fp8 precision name: ``"fp8"`` (e4m3,
 ``ml_dtypes.float8_e4m3fn``, max 448) or ``"fp8_e5m2"`` (max 57344; no
 FlashAttention-3 counterpart: the same model with e5m2 at every fp8 rounding point).
 They return ``(o, lse)``: o in bfloat16 (FlashAttention-3 writes the output of its
@@ -12,7 +12,7 @@ Quantisation (:func:`quantize`), the one place values become fp8: a group of val
 (the whole tensor, or one block of rows) gets the scale ``s = max / amax`` (max = 448
 for e4m3; amax = the largest |x| of the group; s = 1 for an all-zero group) and is
 stored as ``fp8(x * s)``, with x * s computed in fp32 and the conversion rounding to
-nearest-even and saturating at +-max (:func:`flashbench.precision.round_to_fp8`). The
+nearest-even and saturating at +-max (:func:`flashbench.inputs.precision.round_to_fp8`). The
 kernel keeps the descale factor ``1 / s`` (fp32) beside the fp8 tensor.
 
 :func:`standard_fp8` is FlashAttention-3's baseline FP8 attention (paper, section 4.3:
@@ -28,7 +28,7 @@ kept in FP16"), materialised like :func:`flashbench.numerics.standard_model`:
    LSE is the fp32 log-sum-exp of the fp16 S.
 
 :func:`flash_fp8` is a FlashAttention-3 style FP8 forward, streamed with the (m, l)
-recurrence of :func:`flashbench.streaming.stream_attention` that the other dtypes use:
+recurrence of :func:`flashbench.reference.streaming.stream_attention` that the other dtypes use:
 
 1. incoherent processing (``incoherent=True``): q and k are multiplied, in float64
    before quantisation (FlashAttention-3 fuses it with the rotary embedding of the
@@ -65,9 +65,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.precision import FP8_DTYPES, Precision, get_precision, round_to_fp8
-from flashbench.streaming import log_sum_exp, masked_scores, stream_attention, unnormalised_softmax
-from flashbench.validation import check_block, check_causal, check_qkv, check_scale
+from flashbench.inputs.precision import FP8_DTYPES, Precision, get_precision, round_to_fp8
+from flashbench.inputs.validation import check_block, check_causal, check_qkv, check_scale
+from flashbench.reference.streaming import (
+    log_sum_exp,
+    masked_scores,
+    stream_attention,
+    unnormalised_softmax,
+)
 
 __all__ = ["P_SCALE", "QUANT", "standard_fp8", "flash_fp8", "quantize", "hadamard",
            "incoherence_matrix", "fp8_precision"]

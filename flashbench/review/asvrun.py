@@ -4,7 +4,7 @@
 paths are absolute (``--quick``: one sample each; ``existing=True``: no install, this
 Python, the commit's tree checked out in the review's worktree session and first on
 the benchmarks' path through ``ASV_PYTHONPATH``). The machine is registered first
-(:func:`flashbench.machine.register`: locked, atomic). asv failing as a whole (no
+(:func:`flashbench.infra.machine.register`: locked, atomic). asv failing as a whole (no
 results file written) raises :class:`AsvError` with asv's last words.
 
 asv runs in a session of its own (:func:`run_in_session`): asv puts its benchmark
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashbench.machine import asv_launch_method, register
+from flashbench.infra.machine import asv_launch_method, register
 from flashbench.review.gitops import Session
 
 REVIEW_RESULTS = Path(".asv") / "review-results"

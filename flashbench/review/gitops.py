@@ -2,7 +2,7 @@
 
 A review that measures checks base and head out in git worktrees under
 ``.asv/review/<session>/`` (``base/``, ``head/``). The session folder holds a lock
-file, locked (:mod:`flashbench.locks`) for as long as the review runs: a folder whose
+file, locked (:mod:`flashbench.infra.locks`) for as long as the review runs: a folder whose
 lock can be taken belongs to a review that is gone (killed, crashed), and the next
 :class:`Session` removes it and its worktrees as it starts (pruning and creating a
 session happen under a lock of ``.asv/review/`` itself, so two reviews starting at
@@ -20,7 +20,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from flashbench.locks import acquire, locked, release
+from flashbench.infra.locks import acquire, locked, release
 
 SESSIONS = Path(".asv") / "review"
 WATCHED = ("flashbench", "benchmarks")  # uncommitted edits here change what is measured

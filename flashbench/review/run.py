@@ -27,7 +27,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashbench.machine import check_machine_name, cpu_model, derived_name, gpu_model
+from flashbench.infra.machine import check_machine_name, cpu_model, derived_name, gpu_model
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
 from flashbench.review.model import Review

@@ -1,7 +1,7 @@
 """Accuracy measurement: the cases flashbench judges and one record per measurement.
 
 Measuring apart from reporting: this module computes and returns dataclass records;
-``flashbench check`` (:mod:`flashbench.check`) orchestrates and renders them, the
+``flashbench check`` (:mod:`flashbench.measure.check`) orchestrates and renders them, the
 asv accuracy suite tracks their numbers, and the GPU script tabulates them. Nothing
 here prints (progress goes through the ``say`` callback) or decides an exit status.
 
@@ -15,7 +15,7 @@ here prints (progress goes through the ``say`` callback) or decides an exit stat
   where a kernel cannot run a case here (and why).
 
 The same for gradients (the backward pass) lives beside it, in
-:mod:`flashbench.measure_grad`.
+:mod:`flashbench.measure.backward`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats, judge
-from flashbench.inputs import Shape, make_qkv
-from flashbench.streaming import causal_mask
+from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.reference.streaming import causal_mask
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",

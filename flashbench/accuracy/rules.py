@@ -1,17 +1,4 @@
-"""Error metrics and the baseline rule.
-
-:func:`error_stats` measures an output against a reference, element by element, in
-float64. Absolute error ``a = |out - ref|``. Relative error divides by
-``max(|ref|, tau)`` with ``tau = 0.1 * RMS(ref)``: elements much smaller than the
-reference's typical magnitude (attention outputs cross zero constantly) are judged
-against a tenth of that magnitude instead of blowing up; elsewhere it is the
-ordinary ``|out - ref| / |ref|``. Given a precision, every metric is also reported
-"in eps": divided by that precision's machine epsilon (see
-:mod:`flashbench.precision`).
-
-Non-finite reference entries (LSE = -inf of rows that see no key) must be matched
-exactly by ``out``; any mismatch is counted in ``nonfinite_mismatch`` and makes
-every error infinite, so a wrong mask can never look accurate.
+"""The baseline rule: a kernel's error against the same-dtype standard attention's.
 
 :func:`baseline_rule` is FlashAttention's own test criterion: a kernel is as
 accurate as its dtype allows when its error against the float64 reference is at
@@ -30,7 +17,7 @@ fails, with ratio inf, whatever the standard model did.
 The standard model overflowed (fp16 scores near 7e4 become inf: its error is inf)
 but the kernel's error is finite: the kernel is more accurate than the standard, so
 it passes. Its ratio is then taken against the next yardstick, the *fallback* error
-the caller gives: :mod:`flashbench.measure` and :mod:`flashbench.measure_grad` give
+the caller gives: :mod:`flashbench.measure` and :mod:`flashbench.measure.backward` give
 the same-dtype flash model's (:func:`flashbench.numerics.flash_model` /
 ``flash_model_grad``: FlashAttention's rounding in that dtype, scores in fp32, which
 cannot overflow there), so a correct kernel reads about 1 and the tracked ratio stays
@@ -41,65 +28,19 @@ hundreds of times that, a "rule failure" to every reader of the ratio. The verdi
 "none"). Without a usable fallback the ratio is NaN (yardstick "none"): no number is
 honest there; otherwise the ratio is never NaN.
 """
-
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from flashbench.precision import get_precision
+from flashbench.accuracy.metrics import error_stats, to_numpy
+from flashbench.inputs.precision import get_precision
 
-__all__ = ["error_stats", "baseline_rule", "BaselineVerdict", "judge", "REL_FLOOR", "to_numpy",
-           "GRAD_FACTOR", "gradient_rule", "gradient_floor", "judge_gradient"]
+__all__ = ["baseline_rule", "BaselineVerdict", "judge", "BASELINE_FACTOR", "GRAD_FACTOR",
+           "gradient_rule", "gradient_floor", "judge_gradient"]
 
-REL_FLOOR = 0.1  # tau = REL_FLOOR * RMS(ref)
 BASELINE_FACTOR = 2.0  # FlashAttention's tests: outputs within 2x the same-dtype standard
-METRICS = ("max_abs", "rmse", "abs_p50", "abs_p99", "rel_p50", "rel_p99", "rel_max")
-
-
-def to_numpy(x) -> np.ndarray:
-    """float64 NumPy copy of a NumPy array, ml_dtypes array or torch tensor (any device)."""
-    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
-        x = x.detach().cpu().double().numpy()
-    return np.asarray(x).astype(np.float64)
-
-
-def error_stats(out, ref, dtype: str | None = None) -> dict[str, float]:
-    """Error of ``out`` against ``ref`` (same shape), as a dict of floats.
-
-    Keys: ``max_abs``, ``rmse``, ``abs_p50``, ``abs_p99``, ``rel_p50``, ``rel_p99``,
-    ``rel_max`` (see the module docstring for the relative error's floor), ``count``
-    (finite elements compared), ``nonfinite_mismatch``; with ``dtype`` also each
-    metric divided by that precision's eps, as ``<metric>_eps``.
-    """
-    out, ref = to_numpy(out), to_numpy(ref)
-    if out.shape != ref.shape:
-        raise ValueError(f"out and ref must have the same shape, got {out.shape} and {ref.shape}")
-    finite = np.isfinite(ref)
-    mismatch = int(np.count_nonzero((np.isfinite(out) != finite) | (~finite & (out != ref))))
-    stats: dict[str, float] = {"count": int(np.count_nonzero(finite)),
-                               "nonfinite_mismatch": mismatch}
-    if mismatch:
-        stats.update(dict.fromkeys(METRICS, float("inf")))
-    elif not finite.any():
-        stats.update(dict.fromkeys(METRICS, 0.0))
-    else:
-        r = ref[finite]
-        a = np.abs(out[finite] - r)
-        rms = float(np.sqrt(np.mean(r * r)))
-        tau = REL_FLOOR * rms if rms > 0 else 1.0
-        rel = a / np.maximum(np.abs(r), tau)
-        a50, a99 = np.percentile(a, [50, 99])
-        r50, r99 = np.percentile(rel, [50, 99])
-        stats.update(max_abs=float(a.max()), rmse=float(np.sqrt(np.mean(a * a))),
-                     abs_p50=float(a50), abs_p99=float(a99),
-                     rel_p50=float(r50), rel_p99=float(r99), rel_max=float(rel.max()))
-    if dtype is not None:
-        eps = get_precision(dtype).eps
-        stats.update({f"{name}_eps": stats[name] / eps for name in METRICS})
-    return stats
-
 
 @dataclass(frozen=True)
 class BaselineVerdict:

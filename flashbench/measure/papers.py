@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.inputs import Shape, make_qkv
+from flashbench.inputs.precision import FP8_DTYPES
+from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.inputs.validation import check_block
 from flashbench.numerics import fp8
-from flashbench.precision import FP8_DTYPES
-from flashbench.validation import check_block
 
 __all__ = ["FA3_TABLE3", "FA3_SHAPE", "Setting", "Row", "Table", "fa3_fp8_tile", "fa3_table3",
            "order_claims", "render_markdown"]

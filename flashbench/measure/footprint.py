@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashbench.inputs import Shape
+from flashbench.inputs.problem import Shape
 
 __all__ = ["BYTES_PER_SCORE", "check_case_bytes", "available_bytes", "too_big", "human"]
 

@@ -9,7 +9,7 @@ process dies, so a lock that can be taken belongs to nobody alive.
 - :func:`acquire` / :func:`release`: a lock held across calls (a review's session
   folder), or tried without waiting (``wait=False``: None when another holds it).
 
-Used by :mod:`flashbench.machine` (~/.asv-machine.json), :mod:`flashbench.site` (the
+Used by :mod:`flashbench.infra.machine` (~/.asv-machine.json), :mod:`flashbench.site` (the
 site folder and the npm cache) and :mod:`flashbench.review.gitops` (review sessions).
 """
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import judge_gradient
-from flashbench.inputs import Shape, make_qkv
-from flashbench.measure import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
+from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.forward import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
            "grad_exactness", "measure_gradients"]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flashbench.validation import check_causal
+from flashbench.inputs.validation import check_causal
 
 
 def causal_mask(nq: int, nk: int, start: int = 0, stop: int | None = None) -> np.ndarray | None:

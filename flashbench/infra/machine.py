@@ -1,6 +1,6 @@
 """asv machine names: stable, and saying what the machine is.
 
-``python -m flashbench.machine`` (or scripts/asv_machine.py) registers this machine
+``python -m flashbench.infra.machine`` (or scripts/asv_machine.py) registers this machine
 in ~/.asv-machine.json and prints its name.
 
 A measurement machine is identified by everything that changes its speed: the
@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-from flashbench.locks import locked
+from flashbench.infra.locks import locked
 
 __all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
            "check_machine_name", "asv_launch_method"]
@@ -144,7 +144,7 @@ def register(name: str | None = None) -> str:
 def main(argv=None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m flashbench.machine",
+    p = argparse.ArgumentParser(prog="python -m flashbench.infra.machine",
                                 description="Register this machine with asv (~/.asv-machine.json) "
                                 "under a stable name that says what it is; print the name.")
     p.add_argument("name", nargs="?", help="the name to register (default: derived, e.g. "
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     try:
         print(register(args.name))
     except ValueError as exc:
-        p.exit(2, f"flashbench.machine: error: {exc}\n")
+        p.exit(2, f"flashbench.infra.machine: error: {exc}\n")
     return 0
 
 

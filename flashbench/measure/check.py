@@ -11,7 +11,7 @@ Two questions, kept apart:
      standard attention's plus eps/4, for O and for LSE.
 
 3. The backward pass, on the gradient cases (by default the small
-   :func:`flashbench.measure_grad.default_grad_cases`; with ``--shape``, the shapes
+   :func:`flashbench.measure.backward.default_grad_cases`; with ``--shape``, the shapes
    given):
    - exactness in float64: streamed (FlashAttention-2's recurrence) vs one-shot
      dq, dk, dv, max |diff| relative to the gradients' scale; PASS iff <= 1e-12;
@@ -35,22 +35,22 @@ import numpy as np
 from tabulate import tabulate
 
 from flashbench import reference
-from flashbench.inputs import make_qkv
-from flashbench.measure import (
-    EXACT_TOL,
-    Case,
-    default_cases,
-    exactness,
-    measure_accuracy,
-)
-from flashbench.measure_grad import (
+from flashbench.inputs.precision import CHECK_DTYPES
+from flashbench.inputs.problem import make_qkv
+from flashbench.measure.backward import (
     GRADS,
     default_grad_cases,
     grad_exactness,
     grad_output,
     measure_gradients,
 )
-from flashbench.precision import CHECK_DTYPES
+from flashbench.measure.forward import (
+    EXACT_TOL,
+    Case,
+    default_cases,
+    exactness,
+    measure_accuracy,
+)
 
 __all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
@@ -73,7 +73,7 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
     ``backends``: backend names to judge beside the flash model (``flashbench check``
     passes every available one but the float64 reference itself).
     ``grad_cases``: where gradients are judged; None means
-    :func:`flashbench.measure_grad.default_grad_cases` (those whose causal setting
+    :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
     appears among ``cases``), ``()`` none.
     """
     cases = default_cases() if cases is None else list(cases)

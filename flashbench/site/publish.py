@@ -29,7 +29,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from flashbench.locks import locked
+from flashbench.infra.locks import locked
 
 PACKAGES = ["jquery@3.3.1", "flot@0.8.3", "bootstrap@3.1.1", "blueimp-md5@2.19.0",
             "stupid-table-plugin@1.1.3", "flot-orderbars@1.0.0"]

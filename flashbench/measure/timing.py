@@ -25,7 +25,7 @@ import statistics
 import subprocess
 from collections.abc import Callable
 
-from flashbench.inputs import PASS_FLOPS, Shape
+from flashbench.inputs.problem import PASS_FLOPS, Shape
 
 __all__ = ["device_samples", "device_seconds", "tflops", "matmul_peak_tflops", "gpu_name",
            "pass_fn", "NotDifferentiable", "gpu_state", "L2_FLUSH_BYTES"]

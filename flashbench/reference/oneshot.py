@@ -16,7 +16,7 @@ streamed ones never hold more than ``[..., Nq, block]`` scores. In float64 the t
 agree to reduction-order noise (about 1e-13): the streaming is exact.
 
 Grouped-query attention: k and v may have Hkv heads (dim -3) where Hkv divides q's
-H; query head h reads kv head ``h // (H // Hkv)`` (:mod:`flashbench.validation`).
+H; query head h reads kv head ``h // (H // Hkv)`` (:mod:`flashbench.inputs.validation`).
 
 Gradients (:func:`attention_grad`, :func:`online_attention_grad`) return
 ``(dq, dk, dv)`` with the shapes of q, k and v, in float64; an input broadcast over
@@ -28,15 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.streaming import (
-    finish,
-    masked_scores,
-    safe_max,
-    stream_attention,
-    unnormalised_softmax,
-)
-from flashbench.streaming_bwd import stream_attention_grad
-from flashbench.validation import (
+from flashbench.inputs.validation import (
     attention_shape,
     check_block,
     check_causal,
@@ -48,6 +40,14 @@ from flashbench.validation import (
     grouped_query,
     sum_to,
 )
+from flashbench.reference.streaming import (
+    finish,
+    masked_scores,
+    safe_max,
+    stream_attention,
+    unnormalised_softmax,
+)
+from flashbench.reference.streaming_bwd import stream_attention_grad
 
 __all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats",
            "attention_grad", "online_attention_grad"]
@@ -180,7 +180,7 @@ def online_attention_grad(q, k, v, o, lse, do, block: int = 64, causal: bool = F
     """Streamed gradients of attention in float64: FlashAttention-2's backward recurrence.
 
     ``D = rowsum(dO * O)``; per key block, P is recomputed from the scores and the
-    LSE (never stored) and dV, dS, dQ, dK follow (:mod:`flashbench.streaming_bwd`).
+    LSE (never stored) and dV, dS, dQ, dK follow (:mod:`flashbench.reference.streaming_bwd`).
     Holds a few ``[..., Nq, block]`` tiles at most; ``block`` is any int >= 1.
 
     Args:

@@ -16,13 +16,13 @@ each key block contributes independently:
 :func:`flashbench.reference.online_attention_grad` (float64, no rounding) and by
 :func:`flashbench.numerics.flash_model_grad` (float32, with P and dS rounded to a
 storage dtype before their matmuls). It shares the score tile and the causal
-bookkeeping with the forward (:mod:`flashbench.streaming`) and never holds more
+bookkeeping with the forward (:mod:`flashbench.reference.streaming`) and never holds more
 than a few ``[..., Nq, block]`` tiles.
 
 Rows that see no key have LSE = -inf and O = 0: their P is 0 (exp of -inf scores,
 taken against a finite stand-in for the LSE), so their dq is 0; keys that no query
 sees get dk = dv = 0. Leading dims broadcast like numpy matmul; the gradient of a
-broadcast input is summed over the broadcast axes (:func:`flashbench.validation.sum_to`).
+broadcast input is summed over the broadcast axes (:func:`flashbench.inputs.validation.sum_to`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flashbench.streaming import first_row, safe_max, score_tile
-from flashbench.validation import check_causal, sum_to
+from flashbench.inputs.validation import check_causal, sum_to
+from flashbench.reference.streaming import first_row, safe_max, score_tile
 
 __all__ = ["stream_attention_grad"]
 

@@ -1,0 +1,1 @@
+"""What the measurements run on: asv machine names (:mod:`.machine`), file locks (:mod:`.locks`)."""

@@ -1,0 +1,18 @@
+"""The float64 truth: softmax and attention, one-shot (:mod:`.oneshot`) and streamed.
+
+:mod:`.streaming` holds the forward (m, l) recurrence, :mod:`.streaming_bwd`
+FlashAttention-2's backward recurrence. Every function computes in float64.
+"""
+
+from flashbench.reference.oneshot import (
+    attention,
+    attention_grad,
+    online_attention,
+    online_attention_grad,
+    online_softmax,
+    row_stats,
+    softmax,
+)
+
+__all__ = ["attention", "attention_grad", "online_attention", "online_attention_grad",
+           "online_softmax", "row_stats", "softmax"]

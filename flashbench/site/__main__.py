@@ -1,0 +1,5 @@
+import sys
+
+from flashbench.site.publish import main
+
+sys.exit(main())
