@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench import numerics
-from flashbench.precision import get_precision
+from flashbench.inputs.precision import get_precision
 
 FORWARD_DEFECTS = ("acc_low", "pv_twice", "rescale_low", "l_low", "scale_low")
 GRAD_DEFECTS = ("ds_early",)

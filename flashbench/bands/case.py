@@ -29,10 +29,11 @@ from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
-from flashbench.precision import get_precision
+from flashbench.inputs.precision import get_precision
 
 __all__ = ["CASE_SEEDS", "SEED0", "EDGE_STATS", "FORWARD", "BACKWARD", "case_band",
-           "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE"]
+           "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
+           "write_case_table", "fingerprint"]
 
 CASE_SEEDS = 8  # seeds per band (scripts/band_calibration.py: the edge of 8 seeds)
 SEED0 = 1000  # the band's seeds are SEED0.. (the check judges seed 0: fresh draws)
@@ -40,6 +41,7 @@ EDGE_STATS = ("max_abs", "rmse", "abs_p99", "abs_p50")  # statistics kept per se
 FORWARD, BACKWARD = ("o", "lse"), ("dq", "dk", "dv")
 CASE_TABLE = "data/case_bands.json"  # inside the flashbench package
 VERSION = 1
+ONESHOT_BYTES = 1 << 30
 
 
 def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False) -> str:
@@ -50,8 +52,8 @@ def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = Fal
 
 def memory_needed(shape: Shape, grad: bool = False) -> int:
     """Bytes one seed of the band holds at its peak, estimated: float64 q, k, v (and dO,
-    O) with their rounded copies, the streamed reference and the model's fp32 tiles
-    (:data:`~flashbench.bands.measure` never materialises an Nq x Nk score matrix)."""
+    O) with their rounded copies, the streamed reference and the model's fp32 tiles (the
+    one-shot reference, used up to :data:`ONESHOT_BYTES`, is below the limit anyway)."""
     rows = shape.B * shape.H * shape.Nq
     kv = shape.B * shape.kv_heads * shape.Nk
     elems = rows * (shape.d + 2 * shape.head_dim_v) + kv * (shape.d + shape.head_dim_v)
@@ -89,15 +91,22 @@ def _check(shape, dist, causal, dtype, grad) -> None:
 
 def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
     q, k, v = (caller_inputs(dtype, x) for x in make_qkv(shape, dist, seed))
+    # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
+    # the streamed one (equal to 1e-13)
+    oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
     if not grad:
-        ref = reference.online_attention(q, k, v, causal=causal)
+        ref = (reference.attention(q, k, v, causal=causal) if oneshot
+               else reference.online_attention(q, k, v, causal=causal))
         out = numerics.flash_model(q, k, v, dtype, block=block, causal=causal)
         names = FORWARD
     else:
         do = caller_inputs(dtype, np.random.default_rng(seed + 1).standard_normal(
             (shape.B, shape.H, shape.Nq, shape.head_dim_v)))
-        o, lse = reference.online_attention(q, k, v, causal=causal)
-        ref = reference.online_attention_grad(q, k, v, o, lse, do, causal=causal)
+        if oneshot:
+            ref = reference.attention_grad(q, k, v, do, causal=causal)
+        else:
+            o, lse = reference.online_attention(q, k, v, causal=causal)
+            ref = reference.online_attention_grad(q, k, v, o, lse, do, causal=causal)
         out = numerics.flash_model_grad(q, k, v, do, dtype, block=block, causal=causal)
         names = BACKWARD
     stats = [error_stats(out[i], ref[i]) for i in range(len(names))]
@@ -189,3 +198,22 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = Fa
         except OSError:
             pass  # no writable cache: measured again next time
     return band
+
+
+def write_case_table(bands: list[dict], path: str | Path, command: str = "",
+                     seconds: float | None = None) -> Path:
+    """Write measured bands (:func:`measure_case_band` results) as the case table: one band
+    per line (reviewable diffs), the flash models' :func:`fingerprint` recorded."""
+    head = {"version": VERSION, "command": command, "seeds": CASE_SEEDS, "seed0": SEED0,
+            "fingerprint": fingerprint(), "seconds": seconds,
+            "method": "flash model on seeds seed0.. of each case's exact shape; errors "
+                      "against the float64 reference of the dtype-rounded inputs "
+                      "(flashbench.accuracy.error_stats); edge = largest over the seeds"}
+    lines = [f"  {json.dumps(b['key'])}: " + json.dumps(
+        {k: v for k, v in b.items() if k not in ("key", "source")}) for b in bands]
+    text = json.dumps(head, indent=1)[:-2] + ',\n "bands": {\n' + ",\n".join(lines) + "\n }\n}\n"
+    json.loads(text)  # the hand-made layout must stay valid JSON
+    path = Path(path)
+    path.write_text(text)
+    _table.cache_clear()
+    return path

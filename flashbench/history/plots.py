@@ -1,4 +1,5 @@
-"""The history report's plots: accuracy (errors.png) and throughput (tflops.png).
+"""The history report's plots: accuracy (errors.png), the two rules' ratios (rules.png) and
+throughput (tflops.png).
 
 Titles, panels and line labels come from the data: the accuracy rows' ``shape``,
 ``dist`` and ``dtype`` parameters, the throughput points' backend, dtype, shape,
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flashbench.history.suites import MAIN_METRIC, accuracy_metric
+from flashbench.history.suites import BAND_PAIRS, MAIN_METRIC, accuracy_metric, rule_limit
 from flashbench.history.summaries import IDENTITY, names, per_name, with_identity
 
 
@@ -102,6 +103,52 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
                  f"{_texts(acc['dist'], 'dist')})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
+    """Both rules over commits: per tensor (O, LSE, dq, dk, dv) a row of two panels, the
+    baseline rule's ratio (kernel / same-dtype standard) and the band rule's, one line per
+    kernel x dtype x causal (and shape, machine), each rule's limit dashed. False: neither
+    rule's tracks are in ``df``."""
+    metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
+    wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
+    rows = per_name(df["benchmark"], metric).isin(wanted).to_numpy() & (df["status"] == "ok")
+    acc = with_identity(df.loc[rows.to_numpy()])
+    if acc.empty:
+        return False
+    acc = acc.assign(metric=per_name(acc["benchmark"], metric))
+    for c in ("kernel", "dtype", "causal", "shape"):
+        if c not in acc:
+            acc[c] = None
+    pairs = [(b, n) for b, n in BAND_PAIRS.items() if acc["metric"].isin([b, n]).any()]
+    plt = _pyplot()
+    order = commit_order(df)
+    fig, axes = plt.subplots(len(pairs), 2, figsize=(11, 3.4 * len(pairs)), squeeze=False)
+    for row, pair in zip(axes, pairs, strict=True):
+        for ax, name in zip(row, pair, strict=True):
+            sub = acc[acc["metric"] == name].astype({c: object for c in ("kernel", "shape")})
+            for (machine, cpu, kernel, dtype, causal, shape), g in sub.groupby(
+                    [*IDENTITY, "kernel", "dtype", "causal", "shape"], observed=True,
+                    dropna=False):
+                g = by_commit(g, order)
+                several = sub["shape"].nunique(dropna=False) > 1
+                ax.plot(g["x"], g["value"], marker=".", linestyle="--" if causal else "-",
+                        label=f"{kernel} {dtype}{f' {shape}' if several else ''}"
+                              f"{_machine(machine, cpu, acc)}")
+            ax.axhline(rule_limit(name), color="k", linestyle=":", linewidth=1)
+            ax.set_yscale("log")
+            ax.set_title(f"{name} (limit {rule_limit(name):g})")
+            ax.set_xlabel("commit (oldest = 0)")
+            ax.grid(alpha=0.3)
+            if len(ax.lines) > 1:
+                ax.legend(fontsize=6)
+        row[0].set_ylabel("kernel error / same-dtype standard's")
+        row[1].set_ylabel("band rule ratio (<= 1 passes)")
+    fig.suptitle("The two rules over history (dashed: causal; dotted: the rule's limit)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 

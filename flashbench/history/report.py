@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from flashbench.history.bands import band_history, plot_bands, widened_markdown
 from flashbench.history.load import folders, load_results
-from flashbench.history.plots import plot_errors, plot_tflops
+from flashbench.history.plots import plot_errors, plot_rule_ratios, plot_tflops
 from flashbench.history.steps import steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
@@ -112,6 +112,7 @@ def build_report(results_dir, out, force: bool = False) -> str:
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
         ("bands.png", plot_bands(band_rows, out / "bands.png")),
+        ("rules.png", plot_rule_ratios(df, out / "rules.png")),
         ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
@@ -128,7 +129,9 @@ def build_report(results_dir, out, force: bool = False) -> str:
     lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
-              "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
+              "(baseline rule passes at <= 2); o_band / lse_band: the band rule's ratio "
+              "(passes at <= 1; both over commits: rules.png). All metrics: "
+              "error_bands.csv.", "",
               _table(_without_empty(main.drop(columns=["metric", "params", "unit"],
                                               errors="ignore"), ["cpu", "shape", "dist"])),
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "

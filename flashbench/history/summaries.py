@@ -130,11 +130,13 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     over the commits before the latest), latest, latest_commit, inside (latest within
     [band_lo, band_hi]; NA with one commit), o_ratio / lse_ratio (latest baseline-rule
     ratio of the same combination: kernel error / same-dtype standard_model error,
-    passes at <= 2), unit.
+    passes at <= 2), o_band / lse_band (latest band-rule ratio, passes at <= 1; NaN
+    before the band rule), unit.
     """
     labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
-                        "latest_commit", "inside", "o_ratio", "lse_ratio", "unit"]
+                        "latest_commit", "inside", "o_ratio", "lse_ratio", "o_band",
+                        "lse_band", "unit"]
     hits = {b: m for b in names(df["benchmark"]) if isinstance(b, str)
             and (m := accuracy_metric(b))}
     acc = ok_rows(df, hits, [*_RUN, "benchmark", "params", "unit", "value", *ACCURACY_LABELS])
@@ -160,7 +162,8 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     bands = bands.reset_index()
     for c in keys:
         bands[c] = bands[c].astype(object)
-    for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio")):
+    for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio"),
+                           ("o_band_ratio", "o_band"), ("lse_band_ratio", "lse_band")):
         ratio = bands.loc[bands["metric"] == metric, [*IDENTITY, "params", "latest"]]
         bands = bands.merge(ratio.rename(columns={"latest": column}),
                             on=[*IDENTITY, "params"], how="left")

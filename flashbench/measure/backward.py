@@ -31,8 +31,10 @@ from functools import partial
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import judge_gradient
+from flashbench.accuracy import GRAD_FACTOR, judge_gradient
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.measure.forward import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
@@ -88,8 +90,10 @@ class GradAccuracy:
     gradient; ``*_standard``: the same for the same-dtype standard backward
     (:func:`flashbench.numerics.standard_model_grad`); ``*_ratio``: kernel max abs
     error / standard's; ``*_floor``: the rule's absolute floor
-    (:func:`flashbench.accuracy.gradient_floor`); ``passed``: the gradient rule
-    (:func:`flashbench.accuracy.judge_gradient`: 3x + floor) holds for all three.
+    (:func:`flashbench.accuracy.gradient_floor`); ``passed``: both rules hold for all
+    three: the gradient rule (``baseline_passed``; :func:`flashbench.accuracy.judge_gradient`:
+    3x + floor) and the band rule (``band_passed``; ``*_band_ratio`` <= 1, ``band``: its
+    verdicts); ``disagreement``: where the two disagree, which failed and why.
     ``peer``: a backend flashbench does not own (informative only). ``yardsticks``:
     None when every ratio is against the standard backward; else {"dq" / "dk" / "dv":
     what that ratio is against}: "flash_model" (the same-dtype flash model backward)
@@ -114,6 +118,13 @@ class GradAccuracy:
     passed: bool
     peer: bool = False
     yardsticks: dict | None = None
+    dq_band_ratio: float | None = None
+    dk_band_ratio: float | None = None
+    dv_band_ratio: float | None = None
+    baseline_passed: bool | None = None
+    band_passed: bool | None = None
+    band: dict | None = None
+    disagreement: str | None = None
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
@@ -134,19 +145,22 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactne
     return out
 
 
-def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False) -> GradAccuracy:
+def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False, *,
+                   bands: CaseBands) -> GradAccuracy:
     """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
-    yardstick where the standard backward overflowed."""
-    fields, passed, yardsticks = {}, True, {}
+    yardstick where the standard backward overflowed; ``bands``: the case's band side
+    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``)."""
+    fields, baseline, yardsticks = {}, {}, {}
     for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
         j = judge_gradient(g, s, r, dtype, fallback=lambda i=i: fallback()[i])
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
-        passed = passed and j["verdict"].passed
+        baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    return GradAccuracy(case, kernel, dtype, passed=passed, peer=peer,
-                        yardsticks=yardsticks or None, **fields)
+    rules = combine(baseline, bands.judge(dtype, grads, GRADS), GRAD_FACTOR)
+    return GradAccuracy(case, kernel, dtype, peer=peer, yardsticks=yardsticks or None,
+                        **fields, **rules)
 
 
 def _autograd(backend, q, k, v, do, dtype, causal):
@@ -155,11 +169,13 @@ def _autograd(backend, q, k, v, do, dtype, causal):
 
     from flashbench.kernels.checks import torch_dtype
 
-    leaves = [torch.from_numpy(x).to(torch_dtype(dtype)).requires_grad_(True)
+    # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32, twice)
+    leaves = [torch.from_numpy(caller_inputs(dtype, x)).to(torch_dtype(dtype)).requires_grad_(True)
               for x in (q, k, v)]
     out = backend.timed_fn(*backend.prepare(*leaves), causal=causal)
     o = out[0] if isinstance(out, tuple) else out
-    return torch.autograd.grad(o, leaves, torch.from_numpy(do).to(o.dtype).to(o.device))
+    return torch.autograd.grad(o, leaves, torch.from_numpy(caller_inputs(dtype, do)).to(
+        o.dtype).to(o.device))
 
 
 def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
@@ -182,6 +198,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     if ref is None:
         ref = reference.attention_grad(q, k, v, do, causal=case.causal)
     records: list[GradAccuracy | Unavailable | Failed] = []
+    bands = CaseBands(case, (q, k, v, do), grad=True)
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
         std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
         # the flash model backward in this dtype: its own record, and the yardstick of the
@@ -191,7 +208,8 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
-                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash))
+                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash,
+                                              bands=bands))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
@@ -210,6 +228,6 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 records.append(Failed(case, name, dtype, f"backward raised "
                                       f"{type(exc).__name__}: {exc}", peer=backend.peer))
                 continue
-            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash,
+            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer))
     return records

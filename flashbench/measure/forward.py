@@ -29,8 +29,10 @@ from functools import partial
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import error_stats, judge
+from flashbench.accuracy import BASELINE_FACTOR, error_stats, judge
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.reference.streaming import causal_mask
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
@@ -92,8 +94,11 @@ class Accuracy:
     ``o`` / ``lse``: :func:`flashbench.accuracy.error_stats` of the kernel's output;
     ``o_standard`` / ``lse_standard``: the same for the same-dtype standard model;
     ``o_ratio`` / ``lse_ratio``: kernel max abs error / standard's (the baseline
-    rule as one number); ``passed``: the rule holds for O and, where it is judged,
-    LSE. ``peer``: a backend flashbench does not own (informative only).
+    rule as one number); ``passed``: both rules hold for O and, where it is judged,
+    LSE: the baseline rule (``baseline_passed``) and the band rule (``band_passed``;
+    ``o_band_ratio`` / ``lse_band_ratio``: <= 1 passes; ``band``: its verdicts,
+    :mod:`flashbench.accuracy.bandrule`); ``disagreement``: where the rules disagree, which
+    failed and why (one line). ``peer``: a backend flashbench does not own (informative only).
     ``streamed_vs_oneshot_o`` / ``_lse`` (flash_model only): flash_model against
     standard_model in the same dtype.
 
@@ -121,6 +126,12 @@ class Accuracy:
     streamed_vs_oneshot_lse: dict | None = None
     lse_note: str | None = None
     yardsticks: dict | None = None
+    o_band_ratio: float | None = None
+    lse_band_ratio: float | None = None
+    baseline_passed: bool | None = None
+    band_passed: bool | None = None
+    band: dict | None = None
+    disagreement: str | None = None
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -197,23 +208,27 @@ def _yardsticks(verdicts: dict) -> dict | None:
 
 
 def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
-              own_lse: bool = True, peer: bool = False, **extra) -> Accuracy:
+              own_lse: bool = True, peer: bool = False, *, bands: CaseBands,
+              **extra) -> Accuracy:
     """The record of one kernel's (o, lse); ``own_lse`` False: its op returned no LSE (a
-    stand-in fills ``out[1]``): judged on O only (the LSE note says why)."""
+    stand-in fills ``out[1]``): judged on O only (the LSE note says why). ``bands``: the
+    case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's side)."""
     j = judge(out, std, ref, dtype, fallback=fallback)
     verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
     note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
     shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE
     if not shown:
         del verdicts["lse"]
+    judged = ("o",) if note is not None else ("o", "lse")
+    rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
+                    bands.judge(dtype, out, judged), BASELINE_FACTOR)
     return Accuracy(case, kernel, dtype, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
                     o_ratio=j["o"]["verdict"].ratio,
                     lse_ratio=j["lse"]["verdict"].ratio if shown else None,
-                    passed=j["o"]["verdict"].passed and (note is not None
-                                                         or j["lse"]["verdict"].passed),
-                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **extra)
+                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **rules,
+                    **extra)
 
 
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
@@ -232,6 +247,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
     ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
+    bands = CaseBands(case, (q, k, v))
     for dtype in dtypes:
         std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
@@ -244,7 +260,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 say(f"  flash_model {dtype}")
                 out = flash()
                 records.append(_accuracy(
-                    case, name, dtype, out, std, ref, fallback=flash,
+                    case, name, dtype, out, std, ref, fallback=flash, bands=bands,
                     streamed_vs_oneshot_o=error_stats(out[0], std[0], dtype),
                     streamed_vs_oneshot_lse=error_stats(out[1], std[1], dtype)))
                 continue
@@ -262,7 +278,10 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
 
                 from flashbench.kernels.checks import torch_dtype
 
-                tensors[given] = [torch.from_numpy(x).to(torch_dtype(given)) for x in (q, k, v)]
+                # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
+                # (twice), and every kernel must get the values the models and bands use
+                tensors[given] = [torch.from_numpy(caller_inputs(given, x)).to(torch_dtype(given))
+                                  for x in (q, k, v)]
             try:
                 out = backend(*tensors[given], causal=case.causal, dtype=dtype)
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
@@ -272,6 +291,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
                 continue
             records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer))
+                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer,
+                                     bands=bands))
     return records
 
