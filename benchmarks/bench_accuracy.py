@@ -74,8 +74,10 @@ def _field(rec, name):
         value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
     except (KeyError, AttributeError):
         raise NotImplementedError(f"this commit records no {name}") from None
-    if value is None:
+    if value is None and name.startswith("lse"):
         raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
+    if value is None:
+        raise NotImplementedError(f"{name}: not recorded")
     return value
 
 

@@ -1,6 +1,6 @@
 """Calibrate the band rule: correct kernels on fresh seeds and shapes against their bands.
 
-    nice .venv/bin/python scripts/band_calibration.py            # 420 cases, ~12 min here
+    nice .venv/bin/python scripts/band_calibration.py            # 460 cases, ~15 min CPU here
     nice .venv/bin/python scripts/band_calibration.py --cases 40 # a quick look
 
 Draws cases at random (fixed ``--seed``): N = Nk log-uniform in 16..8192, Nq = Nk or
@@ -11,7 +11,7 @@ band is measured on the fly (:func:`flashbench.bands.case.measure_case_band`, se
 the correct user kernel of ``tests/defects.py`` (block 128, exp2; not fp8) and
 flashbench's Triton kernels under the interpreter (``triton``, ``triton-fp8``) where the
 case is small enough (<= 2^18 scores). A third of the non-fp8 cases judge dq, dk, dv too.
-Problems are kept to 2^21 scores (the interpreter's and this CPU's reach).
+Problems are kept to 2^20 scores x d/64 (the interpreter's and this CPU's reach).
 
 Prints, per tensor and statistic, the kernel's error / the band's edge (worst, p99,
 median, and the worst per kernel), and the band rule's ratio with the shipped

@@ -2,10 +2,12 @@
 
 For a case (shape, input distribution, causal) and a dtype, the flash model
 (:func:`flashbench.numerics.flash_model`; ``flash_model_grad`` for dq, dk, dv) runs on
-:data:`CASE_SEEDS` seeds of that exact shape, each judged as ``flashbench check`` judges a
-kernel: against the float64 reference of the unrounded draws, by
-:func:`flashbench.accuracy.error_stats`. A statistic's *edge* is its largest value over
-the seeds; the band rule (:mod:`flashbench.accuracy`) compares a kernel with the edges.
+:data:`CASE_SEEDS` seeds of the case's problem (:func:`band_shape`: its Nq, Nk, d, dv,
+with fewer heads where it has more than :data:`BAND_ROWS` query rows: heads are
+independent, and RMSE and p99 do not depend on how many there are), each against the
+float64 reference of its dtype-rounded inputs (:func:`flashbench.accuracy.error_stats`). A
+statistic's *edge* is its largest value over the seeds; the band rule
+(:mod:`flashbench.accuracy.bandrule`) compares a kernel with the edges.
 
 Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
 (``scripts/make_tolerances.py --cases``: the cases ``flashbench check`` and the asv suites
@@ -31,7 +33,8 @@ from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.precision import get_precision
 
-__all__ = ["CASE_SEEDS", "SEED0", "EDGE_STATS", "FORWARD", "BACKWARD", "case_band",
+__all__ = ["CASE_SEEDS", "SEED0", "EDGE_STATS", "FORWARD", "BACKWARD", "BAND_ROWS",
+           "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
            "write_case_table", "fingerprint"]
 
@@ -39,6 +42,7 @@ CASE_SEEDS = 8  # seeds per band (scripts/band_calibration.py: the edge of 8 see
 SEED0 = 1000  # the band's seeds are SEED0.. (the check judges seed 0: fresh draws)
 EDGE_STATS = ("max_abs", "rmse", "abs_p99", "abs_p50")  # statistics kept per seed
 FORWARD, BACKWARD = ("o", "lse"), ("dq", "dk", "dv")
+BAND_ROWS = 1024  # query rows (B * H * Nq) a band seed keeps at least, where the case has them
 CASE_TABLE = "data/case_bands.json"  # inside the flashbench package
 VERSION = 1
 ONESHOT_BYTES = 1 << 30
@@ -48,6 +52,17 @@ def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = Fal
     """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``."""
     return f"{dtype}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
            f"{'bwd' if grad else 'fwd'}"
+
+
+def band_shape(shape: Shape) -> Shape:
+    """The problem a band seed draws for a case of ``shape``: the same Nq, Nk, d, dv; B = 1
+    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H; plain
+    heads, grouped-query heads being numerically the same)."""
+    rows = shape.B * shape.H * shape.Nq
+    if rows <= BAND_ROWS:
+        return shape
+    heads = min(shape.B * shape.H, -(-BAND_ROWS // shape.Nq))
+    return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv)
 
 
 def memory_needed(shape: Shape, grad: bool = False) -> int:
@@ -82,7 +97,7 @@ def _check(shape, dist, causal, dtype, grad) -> None:
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {dtype!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
-    need, limit = memory_needed(shape, grad), memory_limit()
+    need, limit = memory_needed(band_shape(shape), grad), memory_limit()
     if need > limit:
         raise ValueError(f"shape {shape.label()}: its band cannot be measured in memory here "
                          f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
@@ -90,6 +105,7 @@ def _check(shape, dist, causal, dtype, grad) -> None:
 
 
 def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
+    shape = band_shape(shape)
     q, k, v = (caller_inputs(dtype, x) for x in make_qkv(shape, dist, seed))
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
@@ -205,8 +221,10 @@ def write_case_table(bands: list[dict], path: str | Path, command: str = "",
     """Write measured bands (:func:`measure_case_band` results) as the case table: one band
     per line (reviewable diffs), the flash models' :func:`fingerprint` recorded."""
     head = {"version": VERSION, "command": command, "seeds": CASE_SEEDS, "seed0": SEED0,
+            "band_rows": BAND_ROWS,
             "fingerprint": fingerprint(), "seconds": seconds,
-            "method": "flash model on seeds seed0.. of each case's exact shape; errors "
+            "method": "flash model on seeds seed0.. of each case's problem (band_rows query "
+                      "rows at least, fewer heads); errors "
                       "against the float64 reference of the dtype-rounded inputs "
                       "(flashbench.accuracy.error_stats); edge = largest over the seeds"}
     lines = [f"  {json.dumps(b['key'])}: " + json.dumps(

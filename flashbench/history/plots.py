@@ -113,9 +113,9 @@ def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
     kernel x dtype x causal (and shape, machine), each rule's limit dashed. False: neither
     rule's tracks are in ``df``."""
     metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
-    wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
-    rows = per_name(df["benchmark"], metric).isin(wanted).to_numpy() & (df["status"] == "ok")
-    acc = with_identity(df.loc[rows.to_numpy()])
+    wanted = {b: m in {*BAND_PAIRS, *BAND_PAIRS.values()} for b, m in metric.items()}
+    rows = per_name(df["benchmark"], wanted).astype(bool) & (df["status"] == "ok").to_numpy()
+    acc = with_identity(df.loc[rows])
     if acc.empty:
         return False
     acc = acc.assign(metric=per_name(acc["benchmark"], metric))
