@@ -88,10 +88,10 @@ def backward(defect, dtype, n):
             (max(b.ratio for b in bands), all(b.passed for b in bands)))
 
 
-def _from(caught: list[bool]) -> str:
+def _from(caught: list[bool], ns) -> str:
     for i in range(len(caught)):
         if all(caught[i:]):
-            return str(NS[i])
+            return str(ns[i])
     return "never"
 
 
@@ -99,16 +99,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", nargs="+", type=int, default=list(NS))
     args = p.parse_args()
-    global NS
-    NS = tuple(args.n)
+    ns = tuple(args.n)
     start = time.perf_counter()
-    head = " | ".join(f"N={n} 2x / band" for n in NS)
+    head = " | ".join(f"N={n} 2x / band" for n in ns)
     print(f"| defect | dtype | {head} | 2x catches from | band catches from |")
-    print("|---|---|" + "---|" * len(NS) + "---|---|")
+    print("|---|---|" + "---|" * len(ns) + "---|---|")
     for defect in ROWS:
         for dtype in DTYPES:
             cells, base_c, band_c = [], [], []
-            for n in NS:
+            for n in ns:
                 fn = backward if defect in defects.GRAD_DEFECTS else forward
                 (br, bp), (nr, np_) = fn(defect, dtype, n)
                 base_c.append(not bp)
@@ -117,8 +116,8 @@ def main() -> None:
                              f"{nr:.2f}{' caught' if not np_ else ''}")
                 print(f"[{time.perf_counter() - start:6.0f} s] {defect} {dtype} N={n}",
                       file=sys.stderr, flush=True)
-            print(f"| {WHAT[defect]} | {dtype} | {' | '.join(cells)} | {_from(base_c)} | "
-                  f"{_from(band_c)} |", flush=True)
+            print(f"| {WHAT[defect]} | {dtype} | {' | '.join(cells)} | {_from(base_c, ns)} | "
+                  f"{_from(band_c, ns)} |", flush=True)
     print(f"\n2x: the baseline rule's ratio, worst tensor (kernel max |err| / standard's; "
           f"fails above 2, 3 for gradients, + floor); band: the band rule's ratio (fails "
           f"above 1). One seed per cell; {time.perf_counter() - start:.0f} s wall.")
