@@ -184,8 +184,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=int, default=460)
     p.add_argument("--seed", type=int, default=2026)
-    p.add_argument("--save", type=Path, help="pickle the per-run ratios here")
+    p.add_argument("--save", type=Path, help="pickle the per-run statistics here")
+    p.add_argument("--replay", type=Path, help="report a --save file again (no measuring)")
     args = p.parse_args()
+    if args.replay:
+        import pickle
+
+        saved = pickle.loads(args.replay.read_bytes())
+        rows, n_cases = saved if isinstance(saved, tuple) else (saved, len({r[0] for r in saved}))
+        report(rows, 0.0, n_cases)
+        return
     rng = np.random.default_rng(args.seed)
     rows, start = [], time.perf_counter()
     for i in range(args.cases):
@@ -203,7 +211,7 @@ def main() -> None:
     if args.save:
         import pickle
 
-        args.save.write_bytes(pickle.dumps(rows))
+        args.save.write_bytes(pickle.dumps((rows, args.cases)))
 
 
 if __name__ == "__main__":

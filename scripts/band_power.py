@@ -43,11 +43,13 @@ DTYPES = ("fp16", "bf16")
 ROWS = (None, *defects.FORWARD_DEFECTS, *defects.GRAD_DEFECTS)
 WHAT = {None: "none (control: the correct kernel)",
         "acc_low": "O accumulator kept in T between key blocks",
+        "p_coarse": "P rounded to a coarser dtype (fp16: bf16; bf16: e4m3)",
         "pv_twice": "P rounded to T, and P V rounded to T again",
         "rescale_low": "running max and rescale factor in T",
         "l_low": "l kept in T, LSE rounded to T",
         "scale_low": "scores q k^T stored and scaled in T",
-        "ds_early": "backward: dP rounded to T before dP - D"}
+        "ds_early": "backward: dP rounded to T before dP - D",
+        "dq_acc_low": "backward: dQ accumulator kept in T between key blocks"}
 
 
 def _shape(n: int) -> Shape:
@@ -98,13 +100,16 @@ def _from(caught: list[bool], ns) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", nargs="+", type=int, default=list(NS))
+    p.add_argument("--defect", nargs="+", choices=[str(d) for d in ROWS], default=None,
+                   help="only these rows (None: the control)")
     args = p.parse_args()
     ns = tuple(args.n)
     start = time.perf_counter()
     head = " | ".join(f"N={n} 2x / band" for n in ns)
     print(f"| defect | dtype | {head} | 2x catches from | band catches from |")
     print("|---|---|" + "---|" * len(ns) + "---|---|")
-    for defect in ROWS:
+    rows = ROWS if args.defect is None else [None if d == "None" else d for d in args.defect]
+    for defect in rows:
         for dtype in DTYPES:
             cells, base_c, band_c = [], [], []
             for n in ns:

@@ -7,6 +7,8 @@ calibration (scripts/band_calibration.py). Each defect moves one rounding point 
 storage dtype T, as a real kernel bug does:
 
 - ``acc_low``: the O accumulator kept in T between key blocks.
+- ``p_coarse``: P rounded to the wrong, coarser dtype (:data:`COARSER`: an fp16 kernel
+  rounding P to bf16, a bf16 kernel to e4m3).
 - ``pv_twice``: P rounded to T and the P V tile rounded to T again before it joins the
   fp32 accumulator (P's contribution rounded twice).
 - ``rescale_low``: the running max and the rescale factor exp(m_old - m_new) in T.
@@ -15,7 +17,9 @@ storage dtype T, as a real kernel bug does:
 
 :func:`kernel_grad` is the backward (flash model's forward, FlashAttention-2's
 recurrence, block 128); ``defect="ds_early"`` rounds dP = dO V^T to T before the row-sum
-subtraction dP - D (dS rounded before the subtraction). Neither lives in the package.
+subtraction dP - D (dS rounded before the subtraction); ``"dq_acc_low"`` keeps the dQ
+accumulator in T between key blocks (FlashAttention-2 accumulates it in fp32).
+Neither lives in the package.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import numpy as np
 from flashbench import numerics
 from flashbench.inputs.precision import get_precision
 
-FORWARD_DEFECTS = ("acc_low", "pv_twice", "rescale_low", "l_low", "scale_low")
-GRAD_DEFECTS = ("ds_early",)
+FORWARD_DEFECTS = ("acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low", "scale_low")
+COARSER = {"fp32": "fp16", "tf32": "bf16", "fp16": "bf16", "bf16": "fp8"}  # p_coarse's P
+GRAD_DEFECTS = ("ds_early", "dq_acc_low")
 LOG2E = np.float32(np.log2(np.e))
 
 
@@ -68,7 +73,8 @@ def kernel(q, k, v, dtype: str, causal: bool = False, defect: str | None = None,
             alpha = t(alpha)
         p = np.exp2(s - m_safe[..., None])
         l = alpha * l + p.sum(axis=-1)
-        pv = np.matmul(t(p), v[..., start:stop, :])
+        p_t = get_precision(COARSER[dtype]).operand(p) if defect == "p_coarse" else t(p)
+        pv = np.matmul(p_t, v[..., start:stop, :])
         o = alpha[..., None] * o + (t(pv) if defect == "pv_twice" else pv)
         if defect == "acc_low":
             o = t(o)
@@ -115,6 +121,8 @@ def kernel_grad(q, k, v, do, dtype: str, causal: bool = False, defect: str | Non
             dp = t(dp)
         ds = t(p * (dp - delta[..., None]))
         dq += np.matmul(ds, kb)
+        if defect == "dq_acc_low":
+            dq = t(dq * scale) / scale  # stored in T (scaled, as the kernel stores it)
         dk[..., start:stop, :] += np.matmul(np.swapaxes(ds, -1, -2), q)
     group = q.shape[-3] // hkv
     if group > 1:

@@ -147,7 +147,8 @@ def test_the_issues_fp16_accumulator_passes_2x_and_fails_the_band():
     assert all(v.passed for v in CaseBands(case, qkv).judge("fp16", good, ("o", "lse")).values())
 
 
-@pytest.mark.parametrize("defect", ["acc_low", "pv_twice", "rescale_low", "l_low", "scale_low"])
+@pytest.mark.parametrize("defect", ["acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low",
+                                    "scale_low"])
 def test_each_defect_adds_error(defect):
     """Against the reference of the rounded inputs, each defect's O or LSE RMSE exceeds the
     correct kernel's by >= 10% (pv_twice, the smallest, is about 20%)."""

@@ -30,9 +30,9 @@ __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVer
 # on the kernel's score arithmetic (exp or exp2, where the scale is applied), so correct
 # kernels spread far wider around the flash model there than seeds do.
 BAND_MULTIPLIER: dict[str, dict[str, dict[str, float]]] = {
-    "default": {"o": {"rmse": 1.3, "abs_p99": 1.5},
+    "default": {"o": {"rmse": 1.4, "abs_p99": 1.6},
                 "lse": {"rmse": 4.0, "abs_p99": 4.0},
-                "grad": {"rmse": 2.0, "abs_p99": 2.0}},
+                "grad": {"rmse": 1.8, "abs_p99": 1.6}},
     "large-logits": {"o": {"rmse": 16.0, "abs_p99": 16.0},
                      "lse": {"rmse": 4.0, "abs_p99": 4.0},
                      "grad": {"rmse": 32.0, "abs_p99": 32.0}},
