@@ -46,6 +46,7 @@ BAND_ROWS = 1024  # query rows (B * H * Nq) a band seed keeps at least, where th
 CASE_TABLE = "data/case_bands.json"  # inside the flashbench package
 VERSION = 1
 ONESHOT_BYTES = 1 << 30
+MAX_SEED_FLOPS = 1 << 38  # a band seed's matmul work at most (~10 s here): else ValueError
 
 
 def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False) -> str:
@@ -102,6 +103,12 @@ def _check(shape, dist, causal, dtype, grad) -> None:
         raise ValueError(f"shape {shape.label()}: its band cannot be measured in memory here "
                          f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
                          f"a quarter of this machine's memory); judge a smaller shape")
+    b = band_shape(shape)
+    flops = 2 * b.B * b.H * b.Nq * b.Nk * (b.d + b.head_dim_v) * (3 if grad else 1)
+    if flops > MAX_SEED_FLOPS:
+        raise ValueError(f"shape {shape.label()}: its band is too large to measure here "
+                         f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
+                         f"{CASE_SEEDS} seeds); judge a shape with fewer query rows or keys")
 
 
 def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
