@@ -1,22 +1,23 @@
 """GPU timings that carry their samples: ``time_`` benchmarks whose timed call synchronises.
 
-asv times each call of ``time_attention_gpu`` with its own clock; the call runs one
-pass of attention and then ``torch.cuda.synchronize()``, so each sample is the
-device time of that pass (plus a launch and a synchronise, microseconds against
-milliseconds at these sizes). With ``asv run --record-samples`` every sample is kept,
-so asv's statistics and the review's apply to GPU results as to CPU ones.
+asv times each call of a ``time_`` method with its own clock; the call runs one pass
+and then ``torch.cuda.synchronize()``, so each sample is the device time of that pass
+(plus a launch and a synchronise: tens of microseconds against 1-30 ms here). With
+``asv run --record-samples`` every sample is kept for the history and the review.
 
 Parameters: ``backend`` (flashbench's kernel and the pinned SDPA flash peer),
 ``dtype``, ``shape`` (Shape.spec text: FlashAttention's benchmark size at d=128 and a
-grouped-query shape, H=32, Hkv=8), ``causal``, ``direction`` (fwd; bwd calls
-``torch.autograd.grad(o, (q, k, v), do)``; fwd+bwd both). A backend that is not
-differentiable skips bwd and fwd+bwd with that reason. FLOPs per result follow from
-its parameters (flashbench.inputs.Shape.flops); TimeMatmulPeak times the same run's
-8192^3 bf16 matmul, the denominator of "% of peak".
+grouped-query shape, H=32, Hkv=8), ``causal``, ``direction`` (fwd; bwd times
+``torch.autograd.grad(o, (q, k, v), do)``). TimeAttentionFP8GPU times the FP8 forward
+on e4m3 inputs quantised once in setup (per tensor, V key-major), so quantisation is
+never timed. FLOPs follow from the parameters (Shape.flops); TimeMatmulPeak times the
+same run's 8192^3 bf16 matmul, the denominator of "% of peak".
 
-Without a CUDA GPU every setup raises NotImplementedError naming the missing GPU.
-The grid is literal and small: a GPU window has minutes, and asv starts one process
-per grid point.
+Cost per grid point (docs/gpu.md, "The asv GPU suites"): one process per point
+(``rounds = 1``), 10-12 samples; asv_runner re-runs setup before every sample, so the
+prepared call is kept per process and built once. Nothing here touches CUDA at import
+(asv's forkserver imports the suites in a parent that must never initialise CUDA);
+without a CUDA GPU every setup raises NotImplementedError naming the missing GPU.
 """
 
 import os
@@ -38,21 +39,56 @@ def _require_gpu():
         raise NotImplementedError("torch sees no CUDA GPU")
 
 
-class GPUBenchmark(Benchmark):
-    """Enough samples for statistics within a window: 10 to 20 per grid point."""
+_PREPARED: dict = {}  # grid point -> its timed call, built once per process
 
-    repeat = (10, 20, 8.0)
-    warmup_time = 0.2
-    timeout = 300
+
+def _prepared(key: tuple, build):
+    """The timed call of grid point ``key``: built (and run once: compilation and
+    autotuning stay out of the samples) by the first setup of this process; the later
+    setups asv runs before each sample find it here."""
+    if key not in _PREPARED:
+        _require_gpu()
+        import torch
+
+        fn = build()
+        fn()
+        torch.cuda.synchronize()
+        _PREPARED[key] = fn
+    return _PREPARED[key]
+
+
+def _randn(s, dtype, torch):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return tuple(torch.randn(s.B, h, n, s.d, device="cuda", generator=g, dtype=dtype)
+                 for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
+
+
+class GPUBenchmark(Benchmark):
+    """At least 10 samples a grid point, one process a point, about a second of samples.
+
+    asv_runner re-runs setup before every timed call, so ``number`` is 1: a sample is
+    one pass (1-30 ms here, far above the clock's resolution)."""
+
+    rounds = 1
+    repeat = (10, 12, 1.0)
+    number = 1
+    warmup_time = 0.05
+    timeout = 120
+
+    def teardown(self, *params):
+        self.fn = None
 
 
 class TimeAttentionGPU(GPUBenchmark):
-    params = (["triton", "sdpa-flash"], ["bf16"], SHAPES, [False, True],
-              ["fwd", "bwd", "fwd+bwd"])
+    params = (["triton", "sdpa-flash"], ["bf16"], SHAPES, [False, True], ["fwd", "bwd"])
     param_names = ["backend", "dtype", "shape", "causal", "direction"]
 
     def setup(self, backend, dtype, shape, causal, direction):
-        _require_gpu()
+        self.fn = _prepared(("attention", backend, dtype, shape, causal, direction),
+                            lambda: self._build(backend, dtype, shape, causal, direction))
+
+    @staticmethod
+    def _build(backend, dtype, shape, causal, direction):
         import torch
 
         pass_fn = need("timing", "pass_fn")
@@ -61,19 +97,48 @@ class TimeAttentionGPU(GPUBenchmark):
         reason = b.unavailable_for(s, dtype)
         if reason is not None:
             raise NotImplementedError(f"{backend} cannot run {shape} {dtype} here: {reason}")
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", generator=g,
-                               dtype=torch_dtype(dtype))
-                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
-        q, k, v = b.prepare(q, k, v)
-        self.fn = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
-        self.fn()  # compile / autotune outside the samples
-        self.sync = torch.cuda.synchronize
-        self.sync()
+        q, k, v = b.prepare(*_randn(s, torch_dtype(dtype), torch))
+        call = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
+        sync = torch.cuda.synchronize
+
+        def timed():
+            call()
+            sync()
+        return timed
 
     def time_attention_gpu(self, backend, dtype, shape, causal, direction):
         self.fn()
-        self.sync()
+
+
+class TimeAttentionFP8GPU(GPUBenchmark):
+    """The FP8 forward (forward_fp8) on e4m3 inputs quantised once in setup: per-tensor
+    descales, V key-major, autotuned; the same shapes as the bf16 rows."""
+
+    params = (["triton-fp8"], ["fp8"], SHAPES, [False, True], ["fwd"])
+    param_names = ["backend", "dtype", "shape", "causal", "direction"]
+
+    def setup(self, backend, dtype, shape, causal, direction):
+        self.fn = _prepared(("fp8", backend, dtype, shape, causal, direction),
+                            lambda: self._build(shape, causal))
+
+    @staticmethod
+    def _build(shape, causal):
+        import torch
+
+        forward_fp8, quantize, key_major = need("kernels.triton_fp8", "forward_fp8",
+                                                "quantize", "key_major")
+        s = shape_of(shape)
+        (q8, qd), (k8, kd), (v8, vd) = (quantize(t) for t in _randn(s, torch.bfloat16, torch))
+        v8 = key_major(v8)
+        sync = torch.cuda.synchronize
+
+        def timed():
+            forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)
+            sync()
+        return timed
+
+    def time_attention_fp8(self, backend, dtype, shape, causal, direction):
+        self.fn()
 
 
 class TimeMatmulPeak(GPUBenchmark):
@@ -83,15 +148,19 @@ class TimeMatmulPeak(GPUBenchmark):
     param_names = ["n", "dtype"]
 
     def setup(self, n, dtype):
-        _require_gpu()
+        self.fn = _prepared(("matmul", n, dtype), lambda: self._build(n, dtype))
+
+    @staticmethod
+    def _build(n, dtype):
         import torch
 
-        self.a = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
-        self.b = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
-        self.sync = torch.cuda.synchronize
-        self.a @ self.b
-        self.sync()
+        a, b = (torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype)) for _ in range(2))
+        sync = torch.cuda.synchronize
+
+        def timed():
+            a @ b
+            sync()
+        return timed
 
     def time_matmul(self, n, dtype):
-        self.a @ self.b
-        self.sync()
+        self.fn()

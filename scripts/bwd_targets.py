@@ -4,22 +4,12 @@
 
 Issue 13's targets: the streamed backward (``reference.online_attention_grad``, block 64)
 within 2x the one-shot backward's time (``reference.attention_grad``) at B = H = 1,
-N = 4096, d = 64, and at most 10% of its peak memory at N = 8192.
-
-How it measures. Each figure comes from a fresh Python process (so one run's memory
-cannot hide another's), inputs drawn in that process before anything is measured:
-
-- time: wall-clock seconds of one call (``time.perf_counter``), the minimum of
-  ``--repeat`` calls, one-shot and streamed alternating in one process;
-- memory: the process's peak resident set size (``ru_maxrss``, what asv's
-  ``peakmem_`` records) after one call, and the same minus the resident size before
-  the call (the call's own peak: inputs, interpreter and libraries excluded).
-
-The streamed backward is given the forward's (o, lse), as a training step has them;
-the one-shot backward recomputes its forward (it holds S and P anyway).
-``--threads`` sets OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the child processes
-(default: leave them as they are); on a busy 2-CPU machine multi-threaded BLAS makes
-the streamed backward's tall-and-thin matmuls erratic, so the figures say which.
+N = 4096, d = 64, and at most 10% of its peak memory at N = 8192. Each figure comes from a
+fresh process: time is the minimum of ``--repeat`` wall-clock calls, one-shot and streamed
+alternating; memory the peak RSS (``ru_maxrss``, as asv's ``peakmem_``) and the call's
+own peak. ``--threads`` sets OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the child
+processes (default: as they are). The method in full, and the figures: docs/backward.md
+("CPU targets").
 """
 
 from __future__ import annotations

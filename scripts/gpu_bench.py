@@ -27,7 +27,9 @@
    is reported with the quartiles. TFLOP/s = Shape.flops / median (per query head
    under GQA; about half for causal); "% peak" divides by the same run's measured
    8192^3 bf16 matmul.
-3. Records: the chosen autotune config per shape, nvidia-smi's SM clock, power and
+3. Decode (scripts/gpu_decode.py, run after the forward, its own -decode.md/.json): the
+   split-KV kernel's checks, then GB/s and % of the measured copy bandwidth.
+4. Records: the chosen autotune config per shape, nvidia-smi's SM clock, power and
    temperature before and after, torch / Triton / CUDA / driver versions, the
    compilations planned and observed. Writes <out>/<date>-<gpu>.md and .json.
 
@@ -54,6 +56,10 @@ from dataclasses import dataclass
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_decode beside it
+
+import gpu_decode  # noqa: E402
 
 from flashbench.inputs import Shape  # noqa: E402
 from flashbench.kernels import triton_fp8, triton_fwd  # noqa: E402
@@ -168,6 +174,7 @@ def _replay(quick: bool) -> None:
                     name="triton")()
         except NotDifferentiable:
             pass  # the run skips these too
+    gpu_decode.replay(quick)  # the decode kernels' checks and timings (scripts/gpu_decode.py)
 
 
 def record_plan(quick: bool):
@@ -545,7 +552,8 @@ def main(argv=None) -> int:
     stem = write_results(args.out, record)
     say(stem.with_suffix(".md").read_text().split("## Speed")[-1])
     say(f"wrote {stem}.md and .json; {len(bad)} triton check(s) failed")
-    return 1 if bad else 0
+    decode_bad = gpu_decode.run(args.quick, args.out, say)  # writes its own -decode.md
+    return 1 if bad or decode_bad else 0
 
 
 if __name__ == "__main__":

@@ -26,16 +26,9 @@ if [ $# -ne 1 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ]; then
   echo "$usage" >&2
   exit 2
 fi
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$1" || { echo "gpu_check: cannot create OUTDIR $1" >&2; exit 2; }
-OUT=$(cd "$1" && pwd)
-PY=${PYTHON:-python3}
-WHEELS=${FLASHBENCH_WHEELS:-$REPO/wheels}
-BUDGET=${GPU_CHECK_BUDGET:-540}
-START=$(date +%s)
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_start gpu_check "$1" "${GPU_CHECK_BUDGET:-540}"
 
 if [ "${GPU_CHECK_ALLOW_NO_GPU:-0}" != 1 ] &&
    ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -43,50 +36,13 @@ if [ "${GPU_CHECK_ALLOW_NO_GPU:-0}" != 1 ] &&
   exit 3
 fi
 
-export PYTHONUNBUFFERED=1
-# the tree may be owned by another user than the one running here: let git (and asv's
-# git calls) read it anyway
-export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 export TRITON_CACHE_AUTOTUNING=1  # asv starts a process per grid point: keep autotune results
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-FAILED=0
-
-# phase NAME LIMIT_S CMD...: runs with a time limit (capped by what is left of the budget),
-# output to OUT/NAME.log, one summary line with status and seconds.
-phase() {
-  local name=$1 limit=$2 left t0 rc
-  shift 2
-  left=$(( BUDGET - ($(date +%s) - START) ))
-  if [ "$left" -lt 20 ]; then
-    say "$name: not run (budget of ${BUDGET}s spent)"; FAILED=1; return
-  fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  t0=$(date +%s)
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  rc=$?
-  local status=ok
-  [ $rc -ne 0 ] && { status="FAILED (exit $rc$([ $rc -eq 124 ] && echo ", time limit ${limit}s"))"; FAILED=1; }
-  say "$name: $status in $(( $(date +%s) - t0 ))s (log: $name.log)"
-}
 
 # -- 0: what this machine is
-{
-  "$PY" -c "import flashbench.measure.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
-  nvidia-smi || true
-} > "$OUT/machine.txt" 2>&1
+gpu_machine
 
 # -- 1: asv from the carried wheels
-SITE=$(mktemp -d /tmp/flashbench-site.XXXXXX)
-if "$PY" -c "import asv, asv_runner, yyjson" 2>/dev/null; then
-  say "wheels: asv already importable"
-elif ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-  phase wheels 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-  export PYTHONPATH="$PYTHONPATH:$SITE"
-else
-  say "wheels: none in $WHEELS and no asv here: the asv phase will not run (scripts/gpu_wheels.sh)"
-fi
-export ASV_PYTHONPATH="$PYTHONPATH"  # asv passes this to the benchmark processes
+gpu_wheels
 
 cd "$REPO" || exit 2
 
@@ -96,11 +52,11 @@ XDIST=()
 TESTS=${GPU_CHECK_TESTS:-tests/test_triton.py tests/test_timing.py tests/test_backends.py \
 tests/test_gpu_kernel.py tests/test_gpu_bench.py}
 # shellcheck disable=SC2086  # TESTS is a list of paths
-phase pytest 200 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+phase pytest 200 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/pytest.xml" -m "gpu or not slow" $TESTS
 
 # -- 3: the quick benchmark
-phase gpu_bench 360 "$PY" "$REPO/scripts/gpu_bench.py" --quick --out "$OUT/gpu-results"
+phase gpu_bench 360 0 "$PY" "$REPO/scripts/gpu_bench.py" --quick --out "$OUT/gpu-results"
 
 # -- 4: asv, GPU suites, samples recorded
 if ! "$PY" -c "import asv" 2>/dev/null; then
@@ -119,7 +75,7 @@ conf.update(repo=repo, benchmark_dir=f"{repo}/benchmarks", results_dir=f"{out}/a
 json.dump(conf, open(f"{out}/asv.conf.json", "w"), indent=1)
 EOF
   say "asv: machine $MACHINE, commit $COMMIT"
-  phase asv 200 "$PY" -m asv run --config "$OUT/asv.conf.json" -E "existing:$(command -v "$PY")" \
+  phase asv 200 0 "$PY" -m asv run --config "$OUT/asv.conf.json" -E "existing:$(command -v "$PY")" \
     --set-commit-hash "$COMMIT" --machine "$MACHINE" --record-samples --launch-method spawn \
     --bench "bench_gpu" --show-stderr
 fi

@@ -17,10 +17,11 @@ PINS=(asv==0.6.6 asv_runner==0.3.2 yyjson==4.0.6 json5==0.17.3 pympler==1.1
       importlib_metadata==10.2.0 virtualenv==21.15.11 distlib==0.4.4 platformdirs==4.14.8
       python-discovery==1.9.6 lazy_importer==0.1.0 zipp==4.1.2)
 mkdir -p "$DIR"
-if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+if EXCLUDE=$(git -C "$REPO" rev-parse --path-format=absolute --git-path info/exclude 2>/dev/null)
+then  # (a worktree's .git is a file: ask git where the exclude file is)
   rel=${DIR#"$REPO"/}
-  if [ "$rel" != "$DIR" ] && ! grep -qx "/$rel/" "$REPO/.git/info/exclude" 2>/dev/null; then
-    echo "/$rel/" >> "$REPO/.git/info/exclude"
+  if [ "$rel" != "$DIR" ] && ! grep -qx "/$rel/" "$EXCLUDE" 2>/dev/null; then
+    mkdir -p "$(dirname "$EXCLUDE")" && echo "/$rel/" >> "$EXCLUDE"
   fi
 fi
 for pin in "${PINS[@]}"; do

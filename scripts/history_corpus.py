@@ -1,7 +1,8 @@
 """Measure flashbench.history on a large synthetic asv results corpus.
 
     python scripts/history_corpus.py [--files 1000] [--benchmarks 200] [--dir DIR]
-                                     [--jobs N] [--runs 3]
+                                     [--jobs N] [--runs 3] [--machines 1]
+    python scripts/history_corpus.py --cache [--cache-dir DIR] [--modes M,...] ...
 
 Writes DIR/<machine>/<commit>-<env>.json files in asv's results schema (version 2)
 plus benchmarks.json: ``--benchmarks`` benchmarks per file, a quarter of them
@@ -20,7 +21,14 @@ and load_results + every summary (error_bands, throughput, steps): wall time in
 seconds (time.perf_counter, imports not counted) and peak memory in MiB: the
 largest sum of RSS over the process and its load_results workers, sampled every
 5 ms from outside (/proc; shared pages of the forked workers count in each
-process, so this over-states the memory actually used).
+process, so this over-states the memory actually used). ``--machines K`` writes K
+machines' folders of ``--files`` files each (the same commits).
+
+``--cache`` measures the history cache instead (flashbench.history.cache), each mode
+in a fresh process, the modes interleaved run by run: load + every summary without
+a cache, with a cold (emptied) cache, a warm one, a warm one without samples, and
+after one new results file (written 10 s before) refresh_cache alone and load +
+summaries; the table gives medians and each total as a multiple of the first mode's.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,24 +49,31 @@ from pathlib import Path
 MEASURE = """
 import sys, time
 from flashbench.history import load_results, error_bands, throughput, steps
-jobs = None if sys.argv[3] == "auto" else int(sys.argv[3])
+from flashbench.history.load import refresh_cache
+root, what, jobs, cache, samples = sys.argv[1:6]
+jobs = None if jobs == "auto" else int(jobs)
+cache = False if cache == "off" else cache
 t0 = time.perf_counter()
-df = load_results(sys.argv[1], jobs=jobs)
+if what == "refresh":
+    n = refresh_cache(root, cache=cache, jobs=jobs)
+else:
+    df = load_results(root, jobs=jobs, cache=cache, samples=samples == "1")
+    n = len(df)
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
-if sys.argv[2] == "all":
+if what == "all":
     error_bands(df); throughput(df); steps(df)
 t_sum = time.perf_counter() - t0
-print(len(df), t_load, t_sum)
+print(n, t_load, t_sum)
 """
 
 
-def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
-    rng = random.Random(seed)
+def corpus_grids(benchmarks: int, meta: dict) -> dict:
+    """benchmark name -> parameter grid (value reprs) of the corpus; fills ``meta``
+    (benchmarks.json) with each benchmark's entry."""
     acc = benchmarks // 4
     dev = benchmarks // 8
     shaped = benchmarks // 8
-    meta = {"version": 2}
     grids = {}
     for i in range(benchmarks):
         if i < acc:
@@ -83,36 +99,76 @@ def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0) -> None:
             params = [["1", "2"], ["'a'", "None"]]
             meta[name] = {"name": name, "type": "time", "unit": "seconds",
                           "param_names": ["n", "word"], "params": params}
+        meta[name]["version"] = "v1"  # the results' version: asv publish matches them
         grids[name] = params
+    return grids
+
+
+def machine_names(machines: int) -> list[tuple[str, str]]:
+    """(machine, cpu) of each machine: one is ``synthetic-machine``, several
+    ``synthetic-machine-<k>`` with processor "Synthetic CPU k"."""
+    if machines == 1:
+        return [("synthetic-machine", "Synthetic CPU")]
+    return [(f"synthetic-machine-{k}", f"Synthetic CPU {k}") for k in range(machines)]
+
+
+def make_corpus(root: Path, files: int, benchmarks: int, seed: int = 0,
+                machines: int = 1, commits: list[str] | None = None) -> dict:
+    """``files`` results files per machine (one per commit, the same commits on every
+    machine: ``commits``, else made-up hashes), ``benchmarks`` benchmarks each, under
+    ``root``; returns the grids."""
+    rng = random.Random(seed)
+    meta = {"version": 2}
+    grids = corpus_grids(benchmarks, meta)
     root.mkdir(parents=True, exist_ok=True)
     (root / "benchmarks.json").write_text(json.dumps(meta))
-    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
-               "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
-               "samples"]
-    machine = root / "synthetic-machine"
-    machine.mkdir(exist_ok=True)
-    for f in range(files):
-        commit = f"{f:08x}" + "0" * 32
-        results = {}
-        for name, params in grids.items():
-            n = 1
-            for p in params:
-                n *= len(p)
-            values = [rng.uniform(1e-3, 2e-3) for _ in range(n)]
-            for k in range(n):  # about 2% skipped (NaN) and 1% failed (null)
-                u = rng.random()
-                values[k] = math.nan if u < 0.02 else None if u < 0.03 else values[k]
-            results[name] = [values, params, "v1", 1700000000000 + f, 1.0,
-                             *[[None if v is None else v * f for v in values]
-                               for f in (0.95, 1.05, 0.98, 1.02)],
-                             [1] * n, [5] * n,
-                             [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
-                              for v in values]]
-        data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
-                "params": {"machine": "synthetic-machine", "cpu": "Synthetic CPU"},
-                "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": columns,
-                "results": results, "durations": {}, "version": 2}
-        (machine / f"{commit[:8]}-env.json").write_text(json.dumps(data))
+    for name, cpu in machine_names(machines):
+        (root / name).mkdir(exist_ok=True)
+        write_machine(root / name, cpu)
+        for f in range(files):
+            write_file(root / name, f, grids, rng, {"machine": name, "cpu": cpu},
+                       commits[f] if commits else None)
+    return grids
+
+
+def write_machine(folder: Path, cpu: str) -> None:
+    """The folder's machine.json, as asv writes it (asv publish skips a folder without)."""
+    (folder / "machine.json").write_text(json.dumps(
+        {"machine": folder.name, "cpu": cpu, "arch": "x86_64", "os": "Linux", "num_cpu": "2",
+         "ram": "24000000", "version": 1}))
+
+
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+           "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+           "samples"]
+
+
+def write_file(folder: Path, f: int, grids: dict, rng: random.Random, machine: dict,
+               commit: str | None = None) -> Path:
+    """The results file of commit number ``f`` (hash ``commit``, else a made-up one) in
+    ``folder`` (``machine``: asv's params)."""
+    commit = commit or f"{f:08x}" + "0" * 32
+    results = {}
+    for name, params in grids.items():
+        n = 1
+        for p in params:
+            n *= len(p)
+        values = [rng.uniform(1e-3, 2e-3) for _ in range(n)]
+        for k in range(n):  # about 2% skipped (NaN) and 1% failed (null)
+            u = rng.random()
+            values[k] = math.nan if u < 0.02 else None if u < 0.03 else values[k]
+        results[name] = [values, params, "v1", 1700000000000 + f, 1.0,
+                         *[[None if v is None else v * f for v in values]
+                           for f in (0.95, 1.05, 0.98, 1.02)],
+                         [1] * n, [5] * n,
+                         [None if v is None else [v * (1 + 0.01 * k) for k in range(5)]
+                          for v in values]]
+    data = {"commit_hash": commit, "env_name": "env", "date": 1700000000000 + f * 60000,
+            "params": machine, "python": "3.11", "requirements": {}, "env_vars": {},
+            "result_columns": COLUMNS, "results": results, "durations": {}, "version": 2}
+    path = folder / f"{commit[:8]}-env.json"
+    path.write_text(json.dumps(data))
+    return path
 
 
 def _rss_kib(pid: int) -> int:
@@ -133,19 +189,74 @@ def _tree(pid: int) -> list[int]:
     return [pid] + [p for k in kids for p in _tree(k)]
 
 
-def measure(root: Path, what: str, jobs: str) -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(root), what, jobs],
-                            stdout=subprocess.PIPE, text=True)
+def watched(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float]:
+    """(stdout, wall seconds, peak RSS MiB of the process tree, sampled every 5 ms) of
+    ``cmd``; SystemExit if it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))
         time.sleep(0.005)
     out, _ = proc.communicate()
     if proc.returncode:
-        raise SystemExit(f"measurement failed (exit {proc.returncode})")
+        raise SystemExit(f"{cmd[2:4] if cmd[1] == '-c' else cmd[:4]} failed "
+                         f"(exit {proc.returncode})")
+    return out, time.perf_counter() - t0, peak / 1024
+
+
+def measure(root: Path, what: str, jobs: str, cache: str = "off", samples: bool = True) -> dict:
+    """One fresh process: ``what`` is load, all (load + summaries) or refresh."""
+    out, _, peak = watched([sys.executable, "-c", MEASURE, str(root), what, jobs, cache,
+                            "1" if samples else "0"])
     rows, t_load, t_sum = out.split()
     return {"rows": int(rows), "load_s": float(t_load), "summaries_s": float(t_sum),
-            "peak_mib": peak / 1024}
+            "peak_mib": peak}
+
+
+CACHE_MODES = {  # name -> (what, samples, cache emptied first, results files added first)
+    "no cache": ("all", True, False, 0),
+    "cold cache": ("all", True, True, 0),
+    "warm cache": ("all", True, False, 0),
+    "warm without samples": ("all", False, False, 0),
+    "+1 file: refresh_cache": ("refresh", True, False, 1),
+    "+1 file: load + summaries": ("all", True, False, 1),
+}
+
+
+def cache_figures(root: Path, args, grids: dict) -> None:
+    """Each mode of CACHE_MODES in --modes, interleaved run by run, side by side."""
+    where = Path(args.cache_dir)
+    chosen = [m for m in CACHE_MODES if m in args.modes.split(",")] if args.modes \
+        else list(CACHE_MODES)
+    added: list[Path] = []
+    runs: dict[str, list] = {m: [] for m in chosen}
+    machine, cpu = machine_names(args.machines)[0]
+    for _ in range(args.runs):
+        for mode in chosen:
+            what, samples, empty, new = CACHE_MODES[mode]
+            if empty:
+                shutil.rmtree(where, ignore_errors=True)
+            for _ in range(new):  # written 10 s ago: not "racily clean" (cache.py)
+                added.append(write_file(root / machine, args.files + len(added), grids,
+                                        random.Random(len(added)),
+                                        {"machine": machine, "cpu": cpu}))
+                ago = time.time_ns() - 10**10
+                os.utime(added[-1], ns=(ago, ago))
+            runs[mode].append(measure(root, what, args.jobs, "off" if mode == "no cache"
+                                      else str(where), samples))
+    for path in added:  # the corpus as generated (the cache drops them next time)
+        path.unlink()
+    base = statistics.median(r["load_s"] + r["summaries_s"] for r in runs[chosen[0]])
+    print(f"{'mode':28} {'rows/files':>10} {'load s':>7} {'summ. s':>7} {'total s':>7} "
+          f"{'x ' + chosen[0]:>14} {'peak MiB':>9}")
+    for mode in chosen:
+        rs = runs[mode]
+        total = statistics.median(r["load_s"] + r["summaries_s"] for r in rs)
+        print(f"{mode:28} {rs[0]['rows']:>10} "
+              f"{statistics.median(r['load_s'] for r in rs):7.2f} "
+              f"{statistics.median(r['summaries_s'] for r in rs):7.2f} {total:7.2f} "
+              f"{total / base:14.2f} {statistics.median(r['peak_mib'] for r in rs):9.0f}")
 
 
 def main(argv=None) -> int:
@@ -155,14 +266,27 @@ def main(argv=None) -> int:
     p.add_argument("--dir", help="corpus folder (default: a temporary one)")
     p.add_argument("--jobs", default="auto", help="load_results(jobs=...): auto or a number")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--machines", type=int, default=1, help="machines, --files each")
+    p.add_argument("--cache", action="store_true",
+                   help="measure the history cache: no cache, cold, warm, one new file")
+    p.add_argument("--cache-dir", help="the cache's folder (default: a temporary one)")
+    p.add_argument("--modes", help="--cache: comma-separated modes, of: " +
+                   ", ".join(CACHE_MODES))
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.dir or tmp)
+        root = Path(args.dir or Path(tmp) / "corpus")
+        meta = {"version": 2}
+        grids = corpus_grids(args.benchmarks, meta)
         if not (root / "benchmarks.json").exists():
-            make_corpus(root, args.files, args.benchmarks)
+            make_corpus(root, args.files, args.benchmarks, machines=args.machines)
         size = sum(f.stat().st_size for f in root.rglob("*.json")) / 2**20
-        print(f"corpus: {args.files} files x {args.benchmarks} benchmarks, {size:.0f} MiB; "
-              f"jobs={args.jobs}, {os.cpu_count()} CPUs, {args.runs} runs, median (max)")
+        print(f"corpus: {args.machines} machine(s) x {args.files} files x {args.benchmarks} "
+              f"benchmarks, {size:.0f} MiB; jobs={args.jobs}, {os.cpu_count()} CPUs, "
+              f"{args.runs} runs, median" + ("" if args.cache else " (max)"))
+        if args.cache:
+            args.cache_dir = args.cache_dir or str(Path(tmp) / "cache")
+            cache_figures(root, args, grids)
+            return 0
         for what in ("load", "all"):
             runs = [measure(root, what, args.jobs) for _ in range(args.runs)]
             total = [r["load_s"] + r["summaries_s"] for r in runs]

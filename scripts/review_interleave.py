@@ -1,7 +1,7 @@
 """A/A: how much noise does the review's pairing leave in one round of a short call?
 
 Two copies of this repository's committed HEAD (``git archive``) are loaded into one
-process as the review's worker loads base and head (``worker.py``'s ``Sides``), so both
+process as the review's worker loads base and head (``worker_process.py``'s ``Sides``), so both
 sides run identical code and every round's log-ratio, log(head/base), is noise. For up
 to ``--points`` grid points whose call is shorter than 0.2 s (the review's short calls),
 each round is measured both ways, in the same run, the two ways alternating which goes
@@ -10,7 +10,7 @@ first:
 - blocks: one request per side, as the review measured short calls before (set up, one
   untimed call, then the block's samples: 5 when a sample is under 20 ms, 3 under
   0.1 s, else 1), the round's value per side its fastest sample;
-- pairs: one request for both sides (``worker.py``'s ``pair_point``: both set up, one
+- pairs: one request for both sides (``worker_process.py``'s ``pair_point``: both set up, one
   untimed call each, then the samples alternating A B B A A B ...), as the review
   measures them now.
 
@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "flashbench" / "review"))
-import worker as W  # noqa: E402  (the worker is a standalone script, imported as one)
+import worker_process as W  # noqa: E402  (the worker is a standalone script, imported as one)
 
 from flashbench.review.ab import SHORT_SAMPLE, VERY_SHORT  # noqa: E402
 

@@ -137,10 +137,10 @@ def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[d
     top of base."""
     base = git(repo, "rev-parse", "HEAD")
     commits = {"base": base}
-    streaming = repo / "flashbench" / "streaming.py"
+    streaming = repo / "flashbench" / "reference" / "streaming.py"
     original = streaming.read_text()
     if LOOP not in original:
-        raise RuntimeError("flashbench/reference/streaming.py has no stream_attention loop to slow")
+        raise RuntimeError(f"{streaming} has no stream_attention loop to slow")
     readme = repo / "README.md"
     commits["no-op"] = _commit(repo, base, "no-op", readme, readme.read_text()
                                + "\n<!-- review_power.py: no-op -->\n")

@@ -28,13 +28,14 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
 fi
 if [ "$TEST" = 1 ]; then
   "$VPY" -m pip install -q -e ".[test]"
-  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 \
+      || ! command -v shellcheck >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
-      echo "setup: installing Debian's chromium and chromium-driver for the browser test"
+      echo "setup: installing Debian's chromium, chromium-driver (the browser test) and shellcheck"
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        chromium chromium-driver >/dev/null
+        chromium chromium-driver shellcheck >/dev/null
     else
-      echo "setup: the browser test needs: sudo apt-get install chromium chromium-driver" >&2
+      echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" >&2
     fi
   fi
 else

@@ -41,8 +41,11 @@ def test_quick_plan_fits_the_compile_budget():
     n = int(m[1])
     assert 0 < n <= 64
     # one line per compilation: a config under its signature
-    configs = [x for x in lines if x.startswith("    BLOCK_M=")]
+    configs = [x for x in lines if x.startswith("    ")]
     assert len(configs) == n
+    # the decode kernels' checks and timings are planned too (scripts/gpu_decode.py)
+    assert any(x.startswith("signature ") and "decode_split" in x for x in lines)
+    assert any(x.startswith("signature ") and "decode_merge" in x for x in lines)
     assert sum(x.startswith("signature ") for x in lines) >= 2
     assert any("HEAD_DIM=128" in x and "bf16" in x for x in lines)
     # the FP8 forward's checks and timings are planned: e4m3 operands, FP8 mode

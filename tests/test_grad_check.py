@@ -49,7 +49,7 @@ def test_a_wrong_backward_fails_the_rule(monkeypatch):
 
 
 def test_the_interpreter_limit_applies_to_the_triton_backward(monkeypatch):
-    import flashbench.measure as measure
+    import flashbench.measure.forward as measure
 
     monkeypatch.setattr(measure, "INTERPRETER_LIMIT", 100)
     recs = MG.measure_gradients(SMALL, ["fp16"], ["triton"])

@@ -271,7 +271,7 @@ def test_sigterm_leaves_no_worktree_and_no_process(project):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "interrupted (SIGTERM)" in err and "Traceback" not in err
     assert len(worktrees(repo)) == 1 and not sessions(repo)
-    assert not [cmd for cmd in _processes_of(repo).values() if "worker.py" in cmd]
+    assert not [cmd for cmd in _processes_of(repo).values() if "worker_process.py" in cmd]
 
 
 def _processes_of(repo):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from flashbench.review.ab import Lane, Point, Sampler
-from flashbench.review.rules import look_level, paired_rows
-from flashbench.review.run import select
+from flashbench.review.options import select
+from flashbench.review.paired import look_level, paired_rows
 from flashbench.review.stats import LOOKS, MIN_ROUNDS
 
 
@@ -514,3 +514,27 @@ def test_no_false_alarm_in_noisy_no_op_reviews():
     for seed in range(10):
         rows, _ = run(Machine(truth, load=0.0, noise=0.3, seed=seed), list(truth), budget=60)
         assert not [r for r in rows.values() if r.verdict == "slower"], seed
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_the_first_look_judges_every_comparison_with_the_familys_prior(lanes):
+    """Issue 23: the first comparisons to reach the first look were judged with no prior
+    (a plain t on 2 degrees of freedom: a 1.2x change at little noise stayed open and
+    took more rounds). Now the first look waits for every comparison's rounds and
+    judges them all with the family's prior."""
+    names = [f"b.time_{i:02d}" for i in range(16)]
+    m = Machine({n: 1.2 for n in names}, noise=0.01, seed=3)
+    lock = threading.Lock()
+
+    def measure(point, side, plan):
+        with lock:
+            return m.measure(point, side, plan)
+
+    sampler = Sampler(None, 1e9, 1.1, look_level(), clock=m.clock,
+                      lanes=[Lane(measure) for _ in range(lanes)])
+    pairs, rows = sampler.run(points(names))
+    assert not rows and len(pairs) == 16
+    assert all(p.decided == ("slower", "significant") for p in pairs), [
+        (p.rounds, p.decided) for p in pairs]
+    assert all(p.rounds == LOOKS[0] and p.decided_prior is not None for p in pairs)
+    assert len({id(p.decided_prior) for p in pairs}) == 1  # one look, one prior

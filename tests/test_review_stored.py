@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from test_review_stats import band_limits  # noqa: F401  (the band rule's limits, a fixture)
 
 from flashbench.review.envs import comparable, existing_name, facts
 from flashbench.review.stored import compare_stored, judge_time_stored, within_history
@@ -250,7 +251,7 @@ def test_within_factor_is_same(ratio):
 def test_bench_selects_names_or_grid_points_of_stored_rows():
     import re
 
-    from flashbench.review.stored import _matching
+    from flashbench.review.options import select_rows as _matching
 
     frame = pd.DataFrame([row("b", 1.0, "2026-01-02"),
                           row("b", 1.0, "2026-01-02", params="rows=256, N=16384, impl='online'"),
@@ -318,3 +319,50 @@ def test_interrupted_asv_run_leaves_no_process_behind(tmp_path, signum):
     for pid in left:  # never leave them running, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left
+
+
+def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, tmp_path):
+    """Issue 23: the band of a same-run review checked the processor then the name,
+    --reuse the name then the processor, so the two read different earlier results.
+    Both now read ``results.machine_rows``: this processor's rows under any machine name
+    (the name changed with flashbench's naming), and rows of this name without one."""
+    from flashbench.review import results, tracks
+    from flashbench.review.model import Review
+
+    acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
+    kw = dict(bench=acc, params="k", type="track", unit="err")
+    rows = [row("a1", 2e-3, "2026-01-01", machine="old-name", **kw),  # this processor
+            row("a2", 9e-3, "2026-01-01", cpu="EPYC", **kw),  # this name, another one
+            row("b", 1e-3, "2026-01-02", **kw), row("h", 1.5e-3, "2026-01-03", **kw)]
+    (r,), problems, _ = compare(rows, ancestry=("b", "a2", "a1"))
+    assert not problems and "band of 2 earlier" in r.detail and r.reason == "worse"
+    frame = pd.DataFrame(rows)
+    monkeypatch.setattr(results, "load_results", lambda folders, samples=True: frame)
+    monkeypatch.setattr(tracks, "ancestors", lambda base, root: ["b", "a2", "a1"])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x.json").write_text("{}")
+    review = Review("b", "h", "m", "Xeon", "same-run A/B", 1.1, 0.02)
+    band = tracks.band_source(tmp_path, tmp_path, review)
+    assert sorted(band(acc, "k", "v1")) == [1e-3, 2e-3]  # the same two results
+
+
+@pytest.mark.usefixtures("band_limits")
+def test_band_ratio_tracks_are_judged_by_the_band_rule_in_stored_results():
+    """Issue 25 item 4: a band-ratio track (unit "ratio") above 1, or not finite, in head
+    is a regression ("outside band"), as in same-run reviews."""
+    o = "bench_accuracy.TrackAccuracy.track_o_band_ratio"
+    kw = dict(bench=o, type="track", unit="ratio")
+    rows = [row("b", 0.6, "2026-01-02", params="up", **kw),
+            row("h", 1.3, "2026-01-03", params="up", **kw),
+            row("b", 0.6, "2026-01-02", params="nan", **kw),
+            row("h", np.nan, "2026-01-03", params="nan", **kw),
+            row("b", 0.6, "2026-01-02", params="ok", **kw),
+            row("h", 0.605, "2026-01-03", params="ok", **kw)]
+    got, problems, _ = compare(rows, ancestry=("b",))
+    by = {r.params: r for r in got}
+    assert not problems
+    assert (by["up"].kind, by["up"].verdict, by["up"].regression) == (
+        "accuracy", "worse, above band, outside band", True)  # base is its own band
+    assert by["nan"].reason == "not-finite, outside-band" and by["nan"].regression
+    assert (by["ok"].verdict, by["ok"].regression) == ("same", False)
+    assert "band rule: at most 1x" in by["ok"].detail

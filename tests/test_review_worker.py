@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashbench.review.workers import Worker, lane_cpus, peak_memory
+from flashbench.review.worker_client import Worker, lane_cpus, peak_memory
 
 SUITE = '''
 import time
@@ -336,7 +336,7 @@ def test_a_commit_whose_suites_do_not_import_fails_only_its_side(two_sided, tmp_
 def test_a_closed_worker_is_never_started_again(tree, tmp_path):
     """After close() (the review ending, or interrupted, while a sampling thread still
     runs) a request raises instead of starting a new process."""
-    from flashbench.review.workers import WorkerError
+    from flashbench.review.worker_client import WorkerError
 
     w = Worker("timing", tree, tree / "benchmarks", tmp_path / "w.log").start()
     w.close()
@@ -370,9 +370,9 @@ def test_peak_memory_is_the_fresh_processs_own(tree, tmp_path):
 
 
 def test_script_alone_prints_usage():
-    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
+    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker_process.py"
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
-    assert r.returncode == 2 and "worker.py serve BENCHMARK_DIR SIDE=TREE" in r.stderr
+    assert r.returncode == 2 and "worker_process.py serve BENCHMARK_DIR SIDE=TREE" in r.stderr
     assert "peakmem" in r.stderr
 
 
@@ -444,7 +444,7 @@ discovery.disc_benchmarks = lambda root: [Spy(b) for b in disc(root)]
 discovery.get_benchmark_from_name = lambda root, name: Spy(by_name(root, name))
 
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import worker
+import worker_process as worker
 
 root = sys.argv[2]
 suites = worker.Suites(root)
@@ -466,7 +466,7 @@ def _benchmark_names_used_by_the_worker():
     there), and what it imports from asv_runner."""
     import ast
 
-    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
+    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker_process.py"
     tree = ast.parse(script.read_text())
     attrs, imports = set(), set()
     for node in ast.walk(tree):
@@ -499,7 +499,7 @@ def test_every_asv_runner_name_the_worker_uses_is_exercised(tmp_path):
     (root / "__init__.py").write_text("")
     (root / "apisuite.py").write_text(textwrap.dedent(API_SUITE))
     calls = tmp_path / "calls.log"
-    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker.py"
+    script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker_process.py"
     r = subprocess.run([sys.executable, "-c", EXERCISE, str(script), str(root)],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "API_CALLS": str(calls)})
@@ -530,7 +530,7 @@ def test_every_asv_runner_name_the_worker_uses_is_exercised(tmp_path):
     attrs, imports = _benchmark_names_used_by_the_worker()
     assert attrs, "the worker reads no benchmark attribute named b.<x>?"
     missing = attrs - set(out["used"])
-    assert not missing, f"worker.py uses asv_runner names that this test does not run: {missing}"
+    assert not missing, f"worker_process.py uses asv_runner names this test does not run: {missing}"
     assert imports == {"asv_runner._aux.update_sys_path",
                        "asv_runner.discovery.disc_benchmarks",
                        "asv_runner.discovery.get_benchmark_from_name",
@@ -541,7 +541,7 @@ def test_asv_runner_maxrss_is_in_bytes():
     """The worker's fallback where /proc is missing: asv_runner's get_maxrss (private)."""
     from asv_runner.benchmarks._maxrss import get_maxrss
 
-    from flashbench.review.worker import peak_rss
+    from flashbench.review.worker_process import peak_rss
 
     here = peak_rss()  # VmHWM of this process, bytes
     assert here > 10 * 2**20
@@ -551,7 +551,7 @@ def test_asv_runner_maxrss_is_in_bytes():
 def test_workers_run_without_numpys_huge_page_advice_unless_the_user_says(monkeypatch):
     """Huge-page compaction stalled about one large call in ten by 1.4-1.8x in either
     worker: the workers' environment turns numpy's advice off; a user's setting stands."""
-    from flashbench.review.workers import HUGEPAGE_VARIABLE, _env
+    from flashbench.review.worker_client import HUGEPAGE_VARIABLE, _env
 
     monkeypatch.delenv(HUGEPAGE_VARIABLE, raising=False)
     assert _env(Path("/tmp"))[HUGEPAGE_VARIABLE] == "0"

@@ -236,8 +236,7 @@ def test_config_widths_refuse_unknown_dtypes():
 def _my_modules():
     pkg = ROOT / "flashbench"
     return (sorted((pkg / "kernels").glob("*.py")) + sorted((pkg / "numerics").glob("*.py"))
-            + [pkg / "validation.py", pkg / "reference.py", pkg / "streaming.py",
-               pkg / "streaming_bwd.py"])
+            + [pkg / "inputs" / "validation.py"] + sorted((pkg / "reference").glob("*.py")))
 
 
 @pytest.mark.parametrize("path", _my_modules(), ids=lambda p: p.name)

@@ -52,6 +52,12 @@ def add_parser(sub) -> None:
                    help="models only: no torch, Triton or user backends")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
+                   "split-KV exactness, paged vs contiguous, accuracy of the split model and "
+                   "the decode backends (docs/decode.md)")
+    c.add_argument("--decode-case", action="append", metavar="BxH[/Hkv]xNqxd:L1,L2,..[:pP]",
+                   help="with --decode: a case, cache lengths per sequence, pages of P keys "
+                   "(contiguous without :pP); repeatable (default: a small set)")
     c.set_defaults(func=run)
 
 
@@ -73,6 +79,13 @@ def _cases(args):
 
 
 def run(args) -> int:
+    if args.decode or args.decode_case:
+        from flashbench.cli import decode
+
+        if args.shape or args.kv_heads:
+            raise ValueError("--shape and --kv-heads are forward options; a decode case is "
+                             "given with --decode-case")
+        return decode.run(args)
     from flashbench.backends import resolve_backends
     from flashbench.measure.check import render_text, run_check
     from flashbench.measure.footprint import too_big

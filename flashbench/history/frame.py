@@ -30,6 +30,9 @@ def objects(values: list) -> np.ndarray:
 
 
 def concat(chunks: list[np.ndarray], dtype) -> np.ndarray:
+    """One array of ``chunks`` (a single chunk that owns its writable data is itself)."""
+    if len(chunks) == 1 and chunks[0].flags.owndata and chunks[0].flags.writeable:
+        return chunks[0]
     return np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
 
 
@@ -69,10 +72,11 @@ def _history_order(commits, dates) -> list:
     return sorted(first, key=lambda c: (first[c], c))
 
 
-def assemble(rows, metas: list[dict]) -> pd.DataFrame:
+def assemble(rows, metas: list[dict], samples: bool = True) -> pd.DataFrame:
     """The tidy frame of ``rows`` (a :class:`flashbench.history.rows.Rows`), whose
     folders' benchmarks.json entries are ``metas`` (the module docstring of
-    :mod:`flashbench.history` describes the columns)."""
+    :mod:`flashbench.history` describes the columns; without ``samples``, the frame
+    has no samples column)."""
     counts = np.asarray(rows.sizes, dtype=np.int64)
     file_of_entry = np.asarray(rows.entry_file, dtype=np.int64)
     file_of_row = np.repeat(file_of_entry, counts)
@@ -104,9 +108,10 @@ def assemble(rows, metas: list[dict]) -> pd.DataFrame:
     cols["status"] = pd.Categorical.from_codes(concat(rows.status, np.int8), STATUSES)
     for short, chunks in rows.stats.items():
         cols[short] = concat(chunks, float)
-    cols["samples"] = pd.Series(sample_arrays(concat(rows.sample_values, float),
-                                              concat(rows.sample_counts, np.int64)),
-                                dtype=object, copy=False)
+    if samples:
+        cols["samples"] = pd.Series(sample_arrays(concat(rows.sample_values, float),
+                                                  concat(rows.sample_counts, np.int64)),
+                                    dtype=object, copy=False)
     versions = [v if isinstance(v, str) else None for v in rows.entry_version]
     cols["version"] = labels(versions, np.repeat(np.arange(len(versions)), counts))
     for name in rows.grids.parameters():  # object columns: no str inference

@@ -34,6 +34,7 @@ class Grids:
         self.columns: list[dict[str, np.ndarray]] = []  # per grid: name -> value per point
         self.labels: list[list[str]] = []  # per grid: the params label of each point
         self.sizes: list[int] = []  # per grid: its number of points
+        self.params: list[list] = []  # per grid: the grid as the file wrote it (the cache's key)
         self.literals: dict = {}  # repr -> parsed value
 
     def names(self, bench: str, declared: dict, params: list) -> list[str]:
@@ -75,6 +76,7 @@ class Grids:
                                       for name, v in zip(names, c, strict=True))
                             for c in combos])
         self.sizes.append(len(combos))
+        self.params.append(params)
         return gid
 
     def merge(self, other: Grids) -> dict[int, int]:
@@ -86,6 +88,7 @@ class Grids:
                 self.columns.append(other.columns[gid])
                 self.labels.append(other.labels[gid])
                 self.sizes.append(other.sizes[gid])
+                self.params.append(other.params[gid])
             remap[gid] = self.ids[key]
         return remap
 

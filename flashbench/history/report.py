@@ -16,9 +16,16 @@ from pathlib import Path
 import pandas as pd
 from tabulate import tabulate
 
-from flashbench.history.bands import band_history, plot_bands, widened_markdown
+from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
-from flashbench.history.plots import plot_errors, plot_rule_ratios, plot_tflops
+from flashbench.history.plots import (
+    commit_order,
+    machine_order,
+    plot_bands,
+    plot_errors,
+    plot_rule_ratios,
+    plot_tflops,
+)
 from flashbench.history.steps import steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
@@ -82,6 +89,30 @@ def _machines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
+def peak_tables(points: pd.DataFrame, df: pd.DataFrame) -> list[str]:
+    """Per machine with a measured matmul peak (the GPU suites record one): a table of
+    every timing per commit, "TFLOP/s (% of the same run's peak)", commits as columns in
+    history order (short hash)."""
+    if points.empty or not points["pct_peak"].notna().any():
+        return []
+    order = commit_order(df)
+    lines = []
+    timed = points[points["pct_peak"].notna()].astype({"machine": object, "cpu": object})
+    for (machine, cpu), g in timed.groupby(["machine", "cpu"], dropna=False, sort=True):
+        g = g.assign(x=g["commit"].astype(object).map(order),
+                     cell=[f"{t:.3g} ({p:.0f}%)" for t, p in zip(g["tflops"], g["pct_peak"],
+                                                                   strict=True)])
+        g["commit_"] = g["commit"].astype(object).str[:7]
+        rows = ["backend", "dtype", "shape", "causal", "direction", "variant"]
+        wide = g.sort_values("x").pivot_table(index=rows, columns="commit_", values="cell",
+                                              aggfunc="last", sort=False)
+        wide = wide[list(dict.fromkeys(g.sort_values("x")["commit_"]))].reset_index()
+        where = f"`{machine}`" + (f" ({cpu})" if isinstance(cpu, str) else "")
+        lines += ["", f"### {where}: TFLOP/s (% of the same run's matmul peak) per commit",
+                  "", _table(_without_empty(wide, ["variant"]))]
+    return ["", "## Throughput per commit where a matmul peak was measured", *lines]
+
+
 def build_report(results_dir, out, force: bool = False) -> str:
     """Load ``results_dir`` (a results folder or a list of them), write CSVs, plots and
     report.md into ``out`` (see the module docstring); return the report.
@@ -111,7 +142,7 @@ def build_report(results_dir, out, force: bool = False) -> str:
     band_rows = band_history(df)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
-        ("bands.png", plot_bands(band_rows, out / "bands.png")),
+        ("bands.png", plot_bands(band_rows, out / "bands.png", machines=machine_order(df))),
         ("rules.png", plot_rule_ratios(df, out / "rules.png")),
         ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
@@ -143,10 +174,12 @@ def build_report(results_dir, out, force: bool = False) -> str:
               "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "
               "other parameters. Per point: throughput_points in flashbench.history.", "",
               _table(_without_empty(trend, ["cpu", "variant"])),
+              *peak_tables(points, df),
               "", "## Steps (level changes beyond noise, asv step detection, >= 1%)", "",
               "before / after in each benchmark's unit.", "",
               _table(_without_empty(jumps.assign(date=jumps["date"].astype(str).str[:10])
                                     if not jumps.empty else jumps, ["cpu"])),
+              *[line for p in plots for line in ("", f"![{p}]({p})")],
               "", "Files: results.csv, error_bands.csv, throughput.csv, steps.csv"
               + "".join(f", {p}" for p in plots) + f" in `{out}`."]
     text = "\n".join(lines) + "\n"

@@ -15,6 +15,9 @@ pulled out of the parsed rows with ``operator.itemgetter`` and ``itertools.chain
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from operator import itemgetter
 from pathlib import Path
 
@@ -53,6 +56,9 @@ class Rows:
         self.sample_counts: list[np.ndarray] = []  # per row: its number of samples, -1: none
         self.skipped: list[tuple[str, str]] = []  # (file or "file: benchmark", why)
         self.notes: list[str] = []  # readable but odd contents, reported as warnings
+        # per file read: (path, files, entries, skipped, notes) counts after it (the cache's
+        # record boundaries)
+        self.marks: list[tuple[Path, int, int, int, int]] = []
         self._folder = -1
         self._last_grid: dict = {}  # benchmark -> (params as written, grid id, m)
         self._layout = None  # the last file's (names, params) -> (benchmarks, grids, sizes)
@@ -68,16 +74,21 @@ class Rows:
                     data = read_results_file(path)
                 except (OSError, ValueError) as exc:
                     self.skip(str(path), str(exc))
-                    continue
-                if folder != self._folder:  # names and layouts belong to one folder
-                    self._folder, self._last_grid, self._layout = folder, {}, None
-                self.add_file(folder, path, data)
-                del data
+                else:
+                    if folder != self._folder:  # names and layouts belong to one folder
+                        self._folder, self._last_grid, self._layout = folder, {}, None
+                    self.add_file(folder, path, data)
+                    del data
+                self.marks.append((path, len(self.files), len(self.entry_bench),
+                                   len(self.skipped), len(self.notes)))
         return self
 
     def merge(self, other: Rows) -> None:
         """Append ``other`` (the next files, read by another worker) to these columns."""
         remap = self.grids.merge(other.grids)
+        self.marks += [(path, f + len(self.files), e + len(self.entry_bench),
+                        s + len(self.skipped), n + len(self.notes))
+                       for path, f, e, s, n in other.marks]
         self.entry_file += [f + len(self.files) for f in other.entry_file]
         self.entry_grid += [remap[g] for g in other.entry_grid]
         self.files += other.files
@@ -165,6 +176,41 @@ class Rows:
         flat, counts = sample_column(samples, f"{path}: samples", self.notes)
         self.sample_values.append(flat)
         self.sample_counts.append(counts)
+
+
+def workers(jobs: int | None, files: int) -> int:
+    """Worker processes for ``files`` results files: ``jobs``, else one per usable CPU
+    for big corpora (a worker pays off from about 100 files), 1 without fork."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    if jobs is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        jobs = min(cpus, files // 100)
+    return max(1, min(jobs, files))
+
+
+def parse(roots: list[Path], metas: list[dict], files: list[tuple[int, Path]],
+          jobs: int | None = None) -> Rows:
+    """``files`` ((folder index, path) pairs) read into one :class:`Rows`, by this
+    process and ``jobs - 1`` forked workers (:func:`workers`), each a contiguous chunk,
+    merged in order: the same rows as a read by one process."""
+    jobs = workers(jobs, len(files))
+    if jobs == 1:
+        return Rows(roots, metas).read(files)
+    size = -(-len(files) // jobs)
+    chunks = [files[k:k + size] for k in range(0, len(files), size)]
+    with ProcessPoolExecutor(len(chunks) - 1,
+                             mp_context=multiprocessing.get_context("fork")) as pool:
+        others = [pool.submit(_read_part, roots, metas, chunk) for chunk in chunks[1:]]
+        rows = Rows(roots, metas).read(chunks[0])  # this process is one of the jobs
+        for other in others:
+            rows.merge(other.result())
+    return rows
+
+
+def _read_part(roots: list[Path], metas: list[dict], files: list) -> Rows:
+    """One worker's share of :func:`parse` (returned to the parent by pickle)."""
+    return Rows(roots, metas).read(files)
 
 
 def cells(rows: list[list], i: int | None) -> list:

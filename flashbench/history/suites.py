@@ -9,7 +9,8 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
   (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios; the
   band rule's ``*_band_ratio`` beside each baseline ratio) and
   the FP8 model variants (``TrackFP8Accuracy.track_<metric>``) and the tolerance bands
-  (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss); :data:`MAIN_METRIC` is
+  (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss), decode
+  (``TrackDecodeAccuracy``, ``TrackDecodeMerge``); :data:`MAIN_METRIC` is
   the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
   parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
   must stay under (the forward's baseline rule 2x, the gradient rule 3x: the factors
@@ -47,7 +48,8 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
 
-ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands)"
+ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
+                      r"|TrackDecodeAccuracy|TrackDecodeMerge)"
                       r"\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")

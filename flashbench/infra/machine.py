@@ -1,28 +1,18 @@
 """asv machine names: stable, and saying what the machine is.
 
 ``python -m flashbench.infra.machine`` (or scripts/asv_machine.py) registers this machine
-in ~/.asv-machine.json and prints its name.
+in ~/.asv-machine.json and prints its name, made of everything that changes its speed:
 
-A measurement machine is identified by everything that changes its speed: the
-processor, the GPU, the core count and the memory. Names:
+- CPU machines: ``cpu-<arch>-<cpu token>-<N>cpu-<M>gb`` (``cpu-x86_64-xeon-2cpu-24gb``);
+- GPU machines: ``<gpu>-<cpu token>-<N>cpu`` (``nvidia-h200-xeon-platinum-8480-16cpu``),
+  the GPU model also in asv's ``cpu`` field (machine.json has no GPU field).
 
-- CPU machines: ``cpu-<arch>-<cpu token>-<N>cpu-<M>gb`` (``cpu-x86_64-xeon-2cpu-24gb``,
-  ``cpu-x86_64-epyc-7b13-2cpu-24gb``);
-- GPU machines: ``<gpu>-<cpu token>-<N>cpu`` (``nvidia-h200-xeon-platinum-8480-16cpu``).
-
-The CPU token (:func:`cpu_token`) is the processor model without vendor marks,
-"CPU"/"Processor" and clock speed. Results written before the token existed (the
-name ``cpu-x86_64-2cpu-24gb``) are told apart by the ``cpu`` field asv records in
-every result's ``params``: :mod:`flashbench.history` groups by (machine, cpu), so a
-name shared by two processors never mixes their runs. asv's machine.json has no
-GPU field, so the GPU model goes into the name and into the ``cpu`` field beside
-the processor.
-
-It writes every field into ~/.asv-machine.json itself (``asv machine --yes``
-stores only the fields that differ from its auto-detected defaults, which leaves
-the results' machine.json without os, arch and cpu), under an exclusive lock and
-by atomic replacement: concurrent registrations neither lose entries nor leave a
-half-written file.
+:func:`cpu_token` is the processor model without vendor marks, "CPU"/"Processor" and
+clock speed. A machine's identity is (machine, cpu): :mod:`flashbench.history` groups by
+both. Every field is written here, not by ``asv machine --yes`` (which stores only what
+differs from its defaults, leaving results without os, arch and cpu), under a lock and by
+atomic replacement, so concurrent registrations neither lose entries nor leave a
+half-written file. More: docs/asv.md ("Machines").
 """
 
 from __future__ import annotations
@@ -37,7 +27,7 @@ import tempfile
 
 from flashbench.infra.locks import locked
 
-__all__ = ["register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
+__all__ = ["identity", "register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
            "check_machine_name", "asv_launch_method"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -114,17 +104,26 @@ def _write_atomic(path: str, data: dict) -> None:
         raise
 
 
+def identity(name: str | None = None) -> tuple[str, str, int, int]:
+    """(machine name, processor [; GPU], CPU count, RAM bytes) of this machine, registering
+    nothing: ``name``, else :func:`derived_name`; the processor text is asv's ``cpu``
+    field."""
+    ncpu = os.cpu_count() or 1
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    gpu, cpu = gpu_model(), cpu_model()
+    return (name or derived_name(cpu, gpu, ncpu, ram),
+            f"{cpu}; GPU: {gpu}" if gpu else cpu, ncpu, ram)
+
+
 def register(name: str | None = None) -> str:
     """Write this machine's entry (named ``name``, default :func:`derived_name`) into
     ~/.asv-machine.json and return the name. ValueError for a name that is a path, or
     an existing file that is not valid JSON (named, never overwritten)."""
-    ncpu = os.cpu_count() or 1
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpu, cpu = gpu_model(), cpu_model()
-    name = check_machine_name(name or derived_name(cpu, gpu, ncpu, ram))
+    name, cpu, ncpu, ram = identity(name)
+    name = check_machine_name(name)
     entry = {"machine": name, "os": f"{platform.system()} {platform.release()}",
-             "arch": platform.machine(), "cpu": f"{cpu}; GPU: {gpu}" if gpu else cpu,
-             "num_cpu": str(ncpu), "ram": str(ram // 1024)}
+             "arch": platform.machine(), "cpu": cpu, "num_cpu": str(ncpu),
+             "ram": str(ram // 1024)}
     path = os.path.expanduser("~/.asv-machine.json")
     with locked(path + ".lock"):  # a read-modify-write of path
         machines = {"version": 1}

@@ -1,51 +1,18 @@
 """The floating-point formats flashbench models, and how values are rounded to them.
 
-A :class:`Precision` names a format a kernel computes in ("fp64", "fp32", "tf32",
-"fp16", "bf16", "fp8", "fp8_e5m2") and holds these facts about it:
+:data:`PRECISIONS` maps each name ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8",
+"fp8_e5m2") to a :class:`Precision`: its storage dtype, eps, operand rounding, output
+format and torch dtype. It is the one list of dtype names: the check's defaults, the
+CLI's choices, the asv suites' parameters and the torch dtypes are read from it
+(:data:`DTYPES`, :data:`CHECK_DTYPES`, :data:`FP8_DTYPES`). :func:`get_precision` turns
+a name into its Precision where it enters (a Precision passes through).
 
-- ``storage``: the NumPy dtype tensors of that precision are stored in. tf32 is a
-  tensor-core *compute* mode, not a storage format: tf32 kernels store float32.
-- ``eps``: machine epsilon of the format's significand (the gap between 1.0 and the
-  next representable number): 2**-52, 2**-23, 2**-10, 2**-10, 2**-7, and 2**-3 (e4m3),
-  2**-2 (e5m2). Error reports express errors "in eps" with this number; for tf32 it
-  is the operand precision of the matmuls, for fp8 that of the stored q, k, v and P:
-  in both the limiting rounding step, not the format O is written in.
-- ``operand``: rounds an array to the values a matmul in this precision sees (for
-  tf32: fp32 values rounded to a 10-bit mantissa, as tensor cores do) and returns
-  them in the compute dtype, float32 (float64 for fp64), the dtype models multiply in.
-  For fp8 it is the bare conversion of unscaled values, saturating (below); the fp8
-  models scale before they convert (:mod:`flashbench.numerics.fp8`).
-- ``output``: the precision kernels write O in, when it is not this one: fp8
-  kernels write bf16 (FlashAttention-3's FP8 forward returns bfloat16). The
-  baseline rule's absolute floor is taken from the output format's eps.
-- ``torch_name``: the torch dtype (an attribute of ``torch``) that kernels store this
-  precision's tensors in ("float32" for tf32), or None where torch has none. Only
-  the torch side resolves it (:func:`flashbench.kernels.checks.torch_dtype`): the
-  NumPy side never imports torch.
-- ``checked``: whether ``flashbench check`` and the accuracy suites judge it by default.
-
-FP8 (``fp8`` = e4m3, ``ml_dtypes.float8_e4m3fn``, largest finite 448, no inf;
-``fp8_e5m2`` = ``ml_dtypes.float8_e5m2``, largest finite 57344, has inf):
-
-- saturation: ``operand`` and :func:`round_to_fp8` clip to +-max before rounding,
-  as the GPU's conversion does (PTX ``cvt.rn.satfinite``; torch's CPU cast of e4m3fn
-  saturates too). A bare ``astype`` would not: ml_dtypes turns e4m3fn values from
-  464 up into NaN and e5m2 values from 61440 up into inf. Without a scale, anything
-  beyond max therefore becomes max (an error of any size); with FlashAttention-3's
-  scales (amax mapped to max) only rounding of the scaled amax can reach the clip.
-- subnormals are kept, not flushed: e4m3's smallest normal is 2**-6 and its
-  subnormals step by 2**-9 down to 2**-9; values below 2**-10 round to 0 (2**-10
-  itself is a tie and rounds to the even 0). e5m2: normal from 2**-14, subnormal
-  step 2**-16.
-- NaN stays NaN (the e4m3 NaN encoding; e5m2 NaN).
-
-This registry is the one list of dtype names: every other list (the check's
-defaults, the CLI's choices, the asv suites' parameters, the torch dtypes) is read
-from it. :data:`DTYPES` holds every name, :data:`CHECK_DTYPES` the default judged ones.
-
-NumPy note: ml_dtypes provides bfloat16; numpy float16 matmul has no BLAS, so the
-models round with casts and multiply in float32, which is exact for products of
-fp16, bf16 and tf32 operands (at most 22 significand bits).
+NumPy only (the torch side resolves ``torch_name``). numpy float16 matmul has no BLAS, so
+the models round with casts (ml_dtypes for bf16 and fp8) and multiply in float32, exact
+for products of fp16, bf16 and tf32 operands. fp8 conversions saturate at +-max as the
+GPU's ``cvt.rn.satfinite`` does; a bare ml_dtypes ``astype`` would give NaN or inf there.
+The formats, their eps, saturation and subnormals: docs/fp8.md ("FP8 precisions") and
+docs/check.md ("What the numbers are").
 """
 
 from __future__ import annotations
@@ -100,7 +67,26 @@ def _via(storage) -> Callable[[np.ndarray], np.ndarray]:
 
 @dataclass(frozen=True)
 class Precision:
-    """One modelled floating-point format (see the module docstring)."""
+    """One modelled floating-point format.
+
+    Attributes:
+        name: the registry name.
+        storage: the NumPy dtype its tensors are stored in (tf32 is a tensor-core compute
+            mode, not a storage format: float32).
+        eps: machine epsilon of the limiting rounding step, the unit of errors "in eps":
+            for tf32 the matmul operands' (2**-10), for fp8 the stored q, k, v and P's
+            (e4m3 2**-3, e5m2 2**-2), not the format O is written in.
+        operand: rounds an array to the values a matmul in this precision sees (tf32:
+            a 10-bit mantissa, as tensor cores do) and returns them in :attr:`compute`.
+            For fp8 it is the bare saturating conversion of unscaled values; the fp8
+            models scale first (:mod:`flashbench.numerics.fp8`).
+        torch_name: the ``torch`` dtype attribute kernels store it in ("float32" for
+            tf32), None where torch has none; resolved only on the torch side
+            (:func:`flashbench.kernels.checks.torch_dtype`).
+        checked: judged by default by ``flashbench check`` and the accuracy suites.
+        output: the precision O is written in when not this one (fp8: "bf16", as
+            FlashAttention-3); the baseline rule's absolute floor uses its eps.
+    """
 
     name: str
     storage: type

@@ -1,17 +1,15 @@
-"""Attention forward implementations on torch tensors [B, H, N, d].
+"""Attention implementations on torch tensors [B, H, N, d]: the Triton kernels and torch's peers.
 
-- :mod:`flashbench.kernels.checks`: shared validation of (q, k, v) tensors.
-- :mod:`flashbench.kernels.torch_peers`: torch's naive and SDPA attention.
-- :mod:`flashbench.kernels.triton_fwd`: the Triton fused forward kernel (imported
-  lazily; CUDA tensors run it compiled, CPU tensors under Triton's interpreter);
-  :mod:`flashbench.kernels.triton_fp8`: its FP8 mode's host side (FlashAttention-3's
-  quantisation, descales, key-major V); :mod:`flashbench.kernels.rounding`: the
-  nearest-even roundings interpreted launches need (bf16, e4m3).
-- :mod:`flashbench.kernels.launch`: launching a Triton kernel compiled or interpreted,
-  chosen per kernel and call (never the process's ``TRITON_INTERPRET``); compile
-  plans and parallel precompilation. :mod:`flashbench.kernels.interpreter`: running the
-  interpreted twin and putting triton.language back afterwards.
-- :mod:`flashbench.kernels.configs`: the forward's pruned Hopper autotune space and
-  fixed configs; :mod:`flashbench.kernels.plan`: counted compilations;
-  :mod:`flashbench.kernels.offline`: compiling a plan for sm_90 without a GPU.
+- :mod:`~flashbench.kernels.checks`: shared validation of (q, k, v) tensors;
+  :mod:`~flashbench.kernels.torch_peers`: torch's naive and SDPA attention.
+- :mod:`~flashbench.kernels.triton_fwd`: the fused forward (imported lazily);
+  :mod:`~flashbench.kernels.triton_bwd` (kernels in ``triton_bwd_kernels``): its backward
+  and autograd Function; :mod:`~flashbench.kernels.phases`: the key-block phases both share;
+  :mod:`~flashbench.kernels.triton_fp8`: the FP8 mode's host side;
+  :mod:`~flashbench.kernels.rounding`: the roundings interpreted launches need.
+- :mod:`~flashbench.kernels.launch`: compiled on CUDA tensors, interpreted on CPU tensors,
+  chosen per kernel and call; :mod:`~flashbench.kernels.interpreter`: the interpreted twin.
+- :mod:`~flashbench.kernels.configs`: the forward's Hopper autotune space and fixed configs;
+  :mod:`~flashbench.kernels.plan`: counted compilations; :mod:`~flashbench.kernels.offline`:
+  compiling a plan for sm_90 without a GPU.
 """

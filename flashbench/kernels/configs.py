@@ -1,26 +1,20 @@
 """Launch configs of the forward kernel: a pruned Hopper autotune space and fixed configs.
 
-The compile budget of a GPU window is small (a cold H200 compiles one attention
-config in a few seconds), so the autotune space is written per (operand width, head
-dim) instead of as a full product, and pruned further per launch:
+A GPU window's compile budget is small, so the space is written per (operand width, head
+dim), not as a full product, and pruned per launch:
 
-- candidates (:data:`HOPPER_CANDIDATES`): 4 to 6 configs per head dim for 16-bit
-  operands (:data:`FP8_CANDIDATES`: 3 or 4 for e4m3 operands), drawn from what
-  FlashAttention-2 and Triton's fused-attention tutorial pick on Hopper (128-row
-  query blocks, 8 warps for d=128, 3-4 pipeline stages);
-- :func:`prune_forward` (Triton's ``early_config_prune``): drops configs whose
-  pipelined tiles exceed Hopper's shared memory, and query blocks longer than the
-  whole (padded) query length when a smaller candidate exists;
-- :func:`fixed_config`: one config per (dtype, d), used for correctness checks and
-  for fp32 (never autotuned: IEEE fp32 dots run on CUDA cores, and a check must not
-  depend on what an autotuner picked), and for fp8 with per-block descales (the
-  quantiser's blocks are the tiles). For 16-bit and fp8 operands it is one of the
-  candidates, so a check and an autotuned run of the same signature share the
-  compilation.
+- :data:`HOPPER_CANDIDATES` (4 to 6 configs per head dim, 16-bit operands) and
+  :data:`FP8_CANDIDATES` (3 or 4, e4m3 operands);
+- :func:`prune_forward` (Triton's ``early_config_prune``): drops configs whose pipelined
+  tiles exceed Hopper's shared memory, and query blocks longer than the whole (padded)
+  query length when a smaller candidate exists;
+- :func:`fixed_config`: one config per (dtype, d) for correctness checks, fp32 (never
+  autotuned) and fp8 with per-block descales; for 16-bit and fp8 operands a candidate, so
+  a check and an autotuned run share the compilation.
 
-Everything here is plain data and arithmetic, shared by the launch code and by the
-compile plan (:mod:`flashbench.kernels.plan`), and reusable by other kernels:
-:func:`fits_shared_memory` and :data:`HOPPER_SMEM_BYTES`.
+Plain data and arithmetic, shared by the launch code, :mod:`flashbench.kernels.plan` and
+other kernels (:func:`fits_shared_memory`). Where the candidates come from, and why fp32
+is fixed: docs/gpu.md ("Configs and the compile budget").
 """
 
 from __future__ import annotations

@@ -1,39 +1,18 @@
 """Launching flashbench's Triton kernels: compiled on a GPU, interpreted on CPU tensors.
 
-The choice is made per kernel and per call, never for the process. Triton's own
-switch, the ``TRITON_INTERPRET`` variable, is read when a function is decorated with
-``@triton.jit``: setting it turns every kernel decorated afterwards (torch.compile's
-too) into an interpreted one, and setting it after ``import triton`` breaks the
-interpreter itself, because triton.language's own jitted helpers (``tl.max``,
-``tl.sum``, ``tl.zeros``) were already built as compiled functions, and calling one
-of those from interpreted code raises "Cannot call @triton.jit'd outside of the
-scope of a kernel". flashbench never sets it.
+:class:`TritonKernel` keeps a kernel's plain Python function beside its ``triton.jit``
+object and chooses per kernel and per call, never for the process (:func:`interpreted_for`):
+CUDA tensors run the compiled ``JITFunction`` (autotuned over ``configs``, or one fixed
+:class:`Config`); CPU tensors run its interpreted twin (:mod:`flashbench.kernels.interpreter`).
+``FLASHBENCH_TRITON_INTERPRET=1`` interprets CUDA tensors too; ``=0`` refuses the
+interpreter (a CPU launch is then a ValueError). Do not set Triton's ``TRITON_INTERPRET``
+instead: read when ``@triton.jit`` decorates, it makes every kernel decorated afterwards
+(torch.compile's too) interpreted, and set after ``import triton`` it breaks the
+interpreter. Why, and how the twin runs: docs/gpu.md ("Where it runs").
 
-Instead, :class:`TritonKernel` keeps the kernel's plain Python function beside its
-``triton.jit`` object:
-
-- **compiled** (CUDA tensors): the ``JITFunction``, optionally behind
-  ``triton.autotune`` with ``prune_configs_by`` (:meth:`TritonKernel.launch` with
-  ``configs``), or with one fixed :class:`Config`.
-- **interpreted** (CPU tensors, or any tensors with ``FLASHBENCH_TRITON_INTERPRET=1``;
-  ``FLASHBENCH_TRITON_INTERPRET=0`` refuses the interpreter: a CPU launch is then a
-  ValueError, see :func:`interpreted_for`):
-  a ``triton.runtime.interpreter.InterpretedFunction`` built from the plain function,
-  as ``triton.jit`` would build it with the variable set. For the duration of the
-  launch (under a lock) ``JITFunction.__call__``, which only ever raises, is replaced
-  by a call of the function's interpreted twin, so the kernel's own helpers and
-  triton.language's jitted helpers run interpreted whatever the order of imports.
-  Compiled launches never go through ``JITFunction.__call__`` (they use ``[grid]``), and
-  the original is restored afterwards. triton.language itself is restored too: the
-  interpreter restores what a kernel launch patches, but not what an interpreted helper
-  call patches (``triton.language.core``'s builtins, through Triton's own ``tl.max``),
-  which would break the next kernel compiled in the process
-  (:mod:`flashbench.kernels.interpreter`).
-
-Planning. Inside :func:`planning`, launches are not run: each records the
-compilations it would trigger (one per config x specialization, Triton's cache key)
-into a :class:`flashbench.kernels.plan.CompilePlan`. Run a script's work list on
-``device="meta"`` tensors inside it to count its compilations without a GPU.
+:func:`planning` records launches as the compilations they would trigger (one per config x
+specialization, Triton's cache key): on ``device="meta"`` tensors it counts a work list's
+compilations without a GPU. :func:`warming` compiles instead of launching.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""Round-to-nearest-even in fp32 for interpreted launches: Triton's interpreter converts
-fp32 to bfloat16 and to e4m3 wrongly, the GPU does not.
+"""Round-to-nearest-even in fp32 for interpreted launches.
 
-Triton 3.9's interpreter (checked on this machine):
-
-- fp32 -> bfloat16 truncates toward zero (the GPU's ``cvt.rn.bf16.f32`` rounds to
-  nearest even): a bf16 kernel under the interpreter would round P and its output
-  down, a bias the compiled kernel does not have.
-- fp32 -> float8e4nv (e4m3) is not round-to-nearest-even either: 535 of 4096 random
-  values differ from torch's cast (a carry into the exponent is lost, 7.84 -> 4
-  instead of 8; subnormals are rounded down); ``fp_downcast_rounding="rtne"`` does not
-  change it (triton PR 11897 fixes the interpreter's ``_convert_float``). Values
-  already on the e4m3 grid convert exactly.
-
-So interpreted launches round in fp32 with these helpers first, and the conversion that
-follows is exact. Compiled launches never call them (the kernels branch on a
-constexpr), so the GPU code is the plain conversion.
+Triton 3.9's interpreter converts fp32 to bfloat16 by truncation and fp32 to e4m3
+(float8e4nv) without round-to-nearest-even (a carry into the exponent is lost,
+subnormals are rounded down); the GPU rounds to nearest even. Interpreted launches
+therefore round onto the target grid in fp32 first (:func:`round_bf16`,
+:func:`round_e4m3`), and the conversion that follows is exact. Compiled launches never
+call them (the kernels branch on a constexpr), so the GPU code is the plain conversion.
+The measured defects and the tests that hold the fix: docs/fp8.md ("Interpreter
+workarounds").
 """
 
 from __future__ import annotations

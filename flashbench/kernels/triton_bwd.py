@@ -1,42 +1,19 @@
 """FlashAttention-2 style backward kernels in Triton, and the autograd Function that makes
 :func:`flashbench.triton_attention` differentiable in q, k and v.
 
-Three kernels (in :mod:`flashbench.kernels.triton_bwd_kernels`), no atomics, so every
-result is bitwise repeatable (each output element is written by one program, its sums
-always taken in the same order):
+Three kernels (:mod:`flashbench.kernels.triton_bwd_kernels`): ``attn_bwd_preprocess``
+(``D = rowsum(dO * O)``), ``attn_bwd_dkdv`` (one program per key block of one kv head,
+looping over the query blocks of every query head of its group) and ``attn_bwd_dq`` (one
+program per query block, looping over key blocks). No atomics, so every result is bitwise
+repeatable. Names (p, ds, delta, lse_ref) are those of the NumPy twin
+:func:`flashbench.reference.streaming_bwd.stream_attention_grad`, rounding points those of
+:func:`flashbench.numerics.flash_model_grad` (P and dS rounded to the input dtype before
+their matmuls, the rest fp32); masks and phases as in the forward.
 
-1. ``attn_bwd_preprocess``: ``D = rowsum(dO * O)`` in fp32, one program per block of
-   BLOCK_M query rows of one (batch, head).
-2. ``attn_bwd_dkdv``: one program per block of BLOCK_N keys of one (batch, kv head). It
-   holds K and V and its dK, dV accumulators (fp32), and loops over the query blocks
-   of every query head of its group (grouped-query attention: heads
-   ``hkv * G .. hkv * G + G - 1``): ``P^T = exp(S^T - LSE)``, ``dV += T(P^T) dO``,
-   ``dS^T = P^T * (dO V^T - D)^T``, ``dK += T(dS^T) Q``; dK is scaled once at the end.
-3. ``attn_bwd_dq``: one program per block of BLOCK_M query rows of one (batch, query
-   head), looping over key blocks: ``P = exp(S - LSE)``, ``dS = P * (dO V^T - D)``,
-   ``dQ += T(dS) K``; scaled once at the end.
-
-The names (p, ds, delta, lse_ref) are those of the NumPy twin,
-:func:`flashbench.reference.streaming_bwd.stream_attention_grad`, and the rounding points those of
-:func:`flashbench.numerics.flash_model_grad`: P and dS are rounded to the input dtype T
-(``.to(q.dtype)``) before their matmuls, everything else is fp32. fp32 inputs use IEEE
-fp32 dots (or tf32 with ``allow_tf32``).
-
-Masking as in the forward (:mod:`flashbench.kernels.triton_fwd`): bottom-right causal
-(query i sees key j iff ``j <= i + Nk - Nq``), blocks wholly hidden are never visited,
-blocks every pair of which is visible run without masks, and the causal diagonal and
-the ragged tails of Nq and Nk run masked (P set to 0 where hidden). A row that sees no
-key (LSE = -inf) gets dq = 0. Scores are scaled before masking, so any finite scale
-(negative or zero included) is taken as given.
-
-Where it runs (:mod:`flashbench.kernels.launch`): CUDA tensors run the compiled kernels
-with fixed configs per (operand width, head dim) (:data:`DKDV_CONFIGS`,
-:data:`DQ_CONFIGS`; no autotuning, so a backward costs three compilations per
-signature); CPU tensors run them under Triton's interpreter with
-INTERPRETER_BLOCK_M x INTERPRETER_BLOCK_N tiles, bf16 operands upcast to fp32 before
-each dot as in the forward (triton issue 11584); the interpreter's fp32 -> bf16 cast
-truncates (the GPU rounds to nearest even), so interpreted bf16 launches round P, dS
-and the gradients to nearest even themselves (``round_bf16``) before those casts.
+CUDA tensors run fixed configs per (operand width, head dim) (:data:`DKDV_CONFIGS`,
+:data:`DQ_CONFIGS`; no autotuning: three compilations per signature); CPU tensors run
+interpreted on ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N`` tiles, with bf16 rounded
+by hand as in the forward. More: docs/backward.md ("The Triton backward").
 """
 
 from __future__ import annotations

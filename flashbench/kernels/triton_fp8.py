@@ -1,46 +1,19 @@
-"""FlashAttention-3 style FP8 forward on flashbench's Triton kernel.
+"""FlashAttention-3 style FP8 forward on flashbench's Triton kernel: the host side.
 
-The forward kernel of :mod:`flashbench.kernels.triton_fwd` in its FP8 mode (the
-constexpr ``FP8``: one kernel, not a copy), with the rounding points of
-:func:`flashbench.numerics.fp8.flash_fp8`:
+The forward kernel of :mod:`flashbench.kernels.triton_fwd` in its FP8 mode (the constexpr
+``FP8``: one kernel, not a copy) rounds where :func:`flashbench.numerics.fp8.flash_fp8`
+does: e4m3 q, k, v with fp32 descales (per tensor, per (batch, head) or per tile of rows),
+fp8 dots with fp32 accumulation, P rounded to e4m3 as 256 P, O written in bf16.
 
-1. q, k, v are e4m3 (``torch.float8_e4m3fn``) with fp32 descale factors: one per
-   tensor, per (batch, head) (FlashAttention-3's ``q_descale`` / ``k_descale`` /
-   ``v_descale``), or per block of rows of the kernel's tile (BLOCK_M query rows,
-   BLOCK_N keys).
-2. ``S = q8 k8^T`` on the fp8 tensor cores with fp32 accumulation; the descales of q's
-   block and of the key block are folded into the score scale
-   (``scale * log2(e) * dq * dk``, one scalar per key block), so each score still costs
-   one fused multiply-add in ``exp2``.
-3. m, l and the rescale factors fp32; ``p = exp2(s - (m - 8))`` = 256 P
-   (FlashAttention-3's ``Max_offset = 8``: P in [0, 256], small probabilities stay
-   normal in e4m3); l sums the fp32 p.
-4. p is rounded to e4m3 (``cvt.rn.satfinite``) before ``P V`` (fp8 tensor cores, fp32
-   accumulation); each P V tile is multiplied by its value block's descale as it joins
-   the fp32 accumulator.
-5. O is divided by l once (the 256 cancels), written in bf16 (FlashAttention-3 returns
-   bf16); LSE fp32, natural log, ``(m - 8 + log2 l) ln 2``.
-
-V layout: Hopper's fp8 ``wgmma`` takes its shared-memory operands K-major only (the
-reduction dimension contiguous). For ``S = Q K^T`` that is d, K's natural layout; for
-``P V`` it is the keys, so V is stored key-contiguous: a ``[B, Hkv, Nk, d]`` view with
-``stride(-2) == 1`` over a ``[B, Hkv, d, Nk']`` buffer, Nk' rounded up to a multiple of
-16 so that every row of the buffer stays 16-byte aligned (:func:`key_major`; Triton's
-fused-attention tutorial permutes V the same way for fp8).
-
-Two entry points:
-
-- :func:`triton_attention_fp8` takes fp16 / bf16 / fp32 / fp64 tensors and quantises
-  them exactly as the model does (:func:`quantize` equals
-  :func:`flashbench.numerics.fp8.quantize` bit for bit; optional incoherent processing
-  with the model's matrix), then launches the kernel. Defaults are the model's:
-  ``quant="block"``, ``incoherent=True``.
+- :func:`triton_attention_fp8` takes fp16 / bf16 / fp32 / fp64 tensors and quantises them
+  as the model does (:func:`quantize` equals the model's bit for bit), with the model's
+  defaults ``quant="block"``, ``incoherent=True``.
 - :func:`forward_fp8` takes e4m3 tensors and their descales (FlashAttention-3's
   ``flash_attn_func`` with fp8 inputs); what a timing measures.
 
-Under Triton's interpreter (CPU tensors) the fp8 loads and the fp8 dots are exact, but
-its fp32 -> e4m3 and fp32 -> bf16 conversions are not round-to-nearest-even, so
-interpreted launches round P and O in fp32 first (:mod:`flashbench.kernels.rounding`).
+V goes in key-major (:func:`key_major`): Hopper's fp8 wgmma takes shared-memory operands
+K-major only, and ``P V`` reduces over the keys. Interpreted launches round P and O in
+fp32 first (:mod:`flashbench.kernels.rounding`). More: docs/fp8.md ("The Triton FP8 forward").
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Memory a check case needs, and memory this machine has: refuse before allocating.
 
-``flashbench check`` computes the one-shot float64 reference, which materialises the
-[B, H, Nq, Nk] score matrix, then per dtype the standard model (fp32 copies of the
-same matrix) and the materialising torch backends. These run one after another, so
-the peak is the largest of them, and it grows with B * H * Nq * Nk.
-
-Peak bytes per score element, measured on 1x2x1024x1536 (tracemalloc peak, NumPy) and
-1x1x4096x4096 (resident-set growth, torch, causal):
-
-=========================  ==========
-float64 reference          8.7 - 11.2
-standard_model fp32/tf32   12.7 / 17.7
-standard_model fp16/bf16   10.7
-torch-naive fp32 / bf16    19.0 / 16.9
-torch-sdpa fp32            9.7
-=========================  ==========
-
-:data:`BYTES_PER_SCORE` (24) bounds all of them with some margin. Streaming parts
-(flash_model, online reference, Triton, flex) hold O(N * block) and are covered by
-the per-row term.
+``flashbench check`` materialises the [B, H, Nq, Nk] score matrix in the float64 reference,
+then per dtype in the standard model and the materialising torch backends, one after
+another: the peak is the largest of them and grows with B * H * Nq * Nk.
+:data:`BYTES_PER_SCORE` bounds their measured peak bytes per score element with some
+margin (the measurements: docs/backends.md); streaming parts (flash_model, the online
+reference, Triton, flex) hold O(N * block) and are covered by the per-row term
+(:data:`BYTES_PER_ROW_VALUE`).
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from flashbench.inputs.problem import Shape
 
 __all__ = ["BYTES_PER_SCORE", "check_case_bytes", "available_bytes", "too_big", "human"]
 
-BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (table above)
+BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (docs/backends.md)
 BYTES_PER_ROW_VALUE = 8 * 16  # float64, about 16 live [.., N, d] arrays (inputs, o, copies)
 
 

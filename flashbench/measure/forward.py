@@ -231,6 +231,9 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
                     **extra)
 
 
+accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
+
+
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
                      inputs=None, ref=None) -> list[Accuracy | Unavailable]:

@@ -1,24 +1,17 @@
 """Papers' accuracy tables rerun with flashbench's precision models.
 
-:func:`fa3_table3` reruns FlashAttention-3's Table 3 (paper section 4.3, arXiv
-2407.08608): RMSE of the attention output O against a float64 reference, on inputs
-N(0, 1) + N(0, 100) * Bernoulli(0.001) (:mod:`flashbench.inputs`' ``"outliers"``), for
+:func:`fa3_table3` reruns FlashAttention-3's Table 3 (arXiv 2407.08608, section 4.3): RMSE
+of O against the float64 reference (:func:`flashbench.reference.attention`) on
+``make_qkv(shape, "outliers", seed)`` inputs (N(0, 1) + N(0, 100) * Bernoulli(0.001)), for
 fp16 standard and flash attention, the baseline FP8 attention, FlashAttention-3's FP8
-forward and its two ablations (:mod:`flashbench.numerics.fp8`).
-
-How the numbers are made: for each seed, q, k, v are drawn with
-``make_qkv(shape, "outliers", seed)``; the reference is
-:func:`flashbench.reference.attention` in float64; each model's O is compared with it
-element by element, ``RMSE = sqrt(mean((O - O_ref)**2))`` over all B*H*Nq*dv
-elements; the reported figure pools the seeds, ``sqrt(mean over seeds of MSE)``, and
-the range gives the smallest and largest per-seed RMSE. The paper does not state its
-shape in section 4.3; the default here (B=1, H=2, N=4096, d=128) is a typical
-FlashAttention-3 benchmark head dimension, and the FP8 models use FlashAttention-3's
-FP8 tile for that head dimension (hopper/tile_size.h: 128 query rows x 224 keys for
-d <= 128), which sets the blocks of the block quantisation.
+forward and its two ablations (:mod:`flashbench.numerics.fp8`). Per seed the RMSE runs over
+all B*H*Nq*dv elements of O; the figure pools the seeds (sqrt of the mean per-seed MSE),
+the range is the smallest and largest per-seed RMSE. The paper states no shape; the
+default is B=1, H=2, N=4096, d=128, with FlashAttention-3's FP8 tile for that d
+(:func:`fa3_fp8_tile`) as the blocks of the block quantisation.
 
 Measuring apart from rendering: :func:`fa3_table3` returns a :class:`Table` record;
-:func:`render_markdown` writes it out.
+:func:`render_markdown` writes it out. Its output and how to read it: docs/fp8.md.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from flashbench.inputs.problem import PASS_FLOPS, Shape
 
 __all__ = ["device_samples", "device_seconds", "tflops", "matmul_peak_tflops", "gpu_name",
-           "pass_fn", "NotDifferentiable", "gpu_state", "L2_FLUSH_BYTES"]
+           "pass_fn", "NotDifferentiable", "gpu_state", "L2_FLUSH_BYTES", "copy_bandwidth_gbs"]
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 _FLUSH = {}
@@ -143,6 +143,19 @@ def matmul_peak_tflops(dtype: str = "bf16", n: int = 8192) -> float:
     b = torch.randn(n, n, device="cuda", dtype=TORCH_DTYPES[dtype])
     seconds = device_seconds(lambda: torch.matmul(a, b))
     return 2.0 * n**3 / seconds * 1e-12
+
+
+def copy_bandwidth_gbs(nbytes: int = 2 * 1024**3) -> float:
+    """Measured device-to-device copy bandwidth (GB/s, 1e9 bytes) of ``dst.copy_(src)`` on
+    ``nbytes``-byte buffers (median device time, L2 flushed), counting the bytes read and
+    written (2 x nbytes): the denominator of a memory-bound kernel's "% of copy bandwidth",
+    as the matmul peak is for FLOPs."""
+    _require_cuda()
+    import torch
+
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    return 2.0 * nbytes / device_seconds(lambda: dst.copy_(src)) * 1e-9
 
 
 def gpu_name() -> str:

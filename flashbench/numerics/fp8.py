@@ -1,64 +1,19 @@
 """FP8 precision models: FlashAttention-3's baseline FP8 attention and its FP8 forward.
 
-Both take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real dtype,
-usually float64; k and v may have fewer heads than q, grouped-query attention, see
-:mod:`flashbench.inputs.validation`) and an fp8 precision name: ``"fp8"`` (e4m3,
-``ml_dtypes.float8_e4m3fn``, max 448) or ``"fp8_e5m2"`` (max 57344; no
-FlashAttention-3 counterpart: the same model with e5m2 at every fp8 rounding point).
-They return ``(o, lse)``: o in bfloat16 (FlashAttention-3 writes the output of its
-FP8 forward in bf16), lse float32.
+:func:`standard_fp8` is the baseline (paper section 4.3: per-tensor scales, fp32
+accumulation, softmax in fp16), materialised; :func:`flash_fp8` the FP8 forward
+(incoherent processing, per-block scales, P rounded to fp8 as 256 P), streamed with the
+(m, l) recurrence of :func:`flashbench.reference.streaming.stream_attention`. Both take
+NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (k and v may have fewer heads:
+grouped-query) and ``"fp8"`` (e4m3, max 448) or ``"fp8_e5m2"`` (max 57344; the same model
+with e5m2 at every fp8 rounding point), and return ``(o, lse)``: o bfloat16 (as
+FlashAttention-3 writes its FP8 output), lse float32.
 
-Quantisation (:func:`quantize`), the one place values become fp8: a group of values
-(the whole tensor, or one block of rows) gets the scale ``s = max / amax`` (max = 448
-for e4m3; amax = the largest |x| of the group; s = 1 for an all-zero group) and is
-stored as ``fp8(x * s)``, with x * s computed in fp32 and the conversion rounding to
-nearest-even and saturating at +-max (:func:`flashbench.inputs.precision.round_to_fp8`). The
-kernel keeps the descale factor ``1 / s`` (fp32) beside the fp8 tensor.
-
-:func:`standard_fp8` is FlashAttention-3's baseline FP8 attention (paper, section 4.3:
-"per-tensor scaling, with matmul accumulator in FP32 and intermediate softmax results
-kept in FP16"), materialised like :func:`flashbench.numerics.standard_model`:
-
-1. q, k, v quantised per tensor (one scale each over the whole array).
-2. ``S = (q8 @ k8^T) * scale * dq * dk``: exact products, fp32 accumulation, the
-   descales applied in fp32; S rounded to fp16.
-3. softmax computed in fp32 from the fp16 S, its result P rounded to fp16.
-4. P quantised per tensor like q, k, v (scale 448 / max P), then
-   ``O = (P8 @ v8) * dp * dv`` with fp32 accumulation, rounded to bf16.
-   LSE is the fp32 log-sum-exp of the fp16 S.
-
-:func:`flash_fp8` is a FlashAttention-3 style FP8 forward, streamed with the (m, l)
-recurrence of :func:`flashbench.reference.streaming.stream_attention` that the other dtypes use:
-
-1. incoherent processing (``incoherent=True``): q and k are multiplied, in float64
-   before quantisation (FlashAttention-3 fuses it with the rotary embedding of the
-   kernel before), by the same random orthogonal matrix ``M = diag(+-1) H / sqrt(h)``
-   (:func:`incoherence_matrix`: seeded random signs times a normalised Hadamard
-   matrix, block-diagonal with h x h blocks where h is the largest power of two
-   dividing d). ``(q M)(k M)^T = q k^T`` in exact arithmetic; M spreads an outlier
-   feature over h features before it is rounded.
-2. q, k, v quantised (:func:`quantize`) per tensor (``quant="tensor"``) or per block
-   of rows (``quant="block"``): q in blocks of ``block_q`` query rows (the kernel's
-   query tile), k and v in blocks of ``block`` key rows (the key tile the recurrence
-   streams), one scale per block and per leading (batch, head) index.
-3. ``S_blk = (q8 @ k8_blk^T) * scale`` with fp32 accumulation and the descales
-   applied in fp32; m, l and the rescale factors fp32; ``P_blk = exp(S_blk - m_new)``
-   in fp32; l accumulates the unrounded fp32 P.
-4. P_blk is rounded to fp8 with the fixed scale 256 = 2**8 before ``P_blk @ V_blk``:
-   FlashAttention-3 computes exp2 with the row max lowered by 8 (``Max_offset = 8``
-   in hopper/softmax.h), so P lies in [0, 256] and small probabilities stay normal
-   instead of underflowing; the factor cancels exactly (a power of two) when O is
-   divided by l. Values of 256 P below 2**-10 (P < 2**-18) round to 0.
-5. O accumulates ``P8 @ v8_blk`` times the block's descale in fp32, is divided by l
-   once at the end, then rounded to bf16. LSE stays fp32.
-
-Model note: the recurrence receives q8 * dq, k8 * dk and v8 * dv as fp32 operands (the
-descales folded in) where the kernel multiplies each S tile by dq * dk and each P V
-tile by dv: the two differ by fp32 rounding (2**-24 relative), 2**20 below e4m3's
-rounding step. The GPU's fp8 tensor-core accumulators are narrower than IEEE fp32
-(about 22 significand bits are kept between additions); the models accumulate in full
-fp32, which for sums of a key tile of 64-128 products is a difference far below the
-fp8 rounding of the operands.
+:func:`quantize` is the one place values become fp8: a group (the tensor, or a block of
+rows) gets the scale ``s = max / amax`` and is stored as ``fp8(x * s)``, computed in fp32
+and rounded nearest-even, saturating (:func:`flashbench.inputs.precision.round_to_fp8`);
+the descale ``1 / s`` stays beside it. Every rounding point, step by step, and where the
+models differ from a Hopper kernel: docs/fp8.md ("FP8 models").
 """
 
 from __future__ import annotations
@@ -183,7 +138,7 @@ def _p_rounder(prec: Precision):
 def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False,
               scale: float | None = None, check_finite: bool = False, quant: str = "block",
               incoherent: bool = True, block_q: int | None = None, seed: int = 0):
-    """FlashAttention-3 style FP8 forward (module docstring, steps 1-5).
+    """FlashAttention-3 style FP8 forward (docs/fp8.md, "FP8 models": steps 1-5).
 
     ``quant``: "block" (one scale per ``block_q`` query rows and per ``block`` key
     rows) or "tensor" (one scale per tensor). ``incoherent``: multiply q and k by
@@ -208,7 +163,7 @@ def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False
 
 def standard_fp8(q, k, v, dtype: str = "fp8", causal: bool = False, scale: float | None = None,
                  check_finite: bool = False):
-    """FlashAttention-3's baseline FP8 attention (module docstring, steps 1-4).
+    """FlashAttention-3's baseline FP8 attention (docs/fp8.md, "FP8 models": steps 1-4).
 
     Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
     """

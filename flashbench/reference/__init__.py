@@ -1,9 +1,11 @@
 """The float64 truth: softmax and attention, one-shot (:mod:`.oneshot`) and streamed.
 
 :mod:`.streaming` holds the forward (m, l) recurrence, :mod:`.streaming_bwd`
-FlashAttention-2's backward recurrence. Every function computes in float64.
+FlashAttention-2's backward recurrence, :mod:`.decode` attention over a KV cache (contiguous
+or paged, split-KV and :func:`merge_states`). Every function computes in float64.
 """
 
+from flashbench.reference.decode import decode_attention, decode_partials, merge_states
 from flashbench.reference.oneshot import (
     attention,
     attention_grad,
@@ -15,4 +17,5 @@ from flashbench.reference.oneshot import (
 )
 
 __all__ = ["attention", "attention_grad", "online_attention", "online_attention_grad",
-           "online_softmax", "row_stats", "softmax"]
+           "online_softmax", "row_stats", "softmax",
+           "decode_attention", "decode_partials", "merge_states"]

@@ -1,73 +1,13 @@
 """Same-run A/B sampling: base and head measured alternately, adaptively, within a budget.
 
-:class:`Sampler` is the schedule and knows nothing of processes: it calls
-``measure(point, side, plan)`` for one block and ``measure_pair(point, order, plan)``
-for one interleaved round of a short call (see :func:`flashbench.review.run`, which
-wires both to the worker that holds both commits). For each timing (``time_``) grid point:
-
-1. Calibration: base runs one sample with ``number`` 0, which calibrates ``number``
-   (calls per sample, so that a sample lasts >= 10 ms) and sets the block size; head
-   then runs one sample of that ``number`` (its warm-up, and its status). Both blocks
-   are discarded, so every paired round compares blocks of the same size, taken the
-   same way (the minimum of 5 samples against one sample would bias round 1 towards
-   "head faster"), and neither side's first call is timed: base and head share one
-   process, so base's first call of a grid point pays what the process does once for
-   it (heap growth, first touch of buffers, lazy initialisation), and each side's
-   first call pays what its own copy of the modules does once (imports inside
-   functions, caches, Triton's kernel loads). With the two first calls of a call of
-   0.2 s or more as round 1, one-process no-op reviews had the float32 precision model's call at
-   N = 4096 at 0.55-0.66x in head. A grid point that is not "ok" on either side leaves
-   the sampling for a coverage row.
-2. Rounds alternate the order (AB, BA, AB, ...: ABBA), each round one block per side
-   back to back, never concurrently. A block is ``per_block`` samples (5 when a sample
-   is shorter than 20 ms, 3 below 0.1 s, else 1) and its value is their minimum, per
-   call: load only ever adds time, so the least disturbed sample is the best estimate
-   of the block (timeit's advice). Both sides run the same blocks, so load and clock
-   changes hit them alike and cancel in the round's log-ratio. A call shorter than
-   0.2 s runs its round as one pair request (``measure_pair``: the worker sets the grid
-   point up for both sides, gives each one untimed call, then alternates their samples
-   A B B A A B ..., the round's order first): the two sides' samples lie one sample
-   apart, not one block, so load that changes within a round hits both (A/A here,
-   ``scripts/review_interleave.py``: see docs/review.md for the spread it measured).
-   Where no pair can be asked (``measure_pair`` None) or the worker died in one, that
-   round is one block per side, each after an untimed call. A longer call's block is its setup
-   and one call, and its time depends on the block before it (A/A in one process:
-   the float32 precision model's call at N = 4096 about 20% faster right after an untimed call
-   of its own than right after its setup; a block right after another grid point's up
-   to 1.6-2.6x slower). So every timed block of a long call follows a block of the
-   same grid point, as inside a run of ABBA rounds, where a round's first block
-   follows the same side's block: its rounds go BA, AB, BA, ... (round 1's head block
-   follows head's calibration block), and each step (the rounds a comparison runs in
-   a row, to its next look) begins with one discarded block of the side that opens
-   it. Before this, steps began with head's block right after another point's, and
-   no-op rounds came out at 1.6-2.6x, always against head.
-3. Looks at the rounds of :data:`flashbench.review.stats.LOOKS`: a comparison is judged
-   when its rounds reach one of them, and :func:`flashbench.review.rules.decide` settles
-   it if it can (the family for Benjamini-Hochberg is every comparison, at its current
-   rounds). Settled comparisons stop. Looks come in turn: the next step goes to an
-   open comparison whose next look is the earliest (every open comparison reaches 3
-   rounds, where moderated variances settle most, before any goes on to 5, and so
-   on, unless its step no longer fits in the budget left: then it gives way), and
-   among those to the one with the least sampling time so far, counting the
-   step (rounds still needed to its next look x the wall time of its last round): the
-   cheap first, so a budget that runs out leaves the fewest comparisons short. A step
-   that would overrun the budget gives way to the next one that fits. (Measured over
-   the CPU timing suites, one round of everything about 45 s here. Fair shares in
-   time alone, before the moderated variances, left the multi-second timings at 1-3
-   rounds while cheap ones went on to 13: 7 of 66 rows of a no-op review ambiguous;
-   with first looks first but fair shares after them, a 1.2x change left the
-   flash precision model's timing at 3 rounds, interval 1.07-1.33, while cheap rows
-   went on to 8.)
-4. The budget (wall seconds of sampling, calibration included) ends the schedule
-   when no next step fits in what is left; a round that would overrun it is never
-   started, and a comparison not yet calibrated when it is spent is not measured at
-   all (an "ambiguous" row that says so: --quick over suites that cost more than its
-   budget a round ends on time and says what it did not see). What is still open is judged
-   once more on the rounds it has (that judgement takes the place of a look it did not
-   get).
-
-Peak memory is not sampled here: it is one deterministic value per commit
-(:func:`flashbench.review.rules.judge_memory`).
+:class:`Sampler` is the schedule and knows nothing of processes: it calls ``measure``
+for one block of one side and ``measure_pair`` for one interleaved round of a short call
+(:mod:`flashbench.review.run` wires both to the worker that holds both commits). Per
+timing grid point: a calibration block of each side (discarded), then paired rounds in
+alternating order (ABBA); a comparison is judged at the looks of
+:data:`flashbench.review.stats.LOOKS` (the first look for all comparisons together, once
+each has its rounds) until it is settled or the budget is spent. Why each step is as it
+is, with what it measured: docs/review.md ("How it measures").
 """
 
 from __future__ import annotations
@@ -79,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashbench.review.model import Row
-from flashbench.review.rules import Paired, coverage_row, is_memory, settle
+from flashbench.review.paired import Paired, settle
+from flashbench.review.rules import coverage_row, row_kind
 from flashbench.review.stats import LOOKS
+from flashbench.review.worker_process import WARMUP_BELOW
 
 VERY_SHORT, SHORT_SAMPLE = 0.02, 0.1  # samples shorter (s) come five / three to a block
-WARMUP_BELOW = 0.2  # one untimed call before a block when a call is cheaper than this
 
 
 @dataclass(frozen=True)
@@ -100,9 +41,7 @@ class Point:
 
     @property
     def kind(self) -> str:
-        if is_memory(self.type, self.unit):
-            return "memory"
-        return "time" if self.type == "time" else "track"
+        return row_kind(self.name, self.type, self.unit)
 
 
 @dataclass
@@ -137,15 +76,14 @@ class Lane:
 class Sampler:
     """The adaptive ABBA schedule (module docstring).
 
-    ``lanes`` (more than one: :class:`Lane` per process, each process holding both
-    commits) sample at once, one thread each: a lane takes the next grid point to
-    calibrate while there is one, then, once every grid point is calibrated (so that
-    every comparison is in the family of the first look), the next step of the
-    comparisons it calibrated (a comparison's rounds all run in one process: its first
-    calls there were the discarded calibration calls). Looks come in turn within a lane;
-    Benjamini-Hochberg, the variance prior and the budget (wall time) are the whole
-    review's. An error in one lane, or an interrupt, stops the others at their next
-    round."""
+    ``lanes`` (:class:`Lane` per process, each process holding both commits) sample at
+    once, one thread each: a lane calibrates the next grid point while there is one;
+    once every grid point is calibrated, it takes its comparisons to the first look;
+    once every lane is there, the first look judges them all together; then the lane
+    takes the next step of its open comparisons (a comparison's rounds all run in the
+    process that calibrated it). Benjamini-Hochberg, the variance prior and the budget
+    (wall time) are the whole review's. An error in one lane, or an interrupt, stops
+    the others at their next round."""
 
     def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
@@ -165,6 +103,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._calibrated_all = threading.Condition(self._lock)
         self._calibrating = 0  # grid points some lane is calibrating now
+        self._before_first_look = 0  # lanes still taking comparisons to the first look
 
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
@@ -225,6 +164,7 @@ class Sampler:
         self._owner: dict[int, tuple[int, int]] = {}  # id(plan) -> (lane, point's index)
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
+        self._before_first_look = len(self.lanes)
         if len(self.lanes) == 1:
             self._lane(0)
         else:
@@ -248,6 +188,9 @@ class Sampler:
         try:
             while self._calibrate_next(i):
                 pass
+            while self._step_next(i, first=True):
+                pass
+            self._first_look()
             while self._step_next(i):
                 pass
         except BaseException as exc:  # a worker error: the review reports it
@@ -309,9 +252,26 @@ class Sampler:
                 self._plans.append(plan)
                 self._owner[id(plan)] = (i, index)
 
-    def _step_next(self, i: int) -> bool:
+    def _first_look(self) -> None:
+        """The first look, for every comparison at once: the last lane to get its
+        comparisons there takes it (each judged with the prior of the whole family at
+        that look), the others wait for it."""
+        with self._lock:
+            self._before_first_look -= 1
+            if self._before_first_look == 0:
+                pairs = [p.pair for p in self._plans]
+                ready = [p for p in pairs if p.rounds >= LOOKS[0]]
+                settled = settle(pairs, ready, self.factor, self.q_look)
+                self.log(f"first look at {len(ready)} comparison(s): {settled} settled, "
+                         f"{max(self._left(), 0):.0f} s of budget left")
+                self._calibrated_all.notify_all()
+            while self._before_first_look > 0 and self._failure is None:
+                self._calibrated_all.wait()
+
+    def _step_next(self, i: int, first: bool = False) -> bool:
         """The next step of one of lane ``i``'s open comparisons (False: the lane is
-        done: nothing open, or nothing that fits in the budget left)."""
+        done: nothing open, or nothing that fits in the budget left); with ``first``,
+        only steps to the first look, which is not taken here (:meth:`_first_look`)."""
         lane = self.lanes[i]
         with self._lock:
             while self._calibrating and self._failure is None:  # every comparison is in
@@ -322,6 +282,7 @@ class Sampler:
                            for n, plan in enumerate(self._plans)
                            if self._owner[id(plan)][0] == i and plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
+                           and not (first and target > LOOKS[0])
                            for cost in [(target - plan.pair.rounds + (
                                0.0 if plan.warmup else 0.5)) * plan.round_cost])
             if not steps:
@@ -335,11 +296,11 @@ class Sampler:
             target, plan = step[0], step[4]
         t0 = self.clock()
         try:
-            first = True
+            opening = True
             while (plan.pair.rounds < target and plan.round_cost <= self._left()
                    and self._failure is None):
-                self._round(plan, lane, first_of_step=first)
-                first = False
+                self._round(plan, lane, first_of_step=opening)
+                opening = False
         except _Broken as broken:
             with self._lock:
                 self._plans.remove(plan)
@@ -350,11 +311,12 @@ class Sampler:
         if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
             self.out_of_budget = True
             return False
+        if first:
+            return True
         with self._lock:
-            decision = settle([p.pair for p in self._plans], plan.pair, self.factor,
-                              self.q_look)
-        if decision is not None:
-            self.log(f"{plan.point.name}({plan.point.params}): {decision[0]} after "
+            settle([p.pair for p in self._plans], [plan.pair], self.factor, self.q_look)
+        if plan.pair.decided is not None:
+            self.log(f"{plan.point.name}({plan.point.params}): {plan.pair.decided[0]} after "
                      f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget "
                      "left")
         return True

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from flashbench.infra.machine import asv_launch_method, register
-from flashbench.review.gitops import Session
+from flashbench.review.gitops import Session, toplevel
 
 REVIEW_RESULTS = Path(".asv") / "review-results"
 
@@ -35,9 +35,23 @@ class AsvError(RuntimeError):
 
 
 def config(root: Path) -> dict:
+    """asv.conf.json at ``root`` (asv's reader: it allows // comments); ValueError where it
+    is missing or unreadable."""
+    conf = root / "asv.conf.json"
+    if not conf.is_file():
+        raise ValueError(f"no asv.conf.json at the repository root {root}")
     from asv.util import load_json
 
-    return load_json(str(root / "asv.conf.json"), js_comments=True)
+    try:
+        return load_json(str(conf), js_comments=True)
+    except Exception as exc:  # asv raises its own UserError for unreadable JSON
+        raise ValueError(f"{conf} is not readable: {exc}") from None
+
+
+def project(cwd) -> tuple[Path, Path]:
+    """(repository root, benchmark folder); ValueError outside a flashbench-style project."""
+    root = toplevel(cwd)
+    return root, root / config(root).get("benchmark_dir", "benchmarks")
 
 
 def requirement_names(root: Path) -> list[str]:

@@ -67,12 +67,9 @@ def checked_out(cwd: Path | str = ".") -> str | None:
         return None
 
 
-def ancestors(commit: str, cwd: Path | str = ".", limit: int | None = None) -> list[str]:
+def ancestors(commit: str, cwd: Path | str = ".") -> list[str]:
     """``commit`` and its ancestors, newest first in git's topological order."""
-    args = ["rev-list", "--topo-order", commit]
-    if limit:
-        args.insert(1, f"--max-count={int(limit)}")
-    out = git(*args, cwd=cwd)
+    out = git("rev-list", "--topo-order", commit, cwd=cwd)
     return out.split() if out else []
 
 

@@ -39,6 +39,8 @@ REASONS = {
     "rule-fails": "a rule ratio (kernel error / same-dtype standard error) above its rule's "
                   f"factor, or not finite: {BASELINE_FACTOR:g}x for the forward's baseline "
                   f"rule, {GRAD_FACTOR:g}x for the gradient rule (the row names its factor)",
+    "outside-band": "a band ratio (kernel error / the band edge of a correct kernel of that "
+                    "dtype at that size) above its limit (the row names it), or not finite",
     "not-finite": "head's value is NaN or infinite where base's is finite",
     "both-not-finite": "NaN or infinite in base and head alike (no rule applies): nothing "
                        "changed that can be judged",
@@ -81,6 +83,9 @@ class Row:
     # same-run A/B: each paired round's log(head / base), in the order measured (the
     # JSON's audit trail: a reader can redo the interval, or pool rounds across reviews)
     log_ratios: list[float] = field(default_factory=list)
+    # same-run A/B: the variance prior the interval rests on (s0, d0, family, outliers;
+    # None: its own variance alone)
+    prior: dict | None = None
 
 
 @dataclass

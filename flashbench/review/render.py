@@ -23,6 +23,7 @@ from dataclasses import asdict
 from tabulate import tabulate
 
 from flashbench.review.model import REASONS, Review, Row
+from flashbench.review.stats import LOOKS, MIN_TRIM_ROUNDS, TRIM, WORST_FALSE_ALARMS
 
 
 def _num(x) -> str:
@@ -61,8 +62,12 @@ def header(review: Review) -> list[str]:
     facts = [f"Machine `{review.machine}` ({review.cpu})", f"evidence: {review.mode}",
              f"timing factor {review.factor:.3g}", f"accuracy tolerance {review.acc_tol:.3g}"]
     if review.false_alarm_rate is not None:
-        facts.append(f"false alarms: Benjamini-Hochberg at {review.false_alarm_rate:.0%} "
-                     "across the timing comparisons")
+        q = review.false_alarm_rate
+        facts.append(f"false alarms: Benjamini-Hochberg at {q:.0%} across the timing "
+                     f"comparisons, {q / len(LOOKS):.2%} at each of the {len(LOOKS)} looks (in "
+                     "simulated reviews whose every timing sat exactly at the factor, a false "
+                     f"\"slower\" in at most {q:.0%} of them where the variance prior fits the "
+                     f"family, up to {WORST_FALSE_ALARMS:.0%} where variances truly scatter)")
     if review.budget is not None:
         facts.append(f"sampling budget {review.budget:.0f} s")
     facts.append(f"review took {review.seconds:.0f} s")
@@ -106,8 +111,9 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
         if review.mode.startswith("same-run"):
             note = ("Timings: base and head are per call, the median over the n paired rounds "
                     "of each block's fastest sample; head/base is the mean of the rounds' "
-                    "log-ratios (20% trimmed from each end from 8 rounds on) with its "
-                    "interval at the level shown.")
+                    f"log-ratios ({TRIM:.0%} trimmed from each end from {MIN_TRIM_ROUNDS} "
+                    "rounds on) with its interval at the level shown; the detail names the "
+                    "variance prior it rests on.")
         else:
             note = "Timings: asv's stored values (median per call); n is asv's samples."
         lines += ["", note]

@@ -3,44 +3,35 @@
 The default (same-run A/B): base and head checked out in worktrees, both loaded in one
 worker process with today's suites, timings sampled alternately within a budget
 (:mod:`flashbench.review.ab`), tracks and peak memory measured once per commit
-(accuracy judged against base and the band of earlier results of base's ancestors, from
-``--results``; memory against the factor).
-``reuse=True``: stored asv results instead (:mod:`flashbench.review.stored`).
-
-Errors: bad options, revisions, a ``--bench`` that matches nothing, a results folder
-that does not exist, uncommitted edits without ``allow_dirty``: ValueError, raised
-before anything is checked out or run. git, asv or a worker failing:
-RuntimeError (GitError, WorkerError, AsvError). SIGTERM and SIGINT end the review as
-:class:`Interrupted` (a KeyboardInterrupt) after its worktrees and processes are gone.
+(:mod:`flashbench.review.tracks`). ``reuse=True``: stored asv results instead
+(:mod:`flashbench.review.stored`). Bad options, revisions or selections raise
+ValueError before anything is checked out or run; git, asv or a worker failing raise
+RuntimeError (GitError, WorkerError, AsvError); SIGTERM and SIGINT end the review as
+:class:`Interrupted` after its worktrees and processes are gone.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from flashbench.infra.machine import check_machine_name, cpu_model, derived_name, gpu_model
+from flashbench.infra.machine import gpu_model
+from flashbench.infra.machine import identity as machine_identity
 from flashbench.review.ab import Lane, Point, Sampler
-from flashbench.review.gitops import Session, checked_out, dirty_files, resolve, toplevel
+from flashbench.review.asvrun import project
+from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
 from flashbench.review.model import Review
-from flashbench.review.rules import family_prior, look_level, paired_rows
-from flashbench.review.stats import FALSE_ALARM_RATE
+from flashbench.review.options import DEFAULT_BUDGET, QUICK_BUDGET, Options, select
+from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
+from flashbench.review.prior import OUTLIER_P
+from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
+from flashbench.review.stored import review_stored
 from flashbench.review.tracks import band_source, track_rows
-from flashbench.review.workers import Worker, lane_cpus, list_suites, peak_memory
-
-DEFAULT_BUDGET = 280.0  # seconds of A/B sampling (the timing suites' share of ~5 minutes)
-QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outlasts it otherwise)
-MAX_BUDGET = 24 * 3600.0
-MAX_FACTOR = 10.0
-MAX_ACC_TOL = 10.0
+from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
 class Interrupted(KeyboardInterrupt):
@@ -49,67 +40,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-@dataclass
-class Options:
-    base: str = "main"
-    head: str = "HEAD"
-    reuse: bool = False
-    results: str | None = None  # None: "results" where it exists
-    quick: bool = False
-    existing: bool = False
-    factor: float = 1.10
-    acc_tol: float = 0.02
-    budget: float | None = None  # None: DEFAULT_BUDGET, or QUICK_BUDGET with quick
-    bench: str | None = None
-    machine: str | None = None
-    allow_dirty: bool = False
-    threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
-    jobs: int = 1  # same-run: timing workers sampling at once, each on CPUs of its own
-
-    def check(self) -> None:
-        """ValueError/TypeError naming the option and what it accepts."""
-        _number("factor", self.factor, lo=1.0, hi=MAX_FACTOR, lo_open=True)
-        _number("acc_tol", self.acc_tol, lo=0.0, hi=MAX_ACC_TOL)
-        if self.budget is not None:
-            _number("budget", self.budget, lo=0.0, hi=MAX_BUDGET, lo_open=True)
-        if self.bench is not None:
-            compile_bench(self.bench)
-        if self.machine is not None:
-            check_machine_name(self.machine)
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(
-                self.threads, int) or not 1 <= self.threads <= 4096):
-            raise ValueError(f"threads must be an integer >= 1, got {self.threads!r}")
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not (
-                1 <= self.jobs <= 1024):
-            raise ValueError(f"jobs must be an integer >= 1, got {self.jobs!r}")
-        if self.jobs > 1 and not self.reuse:
-            lane_cpus(self.threads, self.jobs)  # each worker needs CPUs of its own
-        if self.results is not None and not Path(self.results).is_dir():
-            raise ValueError(f"results folder {self.results!r} does not exist")
-
-    @property
-    def seconds(self) -> float:
-        if self.budget is not None:
-            return float(self.budget)
-        return QUICK_BUDGET if self.quick else DEFAULT_BUDGET
-
-
-def _number(name: str, value, lo: float, hi: float, lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    low_ok = value > lo if lo_open else value >= lo
-    if not math.isfinite(value) or not low_ok or value > hi:
-        raise ValueError(f"{name} must be a finite number {'>' if lo_open else '>='} {lo:g} "
-                         f"and <= {hi:g}, got {value!r}")
-
-
-def compile_bench(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"bench {pattern!r} is not a regular expression: {exc}") from None
 
 
 @contextmanager
@@ -133,25 +63,7 @@ def _signals_raise():
 
 def identity(machine: str | None) -> tuple[str, str]:
     """(machine name, processor [; GPU]) of this machine, registering nothing."""
-    gpu, cpu = gpu_model(), cpu_model()
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    name = machine or derived_name(cpu, gpu, os.cpu_count() or 1, ram)
-    return name, f"{cpu}; GPU: {gpu}" if gpu else cpu
-
-
-def _project(cwd) -> tuple[Path, Path]:
-    """(repository root, benchmark folder); ValueError outside a flashbench-style project."""
-    root = toplevel(cwd)
-    conf = root / "asv.conf.json"
-    if not conf.is_file():
-        raise ValueError(f"no asv.conf.json at the repository root {root}")
-    from asv.util import load_json  # asv's reader: it allows // comments
-
-    try:
-        config = load_json(str(conf), js_comments=True)
-    except Exception as exc:  # asv raises its own UserError for unreadable JSON
-        raise ValueError(f"{conf} is not readable: {exc}") from None
-    return root, root / config.get("benchmark_dir", "benchmarks")
+    return machine_identity(machine)[:2]
 
 
 def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
@@ -173,30 +85,12 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     return notes
 
 
-def select(listing: list[dict], bench: str | None) -> list[Point]:
-    """The grid points whose benchmark name, or ``name(params)``, matches the regex
-    ``bench`` (all without): a class name selects its benchmarks, ``<class>.*1024x1024x64``
-    some of their grid points."""
-    pattern = compile_bench(bench) if bench else None
-    points = []
-    for b in listing:
-        for i, label in enumerate(b["labels"]):
-            if pattern is None or pattern.search(b["name"]) or pattern.search(
-                    f"{b['name']}({label})"):
-                points.append(Point(b["name"], i, label, b["type"], b["unit"],
-                                    float(b.get("timeout") or 60.0), b.get("version")))
-    if not points:
-        raise ValueError(f"bench {bench!r} matches no benchmark" if bench
-                         else "the suites hold no benchmark")
-    return points
-
-
 def run_review(opts: Options, cwd=".", log=None) -> Review:
     """Gather evidence for base and head and judge it (module docstring)."""
     log = log or (lambda text: None)
     start = time.monotonic()
     opts.check()
-    root, bench_dir = _project(cwd)
+    root, bench_dir = project(cwd)
     base, head = resolve(opts.base, root), resolve(opts.head, root)
     machine, cpu = identity(opts.machine)
     if opts.jobs > 1 and not opts.reuse and gpu_model():
@@ -207,8 +101,6 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     notes = _dirty_notes(opts, root, head)
     with _signals_raise():
         if opts.reuse:
-            from flashbench.review.stored import review_stored
-
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
                                    log)
             if opts.threads:
@@ -247,14 +139,49 @@ def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
         pool.shutdown(wait=True)
 
 
-def _start_all(workers: list[Worker]) -> None:
-    """Start the workers at once (each imports the suites twice: 10-20 s)."""
-    if len(workers) == 1:
-        workers[0].start()
-        return
+def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dict,
+                   bench_dir: Path, review: Review) -> list[Worker]:
+    """The timing workers (one per ``--jobs``, each holding both commits), started at once
+    (each imports the suites twice: 10-20 s), with the header's notes on how they ran."""
+    cpus = lane_cpus(opts.threads, opts.jobs)
+    workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
+                      session.folder / f"worker{i + 1 if i else ''}.log", opts.threads, lane)
+               for i, lane in enumerate(cpus)]
+    for w in workers:
+        stack.callback(w.close)
     with ThreadPoolExecutor(len(workers)) as pool:
         for future in [pool.submit(w.start) for w in workers]:
             future.result()
+    for side, why in workers[0].errors.items():
+        review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
+    review.notes.append(
+        ("Base and head ran in one worker process" if len(workers) == 1 else
+         f"Timings were sampled by {len(workers)} worker processes at once, each pinned to "
+         "CPUs of its own; every round of a comparison ran in the process that calibrated "
+         "it, base and head one at a time, each") + " (each commit's modules kept apart, "
+        "swapped in before each block): a process's own speed moves both sides alike.")
+    pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
+    if pinned:  # a refused pin unsets it
+        where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)
+        review.notes.append(f"The worker{'s were' if len(pinned) > 1 else ' was'} pinned "
+                            f"to CPU {where}: base and head ran on the same core(s), one "
+                            "at a time.")
+    return workers
+
+
+def _lane(w: Worker) -> Lane:
+    """A sampler's lane that asks worker ``w``."""
+
+    def measure(point: Point, side: str, plan) -> dict:
+        return w.ask(timeout=2 * point.timeout + 60, side=side, op="time", name=point.name,
+                     index=point.index, number=plan.number, samples=plan.per_block,
+                     warmup=plan.warmup)
+
+    def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
+        return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
+                          index=point.index, number=plan.number, samples=plan.per_block)
+
+    return Lane(measure, measure_pair)
 
 
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
@@ -271,42 +198,13 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                         opts.bench)
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
-        cpus = lane_cpus(opts.threads, opts.jobs)
-        workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
-                          session.folder / f"worker{i + 1 if i else ''}.log", opts.threads,
-                          lane)
-                   for i, lane in enumerate(cpus)]
-        worker = workers[0]  # also measures base's tracks
-        for w in workers:
-            stack.callback(w.close)
-        _start_all(workers)
-        for side, why in worker.errors.items():
-            review.problems.append(f"{side} {getattr(review, side)[:8]}: {why}")
-        if len(workers) == 1:
-            review.notes.append("Base and head ran in one worker process (each commit's "
-                                "modules kept apart, swapped in before each block): a "
-                                "process's own speed moves both sides alike.")
-        else:
-            review.notes.append(f"Timings were sampled by {len(workers)} worker processes at "
-                                "once, each holding both commits (modules kept apart, swapped "
-                                "in before each block) and pinned to CPUs of its own; every "
-                                "round of a comparison ran in the process that calibrated "
-                                "it, base and head one at a time: a process's own speed "
-                                "moves both sides alike.")
-        pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
-        if pinned:  # a refused pin unsets it
-            where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)
-            review.notes.append(f"The worker{'s were' if len(pinned) > 1 else ' was'} pinned "
-                                f"to CPU {where}: base and head ran on the same core(s), one "
-                                "at a time.")
-        tracks = [p for p in points if p.type == "track"]
-        peakmem = [p for p in points if p.type == "peakmemory"]
-        timed = [p for p in points if p.type == "time"]
-        other = [p for p in points if p.type not in ("track", "time", "peakmemory")]
-        for p in other:
-            review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
+        workers = _start_workers(opts, session, stack, trees, bench_dir, review)
+        by_type = {t: [p for p in points if p.type == t] for t in ("track", "peakmemory", "time")}
+        for p in points:
+            if p.type not in by_type:
+                review.notes.append(f"{p.name}: type {p.type!r} is not measured by same-run A/B")
         band = band_source(results, root, review)
-        if tracks:
+        if tracks := by_type["track"]:
             log(f"review: {len(tracks)} track value(s) per commit, both commits at once "
                 "(deterministic values: no timing to disturb)")
             helper = Worker("head-tracks", {"head": trees["head"]}, bench_dir,
@@ -314,57 +212,49 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             stack.callback(helper.stop)
             helper.start()
             try:
-                measured = _tracks_at_once({"base": worker, "head": helper}, tracks)
+                measured = _tracks_at_once({"base": workers[0], "head": helper}, tracks)
             finally:
                 helper.stop()
-            review.rows += track_rows(tracks, measured["base"], measured["head"], opts, band,
-                                      review)
-        if peakmem:
+            review.rows += track_rows(tracks, measured["base"], measured["head"],
+                                      opts.acc_tol, opts.factor, band)
+        if peakmem := by_type["peakmemory"]:
             log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
                 "process")
             measured = {side: [peak_memory(trees[side], bench_dir, p.name, p.index,
                                            session.folder / f"{side}.log", 2 * p.timeout + 60,
                                            opts.threads) for p in peakmem]
                         for side in ("base", "head")}
-            review.rows += track_rows(peakmem, measured["base"], measured["head"], opts, band,
-                                      review)
-
-        def lane(w: Worker) -> Lane:
-            def measure(point: Point, side: str, plan) -> dict:
-                return w.ask(timeout=2 * point.timeout + 60, side=side, op="time",
-                             name=point.name, index=point.index, number=plan.number,
-                             samples=plan.per_block, warmup=plan.warmup)
-
-            def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
-                return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
-                                  index=point.index, number=plan.number,
-                                  samples=plan.per_block)
-
-            return Lane(measure, measure_pair)
-
-        if timed:
+            review.rows += track_rows(peakmem, measured["base"], measured["head"],
+                                      opts.acc_tol, opts.factor, band)
+        if timed := by_type["time"]:
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
             sampler = Sampler(None, opts.seconds, opts.factor, q_look,
                               log=lambda text: log("review: " + text),
-                              lanes=[lane(w) for w in workers])
+                              lanes=[_lane(w) for w in workers])
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
-            prior = family_prior(pairs)
-            if prior is not None:
-                left_out = (f"; {prior.outliers} comparison(s) whose variance it does not "
-                            "explain (p < 1e-7) were left out of the fit and keep their own"
-                            if prior.outliers else "")
-                review.notes.append(
-                    f"Intervals use moderated variances (empirical Bayes over the "
-                    f"{prior.family} timing comparisons with 2 rounds or more, fitted "
-                    f"robustly): a prior spread of {math.sqrt(prior.s2):.2%} per round's "
-                    f"log-ratio, worth {prior.d0:.1f} rounds' degrees of freedom, is pooled "
-                    f"with each comparison's own{left_out} (a comparison settled at an "
-                    "earlier look keeps that look's prior).")
+            review.notes.append(_prior_note(family_prior(pairs)))
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 
 
-__all__ = ["Options", "Interrupted", "run_review", "select", "DEFAULT_BUDGET", "QUICK_BUDGET"]
+def _prior_note(prior) -> str:
+    """The header's account of the variance prior (each row names the one it rested on)."""
+    how = (f"Intervals use moderated variances: an empirical Bayes prior of the timing "
+           f"comparisons' variances (those with {PRIOR_FROM_ROUNDS} rounds or more), fitted "
+           f"robustly, is pooled with each comparison's own. It is fitted at every look; the "
+           f"first look ({LOOKS[0]} rounds) is taken for all comparisons together, once each "
+           "has its rounds, and a row names the prior its verdict rested on.")
+    if prior is None:
+        return how + " At the end there was no prior: too few comparisons had a variance."
+    left_out = (f"; {prior.outliers} comparison(s) whose variance it does not explain "
+                f"(p < {OUTLIER_P:g}) were left out of the fit and keep their own"
+                if prior.outliers else "")
+    return how + (f" At the end: a spread of {prior.s2 ** 0.5:.2%} per round's log-ratio, "
+                  f"worth {prior.d0:.1f} rounds' degrees of freedom, from {prior.family} "
+                  f"comparisons{left_out}.")
+
+
+__all__ = ["Options", "Interrupted", "run_review", "DEFAULT_BUDGET", "QUICK_BUDGET"]

@@ -1,52 +1,31 @@
 """``review --reuse``: judge stored asv results (results/ and earlier review runs).
 
-Weaker evidence than same-run A/B, and labelled so: base and head come from separate
-asv runs (other load, other clocks; separate runs scatter up to 1.5x on a 2-CPU
-machine), with 3-5 samples each. A commit without results on this machine is
-benchmarked first (:mod:`flashbench.review.asvrun`). Rules (:func:`compare_stored`,
-pure on the loaded frame):
-
-- one machine identity: rows of this machine name, and one processor (``cpu``) that
-  both commits were measured on; two processors under one name are refused; results of
-  another processor than this machine's are used only with a note in the header and in
-  every row that says so;
-- one pair of comparable environments (:mod:`flashbench.review.envs`), or the exact
-  explanation of what differs and what to run;
-- timings (time_, tracks in seconds): "slower"/"faster" when the ratio passes
-  the factor and asv's own test (Mann-Whitney U on recorded samples, else
-  non-overlapping 99% intervals: ``asv._stats.is_different``) finds a difference and
-  the head lies outside the range of the last 5 runs of base's git ancestors (never by
-  date, never the head); a ratio without statistics (one sample, ``--quick``) is
-  "ambiguous" at most, never "slower";
-- accuracy, peak memory (``peakmem_``, tracks in bytes), other tracks (ratio only)
-  and coverage as in same-run reviews; earlier runs (the band, the run-to-run range)
-  count only with head's benchmark version; a benchmark whose code changed between the
-  two runs (asv's version hash) is not compared (exit 2).
+Weaker evidence than same-run A/B, and labelled so: base and head come from separate asv
+runs. A commit without results here is benchmarked first (:mod:`flashbench.review.asvrun`).
+:func:`compare_stored` is pure on the loaded frame: this machine's rows
+(:func:`flashbench.review.results.machine_rows`; another processor under this machine
+name only with a note, two processors refused), one pair of comparable environments
+(:mod:`flashbench.review.envs`), timings by the factor, asv's own test and the run-to-run
+range of base's ancestors (:func:`judge_time_stored`, :func:`within_history`), and the
+other values and coverage as in same-run reviews (:func:`flashbench.review.rules.value_row`).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from flashbench.history import ACCURACY, load_results
-from flashbench.history.suites import rule_limit
 from flashbench.review.asvrun import REVIEW_RESULTS, requirement_names, run_asv
 from flashbench.review.envs import comparable, existing_name
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
-from flashbench.review.rules import (
-    coverage_row,
-    is_memory,
-    judge_accuracy,
-    judge_ratio_only,
-    memory_row,
-)
-from flashbench.review.tracks import rule_detail, same_version
+from flashbench.review.options import compile_bench, select, select_rows
+from flashbench.review.results import load_stored, machine_rows, same_version
+from flashbench.review.rules import coverage_row, row_kind, value_row
+from flashbench.review.worker_client import list_suites
 
 RECENT = 5  # ancestors of base whose own runs give the run-to-run range
 MODE = ("stored results (--reuse): separate asv runs, weaker evidence than same-run A/B "
@@ -119,37 +98,44 @@ def _cpus(rows: pd.DataFrame) -> set:
     return {_text(c) for c in rows["cpu"].astype(object)}
 
 
+def _this_machine(frame: pd.DataFrame, base: str, head: str, machine: str, cpu: str
+                  ) -> tuple[pd.DataFrame | None, str, list[str]]:
+    """(rows, where they come from when not this processor, problems): this machine's rows
+    where both commits have some; else the rows of one other processor that both were
+    measured on under this machine name (results copied from elsewhere)."""
+    mine = machine_rows(frame, machine, cpu)
+    named = frame[frame["machine"].astype(object) == machine]
+    problems = [f"no results for {label} {commit[:8]} on {machine}"
+                for label, commit in (("base", base), ("head", head))
+                if not ((mine["commit"].astype(object) == commit).any()
+                        or (named["commit"].astype(object) == commit).any())]
+    if problems or all((mine["commit"].astype(object) == c).any() for c in (base, head)):
+        return (None if problems else mine), "", problems
+    cpus = {c: _cpus(named[named["commit"].astype(object) == c]) for c in (base, head)}
+    common = cpus[base] & cpus[head]
+    if not common:
+        return None, "", [f"base was measured on {sorted(map(str, cpus[base]))} and head on "
+                          f"{sorted(map(str, cpus[head]))} under the one machine name "
+                          f"{machine}: two processors are not comparable; review on one "
+                          "machine with same-run A/B (flashbench review BASE HEAD)"]
+    chosen = sorted(common, key=str)[0]
+    return (machine_rows(frame, machine, chosen),
+            f"measured on {chosen}, not this machine's processor" if chosen
+            else "processor not recorded", [])
+
+
 def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu: str,
                    ancestry: list[str], factor: float, acc_tol: float,
                    requirements: list[str]) -> tuple[list[Row], list[str], list[str]]:
     """(rows, problems, notes) for stored results (module docstring). ``ancestry``:
     base and its ancestors, newest first (git)."""
-    rows, problems, notes = [], [], []
-    mine = frame[frame["machine"].astype(object) == machine]
-    for label, commit in (("base", base), ("head", head)):
-        if not (mine["commit"].astype(object) == commit).any():
-            problems.append(f"no results for {label} {commit[:8]} on {machine}")
-    if problems:
+    rows, notes = [], []
+    mine, elsewhere, problems = _this_machine(frame, base, head, machine, cpu)
+    if mine is None:
         return rows, problems, notes
-    cpus = {c: _cpus(mine[mine["commit"].astype(object) == c]) for c in (base, head)}
-    common = cpus[base] & cpus[head]
-    if not common:
-        problems.append(f"base was measured on {sorted(map(str, cpus[base]))} and head on "
-                        f"{sorted(map(str, cpus[head]))} under the one machine name "
-                        f"{machine}: two processors are not comparable; review on one "
-                        "machine with same-run A/B (flashbench review BASE HEAD)")
-        return rows, problems, notes
-    chosen = cpu if cpu in common else sorted(common, key=str)[0]
-    elsewhere = ""
-    if chosen != cpu:
-        elsewhere = (f"measured on {chosen}, not this machine's processor" if chosen
-                     else "processor not recorded")
-        notes.append(f"These stored results were {elsewhere} ({cpu}): base and head "
-                     f"share processor {chosen or 'unknown'} under the machine name "
-                     f"{machine}; their speed says nothing about this machine.")
-    if "cpu" in mine.columns:
-        col = mine["cpu"].astype(object)
-        mine = mine[col.isna()] if chosen is None else mine[col == chosen]
+    if elsewhere:
+        notes.append(f"These stored results were {elsewhere} ({cpu}) under the machine "
+                     f"name {machine}; their speed says nothing about this machine.")
     pair, why = pick_envs(mine, base, head, requirements)
     if pair is None:
         problems.append(f"base and head results come from environments that are not "
@@ -160,20 +146,17 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
         return rows, problems, notes
     if why:
         notes.append(f"Compared across environments: {why}.")
-    key = ["benchmark", "params"]
+    commits, envs = mine["commit"].astype(object), mine["env"].astype(object)
 
     def latest(commit, env):
-        sel = mine[(mine["commit"].astype(object) == commit) & (mine["env"].astype(object)
-                                                                 == env)]
-        sel = sel.sort_values("date").drop_duplicates(key, keep="last")
+        sel = mine[(commits == commit) & (envs == env)]
+        sel = sel.sort_values("date").drop_duplicates(["benchmark", "params"], keep="last")
         return {(str(r["benchmark"]), _text(r["params"]) or ""): r for _, r in sel.iterrows()}
 
     b, h = latest(base, pair[0]), latest(head, pair[1])
-    order = [c for c in ancestry if c != head]
-    earlier_env = mine[(mine["env"].astype(object) == pair[0])
-                       & (mine["status"].astype(object) == "ok")]
-    rank = {c: i for i, c in enumerate(order)}
-    earlier_env = earlier_env[earlier_env["commit"].astype(object).isin(rank)]
+    rank = {c: i for i, c in enumerate(c for c in ancestry if c != head)}
+    earlier_env = mine[(envs == pair[0]) & (mine["status"].astype(object) == "ok")
+                       & commits.isin(rank)]
 
     def history(name, params, version) -> list[float]:
         sel = earlier_env[(earlier_env["benchmark"].astype(object) == name)
@@ -184,51 +167,7 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
         return [float(v) for v in sel["value"]]
 
     for k in sorted(set(b) | set(h)):
-        name, params = k
-        bb, hh = b.get(k), h.get(k)
-        metric = ACCURACY.search(name)
-        ref = hh if hh is not None else bb
-        unit = _text(ref.get("unit")) or ""
-        memory = is_memory(_text(ref.get("type")), unit)
-        kind = ("accuracy" if metric else "memory" if memory
-                else "time" if ref.get("type") == "time" or unit == "seconds" else "track")
-        bs = "missing" if bb is None else str(bb["status"])
-        hs = "missing" if hh is None else str(hh["status"])
-        cov = coverage_row(kind, name, params, unit, bs, hs)
-        if cov is not None:
-            rows.append(_where(cov, elsewhere))
-            continue
-        versions = _text(bb.get("version")), _text(hh.get("version"))
-        if all(versions) and versions[0] != versions[1]:
-            rows.append(_where(Row(kind, name, params, unit, "not compared",
-                                   "benchmark-changed", undecided=True), elsewhere))
-            continue
-        bv, hv = float(bb["value"]), float(hh["value"])
-        ratio = hv / bv if bv else None
-        earlier = history(name, params, versions[1])
-        n = int(min(x for x in (bb.get("repeat"), hh.get("repeat"), 1e9)
-                    if x is not None and not pd.isna(x))) if kind == "time" else 1
-        if metric:
-            verdict, reason, bad = judge_accuracy(metric["metric"], bv, hv, earlier, acc_tol,
-                                                  rule_limit(metric["metric"]))
-            row = Row(kind, name, params, unit, verdict, reason,
-                      detail=rule_detail(metric["metric"], acc_tol, len(earlier)), base=bv,
-                      head=hv, ratio=ratio, samples=1, regression=bad)
-        elif memory:
-            row = memory_row(kind, name, params, unit, bv, hv, factor,
-                             detail=f"peak memory, one stored value per commit; factor "
-                             f"{factor:.3g}")
-        elif kind == "track":
-            verdict, reason = judge_ratio_only(bv, hv, factor)
-            row = Row(kind, name, params, unit, verdict, reason, base=bv, head=hv,
-                      ratio=ratio, samples=1, undecided=verdict == "ambiguous")
-        else:
-            verdict, reason = judge_time_stored(bb, hh, factor)
-            verdict, reason, detail = within_history(verdict, reason, hv, earlier)
-            row = Row(kind, name, params, unit, verdict, reason, detail=detail, base=bv,
-                      head=hv, ratio=ratio, samples=n if n < 1e9 else 0,
-                      regression=verdict == "slower", undecided=verdict == "ambiguous")
-        rows.append(_where(row, elsewhere))
+        rows.append(_where(_row(*k, b.get(k), h.get(k), history, factor, acc_tol), elsewhere))
     if any(r.kind == "memory" and ".peakmem_" in r.benchmark for r in rows):
         notes.append("peakmem_ values stored by asv are the benchmark process's peak "
                      "resident size: with launch_method forkserver a forked process starts "
@@ -238,6 +177,35 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
     return rows, problems, notes
 
 
+def _row(name: str, params: str, bb, hh, history, factor: float, acc_tol: float) -> Row:
+    """The row of one stored grid point (either side may be None: missing)."""
+    ref = hh if hh is not None else bb
+    unit = _text(ref.get("unit")) or ""
+    kind = row_kind(name, _text(ref.get("type")), unit)
+    if kind == "track" and unit == "seconds":  # a device time: judged as a timing
+        kind = "time"
+    cov = coverage_row(kind, name, params, unit, "missing" if bb is None else str(bb["status"]),
+                       "missing" if hh is None else str(hh["status"]))
+    if cov is not None:
+        return cov
+    versions = _text(bb.get("version")), _text(hh.get("version"))
+    if all(versions) and versions[0] != versions[1]:
+        return Row(kind, name, params, unit, "not compared", "benchmark-changed",
+                   undecided=True)
+    bv, hv = float(bb["value"]), float(hh["value"])
+    earlier = history(name, params, versions[1])
+    if kind != "time":
+        return value_row(kind, name, params, unit, bv, hv, earlier, acc_tol, factor,
+                         f"peak memory, one stored value per commit; factor {factor:.3g}")
+    n = min((int(x) for x in (bb.get("repeat"), hh.get("repeat"))
+             if x is not None and not pd.isna(x)), default=0)
+    verdict, reason = judge_time_stored(bb, hh, factor)
+    verdict, reason, detail = within_history(verdict, reason, hv, earlier)
+    return Row(kind, name, params, unit, verdict, reason, detail=detail, base=bv, head=hv,
+               ratio=hv / bv if bv else None, samples=n, regression=verdict == "slower",
+               undecided=verdict == "ambiguous")
+
+
 def _where(row: Row, elsewhere: str) -> Row:
     """Say in the row where its numbers come from, when not from this processor."""
     if elsewhere:
@@ -245,73 +213,40 @@ def _where(row: Row, elsewhere: str) -> Row:
     return row
 
 
-def _matching(frame: pd.DataFrame, pattern) -> pd.DataFrame:
-    """Rows whose benchmark name, or ``name(params)``, matches ``pattern`` (as same-run
-    reviews select grid points)."""
-    if pattern is None or not len(frame):
-        return frame
-    names = frame["benchmark"].astype(str)
-    full = names + "(" + frame["params"].astype(object).fillna("").astype(str) + ")"
-    return frame[names.str.contains(pattern) | full.str.contains(pattern)]
-
-
-def _load(dirs: list[Path]) -> pd.DataFrame:
-    have = [d for d in dirs if d.is_dir() and any(p.name != "machine.json"
-                                                  for p in d.glob("*/*.json"))]
-    if not have:
-        return pd.DataFrame(columns=["machine", "cpu", "env", "commit", "date", "benchmark",
-                                     "params", "status", "value"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_results([str(d) for d in have])
-
-
 def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machine: str, cpu: str,
                   results: Path, log) -> Review:
     """Load stored results, run asv for a commit without any, compare (module docstring)."""
     review = Review(base, head, machine, cpu, MODE, opts.factor, opts.acc_tol)
     dirs = [results, root / REVIEW_RESULTS]
-    frame = _load(dirs)
-    pattern = None
-    if opts.bench:
-        from flashbench.review.run import compile_bench
+    pattern = compile_bench(opts.bench) if opts.bench else None
 
-        pattern = compile_bench(opts.bench)
-        if not len(_matching(frame, pattern)):
-            from flashbench.review.run import select
-            from flashbench.review.workers import list_suites
+    def load() -> pd.DataFrame:
+        frame = select_rows(load_stored(dirs), pattern)
+        named = frame["machine"].astype(object) == machine
+        return frame[named | frame.index.isin(machine_rows(frame, machine, cpu).index)]
 
-            log_file = root / ".asv" / "review-suites.log"
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            select(list_suites(root, bench_dir, log_file), opts.bench)  # ValueError if none
+    frame = load()
+    if pattern is not None and not len(frame):  # ValueError where the suites have none
+        log_file = root / ".asv" / "review-suites.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        select(list_suites(root, bench_dir, log_file), opts.bench)
     requirements = requirement_names(root)
-    kind_now = existing_name() if opts.existing else None
-
-    def has(commit) -> bool:
-        sel = frame[(frame["machine"].astype(object) == machine)
-                    & (frame["commit"].astype(object) == commit)]
-        return len(_matching(sel, pattern)) > 0
-
     for commit in dict.fromkeys((base, head)):
-        if not has(commit):
+        if not (frame["commit"].astype(object) == commit).any():
             run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
-            frame = _load(dirs)
-    frame = _matching(frame, pattern)
-    mine = frame[frame["machine"].astype(object) == machine]
-    if pick_envs(mine, base, head, requirements)[0] is None:
+            frame = load()
+    if pick_envs(frame, base, head, requirements)[0] is None:
         # leftover results of another kind of environment: measure in the kind asked for
+        kind_now = existing_name() if opts.existing else None
         for commit in (head, base):
-            envs = set(mine.loc[mine["commit"].astype(object) == commit, "env"].astype(str))
+            envs = set(frame.loc[frame["commit"].astype(object) == commit, "env"].astype(str))
             wanted = ({kind_now} if kind_now else {e for e in envs
                                                    if not e.startswith("existing-")})
             if not envs & wanted:
                 run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
-                frame = _load(dirs)
-                frame = _matching(frame, pattern)
-                mine = frame[frame["machine"].astype(object) == machine]
+                frame = load()
                 break
-    rows, problems, notes = compare_stored(frame, base, head, machine, cpu,
-                                           ancestors(base, root), opts.factor, opts.acc_tol,
-                                           requirements)
-    review.rows, review.problems, review.notes = rows, problems, notes
+    review.rows, review.problems, review.notes = compare_stored(
+        frame, base, head, machine, cpu, ancestors(base, root), opts.factor, opts.acc_tol,
+        requirements)
     return review

@@ -1,21 +1,18 @@
 """The asv HTML site, made to work offline.
 
-``asv publish`` writes a site whose pages load jQuery, flot, bootstrap, blueimp-md5,
-stupidtable and flot-orderbars from CDNs; offline (CI, air-gapped GPU clusters,
-asv issue 669) it shows only "external (JavaScript) dependencies failed to load".
-:func:`publish` runs ``asv publish`` and then serves local copies: the npm packages
-below are fetched once with ``npm pack`` into a cache folder (nothing is
-committed), copied into ``<html_dir>/vendor/``, and every CDN reference in the
-site's pages is rewritten to them (the CDN integrity hashes do not match npm's
-builds of the files, so they are dropped).
+``asv publish`` writes pages that load jQuery, flot, bootstrap, blueimp-md5, stupidtable
+and flot-orderbars from CDNs; offline (CI, air-gapped GPU clusters; asv issue 669) they
+show only "external (JavaScript) dependencies failed to load". :func:`publish` runs
+``asv publish``, copies those npm packages (fetched once with ``npm pack`` into a cache
+folder, never committed) into ``<html_dir>/vendor/`` and points every CDN reference at
+them (the CDN integrity hashes do not match npm's builds, so they are dropped).
 
     python -m flashbench.site [--html-dir DIR]   # publish + localise, print the folder
 
-Concurrent runs do not break each other: each publishes into a private folder beside
-the target and swaps it into place under a lock (the last one wins, both succeed), and
-the package cache is filled under a lock of its folder, one package at a time through
-a private folder. When ``asv publish`` fails, its own last words are the error
-(:class:`PublishError`); ``main`` prints one line and exits 3 (2 for bad arguments).
+Concurrent runs are safe: each publishes into a private folder swapped into place under a
+lock (the last one wins), and the cache is filled under its own lock, one package at a
+time. A failing ``asv publish`` is a :class:`PublishError` carrying its own last words;
+``main`` prints one line and exits 3 (2 for bad arguments). More: docs/asv.md.
 """
 
 from __future__ import annotations

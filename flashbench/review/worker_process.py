@@ -1,57 +1,16 @@
 """The review's measuring process: a standalone script that holds both commits' code.
 
-The review starts it as ``worker.py serve BENCHMARK_DIR base=TREE head=TREE``: one
-process imports *today's* suites (the working tree's ``benchmarks/``, as asv does)
-twice, once against each commit's flashbench (TREE first on sys.path while that side is
-loaded), and keeps the two sets of modules apart (:class:`Sides`). Before each request
-the requested side's modules are put back in ``sys.modules`` and its tree first on
-``sys.path``, so what the suites import while they run (imports inside functions) is
-that commit's too. Base and head therefore run in one process, on one heap, one
-address-space layout and one core: a process's own speed (measured here: fresh
-processes ran the same streamed reference 0.187-0.206 s, and in one no-op review with
-a process per commit every streamed timing came out 0.78-0.91x on identical code)
-moves both sides alike and cancels in each round's ratio. What the two commits share
-is the process: a commit that changes a third-party library's global state (a torch
-flag, numpy's error mode) changes it for the other side too.
+``worker_process.py serve BENCHMARK_DIR base=TREE head=TREE`` imports *today's* suites
+(``benchmarks/``, as asv does) once against each commit's flashbench and keeps the two
+sets of modules apart (:class:`Sides`); before each request the requested side's modules
+and tree are put back first, so base and head run in one process (one heap, one core),
+and a process's own speed cancels in each round's ratio. It imports nothing of
+flashbench itself (the base commit may not have this code): only the suites do.
+``worker_process.py peakmem BENCHMARK_DIR NAME I`` measures one fresh-process peak memory.
+Requests and replies are JSON lines (:func:`serve`); why one process: docs/review.md.
 
-The base commit does not have flashbench's review code, so the worker imports nothing
-of flashbench itself; only the suites do. Discovery is asv_runner's own, whose importer
-loads ``benchmarks`` from that folder without putting the working tree on sys.path.
-
-    python worker.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
-    python worker.py peakmem BENCHMARK_DIR NAME I   # one fresh-process peak memory
-
-``serve`` reads one JSON request per line and answers each with one JSON line; a
-request names its ``side`` (it may be left out where the process holds one side):
-
-- ``{"op": "list"}`` -> every benchmark: name, type (time, track, peakmemory, ...),
-  unit, version (asv's code hash), param labels per grid point (``name=repr`` as asv
-  writes them) and the grid points this commit declares not applicable (skip_params);
-- ``{"op": "time", "name", "index", "number", "samples", "warmup"}`` -> set up the grid
-  point (setup_cache once per side), optionally one untimed warm-up call, then
-  ``samples`` samples of ``number`` consecutive calls each (``number`` 0: calibrate so
-  that one sample takes >= 10 ms), timed with the benchmark's ``timer`` (asv's
-  attribute; wall time by default), garbage collection off while timing (as timeit);
-  reply: per-call seconds of each sample and the ``number`` used;
-- ``{"op": "pair", "name", "index", "number", "samples", "order": [A, B]}`` -> both
-  sides' calls of one grid point interleaved sample by sample (:func:`pair_point`);
-  reply: ``{"status": "ok", "number", A: [...], B: [...]}`` (per-call seconds), a
-  failure with the ``side`` it came from;
-- ``{"op": "track", "name", "index"}`` -> the value the track returns;
-- ``{"op": "exit"}``.
-
-The first line is ``{"ready": true, "pid", "errors": {side: why}}``: a side whose
-suites do not import is listed there, and its requests are answered "failed".
-A reply's ``status`` is "ok", "skipped" (setup raised NotImplementedError, or setup_cache
-did), "not-applicable" (asv's skip_params) or "failed" (any other exception: its last
-line in ``reason``). Setup runs once per request, not before every call (the suites
-build inputs in setup and their calls do not mutate them); teardown runs after it.
-Anything the suites print goes to stderr: stdout carries only the replies.
-
-``peakmem`` does what asv does for ``peakmem_`` benchmarks: in a fresh process (the
-commit's tree on PYTHONPATH, set by the caller) that imports only that benchmark's
-module, set up, call once, report the process's maximum resident set size (bytes;
-:func:`peak_rss`).
+    python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
+    python worker_process.py peakmem BENCHMARK_DIR NAME I
 """
 
 import functools
@@ -69,7 +28,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
     del sys.path[0]  # the script's folder holds flashbench.review's modules: not top level
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
-WARMUP_BELOW = 0.2  # a warm-up call before sampling when one call is cheaper than this
+WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
 
 
 def _reason(exc: BaseException) -> str:
@@ -192,13 +151,10 @@ def time_point(suites: Suites, req: dict) -> dict:
 
 
 def pair_point(sides: "Sides", req: dict) -> dict:
-    """Both commits' calls of one grid point, interleaved sample by sample (op "pair").
-
-    Each side in ``order`` is set up (under its own modules) and given one untimed
-    warm-up call; then ``samples`` samples per side alternate in ABBA order (A B B A A B
-    ...: each side as often first as second of a pair), the requested side's modules put
-    back before each sample. Reply: per-call seconds of each side's samples; a failure
-    names the ``side`` it came from."""
+    """Both commits' calls of one grid point, interleaved sample by sample (op "pair"):
+    each side set up and given one untimed call, then its samples in ABBA order (A B B A
+    A B ...), its modules put back before each. Reply: each side's per-call seconds; a
+    failure names the ``side`` it came from."""
     order = list(req.get("order") or [])
     if len(order) != 2 or len(set(order)) != 2 or not set(order) <= set(sides.trees):
         return {"error": f"a pair needs two of this worker's sides, got {order!r}"}
@@ -272,15 +228,11 @@ def _top_level_names(tree: str) -> set:
 
 
 class Sides:
-    """Each commit's copy of the suites and of the modules they import, in one process.
-
-    A module belongs to a side when its top-level name is the benchmarks package's or
-    that of a package or module at the top of a tree (flashbench, ...); everything else
-    (numpy, torch, triton, asv_runner, even from a virtual environment inside a tree) is
-    imported once and shared. :meth:`use` takes the active side's modules out of
-    ``sys.modules`` (they are kept, with any its suites imported on the way) and puts
-    the requested side's in, with its tree first on ``sys.path`` and on ``PYTHONPATH``
-    (for the processes the suites start) and as the working directory."""
+    """Each commit's copy of the suites and of the modules they import, in one process: a
+    module whose top-level name is the benchmarks package's or at the top of a tree
+    (flashbench, ...) belongs to a side, the rest (numpy, torch, ...) is shared.
+    :meth:`use` swaps the sides' modules in ``sys.modules`` and puts the side's tree
+    first on ``sys.path``, on ``PYTHONPATH`` and as the working directory."""
 
     def __init__(self, root: str, trees: dict):
         from asv_runner._aux import update_sys_path
@@ -346,6 +298,14 @@ class Sides:
 
 
 def serve(root: str, trees: dict, out) -> int:
+    """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
+    "pid", "errors": {side: why}}``. Requests (``side`` optional with one side): ``list``
+    (benchmarks: name, type, unit, version, timeout, param labels as asv writes them,
+    not-applicable points), ``time`` (:func:`time_point`: ``number`` 0 calibrates to
+    >= 10 ms a sample), ``pair`` (:func:`pair_point`), ``track``, ``exit``. A reply's
+    ``status``: "ok", "skipped" (NotImplementedError in setup or setup_cache),
+    "not-applicable" (skip_params), "missing" or "failed" (the error's last line in
+    ``reason``); a side whose suites do not import answers "failed"."""
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
@@ -411,7 +371,7 @@ def main(argv: list) -> int:
     if len(argv) == 4 and argv[0] == "peakmem":
         return peakmem(argv[1], argv[2], int(argv[3]), out)
     sys.stderr.write(next(part for part in __doc__.split("\n\n")
-                          if "python worker.py serve" in part) + "\n")
+                          if "python worker_process.py serve" in part) + "\n")
     return 2
 
 

@@ -1,16 +1,12 @@
-"""The driver's side of the workers (:mod:`flashbench.review.worker`, a standalone script).
+"""The review's side of its measuring processes (:mod:`flashbench.review.worker_process`).
 
-:class:`Worker` is one long-lived ``worker.py serve`` process holding one or more
-commits' trees, each a *side* (the review times base and head in one such process);
-:func:`peak_memory` runs ``worker.py peakmem`` in a fresh process per measurement (as
-asv measures ``peakmem_``: the process's maximum resident set size, which only ever
-grows, so one process can measure one call); :func:`list_suites` lists today's suites
-with the working tree's own package, before anything is checked out or run.
-
-A worker's stderr (what the suites print, tracebacks) goes to a log file; errors quote
-its last line. A worker that dies in the middle of a request is restarted and the
-request reported "failed" (a broken commit is a finding, not an error of the review);
-one that cannot start at all raises :class:`WorkerError` (exit status 3).
+:class:`Worker` is one long-lived ``worker_process.py serve`` process holding one or
+more commits' trees, each a *side*; :func:`peak_memory` runs ``worker_process.py
+peakmem`` in a fresh process per measurement (a process's peak resident size only ever
+grows); :func:`list_suites` lists today's suites before anything is checked out.
+A worker's stderr goes to a log file (errors quote its last line). A worker that dies
+in a request is restarted and the request answered "failed" (a broken commit is a
+finding); one that cannot start raises :class:`WorkerError` (exit status 3).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).with_name("worker.py")
+SCRIPT = Path(__file__).with_name("worker_process.py")
 START_TIMEOUT = 300.0  # importing the suites (torch, triton) on a busy machine
 
 
@@ -46,12 +42,8 @@ def _env(tree: Path | None, threads: int | None = None) -> dict:
         env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
                                          if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the trees
-    # numpy asks for transparent huge pages on large arrays; with the kernel's defrag
-    # setting "madvise" a page fault there may stop to compact memory. Measured here
-    # (A/A, one tree, two workers): about one call in ten of the one-shot float64
-    # attention at N = 4096 took 1.4-1.8x, in either worker, with 0.13-0.34 standard
-    # deviation of the log-ratio; without the advice 0.02-0.03 and no such call (each
-    # call about 25% slower, in both workers alike). A user's own setting stands.
+    # no transparent huge pages for numpy's large arrays: a page fault there may stop to
+    # compact memory (docs/review.md, "Timings"); a user's own setting stands
     env.setdefault(HUGEPAGE_VARIABLE, "0")
     return env
 
@@ -95,7 +87,7 @@ def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]
 
 
 class Worker:
-    """``worker.py serve`` holding ``trees`` (side -> tree; a single tree is the side
+    """``worker_process.py serve`` holding ``trees`` (side -> tree; a single tree is the side
     ``label``): one request, one reply (JSON lines). ``errors`` holds the sides whose
     suites do not import (their requests are answered "failed")."""
 
@@ -166,7 +158,7 @@ class Worker:
 
     def ask_pair(self, order: tuple[str, str], timeout: float | None = None,
                  **request) -> dict:
-        """Send one ``pair`` request (worker.py's ``pair_point``: both sides' calls of one
+        """Send one ``pair`` request (worker_process.py's ``pair_point``: both sides' calls of one
         grid point, interleaved); a side whose suites do not import is answered
         ``{"status": "failed", "side": ...}`` without asking."""
         return self._send(request, timeout, list(order), op="pair", order=list(order))

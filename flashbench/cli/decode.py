@@ -1,0 +1,85 @@
+"""``flashbench check --decode``: split-KV decode over a KV cache, exact and per dtype."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tabulate import tabulate
+
+from flashbench.cli.common import jsonable
+
+__all__ = ["run", "render_decode", "decode_cases"]
+
+
+def decode_cases(args):
+    """The cases of ``--decode-case`` (with ``--causal`` and ``--dist``), else the defaults
+    (filtered by ``--causal``)."""
+    from flashbench.measure.decode import DecodeCase, default_decode_cases
+
+    causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    if args.decode_case:
+        return [DecodeCase.parse(spec, causal=c, dist=dist) for spec in args.decode_case
+                for dist in args.dist for c in causals]
+    return [c for c in default_decode_cases() if c.causal in causals]
+
+
+def _g(x) -> str:
+    return "n/a" if x is None else f"{x:.2e}"
+
+
+def render_decode(report: dict) -> str:
+    """The decode report as terminal tables, each headed by what it measures."""
+    out = [f"flashbench check --decode   seed={report['seed']}", "",
+           f"1. Exactness in float64: split-KV merged vs one-shot, vs the forward reference, "
+           f"paged vs contiguous; max |diff|; PASS iff <= {report['exact_tol']:g} (paged: equal)"]
+    out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]),
+                          "PASS" if r["passed"] else "FAIL"] for r in report["exactness"]],
+                        headers=["case", "quantity", "max |diff|", "verdict"]))
+    out += ["", f"2. Against the float64 decode, and the baseline rule (kernel max |err| <= 2 x "
+            f"the same-dtype standard decode's + eps/4, O and LSE); split_model = "
+            f"{report['model_splits']} splits, fp32 partials",
+            "   ratio = kernel max |err| / standard max |err|; band err = O max |err| against "
+            "the float64 decode of the inputs rounded to the dtype (as the bands were measured),",
+            "   band = the tolerance band's edge, the largest over the case's sequences "
+            "(flashbench.tolerance; n/a past its table), shown for information, not judged"]
+    rows, notes = [], []
+    for r in report["rows"]:
+        if "skipped" in r or "failed" in r:
+            why = r.get("skipped") or r.get("failed")
+            kind = "skipped" if "skipped" in r else ("FAIL (peer)" if r.get("peer") else "FAIL")
+            notes.append(f"   {r['kernel']} {r['dtype']} {kind} ({why}): {r['case']}")
+            continue
+        verdict = "PASS" if r["passed"] else "FAIL"
+        lse = "n/a" if r.get("lse_ratio") is None else (
+            f"{r['lse_ratio']:.2f}" + (" (stand-in)" if r.get("lse_note") else ""))
+        rows.append([r["case"], r["kernel"], r["dtype"], _g(r["o"]["max_abs"]),
+                     _g(r["o_standard"]["max_abs"]), f"{r['o_ratio']:.2f}", lse,
+                     _g(r.get("band_err")), _g(r.get("band")),
+                     f"{verdict} (peer)" if r.get("peer") else verdict])
+    out.append(tabulate(rows, headers=["case", "kernel", "dtype", "O max", "std O max",
+                                       "O ratio", "LSE ratio", "band err", "band",
+                                       "verdict"]))
+    out += ["   (peer): torch's attention on the gathered cache, judged for information",
+            *dict.fromkeys(notes), "", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    """``check --decode`` (the check subcommand's parsed arguments)."""
+    from flashbench.backends.decode import resolve_decode_backends
+    from flashbench.measure.check import _progress_printer
+    from flashbench.measure.decode import run_decode_check
+
+    cases = decode_cases(args)
+    if args.no_backends and args.backend:
+        raise ValueError("--backend and --no-backends contradict each other")
+    backends = [] if args.no_backends else resolve_decode_backends(args.backend)
+    report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
+                              say=_progress_printer(not args.quiet))
+    if args.json:
+        json.dump(jsonable(report), sys.stdout, indent=1)
+        print()
+    else:
+        print(render_decode(report))
+    return 0 if report["passed"] else 1

@@ -1,0 +1,250 @@
+"""An incremental Parquet cache of parsed results files, for :func:`load_results`.
+
+Each results folder has a cache folder (:func:`cache_dir`) of immutable *parts*
+(:mod:`flashbench.history.parts`) and ``index.json``, which names the parts and the
+cache's :data:`SCHEMA`. A results file is known by its path in the folder, size and
+mtime; one whose mtime lay within ``RACY_NS`` of its listing is read again next time
+(git's "racily clean" rule: a rewrite in the same clock tick keeps size and mtime).
+Only new or changed files are parsed, into one new part; parts that hold mostly
+replaced files, and past :data:`MAX_PARTS` all but the largest, are merged. A part
+is written under a private name and the index replaced atomically, under a lock of
+the cache folder (flashbench.infra.locks): one process updates it at a time, a second
+finds the work done. The cache is derived data: safe to delete, rebuilt when
+SCHEMA changes, rebuilt with a :class:`ResultsWarning` when it cannot be read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flashbench.history.files import ResultsWarning
+from flashbench.history.parts import (
+    TABLES,
+    CacheCorrupt,
+    check,
+    part_tables,
+    select,
+    to_rows,
+)
+from flashbench.history.rows import Rows, parse
+from flashbench.infra.locks import locked
+
+SCHEMA = 1  # bump when what a part holds, or what a parse gathers, changes
+ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
+OFF = {"", "0", "off", "no", "false", "none"}
+MAX_PARTS = 8
+
+
+def cache_dir(root: Path, cache=None) -> Path | None:
+    """The cache folder of results folder ``root``; None: no cache.
+
+    ``cache``: None (the environment variable ``FLASHBENCH_HISTORY_CACHE``: a folder,
+    or "off"; unset: the default), True (the default), False (none), or a folder that
+    holds the caches of every results folder. The default is
+    ``<root's parent>/.flashbench-cache/<root's name>``: in a checkout that is beside
+    ``results/`` and ignored by git, and it goes away with the checkout. Under a chosen
+    folder, each results folder's cache is named by its name and resolved path.
+    """
+    if cache is None:
+        env = os.environ.get(ENV)
+        if env is not None:
+            cache = False if env.strip().lower() in OFF else env
+    if cache is False:
+        return None
+    root = Path(root).resolve()
+    if cache is None or cache is True:
+        return root.parent / ".flashbench-cache" / root.name
+    if not isinstance(cache, (str, os.PathLike)):
+        raise TypeError(f"cache must be None, True, False or a folder, got {cache!r}")
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return Path(cache) / f"{root.name}-{digest}"
+
+
+def listing(root: Path, paths: list[Path]) -> tuple[list[tuple[str, int, int]], int]:
+    """(path in ``root``: ``<machine>/<file>``, size, mtime_ns) of each results file
+    ``root/<machine>/<file>``, and the time (ns) it was taken."""
+    now = time.time_ns()
+    out = []
+    for path in paths:
+        st = path.stat()
+        out.append((f"{path.parent.name}/{path.name}", st.st_size, st.st_mtime_ns))
+    return out, now
+
+
+class Part:
+    """A part of a cache folder: its files table read at once, the others on demand."""
+
+    def __init__(self, folder: Path, name: str, tables: dict | None = None):
+        self.folder, self.name = folder, name
+        self.tables = tables if tables is not None else {"files": self._read("files")}
+        check(name, self.tables)
+
+    def _read(self, table: str) -> pa.Table:
+        """Read in this thread: arrow's threads were 6x slower on a busy 2-CPU machine."""
+        try:
+            return pq.read_table(self.folder / f"{self.name}.{table}.parquet",
+                                 memory_map=True, use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise CacheCorrupt(f"part {self.name}: {exc}") from None
+
+    def load(self, samples: bool = True) -> dict[str, pa.Table]:
+        """Its tables (without ``samples``, not the samples table)."""
+        for table in TABLES[1:None if samples else -1]:
+            if table not in self.tables:
+                self.tables[table] = self._read(table)
+        check(self.name, self.tables)
+        return {t: self.tables[t] for t in TABLES[:None if samples else -1]}
+
+    def known(self) -> list[tuple]:
+        """(path, size, mtime_ns, racy) of each of its records."""
+        f = self.tables["files"]
+        return list(zip(*(f[c].to_pylist() for c in ("path", "size", "mtime_ns", "racy")),
+                        strict=True))
+
+
+class Store:
+    """A cache folder's index and files (the caller holds the folder's lock)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.index = folder / "index.json"
+
+    def parts(self) -> list[Part]:
+        """The parts the index names ([] without an index; after a schema change the
+        folder is emptied)."""
+        if not self.index.exists():
+            return []
+        try:
+            data = json.loads(self.index.read_text())
+            version, names = data["schema"], data["parts"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CacheCorrupt(f"index.json unreadable: {exc}") from None
+        if version != SCHEMA:  # written by another flashbench: start afresh
+            self.wipe()
+            return []
+        if not isinstance(names, list) or not all(isinstance(p, str) for p in names):
+            raise CacheCorrupt("index.json: 'parts' is not a list of names")
+        return [Part(self.folder, name) for name in names]
+
+    def write(self, tables: dict[str, pa.Table]) -> Part:
+        """A new part of ``tables``, each table written under a private name first."""
+        name = f"part-{uuid.uuid4().hex[:16]}"
+        for t in TABLES:
+            tmp = self.folder / f".{name}.{t}.tmp"
+            pq.write_table(tables[t], tmp, use_dictionary=t in TABLES[:2])
+            os.replace(tmp, self.folder / f"{name}.{t}.parquet")
+        return Part(self.folder, name, dict(tables))
+
+    def commit(self, parts: list[Part], drop: list[Part]) -> None:
+        """Point the index at ``parts`` (atomic replace), then delete ``drop``'s files."""
+        tmp = self.folder / ".index.json.tmp"
+        tmp.write_text(json.dumps({"schema": SCHEMA, "parts": [p.name for p in parts]}))
+        os.replace(tmp, self.index)
+        for part in drop:
+            for t in TABLES:
+                (self.folder / f"{part.name}.{t}.parquet").unlink(missing_ok=True)
+
+    def wipe(self) -> None:
+        """Everything but the lock file."""
+        for path in self.folder.iterdir():
+            if path.name != "lock":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def update(where: Path, root: Path, meta: dict, paths: list[Path], jobs: int | None):
+    """Bring the cache folder ``where`` of results folder ``root`` (benchmarks.json
+    entries ``meta``) up to date with its results files ``paths`` (caller holds the
+    lock). Returns (parts, per path its (part index, record), files parsed)."""
+    store = Store(where)
+    listed, now = listing(root, paths)
+    parts = store.parts()
+    known = _known(parts)
+    todo = [path for path, (rel, size, mtime) in zip(paths, listed, strict=True)
+            if known.get(rel, (0, 0, -1, -1, True))[2:] != (size, mtime, False)]
+    if todo:
+        stats = {rel: (size, mtime) for rel, size, mtime in listed}
+        rows = parse([root], [meta], [(0, p) for p in todo], jobs)
+        parts.append(store.write(part_tables(rows, root, stats, now)))
+        del rows
+        known = _known(parts)
+    picks = [known[rel][:2] for rel, _, _ in listed]
+    keep, drop = _compact(store, parts, picks)
+    if todo or drop:
+        store.commit(keep, drop)
+        known = _known(keep)
+        picks = [known[rel][:2] for rel, _, _ in listed]
+    return keep, picks, len(todo)
+
+
+def _known(parts: list[Part]) -> dict[str, tuple]:
+    """path -> (part index, record, size, mtime_ns, racy) of its newest record."""
+    return {rel: (k, j, size, mtime, racy) for k, part in enumerate(parts)
+            for j, (rel, size, mtime, racy) in enumerate(part.known())}
+
+
+def _compact(store: Store, parts: list[Part], picks: list[tuple]):
+    """(parts to keep, parts to drop): parts nothing live is read from are dropped;
+    parts mostly replaced, and past MAX_PARTS all but the largest, are merged into a
+    new part (kept)."""
+    live: list[list[int]] = [[] for _ in parts]
+    for k, j in picks:
+        live[k].append(j)
+    rows = [part.tables["files"]["rows"].to_numpy() for part in parts]
+    live_rows = [int(r[js].sum()) for r, js in zip(rows, live, strict=True)]
+    alive = [k for k in range(len(parts)) if live[k]]
+    merge = {k for k in alive if 2 * live_rows[k] < rows[k].sum()
+             or 2 * len(live[k]) < len(rows[k])}
+    if len(alive) > MAX_PARTS:
+        merge |= set(alive) - {max(alive, key=lambda k: live_rows[k])}
+    keep = [parts[k] for k in alive if k not in merge]
+    if merge:
+        order = sorted(merge)
+        tables = select([parts[k].load() for k in order],
+                        [(i, j) for i, k in enumerate(order) for j in sorted(live[k])])
+        keep.append(store.write(tables))
+    return keep, [parts[k] for k in range(len(parts)) if k not in alive or k in merge]
+
+
+def _locked_update(where: Path, then):
+    """``then()`` under the lock of cache folder ``where`` (created; OSError if it
+    cannot be); a corrupt cache is reported, emptied, and ``then()`` runs again."""
+    where.mkdir(parents=True, exist_ok=True)
+    with locked(where / "lock"):
+        try:
+            return then()
+        except CacheCorrupt as exc:
+            warnings.warn(f"history cache {where} is corrupt ({exc}); rebuilding it",
+                          ResultsWarning, stacklevel=4)
+            Store(where).wipe()
+            return then()
+
+
+def cached_rows(roots: list[Path], metas: list[dict], folder: int, paths: list[Path],
+                where: Path, jobs: int | None, samples: bool = True) -> Rows:
+    """The rows of results files ``paths`` of folder ``roots[folder]``, from its cache
+    folder ``where``, parsing only what is new; without ``samples``, none are read."""
+
+    def chosen():
+        parts, picks, _ = update(where, roots[folder], metas[folder], paths, jobs)
+        return select([p.load(samples) for p in parts], picks) if picks else None
+
+    tables = _locked_update(where, chosen)
+    if tables is None:
+        return Rows(roots, metas)
+    return to_rows(roots, metas, folder, tables)  # copies out of the parts' buffers
+
+
+def refresh(where: Path, root: Path, meta: dict, paths: list[Path],
+            jobs: int | None = None) -> int:
+    """Bring a folder's cache up to date without reading a frame; files parsed."""
+    return _locked_update(where, lambda: update(where, root, meta, paths, jobs)[2])

@@ -1,0 +1,50 @@
+"""Stored asv results as the review reads them: loading, this machine's rows, one
+benchmark version. Both the accuracy band of a same-run review and ``--reuse`` select
+their rows here, so they always mean the same rows by "this machine".
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from flashbench.history import load_results
+
+COLUMNS = ["machine", "cpu", "env", "commit", "date", "benchmark", "params", "status", "value"]
+
+
+def has_results(folder: Path) -> bool:
+    """Whether ``folder`` holds asv results (a machine folder with a result file)."""
+    return folder.is_dir() and any(p.name != "machine.json" for p in folder.glob("*/*.json"))
+
+
+def load_stored(dirs: list[Path], samples: bool = True) -> pd.DataFrame:
+    """The results of every folder of ``dirs`` that holds some (history's frame, without
+    the samples column unless ``samples``; an empty frame with its main columns where none
+    does)."""
+    have = [d for d in dirs if has_results(d)]
+    if not have:
+        return pd.DataFrame(columns=COLUMNS)
+    with warnings.catch_warnings():  # history reports corrupt files; the review goes on
+        warnings.simplefilter("ignore")
+        return load_results([str(d) for d in have], samples=samples)
+
+
+def machine_rows(frame: pd.DataFrame, machine: str, cpu: str | None) -> pd.DataFrame:
+    """The rows measured on one machine: those that record processor ``cpu`` (asv's
+    ``cpu``, the GPU model included; under any machine name, as names changed with
+    flashbench's naming), and those of machine name ``machine`` that record none."""
+    name = frame["machine"].astype(object) == machine
+    if "cpu" not in frame.columns:
+        return frame[name]
+    known = frame["cpu"].notna()
+    return frame[(known & (frame["cpu"].astype(object) == cpu)) | (~known & name)]
+
+
+def same_version(frame: pd.DataFrame, version: str | None) -> pd.DataFrame:
+    """Rows of benchmark ``version`` (asv's code hash); all rows when it is unknown."""
+    if version is None or "version" not in frame.columns:
+        return frame
+    return frame[frame["version"].astype(object) == version]

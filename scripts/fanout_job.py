@@ -1,0 +1,216 @@
+"""One fan-out job: asv for the new commits on this machine, its results pushed to one
+results branch that every machine shares.
+
+    python scripts/fanout_job.py [--machine NAME] [--rev HEAD] [--max-commits 10]
+        [--results-branch asv-results] [--remote origin] [--shard I/N] [--retries 8]
+        [--asv "python -m asv"] [-- ASV_RUN_ARGS...]
+
+Run in a clone of the repository (a CI job's checkout, a Slurm task's clone) on the
+machine to measure, by .github/workflows/asv.yml and scripts/slurm_asv.sbatch alike:
+
+1. registers this machine with asv (scripts/asv_machine.py: NAME, else the name
+   flashbench derives from the hardware) and fetches the results branch;
+2. the new commits: the last --max-commits first-parent commits of --rev without a
+   results file of this machine on the results branch; with --shard I/N, every N-th
+   of them from the I-th (a Slurm array splitting one machine kind's commits);
+3. ``asv run --machine NAME HASHFILE:<file> ASV_RUN_ARGS`` (results into
+   results/NAME/, as asv.conf.json says);
+4. commits the files asv wrote (results/NAME/*, results/benchmarks.json) on top of
+   the results branch's tip through a private index (the branch is never checked
+   out) and pushes; a push rejected because another job pushed first is redone on
+   the new tip after a pause (--retries times). A job only adds or replaces its own
+   files, so machine folders never collide and two shards never undo each other.
+
+--asv replaces the asv command (tests use a fake that writes results files);
+--push-delay waits between the first commit and its push (tests use it to make two
+jobs race). Exit status: 0 pushed or nothing new, 1 asv or git failed (what asv
+wrote is still pushed), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BOT = {"GIT_AUTHOR_NAME": "flashbench fan-out", "GIT_AUTHOR_EMAIL": "fanout@flashbench.invalid"}
+
+
+class JobError(RuntimeError):
+    """A git or asv step failed; the message says which and why."""
+
+
+def say(text: str) -> None:
+    print(f"fanout: {text}", flush=True)
+
+
+def git(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> str:
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
+    if check and r.returncode != 0:
+        raise JobError(f"git {' '.join(args[:3])} failed: {(r.stderr or r.stdout).strip()}")
+    return r.stdout.strip() if check else r
+
+
+def results_dir(repo: Path) -> Path:
+    from asv.util import load_json  # asv's own reader (asv.conf.json has comments)
+
+    try:
+        conf = load_json(str(repo / "asv.conf.json"), js_comments=True)
+    except Exception as exc:  # asv's UserError for a missing or broken file
+        raise JobError(f"cannot read {repo / 'asv.conf.json'}: {exc}") from None
+    return repo / conf.get("results_dir", "results")
+
+
+def register(name: str | None) -> str:
+    """This machine registered with asv; its name."""
+    r = subprocess.run([sys.executable, str(HERE / "asv_machine.py"), *([name] if name else [])],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise JobError(f"asv_machine.py failed: {(r.stderr or r.stdout).strip()}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def fetch_tip(repo: Path, remote: str, branch: str) -> str | None:
+    """The results branch's tip on ``remote``, fetched (None: no such branch yet)."""
+    if not git("ls-remote", "--heads", remote, branch, cwd=repo):
+        return None
+    git("fetch", "--quiet", remote, f"refs/heads/{branch}", cwd=repo)
+    return git("rev-parse", "FETCH_HEAD", cwd=repo)
+
+
+def new_commits(repo: Path, rev: str, count: int, tip: str | None, folder: str,
+                shard: tuple[int, int]) -> list[str]:
+    """Oldest first: commits of ``rev`` without a results file in ``folder`` at ``tip``."""
+    commits = git("rev-list", "--first-parent", f"--max-count={count}", rev, cwd=repo).split()
+    have = set()
+    if tip is not None:
+        names = git("ls-tree", "--name-only", tip, f"{folder}/", cwd=repo).splitlines()
+        have = {Path(n).name.split("-", 1)[0] for n in names}
+    todo = [c for c in reversed(commits) if c[:8] not in have]
+    return todo[shard[0]::shard[1]]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.glob("*") if p.is_file()} if folder.is_dir() else {}
+
+
+def push(repo: Path, files: list[str], remote: str, branch: str, message: str,
+         retries: int, delay: float, hold: float) -> str | None:
+    """Commit ``files`` (paths in the repo) on the results branch's tip and push,
+    redone on the new tip when another job pushed first. The pushed commit, or None
+    when the branch already holds these files as they are."""
+    user = {} if git("config", "user.email", cwd=repo, check=False).returncode == 0 else {
+        **BOT, "GIT_COMMITTER_NAME": BOT["GIT_AUTHOR_NAME"],
+        "GIT_COMMITTER_EMAIL": BOT["GIT_AUTHOR_EMAIL"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **user}
+        for attempt in range(retries + 1):
+            tip = fetch_tip(repo, remote, branch)
+            git("read-tree", *([tip] if tip else ["--empty"]), cwd=repo, env=index)
+            git(f"--work-tree={repo}", "add", "-f", "--", *files, cwd=repo, env=index)
+            tree = git("write-tree", cwd=repo, env=index)
+            if tip is not None and tree == git("rev-parse", f"{tip}^{{tree}}", cwd=repo):
+                return None
+            commit = git("commit-tree", tree, *(["-p", tip] if tip else []), "-m", message,
+                         cwd=repo, env=index)
+            if attempt == 0 and hold:
+                time.sleep(hold)
+            r = git("push", "--porcelain", remote, f"{commit}:refs/heads/{branch}", cwd=repo,
+                    check=False)
+            if r.returncode == 0:
+                return commit
+            out = r.stdout + r.stderr
+            if not any(w in out for w in ("rejected", "fetch first", "non-fast-forward",
+                                          "cannot lock ref", "failed to update ref")):
+                raise JobError(f"git push failed: {out.strip()}")
+            pause = delay * min(2 ** attempt, 30) * random.uniform(0.5, 1.5)
+            say(f"push rejected (another job pushed first); retry {attempt + 1} of "
+                f"{retries} on the new tip in {pause:.1f} s")
+            time.sleep(pause)
+    raise JobError(f"push still rejected after {retries} retries")
+
+
+def run(args) -> int:
+    repo = Path(git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
+    results = results_dir(repo)
+    machine = register(args.machine)
+    folder = results / machine
+    rel = folder.relative_to(repo).as_posix()
+    tip = fetch_tip(repo, args.remote, args.results_branch)
+    todo = new_commits(repo, args.rev, args.max_commits, tip, rel, args.shard)
+    if not todo:
+        say(f"{machine}: no new commit in the last {args.max_commits} of {args.rev}")
+        return 0
+    say(f"{machine}: {len(todo)} new commit(s): {' '.join(c[:8] for c in todo)}")
+    hashes = repo / ".asv" / f"fanout-{machine}-{args.shard[0]}.hashes"
+    hashes.parent.mkdir(parents=True, exist_ok=True)
+    hashes.write_text("".join(f"{c}\n" for c in todo))
+    before = snapshot(folder)
+    bench_json = results / "benchmarks.json"
+    bench_before = bench_json.read_bytes() if bench_json.exists() else None
+    cmd = [*shlex.split(args.asv), "run", "--machine", machine, f"HASHFILE:{hashes}",
+           *args.asv_args]
+    say("running " + " ".join(shlex.quote(c) for c in cmd))
+    rc = subprocess.run(cmd, cwd=repo).returncode
+    after = snapshot(folder)
+    files = [f"{rel}/{n}" for n in sorted(after) if before.get(n) != after[n]]
+    if bench_json.exists() and (files or bench_json.read_bytes() != bench_before):
+        files.append(bench_json.relative_to(repo).as_posix())
+    if rc != 0:
+        say(f"asv exited with status {rc}; pushing what it wrote ({len(files)} file(s))")
+    if not files:
+        say("asv wrote no results file: nothing to push")
+        return 1 if rc else 0
+    message = (f"results: {machine}: {len(todo)} commit(s) {todo[0][:8]}..{todo[-1][:8]}"
+               + (f" (shard {args.shard[0]}/{args.shard[1]})" if args.shard[1] > 1 else ""))
+    pushed = push(repo, files, args.remote, args.results_branch, message, args.retries,
+                  args.retry_delay, args.push_delay)
+    say(f"pushed {pushed[:12]} to {args.results_branch} ({len(files)} file(s))" if pushed
+        else f"{args.results_branch} already holds these results")
+    return 1 if rc else 0
+
+
+def shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard must be I/N, got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
+    return i, n
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--machine", help="asv machine name (default: derived from the hardware)")
+    p.add_argument("--rev", default="HEAD", help="the commits to measure: first parents of")
+    p.add_argument("--max-commits", type=int, default=10)
+    p.add_argument("--results-branch", default="asv-results")
+    p.add_argument("--remote", default="origin")
+    p.add_argument("--shard", type=shard, default=(0, 1), help="I/N: this job's share")
+    p.add_argument("--retries", type=int, default=8)
+    p.add_argument("--retry-delay", type=float, default=2.0, help="first pause, seconds")
+    p.add_argument("--push-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--asv", default=f"{shlex.quote(sys.executable)} -m asv")
+    p.add_argument("asv_args", nargs="*", help="after --: more arguments for asv run")
+    args = p.parse_args(argv)
+    if args.max_commits < 1 or args.retries < 0:
+        p.error("--max-commits must be >= 1 and --retries >= 0")
+    try:
+        return run(args)
+    except JobError as exc:
+        print(f"fanout: failed: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""A stand-in for ``asv run`` in tests/test_fanout.py: for each commit of the hash file
+it writes a results file (asv's results schema version 2) of one track, whose value
+names the machine and the commit, into results/<machine>/, plus machine.json and
+benchmarks.json, as asv would; it appends the commits it was given to $FAKE_ASV_LOG.
+
+    python tests/fanout_fake_asv.py run --machine NAME HASHFILE:PATH [asv args ...]
+"""
+
+import json
+import os
+import sys
+import zlib
+from pathlib import Path
+
+BENCH = "bench_fake.track_value"
+
+
+def value(machine: str, commit: str) -> float:
+    """A number that says which machine measured which commit."""
+    return float(zlib.crc32(f"{machine}:{commit}".encode()))
+
+
+def main(argv: list[str]) -> int:
+    assert argv[0] == "run", argv
+    machine = argv[argv.index("--machine") + 1]
+    hashfile = next(a for a in argv if a.startswith("HASHFILE:"))[len("HASHFILE:"):]
+    commits = Path(hashfile).read_text().split()
+    folder = Path("results") / machine
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    Path("results/benchmarks.json").write_text(json.dumps(
+        {BENCH: {"name": BENCH, "type": "track", "unit": "unit", "param_names": [],
+                 "params": [], "version": "1"}, "version": 2}))
+    for i, commit in enumerate(commits):
+        data = {"commit_hash": commit, "env_name": "fake", "date": 1700000000000 + i,
+                "params": {"machine": machine, "cpu": f"CPU of {machine}"}, "python": "3",
+                "requirements": {}, "env_vars": {}, "result_columns": ["result", "version"],
+                "results": {BENCH: [[value(machine, commit)], "1"]}, "durations": {},
+                "version": 2}
+        (folder / f"{commit[:8]}-fake.json").write_text(json.dumps(data))
+    with open(os.environ["FAKE_ASV_LOG"], "a") as log:
+        log.write(f"{machine} {' '.join(commits)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

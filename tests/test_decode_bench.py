@@ -1,0 +1,89 @@
+"""The decode asv suites: their grid is the registry, they run at HEAD, a failure FAILS."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import bench_decode as bd  # noqa: E402
+from benchmarks.common import KernelFailed  # noqa: E402
+from flashbench.backends.decode import DECODE_BACKENDS  # noqa: E402
+from flashbench.history.suites import accuracy_metric, rule_limit  # noqa: E402
+from flashbench.measure.decode import MODEL  # noqa: E402
+from flashbench.measure.forward import Failed  # noqa: E402
+
+
+def test_decode_grid_is_the_registry():
+    assert bd.KERNELS == [MODEL, *DECODE_BACKENDS]
+    for spec in (*bd.CASES, bd.MERGE_CASE, *bd.TIME_CASES):
+        assert bd._case(spec).spec() == spec
+
+
+def test_history_reads_the_decode_tracks_as_accuracy_with_their_rule():
+    name = "bench_decode.TrackDecodeAccuracy.track_o_baseline_ratio"
+    assert accuracy_metric(name) == "o_baseline_ratio" and rule_limit("o_baseline_ratio") == 2
+    assert accuracy_metric("bench_decode.TrackDecodeMerge.track_lse_baseline_ratio")
+
+
+def test_merge_track_prices_a_bf16_lse():
+    suite = bd.TrackDecodeMerge()
+    results = suite.setup_cache()
+    suite.setup(results, "fp16", "fp32", "fp32")
+    assert suite.track_o_baseline_ratio(results, "fp16", "fp32", "fp32") <= 2
+    suite.setup(results, "fp16", "fp32", "bf16")
+    assert suite.track_lse_baseline_ratio(results, "fp16", "fp32", "bf16") > 2
+
+
+def test_a_failed_decode_kernel_fails_its_track():
+    case = bd._case(bd.CASES[0])
+    results = {("triton", "fp16", bd.CASES[0]): Failed(case, "triton", "fp16", "raised X")}
+    with pytest.raises(KernelFailed, match="triton fp16 .* raised X"):
+        bd.TrackDecodeAccuracy().setup(results, "triton", "fp16", bd.CASES[0])
+
+
+def test_timings_set_up_and_run():
+    t = bd.TimeDecodeCPU()
+    for backend in t.params[0]:
+        t.setup(backend, bd.TIME_CASES[1])
+        t.time_decode(backend, bd.TIME_CASES[1])
+    m = bd.TimeMergeStates()
+    m.setup()
+    m.time_merge_states()
+
+
+def _gpu_decode():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_decode.py"
+    spec = importlib.util.spec_from_file_location("gpu_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_decode"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_decode_pieces_on_cpu():
+    """What the GPU run does besides timing: inputs, the timed output's check, targets."""
+    import torch
+
+    from flashbench.kernels.triton_decode import triton_decode
+    from flashbench.measure.decode import DecodeCase, decode_bytes
+
+    g = _gpu_decode()
+    case = DecodeCase(2, 4, 2, 1, 16, (200, 200), 64)
+    inputs = g.cache_inputs(case, "cpu")
+    o = triton_decode(*inputs, causal=True)[0]
+    assert g.check_sequence0(o, inputs, case)["passed"]
+    assert not g.check_sequence0(o + 0.05, inputs, case)["passed"]
+    assert decode_bytes(case, 2) == 2 * (400 * 2 * 2 * 16 + 2 * 2 * 1 * 4 * 16)
+    rows = [{"case": "a", "backend": "triton", "gbs": 3900, "pct_copy": 82.0, "cache_len": 32768},
+            {"case": "a", "backend": "torch-sdpa", "gbs": 1000},
+            {"case": "b", "backend": "triton", "gbs": 3000, "pct_copy": 63.0, "cache_len": 32768},
+            {"case": "c", "backend": "triton", "skipped": "timed output failed its check"}]
+    met = {r["case"]: r["met"] for r in g.targets(rows)}
+    assert met == {"a": True, "b": False, "c": False}
+    assert all(c.lens[0] * c.B <= 64 * 32768 for c in g.timed_cases(False))
+    with torch.no_grad():
+        assert g.cache_inputs(case, "meta")[4].shape == (2, 4)

@@ -1,0 +1,130 @@
+"""``flashbench check --decode``: cases, records, decode backends (flashbench's, torch's, a
+user's with a declared decode signature) and exit statuses."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from flashbench.backends import resolve_backends
+from flashbench.backends.decode import DECODE_BACKENDS, get_decode_backend
+from flashbench.cli import main
+from flashbench.inputs.kvcache import make_decode
+from flashbench.measure.decode import DecodeCase, band_edge, run_decode_check
+
+CASE = "2x4/2x2x16:70,33:p16"
+USER = '''
+import torch
+from flashbench import reference
+
+def good(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+    np64 = lambda t: None if t is None else t.cpu().numpy()
+    o, lse = reference.decode_attention(*(t.double().numpy() for t in (q, k_cache, v_cache)),
+                                        np64(cache_seqlens), np64(block_table), causal=causal)
+    return torch.from_numpy(o).to(q.dtype), torch.from_numpy(lse).float()
+good.flashbench_kind = "decode"
+
+def wrong_shape(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+    return q[:, :1]
+wrong_shape.flashbench_kind = "decode"
+
+def forward(q, k, v, causal=False):
+    return q
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "fbuser_decode.py").write_text(USER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("fbuser_decode", None)
+
+
+def check(capsys, *args):
+    rc = main(["check", "--decode", "--decode-case", CASE, "--dtype", "fp32", "fp16",
+               "--dist", "normal", "--json", "--quiet", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_decode_check_judges_the_kernel_and_a_users_function(capsys, user_module):
+    rc, report = check(capsys, "--backend", "triton", "--backend", "torch-sdpa",
+                       "--backend", "fbuser_decode:good")
+    assert rc == 0 and report["passed"]
+    kernels = {(r["kernel"], r["dtype"], r["case"]) for r in report["rows"] if "o" in r}
+    assert len(kernels) == 4 * 2 * 2  # split_model, triton, sdpa, user x fp32, fp16 x causal
+    assert {r["what"] for r in report["exactness"]} >= {"paged vs contiguous (bit for bit)"}
+    user = [r for r in report["rows"] if r["kernel"] == "fbuser_decode:good"]
+    assert all(r["passed"] and not r["peer"] and r["o_ratio"] <= 1 for r in user)
+    # beside the band: the error against the rounded inputs' decode, within the band here
+    mine = [r for r in report["rows"] if r["kernel"] in ("triton", "split_model")]
+    assert all(0 <= r["band_err"] <= r["band"] for r in mine)
+
+
+@pytest.mark.parametrize("spec, why", [
+    ("fbuser_decode:wrong_shape", "expected o \\[B, Nq, H, dv\\]"),
+    ("fbuser_decode:forward", "declares no decode signature"),
+    ("fbuser_decode:missing", "cannot import fbuser_decode:missing"),
+])
+def test_a_bad_user_decode_backend_fails_with_its_reason(capsys, user_module, spec, why):
+    rc, report = check(capsys, "--backend", spec)
+    assert rc == 1 and not report["passed"]
+    failed = [r for r in report["rows"] if r["kernel"] == spec]
+    assert failed and all("failed" in r for r in failed)
+    import re
+
+    assert re.search(why, failed[0]["failed"])
+
+
+def test_decode_check_table(capsys):
+    rc = main(["check", "--decode", "--decode-case", CASE, "--causal", "on", "--dtype", "bf16",
+               "--dist", "normal", "--quiet", "--backend", "torch-naive"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "RESULT: PASS" in out and "split_model" in out and "(peer)" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--decode-case", "2x4x2x16:70"], "needs B=2 cache lengths"),
+    (["--decode-case", "2x4/3x2x16:70,33"], "Hkv=3 heads"),
+    (["--decode", "--shape", "1x1x16x16"], "--shape and --kv-heads are forward options"),
+    (["--decode", "--backend", "nope"], "unknown decode backend 'nope'"),
+    (["--decode-case", "1x4/2x8x16:4:p16", "--causal", "on"], "shorter than Nq = 8"),
+])
+def test_bad_decode_arguments_exit_2(capsys, args, message):
+    rc = main(["check", "--quiet", "--dtype", "fp32", "--dist", "normal", *args])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_decode_backends_do_not_change_the_forward_registry():
+    assert "triton" in DECODE_BACKENDS and get_decode_backend("torch-sdpa").peer
+    assert all(":" not in n for n in resolve_backends())
+
+
+def test_peers_agree_on_ragged_paged_mqa():
+    q, k, v, lens, table = make_decode(3, 8, 1, 4, 32, [90, 4, 17], 16, seed=4)
+    t = [torch.from_numpy(x).float() for x in (q, k, v)]
+    args = (*t, torch.from_numpy(lens), torch.from_numpy(table))
+    from flashbench import reference
+
+    ref = reference.decode_attention(q, k, v, lens, table, causal=True)
+    for name in ("torch-naive", "torch-sdpa", "triton"):
+        o, lse = DECODE_BACKENDS[name](*args, causal=True)
+        assert np.abs(o.double().numpy() - ref[0]).max() < 1e-5
+        assert np.abs(lse.double().numpy() - ref[1]).max() < 1e-5
+
+
+def test_case_text_and_band():
+    case = DecodeCase.parse("4x32/8x1x128:4096,100,7,1:p64")
+    assert case.spec() == "4x32/8x1x128:4096,100,7,1:p64" and case.Hkv == 8
+    assert DecodeCase.parse("1x2x1x16:5").page_size is None
+    assert band_edge(case, "bf16") > 0 and band_edge(DecodeCase.parse("1x2x1x16:9000"),
+                                                     "bf16") is None
+    # the largest over the sequences: the 1-key row of this case, not its 4096-key one
+    assert band_edge(case, "bf16") == band_edge(DecodeCase.parse("1x32/8x1x128:1"), "bf16")
+
+
+def test_records_without_backends():
+    report = run_decode_check([DecodeCase.parse("1x2/1x1x16:40:p16")], ["bf16"], [])
+    assert report["passed"] and [r["kernel"] for r in report["rows"]] == ["split_model"]

@@ -1,0 +1,80 @@
+"""scripts/gpu_session.sh as far as a machine without a GPU can run it: usage, the no-GPU
+refusal, its commit list, and --dry-run end to end (every phase, results under OUTDIR)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+
+
+def script_commits() -> list[str]:
+    text = SCRIPT.read_text()
+    return re.search(r"COMMITS=\$\{GPU_SESSION_COMMITS:-([0-9a-f ]+)\}", text)[1].split()
+
+
+def test_usage_errors_exit_2(tmp_path):
+    for args in ([], ["a", "b"], ["--dry-run"], ["", "--dry-run"]):
+        r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True)
+        assert r.returncode == 2 and "usage: bash scripts/gpu_session.sh" in r.stderr, args
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_without_a_gpu_it_refuses_unless_dry_run(tmp_path):
+    r = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True,
+                       text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    assert r.returncode == 3 and "no CUDA GPU" in r.stdout
+
+
+def test_the_history_commits_changed_the_kernels():
+    """At least 5 commits, each of which changed flashbench/kernels (git log)."""
+    commits = script_commits()
+    assert len(commits) >= 5
+    changed = subprocess.run(["git", "log", "--format=%H", "--", "flashbench/kernels"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for c in commits:
+        assert any(h.startswith(c) for h in changed), c
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is for machines without one")
+def test_dry_run_walks_every_phase(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    commits = script_commits()[:2]
+    env = {**os.environ, "HOME": str(home), "PYTHON": sys.executable,
+           "GPU_SESSION_COMMITS": " ".join(commits),
+           "GPU_SESSION_TESTS": "tests/test_gpu_suites.py -k grid", "GPU_SESSION_WORKERS": "1"}
+    out = tmp_path / "out"
+
+    def status():
+        return subprocess.run(["git", "status", "--porcelain", "--", "flashbench", "README.md"],
+                              cwd=ROOT, capture_output=True, text=True).stdout
+
+    before = status()
+    r = subprocess.run(["bash", str(SCRIPT), str(out), "--dry-run"], capture_output=True,
+                       text=True, env=env, timeout=900)
+    summary = (out / "summary.txt").read_text()
+    assert r.returncode == 0, summary
+    for name in ("tests", "findings", "fp8_d256", "history", "review_noop", "review_slow",
+                 "gpu_bench"):
+        assert re.search(rf"^{name}: ok in \d+s of \d+s", summary, re.M), name
+    assert "every phase as expected" in summary
+    results = sorted((out / "results").glob("*/*-existing-*.json"))
+    assert sorted(json.loads(f.read_text())["commit_hash"][:7] for f in results) == \
+        sorted(commits)
+    findings = json.loads((out / "findings" / "findings.json").read_text())
+    assert findings["exp2"]["points"] > 0 and findings["fp32_case"]["ratio"] > 0
+    for review in ("noop", "slow"):
+        data = json.loads((out / "gpu-results" / f"review-{review}.json").read_text())
+        assert data["factor"] == 1.05 and data["status"] == 0
+    slow = (out / "slow.configs.py").read_text()
+    assert "128: (_c(64, 32, 4, 2),)," in slow  # the slowed head's one small d=128 config
+    assert status() == before  # the heads never touched the working tree
