@@ -2,8 +2,9 @@
 
 For a case (shape, input distribution, causal) and a dtype, the flash model
 (:func:`flashbench.numerics.flash_model`; ``flash_model_grad`` for dq, dk, dv) runs on
-:data:`CASE_SEEDS` seeds of the case's problem (:func:`band_shape`: its Nq, Nk, d, dv,
-with fewer heads where it has more than :data:`BAND_ROWS` query rows: heads are
+:func:`band_seeds` seeds (at least :data:`CASE_SEEDS`; more for small problems, whose
+statistics vary more from seed to seed) of the case's problem (:func:`band_shape`: its
+Nq, Nk, d, dv, with fewer heads where it has more than :data:`BAND_ROWS` query rows: heads are
 independent, and RMSE and p99 do not depend on how many there are), each against the
 float64 reference of its dtype-rounded inputs (:func:`flashbench.accuracy.error_stats`). A
 statistic's *edge* is its largest value over the seeds; the band rule
@@ -33,12 +34,14 @@ from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.precision import get_precision
 
-__all__ = ["CASE_SEEDS", "SEED0", "EDGE_STATS", "FORWARD", "BACKWARD", "BAND_ROWS",
-           "band_shape", "case_band",
+__all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
+           "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
            "write_case_table", "fingerprint"]
 
-CASE_SEEDS = 8  # seeds per band (scripts/band_calibration.py: the edge of 8 seeds)
+CASE_SEEDS = 8  # seeds per band at least (scripts/band_calibration.py: the edge of 8 seeds)
+BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
+MAX_SEEDS = 256
 SEED0 = 1000  # the band's seeds are SEED0.. (the check judges seed 0: fresh draws)
 EDGE_STATS = ("max_abs", "rmse", "abs_p99", "abs_p50")  # statistics kept per seed
 FORWARD, BACKWARD = ("o", "lse"), ("dq", "dk", "dv")
@@ -64,6 +67,14 @@ def band_shape(shape: Shape) -> Shape:
         return shape
     heads = min(shape.B * shape.H, -(-BAND_ROWS // shape.Nq))
     return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv)
+
+
+def band_seeds(shape: Shape) -> int:
+    """Seeds of a case's band: :data:`CASE_SEEDS`, or enough for :data:`BAND_TOTAL_ROWS`
+    query rows in all (at most :data:`MAX_SEEDS`): a problem of 40 rows with 0.1% outliers
+    varies far more from seed to seed than one of 1024. More seeds only raise the edges."""
+    b = band_shape(shape)
+    return min(MAX_SEEDS, max(CASE_SEEDS, -(-BAND_TOTAL_ROWS // (b.B * b.H * b.Nq))))
 
 
 def memory_needed(shape: Shape, grad: bool = False) -> int:
@@ -108,7 +119,8 @@ def _check(shape, dist, causal, dtype, grad) -> None:
     if flops > MAX_SEED_FLOPS:
         raise ValueError(f"shape {shape.label()}: its band is too large to measure here "
                          f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
-                         f"{CASE_SEEDS} seeds); judge a shape with fewer query rows or keys")
+                         f"{band_seeds(shape)} seeds); judge a shape with fewer query rows "
+                         f"or keys")
 
 
 def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
@@ -137,10 +149,11 @@ def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict
 
 
 def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False,
-                      seeds: int = CASE_SEEDS, block: int = 64) -> dict:
+                      seeds: int | None = None, block: int = 64) -> dict:
     """Measure a band now (module docstring): ``{"key", "seeds", "source": "measured",
     "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``."""
     _check(shape, dist, causal, dtype, grad)
+    seeds = band_seeds(shape) if seeds is None else seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"seeds must be an int >= 2, got {seeds!r}")
     with single_threaded_blas():
@@ -198,10 +211,10 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = Fa
     shipped = _table(None if table is None else str(table)).get(key)
     if shipped is not None:
         return {"key": key, "source": "table", **shipped}
-    memo = (key, CASE_SEEDS)
+    memo = (key, band_seeds(shape))
     if memo in _MEMO:
         return _MEMO[memo]
-    path = _cache_file(key, CASE_SEEDS) if cache else None
+    path = _cache_file(key, band_seeds(shape)) if cache else None
     if path is not None and path.is_file():
         try:
             band = json.loads(path.read_text())
@@ -227,8 +240,8 @@ def write_case_table(bands: list[dict], path: str | Path, command: str = "",
                      seconds: float | None = None) -> Path:
     """Write measured bands (:func:`measure_case_band` results) as the case table: one band
     per line (reviewable diffs), the flash models' :func:`fingerprint` recorded."""
-    head = {"version": VERSION, "command": command, "seeds": CASE_SEEDS, "seed0": SEED0,
-            "band_rows": BAND_ROWS,
+    head = {"version": VERSION, "command": command, "seeds": f"{CASE_SEEDS} or more (band_seeds)",
+            "seed0": SEED0, "band_rows": BAND_ROWS, "band_total_rows": BAND_TOTAL_ROWS,
             "fingerprint": fingerprint(), "seconds": seconds,
             "method": "flash model on seeds seed0.. of each case's problem (band_rows query "
                       "rows at least, fewer heads); errors "

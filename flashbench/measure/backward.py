@@ -181,14 +181,16 @@ def _autograd(backend, q, k, v, do, dtype, causal):
 def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                       seed: int = 0, block: int = 64,
                       say: Callable[[str], None] = lambda msg: None, inputs=None,
-                      ref=None) -> list[GradAccuracy | Unavailable | Failed]:
+                      ref=None,
+                      band_rule: bool = True) -> list[GradAccuracy | Unavailable | Failed]:
     """Judge each kernel's gradients in each dtype (module docstring).
 
     ``kernels``: "flash_model" and/or backend names; backends that are not
     differentiable, or do not take a dtype, get no record. ``inputs``: (q, k, v, do)
     when the caller has them (else from ``case``, ``seed`` and :func:`grad_output`);
     ``ref``: their float64 (dq, dk, dv). dtypes without a backward model (fp64, fp8)
-    are left out.
+    are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
+    alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
     from flashbench.backends import BackendUnavailable, get_backend
 
@@ -198,7 +200,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     if ref is None:
         ref = reference.attention_grad(q, k, v, do, causal=case.causal)
     records: list[GradAccuracy | Unavailable | Failed] = []
-    bands = CaseBands(case, (q, k, v, do), grad=True)
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule)
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
         std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
         # the flash model backward in this dtype: its own record, and the yardstick of the

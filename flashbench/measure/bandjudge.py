@@ -23,10 +23,11 @@ __all__ = ["CaseBands", "combine"]
 
 class CaseBands:
     """Bands and rounded-input references of one case (module docstring). ``inputs``: the
-    float64 (q, k, v), or (q, k, v, do) with ``grad=True``."""
+    float64 (q, k, v), or (q, k, v, do) with ``grad=True``. ``apply`` False: inputs not
+    drawn from the case's distribution, which the band describes: no band verdicts."""
 
-    def __init__(self, case, inputs, grad: bool = False):
-        self.case, self.inputs, self.grad = case, tuple(inputs), grad
+    def __init__(self, case, inputs, grad: bool = False, apply: bool = True):
+        self.case, self.inputs, self.grad, self.apply = case, tuple(inputs), grad, apply
         self._refs: dict = {}
         self._bands: dict = {}
 
@@ -45,20 +46,26 @@ class CaseBands:
                                else reference.attention(*given, causal=causal))
         return self._refs[key]
 
-    def judge(self, dtype: str, out, tensors) -> dict[str, BandVerdict]:
+    def judge(self, dtype: str, out, tensors) -> dict[str, BandVerdict] | None:
         """{tensor: BandVerdict} for the kernel outputs ``out`` (indexed like ``tensors``:
-        ("o", "lse") or ("dq", "dk", "dv")); a tensor named None is skipped."""
+        ("o", "lse") or ("dq", "dk", "dv")); None where the band rule is off (``apply``)."""
+        if not self.apply:
+            return None
         band, ref = self.band(dtype), self.reference(dtype)
         return {t: band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
                              self.case.dist, band["source"])
                 for i, t in enumerate(tensors) if t is not None}
 
 
-def combine(baseline: dict, band: dict[str, BandVerdict], limit: float) -> dict:
+def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float) -> dict:
     """Record fields from both rules: ``baseline`` {tensor: (ratio, passed)} and ``band``
     {tensor: BandVerdict}: ``<t>_band_ratio``, ``band`` (verdicts as dicts),
     ``baseline_passed``, ``band_passed``, ``passed`` (both) and ``disagreement`` (one line
-    per tensor where the rules disagree, joined; None where they agree)."""
+    per tensor where the rules disagree, joined; None where they agree). ``band`` None:
+    the band rule was not applied (inputs not drawn from the case's distribution)."""
+    if band is None:
+        base_ok = all(p for _, p in baseline.values())
+        return {"baseline_passed": base_ok, "passed": base_ok}
     fields = {f"{t}_band_ratio": v.ratio for t, v in band.items()}
     lines = [rules_disagree(t, baseline[t][1], baseline[t][0], limit, v)
              for t, v in band.items() if t in baseline]

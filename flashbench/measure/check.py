@@ -270,8 +270,8 @@ def _verdict(r: dict) -> str:
     """PASS, or FAIL naming the rule that failed (reports without the band rule: FAIL)."""
     if r["passed"]:
         verdict = "PASS"
-    elif r.get("baseline_passed") is None:
-        verdict = "FAIL"
+    elif r.get("baseline_passed") is None or r.get("band_passed") is None:
+        verdict = "FAIL"  # one rule only (older reports; hand-made inputs)
     else:
         verdict = {(True, False): "FAIL (band)", (False, True): "FAIL (2x)"}.get(
             (r["baseline_passed"], r["band_passed"]), "FAIL (both)")

@@ -236,13 +236,16 @@ accuracy_record = _accuracy  # public: flashbench.measure.decode builds its reco
 
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                     inputs=None, ref=None) -> list[Accuracy | Unavailable]:
+                     inputs=None, ref=None,
+                     band_rule: bool = True) -> list[Accuracy | Unavailable]:
     """Judge each kernel in each dtype against the float64 reference and standard_model.
 
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
-    (else drawn from ``case`` and ``seed``). Returns one record per kernel x dtype,
-    in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
+    (else drawn from ``case`` and ``seed``). ``band_rule`` False: ``inputs`` not drawn
+    from ``case.dist`` (hand-made): the band rule, whose band describes that distribution,
+    is left out and the records judge by the baseline rule alone. Returns one record per
+    kernel x dtype, in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
@@ -250,7 +253,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
     ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
-    bands = CaseBands(case, (q, k, v))
+    bands = CaseBands(case, (q, k, v), apply=band_rule)
     for dtype in dtypes:
         std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
