@@ -143,7 +143,27 @@ def _floored(r, stat) -> float:
 
 
 def _inputs(r) -> str:
-    return r[0][1] if r[0][1] in BAND_MULTIPLIER else "default"
+    return r[0][1]
+
+
+def _remeasured(verdicts) -> list[str]:
+    """Runs that fail with 8-seed bands, judged again (in place) against their band as
+    shipped (band_seeds: more seeds for small problems; a superset of the 8, so every edge
+    is at least as high and no other run can fail)."""
+    from flashbench.bands.case import band_seeds
+
+    lines = []
+    for i, (r, v) in enumerate(verdicts):
+        if v.passed:
+            continue
+        (shape, dist, causal, dtype, _), tensor = r[0], r[2]
+        seeds = band_seeds(shape)
+        band = measure_case_band(shape, dist, causal, dtype, grad=tensor in ("dq", "dk", "dv"),
+                                 seeds=seeds)
+        verdicts[i] = (r, band_rule(r[3], band["edges"][tensor], tensor, dist))
+        lines.append(f"  {tensor} of {_label(r)}: {v.ratio:.3f} with 8 seeds, "
+                     f"{verdicts[i][1].ratio:.3f} with the shipped {seeds}")
+    return lines
 
 
 def report(rows, seconds, n_cases):
@@ -158,26 +178,31 @@ def report(rows, seconds, n_cases):
           f"{'shipped':>7}  worst run")
     for inputs in BAND_MULTIPLIER:
         for tensor in ("o", "lse", "dq", "dk", "dv"):
-            sel = [r for r in rows if r[2] == tensor and _inputs(r) == inputs]
+            sel = [r for r in rows if r[2] == tensor and r[0][1] == inputs]
             for stat in ("rmse", "abs_p99", "max_abs"):
                 if not sel:
                     continue
                 x = np.array([_floored(r, stat) for r in sel])
                 w = sel[int(np.argmax(x))]
-                shipped = multipliers(tensor, w[0][1]).get(stat)
+                shipped = multipliers(tensor, inputs).get(stat)
                 print(f"{inputs:12} {tensor:6} {stat:8} {x.max():7.2f} "
                       f"{np.percentile(x, 99):7.2f} {np.median(x):7.2f} "
                       f"{'-' if shipped is None else f'{shipped:g}':>7}  {_label(w)}")
     verdicts = [(r, band_rule(r[3], r[4], r[2], r[0][1])) for r in rows]
+    first = sum(not v.passed for _, v in verdicts)
+    lines = _remeasured(verdicts)
     worst, v = max(verdicts, key=lambda rv: rv[1].ratio)
-    fails = sum(not x.passed for _, x in verdicts)
     by_dtype = defaultdict(float)
     for r, x in verdicts:
         by_dtype[r[0][3]] = max(by_dtype[r[0][3]], x.ratio)
-    print(f"band rule (shipped statistics and multipliers) over {len(rows)} tensors of "
-          f"{len(trials)} runs: worst ratio {v.ratio:.3f} ({worst[2]} {v.stat} of "
-          f"{_label(worst)}); failures: {fails}; worst per dtype: "
+    print(f"band rule as shipped (multipliers; the bands' seeds: 8, or more where "
+          f"band_seeds gives more) over {len(rows)} tensors of {len(trials)} runs: failures "
+          f"{sum(not x.passed for _, x in verdicts)} ({first} with 8-seed bands, measured "
+          f"again with their shipped seeds below); worst ratio {v.ratio:.3f} ({worst[2]} "
+          f"{v.stat} of {_label(worst)}); worst per dtype: "
           f"{', '.join(f'{d} {x:.3f}' for d, x in sorted(by_dtype.items()))}")
+    for line in lines:
+        print(line)
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def test_a_shifted_distribution_fails_though_its_max_is_inside():
     kernel = dict(EDGES, rmse=2 * EDGES["rmse"])
     v = band_rule(kernel, EDGES, "o")
     assert not v.passed and v.stat == "rmse"
-    assert v.ratio == pytest.approx(2 / BAND_MULTIPLIER["default"]["o"]["rmse"])
+    assert v.ratio == pytest.approx(2 / BAND_MULTIPLIER["normal"]["o"]["rmse"])
 
 
 def test_a_percentile_edge_is_floored_at_a_sixteenth_of_the_max():
@@ -67,6 +67,8 @@ def test_non_finite_kernel_error_fails_and_nan_is_an_error():
         band_rule(EDGES, dict(EDGES, max_abs=math.inf), "o")
     with pytest.raises(ValueError, match="tensor must be one of"):
         band_rule(EDGES, EDGES, "p")
+    with pytest.raises(ValueError, match="dist must be one of"):
+        band_rule(EDGES, EDGES, "o", "uniform")
     with pytest.raises(ValueError, match="lack"):
         band_rule({"rmse": 1.0}, EDGES, "o")
 

@@ -25,16 +25,20 @@ from dataclasses import asdict, dataclass
 __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVerdict", "band_rule",
            "multipliers", "rules_disagree"]
 
-# inputs -> group -> statistic -> multiplier (scripts/band_calibration.py; docs/bandrule.md).
-# "large-logits" apart: scores near 1e4 carry an fp32 rounding of ~1e-3 whose size depends
-# on the kernel's score arithmetic (exp or exp2, where the scale is applied), so correct
-# kernels spread far wider around the flash model there than seeds do.
+# inputs -> group -> statistic -> multiplier: 1.2x the worst of 1,037 correct-kernel runs
+# (scripts/band_calibration.py, seed 2026; docs/bandrule.md), rounded up. "outliers" (0.1% of
+# entries N(0, 100)) vary more from seed to seed; "large-logits" (scores near 1e4, rounded by
+# ~1e-3 in fp32) depend on the kernel's score arithmetic (exp or exp2, where the scale is
+# applied), so correct kernels spread far wider around the flash model than seeds do.
 BAND_MULTIPLIER: dict[str, dict[str, dict[str, float]]] = {
-    "default": {"o": {"rmse": 1.4, "abs_p99": 1.6},
-                "lse": {"rmse": 4.0, "abs_p99": 4.0},
-                "grad": {"rmse": 1.8, "abs_p99": 1.6}},
+    "normal": {"o": {"rmse": 1.4, "abs_p99": 1.4},
+               "lse": {"rmse": 2.0, "abs_p99": 2.0},
+               "grad": {"rmse": 1.4, "abs_p99": 1.4}},
+    "outliers": {"o": {"rmse": 2.0, "abs_p99": 2.0},
+                 "lse": {"rmse": 4.5, "abs_p99": 4.5},
+                 "grad": {"rmse": 2.6, "abs_p99": 2.6}},
     "large-logits": {"o": {"rmse": 16.0, "abs_p99": 16.0},
-                     "lse": {"rmse": 4.0, "abs_p99": 4.0},
+                     "lse": {"rmse": 2.0, "abs_p99": 2.0},
                      "grad": {"rmse": 32.0, "abs_p99": 32.0}},
 }
 BAND_LIMIT = 1.0  # the band rule passes at ratio <= 1 (the multipliers are inside the ratio)
@@ -77,9 +81,10 @@ def multipliers(tensor: str, dist: str = "normal") -> dict[str, float]:
     """{statistic: multiplier} of the band rule for ``tensor`` on inputs ``dist``."""
     if tensor not in BAND_GROUP:
         raise ValueError(f"tensor must be one of {list(BAND_GROUP)}, got {tensor!r}")
-    if not isinstance(dist, str):
-        raise TypeError(f"dist must be a distribution name, got {dist!r}")
-    return dict(BAND_MULTIPLIER.get(dist, BAND_MULTIPLIER["default"])[BAND_GROUP[tensor]])
+    if dist not in BAND_MULTIPLIER:
+        raise ValueError(f"dist must be one of {list(BAND_MULTIPLIER)} (the band rule's "
+                         f"calibrated inputs), got {dist!r}")
+    return dict(BAND_MULTIPLIER[dist][BAND_GROUP[tensor]])
 
 
 def band_rule(kernel_stats: Mapping, edges: Mapping, tensor: str, dist: str = "normal",
