@@ -56,10 +56,10 @@ from dataclasses import dataclass
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_decode beside it
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_decode, gpu_variants
 
 import gpu_decode  # noqa: E402
+import gpu_variants  # noqa: E402
 
 from flashbench.inputs import Shape  # noqa: E402
 from flashbench.kernels import triton_fp8, triton_fwd  # noqa: E402
@@ -175,6 +175,7 @@ def _replay(quick: bool) -> None:
         except NotDifferentiable:
             pass  # the run skips these too
     gpu_decode.replay(quick)  # the decode kernels' checks and timings (scripts/gpu_decode.py)
+    gpu_variants.replay()  # window, softcap, sinks, varlen: fixed config, bf16
 
 
 def record_plan(quick: bool):
@@ -221,7 +222,7 @@ def run_checks(quick: bool, say) -> list[dict]:
         for case in fp8_check_cases(quick):
             say(f"check fp8 {case.label()}")
             rows += fp8_check_rows(case)
-    return rows
+    return rows + gpu_variants.check_rows(say)
 
 
 def fp8_check_rows(case: Case) -> list[dict]:
@@ -546,6 +547,7 @@ def main(argv=None) -> int:
               "gpu_after": gpu_state(), "matmul_peak_tflops": peak, "checks": checks,
               "speed": speed, "autotune_configs": chosen, "targets": targets(speed),
               "fp8_speedups": fp8_speedups(speed),
+              "variant_speed": gpu_variants.timing_rows(peak, say),
               "compiles_planned": planned,
               "compiles_observed": triton_fwd.FORWARD.compiled_count(),
               "wall_s": time.time() - start}

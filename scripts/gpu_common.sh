@@ -1,4 +1,4 @@
-# Shared by scripts/gpu_check.sh and scripts/gpu_session.sh (sourced, never run):
+# Shared by the GPU scripts (scripts/gpu_session.sh) (sourced, never run):
 #   gpu_start NAME OUTDIR BUDGET   sets REPO, OUT, PY, WHEELS, BUDGET, START, SUMMARY
 #   say TEXT...                    prints a line and appends it to OUT/summary.txt
 #   phase NAME LIMIT EXPECT CMD... runs CMD with a time limit (capped by the budget left),

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Download the wheels scripts/gpu_check.sh needs on a GPU machine that has no network:
+# Download the wheels scripts/gpu_session.sh needs on a GPU machine that has no network:
 # asv and what it imports, for Python 3.12 on manylinux x86_64 (the GPU image has torch,
 # Triton, pandas, tabulate, pyyaml, packaging, pytest, hypothesis, but not these).
 #
 #   bash scripts/gpu_wheels.sh [DIR]      # default: $FLASHBENCH_WHEELS or ./wheels
 #
 # DIR is kept out of git (.git/info/exclude); carry it with the tree (the device tool's
-# `carry`, with .git) and gpu_check.sh installs from it with --no-index.
+# `carry`, with .git) and gpu_session.sh installs from it with --no-index.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-${FLASHBENCH_WHEELS:-$REPO/wheels}}

@@ -15,6 +15,27 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TEST=0
 [ "${1:-}" = "--test" ] && TEST=1
+# Debian's packages for the tests (as root) install in the background, beside pip.
+APT_PID=
+if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
+    || ! command -v chromedriver >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's chromium, chromium-driver (the browser test) and shellcheck"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        chromium chromium-driver shellcheck; } >/tmp/flashbench-apt.$$.log 2>&1 &
+    APT_PID=$!
+  else
+    echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" >&2
+  fi
+fi
+wait_apt() {
+  [ -n "$APT_PID" ] || return 0
+  if ! wait "$APT_PID"; then
+    tail -n 20 "/tmp/flashbench-apt.$$.log" >&2
+    echo "setup: apt-get install failed" >&2
+    exit 1
+  fi
+}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
 "$VPY" -m pip install -q --upgrade pip
@@ -28,16 +49,7 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
 fi
 if [ "$TEST" = 1 ]; then
   "$VPY" -m pip install -q -e ".[test]"
-  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 \
-      || ! command -v shellcheck >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-      echo "setup: installing Debian's chromium, chromium-driver (the browser test) and shellcheck"
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        chromium chromium-driver shellcheck >/dev/null
-    else
-      echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" >&2
-    fi
-  fi
+  wait_apt
 else
   "$VPY" -m pip install -q -e .
 fi

@@ -193,16 +193,20 @@ def test_gpu_suite_skips_without_a_gpu():
         TimeAttentionGPU().setup("triton", "bf16", "4x16x4096x4096x128", False, "fwd")
 
 
-def _setup_every_benchmark():
-    """Set up every benchmark at every grid point as asv would (setup_cache once per
-    class, asv's skip_params honoured); returns {benchmark[params]: skip reason}."""
+def _setup_every_benchmark(module: str | None = None):
+    """Set up every benchmark (of suite file ``module``, e.g. "bench_gpu", where given) at
+    every grid point as asv would (setup_cache once per class, asv's skip_params
+    honoured); returns ({benchmark[params]: skip reason}, how many benchmarks)."""
     import itertools
 
     from asv_runner.benchmarks._base import get_setup_cache_key
     from asv_runner.discovery import disc_benchmarks
 
-    caches, skips = {}, {}
+    caches, skips, seen = {}, {}, 0
     for bench in disc_benchmarks(str(ROOT / "benchmarks")):
+        if module is not None and bench.name.split(".")[0] != module:
+            continue
+        seen += 1
         key = get_setup_cache_key(bench._setup_cache) if bench._setup_cache else None
         if key is not None and key not in caches:
             caches[key] = bench.do_setup_cache()
@@ -218,11 +222,16 @@ def _setup_every_benchmark():
                     setup(*bench._build_params())
             except NotImplementedError as exc:
                 skips[f"{bench.name}{list(combo)}"] = str(exc)
-    return skips
+    return skips, seen
+
+
+SUITES = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
 
 @pytest.mark.slow
-def test_at_head_nothing_skips_but_for_a_missing_gpu():
-    skips = _setup_every_benchmark()
+@pytest.mark.parametrize("suite", SUITES)  # one suite file a test: parallel workers share them
+def test_at_head_nothing_skips_but_for_a_missing_gpu(suite):
+    skips, seen = _setup_every_benchmark(suite)
+    assert seen, f"no benchmark found in benchmarks/{suite}.py"
     wrong = {name: why for name, why in skips.items() if "GPU" not in why}
     assert not wrong, f"{len(wrong)} benchmark(s) skip at HEAD: {wrong}"

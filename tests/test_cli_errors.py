@@ -199,10 +199,11 @@ def test_every_subcommand_is_covered():
 # ------------------------------------------------------------------ the tool's own failures
 
 
-def test_unwritable_output_is_status_3_before_any_work(clone):
+def test_an_output_into_a_missing_folder_is_refused_before_any_work(clone):
+    """The user named a folder that does not exist: bad input (2), before measuring."""
     repo, home = clone
     status, out, err = run_in(repo, home, ["review", "--output", "/nonexistent/dir/x.md"])
-    assert status == 3 and err.count("\n") == 1 and "does not exist" in err
+    assert status == 2 and err.count("\n") == 1 and "does not exist" in err
     assert "Traceback" not in err
 
 
@@ -223,7 +224,7 @@ def test_failures_map_to_their_statuses(monkeypatch, capsys):
     cases = [(BrokenPipeError(), 3, ""), (OSError("disk full"), 3, "failed: disk full"),
              (subprocess.CalledProcessError(1, ["asv"]), 3, "failed"),
              (RuntimeError("asv run wrote no results"), 3, "failed: asv run"),
-             (ValueError("bad\nvalue"), 2, "error: bad value"),
+             (ValueError("bad\nvalue"), 3, "internal error"),  # not raised by flashbench
              (KeyboardInterrupt(), 130, "interrupted (SIGINT)")]
     for exc, status, text in cases:
         monkeypatch.setattr(review_cli, "run", fail(exc))
@@ -232,6 +233,11 @@ def test_failures_map_to_their_statuses(monkeypatch, capsys):
         err = capsys.readouterr().err
         assert (text in err) if text else err == ""
         assert err.count("\n") <= 1 and "Traceback" not in err
+    from flashbench.inputs import Shape
+
+    monkeypatch.setattr(review_cli, "run", lambda args: Shape.parse("bad\nshape"))
+    assert main(["review"]) == 2  # a refusal flashbench raised itself: bad input
+    assert "error:" in capsys.readouterr().err
 
 
 def test_closed_pipe_is_quiet(clone):

@@ -1,14 +1,12 @@
 """The GPU script, its compile plan and the one-command GPU check, as far as a machine
-without a GPU can run them (the GPU paths run in ``scripts/gpu_check.sh``)."""
+without a GPU can run them (the GPU paths run in ``scripts/gpu_session.sh``)."""
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -111,45 +109,6 @@ def test_timed_shapes_include_grouped_query_and_count_flops_per_query_head():
     assert s.flops(False) == Shape(s.B, s.H, s.Nq, s.Nk, s.d).flops(False)
     from benchmarks.bench_gpu import SHAPES
     assert any(Shape.parse(x).Hkv == 8 for x in SHAPES)
-
-
-def test_gpu_check_usage_and_no_gpu():
-    script = ROOT / "scripts" / "gpu_check.sh"
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True)
-    assert r.returncode == 2 and "usage: bash scripts/gpu_check.sh OUTDIR" in r.stderr
-    r = subprocess.run(["bash", str(script), "a", "b"], capture_output=True, text=True)
-    assert r.returncode == 2
-    if torch.cuda.is_available():
-        return
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-check-test-{os.getpid()}"
-    env = dict(os.environ, PYTHON=sys.executable)
-    r = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True,
-                       env=env, timeout=120)
-    assert r.returncode == 3, r.stdout + r.stderr
-    assert "no CUDA GPU" in r.stdout and "no CUDA GPU" in (out / "summary.txt").read_text()
-
-
-@pytest.mark.slow
-@NO_GPU
-def test_gpu_check_runs_every_phase_without_a_gpu(tmp_path):
-    """GPU_CHECK_ALLOW_NO_GPU=1 walks every phase here: tests, the refused benchmark, asv
-    on the GPU suites (which skip), results under OUTDIR, the machine registered in a
-    private HOME."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = dict(os.environ, HOME=str(home), PYTHON=sys.executable, GPU_CHECK_ALLOW_NO_GPU="1",
-               GPU_CHECK_TESTS="tests/test_timing.py")
-    out = tmp_path / "out"
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)],
-                       capture_output=True, text=True, env=env, timeout=900)
-    summary = (out / "summary.txt").read_text()
-    assert r.returncode == 1, summary  # gpu_bench refuses without a GPU
-    assert "pytest: ok" in summary and "gpu_bench: FAILED (exit 2)" in summary
-    assert "asv: ok" in summary, (out / "asv.log").read_text()[-3000:]
-    results = list((out / "asv-results").glob("*/*-existing-*.json"))
-    assert results and "bench_gpu.TimeAttentionGPU.time_attention_gpu" in results[0].read_text()
-    assert (home / ".asv-machine.json").exists()
-    assert np.isfinite(float(re.search(r"gpu_check: (\d+)s", summary)[1]))
 
 
 def test_timed_gradient_check_catches_a_wrong_gradient():

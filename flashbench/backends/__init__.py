@@ -34,6 +34,10 @@ backend rather than an fp8 dtype of ``triton``: it has another input contract, a
 output dtype and no backward, and the suites that read ``triton``'s dtypes (gradients,
 bands) stay as they are.
 
+Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it (and its
+backward) takes (``variants``, ``grad_variants``; docs/variants.md); asked for one it does
+not declare it is "not applicable", never run without it. ``varlen``: packed batches.
+
 Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
 where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
 masked scores, rounded to fp32, deterministic) and ``timed`` (the bare op, o only; what
@@ -55,9 +59,10 @@ from functools import partial
 import torch
 
 from flashbench import reference
-from flashbench.backends.outputs import checked_output
+from flashbench.backends.outputs import checked_output, modified_inputs, snapshot
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
+from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import (
     TORCH_DTYPES,
@@ -69,7 +74,8 @@ from flashbench.kernels.checks import (
 )
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
-           "available_backends", "resolve_backends", "BackendUnavailable", "BackendFailed"]
+           "VARIANTS", "variant_kwargs", "available_backends", "resolve_backends",
+           "BackendUnavailable", "BackendFailed"]
 
 # what torch's attention ops take: the precisions judged by default that are stored in a
 # torch dtype of their own (fp32, fp16, bf16; tf32 is fp32 storage, a compute mode)
@@ -77,6 +83,7 @@ TORCH_FLOATS = tuple(n for n in CHECK_DTYPES
                      if n in TORCH_DTYPES and precision_name(TORCH_DTYPES[n]) == n)
 TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
 TRITON_FP8_HEAD_DIMS = (32, 64, 128, 256)  # kernels.triton_fp8.HEAD_DIMS (tests hold them equal)
+VARIANTS = ("window", "softcap", "sinks")  # what a backend may declare it takes
 
 
 def _always() -> str | None:
@@ -130,6 +137,25 @@ class Backend:
     inputs: str | None = None  # precision of the tensors it is given; None: the dtype judged
     default_on: tuple[str, ...] = ("cpu", "cuda")  # where `flashbench check` runs it unasked
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
+    variants: tuple[str, ...] = ()  # which of VARIANTS it takes (keywords of fn and timed)
+    grad_variants: tuple[str, ...] = ()  # which of them its backward takes
+    # packed variable-length batches: (q [total_q, H, d], k, v [total_k, Hkv, d], cu_seqlens_q,
+    # cu_seqlens_k, causal=, **variant) -> (o [total_q, H, dv], lse [H, total_q]); None: none
+    varlen: Callable | None = None
+
+    def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
+        """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
+        else why not: a backend never runs without a variant it was asked for."""
+        missing = [] if variant is None else variant.missing(
+            self.grad_variants if grad else self.variants)
+        return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
+               f"{' or '.join(missing)}" if missing else None
+    # (q, k, v, do, causal) -> (dq, dk, dv) where the gradients are computed elsewhere (a
+    # user's function: in its worker process); None: autograd through ``timed`` here
+    grads: Callable | None = None
+    # whether its calls ran a Triton kernel under the interpreter (a user's function, seen
+    # by its worker): a FAIL in bf16 / fp8 then names the interpreter as the likely cause
+    ran_interpreted: Callable[[], bool] = _never
 
     @property
     def timed_fn(self) -> Callable:
@@ -173,11 +199,16 @@ class Backend:
         return q, k, v
 
     def __call__(self, q, k, v, causal: bool = False, scale: float | None = None,
-                 dtype: str | None = None):
-        """(o, lse) for accuracy checks, validated (:func:`checked_output`).
+                 dtype: str | None = None, variant: Variant | None = None):
+        """(o, lse) for accuracy checks, validated (:func:`checked_output`); a call that
+        changes its q, k or v fails ("modified its inputs in place": they are compared
+        with copies taken before the call).
 
         ``dtype``: for a backend with ``inputs``, the precision it computes in (None: its
-        first); every other backend computes in q's dtype.
+        first); every other backend computes in q's dtype. ``variant``: a
+        :class:`~flashbench.inputs.variant.Variant` whose window, softcap and sinks are
+        passed as keywords (causal stays ``causal``); :class:`BackendUnavailable` where
+        the backend does not declare them (:meth:`not_applicable`).
 
         Raises :class:`BackendUnavailable` (it cannot run here or this shape, with the
         reason) or :class:`BackendFailed` (it ran and gave no valid result); inputs that
@@ -191,33 +222,51 @@ class Backend:
                       dv=v.shape[3], Hkv=k.shape[1])
         if self.inputs is None or dtype is None:
             dtype = precision_name(q.dtype) if self.inputs is None else self.dtypes[0]
-        reason = self.unavailable_for(shape, dtype)
+        reason = self.unavailable_for(shape, dtype) or self.not_applicable(variant)
         if reason is not None:
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
+        extra = variant_kwargs(variant)
+        saved = snapshot(q, k, v)
         try:
-            out = self.fn(q, k, v, causal=causal, scale=scale)
+            out = self.fn(q, k, v, causal=causal, scale=scale, **extra)
         except (BackendUnavailable, BackendFailed):
             raise
         except Exception as exc:
             raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
-        return checked_output(out, q, k, v, causal, scale, self.out_dtype, self.own_lse)
+        changed = modified_inputs((q, k, v), saved)
+        if changed is not None:
+            raise BackendFailed(changed)
+        mask = causal if variant is None else variant_of(causal, **extra)
+        return checked_output(out, q, k, v, mask, scale, self.out_dtype, self.own_lse)
 
 
-def _reference(q, k, v, causal=False, scale=None):
+def _reference(q, k, v, causal=False, scale=None, **variant):
     o, lse = reference.attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
-                                 causal=causal, scale=scale)
+                                 causal=causal, scale=scale, **variant)
     return torch.from_numpy(o), torch.from_numpy(lse)
 
 
-def _triton(q, k, v, causal=False, scale=None):
+def _reference_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    o, lse = reference.varlen_attention(*(t.detach().cpu().double().numpy() for t in (q, k, v)),
+                                        cu_q, cu_k, causal=causal, scale=scale, **variant)
+    return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    from flashbench.kernels.triton_variants import triton_varlen_attention
+
+    return triton_varlen_attention(q, k, v, cu_q, cu_k, causal=causal, scale=scale, **variant)
+
+
+def _triton(q, k, v, causal=False, scale=None, **variant):
     from flashbench.kernels.triton_fwd import triton_attention
 
-    return triton_attention(q, k, v, causal=causal, scale=scale)
+    return triton_attention(q, k, v, causal=causal, scale=scale, **variant)
 
 
-def _triton_output(q, k, v, causal=False, scale=None):
-    return _triton(q, k, v, causal=causal, scale=scale)[0]
+def _triton_output(q, k, v, causal=False, scale=None, **variant):
+    return _triton(q, k, v, causal=causal, scale=scale, **variant)[0]
 
 
 def _triton_unavailable() -> str | None:
@@ -268,7 +317,7 @@ def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Back
         timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices,
         gqa=kernel in SDPA_GQA, differentiable=True, origin="torch",
         default_on=("cpu", "cuda") if kernel is None else ("cuda",),
-        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel))
+        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",), grad_variants=("window",))
 
 
 BACKENDS: dict[str, Backend] = {
@@ -276,10 +325,10 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("reference", _reference, "float64 NumPy one-shot reference",
                 ("fp64", *TORCH_FLOATS), devices=("cpu",), lse="the reference's own (float64)",
-                own_lse=True, out_dtype="fp64"),
+                own_lse=True, out_dtype="fp64", variants=VARIANTS, varlen=_reference_varlen),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
-                differentiable=True, origin="torch"),
+                differentiable=True, origin="torch", variants=VARIANTS, grad_variants=VARIANTS),
         _sdpa(None, "torch scaled_dot_product_attention, torch's own choice of kernel"),
         _sdpa("flash", "SDPA pinned to torch's flash kernel (sdpa_kernel FLASH_ATTENTION)"),
         _sdpa("efficient", "SDPA pinned to memory-efficient attention (EFFICIENT_ATTENTION)",
@@ -290,7 +339,9 @@ BACKENDS: dict[str, Backend] = {
                 TORCH_FLOATS,
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
-                own_lse=True, timed=_triton_output, differentiable=True),
+                own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
+                grad_variants=VARIANTS,
+                varlen=_triton_varlen),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,
@@ -301,7 +352,8 @@ BACKENDS: dict[str, Backend] = {
                 "for causal", TORCH_FLOATS, tp.flex_unavailable, timed=tp.flex_output,
                 peer=True, gqa=True, differentiable=torch.cuda.is_available(),
                 lse="the op's own on a GPU; the stand-in on CPU",
-                own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",)),
+                own_lse=torch.cuda.is_available(), origin="torch", default_on=("cuda",),
+                variants=("window", "softcap"), grad_variants=("window", "softcap")),
     )
 }
 

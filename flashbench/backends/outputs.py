@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import torch
 
+from flashbench.inputs.variant import variant_of
 from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed
 from flashbench.kernels.torch_peers import reference_lse
 
-__all__ = ["BackendOutput", "checked_output"]
+__all__ = ["BackendOutput", "checked_output", "snapshot", "modified_inputs", "INPUTS_MODIFIED"]
+
+INPUTS_MODIFIED = "modified its inputs in place"
 
 
 class BackendOutput(tuple):
@@ -52,6 +55,35 @@ def _unpack(out):
     raise BackendFailed(f"returned {_describe(out)}; expected o or (o, lse) torch tensors")
 
 
+def snapshot(*tensors) -> list:
+    """Private copies of a call's input tensors (detached), for :func:`modified_inputs`."""
+    return [t.detach().clone() for t in tensors]
+
+
+def modified_inputs(given, saved, names=("q", "k", "v", "do")) -> str | None:
+    """None when every tensor of ``given`` still equals its copy in ``saved`` (bit for bit,
+    NaN equal to NaN), else the failure: :data:`INPUTS_MODIFIED` and which ones."""
+    changed = [n for n, a, b in zip(names, given, saved, strict=False)
+               if a.shape != b.shape or a.dtype != b.dtype
+               or not torch.equal(_bits(a), _bits(b))]
+    return f"{INPUTS_MODIFIED} ({', '.join(changed)})" if changed else None
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _odd(x: torch.Tensor, what: str) -> None:
+    """BackendFailed for a tensor flashbench cannot read values from: sparse or other
+    non-strided layouts, the meta device (no values), a tensor subclass's storage."""
+    if x.layout != torch.strided:
+        raise BackendFailed(f"returned {what} as a {x.layout} tensor; expected a dense "
+                            "(strided) torch tensor")
+    if x.device.type not in ("cpu", "cuda"):
+        raise BackendFailed(f"returned {what} on the {x.device.type} device; expected it on "
+                            "the CPU or the inputs' device (a tensor with values)")
+
+
 def _nonfinite(x: torch.Tensor) -> int:
     return int(x.numel() - torch.isfinite(x).sum().item())
 
@@ -60,15 +92,27 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
                    out_dtype: str | None = None, own_lse: bool = True) -> BackendOutput:
     """(o, lse) from a backend's return value ``out`` for inputs q, k, v, as a
     :class:`BackendOutput`; BackendFailed when it is not a valid result (module
-    docstring). ``out_dtype``: precision name of o when it is not q's dtype (the
+    docstring). ``causal``: a bool or a :class:`~flashbench.inputs.variant.Variant` (which
+    rows see no key). ``out_dtype``: precision name of o when it is not q's dtype (the
     float64 reference). ``own_lse``: False for a backend whose returned LSE is itself a
     stand-in (torch's ops return none); an ``out`` of o alone is never its own."""
+    try:
+        return _checked(out, q, k, v, causal, scale, out_dtype, own_lse)
+    except BackendFailed:
+        raise
+    except Exception as exc:  # an output odd in a way not foreseen: that kernel's FAIL
+        raise BackendFailed(f"returned an output flashbench could not check: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
     o, lse = _unpack(out)
     own_lse = own_lse and lse is not None
     B, H, nq = q.shape[:3]
     want = (B, H, nq, v.shape[-1])
     if not isinstance(o, torch.Tensor):
         raise BackendFailed(f"returned o as {_describe(o)}; expected a torch tensor {want}")
+    _odd(o, "o")
     if tuple(o.shape) != want:
         raise BackendFailed(f"returned o of shape {tuple(o.shape)}; expected [B, H, Nq, dv] "
                             f"= {want}")
@@ -80,7 +124,9 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
     elif not isinstance(lse, torch.Tensor) or not lse.is_floating_point():
         raise BackendFailed(f"returned lse as {_describe(lse)}; expected a floating torch "
                             f"tensor {want[:3]}")
-    elif tuple(lse.shape) != want[:3]:
+    else:
+        _odd(lse, "lse")
+    if tuple(lse.shape) != want[:3]:
         raise BackendFailed(f"returned lse of shape {tuple(lse.shape)}; expected [B, H, Nq] "
                             f"= {want[:3]}")
     if all(bool(torch.isfinite(t).all()) for t in (q, k, v)):
@@ -90,8 +136,10 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
                                 f"{o.numel()}, for finite inputs (the float64 reference is "
                                 f"finite there)")
         sees_nothing = torch.zeros(nq, dtype=torch.bool, device=lse.device)
-        if causal and nq > k.shape[-2]:
-            sees_nothing[: nq - k.shape[-2]] = True
+        variant = variant_of(causal)  # a bool, or a Variant (window, sinks)
+        hidden = None if variant.sinks is not None else variant.hidden(nq, k.shape[-2])
+        if hidden is not None:
+            sees_nothing[torch.from_numpy(hidden.all(axis=1)).to(lse.device)] = True
         wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
         if bool(wrong.any()):
             raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "

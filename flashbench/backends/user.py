@@ -3,7 +3,8 @@
 Two ways in:
 
 - ``flashbench check --backend package.module:function`` (repeatable): the module is
-  imported from ``sys.path`` and ``function`` (a dotted attribute path) looked up;
+  imported from ``sys.path`` and ``function`` (a dotted attribute path) looked up, in a
+  worker process of its own (:mod:`flashbench.backends.worker`, where every call runs);
   the backend's name is the spec itself.
 - an entry point in the group ``flashbench.backends`` (``name = "module:function"`` in
   a package's metadata, e.g. pyproject's ``[project.entry-points."flashbench.backends"]``):
@@ -21,15 +22,20 @@ what it takes (else the defaults):
 - ``flashbench_head_dims``: head dims d, default any;
 - ``flashbench_gqa``: True if k, v may have fewer heads than q (Hkv dividing H);
   default False: k and v are expanded to H heads for it;
-- ``flashbench_differentiable``: True if autograd flows through it (default False).
+- ``flashbench_differentiable``: True if autograd flows through it (default False);
+- ``flashbench_variants``: which of "window", "softcap", "sinks" it takes, as keywords
+  ``window=(left, right)``, ``softcap=c``, ``sinks=`` (a tuple of H floats), passed only
+  when set; default none: a check with a variant reports it "not applicable".
 
-A function that cannot be imported, raises, returns the wrong shape or dtype, or
-non-finite values where the reference is finite is a FAIL with that reason; the
-other backends still run.
+A function that cannot be imported, raises (or exits), changes its inputs in place,
+runs past the per-call time limit, returns the wrong shape or dtype, or non-finite
+values where the reference is finite is a FAIL with that reason; the other backends
+still run.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import re
@@ -39,7 +45,7 @@ from flashbench.backends import TORCH_FLOATS
 from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.checks import BackendFailed
 
-__all__ = ["GROUP", "parse_spec", "user_backend", "entry_point_names", "find"]
+__all__ = ["GROUP", "parse_spec", "load", "user_backend", "release", "entry_point_names", "find"]
 
 GROUP = "flashbench.backends"
 DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends)
@@ -57,12 +63,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return m[1], m[2]
 
 
-def _call(fn, q, k, v, causal=False, scale=None):
+def _call(fn, q, k, v, causal=False, scale=None, **variant):
     kwargs = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
-    return fn(q, k, v, **kwargs)
+    return fn(q, k, v, **kwargs, **variant)
 
 
-def _broken(reason: str, q, k, v, causal=False, scale=None):
+def _broken(reason: str, q, k, v, causal=False, scale=None, **variant):
     raise BackendFailed(reason)
 
 
@@ -77,6 +83,15 @@ def _declared(fn, attr: str, default, check):
 def _dtypes(value) -> tuple[str, ...]:
     names = tuple(value)
     if not names or any(n not in PRECISIONS for n in names):
+        raise ValueError(names)
+    return names
+
+
+def _variants(value) -> tuple[str, ...]:
+    from flashbench.backends import VARIANTS
+
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if any(n not in VARIANTS for n in names):
         raise ValueError(names)
     return names
 
@@ -99,34 +114,102 @@ def _failing(name: str, reason: str, description: str, origin: str):
                    origin=origin)
 
 
-def user_backend(spec: str, name: str | None = None, origin: str = "user"):
-    """The :class:`~flashbench.backends.Backend` for a user's ``"module:function"``.
-
-    A function that cannot be imported (or declares invalid attributes) still gives a
-    backend: one whose every call fails with that reason, so the check reports it.
-    """
-    from flashbench.backends import Backend
-
+def load(spec: str):
+    """(function, declared) for ``"module:function"``, imported in this process (the
+    worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
+    dtypes, head_dims, gqa, differentiable. BackendFailed with the reason otherwise."""
     module_name, attr = parse_spec(spec)
-    name = spec if name is None else name
-    description = f"user function {spec}"
     try:
         obj = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
-        if not callable(obj):
-            raise TypeError(f"{spec} is a {type(obj).__name__}, not a function")
-        dtypes = _declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)
-        head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
-    except Exception as exc:  # a user's module may fail in any way: report it, run the rest
-        reason = str(exc) if isinstance(exc, BackendFailed) else (
-            f"cannot import {spec}: {type(exc).__name__}: {exc}")
-        return _failing(name, reason, description, origin)
-    return Backend(name, partial(_call, obj), description, dtypes, timed=partial(_call, obj),
-                   head_dims=head_dims, gqa=bool(getattr(obj, "flashbench_gqa", False)),
-                   differentiable=bool(getattr(obj, "flashbench_differentiable", False)),
+    except Exception as exc:
+        raise BackendFailed(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
+    if not callable(obj):
+        raise BackendFailed(f"{spec} is a {type(obj).__name__}, not a function")
+    head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
+    return obj, {"dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
+                 "head_dims": None if head_dims is None else list(head_dims),
+                 "gqa": bool(getattr(obj, "flashbench_gqa", False)),
+                 "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
+                 "variants": list(_declared(obj, "flashbench_variants", (), _variants))}
+
+
+@functools.cache
+def _imported(spec: str):
+    return load(spec)[0]
+
+
+def _timed(spec: str, q, k, v, causal=False, scale=None, **variant):
+    """The bare function, imported here on first use: what timings call (in process)."""
+    return _call(_imported(spec), q, k, v, causal=causal, scale=scale, **variant)
+
+
+def _forward(worker, q, k, v, causal=False, scale=None, **variant):
+    """The accuracy callable: the function run in its worker on copies of q, k, v (with the
+    variant's keywords it declared, :data:`flashbench.backends.VARIANTS`)."""
+    reply = worker.call({"op": "forward", "q": q.detach().cpu(), "k": k.detach().cpu(),
+                         "v": v.detach().cpu(), "causal": causal, "scale": scale,
+                         "variant": variant})
+    o = reply["o"].to(q.device)
+    return o if reply["lse"] is None else (o, reply["lse"].to(q.device))
+
+
+def _grads(worker, expand: bool, q, k, v, do, causal=False):
+    """(dq, dk, dv): autograd through the function, in its worker."""
+    reply = worker.call({"op": "grads", "q": q, "k": k, "v": v, "do": do, "causal": causal,
+                         "expand": expand})
+    return tuple(reply["grads"])
+
+
+_MADE: dict = {}  # (spec, name, origin) -> Backend, until release()
+
+
+def user_backend(spec: str, name: str | None = None, origin: str = "user"):
+    """The :class:`~flashbench.backends.Backend` for a user's ``"module:function"``: its
+    calls run in a worker process of its own (:mod:`flashbench.backends.worker`; the
+    module is imported there, never in the harness's process).
+
+    A function that cannot be imported (or declares invalid attributes) still gives a
+    backend: one whose every call fails with that reason, so the check reports it.
+    """
+    parse_spec(spec)
+    name = spec if name is None else name
+    key = (spec, name, origin)
+    if key not in _MADE:
+        _MADE[key] = _make(spec, name, origin)
+    return _MADE[key]
+
+
+def _make(spec: str, name: str, origin: str):
+    from flashbench.backends import Backend
+    from flashbench.backends.worker import Worker
+
+    description = f"user function {spec}"
+    worker = Worker(spec)
+    try:
+        declared = worker.call({"op": "describe"})
+    except BackendFailed as exc:
+        return _failing(name, str(exc), description, origin)
+    head_dims = declared["head_dims"]
+    return Backend(name, partial(_forward, worker), description, tuple(declared["dtypes"]),
+                   timed=partial(_timed, spec),
+                   head_dims=None if head_dims is None else tuple(head_dims),
+                   gqa=declared["gqa"], differentiable=declared["differentiable"],
+                   grads=partial(_grads, worker, not declared["gqa"])
+                   if declared["differentiable"] else None,
+                   ran_interpreted=worker.interpreted,
+                   variants=tuple(declared.get("variants", ())),
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
                    own_lse=True, origin=origin)
+
+
+def release() -> None:
+    """Stop every user backend's worker and forget the backends (the end of a check)."""
+    from flashbench.backends.worker import close_all
+
+    close_all()
+    _MADE.clear()
 
 
 def _entry_points(registry) -> dict[str, str]:

@@ -7,27 +7,35 @@ subcommand, so that a status means one thing everywhere:
 
 - 0 and 1 are the subcommand's own answers (review: 0 nothing regressed, 1 something
   regressed; check: 0 pass, 1 fail); 2 is "could not decide" (review);
-- bad arguments or input (argparse errors, ValueError, TypeError): one line on stderr,
+- bad arguments or input (argparse errors; a ValueError or TypeError that flashbench
+  raised itself, with a ``raise`` statement in its own code): one line on stderr,
   exit 2, no traceback;
-- the tool itself failed (OSError such as an unwritable output, a git, asv, npm or
-  worker failure: subprocess errors and RuntimeError): one line on stderr, exit 3;
+- the tool itself failed (OSError such as a disk full, a git, asv, npm or worker
+  failure: subprocess errors and RuntimeError): one line on stderr, exit 3;
 - a closed output pipe (``--json | head``): quietly exit 3;
 - SIGINT / SIGTERM: one line, exit 128 + the signal number (130, 143);
-- anything else is a bug: its traceback, then exit 3 (never 1, which means "regressed").
+- anything else is a bug, an "internal error" (a ValueError from inside numpy or
+  pandas too: not the user's input): one line, exit 3 (never 1, "regressed").
+Every exit 3 but the closed pipe saves its traceback to a file and names it
+(:func:`save_traceback`).
 """
 
 from __future__ import annotations
 
+import linecache
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 import traceback
 
 from flashbench.cli import bands, check, history, review, table
 from flashbench.cli.common import Parser, jsonable, parse_shape
 
-__all__ = ["main", "build_parser", "parse_shape", "jsonable", "COMMANDS", "BAD_INPUT", "ERROR"]
+__all__ = ["main", "build_parser", "parse_shape", "jsonable", "COMMANDS", "BAD_INPUT", "ERROR",
+           "save_traceback"]
 
 COMMANDS = (check, history, review, table, bands)
 BAD_INPUT, ERROR = 2, 3
@@ -55,6 +63,39 @@ def _quiet_stdout() -> None:
         pass
 
 
+def save_traceback(exc: BaseException, name: str) -> str:
+    """Write ``exc``'s traceback to a new file under the temporary folder; its path (or
+    why it could not be written)."""
+    try:
+        folder = os.path.join(tempfile.gettempdir(), "flashbench-tracebacks")
+        os.makedirs(folder, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        fd, path = tempfile.mkstemp(dir=folder, suffix=".txt",
+                                    prefix=f"{name.replace(' ', '-')}-{stamp}-")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{name} {' '.join(sys.argv[1:])}\n\n")
+            f.writelines(traceback.format_exception(exc))
+        return f"traceback saved to {path}"
+    except OSError as err:
+        return f"the traceback could not be saved: {err}"
+
+
+def _raised_by_flashbench(exc: BaseException) -> bool:
+    """True when flashbench raised ``exc`` on purpose: the innermost frame is in the
+    flashbench package and its line is a ``raise`` statement (a refusal of bad input),
+    not an operation that failed there or inside numpy, pandas, torch."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.abspath(filename).startswith(package + os.sep):
+        return False
+    return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise")
+
+
 def main(argv=None) -> int:
     name = "flashbench"
     try:
@@ -71,16 +112,21 @@ def main(argv=None) -> int:
         print(f"{name}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + int(signum)
     except (ValueError, TypeError) as exc:
+        if not _raised_by_flashbench(exc):
+            return _internal(name, exc)
         print(f"{name}: error: {_line(exc)}", file=sys.stderr)
         return BAD_INPUT
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-        print(f"{name}: failed: {_line(exc)}", file=sys.stderr)
+        print(f"{name}: failed: {_line(exc)} ({save_traceback(exc, name)})", file=sys.stderr)
         return ERROR
-    except Exception:
-        traceback.print_exc()
-        print(f"{name}: internal error (a bug: please report the traceback above)",
-              file=sys.stderr)
-        return ERROR
+    except Exception as exc:
+        return _internal(name, exc)
+
+
+def _internal(name: str, exc: BaseException) -> int:
+    print(f"{name}: internal error (a bug in flashbench, not your input: please report it): "
+          f"{type(exc).__name__}: {_line(exc)}; {save_traceback(exc, name)}", file=sys.stderr)
+    return ERROR
 
 
 if __name__ == "__main__":

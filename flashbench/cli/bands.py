@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from flashbench.cli.common import positive_int
+from flashbench.cli.common import distinct, positive_int
+from flashbench.cli.output import output_file, write_atomically
 from flashbench.inputs.problem import DISTRIBUTIONS
 
 
@@ -48,21 +49,30 @@ def add_parser(sub) -> None:
     b.set_defaults(func=run)
 
 
-def _check_json_target(path, force: bool) -> Path | None:
-    if path is None:
-        return None
-    target = Path(path)
-    if target.exists() and not force:
-        raise ValueError(f"--json {path}: the file exists (pass --force to overwrite it)")
-    if target.is_dir():
-        raise ValueError(f"--json {path}: is a folder, expected a file name")
-    return target
+def _refuse_big(args) -> None:
+    """Refuse, before measuring, an N whose cell would not fit in memory (the figure as
+    ``flashbench check`` gives it: one seed's draws per cell, the seeds stacked)."""
+    from dataclasses import replace
+
+    from flashbench.bands.measure import cell_shape
+    from flashbench.measure.footprint import too_big
+
+    causal = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    shapes = [replace(s, B=s.B * args.seeds) for s in
+              (cell_shape(n, causal=c) for n in args.n for c in causal)]
+    refusal = too_big(shapes)
+    if refusal is not None:
+        raise ValueError(f"--n {max(args.n)} with --seeds {args.seeds}: {refusal}")
 
 
 def run(args) -> int:
     from flashbench.bands.render import legend, render_table, to_json
 
-    target = _check_json_target(args.json, args.force)
+    target = output_file(args.json, "--json", args.force)
+    for option in ("dtype", "n", "dist", "kernels"):
+        setattr(args, option, distinct(getattr(args, option), f"--{option}", "bands"))
+    if args.from_results is None:
+        _refuse_big(args)
     start = time.perf_counter()
 
     def say(msg: str) -> None:
@@ -87,7 +97,7 @@ def run(args) -> int:
         print(f"\n{kernel}:\n")
         print(render_table(bands, tensor=args.tensor, kernel=kernel))
     if target is not None:
-        target.write_text(json.dumps(to_json(bands, meta), indent=1) + "\n")
+        write_atomically(target, json.dumps(to_json(bands, meta), indent=1) + "\n", args.force)
         print(f"\nwrote {target}")
     return 0
 

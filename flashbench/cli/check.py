@@ -7,7 +7,8 @@ import json
 import sys
 from dataclasses import replace
 
-from flashbench.cli.common import jsonable, parse_shape, positive_int
+from flashbench.backends.worker import DEFAULT_TIME_LIMIT
+from flashbench.cli.common import distinct, finite, jsonable, parse_shape, positive_int, seed
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
 from flashbench.inputs.problem import DISTRIBUTIONS
 
@@ -21,6 +22,41 @@ def _block(text: str) -> int:
     except (TypeError, ValueError) as exc:
         message = str(exc) if text.strip().lstrip("-").isdigit() else (
             f"block must be an int >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def _window(text: str) -> tuple[int, int]:
+    """--window L,R: two ints >= -1 (checked by the Variant, the library's own check)."""
+    from flashbench.inputs.variant import Variant
+
+    try:
+        left, right = (int(x) for x in text.split(","))
+        return Variant(window=(left, right)).window
+    except ValueError as exc:
+        message = str(exc) if text.count(",") == 1 and "window" in str(exc) else (
+            f"window must be L,R: two ints >= -1 (-1: unbounded), got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        lengths = ()
+    if not lengths or min(lengths) < 0 or sum(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"varlen must be sequence lengths N1,N2,... (ints "
+                                         f">= 0, not all 0), got {text!r}")
+    return lengths
+
+
+def _softcap(text: str) -> float:
+    from flashbench.inputs.variant import Variant
+
+    try:
+        return Variant(softcap=float(text)).softcap
+    except ValueError as exc:
+        message = str(exc) if "softcap" in str(exc) else (
+            f"softcap must be a number > 0, got {text!r}")
         raise argparse.ArgumentTypeError(message) from None
 
 
@@ -39,8 +75,25 @@ def add_parser(sub) -> None:
     c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
+    c.add_argument("--window", type=_window, metavar="L,R",
+                   help="sliding window (FlashAttention's window_size): query i sees keys "
+                   "i + Nk - Nq - L .. i + Nk - Nq + R; -1 unbounded (e.g. 128,0; write "
+                   "--window=-1,0 when L is -1)")
+    c.add_argument("--softcap", type=_softcap, metavar="C",
+                   help="logit softcap C > 0: scores become C tanh(s / C) (Gemma 2: 50)")
+    c.add_argument("--sinks", action="store_true",
+                   help="attention sinks: one seeded N(0, 1) logit per query head in each "
+                   "row's softmax denominator (gpt-oss)")
+    c.add_argument("--varlen", type=_lengths, metavar="N1,N2,...",
+                   help="a packed variable-length batch (FlashAttention's varlen layout) of "
+                   "sequences of these lengths, queries and keys alike (0 allowed), with "
+                   "each shape's H, Hkv and d (default 1x2x64: H=2, d=64)")
+    c.add_argument("--variants", action="store_true",
+                   help="judge each shape with every variant of flashbench.measure.varlen."
+                   "VARIANT_SET (causal window=(128,0), softcap=30, sinks, varlen 512,1000,77) "
+                   "in one report")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
@@ -50,6 +103,11 @@ def add_parser(sub) -> None:
                    "on a GPU machine every backend")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
+    c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
+                   metavar="SECONDS",
+                   help="per-call time limit of a user's kernel (its import, each forward, "
+                   "each backward), after which it FAILs and its later calls are not run "
+                   f"(default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
@@ -75,7 +133,57 @@ def _cases(args):
                      for c in {(c.shape, c.causal): c for c in cases}.values()]
     if args.kv_heads is not None:
         cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
-    return cases
+    cases = [replace(c, **_variant(args)) for c in cases]
+    if args.variants:
+        return _variant_set(args, cases)
+    if args.varlen is None:
+        return cases
+    from flashbench.inputs.problem import Shape
+
+    n = max(args.varlen)  # the shape's B, Nq, Nk: the batch and its longest sequence
+    shapes = args.shape or [Shape(1, 2, 64, 64, 64)]
+    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=n), varlen=args.varlen)
+            for s in dict.fromkeys(shapes)
+            for c in {(c.dist, c.causal): c for c in cases}.values()]
+
+
+def _variant_set(args, cases):
+    """--variants: each distinct shape and dist (causal off) with every variant of the set."""
+    from flashbench.measure.varlen import VARIANT_SET
+
+    if _variant(args) or args.varlen:
+        raise ValueError("--variants runs its own set: without --window, --softcap, --sinks "
+                         "or --varlen")
+    base = {(c.shape, c.dist): replace(c, causal=False) for c in cases}.values()
+    out = []
+    for kw in VARIANT_SET.values():
+        for c in base:
+            if "varlen" in kw:
+                n = max(kw["varlen"])
+                c = replace(c, shape=replace(c.shape, B=len(kw["varlen"]), Nq=n, Nk=n))
+            out.append(replace(c, **kw))
+    return list(dict.fromkeys(out))
+
+
+def _variant(args) -> dict:
+    """The Case fields of --window, --softcap, --sinks (empty without them)."""
+    fields = {"window": args.window, "softcap": args.softcap, "sinks": args.sinks or None}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _grad_cases(args, cases):
+    """Where gradients are judged: the shapes given, else the default gradient cases (with
+    the variant asked for); None: the defaults as run_check picks them."""
+    if args.shape:
+        return cases
+    if args.variants:
+        return [c for c in cases if c.varlen is None]
+    if not _variant(args):
+        return None
+    from flashbench.measure.backward import default_grad_cases
+
+    causals = {c.causal for c in cases}
+    return [replace(c, **_variant(args)) for c in default_grad_cases() if c.causal in causals]
 
 
 def run(args) -> int:
@@ -90,6 +198,8 @@ def run(args) -> int:
     from flashbench.measure.check import render_text, run_check
     from flashbench.measure.footprint import too_big
 
+    args.dtype = distinct(args.dtype, "--dtype", "check")
+    args.dist = distinct(args.dist, "--dist", "check")
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:
@@ -99,7 +209,7 @@ def run(args) -> int:
     backends = [] if args.no_backends else resolve_backends(args.backend)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=cases if args.shape else None)  # None: default gradient cases
+                       grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
     if args.json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()

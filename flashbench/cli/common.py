@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 
 from flashbench.inputs.problem import Shape
 
@@ -44,16 +45,24 @@ def finite(lo: float, hi: float, lo_open: bool = False):
     return parse
 
 
-def positive_int(text: str) -> int:
-    """An argument type: an integer >= 1 (every subcommand's counts: --threads, --seeds,
-    --n, --kv-heads, ...)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+def _int_at_least(lo: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+# every subcommand's counts: --threads, --seeds, --n, --kv-heads, ...: an integer >= 1
+positive_int = _int_at_least(1, "positive_int")
+# a random seed: an integer >= 0 (numpy's generators take no negative seed)
+seed = _int_at_least(0, "seed")
 
 
 def regex(text: str) -> str:
@@ -74,6 +83,19 @@ def machine_name(text: str) -> str:
         return check_machine_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def distinct(values, option: str, command: str) -> list | None:
+    """``values`` (an nargs list) without repeats, in order; a repeat is dropped with a
+    warning on stderr (measured once, it would be tabled twice)."""
+    if values is None:
+        return None
+    kept = list(dict.fromkeys(values))
+    if len(kept) < len(values):
+        extra = [v for i, v in enumerate(values) if v in values[:i]]
+        print(f"flashbench {command}: warning: {option} {' '.join(map(str, extra))} given more "
+              "than once; measured once", file=sys.stderr)
+    return kept
 
 
 def jsonable(x):

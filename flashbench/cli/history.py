@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 
 def add_parser(sub) -> None:
     h = sub.add_parser("history", help="asv results as tables, CSVs and plots",
@@ -21,9 +24,24 @@ def add_parser(sub) -> None:
     h.set_defaults(func=run)
 
 
+def _distinct(dirs: list[str]) -> list[str]:
+    """The folders, each once (the same folder given twice would count every row twice):
+    a folder met again, by its real path, is dropped with a warning on stderr."""
+    seen, kept = {}, []
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real in seen:
+            print(f"flashbench history: warning: {d} given more than once (as {seen[real]}); "
+                  "read once", file=sys.stderr)
+            continue
+        seen[real] = d
+        kept.append(d)
+    return kept
+
+
 def run(args) -> int:
     from flashbench.history.report import build_report
 
-    dirs = args.results_dir
+    dirs = _distinct(args.results_dir)
     print(build_report(dirs[0] if len(dirs) == 1 else dirs, args.out, force=args.force))
     return 0

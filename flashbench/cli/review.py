@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from flashbench.cli.common import finite, machine_name, positive_int, regex
+from flashbench.cli.output import output_file, write_atomically
 
 
 def add_parser(sub) -> None:
@@ -51,28 +51,16 @@ def add_parser(sub) -> None:
                    "uncommitted edits (the header says they were not measured)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="list unchanged results too")
-    r.add_argument("--output", help="also write the report to this file")
+    r.add_argument("--output", help="also write the report to this file (a new file; an "
+                   "existing one only with --force)")
+    r.add_argument("--force", action="store_true", help="let --output overwrite its file")
     r.set_defaults(func=run)
-
-
-def _check_output(path: str | None) -> None:
-    """Refuse an output file that cannot be written before measuring for minutes."""
-    if path is None:
-        return
-    if not path or os.path.isdir(path):
-        raise IsADirectoryError(f"--output {path!r} is a folder, not a file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"--output {path!r}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path,
-                                                                                  os.W_OK)):
-        raise PermissionError(f"--output {path!r} is not writable")
 
 
 def run(args) -> int:
     from flashbench.review import Options, render_markdown, run_review, to_json
 
-    _check_output(args.output)
+    target = output_file(args.output, "--output", args.force)
     opts = Options(base=args.base, head=args.head, reuse=args.reuse, results=args.results,
                    quick=args.quick, existing=args.existing, factor=args.factor,
                    acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
@@ -80,8 +68,7 @@ def run(args) -> int:
                    threads=args.threads, jobs=args.jobs)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
+    if target is not None:
+        write_atomically(target, text if text.endswith("\n") else text + "\n", args.force)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return review.status

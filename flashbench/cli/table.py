@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from flashbench.cli.common import parse_shape
+from flashbench.cli.common import distinct, parse_shape, seed
 
 TABLES = ("fa3",)
 
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     t.add_argument("name", choices=TABLES, help="which table")
     t.add_argument("--shape", type=parse_shape, default=None,
                    help="BxHxNxd or BxHxNqxNkxd (default: 1x2x4096x128)")
-    t.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+    t.add_argument("--seeds", type=seed, nargs="+", default=[0, 1, 2],
                    help="input seeds; RMSE is pooled over them (default: 0 1 2)")
     t.add_argument("--block-q", type=int, default=None,
                    help="query rows per tile (default: FlashAttention-3's FP8 tile for d)")
@@ -30,15 +30,25 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from flashbench.measure.footprint import too_big
     from flashbench.measure.papers import FA3_SHAPE, fa3_table3, render_markdown
 
+    shape = args.shape or FA3_SHAPE
+    if shape.kv_heads != shape.H:
+        raise ValueError(f"--shape {shape.spec()}: table fa3 reruns plain attention (as the "
+                         f"paper's table), so H and Hkv must be equal; got H={shape.H}, "
+                         f"Hkv={shape.kv_heads}")
+    refusal = too_big([shape])
+    if refusal is not None:
+        raise ValueError(refusal)
+    seeds = distinct(args.seeds, "--seeds", "table")
     start = time.perf_counter()
 
     def say(msg: str) -> None:
         if not args.quiet:
             print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    table = fa3_table3(args.shape or FA3_SHAPE, seeds=args.seeds, block_q=args.block_q,
+    table = fa3_table3(shape, seeds=seeds, block_q=args.block_q,
                        block=args.block, say=say)
     print(render_markdown(table))
     return 0

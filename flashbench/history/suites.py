@@ -8,7 +8,9 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
   (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
   (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios; the
   band rule's ``*_band_ratio`` beside each baseline ratio) and
-  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``) and the tolerance bands
+  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``), the attention variants
+  (``TrackVariantAccuracy.track_<metric>``: window, softcap, sinks, varlen; parameter
+  ``variant``) and the tolerance bands
   (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss), decode
   (``TrackDecodeAccuracy``, ``TrackDecodeMerge``); :data:`MAIN_METRIC` is
   the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
@@ -49,7 +51,7 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN
            "legacy_shaped", "legacy_problem"]
 
 ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
-                      r"|TrackDecodeAccuracy|TrackDecodeMerge)"
+                      r"|TrackDecodeAccuracy|TrackDecodeMerge|TrackVariantAccuracy)"
                       r"\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
@@ -62,7 +64,7 @@ BAND_PAIRS = {"o_baseline_ratio": "o_band_ratio", "lse_baseline_ratio": "lse_ban
               "dq_ratio": "dq_band_ratio", "dk_ratio": "dk_band_ratio",
               "dv_ratio": "dv_band_ratio"}
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
-ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist")
+ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist", "variant")
 # what a timing ran: the first of these parameters that a result holds as text
 BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
 

@@ -127,41 +127,60 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     Columns: machine, cpu, kernel, dtype, causal, shape, dist (the accuracy
     parameters where recorded), metric, params (the whole combination), commits (how
     many recorded it), p50, p99, max (over all commits), band_lo / band_hi (min / max
-    over the commits before the latest), latest, latest_commit, inside (latest within
-    [band_lo, band_hi]; NA with one commit), o_ratio / lse_ratio (latest baseline-rule
-    ratio of the same combination: kernel error / same-dtype standard_model error,
-    passes at <= 2), o_band / lse_band (latest band-rule ratio, passes at <= 1; NaN
-    before the band rule), unit.
+    of the finite values of the commits before the latest), latest, latest_commit,
+    latest_status (the newest commit's outcome: "ok", asv's "failed" / "skipped" /
+    "missing", or "non-finite" for an inf or NaN error; latest is NaN unless "ok" or
+    "non-finite", never an older commit's value), inside (latest within [band_lo,
+    band_hi]; NA with one commit; False when latest_status is not "ok"), o_ratio /
+    lse_ratio (latest baseline-rule ratio of the same combination: kernel error /
+    same-dtype standard_model error, passes at <= 2), o_band / lse_band (latest band-rule
+    ratio, passes at <= 1; NaN before the band rule), unit.
     """
     labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
-                        "latest_commit", "inside", "o_ratio", "lse_ratio", "o_band",
-                        "lse_band", "unit"]
+                        "latest_commit", "latest_status", "inside", "o_ratio", "lse_ratio",
+                        "o_band", "lse_band", "unit"]
     hits = {b: m for b in names(df["benchmark"]) if isinstance(b, str)
             and (m := accuracy_metric(b))}
-    acc = ok_rows(df, hits, [*_RUN, "benchmark", "params", "unit", "value", *ACCURACY_LABELS])
-    if acc.empty:
+    every = with_identity(df)
+    every = every.loc[every["benchmark"].isin(list(hits)).to_numpy(),
+                      [c for c in dict.fromkeys(["date", *_RUN, "benchmark", "params", "unit",
+                                                 "value", "status", *ACCURACY_LABELS])
+                       if c in every.columns]].sort_values("date", kind="stable")
+    ok = (every["status"] == "ok").to_numpy()
+    if not ok.any():
         return pd.DataFrame(columns=columns)
-    acc = acc.assign(metric=per_name(acc["benchmark"], hits))
+    every = every.assign(metric=per_name(every["benchmark"], hits))
     keys = [*IDENTITY, "metric", "params"]
-    acc["last"] = acc.groupby(keys, observed=True, dropna=False).cumcount(ascending=False) == 0
-    g = acc.groupby(keys, observed=True, dropna=False)
-    bands = g["value"].agg(commits="size", p50="median", max="max", latest="last")
-    bands["p99"] = g["value"].quantile(0.99)
-    earlier = acc[~acc["last"]].groupby(keys, observed=True, dropna=False)["value"]
+    # one id per series, so that every column below lines up whatever the keys hold
+    gid = every.groupby(keys, observed=True, dropna=False, sort=True).ngroup().to_numpy()
+    every = every.assign(gid=gid)
+    last = (every.groupby("gid").cumcount(ascending=False) == 0).to_numpy()
+    value = every["value"].to_numpy(float)
+    g = every["value"].where(ok).groupby(gid)
+    bands = pd.DataFrame({"commits": g.count(), "p50": g.median(), "max": g.max(),
+                          "p99": g.quantile(0.99)})
+    earlier = every["value"].where(ok & ~last & np.isfinite(value)).groupby(gid)
     bands["band_lo"], bands["band_hi"] = earlier.min(), earlier.max()
-    for c in ACCURACY_LABELS:
-        bands[c] = g[c].first(skipna=False).astype(object) if c in acc else None
-    bands["latest_commit"] = g["commit"].last().astype(object).str[:8]
-    bands["unit"] = g["unit"].last().astype(object)
+    first = every[every.groupby("gid").cumcount() == 0].set_index("gid")
+    for c in [*keys, *ACCURACY_LABELS]:
+        bands[c] = first[c].astype(object) if c in first else None
+    newest = every[last].set_index("gid").sort_index()  # in gid order, as bands
+    bands["unit"] = newest["unit"].astype(object)
+    status = newest["status"].astype(object).to_numpy()
+    latest = newest["value"].to_numpy(float)
+    status = np.where((status == "ok") & ~np.isfinite(latest), "non-finite", status)
+    bands["latest"] = np.where(np.isin(status, ["ok", "non-finite"]), latest, np.nan)
+    bands["latest_commit"] = newest["commit"].astype(object).str[:8]
+    bands["latest_status"] = status
+    bands = bands[bands["commits"] > 0]
     tol = 1e-9 * bands["band_hi"].abs().clip(lower=1e-300)
     inside = ((bands["band_lo"] - tol <= bands["latest"])
               & (bands["latest"] <= bands["band_hi"] + tol)).astype(object)
     inside[bands["band_hi"].isna()] = pd.NA
+    inside[bands["latest_status"] != "ok"] = False
     bands["inside"] = inside
-    bands = bands.reset_index()
-    for c in keys:
-        bands[c] = bands[c].astype(object)
+    bands = bands.reset_index(drop=True)
     for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio"),
                            ("o_band_ratio", "o_band"), ("lse_band_ratio", "lse_band")):
         ratio = bands.loc[bands["metric"] == metric, [*IDENTITY, "params", "latest"]]

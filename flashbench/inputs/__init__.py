@@ -1,6 +1,7 @@
 """What enters: problem shapes and seeded inputs (:mod:`.problem`), dtype names resolved to
-their :class:`~flashbench.inputs.precision.Precision` (:mod:`.precision`), and the
-argument checks every path shares (:mod:`.validation`)."""
+their :class:`~flashbench.inputs.precision.Precision` (:mod:`.precision`), the
+argument checks every path shares (:mod:`.validation`), and the attention variants as data
+(:mod:`.variant`: causal, window, softcap, sinks; packed cu_seqlens checks)."""
 
 from flashbench.inputs.problem import (
     DISTRIBUTIONS,
@@ -10,5 +11,7 @@ from flashbench.inputs.problem import (
     make_qkv,
     visible_pairs,
 )
+from flashbench.inputs.variant import Variant, variant_of
 
-__all__ = ["DISTRIBUTIONS", "ODD_SHAPES", "PASS_FLOPS", "Shape", "make_qkv", "visible_pairs"]
+__all__ = ["DISTRIBUTIONS", "ODD_SHAPES", "PASS_FLOPS", "Shape", "make_qkv", "visible_pairs",
+           "Variant", "variant_of"]

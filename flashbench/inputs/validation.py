@@ -195,7 +195,8 @@ def grouped_query(fn):
     Where k and v have fewer heads than q (:func:`kv_group`), ``fn`` runs on q
     [..., Hkv, G, Nq, d] and k, v [..., Hkv, 1, Nk, *] (views where the arrays allow)
     and o, lse are merged back to H heads: equal to the expanded computation, without
-    expanding k and v. Arguments are validated (:func:`check_qkv`) before anything
+    expanding k and v; a ``sink`` keyword (per-head logits [H, 1]) is split with q's heads.
+    Arguments are validated (:func:`check_qkv`) before anything
     else, so errors read as they do without grouping.
     """
 
@@ -205,6 +206,8 @@ def grouped_query(fn):
         group = kv_group(q.shape, k.shape, v.shape)
         if group == 1:
             return fn(q, k, v, *args, **kwargs)
+        if kwargs.get("sink") is not None:  # per-head sink logits [H, 1]
+            kwargs["sink"] = split_heads(kwargs["sink"], group, -2)
         o, lse = fn(split_heads(q, group, -3), k[..., None, :, :], v[..., None, :, :],
                     *args, **kwargs)
         return merge_heads(o, -3), merge_heads(lse, -2)
@@ -248,7 +251,8 @@ def grouped_grad(fn, q, k, v, rows, **kwargs):
     """Run a backward ``fn(q, k, v, *rows, **kwargs) -> (dq, dk, dv)`` on validated arrays,
     grouping query heads where k and v have fewer (:func:`kv_group`).
 
-    ``rows``: per-query-row arrays with their head axis, ``((o, -3), (lse, -2), (do, -3))``.
+    ``rows``: per-query-row arrays with their head axis, ``((o, -3), (lse, -2), (do, -3))``
+    (None passes through).
     Grouped, ``fn`` sees q and rows split to [..., Hkv, G, ...] and k, v as
     [..., Hkv, 1, Nk, *]; it must return dk, dv with those k, v shapes (summed over the
     group, as :func:`sum_to` does), and the inserted axis is dropped again.
@@ -257,5 +261,6 @@ def grouped_grad(fn, q, k, v, rows, **kwargs):
     if group == 1:
         return fn(q, k, v, *(x for x, _ in rows), **kwargs)
     dq, dk, dv = fn(split_heads(q, group, -3), k[..., None, :, :], v[..., None, :, :],
-                    *(split_heads(x, group, axis) for x, axis in rows), **kwargs)
+                    *(None if x is None else split_heads(x, group, axis) for x, axis in rows),
+                    **kwargs)
     return merge_heads(dq, -3), dk[..., 0, :, :], dv[..., 0, :, :]

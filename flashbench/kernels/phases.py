@@ -1,4 +1,5 @@
-"""The key-block phases of one query block, shared by the forward and the backward's dQ kernel.
+"""The key-block phases of one query block, shared by the forward and the backward's dQ kernel
+(and the sink's merge into a finished block's statistics, :func:`merge_sink`).
 
 A program holding query rows ``[start_m * BLOCK_M, (start_m + 1) * BLOCK_M)`` streams key
 blocks in two phases (bottom-right causal alignment: query i sees key j iff
@@ -18,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["key_phases"]
+__all__ = ["key_phases", "variant_phases", "merge_sink"]
 
 
 @triton.jit
@@ -35,3 +36,43 @@ def key_phases(start_m, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         full = tl.minimum(full, (tl.maximum(first_row_limit, 0) // BLOCK_N) * BLOCK_N)
         hi = tl.minimum(hi, tl.maximum((start_m + 1) * BLOCK_M + causal_offset, 0))
     return causal_offset, full, hi
+
+
+@triton.jit
+def variant_phases(start_m, N_Q, N_K, LEFT, RIGHT, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """``(causal_offset, lo, a_end, u1, hi)``: the key blocks of query block ``start_m`` in
+    three phases, masked ``[lo, a_end)``, unmasked ``[a_end, u1)``, masked ``[u1', hi)`` with
+    ``u1' = max(u1, a_end)``. Without ``WINDOW`` these are :func:`key_phases`' two
+    (``lo = a_end = 0``). With a window (``LEFT``, ``RIGHT`` >= 0, a huge number for an
+    unbounded side; :class:`flashbench.inputs.variant.Variant`) the blocks left of the
+    first row's window and right of the last row's are never visited, so the work grows
+    with the window, not with Nk; the first phase holds the blocks some row's left edge
+    cuts, the last those on the right edge, the causal diagonal or Nk's ragged tail."""
+    causal_offset, full, hi = key_phases(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+    lo = 0
+    u0 = 0
+    if WINDOW:
+        m0 = start_m * BLOCK_M
+        m1 = m0 + BLOCK_M
+        lo = (tl.maximum(m0 + causal_offset - LEFT, 0) // BLOCK_N) * BLOCK_N
+        u0 = tl.maximum(tl.cdiv(tl.maximum(m1 - 1 + causal_offset - LEFT, 0), BLOCK_N) * BLOCK_N,
+                        lo)
+        hi = tl.minimum(hi, tl.maximum(m1 + causal_offset + RIGHT, 0))
+        full = tl.minimum(full, (tl.maximum(m0 + causal_offset + RIGHT + 1, 0) // BLOCK_N)
+                          * BLOCK_N)
+    a_end = tl.minimum(u0, hi)
+    return causal_offset, lo, a_end, full, hi
+
+
+@triton.jit
+def merge_sink(acc, l_i, m_i, sink):
+    """A sink logit (natural log) joins the log2-domain statistics as a key with no value,
+    as :func:`flashbench.reference.streaming.finish` does: ``m' = max(m, sink)``,
+    ``l' = 2^(m - m') l + 2^(sink - m')``, acc rescaled by ``2^(m - m')``."""
+    sink = sink * 1.4426950408889634  # log2(e)
+    m_new = tl.maximum(m_i, sink)
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_ref)
+    l_i = l_i * alpha + tl.math.exp2(sink - m_ref)
+    return acc * alpha[:, None], l_i, m_new

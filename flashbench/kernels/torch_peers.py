@@ -27,6 +27,13 @@ Peers:
   eager flex materialises the scores), with a block mask for causal and
   ``enable_gqa``. On CPU, inductor compiles it to C++ for inference only and without
   an LSE output, so its LSE is the separate fp32 one.
+
+Variants (:class:`flashbench.inputs.variant.Variant`; ``window``, ``softcap``, ``sinks``
+keywords, or a Variant passed as ``causal`` to the helpers): naive takes all three (the
+sink a score column, dropped after the softmax); SDPA takes a window as an explicit
+boolean mask and refuses a softcap or sinks (:class:`BackendUnavailable`, "not
+applicable"); flex takes the window as a block mask from the Variant's ``mask_mod`` and
+the softcap as a ``score_mod``, and refuses sinks.
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from flashbench.kernels.checks import BackendUnavailable, check_causal, check_tensors, expand_kv
-from flashbench.reference.streaming import causal_mask
+from flashbench.inputs.variant import Variant, variant_of
+from flashbench.kernels.checks import BackendUnavailable, check_tensors, expand_kv
 
 __all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
            "sdpa_output", "sdpa_attention", "sdpa_unavailable", "flex_output",
@@ -52,9 +59,10 @@ _GPU_ONLY = {"efficient", "cudnn"}  # torch has no CPU implementation of these t
 _HAS_ENABLE_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")  # torch >= 2.5
 
 
-def visible(nq: int, nk: int, device) -> torch.Tensor:
-    """Bool [Nq, Nk], True where query i may see key j (j <= i + Nk - Nq)."""
-    hidden = causal_mask(nq, nk)
+def visible(nq: int, nk: int, device, variant: Variant | None = None) -> torch.Tensor:
+    """Bool [Nq, Nk], True where query i may see key j: under ``variant``'s mask, None
+    meaning the causal one (j <= i + Nk - Nq)."""
+    hidden = (Variant(causal=True) if variant is None else variant).hidden(nq, nk)
     if hidden is None:
         return torch.ones(nq, nk, dtype=torch.bool, device=device)
     return torch.from_numpy(~hidden).to(device)
@@ -65,9 +73,18 @@ def _scale(q, scale):
 
 
 def _scores(q, k, scale, causal, dtype):
+    """Scaled scores in ``dtype``, softcapped and masked (``causal``: a bool or a Variant);
+    with sinks, the sink logits appended as a last column (to drop after the softmax)."""
+    variant = variant_of(causal)
     s = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~visible(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    if variant.softcap is not None:
+        s = variant.softcap * torch.tanh(s / variant.softcap)
+    if variant.masked:
+        s = s.masked_fill(~visible(q.shape[-2], k.shape[-2], q.device, variant), float("-inf"))
+    if variant.sinks is not None:
+        variant.sink_logits(q.shape[1])  # [H]: checked against q's heads
+        sink = torch.tensor(variant.sinks, dtype=dtype, device=q.device)
+        s = torch.cat([s, sink[:, None, None].expand(*s.shape[:-1], 1)], dim=-1)
     return s
 
 
@@ -77,7 +94,6 @@ def reference_lse(q, k, v, causal: bool = False, scale: float | None = None) -> 
     that returns none (shown for information, never judged). Deterministic: an fp32
     logsumexp varied with BLAS threading (1 run in 4 read 3.6e-5 instead of 5.8e-7 off
     the float64 LSE); float64's own variation (~1e-16) is far below fp32's rounding."""
-    check_causal(causal)
     k, _ = expand_kv(q, k, v)
     return torch.logsumexp(_scores(q, k, _scale(q, scale), causal, torch.float64),
                            dim=-1).float()
@@ -97,21 +113,39 @@ def _with_lse(o, q, k, v, causal, scale):
 # -- naive ---------------------------------------------------------------------------
 
 
-def naive_output(q, k, v, causal: bool = False, scale: float | None = None):
+def naive_output(q, k, v, causal: bool = False, scale: float | None = None,
+                 window=(-1, -1), softcap=None, sinks=None):
     """Materialised attention in the input dtype: S and P stored in q's dtype (o only)."""
-    check_causal(causal)
+    variant = variant_of(causal, window, softcap, sinks)
     k, v = expand_kv(q, k, v)
-    p = torch.softmax(_scores(q, k, _scale(q, scale), causal, q.dtype), dim=-1)
-    return torch.matmul(p, v)
+    p = torch.softmax(_scores(q, k, _scale(q, scale), variant, q.dtype), dim=-1)
+    return torch.matmul(p[..., :k.shape[-2]], v)
 
 
-def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
+def naive_attention(q, k, v, causal: bool = False, scale: float | None = None,
+                    window=(-1, -1), softcap=None, sinks=None):
     """:func:`naive_output` and the separate fp32 LSE."""
-    check_tensors(q, k, v, gqa=True, causal=causal)
-    return _with_lse(naive_output(q, k, v, causal, scale), q, k, v, causal, scale)
+    variant = variant_of(causal, window, softcap, sinks)
+    check_tensors(q, k, v, gqa=True, causal=variant.causal)
+    return _with_lse(naive_output(q, k, v, variant, scale), q, k, v, variant, scale)
 
 
 # -- scaled_dot_product_attention -----------------------------------------------------
+
+
+def _sdpa_variant(causal, window, softcap, sinks) -> Variant:
+    """The variant SDPA can run: a window (explicit mask); a softcap or sinks are refused."""
+    variant = variant_of(causal, window, softcap, sinks)
+    if variant.softcap is not None or variant.sinks is not None:
+        raise BackendUnavailable("not applicable: torch's scaled_dot_product_attention takes "
+                                 "no softcap or sinks")
+    return variant
+
+
+@functools.lru_cache(maxsize=64)
+def _variant_mask(variant: Variant, nq: int, nk: int, device: str):
+    """A window's boolean mask, materialised once per variant, shape and device."""
+    return visible(nq, nk, device, variant)
 
 
 def _sdpa_kwargs(q, k, causal, scale):
@@ -119,7 +153,11 @@ def _sdpa_kwargs(q, k, causal, scale):
     if k.shape[1] != q.shape[1]:
         kw["enable_gqa"] = True
     nq, nk = q.shape[-2], k.shape[-2]
-    if causal and nq == nk:
+    variant = variant_of(causal)
+    causal = variant.causal
+    if variant.window != (-1, -1):
+        kw["attn_mask"] = _variant_mask(variant, nq, nk, str(q.device))
+    elif causal and nq == nk:
         kw["is_causal"] = True
     elif causal and nq > nk and q.device.type == "cuda":
         # torch's lower-right bias gave the memory-efficient CUDA kernel (and torch's own
@@ -162,14 +200,14 @@ def _sdpa_call(q, k, v, causal, scale, kernel):
 
 
 def sdpa_output(q, k, v, causal: bool = False, scale: float | None = None,
-                kernel: str | None = None):
+                kernel: str | None = None, window=(-1, -1), softcap=None, sinks=None):
     """torch.nn.functional.scaled_dot_product_attention, o only (what is timed).
 
     ``kernel``: None lets torch choose; "flash", "efficient", "cudnn" or "math" pins
     that kernel (``sdpa_kernel``). Raises :class:`BackendUnavailable` with torch's
     reason where the pinned kernel does not take this case.
     """
-    check_causal(causal)
+    causal = _sdpa_variant(causal, window, softcap, sinks)
     try:
         return _sdpa_call(q, k, v, causal, scale, kernel)
     except RuntimeError as exc:
@@ -199,10 +237,11 @@ def _refusal(caught, q, kernel) -> str:
 
 
 def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None,
-                   kernel: str | None = None):
+                   kernel: str | None = None, window=(-1, -1), softcap=None, sinks=None):
     """:func:`sdpa_output` and the separate fp32 LSE (SDPA returns none); torch's
     warnings about a pinned kernel it cannot use become the reason, not noise."""
-    check_tensors(q, k, v, gqa=True, causal=causal)
+    causal = _sdpa_variant(causal, window, softcap, sinks)
+    check_tensors(q, k, v, gqa=True, causal=causal.causal)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -267,21 +306,36 @@ def _compiled_flex():
 
 
 @functools.lru_cache(maxsize=64)
-def _block_mask(nq: int, nk: int, device: str):
+def _block_mask(variant: Variant, nq: int, nk: int, device: str):
+    """flex's block mask of the variant's ``mask_mod`` (causal bottom-right, window)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    offset = nk - nq
+    return create_block_mask(functools.partial(variant.mask_mod, nq=nq, nk=nk), None, None,
+                             nq, nk, device=device)
 
-    def bottom_right(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + offset
 
-    return create_block_mask(bottom_right, None, None, nq, nk, device=device)
+def _flex_variant(causal, window, softcap, sinks) -> Variant:
+    variant = variant_of(causal, window, softcap, sinks)
+    if variant.sinks is not None:
+        raise BackendUnavailable("not applicable: flex_attention's score_mod and mask_mod "
+                                 "express no sink (a term of the denominator without a key)")
+    return variant
+
+
+def _softcap_mod(c: float):
+    def softcap(score, b, h, q_idx, kv_idx):
+        return c * torch.tanh(score / c)
+
+    return softcap
 
 
 def _flex_call(q, k, v, causal, scale, lse: bool):
     kw = {"scale": scale, "enable_gqa": k.shape[1] != q.shape[1]}
-    if causal:
-        kw["block_mask"] = _block_mask(q.shape[-2], k.shape[-2], str(q.device))
+    variant = variant_of(causal)
+    if variant.masked:
+        kw["block_mask"] = _block_mask(variant, q.shape[-2], k.shape[-2], str(q.device))
+    if variant.softcap is not None:
+        kw["score_mod"] = _softcap_mod(variant.softcap)
     if lse:
         try:
             from torch.nn.attention.flex_attention import AuxRequest
@@ -309,16 +363,18 @@ def _flex_call(q, k, v, causal, scale, lse: bool):
     return out
 
 
-def flex_output(q, k, v, causal: bool = False, scale: float | None = None):
+def flex_output(q, k, v, causal: bool = False, scale: float | None = None,
+                window=(-1, -1), softcap=None, sinks=None):
     """Compiled flex_attention, o only (what is timed)."""
-    check_causal(causal)
-    return _flex_call(q, k, v, causal, scale, lse=False)
+    return _flex_call(q, k, v, _flex_variant(causal, window, softcap, sinks), scale, lse=False)
 
 
-def flex_attention_lse(q, k, v, causal: bool = False, scale: float | None = None):
+def flex_attention_lse(q, k, v, causal: bool = False, scale: float | None = None,
+                       window=(-1, -1), softcap=None, sinks=None):
     """Compiled flex_attention with its own LSE on a GPU; on CPU (inductor builds no LSE
     output there) the timed output and the separate fp32 LSE."""
-    check_tensors(q, k, v, gqa=True, causal=causal)
+    causal = _flex_variant(causal, window, softcap, sinks)
+    check_tensors(q, k, v, gqa=True, causal=causal.causal)
     if q.device.type == "cuda":
         o, lse = _flex_call(q, k, v, causal, scale, lse=True)
         return _zero_blind_rows(o, lse), lse.float()

@@ -44,8 +44,10 @@ INTERPRETER_BLOCK_N = 128
 _SIZES = ("H", "HKV", "GROUP", "N_Q", "N_K")
 PREPROCESS = TritonKernel(attn_bwd_preprocess, name="attn_bwd_preprocess",
                           do_not_specialize=("H", "N_Q"))
-DKDV = TritonKernel(attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES)
-DQ = TritonKernel(attn_bwd_dq, name="attn_bwd_dq", do_not_specialize=_SIZES[:1] + _SIZES[2:])
+_VARIANT = ("LEFT", "RIGHT", "CAP")
+DKDV = TritonKernel(attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES + _VARIANT)
+DQ = TritonKernel(attn_bwd_dq, name="attn_bwd_dq",
+                  do_not_specialize=_SIZES[:1] + _SIZES[2:] + _VARIANT)
 
 
 def _c(bm: int, bn: int, warps: int, stages: int) -> Config:
@@ -101,7 +103,7 @@ def _check_do(do, o) -> None:
 
 
 def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, *,
-             allow_tf32: bool = False):
+             allow_tf32: bool = False, window=(-1, -1), softcap: float | None = None):
     """Gradients ``(dq, dk, dv)`` of attention from the forward's ``o`` and ``lse``.
 
     Args:
@@ -109,7 +111,9 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
             :func:`flashbench.triton_attention`).
         o [B, H, Nq, d], lse [B, H, Nq] float32: the forward kernel's outputs.
         do [B, H, Nq, d]: the gradient of o, o's dtype; any strides.
-        causal, scale, allow_tf32: as given to the forward.
+        causal, scale, allow_tf32, window, softcap: as given to the forward (sinks need
+            nothing here: the LSE holds them; their gradient is
+            :func:`flashbench.kernels.triton_variants.sink_grad`).
 
     Returns:
         (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous).
@@ -127,7 +131,13 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     interpreted = interpreted_for(q.device)
     ieee = q.dtype == torch.float32 and not allow_tf32
     meta = dict(HEAD_DIM=d, CAUSAL=causal, PRECISION="ieee" if ieee else "tf32",
-                UPCAST=interpreted and q.dtype == torch.bfloat16)
+                UPCAST=interpreted and q.dtype == torch.bfloat16,
+                WINDOW=tuple(window) != (-1, -1), SOFTCAP=softcap is not None)
+    # the variant's runtime arguments: window sides (2^30: unbounded) and the softcap, which
+    # takes the scale before its tanh and gives log2-domain scores (as in the forward)
+    left, right = (2**30 if w < 0 else int(w) for w in window)
+    qk_scale, cap = (scale * LOG2E, 1.0) if softcap is None else (scale / softcap,
+                                                                  softcap * LOG2E)
     tiles = _interpret_config()
 
     PREPROCESS.launch(lambda m: (B * H, triton.cdiv(n_q, m["BLOCK_M"])),
@@ -137,12 +147,12 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     DKDV.launch(lambda m: (B * hkv, triton.cdiv(n_k, m["BLOCK_N"])),
                 (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(),
-                 H, hkv, H // hkv, n_q, n_k, scale * LOG2E, scale), meta,
+                 H, hkv, H // hkv, n_q, n_k, qk_scale, scale, left, right, cap), meta,
                 device=q.device, config=None if interpreted else
                 backward_config("dkdv", d, q.dtype), interpret_config=tiles)
     DQ.launch(lambda m: (B * H, triton.cdiv(n_q, m["BLOCK_M"])),
               (q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-               H, H // hkv, n_q, n_k, scale * LOG2E, scale), meta,
+               H, H // hkv, n_q, n_k, qk_scale, scale, left, right, cap), meta,
               device=q.device, config=None if interpreted else
               backward_config("dq", d, q.dtype), interpret_config=tiles)
     return dq, dk, dv

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 # the key-block phases of a query block, shared with the forward
-from flashbench.kernels.phases import key_phases
+from flashbench.kernels.phases import variant_phases
 
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
@@ -26,9 +26,9 @@ __all__ = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "round_bf16"]
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                  stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, lo, hi,
-                 n_q, n_k, causal_offset, qk_scale, BLOCK_M: tl.constexpr,
+                 n_q, n_k, causal_offset, qk_scale, left, right, cap, BLOCK_M: tl.constexpr,
                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr):
+                 UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
     """Accumulate the query blocks [lo, hi) of one query head into (dk, dv) [BLOCK_N, D]."""
     offs_m = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
@@ -53,11 +53,18 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             qkT = tl.dot(k.to(tl.float32), tl.trans(q).to(tl.float32), input_precision="ieee")
         else:
             qkT = tl.dot(k, tl.trans(q), input_precision=PRECISION)
-        p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
+        if SOFTCAP:  # capped log2-domain scores t = cap tanh(qk scale / c), as the forward
+            qkT = cap * (2.0 * tl.sigmoid(2.0 * qkT * qk_scale) - 1.0)
+            p = tl.math.exp2(qkT - lse_ref[None, :])
+        else:
+            p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
         if MASKED:
             keep = (rows[None, :] < n_q) & (offs_n[:, None] < n_k)
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= rows[None, :] + causal_offset)
+            if WINDOW:
+                keep = keep & (offs_n[:, None] >= rows[None, :] + (causal_offset - left))
+                keep = keep & (offs_n[:, None] <= rows[None, :] + (causal_offset + right))
             p = tl.where(keep, p, 0.0)
         # -- dV += T(P)^T dO --
         if UPCAST:
@@ -66,8 +73,11 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         else:
             dv = tl.dot(p.to(do.dtype), do, dv, input_precision=PRECISION)
             dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        # -- dS^T = P^T * (dP^T - D) --
+        # -- dS^T = P^T * (dP^T - D) (through a softcap: times 1 - (t / cap)^2) --
         ds = p * (dpT - delta[None, :])
+        if SOFTCAP:
+            u = qkT / cap
+            ds = ds * (1.0 - u * u)
         # -- dK += T(dS)^T Q --
         if UPCAST:
             dk = tl.dot(round_bf16(ds), q.to(tl.float32), dk, input_precision="ieee")
@@ -79,8 +89,9 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
 @triton.jit
 def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset, qk_scale,
-               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+               left, right, cap, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+               CAUSAL: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
     """Accumulate the key blocks [lo, hi) into dq [BLOCK_M, D]."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
@@ -101,14 +112,24 @@ def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
         else:
             qk = tl.dot(q, kT, input_precision=PRECISION)
             dp = tl.dot(do, vT, input_precision=PRECISION)
-        p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])
+        if SOFTCAP:
+            qk = cap * (2.0 * tl.sigmoid(2.0 * qk * qk_scale) - 1.0)
+            p = tl.math.exp2(qk - lse_ref[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])
         if MASKED:
             keep = cols[None, :] < n_k
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            if WINDOW:
+                keep = keep & (cols[None, :] >= offs_m[:, None] + (causal_offset - left))
+                keep = keep & (cols[None, :] <= offs_m[:, None] + (causal_offset + right))
             p = tl.where(keep, p, 0.0)
         # -- dS = P * (dP - D); dQ += T(dS) K --
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            u = qk / cap
+            ds = ds * (1.0 - u * u)
         if UPCAST:
             dq = tl.dot(round_bf16(ds), tl.trans(kT).to(tl.float32), dq,
                         input_precision="ieee")
@@ -142,9 +163,10 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
                    stride_dob, stride_doh, stride_dom, stride_dod,
                    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                   H, HKV, GROUP, N_Q, N_K, qk_scale, scale,
+                   H, HKV, GROUP, N_Q, N_K, qk_scale, scale, LEFT, RIGHT, CAP,
                    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     off_bkv = tl.program_id(0)
     start_n = tl.program_id(1)  # causal: the first key blocks are seen most, and run first
     off_b = (off_bkv // HKV).to(tl.int64)
@@ -172,6 +194,16 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
         full_row = first_row + BLOCK_N - 1  # the first row that sees every key of the block
         a = tl.cdiv(tl.maximum(full_row, 0), BLOCK_M) * BLOCK_M
         a = tl.maximum(lo, tl.minimum(a, q_full))
+    hi = N_Q
+    if WINDOW:  # rows [lo, hi) see some key of this block; [a, b) every key of it
+        right = tl.minimum(RIGHT, 0) if CAUSAL else RIGHT
+        first_row = start_n * BLOCK_N - causal_offset - right
+        lo = (tl.maximum(first_row, 0) // BLOCK_M) * BLOCK_M
+        a = tl.cdiv(tl.maximum(first_row + BLOCK_N - 1, 0), BLOCK_M) * BLOCK_M
+        a = tl.maximum(lo, tl.minimum(a, q_full))
+        last_row = start_n * BLOCK_N - causal_offset + LEFT  # the last row that sees key start_n
+        q_full = tl.minimum(q_full, (tl.maximum(last_row + 1, 0) // BLOCK_M) * BLOCK_M)
+        hi = tl.maximum(tl.minimum(N_Q, (start_n + 1) * BLOCK_N - causal_offset + LEFT), 0)
     b = tl.where((start_n + 1) * BLOCK_N > N_K, a, tl.maximum(a, q_full))
     for g in range(GROUP):  # the query heads reading this kv head: no atomics needed
         off_bh = off_b * H + off_hkv * GROUP + g
@@ -182,16 +214,16 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
         delta_base = DELTA + off_bh * N_Q
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              lo, a, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, True, CAUSAL,
-                              PRECISION, UPCAST)
+                              lo, a, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
+                              BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              a, b, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, False, CAUSAL,
-                              PRECISION, UPCAST)
+                              a, b, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
+                              BLOCK_M, False, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
-                              b, N_Q, N_Q, N_K, causal_offset, qk_scale, BLOCK_M, True, CAUSAL,
-                              PRECISION, UPCAST)
+                              b, hi, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
+                              BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
     dk = dk * scale
     if UPCAST:  # round to nearest here, so that the store's conversion is exact
         dk = round_bf16(dk)
@@ -208,9 +240,10 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
                  stride_vb, stride_vh, stride_vn, stride_vd,
                  stride_dob, stride_doh, stride_dom, stride_dod,
                  stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-                 H, GROUP, N_Q, N_K, qk_scale, scale,
+                 H, GROUP, N_Q, N_K, qk_scale, scale, LEFT, RIGHT, CAP,
                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -235,14 +268,22 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
     dq = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
 
-    # Key blocks as in the forward: [0, full) seen whole by every row, [full, hi) masked.
-    causal_offset, full, hi = key_phases(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+    # Key blocks as in the forward: [lo, a_end) a window's left edge (masked), [a_end, full)
+    # seen whole by every row, [full, hi) masked (variant_phases).
+    causal_offset, lo, a_end, full, hi = variant_phases(start_m, N_Q, N_K, LEFT, RIGHT,
+                                                        BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
-                    stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K, causal_offset,
-                    qk_scale, BLOCK_N, False, CAUSAL, PRECISION, UPCAST)
+                    stride_vn, stride_vd, offs_m, offs_d, lo, a_end, N_K, causal_offset,
+                    qk_scale, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST,
+                    WINDOW, SOFTCAP)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
-                    stride_vn, stride_vd, offs_m, offs_d, full, hi, N_K, causal_offset,
-                    qk_scale, BLOCK_N, True, CAUSAL, PRECISION, UPCAST)
+                    stride_vn, stride_vd, offs_m, offs_d, a_end, full, N_K, causal_offset,
+                    qk_scale, LEFT, RIGHT, CAP, BLOCK_N, False, CAUSAL, PRECISION, UPCAST,
+                    WINDOW, SOFTCAP)
+    dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
+                    stride_vn, stride_vd, offs_m, offs_d, tl.maximum(full, a_end), hi, N_K,
+                    causal_offset, qk_scale, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL,
+                    PRECISION, UPCAST, WINDOW, SOFTCAP)
     dq = dq * scale
     if UPCAST:
         dq = round_bf16(dq)

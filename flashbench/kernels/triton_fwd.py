@@ -6,41 +6,28 @@ log2 domain, divides by l once at the end, writes O in q's dtype and the
 natural-log LSE in fp32. The names (m_new, m_ref, alpha, p) are those of the NumPy
 recurrence in :mod:`flashbench.reference.streaming`.
 
-- Scale: ``qk_scale = scale * log2(e)`` is applied once per score, fused into the
-  exponent: ``p = exp2(qk * qk_scale - m)`` (one fused multiply-add), the running
-  maximum taken on raw scores times ``qk_scale``. A scale <= 0 is turned into a
-  positive one on the host (q negated, or zeroed for scale 0), so the kernel's
-  masked -inf scores stay -inf.
-- Masking: key blocks are visited in two phases: blocks every row of the query block
-  sees whole (no mask), then blocks on the causal diagonal or holding Nk's ragged
-  tail (masked). With ``causal=True`` (bottom-right aligned: query i sees key j iff
-  ``j <= i + Nk - Nq``) blocks wholly above the diagonal are never loaded. Rows that
-  see no key keep ``l = 0`` and finish with O = 0 and LSE = -inf.
-- Grid: axis 0 is batch x head (up to 2^31 - 1 programs), axis 1 the query blocks,
-  heaviest (last) causal blocks first. Batch and head offsets are 64-bit.
-- Grouped-query attention: k, v may have Hkv heads where Hkv divides H; query head h
-  reads kv head ``h // (H // Hkv)`` in place (no expanded copy).
+- Scale: ``qk_scale = scale * log2(e)`` fused into the exponent,
+  ``p = exp2(qk * qk_scale - m)``; a scale <= 0 is made positive on the host (q negated
+  or zeroed), so masked -inf scores stay -inf.
+- Masking (:mod:`flashbench.kernels.phases`): key blocks in three phases, those a
+  window's left edge cuts (masked), those every row sees whole (no mask), then those on
+  the causal diagonal, a window's right edge or Nk's ragged tail (masked); blocks no
+  row sees are never loaded. Rows that see no key finish with O = 0 and LSE = -inf.
+  Softcap, sinks and packed batches: :mod:`flashbench.kernels.triton_variants`.
+- Grid: axis 0 batch x head, axis 1 query blocks (heaviest causal first); 64-bit offsets.
+- Grouped-query attention: query head h reads kv head ``h // (H // Hkv)`` in place.
 
 Where it runs (:mod:`flashbench.kernels.launch`): CUDA tensors run the compiled
-kernel, autotuned over pruned Hopper configs for 16-bit operands
-(:mod:`flashbench.kernels.configs`), one fixed config for fp32; CPU tensors run the
-same kernel under Triton's interpreter, chosen for this kernel alone (the process's
-``TRITON_INTERPRET`` is never touched): correct, and far too slow to time. The
-interpreter's ``tl.dot`` on bfloat16 operands is wrong (triton issue 11584), so in
-interpreter mode only, bf16 operands are upcast to fp32 before each dot: bf16 x bf16
-products are exact in fp32 and the dot accumulates in fp32 either way, so the result
-is the one the GPU computes. The interpreter's fp32 -> bf16 conversion truncates
-(the GPU rounds to nearest even), so interpreted bf16 launches also round P and O to
-nearest even in fp32 first (:func:`flashbench.kernels.rounding.round_bf16`, shared
-with the backward; constexpr ``ROUND``): their output is then the flash model's.
+kernel (autotuned for 16-bit operands, :mod:`flashbench.kernels.configs`; one fixed config
+for fp32); CPU tensors run it under Triton's interpreter, correct and far too slow to time.
+Interpreted bf16 launches upcast dot operands to fp32 (triton issue 11584: exact products,
+fp32 accumulation either way) and round P and O to nearest even themselves (constexpr
+``ROUND``, :func:`flashbench.kernels.rounding.round_bf16`; the interpreter's cast
+truncates): their output is then the flash model's.
 
-FP8 mode (constexpr ``FP8``; :mod:`flashbench.kernels.triton_fp8` is its host side):
-e4m3 q, k, v with fp32 descales (per tensor, per head or per block of the tiles);
-the descales of the query block and of each key block join the folded score scale,
-``p = exp2(s - (m - 8))`` is 256 P (FlashAttention-3's Max_offset), rounded to e4m3
-before ``P V`` (interpreted: :func:`~flashbench.kernels.rounding.round_e4m3` first),
-each P V tile scaled by its value block's descale, O written in bf16, and
-``LSE = (m - 8 + log2 l) ln 2``. Same masks, phases, grid and GQA as above.
+FP8 mode (constexpr ``FP8``; host side and rounding points in
+:mod:`flashbench.kernels.triton_fp8`): e4m3 q, k, v with fp32 descales folded into the
+score scale, P = 256 exp2(s - m) rounded to e4m3, O in bf16; same masks, phases and grid.
 """
 
 from __future__ import annotations
@@ -53,10 +40,11 @@ import triton
 import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
+from flashbench.inputs.variant import no_variant
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
-from flashbench.kernels.phases import key_phases
+from flashbench.kernels.phases import merge_sink, variant_phases
 from flashbench.kernels.rounding import round_bf16, round_e4m3
 
 __all__ = ["triton_attention", "forward", "launch", "default_config", "current_config",
@@ -64,6 +52,7 @@ __all__ = ["triton_attention", "forward", "launch", "default_config", "current_c
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+NO_VARIANT = dict.fromkeys(("WINDOW", "SOFTCAP", "HAS_SINKS", "VARLEN", "COUNT"), False)
 LOG2E = 1.4426950408889634  # 1 / ln 2 (the kernel multiplies by ln 2 = 0.693... at the end)
 # True when the kernel runs interpreted here by default (no CUDA GPU): read once at
 # import, without side effects; each call still decides from its tensors' device.
@@ -93,14 +82,17 @@ def current_config() -> Config | str | None:
 
 
 @triton.jit
-def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
+def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd,
                      stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset,
-                     qk_scale, kd_base, vd_base, stride_kd_n, BLOCK_N: tl.constexpr,
-                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr):
-    """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED."""
+                     qk_scale, kd_base, vd_base, stride_kd_n, left, right, cap,
+                     BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                     PRECISION: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
+                     ROUND: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
+    """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED;
+    ``visits`` counts the blocks."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
+        visits += 1
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
@@ -118,10 +110,16 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
             s_scale = qk_scale * tl.load(kd_base + (start_n // BLOCK_N) * stride_kd_n)
         else:
             s_scale = qk_scale
+        if SOFTCAP:  # cap * tanh(qk * scale / c), cap = c log2(e): log2-domain capped scores
+            qk = cap * (2.0 * tl.sigmoid(2.0 * qk * s_scale) - 1.0)
+            s_scale = 1.0
         if MASKED:
             keep = cols[None, :] < n_k
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            if WINDOW:
+                keep = keep & (cols[None, :] >= offs_m[:, None] + (causal_offset - left))
+                keep = keep & (cols[None, :] <= offs_m[:, None] + (causal_offset + right))
             qk = tl.where(keep, qk, float("-inf"))
         # -- update m_i and l_i (log2 domain: m is max(qk) * s_scale) --
         m_new = tl.maximum(m_i, tl.max(qk, 1) * s_scale)
@@ -151,7 +149,7 @@ def _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
         else:
             acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
-    return acc, l_i, m_i
+    return acc, l_i, m_i, visits
 
 
 def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
@@ -161,9 +159,12 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
               stride_ob, stride_oh, stride_om, stride_od,
               stride_qd_bh, stride_qd_m, stride_kd_bh, stride_kd_n,
               H, GROUP, N_Q, N_K, qk_scale,
+              SINKS, CU_Q, CU_K, VISITS, LEFT, RIGHT, CAP, stride_lb, stride_lh,
               HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
               UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
+              SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, VARLEN: tl.constexpr,
+              COUNT: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -175,12 +176,19 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
     off_h = off_h.to(tl.int64)
     offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
+    q_start = 0
+    k_start = 0
+    if VARLEN:  # packed sequences: batch b is rows cu[b]..cu[b+1]-1 (batch strides are 0)
+        q_start = tl.load(CU_Q + off_b).to(tl.int64)
+        k_start = tl.load(CU_K + off_b).to(tl.int64)
+        N_Q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        N_K = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
 
-    q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh
+    q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qm
               + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_kn
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vn
     if FP8:  # descales: per (batch, head) and block of rows; strides 0 where shared
         qk_scale = qk_scale * tl.load(QD + off_bh.to(tl.int64) * stride_qd_bh
                                       + start_m * stride_qd_m)
@@ -195,17 +203,34 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
     l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
     acc = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
 
-    # Phase 1 covers [0, full): blocks inside Nk that every row of this query block sees.
-    # Phase 2 covers [full, hi): blocks on the diagonal or holding Nk's ragged tail.
-    causal_offset, full, hi = key_phases(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
-                                     stride_vn, stride_vd, offs_m, offs_d, 0, full, N_K,
-                                     causal_offset, qk_scale, kd_base, vd_base, stride_kd_n,
-                                     BLOCK_N, False, CAUSAL, PRECISION, UPCAST, FP8, ROUND)
-    acc, l_i, m_i = _attn_fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
-                                     stride_vn, stride_vd, offs_m, offs_d, full, hi, N_K,
-                                     causal_offset, qk_scale, kd_base, vd_base, stride_kd_n,
-                                     BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8, ROUND)
+    # Phase 1 [lo, a_end): blocks a window's left edge cuts (masked; empty without a window).
+    # Phase 2 [a_end, full): blocks inside Nk that every row of this query block sees.
+    # Phase 3 [full, hi): blocks on the diagonal, a window's right edge or Nk's ragged tail.
+    causal_offset, lo, a_end, full, hi = variant_phases(start_m, N_Q, N_K, LEFT, RIGHT,
+                                                        BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
+    if VARLEN:  # a query block past its sequence's end visits nothing
+        hi = tl.where(start_m * BLOCK_M < N_Q, hi, 0)
+        full = tl.minimum(full, hi)
+    visits = 0
+    acc, l_i, m_i, visits = _attn_fwd_blocks(
+        acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, lo, a_end, N_K, causal_offset, qk_scale, kd_base, vd_base,
+        stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8, ROUND,
+        WINDOW, SOFTCAP)
+    acc, l_i, m_i, visits = _attn_fwd_blocks(
+        acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, a_end, full, N_K, causal_offset, qk_scale, kd_base, vd_base,
+        stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, False, CAUSAL, PRECISION, UPCAST, FP8, ROUND,
+        WINDOW, SOFTCAP)
+    acc, l_i, m_i, visits = _attn_fwd_blocks(
+        acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        offs_m, offs_d, tl.maximum(full, a_end), hi, N_K, causal_offset, qk_scale, kd_base,
+        vd_base, stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8,
+        ROUND, WINDOW, SOFTCAP)
+    if COUNT:
+        tl.store(VISITS + off_bh.to(tl.int64) * tl.num_programs(1) + start_m, visits)
+    if HAS_SINKS:  # the sink joins (m, l) as a key with no value (log2 domain)
+        acc, l_i, m_i = merge_sink(acc, l_i, m_i, tl.load(SINKS + off_h).to(tl.float32))
 
     # -- epilogue: one division by l; LSE back to natural log --
     blind = l_i == 0.0  # rows that saw no key; a NaN l (non-finite input) stays NaN
@@ -218,18 +243,20 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
         acc = round_bf16(acc)
 
     row_ok = offs_m < N_Q
-    o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
+    o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + q_start * stride_om
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + off_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
+    tl.store(LSE + off_b * stride_lb + off_h * stride_lh + q_start + offs_m, lse, mask=row_ok)
 
 
 FORWARD = TritonKernel(
     _attn_fwd, name="attn_fwd",
     # sizes vary per shape; fp8 descales: any layout (strides 0 where shared), any address
     do_not_specialize=("H", "GROUP", "N_Q", "N_K", "QD", "KD", "VD", "stride_qd_bh",
-                       "stride_qd_m", "stride_kd_bh", "stride_kd_n"),
-    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION", "FP8"),
+                       "stride_qd_m", "stride_kd_bh", "stride_kd_n", "SINKS", "CU_Q", "CU_K",
+                       "VISITS", "LEFT", "RIGHT", "CAP", "stride_lb", "stride_lh"),
+    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION", "FP8", "WINDOW",
+                  "SOFTCAP", "HAS_SINKS", "VARLEN"),
     prune=_configs.prune_forward,
 )
 
@@ -248,7 +275,7 @@ def _validate(q, k, v, causal, scale, allow_tf32) -> float:
 
 
 def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
-            allow_tf32: bool = False, config: Config | str | None = None):
+            allow_tf32: bool = False, config: Config | str | None = None, variant=None):
     """Launch the forward kernel: ``(o, lse, config)``. For reuse by other kernels' code
     (the backward needs o and lse) and by the GPU script (the config chosen).
 
@@ -258,6 +285,7 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     a :class:`Config` is launched as given (also under the interpreter, where None
     means the interpreter tiles ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N``).
     Returns the config the compiled kernel ran with (interpreter: the tiles).
+    ``variant``: see :func:`launch` (:mod:`flashbench.kernels.triton_variants` passes it).
     """
     scale = _validate(q, k, v, causal, scale, allow_tf32)
     if config is None:
@@ -276,12 +304,13 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     ieee = q.dtype == torch.float32 and not allow_tf32
     lse, used = launch(q, k, v, o, scale, causal, config, precision="ieee" if ieee else "tf32",
                        candidates=_configs.candidates(q.shape[-1], q.dtype),
-                       tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N))
+                       tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N), variant=variant)
     return o, lse, used
 
 
 def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
-           precision: str = "tf32", descales=None, candidates=(), tiles=(128, 128)):
+           precision: str = "tf32", descales=None, candidates=(), tiles=(128, 128),
+           variant=None):
     """Launch :data:`FORWARD` on checked tensors, writing ``o``; returns ``(lse, config)``.
 
     ``scale`` > 0 (the callers turn other scales into that). ``config``: a
@@ -291,26 +320,36 @@ def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
     ``qd[bh * s_bh + m_block * s_m]`` (bh = b * H + h) and
     ``kd[bkv * s_bh + n_block * s_n]`` (bkv = b * Hkv + hkv) with the strides returned
     by :func:`flashbench.kernels.triton_fp8.descale_strides` (0 where a scale is shared).
+    ``variant``: None, or the window, softcap, sinks and packed-batch arguments
+    :func:`flashbench.kernels.triton_variants.kernel_variant` builds (a
+    :class:`~flashbench.kernels.triton_variants.KernelVariant`).
     """
     if config is not None and not isinstance(config, Config):
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     B, H, n_q, d = q.shape
     n_k = k.shape[-2]
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     fp8 = descales is not None
     if fp8:
         (qd, (sq_bh, sq_m)), (kd, (sk_bh, sk_n)), (vd, _) = descales
     else:
         qd = kd = vd = None
         sq_bh = sq_m = sk_bh = sk_n = 0
-    args = (q, k, v, o, lse, qd, kd, vd, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            sq_bh, sq_m, sk_bh, sk_n, H, H // k.shape[1], n_q, n_k, scale * LOG2E)
+    if variant is None:
+        lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+        extra, flags = (None, None, None, None, 0, 0, 1.0, H * n_q, n_q), NO_VARIANT
+    else:
+        lse, extra, flags = variant.lse, variant.args(scale), variant.constexprs()
+        B, n_q, n_k = variant.batch, variant.max_q, variant.max_k
+        scale = variant.score_scale(scale)
+    strides = [t.stride() if variant is None else variant.strides(t) for t in (q, k, v, o)]
+    args = (q, k, v, o, lse, qd, kd, vd, *(x for st in strides for x in st),
+            sq_bh, sq_m, sk_bh, sk_n, H, H // k.shape[1], n_q, n_k, scale * LOG2E, *extra)
     interpreted = interpreted_for(q.device)
     # Interpreted launches only: bf16 dot operands upcast (triton issue 11584); P and a
     # bf16 output rounded to nearest even in fp32 before their (wrong) conversions.
     constexprs = dict(HEAD_DIM=d, CAUSAL=check_causal(causal), PRECISION=precision,
                       UPCAST=interpreted and q.dtype == torch.bfloat16, FP8=fp8,
-                      ROUND=interpreted and (fp8 or q.dtype == torch.bfloat16))
+                      ROUND=interpreted and (fp8 or q.dtype == torch.bfloat16), **flags)
 
     def grid(meta):
         return (B * H, triton.cdiv(n_q, meta["BLOCK_M"]))
@@ -323,7 +362,9 @@ def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
 
 
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                     scale: float | None = None, allow_tf32: bool = False):
+                     scale: float | None = None, allow_tf32: bool = False,
+                     window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+                     sinks=None):
     """Fused attention forward: ``softmax(q k^T * scale) v`` and its LSE.
 
     Args:
@@ -337,17 +378,22 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         allow_tf32: fp32 inputs only: let the matmuls round their operands to tf32
             (tensor-core speed, 10-bit mantissa). Default False computes fp32 dots in
             IEEE fp32. Under the interpreter dots are always computed in fp32.
+        window, softcap, sinks: the variants (:mod:`flashbench.inputs.variant`; sinks a
+            float tensor or array [H]; :mod:`flashbench.kernels.triton_variants`).
 
     Returns:
         (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
-        log-sum-exp of the scaled, masked scores (-inf for rows that see no key).
-        o is differentiable in q, k, v (the Triton backward,
-        :mod:`flashbench.kernels.triton_bwd`); lse is not.
-
-    The FP8 forward (e4m3 operands, bf16 o, no backward) is
-    :func:`flashbench.kernels.triton_fp8.triton_attention_fp8`.
+        log-sum-exp of the scaled, masked scores (-inf for rows that see no key; with
+        sinks it includes the sink). o is differentiable in q, k, v (and a sinks tensor)
+        (:mod:`flashbench.kernels.triton_bwd`); lse is not.
     """
+    check_causal(causal)
+    if not no_variant(window, softcap, sinks):
+        from flashbench.kernels import triton_variants
+
+        return triton_variants.variant_attention(q, k, v, causal, scale, window=window,
+                                                 softcap=softcap, sinks=sinks,
+                                                 allow_tf32=allow_tf32)
     from flashbench.kernels.triton_bwd import attention_function
 
-    check_causal(causal)
     return attention_function(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)

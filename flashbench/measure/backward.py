@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 
 import numpy as np
 
@@ -35,7 +34,16 @@ from flashbench.accuracy import GRAD_FACTOR, judge_gradient
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.measure.bandjudge import CaseBands, combine
-from flashbench.measure.forward import EXACT_TOL, Case, Failed, Unavailable, unavailable_reason
+from flashbench.measure.forward import (
+    EXACT_TOL,
+    Case,
+    Failed,
+    Unavailable,
+    handed,
+    private,
+    unavailable_reason,
+    with_note,
+)
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
            "grad_exactness", "measure_gradients"]
@@ -131,11 +139,14 @@ class GradAccuracy:
                                               if k != "case" and v is not None}}
 
 
-def grad_exactness(case: Case, q, k, v, do, ref, block: int) -> list[GradExactness]:
-    """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``."""
-    o, lse = reference.online_attention(q, k, v, block=block, causal=case.causal)
-    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block,
-                                               causal=case.causal)
+def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
+                   ) -> list[GradExactness]:
+    """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``
+    (dq, dk, dv; a case with sinks has its dsinks held to the same by the tests)."""
+    kw = case.kwargs(seed)
+    o, lse = reference.online_attention(q, k, v, block=block, **kw)
+    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)[:3]
+    ref = ref[:3]
     scale = max(float(np.abs(r).max()) for r in ref)
     out = []
     for what, a, b in zip(GRADS, streamed, ref, strict=True):
@@ -163,19 +174,32 @@ def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False, *
                         **fields, **rules)
 
 
-def _autograd(backend, q, k, v, do, dtype, causal):
-    """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable."""
+def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
+    """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
+    (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
+    user's function: in its worker; no variant). BackendFailed when the call changed its
+    q, k, v or dO."""
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.backends import BackendFailed, variant_kwargs
+    from flashbench.backends.outputs import modified_inputs, snapshot
 
     # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32, twice)
-    leaves = [torch.from_numpy(caller_inputs(dtype, x)).to(torch_dtype(dtype)).requires_grad_(True)
-              for x in (q, k, v)]
-    out = backend.timed_fn(*backend.prepare(*leaves), causal=causal)
-    o = out[0] if isinstance(out, tuple) else out
-    return torch.autograd.grad(o, leaves, torch.from_numpy(caller_inputs(dtype, do)).to(
-        o.dtype).to(o.device))
+    given = handed(dtype, *(caller_inputs(dtype, x) for x in (q, k, v)))
+    grad_o = handed(dtype, caller_inputs(dtype, do))[0]
+    saved = snapshot(*given, grad_o)
+    if backend.grads is not None:
+        grads = backend.grads(*given, grad_o, causal=causal)
+    else:
+        leaves = [t.requires_grad_(True) for t in given]
+        out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
+                               **variant_kwargs(variant))
+        o = out[0] if isinstance(out, tuple) else out
+        grads = torch.autograd.grad(o, leaves, grad_o.to(o.dtype).to(o.device))
+    changed = modified_inputs((*given, grad_o), saved)
+    if changed is not None:
+        raise BackendFailed(changed)
+    return grads
 
 
 def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
@@ -192,21 +216,23 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
     alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
-    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
-    q, k, v, do = inputs
+    q, k, v, do = private(*inputs)
+    kw, variant = case.kwargs(seed), case.variant(seed)
     if ref is None:
-        ref = reference.attention_grad(q, k, v, do, causal=case.causal)
+        ref = reference.attention_grad(q, k, v, do, **kw)
+    ref = ref[:3]  # dsinks (with sinks) is not tabled
     records: list[GradAccuracy | Unavailable | Failed] = []
-    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule)
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule and variant is None)
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
-        std = numerics.standard_model_grad(q, k, v, do, dtype, causal=case.causal)
+        std = numerics.standard_model_grad(q, k, v, do, dtype, **kw)[:3]
         # the flash model backward in this dtype: its own record, and the yardstick of the
         # ratios where the standard backward overflowed (computed once, when first asked)
-        flash = functools.cache(partial(numerics.flash_model_grad, q, k, v, do, dtype,
-                                        block=block, causal=case.causal))
+        flash = functools.cache(lambda dtype=dtype: numerics.flash_model_grad(
+            q, k, v, do, dtype, block=block, **kw)[:3])
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
@@ -216,15 +242,20 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record
-            reason = unavailable_reason(backend, case.shape, dtype)
+            reason = (unavailable_reason(backend, case.shape, dtype)
+                      or backend.not_applicable(variant, grad=True))
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} backward {dtype}")
             try:
-                grads = _autograd(backend, q, k, v, do, dtype, case.causal)
+                grads = _autograd(backend, q, k, v, do, dtype, case.causal, variant)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except BackendFailed as exc:  # its inputs modified, its worker's verdict
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
             except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
                 records.append(Failed(case, name, dtype, f"backward raised "

@@ -53,7 +53,9 @@ from flashbench.measure.forward import (
     default_cases,
     exactness,
     measure_accuracy,
+    private,
 )
+from flashbench.measure.varlen import measure_varlen, varlen_exactness, varlen_inputs
 
 __all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
@@ -70,40 +72,73 @@ def _progress_printer(enabled: bool) -> Callable[[str], None]:
 
 def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK_DTYPES,
               seed: int = 0, block: int = 64, backends: Sequence[str] = (),
-              progress: bool = True, grad_cases: Sequence[Case] | None = None) -> dict:
+              progress: bool = True, grad_cases: Sequence[Case] | None = None,
+              time_limit: float | None = None) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
     ``backends``: backend names to judge beside the flash model (``flashbench check``
     passes every available one but the float64 reference itself).
     ``grad_cases``: where gradients are judged; None means
     :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
-    appears among ``cases``), ``()`` none.
+    appears among ``cases``), ``()`` none. ``time_limit``: seconds a user's kernel may
+    take per call (its worker's limit; None: :data:`flashbench.backends.worker.
+    DEFAULT_TIME_LIMIT`); the workers stop when the check ends.
     """
+    from flashbench.backends import user, worker
+
+    worker.set_time_limit(worker.DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
+    try:
+        return _run(cases, dtypes, seed, block, backends, progress, grad_cases)
+    finally:
+        user.release()
+
+
+def _run(cases, dtypes, seed, block, backends, progress, grad_cases) -> dict:
     cases = default_cases() if cases is None else list(cases)
     say = _progress_printer(progress)
     report = {"meta": _meta(seed, block, dtypes), "exactness": [], "dtypes": [],
               "backends": []}
     for i, case in enumerate(cases, 1):
         say(f"[{i}/{len(cases)}] {case.label()}: fp64 reference")
-        q, k, v = make_qkv(case.shape, case.dist, seed)
-        ref = reference.attention(q, k, v, causal=case.causal)
-        report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block)]
-        for rec in measure_accuracy(case, dtypes, ["flash_model", *backends], seed, block, say,
-                                    inputs=(q, k, v), ref=ref):
-            row = rec.as_dict()
-            if rec.kernel == "flash_model":
-                del row["kernel"], row["peer"]
-                report["dtypes"].append(row)
-            else:
-                row["backend"] = row.pop("kernel")
-                report["backends"].append(row)
+        if case.varlen is not None:  # a packed batch: per-sequence reference and models
+            _run_varlen(report, case, dtypes, seed, block, backends, say)
+            continue
+        q, k, v = private(*make_qkv(case.shape, case.dist, seed))
+        ref = reference.attention(q, k, v, **case.kwargs(seed))
+        report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
+        _add_records(report, measure_accuracy(case, dtypes, ["flash_model", *backends], seed,
+                                              block, say, inputs=(q, k, v), ref=ref))
     _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say)
     report["passed"] = overall_passed(report)
     say("done")
     return report
 
 
+def _add_records(report, records) -> None:
+    for rec in records:
+        row = rec.as_dict()
+        if rec.kernel == "flash_model":
+            del row["kernel"], row["peer"]
+            report["dtypes"].append(row)
+        else:
+            row["backend"] = row.pop("kernel")
+            report["backends"].append(row)
+
+
+def _run_varlen(report, case, dtypes, seed, block, backends, say) -> None:
+    q, k, v, cu = varlen_inputs(case, seed)
+    ref = reference.varlen_attention(q, k, v, cu, cu, **case.kwargs(seed))
+    report["exactness"] += [r.as_dict() for r in
+                            varlen_exactness(case, q, k, v, cu, ref, block, seed)]
+    _add_records(report, measure_varlen(case, dtypes, ["flash_model", *backends], seed, block,
+                                        say, inputs=(q, k, v, cu), ref=ref))
+
+
 def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say) -> None:
+    if grad_cases is not None and any(c.varlen for c in grad_cases):
+        grad_cases = [c for c in grad_cases if c.varlen is None]
+        report["grad_cases_why"] = ("packed (varlen) batches' gradients are held to the "
+                                    "float64 reference by the tests, not judged here")
     if grad_cases is None:
         causals = {c.causal for c in cases}
         grad_cases = [c for c in default_grad_cases() if c.causal in causals]
@@ -114,11 +149,11 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
     report["grad_exactness"], report["gradients"] = [], []
     for i, case in enumerate(grad_cases, 1):
         say(f"[grad {i}/{len(grad_cases)}] {case.label()}: fp64 gradients")
-        q, k, v = make_qkv(case.shape, case.dist, seed)
-        do = grad_output(case.shape, seed)
-        ref = reference.attention_grad(q, k, v, do, causal=case.causal)
+        q, k, v, do = private(*make_qkv(case.shape, case.dist, seed),
+                              grad_output(case.shape, seed))
+        ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
         report["grad_exactness"] += [r.as_dict() for r in
-                                     grad_exactness(case, q, k, v, do, ref, block)]
+                                     grad_exactness(case, q, k, v, do, ref, block, seed)]
         for rec in measure_gradients(case, dtypes, ["flash_model", *backends], seed, block,
                                      say, inputs=(q, k, v, do), ref=ref):
             report["gradients"].append(rec.as_dict())
@@ -202,6 +237,12 @@ def render_text(report: dict) -> str:
     for (backend, why, peer), where in failed.items():
         out.append(f"   {backend} FAIL{' (peer)' if peer else ''} ({why}): "
                    f"{', '.join(dict.fromkeys(where))}")
+    noted = {}
+    for b in report["backends"]:
+        if b.get("note"):
+            noted.setdefault((b["backend"], b["note"]), []).append(f"{b['case']} {b['dtype']}")
+    for (backend, note), where in noted.items():
+        out.append(f"   {backend} FAIL ({note}): {', '.join(where)}")
     if report.get("grad_cases"):
         out += ["", *_render_gradients(report)]
     out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]

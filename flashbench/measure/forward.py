@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -32,12 +32,14 @@ from flashbench import numerics, reference
 from flashbench.accuracy import BASELINE_FACTOR, error_stats, judge
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands, combine
-from flashbench.reference.streaming import causal_mask
+from flashbench.reference.streaming import masked_scores
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "exactness", "unavailable_reason", "measure_accuracy"]
+           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed",
+           "INTERPRETER_NOTE", "with_note"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -45,20 +47,56 @@ INTERPRETER_LIMIT = 2 * 1024 * 1024
 INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
 # Accuracy.lse_note: why an LSE is not judged (None: the kernel's own LSE, judged)
 LSE_NOT_RETURNED = "not returned by the kernel (not judged)"
+# a user's Triton kernel under the interpreter: flashbench fixes its bf16 dots and its fp32 ->
+# bf16 / e4m3 casts (flashbench.kernels.interpreter.patch_interpreter), not the rest
+INTERPRETED_WRONG = ("bf16", "fp8")
+INTERPRETER_NOTE = ("ran under Triton's interpreter (TRITON_INTERPRET=1), whose bf16 and fp8 "
+                    "arithmetic beyond dots and casts runs on raw bits: the interpreter is the "
+                    "likely cause; check on a GPU")
 LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumexp of the "
                 "inputs, rounded to fp32), shown for information (not judged)")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One accuracy problem: a shape, an input distribution, causal or not."""
+    """One accuracy problem: a shape, an input distribution, causal or not, and a variant
+    (:mod:`flashbench.inputs.variant`): a window, a softcap, sinks (``sinks=True``: one
+    seeded N(0, 1) logit per query head, :meth:`kwargs`). ``varlen``: a packed batch of
+    sequences of these lengths (:mod:`flashbench.measure.varlen`; ``shape`` gives H, Hkv, d).
+    """
 
     shape: Shape
     dist: str = "normal"
     causal: bool = False
+    window: tuple[int, int] = (-1, -1)
+    softcap: float | None = None
+    sinks: bool = False
+    varlen: tuple[int, ...] | None = None  # a packed batch: these sequence lengths (q and k)
+
+    def kwargs(self, seed: int = 0) -> dict:
+        """The keywords every path takes for this case: causal, and the variant's where set
+        (the sinks drawn from ``default_rng(seed + 2)``; the inputs use seed, dO seed + 1)."""
+        kw = {"causal": self.causal}
+        if self.window != (-1, -1):
+            kw["window"] = self.window
+        if self.softcap is not None:
+            kw["softcap"] = self.softcap
+        if self.sinks:
+            kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(self.shape.H)
+        return kw
+
+    def variant(self, seed: int = 0) -> Variant | None:
+        """The case's :class:`Variant` for backends (None: plain attention, causal or not)."""
+        kw = self.kwargs(seed)
+        return None if len(kw) == 1 else Variant(**kw)
 
     def label(self) -> str:
-        return f"{self.dist} {self.shape.label()}{' causal' if self.causal else ''}"
+        extra = Variant(window=self.window, softcap=self.softcap,
+                        sinks=(0.0,) if self.sinks else None).label()
+        shape = self.shape.label() if self.varlen is None else (
+            f"varlen {','.join(map(str, self.varlen))} H={self.shape.H} d={self.shape.d}")
+        return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
+                f"{'' if extra == 'full' else ' ' + extra}")
 
 
 def default_cases() -> list[Case]:
@@ -109,6 +147,7 @@ class Accuracy:
     ``yardsticks``: None when every ratio is against the same-dtype standard model;
     else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
     model overflowed (:func:`flashbench.accuracy.baseline_rule`).
+    ``note``: a FAIL's likely cause flashbench knows of (:data:`INTERPRETER_NOTE`).
     """
 
     case: Case
@@ -126,6 +165,7 @@ class Accuracy:
     streamed_vs_oneshot_lse: dict | None = None
     lse_note: str | None = None
     yardsticks: dict | None = None
+    note: str | None = None
     o_band_ratio: float | None = None
     lse_band_ratio: float | None = None
     baseline_passed: bool | None = None
@@ -169,13 +209,12 @@ class Failed:
                 "failed": self.reason, "passed": False, "peer": self.peer}
 
 
-def exactness(case: Case, q, k, v, ref, block: int) -> list[Exactness]:
+def exactness(case: Case, q, k, v, ref, block: int, seed: int = 0) -> list[Exactness]:
     """Streamed vs one-shot in float64: softmax of head 0's masked scores, attention O and LSE."""
-    o_s, lse_s = reference.online_attention(q, k, v, block=block, causal=case.causal)
-    s = q[0, 0] @ k[0, 0].T / math.sqrt(case.shape.d)
-    hidden = causal_mask(*s.shape) if case.causal else None
-    if hidden is not None:
-        s[hidden] = -np.inf
+    kw = case.kwargs(seed)
+    o_s, lse_s = reference.online_attention(q, k, v, block=block, **kw)
+    mask = Variant(causal=case.causal, window=case.window, softcap=case.softcap)
+    s = masked_scores(q[0, 0], k[0, 0], 1 / math.sqrt(case.shape.d), mask)
     diffs = {
         "softmax": error_stats(reference.online_softmax(s, block), reference.softmax(s)),
         "attention O": error_stats(o_s, ref[0]),
@@ -201,6 +240,14 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     return reason
 
 
+def with_note(reason: str, backend, dtype: str) -> str:
+    """``reason`` with :data:`INTERPRETER_NOTE` appended where a user's kernel ran under
+    Triton's interpreter in a dtype whose arithmetic the interpreter gets wrong."""
+    if dtype in INTERPRETED_WRONG and backend.ran_interpreted():
+        return f"{reason}; {INTERPRETER_NOTE}" if reason else INTERPRETER_NOTE
+    return reason
+
+
 def _yardsticks(verdicts: dict) -> dict | None:
     """{name: yardstick} of the verdicts whose ratio is not against the standard model."""
     odd = {name: v.yardstick for name, v in verdicts.items() if v.yardstick != "standard"}
@@ -208,7 +255,7 @@ def _yardsticks(verdicts: dict) -> dict | None:
 
 
 def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
-              own_lse: bool = True, peer: bool = False, *, bands: CaseBands,
+              own_lse: bool = True, peer: bool = False, *, bands: CaseBands | None = None,
               **extra) -> Accuracy:
     """The record of one kernel's (o, lse); ``own_lse`` False: its op returned no LSE (a
     stand-in fills ``out[1]``): judged on O only (the LSE note says why). ``bands``: the
@@ -221,7 +268,7 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
         del verdicts["lse"]
     judged = ("o",) if note is not None else ("o", "lse")
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
-                    bands.judge(dtype, out, judged), BASELINE_FACTOR)
+                    None if bands is None else bands.judge(dtype, out, judged), BASELINE_FACTOR)
     return Accuracy(case, kernel, dtype, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
@@ -234,6 +281,29 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
 accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
 
 
+def private(*arrays) -> tuple:
+    """The harness's own copies of the inputs, read-only: the reference, the models and
+    every yardstick are computed from them, and no backend is ever given them
+    (:func:`handed`). Arrays already read-only are taken as they are."""
+    out = []
+    for x in arrays:
+        if x.flags.writeable or x.base is not None:
+            x = np.array(x)
+            x.flags.writeable = False
+        out.append(x)
+    return tuple(out)
+
+
+def handed(precision: str, *arrays) -> list:
+    """Fresh torch copies of ``arrays`` in ``precision`` for one backend call: whatever a
+    backend does to them reaches no other backend and none of the harness's arrays."""
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]
+
+
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
                      inputs=None, ref=None,
@@ -242,25 +312,28 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
 
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
-    (else drawn from ``case`` and ``seed``). ``band_rule`` False: ``inputs`` not drawn
-    from ``case.dist`` (hand-made): the band rule, whose band describes that distribution,
-    is left out and the records judge by the baseline rule alone. Returns one record per
-    kernel x dtype, in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
+    (else drawn from ``case`` and ``seed``); every backend call gets its own copies
+    (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
+    ``band_rule`` False: ``inputs`` not drawn from ``case.dist`` (hand-made): the band
+    rule, whose band describes that distribution, is left out (as for the attention
+    variants, whose bands are not measured yet) and the records judge by the baseline
+    rule alone. Returns one record per kernel x dtype,
+    in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
-    q, k, v = make_qkv(case.shape, case.dist, seed) if inputs is None else inputs
-    ref = reference.attention(q, k, v, causal=case.causal) if ref is None else ref
+    q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
+    kw, variant = case.kwargs(seed), case.variant(seed)
+    ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
-    bands = CaseBands(case, (q, k, v), apply=band_rule)
+    bands = CaseBands(case, (q, k, v), apply=band_rule and variant is None)
     for dtype in dtypes:
-        std = numerics.standard_model(q, k, v, dtype, causal=case.causal)
+        std = numerics.standard_model(q, k, v, dtype, **kw)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
         # where the standard model overflowed (computed once, when first asked for)
         flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
-                                        causal=case.causal))
-        tensors = {}  # precision of the tensors handed to backends -> (q, k, v)
+                                        **kw))
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
@@ -279,25 +352,24 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 continue
             say(f"  {name} {dtype}")
             given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
-            if given not in tensors:
-                import torch
-
-                from flashbench.kernels.checks import torch_dtype
-
-                # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
-                # (twice), and every kernel must get the values the models and bands use
-                tensors[given] = [torch.from_numpy(caller_inputs(given, x)).to(torch_dtype(given))
-                                  for x in (q, k, v)]
-            try:
-                out = backend(*tensors[given], causal=case.causal, dtype=dtype)
+            # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
+            # (twice), and every kernel must get the values the models and bands use
+            given_qkv = (caller_inputs(given, x) for x in (q, k, v))
+            try:  # a variant it does not declare: "not applicable" (never run without it)
+                out = backend(*handed(given, *given_qkv), causal=case.causal, dtype=dtype,
+                              **({} if variant is None else {"variant": variant}))
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
             except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
-                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                                     own_lse=getattr(out, "own_lse", True), peer=backend.peer,
-                                     bands=bands))
+            rec = _accuracy(case, name, dtype, out, std, ref, fallback=flash,
+                            own_lse=getattr(out, "own_lse", True), peer=backend.peer,
+                            bands=bands)
+            if not rec.passed and with_note("", backend, dtype):
+                rec = replace(rec, note=INTERPRETER_NOTE)
+            records.append(rec)
     return records
 

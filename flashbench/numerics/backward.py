@@ -42,6 +42,12 @@ differentiated by ``torch.autograd``): the backward of
    a T result and the group's are summed in fp32, then rounded to T: the backward of
    an expanded k, v.
 
+Variants (``window``, ``softcap``, ``sinks``): both models visit what the forward did and
+multiply dS by the softcap's derivative ``1 - (t / c)^2`` (the flash model in fp32 before
+rounding dS; the standard model as one more T op). With sinks they return a fourth
+gradient dsinks [H] (fp32 stored in T, summed over rows: ``-sum P_sink D``, D = rowsum(dO * O) from
+the model's own forward).
+
 FlashAttention's reference scales k instead of S (``reorder_ops``); with
 ``scale = 1/sqrt(d)`` a power of two (d = 16, 64, 256) the two are the same numbers.
 """
@@ -54,16 +60,14 @@ from flashbench.inputs.precision import FP8_DTYPES, PRECISIONS, get_precision
 from flashbench.inputs.validation import (
     attention_shape,
     check_block,
-    check_causal,
-    check_qkv,
-    check_scale,
     check_shaped,
     grouped_grad,
     sum_to,
 )
-from flashbench.numerics.forward import flash_model
-from flashbench.reference.streaming import masked_scores, unnormalised_softmax
-from flashbench.reference.streaming_bwd import stream_attention_grad
+from flashbench.numerics.forward import flash_model, standard_model
+from flashbench.reference.oneshot import problem
+from flashbench.reference.streaming import masked_scores, safe_max, unnormalised_softmax
+from flashbench.reference.streaming_bwd import sink_grad, stream_attention_grad
 
 __all__ = ["flash_model_grad", "standard_model_grad", "GRAD_DTYPES"]
 
@@ -80,51 +84,69 @@ def _precision(dtype):
     return prec
 
 
-def _inputs(q, k, v, do, dtype, scale, check_finite):
+def _inputs(q, k, v, do, dtype, causal, scale, window, softcap, sinks, check_finite):
     prec = _precision(dtype)
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
-    scale = check_scale(scale, q.shape[-1])
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
     do = check_shaped(do, "do", attention_shape(q.shape, k.shape, v.shape),
                       "the output's shape [..., Nq, dv]", finite=check_finite)
-    return prec, q, k, v, do, scale
+    return prec, q, k, v, do, variant, scale, sink
+
+
+def _sink_grad(prec, sink, lse, o, do):
+    """dsinks [H] from the model's forward O, LSE, in the compute dtype, stored in T."""
+    return prec.store(sink_grad(sink, np.asarray(lse, np.float64), np.asarray(o, np.float64),
+                                np.asarray(do, np.float64)).astype(prec.compute))
 
 
 def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = False,
-                     scale: float | None = None, check_finite: bool = False):
+                     scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                     softcap: float | None = None, sinks=None, check_finite: bool = False):
     """Model of a FlashAttention-2 backward computing in ``dtype`` (module docstring).
 
     ``block``: keys per block, as for :func:`flashbench.numerics.flash_model` (its
-    forward gives O and LSE). Returns (dq, dk, dv) in T's storage dtype.
+    forward gives O and LSE). Returns (dq, dk, dv) in T's storage dtype (with sinks:
+    (dq, dk, dv, dsinks)).
     """
     block = check_block(block)
-    causal = check_causal(causal)
-    prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
-    o, lse = flash_model(q, k, v, prec.name, block=block, causal=causal, scale=scale)
+    prec, q, k, v, do, variant, scale, sink = _inputs(q, k, v, do, dtype, causal, scale,
+                                                      window, softcap, sinks, check_finite)
+    o, lse = flash_model(q, k, v, prec.name, block=block, causal=variant.causal, scale=scale,
+                         window=window, softcap=softcap, sinks=sinks)
     compute = prec.compute
     o = np.asarray(o).astype(compute)  # O and dO as the kernel reads them from memory
+    do = prec.stored(do)
     dq, dk, dv = grouped_grad(stream_attention_grad, prec.operand(q), prec.operand(k),
-                              prec.operand(v), ((o, -3), (lse.astype(compute), -2),
-                                                (prec.stored(do), -3)),
-                              block=block, causal=causal, scale=scale, compute=compute,
+                              prec.operand(v), ((o, -3), (lse.astype(compute), -2), (do, -3)),
+                              block=block, causal=variant, scale=scale, compute=compute,
                               round_op=None if prec.name in ("fp64", "fp32") else prec.operand)
-    return prec.store(dq), prec.store(dk), prec.store(dv)
+    grads = prec.store(dq), prec.store(dk), prec.store(dv)
+    return grads if sink is None else (*grads, _sink_grad(prec, sink, lse, o, do))
 
 
 def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
-                        scale: float | None = None, check_finite: bool = False):
+                        scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                        softcap: float | None = None, sinks=None, check_finite: bool = False):
     """Model of autograd through plain attention in ``dtype`` (module docstring).
 
-    Returns (dq, dk, dv) in T's storage dtype.
+    Returns (dq, dk, dv) in T's storage dtype (with sinks: (dq, dk, dv, dsinks)).
     """
-    causal = check_causal(causal)
-    prec, q, k, v, do, scale = _inputs(q, k, v, do, dtype, scale, check_finite)
-    dq, dk, dv = grouped_grad(_standard_grad, prec.operand(q), prec.operand(k),
-                              prec.operand(v), ((prec.operand(do), -3),), causal=causal,
-                              scale=scale, prec=prec)
-    return prec.store(dq), prec.store(dk), prec.store(dv)
+    prec, q, k, v, do, variant, scale, sink = _inputs(q, k, v, do, dtype, causal, scale,
+                                                      window, softcap, sinks, check_finite)
+    if sink is not None:
+        sink = prec.stored(sink).astype(prec.compute)  # the sink column of S, in T
+    grads = grouped_grad(_standard_grad, prec.operand(q), prec.operand(k), prec.operand(v),
+                         ((prec.operand(do), -3), (sink, -2)), variant=variant, scale=scale,
+                         prec=prec)
+    grads = tuple(prec.store(g) for g in grads)
+    if sink is None:
+        return grads
+    o, lse = standard_model(q, k, v, prec.name, causal=variant.causal, scale=scale,
+                            window=window, softcap=softcap, sinks=sinks)
+    return (*grads, _sink_grad(prec, sink, lse, o, prec.stored(do)))
 
 
-def _standard_grad(q, k, v, do, *, causal, scale, prec):
+def _standard_grad(q, k, v, do, sink, *, variant, scale, prec):
     compute = prec.compute
 
     def store(x):  # round in place to T (values kept in the compute dtype): no extra copy
@@ -135,15 +157,22 @@ def _standard_grad(q, k, v, do, *, causal, scale, prec):
     def op(x):  # a matmul operand: T values already, but for tf32's operand rounding
         return prec.operand(x) if prec.name == "tf32" else x
 
-    p, _ = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=store))
+    s = masked_scores(q, k, scale, variant, round_s=store)
+    dcap = None if variant.softcap is None else store(variant.cap_grad(s))
+    p, m = unnormalised_softmax(s)
     l = p.sum(axis=-1, keepdims=True)
+    if sink is not None:  # softmax over [S, sink]; the sink's column is dropped after
+        l += np.exp(sink - safe_max(m))[..., None]
     store(np.divide(p, l, out=p, where=l != 0))  # P = T(softmax(S)), fp32 softmax
     dv = sum_to(store(np.matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
     ds = store(np.matmul(do, np.swapaxes(v, -1, -2)))  # dP = T(dO V^T)
     ds -= np.einsum("...ij,...ij->...i", p, ds)[..., None]
     ds *= p
     del p
-    ds = op(store(ds))  # dS = T(P * (dP - rowsum(P * dP)))
+    ds = store(ds)  # dS = T(P * (dP - rowsum(P * dP)))
+    if dcap is not None:  # through the softcap: one more T op
+        ds = store(ds * dcap)
+    ds = op(ds)
     c = compute(scale)
     dq = np.matmul(ds, k)
     dq *= c

@@ -24,6 +24,12 @@ to T; softmax computed in fp32 from that rounded S, P rounded to T; ``P @ V``
 accumulated in fp32 and rounded to T. Its LSE is the fp32 log-sum-exp of the
 rounded S, kept in fp32 (the stricter choice for the baseline rule).
 
+Variants (``window``, ``softcap``, ``sinks``; :mod:`flashbench.inputs.variant`): the flash
+model caps its fp32 scores (``c * tanh(s / c)`` in fp32) and merges the fp32 sink into
+(m, l) before its one division; the standard model rounds each op of the cap to T (``s /
+c``, ``tanh``, ``* c``, as torch computes them in T) and puts the sink, rounded to T, in
+its fp32 softmax's denominator. The fp8 dtypes take causal only.
+
 "fp64" runs both models in float64 without rounding: they equal the reference.
 
 Returns of both: ``(o, lse)`` with o [..., Nq, dv] in T's storage dtype (float32
@@ -35,17 +41,14 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.inputs.precision import FP8_DTYPES, get_precision
-from flashbench.inputs.validation import (
-    check_block,
-    check_causal,
-    check_qkv,
-    check_scale,
-    grouped_query,
-)
+from flashbench.inputs.validation import check_block, check_causal, grouped_query
+from flashbench.inputs.variant import variant_of
 from flashbench.numerics import fp8
+from flashbench.reference.oneshot import problem
 from flashbench.reference.streaming import (
     log_sum_exp,
     masked_scores,
+    safe_max,
     stream_attention,
     unnormalised_softmax,
 )
@@ -53,27 +56,35 @@ from flashbench.reference.streaming import (
 __all__ = ["flash_model", "standard_model"]
 
 
-def _rounded_inputs(q, k, v, dtype, scale, check_finite):
+def _inputs(q, k, v, dtype, causal, scale, window, softcap, sinks, check_finite):
     prec = get_precision(dtype)
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
-    scale = check_scale(scale, q.shape[-1])
-    # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
-    return prec, prec.operand(q), prec.operand(k), prec.operand(v), scale
+    return (prec, *problem(q, k, v, causal, scale, window, softcap, sinks, check_finite))
 
 
-@grouped_query  # k, v with Hkv heads dividing H: grouped-query attention
+def _fp8_variant(dtype, causal, window, softcap, sinks) -> bool:
+    """True for an fp8 dtype (whose models take causal only: ValueError for a variant)."""
+    if get_precision(dtype).name not in FP8_DTYPES:
+        return False
+    if not variant_of(check_causal(causal), window, softcap, sinks).plain:
+        raise ValueError(f"the fp8 models take causal only; window, softcap and sinks are "
+                         f"not modelled for dtype {dtype!r}")
+    return True
+
+
 def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
-                scale: float | None = None, check_finite: bool = False,
+                scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                softcap: float | None = None, sinks=None, check_finite: bool = False,
                 quant: str | None = None, incoherent: bool | None = None):
     """Model of a FlashAttention-2 kernel computing in ``dtype`` (module docstring).
 
+    ``window``, ``softcap``, ``sinks``: the variants, as for
+    :func:`flashbench.reference.attention`.
     ``check_finite``: raise ValueError if q, k or v hold inf or nan.
     ``quant`` ("block" | "tensor", default "block") and ``incoherent`` (default True):
     FlashAttention-3's FP8 options, for the fp8 dtypes only
     (:func:`flashbench.numerics.fp8.flash_fp8`).
     """
-    causal = check_causal(causal)
-    if get_precision(dtype).name in FP8_DTYPES:
+    if _fp8_variant(dtype, causal, window, softcap, sinks):
         return fp8.flash_fp8(q, k, v, dtype, block=block, causal=causal, scale=scale,
                              check_finite=check_finite,
                              quant="block" if quant is None else quant,
@@ -82,28 +93,52 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
         raise ValueError(f"quant and incoherent apply to the fp8 dtypes {list(FP8_DTYPES)} "
                          f"only, got dtype {dtype!r}")
     block = check_block(block)
-    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
-    round_p = None if prec.name in ("fp64", "fp32") else prec.operand
-    o, lse = stream_attention(q, k, v, block=block, causal=causal, scale=scale,
-                              compute=prec.compute, round_p=round_p)
+    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
+                                                  softcap, sinks, check_finite)
+    o, lse = _flash(q, k, v, prec=prec, block=block, variant=variant, scale=scale, sink=sink)
     return prec.store(o), lse
 
 
-@grouped_query
+@grouped_query  # k, v with Hkv heads dividing H (float64 here: the wrapper checks them)
+def _flash(q, k, v, *, prec, block, variant, scale, sink):
+    # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
+    round_p = None if prec.name in ("fp64", "fp32") else prec.operand
+    return stream_attention(prec.operand(q), prec.operand(k), prec.operand(v), block=block,
+                            causal=variant, scale=scale, compute=prec.compute,
+                            round_p=round_p, sink=sink)
+
+
 def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None,
-                   check_finite: bool = False):
+                   window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+                   sinks=None, check_finite: bool = False):
     """Model of plain (materialised) attention computing in ``dtype`` (module docstring).
 
-    ``check_finite``: raise ValueError if q, k or v hold inf or nan. The fp8 dtypes
-    give FlashAttention-3's baseline (:func:`flashbench.numerics.fp8.standard_fp8`).
+    ``window``, ``softcap``, ``sinks``: the variants, as for
+    :func:`flashbench.reference.attention`. ``check_finite``: raise ValueError if q, k or
+    v hold inf or nan. The fp8 dtypes give FlashAttention-3's baseline
+    (:func:`flashbench.numerics.fp8.standard_fp8`).
     """
-    causal = check_causal(causal)
-    if get_precision(dtype).name in FP8_DTYPES:
+    if _fp8_variant(dtype, causal, window, softcap, sinks):
         return fp8.standard_fp8(q, k, v, dtype, causal=causal, scale=scale,
                                 check_finite=check_finite)
-    prec, q, k, v, scale = _rounded_inputs(q, k, v, dtype, scale, check_finite)
-    e, m = unnormalised_softmax(masked_scores(q, k, scale, causal, round_s=prec.stored))
+    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
+                                                  softcap, sinks, check_finite)
+    if sink is not None:
+        sink = prec.stored(sink).astype(prec.compute)  # the sink column of S, in T
+    return _standard(q, k, v, variant=variant, scale=scale, sink=sink, prec=prec)
+
+
+@grouped_query  # float64 q, k, v here (the wrapper checks them), rounded below
+def _standard(q, k, v, *, variant, scale, sink, prec):
+    q, k, v = prec.operand(q), prec.operand(k), prec.operand(v)
+    e, m = unnormalised_softmax(masked_scores(q, k, scale, variant, round_s=prec.stored))
     l = e.sum(axis=-1)
+    if sink is not None:  # softmax over [S, sink]: the sink's term in the fp32 denominator
+        m_new = np.maximum(m, sink)
+        m_ref = safe_max(m_new)
+        e *= np.exp(m - m_ref)[..., None]
+        l = l * np.exp(m - m_ref) + np.exp(sink - m_ref)
+        m = m_new
     p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
     o = np.matmul(prec.operand(p), v)
     return prec.store(o), log_sum_exp(m, l)

@@ -22,6 +22,10 @@ Gradients (:func:`attention_grad`, :func:`online_attention_grad`) return
 ``(dq, dk, dv)`` with the shapes of q, k and v, in float64; an input broadcast over
 leading dims (or shared by a group of query heads) gets the sum of its gradients.
 A query row that sees no key gets dq = 0; a key that no query sees, dk = dv = 0.
+
+Variants (:mod:`flashbench.inputs.variant`): every function takes ``window=(left, right)``,
+``softcap`` and ``sinks`` [H] besides ``causal``. With sinks, LSE includes the sink term and
+the gradients return ``(dq, dk, dv, dsinks)``, dsinks [H] float64; without, ``(dq, dk, dv)``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import numpy as np
 from flashbench.inputs.validation import (
     attention_shape,
     check_block,
-    check_causal,
     check_qkv,
     check_rows,
     check_scale,
@@ -40,6 +43,7 @@ from flashbench.inputs.validation import (
     grouped_query,
     sum_to,
 )
+from flashbench.inputs.variant import variant_of
 from flashbench.reference.streaming import (
     finish,
     masked_scores,
@@ -47,7 +51,7 @@ from flashbench.reference.streaming import (
     stream_attention,
     unnormalised_softmax,
 )
-from flashbench.reference.streaming_bwd import stream_attention_grad
+from flashbench.reference.streaming_bwd import sink_grad, stream_attention_grad
 
 __all__ = ["softmax", "online_softmax", "attention", "online_attention", "row_stats",
            "attention_grad", "online_attention_grad"]
@@ -102,8 +106,22 @@ def online_softmax(x, block: int) -> np.ndarray:
     return p
 
 
-@grouped_query
+def problem(q, k, v, causal, scale, window, softcap, sinks, check_finite):
+    """Validate an attention call: ``(q, k, v, variant, scale, sink)`` with q, k, v float64,
+    the :class:`~flashbench.inputs.variant.Variant` and the sink logits [H, 1] (None
+    without sinks)."""
+    q, k, v = check_qkv(q, k, v, finite=check_finite)
+    variant = variant_of(causal, window, softcap, sinks)
+    scale = check_scale(scale, q.shape[-1])
+    out = attention_shape(q.shape, k.shape, v.shape)
+    if len(out) < 3:  # q without a head dim: one head, its sink broadcasting over rows
+        sink = variant.sink_logits(1)
+        return q, k, v, variant, scale, None if sink is None else sink.reshape(1)
+    return q, k, v, variant, scale, variant.sink_logits(out[-3])
+
+
 def attention(q, k, v, causal: bool = False, scale: float | None = None,
+              window: tuple[int, int] = (-1, -1), softcap: float | None = None, sinks=None,
               check_finite: bool = False):
     """One-shot attention in float64; materialises the full score matrix.
 
@@ -112,71 +130,97 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
             arrays or array-likes (a torch tensor is a TypeError).
         causal: bottom-right aligned causal mask.
         scale: score scale; None means 1/sqrt(d).
+        window: (left, right) keys visible around the aligned diagonal, -1 unbounded.
+        softcap: c > 0: scores become c tanh(s / c) before masking; None: no cap.
+        sinks: [H] float logits, one per query head (None: no sinks).
         check_finite: raise ValueError if q, k or v hold inf or nan.
 
     Returns:
-        (o, lse): o [..., Nq, dv] float64, lse [..., Nq] float64 (natural log).
+        (o, lse): o [..., Nq, dv] float64, lse [..., Nq] float64 (natural log; with
+        sinks it includes the sink term).
     """
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
-    causal = check_causal(causal)
-    scale = check_scale(scale, q.shape[-1])
-    p, m = unnormalised_softmax(masked_scores(q, k, scale, causal))
-    return finish(np.matmul(p, v), m, p.sum(axis=-1))
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
+    return _one_shot(q, k, v, variant=variant, scale=scale, sink=sink)
 
 
 @grouped_query
+def _one_shot(q, k, v, *, variant, scale, sink):
+    p, m = unnormalised_softmax(masked_scores(q, k, scale, variant))
+    return finish(np.matmul(p, v), m, p.sum(axis=-1), sink)
+
+
 def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None,
-                     check_finite: bool = False):
+                     window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+                     sinks=None, check_finite: bool = False):
     """Streamed attention in float64: key/value blocks through the (m, l) recurrence.
 
     Holds at most one ``[..., Nq, block]`` score tile; ``block`` is any int >= 1,
-    including values that do not divide Nk or exceed it. Same arguments and
-    returns as :func:`attention`, to which it is equal up to ~1e-13.
+    including values that do not divide Nk or exceed it. Key blocks a window hides from
+    every row are never visited. Same arguments and returns as :func:`attention`, to
+    which it is equal up to ~1e-13.
     """
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
     block = check_block(block)
-    causal = check_causal(causal)
-    scale = check_scale(scale, q.shape[-1])
-    return stream_attention(q, k, v, block=block, causal=causal, scale=scale)
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
+    return _streamed(q, k, v, block=block, causal=variant, scale=scale, sink=sink)
+
+
+_streamed = grouped_query(stream_attention)
 
 
 def attention_grad(q, k, v, do, causal: bool = False, scale: float | None = None,
-                   check_finite: bool = False):
+                   window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+                   sinks=None, check_finite: bool = False):
     """One-shot gradients of attention in float64; materialises S, P and dS.
 
-    Softmax's textbook backward, ``dS = P * (dP - rowsum(P * dP))`` with ``dP = dO V^T``,
-    then ``dq = scale dS K``, ``dk = scale dS^T Q``, ``dv = P^T dO``.
+    Softmax's textbook backward, ``dS = P * (dP - rowsum(P * dP))`` with ``dP = dO V^T``
+    (times ``1 - (t / c)^2`` through a softcap, t the capped score), then
+    ``dq = scale dS K``, ``dk = scale dS^T Q``, ``dv = P^T dO``.
 
     Args:
-        q, k, v, causal, scale, check_finite: as for :func:`attention`.
+        q, k, v, causal, scale, window, softcap, sinks, check_finite: as for :func:`attention`.
         do: [..., Nq, dv], the gradient of the output (o's shape).
 
     Returns:
-        (dq, dk, dv): float64 arrays of q's, k's and v's shapes.
+        (dq, dk, dv): float64 arrays of q's, k's and v's shapes; with sinks
+        (dq, dk, dv, dsinks), dsinks [H] (:func:`flashbench.reference.streaming_bwd.sink_grad`).
     """
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
-    causal = check_causal(causal)
-    scale = check_scale(scale, q.shape[-1])
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
     do = check_shaped(do, "do", attention_shape(q.shape, k.shape, v.shape),
                       "the output's shape [..., Nq, dv]", finite=check_finite)
-    return grouped_grad(_one_shot_grad, q, k, v, ((do, -3),), causal=causal, scale=scale)
+    grads = grouped_grad(_one_shot_grad, q, k, v, ((do, -3), (sink, -2)), variant=variant,
+                         scale=scale)
+    if sink is None:
+        return grads
+    o, lse = _one_shot(q, k, v, variant=variant, scale=scale, sink=sink)
+    return (*grads, sink_grad(sink, lse, o, do))
 
 
-def _one_shot_grad(q, k, v, do, *, causal, scale):
-    p, _ = unnormalised_softmax(masked_scores(q, k, scale, causal))
+def _one_shot_grad(q, k, v, do, sink, *, variant, scale):
+    s = masked_scores(q, k, scale, variant)
+    dcap = None if variant.softcap is None else variant.cap_grad(s)
+    p, m = unnormalised_softmax(s)
     l = p.sum(axis=-1, keepdims=True)
+    if sink is not None:  # the sink's term joins the denominator (shifted by the row max)
+        l += np.exp(sink - safe_max(m))[..., None]
     p = np.divide(p, l, out=p, where=l != 0)  # rows that see no key: P = 0
     dv = sum_to(np.matmul(np.swapaxes(p, -1, -2), do), v.shape)
     ds = np.matmul(do, np.swapaxes(v, -1, -2))  # dP
     ds -= np.einsum("...ij,...ij->...i", ds, p)[..., None]
     ds *= p
+    if dcap is not None:
+        ds *= dcap
     dq = sum_to(np.matmul(ds, k), q.shape) * scale
     dk = sum_to(np.matmul(np.swapaxes(ds, -1, -2), q), k.shape) * scale
     return dq, dk, dv
 
 
 def online_attention_grad(q, k, v, o, lse, do, block: int = 64, causal: bool = False,
-                          scale: float | None = None, check_finite: bool = False):
+                          scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                          softcap: float | None = None, sinks=None,
+                          check_finite: bool = False):
     """Streamed gradients of attention in float64: FlashAttention-2's backward recurrence.
 
     ``D = rowsum(dO * O)``; per key block, P is recomputed from the scores and the
@@ -184,22 +228,24 @@ def online_attention_grad(q, k, v, o, lse, do, block: int = 64, causal: bool = F
     Holds a few ``[..., Nq, block]`` tiles at most; ``block`` is any int >= 1.
 
     Args:
-        q, k, v, causal, scale, check_finite: as for :func:`online_attention`.
+        q, k, v, causal, scale, window, softcap, sinks, check_finite: as for
+            :func:`online_attention`.
         o, lse: the forward's output [..., Nq, dv] and LSE [..., Nq] (for example from
-            :func:`online_attention` with the same arguments).
+            :func:`online_attention` with the same arguments; with sinks, the LSE holds them).
         do: [..., Nq, dv], the gradient of the output.
 
     Returns:
-        (dq, dk, dv): float64 arrays of q's, k's and v's shapes, equal to
-        :func:`attention_grad` to ~1e-13 relative to the gradient's scale.
+        (dq, dk, dv) (with sinks: (dq, dk, dv, dsinks)) as :func:`attention_grad`, to
+        which they are equal to ~1e-13 relative to the gradient's scale.
     """
-    q, k, v = check_qkv(q, k, v, finite=check_finite)
     block = check_block(block)
-    causal = check_causal(causal)
-    scale = check_scale(scale, q.shape[-1])
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
     out = attention_shape(q.shape, k.shape, v.shape)
     o = check_shaped(o, "o", out, "the output's shape [..., Nq, dv]")
     lse = check_shaped(lse, "lse", out[:-1], "the output's row shape [..., Nq]")
     do = check_shaped(do, "do", out, "the output's shape [..., Nq, dv]", finite=check_finite)
-    return grouped_grad(stream_attention_grad, q, k, v, ((o, -3), (lse, -2), (do, -3)),
-                        block=block, causal=causal, scale=scale)
+    grads = grouped_grad(stream_attention_grad, q, k, v, ((o, -3), (lse, -2), (do, -3)),
+                         block=block, causal=variant, scale=scale)
+    return grads if sink is None else (*grads, sink_grad(sink, lse, o, do))
+

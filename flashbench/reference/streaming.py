@@ -10,9 +10,12 @@ streams the same way: ``O = exp(m_old - m_new) O + P_blk V_blk`` with
 the operands and P rounded to a storage dtype). It never holds more than one
 ``[..., Nq, block]`` score tile.
 
-Causal masking is bottom-right aligned: query ``i`` sees key ``j`` iff
-``j <= i + Nk - Nq``. Rows that see no key finish with ``l == 0``: their output is
-0 and their LSE is -inf, computed without floating-point warnings.
+Masks and score modifiers come from one :class:`~flashbench.inputs.variant.Variant`
+(causal bottom-right aligned, sliding window, softcap; ``causal`` arguments take a bool or
+a Variant): key blocks no row sees are skipped, and each block touches only the rows that
+see it. Rows that see no key finish with ``l == 0``: their output is 0 and their LSE is
+-inf, computed without floating-point warnings. Sinks join the statistics in
+:func:`finish`, as one more term of l with no value row.
 """
 
 from __future__ import annotations
@@ -21,22 +24,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flashbench.inputs.validation import check_causal
+from flashbench.inputs.variant import Variant, variant_of
+
+_CAUSAL = Variant(causal=True)
 
 
 def causal_mask(nq: int, nk: int, start: int = 0, stop: int | None = None) -> np.ndarray | None:
-    """Boolean [nq, stop - start] mask of keys ``start..stop-1`` hidden from each query.
-
-    Returns None when no key of that range is hidden from any query (the block lies
-    wholly on or below the diagonal), so callers skip the masking work.
-    """
-    stop = nk if stop is None else stop
-    offset = nk - nq
-    if stop - 1 <= offset:  # the first query row already sees every key of the block
-        return None
-    rows = np.arange(nq)[:, None]
-    cols = np.arange(start, stop)[None, :]
-    return cols > rows + offset
+    """Boolean [nq, stop - start] mask of keys ``start..stop-1`` hidden from each query by
+    the causal mask; None when no key of that range is hidden (:meth:`Variant.hidden`)."""
+    return _CAUSAL.hidden(nq, nk, start, stop)
 
 
 def safe_max(m: np.ndarray) -> np.ndarray:
@@ -54,18 +50,20 @@ def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:
                     m + np.log(np.where(blind, np.ones((), l.dtype), l)))
 
 
-def masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool,
+def masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | Variant,
                   round_s: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """The full score matrix ``(q @ k^T) * scale`` [..., Nq, Nk] in q's dtype, causal
-    entries set to -inf (after ``round_s``, which models storing S in a lower precision)."""
+    """The full score matrix ``(q @ k^T) * scale`` [..., Nq, Nk] in q's dtype, softcapped,
+    hidden entries set to -inf (``round_s`` models storing S, and each op of the softcap,
+    in a lower precision)."""
+    variant = variant_of(causal)
     s = np.matmul(q, np.swapaxes(k, -1, -2))
     s *= s.dtype.type(scale)
     if round_s is not None:
         s = round_s(s)
-    if causal:
-        hidden = causal_mask(q.shape[-2], k.shape[-2])
-        if hidden is not None:
-            s[..., hidden] = -np.inf
+    s = variant.cap(s, round_s)
+    hidden = variant.hidden(q.shape[-2], k.shape[-2])
+    if hidden is not None:
+        s[..., hidden] = -np.inf
     return s
 
 
@@ -76,31 +74,52 @@ def unnormalised_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.exp(s, out=s), m
 
 
-def finish(o: np.ndarray, m: np.ndarray, l: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Divide the accumulated output by l once; rows with l == 0 give output 0 and LSE -inf."""
+def finish(o: np.ndarray, m: np.ndarray, l: np.ndarray,
+           sink: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Divide the accumulated output by l once; rows with l == 0 give output 0 and LSE -inf.
+
+    ``sink`` (broadcasting against m; None: no sink) joins the statistics first, as a
+    block of one key with no value: ``m' = max(m, sink)``, ``l' = exp(m - m') l +
+    exp(sink - m')`` and O is rescaled by ``exp(m - m')``. A sink of -inf changes nothing
+    (bit for bit); a blind row with a finite sink gets O = 0 and LSE = sink.
+    """
+    if sink is not None:
+        sink = np.broadcast_to(sink.astype(m.dtype, copy=False), m.shape)
+        m_new = np.maximum(m, sink)
+        m_ref = safe_max(m_new)
+        alpha = np.exp(m - m_ref)
+        l = l * alpha + np.exp(sink - m_ref)
+        o = o * alpha[..., None]
+        m = m_new
     seen = (l != 0)[..., None]  # NaN l propagates NaN (see log_sum_exp)
     o = np.divide(o, l[..., None], out=np.zeros_like(o), where=seen)
     return o, log_sum_exp(m, l)
 
 
-def first_row(nq: int, nk: int, start: int, causal: bool) -> int:
-    """The first query row that sees key ``start``: with a causal mask, rows above it see no
-    key of a block starting there, nor of any later block (0 without a mask)."""
-    return max(0, start - (nk - nq)) if causal else 0
-
-
-def score_tile(q: np.ndarray, kt: np.ndarray, start: int, stop: int, r0: int, scale,
-               causal: bool) -> np.ndarray:
-    """Scores of query rows ``r0:`` against keys ``start:stop``: ``(q @ k^T) * scale``
-    [..., Nq - r0, stop - start] in q's dtype, causal entries set to -inf by assignment
-    (hidden whatever the score, even inf or nan). ``kt`` is k transposed, [..., d, Nk]."""
-    s = np.matmul(q[..., r0:, :], kt[..., start:stop])
+def score_tile(q: np.ndarray, kt: np.ndarray, start: int, stop: int, rows: tuple[int, int],
+               scale, variant: Variant) -> np.ndarray:
+    """Scores of query rows ``r0:r1`` against keys ``start:stop``: ``(q @ k^T) * scale``
+    [..., r1 - r0, stop - start] in q's dtype, softcapped, hidden entries set to -inf by
+    assignment (hidden whatever the score, even inf or nan). ``kt`` is k transposed."""
+    r0, r1 = rows
+    s = np.matmul(q[..., r0:r1, :], kt[..., start:stop])
     s *= scale
-    if causal:
-        hidden = causal_mask(q.shape[-2], kt.shape[-1], start, stop)
-        if hidden is not None:
-            np.copyto(s, -np.inf, where=hidden[r0:])
+    s = variant.cap(s)
+    hidden = variant.hidden(q.shape[-2], kt.shape[-1], start, stop, r0, r1)
+    if hidden is not None:
+        np.copyto(s, -np.inf, where=hidden)
     return s
+
+
+def key_blocks(variant: Variant, nq: int, nk: int, block: int):
+    """The key blocks some query row sees: ``(start, stop, (r0, r1))`` with the rows that
+    see each; blocks no row sees are never yielded (a window's work grows with the window)."""
+    lo, hi = variant.key_range(nq, nk)
+    for start in range((lo // block) * block, hi, block):
+        stop = min(start + block, nk)
+        r0, r1 = variant.row_range(nq, nk, start, stop)
+        if r0 < r1:
+            yield start, stop, (r0, r1)
 
 
 def stream_attention(
@@ -109,10 +128,11 @@ def stream_attention(
     v: np.ndarray,
     *,
     block: int,
-    causal: bool,
+    causal: bool | Variant,
     scale: float,
     compute: type = np.float64,
     round_p: Callable[[np.ndarray], np.ndarray] | None = None,
+    sink: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stream key/value blocks through the (m, l) recurrence.
 
@@ -120,15 +140,16 @@ def stream_attention(
         q: [..., Nq, d], k: [..., Nk, d], v: [..., Nk, dv], already in ``compute``
             dtype and already rounded to whatever the caller models.
         block: keys per block (>= 1; the last block may be shorter).
-        causal: bottom-right aligned causal mask.
+        causal: a bool (bottom-right aligned causal mask) or a :class:`Variant`.
         scale: multiplies q @ k^T (in ``compute`` dtype) before the softmax.
         compute: float64 or float32: dtype of scores, m, l, P and the O accumulator.
         round_p: rounds the unnormalised P tile before P @ V (None: no rounding).
+        sink: per-row sink logits broadcasting against [..., Nq] (:func:`finish`).
 
     Returns:
         (o, lse): o [..., Nq, dv] and lse [..., Nq], both in ``compute`` dtype.
     """
-    causal = check_causal(causal)
+    variant = variant_of(causal)
     nq, nk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     o = np.zeros(batch + (nq, dv), dtype=compute)
@@ -136,13 +157,9 @@ def stream_attention(
     l = np.zeros(batch + (nq,), dtype=compute)
     scale_c = compute(scale)
     kt = np.swapaxes(k, -1, -2)
-    for start in range(0, nk, block):
-        stop = min(start + block, nk)
-        r0 = first_row(nq, nk, start, causal)
-        if r0 >= nq:
-            break
-        o_r, m_r, l_r = o[..., r0:, :], m[..., r0:], l[..., r0:]  # views: updated in place
-        s = score_tile(q, kt, start, stop, r0, scale_c, causal)  # [..., Nq - r0, b]
+    for start, stop, (r0, r1) in key_blocks(variant, nq, nk, block):
+        o_r, m_r, l_r = o[..., r0:r1, :], m[..., r0:r1], l[..., r0:r1]  # views: in place
+        s = score_tile(q, kt, start, stop, (r0, r1), scale_c, variant)  # [..., r1 - r0, b]
         m_new = np.maximum(m_r, s.max(axis=-1))
         m_ref = safe_max(m_new)
         alpha = np.exp(m_r - m_ref)  # rescales the old statistics; 0 where m was -inf
@@ -157,4 +174,4 @@ def stream_attention(
             o_r[moved] *= alpha[moved][:, None]
         o_r += np.matmul(p if round_p is None else round_p(p), v[..., start:stop, :])
         m_r[...] = m_new
-    return finish(o, m, l)
+    return finish(o, m, l, sink)

@@ -21,7 +21,10 @@ than a few ``[..., Nq, block]`` tiles.
 
 Rows that see no key have LSE = -inf and O = 0: their P is 0 (exp of -inf scores,
 taken against a finite stand-in for the LSE), so their dq is 0; keys that no query
-sees get dk = dv = 0. Leading dims broadcast like numpy matmul; the gradient of a
+sees get dk = dv = 0. A variant (:class:`~flashbench.inputs.variant.Variant`) visits only the
+key blocks and rows the forward did; a softcap multiplies dS by ``1 - (t / c)^2`` (t the
+capped score) before dQ and dK; sinks need nothing here (the LSE holds them; their own
+gradient is :func:`sink_grad`). Leading dims broadcast like numpy matmul; the gradient of a
 broadcast input is summed over the broadcast axes (:func:`flashbench.inputs.validation.sum_to`).
 """
 
@@ -31,10 +34,25 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flashbench.inputs.validation import check_causal, sum_to
-from flashbench.reference.streaming import first_row, safe_max, score_tile
+from flashbench.inputs.validation import sum_to
+from flashbench.inputs.variant import Variant, variant_of
+from flashbench.reference.streaming import key_blocks, safe_max, score_tile
 
-__all__ = ["stream_attention_grad"]
+__all__ = ["stream_attention_grad", "sink_grad"]
+
+
+def sink_grad(sink: np.ndarray, lse: np.ndarray, o: np.ndarray, do: np.ndarray) -> np.ndarray:
+    """The gradient of each sink logit [H]: a sink is a key with no value, so its dS is
+    ``P_sink (0 - D)`` with ``P_sink = exp(sink - LSE)`` and ``D = rowsum(dO * O)``, summed
+    over the rows of its head (every axis but the head axis -2 of lse [..., H, Nq]).
+
+    ``sink``: [H, 1] logits; rows with LSE -inf (no key, no sink) contribute 0."""
+    delta = np.einsum("...ij,...ij->...i", do, o)
+    lse_ref = np.where(np.isneginf(lse), 0.0, lse)
+    p_sink = np.where(np.isneginf(lse), 0.0, np.exp(sink - lse_ref))
+    ds = -(p_sink * delta)
+    ds = ds.reshape((-1,) + ds.shape[-2:]) if ds.ndim >= 2 else ds[None, None]
+    return ds.sum(axis=(0, 2))
 
 
 def stream_attention_grad(
@@ -46,7 +64,7 @@ def stream_attention_grad(
     do: np.ndarray,
     *,
     block: int,
-    causal: bool,
+    causal: bool | Variant,
     scale: float,
     compute: type = np.float64,
     round_op: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -58,7 +76,7 @@ def stream_attention_grad(
             broadcast batch shape); lse: [..., Nq]. All in ``compute`` dtype, already
             rounded to whatever the caller models.
         block: keys per block (>= 1; the last block may be shorter).
-        causal: bottom-right aligned causal mask.
+        causal: a bool (bottom-right aligned causal mask) or a :class:`Variant`.
         scale: the forward's score scale; multiplies dQ and dK once, at the end.
         compute: float64 or float32: dtype of S, P, dP, dS, D and the accumulators.
         round_op: rounds the matmul operands the recurrence makes or reads: P before
@@ -68,7 +86,7 @@ def stream_attention_grad(
     Returns:
         (dq, dk, dv) with q's, k's and v's shapes, in ``compute`` dtype.
     """
-    causal = check_causal(causal)
+    variant = variant_of(causal)
     nq, nk = q.shape[-2], k.shape[-2]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     delta = np.einsum("...ij,...ij->...i", do, o)  # D = rowsum(dO * O) [..., Nq]
@@ -79,16 +97,14 @@ def stream_attention_grad(
     dk = np.zeros(k.shape, dtype=compute)
     dv = np.zeros(v.shape, dtype=compute)
     kt = np.swapaxes(k, -1, -2)
-    for start in range(0, nk, block):
-        stop = min(start + block, nk)
-        r0 = first_row(nq, nk, start, causal)
-        if r0 >= nq:
-            break  # no query sees this key block or any later one: dk = dv = 0 there
-        q_r, do_r = q[..., r0:, :], do[..., r0:, :]
+    for start, stop, (r0, r1) in key_blocks(variant, nq, nk, block):
+        # keys no query sees are never visited: dk = dv = 0 there
+        q_r, do_r = q[..., r0:r1, :], do[..., r0:r1, :]
         k_b, v_b = k[..., start:stop, :], v[..., start:stop, :]
         # -- recompute P from S and the LSE --
-        s = score_tile(q, kt, start, stop, r0, compute(scale), causal)  # [..., Nq - r0, b]
-        s -= lse_ref[..., r0:, None]
+        s = score_tile(q, kt, start, stop, (r0, r1), compute(scale), variant)
+        dcap = None if variant.softcap is None else variant.cap_grad(s)
+        s -= lse_ref[..., r0:r1, None]
         p = np.exp(s, out=s)
         # -- dV_blk = P^T dO --
         p_op = p if round_op is None else round_op(p)
@@ -96,11 +112,13 @@ def stream_attention_grad(
                                          v_b.shape)
         # -- dS = P * (dO V^T - D) --
         ds = np.matmul(do_r, np.swapaxes(v_b, -1, -2))
-        ds -= delta[..., r0:, None]
+        ds -= delta[..., r0:r1, None]
         ds *= p
+        if dcap is not None:  # through the softcap: d(c tanh(x / c)) / dx
+            ds *= dcap
         ds_op = ds if round_op is None else round_op(ds)
         # -- dQ += dS K_blk; dK_blk = dS^T Q --
-        dq[..., r0:, :] += np.matmul(ds_op, k_b)
+        dq[..., r0:r1, :] += np.matmul(ds_op, k_b)
         dk[..., start:stop, :] += sum_to(np.matmul(np.swapaxes(ds_op, -1, -2), q_r), k_b.shape)
     scale_c = compute(scale)
     dq *= scale_c

@@ -1,0 +1,191 @@
+"""A user's kernel runs in a worker process of its own, one per user backend, kept for the run.
+
+Why a child and not the harness's process (docs/check.md): a user's kernel may call
+``sys.exit``, ``os._exit``, hang, print, or crash the interpreter; in the harness's
+process each of those ends or corrupts the whole check (every other verdict lost,
+``--json`` unreadable, a CI job reading exit 0). In a child, each becomes that kernel's
+FAIL with the reason, and a hang is stopped at the per-call time limit
+(:data:`DEFAULT_TIME_LIMIT`, ``flashbench check --timeout``). One persistent worker per
+backend pays the start (python + torch, about 2 s here) once, not per call.
+
+The child (``python -m flashbench.backends.worker SPEC``) prints the kernel's output to
+stderr (its stdout is the protocol pipe), ignores SIGINT (Ctrl-C is the harness's), on
+a CPU machine starts with ``TRITON_INTERPRET=1`` unless it is set (Triton kernels then
+run interpreted, with :func:`flashbench.kernels.interpreter.patch_interpreter`'s fixes),
+and runs CUDA itself where there is a GPU. Requests and replies are ``torch.save`` frames
+(copies: the child never shares the harness's memory), loaded with ``weights_only``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+from flashbench.kernels.checks import BackendFailed, BackendUnavailable
+
+__all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all"]
+
+DEFAULT_TIME_LIMIT = 300.0  # seconds per call (an import, a forward, a backward)
+_LIMIT = [DEFAULT_TIME_LIMIT]
+_WORKERS: list[Worker] = []
+_HEADER = struct.Struct("<Q")
+
+
+def set_time_limit(seconds: float) -> None:
+    """The per-call time limit of every worker call from now on (``--timeout``)."""
+    if not seconds > 0:
+        raise ValueError(f"time limit must be > 0 seconds, got {seconds!r}")
+    _LIMIT[0] = float(seconds)
+
+
+def time_limit() -> float:
+    return _LIMIT[0]
+
+
+def _pack(obj) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    return _HEADER.pack(len(data)) + data
+
+
+def _unpack(data: bytes):
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _read(fd: int, n: int, deadline: float | None) -> bytes | None:
+    """n bytes from ``fd``; None at the deadline; EOFError when the other side is gone."""
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                return None
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class Worker:
+    """The parent's handle on one user backend's worker (started on first use)."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+        self.stopped: str | None = None  # why later calls are not run (a time-out)
+        self.saw_interpreter = False  # a call launched a Triton kernel interpreted
+
+    def interpreted(self) -> bool:
+        """Whether any call so far ran a Triton kernel under the interpreter."""
+        return self.saw_interpreter
+
+    def _start(self) -> None:
+        import torch
+
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+        if "TRITON_INTERPRET" not in env and not torch.cuda.is_available():
+            env["TRITON_INTERPRET"] = "1"  # the only way a Triton kernel runs on a CPU
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flashbench.backends.worker", self.spec],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        _WORKERS.append(self)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:  # its own session: the kernel's own child processes go too
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    self.proc.kill()
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                pipe.close()
+            self.proc = None
+        if self in _WORKERS:
+            _WORKERS.remove(self)
+
+    def call(self, request: dict) -> dict:
+        """The child's reply to ``request``; BackendFailed when it times out or ends.
+        Replies ``{"failed": why}`` / ``{"unavailable": why}`` are raised as such."""
+        if self.stopped is not None:
+            raise BackendFailed(self.stopped)
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self._start()
+        limit = time_limit()
+        try:
+            self.proc.stdin.write(_pack(request))
+            self.proc.stdin.flush()
+            deadline = time.monotonic() + limit
+            fd = self.proc.stdout.fileno()
+            head = _read(fd, _HEADER.size, deadline)
+            body = None if head is None else _read(fd, _HEADER.unpack(head)[0], deadline)
+        except (EOFError, BrokenPipeError):
+            status = self.proc.wait()
+            self.close()
+            raise BackendFailed(f"its worker process ended during the call (exit status "
+                                f"{status}): os._exit, a crash or a signal") from None
+        if body is None:
+            self.close()
+            self.stopped = (f"not run: an earlier call exceeded the per-call time limit of "
+                            f"{limit:g} s (--timeout)")
+            raise BackendFailed(f"exceeded the per-call time limit of {limit:g} s "
+                                f"(--timeout); its worker was stopped")
+        reply = _unpack(body)
+        self.saw_interpreter = self.saw_interpreter or bool(reply.get("interpreted"))
+        if "failed" in reply:
+            raise BackendFailed(reply["failed"])
+        if "unavailable" in reply:
+            raise BackendUnavailable(reply["unavailable"])
+        return reply
+
+
+def close_all() -> None:
+    """Stop every worker (the end of a check; at exit)."""
+    for worker in list(_WORKERS):
+        worker.close()
+
+
+atexit.register(close_all)
+
+
+# ---------------------------------------------------------------- the child
+
+
+def _serve(spec: str) -> None:
+    from flashbench.backends import child
+
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # the kernel's prints go to stderr, never into the protocol or --json
+    sys.stdout = sys.stderr
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    server = child.Server(spec)
+    while True:
+        head = proto_in.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            return  # the harness is gone or done
+        request = _unpack(proto_in.read(_HEADER.unpack(head)[0]))
+        proto_out.write(_pack(server.handle(request)))
+        proto_out.flush()
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])

@@ -1,0 +1,204 @@
+"""The Triton forward with the variants: sliding window, softcap, sinks, packed varlen batches.
+
+One :class:`~flashbench.inputs.variant.Variant` says what the kernel computes; this module
+turns it into the forward kernel's arguments (:class:`KernelVariant`) and launches
+:func:`flashbench.kernels.triton_fwd.forward`. In the kernel
+(:mod:`flashbench.kernels.triton_fwd`, :func:`flashbench.kernels.phases.variant_phases`):
+key blocks outside every row's window are never visited (``count=True`` returns the
+blocks each program visited, so tests see the work grow with the window, not with N);
+the softcap is ``c log2(e) tanh(s / c)`` in fp32 (tanh as ``2 sigmoid(2x) - 1``) before
+masking; the sink joins (m, l) before the one division, as
+:func:`flashbench.reference.streaming.finish` does. Packed batches: q [total_q, H, d], k, v
+[total_k, Hkv, d] with ``cu_seqlens_q`` / ``cu_seqlens_k``; one program per (sequence,
+head, query block of the longest sequence), blocks past a sequence's end visit nothing.
+Gradients (:func:`variant_attention`): the Triton backward takes the window and the
+softcap (:func:`flashbench.kernels.triton_bwd.backward`); a sinks tensor that requires grad
+gets ``-sum P_sink D`` (:func:`sink_grad`). Packed batches are forward only (refused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flashbench.inputs.variant import Variant, check_cu_pair, variant_of
+from flashbench.kernels import triton_fwd
+from flashbench.kernels.checks import check_heads
+
+__all__ = ["KernelVariant", "variant_forward", "variant_attention", "triton_varlen_attention",
+           "refuse_grad", "sink_grad"]
+
+UNBOUNDED = 2**30  # a window side of -1, as the kernel's int32 bound
+
+
+@dataclass
+class KernelVariant:
+    """The forward kernel's variant arguments (:func:`flashbench.kernels.triton_fwd.launch`):
+    ``batch`` programs' batches (sequences when packed), ``max_q`` / ``max_k`` the grid's
+    and the masks' lengths, the LSE to write, and the optional tensors."""
+
+    variant: Variant
+    batch: int
+    max_q: int
+    max_k: int
+    lse: torch.Tensor
+    sinks: torch.Tensor | None = None
+    cu_q: torch.Tensor | None = None
+    cu_k: torch.Tensor | None = None
+    visits: torch.Tensor | None = None
+
+    def score_scale(self, scale: float) -> float:
+        """What launch multiplies by log2(e): with a softcap, ``scale / c`` before the tanh."""
+        c = self.variant.softcap
+        return scale if c is None else scale / (c * triton_fwd.LOG2E)
+
+    def args(self, scale: float) -> tuple:
+        left, right = (UNBOUNDED if w < 0 else w for w in self.variant.window)
+        cap = 1.0 if self.variant.softcap is None else self.variant.softcap * triton_fwd.LOG2E
+        s_b, s_h = (0, self.lse.stride(0)) if self.cu_q is not None else self.lse.stride()[:2]
+        return (self.sinks, self.cu_q, self.cu_k, self.visits, left, right, cap, s_b, s_h)
+
+    def strides(self, t: torch.Tensor) -> tuple[int, ...]:
+        """A [B, H, N, d] tensor's strides; packed: batch stride 0 (rows start at cu[b])."""
+        return (0, *t.stride()[1:]) if self.cu_q is not None else t.stride()
+
+    def constexprs(self) -> dict:
+        return dict(WINDOW=self.variant.window != (-1, -1),
+                    SOFTCAP=self.variant.softcap is not None,
+                    HAS_SINKS=self.sinks is not None, VARLEN=self.cu_q is not None,
+                    COUNT=self.visits is not None)
+
+
+def refuse_grad(*tensors) -> None:
+    """NotImplementedError where autograd would need the (missing) packed-batch backward."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise NotImplementedError("the Triton backward takes no packed (varlen) batch yet: "
+                                  "call under torch.no_grad() or with inputs that do not "
+                                  "require grad")
+
+
+def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, do: torch.Tensor):
+    """The sinks' gradient [H]: ``-sum P_sink D`` over batch and rows, ``P_sink = exp(sink -
+    LSE)``, ``D = rowsum(dO * O)`` (:func:`flashbench.reference.streaming_bwd.sink_grad`)."""
+    delta = (o.float() * do.float()).sum(-1)
+    p = torch.where(torch.isneginf(lse), 0.0, torch.exp(sinks.float()[None, :, None] - lse))
+    return -(p * delta).sum((0, 2)).to(sinks.dtype)
+
+
+class _VariantAttention(torch.autograd.Function):
+    """The variant forward and the Triton backward as one autograd node (LSE not
+    differentiable; the sinks tensor, when given, differentiable)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32):
+        o, lse, _ = variant_forward(q, k, v, variant.causal, scale, window=variant.window,
+                                    softcap=variant.softcap, sinks=variant.sinks,
+                                    allow_tf32=allow_tf32)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
+        ctx.variant, ctx.scale, ctx.allow_tf32 = variant, scale, allow_tf32
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        from flashbench.kernels.triton_bwd import backward
+
+        q, k, v, o, lse, sinks = ctx.saved_tensors
+        var = ctx.variant
+        dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale,
+                              allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        dsinks = sink_grad(sinks, lse, o, do) if ctx.needs_input_grad[3] else None
+        return dq, dk, dv, dsinks, None, None, None
+
+
+def variant_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
+                      window=(-1, -1), softcap=None, sinks=None, allow_tf32: bool = False):
+    """``(o, lse)`` of the variant forward, differentiable in q, k, v (and in ``sinks`` when
+    it is a tensor that requires grad) through the Triton backward."""
+    variant = variant_of(causal, window, softcap, sinks)
+    check_heads(q, k, v)
+    variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
+    sink_t = sinks if isinstance(sinks, torch.Tensor) else None
+    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32)
+
+
+def _sinks(variant: Variant, heads: int, device) -> torch.Tensor | None:
+    if variant.sinks is None:
+        return None
+    variant.sink_logits(heads)  # checks the shape [H]
+    return torch.tensor(variant.sinks, dtype=torch.float32, device=device)
+
+
+def _visits(count: bool, programs: int, max_q: int, device) -> torch.Tensor | None:
+    if not count:
+        return None
+    tiles = triton_fwd.INTERPRETER_BLOCK_M  # interpreted runs; compiled ones use the config
+    return torch.zeros((programs, -(-max_q // min(tiles, 16))), dtype=torch.int32,
+                       device=device)
+
+
+def variant_forward(q, k, v, causal: bool = False, scale: float | None = None, *,
+                    window=(-1, -1), softcap=None, sinks=None, allow_tf32: bool = False,
+                    config=None, count: bool = False):
+    """The forward kernel with a variant, for [B, H, N, d] tensors: ``(o, lse, config)``,
+    and with ``count=True`` a fourth, the key blocks each program visited
+    (int32 [B * H, query blocks], zero past the grid's blocks)."""
+    variant = variant_of(causal, window, softcap, sinks)
+    check_heads(q, k, v)
+    B, H, n_q, _ = q.shape
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    kv = KernelVariant(variant, B, n_q, k.shape[-2], lse, _sinks(variant, H, q.device),
+                       visits=_visits(count, B * H, n_q, q.device))
+    o, lse, used = triton_fwd.forward(q, k, v, variant.causal, scale, allow_tf32=allow_tf32,
+                                      config=config, variant=kv)
+    return (o, lse, used, kv.visits) if count else (o, lse, used)
+
+
+def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
+                            max_seqlen_k=None, causal: bool = False, scale: float | None = None,
+                            window=(-1, -1), softcap=None, sinks=None,
+                            allow_tf32: bool = False, config=None, count: bool = False):
+    """Fused attention forward of a packed batch (FlashAttention's varlen layout).
+
+    Args:
+        q: [total_q, H, d]; k, v: [total_k, Hkv, d] (Hkv dividing H), one dtype among
+            float16, bfloat16, float32; CUDA tensors or CPU ones (interpreter).
+        cu_seqlens_q, cu_seqlens_k: int [B + 1] tensors or arrays, from 0, non-decreasing,
+            ending at total_q and total_k (checked on the host: a device sync).
+        max_seqlen_q, max_seqlen_k: None (taken from cu_seqlens) or ints >= the longest.
+        causal, scale, window, softcap, sinks: as :func:`flashbench.reference.attention`,
+            per sequence (bottom-right aligned within each).
+
+    Returns:
+        (o [total_q, H, d] in q's dtype, lse [H, total_q] float32); with ``count=True`` also
+        the key blocks each program visited.
+    """
+    variant = variant_of(causal, window, softcap, sinks)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor):
+            refuse_grad(t)
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise ValueError(f"{name} must be a torch.Tensor of the packed shape "
+                             f"[total, heads, d], got {getattr(t, 'shape', type(t).__name__)}")
+    cu_q_np, cu_k_np = check_cu_pair(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                                     max_seqlen_q, max_seqlen_k)
+    total_q, H, d = q.shape
+    batch = cu_q_np.shape[0] - 1
+    max_q = int(max_seqlen_q or max(int((cu_q_np[1:] - cu_q_np[:-1]).max()), 1))
+    max_k = int(max_seqlen_k or max(int((cu_k_np[1:] - cu_k_np[:-1]).max()), 1))
+    lse = torch.full((H, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+    sink = _sinks(variant, H, q.device)
+    if total_q == 0 or k.shape[0] == 0:  # nothing to launch: O = 0, LSE = -inf or the sink
+        if sink is not None:
+            lse[...] = sink[:, None]
+        o = torch.zeros_like(q)
+        return (o, lse, None) if count else (o, lse)
+    cu = [torch.as_tensor(c, dtype=torch.int32, device=q.device) for c in (cu_q_np, cu_k_np)]
+    kv = KernelVariant(variant, batch, max_q, max_k, lse, sink, cu[0], cu[1],
+                       _visits(count, batch * H, max_q, q.device))
+    q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, heads, total, d]
+    o, lse, _ = triton_fwd.forward(q4, k4, v4, variant.causal, scale, allow_tf32=allow_tf32,
+                                   config=config, variant=kv)
+    o = o[0].transpose(0, 1)
+    return (o, lse, kv.visits) if count else (o, lse)

@@ -1,0 +1,91 @@
+"""History on a new user's results (issue 24): one results file, a corrupt one beside it,
+the same folder twice, a failed newest commit, an inf error."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_history import results_file, run_cli, synthetic, tiny_results, write
+
+from flashbench.history import load_results
+from flashbench.history.summaries import error_bands
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+BASE = {"kernel": "triton", "dtype": "bf16", "causal": False}
+TRACK = "a.TrackAccuracy.track_o_max_abs"
+
+
+def one_real_results_file(root: Path) -> Path:
+    """A folder as a first ``asv run`` leaves it: benchmarks.json and one results file
+    (a committed one: its frame has categorical identity columns)."""
+    machine = RESULTS / "cpu-x86_64-xeon-2cpu-24gb"
+    first = sorted(p for p in machine.glob("*.json") if p.name != "machine.json")[0]
+    (root / machine.name).mkdir(parents=True)
+    shutil.copy(RESULTS / "benchmarks.json", root)
+    shutil.copy(first, root / machine.name)
+    return root
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_history_of_one_results_file(tmp_path, capsys, corrupt):
+    """Probe: 'incompatible index of inserted column with frame index' (error_bands, when
+    no series has an earlier commit), also with a corrupt file beside the good one."""
+    root = one_real_results_file(tmp_path / "results")
+    if corrupt:
+        (root / "cpu-x86_64-xeon-2cpu-24gb" / "0000-env.json").write_text('{"version": 2,')
+    with pytest.warns(Warning) if corrupt else _nothing():
+        bands = error_bands(load_results(root))
+    assert not bands.empty and bands["band_lo"].isna().all() and bands["commits"].eq(1).all()
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    assert "## Accuracy bands" in out and (tmp_path / "out" / "error_bands.csv").exists()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_the_same_folder_twice_is_read_once_with_a_warning(tmp_path, capsys):
+    """Probe: `history DIR DIR` counted every row twice (commits doubled)."""
+    root = tiny_results(tmp_path / "results", commits=3)
+    rc, _, err = run_cli(["history", str(root), str(root) + "/", "--out",
+                          str(tmp_path / "out")], capsys)
+    assert rc == 0 and "given more than once" in err and "read once" in err
+    bands = pd.read_csv(tmp_path / "out" / "error_bands.csv")
+    assert bands["commits"].eq(3).all()
+
+
+def test_a_failed_newest_commit_is_not_shown_as_the_previous_value():
+    """Probe: 'latest' quietly showed the previous commit's value when the newest failed."""
+    err = synthetic([1e-3, 1.1e-3, np.nan], TRACK, BASE)
+    err.loc[2, "status"] = "failed"
+    row = error_bands(err).iloc[0]
+    assert row["latest_status"] == "failed" and np.isnan(row["latest"])
+    assert row["latest_commit"] == f"{2:040d}"[:8] and row["inside"] is False
+    assert row["commits"] == 2 and row["max"] == 1.1e-3
+
+
+def test_an_inf_error_is_named_non_finite_and_never_inside():
+    err = synthetic([1e-3, 1.1e-3, np.inf], TRACK, BASE)
+    row = error_bands(err).iloc[0]
+    assert row["latest_status"] == "non-finite" and row["latest"] == np.inf
+    assert row["inside"] is False and row["band_hi"] == 1.1e-3
+    ok = error_bands(synthetic([1e-3, 1.1e-3, 1.05e-3], TRACK, BASE)).iloc[0]
+    assert ok["latest_status"] == "ok" and ok["inside"] is True
+
+
+def test_an_inf_read_from_a_results_file_is_non_finite(tmp_path):
+    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
+        "param_names": ["kernel"], "type": "track", "unit": "err"}})
+    for k, value in enumerate(["1e-3", "Infinity"]):
+        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
+            {TRACK: [[0.0], [["'triton'"]]]}, commit=f"{k:040d}", date=1700000000000 + k))
+            .replace("[[0.0]", f"[[{value}]"))
+    row = error_bands(load_results(tmp_path)).iloc[0]
+    assert row["latest_status"] == "non-finite" and row["inside"] is False

@@ -1,0 +1,303 @@
+"""The kernel under test is untrusted code (issue 24): whatever a user's kernel does to its
+inputs, the process or stdout, it fails alone, by name, and every other verdict stands."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench.cli import main
+
+KERNELS = textwrap.dedent('''
+    import math
+    import os
+    import sys
+    import time
+
+    import torch
+
+    def _attn(q, k, v, causal=False, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q.double() @ k.double().transpose(-1, -2)) * scale
+        if causal:
+            nq, nk = q.shape[-2], k.shape[-2]
+            keep = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        return (p @ v.double()).to(q.dtype), lse
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+
+    def vandal(q, k, v, causal=False, scale=None):
+        out = _attn(q, k, v, causal, scale)
+        q.mul_(3)
+        k.zero_()
+        v.add_(1)
+        return out
+
+    def vandal64(q, k, v, causal=False, scale=None):
+        return vandal(q, k, v, causal, scale)
+    vandal64.flashbench_dtypes = ("fp64", "fp32", "fp16", "bf16")
+
+    def good64(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)
+    good64.flashbench_dtypes = ("fp64", "fp32", "fp16", "bf16")
+
+    def exits(q, k, v, causal=False, scale=None):
+        sys.exit(0)
+
+    def interrupts(q, k, v, causal=False, scale=None):
+        raise KeyboardInterrupt
+
+    def dies(q, k, v, causal=False, scale=None):
+        os._exit(0)
+
+    def sparse(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v, causal, scale)[0].to_sparse()
+
+    def meta(q, k, v, causal=False, scale=None):
+        return torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device="meta")
+
+    def odd_object(q, k, v, causal=False, scale=None):
+        return (x for x in range(3))
+
+    def chatty(q, k, v, causal=False, scale=None):
+        print("hello from the kernel")
+        return _attn(q, k, v, causal, scale)
+
+    def hangs(q, k, v, causal=False, scale=None):
+        time.sleep(3600)
+
+    def grad_vandal(q, k, v, causal=False, scale=None):
+        o, lse = _attn(q, k, v, causal, scale)
+        with torch.no_grad():
+            q.mul_(3)
+        return o, lse
+    grad_vandal.flashbench_differentiable = True
+
+    print("imported and printing at import time")
+''')
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """``fbuntrusted`` importable from a temp dir on sys.path (and by the workers)."""
+    (tmp_path / "fbuntrusted.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fbuntrusted", raising=False)
+    yield tmp_path
+    sys.modules.pop("fbuntrusted", None)
+
+
+def check(capsys, *args, dtypes=("fp32",), shape="1x2x64x32"):
+    rc = main(["check", "--shape", shape, "--causal", "off", "--dist", "normal",
+               "--dtype", *dtypes, "--json", "--quiet", *args])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def rows(report, backend):
+    return [r for r in report["backends"] if r["backend"] == backend]
+
+
+def test_a_kernel_that_changes_its_inputs_fails_alone(kernels, capsys):
+    """Probe 1: q.mul_(3); k.zero_(); v.add_(1) after a correct o: that kernel FAILs by
+    name, the correct kernel run after it on the same case PASSes."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:vandal", "--backend", "fbuntrusted:good",
+                       "--backend", "torch-naive")
+    (bad,) = rows(report, "fbuntrusted:vandal")
+    assert not bad["passed"] and "modified its inputs in place (q, k, v)" in bad["failed"]
+    (good,) = rows(report, "fbuntrusted:good")
+    assert good["passed"] and good["o_ratio"] < 2
+    (peer,) = rows(report, "torch-naive")
+    assert peer["passed"]
+    assert rc == 1 and not report["passed"]
+
+
+def test_a_vandal_declaring_fp64_cannot_reach_the_reference_or_the_yardsticks(kernels, capsys):
+    """Probe 2: a kernel that declares fp64 got flashbench's own arrays (from_numpy does
+    not copy); after it, every later dtype's yardstick came from corrupted inputs."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:vandal64",
+                       "--backend", "fbuntrusted:good64", dtypes=("fp64", "fp32", "bf16"))
+    assert all(not r["passed"] for r in rows(report, "fbuntrusted:vandal64"))
+    goods = rows(report, "fbuntrusted:good64")
+    assert [r["dtype"] for r in goods] == ["fp64", "fp32", "bf16"]
+    assert all(r["passed"] for r in goods[1:])  # (fp64: its LSE is judged against 0 error)
+    assert all(r["o"]["max_abs"] < 0.05 for r in goods + report["dtypes"])  # inputs untouched
+    assert all(r["o_standard"]["max_abs"] < 0.05 for r in goods)  # the yardsticks too
+    assert all(r["passed"] for r in report["dtypes"] + report["exactness"])
+    assert rc == 1
+
+
+@pytest.mark.parametrize("fn,reason", [
+    ("exits", "called sys.exit(0)"),
+    ("interrupts", "raised KeyboardInterrupt"),
+    ("dies", "its worker process ended during the call (exit status 0)"),
+    ("sparse", "returned o as a torch.sparse_coo tensor; expected a dense (strided)"),
+    ("meta", "returned o on the meta device"),
+    ("odd_object", "returned a generator; expected o or (o, lse) torch tensors"),
+])
+def test_each_way_out_fails_the_kernel_and_the_check_goes_on(kernels, capsys, fn, reason):
+    """Probes 3 and 4: sys.exit, KeyboardInterrupt, a dying process and odd outputs FAIL
+    that kernel with the reason; the kernel after it is still judged."""
+    name = f"fbuntrusted:{fn}"
+    rc, report = check(capsys, "--backend", name, "--backend", "fbuntrusted:good")
+    (row,) = rows(report, name)
+    assert not row["passed"] and reason in row["failed"], row
+    assert rows(report, "fbuntrusted:good")[0]["passed"]
+    assert rc == 1
+
+
+def test_prints_do_not_reach_stdout(kernels, capsys):
+    """Probe 4: a kernel that prints (at import and per call) leaves --json parseable."""
+    rc, report = check(capsys, "--backend", "fbuntrusted:chatty")
+    assert rc == 0 and rows(report, "fbuntrusted:chatty")[0]["passed"]
+
+
+def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):
+    """Probe 4: a kernel that hangs FAILs after --timeout seconds (the first call; later
+    calls are not run), and the rest of the check reports."""
+    rc, report = check(capsys, "--timeout", "5", "--backend", "fbuntrusted:hangs",
+                       "--backend", "fbuntrusted:good", dtypes=("fp32", "fp16"))
+    first, second = rows(report, "fbuntrusted:hangs")
+    assert "exceeded the per-call time limit of 5 s" in first["failed"]
+    assert "not run: an earlier call exceeded the per-call time limit" in second["failed"]
+    assert all(r["passed"] for r in rows(report, "fbuntrusted:good"))
+    assert rc == 1
+
+
+def test_gradients_of_a_kernel_that_changes_its_inputs_fail(kernels, capsys):
+    rc, report = check(capsys, "--backend", "fbuntrusted:grad_vandal")
+    (grad,) = [r for r in report["gradients"] if r["kernel"] == "fbuntrusted:grad_vandal"]
+    assert "modified its inputs in place (q)" in grad["failed"]
+    assert rc == 1
+
+
+def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(kernels):
+    """Probe 3 as CI sees it: a separate process, exit status 1 and a RESULT line."""
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
+                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
+                        "--backend", "fbuntrusted:exits"], capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONPATH": f"{kernels}:"
+                            + ":".join(p for p in sys.path if p)}, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert "RESULT: FAIL" in r.stdout and "called sys.exit(0)" in r.stdout
+
+
+TRITON_KERNELS = textwrap.dedent('''
+    import math
+
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _attn(Q, K, V, O, L, scale, N: tl.constexpr, D: tl.constexpr, DOUBLE_V: tl.constexpr):
+        bh = tl.program_id(0)
+        rows = tl.arange(0, N)
+        offs = bh * N * D + rows[:, None] * D + tl.arange(0, D)[None, :]
+        q = tl.load(Q + offs)
+        k = tl.load(K + offs)
+        v = tl.load(V + offs)
+        if DOUBLE_V:  # bf16 + bf16: the interpreter adds the raw bits
+            v = v + v
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        m = tl.max(s, 1)
+        p = tl.exp(s - m[:, None])
+        l_sum = tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v).to(tl.float32)
+        if DOUBLE_V:
+            acc = acc * 0.5
+        tl.store(O + offs, (acc / l_sum[:, None]).to(O.dtype.element_ty))
+        tl.store(L + bh * N + rows, m + tl.log(l_sum))
+
+
+    def _run(q, k, v, causal, scale, double_v):
+        B, H, N, D = q.shape
+        scale = 1 / math.sqrt(D) if scale is None else scale
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
+        _attn[(B * H,)](q, k, v, o, lse, scale, N, D, double_v)
+        return o, lse
+
+
+    def attn(q, k, v, causal=False, scale=None):
+        return _run(q, k, v, causal, scale, False)
+
+
+    def doubled(q, k, v, causal=False, scale=None):
+        return _run(q, k, v, causal, scale, True)
+''')
+
+
+@pytest.fixture
+def triton_kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbtriton_user.py").write_text(TRITON_KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the worker sets it on a CPU
+    yield tmp_path
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the interpreter: CPU")
+def test_a_correct_user_triton_kernel_passes_in_bf16_under_the_interpreter(triton_kernels,
+                                                                            capsys):
+    """Probe 5: the interpreter's bf16 tl.dot (triton issue 11584) and fp32 -> bf16 cast
+    made a correct user kernel FAIL with errors of 1e8; now it passes. A kernel whose
+    bf16 arithmetic the interpreter gets wrong FAILs with the interpreter named."""
+    rc, report = check(capsys, "--backend", "fbtriton_user:attn", "--backend",
+                       "fbtriton_user:doubled", dtypes=("fp32", "bf16"), shape="1x2x32x16")
+    good = rows(report, "fbtriton_user:attn")
+    assert [r["dtype"] for r in good] == ["fp32", "bf16"] and all(r["passed"] for r in good)
+    assert good[1]["o_ratio"] < 2 and "note" not in good[1]
+    fp32, bf16 = rows(report, "fbtriton_user:doubled")
+    assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
+    assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
+    assert rc == 1
+
+
+@settings(max_examples=30)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=1,
+                max_size=64))
+def test_interpreter_casts_round_to_nearest_even_like_the_gpu(values):
+    """The fixed interpreter casts: fp32 -> bf16 as torch rounds (to nearest even), fp32 ->
+    e4m3 as torch's cast of the value clipped to +-448 (cvt.rn.satfinite)."""
+    import numpy as np
+    import torch
+
+    from flashbench.kernels.interpreter import _fp32_to_bf16_rtne, _fp32_to_e4m3_rtne
+
+    x = np.array(values, dtype=np.float32)
+    t = torch.from_numpy(x)
+    num = ~np.isnan(x)
+    got = _fp32_to_bf16_rtne(x)
+    assert np.array_equal(got[num], t.to(torch.bfloat16).view(torch.int16).numpy()
+                          .view(np.uint16)[num])
+    assert np.all((got[~num] & 0x7F80) == 0x7F80) and np.all(got[~num] & 0x7F)  # NaN stays
+    want = t.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    got = _fp32_to_e4m3_rtne(x)
+    assert np.array_equal(got[num], want[num]) and np.all(got[~num] & 0x7F == 0x7F)
+
+
+def test_an_installed_entry_point_that_changes_its_inputs_fails_alone(kernels, capsys):
+    """Probe 1 through the entry-point group: the correct entry point after the vandal
+    PASSes (it got ratio 2679 before)."""
+    dist = kernels / "fbuntrusted_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fbuntrusted-plugin\n"
+                                   "Version: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[flashbench.backends]\naavandal = fbuntrusted:vandal\nzzgood = fbuntrusted:good\n")
+    rc, report = check(capsys, "--backend", "aavandal", "--backend", "zzgood")
+    (bad,) = rows(report, "aavandal")
+    assert "modified its inputs in place" in bad["failed"]
+    (good,) = rows(report, "zzgood")
+    assert good["passed"] and good["o_ratio"] < 2
+    assert rc == 1
