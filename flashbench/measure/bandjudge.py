@@ -17,6 +17,7 @@ from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import BandVerdict, band_rule, rules_disagree
 from flashbench.bands.case import case_band
 from flashbench.bands.measure import caller_inputs, storage_key
+from flashbench.inputs.precision import get_precision
 
 __all__ = ["CaseBands", "combine"]
 
@@ -48,9 +49,10 @@ class CaseBands:
 
     def judge(self, dtype: str, out, tensors) -> dict[str, BandVerdict] | None:
         """{tensor: BandVerdict} for the kernel outputs ``out`` (indexed like ``tensors``:
-        ("o", "lse") or ("dq", "dk", "dv")); None where the band rule is off (``apply``)."""
-        if not self.apply:
-            return None
+        ("o", "lse") or ("dq", "dk", "dv")); None where the band rule is off (``apply``) or
+        has no band (fp64)."""
+        if not self.apply or get_precision(dtype).name == "fp64":
+            return None  # fp64: the flash model equals the reference, there is no band
         band, ref = self.band(dtype), self.reference(dtype)
         return {t: band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
                              self.case.dist, band["source"])
