@@ -1,6 +1,6 @@
 """Calibrate the band rule: correct kernels on fresh seeds and shapes against their bands.
 
-    nice .venv/bin/python scripts/band_calibration.py            # 460 cases, ~15 min CPU here
+    nice .venv/bin/python scripts/band_calibration.py            # 460 cases, 11 min of CPU here
     nice .venv/bin/python scripts/band_calibration.py --cases 40 # a quick look
 
 Draws cases at random (fixed ``--seed``): N = Nk log-uniform in 16..8192, Nq = Nk or
