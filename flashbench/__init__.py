@@ -26,7 +26,7 @@ _moved.install()
 
 def __getattr__(name):
     if name == "triton_attention":
-        from flashbench.kernels.triton_fwd import triton_attention
+        from flashbench.kernels.attention import triton_attention
 
         return triton_attention
     if name == "tolerance":  # the shipped tolerance table (no torch import)

@@ -70,7 +70,7 @@ def exp2_part(device: str, n: int) -> dict:
 def fp32_case_part(device: str, shape: Shape) -> dict:
     from flashbench import reference
     from flashbench.inputs import make_qkv
-    from flashbench.kernels import triton_fwd
+    from flashbench.kernels import attention, triton_fwd
     from flashbench.numerics import standard_model
 
     q, k, v = make_qkv(shape, "normal", 0)
@@ -78,7 +78,7 @@ def fp32_case_part(device: str, shape: Shape) -> dict:
     std, _ = standard_model(q, k, v, "fp32", causal=True)
     tq, tk, tv = (torch.from_numpy(t).to(torch.float32).to(device) for t in (q, k, v))
     with triton_fwd.default_config("fixed"):
-        o, _ = triton_fwd.triton_attention(tq, tk, tv, causal=True)
+        o, _ = attention.triton_attention(tq, tk, tv, causal=True)
     err = np.abs(o.cpu().double().numpy() - o64)
     std_err = np.abs(np.asarray(std, dtype=np.float64) - o64)
     b, h, row, col = np.unravel_index(int(err.argmax()), err.shape)

@@ -10,7 +10,7 @@ import torch
 from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import baseline_rule, error_stats
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import attention, triton_fwd
 from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
 
 pytestmark = pytest.mark.usefixtures("working_interpreter")
@@ -42,7 +42,7 @@ def _np(t):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_the_kernel_matches_the_reference_with_each_variant(kw, dtype):
     q, k, v = _qkv(dtype)
-    o, lse = triton_fwd.triton_attention(q, k, v, **kw)
+    o, lse = attention.triton_attention(q, k, v, **kw)
     ref_o, ref_lse = R.attention(_np(q), _np(k), _np(v), **kw)
     assert o.dtype == dtype and lse.shape == ref_lse.shape
     np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(ref_lse))
@@ -118,7 +118,7 @@ def test_the_backward_matches_the_reference_with_each_variant(kw, dtype, monkeyp
     sinks = None
     if "sinks" in kw:
         sinks = kw["sinks"] = torch.tensor(kw["sinks"], dtype=torch.float32).requires_grad_()
-    o, _ = triton_fwd.triton_attention(q, k, v, **kw)
+    o, _ = attention.triton_attention(q, k, v, **kw)
     o.backward(do)
     ref_kw = {**kw, "sinks": None if sinks is None else sinks.detach().double().numpy()}
     ref = R.attention_grad(_np(q.detach()), _np(k.detach()), _np(v.detach()), _np(do), **ref_kw)
@@ -146,9 +146,9 @@ def test_gradients_through_a_packed_batch_are_refused_by_name():
 def test_bad_variant_arguments_are_clear_errors():
     q, k, v = _qkv(torch.float32)
     with pytest.raises(ValueError, match=r"sinks must have shape \[H\] = \(2,\)"):
-        triton_fwd.triton_attention(q, k, v, sinks=np.zeros(3))
+        attention.triton_attention(q, k, v, sinks=np.zeros(3))
     with pytest.raises(ValueError, match="softcap"):
-        triton_fwd.triton_attention(q, k, v, softcap=0.0)
+        attention.triton_attention(q, k, v, softcap=0.0)
     with pytest.raises(ValueError, match="end at the packed length"):
         triton_varlen_attention(q[0].transpose(0, 1), k[0].transpose(0, 1),
                                 v[0].transpose(0, 1), [0, 39], [0, 56])

@@ -1,52 +1,16 @@
-"""Registry of attention backends: each a plain record, with a reason when it cannot run.
+"""Registry of attention backends: each a plain :class:`Backend` record, with a reason when
+it cannot run.
 
-Every backend is called as ``backend(q, k, v, causal=False, scale=None) -> (o, lse)`` on
-torch tensors q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv] (Hkv dividing H:
-grouped-query attention); o is [B, H, Nq, dv] in q's dtype (float64 for ``reference``),
-lse [B, H, Nq] (float32; float64 for ``reference``). Causal masking is bottom-right
-aligned everywhere (query i sees key j iff j <= i + Nk - Nq).
-
-==============  =============================================  =========  ====  =====
-name            what it is                                     devices    GQA   grad
-==============  =============================================  =========  ====  =====
-reference       float64 NumPy one-shot reference               cpu        yes   no
-torch-naive     S and P materialised in the input dtype        cpu, cuda  exp.  yes
-torch-sdpa      SDPA, torch's own choice of kernel (alias)     cpu, cuda  yes   yes
-sdpa-flash      SDPA pinned to torch's flash kernel            cpu, cuda  yes   yes
-sdpa-efficient  SDPA pinned to memory-efficient attention      cuda       exp.  yes
-sdpa-cudnn      SDPA pinned to cuDNN attention                 cuda       exp.  yes
-sdpa-math       SDPA pinned to torch's math (composite) path   cpu, cuda  yes   yes
-triton          flashbench's fused Triton kernel (owned)       cuda; cpu  yes   yes
-triton-fp8      its FP8 forward (FlashAttention-3 recipe)      cuda; cpu  yes   no
-flex            torch.compile(flex_attention)                  cpu, cuda  yes   cuda
-==============  =============================================  =========  ====  =====
-
-(GQA "yes": k, v passed with their Hkv heads; "exp.": expanded to H heads first. On a
-GPU sdpa-flash and sdpa-cudnn take fp16 and bf16 only (``gpu_dtypes``). The
-Triton kernel runs on CPU under the Triton interpreter: accuracy only, never timed.)
-
-``triton-fp8`` takes the dtype "fp8" (e4m3) only and is given fp32 tensors
-(``Backend.inputs``): it quantises them itself as FlashAttention-3's callers do and as
-the fp8 flash model does (block quantisation on the kernel's tiles, incoherent
-processing; :func:`flashbench.kernels.triton_fp8.triton_attention_fp8` with its
-defaults), so kernel and model start from the same values; o is bf16. A separate
-backend rather than an fp8 dtype of ``triton``: it has another input contract, another
-output dtype and no backward, and the suites that read ``triton``'s dtypes (gradients,
-bands) stay as they are.
-
-Variants: a backend declares which of ``window``, ``softcap``, ``sinks`` it (and its
-backward) takes (``variants``, ``grad_variants``; docs/variants.md); asked for one it does
-not declare it is "not applicable", never run without it. ``varlen``: packed batches.
-
-Two callables per backend: ``fn`` (for accuracy: returns (o, lse); the LSE from the op
-where it returns one, else a stand-in: flashbench's float64 logsumexp of the scaled,
-masked scores, rounded to fp32, deterministic) and ``timed`` (the bare op, o only; what
-timings call, after :meth:`Backend.prepare`). ``Backend.own_lse`` says whether the
-LSE ``fn`` returns is the op's own: a stand-in is never judged (a peer shows it for
-information; a user's kernel that returns only o is judged on o alone). A user's own function
-joins through :func:`get_backend` with ``"package.module:function"`` or an entry point
-in the ``flashbench.backends`` group (:mod:`flashbench.backends.user`): it is judged
-like flashbench's own kernel, never as a peer.
+Every backend is called as ``backend(q, k, v, causal=False, scale=None, **variant) ->
+(o, lse)`` on torch tensors q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv] (Hkv
+dividing H); o is [B, H, Nq, dv] in q's dtype (float64 for ``reference``), lse
+[B, H, Nq] float32. Causal masking is bottom-right aligned everywhere. Names:
+``reference``, ``torch-naive``, ``torch-sdpa``, ``sdpa-flash``, ``sdpa-efficient``,
+``sdpa-cudnn``, ``sdpa-math``, ``triton``, ``triton-fp8``, ``flex``; a user's function
+joins as ``"package.module:function"`` or an entry point (:mod:`.user`). Each record says
+its devices, dtypes, GQA, gradients and variants; ``fn`` returns (o, lse) for accuracy,
+``timed`` the bare op. The table and the rules (stand-in LSE, not applicable, peers):
+docs/backends.md, "The registry".
 """
 
 from __future__ import annotations
@@ -260,7 +224,7 @@ def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
 
 
 def _triton(q, k, v, causal=False, scale=None, **variant):
-    from flashbench.kernels.triton_fwd import triton_attention
+    from flashbench.kernels.attention import triton_attention
 
     return triton_attention(q, k, v, causal=causal, scale=scale, **variant)
 

@@ -45,7 +45,7 @@ class Server:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     def _load(self) -> dict:
-        from flashbench.backends.user import load
+        from flashbench.backends.declared import load
 
         if self.fn is None and self.error is None:
             try:

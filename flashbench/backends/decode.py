@@ -172,7 +172,7 @@ def user_decode_backend(spec: str, name: str | None = None,
                         origin: str = "user") -> DecodeBackend:
     """A user's ``module:function`` as a decode backend; one that cannot be imported, or
     that declares no decode signature, fails every call with that reason."""
-    from flashbench.backends.user import parse_spec
+    from flashbench.backends.declared import parse_spec
 
     parse_spec(spec)  # ValueError for a malformed spec
     name = spec if name is None else name

@@ -36,33 +36,15 @@ still run.
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.metadata
-import re
 from functools import partial
 
-from flashbench.backends import TORCH_FLOATS
-from flashbench.inputs.precision import PRECISIONS
+from flashbench.backends.declared import DEFAULT_DTYPES, load, parse_spec
 from flashbench.kernels.checks import BackendFailed
 
 __all__ = ["GROUP", "parse_spec", "load", "user_backend", "release", "entry_point_names", "find"]
 
 GROUP = "flashbench.backends"
-DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends)
-_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-_SPEC = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """("package.module", "function") from ``"package.module:function"``; ValueError
-    naming the expected form otherwise."""
-    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
-    if m is None:
-        raise ValueError(f"backend {spec!r} is not of the form package.module:function "
-                         "(dotted Python names)")
-    return m[1], m[2]
-
-
 def _call(fn, q, k, v, causal=False, scale=None, **variant):
     kwargs = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
     return fn(q, k, v, **kwargs, **variant)
@@ -72,39 +54,6 @@ def _broken(reason: str, q, k, v, causal=False, scale=None, **variant):
     raise BackendFailed(reason)
 
 
-def _declared(fn, attr: str, default, check):
-    value = getattr(fn, attr, default)
-    try:
-        return check(value)
-    except (TypeError, ValueError):
-        raise BackendFailed(f"its {attr} attribute {value!r} is not valid") from None
-
-
-def _dtypes(value) -> tuple[str, ...]:
-    names = tuple(value)
-    if not names or any(n not in PRECISIONS for n in names):
-        raise ValueError(names)
-    return names
-
-
-def _variants(value) -> tuple[str, ...]:
-    from flashbench.backends import VARIANTS
-
-    names = (value,) if isinstance(value, str) else tuple(value)
-    if any(n not in VARIANTS for n in names):
-        raise ValueError(names)
-    return names
-
-
-def _head_dims(value) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    dims = tuple(int(d) for d in value)
-    if not dims or any(d < 1 for d in dims):
-        raise ValueError(dims)
-    return dims
-
-
 def _failing(name: str, reason: str, description: str, origin: str):
     """A backend whose every call fails with ``reason`` (the check reports it as FAIL)."""
     from flashbench.backends import Backend
@@ -112,27 +61,6 @@ def _failing(name: str, reason: str, description: str, origin: str):
     fail = partial(_broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
                    origin=origin)
-
-
-def load(spec: str):
-    """(function, declared) for ``"module:function"``, imported in this process (the
-    worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
-    dtypes, head_dims, gqa, differentiable. BackendFailed with the reason otherwise."""
-    module_name, attr = parse_spec(spec)
-    try:
-        obj = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:
-        raise BackendFailed(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
-    if not callable(obj):
-        raise BackendFailed(f"{spec} is a {type(obj).__name__}, not a function")
-    head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
-    return obj, {"dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
-                 "head_dims": None if head_dims is None else list(head_dims),
-                 "gqa": bool(getattr(obj, "flashbench_gqa", False)),
-                 "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
-                 "variants": list(_declared(obj, "flashbench_variants", (), _variants))}
 
 
 @functools.cache

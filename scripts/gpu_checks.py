@@ -1,0 +1,117 @@
+"""gpu_bench's correctness checks: triton, triton-fp8 and the SDPA peers against the float64
+reference by the baseline rule, and the sub-problem checks a timed output must pass before
+its time counts (check_slice, check_grads). docs/gpu.md, "The GPU script"."""
+
+from __future__ import annotations
+
+import gpu_variants
+import torch
+
+from flashbench.inputs import Shape
+from flashbench.kernels import triton_fp8, triton_fwd
+from flashbench.measure.forward import Case
+
+CHECK_DTYPES = ("fp32", "fp16", "bf16")
+CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")
+FP8_MODEL_AGREEMENT = 0.10  # |triton-fp8 O RMSE / fp8 flash model's - 1| at most this
+SLICE_ROWS = 256  # query rows of the timed-output check
+
+
+def check_cases(quick: bool) -> list[Case]:
+    cases = [Case(Shape(1, 2, 1024, 1024, 64)), Case(Shape(1, 2, 1024, 1024, 64), causal=True),
+             Case(Shape(2, 2, 777, 1500, 128), causal=True), Case(Shape(1, 4, 1500, 600, 128)),
+             Case(Shape(1, 8, 1000, 1000, 128, Hkv=2), causal=True)]
+    if not quick:
+        cases += [Case(Shape(1, 2, 129, 129, 16), causal=True), Case(Shape(1, 2, 333, 400, 32)),
+                  Case(Shape(1, 2, 1024, 1024, 256), causal=True),
+                  Case(Shape(1, 8, 2048, 2048, 64), "outliers")]
+    return cases
+
+
+def fp8_check_cases(quick: bool) -> list[Case]:
+    return [c for c in check_cases(quick) if c.shape.d in triton_fp8.HEAD_DIMS]
+
+
+def run_checks(quick: bool, say) -> list[dict]:
+    from flashbench.measure.forward import measure_accuracy
+
+    rows = []
+    with triton_fwd.default_config("fixed"):
+        for case in check_cases(quick):
+            say(f"check {case.label()}")
+            for rec in measure_accuracy(case, CHECK_DTYPES, ("triton", *CHECK_PEERS)):
+                row = rec.as_dict()
+                if row.get("kernel") == "triton" and row.get("dtype") == "fp32" and "o" in row:
+                    row["passed"] = row["passed"] and row["o"]["max_abs"] <= 1e-5
+                rows.append(row)
+        for case in fp8_check_cases(quick):
+            say(f"check fp8 {case.label()}")
+            rows += fp8_check_rows(case)
+    return rows + gpu_variants.check_rows(say)
+
+
+def fp8_check_rows(case: Case) -> list[dict]:
+    """triton-fp8 and the fp8 flash model on the kernel's fixed tiles (the model's
+    block_q = block = BLOCK_N; equal to BLOCK_M for the fixed fp8 configs of d <= 128):
+    the baseline rule, and the kernel's O RMSE within FP8_MODEL_AGREEMENT of the model's."""
+    from flashbench.measure.forward import measure_accuracy
+
+    bm, bn = triton_fp8.tiles(case.shape.d, "cuda" if torch.cuda.is_available() else "cpu")
+    recs = [r.as_dict() for r in measure_accuracy(case, ("fp8",), ("flash_model", "triton-fp8"),
+                                                  block=bn)]
+    model = next((r for r in recs if r.get("kernel") == "flash_model" and "o" in r), None)
+    for r in recs:
+        if r.get("kernel") == "triton-fp8" and "o" in r and model is not None:
+            r["vs_fp8_model"] = r["o"]["rmse"] / model["o"]["rmse"]
+            r["model_blocks"] = f"{bn}x{bn} (kernel tiles {bm}x{bn})"
+            r["passed"] = r["passed"] and abs(r["vs_fp8_model"] - 1) <= FP8_MODEL_AGREEMENT
+    return recs
+
+
+def check_slice(o, q, k, v, causal: bool, dtype: str) -> dict:
+    """The timed output against the float64 reference on a sub-problem: batch 0, heads 0
+    and H-1 (their kv heads under GQA), the last SLICE_ROWS query rows, all keys."""
+    from flashbench import numerics, reference
+    from flashbench.accuracy import baseline_rule, error_stats
+
+    H, group = q.shape[1], q.shape[1] // k.shape[1]
+    heads = sorted({0, H - 1})
+    rows = slice(max(0, q.shape[2] - SLICE_ROWS), q.shape[2])
+
+    def np64(t):
+        return t.detach().float().cpu().double().numpy()
+
+    qs = np64(q[0, heads, rows])
+    ks, vs = (np64(t[0, [h // group for h in heads]]) for t in (k, v))
+    ref = reference.attention(qs, ks, vs, causal=causal)
+    std = numerics.standard_model(qs, ks, vs, dtype, causal=causal)
+    err, err_std = error_stats(o[0, heads, rows], ref[0]), error_stats(std[0], ref[0])
+    verdict = baseline_rule(err["max_abs"], err_std["max_abs"], dtype)
+    return {"o_max_abs": err["max_abs"], "standard_max_abs": err_std["max_abs"],
+            "ratio": verdict.ratio, "passed": bool(verdict.passed)}
+
+
+def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> dict:
+    """Timed gradients against the float64 reference on a sub-problem: batch 0, kv head 0
+    and its query heads, all rows (dk, dv need every query), by the gradient rule (3x the
+    same-dtype standard backward plus FlashAttention's floor)."""
+    from flashbench import numerics, reference
+    from flashbench.accuracy import judge_gradient
+
+    group = q.shape[1] // k.shape[1]
+
+    def np64(t):
+        return t.detach().float().cpu().double().numpy()
+
+    if "ref" not in cache:  # the same inputs for every backend of this case
+        sub = [np64(q[0, :group]), np64(k[0, :1]), np64(v[0, :1]), np64(do[0, :group])]
+        cache["ref"] = reference.attention_grad(*sub, causal=causal)
+        cache["std"] = numerics.standard_model_grad(*sub, dtype, causal=causal)
+    got = (grads[0][0, :group], grads[1][0, :1], grads[2][0, :1])
+    out = {"passed": True}
+    for name, g, r, s in zip(("dq", "dk", "dv"), got, cache["ref"], cache["std"], strict=True):
+        j = judge_gradient(g, s, r, dtype)
+        out[f"{name}_max_abs"] = j["kernel"]["max_abs"]
+        out[f"{name}_ratio"] = j["verdict"].ratio
+        out["passed"] = out["passed"] and bool(j["verdict"].passed)
+    return out
