@@ -6,14 +6,10 @@ kernels compute them), correct with ``defect=None``: the "correct user kernel" o
 calibration (scripts/band_calibration.py). Each defect moves one rounding point to the
 storage dtype T, as a real kernel bug does:
 
-- ``acc_low``: the O accumulator kept in T between key blocks.
-- ``p_coarse``: P rounded to the wrong, coarser dtype (:data:`COARSER`: an fp16 kernel
-  rounding P to bf16, a bf16 kernel to e4m3).
-- ``pv_twice``: P rounded to T and the P V tile rounded to T again before it joins the
-  fp32 accumulator (P's contribution rounded twice).
-- ``rescale_low``: the running max and the rescale factor exp(m_old - m_new) in T.
-- ``l_low``: l kept in T between key blocks, the LSE rounded to T.
-- ``scale_low``: the scores q k^T stored in T and scaled in T.
+``acc_low`` (the O accumulator kept in T between key blocks), ``p_coarse`` (P rounded to
+a coarser dtype, :data:`COARSER`), ``pv_twice`` (P and then the P V tile rounded to T),
+``rescale_low`` (running max and rescale factor in T), ``l_low`` (l kept in T, LSE
+rounded to T), ``scale_low`` (scores q k^T stored and scaled in T).
 
 :func:`kernel_grad` is the backward (flash model's forward, FlashAttention-2's
 recurrence, block 128); ``defect="ds_early"`` rounds dP = dO V^T to T before the row-sum

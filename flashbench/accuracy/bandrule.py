@@ -10,10 +10,8 @@ the flash model's seeds of that case), and ::
     ratio = max over s of  kernel_s / (BAND_MULTIPLIER[group][s] * edge_s);  PASS iff <= 1
 
 with the kernel's error against the float64 reference of its inputs as it received them
-(dtype-rounded). The statistics and multipliers are measured (scripts/band_calibration.py,
-docs/bandrule.md); an RMSE or percentile edge below 1/16 of the band's max-abs edge is
-raised to it (mostly-exact tensors, where a percentile of the error is 0). Bad input (an
-unknown tensor, a missing, NaN or negative statistic or edge) is a ValueError, never a PASS.
+(dtype-rounded); statistics and multipliers measured (docs/bandrule.md). An edge below
+1/16 of the max-abs edge is raised to it. Bad input is a ValueError, never a PASS.
 """
 
 from __future__ import annotations

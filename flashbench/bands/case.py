@@ -1,14 +1,10 @@
 """The band of one case: a correct flash kernel's error statistics on that exact problem.
 
-For a case (shape, input distribution, causal) and a dtype, the flash model
-(:func:`flashbench.numerics.flash_model`; ``flash_model_grad`` for dq, dk, dv) runs on
-:func:`band_seeds` seeds (at least :data:`CASE_SEEDS`; more for small problems, whose
-statistics vary more from seed to seed) of the case's problem (:func:`band_shape`: its
-Nq, Nk, d, dv, with fewer heads where it has more than :data:`BAND_ROWS` query rows: heads are
-independent, and RMSE and p99 do not depend on how many there are), each against the
-float64 reference of its dtype-rounded inputs (:func:`flashbench.accuracy.error_stats`). A
-statistic's *edge* is its largest value over the seeds; the band rule
-(:mod:`flashbench.accuracy.bandrule`) compares a kernel with the edges.
+For a case (shape, distribution, causal) and a dtype, the flash model (its backward for
+dq, dk, dv) runs on :func:`band_seeds` seeds of the case's problem (:func:`band_shape`:
+its Nq, Nk, d, dv on at least :data:`BAND_ROWS` query rows), each against the float64
+reference of its dtype-rounded inputs. A statistic's *edge* is its largest value over the
+seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares a kernel with them.
 
 Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
 (``scripts/make_tolerances.py --cases``: the cases ``flashbench check`` and the asv suites
