@@ -26,8 +26,12 @@ reference is finite) makes its tracks FAIL (common.KernelFailed, naming the kern
 and the reason): a broken kernel is a failure in the history, never a gap.
 
 Units: errors are unitless (|O - O_ref| of unit-variance data); the baseline ratio
-is kernel error / same-dtype standard_model error (the rule passes at <= 2).
-asv treats higher as worse, which fits every number here.
+is kernel error / same-dtype standard_model error (the rule passes at <= 2); the band
+ratio (``track_*_band_ratio``, unit "ratio") is the band rule's
+(flashbench.accuracy.bandrule: the kernel's RMSE and p99 against the band of a correct
+flash kernel on the same case, times the measured multipliers; it passes at <= 1).
+Commits without the band rule skip those tracks. asv treats higher as worse, which fits
+every number here.
 """
 
 from .common import need, record_or_raise, shape_of
@@ -64,10 +68,16 @@ def _known(dtypes) -> list[str]:
 def _field(rec, name):
     """A record's field: measure's dataclasses, or the dicts older commits returned. An
     LSE the kernel does not return (None: not judged, the record's lse_note says so) is
-    not applicable: NotImplementedError with that note."""
-    value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
-    if value is None:
+    not applicable: NotImplementedError with that note; so is a field this commit's
+    records lack (the band ratios before the band rule)."""
+    try:
+        value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
+    except (KeyError, AttributeError):
+        raise NotImplementedError(f"this commit records no {name}") from None
+    if value is None and name.startswith("lse"):
         raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
+    if value is None:
+        raise NotImplementedError(f"{name}: not recorded")
     return value
 
 
@@ -136,6 +146,16 @@ class TrackAccuracy:
         return _field(self.rec, "lse_ratio")
 
     track_lse_baseline_ratio.unit = "x standard_model error (LSE max abs)"
+
+    def track_o_band_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return _field(self.rec, "o_band_ratio")
+
+    track_o_band_ratio.unit = "ratio"
+
+    def track_lse_band_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return _field(self.rec, "lse_band_ratio")
+
+    track_lse_band_ratio.unit = "ratio"
 
 
 FP8_DTYPES = ["fp8", "fp8_e5m2"]

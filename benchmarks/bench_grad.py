@@ -5,7 +5,9 @@ TrackGradAccuracy: one case per run (``shape`` and ``dist`` parameters: B=1, H=2
 N=512, d=64, standard-normal inputs, seed 0, dO from flashbench.measure.backward.grad_output);
 every number comes from flashbench.measure.backward.measure_gradients in setup_cache: each
 of dq, dk, dv's max abs error against the float64 gradients, and its ratio to the
-same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor). The
+same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor), and
+the band rule's ratio of each (``track_*_band_ratio``, unit "ratio", passes at <= 1;
+commits without the band rule skip them). The
 Triton backward runs under the interpreter where there is no GPU (accuracy only).
 Grid points a backend does not take (its dtypes, or no autograd) are declared in
 skip_params from the backend registry; an Unavailable record skips with its reason, a
@@ -113,6 +115,27 @@ class TrackGradAccuracy:
         return self.rec.dv_ratio
 
     track_dv_ratio.unit = "x standard backward error (dv max abs)"
+
+    def _band_ratio(self, name):
+        value = getattr(self.rec, f"{name}_band_ratio", None)
+        if value is None:
+            raise NotImplementedError(f"this commit records no {name} band ratio")
+        return value
+
+    def track_dq_band_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self._band_ratio("dq")
+
+    track_dq_band_ratio.unit = "ratio"
+
+    def track_dk_band_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self._band_ratio("dk")
+
+    track_dk_band_ratio.unit = "ratio"
+
+    def track_dv_band_ratio(self, results, kernel, dtype, causal, shape, dist):
+        return self._band_ratio("dv")
+
+    track_dv_band_ratio.unit = "ratio"
 
 
 class TimeBackward(Benchmark):

@@ -3,6 +3,7 @@
     .venv/bin/python scripts/make_tolerances.py             # writes flashbench/data/tolerances.json
     .venv/bin/python scripts/make_tolerances.py --stability 16 [--n 256 1024 4096]
     .venv/bin/python scripts/make_tolerances.py --check-rows [--n 256 1024]
+    .venv/bin/python scripts/make_tolerances.py --cases     # writes flashbench/data/case_bands.json
 
 Default: measures the flash model's bands (:func:`flashbench.bands.measure_bands`)
 for every dtype the models take x N in :data:`TABLE_N` x every input distribution x
@@ -19,6 +20,10 @@ against N keys, bottom-right causal) next to the band of the square problem (N q
 rows), at equal seeds, with both wall times: what the shortcut saves, and that the
 non-causal band does not change (a causal square problem also has short rows, which
 sum over fewer keys: its band is the envelope of smaller N, see flashbench.tolerance).
+
+``--cases``: the band rule's table (:mod:`flashbench.bands.case`): the band of every case
+``flashbench check`` judges by default (forward and gradients) and of the asv accuracy
+suites' cases, in every dtype with a flash model (gradients: with a backward model).
 
 Timings are wall-clock seconds (time.perf_counter) on this machine; errors are
 unitless (|O - O_fp64| of unit-variance inputs).
@@ -45,6 +50,7 @@ TABLE_N = (4, 16, 64, 256, 1024, 4096)
 TABLE_SEEDS = 64
 SMALL_N, SMALL_N_SEEDS = 256, 256  # below N = 256 cells are cheap: 4x the seeds
 OUT = ROOT / "flashbench" / "data" / "tolerances.json"
+CASES_OUT = ROOT / "flashbench" / "data" / "case_bands.json"
 
 
 def _say(start):
@@ -126,6 +132,39 @@ def check_rows(args) -> None:
                               f"{b.abs_max:9.2e} {seconds:6.1f}")
 
 
+def cases(args) -> None:
+    from benchmarks import bench_accuracy, bench_grad
+    from benchmarks.common import shape_of
+    from flashbench.bands.case import measure_case_band, write_case_table
+    from flashbench.measure import Case, default_cases
+    from flashbench.measure.backward import default_grad_cases
+    from flashbench.numerics import GRAD_DTYPES
+
+    start = time.perf_counter()
+    say = _say(start)
+    fwd = list(dict.fromkeys(
+        [*default_cases(), *(Case(shape_of(s), d, c) for s in bench_accuracy.SHAPES
+                             for d in bench_accuracy.DISTS for c in (False, True))]))
+    bwd = list(dict.fromkeys(
+        [*default_grad_cases(), *(Case(shape_of(s), d, c) for s in bench_grad.SHAPES
+                                  for d in bench_grad.DISTS for c in (False, True))]))
+    dtypes = args.dtype
+    bands = []
+    for grad, todo in ((False, fwd), (True, bwd)):
+        for case in todo:
+            for dtype in dtypes:
+                if grad and (dtype not in GRAD_DTYPES or dtype == "fp64"):
+                    continue
+                say(f"{'bwd' if grad else 'fwd'} {case.label()} {dtype}")
+                bands.append(measure_case_band(case.shape, case.dist, case.causal, dtype,
+                                               grad=grad))
+    seconds = time.perf_counter() - start
+    path = write_case_table(bands, CASES_OUT, "python scripts/make_tolerances.py --cases",
+                            round(seconds, 1))
+    print(f"wrote {path}: {len(bands)} bands ({len(fwd)} forward cases, {len(bwd)} gradient "
+          f"cases x {', '.join(dtypes)}), measured in {seconds:.0f} s (wall clock)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", nargs="+", default=None, help="default: every dtype the models take")
@@ -134,12 +173,15 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--stability", type=int, metavar="K", help="compare K and 2K seeds")
     p.add_argument("--check-rows", action="store_true", help="few rows vs the square problem")
+    p.add_argument("--cases", action="store_true", help="the band rule's case table")
     args = p.parse_args()
     args.dtype = args.dtype or list(band_dtypes())
     if args.stability:
         stability(args)
     elif args.check_rows:
         check_rows(args)
+    elif args.cases:
+        cases(args)
     else:
         write(args)
 

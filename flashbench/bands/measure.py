@@ -59,7 +59,7 @@ from flashbench.inputs import precision
 from flashbench.inputs.precision import DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS, Shape, make_qkv
 
-__all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Band",
+__all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Band", "storage_key",
            "band_dtypes", "cell_shape", "measure_bands", "caller_inputs", "element_errors"]
 
 BAND_N = (256, 1024, 4096)  # keys per row: the default grid (the lecture's "N ~ 1k" and around)
@@ -173,7 +173,8 @@ def caller_inputs(dtype: str, x: np.ndarray) -> np.ndarray:
     return prec.store(x).astype(np.float64)
 
 
-def _storage_key(dtype: str):
+def storage_key(dtype: str):
+    """What a ``dtype`` kernel's inputs are rounded to (dtypes with one key share inputs)."""
     prec = get_precision(dtype)
     return "unrounded" if prec.name in _SELF_QUANTISING else np.dtype(prec.storage).name
 
@@ -338,7 +339,7 @@ def _measure_cell(cell, qkv, dtypes, n_seeds, kernels, versus, block, say):
     for dtype in dtypes:
         eps = get_precision(dtype).eps
         inputs = tuple(caller_inputs(dtype, x) for x in (q, k, v))
-        ref = ref_of(_storage_key(dtype), inputs)
+        ref = ref_of(storage_key(dtype), inputs)
         std = numerics.standard_model(inputs[0], inputs[1], inputs[2], dtype, causal=cell.causal)
         outputs = {"standard_model": std}
         for name in kernels:

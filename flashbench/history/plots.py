@@ -1,7 +1,7 @@
-"""The history report's plots, as small multiples: errors.png, bands.png, tflops.png.
+"""The history report's plots, as small multiples: errors.png, rules.png, bands.png, tflops.png.
 
-One panel per problem (accuracy: per dtype; bands: per dtype x distribution;
-throughput: per shape x direction), the legend outside the panels, commits on the x
+One panel per problem (accuracy: per dtype; rules: per rule x tensor; bands: per dtype x
+distribution; throughput: per shape x direction), the legend outside the panels, commits on the x
 axis in history order (date of their first results file) and labelled by short hash
 and date, one colour family per measurement machine (shades within it for the series
 of that machine), causal rows dashed. Titles, panels and labels come from the data.
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flashbench.history.suites import MAIN_METRIC, accuracy_metric
+from flashbench.history.suites import BAND_PAIRS, MAIN_METRIC, accuracy_metric, rule_limit
 from flashbench.history.summaries import IDENTITY, names, per_name, with_identity
 
 WIDTH = 11.0  # inches at DPI: 1100 px, the width a Markdown page shows without scaling
@@ -222,6 +222,44 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     shapes = sorted({s for s in acc["shape"] if isinstance(s, str)})
     _finish(fig, axes, handles, "Accuracy over history: max |O - O_fp64| (unitless), "
             "non-causal", path, f"shape {', '.join(shapes) or 'not recorded'}")
+    return True
+
+
+def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
+    """Both rules over commits: per tensor (O, LSE, dq, dk, dv) the baseline rule's ratio
+    (kernel / same-dtype standard) beside the band rule's, a line per machine x kernel x
+    dtype, causal dashed, each rule's limit dotted. False: no rule-ratio tracks."""
+    wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
+    metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
+    rows = per_name(df["benchmark"], {b: m in wanted for b, m in metric.items()}).astype(bool)
+    acc = with_identity(df.loc[rows & (df["status"] == "ok").to_numpy()])
+    if acc.empty:
+        return False
+    acc = acc.assign(metric=per_name(acc["benchmark"], metric))
+    for c in ("kernel", "dtype", "causal"):
+        if c not in acc:
+            acc[c] = None
+    acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "dtype")})
+    panels = [m for pair in BAND_PAIRS.items() for m in pair if acc["metric"].eq(m).any()]
+    order, labels = commit_order(df), commit_labels(df)
+    keys = [*IDENTITY, "kernel", "dtype"]
+    series = [_key(s) for s in acc[keys].drop_duplicates().itertuples(index=False, name=None)]
+    style, titles = palette(series, machine_order(df)), _machine_titles(series)
+    fig, axes = _grid(len(panels), 2)
+    handles: dict = {}
+    for ax, name in zip(axes.flat, panels, strict=False):
+        sub = acc[acc["metric"] == name]
+        for (*key, causal), g in sub.groupby([*keys, "causal"], dropna=False, sort=True):
+            machine, cpu, kernel, dtype = key
+            line = _line(ax, by_commit(g, order), "value", *style[_key(key)], causal=causal)
+            handles.setdefault(titles[(machine, cpu)], {}).setdefault(f"{kernel} {dtype}", line)
+        ax.axhline(rule_limit(name), color="k", linestyle=":", lw=1)
+        _log_if_wide(ax, [*sub["value"], rule_limit(name)])
+        ax.set_title(f"{name} (limit {rule_limit(name):g})", fontsize=8)
+        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
+    _finish(fig, axes, handles, "The two rules over history: baseline ratio (kernel / "
+            "same-dtype standard error) and band-rule ratio", path,
+            "dotted: the rule's limit; solid: non-causal, dashed: causal")
     return True
 
 

@@ -23,6 +23,7 @@ from flashbench.history.plots import (
     machine_order,
     plot_bands,
     plot_errors,
+    plot_rule_ratios,
     plot_tflops,
 )
 from flashbench.history.steps import steps
@@ -142,6 +143,7 @@ def build_report(results_dir, out, force: bool = False) -> str:
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, out / "errors.png")),
         ("bands.png", plot_bands(band_rows, out / "bands.png", machines=machine_order(df))),
+        ("rules.png", plot_rule_ratios(df, out / "rules.png")),
         ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
@@ -158,7 +160,9 @@ def build_report(results_dir, out, force: bool = False) -> str:
     lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
-              "(baseline rule passes at <= 2). All metrics: error_bands.csv.", "",
+              "(baseline rule passes at <= 2); o_band / lse_band: the band rule's ratio "
+              "(passes at <= 1; both over commits: rules.png). All metrics: "
+              "error_bands.csv.", "",
               _table(_without_empty(main.drop(columns=["metric", "params", "unit"],
                                               errors="ignore"), ["cpu", "shape", "dist"])),
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "

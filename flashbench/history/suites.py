@@ -6,7 +6,8 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
 
 - :data:`ACCURACY`: the accuracy tracks and the metric each records: the forward
   (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
-  (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios) and
+  (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios; the
+  band rule's ``*_band_ratio`` beside each baseline ratio) and
   the FP8 model variants (``TrackFP8Accuracy.track_<metric>``), the attention variants
   (``TrackVariantAccuracy.track_<metric>``: window, softcap, sinks, varlen; parameter
   ``variant``) and the tolerance bands
@@ -15,7 +16,7 @@ about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
   the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
   parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
   must stay under (the forward's baseline rule 2x, the gradient rule 3x: the factors
-  of :mod:`flashbench.accuracy`).
+  of :mod:`flashbench.accuracy`; the band rule's ratios 1).
 - :data:`BANDS`: the tolerance-bands tracks (``TrackBands.track_<tensor>_<metric>``, a
   band edge per cell and ``stat``), read by :mod:`flashbench.history.bands`.
 - :func:`matmul_peak`: the matmul-peak timing, ``TimeMatmulPeak.time_matmul`` (earlier
@@ -40,10 +41,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
+from flashbench.accuracy import BAND_LIMIT, BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.inputs.problem import Shape
 
-__all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "rule_limit", "MAIN_METRIC", "ACCURACY_LABELS",
+__all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN_METRIC",
+           "ACCURACY_LABELS",
            "BACKEND_COLUMNS", "LEGACY",
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
@@ -55,7 +57,12 @@ ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|Trac
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
 # rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
-               "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR}
+               "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR,
+               **{f"{t}_band_ratio": BAND_LIMIT for t in ("o", "lse", "dq", "dk", "dv")}}
+# the band rule's ratio beside each baseline-rule ratio (history tables and plots)
+BAND_PAIRS = {"o_baseline_ratio": "o_band_ratio", "lse_baseline_ratio": "lse_band_ratio",
+              "dq_ratio": "dq_band_ratio", "dk_ratio": "dk_band_ratio",
+              "dv_ratio": "dv_band_ratio"}
 MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
 ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist", "variant")
 # what a timing ran: the first of these parameters that a result holds as text

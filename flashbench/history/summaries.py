@@ -133,12 +133,13 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     "non-finite", never an older commit's value), inside (latest within [band_lo,
     band_hi]; NA with one commit; False when latest_status is not "ok"), o_ratio /
     lse_ratio (latest baseline-rule ratio of the same combination: kernel error /
-    same-dtype standard_model error, passes at <= 2), unit.
+    same-dtype standard_model error, passes at <= 2), o_band / lse_band (latest band-rule
+    ratio, passes at <= 1; NaN before the band rule), unit.
     """
     labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
                         "latest_commit", "latest_status", "inside", "o_ratio", "lse_ratio",
-                        "unit"]
+                        "o_band", "lse_band", "unit"]
     hits = {b: m for b in names(df["benchmark"]) if isinstance(b, str)
             and (m := accuracy_metric(b))}
     every = with_identity(df)
@@ -180,7 +181,8 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     inside[bands["latest_status"] != "ok"] = False
     bands["inside"] = inside
     bands = bands.reset_index(drop=True)
-    for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio")):
+    for metric, column in (("o_baseline_ratio", "o_ratio"), ("lse_baseline_ratio", "lse_ratio"),
+                           ("o_band_ratio", "o_band"), ("lse_band_ratio", "lse_band")):
         ratio = bands.loc[bands["metric"] == metric, [*IDENTITY, "params", "latest"]]
         bands = bands.merge(ratio.rename(columns={"latest": column}),
                             on=[*IDENTITY, "params"], how="left")

@@ -30,8 +30,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import judge_gradient
+from flashbench.accuracy import GRAD_FACTOR, judge_gradient
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.measure.forward import (
     EXACT_TOL,
     Case,
@@ -96,8 +98,10 @@ class GradAccuracy:
     gradient; ``*_standard``: the same for the same-dtype standard backward
     (:func:`flashbench.numerics.standard_model_grad`); ``*_ratio``: kernel max abs
     error / standard's; ``*_floor``: the rule's absolute floor
-    (:func:`flashbench.accuracy.gradient_floor`); ``passed``: the gradient rule
-    (:func:`flashbench.accuracy.judge_gradient`: 3x + floor) holds for all three.
+    (:func:`flashbench.accuracy.gradient_floor`); ``passed``: both rules hold for all
+    three: the gradient rule (``baseline_passed``; :func:`flashbench.accuracy.judge_gradient`:
+    3x + floor) and the band rule (``band_passed``; ``*_band_ratio`` <= 1, ``band``: its
+    verdicts); ``disagreement``: where the two disagree, which failed and why.
     ``peer``: a backend flashbench does not own (informative only). ``yardsticks``:
     None when every ratio is against the standard backward; else {"dq" / "dk" / "dv":
     what that ratio is against}: "flash_model" (the same-dtype flash model backward)
@@ -122,6 +126,13 @@ class GradAccuracy:
     passed: bool
     peer: bool = False
     yardsticks: dict | None = None
+    dq_band_ratio: float | None = None
+    dk_band_ratio: float | None = None
+    dv_band_ratio: float | None = None
+    baseline_passed: bool | None = None
+    band_passed: bool | None = None
+    band: dict | None = None
+    disagreement: str | None = None
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
@@ -145,19 +156,22 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
     return out
 
 
-def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False) -> GradAccuracy:
+def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False, *,
+                   bands: CaseBands) -> GradAccuracy:
     """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
-    yardstick where the standard backward overflowed."""
-    fields, passed, yardsticks = {}, True, {}
+    yardstick where the standard backward overflowed; ``bands``: the case's band side
+    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``)."""
+    fields, baseline, yardsticks = {}, {}, {}
     for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
         j = judge_gradient(g, s, r, dtype, fallback=lambda i=i: fallback()[i])
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
-        passed = passed and j["verdict"].passed
+        baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    return GradAccuracy(case, kernel, dtype, passed=passed, peer=peer,
-                        yardsticks=yardsticks or None, **fields)
+    rules = combine(baseline, bands.judge(dtype, grads, GRADS), GRAD_FACTOR)
+    return GradAccuracy(case, kernel, dtype, peer=peer, yardsticks=yardsticks or None,
+                        **fields, **rules)
 
 
 def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
@@ -170,8 +184,9 @@ def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
     from flashbench.backends import BackendFailed, variant_kwargs
     from flashbench.backends.outputs import modified_inputs, snapshot
 
-    given = handed(dtype, q, k, v)
-    grad_o = handed(dtype, do)[0]
+    # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32, twice)
+    given = handed(dtype, *(caller_inputs(dtype, x) for x in (q, k, v)))
+    grad_o = handed(dtype, caller_inputs(dtype, do))[0]
     saved = snapshot(*given, grad_o)
     if backend.grads is not None:
         grads = backend.grads(*given, grad_o, causal=causal)
@@ -190,14 +205,16 @@ def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
 def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                       seed: int = 0, block: int = 64,
                       say: Callable[[str], None] = lambda msg: None, inputs=None,
-                      ref=None) -> list[GradAccuracy | Unavailable | Failed]:
+                      ref=None,
+                      band_rule: bool = True) -> list[GradAccuracy | Unavailable | Failed]:
     """Judge each kernel's gradients in each dtype (module docstring).
 
     ``kernels``: "flash_model" and/or backend names; backends that are not
     differentiable, or do not take a dtype, get no record. ``inputs``: (q, k, v, do)
     when the caller has them (else from ``case``, ``seed`` and :func:`grad_output`);
     ``ref``: their float64 (dq, dk, dv). dtypes without a backward model (fp64, fp8)
-    are left out.
+    are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
+    alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
     from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
 
@@ -209,6 +226,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
         ref = reference.attention_grad(q, k, v, do, **kw)
     ref = ref[:3]  # dsinks (with sinks) is not tabled
     records: list[GradAccuracy | Unavailable | Failed] = []
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule and variant is None)
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
         std = numerics.standard_model_grad(q, k, v, do, dtype, **kw)[:3]
         # the flash model backward in this dtype: its own record, and the yardstick of the
@@ -218,7 +236,8 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
-                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash))
+                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash,
+                                              bands=bands))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
@@ -242,6 +261,6 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 records.append(Failed(case, name, dtype, f"backward raised "
                                       f"{type(exc).__name__}: {exc}", peer=backend.peer))
                 continue
-            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash,
+            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer))
     return records

@@ -29,9 +29,11 @@ from functools import partial
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import error_stats, judge
+from flashbench.accuracy import BASELINE_FACTOR, error_stats, judge
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
+from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.reference.streaming import masked_scores
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
@@ -130,8 +132,11 @@ class Accuracy:
     ``o`` / ``lse``: :func:`flashbench.accuracy.error_stats` of the kernel's output;
     ``o_standard`` / ``lse_standard``: the same for the same-dtype standard model;
     ``o_ratio`` / ``lse_ratio``: kernel max abs error / standard's (the baseline
-    rule as one number); ``passed``: the rule holds for O and, where it is judged,
-    LSE. ``peer``: a backend flashbench does not own (informative only).
+    rule as one number); ``passed``: both rules hold for O and, where it is judged,
+    LSE: the baseline rule (``baseline_passed``) and the band rule (``band_passed``;
+    ``o_band_ratio`` / ``lse_band_ratio``: <= 1 passes; ``band``: its verdicts,
+    :mod:`flashbench.accuracy.bandrule`); ``disagreement``: where the rules disagree, which
+    failed and why (one line). ``peer``: a backend flashbench does not own (informative only).
     ``streamed_vs_oneshot_o`` / ``_lse`` (flash_model only): flash_model against
     standard_model in the same dtype.
 
@@ -161,6 +166,12 @@ class Accuracy:
     lse_note: str | None = None
     yardsticks: dict | None = None
     note: str | None = None
+    o_band_ratio: float | None = None
+    lse_band_ratio: float | None = None
+    baseline_passed: bool | None = None
+    band_passed: bool | None = None
+    band: dict | None = None
+    disagreement: str | None = None
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -244,23 +255,27 @@ def _yardsticks(verdicts: dict) -> dict | None:
 
 
 def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
-              own_lse: bool = True, peer: bool = False, **extra) -> Accuracy:
+              own_lse: bool = True, peer: bool = False, *, bands: CaseBands | None = None,
+              **extra) -> Accuracy:
     """The record of one kernel's (o, lse); ``own_lse`` False: its op returned no LSE (a
-    stand-in fills ``out[1]``): judged on O only (the LSE note says why)."""
+    stand-in fills ``out[1]``): judged on O only (the LSE note says why). ``bands``: the
+    case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's side)."""
     j = judge(out, std, ref, dtype, fallback=fallback)
     verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
     note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
     shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE
     if not shown:
         del verdicts["lse"]
+    judged = ("o",) if note is not None else ("o", "lse")
+    rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
+                    None if bands is None else bands.judge(dtype, out, judged), BASELINE_FACTOR)
     return Accuracy(case, kernel, dtype, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
                     o_ratio=j["o"]["verdict"].ratio,
                     lse_ratio=j["lse"]["verdict"].ratio if shown else None,
-                    passed=j["o"]["verdict"].passed and (note is not None
-                                                         or j["lse"]["verdict"].passed),
-                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **extra)
+                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **rules,
+                    **extra)
 
 
 accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
@@ -291,14 +306,18 @@ def handed(precision: str, *arrays) -> list:
 
 def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                      block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                     inputs=None, ref=None) -> list[Accuracy | Unavailable]:
+                     inputs=None, ref=None,
+                     band_rule: bool = True) -> list[Accuracy | Unavailable]:
     """Judge each kernel in each dtype against the float64 reference and standard_model.
 
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
     (else drawn from ``case`` and ``seed``); every backend call gets its own copies
     (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
-    Returns one record per kernel x dtype,
+    ``band_rule`` False: ``inputs`` not drawn from ``case.dist`` (hand-made): the band
+    rule, whose band describes that distribution, is left out (as for the attention
+    variants, whose bands are not measured yet) and the records judge by the baseline
+    rule alone. Returns one record per kernel x dtype,
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
@@ -308,6 +327,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     kw, variant = case.kwargs(seed), case.variant(seed)
     ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
+    bands = CaseBands(case, (q, k, v), apply=band_rule and variant is None)
     for dtype in dtypes:
         std = numerics.standard_model(q, k, v, dtype, **kw)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
@@ -319,7 +339,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 say(f"  flash_model {dtype}")
                 out = flash()
                 records.append(_accuracy(
-                    case, name, dtype, out, std, ref, fallback=flash,
+                    case, name, dtype, out, std, ref, fallback=flash, bands=bands,
                     streamed_vs_oneshot_o=error_stats(out[0], std[0], dtype),
                     streamed_vs_oneshot_lse=error_stats(out[1], std[1], dtype)))
                 continue
@@ -332,8 +352,11 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 continue
             say(f"  {name} {dtype}")
             given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
+            # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
+            # (twice), and every kernel must get the values the models and bands use
+            given_qkv = (caller_inputs(given, x) for x in (q, k, v))
             try:  # a variant it does not declare: "not applicable" (never run without it)
-                out = backend(*handed(given, q, k, v), causal=case.causal, dtype=dtype,
+                out = backend(*handed(given, *given_qkv), causal=case.causal, dtype=dtype,
                               **({} if variant is None else {"variant": variant}))
             except BackendUnavailable as exc:  # this shape or dtype, found out by running
                 records.append(Unavailable(case, name, dtype, str(exc)))
@@ -343,7 +366,8 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                                       peer=backend.peer))
                 continue
             rec = _accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                            own_lse=getattr(out, "own_lse", True), peer=backend.peer)
+                            own_lse=getattr(out, "own_lse", True), peer=backend.peer,
+                            bands=bands)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
             records.append(rec)

@@ -1,0 +1,131 @@
+"""The band rule: a kernel's error statistics against the band of a correct flash kernel.
+
+The baseline rule (:mod:`flashbench.accuracy.rules`) bounds a kernel's max error by 2x
+plain same-dtype attention's plus a floor: plain attention rounds S and P to the dtype,
+so a flash kernel with a real precision defect can sit 2-4x above a correct one and still
+pass. The band rule compares the kernel with what a correct flash kernel shows on the same
+case: :mod:`flashbench.bands.case` gives each statistic's *edge* (its largest value over
+the flash model's seeds of that case), and ::
+
+    ratio = max over s of  kernel_s / (BAND_MULTIPLIER[group][s] * edge_s);  PASS iff <= 1
+
+with the kernel's error against the float64 reference of its inputs as it received them
+(dtype-rounded); statistics and multipliers measured (docs/bandrule.md). An edge below
+1/16 of the max-abs edge is raised to it. Bad input is a ValueError, never a PASS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+__all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVerdict", "band_rule",
+           "multipliers", "rules_disagree"]
+
+# inputs -> group -> statistic -> multiplier: 1.2x the worst of 1,037 correct-kernel runs
+# (scripts/band_calibration.py, seed 2026; docs/bandrule.md), rounded up. "outliers" (0.1% of
+# entries N(0, 100)) vary more from seed to seed; "large-logits" (scores near 1e4, rounded by
+# ~1e-3 in fp32) depend on the kernel's score arithmetic (exp or exp2, where the scale is
+# applied), so correct kernels spread far wider around the flash model than seeds do.
+BAND_MULTIPLIER: dict[str, dict[str, dict[str, float]]] = {
+    "normal": {"o": {"rmse": 1.4, "abs_p99": 1.4},
+               "lse": {"rmse": 2.0, "abs_p99": 2.0},
+               "grad": {"rmse": 1.4, "abs_p99": 1.4}},
+    "outliers": {"o": {"rmse": 2.0, "abs_p99": 2.0},
+                 "lse": {"rmse": 4.5, "abs_p99": 4.5},
+                 "grad": {"rmse": 2.6, "abs_p99": 2.6}},
+    "large-logits": {"o": {"rmse": 16.0, "abs_p99": 16.0},
+                     "lse": {"rmse": 2.0, "abs_p99": 2.0},
+                     "grad": {"rmse": 32.0, "abs_p99": 32.0}},
+}
+BAND_LIMIT = 1.0  # the band rule passes at ratio <= 1 (the multipliers are inside the ratio)
+BAND_GROUP = {"o": "o", "lse": "lse", "dq": "grad", "dk": "grad", "dv": "grad"}
+EDGE_FLOOR = 1 / 16  # an RMSE / percentile edge is at least this x the max-abs edge
+
+
+@dataclass(frozen=True)
+class BandVerdict:
+    """The band rule for one tensor: ``ratio`` (the largest of ``ratios``, set by ``stat``),
+    ``passed`` (ratio <= 1), the kernel's statistics, the edges used (floored), the
+    multipliers and where the band came from (``source``: "table" or "measured")."""
+
+    tensor: str
+    ratio: float
+    passed: bool
+    stat: str
+    ratios: dict
+    kernel: dict
+    edges: dict
+    multipliers: dict
+    source: str = "measured"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _number(value, what: str, allow_inf: bool) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if math.isnan(x) or x < 0 or (math.isinf(x) and not allow_inf):
+        raise ValueError(f"{what} must be a {'' if allow_inf else 'finite '}number >= 0, "
+                         f"got {x} (a NaN statistic is never judged: it would read as a PASS)")
+    return x
+
+
+def multipliers(tensor: str, dist: str = "normal") -> dict[str, float]:
+    """{statistic: multiplier} of the band rule for ``tensor`` on inputs ``dist``."""
+    if tensor not in BAND_GROUP:
+        raise ValueError(f"tensor must be one of {list(BAND_GROUP)}, got {tensor!r}")
+    if dist not in BAND_MULTIPLIER:
+        raise ValueError(f"dist must be one of {list(BAND_MULTIPLIER)} (the band rule's "
+                         f"calibrated inputs), got {dist!r}")
+    return dict(BAND_MULTIPLIER[dist][BAND_GROUP[tensor]])
+
+
+def band_rule(kernel_stats: Mapping, edges: Mapping, tensor: str, dist: str = "normal",
+              source: str = "measured") -> BandVerdict:
+    """Judge one tensor's error statistics (:func:`flashbench.accuracy.error_stats` of the
+    kernel against the reference of its rounded inputs) against a band's ``edges``
+    (``{stat: edge}``, with ``max_abs``) with the multipliers of inputs ``dist`` (module
+    docstring). An infinite kernel statistic (a non-finite output) fails with ratio inf."""
+    multipliers_ = multipliers(tensor, dist)
+    missing = [s for s in (*multipliers_, "max_abs") if s not in edges]
+    if missing:
+        raise ValueError(f"band edges of {tensor} lack {missing}")
+    top = _number(edges["max_abs"], f"band edge max_abs of {tensor}", allow_inf=False)
+    ratios, used, seen = {}, {}, {}
+    for stat, mult in multipliers_.items():
+        if stat not in kernel_stats:
+            raise ValueError(f"kernel statistics of {tensor} lack {stat!r}")
+        k = _number(kernel_stats[stat], f"kernel {stat} of {tensor}", allow_inf=True)
+        e = max(_number(edges[stat], f"band edge {stat} of {tensor}", allow_inf=False),
+                EDGE_FLOOR * top)
+        seen[stat], used[stat] = k, e
+        ratios[stat] = k / (mult * e) if e > 0 else (0.0 if k == 0 else math.inf)
+    stat = max(ratios, key=ratios.get)
+    return BandVerdict(tensor, ratios[stat], ratios[stat] <= 1, stat, ratios, seen, used,
+                       multipliers_, source)
+
+
+def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
+                   baseline_limit: float, band: BandVerdict) -> str | None:
+    """One line saying which rule failed and why where the two disagree on ``tensor``, else
+    None. ``baseline_ratio``: kernel max error / the same-dtype standard's; ``baseline_limit``
+    its factor (2 forward, 3 gradients)."""
+    if baseline_passed == band.passed:
+        return None
+    name = tensor.upper() if tensor in ("o", "lse") else tensor
+    mult = band.multipliers[band.stat]
+    band_text = (f"{name} {band.stat} {band.kernel[band.stat]:.2e} is "
+                 f"{band.ratio * mult:.2f}x the band's edge {band.edges[band.stat]:.2e} "
+                 f"(limit {mult:g}x)")
+    base_text = (f"{name} max error {baseline_ratio:.2f}x the standard's "
+                 f"(limit {baseline_limit:g}x + floor)")
+    if not band.passed:
+        return (f"band rule FAIL, baseline rule PASS: {band_text}, though within "
+                f"the baseline ({base_text}): more error than a correct flash kernel shows")
+    return (f"baseline rule FAIL, band rule PASS: {base_text}, though within the band "
+            f"({band_text})")

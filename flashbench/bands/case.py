@@ -1,0 +1,253 @@
+"""The band of one case: a correct flash kernel's error statistics on that exact problem.
+
+For a case (shape, distribution, causal) and a dtype, the flash model (its backward for
+dq, dk, dv) runs on :func:`band_seeds` seeds of the case's problem (:func:`band_shape`:
+its Nq, Nk, d, dv on at least :data:`BAND_ROWS` query rows), each against the float64
+reference of its dtype-rounded inputs. A statistic's *edge* is its largest value over the
+seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares a kernel with them.
+
+Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
+(``scripts/make_tolerances.py --cases``: the cases ``flashbench check`` and the asv suites
+judge), else measured on the fly (never interpolated) and cached per case, in memory and
+in ``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``) keyed by the flash model's
+fingerprint. A case the machine cannot measure in memory is a ValueError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from flashbench import numerics, reference
+from flashbench.accuracy import error_stats
+from flashbench.bands.measure import caller_inputs, single_threaded_blas
+from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
+from flashbench.inputs.precision import get_precision
+
+__all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
+           "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
+           "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
+           "write_case_table", "fingerprint"]
+
+CASE_SEEDS = 8  # seeds per band at least (scripts/band_calibration.py: the edge of 8 seeds)
+BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
+MAX_SEEDS = 256
+SEED0 = 1000  # the band's seeds are SEED0.. (the check judges seed 0: fresh draws)
+EDGE_STATS = ("max_abs", "rmse", "abs_p99", "abs_p50")  # statistics kept per seed
+FORWARD, BACKWARD = ("o", "lse"), ("dq", "dk", "dv")
+BAND_ROWS = 1024  # query rows (B * H * Nq) a band seed keeps at least, where the case has them
+CASE_TABLE = "data/case_bands.json"  # inside the flashbench package
+VERSION = 1
+ONESHOT_BYTES = 1 << 30
+MAX_SEED_FLOPS = 1 << 38  # a band seed's matmul work at most (~10 s here): else ValueError
+
+
+def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False) -> str:
+    """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``."""
+    return f"{dtype}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
+           f"{'bwd' if grad else 'fwd'}"
+
+
+def band_shape(shape: Shape) -> Shape:
+    """The problem a band seed draws for a case of ``shape``: the same Nq, Nk, d, dv; B = 1
+    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H; plain
+    heads, grouped-query heads being numerically the same)."""
+    rows = shape.B * shape.H * shape.Nq
+    if rows <= BAND_ROWS:
+        return shape
+    heads = min(shape.B * shape.H, -(-BAND_ROWS // shape.Nq))
+    return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv)
+
+
+def band_seeds(shape: Shape) -> int:
+    """Seeds of a case's band: :data:`CASE_SEEDS`, or enough for :data:`BAND_TOTAL_ROWS`
+    query rows in all (at most :data:`MAX_SEEDS`): a problem of 40 rows with 0.1% outliers
+    varies far more from seed to seed than one of 1024. More seeds only raise the edges."""
+    b = band_shape(shape)
+    return min(MAX_SEEDS, max(CASE_SEEDS, -(-BAND_TOTAL_ROWS // (b.B * b.H * b.Nq))))
+
+
+def memory_needed(shape: Shape, grad: bool = False) -> int:
+    """Bytes one seed of the band holds at its peak, estimated: float64 q, k, v (and dO,
+    O) with their rounded copies, the streamed reference and the model's fp32 tiles (the
+    one-shot reference, used up to :data:`ONESHOT_BYTES`, is below the limit anyway)."""
+    rows = shape.B * shape.H * shape.Nq
+    kv = shape.B * shape.kv_heads * shape.Nk
+    elems = rows * (shape.d + 2 * shape.head_dim_v) + kv * (shape.d + shape.head_dim_v)
+    tiles = rows * 128 * 4 * 6  # score / P tiles of the streamed models and reference
+    return int(elems * 8 * (8 if grad else 5) + tiles)
+
+
+def memory_limit() -> int:
+    """A quarter of this machine's physical memory (bytes), or 4 GiB where unknown."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+def _check(shape, dist, causal, dtype, grad) -> None:
+    if not isinstance(shape, Shape):
+        raise TypeError(f"shape must be a flashbench.inputs.Shape, got {type(shape).__name__}")
+    if dist not in DISTRIBUTIONS:
+        raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    prec = get_precision(dtype)  # ValueError naming the known dtypes
+    if prec.name == "fp64":
+        raise ValueError("dtype fp64 has no band: its flash model equals the reference")
+    if grad and prec.name not in numerics.GRAD_DTYPES:
+        raise ValueError(f"dtype {dtype!r} has no backward model: no gradient band "
+                         f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
+    need, limit = memory_needed(band_shape(shape), grad), memory_limit()
+    if need > limit:
+        raise ValueError(f"shape {shape.label()}: its band cannot be measured in memory here "
+                         f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
+                         f"a quarter of this machine's memory); judge a smaller shape")
+    b = band_shape(shape)
+    flops = 2 * b.B * b.H * b.Nq * b.Nk * (b.d + b.head_dim_v) * (3 if grad else 1)
+    if flops > MAX_SEED_FLOPS:
+        raise ValueError(f"shape {shape.label()}: its band is too large to measure here "
+                         f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
+                         f"{band_seeds(shape)} seeds); judge a shape with fewer query rows "
+                         f"or keys")
+
+
+def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
+    shape = band_shape(shape)
+    q, k, v = (caller_inputs(dtype, x) for x in make_qkv(shape, dist, seed))
+    # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
+    # the streamed one (equal to 1e-13)
+    oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
+    if not grad:
+        ref = (reference.attention(q, k, v, causal=causal) if oneshot
+               else reference.online_attention(q, k, v, causal=causal))
+        out = numerics.flash_model(q, k, v, dtype, block=block, causal=causal)
+        names = FORWARD
+    else:
+        do = caller_inputs(dtype, np.random.default_rng(seed + 1).standard_normal(
+            (shape.B, shape.H, shape.Nq, shape.head_dim_v)))
+        if oneshot:
+            ref = reference.attention_grad(q, k, v, do, causal=causal)
+        else:
+            o, lse = reference.online_attention(q, k, v, causal=causal)
+            ref = reference.online_attention_grad(q, k, v, o, lse, do, causal=causal)
+        out = numerics.flash_model_grad(q, k, v, do, dtype, block=block, causal=causal)
+        names = BACKWARD
+    stats = [error_stats(out[i], ref[i]) for i in range(len(names))]
+    return {name: {s: st[s] for s in EDGE_STATS} for name, st in zip(names, stats, strict=True)}
+
+
+def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False,
+                      seeds: int | None = None, block: int = 64) -> dict:
+    """Measure a band now (module docstring): ``{"key", "seeds", "source": "measured",
+    "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``."""
+    _check(shape, dist, causal, dtype, grad)
+    seeds = band_seeds(shape) if seeds is None else seeds
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
+        raise ValueError(f"seeds must be an int >= 2, got {seeds!r}")
+    with single_threaded_blas():
+        runs = [_seed_stats(shape, dist, causal, dtype, grad, SEED0 + i, block)
+                for i in range(seeds)]
+    per_seed = {t: {s: [r[t][s] for r in runs] for s in EDGE_STATS} for t in runs[0]}
+    edges = {t: {s: float(max(v)) for s, v in stats.items()} for t, stats in per_seed.items()}
+    return {"key": band_key(shape, dist, causal, dtype, grad), "seeds": seeds,
+            "source": "measured", "edges": edges, "per_seed": per_seed}
+
+
+@lru_cache(maxsize=2)
+def _table(path: str | None) -> dict:
+    source = resources.files("flashbench").joinpath(CASE_TABLE) if path is None else Path(path)
+    try:
+        table = json.loads(source.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"case band table {source}: cannot be read: {exc}") from None
+    if not isinstance(table, dict) or table.get("version") != VERSION:
+        raise ValueError(f"case band table {source}: not a version-{VERSION} table")
+    return table.get("bands", {})
+
+
+@lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """A short hash of the flash models' outputs on a fixed small input, every dtype: the
+    disk cache of measured bands is keyed by it (a changed model measures anew)."""
+    from flashbench.bands.measure import band_dtypes
+
+    q, k, v = make_qkv(Shape(1, 1, 16, 40, 16), "normal", 7)
+    h = hashlib.sha256()
+    for dtype in band_dtypes():
+        for x in numerics.flash_model(q, k, v, dtype, block=16, causal=True):
+            h.update(np.ascontiguousarray(np.asarray(x, dtype=np.float64)).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_file(key: str, seeds: int) -> Path:
+    root = Path(os.environ.get("FLASHBENCH_CACHE", Path.home() / ".cache" / "flashbench"))
+    name = hashlib.sha256(f"{key}|{seeds}|{fingerprint()}".encode()).hexdigest()[:24]
+    return root / "bands" / f"{name}.json"
+
+
+_MEMO: dict[tuple, dict] = {}
+
+
+def case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False,
+              table: str | Path | None = None, cache: bool = True) -> dict:
+    """The band of one case: the shipped table's entry (``source`` "table"), else the disk
+    cache's or a new measurement (``source`` "measured"; module docstring)."""
+    _check(shape, dist, causal, dtype, grad)
+    key = band_key(shape, dist, causal, dtype, grad)
+    shipped = _table(None if table is None else str(table)).get(key)
+    if shipped is not None:
+        return {"key": key, "source": "table", **shipped}
+    memo = (key, band_seeds(shape))
+    if memo in _MEMO:
+        return _MEMO[memo]
+    path = _cache_file(key, band_seeds(shape)) if cache else None
+    if path is not None and path.is_file():
+        try:
+            band = json.loads(path.read_text())
+            if band.get("key") == key:
+                _MEMO[memo] = band
+                return band
+        except (OSError, ValueError):
+            pass  # an unreadable cache entry is measured again
+    band = measure_case_band(shape, dist, causal, dtype, grad)
+    _MEMO[memo] = band
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(band))
+            tmp.replace(path)
+        except OSError:
+            pass  # no writable cache: measured again next time
+    return band
+
+
+def write_case_table(bands: list[dict], path: str | Path, command: str = "",
+                     seconds: float | None = None) -> Path:
+    """Write measured bands (:func:`measure_case_band` results) as the case table: one band
+    per line (reviewable diffs), the flash models' :func:`fingerprint` recorded."""
+    head = {"version": VERSION, "command": command, "seeds": f"{CASE_SEEDS} or more (band_seeds)",
+            "seed0": SEED0, "band_rows": BAND_ROWS, "band_total_rows": BAND_TOTAL_ROWS,
+            "fingerprint": fingerprint(), "seconds": seconds,
+            "method": "flash model on seeds seed0.. of each case's problem (band_rows query "
+                      "rows at least, fewer heads); errors "
+                      "against the float64 reference of the dtype-rounded inputs "
+                      "(flashbench.accuracy.error_stats); edge = largest over the seeds"}
+    lines = [f"  {json.dumps(b['key'])}: " + json.dumps(
+        {k: v for k, v in b.items() if k not in ("key", "source")}) for b in bands]
+    text = json.dumps(head, indent=1)[:-2] + ',\n "bands": {\n' + ",\n".join(lines) + "\n }\n}\n"
+    json.loads(text)  # the hand-made layout must stay valid JSON
+    path = Path(path)
+    path.write_text(text)
+    _table.cache_clear()
+    return path

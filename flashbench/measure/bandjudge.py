@@ -1,0 +1,82 @@
+"""The band rule's side of a measurement: bands, references and verdicts for one case.
+
+:mod:`flashbench.measure.forward` and :mod:`.backward` judge each kernel by both rules;
+this module holds the band rule's part, so that each needs a line or two. For one case
+(and its inputs) :class:`CaseBands` makes, once and only when first asked, per dtype: the
+band (:func:`flashbench.bands.case.case_band`: the shipped table's, else measured and
+cached) and the float64 reference of the inputs as a dtype's kernel receives them
+(rounded to its storage format; fp8 kernels quantise themselves), against which the band
+rule measures the kernel (:func:`flashbench.accuracy.bandrule.band_rule`).
+:func:`combine` joins both rules into the record's fields.
+"""
+
+from __future__ import annotations
+
+from flashbench import reference
+from flashbench.accuracy import error_stats
+from flashbench.accuracy.bandrule import BandVerdict, band_rule, rules_disagree
+from flashbench.bands.case import case_band
+from flashbench.bands.measure import caller_inputs, storage_key
+from flashbench.inputs.precision import get_precision
+
+__all__ = ["CaseBands", "combine"]
+
+
+class CaseBands:
+    """Bands and rounded-input references of one case (module docstring). ``inputs``: the
+    float64 (q, k, v), or (q, k, v, do) with ``grad=True``. ``apply`` False: inputs not
+    drawn from the case's distribution, which the band describes: no band verdicts."""
+
+    def __init__(self, case, inputs, grad: bool = False, apply: bool = True):
+        self.case, self.inputs, self.grad, self.apply = case, tuple(inputs), grad, apply
+        self._refs: dict = {}
+        self._bands: dict = {}
+
+    def band(self, dtype: str) -> dict:
+        if dtype not in self._bands:
+            c = self.case
+            self._bands[dtype] = case_band(c.shape, c.dist, c.causal, dtype, grad=self.grad)
+        return self._bands[dtype]
+
+    def reference(self, dtype: str):
+        key = storage_key(dtype)
+        if key not in self._refs:
+            given = [caller_inputs(dtype, x) for x in self.inputs]
+            causal = self.case.causal
+            self._refs[key] = (reference.attention_grad(*given, causal=causal) if self.grad
+                               else reference.attention(*given, causal=causal))
+        return self._refs[key]
+
+    def judge(self, dtype: str, out, tensors) -> dict[str, BandVerdict] | None:
+        """{tensor: BandVerdict} for the kernel outputs ``out`` (indexed like ``tensors``:
+        ("o", "lse") or ("dq", "dk", "dv")); None where the band rule is off (``apply``) or
+        has no band (fp64)."""
+        if not self.apply or get_precision(dtype).name == "fp64":
+            return None  # fp64: the flash model equals the reference, there is no band
+        band, ref = self.band(dtype), self.reference(dtype)
+        return {t: band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
+                             self.case.dist, band["source"])
+                for i, t in enumerate(tensors) if t is not None}
+
+
+def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float) -> dict:
+    """Record fields from both rules: ``baseline`` {tensor: (ratio, passed)} and ``band``
+    {tensor: BandVerdict}: ``<t>_band_ratio``, ``band`` (verdicts as dicts),
+    ``baseline_passed``, ``band_passed``, ``passed`` (both) and ``disagreement`` (one line
+    per tensor where the rules disagree, joined; None where they agree). ``band`` None:
+    the band rule was not applied (inputs not drawn from the case's distribution)."""
+    if band is None:
+        base_ok = all(p for _, p in baseline.values())
+        return {"baseline_passed": base_ok, "passed": base_ok}
+    fields = {f"{t}_band_ratio": v.ratio for t, v in band.items()}
+    lines = [rules_disagree(t, baseline[t][1], baseline[t][0], limit, v)
+             for t, v in band.items() if t in baseline]
+    lines = [x for x in lines if x]
+    base_ok = all(p for _, p in baseline.values())
+    band_ok = all(v.passed for v in band.values())
+    if not lines and base_ok != band_ok:  # they disagree on different tensors
+        lines = [f"baseline rule {'PASS' if base_ok else 'FAIL'}, band rule "
+                 f"{'PASS' if band_ok else 'FAIL'}"]
+    return {**fields, "band": {t: v.as_dict() for t, v in band.items()},
+            "baseline_passed": base_ok, "band_passed": band_ok, "passed": base_ok and band_ok,
+            "disagreement": "; ".join(lines) or None}

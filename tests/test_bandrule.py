@@ -1,0 +1,238 @@
+"""The band rule: the pure rule, the case bands it reads, and both rules in the check."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flashbench import numerics
+from flashbench.accuracy import error_stats
+from flashbench.accuracy.bandrule import (
+    BAND_MULTIPLIER,
+    EDGE_FLOOR,
+    band_rule,
+    multipliers,
+    rules_disagree,
+)
+from flashbench.bands import case as case_bands
+from flashbench.bands.case import case_band, measure_case_band
+from flashbench.inputs import Shape, make_qkv
+from flashbench.measure import Case
+from flashbench.measure.bandjudge import CaseBands, combine
+
+EDGES = {"max_abs": 4e-4, "rmse": 5e-5, "abs_p99": 1.5e-4, "abs_p50": 3e-5}
+
+
+def stats(scale):
+    return {k: v * scale for k, v in EDGES.items()}
+
+
+@given(st.floats(0, 50), st.sampled_from(["o", "lse", "dq", "dk", "dv"]),
+       st.sampled_from(["normal", "outliers", "large-logits"]))
+def test_ratio_scales_with_the_error_and_passes_at_one(scale, tensor, dist):
+    v = band_rule(stats(scale), EDGES, tensor, dist)
+    m = multipliers(tensor, dist)
+    expected = max(scale * EDGES[s] / (m[s] * EDGES[s]) for s in m)
+    assert v.ratio == pytest.approx(expected)
+    assert v.passed == (v.ratio <= 1)
+    assert v.ratios[v.stat] == v.ratio and set(v.ratios) == set(m)
+
+
+def test_a_shifted_distribution_fails_though_its_max_is_inside():
+    """RMSE 2x the band's (every element worse), max unchanged: the band rule sees it."""
+    kernel = dict(EDGES, rmse=2 * EDGES["rmse"])
+    v = band_rule(kernel, EDGES, "o")
+    assert not v.passed and v.stat == "rmse"
+    assert v.ratio == pytest.approx(2 / BAND_MULTIPLIER["normal"]["o"]["rmse"])
+
+
+def test_a_percentile_edge_is_floored_at_a_sixteenth_of_the_max():
+    """A mostly exact tensor (p99 of its error 0): the edge is max/16, not 0."""
+    edges = dict(EDGES, abs_p99=0.0, rmse=0.0)
+    v = band_rule(dict(EDGES, abs_p99=1e-6, rmse=1e-6), edges, "dv")
+    assert v.edges["abs_p99"] == EDGE_FLOOR * EDGES["max_abs"] and v.passed
+
+
+def test_non_finite_kernel_error_fails_and_nan_is_an_error():
+    assert band_rule(stats(math.inf), EDGES, "o").ratio == math.inf
+    assert not band_rule(stats(math.inf), EDGES, "o").passed
+    with pytest.raises(ValueError, match="kernel rmse of o.*NaN"):
+        band_rule(dict(EDGES, rmse=math.nan), EDGES, "o")
+    with pytest.raises(ValueError, match="band edge abs_p99 of lse"):
+        band_rule(EDGES, dict(EDGES, abs_p99=math.nan), "lse")
+    with pytest.raises(ValueError, match="band edge max_abs"):
+        band_rule(EDGES, dict(EDGES, max_abs=math.inf), "o")
+    with pytest.raises(ValueError, match="tensor must be one of"):
+        band_rule(EDGES, EDGES, "p")
+    with pytest.raises(ValueError, match="dist must be one of"):
+        band_rule(EDGES, EDGES, "o", "uniform")
+    with pytest.raises(ValueError, match="lack"):
+        band_rule({"rmse": 1.0}, EDGES, "o")
+
+
+def test_the_disagreement_line_names_the_failing_rule():
+    fail = band_rule(stats(3), EDGES, "o")
+    line = rules_disagree("o", True, 1.4, 2.0, fail)
+    assert line.startswith("band rule FAIL, baseline rule PASS") and "O " in line
+    ok = band_rule(stats(0.5), EDGES, "o")
+    assert rules_disagree("o", False, 2.5, 2.0, ok).startswith("baseline rule FAIL")
+    assert rules_disagree("o", True, 1.0, 2.0, ok) is None
+    both = combine({"o": (1.4, True), "lse": (0.5, True)},
+                   {"o": fail, "lse": band_rule(stats(0.5), EDGES, "lse")}, 2.0)
+    assert both["passed"] is False and both["baseline_passed"] and not both["band_passed"]
+    assert both["disagreement"].startswith("band rule FAIL")
+
+
+def test_bad_input_to_the_bands_is_a_clear_error():
+    shape = Shape(1, 1, 32, 32, 16)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        case_band(shape, "normal", False, "fp12")
+    with pytest.raises(ValueError, match="fp64 has no band"):
+        case_band(shape, "normal", False, "fp64")
+    with pytest.raises(ValueError, match="no backward model"):
+        case_band(shape, "normal", False, "fp8", grad=True)
+    with pytest.raises(ValueError, match="dist must be one of"):
+        case_band(shape, "uniform", False, "fp16")
+    with pytest.raises(ValueError, match="cannot be measured in memory"):
+        case_band(Shape(1, 1, 16, 1 << 26, 64), "normal", False, "fp16")
+    with pytest.raises(ValueError, match="too large to measure"):
+        case_band(Shape(64, 64, 1 << 16, 1 << 16, 256), "normal", False, "fp16")
+
+
+def test_a_case_outside_the_table_is_measured_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(case_bands, "_MEMO", {})
+    shape = Shape(1, 2, 24, 40, 16, Hkv=1)
+    band = case_band(shape, "outliers", True, "bf16")
+    assert band["source"] == "measured" and band["seeds"] == case_bands.band_seeds(shape) == 171
+    edges = band["edges"]["o"]
+    assert edges["max_abs"] == max(band["per_seed"]["o"]["max_abs"]) > 0
+    assert list(tmp_path.glob("bands/*.json"))  # written to the disk cache
+    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(case_bands, "measure_case_band", None)  # must not measure again
+    assert case_band(shape, "outliers", True, "bf16")["edges"] == band["edges"]
+
+
+def test_the_shipped_table_is_what_a_measurement_gives():
+    """A shipped band equals a fresh measurement of the same case (same seeds)."""
+    shape = Shape(1, 2, 256, 256, 64)
+    shipped = case_band(shape, "normal", True, "fp16", grad=True)
+    assert shipped["source"] == "table"
+    fresh = measure_case_band(shape, "normal", True, "fp16", grad=True)
+    for tensor in ("dq", "dk", "dv"):
+        for stat, value in shipped["edges"][tensor].items():
+            assert fresh["edges"][tensor][stat] == pytest.approx(value, rel=1e-9)
+
+
+def _defect_case(defect, dtype="fp16", n=4096):
+    import defects
+
+    case = Case(Shape(1, 1, 256, n, 64), "normal", False)
+    q, k, v = make_qkv(case.shape, case.dist, 0)
+    out = defects.kernel(q, k, v, dtype, defect=defect)
+    return case, (q, k, v), out
+
+
+def test_the_issues_fp16_accumulator_passes_2x_and_fails_the_band():
+    """The issue's kernel: O accumulator kept in fp16 between key blocks, N = 4096."""
+    from flashbench import reference
+    from flashbench.accuracy import judge
+
+    case, qkv, out = _defect_case("acc_low")
+    base = judge(out, numerics.standard_model(*qkv, "fp16"), reference.attention(*qkv), "fp16")
+    assert base["o"]["verdict"].passed and base["lse"]["verdict"].passed
+    band = CaseBands(case, qkv).judge("fp16", out, ("o", "lse"))
+    assert not band["o"].passed and band["o"].ratio > 1.5
+    _, _, good = _defect_case(None)
+    assert all(v.passed for v in CaseBands(case, qkv).judge("fp16", good, ("o", "lse")).values())
+
+
+@pytest.mark.parametrize("defect", ["acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low",
+                                    "scale_low"])
+def test_each_defect_adds_error(defect):
+    """Against the reference of the rounded inputs, each defect's O or LSE RMSE exceeds the
+    correct kernel's by >= 10% (pv_twice, the smallest, is about 20%)."""
+    from flashbench import reference
+    from flashbench.bands.measure import caller_inputs
+
+    _, qkv, good = _defect_case(None, n=512)
+    _, _, bad = _defect_case(defect, n=512)
+    ref = reference.attention(*(caller_inputs("fp16", x) for x in qkv))
+    grew = [error_stats(bad[i], ref[i])["rmse"] / error_stats(good[i], ref[i])["rmse"]
+            for i in (0, 1)]
+    assert max(grew) > 1.1
+
+
+def test_the_check_renders_both_rules_and_names_the_failing_one():
+    from flashbench.measure.check import overall_passed, render_text, run_check
+
+    case = Case(Shape(1, 2, 1024, 1024, 64), "normal", False)  # a default case: in the table
+    report = run_check([case], dtypes=["fp16"], progress=False, grad_cases=())
+    row = report["dtypes"][0]
+    assert row["passed"] and row["band_passed"] and row["o_band_ratio"] <= 1
+    assert row["band"]["o"]["source"] == "table" and report["passed"]
+    text = render_text(report)
+    assert "O band" in text and "RESULT: PASS" in text
+    row.update(passed=False, band_passed=False, o_band_ratio=3.2,
+               disagreement="band rule FAIL, baseline rule PASS: O rmse ...")
+    report["passed"] = overall_passed(report)
+    text = render_text(report)
+    assert "FAIL (band)" in text and "band rule FAIL, baseline rule PASS: O rmse" in text
+    assert "RESULT: FAIL" in text
+
+
+def test_history_plots_both_rules_and_knows_their_limits(tmp_path):
+    from flashbench.history.plots import plot_rule_ratios
+    from flashbench.history.suites import rule_limit
+    from flashbench.history.summaries import error_bands
+
+    assert rule_limit("o_band_ratio") == 1.0 and rule_limit("dv_band_ratio") == 1.0
+    assert rule_limit("o_baseline_ratio") == 2.0
+    base = {"kernel": "triton", "dtype": "fp16", "causal": False}
+
+    def frame(values, metric):
+        n = len(values)
+        return pd.DataFrame({"machine": "m", "cpu": "c", "env": "e",
+                             "commit": [f"{i:040d}" for i in range(n)],
+                             "date": pd.date_range("2026-01-01", periods=n, tz="UTC"),
+                             "file": [f"f{i}" for i in range(n)],
+                             "benchmark": f"a.TrackAccuracy.track_{metric}",
+                             "params": "kernel='triton', dtype='fp16', causal=False",
+                             "type": "track", "unit": "ratio", "value": values,
+                             "status": "ok"} | {k: [v] * n for k, v in base.items()})
+
+    df = pd.concat([frame([0.5, 0.6, 1.4], "o_baseline_ratio"),
+                    frame([0.8, 0.8, 2.9], "o_band_ratio")], ignore_index=True)
+    assert plot_rule_ratios(df, tmp_path / "rules.png") and (tmp_path / "rules.png").stat().st_size
+    row = error_bands(df).iloc[0]
+    assert row["o_band"] == 2.9 and row["o_ratio"] == 1.4
+    assert not plot_rule_ratios(df.iloc[:0], tmp_path / "none.png")
+    assert np.isfinite(row["o_ratio"])
+
+
+def test_the_asv_tracks_record_the_band_ratio():
+    from benchmarks.bench_accuracy import TrackAccuracy
+    from benchmarks.bench_grad import TrackGradAccuracy
+    from flashbench.measure.backward import measure_gradients
+    from flashbench.measure.forward import LSE_NOT_RETURNED, Accuracy, measure_accuracy
+
+    assert TrackAccuracy.track_o_band_ratio.unit == "ratio"
+    case = Case(Shape(1, 2, 256, 256, 64), "normal", True)
+    rec = measure_accuracy(case, ["bf16"], ["flash_model"])[0]
+    suite, args = TrackAccuracy(), ({}, "flash_model", "bf16", True, "s", "normal")
+    suite.rec = rec
+    assert suite.track_o_band_ratio(*args) == rec.o_band_ratio <= 1
+    assert suite.track_lse_band_ratio(*args) == rec.lse_band_ratio
+    suite.rec = Accuracy(case, "mine:fn", "fp32", o={}, lse=None, o_standard={}, lse_standard={},
+                         o_ratio=1.0, lse_ratio=None, passed=True, lse_note=LSE_NOT_RETURNED)
+    with pytest.raises(NotImplementedError, match="not returned by the kernel"):
+        suite.track_lse_band_ratio(*args)
+    with pytest.raises(NotImplementedError, match="not recorded"):
+        suite.track_o_band_ratio(*args)
+    grad = TrackGradAccuracy()
+    grad.rec = measure_gradients(case, ["fp16"], ["flash_model"])[0]
+    assert grad.track_dv_band_ratio({}, "flash_model", "fp16", True, "s", "normal") \
+        == grad.rec.dv_band_ratio <= 1
