@@ -59,7 +59,26 @@ def _never() -> bool:
 
 
 @dataclass(frozen=True)
-class Backend:
+class Implementation:
+    """The fields every implementation record opens with (forward :class:`Backend`,
+    :class:`flashbench.backends.decode.DecodeBackend`), in this order."""
+
+    name: str
+    fn: Callable
+    description: str
+    dtypes: tuple[str, ...]
+    unavailable: Callable[[], str | None] = _always
+    interpreted: Callable[[], bool] = _never
+    timed: Callable | None = None
+    peer: bool = False
+
+    @property
+    def timed_fn(self) -> Callable:
+        return self.fn if self.timed is None else self.timed
+
+
+@dataclass(frozen=True)
+class Backend(Implementation):
     """One attention implementation, as data.
 
     ``fn``: the accuracy callable ``(q, k, v, causal=False, scale=None) -> (o, lse)``.
@@ -81,14 +100,6 @@ class Backend:
     is given when it is not the dtype judged (fp8 kernels get fp32 and quantise them).
     """
 
-    name: str
-    fn: Callable
-    description: str
-    dtypes: tuple[str, ...]
-    unavailable: Callable[[], str | None] = _always
-    interpreted: Callable[[], bool] = _never
-    timed: Callable | None = None
-    peer: bool = False
     head_dims: tuple[int, ...] | None = None
     limits: Callable[[Shape], str | None] | None = None
     devices: tuple[str, ...] = ("cpu", "cuda")
@@ -120,10 +131,6 @@ class Backend:
     # whether its calls ran a Triton kernel under the interpreter (a user's function, seen
     # by its worker): a FAIL in bf16 / fp8 then names the interpreter as the likely cause
     ran_interpreted: Callable[[], bool] = _never
-
-    @property
-    def timed_fn(self) -> Callable:
-        return self.fn if self.timed is None else self.timed
 
     def unavailable_for(self, shape: Shape | None = None, dtype: str | None = None) -> str | None:
         """None when it can run ``shape`` in ``dtype`` here, else the reason (one sentence)."""

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import pkgutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from flashbench.backends import BACKENDS, TORCH_FLOATS
+from flashbench.backends import BACKENDS, TORCH_FLOATS, Implementation, _always
 from flashbench.backends.outputs import BackendOutput
 from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels import torch_decode as td
@@ -35,34 +34,14 @@ DECODE_GROUP = "flashbench.decode_backends"
 KIND = "decode"  # the value of a user function's flashbench_kind attribute
 
 
-def _always():
-    return None
-
-
-def _never():
-    return False
-
-
 @dataclass(frozen=True)
-class DecodeBackend:
+class DecodeBackend(Implementation):
     """One decode implementation (fields as :class:`flashbench.backends.Backend`'s)."""
 
-    name: str
-    fn: Callable
-    description: str
-    dtypes: tuple[str, ...]
-    unavailable: Callable[[], str | None] = _always
-    interpreted: Callable[[], bool] = _never
-    timed: Callable | None = None
-    peer: bool = False
     own_lse: bool = False
     origin: str = "flashbench"
     default_on: tuple[str, ...] = ("cpu", "cuda")
     head_dims: tuple[int, ...] | None = None
-
-    @property
-    def timed_fn(self) -> Callable:
-        return self.fn if self.timed is None else self.timed
 
     def unavailable_for(self, d: int, dtype: str) -> str | None:
         reason = self.unavailable()
