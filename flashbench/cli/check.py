@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from dataclasses import replace
 
 from flashbench.backends.worker import DEFAULT_TIME_LIMIT
-from flashbench.cli.common import distinct, finite, jsonable, parse_shape, positive_int, seed
+from flashbench.cli.common import (
+    chosen_backends,
+    distinct,
+    emit,
+    finite,
+    parse_shape,
+    positive_int,
+    seed,
+)
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
 from flashbench.inputs.problem import DISTRIBUTIONS
 
@@ -204,15 +210,8 @@ def run(args) -> int:
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:
         raise ValueError(refusal)
-    if args.no_backends and args.backend:
-        raise ValueError("--backend and --no-backends contradict each other")
-    backends = [] if args.no_backends else resolve_backends(args.backend)
+    backends = chosen_backends(args, resolve_backends)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
                        grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
-    if args.json:
-        json.dump(jsonable(report), sys.stdout, indent=1)
-        print()
-    else:
-        print(render_text(report))
-    return 0 if report["passed"] else 1
+    return emit(report, render_text, args.json)

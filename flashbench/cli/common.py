@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -107,3 +108,21 @@ def jsonable(x):
     if isinstance(x, list | tuple):
         return [jsonable(v) for v in x]
     return x
+
+
+def chosen_backends(args, resolve) -> list:
+    """The backends ``--backend`` names (``resolve(names)``; its default when none), none
+    with ``--no-backends``; both given: ValueError."""
+    if args.no_backends and args.backend:
+        raise ValueError("--backend and --no-backends contradict each other")
+    return [] if args.no_backends else resolve(args.backend)
+
+
+def emit(report: dict, render, as_json: bool) -> int:
+    """Print ``report`` as JSON or as ``render(report)``; the exit status: 0 when it passed."""
+    if as_json:
+        json.dump(jsonable(report), sys.stdout, indent=1)
+        print()
+    else:
+        print(render(report))
+    return 0 if report["passed"] else 1

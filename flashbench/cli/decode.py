@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from tabulate import tabulate
 
-from flashbench.cli.common import jsonable
+from flashbench.cli.common import chosen_backends, emit
 
 __all__ = ["run", "render_decode", "decode_cases"]
 
@@ -72,14 +69,7 @@ def run(args) -> int:
     from flashbench.measure.decode import run_decode_check
 
     cases = decode_cases(args)
-    if args.no_backends and args.backend:
-        raise ValueError("--backend and --no-backends contradict each other")
-    backends = [] if args.no_backends else resolve_decode_backends(args.backend)
+    backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=_progress_printer(not args.quiet))
-    if args.json:
-        json.dump(jsonable(report), sys.stdout, indent=1)
-        print()
-    else:
-        print(render_decode(report))
-    return 0 if report["passed"] else 1
+    return emit(report, render_decode, args.json)
