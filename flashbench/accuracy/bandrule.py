@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from flashbench.accuracy.rules import Verdict
 
 __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVerdict", "band_rule",
            "multipliers", "rules_disagree"]
@@ -45,7 +47,7 @@ EDGE_FLOOR = 1 / 16  # an RMSE / percentile edge is at least this x the max-abs 
 
 
 @dataclass(frozen=True)
-class BandVerdict:
+class BandVerdict(Verdict):
     """The band rule for one tensor: ``ratio`` (the largest of ``ratios``, set by ``stat``),
     ``passed`` (ratio <= 1), the kernel's statistics, the edges used (floored), the
     multipliers and where the band came from (``source``: "table" or "measured")."""
@@ -59,9 +61,6 @@ class BandVerdict:
     edges: dict
     multipliers: dict
     source: str = "measured"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _number(value, what: str, allow_inf: bool) -> float:

@@ -42,8 +42,15 @@ __all__ = ["baseline_rule", "BaselineVerdict", "judge", "BASELINE_FACTOR", "GRAD
 
 BASELINE_FACTOR = 2.0  # FlashAttention's tests: outputs within 2x the same-dtype standard
 
+class Verdict:
+    """What every rule's verdict record can do (a frozen dataclass below)."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class BaselineVerdict:
+class BaselineVerdict(Verdict):
     """Outcome of the baseline rule for one tensor (O or LSE) and one metric.
 
     ``ratio`` = kernel_error / standard_error (0 when both are 0, inf when only the
@@ -63,9 +70,6 @@ class BaselineVerdict:
     ratio: float
     passed: bool
     yardstick: str = "standard"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _error(value, name: str) -> float:
