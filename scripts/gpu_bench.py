@@ -276,6 +276,12 @@ def time_fp8(t: Timed, peak: float, chosen: dict) -> dict:
     return row
 
 
+def _print_summary(done) -> None:
+    failed = [r for r in done if r.error]
+    print(f"compiled {len(done) - len(failed)} of {len(done)} for sm_90 in "
+          f"{sum(r.seconds for r in done):.0f} s on this CPU; {len(failed)} failed")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the window-sized run (see docstring)")
@@ -290,17 +296,7 @@ def main(argv=None) -> int:
     if args.compile and not args.plan:
         p.error("--compile goes with --plan")
     if args.plan:
-        plan = record_plan(args.quick)
-        lines = plan.lines()
-        print("\n".join(lines[:-1]))
-        if args.compile:
-            from flashbench.kernels.offline import compile_plan
-
-            done = compile_plan(plan)
-            failed = [r for r in done if r.error]
-            print(f"compiled {len(done) - len(failed)} of {len(done)} for sm_90 in "
-                  f"{sum(r.seconds for r in done):.0f} s on this CPU; {len(failed)} failed")
-        print(lines[-1])
+        gpu_decode.show_plan(record_plan(args.quick), args.compile, _print_summary)
         return 0
     if not torch.cuda.is_available():
         print("gpu_bench: no CUDA GPU visible to torch; this script only runs on a GPU "

@@ -25,7 +25,6 @@ plan.)
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import sys
@@ -33,7 +32,10 @@ import time
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_report
+
+from gpu_report import columns, json_stem  # noqa: E402
 
 from flashbench.kernels import triton_decode  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
@@ -212,11 +214,9 @@ def write_results(out_dir: str, record: dict) -> pathlib.Path:
     from tabulate import tabulate
 
     gpu = record["gpu_before"]["gpu"]
-    stem = pathlib.Path(out_dir) / f"{record['date']}-{gpu.replace(' ', '_')}-decode"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
-    speed = [{k: r.get(k) for k in ("case", "backend", "splits", "us", "us_q1", "us_q3", "gbs",
-                                     "pct_copy", "skipped")} for r in record["speed"]]
+    stem = json_stem(out_dir, record, "-decode")
+    speed = columns(record["speed"], ("case", "backend", "splits", "us", "us_q1", "us_q3",
+                                      "gbs", "pct_copy", "skipped"))
     md = [f"# Triton split-KV decode on {gpu}, {record['date']}", "",
           f"Copy bandwidth measured in this run: {record['copy_gbs']:.0f} GB/s (device-to-"
           "device copy of 2 GiB, read + write counted, median device time). Compilations "
@@ -253,6 +253,25 @@ def run(quick: bool, out: str, say) -> int:
     return 1 if bad else 0
 
 
+def show_plan(plan, compile_here: bool, report) -> None:
+    """Print ``plan``'s compilations and its total; with ``compile_here``, compile each for sm_90
+    here first (Triton's ptxas) and ``report`` the compiled list."""
+    lines = plan.lines()
+    print("\n".join(lines[:-1]))
+    if compile_here:
+        from flashbench.kernels.offline import compile_plan
+
+        report(compile_plan(plan))
+    print(lines[-1])
+
+
+def _print_each(done) -> None:
+    for r in done:
+        print(f"  {r.line}: {r.seconds:.1f} s, shared {r.shared_bytes}, registers "
+              f"{r.registers}, spills {r.spill_bytes}" + (f", ERROR {r.error}"
+                                                           if r.error else ""))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -261,18 +280,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="gpu-results")
     args = p.parse_args(argv)
     if args.plan:
-        plan = record_plan(args.quick)
-        lines = plan.lines()
-        print("\n".join(lines[:-1]))
-        if args.compile:
-            from flashbench.kernels.offline import compile_plan
-
-            done = compile_plan(plan)
-            for r in done:
-                print(f"  {r.line}: {r.seconds:.1f} s, shared {r.shared_bytes}, registers "
-                      f"{r.registers}, spills {r.spill_bytes}" + (f", ERROR {r.error}"
-                                                                   if r.error else ""))
-        print(lines[-1])
+        show_plan(record_plan(args.quick), args.compile, _print_each)
         return 0
     if not torch.cuda.is_available():
         print("gpu_decode: no CUDA GPU visible to torch (--plan works anywhere)",

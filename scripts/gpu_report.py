@@ -57,15 +57,28 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+def json_stem(out_dir: str, record: dict, suffix: str = "") -> pathlib.Path:
+    """``out_dir``/<date>-<GPU><suffix>, with ``record`` written there as .json (the .md is
+    the caller's)."""
+    gpu = record["gpu_before"]["gpu"]
+    stem = pathlib.Path(out_dir) / f"{record['date']}-{gpu.replace(' ', '_')}{suffix}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    return stem
+
+
+def columns(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """Each row cut to ``keys`` (None where it lacks one), for a table."""
+    return [{k: r.get(k) for k in keys} for r in rows]
+
+
 def write_results(out_dir: str, record: dict) -> pathlib.Path:
     from tabulate import tabulate
 
     gpu = record["gpu_before"]["gpu"]
-    stem = pathlib.Path(out_dir) / f"{record['date']}-{gpu.replace(' ', '_')}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
-    speed = [{k: r.get(k) for k in ("case", "backend", "ms", "ms_q1", "ms_q3", "tflops",
-                                     "pct_peak", "skipped")} for r in record["speed"]]
+    stem = json_stem(out_dir, record)
+    speed = columns(record["speed"], ("case", "backend", "ms", "ms_q1", "ms_q3", "tflops",
+                                      "pct_peak", "skipped"))
     checks = [{k: (r.get(k) if not isinstance(r.get(k), dict) else r[k].get("max_abs"))
                for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "vs_fp8_model",
                          "passed", "skipped", "failed")} for r in record["checks"]]
