@@ -6,6 +6,7 @@ subnormals are rounded down); the GPU rounds to nearest even. Interpreted launch
 therefore round onto the target grid in fp32 first (:func:`round_bf16`,
 :func:`round_e4m3`), and the conversion that follows is exact. Compiled launches never
 call them (the kernels branch on a constexpr), so the GPU code is the plain conversion.
+:func:`accumulate_pv` is the P V step the forward and decode kernels share, with that branch.
 The measured defects and the tests that hold the fix: docs/fp8.md ("Interpreter
 workarounds").
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["round_bf16", "round_e4m3", "E4M3_MAX"]
+__all__ = ["round_bf16", "round_e4m3", "accumulate_pv", "E4M3_MAX"]
 
 E4M3_MAX = 448.0  # largest finite e4m3fn value
 
@@ -46,3 +47,19 @@ def round_e4m3(x):
     r = (a + c) - c
     r = tl.where(x < 0, -r, r)
     return tl.where(x != x, x, r)
+
+
+@triton.jit
+def accumulate_pv(acc, p, v, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                  ROUND: tl.constexpr):
+    """acc + P V, P cast to V's dtype first; ``UPCAST``: the product in fp32 ("ieee"), P
+    rounded to bf16 first when ``ROUND`` (the interpreter's cast truncates). Shared by the
+    forward and decode kernels."""
+    if UPCAST:
+        if ROUND:
+            p = round_bf16(p)
+        acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc,
+                     input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+    return acc

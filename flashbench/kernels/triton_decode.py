@@ -24,7 +24,7 @@ import triton.language as tl
 from flashbench.inputs.kvcache import check_block_table, check_cache, check_seqlens, check_splits
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
-from flashbench.kernels.rounding import round_bf16
+from flashbench.kernels.rounding import accumulate_pv, round_bf16
 
 __all__ = ["triton_decode", "decode_forward", "choose_splits", "decode_config", "DecodeLaunch",
            "SPLIT", "MERGE", "HEAD_DIMS", "DTYPES", "MAX_ROWS", "H200_SMS"]
@@ -110,13 +110,7 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
         acc = acc * alpha[:, None]
         v = tl.load(v_head + v_rows[:, None] + offs_d[None, :] * stride_vd,
                     mask=in_chunk[:, None], other=0.0)
-        if UPCAST:
-            if ROUND:
-                p = round_bf16(p)
-            acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc,
-                         input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        acc = accumulate_pv(acc, p, v, PRECISION, UPCAST, ROUND)
         m_i = m_new
 
     # -- epilogue: this chunk's O_s (normalised by its own l) and LSE_s, natural log --

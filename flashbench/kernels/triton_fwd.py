@@ -44,7 +44,7 @@ from flashbench.kernels import configs as _configs
 from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import merge_sink, variant_phases
-from flashbench.kernels.rounding import round_bf16, round_e4m3
+from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
@@ -140,13 +140,8 @@ def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride
                 p = round_e4m3(p)
             pv = tl.dot(p.to(v.dtype), v)
             acc += pv * tl.load(vd_base + (start_n // BLOCK_N) * stride_kd_n)
-        elif UPCAST:
-            if ROUND:
-                p = round_bf16(p)
-            acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc,
-                         input_precision="ieee")
         else:
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+            acc = accumulate_pv(acc, p, v, PRECISION, UPCAST, ROUND)
         m_i = m_new
     return acc, l_i, m_i, visits
 
