@@ -89,3 +89,39 @@ def test_an_inf_read_from_a_results_file_is_non_finite(tmp_path):
             .replace("[[0.0]", f"[[{value}]"))
     row = error_bands(load_results(tmp_path)).iloc[0]
     assert row["latest_status"] == "non-finite" and row["inside"] is False
+
+
+def test_a_report_interrupted_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    """history --out writes each file whole: a run that fails while plotting leaves the
+    previous report's files as they were, and no half-written file or staging folder."""
+    from flashbench.history import report
+
+    root = one_real_results_file(tmp_path / "results")
+    out = tmp_path / "out"
+    report.build_report(root, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert "report.md" in before and "results.csv" in before
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("interrupted while plotting")
+
+    monkeypatch.setattr(report, "plot_tflops", broken)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        report.build_report(root, out)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert after == before
+    assert not [p for p in out.iterdir() if p.is_dir()]
+
+
+def test_a_report_folder_that_cannot_be_made_is_refused_before_loading(tmp_path,
+                                                                      monkeypatch):
+    from flashbench.history import report
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("loaded the results before refusing --out")
+
+    monkeypatch.setattr(report, "load_results", no_load)
+    (tmp_path / "a-file.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a writable folder"):
+        report.build_report(tmp_path, tmp_path / "a-file.txt" / "report")
+    assert (tmp_path / "a-file.txt").read_text() == "mine"

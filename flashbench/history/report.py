@@ -11,6 +11,9 @@ overwritten by surprise.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -51,6 +54,12 @@ def check_out(out, force: bool = False) -> Path:
                 f"--out {str(path)!r} holds {len(held)} entries that are not a flashbench "
                 f"history report (e.g. {held[0]!r}); name a new or empty folder, or pass "
                 f"--force (force=True) to write into it")
+    parent = path if path.is_dir() else path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {str(path)!r}: cannot write the report there "
+                         f"({str(parent)!r} is not a writable folder)")
     return path
 
 
@@ -130,21 +139,33 @@ def build_report(results_dir, out, force: bool = False) -> str:
         out.mkdir(parents=True, exist_ok=True)
         (out / MARKER).write_text("A report written by `flashbench history`; the next one "
                                   "may overwrite the files it wrote here.\n")
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
     except OSError as exc:
         raise ValueError(f"--out {str(out)!r}: cannot write the report there: {exc}") from None
+    try:
+        text = _write_report(df, where, out, stage)
+        for f in sorted(stage.iterdir(), key=lambda f: f.name == "report.md"):
+            os.replace(f, out / f.name)  # each file whole; report.md, which names them, last
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return text
+
+
+def _write_report(df, where: str, out: Path, stage: Path) -> str:
+    """The report's files into ``stage`` (moved into ``out`` by the caller); its text."""
     points = throughput_points(df)
     bands, trend, jumps = error_bands(df), throughput(df, points), steps(df)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
-        out / "results.csv", index=False)
-    bands.to_csv(out / "error_bands.csv", index=False)
-    trend.to_csv(out / "throughput.csv", index=False)
-    jumps.to_csv(out / "steps.csv", index=False)
+        stage / "results.csv", index=False)
+    bands.to_csv(stage / "error_bands.csv", index=False)
+    trend.to_csv(stage / "throughput.csv", index=False)
+    jumps.to_csv(stage / "steps.csv", index=False)
     band_rows = band_history(df)
     plots = [name for name, made in (
-        ("errors.png", plot_errors(df, out / "errors.png")),
-        ("bands.png", plot_bands(band_rows, out / "bands.png", machines=machine_order(df))),
-        ("rules.png", plot_rule_ratios(df, out / "rules.png")),
-        ("tflops.png", plot_tflops(points, df, out / "tflops.png"))) if made]
+        ("errors.png", plot_errors(df, stage / "errors.png")),
+        ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=machine_order(df))),
+        ("rules.png", plot_rule_ratios(df, stage / "rules.png")),
+        ("tflops.png", plot_tflops(points, df, stage / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
     machines = _machines(df)
@@ -183,5 +204,5 @@ def build_report(results_dir, out, force: bool = False) -> str:
               "", "Files: results.csv, error_bands.csv, throughput.csv, steps.csv"
               + "".join(f", {p}" for p in plots) + f" in `{out}`."]
     text = "\n".join(lines) + "\n"
-    (out / "report.md").write_text(text)
+    (stage / "report.md").write_text(text)
     return text
