@@ -61,7 +61,7 @@ for _ in range(3):
     times.append(time.perf_counter() - t0)
 print(min(times))
 """
-LOOP = "    for start in range(0, nk, block):\n"
+LOOP = "    for start, stop, (r0, r1) in key_blocks(variant, nq, nk, block):\n"
 SPIN = '''    _spent = _review_power_clock() - _review_power_t0
     _until = _review_power_clock() + {extra!r} * _spent  # review_power.py: size {size}
     while _review_power_clock() < _until:

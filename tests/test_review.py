@@ -28,7 +28,7 @@ SLOW = '''
         for start in range(0, nk, block):
             np.exp(np.matmul(q, kt[..., start:start + block]))
 '''
-MARKER = "    for start in range(0, nk, block):\n        stop = min(start + block, nk)"
+MARKER = "    for start, stop, (r0, r1) in key_blocks(variant, nq, nk, block):\n"
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@t"}
 

@@ -53,3 +53,18 @@ def test_summarize_scores_saved_reviews_and_skips_what_is_not_one(tmp_path, caps
     assert cells[2:6] == ["2", "1/2", "1/2", "25%"]
     assert cells[8] == "290 / 300"
     assert power.main(["--summarize", str(tmp_path / "empty")]) == 2
+
+
+def test_the_slowdown_edits_still_find_the_streaming_loop():
+    """review_power.py and the slow review tests slow stream_attention by editing its loop:
+    a change of that loop must fail here, in the fast tests, not after a study started."""
+    import ast
+
+    power = _power()
+    source = (ROOT / "flashbench" / "reference" / "streaming.py").read_text()
+    ast.parse(power.slowed(source, 1.5))  # the edited module still parses
+    review_tests = (ROOT / "tests" / "test_review.py").read_text()
+    marker = ast.literal_eval(review_tests.split("\nMARKER = ", 1)[1].split("\n", 1)[0])
+    slow = ast.literal_eval(review_tests.split("\nSLOW = ", 1)[1].split("\n'''", 1)[0] + "\n'''")
+    assert source.count(marker) == 1
+    ast.parse(source.replace(marker, slow + marker, 1))
