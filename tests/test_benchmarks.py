@@ -196,7 +196,8 @@ def test_gpu_suite_skips_without_a_gpu():
 def _setup_every_benchmark(module: str | None = None):
     """Set up every benchmark (of suite file ``module``, e.g. "bench_gpu", where given) at
     every grid point as asv would (setup_cache once per class, asv's skip_params
-    honoured); returns ({benchmark[params]: skip reason}, how many benchmarks)."""
+    honoured), and call every track, as asv would; returns ({benchmark[params]: skip
+    reason, or "FAILED: ..." for a track that raised}, how many benchmarks)."""
     import itertools
 
     from asv_runner.benchmarks._base import get_setup_cache_key
@@ -222,6 +223,12 @@ def _setup_every_benchmark(module: str | None = None):
                     setup(*bench._build_params())
             except NotImplementedError as exc:
                 skips[f"{bench.name}{list(combo)}"] = str(exc)
+                continue
+            if bench.name.rsplit(".", 1)[-1].startswith("track_"):  # cheap: read a record
+                try:  # asv records an exception here as a failure (only setup may skip)
+                    bench.func(*bench._build_params())
+                except Exception as exc:
+                    skips[f"{bench.name}{list(combo)}"] = f"FAILED: {exc!r}"
     return skips, seen
 
 
@@ -234,4 +241,4 @@ def test_at_head_nothing_skips_but_for_a_missing_gpu(suite):
     skips, seen = _setup_every_benchmark(suite)
     assert seen, f"no benchmark found in benchmarks/{suite}.py"
     wrong = {name: why for name, why in skips.items() if "GPU" not in why}
-    assert not wrong, f"{len(wrong)} benchmark(s) skip at HEAD: {wrong}"
+    assert not wrong, f"{len(wrong)} benchmark(s) skip or fail at HEAD: {wrong}"
