@@ -83,7 +83,8 @@ def test_real_asv_results_load_into_one_tidy_frame(asv_results):
 
     p = df[df["benchmark"] == "suite.Params.track_len"]
     assert len(p) == 16 and (p["unit"] == "widgets").all() and (p["type"] == "track").all()
-    got = {(r.word, r.maybe): r.value for r in p[p["file"] == p["file"].iloc[0]].itertuples()}
+    got = {(r.word, None if pd.isna(r.maybe) else r.maybe): r.value
+           for r in p[p["file"] == p["file"].iloc[0]].itertuples()}  # None: missing
     assert got == {("a", None): 10, ("a", 1): 11, ("b", None): 10, ("b", 1): 11}
 
     s = df[df["benchmark"] == "suite.Skips.track_square"].sort_values("n")
@@ -94,8 +95,9 @@ def test_real_asv_results_load_into_one_tidy_frame(asv_results):
     t = df[(df["benchmark"] == "suite.time_sum") & (df["commit"] == commits[0])]
     assert len(t) == 1 and t["status"].iloc[0] == "ok" and t["unit"].iloc[0] == "seconds"
     assert t["value"].iloc[0] > 0
-    samples = t["samples"].iloc[0]
-    assert isinstance(samples, np.ndarray) and samples.dtype == float and len(samples) >= 3
+    assert isinstance(t["samples"].iloc[0], list)  # an Arrow list column: lists of floats
+    samples = np.asarray(t["samples"].iloc[0], dtype=float)
+    assert len(samples) >= 3
     assert samples.min() <= t["value"].iloc[0] <= samples.max()  # value: median of samples
     # asv stores statistics rounded to 5 significant digits
     assert t["q25"].iloc[0] == pytest.approx(np.percentile(samples, 25), rel=1e-4)
@@ -192,7 +194,10 @@ def test_several_folders_each_with_its_own_benchmarks_json(tmp_path):
     assert len(both) == 4
     assert list(both["file"]) == [str(a / "m" / "1.json")] * 2 + [str(b / "m" / "1.json")] * 2
     assert list(both["unit"]) == ["err", "err", "ulp", "ulp"]
-    assert list(both["n"]) == [1, 2, None, None] and list(both["size"]) == [None, None, 1, 2]
+    assert both["n"].dtype == "category" and both["n"].isna().tolist() == [False, False, True,
+                                                                             True]
+    assert list(both["n"][:2]) == [1, 2] and list(both["size"][2:]) == [1, 2]
+    assert {type(v) for v in both["n"].cat.categories} == {int}  # the values' own types
     assert list(both["cpu"]) == ["CPU A"] * 2 + ["CPU B"] * 2
     assert list(both["params"]) == ["n=1", "n=2", "size=1", "size=2"]
     one = load_results(a)
@@ -406,9 +411,9 @@ def test_history_cli_on_the_committed_results(tmp_path):
             "dtype"} <= set(tidy)
     assert tidy["commit"].nunique() >= 2
     frame = load_results(RESULTS)  # samples (asv --record-samples) round-trip through the CSV
-    row = frame["samples"].map(lambda x: x is not None).to_numpy().nonzero()[0][0]
+    row = frame["samples"].notna().to_numpy().nonzero()[0][0]
     text = tidy["samples"].iloc[row]
-    assert [float(x) for x in text.split(";")] == frame["samples"].iloc[row].tolist()
+    assert [float(x) for x in text.split(";")] == frame["samples"].iloc[row]
 
 
 @pytest.mark.slow
@@ -416,10 +421,7 @@ def test_parallel_load_gives_the_same_frame(asv_results, tmp_path):
     """Workers (forked) read contiguous chunks; merged, the frame equals a serial load."""
     path, _ = asv_results
     serial, parallel = load_results(path, jobs=1), load_results(path, jobs=3)
-    pd.testing.assert_frame_equal(serial.drop(columns="samples"),
-                                  parallel.drop(columns="samples"))
-    for a, b in zip(serial["samples"], parallel["samples"], strict=True):
-        assert (a is None and b is None) or np.array_equal(a, b)
+    pd.testing.assert_frame_equal(serial, parallel)  # samples included
     assert serial.attrs == parallel.attrs
     # a problem found by a worker is still reported in this process
     bad = tmp_path / "results"
@@ -503,21 +505,27 @@ def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.integers(-1, 4), max_size=40))
-def test_sample_views_match_their_slices(counts):
-    """Rows in runs of equal sample counts become views; each equals its own slice."""
-    from flashbench.history.frame import sample_arrays
+@given(st.lists(st.integers(-1, 4), max_size=40), st.lists(st.integers(0, 6), max_size=4),
+       st.booleans())
+def test_the_samples_column_holds_each_rows_slice(counts, cuts, arrow):
+    """One Arrow list array over the flat samples, in chunks of numpy or Arrow arrays:
+    each row's list is its own slice, NA where none were recorded."""
+    import pyarrow as pa
+
+    from flashbench.history.frame import SAMPLES, sample_column
 
     counts = np.array(counts, dtype=np.int64)
-    flat = np.arange(counts[counts > 0].sum(), dtype=float)
-    out = sample_arrays(flat, counts)
+    flat = np.arange(counts[counts > 0].sum(), dtype=float) / 3
+    bounds = sorted({0, len(flat), *(min(c, len(flat)) for c in np.cumsum(cuts))})
+    chunks = [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)] or [flat]
+    out = sample_column([pa.array(c) if arrow else c for c in chunks], counts)
+    assert out.dtype == SAMPLES and len(out) == len(counts)
     start = 0
     for count, got in zip(counts, out, strict=True):
         if count < 0:
-            assert got is None
+            assert got is pd.NA
             continue
-        assert got.tolist() == flat[start:start + count].tolist()
-        assert not got.flags.writeable
+        assert got == flat[start:start + count].tolist()
         start += count
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from flashbench.history import ResultsWarning, load_results
 from flashbench.history import cache as hcache
 from flashbench.history import rows as hrows
+from flashbench.history.frame import SAMPLES
 from flashbench.history.load import refresh_cache
 from flashbench.history.parts import runs
 
@@ -38,8 +40,9 @@ CORPUS = corpus_module()
 
 
 def assert_same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:
-    """Same columns, dtypes, attrs, categories and codes; floats and dates bit for bit;
-    objects of the same type and repr; samples the same bits, read-only, None alike."""
+    """Same columns, dtypes, attrs, categories (values and their types) and codes; floats
+    and dates bit for bit; objects of the same type and repr; samples: the same lists
+    (NA alike), their values the same bits."""
     assert list(a.columns) == list(b.columns)
     assert a.attrs == b.attrs and len(a) == len(b)
     assert a.index.equals(b.index)
@@ -47,18 +50,19 @@ def assert_same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:
         x, y = a[c], b[c]
         assert x.dtype == y.dtype, c
         if isinstance(x.dtype, pd.CategoricalDtype):
-            assert list(x.cat.categories) == list(y.cat.categories), c
+            assert [(type(v), repr(v)) for v in x.cat.categories] == \
+                [(type(v), repr(v)) for v in y.cat.categories], c
+            assert x.cat.categories.dtype == y.cat.categories.dtype, c
             assert np.array_equal(x.cat.codes.to_numpy(), y.cat.codes.to_numpy()), c
         elif isinstance(x.dtype, pd.DatetimeTZDtype):
             assert np.array_equal(x.array.asi8, y.array.asi8), c
         elif c == "samples":
-            assert [v is None for v in x] == [v is None for v in y]
-            xs, ys = [v for v in x if v is not None], [v for v in y if v is not None]
-            assert [len(v) for v in xs] == [len(v) for v in ys]
-            assert not any(v.flags.writeable for v in ys)
-            if xs:
-                assert np.array_equal(np.concatenate(xs).view(np.int64),
-                                      np.concatenate(ys).view(np.int64))
+            assert x.dtype == SAMPLES
+            xa, ya = (pa.chunked_array(s.array._pa_array).combine_chunks() for s in (x, y))
+            assert xa.is_null().equals(ya.is_null())
+            assert xa.value_lengths().equals(ya.value_lengths())
+            assert np.array_equal(xa.flatten().to_numpy().view(np.int64),
+                                  ya.flatten().to_numpy().view(np.int64))
         elif x.dtype == object:
             assert [(type(v), repr(v)) for v in x] == [(type(v), repr(v)) for v in y], c
         else:

@@ -39,10 +39,11 @@ from flashbench.history.parts import (
 from flashbench.history.rows import Rows, parse
 from flashbench.infra.locks import locked
 
-SCHEMA = 1  # bump when what a part holds, or what a parse gathers, changes
+SCHEMA = 2  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
 OFF = {"", "0", "off", "no", "false", "none"}
 MAX_PARTS = 8
+DICTIONARY = {"entries": ["bench", "version", "grid"]}  # read as written: few distinct values
 
 
 def cache_dir(root: Path, cache=None) -> Path | None:
@@ -89,21 +90,31 @@ class Part:
         self.tables = tables if tables is not None else {"files": self._read("files")}
         check(name, self.tables)
 
-    def _read(self, table: str) -> pa.Table:
+    def _read(self, table: str, columns: list[str] | None = None) -> pa.Table:
         """Read in this thread: arrow's threads were 6x slower on a busy 2-CPU machine."""
         try:
             return pq.read_table(self.folder / f"{self.name}.{table}.parquet",
-                                 memory_map=True, use_threads=False)
+                                 columns=columns, memory_map=True, use_threads=False,
+                                 read_dictionary=DICTIONARY.get(table))
         except (OSError, pa.ArrowException) as exc:
             raise CacheCorrupt(f"part {self.name}: {exc}") from None
 
-    def load(self, samples: bool = True) -> dict[str, pa.Table]:
-        """Its tables (without ``samples``, not the samples table)."""
-        for table in TABLES[1:None if samples else -1]:
+    def load(self, tables=TABLES) -> dict[str, pa.Table]:
+        """Its ``tables`` (names), read once and kept."""
+        for table in tables:
             if table not in self.tables:
                 self.tables[table] = self._read(table)
         check(self.name, self.tables)
-        return {t: self.tables[t] for t in TABLES[:None if samples else -1]}
+        return {t: self.tables[t] for t in tables}
+
+    def column(self, table: str, name: str) -> dict[str, pa.Table]:
+        """Its files table and column ``name`` of ``table``, read now and not kept (a
+        column at a time: a big table never lies in memory twice)."""
+        tables = {"files": self.tables["files"], table: self.tables.get(table)}
+        if tables[table] is None:
+            tables[table] = self._read(table, [name])
+        check(self.name, tables, columns=[name])
+        return tables
 
     def known(self) -> list[tuple]:
         """(path, size, mtime_ns, racy) of each of its records."""
@@ -143,7 +154,7 @@ class Store:
             tmp = self.folder / f".{name}.{t}.tmp"
             pq.write_table(tables[t], tmp, use_dictionary=t in TABLES[:2])
             os.replace(tmp, self.folder / f"{name}.{t}.parquet")
-        return Part(self.folder, name, dict(tables))
+        return Part(self.folder, name, {"files": tables["files"]})  # the rest read as written
 
     def commit(self, parts: list[Part], drop: list[Part]) -> None:
         """Point the index at ``parts`` (atomic replace), then delete ``drop``'s files."""
@@ -236,12 +247,16 @@ def cached_rows(roots: list[Path], metas: list[dict], folder: int, paths: list[P
 
     def chosen():
         parts, picks, _ = update(where, roots[folder], metas[folder], paths, jobs)
-        return select([p.load(samples) for p in parts], picks) if picks else None
+        if not picks:
+            return Rows(roots, metas)
+        tables = select([p.load(TABLES[:2]) for p in parts], picks)
 
-    tables = _locked_update(where, chosen)
-    if tables is None:
-        return Rows(roots, metas)
-    return to_rows(roots, metas, folder, tables)  # copies out of the parts' buffers
+        def column(table: str, name: str) -> pa.ChunkedArray:
+            return select([p.column(table, name) for p in parts], picks)[table][name]
+
+        return to_rows(roots, metas, folder, tables, column, samples)
+
+    return _locked_update(where, chosen)
 
 
 def refresh(where: Path, root: Path, meta: dict, paths: list[Path],

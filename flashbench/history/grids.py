@@ -100,11 +100,12 @@ class Grids:
         n = int(counts.sum())
         return np.arange(n) + np.repeat(starts[entry_grid] - entry_start, counts)
 
-    def column(self, name: str, at: np.ndarray) -> np.ndarray:
-        """Parameter ``name`` of the points ``at`` (None where a grid lacks it), objects."""
-        table = np.concatenate([g.get(name, np.full(size, None, dtype=object))
-                                for g, size in zip(self.columns, self.sizes, strict=True)])
-        return table[at]
+    def column(self, name: str) -> np.ndarray:
+        """Parameter ``name`` at every point of every grid, in :meth:`point_rows`' order
+        (None where a grid lacks it), objects."""
+        return np.concatenate([g.get(name, np.full(size, None, dtype=object))
+                               for g, size in zip(self.columns, self.sizes, strict=True)]
+                              ) if self.sizes else np.empty(0, dtype=object)
 
     def parameters(self) -> list[str]:
         """Every parameter name, in order of first appearance."""

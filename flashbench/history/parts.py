@@ -102,19 +102,20 @@ FILE_COLUMNS = {"path": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64(),
                 "rows": pa.int64(), "samples": pa.int64()}
 
 
-def check(part: str, tables: dict[str, pa.Table]) -> None:
+def check(part: str, tables: dict[str, pa.Table], columns: list[str] | None = None) -> None:
     """Raise CacheCorrupt unless the part's tables (its files table and any others
-    read) hold their columns and as many records as the files table counts."""
+    read) hold their columns (only ``columns`` where given) and as many records as the
+    files table counts."""
     files = tables["files"]
     for name, kind in FILE_COLUMNS.items():
         if name not in files.column_names or files.schema.field(name).type != kind:
             raise CacheCorrupt(f"part {part}: its files table lacks {name} ({kind})")
     need = {"entries": {"bench", "version", "grid", "size"},
             "rows": {*NUMBERS, "status", "count"}, "samples": {"sample"}}
-    for t, columns in need.items():
+    for t, names in need.items():
         if t not in tables:
             continue
-        missing = columns - set(tables[t].column_names)
+        missing = (names if columns is None else set(columns)) - set(tables[t].column_names)
         if missing:
             raise CacheCorrupt(f"part {part}: its {t} table lacks {sorted(missing)}")
         held = {tables[t].num_rows}  # and what the other tables say of it
@@ -167,10 +168,12 @@ def _slices(table: pa.Table, stretches: list[tuple[int, int]]) -> pa.Table:
     return pa.concat_tables([table.slice(0, 0)] + [table.slice(s, n) for s, n in stretches])
 
 
-def to_rows(roots: list[Path], metas: list[dict], folder: int,
-            t: dict[str, pa.Table]) -> Rows:
-    """A :class:`Rows` as a parse of the files of ``t`` (one part's tables) in folder
-    ``roots[folder]`` would have gathered it."""
+def to_rows(roots: list[Path], metas: list[dict], folder: int, t: dict[str, pa.Table],
+            column, samples: bool = True) -> Rows:
+    """A :class:`Rows` as a parse of the files of ``t`` (one part's files and entries
+    tables) in folder ``roots[folder]`` would have gathered it; ``column(table, name)``
+    reads the part's column of its rows or samples table (the samples only with
+    ``samples``)."""
     root = roots[folder]
     rows = Rows(roots, metas)
     f = {c: t["files"][c].to_pylist() for c in t["files"].column_names}
@@ -188,12 +191,9 @@ def to_rows(roots: list[Path], metas: list[dict], folder: int,
     rows.entry_file = np.repeat(np.cumsum(kept) - 1, np.asarray(f["entries"], np.int64)
                                 ).tolist()
     e = t["entries"]
-    bench = pa.compute.dictionary_encode(e["bench"].combine_chunks())
-    grid = pa.compute.dictionary_encode(e["grid"].combine_chunks())
-    names = bench.dictionary.to_pylist()
-    texts = grid.dictionary.to_pylist()
-    codes = bench.indices.to_numpy().astype(np.int64)
-    key = codes * max(len(texts), 1) + grid.indices.to_numpy()
+    b, names = dictionary_codes(e["bench"])
+    g, texts = dictionary_codes(e["grid"])
+    key = b * max(len(texts), 1) + g
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     gid = np.empty(len(uniq), np.int64)
     for u in np.argsort(first, kind="stable"):  # grids in order of first appearance
@@ -202,17 +202,40 @@ def to_rows(roots: list[Path], metas: list[dict], folder: int,
         gid[u] = rows.grids.add(rows.grids.names(name, metas[folder].get(name, {}), params),
                                 params)
     rows.entry_grid = gid[inverse].tolist()
-    rows.entry_bench = np.asarray(names, dtype=object)[codes].tolist()
-    rows.entry_version = e["version"].to_pylist()
+    rows.entry_bench = np.asarray(names, dtype=object)[b].tolist()
+    v, versions = dictionary_codes(e["version"])
+    rows.entry_version = np.asarray([*versions, None], dtype=object)[v].tolist()
     rows.sizes = e["size"].to_numpy().tolist()
-    r = t.pop("rows")
     numbers = {}
-    for name in [*NUMBERS, "status", "count"]:  # each column copied out, then it goes
-        numbers[name] = np.array(r[name].to_numpy())
-        r = r.drop_columns([name])
+    for name in [*NUMBERS, "status", *(["count"] if samples else [])]:
+        numbers[name] = owned(column("rows", name))
+        pa.default_memory_pool().release_unused()  # the column read goes back at once
     rows.values, rows.status = [numbers["value"]], [numbers["status"]]
     rows.stats = {short: [numbers[short]] for short in STAT_COLUMNS.values()}
-    if "samples" in t:
+    if samples:  # kept in Arrow's buffer: the frame's samples column is Arrow's
         rows.sample_counts = [numbers["count"]]
-        rows.sample_values = [np.array(t.pop("samples")["sample"].to_numpy())]
+        rows.sample_values = [column("samples", "sample").combine_chunks()]
     return rows
+
+
+def owned(column: pa.ChunkedArray) -> np.ndarray:
+    """A numpy array of its own (writable, as a frame's columns must be) of ``column``."""
+    if column.num_chunks == 1:
+        return np.array(column.chunk(0).to_numpy())
+    return np.concatenate([c.to_numpy() for c in column.chunks]) if column.num_chunks \
+        else np.empty(0, column.type.to_pandas_dtype())
+
+
+def dictionary_codes(column) -> tuple[np.ndarray, list]:
+    """(per record an int64 code, -1 for null; the distinct values) of a string column,
+    read dictionary-encoded or not, in one or several chunks."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    chunks = [c if pa.types.is_dictionary(c.type) else pa.compute.dictionary_encode(c)
+              for c in chunks] or [pa.array([], pa.dictionary(pa.int32(), pa.string()))]
+    found, codes = {}, []
+    for chunk in chunks:  # each chunk's dictionary mapped onto one list of values
+        words = chunk.dictionary.to_pylist()
+        remap = np.array([found.setdefault(w, len(found)) for w in words] + [-1], np.int64)
+        codes.append(remap[chunk.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+                           .astype(np.int64)])
+    return np.concatenate(codes), list(found)

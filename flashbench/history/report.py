@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
@@ -80,7 +81,7 @@ def _without_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
 
 def _joined(samples) -> str:
     """A row's samples for the CSV: the numbers, ';'-separated (repr: exact round trip)."""
-    return ";".join(map(repr, samples.tolist()))
+    return ";".join(map(repr, np.asarray(samples, dtype=float).tolist()))
 
 
 def _machines(df: pd.DataFrame) -> list[str]:
