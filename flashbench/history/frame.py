@@ -39,12 +39,18 @@ def concat(chunks: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
 
 
-def labels(values: list, codes_of_row: np.ndarray, categories=None) -> pd.Categorical:
-    """Categorical of ``values[codes_of_row]`` (None -> NaN); categories sorted unless
-    given."""
-    cat = pd.Categorical(values, categories=categories)
-    return pd.Categorical.from_codes(cat.codes[codes_of_row] if len(values)
-                                     else np.empty(0, np.int8), cat.categories)
+def labels(values: list, of, counts: np.ndarray | None = None, categories=None,
+           text: bool = False) -> pd.Categorical:
+    """Categorical of ``values[of]`` (None -> NaN; with ``text``, anything not a str),
+    each repeated ``counts`` times where given; categories sorted unless given. The
+    values are factorized first: pandas' Categorical (and its str inference) meets only
+    the distinct ones."""
+    found, uniques = pd.factorize(objects(list(values)))
+    uniques = [u if isinstance(u, str) or not text else None for u in uniques]
+    cat = pd.Categorical(uniques, categories=categories)
+    code = np.append(cat.codes, -1).astype(cat.codes.dtype)[found][of]
+    return pd.Categorical.from_codes(code if counts is None else np.repeat(code, counts),
+                                     dtype=cat.dtype, validate=False)
 
 
 SAMPLES = pd.ArrowDtype(pa.large_list(pa.float64()))  # the samples column's dtype
@@ -112,31 +118,31 @@ def assemble(rows, metas: list[dict], samples: bool = True) -> pd.DataFrame:
     has no samples column)."""
     counts = np.asarray(rows.sizes, dtype=np.int64)
     file_of_entry = np.asarray(rows.entry_file, dtype=np.int64)
-    file_of_row = np.repeat(file_of_entry, counts)
     facts = dict(zip(FILE_FACTS, zip(*rows.files, strict=True), strict=True)) if rows.files \
         else {name: () for name in FILE_FACTS}
-    cols: dict[str, object] = {}
+    cols: dict[str, object] = {}  # per entry, then repeated: no index array per row
     for name in FILE_FACTS[:-1]:
         column = list(facts[name])
         if name == "date":
             dates = pd.to_datetime(np.asarray(column, dtype=np.int64), unit="ms", utc=True)
-            cols[name] = dates.take(file_of_row)
+            cols[name] = dates.take(file_of_entry).repeat(counts)
         else:
             order = _history_order(column, facts["date"]) if name == "commit" else None
-            cols[name] = labels(column, file_of_row, order)
-    bench = pd.Categorical(rows.entry_bench)
-    bench_of_row = np.repeat(bench.codes, counts)
-    cols["benchmark"] = pd.Categorical.from_codes(bench_of_row, bench.categories)
+            cols[name] = labels(column, file_of_entry, counts, order)
+    bench = labels(rows.entry_bench, slice(None))
+    cols["benchmark"] = pd.Categorical.from_codes(np.repeat(bench.codes, counts),
+                                                  dtype=bench.dtype, validate=False)
     at = rows.grids.point_rows(np.asarray(rows.entry_grid, dtype=np.int64), counts)
     cols["params"] = labels(list(itertools.chain.from_iterable(rows.grids.labels)), at)
     # type and unit as the benchmarks.json of each row's own folder declares them
     folder_of_entry = np.asarray(facts["folder"], dtype=np.int64)[file_of_entry] \
         if len(file_of_entry) else np.empty(0, np.int64)
-    which = np.repeat(folder_of_entry * len(bench.categories) + bench.codes, counts)
+    which = folder_of_entry * len(bench.categories) + bench.codes
     for name in ("type", "unit"):
         declared = [metas[f].get(b, {}).get(name) for f in range(len(metas))
                     for b in bench.categories]
-        cols[name] = labels([v if isinstance(v, str) else None for v in declared], which)
+        cols[name] = labels([v if isinstance(v, str) else None for v in declared], which,
+                            counts)
     cols["value"] = concat(rows.values, float)
     cols["status"] = pd.Categorical.from_codes(concat(rows.status, np.int8), STATUSES)
     for short, chunks in rows.stats.items():
@@ -144,8 +150,9 @@ def assemble(rows, metas: list[dict], samples: bool = True) -> pd.DataFrame:
     if samples:
         cols["samples"] = sample_column(rows.sample_values,
                                         concat(rows.sample_counts, np.int64))
-    versions = [v if isinstance(v, str) else None for v in rows.entry_version]
-    cols["version"] = labels(versions, np.repeat(np.arange(len(versions)), counts))
+    versions = labels(rows.entry_version, slice(None), text=True)
+    cols["version"] = pd.Categorical.from_codes(np.repeat(versions.codes, counts),
+                                                dtype=versions.dtype, validate=False)
     for name in rows.grids.parameters():  # Categoricals of the values: no str inference
         column = param_column(rows.grids.column(name), at)
         cols[name] = column if isinstance(column, pd.Categorical) \

@@ -98,7 +98,10 @@ class Grids:
         starts = np.concatenate([[0], np.cumsum(self.sizes)])[:-1].astype(np.int64)
         entry_start = np.concatenate([[0], np.cumsum(counts)])[:-1]
         n = int(counts.sum())
-        return np.arange(n) + np.repeat(starts[entry_grid] - entry_start, counts)
+        kind = np.int32 if max(n, sum(self.sizes)) < 2**31 else np.int64  # half the memory
+        at = np.repeat((starts[entry_grid] - entry_start).astype(kind), counts)
+        at += np.arange(n, dtype=kind)
+        return at
 
     def column(self, name: str) -> np.ndarray:
         """Parameter ``name`` at every point of every grid, in :meth:`point_rows`' order

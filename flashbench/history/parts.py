@@ -214,7 +214,7 @@ def to_rows(roots: list[Path], metas: list[dict], folder: int, t: dict[str, pa.T
     rows.stats = {short: [numbers[short]] for short in STAT_COLUMNS.values()}
     if samples:  # kept in Arrow's buffer: the frame's samples column is Arrow's
         rows.sample_counts = [numbers["count"]]
-        rows.sample_values = [column("samples", "sample").combine_chunks()]
+        rows.sample_values = column("samples", "sample").chunks  # one unless several parts
     return rows
 
 

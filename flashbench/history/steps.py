@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from flashbench.history.summaries import IDENTITY, with_identity
+from flashbench.history.summaries import IDENTITY, codes, with_identity
 
 _WINDOW = 5  # points per median window of the step screen
 COLUMNS = [*IDENTITY, "env", "benchmark", "params", "commit", "date", "before", "after",
@@ -35,6 +35,34 @@ def maybe_steps(x: np.ndarray, min_change: float) -> bool:
     return bool(np.any((jump > 4 * noise) & (jump > min_change * np.abs(before))))
 
 
+def median5(x: np.ndarray) -> np.ndarray:
+    """The median of every 5 consecutive values of ``x`` (``np.median`` of its sliding
+    windows, as a min/max network in three buffers: no (n, 5) copy, no partition)."""
+    a, b, c, d, e = (x[k:len(x) - 4 + k] for k in range(5))
+    lo, hi, t = np.minimum(a, b), np.maximum(a, b), np.minimum(c, d)
+    np.maximum(lo, t, out=lo)  # the larger of the two pairs' minima
+    np.maximum(c, d, out=t)
+    np.minimum(hi, t, out=hi)  # the smaller of the two pairs' maxima
+    np.minimum(lo, hi, out=t)  # then the median of (lo, hi, e)
+    np.maximum(lo, hi, out=lo)
+    np.minimum(lo, e, out=lo)
+    return np.maximum(t, lo, out=t)
+
+
+def series_ids(df: pd.DataFrame, key: list[str], rows: np.ndarray) -> np.ndarray:
+    """Per row of ``rows`` an int64 id of its values in the ``key`` columns (NaN a value
+    too), in the order of the columns' codes: one product of codes, no groupby."""
+    ids, size = np.zeros(len(rows), np.int64), 1
+    for column in key:
+        code, values = codes(df[column])
+        if size * (len(values) + 1) >= 2**62:  # keep the product in int64
+            ids = np.unique(ids, return_inverse=True)[1].astype(np.int64)
+            size = int(ids.max()) + 1 if len(ids) else 1
+        ids = ids * (len(values) + 1) + (code[rows] + 1)
+        size *= len(values) + 1
+    return ids
+
+
 def screen(values: np.ndarray, lengths: np.ndarray, min_change: float) -> np.ndarray:
     """:func:`maybe_steps` of every series at once; ``values`` holds the series one
     after another (``lengths`` points each). Returns one bool per series."""
@@ -46,14 +74,20 @@ def screen(values: np.ndarray, lengths: np.ndarray, min_change: float) -> np.nda
     full = lengths >= 2 * w
     if not full.any():
         return out
-    series = np.repeat(np.arange(len(lengths)), lengths)
+    series = np.repeat(np.arange(len(lengths), dtype=np.int32 if len(lengths) < 2**31
+                                 else np.int64), lengths)
     inner = series[1:] == series[:-1]  # consecutive points of one series
-    diffs = pd.Series(np.abs(np.diff(values))[inner]).groupby(series[1:][inner]).median()
+    diffs = np.abs(np.diff(values))
+    diffs = pd.Series(diffs[inner]).groupby(series[1:][inner]).median()
     noise = np.full(len(lengths), np.nan)
     noise[diffs.index.to_numpy()] = 1.4826 * diffs.to_numpy() / math.sqrt(2)
-    med = np.median(np.lib.stride_tricks.sliding_window_view(values, w), axis=1)
-    at = np.arange(w, n - w + 1)  # a level change between points at-1 and at
-    at = at[(series[at - w] == series[at + w - 1]) & full[series[at]]]
+    del diffs, inner
+    med = median5(values)
+    # a level change between points at-1 and at, for at = w .. n-w: windows in one series
+    inside = series[:n - 2 * w + 1] == series[2 * w - 1:]
+    inside &= np.repeat(full, lengths)[w:n - w + 1]
+    at = np.flatnonzero(inside) + w
+    del inside
     before, after, which = med[at - w], med[at], series[at]
     jump = np.abs(after - before)
     out[which[(jump > 4 * noise[which]) & (jump > min_change * np.abs(before))]] = True
@@ -75,33 +109,38 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
     """
     key = [*IDENTITY, "env", "benchmark", "params"]
     df = with_identity(df)
-    ok = df.loc[(df["status"] == "ok").to_numpy(),
-                [c for c in [*key, "commit", "date", "value", "unit"] if c in df.columns]]
-    if ok.empty:
+    rows = np.flatnonzero((df["status"] == "ok").to_numpy())
+    if not len(rows):
         return pd.DataFrame(columns=COLUMNS)
-    series = ok.groupby(key, sort=False, observed=True, dropna=False).ngroup()
-    dates = ok["date"].astype("int64").to_numpy()  # datetime64 -> integers, same order
-    order = np.lexsort((dates, series.to_numpy()))  # by series, then by date
-    values = ok["value"].to_numpy(float)[order]
-    bounds = np.flatnonzero(np.diff(series.to_numpy()[order])) + 1
-    rows = []
+    series = series_ids(df, key, rows)
+    dates = df["date"].array.asi8[rows] if isinstance(df["date"].dtype, pd.DatetimeTZDtype) \
+        else df["date"].astype("int64").to_numpy()[rows]  # datetime64 -> integers, same order
+    order = np.lexsort((dates, series))  # by series, then by date
+    del dates
+    rows = rows[order]
+    bounds = np.flatnonzero(np.diff(series[order])) + 1
+    del series, order
+    values = df["value"].to_numpy(float)[rows]
     lengths = np.diff(np.concatenate([[0], bounds, [len(values)]]))
-    candidates = screen(values, lengths.astype(np.int64), min_change)
-    for positions, x, maybe in zip(np.split(order, bounds), np.split(values, bounds),
-                                   candidates, strict=True):
-        if not maybe:
-            continue
+    candidates = np.flatnonzero(screen(values, lengths.astype(np.int64), min_change))
+    starts = np.concatenate([[0], bounds])
+    found = []
+    for k in candidates:
         from asv.step_detect import detect_steps  # 0.2-0.4 s import: only when needed
 
-        pieces = detect_steps(list(x))
+        first, x = starts[k], values[starts[k]:starts[k] + lengths[k]]
+        pieces = detect_steps(x.tolist())
         for (_, _, v0, _, e0), (l1, _, v1, _, e1) in itertools.pairwise(pieces):
             noise = max(e0, e1)
             if abs(v1 - v0) > noise and abs(v1 - v0) > min_change * abs(v0):
-                first = ok.iloc[positions[l1]]
-                rows.append({"machine": first["machine"], "cpu": first["cpu"],
-                             "env": first["env"], "benchmark": first["benchmark"],
-                             "params": first["params"], "commit": str(first["commit"])[:8],
-                             "date": first["date"], "before": v0, "after": v1,
-                             "change_pct": 100 * (v1 / v0 - 1) if v0 else math.inf,
-                             "noise": noise, "unit": first["unit"]})
-    return pd.DataFrame(rows, columns=COLUMNS)
+                found.append((rows[first + l1], v0, v1, noise))
+    if not found:
+        return pd.DataFrame(columns=COLUMNS)
+    at, v0, v1, noise = (np.array(c) for c in zip(*found, strict=True))
+    out = df.iloc[at][[c for c in [*key, "commit", "date", "unit"] if c in df.columns]]
+    out = out.astype({c: object for c in out.columns if c != "date"})
+    out["commit"] = out["commit"].map(lambda c: str(c)[:8])
+    with np.errstate(divide="ignore"):
+        change = np.where(v0 != 0, 100 * (v1 / np.where(v0 != 0, v0, 1) - 1), math.inf)
+    out = out.assign(before=v0, after=v1, change_pct=change, noise=noise)
+    return out.reindex(columns=COLUMNS).reset_index(drop=True)
