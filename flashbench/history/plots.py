@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from flashbench.history.suites import BAND_PAIRS, MAIN_METRIC, accuracy_metric, rule_limit
-from flashbench.history.summaries import IDENTITY, names, per_name, with_identity
+from flashbench.history.summaries import IDENTITY, flags, names, per_name, with_identity
 
 WIDTH = 11.0  # inches at DPI: 1100 px, the width a Markdown page shows without scaling
 DPI = 100
@@ -185,7 +185,7 @@ def plot_errors(df: pd.DataFrame, path: Path) -> bool:
     line per machine x kernel (x shape, dist where several). False: nothing to plot."""
     metric = {b: isinstance(b, str) and accuracy_metric(b) == MAIN_METRIC
               for b in names(df["benchmark"])}
-    rows = per_name(df["benchmark"], metric).astype(bool) & (df["status"] == "ok").to_numpy()
+    rows = flags(df["benchmark"], metric) & (df["status"] == "ok").to_numpy()
     acc = with_identity(df.loc[rows])
     if acc.empty:
         return False
@@ -231,7 +231,7 @@ def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
     dtype, causal dashed, each rule's limit dotted. False: no rule-ratio tracks."""
     wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
     metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
-    rows = per_name(df["benchmark"], {b: m in wanted for b, m in metric.items()}).astype(bool)
+    rows = flags(df["benchmark"], {b: m in wanted for b, m in metric.items()})
     acc = with_identity(df.loc[rows & (df["status"] == "ok").to_numpy()])
     if acc.empty:
         return False

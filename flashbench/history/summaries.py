@@ -77,6 +77,29 @@ def per_name(column: pd.Series, values: dict) -> np.ndarray:
     return objects([values.get(c) for c in column])
 
 
+def flags(column: pd.Series, values: dict) -> np.ndarray:
+    """``bool(values.get(name))`` for every row's value of ``column``, a bool array."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        table = np.array([bool(values.get(c)) for c in column.cat.categories] + [False])
+        return table[column.cat.codes.to_numpy()]  # code -1 (NaN) -> the trailing False
+    return per_name(column, values).astype(bool)
+
+
+def by_pair(which: np.ndarray, values: list) -> pd.Categorical:
+    """Per row ``values[which[row]]`` as a Categorical (None -> NaN): ``values`` holds
+    one value per distinct pair (:func:`combinations`), so pandas meets only those."""
+    cat = pd.Categorical(values)
+    return pd.Categorical.from_codes(cat.codes[which], dtype=cat.dtype, validate=False)
+
+
+def name_labels(column: pd.Series, values: dict) -> pd.Categorical:
+    """:func:`per_name` as a Categorical (None -> NaN), without an object per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return by_pair(column.cat.codes.to_numpy(),
+                       [values.get(c) for c in column.cat.categories] + [None])
+    return pd.Categorical(per_name(column, values))
+
+
 def with_identity(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with a ``cpu`` column (NaN: not recorded) if it has none."""
     return df if "cpu" in df.columns else df.assign(cpu=None)
@@ -100,11 +123,13 @@ def ok_rows(df: pd.DataFrame, benchmarks, columns: list[str]) -> pd.DataFrame:
     return df.loc[mask, keep].sort_values("date", kind="stable")
 
 
-def codes(column: pd.Series) -> tuple[np.ndarray, list]:
+def codes(column: pd.Series, wide: bool = True) -> tuple[np.ndarray, list]:
     """(per row an int64 code, -1 for NaN; the distinct values the codes index): a
-    Categorical's own codes and categories, else factorized."""
+    Categorical's own codes (not widened unless ``wide``: to index a table they need
+    not be) and categories, else factorized."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy().astype(np.int64), list(column.cat.categories)
+        found = column.cat.codes.to_numpy()
+        return found.astype(np.int64) if wide else found, list(column.cat.categories)
     found, uniques = pd.factorize(column.to_numpy(dtype=object))
     return found.astype(np.int64), list(uniques)
 
@@ -150,7 +175,7 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     ok = (every["status"] == "ok").to_numpy()
     if not ok.any():
         return pd.DataFrame(columns=columns)
-    every = every.assign(metric=per_name(every["benchmark"], hits))
+    every = every.assign(metric=name_labels(every["benchmark"], hits))
     keys = [*IDENTITY, "metric", "params"]
     # one id per series, so that every column below lines up whatever the keys hold
     gid = every.groupby(keys, observed=True, dropna=False, sort=True).ngroup().to_numpy()
@@ -235,7 +260,7 @@ def _timings(df: pd.DataFrame) -> np.ndarray:
     method = {b: isinstance(b, str) and b.rsplit(".", 1)[-1].startswith("time_")
               for b in names(df["benchmark"])}
     timed = ((df["unit"] == "seconds").to_numpy() | (df["type"] == "time").to_numpy()
-             | per_name(df["benchmark"], method).astype(bool))
+             | flags(df["benchmark"], method))
     return timed & (df["status"] == "ok").to_numpy()
 
 
@@ -262,8 +287,8 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
     df = with_identity(df)
     # only a shape parameter or a legacy suite can name a problem: rows of other
     # parameter combinations and benchmarks are dropped before any per-row work
-    b, benches = codes(df["benchmark"])
-    p, labels = codes(df["params"])
+    b, benches = codes(df["benchmark"], wide=False)
+    p, labels = codes(df["params"], wide=False)
     legacy = np.array([isinstance(n, str) and legacy_shaped(n) for n in benches] + [False])
     shaped = np.array([isinstance((parse_params(x) or {}).get("shape"), str)
                        for x in labels] + [False])
@@ -277,9 +302,9 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     described = list(zip(*[f if f else (None,) * 7 for f in found], strict=True))
     names_ = ("backend", "dtype", "shape", "causal", "direction", "variant")
-    points = sel.assign(**{n: objects(list(v))[which] for n, v in zip(names_, described,
-                                                                       strict=False)})
-    points["causal"] = points["causal"].astype(bool)
+    points = sel.assign(**{n: by_pair(which, list(v)) for n, v in zip(names_, described,
+                                                                      strict=False)})
+    points["causal"] = np.array(described[3], dtype=bool)[which]
     points["tflops"] = (np.array(described[6], dtype=float)[which]
                         / points["value"].to_numpy(float) * 1e-12)
     points = points.sort_values("date", kind="stable", ignore_index=True)
