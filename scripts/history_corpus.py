@@ -19,9 +19,10 @@ Every file records its processor (``params.cpu``), as asv does.
 Then, ``--runs`` times in a fresh process each, it measures load_results alone
 and load_results + every summary (error_bands, throughput, steps): wall time in
 seconds (time.perf_counter, imports not counted) and peak memory in MiB: the
-largest sum of RSS over the process and its load_results workers, sampled every
-5 ms from outside (/proc; shared pages of the forked workers count in each
-process, so this over-states the memory actually used). ``--machines K`` writes K
+process's own peak RSS (getrusage ru_maxrss), or where larger the largest sum of
+RSS over the process and its load_results workers, sampled every 5 ms from outside
+(/proc; shared pages of the forked workers count in each process, so this
+over-states the memory actually used). ``--machines K`` writes K
 machines' folders of ``--files`` files each (the same commits).
 
 ``--cache`` measures the history cache instead (flashbench.history.cache), each mode
@@ -47,7 +48,7 @@ import time
 from pathlib import Path
 
 MEASURE = """
-import sys, time
+import resource, sys, time
 from flashbench.history import load_results, error_bands, throughput, steps
 from flashbench.history.load import refresh_cache
 root, what, jobs, cache, samples = sys.argv[1:6]
@@ -64,7 +65,7 @@ t0 = time.perf_counter()
 if what == "all":
     error_bands(df); throughput(df); steps(df)
 t_sum = time.perf_counter() - t0
-print(n, t_load, t_sum)
+print(n, t_load, t_sum, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
@@ -209,9 +210,9 @@ def measure(root: Path, what: str, jobs: str, cache: str = "off", samples: bool 
     """One fresh process: ``what`` is load, all (load + summaries) or refresh."""
     out, _, peak = watched([sys.executable, "-c", MEASURE, str(root), what, jobs, cache,
                             "1" if samples else "0"])
-    rows, t_load, t_sum = out.split()
+    rows, t_load, t_sum, own_kib = out.split()
     return {"rows": int(rows), "load_s": float(t_load), "summaries_s": float(t_sum),
-            "peak_mib": peak}
+            "peak_mib": max(peak, int(own_kib) / 1024)}
 
 
 CACHE_MODES = {  # name -> (what, samples, cache emptied first, results files added first)

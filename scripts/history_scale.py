@@ -11,8 +11,8 @@ measures, each in a fresh process (wall seconds, peak RSS of the process tree):
 - band: a stored review's accuracy-band lookup as flashbench.review.tracks.band_source
   does it (load_results through the history cache, this processor's ok rows of base's
   ancestors; the first call loads), then band(benchmark, params, version) for every
-  accuracy point of the corpus; beside it the same values from one groupby of a frame
-  loaded without samples (the change proposed for review/, docs/team.md), checked equal;
+  accuracy point of the corpus; beside it the same values from one groupby of the
+  frame's Categoricals by (benchmark, params, version), checked equal;
 - site: ``python -m flashbench.site`` on that history (asv publish + local JS).
 """
 
@@ -36,6 +36,7 @@ from flashbench.history import load_results
 from flashbench.review import tracks
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review
+from flashbench.review.results import machine_rows
 results, repo, base, machine, cpu, keys, how = sys.argv[1:8]
 keys = json.loads(keys)
 t0 = time.perf_counter()
@@ -45,9 +46,8 @@ if how == "today":
     first = band(*keys[0])
     t_first = time.perf_counter() - t0
     values = [first] + [band(*k) for k in keys[1:]]
-else:  # one frame without samples, one groupby: a dict lookup per point
-    frame = load_results(results, samples=False)
-    frame = tracks.identity_rows(frame, machine, cpu)
+else:  # one groupby of the label columns as they are (Categoricals): a lookup per point
+    frame = machine_rows(load_results(results, samples=False), machine, cpu)
     frame = frame[(frame["status"] == "ok")
                   & frame["commit"].isin(set(ancestors(base, repo)) - {"f" * 40})]
     groups = {k: [float(v) for v in g] for k, g in frame.groupby(

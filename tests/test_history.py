@@ -529,6 +529,42 @@ def test_the_samples_column_holds_each_rows_slice(counts, cuts, arrow):
         start += count
 
 
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["a", "b", "1"]),
+                   st.sampled_from([0.5, 1.0, float("nan")]), st.just((1, 2)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(VALUES, min_size=1, max_size=12), st.lists(st.integers(0, 11), max_size=40))
+def test_a_parameter_column_keeps_each_values_type(table, picks):
+    """A Categorical of the values in their own types (None and NaN missing), unless
+    two values of different types compare equal (1, 1.0, True) or one is not a str,
+    int, float or bool: then the objects themselves."""
+    from flashbench.history.frame import objects, param_column
+
+    at = np.array([p % len(table) for p in picks], dtype=np.int32)
+    out = param_column(objects(table), at)
+    want = [table[k] for k in at]
+
+    def missing(v):
+        return v is None or (isinstance(v, float) and v != v)
+
+    present = [v for v in table if not missing(v)]
+    kinds = {(type(v), v) for v in present}
+    categorical = all(type(v) in (str, int, float, bool) for v in present) \
+        and len(kinds) == len(set(present))
+    assert isinstance(out, pd.Categorical) == categorical
+    if not categorical:
+        assert all(a is b for a, b in zip(out, want, strict=True))
+        return
+    got = out.astype(object)
+    assert len(got) == len(want) and out.categories.dtype == object
+    for g, w in zip(got, want, strict=True):
+        if missing(w):
+            assert pd.isna(g)
+        else:
+            assert type(g) is type(w) and g == w
+
+
 def test_plots_order_commits_by_date_not_by_hash():
     """The label columns are Categoricals sorted by hash; the plots' x axis is history."""
     from flashbench.history.plots import by_commit, commit_order
