@@ -65,9 +65,9 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     variable FLASHBENCH_HISTORY_CACHE, a folder or "off"; False: no cache); the frame
     is the same either way, and a folder whose cache cannot be written is read
     without one (a :class:`ResultsWarning` says so). ``samples=False`` leaves the
-    samples column out (the summaries do not read it; at a million rows it is a third
-    of the frame's memory and of a cached load's time). Raises ValueError if a path
-    is not a directory.
+    samples column out (the summaries do not read it; with 5 samples a point it is
+    about a third of the frame's memory). Raises ValueError if a path is not a
+    directory.
     """
     roots = folders(path_or_paths)
     metas = [read_benchmarks(root) for root in roots]
