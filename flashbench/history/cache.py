@@ -258,7 +258,9 @@ def cached_rows(roots: list[Path], metas: list[dict], folder: int, paths: list[P
 
         return to_rows(roots, metas, folder, tables, column, samples)
 
-    return _locked_update(where, chosen)
+    rows = _locked_update(where, chosen)
+    pa.default_memory_pool().release_unused()  # what Arrow read and let go, to the system
+    return rows
 
 
 def refresh(where: Path, root: Path, meta: dict, paths: list[Path],
