@@ -1,13 +1,9 @@
 """Same-run A/B sampling: base and head measured alternately, adaptively, within a budget.
 
-:class:`Sampler` is the schedule and knows nothing of processes: it calls ``measure``
-for one block of one side and ``measure_pair`` for one interleaved round of a short call
-(:mod:`flashbench.review.run` wires both to the worker that holds both commits). Per
-timing grid point: a calibration block of each side (discarded), then paired rounds in
-alternating order (ABBA); a comparison is judged at the looks of
-:data:`flashbench.review.stats.LOOKS` (the first look for all comparisons together, once
-each has its rounds) until it is settled or the budget is spent. Why each step is as it
-is, with what it measured: docs/review.md ("How it measures").
+:class:`Sampler` is the schedule and knows nothing of processes: per timing grid point a
+calibration block of each side (discarded), then paired rounds in ABBA order, judged at
+the looks of :data:`flashbench.review.stats.LOOKS` until settled or out of budget. Why each
+step is as it is: docs/review.md ("How it measures").
 """
 
 from __future__ import annotations
@@ -43,6 +39,12 @@ class Point:
     def kind(self) -> str:
         return row_kind(self.name, self.type, self.unit)
 
+    def coverage_row(self, base: dict, head: dict) -> Row | None:
+        """The row of two workers' replies that are not both "ok" (else None)."""
+        return coverage_row(self.kind, self.name, self.params, self.unit,
+                            base.get("status", "failed"), head.get("status", "failed"),
+                            base.get("reason", ""), head.get("reason", ""))
+
 
 @dataclass
 class Plan:
@@ -74,16 +76,11 @@ class Lane:
 
 
 class Sampler:
-    """The adaptive ABBA schedule (module docstring).
-
-    ``lanes`` (:class:`Lane` per process, each process holding both commits) sample at
-    once, one thread each: a lane calibrates the next grid point while there is one;
-    once every grid point is calibrated, it takes its comparisons to the first look;
-    once every lane is there, the first look judges them all together; then the lane
-    takes the next step of its open comparisons (a comparison's rounds all run in the
-    process that calibrated it). Benjamini-Hochberg, the variance prior and the budget
-    (wall time) are the whole review's. An error in one lane, or an interrupt, stops
-    the others at their next round."""
+    """The adaptive ABBA schedule. ``lanes`` (one per process, each holding both commits)
+    sample at once, a thread each: calibrations, then every comparison to the first look,
+    judged together, then the next steps of each lane's own comparisons. The statistics
+    and the budget (wall time) are the whole review's; an error in one lane, or an
+    interrupt, stops the others at their next round (docs/review.md, ``--jobs``)."""
 
     def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
@@ -242,9 +239,7 @@ class Sampler:
                 row = broken.row(plan)
             plan.spent = self.clock() - t0
         else:
-            row = coverage_row(point.kind, point.name, point.params, point.unit,
-                               base.get("status", "failed"), head.get("status", "failed"),
-                               base.get("reason", ""), head.get("reason", ""))
+            row = point.coverage_row(base, head)
         with self._lock:
             if row is not None:
                 self._rows.append(row)
@@ -343,10 +338,7 @@ class _Broken(Exception):
         self.side, self.reply = side, reply
 
     def row(self, plan: Plan) -> Row:
-        status = self.reply.get("status", "failed")
-        base, head = ("ok", status) if self.side == "head" else (status, "ok")
-        return coverage_row(plan.point.kind, plan.point.name, plan.point.params,
-                            plan.point.unit, base, head,
-                            *(("", self.reply.get("reason", "")) if self.side == "head"
-                              else (self.reply.get("reason", ""), "")))
+        ok = {"status": "ok"}
+        base, head = (ok, self.reply) if self.side == "head" else (self.reply, ok)
+        return plan.point.coverage_row(base, head)
 

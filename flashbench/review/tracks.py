@@ -15,7 +15,7 @@ from pathlib import Path
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
 from flashbench.review.results import load_stored, machine_rows, same_version
-from flashbench.review.rules import coverage_row, value_row
+from flashbench.review.rules import value_row
 
 Band = Callable[..., list[float]]
 
@@ -55,13 +55,10 @@ def track_rows(points, base: list[dict], head: list[dict], acc_tol: float, facto
     peak memory)."""
     rows = []
     for p, b, h in zip(points, base, head, strict=True):
-        kind = p.kind
-        if b.get("status") != "ok" or h.get("status") != "ok":
-            rows.append(coverage_row(kind, p.name, p.params, p.unit, b.get("status", "failed"),
-                                     h.get("status", "failed"), b.get("reason", ""),
-                                     h.get("reason", "")))
-            continue
-        earlier = band(p.name, p.params, p.version) if kind == "accuracy" else []
-        rows.append(value_row(kind, p.name, p.params, p.unit, float(b["value"]),
-                              float(h["value"]), earlier, acc_tol, factor))
+        row = p.coverage_row(b, h)
+        if row is None:
+            earlier = band(p.name, p.params, p.version) if p.kind == "accuracy" else []
+            row = value_row(p.kind, p.name, p.params, p.unit, float(b["value"]),
+                            float(h["value"]), earlier, acc_tol, factor)
+        rows.append(row)
     return rows
