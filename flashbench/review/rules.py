@@ -180,6 +180,21 @@ def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None
     return "not compared", "not-measured"
 
 
+def track_rows(points, base: list[dict], head: list[dict], acc_tol: float, factor: float,
+               band) -> list[Row]:
+    """Rows of grid points measured once per commit in a same-run review (tracks, peak
+    memory) from the workers' replies; ``band(name, params, version)``: earlier results."""
+    rows = []
+    for p, b, h in zip(points, base, head, strict=True):
+        row = p.coverage_row(b, h)
+        if row is None:
+            earlier = band(p.name, p.params, p.version) if p.kind == "accuracy" else []
+            row = value_row(p.kind, p.name, p.params, p.unit, float(b["value"]),
+                            float(h["value"]), earlier, acc_tol, factor)
+        rows.append(row)
+    return rows
+
+
 def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status: str,
                  head_status: str, base_reason: str = "", head_reason: str = "") -> Row | None:
     """The row for a grid point that does not have a value in both commits (or None)."""
