@@ -57,6 +57,8 @@ class Plan:
     warmup: bool = False
     round_cost: float = 0.0  # wall seconds of its last round
     spent: float = 0.0  # wall seconds of all its blocks so far (calibration included)
+    lane: int = 0  # the lane (process) that calibrated it and runs its rounds
+    order: int = 0  # its point's place in the points sampled
 
 
 Measure = Callable[[Point, str, Plan], dict]
@@ -116,6 +118,18 @@ class Sampler:
             plan.warmup = sample / plan.number < WARMUP_BELOW
         return {"status": "ok", "value": float(min(reply["samples"]))}
 
+    def _timed(self, plan: Plan, side: str, lane: Lane) -> float:
+        """A block's value; :class:`_Broken` where it fails (it worked at calibration)."""
+        reply = self._block(plan, side, lane)
+        if reply.get("status") != "ok":
+            raise _Broken(side, reply)
+        return reply["value"]
+
+    def _record(self, plan: Plan, base: float, head: float, t0: float) -> None:
+        plan.pair.base.append(float(base))
+        plan.pair.head.append(float(head))
+        plan.round_cost = self.clock() - t0
+
     def _calibrated(self, plan: Plan, side: str, lane: Lane) -> dict:
         """One discarded sample of the calibrated ``number`` (warm-up and status)."""
         per_block, plan.per_block = plan.per_block, 1
@@ -131,34 +145,21 @@ class Sampler:
             t0 = self.clock()
             reply = lane.measure_pair(plan.point, sides, plan)
             if reply.get("status") == "ok":
-                plan.pair.base.append(float(min(reply["base"])))
-                plan.pair.head.append(float(min(reply["head"])))
-                plan.round_cost = self.clock() - t0
-                return
+                return self._record(plan, min(reply["base"]), min(reply["head"]), t0)
             if "side" in reply:
                 raise _Broken(reply["side"], reply)
             # the worker died or overran: one block per side tells which side it was
-        values = {}
         if first_of_step and long:  # the step's first block must not follow another
-            reply = self._block(plan, sides[0], lane)  # point's: one block first, discarded
-            if reply.get("status") != "ok":
-                raise _Broken(sides[0], reply)
+            self._timed(plan, sides[0], lane)  # point's: one block first, discarded
         t0 = self.clock()  # a round's cost: its two timed blocks
-        for side in sides:
-            reply = self._block(plan, side, lane)
-            if reply.get("status") != "ok":  # it worked at calibration: now it fails
-                raise _Broken(side, reply)
-            values[side] = reply["value"]
-        plan.pair.base.append(values["base"])
-        plan.pair.head.append(values["head"])
-        plan.round_cost = self.clock() - t0
+        values = {side: self._timed(plan, side, lane) for side in sides}
+        self._record(plan, values["base"], values["head"], t0)
 
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
         """Sample every point; returns (paired comparisons, coverage rows)."""
         self.start = self.clock()
         self._todo = list(enumerate(points))  # not yet calibrated, in order
         self._plans: list[Plan] = []  # every measured comparison, in calibration order
-        self._owner: dict[int, tuple[int, int]] = {}  # id(plan) -> (lane, point's index)
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
         self._before_first_look = len(self.lanes)
@@ -178,8 +179,7 @@ class Sampler:
                 raise
             if self._failure is not None:
                 raise self._failure
-        plans = sorted(self._plans, key=lambda p: self._owner[id(p)][1])
-        return [p.pair for p in plans], self._rows
+        return [p.pair for p in sorted(self._plans, key=lambda p: p.order)], self._rows
 
     def _lane(self, i: int) -> None:
         try:
@@ -227,7 +227,7 @@ class Sampler:
     def _calibrate(self, i: int, index: int, point: Point) -> None:
         lane = self.lanes[i]
         t0 = self.clock()
-        plan = Plan(point, Paired(point.name, point.params, point.unit))
+        plan = Plan(point, Paired(point.name, point.params, point.unit), lane=i, order=index)
         base = self._block(plan, "base", lane)  # number 0: calibrates number and per_block
         head = (self._calibrated(plan, "head", lane) if base.get("status") == "ok"
                 else lane.measure(point, "head", plan))
@@ -245,7 +245,6 @@ class Sampler:
                 self._rows.append(row)
             else:
                 self._plans.append(plan)
-                self._owner[id(plan)] = (i, index)
 
     def _first_look(self) -> None:
         """The first look, for every comparison at once: the last lane to get its
@@ -275,7 +274,7 @@ class Sampler:
                 return False
             steps = sorted((target, plan.spent + cost, cost, n, plan)
                            for n, plan in enumerate(self._plans)
-                           if self._owner[id(plan)][0] == i and plan.pair.decided is None
+                           if plan.lane == i and plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            and not (first and target > LOOKS[0])
                            for cost in [(target - plan.pair.rounds + (
