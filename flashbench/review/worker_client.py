@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import signal
+import select
 import subprocess
 import sys
 from contextlib import suppress
@@ -122,13 +121,8 @@ class Worker:
 
     def _read(self, timeout: float | None) -> dict | None:
         assert self.proc is not None and self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        try:
-            if not sel.select(timeout):
-                return None
-        finally:
-            sel.close()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            return None
         line = self.proc.stdout.readline()
         if not line:
             return None
@@ -197,7 +191,7 @@ class Worker:
                 try:
                     proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.terminate()
                     try:
                         proc.wait(timeout=3)
                     except subprocess.TimeoutExpired:
