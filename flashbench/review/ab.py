@@ -71,10 +71,60 @@ MeasurePair = Callable[[Point, tuple[str, str], Plan], dict]
 @dataclass(frozen=True)
 class Lane:
     """One measuring process: its ``measure`` (a block) and ``measure_pair`` (a short
-    call's interleaved round; None: blocks only)."""
+    call's interleaved round; None: blocks only), and a comparison's rounds taken there."""
 
     measure: Measure
     measure_pair: MeasurePair | None = None
+
+    def block(self, plan: Plan, side: str) -> dict:
+        """One block of ``side``; the first (``number`` 0) calibrates the plan."""
+        reply = self.measure(plan.point, side, plan)
+        if reply.get("status") != "ok":
+            return reply
+        if not plan.number:
+            plan.number = int(reply["number"])
+            sample = statistics.median(reply["samples"]) * plan.number
+            plan.per_block = 5 if sample < VERY_SHORT else 3 if sample < SHORT_SAMPLE else 1
+            plan.warmup = sample / plan.number < WARMUP_BELOW
+        return {"status": "ok", "value": float(min(reply["samples"]))}
+
+    def calibrated(self, plan: Plan, side: str) -> dict:
+        """One discarded sample of the calibrated ``number`` (warm-up and status)."""
+        per_block, plan.per_block = plan.per_block, 1
+        try:
+            return self.block(plan, side)
+        finally:
+            plan.per_block = per_block
+
+    def timed(self, plan: Plan, side: str) -> float:
+        """A block's value; :class:`_Broken` where it fails (it worked at calibration)."""
+        reply = self.block(plan, side)
+        if reply.get("status") != "ok":
+            raise _Broken(side, reply)
+        return reply["value"]
+
+    def round(self, plan: Plan, clock: Callable[[], float], first_of_step: bool = False
+              ) -> None:
+        """One paired round of ``plan``, its wall time its ``round_cost``."""
+        long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
+        sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
+        values = None
+        if not long and self.measure_pair is not None:
+            t0 = clock()
+            reply = self.measure_pair(plan.point, sides, plan)
+            if reply.get("status") == "ok":
+                values = {side: min(reply[side]) for side in sides}
+            elif "side" in reply:
+                raise _Broken(reply["side"], reply)
+            # else the worker died or overran: one block per side tells which side it was
+        if values is None:
+            if first_of_step and long:  # the step's first block must not follow another
+                self.timed(plan, sides[0])  # point's: one block first, discarded
+            t0 = clock()  # a round's cost: its two timed blocks
+            values = {side: self.timed(plan, side) for side in sides}
+        plan.pair.base.append(float(values["base"]))
+        plan.pair.head.append(float(values["head"]))
+        plan.round_cost = clock() - t0
 
 
 class Sampler:
@@ -106,54 +156,6 @@ class Sampler:
 
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
-
-    def _block(self, plan: Plan, side: str, lane: Lane) -> dict:
-        reply = lane.measure(plan.point, side, plan)
-        if reply.get("status") != "ok":
-            return reply
-        if not plan.number:
-            plan.number = int(reply["number"])
-            sample = statistics.median(reply["samples"]) * plan.number
-            plan.per_block = 5 if sample < VERY_SHORT else 3 if sample < SHORT_SAMPLE else 1
-            plan.warmup = sample / plan.number < WARMUP_BELOW
-        return {"status": "ok", "value": float(min(reply["samples"]))}
-
-    def _timed(self, plan: Plan, side: str, lane: Lane) -> float:
-        """A block's value; :class:`_Broken` where it fails (it worked at calibration)."""
-        reply = self._block(plan, side, lane)
-        if reply.get("status") != "ok":
-            raise _Broken(side, reply)
-        return reply["value"]
-
-    def _record(self, plan: Plan, base: float, head: float, t0: float) -> None:
-        plan.pair.base.append(float(base))
-        plan.pair.head.append(float(head))
-        plan.round_cost = self.clock() - t0
-
-    def _calibrated(self, plan: Plan, side: str, lane: Lane) -> dict:
-        """One discarded sample of the calibrated ``number`` (warm-up and status)."""
-        per_block, plan.per_block = plan.per_block, 1
-        try:
-            return self._block(plan, side, lane)
-        finally:
-            plan.per_block = per_block
-
-    def _round(self, plan: Plan, lane: Lane, first_of_step: bool = False) -> None:
-        long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
-        sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
-        if not long and lane.measure_pair is not None:
-            t0 = self.clock()
-            reply = lane.measure_pair(plan.point, sides, plan)
-            if reply.get("status") == "ok":
-                return self._record(plan, min(reply["base"]), min(reply["head"]), t0)
-            if "side" in reply:
-                raise _Broken(reply["side"], reply)
-            # the worker died or overran: one block per side tells which side it was
-        if first_of_step and long:  # the step's first block must not follow another
-            self._timed(plan, sides[0], lane)  # point's: one block first, discarded
-        t0 = self.clock()  # a round's cost: its two timed blocks
-        values = {side: self._timed(plan, side, lane) for side in sides}
-        self._record(plan, values["base"], values["head"], t0)
 
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
         """Sample every point; returns (paired comparisons, coverage rows)."""
@@ -228,13 +230,13 @@ class Sampler:
         lane = self.lanes[i]
         t0 = self.clock()
         plan = Plan(point, Paired(point.name, point.params, point.unit), lane=i, order=index)
-        base = self._block(plan, "base", lane)  # number 0: calibrates number and per_block
-        head = (self._calibrated(plan, "head", lane) if base.get("status") == "ok"
+        base = lane.block(plan, "base")  # number 0: calibrates number and per_block
+        head = (lane.calibrated(plan, "head") if base.get("status") == "ok"
                 else lane.measure(point, "head", plan))
         row = None
         if base.get("status") == "ok" and head.get("status") == "ok":
             try:
-                self._round(plan, lane)  # a long call's round 1 is BA: head's block follows
+                lane.round(plan, self.clock)  # a long call's round 1 is BA: head's block follows
             except _Broken as broken:  # head's discarded first call
                 row = broken.row(plan)
             plan.spent = self.clock() - t0
@@ -293,7 +295,7 @@ class Sampler:
             opening = True
             while (plan.pair.rounds < target and plan.round_cost <= self._left()
                    and self._failure is None):
-                self._round(plan, lane, first_of_step=opening)
+                lane.round(plan, self.clock, first_of_step=opening)
                 opening = False
         except _Broken as broken:
             with self._lock:
