@@ -75,31 +75,36 @@ KERNELS = textwrap.dedent('''
     def chatty(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
         print("hello from the decode kernel")
         return _decode(q, k_cache, v_cache, cache_seqlens, block_table, causal)
-
-
-    print("imported and printing at import time")
 ''')
+LOUD = 'print("imported and printing at import time")\nfrom fbdecode_untrusted import chatty\n'
 
 
 @pytest.fixture
 def kernels(tmp_path, monkeypatch):
     """``fbdecode_untrusted`` importable from a temp dir on sys.path (and by the workers)."""
     (tmp_path / "fbdecode_untrusted.py").write_text(KERNELS)
+    (tmp_path / "fbdecode_loud.py").write_text(LOUD)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "fbdecode_untrusted", raising=False)
+    for module in ("fbdecode_untrusted", "fbdecode_loud"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
     yield tmp_path
-    sys.modules.pop("fbdecode_untrusted", None)
+    for module in ("fbdecode_untrusted", "fbdecode_loud"):
+        sys.modules.pop(module, None)
 
 
 def check(capsys, *names, dtypes=("fp32",), extra=()):
-    args = [a for n in names for a in ("--backend", f"fbdecode_untrusted:{n}")]
+    """``check --decode`` of ``fbdecode_untrusted:NAME`` for each name (one with a colon
+    as it is), its exit status and its --json report (the whole of stdout, parsed)."""
+    specs = [n if ":" in n else f"fbdecode_untrusted:{n}" for n in names]
+    args = [a for spec in specs for a in ("--backend", spec)]
     rc = main(["check", "--decode", "--decode-case", CASE, "--causal", "on", "--dist",
                "normal", "--dtype", *dtypes, "--json", "--quiet", *extra, *args])
     return rc, json.loads(capsys.readouterr().out)
 
 
 def rows(report, name):
-    return [r for r in report["rows"] if r["kernel"] == f"fbdecode_untrusted:{name}"]
+    spec = name if ":" in name else f"fbdecode_untrusted:{name}"
+    return [r for r in report["rows"] if r["kernel"] == spec]
 
 
 def test_a_decode_kernel_that_changes_its_inputs_fails_alone(kernels, capsys):
@@ -141,8 +146,8 @@ def test_each_way_out_fails_the_decode_kernel_and_the_check_goes_on(kernels, cap
 def test_prints_of_a_decode_kernel_do_not_reach_stdout(kernels, capsys):
     """Probe 4: a decode kernel that prints (at import and per call) leaves --json
     parseable (``check`` parses the whole of stdout)."""
-    rc, report = check(capsys, "chatty")
-    assert rc == 0 and rows(report, "chatty")[0]["passed"]
+    rc, report = check(capsys, "fbdecode_loud:chatty")
+    assert rc == 0 and rows(report, "fbdecode_loud:chatty")[0]["passed"]
 
 
 def test_a_hanging_decode_kernel_is_stopped_at_the_time_limit(kernels, capsys):
