@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from test_untrusted import installed, stopped_at
 
 from flashbench.cli import main
 
@@ -155,10 +156,7 @@ def test_a_hanging_decode_kernel_is_stopped_at_the_time_limit(kernels, capsys):
     are not run), and the rest of the check reports."""
     rc, report = check(capsys, "hangs", "good", dtypes=("fp32", "fp16"),
                        extra=("--timeout", "10"))
-    first, second = rows(report, "hangs")
-    assert "exceeded the per-call time limit of 10 s" in first["failed"]
-    assert "not run: an earlier call exceeded the per-call time limit" in second["failed"]
-    assert all(r["passed"] for r in rows(report, "good"))
+    stopped_at(10, rows(report, "hangs"), rows(report, "good"))
     assert rc == 1
 
 
@@ -166,12 +164,8 @@ def test_a_decode_function_is_refused_by_a_forward_check(kernels, capsys):
     """Issue 28's leftover: a decode function given to a forward check, or installed in
     the forward group ``flashbench.backends``, FAILs saying what it is (it was called as
     fn(q, k, v) and failed with a TypeError, or worse, ran)."""
-    dist = kernels / "fbdecode_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fbdecode-plugin\n"
-                                   "Version: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[flashbench.backends]\nmisfiled = fbdecode_untrusted:good\n")
+    installed(kernels, "fbdecode-plugin", "[flashbench.backends]\nmisfiled = "
+              "fbdecode_untrusted:good\n")
     rc = main(["check", "--shape", "1x2x32x16", "--causal", "off", "--dist", "normal",
                "--dtype", "fp32", "--json", "--quiet", "--backend", "misfiled",
                "--backend", "fbdecode_untrusted:good"])
@@ -181,4 +175,81 @@ def test_a_decode_function_is_refused_by_a_forward_check(kernels, capsys):
         assert not row["passed"] and ("fbdecode_untrusted:good is a decode function "
                                       "(flashbench_kind = 'decode'): run it with check "
                                       "--decode") in row["failed"], row
+    assert rc == 1
+
+
+TRITON_DECODE = textwrap.dedent('''
+    import math
+
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _decode(Q, K, V, O, L, scale, sq, sk, H: tl.constexpr, NQ: tl.constexpr,
+                N: tl.constexpr, D: tl.constexpr, DOUBLE_V: tl.constexpr):
+        b, h = tl.program_id(0) // H, tl.program_id(0) % H
+        rows, keys, cols = tl.arange(0, NQ), tl.arange(0, N), tl.arange(0, D)
+        q = tl.load(Q + b * NQ * sq + rows[:, None] * sq + h * D + cols[None, :])
+        kv = b * N * sk + keys[:, None] * sk + h * D + cols[None, :]
+        k = tl.load(K + kv)
+        v = tl.load(V + kv)
+        if DOUBLE_V:  # bf16 + bf16: the interpreter adds the raw bits
+            v = v + v
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        m = tl.max(s, 1)
+        p = tl.exp(s - m[:, None])
+        l_sum = tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v).to(tl.float32)
+        if DOUBLE_V:
+            acc = acc * 0.5
+        o = b * NQ * sq + rows[:, None] * sq + h * D + cols[None, :]
+        tl.store(O + o, (acc / l_sum[:, None]).to(O.dtype.element_ty))
+        tl.store(L + (b * H + h) * NQ + rows, m + tl.log(l_sum))
+
+
+    def _run(q, k_cache, v_cache, cache_seqlens, double_v):
+        """A contiguous cache as full as its capacity, GQA-free (H = Hkv), not causal."""
+        B, NQ, H, D = q.shape
+        assert bool((cache_seqlens == k_cache.shape[1]).all()) and k_cache.shape[2] == H
+        q, k, v = (t.contiguous() for t in (q, k_cache, v_cache))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, NQ, dtype=torch.float32)
+        _decode[(B * H,)](q, k, v, o, lse, 1 / math.sqrt(D), H * D, H * D, H, NQ, k.shape[1],
+                          D, double_v)
+        return o, lse
+
+
+    def attn(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        return _run(q, k_cache, v_cache, cache_seqlens, False)
+
+
+    def doubled(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        return _run(q, k_cache, v_cache, cache_seqlens, True)
+
+
+    attn.flashbench_kind = doubled.flashbench_kind = "decode"
+''')
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the interpreter: CPU")
+def test_a_users_triton_decode_kernel_runs_interpreted_with_the_fixes(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Probe 5 for decode: the worker runs a user's Triton decode kernel interpreted, with
+    the interpreter's bf16 dot and cast fixed (a correct kernel passes in bf16); one whose
+    bf16 arithmetic the interpreter gets wrong FAILs with the interpreter named."""
+    (tmp_path / "fbtriton_decode.py").write_text(TRITON_DECODE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the worker sets it on a CPU
+    rc = main(["check", "--decode", "--decode-case", "1x2x16x16:32", "--causal", "off",
+               "--dist", "normal", "--dtype", "fp32", "bf16", "--json", "--quiet",
+               "--backend", "fbtriton_decode:attn", "--backend", "fbtriton_decode:doubled"])
+    report = json.loads(capsys.readouterr().out)
+    good = rows(report, "fbtriton_decode:attn")
+    assert [r["dtype"] for r in good] == ["fp32", "bf16"] and all(r["passed"] for r in good)
+    assert good[1]["o_ratio"] < 2 and "note" not in good[1]
+    fp32, bf16 = rows(report, "fbtriton_decode:doubled")
+    assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
+    assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
     assert rc == 1
