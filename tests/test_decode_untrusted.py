@@ -253,3 +253,31 @@ def test_a_users_triton_decode_kernel_runs_interpreted_with_the_fixes(tmp_path, 
     assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
     assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
     assert rc == 1
+
+
+def test_a_kind_is_forward_or_decode(kernels):
+    """``flashbench_kind`` defaults to "forward"; a value that is neither kind is refused
+    by name (a typo never runs a decode function as a forward one)."""
+    from flashbench.backends.declared import load
+    from flashbench.kernels.checks import BackendFailed
+
+    (kernels / "fbkinds.py").write_text("def odd(q):\n    pass\n\n\nodd.flashbench_kind = "
+                                        "'decoder'\n\n\ndef plain(q):\n    pass\n")
+    with pytest.raises(BackendFailed, match="its flashbench_kind attribute 'decoder' is not"):
+        load("fbkinds:odd")
+    assert load("fbkinds:plain")[1]["kind"] == "forward"
+    assert load("fbdecode_untrusted:good")[1]["kind"] == "decode"
+    sys.modules.pop("fbkinds", None)
+
+
+def test_a_malformed_decode_entry_point_fails_by_name(kernels, capsys):
+    """An installed decode entry point whose value is not module:function FAILs with that
+    reason (as a forward one does); the check goes on."""
+    installed(kernels, "fbdecode-bad", "[flashbench.decode_backends]\nbadvalue = not a spec\n")
+    rc = main(["check", "--decode", "--decode-case", CASE, "--dtype", "fp32", "--causal",
+               "on", "--dist", "normal", "--json", "--quiet", "--backend", "badvalue"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in report["rows"] if r["kernel"] == "badvalue"]
+    assert "its entry point value 'not a spec' is not of the form module:function" in \
+        row["failed"]
+    assert rc == 1

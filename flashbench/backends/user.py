@@ -116,10 +116,16 @@ def worker_backend(spec: str, name: str, origin: str, kind: str, build, failing)
     until :func:`release`): ``build(worker, declared)`` once its worker process
     (:mod:`flashbench.backends.worker`) imported it and said what it declares, else
     ``failing(reason)``: it cannot be imported, declares invalid attributes, or is
-    not of ``kind`` (:func:`flashbench.backends.declared.check_kind`)."""
+    not of ``kind`` (:func:`flashbench.backends.declared.check_kind`). A malformed spec
+    is a ValueError, or, as an entry point's value (``name`` not the spec), ``failing``."""
     from flashbench.backends.worker import Worker
 
-    parse_spec(spec)
+    try:
+        parse_spec(spec)
+    except ValueError:
+        if name == spec:  # --backend's (refused before a check starts) or in code
+            raise
+        return failing(f"its entry point value {spec!r} is not of the form module:function")
     key = (spec, name, origin, kind)
     if key not in _MADE:
         worker = Worker(spec)
@@ -207,11 +213,6 @@ def find(name: str, registry: dict):
     points = _entry_points(registry)
     if name in points:
         value, origin = points[name], f"entry point {name} = {points[name]}"
-        try:
-            parse_spec(value)
-        except ValueError:
-            return _failing(name, f"entry point {name}", origin, f"its entry point value "
-                            f"{value!r} is not of the form module:function")
         return user_backend(value, name=name, origin=origin)
     raise ValueError(f"unknown backend {name!r}; known: {sorted(registry)}"
                      + (f", entry points ({GROUP}): {sorted(points)}" if points else "")
