@@ -261,13 +261,19 @@ def test_a_correct_user_triton_kernel_passes_in_bf16_under_the_interpreter(trito
     bf16 arithmetic the interpreter gets wrong FAILs with the interpreter named."""
     rc, report = check(capsys, "--backend", "fbtriton_user:attn", "--backend",
                        "fbtriton_user:doubled", dtypes=("fp32", "bf16"), shape="1x2x32x16")
-    good = rows(report, "fbtriton_user:attn")
+    interpreted(rows(report, "fbtriton_user:attn"), rows(report, "fbtriton_user:doubled"))
+    assert rc == 1
+
+
+def interpreted(good, doubled):
+    """Probe 5's verdict on the fp32 and bf16 rows of a check (forward or decode): the
+    correct interpreted kernel PASSes both, with no note; the one doubling bf16 v PASSes
+    fp32 and FAILs bf16 with Triton's interpreter named as the likely cause."""
     assert [r["dtype"] for r in good] == ["fp32", "bf16"] and all(r["passed"] for r in good)
     assert good[1]["o_ratio"] < 2 and "note" not in good[1]
-    fp32, bf16 = rows(report, "fbtriton_user:doubled")
+    fp32, bf16 = doubled
     assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
     assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
-    assert rc == 1
 
 
 @settings(max_examples=30)
