@@ -319,3 +319,10 @@ def installed(folder, package: str, entry_points: str) -> None:
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(entry_points)
+
+
+def test_the_time_limit_counts_the_kernel_not_the_workers_start(kernels, capsys):
+    """The worker's own start (python, torch: seconds) comes before the first call's
+    --timeout clock: a quick kernel passes a 1 s limit that its worker's start exceeds."""
+    rc, report = check(capsys, "--timeout", "1", "--backend", "fbuntrusted:good")
+    assert rc == 0 and all(r["passed"] for r in rows(report, "fbuntrusted:good"))
