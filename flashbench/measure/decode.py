@@ -25,7 +25,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.inputs.kvcache import make_decode
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.forward import (
     EXACT_TOL,
@@ -173,12 +173,12 @@ def band_edge(case: DecodeCase, dtype: str) -> float | None:
         return None
 
 
-def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[str],
+def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels: Sequence[str],
                    seed: int = 0, say: Callable[[str], None] = lambda msg: None,
                    inputs=None, ref=None, bands: dict | None = None) -> list:
-    """Judge :data:`MODEL` and decode backends in each dtype (module docstring);
-    ``bands`` (a dict) receives {(kernel, dtype): O max |err| vs the rounded inputs'
-    float64 decode}."""
+    """Judge :data:`MODEL` and decode backends in each dtype (names or their Precisions,
+    resolved once, here; module docstring); ``bands`` (a dict) receives {(kernel, dtype
+    name): O max |err| vs the rounded inputs' float64 decode}."""
     import torch
 
     from flashbench.backends.decode import get_decode_backend
@@ -187,19 +187,19 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
     inputs = decode_inputs(case, seed) if inputs is None else inputs
     ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
     records = []
-    for dtype in dtypes:
-        std = numerics.standard_decode_model(*inputs, dtype=dtype, causal=case.causal)
+    for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = numerics.standard_decode_model(*inputs, dtype=prec, causal=case.causal)
         if bands is not None:
-            prec = get_precision(dtype)
             rounded = reference.decode_attention(*(prec.stored(x) for x in inputs[:3]),
                                                  *inputs[3:], causal=case.causal)[0]
-        model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=dtype,
+        model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=prec,
                                         causal=case.causal, num_splits=MODEL_SPLITS))
         tensors = None
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
-                records.append(accuracy_record(case, name, dtype, model(), std, ref,
+                records.append(accuracy_record(case, name, prec, model(), std, ref,
                                                fallback=model))
                 if bands is not None:
                     bands[(name, dtype)] = error_stats(model()[0], rounded)["max_abs"]
@@ -217,7 +217,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
             say(f"  {name} {dtype}")
             if tensors is None:
                 q, k, v, lens, table = inputs
-                tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+                tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
                 tensors += [torch.from_numpy(lens).to(torch.int32),
                             None if table is None else torch.from_numpy(table).to(torch.int32)]
             try:
@@ -228,27 +228,29 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
             except BackendFailed as exc:
                 records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
                 continue
-            records.append(accuracy_record(case, name, dtype, out, std, ref, fallback=model,
-                                     own_lse=out.own_lse, peer=backend.peer))
+            records.append(accuracy_record(case, name, prec, out, std, ref, fallback=model,
+                                           own_lse=out.own_lse, peer=backend.peer))
             if bands is not None:
                 bands[(name, dtype)] = error_stats(out[0], rounded)["max_abs"]
     return records
 
 
-def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backends: Sequence[str],
-                     seed: int = 0, say: Callable[[str], None] = lambda msg: None) -> dict:
+def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str | Precision],
+                     backends: Sequence[str], seed: int = 0,
+                     say: Callable[[str], None] = lambda msg: None) -> dict:
     """The decode check as a JSON-ready report: ``exactness`` and ``rows`` (one per kernel
     x dtype x case, with ``band``: the band's edge or None, and ``band_err``: O's error
     against the rounded inputs' decode, shown beside it, not judged), ``passed``."""
-    report = {"seed": seed, "dtypes": list(dtypes), "exact_tol": EXACT_TOL, "exactness": [],
-              "rows": [], "model_splits": MODEL_SPLITS}
+    precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
+    report = {"seed": seed, "dtypes": [p.name for p in precs], "exact_tol": EXACT_TOL,
+              "exactness": [], "rows": [], "model_splits": MODEL_SPLITS}
     for i, case in enumerate(cases, 1):
         say(f"[decode {i}/{len(cases)}] {case.label()}: fp64 reference")
         inputs = decode_inputs(case, seed)
         ref = reference.decode_attention(*inputs, causal=case.causal)
         report["exactness"] += [r.as_dict() for r in decode_exactness(case, inputs, ref)]
         bands: dict = {}
-        for rec in measure_decode(case, dtypes, [MODEL, *backends], seed, say, inputs, ref,
+        for rec in measure_decode(case, precs, [MODEL, *backends], seed, say, inputs, ref,
                                   bands):
             row = rec.as_dict()
             if "o" in row:

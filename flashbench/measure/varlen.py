@@ -18,6 +18,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_qkv
 from flashbench.measure.forward import (
     EXACT_TOL,
@@ -59,10 +60,11 @@ def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
             for what, st in diffs.items()]
 
 
-def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
-                   block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                   inputs=None, ref=None):
-    """:func:`flashbench.measure.forward.measure_accuracy` for a packed batch."""
+def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
+                   seed: int = 0, block: int = 64,
+                   say: Callable[[str], None] = lambda msg: None, inputs=None, ref=None):
+    """:func:`flashbench.measure.forward.measure_accuracy` for a packed batch (``dtypes``:
+    names or their Precisions, resolved once, here)."""
     import torch
 
     from flashbench.backends import BackendUnavailable, get_backend
@@ -72,17 +74,18 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
     kw = case.kwargs(seed)
     ref = reference.varlen_attention(q, k, v, cu, cu, **kw) if ref is None else ref
     records = []
-    for dtype in dtypes:
-        std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=dtype, **kw)
-        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=dtype, block=block,
+    for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=prec, **kw)
+        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
                              **kw)
         for name in kernels:
             if name == "flash_model":
-                records.append(_accuracy(case, name, dtype, flash, std, ref, fallback=flash,
+                records.append(_accuracy(case, name, prec, flash, std, ref, fallback=flash,
                                          streamed_vs_oneshot_o=error_stats(flash[0], std[0],
-                                                                           dtype),
+                                                                           prec),
                                          streamed_vs_oneshot_lse=error_stats(flash[1], std[1],
-                                                                             dtype)))
+                                                                             prec)))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes:
@@ -97,7 +100,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype} varlen")
-            given = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+            given = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
             given = [t.to(backend.device(t.device)) for t in given]
             try:
                 o, lse = backend.varlen(*given, cu, cu, **kw)
@@ -114,6 +117,6 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
                                       f"{out[1].shape}; expected {ref[0].shape}, "
                                       f"{ref[1].shape}", peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
+            records.append(_accuracy(case, name, prec, out, std, ref, fallback=flash,
                                      peer=backend.peer))
     return records
