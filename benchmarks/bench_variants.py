@@ -11,9 +11,9 @@ as in bench_accuracy; a kernel that does not take a variant is declared in skip_
 
 Units: errors unitless; the baseline ratio is kernel error / same-dtype standard_model
 error (passes at <= 2); the band ratio the band rule's against the band of the flash model
-run with the variant (passes at <= 1; NaN where not judged by it: a packed batch, a
-stand-in LSE, a commit before variants had bands); times in seconds per call. asv treats
-higher as worse.
+run with the variant (a packed batch: per sequence; passes at <= 1; NaN where not judged
+by it: a stand-in LSE, a commit before variants had bands); times in seconds per call. asv
+treats higher as worse.
 """
 
 from .common import Benchmark, need, qkv, record_or_raise, shape_of

@@ -132,4 +132,30 @@ def test_the_asv_variant_suite_records_the_band_ratio():
     assert suite.track_lse_band_ratio(*args) == suite.rec.lse_band_ratio <= 1
     suite.rec = measure_varlen(Case(Shape(1, 2, 64, 64, 32), varlen=(20, 7)), ["fp16"],
                                ["flash_model"])[0]
-    assert np.isnan(suite.track_o_band_ratio(*args))  # a packed batch: the 2x rule alone
+    assert suite.track_o_band_ratio(*args) == suite.rec.o_band_ratio <= 1
+    suite.rec = measure_varlen(Case(Shape(1, 2, 64, 64, 32), varlen=(20, 7)), ["fp16"],
+                               ["flash_model"], band_rule=False)[0]
+    assert np.isnan(suite.track_o_band_ratio(*args))  # no band: not applicable
+
+
+def test_a_packed_batch_is_judged_by_the_band_of_its_own_lengths():
+    """A varlen case's band is the flash model per sequence on packed draws of the same
+    lengths: the tests' correct kernel passes it; with an fp16 O accumulator it passes the
+    2x rule and fails the band."""
+    import defects
+
+    from flashbench.measure.varlen import varlen_inputs
+    from flashbench.reference.varlen import per_sequence
+
+    case = Case(Shape(1, 1, 1024, 1024, 64), "normal", varlen=(1024, 900))
+    q, k, v, cu = varlen_inputs(case, 0)
+    prec = PRECISIONS["fp16"]
+    ref = reference.varlen_attention(q, k, v, cu, cu)
+    std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=prec)
+    bands = CaseBands(case, (q, k, v))
+    assert bands.band(prec)["key"].endswith("|varlen=1024,900")
+    for defect, inside in ((None, True), ("acc_low", False)):
+        out = per_sequence(defects.kernel, q, k, v, cu, cu, dtype="fp16", defect=defect)
+        assert all(j["verdict"].passed for j in judge(out, std, ref, prec).values())
+        verdicts = bands.judge(prec, out, ("o", "lse"))
+        assert all(v.passed for v in verdicts.values()) is inside, verdicts["o"].ratio

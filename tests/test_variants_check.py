@@ -37,13 +37,15 @@ def test_a_variant_check_judges_every_path_and_names_what_does_not_apply(capsys)
     assert grads["torch-naive"]["baseline_passed"] and grads["torch-naive"]["peer"]
 
 
-@pytest.mark.parametrize("variant", [["--window", "24,0"], ["--softcap", "5"], ["--sinks"]])
-def test_the_triton_kernel_passes_both_rules_under_each_variant(capsys, variant):
+@pytest.mark.parametrize("variant, rows", [(["--window", "24,0"], 4), (["--softcap", "5"], 4),
+                                           (["--sinks"], 4), (["--varlen", "40,7,0,20"], 2)])
+def test_the_triton_kernel_passes_both_rules_under_each_variant(capsys, variant, rows):
     """The band of each variant's case is the flash model's with that variant: the Triton
-    kernel (interpreted here) sits inside it, forward and backward (bf16; fp16 alike)."""
+    kernel (interpreted here) sits inside it, forward and backward (a packed batch: forward
+    only) (bf16; fp16 alike)."""
     rc, report = check_json(capsys, *variant, "--backend", "triton", "--dtype", "bf16")
-    rows = [*report["dtypes"], *report["backends"], *report["gradients"]]
-    assert rc == 0 and report["passed"] and len(rows) == 4
+    judged, rows = rows, [*report["dtypes"], *report["backends"], *report["gradients"]]
+    assert rc == 0 and report["passed"] and len(rows) == judged
     for r in rows:
         assert r["passed"] and r["band_passed"], r
         ratios = [v for k, v in r.items() if k.endswith("_band_ratio")]

@@ -1,11 +1,12 @@
 """The band of one case: a correct flash kernel's error statistics on that exact problem.
 
-For a case (shape, distribution, causal, and an attention variant: window, softcap, sinks)
-and a dtype, the flash model (its backward for dq, dk, dv) runs with that variant on
-:func:`band_seeds` seeds of the case's problem (:func:`band_shape`: its Nq, Nk, d, dv on at
-least :data:`BAND_ROWS` query rows), each against the float64 reference of its
-dtype-rounded inputs. A statistic's *edge* is its largest value over the seeds; the band
-rule (:mod:`flashbench.accuracy.bandrule`) compares a kernel with them.
+For a case (shape, distribution, causal, and an attention variant: window, softcap, sinks,
+a packed varlen batch) and a dtype, the flash model (its backward for dq, dk, dv) runs with
+that variant on :func:`band_seeds` seeds of the case's problem (:func:`band_shape`: its Nq,
+Nk, d, dv on at least :data:`BAND_ROWS` query rows; a packed batch whole, per sequence),
+each against the float64 reference of its dtype-rounded inputs. A statistic's *edge* is its
+largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares
+a kernel with them.
 
 Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
 (``scripts/make_tolerances.py --cases``: plain cases ``flashbench check`` and the asv suites
@@ -31,7 +32,9 @@ from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.precision import Precision, get_precision
+from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.inputs.variant import Variant
+from flashbench.reference.varlen import per_sequence
 
 __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
@@ -53,15 +56,16 @@ MAX_SEED_FLOPS = 1 << 38  # a band seed's matmul work at most (~10 s here): else
 
 def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad: bool = False,
              window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-             sinks: bool = False) -> str:
+             sinks: bool = False, varlen: tuple[int, ...] | None = None) -> str:
     """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``, and with a variant
-    ``|window=(L,R) softcap=C sinks`` (C exact: a band of softcap 30 is not one of 30.5)."""
+    ``|window=(L,R) softcap=C sinks varlen=N1,N2`` (C exact: softcap 30 is not 30.5)."""
     name = dtype.name if isinstance(dtype, Precision) else dtype
     key = f"{name}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
           f"{'bwd' if grad else 'fwd'}"
     extra = ([f"window=({window[0]},{window[1]})"] if tuple(window) != (-1, -1) else []) + (
         [f"softcap={float(softcap)!r}"] if softcap is not None else []) + (
-        ["sinks"] if sinks else [])
+        ["sinks"] if sinks else []) + (
+        [f"varlen={','.join(map(str, varlen))}"] if varlen is not None else [])
     return f"{key}|{' '.join(extra)}" if extra else key
 
 
@@ -118,7 +122,7 @@ def memory_limit() -> int:
         return 4 << 30
 
 
-def _check(shape, dist, causal, dtype, grad, window, softcap, sinks) -> Precision:
+def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> Precision:
     """The case's arguments checked (errors name them); returns the dtype's Precision."""
     if not isinstance(shape, Shape):
         raise TypeError(f"shape must be a flashbench.inputs.Shape, got {type(shape).__name__}")
@@ -132,6 +136,11 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks) -> Precisio
     if not isinstance(sinks, bool):
         raise TypeError(f"sinks must be a bool (seeded N(0, 1) logits per head), got {sinks!r}")
     Variant(causal=causal, window=window, softcap=softcap)  # ValueError naming a bad one
+    if varlen is not None and (grad or not isinstance(varlen, tuple) or not varlen or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in varlen)
+            or sum(varlen) < 1):
+        raise ValueError(f"varlen must be a tuple of sequence lengths >= 0 (not all 0; "
+                         f"forward bands only), got {varlen!r}")
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
@@ -152,18 +161,28 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks) -> Precisio
 
 def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
                 variant: dict) -> dict[str, dict]:
-    shape = band_shape(shape)
-    q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
+    variant = dict(variant)
+    lengths = variant.pop("varlen")
+    shape = shape if lengths is not None else band_shape(shape)
     kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
     oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
-    if not grad:
+    if lengths is not None:  # a packed batch: the flash model per sequence
+        *qkv, cu = make_varlen_qkv(lengths, shape, dist, seed)
+        q, k, v = (caller_inputs(prec, x) for x in qkv)
+        ref = reference.varlen_attention(q, k, v, cu, cu, **kw)
+        out = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
+                           **kw)
+        names = FORWARD
+    elif not grad:
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
         ref = (reference.attention(q, k, v, **kw) if oneshot
                else reference.online_attention(q, k, v, **kw))
         out = numerics.flash_model(q, k, v, prec, block=block, **kw)
         names = FORWARD
     else:
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
         do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
             (shape.B, shape.H, shape.Nq, shape.head_dim_v)))
         if oneshot:
@@ -180,12 +199,13 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
 def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
                       grad: bool = False, seeds: int | None = None, block: int = 64, *,
                       window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-                      sinks: bool = False) -> dict:
+                      sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
     """Measure a band now (module docstring): ``{"key", "seeds", "source": "measured",
     "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``.
     ``window``, ``softcap``, ``sinks`` (a bool: seeded logits, :func:`variant_kwargs`): the
-    variant the flash model runs with."""
-    variant = {"window": window, "softcap": softcap, "sinks": sinks}
+    variant the flash model runs with; ``varlen``: a packed batch of these lengths with
+    ``shape``'s H, Hkv, d (:func:`flashbench.inputs.problem.make_varlen_qkv`)."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
     prec = _check(shape, dist, causal, dtype, grad, **variant)
     seeds = band_seeds(shape) if seeds is None else seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
@@ -256,11 +276,12 @@ _MEMO: dict[tuple, dict] = {}
 def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
               grad: bool = False, table: str | Path | None = None, cache: bool = True, *,
               window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-              sinks: bool = False) -> dict:
+              sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
     """The band of one case: the shipped table's entry (``source`` "table"), else the disk
     cache's or a new measurement (``source`` "measured"; module docstring). ``window``,
-    ``softcap``, ``sinks``: the case's variant (:func:`measure_case_band`), in the key."""
-    variant = {"window": window, "softcap": softcap, "sinks": sinks}
+    ``softcap``, ``sinks``, ``varlen``: the case's variant (:func:`measure_case_band`), in
+    the key."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
     prec = _check(shape, dist, causal, dtype, grad, **variant)
     key = band_key(shape, dist, causal, prec, grad, **variant)
     shipped = _table(None if table is None else str(table)).get(key)
@@ -269,7 +290,7 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
     memo = (key, band_seeds(shape))
     if memo in _MEMO:
         return _MEMO[memo]
-    plain = tuple(window) == (-1, -1) and softcap is None and not sinks
+    plain = tuple(window) == (-1, -1) and softcap is None and not sinks and varlen is None
     path = _cache_file(key, band_seeds(shape), not plain) if cache else None
     if path is not None and path.is_file():
         try:

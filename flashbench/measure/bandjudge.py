@@ -13,6 +13,8 @@ record's fields. Precisions arrive resolved (:class:`~flashbench.inputs.precisio
 
 from __future__ import annotations
 
+import numpy as np
+
 from flashbench import reference
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import BandVerdict, band_rule, rules_disagree
@@ -25,7 +27,8 @@ __all__ = ["CaseBands", "combine"]
 
 class CaseBands:
     """Bands and rounded-input references of one case (module docstring). ``inputs``: the
-    float64 (q, k, v), or (q, k, v, do) with ``grad=True``; ``seed``: the inputs' (the
+    float64 (q, k, v) (packed [total, heads, d] for a varlen case), or (q, k, v, do) with
+    ``grad=True``; ``seed``: the inputs' (the
     case's keywords, :meth:`~flashbench.measure.forward.Case.kwargs`, draw its sinks from
     it). ``apply`` False: inputs not drawn from the case's distribution, which the band
     describes: no band verdicts."""
@@ -41,15 +44,20 @@ class CaseBands:
             c = self.case
             self._bands[prec.name] = case_band(c.shape, c.dist, c.causal, prec, grad=self.grad,
                                                window=c.window, softcap=c.softcap,
-                                               sinks=c.sinks)
+                                               sinks=c.sinks, varlen=c.varlen)
         return self._bands[prec.name]
 
     def reference(self, prec: Precision):
         key = storage_key(prec)
         if key not in self._refs:
             given = [caller_inputs(prec, x) for x in self.inputs]
-            self._refs[key] = (reference.attention_grad(*given, **self.kwargs)[:3] if self.grad
-                               else reference.attention(*given, **self.kwargs))
+            if self.case.varlen is not None:  # a packed batch [total, heads, d]
+                cu = np.concatenate([[0], np.cumsum(self.case.varlen)])
+                self._refs[key] = reference.varlen_attention(*given, cu, cu, **self.kwargs)
+            elif self.grad:
+                self._refs[key] = reference.attention_grad(*given, **self.kwargs)[:3]
+            else:
+                self._refs[key] = reference.attention(*given, **self.kwargs)
         return self._refs[key]
 
     def judge(self, prec: Precision, out, tensors) -> dict[str, BandVerdict] | None:
