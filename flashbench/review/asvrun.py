@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashbench.infra.machine import asv_launch_method, register
+from flashbench.infra.machine import ASV_LAUNCH_ENV, asv_launch_method, register
 from flashbench.review.gitops import Session, toplevel
 
 REVIEW_RESULTS = Path(".asv") / "review-results"
@@ -148,10 +148,9 @@ def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
         cmd += ["--bench", bench]
     started = time.time() - 1.0
     with Session(root) as session:
-        env = None
+        env = {**os.environ, **ASV_LAUNCH_ENV}
         if existing:
-            tree = session.worktree("head", commit)
-            env = {**os.environ, "ASV_PYTHONPATH": str(tree)}
+            env["ASV_PYTHONPATH"] = str(session.worktree("head", commit))
             cmd += ["-E", f"existing:{sys.executable}", "--set-commit-hash", commit]
         else:
             cmd.append(f"{commit}^!")
