@@ -8,12 +8,11 @@ each against the float64 reference of its dtype-rounded inputs. A statistic's *e
 largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares
 a kernel with them.
 
-Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
-(``scripts/make_tolerances.py --cases``: plain cases ``flashbench check`` and the asv suites
-judge), else measured on the fly (never interpolated; a variant's band never a plain one)
-and cached per case and variant, in memory and in ``$FLASHBENCH_CACHE`` (default
-``~/.cache/flashbench``) keyed by the flash model's fingerprint. A case the machine cannot
-measure in memory is a ValueError.
+Where the edges come from: the shipped table ``flashbench/data/case_bands.json`` (plain
+cases: ``scripts/make_tolerances.py --cases``), else measured on the fly (never
+interpolated; a variant's never a plain one), cached per case and variant in memory and in
+``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``), keyed by the flash models'
+fingerprint. A case the machine cannot measure in memory is a ValueError.
 """
 
 from __future__ import annotations
