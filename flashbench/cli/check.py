@@ -15,7 +15,7 @@ from flashbench.cli.common import (
     positive_int,
     seed,
 )
-from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 
 
@@ -193,6 +193,8 @@ def _grad_cases(args, cases):
 
 
 def run(args) -> int:
+    # the door: each --dtype name becomes its Precision here, once; every layer below takes it
+    args.dtype = [get_precision(d) for d in distinct(args.dtype, "--dtype", "check")]
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
@@ -204,7 +206,6 @@ def run(args) -> int:
     from flashbench.measure.check import render_text, run_check
     from flashbench.measure.footprint import too_big
 
-    args.dtype = distinct(args.dtype, "--dtype", "check")
     args.dist = distinct(args.dist, "--dist", "check")
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])

@@ -25,7 +25,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.inputs.kvcache import make_decode
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.forward import (
     EXACT_TOL,
@@ -161,15 +161,15 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
     return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
 
 
-def _handed(dtype: str, inputs) -> list:
+def _handed(prec: Precision, inputs) -> list:
     """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
-    ``dtype``, cache_seqlens and block_table (or None) as int32."""
+    ``prec``, cache_seqlens and block_table (or None) as int32."""
     import torch
 
     from flashbench.kernels.checks import torch_dtype
 
     q, k, v, lens, table = inputs
-    return [*(torch.from_numpy(x).to(torch_dtype(dtype), copy=True) for x in (q, k, v)),
+    return [*(torch.from_numpy(x).to(torch_dtype(prec), copy=True) for x in (q, k, v)),
             *(None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table))]
 
 
@@ -187,30 +187,30 @@ def band_edge(case: DecodeCase, dtype: str) -> float | None:
         return None
 
 
-def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[str],
+def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels: Sequence[str],
                    seed: int = 0, say: Callable[[str], None] = lambda msg: None,
                    inputs=None, ref=None, bands: dict | None = None) -> list:
-    """Judge :data:`MODEL` and decode backends in each dtype (module docstring);
-    ``bands`` (a dict) receives {(kernel, dtype): O max |err| vs the rounded inputs'
-    float64 decode}."""
+    """Judge :data:`MODEL` and decode backends in each dtype (names or their Precisions,
+    resolved once, here; module docstring); ``bands`` (a dict) receives {(kernel, dtype
+    name): O max |err| vs the rounded inputs' float64 decode}."""
     from flashbench.backends.decode import get_decode_backend
     from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
     inputs = decode_inputs(case, seed) if inputs is None else inputs
     ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
     records = []
-    for dtype in dtypes:
-        std = numerics.standard_decode_model(*inputs, dtype=dtype, causal=case.causal)
+    for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = numerics.standard_decode_model(*inputs, dtype=prec, causal=case.causal)
         if bands is not None:
-            prec = get_precision(dtype)
             rounded = reference.decode_attention(*(prec.stored(x) for x in inputs[:3]),
                                                  *inputs[3:], causal=case.causal)[0]
-        model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=dtype,
+        model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=prec,
                                         causal=case.causal, num_splits=MODEL_SPLITS))
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
-                records.append(accuracy_record(case, name, dtype, model(), std, ref,
+                records.append(accuracy_record(case, name, prec, model(), std, ref,
                                                fallback=model))
                 if bands is not None:
                     bands[(name, dtype)] = error_stats(model()[0], rounded)["max_abs"]
@@ -227,7 +227,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                 continue
             say(f"  {name} {dtype}")
             try:  # fresh copies per call: what a backend does to them reaches no other
-                out = backend(*_handed(dtype, inputs), causal=case.causal)
+                out = backend(*_handed(prec, inputs), causal=case.causal)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
@@ -235,7 +235,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                 records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
                                       peer=backend.peer))
                 continue
-            rec = accuracy_record(case, name, dtype, out, std, ref, fallback=model,
+            rec = accuracy_record(case, name, prec, out, std, ref, fallback=model,
                                   own_lse=out.own_lse, peer=backend.peer)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
@@ -245,8 +245,9 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
     return records
 
 
-def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backends: Sequence[str],
-                     seed: int = 0, say: Callable[[str], None] = lambda msg: None,
+def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str | Precision],
+                     backends: Sequence[str], seed: int = 0,
+                     say: Callable[[str], None] = lambda msg: None,
                      time_limit: float | None = None) -> dict:
     """The decode check as a JSON-ready report: ``exactness`` and ``rows`` (one per kernel
     x dtype x case, with ``band``: the band's edge or None, and ``band_err``: O's error
@@ -255,20 +256,21 @@ def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backend
     :func:`flashbench.measure.check.run_check`; its worker stops when the check ends."""
     from flashbench.backends import user
 
+    precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
     with user.session(time_limit):
-        return _run_decode_check(cases, dtypes, backends, seed, say)
+        return _run_decode_check(cases, precs, backends, seed, say)
 
 
-def _run_decode_check(cases, dtypes, backends, seed, say) -> dict:
-    report = {"seed": seed, "dtypes": list(dtypes), "exact_tol": EXACT_TOL, "exactness": [],
-              "rows": [], "model_splits": MODEL_SPLITS}
+def _run_decode_check(cases, precs: list[Precision], backends, seed, say) -> dict:
+    report = {"seed": seed, "dtypes": [p.name for p in precs], "exact_tol": EXACT_TOL,
+              "exactness": [], "rows": [], "model_splits": MODEL_SPLITS}
     for i, case in enumerate(cases, 1):
         say(f"[decode {i}/{len(cases)}] {case.label()}: fp64 reference")
         inputs = decode_inputs(case, seed)
         ref = reference.decode_attention(*inputs, causal=case.causal)
         report["exactness"] += [r.as_dict() for r in decode_exactness(case, inputs, ref)]
         bands: dict = {}
-        for rec in measure_decode(case, dtypes, [MODEL, *backends], seed, say, inputs, ref,
+        for rec in measure_decode(case, precs, [MODEL, *backends], seed, say, inputs, ref,
                                   bands):
             row = rec.as_dict()
             if "o" in row:
