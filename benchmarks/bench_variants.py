@@ -10,7 +10,10 @@ as in bench_accuracy; a kernel that does not take a variant is declared in skip_
 (from the backend registry), never skipped from setup. Commits without the variants skip.
 
 Units: errors unitless; the baseline ratio is kernel error / same-dtype standard_model
-error (passes at <= 2); times in seconds per call. asv treats higher as worse.
+error (passes at <= 2); the band ratio the band rule's against the band of the flash model
+run with the variant (a packed batch: per sequence; passes at <= 1; NaN where not judged
+by it: a stand-in LSE, a commit before variants had bands); times in seconds per call. asv
+treats higher as worse.
 """
 
 from .common import Benchmark, need, qkv, record_or_raise, shape_of
@@ -84,6 +87,23 @@ class TrackVariantAccuracy:
         return self.rec.lse_ratio
 
     track_lse_baseline_ratio.unit = "x standard_model error (LSE max abs)"
+
+    def track_o_band_ratio(self, results, kernel, dtype, variant, shape):
+        return _band_ratio(self.rec, "o_band_ratio")
+
+    track_o_band_ratio.unit = "ratio"
+
+    def track_lse_band_ratio(self, results, kernel, dtype, variant, shape):
+        return _band_ratio(self.rec, "lse_band_ratio")
+
+    track_lse_band_ratio.unit = "ratio"
+
+
+def _band_ratio(rec, name: str) -> float:
+    """A record's band-rule ratio, NaN where it has none (module docstring: not applicable;
+    raising in a track would record a failure)."""
+    value = getattr(rec, name, None)
+    return float("nan") if value is None else float(value)
 
 
 class TimeVariantReference(Benchmark):

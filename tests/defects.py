@@ -9,7 +9,9 @@ storage dtype T, as a real kernel bug does:
 ``acc_low`` (the O accumulator kept in T between key blocks), ``p_coarse`` (P rounded to
 a coarser dtype, :data:`COARSER`), ``pv_twice`` (P and then the P V tile rounded to T),
 ``rescale_low`` (running max and rescale factor in T), ``l_low`` (l kept in T, LSE
-rounded to T), ``scale_low`` (scores q k^T stored and scaled in T).
+rounded to T), ``scale_low`` (scores q k^T stored and scaled in T), ``cap_low`` (with a
+softcap: the score stored in T and each op of the cap, s / c, tanh, * c, rounded to T).
+It takes the variants (``window``, ``softcap``, ``sinks``) as the models do.
 
 :func:`kernel_grad` is the backward (flash model's forward, FlashAttention-2's
 recurrence, block 128); ``defect="ds_early"`` rounds dP = dO V^T to T before the row-sum
@@ -24,8 +26,10 @@ import numpy as np
 
 from flashbench import numerics
 from flashbench.inputs.precision import get_precision
+from flashbench.inputs.variant import Variant
 
-FORWARD_DEFECTS = ("acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low", "scale_low")
+FORWARD_DEFECTS = ("acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low", "scale_low",
+                   "cap_low")
 COARSER = {"fp32": "fp16", "tf32": "bf16", "fp16": "bf16", "bf16": "fp8"}  # p_coarse's P
 GRAD_DEFECTS = ("ds_early", "dq_acc_low")
 LOG2E = np.float32(np.log2(np.e))
@@ -40,8 +44,10 @@ def _heads(q, k, v):
 
 
 def kernel(q, k, v, dtype: str, causal: bool = False, defect: str | None = None,
-           block: int = 128):
-    """(o, lse) of a FlashAttention-2 forward in ``dtype`` with one ``defect`` (or none)."""
+           block: int = 128, window=(-1, -1), softcap=None, sinks=None):
+    """(o, lse) of a FlashAttention-2 forward in ``dtype`` with one ``defect`` (or none);
+    ``window``, ``softcap``, ``sinks``: the variant (the softcap in fp32, then scores to
+    the exp2 domain; the sink merged into (m, l) after the last block)."""
     if defect is not None and defect not in FORWARD_DEFECTS:
         raise ValueError(f"defect must be one of {FORWARD_DEFECTS} or None, got {defect!r}")
     prec = get_precision(dtype)
@@ -50,15 +56,22 @@ def kernel(q, k, v, dtype: str, causal: bool = False, defect: str | None = None,
     k, v = _heads(q, k, v)
     nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = np.float32(1 / np.sqrt(d))
+    variant = Variant(causal=causal, window=window, softcap=softcap)
+    cap = None if softcap is None else np.float32(softcap)
     o = np.zeros(q.shape[:-1] + (v.shape[-1],), np.float32)
     m = np.full(q.shape[:-1], -np.inf, np.float32)  # running max, log2 domain
     l = np.zeros(q.shape[:-1], np.float32)
     for start in range(0, nk, block):
         stop = min(start + block, nk)
         s = np.matmul(q, np.swapaxes(k[..., start:stop, :], -1, -2))
-        s = t(t(s) * scale) * LOG2E if defect == "scale_low" else s * (scale * LOG2E)
-        if causal:
-            hidden = np.arange(start, stop)[None, :] > np.arange(nq)[:, None] + (nk - nq)
+        if cap is not None:  # natural-domain score, capped, then to the exp2 domain
+            s = t(s) * scale if defect in ("scale_low", "cap_low") else s * scale
+            s = (t(cap * t(np.tanh(t(s / cap)))) if defect == "cap_low"
+                 else cap * np.tanh(s / cap)) * LOG2E
+        else:
+            s = t(t(s) * scale) * LOG2E if defect == "scale_low" else s * (scale * LOG2E)
+        hidden = variant.hidden(nq, nk, start, stop)
+        if hidden is not None:
             s[..., hidden] = -np.inf
         m_new = np.maximum(m, s.max(axis=-1))
         if defect == "rescale_low":
@@ -77,6 +90,12 @@ def kernel(q, k, v, dtype: str, causal: bool = False, defect: str | None = None,
         if defect == "l_low":
             l = t(l)
         m = m_new
+    if sinks is not None:  # the sink joins (m, l) as one more key with no value
+        sink = (np.asarray(sinks, np.float32) * LOG2E)[:, None]  # [H, 1] against [..., H, Nq]
+        m_new = np.maximum(m, sink)
+        m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new)
+        alpha = np.exp2(m - m_safe)
+        o, l, m = alpha[..., None] * o, alpha * l + np.exp2(sink - m_safe), m_new
     seen = l > 0
     o = np.divide(o, l[..., None], out=np.zeros_like(o), where=seen[..., None])
     lse = np.where(seen, (m + np.log2(np.where(seen, l, 1))) / LOG2E, -np.inf)

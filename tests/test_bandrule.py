@@ -20,6 +20,7 @@ from flashbench.accuracy.bandrule import (
 from flashbench.bands import case as case_bands
 from flashbench.bands.case import case_band, measure_case_band
 from flashbench.inputs import Shape, make_qkv
+from flashbench.inputs.precision import PRECISIONS
 from flashbench.measure import Case
 from flashbench.measure.bandjudge import CaseBands, combine
 
@@ -144,10 +145,10 @@ def test_the_issues_fp16_accumulator_passes_2x_and_fails_the_band():
     case, qkv, out = _defect_case("acc_low")
     base = judge(out, numerics.standard_model(*qkv, "fp16"), reference.attention(*qkv), "fp16")
     assert base["o"]["verdict"].passed and base["lse"]["verdict"].passed
-    band = CaseBands(case, qkv).judge("fp16", out, ("o", "lse"))
+    band = CaseBands(case, qkv).judge(PRECISIONS["fp16"], out, ("o", "lse"))
     assert not band["o"].passed and band["o"].ratio > 1.5
     _, _, good = _defect_case(None)
-    assert all(v.passed for v in CaseBands(case, qkv).judge("fp16", good, ("o", "lse")).values())
+    assert all(v.passed for v in CaseBands(case, qkv).judge(PRECISIONS["fp16"], good, ("o", "lse")).values())
 
 
 @pytest.mark.parametrize("defect", ["acc_low", "p_coarse", "pv_twice", "rescale_low", "l_low",

@@ -24,10 +24,32 @@ def test_a_variant_check_judges_every_path_and_names_what_does_not_apply(capsys)
     assert all(r["max_abs"] <= 1e-12 for r in report["exactness"])
     assert report["dtypes"][0]["o_ratio"] < 2
     by_name = {r["backend"]: r for r in report["backends"]}
-    assert by_name["torch-naive"]["passed"]
+    # plain attention in fp16 (a peer): within 2x the standard, but above the band of a
+    # correct flash kernel measured with this variant, as it is for plain attention
+    naive = by_name["torch-naive"]
+    assert naive["peer"] and naive["baseline_passed"] and not naive["band_passed"]
     assert by_name["torch-sdpa"]["skipped"].startswith("not applicable: its forward takes no")
+    flash = report["dtypes"][0]
+    assert flash["band_passed"] and flash["band"]["o"]["source"] == "measured"
+    assert 0 < flash["o_band_ratio"] <= 1 and 0 < flash["lse_band_ratio"] <= 1
     grads = {r["kernel"]: r for r in report["gradients"]}
-    assert grads["flash_model"]["passed"] and grads["torch-naive"]["passed"]
+    assert grads["flash_model"]["passed"] and grads["flash_model"]["dq_band_ratio"] <= 1
+    assert grads["torch-naive"]["baseline_passed"] and grads["torch-naive"]["peer"]
+
+
+@pytest.mark.parametrize("variant, rows", [(["--window", "24,0"], 4), (["--softcap", "5"], 4),
+                                           (["--sinks"], 4), (["--varlen", "40,7,0,20"], 2)])
+def test_the_triton_kernel_passes_both_rules_under_each_variant(capsys, variant, rows):
+    """The band of each variant's case is the flash model's with that variant: the Triton
+    kernel (interpreted here) sits inside it, forward and backward (a packed batch: forward
+    only) (bf16; fp16 alike)."""
+    rc, report = check_json(capsys, *variant, "--backend", "triton", "--dtype", "bf16")
+    judged, rows = rows, [*report["dtypes"], *report["backends"], *report["gradients"]]
+    assert rc == 0 and report["passed"] and len(rows) == judged
+    for r in rows:
+        assert r["passed"] and r["band_passed"], r
+        ratios = [v for k, v in r.items() if k.endswith("_band_ratio")]
+        assert len(ratios) in (2, 3) and all(0 < x <= 1 for x in ratios)
 
 
 def test_the_window_alone_runs_through_sdpa_as_an_explicit_mask(capsys):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision, get_precision
 
 REL_FLOOR = 0.1  # tau = REL_FLOOR * RMS(ref)
 METRICS = ("max_abs", "rmse", "abs_p50", "abs_p99", "rel_p50", "rel_p99", "rel_max")
@@ -29,13 +29,14 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
-def error_stats(out, ref, dtype: str | None = None) -> dict[str, float]:
+def error_stats(out, ref, dtype: str | Precision | None = None) -> dict[str, float]:
     """Error of ``out`` against ``ref`` (same shape), as a dict of floats.
 
     Keys: ``max_abs``, ``rmse``, ``abs_p50``, ``abs_p99``, ``rel_p50``, ``rel_p99``,
     ``rel_max`` (see the module docstring for the relative error's floor), ``count``
     (finite elements compared), ``nonfinite_mismatch``; with ``dtype`` also each
-    metric divided by that precision's eps, as ``<metric>_eps``.
+    metric divided by that precision's eps, as ``<metric>_eps`` (``dtype``: a name or its
+    Precision).
     """
     out, ref = to_numpy(out), to_numpy(ref)
     if out.shape != ref.shape:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashbench.accuracy.metrics import error_stats, to_numpy
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision, get_precision
 
 __all__ = ["baseline_rule", "BaselineVerdict", "judge", "BASELINE_FACTOR", "GRAD_FACTOR",
            "gradient_rule", "gradient_floor", "judge_gradient"]
@@ -79,7 +79,7 @@ def _error(value, name: str) -> float:
     return value
 
 
-def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
+def baseline_rule(kernel_error: float, standard_error: float, dtype: str | Precision,
                   factor: float = BASELINE_FACTOR, floor: float | None = None,
                   metric: str = "max_abs", fallback_error: float | None = None,
                   fallback: str = "flash_model") -> BaselineVerdict:
@@ -115,7 +115,7 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str,
 GRAD_FACTOR = 3.0  # FlashAttention-2's tests: gradients within 3x, outputs within 2x
 
 
-def gradient_floor(ref, dtype: str) -> float:
+def gradient_floor(ref, dtype: str | Precision) -> float:
     """FlashAttention's absolute floor for a gradient: ``2 * max |(g + 0.3) - 0.3 - g|``
     computed in the dtype, g the float64 gradient rounded to it: twice the rounding
     error of values near the gradient's largest ones (about one ulp of max |g| + 0.3)."""
@@ -128,7 +128,7 @@ def gradient_floor(ref, dtype: str) -> float:
     return float(2 * np.abs(prec.stored(prec.stored(g + c) - c) - g).max())
 
 
-def gradient_rule(kernel_error: float, standard_error: float, dtype: str,
+def gradient_rule(kernel_error: float, standard_error: float, dtype: str | Precision,
                   floor: float | None = None, metric: str = "max_abs",
                   fallback_error: float | None = None) -> BaselineVerdict:
     """The baseline rule for one gradient (dq, dk or dv): the kernel's error against the
@@ -150,23 +150,25 @@ def _fallback_error(fallback, i, reference, metric: str, s_stats: dict) -> float
     return error_stats(out if i is None else out[i], reference)[metric]
 
 
-def judge_gradient(grad, standard, reference, dtype: str, metric: str = "max_abs",
+def judge_gradient(grad, standard, reference, dtype: str | Precision, metric: str = "max_abs",
                    fallback=None) -> dict:
     """Error stats of one gradient and of the standard backward's against the float64
     ``reference``, and the :func:`gradient_rule` verdict with :func:`gradient_floor`:
     ``{"kernel": {...}, "standard": {...}, "verdict": BaselineVerdict}``. ``fallback``:
     the same-dtype flash model's gradient (or a callable giving it), used only where the
     standard backward overflowed (module docstring)."""
-    k_stats = error_stats(grad, reference, dtype)
-    s_stats = error_stats(standard, reference, dtype)
-    verdict = gradient_rule(k_stats[metric], s_stats[metric], dtype,
-                            floor=gradient_floor(reference, dtype), metric=metric,
+    prec = get_precision(dtype)  # a name becomes its Precision once, here
+    k_stats = error_stats(grad, reference, prec)
+    s_stats = error_stats(standard, reference, prec)
+    verdict = gradient_rule(k_stats[metric], s_stats[metric], prec,
+                            floor=gradient_floor(reference, prec), metric=metric,
                             fallback_error=_fallback_error(fallback, None, reference, metric,
                                                            s_stats))
     return {"kernel": k_stats, "standard": s_stats, "verdict": verdict}
 
 
-def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs", fallback=None):
+def judge(kernel, standard, reference, dtype: str | Precision, metric: str = "max_abs",
+          fallback=None):
     """Error stats and baseline verdicts for a kernel's (o, lse) against the fp64 reference.
 
     ``kernel``, ``standard`` and ``reference`` are (o, lse) pairs of the same shapes.
@@ -175,11 +177,11 @@ def judge(kernel, standard, reference, dtype: str, metric: str = "max_abs", fall
     ``fallback``: the same-dtype flash model's (o, lse), or a callable giving it, used
     (and called) only where the standard overflowed (module docstring).
     """
-    result = {}
+    result, prec = {}, get_precision(dtype)  # a name becomes its Precision once, here
     for i, name in enumerate(("o", "lse")):
-        k_stats = error_stats(kernel[i], reference[i], dtype)
-        s_stats = error_stats(standard[i], reference[i], dtype)
-        verdict = baseline_rule(k_stats[metric], s_stats[metric], dtype, metric=metric,
+        k_stats = error_stats(kernel[i], reference[i], prec)
+        s_stats = error_stats(standard[i], reference[i], prec)
+        verdict = baseline_rule(k_stats[metric], s_stats[metric], prec, metric=metric,
                                 fallback_error=_fallback_error(fallback, i, reference[i],
                                                                metric, s_stats))
         result[name] = {"kernel": k_stats, "standard": s_stats, "verdict": verdict}

@@ -1,15 +1,17 @@
 """The band of one case: a correct flash kernel's error statistics on that exact problem.
 
-For a case (shape, distribution, causal) and a dtype, the flash model (its backward for
-dq, dk, dv) runs on :func:`band_seeds` seeds of the case's problem (:func:`band_shape`:
-its Nq, Nk, d, dv on at least :data:`BAND_ROWS` query rows), each against the float64
-reference of its dtype-rounded inputs. A statistic's *edge* is its largest value over the
-seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares a kernel with them.
+For a case (shape, distribution, causal, and an attention variant: window, softcap, sinks,
+a packed varlen batch) and a dtype, the flash model (its backward for dq, dk, dv) runs with
+that variant on :func:`band_seeds` seeds of the case's problem (:func:`band_shape`: its Nq,
+Nk, d, dv on at least :data:`BAND_ROWS` query rows; a packed batch whole, per sequence),
+each against the float64 reference of its dtype-rounded inputs. A statistic's *edge* is its
+largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares
+a kernel with them.
 
-Where the edges come from: the shipped table ``flashbench/data/case_bands.json``
-(``scripts/make_tolerances.py --cases``: the cases ``flashbench check`` and the asv suites
-judge), else measured on the fly (never interpolated) and cached per case, in memory and
-in ``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``) keyed by the flash model's
+Where the edges come from: the shipped table ``flashbench/data/case_bands.json`` (plain
+cases: ``scripts/make_tolerances.py --cases``), else measured on the fly (never
+interpolated; a variant's never a plain one), cached per case and variant in memory and in
+``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``), keyed by the flash models'
 fingerprint. A case the machine cannot measure in memory is a ValueError.
 """
 
@@ -28,12 +30,15 @@ from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision, get_precision
+from flashbench.inputs.problem import make_varlen_qkv
+from flashbench.inputs.variant import Variant
+from flashbench.reference.varlen import per_sequence
 
 __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
-           "write_case_table", "fingerprint"]
+           "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs"]
 
 CASE_SEEDS = 8  # seeds per band at least (scripts/band_calibration.py: the edge of 8 seeds)
 BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
@@ -48,10 +53,34 @@ ONESHOT_BYTES = 1 << 30
 MAX_SEED_FLOPS = 1 << 38  # a band seed's matmul work at most (~10 s here): else ValueError
 
 
-def band_key(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False) -> str:
-    """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``."""
-    return f"{dtype}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
-           f"{'bwd' if grad else 'fwd'}"
+def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad: bool = False,
+             window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+             sinks: bool = False, varlen: tuple[int, ...] | None = None) -> str:
+    """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``, and with a variant
+    ``|window=(L,R) softcap=C sinks varlen=N1,N2`` (C exact: softcap 30 is not 30.5)."""
+    name = dtype.name if isinstance(dtype, Precision) else dtype
+    key = f"{name}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
+          f"{'bwd' if grad else 'fwd'}"
+    extra = ([f"window=({window[0]},{window[1]})"] if tuple(window) != (-1, -1) else []) + (
+        [f"softcap={float(softcap)!r}"] if softcap is not None else []) + (
+        ["sinks"] if sinks else []) + (
+        [f"varlen={','.join(map(str, varlen))}"] if varlen is not None else [])
+    return f"{key}|{' '.join(extra)}" if extra else key
+
+
+def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
+                   softcap: float | None = None, sinks: bool = False) -> dict:
+    """The variant's keywords of one seed's problem (those of ``flashbench check``'s case,
+    :meth:`flashbench.measure.forward.Case.kwargs`): the window and softcap where set, and
+    with ``sinks`` one N(0, 1) logit per query head from ``default_rng(seed + 2)``."""
+    kw = {}
+    if tuple(window) != (-1, -1):
+        kw["window"] = tuple(window)
+    if softcap is not None:
+        kw["softcap"] = softcap
+    if sinks:
+        kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(heads)
+    return kw
 
 
 def band_shape(shape: Shape) -> Shape:
@@ -92,18 +121,27 @@ def memory_limit() -> int:
         return 4 << 30
 
 
-def _check(shape, dist, causal, dtype, grad) -> None:
+def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> Precision:
+    """The case's arguments checked (errors name them); returns the dtype's Precision."""
     if not isinstance(shape, Shape):
         raise TypeError(f"shape must be a flashbench.inputs.Shape, got {type(shape).__name__}")
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
-    prec = get_precision(dtype)  # ValueError naming the known dtypes
+    prec = get_precision(dtype)  # the door: ValueError naming the known dtypes
     if prec.name == "fp64":
         raise ValueError("dtype fp64 has no band: its flash model equals the reference")
+    if not isinstance(sinks, bool):
+        raise TypeError(f"sinks must be a bool (seeded N(0, 1) logits per head), got {sinks!r}")
+    Variant(causal=causal, window=window, softcap=softcap)  # ValueError naming a bad one
+    if varlen is not None and (grad or not isinstance(varlen, tuple) or not varlen or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in varlen)
+            or sum(varlen) < 1):
+        raise ValueError(f"varlen must be a tuple of sequence lengths >= 0 (not all 0; "
+                         f"forward bands only), got {varlen!r}")
     if grad and prec.name not in numerics.GRAD_DTYPES:
-        raise ValueError(f"dtype {dtype!r} has no backward model: no gradient band "
+        raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
     need, limit = memory_needed(band_shape(shape), grad), memory_limit()
     if need > limit:
@@ -117,47 +155,66 @@ def _check(shape, dist, causal, dtype, grad) -> None:
                          f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
                          f"{band_seeds(shape)} seeds); judge a shape with fewer query rows "
                          f"or keys")
+    return prec
 
 
-def _seed_stats(shape, dist, causal, dtype, grad, seed, block) -> dict[str, dict]:
-    shape = band_shape(shape)
-    q, k, v = (caller_inputs(dtype, x) for x in make_qkv(shape, dist, seed))
+def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
+                variant: dict) -> dict[str, dict]:
+    variant = dict(variant)
+    lengths = variant.pop("varlen")
+    shape = shape if lengths is not None else band_shape(shape)
+    kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
     oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
-    if not grad:
-        ref = (reference.attention(q, k, v, causal=causal) if oneshot
-               else reference.online_attention(q, k, v, causal=causal))
-        out = numerics.flash_model(q, k, v, dtype, block=block, causal=causal)
+    if lengths is not None:  # a packed batch: the flash model per sequence
+        *qkv, cu = make_varlen_qkv(lengths, shape, dist, seed)
+        q, k, v = (caller_inputs(prec, x) for x in qkv)
+        ref = reference.varlen_attention(q, k, v, cu, cu, **kw)
+        out = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
+                           **kw)
+        names = FORWARD
+    elif not grad:
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
+        ref = (reference.attention(q, k, v, **kw) if oneshot
+               else reference.online_attention(q, k, v, **kw))
+        out = numerics.flash_model(q, k, v, prec, block=block, **kw)
         names = FORWARD
     else:
-        do = caller_inputs(dtype, np.random.default_rng(seed + 1).standard_normal(
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
+        do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
             (shape.B, shape.H, shape.Nq, shape.head_dim_v)))
         if oneshot:
-            ref = reference.attention_grad(q, k, v, do, causal=causal)
+            ref = reference.attention_grad(q, k, v, do, **kw)
         else:
-            o, lse = reference.online_attention(q, k, v, causal=causal)
-            ref = reference.online_attention_grad(q, k, v, o, lse, do, causal=causal)
-        out = numerics.flash_model_grad(q, k, v, do, dtype, block=block, causal=causal)
-        names = BACKWARD
+            o, lse = reference.online_attention(q, k, v, **kw)
+            ref = reference.online_attention_grad(q, k, v, o, lse, do, **kw)
+        out = numerics.flash_model_grad(q, k, v, do, prec, block=block, **kw)
+        names = BACKWARD  # dsinks (with sinks) is not judged by the band rule
     stats = [error_stats(out[i], ref[i]) for i in range(len(names))]
     return {name: {s: st[s] for s in EDGE_STATS} for name, st in zip(names, stats, strict=True)}
 
 
-def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False,
-                      seeds: int | None = None, block: int = 64) -> dict:
+def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
+                      grad: bool = False, seeds: int | None = None, block: int = 64, *,
+                      window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+                      sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
     """Measure a band now (module docstring): ``{"key", "seeds", "source": "measured",
-    "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``."""
-    _check(shape, dist, causal, dtype, grad)
+    "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``.
+    ``window``, ``softcap``, ``sinks`` (a bool: seeded logits, :func:`variant_kwargs`): the
+    variant the flash model runs with; ``varlen``: a packed batch of these lengths with
+    ``shape``'s H, Hkv, d (:func:`flashbench.inputs.problem.make_varlen_qkv`)."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
+    prec = _check(shape, dist, causal, dtype, grad, **variant)
     seeds = band_seeds(shape) if seeds is None else seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"seeds must be an int >= 2, got {seeds!r}")
     with single_threaded_blas():
-        runs = [_seed_stats(shape, dist, causal, dtype, grad, SEED0 + i, block)
+        runs = [_seed_stats(shape, dist, causal, prec, grad, SEED0 + i, block, variant)
                 for i in range(seeds)]
     per_seed = {t: {s: [r[t][s] for r in runs] for s in EDGE_STATS} for t in runs[0]}
     edges = {t: {s: float(max(v)) for s, v in stats.items()} for t, stats in per_seed.items()}
-    return {"key": band_key(shape, dist, causal, dtype, grad), "seeds": seeds,
+    return {"key": band_key(shape, dist, causal, prec, grad, **variant), "seeds": seeds,
             "source": "measured", "edges": edges, "per_seed": per_seed}
 
 
@@ -189,28 +246,51 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _cache_file(key: str, seeds: int) -> Path:
+@lru_cache(maxsize=1)
+def variant_fingerprint() -> str:
+    """:func:`fingerprint` of the flash models with a window, a softcap and sinks: the disk
+    cache keys a variant's band by both (a changed variant path measures anew)."""
+    from flashbench.bands.measure import band_dtypes
+
+    q, k, v = make_qkv(Shape(1, 2, 16, 40, 16), "normal", 7)
+    h = hashlib.sha256()
+    for dtype in band_dtypes():
+        if dtype in numerics.GRAD_DTYPES:  # the fp8 models take causal only
+            for x in numerics.flash_model(q, k, v, dtype, block=16, causal=True,
+                                          window=(9, 0), softcap=3.0, sinks=[0.5, -1.0]):
+                h.update(np.ascontiguousarray(np.asarray(x, dtype=np.float64)).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_file(key: str, seeds: int, variant: bool) -> Path:
     root = Path(os.environ.get("FLASHBENCH_CACHE", Path.home() / ".cache" / "flashbench"))
-    name = hashlib.sha256(f"{key}|{seeds}|{fingerprint()}".encode()).hexdigest()[:24]
+    prints = f"{fingerprint()}|{variant_fingerprint()}" if variant else fingerprint()
+    name = hashlib.sha256(f"{key}|{seeds}|{prints}".encode()).hexdigest()[:24]
     return root / "bands" / f"{name}.json"
 
 
 _MEMO: dict[tuple, dict] = {}
 
 
-def case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = False,
-              table: str | Path | None = None, cache: bool = True) -> dict:
+def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
+              grad: bool = False, table: str | Path | None = None, cache: bool = True, *,
+              window: tuple[int, int] = (-1, -1), softcap: float | None = None,
+              sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
     """The band of one case: the shipped table's entry (``source`` "table"), else the disk
-    cache's or a new measurement (``source`` "measured"; module docstring)."""
-    _check(shape, dist, causal, dtype, grad)
-    key = band_key(shape, dist, causal, dtype, grad)
+    cache's or a new measurement (``source`` "measured"; module docstring). ``window``,
+    ``softcap``, ``sinks``, ``varlen``: the case's variant (:func:`measure_case_band`), in
+    the key."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
+    prec = _check(shape, dist, causal, dtype, grad, **variant)
+    key = band_key(shape, dist, causal, prec, grad, **variant)
     shipped = _table(None if table is None else str(table)).get(key)
     if shipped is not None:
         return {"key": key, "source": "table", **shipped}
     memo = (key, band_seeds(shape))
     if memo in _MEMO:
         return _MEMO[memo]
-    path = _cache_file(key, band_seeds(shape)) if cache else None
+    plain = tuple(window) == (-1, -1) and softcap is None and not sinks and varlen is None
+    path = _cache_file(key, band_seeds(shape), not plain) if cache else None
     if path is not None and path.is_file():
         try:
             band = json.loads(path.read_text())
@@ -219,7 +299,7 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str, grad: bool = Fa
                 return band
         except (OSError, ValueError):
             pass  # an unreadable cache entry is measured again
-    band = measure_case_band(shape, dist, causal, dtype, grad)
+    band = measure_case_band(shape, dist, causal, prec, grad, **variant)
     _MEMO[memo] = band
     if path is not None:
         try:

@@ -56,7 +56,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import REL_FLOOR, to_numpy
 from flashbench.inputs import precision
-from flashbench.inputs.precision import DTYPES, get_precision
+from flashbench.inputs.precision import DTYPES, Precision, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS, Shape, make_qkv
 
 __all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Band", "storage_key",
@@ -163,17 +163,17 @@ def band_dtypes() -> tuple[str, ...]:
     return tuple(found)
 
 
-def caller_inputs(dtype: str, x: np.ndarray) -> np.ndarray:
+def caller_inputs(dtype: str | Precision, x: np.ndarray) -> np.ndarray:
     """``x`` as a caller of a ``dtype`` kernel holds it, in float64: rounded to the
     storage format (float32 for tf32), unrounded for the fp8 dtypes (their models
-    quantise with their own scales)."""
+    quantise with their own scales). ``dtype``: a name or its Precision."""
     prec = get_precision(dtype)
     if prec.name in _SELF_QUANTISING:
         return x
     return prec.store(x).astype(np.float64)
 
 
-def storage_key(dtype: str):
+def storage_key(dtype: str | Precision):
     """What a ``dtype`` kernel's inputs are rounded to (dtypes with one key share inputs)."""
     prec = get_precision(dtype)
     return "unrounded" if prec.name in _SELF_QUANTISING else np.dtype(prec.storage).name
@@ -250,22 +250,22 @@ def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None
     return tuple(np.concatenate([d[i] for d in draws]) for i in range(3))
 
 
-def _backend_output(name: str, dtype: str, inputs, causal: bool, say):
-    """(o, lse) of backend ``name`` in ``dtype`` as NumPy, or None (and why, via say)."""
+def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
+    """(o, lse) of backend ``name`` in ``prec`` as NumPy, or None (and why, via say)."""
     from flashbench.backends import get_backend
 
     backend = get_backend(name)
-    if dtype not in backend.dtypes:
+    if prec.name not in backend.dtypes:
         return None
     reason = backend.unavailable()
     if reason is not None:
-        say(f"  {name} {dtype}: skipped: {reason}")
+        say(f"  {name} {prec.name}: skipped: {reason}")
         return None
     import torch
 
     from flashbench.kernels.checks import torch_dtype
 
-    tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in inputs]
+    tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in inputs]
     o, lse = backend(*tensors, causal=causal)
     return to_numpy(o), to_numpy(lse)
 
@@ -284,7 +284,7 @@ def _seed_list(seeds) -> tuple[int, ...]:
     return out
 
 
-def measure_bands(dtypes: Sequence[str] | None = None, ns: Sequence[int] = BAND_N,
+def measure_bands(dtypes: Sequence[str | Precision] | None = None, ns: Sequence[int] = BAND_N,
                   dists: Sequence[str] = DISTRIBUTIONS, causal: Sequence[bool] = (False, True),
                   seeds: int | Sequence[int] = SEEDS, kernels: Sequence[str] = ("flash_model",),
                   versus: Sequence[str] = ("fp64",), rows_per_seed: int = ROWS_PER_SEED,
@@ -301,10 +301,10 @@ def measure_bands(dtypes: Sequence[str] | None = None, ns: Sequence[int] = BAND_
     seed and per head (:func:`cell_shape`; ``rows=N`` draws square problems). Returns
     Band records, O and LSE for each.
     """
-    dtypes = band_dtypes() if dtypes is None else tuple(dtypes)
-    for name in dtypes:
-        if get_precision(name).name == "fp64":
-            raise ValueError("dtype fp64 has no band: its models equal the reference")
+    # the door: each name becomes its Precision here, once
+    precs = tuple(get_precision(d) for d in (band_dtypes() if dtypes is None else dtypes))
+    if any(p.name == "fp64" for p in precs):
+        raise ValueError("dtype fp64 has no band: its models equal the reference")
     seed_ids = _seed_list(seeds)
     bad = [v for v in versus if v not in VERSUS]
     if bad or not versus:
@@ -321,12 +321,12 @@ def measure_bands(dtypes: Sequence[str] | None = None, ns: Sequence[int] = BAND_
         for cell in cells:
             say(f"N={cell.n} {cell.dist}{' causal' if cell.causal else ''}")
             inputs = _draw(cell, seed_ids, rows_per_seed, rows)
-            bands += _measure_cell(cell, inputs, dtypes, len(seed_ids), tuple(kernels),
+            bands += _measure_cell(cell, inputs, precs, len(seed_ids), tuple(kernels),
                                    tuple(versus), block, say)
     return bands
 
 
-def _measure_cell(cell, qkv, dtypes, n_seeds, kernels, versus, block, say):
+def _measure_cell(cell, qkv, precs: Sequence[Precision], n_seeds, kernels, versus, block, say):
     q, k, v = qkv
     refs: dict = {}
 
@@ -336,18 +336,17 @@ def _measure_cell(cell, qkv, dtypes, n_seeds, kernels, versus, block, say):
         return refs[key]
 
     out: list[Band] = []
-    for dtype in dtypes:
-        eps = get_precision(dtype).eps
-        inputs = tuple(caller_inputs(dtype, x) for x in (q, k, v))
-        ref = ref_of(storage_key(dtype), inputs)
-        std = numerics.standard_model(inputs[0], inputs[1], inputs[2], dtype, causal=cell.causal)
+    for prec in precs:
+        inputs = tuple(caller_inputs(prec, x) for x in (q, k, v))
+        ref = ref_of(storage_key(prec), inputs)
+        std = numerics.standard_model(inputs[0], inputs[1], inputs[2], prec, causal=cell.causal)
         outputs = {"standard_model": std}
         for name in kernels:
             if name == "flash_model":
-                outputs[name] = numerics.flash_model(*inputs, dtype, block=block,
+                outputs[name] = numerics.flash_model(*inputs, prec, block=block,
                                                      causal=cell.causal)
             elif name != "standard_model":
-                got = _backend_output(name, dtype, inputs, cell.causal, say)
+                got = _backend_output(name, prec, inputs, cell.causal, say)
                 if got is not None:
                     outputs[name] = got
         against = {"fp64": ref}
@@ -372,8 +371,8 @@ def _measure_cell(cell, qkv, dtypes, n_seeds, kernels, versus, block, say):
                             std_max[tensor] = seed_max
                         else:
                             ratio = _ratios(seed_max, std_max[tensor])
-                    out.append(Band(kernel, dtype, cell.n, cell.dist, cell.causal, tensor, vs,
-                                    n_seeds, eps=eps, **stats, **ratio))
+                    out.append(Band(kernel, prec.name, cell.n, cell.dist, cell.causal, tensor,
+                                    vs, n_seeds, eps=prec.eps, **stats, **ratio))
     return out
 
 

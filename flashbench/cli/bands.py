@@ -104,11 +104,14 @@ def run(args) -> int:
 
 def _measure(args, say):
     from flashbench.bands.measure import HEAD_DIM, ROWS_PER_SEED, measure_bands
+    from flashbench.inputs.precision import get_precision
 
+    # the door: each --dtype name becomes its Precision here, once (None: the default set)
+    dtypes = None if args.dtype is None else [get_precision(d) for d in args.dtype]
     causal = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
     versus = ("fp64", "standard_model") + (("fp64-unrounded",) if args.unrounded else ())
     t0 = time.perf_counter()
-    bands = measure_bands(dtypes=args.dtype, ns=args.n, dists=args.dist, causal=causal,
+    bands = measure_bands(dtypes=dtypes, ns=args.n, dists=args.dist, causal=causal,
                           seeds=args.seeds, kernels=args.kernels, versus=versus, say=say)
     meta = {"seconds": time.perf_counter() - t0, "seeds": args.seeds,
             "rows_per_seed": ROWS_PER_SEED, "head_dim": HEAD_DIM,

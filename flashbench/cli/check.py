@@ -15,7 +15,7 @@ from flashbench.cli.common import (
     positive_int,
     seed,
 )
-from flashbench.inputs.precision import CHECK_DTYPES, DTYPES
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 
 
@@ -112,8 +112,8 @@ def add_parser(sub) -> None:
     c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
                    metavar="SECONDS",
                    help="per-call time limit of a user's kernel (its import, each forward, "
-                   "each backward), after which it FAILs and its later calls are not run "
-                   f"(default {DEFAULT_TIME_LIMIT:g})")
+                   "each backward, each decode), after which it FAILs and its later calls "
+                   f"are not run (default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
@@ -193,6 +193,8 @@ def _grad_cases(args, cases):
 
 
 def run(args) -> int:
+    # the door: each --dtype name becomes its Precision here, once; every layer below takes it
+    args.dtype = [get_precision(d) for d in distinct(args.dtype, "--dtype", "check")]
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
@@ -204,7 +206,6 @@ def run(args) -> int:
     from flashbench.measure.check import render_text, run_check
     from flashbench.measure.footprint import too_big
 
-    args.dtype = distinct(args.dtype, "--dtype", "check")
     args.dist = distinct(args.dist, "--dist", "check")
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "ODD_SHAPES"]
+__all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "make_varlen_qkv", "ODD_SHAPES"]
 
 DISTRIBUTIONS = ("normal", "outliers", "large-logits")
 
@@ -143,6 +143,19 @@ def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float
     k = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.d), dist, logit_std, "k")
     v = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v), dist, logit_std, "v")
     return q, k, v
+
+
+def make_varlen_qkv(lengths, shape: Shape, dist: str = "normal", seed: int = 0):
+    """A packed batch (FlashAttention's varlen layout) of sequences of ``lengths`` (queries
+    and keys alike) with ``shape``'s H, Hkv, d, dv: (q, k, v [total, heads, d] float64,
+    cu_seqlens int64 [len + 1]), drawn as one sequence of ``total`` rows by
+    :func:`make_qkv` and cut at cu_seqlens."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    packed = Shape(1, shape.H, total, total, shape.d, shape.dv, Hkv=shape.Hkv)
+    q, k, v = (np.ascontiguousarray(np.swapaxes(x[0], 0, 1))
+               for x in make_qkv(packed, dist, seed))
+    return q, k, v, np.concatenate([[0], np.cumsum(lengths)])
 
 
 # Shapes that catch tail-block, mask-alignment and head-dim bugs.

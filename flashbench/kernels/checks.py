@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from flashbench.inputs.precision import PRECISIONS, get_precision
+from flashbench.inputs.precision import PRECISIONS, Precision, get_precision
 from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "check_tensors",
@@ -37,12 +37,13 @@ class GroupedKVError(ValueError):
     """k, v have fewer heads than q, and the kernel takes only Hkv == H."""
 
 
-def torch_dtype(dtype: str) -> torch.dtype:
-    """The torch dtype that holds tensors of precision ``dtype`` (see
-    :mod:`flashbench.inputs.precision`); ValueError for names torch cannot store."""
-    name = get_precision(dtype).torch_name
+def torch_dtype(dtype: str | Precision) -> torch.dtype:
+    """The torch dtype that holds tensors of precision ``dtype`` (a name or its Precision:
+    :mod:`flashbench.inputs.precision`); ValueError for those torch cannot store."""
+    prec = get_precision(dtype)
+    name = prec.torch_name
     if name is None or not hasattr(torch, name):
-        raise ValueError(f"dtype {dtype!r} has no torch storage dtype in this torch "
+        raise ValueError(f"dtype {prec.name!r} has no torch storage dtype in this torch "
                          f"{torch.__version__}")
     return getattr(torch, name)
 

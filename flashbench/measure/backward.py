@@ -32,6 +32,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import GRAD_FACTOR, judge_gradient
 from flashbench.bands.measure import caller_inputs
+from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.measure.forward import (
@@ -156,25 +157,25 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
     return out
 
 
-def _grad_accuracy(case, kernel, dtype, grads, std, ref, fallback, peer=False, *,
+def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, peer=False, *,
                    bands: CaseBands) -> GradAccuracy:
     """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
     yardstick where the standard backward overflowed; ``bands``: the case's band side
     (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``)."""
     fields, baseline, yardsticks = {}, {}, {}
     for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
-        j = judge_gradient(g, s, r, dtype, fallback=lambda i=i: fallback()[i])
+        j = judge_gradient(g, s, r, prec, fallback=lambda i=i: fallback()[i])
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    rules = combine(baseline, bands.judge(dtype, grads, GRADS), GRAD_FACTOR)
-    return GradAccuracy(case, kernel, dtype, peer=peer, yardsticks=yardsticks or None,
+    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR)
+    return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
 
 
-def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
+def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
     (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
     user's function: in its worker; no variant). BackendFailed when the call changed its
@@ -185,8 +186,8 @@ def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
     from flashbench.backends.outputs import modified_inputs, snapshot
 
     # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32, twice)
-    given = handed(dtype, *(caller_inputs(dtype, x) for x in (q, k, v)))
-    grad_o = handed(dtype, caller_inputs(dtype, do))[0]
+    given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v)))
+    grad_o = handed(prec, caller_inputs(prec, do))[0]
     saved = snapshot(*given, grad_o)
     if backend.grads is not None:
         grads = backend.grads(*given, grad_o, causal=causal)
@@ -202,7 +203,7 @@ def _autograd(backend, q, k, v, do, dtype, causal, variant=None):
     return grads
 
 
-def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
+def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
                       seed: int = 0, block: int = 64,
                       say: Callable[[str], None] = lambda msg: None, inputs=None,
                       ref=None,
@@ -210,7 +211,8 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
     """Judge each kernel's gradients in each dtype (module docstring).
 
     ``kernels``: "flash_model" and/or backend names; backends that are not
-    differentiable, or do not take a dtype, get no record. ``inputs``: (q, k, v, do)
+    differentiable, or do not take a dtype, get no record. ``dtypes``: names or their
+    Precisions (resolved once, here). ``inputs``: (q, k, v, do)
     when the caller has them (else from ``case``, ``seed`` and :func:`grad_output`);
     ``ref``: their float64 (dq, dk, dv). dtypes without a backward model (fp64, fp8)
     are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
@@ -226,17 +228,19 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
         ref = reference.attention_grad(q, k, v, do, **kw)
     ref = ref[:3]  # dsinks (with sinks) is not tabled
     records: list[GradAccuracy | Unavailable | Failed] = []
-    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule and variant is None)
-    for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
-        std = numerics.standard_model_grad(q, k, v, do, dtype, **kw)[:3]
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
+    precs = (get_precision(d) for d in dtypes)  # the door: names become Precisions, once
+    for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = numerics.standard_model_grad(q, k, v, do, prec, **kw)[:3]
         # the flash model backward in this dtype: its own record, and the yardstick of the
         # ratios where the standard backward overflowed (computed once, when first asked)
-        flash = functools.cache(lambda dtype=dtype: numerics.flash_model_grad(
-            q, k, v, do, dtype, block=block, **kw)[:3])
+        flash = functools.cache(lambda prec=prec: numerics.flash_model_grad(
+            q, k, v, do, prec, block=block, **kw)[:3])
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}")
-                records.append(_grad_accuracy(case, name, dtype, flash(), std, ref, flash,
+                records.append(_grad_accuracy(case, name, prec, flash(), std, ref, flash,
                                               bands=bands))
                 continue
             backend = get_backend(name)
@@ -249,7 +253,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 continue
             say(f"  {name} backward {dtype}")
             try:
-                grads = _autograd(backend, q, k, v, do, dtype, case.causal, variant)
+                grads = _autograd(backend, q, k, v, do, prec, case.causal, variant)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
@@ -261,6 +265,6 @@ def measure_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
                 records.append(Failed(case, name, dtype, f"backward raised "
                                       f"{type(exc).__name__}: {exc}", peer=backend.peer))
                 continue
-            records.append(_grad_accuracy(case, name, dtype, grads, std, ref, flash, bands=bands,
+            records.append(_grad_accuracy(case, name, prec, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer))
     return records

@@ -2,58 +2,71 @@
 
 :mod:`flashbench.measure.forward` and :mod:`.backward` judge each kernel by both rules;
 this module holds the band rule's part, so that each needs a line or two. For one case
-(and its inputs) :class:`CaseBands` makes, once and only when first asked, per dtype: the
-band (:func:`flashbench.bands.case.case_band`: the shipped table's, else measured and
-cached) and the float64 reference of the inputs as a dtype's kernel receives them
-(rounded to its storage format; fp8 kernels quantise themselves), against which the band
-rule measures the kernel (:func:`flashbench.accuracy.bandrule.band_rule`).
-:func:`combine` joins both rules into the record's fields.
+(and its inputs) :class:`CaseBands` makes, once and only when first asked, per precision:
+the band (:func:`flashbench.bands.case.case_band`: the shipped table's, else measured with
+the case's variant and cached) and the float64 reference (with that variant) of the inputs
+as a dtype's kernel receives them (rounded to its storage format; fp8 kernels quantise
+themselves), against which the band rule measures the kernel
+(:func:`flashbench.accuracy.bandrule.band_rule`). :func:`combine` joins both rules into the
+record's fields. Precisions arrive resolved (:class:`~flashbench.inputs.precision.Precision`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from flashbench import reference
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import BandVerdict, band_rule, rules_disagree
 from flashbench.bands.case import case_band
 from flashbench.bands.measure import caller_inputs, storage_key
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import Precision
 
 __all__ = ["CaseBands", "combine"]
 
 
 class CaseBands:
     """Bands and rounded-input references of one case (module docstring). ``inputs``: the
-    float64 (q, k, v), or (q, k, v, do) with ``grad=True``. ``apply`` False: inputs not
-    drawn from the case's distribution, which the band describes: no band verdicts."""
+    float64 (q, k, v) (packed [total, heads, d] for a varlen case), or (q, k, v, do) with
+    ``grad=True``; ``seed``: the inputs' (the
+    case's keywords, :meth:`~flashbench.measure.forward.Case.kwargs`, draw its sinks from
+    it). ``apply`` False: inputs not drawn from the case's distribution, which the band
+    describes: no band verdicts."""
 
-    def __init__(self, case, inputs, grad: bool = False, apply: bool = True):
+    def __init__(self, case, inputs, grad: bool = False, apply: bool = True, seed: int = 0):
         self.case, self.inputs, self.grad, self.apply = case, tuple(inputs), grad, apply
+        self.kwargs = case.kwargs(seed)
         self._refs: dict = {}
         self._bands: dict = {}
 
-    def band(self, dtype: str) -> dict:
-        if dtype not in self._bands:
+    def band(self, prec: Precision) -> dict:
+        if prec.name not in self._bands:
             c = self.case
-            self._bands[dtype] = case_band(c.shape, c.dist, c.causal, dtype, grad=self.grad)
-        return self._bands[dtype]
+            self._bands[prec.name] = case_band(c.shape, c.dist, c.causal, prec, grad=self.grad,
+                                               window=c.window, softcap=c.softcap,
+                                               sinks=c.sinks, varlen=c.varlen)
+        return self._bands[prec.name]
 
-    def reference(self, dtype: str):
-        key = storage_key(dtype)
+    def reference(self, prec: Precision):
+        key = storage_key(prec)
         if key not in self._refs:
-            given = [caller_inputs(dtype, x) for x in self.inputs]
-            causal = self.case.causal
-            self._refs[key] = (reference.attention_grad(*given, causal=causal) if self.grad
-                               else reference.attention(*given, causal=causal))
+            given = [caller_inputs(prec, x) for x in self.inputs]
+            if self.case.varlen is not None:  # a packed batch [total, heads, d]
+                cu = np.concatenate([[0], np.cumsum(self.case.varlen)])
+                self._refs[key] = reference.varlen_attention(*given, cu, cu, **self.kwargs)
+            elif self.grad:
+                self._refs[key] = reference.attention_grad(*given, **self.kwargs)[:3]
+            else:
+                self._refs[key] = reference.attention(*given, **self.kwargs)
         return self._refs[key]
 
-    def judge(self, dtype: str, out, tensors) -> dict[str, BandVerdict] | None:
+    def judge(self, prec: Precision, out, tensors) -> dict[str, BandVerdict] | None:
         """{tensor: BandVerdict} for the kernel outputs ``out`` (indexed like ``tensors``:
         ("o", "lse") or ("dq", "dk", "dv")); None where the band rule is off (``apply``) or
         has no band (fp64)."""
-        if not self.apply or get_precision(dtype).name == "fp64":
+        if not self.apply or prec.name == "fp64":
             return None  # fp64: the flash model equals the reference, there is no band
-        band, ref = self.band(dtype), self.reference(dtype)
+        band, ref = self.band(prec), self.reference(prec)
         return {t: band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
                              self.case.dist, band["source"])
                 for i, t in enumerate(tensors) if t is not None}

@@ -38,7 +38,7 @@ import numpy as np
 from tabulate import tabulate
 
 from flashbench import reference
-from flashbench.inputs.precision import CHECK_DTYPES
+from flashbench.inputs.precision import CHECK_DTYPES, Precision, get_precision
 from flashbench.inputs.problem import make_qkv
 from flashbench.measure.backward import (
     GRADS,
@@ -70,30 +70,30 @@ def _progress_printer(enabled: bool) -> Callable[[str], None]:
     return say
 
 
-def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK_DTYPES,
+def run_check(cases: Sequence[Case] | None = None,
+              dtypes: Sequence[str | Precision] = CHECK_DTYPES,
               seed: int = 0, block: int = 64, backends: Sequence[str] = (),
               progress: bool = True, grad_cases: Sequence[Case] | None = None,
               time_limit: float | None = None) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
-    ``backends``: backend names to judge beside the flash model (``flashbench check``
-    passes every available one but the float64 reference itself).
+    ``dtypes``: precision names or their Precisions, resolved once, here (every layer
+    below takes the Precision). ``backends``: backend names to judge beside the flash
+    model (``flashbench check`` passes every available one but the float64 reference).
     ``grad_cases``: where gradients are judged; None means
     :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
     appears among ``cases``), ``()`` none. ``time_limit``: seconds a user's kernel may
     take per call (its worker's limit; None: :data:`flashbench.backends.worker.
     DEFAULT_TIME_LIMIT`); the workers stop when the check ends.
     """
-    from flashbench.backends import user, worker
+    from flashbench.backends import user
 
-    worker.set_time_limit(worker.DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
-    try:
-        return _run(cases, dtypes, seed, block, backends, progress, grad_cases)
-    finally:
-        user.release()
+    precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
+    with user.session(time_limit):
+        return _run(cases, precs, seed, block, backends, progress, grad_cases)
 
 
-def _run(cases, dtypes, seed, block, backends, progress, grad_cases) -> dict:
+def _run(cases, dtypes: list[Precision], seed, block, backends, progress, grad_cases) -> dict:
     cases = default_cases() if cases is None else list(cases)
     say = _progress_printer(progress)
     report = {"meta": _meta(seed, block, dtypes), "exactness": [], "dtypes": [],
@@ -170,10 +170,11 @@ def overall_passed(report: dict) -> bool:
                     for r in report.get("gradients", ())))
 
 
-def _meta(seed: int, block: int, dtypes) -> dict:
+def _meta(seed: int, block: int, dtypes: list[Precision]) -> dict:
     import torch
 
-    return {"seed": seed, "block": block, "dtypes": list(dtypes), "exact_tol": EXACT_TOL,
+    return {"seed": seed, "block": block, "dtypes": [p.name for p in dtypes],
+            "exact_tol": EXACT_TOL,
             "python": platform.python_version(), "numpy": np.__version__,
             "torch": torch.__version__, "machine": platform.node(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -329,8 +330,8 @@ def _band_notes(rows) -> list[str]:
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['disagreement']}")
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}
     if "measured" in sources:
-        out.append("   bands measured on the fly for cases outside the shipped table "
-                   "(flashbench.bands.case; cached)")
+        out.append("   bands measured on the fly for cases outside the shipped table, a "
+                   "variant's with the flash model run with it (flashbench.bands.case; cached)")
     return out
 
 

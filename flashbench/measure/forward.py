@@ -31,6 +31,7 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import BASELINE_FACTOR, error_stats, judge
 from flashbench.bands.measure import caller_inputs
+from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands, combine
@@ -254,13 +255,14 @@ def _yardsticks(verdicts: dict) -> dict | None:
     return odd or None
 
 
-def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
+def _accuracy(case: Case, kernel: str, prec: Precision, out, std, ref, fallback=None,
               own_lse: bool = True, peer: bool = False, *, bands: CaseBands | None = None,
               **extra) -> Accuracy:
-    """The record of one kernel's (o, lse); ``own_lse`` False: its op returned no LSE (a
-    stand-in fills ``out[1]``): judged on O only (the LSE note says why). ``bands``: the
-    case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's side)."""
-    j = judge(out, std, ref, dtype, fallback=fallback)
+    """The record of one kernel's (o, lse) in ``prec``; ``own_lse`` False: its op returned
+    no LSE (a stand-in fills ``out[1]``): judged on O only (the LSE note says why).
+    ``bands``: the case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's
+    side)."""
+    j = judge(out, std, ref, prec, fallback=fallback)
     verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
     note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
     shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE
@@ -268,8 +270,8 @@ def _accuracy(case: Case, kernel: str, dtype: str, out, std, ref, fallback=None,
         del verdicts["lse"]
     judged = ("o",) if note is not None else ("o", "lse")
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
-                    None if bands is None else bands.judge(dtype, out, judged), BASELINE_FACTOR)
-    return Accuracy(case, kernel, dtype, o=j["o"]["kernel"],
+                    None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR)
+    return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
                     o_ratio=j["o"]["verdict"].ratio,
@@ -294,7 +296,7 @@ def private(*arrays) -> tuple:
     return tuple(out)
 
 
-def handed(precision: str, *arrays) -> list:
+def handed(precision: str | Precision, *arrays) -> list:
     """Fresh torch copies of ``arrays`` in ``precision`` for one backend call: whatever a
     backend does to them reaches no other backend and none of the harness's arrays."""
     import torch
@@ -304,20 +306,21 @@ def handed(precision: str, *arrays) -> list:
     return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]
 
 
-def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
-                     block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                     inputs=None, ref=None,
+def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
+                     seed: int = 0, block: int = 64,
+                     say: Callable[[str], None] = lambda msg: None, inputs=None, ref=None,
                      band_rule: bool = True) -> list[Accuracy | Unavailable]:
     """Judge each kernel in each dtype against the float64 reference and standard_model.
 
+    ``dtypes``: names or their Precisions (resolved once, here).
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
     (else drawn from ``case`` and ``seed``); every backend call gets its own copies
     (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
     ``band_rule`` False: ``inputs`` not drawn from ``case.dist`` (hand-made): the band
-    rule, whose band describes that distribution, is left out (as for the attention
-    variants, whose bands are not measured yet) and the records judge by the baseline
-    rule alone. Returns one record per kernel x dtype,
+    rule, whose band describes that distribution, is left out and the records judge by the
+    baseline rule alone (a case's variant is measured into its band:
+    :mod:`flashbench.bands.case`). Returns one record per kernel x dtype,
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
@@ -327,21 +330,22 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
     kw, variant = case.kwargs(seed), case.variant(seed)
     ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []
-    bands = CaseBands(case, (q, k, v), apply=band_rule and variant is None)
-    for dtype in dtypes:
-        std = numerics.standard_model(q, k, v, dtype, **kw)
+    bands = CaseBands(case, (q, k, v), apply=band_rule, seed=seed)
+    for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = numerics.standard_model(q, k, v, prec, **kw)
         # the flash model in this dtype: its own record, and the yardstick of the ratios
         # where the standard model overflowed (computed once, when first asked for)
-        flash = functools.cache(partial(numerics.flash_model, q, k, v, dtype, block=block,
+        flash = functools.cache(partial(numerics.flash_model, q, k, v, prec, block=block,
                                         **kw))
         for name in kernels:
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
                 out = flash()
                 records.append(_accuracy(
-                    case, name, dtype, out, std, ref, fallback=flash, bands=bands,
-                    streamed_vs_oneshot_o=error_stats(out[0], std[0], dtype),
-                    streamed_vs_oneshot_lse=error_stats(out[1], std[1], dtype)))
+                    case, name, prec, out, std, ref, fallback=flash, bands=bands,
+                    streamed_vs_oneshot_o=error_stats(out[0], std[0], prec),
+                    streamed_vs_oneshot_lse=error_stats(out[1], std[1], prec)))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes:
@@ -351,7 +355,8 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype}")
-            given = backend.inputs or dtype  # fp8 kernels quantise fp32 inputs themselves
+            # fp8 kernels quantise fp32 inputs themselves
+            given = prec if backend.inputs is None else get_precision(backend.inputs)
             # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
             # (twice), and every kernel must get the values the models and bands use
             given_qkv = (caller_inputs(given, x) for x in (q, k, v))
@@ -365,7 +370,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str], kernels: Sequence[str], 
                 records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
                                       peer=backend.peer))
                 continue
-            rec = _accuracy(case, name, dtype, out, std, ref, fallback=flash,
+            rec = _accuracy(case, name, prec, out, std, ref, fallback=flash,
                             own_lse=getattr(out, "own_lse", True), peer=backend.peer,
                             bands=bands)
             if not rec.passed and with_note("", backend, dtype):

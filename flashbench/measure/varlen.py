@@ -6,19 +6,18 @@ drawn as one sequence of ``total`` rows by :func:`flashbench.inputs.make_qkv` an
 ``cu_seqlens``). The reference, the exactness (streamed vs one-shot) and the two precision
 models run per sequence (:func:`flashbench.reference.varlen.per_sequence`); backends run
 their ``varlen`` callable, and one without it is "not applicable". The records are those
-of :mod:`flashbench.measure.forward`, judged by the same baseline rule.
+of :mod:`flashbench.measure.forward`, judged by the same two rules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-
-import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
-from flashbench.inputs.problem import make_qkv
+from flashbench.inputs.precision import Precision, get_precision
+from flashbench.inputs.problem import make_varlen_qkv
+from flashbench.measure.bandjudge import CaseBands
 from flashbench.measure.forward import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
@@ -41,13 +40,9 @@ VARIANT_SET = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},
 
 
 def varlen_inputs(case: Case, seed: int = 0):
-    """(q, k, v, cu_seqlens) of a varlen case: float64 [total, heads, d], int64 [B + 1]."""
-    lengths = np.asarray(case.varlen, dtype=np.int64)
-    total = int(lengths.sum())
-    shape = replace(case.shape, B=1, Nq=total, Nk=total)
-    q, k, v = (np.ascontiguousarray(np.swapaxes(x[0], 0, 1))
-               for x in make_qkv(shape, case.dist, seed))
-    return q, k, v, np.concatenate([[0], np.cumsum(lengths)])
+    """(q, k, v, cu_seqlens) of a varlen case: float64 [total, heads, d], int64 [B + 1]
+    (:func:`flashbench.inputs.problem.make_varlen_qkv`)."""
+    return make_varlen_qkv(case.varlen, case.shape, case.dist, seed)
 
 
 def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
@@ -59,10 +54,13 @@ def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
             for what, st in diffs.items()]
 
 
-def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
-                   block: int = 64, say: Callable[[str], None] = lambda msg: None,
-                   inputs=None, ref=None):
-    """:func:`flashbench.measure.forward.measure_accuracy` for a packed batch."""
+def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
+                   seed: int = 0, block: int = 64,
+                   say: Callable[[str], None] = lambda msg: None, inputs=None, ref=None,
+                   band_rule: bool = True):
+    """:func:`flashbench.measure.forward.measure_accuracy` for a packed batch (``dtypes``:
+    names or their Precisions, resolved once, here): both rules, the band that of the flash
+    model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     import torch
 
     from flashbench.backends import BackendUnavailable, get_backend
@@ -72,17 +70,18 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
     kw = case.kwargs(seed)
     ref = reference.varlen_attention(q, k, v, cu, cu, **kw) if ref is None else ref
     records = []
-    for dtype in dtypes:
-        std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=dtype, **kw)
-        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=dtype, block=block,
+    bands = CaseBands(case, (q, k, v), apply=band_rule, seed=seed)
+    for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=prec, **kw)
+        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
                              **kw)
         for name in kernels:
             if name == "flash_model":
-                records.append(_accuracy(case, name, dtype, flash, std, ref, fallback=flash,
-                                         streamed_vs_oneshot_o=error_stats(flash[0], std[0],
-                                                                           dtype),
-                                         streamed_vs_oneshot_lse=error_stats(flash[1], std[1],
-                                                                             dtype)))
+                records.append(_accuracy(
+                    case, name, prec, flash, std, ref, fallback=flash, bands=bands,
+                    streamed_vs_oneshot_o=error_stats(flash[0], std[0], prec),
+                    streamed_vs_oneshot_lse=error_stats(flash[1], std[1], prec)))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes:
@@ -97,7 +96,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype} varlen")
-            given = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
+            given = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
             given = [t.to(backend.device(t.device)) for t in given]
             try:
                 o, lse = backend.varlen(*given, cu, cu, **kw)
@@ -114,6 +113,6 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
                                       f"{out[1].shape}; expected {ref[0].shape}, "
                                       f"{ref[1].shape}", peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
-                                     peer=backend.peer))
+            records.append(_accuracy(case, name, prec, out, std, ref, fallback=flash,
+                                     peer=backend.peer, bands=bands))
     return records

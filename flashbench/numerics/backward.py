@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.inputs.precision import FP8_DTYPES, PRECISIONS, get_precision
+from flashbench.inputs.precision import FP8_DTYPES, PRECISIONS, Precision, get_precision
 from flashbench.inputs.validation import (
     attention_shape,
     check_block,
@@ -76,7 +76,8 @@ __all__ = ["flash_model_grad", "standard_model_grad", "GRAD_DTYPES"]
 GRAD_DTYPES = tuple(name for name in PRECISIONS if name not in FP8_DTYPES)
 
 
-def _precision(dtype):
+def _precision(dtype: str | Precision) -> Precision:
+    """The door of both models: a name becomes its Precision here, once."""
     prec = get_precision(dtype)
     if prec.name not in GRAD_DTYPES:
         raise ValueError(f"dtype must be one of {list(GRAD_DTYPES)} for the backward "
@@ -84,7 +85,8 @@ def _precision(dtype):
     return prec
 
 
-def _inputs(q, k, v, do, dtype, causal, scale, window, softcap, sinks, check_finite):
+def _inputs(q, k, v, do, dtype: str | Precision, causal, scale, window, softcap, sinks,
+            check_finite):
     prec = _precision(dtype)
     q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
                                             check_finite)
@@ -93,13 +95,13 @@ def _inputs(q, k, v, do, dtype, causal, scale, window, softcap, sinks, check_fin
     return prec, q, k, v, do, variant, scale, sink
 
 
-def _sink_grad(prec, sink, lse, o, do):
+def _sink_grad(prec: Precision, sink, lse, o, do):
     """dsinks [H] from the model's forward O, LSE, in the compute dtype, stored in T."""
     return prec.store(sink_grad(sink, np.asarray(lse, np.float64), np.asarray(o, np.float64),
                                 np.asarray(do, np.float64)).astype(prec.compute))
 
 
-def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = False,
+def flash_model_grad(q, k, v, do, dtype: str | Precision, block: int = 64, causal: bool = False,
                      scale: float | None = None, window: tuple[int, int] = (-1, -1),
                      softcap: float | None = None, sinks=None, check_finite: bool = False):
     """Model of a FlashAttention-2 backward computing in ``dtype`` (module docstring).
@@ -111,7 +113,7 @@ def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = Fa
     block = check_block(block)
     prec, q, k, v, do, variant, scale, sink = _inputs(q, k, v, do, dtype, causal, scale,
                                                       window, softcap, sinks, check_finite)
-    o, lse = flash_model(q, k, v, prec.name, block=block, causal=variant.causal, scale=scale,
+    o, lse = flash_model(q, k, v, prec, block=block, causal=variant.causal, scale=scale,
                          window=window, softcap=softcap, sinks=sinks)
     compute = prec.compute
     o = np.asarray(o).astype(compute)  # O and dO as the kernel reads them from memory
@@ -124,7 +126,7 @@ def flash_model_grad(q, k, v, do, dtype: str, block: int = 64, causal: bool = Fa
     return grads if sink is None else (*grads, _sink_grad(prec, sink, lse, o, do))
 
 
-def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
+def standard_model_grad(q, k, v, do, dtype: str | Precision, causal: bool = False,
                         scale: float | None = None, window: tuple[int, int] = (-1, -1),
                         softcap: float | None = None, sinks=None, check_finite: bool = False):
     """Model of autograd through plain attention in ``dtype`` (module docstring).
@@ -141,12 +143,12 @@ def standard_model_grad(q, k, v, do, dtype: str, causal: bool = False,
     grads = tuple(prec.store(g) for g in grads)
     if sink is None:
         return grads
-    o, lse = standard_model(q, k, v, prec.name, causal=variant.causal, scale=scale,
+    o, lse = standard_model(q, k, v, prec, causal=variant.causal, scale=scale,
                             window=window, softcap=softcap, sinks=sinks)
     return (*grads, _sink_grad(prec, sink, lse, o, prec.stored(do)))
 
 
-def _standard_grad(q, k, v, do, sink, *, variant, scale, prec):
+def _standard_grad(q, k, v, do, sink, *, variant, scale, prec: Precision):
     compute = prec.compute
 
     def store(x):  # round in place to T (values kept in the compute dtype): no extra copy

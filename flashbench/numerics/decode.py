@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.inputs.kvcache import split_bounds
-from flashbench.inputs.precision import get_precision
+from flashbench.inputs.precision import PRECISIONS, Precision, get_precision
 from flashbench.inputs.validation import check_block, split_heads
 from flashbench.numerics.forward import standard_model
 from flashbench.reference.decode import check_decode, merge, sequence_cache
@@ -26,7 +26,8 @@ __all__ = ["split_decode_model", "standard_decode_model", "PARTIAL_DTYPES"]
 PARTIAL_DTYPES = ("fp32", "bf16", "fp16")  # what partial states may be stored in
 
 
-def _sequences(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, prec):
+def _sequences(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+               prec: Precision):
     """Per sequence: (b, n, q [Hkv, G, Nq, d], k, v [Hkv, 1, n, *]) rounded to ``prec``."""
     q, k_cache, v_cache, lens, table, layout, scale = check_decode(
         q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
@@ -56,9 +57,18 @@ def _chunk(q, k, v, n, start, stop, causal, block, scale, round_p):
     return o, lse
 
 
-def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None, dtype: str = "bf16",
-                       causal: bool = False, scale: float | None = None, num_splits: int = 1,
-                       block: int = 64, partials: str = "fp32", lse_dtype: str = "fp32"):
+def _partial(name: str, value) -> Precision:
+    """The Precision of ``partials`` or ``lse_dtype`` (a name or a Precision)."""
+    prec = PRECISIONS.get(value) if isinstance(value, str) else value
+    if not isinstance(prec, Precision) or prec.name not in PARTIAL_DTYPES:
+        raise ValueError(f"{name} must be one of {PARTIAL_DTYPES}, got {value!r}")
+    return prec
+
+
+def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
+                       dtype: str | Precision = "bf16", causal: bool = False,
+                       scale: float | None = None, num_splits: int = 1, block: int = 64,
+                       partials: str | Precision = "fp32", lse_dtype: str | Precision = "fp32"):
     """Model of a split-KV decode kernel computing in ``dtype`` (module docstring).
 
     Arguments as :func:`flashbench.reference.decode_attention`, plus ``dtype`` (fp32,
@@ -67,14 +77,11 @@ def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None, dty
     bf16 or fp16). Returns ``(o [B, Nq, H, dv] in T's storage dtype, lse [B, H, Nq]
     float32)``; a 16-bit LSE that overflows (fp16 past 65504) gives NaN, as a kernel would.
     """
-    prec = get_precision(dtype)
-    store = {}
-    for name, value in (("partials", partials), ("lse_dtype", lse_dtype)):
-        if value not in PARTIAL_DTYPES:
-            raise ValueError(f"{name} must be one of {PARTIAL_DTYPES}, got {value!r}")
-        store[name] = get_precision(value)
+    prec = get_precision(dtype)  # the door: names become Precisions here, once
+    store = {name: _partial(name, value)
+             for name, value in (("partials", partials), ("lse_dtype", lse_dtype))}
     if prec.compute is not np.float32:
-        raise ValueError(f"dtype must be one of fp32, tf32, fp16, bf16, got {dtype!r}")
+        raise ValueError(f"dtype must be one of fp32, tf32, fp16, bf16, got {prec.name!r}")
     block = check_block(block)
     seqs, layout, scale, lens = _sequences(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, scale, prec)
@@ -96,19 +103,20 @@ def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None, dty
 
 
 def standard_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
-                          dtype: str = "bf16", causal: bool = False, scale: float | None = None):
+                          dtype: str | Precision = "bf16", causal: bool = False,
+                          scale: float | None = None):
     """Plain attention in ``dtype`` on each sequence's gathered cache
     (:func:`flashbench.numerics.standard_model`): the baseline rule's yardstick for decode.
     Returns (o [B, Nq, H, dv] in T's storage dtype, lse [B, H, Nq] float32)."""
-    prec = get_precision(dtype)
+    prec = get_precision(dtype)  # the door
     seqs, layout, scale, _ = _sequences(q, k_cache, v_cache, cache_seqlens, block_table,
-                                        causal, scale, get_precision("fp64"))
+                                        causal, scale, PRECISIONS["fp64"])
     o = np.zeros((layout.B, layout.Nq, layout.H, layout.dv), prec.storage)
     lse = np.full((layout.B, layout.H, layout.Nq), -np.inf, np.float32)
     for b, n, qb, k, v in seqs:
         if n == 0:
             continue
-        ob, lb = standard_model(qb, k, v, dtype, causal=causal, scale=scale)
+        ob, lb = standard_model(qb, k, v, prec, causal=causal, scale=scale)
         o[b] = ob.reshape(layout.H, layout.Nq, layout.dv).transpose(1, 0, 2)
         lse[b] = lb.reshape(layout.H, layout.Nq)
     return o, lse

@@ -1,9 +1,9 @@
 """Precision models: where a flash kernel, and a plain framework implementation, round.
 
 Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real
-dtype, usually float64) and a precision name ``dtype`` in
-{"fp64", "fp32", "tf32", "fp16", "bf16"} (see :mod:`flashbench.inputs.precision`), or an
-fp8 name ("fp8" = e4m3, "fp8_e5m2"): those are handed to
+dtype, usually float64) and a precision ``dtype`` (a name or its Precision, resolved
+once at the model's door: :mod:`flashbench.inputs.precision`) in {"fp64", "fp32",
+"tf32", "fp16", "bf16"}, or fp8 ("fp8" = e4m3, "fp8_e5m2"): those are handed to
 :mod:`flashbench.numerics.fp8` (FlashAttention-3's baseline FP8 attention and FP8
 forward, with their scales; their rounding points are documented there).
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.inputs.precision import FP8_DTYPES, get_precision
+from flashbench.inputs.precision import FP8_DTYPES, Precision, get_precision
 from flashbench.inputs.validation import check_block, check_causal, grouped_query
 from flashbench.inputs.variant import variant_of
 from flashbench.numerics import fp8
@@ -56,22 +56,17 @@ from flashbench.reference.streaming import (
 __all__ = ["flash_model", "standard_model"]
 
 
-def _inputs(q, k, v, dtype, causal, scale, window, softcap, sinks, check_finite):
-    prec = get_precision(dtype)
-    return (prec, *problem(q, k, v, causal, scale, window, softcap, sinks, check_finite))
-
-
-def _fp8_variant(dtype, causal, window, softcap, sinks) -> bool:
-    """True for an fp8 dtype (whose models take causal only: ValueError for a variant)."""
-    if get_precision(dtype).name not in FP8_DTYPES:
+def _fp8_variant(prec: Precision, causal, window, softcap, sinks) -> bool:
+    """True for an fp8 precision (whose models take causal only: ValueError for a variant)."""
+    if prec.name not in FP8_DTYPES:
         return False
     if not variant_of(check_causal(causal), window, softcap, sinks).plain:
         raise ValueError(f"the fp8 models take causal only; window, softcap and sinks are "
-                         f"not modelled for dtype {dtype!r}")
+                         f"not modelled for dtype {prec.name!r}")
     return True
 
 
-def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
+def flash_model(q, k, v, dtype: str | Precision, block: int = 64, causal: bool = False,
                 scale: float | None = None, window: tuple[int, int] = (-1, -1),
                 softcap: float | None = None, sinks=None, check_finite: bool = False,
                 quant: str | None = None, incoherent: bool | None = None):
@@ -84,23 +79,24 @@ def flash_model(q, k, v, dtype: str, block: int = 64, causal: bool = False,
     FlashAttention-3's FP8 options, for the fp8 dtypes only
     (:func:`flashbench.numerics.fp8.flash_fp8`).
     """
-    if _fp8_variant(dtype, causal, window, softcap, sinks):
-        return fp8.flash_fp8(q, k, v, dtype, block=block, causal=causal, scale=scale,
+    prec = get_precision(dtype)  # the door: a name becomes its Precision here, once
+    if _fp8_variant(prec, causal, window, softcap, sinks):
+        return fp8.flash_fp8(q, k, v, prec, block=block, causal=causal, scale=scale,
                              check_finite=check_finite,
                              quant="block" if quant is None else quant,
                              incoherent=True if incoherent is None else incoherent)
     if quant is not None or incoherent is not None:
         raise ValueError(f"quant and incoherent apply to the fp8 dtypes {list(FP8_DTYPES)} "
-                         f"only, got dtype {dtype!r}")
+                         f"only, got dtype {prec.name!r}")
     block = check_block(block)
-    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
-                                                  softcap, sinks, check_finite)
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
     o, lse = _flash(q, k, v, prec=prec, block=block, variant=variant, scale=scale, sink=sink)
     return prec.store(o), lse
 
 
 @grouped_query  # k, v with Hkv heads dividing H (float64 here: the wrapper checks them)
-def _flash(q, k, v, *, prec, block, variant, scale, sink):
+def _flash(q, k, v, *, prec: Precision, block, variant, scale, sink):
     # Step 1 and the operand rounding of step 2: T's values, held in the compute dtype.
     round_p = None if prec.name in ("fp64", "fp32") else prec.operand
     return stream_attention(prec.operand(q), prec.operand(k), prec.operand(v), block=block,
@@ -108,9 +104,9 @@ def _flash(q, k, v, *, prec, block, variant, scale, sink):
                             round_p=round_p, sink=sink)
 
 
-def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | None = None,
-                   window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-                   sinks=None, check_finite: bool = False):
+def standard_model(q, k, v, dtype: str | Precision, causal: bool = False,
+                   scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                   softcap: float | None = None, sinks=None, check_finite: bool = False):
     """Model of plain (materialised) attention computing in ``dtype`` (module docstring).
 
     ``window``, ``softcap``, ``sinks``: the variants, as for
@@ -118,18 +114,19 @@ def standard_model(q, k, v, dtype: str, causal: bool = False, scale: float | Non
     v hold inf or nan. The fp8 dtypes give FlashAttention-3's baseline
     (:func:`flashbench.numerics.fp8.standard_fp8`).
     """
-    if _fp8_variant(dtype, causal, window, softcap, sinks):
-        return fp8.standard_fp8(q, k, v, dtype, causal=causal, scale=scale,
+    prec = get_precision(dtype)  # the door: a name becomes its Precision here, once
+    if _fp8_variant(prec, causal, window, softcap, sinks):
+        return fp8.standard_fp8(q, k, v, prec, causal=causal, scale=scale,
                                 check_finite=check_finite)
-    prec, q, k, v, variant, scale, sink = _inputs(q, k, v, dtype, causal, scale, window,
-                                                  softcap, sinks, check_finite)
+    q, k, v, variant, scale, sink = problem(q, k, v, causal, scale, window, softcap, sinks,
+                                            check_finite)
     if sink is not None:
         sink = prec.stored(sink).astype(prec.compute)  # the sink column of S, in T
     return _standard(q, k, v, variant=variant, scale=scale, sink=sink, prec=prec)
 
 
 @grouped_query  # float64 q, k, v here (the wrapper checks them), rounded below
-def _standard(q, k, v, *, variant, scale, sink, prec):
+def _standard(q, k, v, *, variant, scale, sink, prec: Precision):
     q, k, v = prec.operand(q), prec.operand(k), prec.operand(v)
     e, m = unnormalised_softmax(masked_scores(q, k, scale, variant, round_s=prec.stored))
     l = e.sum(axis=-1)

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.inputs.precision import FP8_DTYPES, Precision, get_precision, round_to_fp8
+from flashbench.inputs.precision import (
+    FP8_DTYPES,
+    PRECISIONS,
+    Precision,
+    get_precision,
+    round_to_fp8,
+)
 from flashbench.inputs.validation import check_block, check_causal, check_qkv, check_scale
 from flashbench.reference.streaming import (
     log_sum_exp,
@@ -36,8 +42,9 @@ P_SCALE = 256.0  # 2**8: FlashAttention-3's Max_offset = 8 for FP8 (P in [0, 256
 QUANT = ("block", "tensor")
 
 
-def fp8_precision(dtype) -> Precision:
-    """The fp8 :class:`Precision` called ``dtype``; ValueError for any other name."""
+def fp8_precision(dtype: str | Precision) -> Precision:
+    """The fp8 :class:`Precision` called ``dtype`` (or given: it passes through), resolved
+    once at the fp8 models' door; ValueError for any other."""
     prec = get_precision(dtype)
     if prec.name not in FP8_DTYPES:
         raise ValueError(f"dtype must be one of {list(FP8_DTYPES)} for the fp8 models, "
@@ -60,7 +67,8 @@ def _groups(x: np.ndarray, rows: int | None) -> np.ndarray:
     return np.repeat(block_amax, rows, axis=-1)[..., :n, None]
 
 
-def quantize(x, dtype: str = "fp8", block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def quantize(x, dtype: str | Precision = "fp8",
+             block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Quantise ``x`` [..., N, d] to fp8 with FlashAttention-3's scales (module docstring).
 
     ``block``: None for one scale over the whole tensor, else one scale per ``block``
@@ -135,7 +143,7 @@ def _p_rounder(prec: Precision):
     return round_p
 
 
-def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False,
+def flash_fp8(q, k, v, dtype: str | Precision = "fp8", block: int = 64, causal: bool = False,
               scale: float | None = None, check_finite: bool = False, quant: str = "block",
               incoherent: bool = True, block_q: int | None = None, seed: int = 0):
     """FlashAttention-3 style FP8 forward (docs/fp8.md, "FP8 models": steps 1-5).
@@ -154,27 +162,27 @@ def flash_fp8(q, k, v, dtype: str = "fp8", block: int = 64, causal: bool = False
         m = incoherence_matrix(q.shape[-1], seed)
         q, k = q @ m, k @ m
     tensor = quant == "tensor"
-    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec.name, None if tensor else rows)
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec, None if tensor else rows)
                                     for x, rows in ((q, block_q), (k, block), (v, block)))
     o, lse = stream_attention(q8 * dq, k8 * dk, v8 * dv, block=block, causal=causal,
                               scale=scale, compute=np.float32, round_p=_p_rounder(prec))
     return prec.out.store(o), lse
 
 
-def standard_fp8(q, k, v, dtype: str = "fp8", causal: bool = False, scale: float | None = None,
-                 check_finite: bool = False):
+def standard_fp8(q, k, v, dtype: str | Precision = "fp8", causal: bool = False,
+                 scale: float | None = None, check_finite: bool = False):
     """FlashAttention-3's baseline FP8 attention (docs/fp8.md, "FP8 models": steps 1-4).
 
     Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
     """
     prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
     causal = check_causal(causal)
-    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec.name) for x in (q, k, v))
-    fp16 = get_precision("fp16")
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec) for x in (q, k, v))
+    fp16 = PRECISIONS["fp16"]
     s = masked_scores(q8 * dq, k8 * dk, scale, causal, round_s=fp16.stored)
     e, m = unnormalised_softmax(s)
     l = e.sum(axis=-1)
     p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
-    p8, dp = quantize(fp16.stored(p), prec.name)
+    p8, dp = quantize(fp16.stored(p), prec)
     o = np.matmul(p8, v8 * dv) * dp
     return prec.out.store(o), log_sum_exp(m, l)
