@@ -296,6 +296,23 @@ def test_a_cache_that_cannot_be_written_is_skipped_with_a_warning(tmp_path):
     assert_same_frame(quiet_load(root, cache=False), frame)
 
 
+def test_a_cached_folder_and_a_parsed_one_make_the_same_frame(tmp_path):
+    """One folder read from its cache (Arrow samples, entries from Parquet), the other
+    parsed (its cache cannot be written): merged, the frame is the uncached one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    CORPUS.make_corpus(a, 3, 6)
+    CORPUS.make_corpus(b, 2, 5, machines=2, seed=1)
+    where = tmp_path / "cache"
+    quiet_load(a, cache=where)  # a's cache, warm
+    hcache.cache_dir(b, where).parent.mkdir(exist_ok=True)
+    hcache.cache_dir(b, where).write_text("not a folder")  # b's cannot be made
+    plain = quiet_load([a, b], cache=False)
+    with pytest.warns(ResultsWarning, match="not used"):
+        mixed = load_results([a, b], cache=where)
+    assert_same_frame(plain, mixed)
+    assert mixed["samples"].notna().any()
+
+
 def _load_in_child(root, where, queue):
     frame = quiet_load(root, cache=where)
     queue.put(float(frame["value"].sum()))
