@@ -30,6 +30,8 @@ in a fresh process, the modes interleaved run by run: load + every summary witho
 a cache, with a cold (emptied) cache, a warm one, a warm one without samples, and
 after one new results file (written 10 s before) refresh_cache alone and load +
 summaries; the table gives medians and each total as a multiple of the first mode's.
+After each run the new file is deleted and the cache refreshed, so every run's warm
+modes read the cache of the corpus as generated.
 """
 
 from __future__ import annotations
@@ -246,8 +248,11 @@ def cache_figures(root: Path, args, grids: dict) -> None:
                 os.utime(added[-1], ns=(ago, ago))
             runs[mode].append(measure(root, what, args.jobs, "off" if mode == "no cache"
                                       else str(where), samples))
-    for path in added:  # the corpus as generated (the cache drops them next time)
-        path.unlink()
+        if added:  # the corpus as generated again, and its cache one part, before the next run
+            for path in added:
+                path.unlink()
+            added.clear()
+            measure(root, "refresh", args.jobs, str(where))
     base = statistics.median(r["load_s"] + r["summaries_s"] for r in runs[chosen[0]])
     print(f"{'mode':28} {'rows/files':>10} {'load s':>7} {'summ. s':>7} {'total s':>7} "
           f"{'x ' + chosen[0]:>14} {'peak MiB':>9}")
