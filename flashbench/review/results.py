@@ -39,18 +39,18 @@ def machine_rows(frame: pd.DataFrame, machine: str, cpu: str | None) -> pd.DataF
     """The rows measured on one machine: those that record processor ``cpu`` (asv's
     ``cpu``, the GPU model included; under any machine name, as names changed with
     flashbench's naming), and those of machine name ``machine`` that record none."""
-    name = frame["machine"].astype(object) == machine
+    name = frame["machine"] == machine  # a Categorical compares by its categories
     if "cpu" not in frame.columns:
         return frame[name]
     known = frame["cpu"].notna()
-    return frame[(known & (frame["cpu"].astype(object) == cpu)) | (~known & name)]
+    return frame[(known & (frame["cpu"] == cpu)) | (~known & name)]
 
 
 def same_version(frame: pd.DataFrame, version: str | None) -> pd.DataFrame:
     """Rows of benchmark ``version`` (asv's code hash); all rows when it is unknown."""
     if version is None or "version" not in frame.columns:
         return frame
-    return frame[frame["version"].astype(object) == version]
+    return frame[frame["version"] == version]
 
 
 Band = Callable[..., list[float]]
@@ -67,11 +67,9 @@ def band_source(results: Path, root: Path, review: Review) -> Band:
             frame = machine_rows(load_stored([results], samples=False), review.machine,
                                  review.cpu)
             keep = set(ancestors(review.base, root)) - {review.head} if len(frame) else set()
-            frame = frame[(frame["status"].astype(object) == "ok")
-                          & frame["commit"].astype(object).isin(keep)]
+            frame = frame[(frame["status"] == "ok") & frame["commit"].isin(keep)]
             cache["frame"] = {key: group for key, group in frame.groupby(
-                [frame["benchmark"].astype(object), frame["params"].astype(object)],
-                sort=False)}
+                ["benchmark", "params"], observed=True, sort=False)}
             review.notes.append(f"Accuracy band: results stored in {results} for "
                                 f"{frame['commit'].nunique()} ancestor commit(s) of base on "
                                 "this machine.")
