@@ -507,17 +507,23 @@ def test_vectorised_step_screen_matches_the_per_series_screen(shapes, seed):
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(-1, 4), max_size=40), st.lists(st.integers(0, 6), max_size=4),
-       st.booleans())
-def test_the_samples_column_holds_each_rows_slice(counts, cuts, arrow):
-    """One Arrow list array over the flat samples, in chunks of numpy or Arrow arrays:
-    each row's list is its own slice, NA where none were recorded."""
+       st.booleans(), st.booleans())
+def test_the_samples_column_holds_each_rows_slice(counts, cuts, arrow, at_rows):
+    """Arrow list arrays over the flat samples, given in chunks of numpy or Arrow arrays
+    (cut at rows, as a cache's parts are, or anywhere): each row's list is its own
+    slice, NA where none were recorded."""
     import pyarrow as pa
 
     from flashbench.history.frame import SAMPLES, sample_column
 
     counts = np.array(counts, dtype=np.int64)
     flat = np.arange(counts[counts > 0].sum(), dtype=float) / 3
-    bounds = sorted({0, len(flat), *(min(c, len(flat)) for c in np.cumsum(cuts))})
+    if at_rows:  # cuts at row boundaries: one list array per chunk, no copy
+        rows = np.cumsum(np.maximum(counts, 0))
+        cuts = [int(rows[min(c, len(rows) - 1)]) for c in np.cumsum(cuts)] if len(rows) else []
+        bounds = sorted({0, len(flat), *cuts})
+    else:
+        bounds = sorted({0, len(flat), *(min(c, len(flat)) for c in np.cumsum(cuts))})
     chunks = [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)] or [flat]
     out = sample_column([pa.array(c) if arrow else c for c in chunks], counts)
     assert out.dtype == SAMPLES and len(out) == len(counts)

@@ -55,21 +55,32 @@ def labels(values: list, of, counts: np.ndarray | None = None, categories=None,
 
 SAMPLES = pd.ArrowDtype(pa.large_list(pa.float64()))  # the samples column's dtype
 PARAM_TYPES = (str, int, float, bool)  # parameter values a Categorical holds
+MAX_CHUNKS = 64  # samples in more chunks than this (a parse's files) are joined
 
 
 def sample_column(chunks: list, counts: np.ndarray) -> pd.Series:
     """The samples column: per row the list of its ``counts`` samples, NA where the count
     is -1 (none recorded). ``chunks``: every sample, flat, in row order (float64 numpy or
-    Arrow arrays); one Arrow list array over them, no object per row."""
+    Arrow arrays). A few chunks that each start at a row (a cache's parts) become one
+    Arrow list array each, over their own buffers; else they are joined first. No
+    object per row either way."""
     arrays = [c if isinstance(c, pa.Array) else pa.array(c, pa.float64()) for c in chunks]
-    flat = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays) if arrays \
-        else pa.array([], pa.float64())
     offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(np.maximum(counts, 0), out=offsets[1:])
-    lists = pa.LargeListArray.from_arrays(pa.array(offsets), flat,
-                                          mask=pa.array(counts < 0) if (counts < 0).any()
-                                          else None)
-    return pd.Series(pd.arrays.ArrowExtensionArray(lists), dtype=SAMPLES, copy=False)
+    missing = counts < 0
+    starts = np.cumsum([0] + [len(a) for a in arrays])[:-1]
+    first = np.searchsorted(offsets, starts)  # the row each chunk starts at, if any
+    if not 1 < len(arrays) <= MAX_CHUNKS or not np.array_equal(offsets[first], starts):
+        flat = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays) if arrays \
+            else pa.array([], pa.float64())
+        arrays, first = [flat], np.zeros(1, np.int64)
+    bounds = [*first.tolist(), len(counts)]
+    lists = [pa.LargeListArray.from_arrays(
+        pa.array(offsets[a:b + 1] - offsets[a]), values,
+        mask=pa.array(missing[a:b]) if missing[a:b].any() else None)
+        for values, a, b in zip(arrays, bounds, bounds[1:], strict=False)]
+    column = pa.chunked_array(lists, type=SAMPLES.pyarrow_dtype)
+    return pd.Series(pd.arrays.ArrowExtensionArray(column), dtype=SAMPLES, copy=False)
 
 
 def _order_key(value) -> tuple:
