@@ -6,7 +6,12 @@ drawn as one sequence of ``total`` rows by :func:`flashbench.inputs.make_qkv` an
 ``cu_seqlens``). The reference, the exactness (streamed vs one-shot) and the two precision
 models run per sequence (:func:`flashbench.reference.varlen.per_sequence`); backends run
 their ``varlen`` callable, and one without it is "not applicable". The records are those
-of :mod:`flashbench.measure.forward`, judged by the same baseline rule.
+of :mod:`flashbench.measure.forward`, judged by the same baseline rule. Gradients
+(:func:`measure_varlen_gradients`): the float64 varlen backward, streamed vs one-shot, and
+the two backward models per sequence (:func:`flashbench.reference.varlen.per_sequence_grad`)
+judge the flash model and every backend whose packed path is differentiable
+(``Backend.varlen_grad``: torch.autograd through it), by the gradient rule; the band rule,
+whose bands are of dense shapes, is not applied to packed batches (nor to the variants).
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from flashbench.measure.forward import (
     Unavailable,
     _accuracy,
 )
-from flashbench.reference.varlen import per_sequence
+from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
-__all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen"]
+__all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen",
+           "varlen_grad_output", "varlen_grad_exactness", "measure_varlen_gradients"]
 
 # ``flashbench check --variants`` and the asv variant suite: the Case fields of each variant
 # (the models' sliding window, Gemma 2's softcap, gpt-oss's sinks, a packed batch)
@@ -116,4 +122,98 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
                 continue
             records.append(_accuracy(case, name, dtype, out, std, ref, fallback=flash,
                                      peer=backend.peer))
+    return records
+
+
+def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
+    """dO [total, H, dv], float64 N(0, 1) from ``default_rng(seed + 1)`` (as the dense
+    cases' :func:`flashbench.measure.backward.grad_output`)."""
+    return np.random.default_rng(seed + 1).standard_normal(
+        (sum(case.varlen), case.shape.H, case.shape.head_dim_v))
+
+
+def varlen_grad_exactness(case: Case, q, k, v, do, cu, ref, block: int, seed: int = 0):
+    """Streamed (FlashAttention-2's recurrence per sequence) vs one-shot float64 gradients
+    ``ref`` of a packed batch: :class:`~flashbench.measure.backward.GradExactness` records."""
+    from flashbench.measure.backward import exactness_records
+
+    streamed = reference.online_varlen_attention_grad(q, k, v, do, cu, cu, block=block,
+                                                      **case.kwargs(seed))
+    return exactness_records(case, streamed, ref)
+
+
+def _varlen_autograd(backend, q, k, v, do, cu, dtype, kw):
+    """dq, dk, dv of a backend's packed path: torch.autograd through ``backend.varlen`` on
+    fresh copies of the inputs rounded to ``dtype``."""
+    import torch
+
+    from flashbench.bands.measure import caller_inputs
+    from flashbench.measure.forward import handed
+
+    given = handed(dtype, *(caller_inputs(dtype, x) for x in (q, k, v, do)))
+    dev = backend.device(given[0].device)
+    leaves = [t.to(dev).requires_grad_(True) for t in given[:3]]
+    o = backend.varlen(*leaves, cu, cu, **kw)[0]
+    return torch.autograd.grad(o, leaves, given[3].to(o.dtype).to(o.device))
+
+
+def measure_varlen_gradients(case: Case, dtypes: Sequence[str], kernels: Sequence[str],
+                             seed: int = 0, block: int = 64,
+                             say: Callable[[str], None] = lambda msg: None, inputs=None,
+                             ref=None):
+    """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
+    docstring): ``inputs`` (q, k, v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
+    import functools
+
+    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.measure.backward import grad_accuracy
+    from flashbench.measure.bandjudge import CaseBands
+
+    if inputs is None:
+        q, k, v, cu = varlen_inputs(case, seed)
+        inputs = (q, k, v, varlen_grad_output(case, seed), cu)
+    q, k, v, do, cu = inputs
+    kw = case.kwargs(seed)
+    ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
+           else ref)[:3]
+    bands = CaseBands(case, (), grad=True, apply=False)
+    scores = case.shape.H * sum(n * n for n in case.varlen)
+    records = []
+    for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
+        std = per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
+                                dtype=dtype, **kw)[:3]
+        flash = functools.cache(lambda dtype=dtype: per_sequence_grad(
+            numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=dtype, block=block,
+            **kw)[:3])
+        for name in kernels:
+            if name == "flash_model":
+                say(f"  flash_model backward {dtype} varlen")
+                records.append(grad_accuracy(case, name, dtype, flash(), std, ref, flash,
+                                             bands=bands))
+                continue
+            backend = get_backend(name)
+            if dtype not in backend.dtypes or not backend.differentiable:
+                continue  # not applicable: no record, as for dense gradients
+            reason = backend.unavailable_for(case.shape, dtype) or backend.not_applicable(
+                case.variant(seed), grad=True) or (
+                None if backend.varlen_grad else
+                "not applicable: its backward takes no packed (varlen) batch")
+            if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
+                reason = INTERPRETER_TOO_SLOW
+            if reason is not None:
+                records.append(Unavailable(case, name, dtype, reason))
+                continue
+            say(f"  {name} backward {dtype} varlen")
+            try:
+                grads = _varlen_autograd(backend, q, k, v, do, cu, dtype, kw)
+            except BackendUnavailable as exc:
+                records.append(Unavailable(case, name, dtype, str(exc)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
+                records.append(Failed(case, name, dtype, f"backward raised "
+                                      f"{type(exc).__name__}: {exc}", peer=backend.peer))
+                continue
+            grads = [g.detach().cpu().double().numpy() for g in grads]
+            records.append(grad_accuracy(case, name, dtype, grads, std, ref, flash,
+                                         bands=bands, peer=backend.peer))
     return records
