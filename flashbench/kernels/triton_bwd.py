@@ -46,7 +46,8 @@ INTERPRETER_BLOCK_N = 128
 _SIZES = ("H", "HKV", "GROUP", "N_Q", "N_K")
 PREPROCESS = TritonKernel(attn_bwd_preprocess, name="attn_bwd_preprocess",
                           do_not_specialize=("H", "N_Q"))
-_VARIANT = ("LEFT", "RIGHT", "CAP")
+# the variants' and packed batches' runtime arguments: any value, any address (as the forward)
+_VARIANT = ("LEFT", "RIGHT", "CAP", "CU_Q", "CU_K", "VISITS", "stride_lb", "stride_lh")
 DKDV = TritonKernel(attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES + _VARIANT)
 DQ = TritonKernel(attn_bwd_dq, name="attn_bwd_dq",
                   do_not_specialize=_SIZES[:1] + _SIZES[2:] + _VARIANT)
