@@ -81,27 +81,35 @@ def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, do: torch
 
 
 class _VariantAttention(torch.autograd.Function):
-    """The variant forward and the Triton backward as one autograd node (LSE not
-    differentiable; the sinks tensor, when given, differentiable)."""
+    """The variant forward and the Triton backward as one autograd node, for [B, H, N, d]
+    tensors or (``packed`` given) a packed batch; LSE not differentiable, the sinks tensor,
+    when given, differentiable."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32):
-        o, lse, _ = variant_forward(q, k, v, variant.causal, scale, window=variant.window,
-                                    softcap=variant.softcap, sinks=variant.sinks,
-                                    allow_tf32=allow_tf32)
+    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32, packed, config, visits):
+        if packed is None:
+            o, lse, _ = variant_forward(q, k, v, variant, scale, allow_tf32=allow_tf32)
+        else:
+            o, lse = _varlen_forward(q, k, v, packed, variant, scale, allow_tf32, config,
+                                     visits)
         ctx.save_for_backward(q, k, v, o, lse, sinks)
-        ctx.variant, ctx.scale, ctx.allow_tf32 = variant, scale, allow_tf32
+        ctx.packed, ctx.variant, ctx.scale, ctx.allow_tf32 = packed, variant, scale, allow_tf32
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, sinks = ctx.saved_tensors
-        var = ctx.variant
-        dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale,
-                              allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        var, packed = ctx.variant, ctx.packed
+        kw = dict(allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        if packed is None:
+            dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale, **kw)
+        else:
+            dq, dk, dv = triton_varlen_backward(q, k, v, o, lse, do, packed, var.causal,
+                                                ctx.scale, **kw)
+            lse, o, do = lse[None], _heads_first(o), _heads_first(do)
         dsinks = sink_grad(sinks, lse, o, do) if ctx.needs_input_grad[3] else None
-        return dq, dk, dv, dsinks, None, None, None
+        return dq, dk, dv, dsinks, *(None,) * 6
 
 
 def variant_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
@@ -112,7 +120,8 @@ def variant_attention(q, k, v, causal: bool = False, scale: float | None = None,
     check_heads(q, k, v)
     variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
     sink_t = sinks if isinstance(sinks, torch.Tensor) else None
-    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32)
+    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, None, None,
+                                   None)
 
 
 def _sinks(variant: Variant, heads: int, device) -> torch.Tensor | None:
@@ -201,30 +210,6 @@ def triton_varlen_backward(q, k, v, o, lse, do, packed: Packed, causal: bool = F
     return (*grads, out[3]) if count else grads
 
 
-class _VarlenAttention(torch.autograd.Function):
-    """The varlen forward and backward as one autograd node (LSE not differentiable; the
-    sinks tensor, when given, differentiable)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, sinks, packed, variant, scale, allow_tf32, config, visits):
-        o, lse = _varlen_forward(q, k, v, packed, variant, scale, allow_tf32, config, visits)
-        ctx.save_for_backward(q, k, v, o, lse, sinks)
-        ctx.packed, ctx.variant, ctx.scale, ctx.allow_tf32 = packed, variant, scale, allow_tf32
-        ctx.mark_non_differentiable(lse)
-        return o, lse
-
-    @staticmethod
-    def backward(ctx, do, _dlse):
-        q, k, v, o, lse, sinks = ctx.saved_tensors
-        var = ctx.variant
-        dq, dk, dv = triton_varlen_backward(q, k, v, o, lse, do, ctx.packed, var.causal,
-                                            ctx.scale, window=var.window, softcap=var.softcap,
-                                            allow_tf32=ctx.allow_tf32)
-        dsinks = (sink_grad(sinks, lse[None], _heads_first(o), _heads_first(do))
-                  if ctx.needs_input_grad[3] else None)
-        return dq, dk, dv, dsinks, *(None,) * 6
-
-
 def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
                             max_seqlen_k=None, causal: bool = False, scale: float | None = None,
                             window=(-1, -1), softcap=None, sinks=None,
@@ -254,6 +239,6 @@ def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
     launched = q.shape[0] > 0 and k.shape[0] > 0
     visits = _visits(count and launched, packed.batch * q.shape[1], packed.max_q, q.device)
     sink_t = sinks if isinstance(sinks, torch.Tensor) else None
-    o, lse = _VarlenAttention.apply(q, k, v, sink_t, packed, variant, scale, allow_tf32,
-                                    config, visits)
+    o, lse = _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, packed,
+                                     config, visits)
     return (o, lse, visits) if count else (o, lse)

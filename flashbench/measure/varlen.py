@@ -65,6 +65,21 @@ def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
             for what, st in diffs.items()]
 
 
+def _why_not(backend, case: Case, dtype: str, seed: int, grad: bool = False) -> str | None:
+    """None when ``backend`` (``grad``: its backward) runs this packed case in ``dtype``
+    here, else why: its own reason, the variant, no packed path, or the interpreter's
+    limit (on the scores of the sequences, H * sum n^2)."""
+    takes = backend.varlen_grad if grad else backend.varlen is not None
+    reason = (backend.unavailable_for(case.shape, dtype)
+              or backend.not_applicable(case.variant(seed), grad=grad)
+              or (None if takes else f"not applicable: {'its backward' if grad else 'it'} "
+                  "takes no packed (varlen) batch"))
+    scores = case.shape.H * sum(n * n for n in case.varlen)
+    if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
+        reason = INTERPRETER_TOO_SLOW
+    return reason
+
+
 def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], seed: int = 0,
                    block: int = 64, say: Callable[[str], None] = lambda msg: None,
                    inputs=None, ref=None):
@@ -93,12 +108,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str], kernels: Sequence[str], se
             backend = get_backend(name)
             if dtype not in backend.dtypes:
                 continue
-            reason = backend.unavailable_for(case.shape, dtype) or backend.not_applicable(
-                case.variant(seed)) or (None if backend.varlen else
-                                        "not applicable: it takes no packed (varlen) batch")
-            scores = case.shape.H * sum(n * n for n in case.varlen)
-            if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
-                reason = INTERPRETER_TOO_SLOW
+            reason = _why_not(backend, case, dtype, seed)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
@@ -177,7 +187,6 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str], kernels: Sequenc
     ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
            else ref)[:3]
     bands = CaseBands(case, (), grad=True, apply=False)
-    scores = case.shape.H * sum(n * n for n in case.varlen)
     records = []
     for dtype in (d for d in dtypes if d in numerics.GRAD_DTYPES and d != "fp64"):
         std = per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
@@ -194,12 +203,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str], kernels: Sequenc
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record, as for dense gradients
-            reason = backend.unavailable_for(case.shape, dtype) or backend.not_applicable(
-                case.variant(seed), grad=True) or (
-                None if backend.varlen_grad else
-                "not applicable: its backward takes no packed (varlen) batch")
-            if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
-                reason = INTERPRETER_TOO_SLOW
+            reason = _why_not(backend, case, dtype, seed, grad=True)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
