@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from flashbench.infra.machine import check_machine_name, register  # noqa: E402
+from flashbench.infra.machine import ASV_LAUNCH_ENV, check_machine_name, register  # noqa: E402
 from flashbench.review.asvrun import run_in_session  # noqa: E402
 
 PARTIAL = ".gpu-history-"  # prefix of the private folders beside --out
@@ -196,8 +196,7 @@ def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True
         tree = extract(commit, work / "src", repo)
         results = work / "results"
         conf = asv_config(repo, results, work, commit)
-        env = {**os.environ, "ASV_PYTHONPATH": benchmark_path(tree, repo),
-               "PYTORCH_NVML_BASED_CUDA_CHECK": "1",  # torch.cuda.is_available() keeps fork safe
+        env = {**os.environ, **ASV_LAUNCH_ENV, "ASV_PYTHONPATH": benchmark_path(tree, repo),
                "TRITON_CACHE_AUTOTUNING": "1"}
         if args.triton_cache:
             env["TRITON_CACHE_DIR"] = str(Path(args.triton_cache).resolve())

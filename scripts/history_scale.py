@@ -8,7 +8,7 @@ results folder of --machines machines x those commits (scripts/history_corpus.py
 corpus; 60 benchmarks are 300 grid points a file: 3,000,000 rows by default), then
 measures, each in a fresh process (wall seconds, peak RSS of the process tree):
 
-- band: a stored review's accuracy-band lookup as flashbench.review.tracks.band_source
+- band: a stored review's accuracy-band lookup as flashbench.review.results.band_source
   does it (load_results through the history cache, this processor's ok rows of base's
   ancestors; the first call loads), then band(benchmark, params, version) for every
   accuracy point of the corpus; beside it the same values from one groupby of a frame
@@ -33,7 +33,7 @@ import hashlib, itertools, json, sys, time, warnings
 from pathlib import Path
 warnings.simplefilter("ignore")
 from flashbench.history import load_results
-from flashbench.review import tracks
+from flashbench.review import results as stored
 from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review
 results, repo, base, machine, cpu, keys, how = sys.argv[1:8]
@@ -41,13 +41,13 @@ keys = json.loads(keys)
 t0 = time.perf_counter()
 if how == "today":
     review = Review(base, "f" * 40, machine, cpu, "stored results", 1.1, 0.05)
-    band = tracks.band_source(Path(results), Path(repo), review)
+    band = stored.band_source(Path(results), Path(repo), review)
     first = band(*keys[0])
     t_first = time.perf_counter() - t0
     values = [first] + [band(*k) for k in keys[1:]]
 else:  # one frame without samples, one groupby: a dict lookup per point
     frame = load_results(results, samples=False)
-    frame = tracks.identity_rows(frame, machine, cpu)
+    frame = stored.machine_rows(frame, machine, cpu)
     frame = frame[(frame["status"] == "ok")
                   & frame["commit"].isin(set(ancestors(base, repo)) - {"f" * 40})]
     groups = {k: [float(v) for v in g] for k, g in frame.groupby(

@@ -94,3 +94,29 @@ def test_one_lock_helper_is_exclusive_across_processes(tmp_path):
         with locks.locked(target):
             assert locks.acquire(target, wait=False) is None  # flock: per open descriptor
     assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == []  # no lock file
+
+
+@pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
+def test_the_review_runs_asv_forkserver_with_cuda_kept_out_of_the_parent(tmp_path, monkeypatch,
+                                                                          gpu):
+    """Every machine, GPU or not, runs asv under forkserver with the NVML CUDA check in
+    asv's environment (a spawned process per grid point is what broke the GPU window)."""
+    from flashbench.infra import machine
+    from flashbench.review import asvrun
+
+    monkeypatch.setattr(machine, "gpu_model", lambda: gpu)
+    monkeypatch.setattr(asvrun, "register", lambda name: None)
+    (tmp_path / "asv.conf.json").write_text(json.dumps({"version": 1, "repo": "."}))
+    seen = {}
+
+    def fake_run(cmd, cwd, env=None):
+        seen.update(cmd=cmd, env=env)
+        return subprocess.CompletedProcess(cmd, 1, "", "boom")
+
+    monkeypatch.setattr(asvrun, "run_in_session", fake_run)
+    with pytest.raises(asvrun.AsvError, match="wrote no results"):
+        asvrun.run_asv(tmp_path, "0" * 40, "m1", quick=True, existing=False, bench=None,
+                       log=lambda _: None)
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--launch-method") + 1] == "forkserver"
+    assert seen["env"]["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"

@@ -286,7 +286,7 @@ def test_a_rule_ratio_that_is_not_finite_fails_its_rule_whatever_base(metric, li
 def test_rule_fails_names_each_rules_own_factor(monkeypatch, tmp_path):
     """Finding 15: the gradient rule is 3x, the forward's 2x (suites.rule_limit)."""
     from flashbench.review.model import REASONS
-    from flashbench.review.tracks import track_rows
+    from flashbench.review.rules import track_rows
 
     text = REASONS["rule-fails"]
     assert "2x for the forward" in text and "3x for the gradient" in text
@@ -436,7 +436,7 @@ def test_markdown_cells_keep_pipes_inside():
 def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
     import pandas as pd
 
-    from flashbench.review import results, tracks
+    from flashbench.review import results, rules
 
     acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
     frame = pd.DataFrame([
@@ -449,12 +449,12 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
            dict(machine="m", cpu="Xeon", commit="a1", benchmark=acc, params="k", value=5e-2,
                 status="ok", version="v0")])
     monkeypatch.setattr(results, "load_results", lambda folders, samples=True: frame)
-    monkeypatch.setattr(tracks, "ancestors", lambda base, root: ["a2", "a1", "head"])
+    monkeypatch.setattr(results, "ancestors", lambda base, root: ["a2", "a1", "head"])
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.json").write_text("{}")
     review = _review([])
     review.base, review.head, review.machine, review.cpu = "a2", "head", "m", "Xeon"
-    band = tracks.band_source(tmp_path, tmp_path, review)
+    band = results.band_source(tmp_path, tmp_path, review)
     # this processor's results (any machine name), base's ancestors only, never the head,
     # of head's benchmark version where it is known
     assert sorted(band(acc, "k", "v1")) == [1.0e-3, 1.1e-3] and band(acc, "other") == []
@@ -471,7 +471,7 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
     head = [{"status": "ok", "value": 1.15e-3}, {"status": "skipped", "reason": "gone"},
             {"status": "ok", "value": 2.0}, {"status": "ok", "value": 150e6},
             {"status": "ok", "value": 101e6}]
-    rows = tracks.track_rows(points, base, head, 0.02, 1.1, band)
+    rows = rules.track_rows(points, base, head, 0.02, 1.1, band)
     assert (rows[0].verdict, rows[0].reason, rows[0].regression) == (
         "worse, above band", "worse, above-band", True)
     assert "band of 2 earlier" in rows[0].detail
@@ -802,7 +802,7 @@ def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric, band_limits):
 
 
 def test_band_ratio_tracks_go_through_the_track_rows_and_the_table(band_limits):
-    from flashbench.review.tracks import track_rows
+    from flashbench.review.rules import track_rows
 
     points = [Point("bench_accuracy.TrackAccuracy.track_o_band_ratio", 0, "k", "track",
                     "ratio"),

@@ -326,7 +326,7 @@ def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, t
     --reuse the name then the processor, so the two read different earlier results.
     Both now read ``results.machine_rows``: this processor's rows under any machine name
     (the name changed with flashbench's naming), and rows of this name without one."""
-    from flashbench.review import results, tracks
+    from flashbench.review import results
     from flashbench.review.model import Review
 
     acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
@@ -338,11 +338,11 @@ def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, t
     assert not problems and "band of 2 earlier" in r.detail and r.reason == "worse"
     frame = pd.DataFrame(rows)
     monkeypatch.setattr(results, "load_results", lambda folders, samples=True: frame)
-    monkeypatch.setattr(tracks, "ancestors", lambda base, root: ["b", "a2", "a1"])
+    monkeypatch.setattr(results, "ancestors", lambda base, root: ["b", "a2", "a1"])
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.json").write_text("{}")
     review = Review("b", "h", "m", "Xeon", "same-run A/B", 1.1, 0.02)
-    band = tracks.band_source(tmp_path, tmp_path, review)
+    band = results.band_source(tmp_path, tmp_path, review)
     assert sorted(band(acc, "k", "v1")) == [1e-3, 2e-3]  # the same two results
 
 

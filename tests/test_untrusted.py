@@ -165,11 +165,18 @@ def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):
     calls are not run), and the rest of the check reports."""
     rc, report = check(capsys, "--timeout", "5", "--backend", "fbuntrusted:hangs",
                        "--backend", "fbuntrusted:good", dtypes=("fp32", "fp16"))
-    first, second = rows(report, "fbuntrusted:hangs")
-    assert "exceeded the per-call time limit of 5 s" in first["failed"]
-    assert "not run: an earlier call exceeded the per-call time limit" in second["failed"]
-    assert all(r["passed"] for r in rows(report, "fbuntrusted:good"))
+    stopped_at(5, rows(report, "fbuntrusted:hangs"), rows(report, "fbuntrusted:good"))
     assert rc == 1
+
+
+def stopped_at(limit, hanging, correct):
+    """The time-limit probe's verdict on the rows of a check (forward or decode): the
+    hanging kernel's first call FAILs at ``limit`` seconds, its second is not run, and
+    every row of the correct kernel checked beside it PASSes."""
+    first, second = hanging
+    assert f"exceeded the per-call time limit of {limit} s" in first["failed"]
+    assert "not run: an earlier call exceeded the per-call time limit" in second["failed"]
+    assert correct and all(r["passed"] for r in correct)
 
 
 def test_gradients_of_a_kernel_that_changes_its_inputs_fail(kernels, capsys):
@@ -254,13 +261,19 @@ def test_a_correct_user_triton_kernel_passes_in_bf16_under_the_interpreter(trito
     bf16 arithmetic the interpreter gets wrong FAILs with the interpreter named."""
     rc, report = check(capsys, "--backend", "fbtriton_user:attn", "--backend",
                        "fbtriton_user:doubled", dtypes=("fp32", "bf16"), shape="1x2x32x16")
-    good = rows(report, "fbtriton_user:attn")
+    interpreted(rows(report, "fbtriton_user:attn"), rows(report, "fbtriton_user:doubled"))
+    assert rc == 1
+
+
+def interpreted(good, doubled):
+    """Probe 5's verdict on the fp32 and bf16 rows of a check (forward or decode): the
+    correct interpreted kernel PASSes both, with no note; the one doubling bf16 v PASSes
+    fp32 and FAILs bf16 with Triton's interpreter named as the likely cause."""
     assert [r["dtype"] for r in good] == ["fp32", "bf16"] and all(r["passed"] for r in good)
     assert good[1]["o_ratio"] < 2 and "note" not in good[1]
-    fp32, bf16 = rows(report, "fbtriton_user:doubled")
+    fp32, bf16 = doubled
     assert fp32["passed"] and "note" not in fp32  # fp32 arithmetic is right there
     assert not bf16["passed"] and "Triton's interpreter" in (bf16.get("note") or bf16["failed"])
-    assert rc == 1
 
 
 @settings(max_examples=30)
@@ -289,15 +302,27 @@ def test_interpreter_casts_round_to_nearest_even_like_the_gpu(values):
 def test_an_installed_entry_point_that_changes_its_inputs_fails_alone(kernels, capsys):
     """Probe 1 through the entry-point group: the correct entry point after the vandal
     PASSes (it got ratio 2679 before)."""
-    dist = kernels / "fbuntrusted_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fbuntrusted-plugin\n"
-                                   "Version: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[flashbench.backends]\naavandal = fbuntrusted:vandal\nzzgood = fbuntrusted:good\n")
+    installed(kernels, "fbuntrusted-plugin",
+              "[flashbench.backends]\naavandal = fbuntrusted:vandal\nzzgood = fbuntrusted:good\n")
     rc, report = check(capsys, "--backend", "aavandal", "--backend", "zzgood")
     (bad,) = rows(report, "aavandal")
     assert "modified its inputs in place" in bad["failed"]
     (good,) = rows(report, "zzgood")
     assert good["passed"] and good["o_ratio"] < 2
     assert rc == 1
+
+
+def installed(folder, package: str, entry_points: str) -> None:
+    """An installed distribution ``package`` 0.1 (metadata in ``folder``, on sys.path) whose
+    entry_points.txt is ``entry_points``: what importlib.metadata, and so flashbench, find."""
+    dist = folder / f"{package.replace('-', '_')}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(entry_points)
+
+
+def test_the_time_limit_counts_the_kernel_not_the_workers_start(kernels, capsys):
+    """The worker's own start (python, torch: seconds) comes before the first call's
+    --timeout clock: a quick kernel passes a 1 s limit that its worker's start exceeds."""
+    rc, report = check(capsys, "--timeout", "1", "--backend", "fbuntrusted:good")
+    assert rc == 0 and all(r["passed"] for r in rows(report, "fbuntrusted:good"))

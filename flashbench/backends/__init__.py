@@ -23,7 +23,7 @@ from functools import partial
 import torch
 
 from flashbench import reference
-from flashbench.backends.outputs import checked_output, modified_inputs, snapshot
+from flashbench.backends.outputs import checked_output, guarded
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
@@ -199,16 +199,8 @@ class Backend(Implementation):
             raise BackendUnavailable(reason)
         q, k, v = self.prepare(q, k, v)
         extra = variant_kwargs(variant)
-        saved = snapshot(q, k, v)
-        try:
-            out = self.fn(q, k, v, causal=causal, scale=scale, **extra)
-        except (BackendUnavailable, BackendFailed):
-            raise
-        except Exception as exc:
-            raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
-        changed = modified_inputs((q, k, v), saved)
-        if changed is not None:
-            raise BackendFailed(changed)
+        out = guarded(lambda: self.fn(q, k, v, causal=causal, scale=scale, **extra),
+                      {"q": q, "k": k, "v": v})
         mask = causal if variant is None else variant_of(causal, **extra)
         return checked_output(out, q, k, v, mask, scale, self.out_dtype, self.own_lse)
 

@@ -1,10 +1,11 @@
 """The worker process's side: a user's function called on the requests of the harness.
 
 Every way a call can end becomes a reply: a result (checked like any backend's output,
-:func:`flashbench.backends.outputs.checked_output`, and copied to the CPU), or
-``{"failed": why}`` for an exception of any kind (``SystemExit`` and
-``KeyboardInterrupt`` raised by the kernel included), inputs changed in place, or an
-output that is not a valid result. See :mod:`flashbench.backends.worker`.
+:func:`flashbench.backends.outputs.checked_output` / ``checked_decode_output``, and
+copied to the CPU), or ``{"failed": why}`` for an exception of any kind (``SystemExit``
+and ``KeyboardInterrupt`` raised by the kernel included), inputs changed in place, an
+output that is not a valid result, or a function called as what it is not (a forward
+request to a decode function, or the reverse). See :mod:`flashbench.backends.worker`.
 """
 
 from __future__ import annotations
@@ -13,22 +14,37 @@ import os
 
 import torch
 
-from flashbench.backends.outputs import checked_output, modified_inputs, snapshot
+from flashbench.backends.declared import (
+    DECODE,
+    DECODE_INPUTS,
+    FORWARD,
+    call_decode,
+    call_forward,
+    check_kind,
+)
+from flashbench.backends.outputs import (
+    checked_decode_output,
+    checked_output,
+    guarded,
+    modified_inputs,
+    raised,
+    snapshot,
+)
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable, expand_kv
 
 __all__ = ["Server", "raised"]
 
 
-def raised(exc: BaseException) -> str:
-    """One sentence for an exception a user's code raised (or exited with)."""
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
-    return f"raised {type(exc).__name__}: {exc}" if str(exc) else f"raised {type(exc).__name__}"
+def _reply(checked) -> dict:
+    """o and (when the function's own) lse of a checked output, as CPU copies."""
+    o, lse = checked
+    return {"o": o.detach().cpu().clone(),
+            "lse": lse.detach().cpu().clone() if checked.own_lse else None}
 
 
 class Server:
-    """Answers describe / forward / grads requests for the function ``spec``."""
+    """Answers describe / forward / grads / decode requests for the function ``spec``."""
 
     def __init__(self, spec: str):
         self.spec = spec
@@ -74,33 +90,39 @@ class Server:
     def _describe(self, request: dict) -> dict:
         return dict(self._load())
 
-    def _call(self, q, k, v, causal, scale, **variant):
-        kwargs = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
-        return self.fn(q, k, v, **kwargs, **variant)
+    def _fn(self, kind: str):
+        """The function, when it was declared ``kind``; BackendFailed otherwise."""
+        check_kind(self.spec, self._load()["kind"], kind)
+        return self.fn
+
+    def _tensors(self, r: dict, names) -> dict:
+        """{name: the request's tensor on this worker's device, or None}: fresh per call."""
+        return {n: None if r.get(n) is None else r[n].to(self.device) for n in names}
 
     def _forward(self, r: dict) -> dict:
-        self._load()
-        q, k, v = (r[n].to(self.device) for n in "qkv")
-        saved = snapshot(q, k, v)
+        fn = self._fn(FORWARD)
+        t = self._tensors(r, "qkv")
         variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
-        out = self._call(q, k, v, r["causal"], r["scale"], **variant)
-        changed = modified_inputs((q, k, v), saved)
-        if changed is not None:
-            raise BackendFailed(changed)
+        out = guarded(lambda: call_forward(fn, *t.values(), r["causal"], r["scale"],
+                                           **variant), t)
         mask = variant_of(r["causal"], **variant) if variant else r["causal"]
-        o, lse = checked = checked_output(out, q, k, v, mask, r["scale"])
-        own = lse.detach().cpu().clone() if checked.own_lse else None
-        return {"o": o.detach().cpu().clone(), "lse": own}
+        return _reply(checked_output(out, *t.values(), mask, r["scale"]))
+
+    def _decode(self, r: dict) -> dict:
+        fn = self._fn(DECODE)
+        t = self._tensors(r, DECODE_INPUTS)
+        out = guarded(lambda: call_decode(fn, *t.values(), r["causal"], r["scale"]), t)
+        return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
 
     def _grads(self, r: dict) -> dict:
-        self._load()
+        fn = self._fn(FORWARD)
         leaves = [r[n].to(self.device).requires_grad_(True) for n in "qkv"]
         do = r["do"].to(self.device)
         saved = snapshot(*leaves, do)
         q, k, v = leaves
         if r["expand"]:
             k, v = expand_kv(q, k, v)
-        out = self._call(q, k, v, r["causal"], None)
+        out = call_forward(fn, q, k, v, r["causal"])
         o = out[0] if isinstance(out, tuple | list) else out
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
             what = "not differentiable" if isinstance(o, torch.Tensor) else "not a tensor"

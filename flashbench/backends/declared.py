@@ -2,8 +2,11 @@
 
 :func:`load` imports ``"package.module:function"`` in the calling process (a worker's,
 :mod:`flashbench.backends.child`; or a timing's) and reads the optional attributes that
-declare what the function takes (:mod:`flashbench.backends.user` lists them). Kept apart
-from the registry and the worker so that the worker's child imports only this.
+declare what the function takes (:mod:`flashbench.backends.user` lists them), among
+them ``flashbench_kind``: "forward" (the default) or "decode"
+(:mod:`flashbench.backends.decode`); a function is called only as its kind
+(:func:`check_kind`), as :func:`call_forward` / :func:`call_decode` say. Kept apart from
+the registry and the worker so that the worker's child imports only this.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from flashbench.backends import TORCH_FLOATS
 from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.checks import BackendFailed
 
-__all__ = ["DEFAULT_DTYPES", "parse_spec", "load"]
+__all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
+           "check_kind", "call_forward", "call_decode"]
 
 DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends)
+FORWARD, DECODE = "forward", "decode"  # the values of a function's flashbench_kind
+DECODE_INPUTS = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")  # call_decode's
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _SPEC = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 
@@ -56,6 +62,38 @@ def _variants(value) -> tuple[str, ...]:
     return names
 
 
+def _kind(value) -> str:
+    if value not in (FORWARD, DECODE):
+        raise ValueError(value)
+    return value
+
+
+def check_kind(spec: str, kind: str, wanted: str) -> None:
+    """BackendFailed unless a function of ``kind`` may be called as ``wanted``."""
+    if kind == wanted:
+        return
+    if wanted == DECODE:
+        raise BackendFailed(f"{spec} declares no decode signature (flashbench_kind = "
+                            f"{kind!r}; a decode function sets flashbench_kind = 'decode')")
+    raise BackendFailed(f"{spec} is a decode function (flashbench_kind = {kind!r}): run it "
+                        "with check --decode")
+
+
+def call_forward(fn, q, k, v, causal=False, scale=None, **variant):
+    """``fn(q, k, v, causal=, [scale=,] **variant)``: scale passed only when set."""
+    return fn(q, k, v, **_keywords(causal, scale), **variant)
+
+
+def call_decode(fn, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
+                scale=None):
+    """``fn(q, k_cache, v_cache, cache_seqlens, block_table, causal=, [scale=])``."""
+    return fn(q, k_cache, v_cache, cache_seqlens, block_table, **_keywords(causal, scale))
+
+
+def _keywords(causal, scale) -> dict:
+    return {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
+
+
 def _head_dims(value) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -68,7 +106,8 @@ def _head_dims(value) -> tuple[int, ...] | None:
 def load(spec: str):
     """(function, declared) for ``"module:function"``, imported in this process (the
     worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
-    dtypes, head_dims, gqa, differentiable. BackendFailed with the reason otherwise."""
+    kind, dtypes, head_dims, gqa, differentiable, variants. BackendFailed with the reason
+    otherwise."""
     module_name, attr = parse_spec(spec)
     try:
         obj = importlib.import_module(module_name)
@@ -79,7 +118,8 @@ def load(spec: str):
     if not callable(obj):
         raise BackendFailed(f"{spec} is a {type(obj).__name__}, not a function")
     head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
-    return obj, {"dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
+    return obj, {"kind": _declared(obj, "flashbench_kind", FORWARD, _kind),
+                 "dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
                  "head_dims": None if head_dims is None else list(head_dims),
                  "gqa": bool(getattr(obj, "flashbench_gqa", False)),
                  "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),

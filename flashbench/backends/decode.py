@@ -3,35 +3,37 @@
 Called as ``fn(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
 scale=None)`` on torch tensors (layouts of :mod:`flashbench.inputs.kvcache`), returning o
 [B, Nq, H, dv] or ``(o, lse)``; outputs are checked as the forward's are
-(:func:`checked_decode_output`). :data:`DECODE_BACKENDS` uses the forward's names for the
-decode counterparts (``triton``, ``torch-naive``, ``torch-sdpa``, ``flex``). A user's
+(:func:`checked_decode_output`), and a call that changes its inputs FAILs.
+:data:`DECODE_BACKENDS` uses the forward's names for the decode counterparts
+(``triton``, ``torch-naive``, ``torch-sdpa``, ``flex``). A user's
 ``package.module:function`` joins when the function declares ``flashbench_kind =
-"decode"`` (else it FAILs saying so), as do entry points of the group
-``flashbench.decode_backends``, so forward checks never call a decode function; it is
-judged like flashbench's own kernel.
+"decode"`` (else it FAILs saying so; a forward check FAILs a decode function), as do
+entry points of the group ``flashbench.decode_backends``. It runs in a worker process
+of its own as a forward user function does (:mod:`flashbench.backends.worker`,
+docs/check.md) and is judged like flashbench's own kernel.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from flashbench.backends import BACKENDS, TORCH_FLOATS, Implementation, _always
-from flashbench.backends.outputs import BackendOutput
-from flashbench.inputs.precision import PRECISIONS
+from flashbench.backends import BACKENDS, TORCH_FLOATS, Implementation, _always, _never, user
+from flashbench.backends.declared import DECODE, DECODE_INPUTS, call_decode, parse_spec
+from flashbench.backends.outputs import BackendOutput, checked_decode_output, guarded
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
-from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed, BackendUnavailable
+from flashbench.kernels.checks import TORCH_DTYPES, BackendUnavailable
 
 __all__ = ["DecodeBackend", "DECODE_BACKENDS", "DECODE_GROUP", "get_decode_backend",
-           "resolve_decode_backends", "checked_decode_output", "KIND"]
+           "user_decode_backend", "resolve_decode_backends", "checked_decode_output", "KIND"]
 
 DECODE_GROUP = "flashbench.decode_backends"
-KIND = "decode"  # the value of a user function's flashbench_kind attribute
+KIND = DECODE  # the value of a user function's flashbench_kind attribute
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class DecodeBackend(Implementation):
     origin: str = "flashbench"
     default_on: tuple[str, ...] = ("cpu", "cuda")
     head_dims: tuple[int, ...] | None = None
+    ran_interpreted: Callable[[], bool] = _never  # as Backend's (a user's, in its worker)
 
     def unavailable_for(self, d: int, dtype: str) -> str | None:
         reason = self.unavailable()
@@ -53,56 +56,19 @@ class DecodeBackend(Implementation):
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
                  scale=None) -> BackendOutput:
-        """(o, lse) for accuracy checks, validated; BackendUnavailable / BackendFailed."""
+        """(o, lse) for accuracy checks, validated; BackendUnavailable / BackendFailed (a
+        call that changes its inputs fails: they are compared with copies taken before)."""
         reason = self.unavailable_for(q.shape[-1], _precision(q.dtype))
         if reason is not None:
             raise BackendUnavailable(reason)
-        try:
-            out = self.fn(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
-                          scale=scale)
-        except (BackendUnavailable, BackendFailed):
-            raise
-        except Exception as exc:
-            raise BackendFailed(f"raised {type(exc).__name__}: {exc}") from exc
-        return checked_decode_output(out, q, k_cache, v_cache, cache_seqlens, block_table,
-                                     causal, scale, self.own_lse)
+        given = (q, k_cache, v_cache, cache_seqlens, block_table)
+        out = guarded(lambda: self.fn(*given, causal=causal, scale=scale),
+                      dict(zip(DECODE_INPUTS, given, strict=True)))
+        return checked_decode_output(out, *given, causal, scale, self.own_lse)
 
 
 def _precision(dtype) -> str:
     return next(n for n, t in TORCH_DTYPES.items() if t == dtype and n != "tf32")
-
-
-def checked_decode_output(out, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                          own_lse: bool = True) -> BackendOutput:
-    """(o, lse) from a decode backend's return value; BackendFailed when o is not a tensor
-    [B, Nq, H, dv] in q's dtype, lse (when given) not [B, H, Nq], or either non-finite where
-    the float64 reference is finite (an LSE of -inf only on rows that see no key)."""
-    o, lse = (out, None) if isinstance(out, torch.Tensor) else (
-        tuple(out) if isinstance(out, tuple | list) and len(out) == 2 else (None, None))
-    B, nq, H, _ = q.shape
-    want = (B, nq, H, v_cache.shape[-1])
-    if not isinstance(o, torch.Tensor) or tuple(o.shape) != want or o.dtype != q.dtype:
-        got = (f"a {o.dtype} tensor of shape {tuple(o.shape)}" if isinstance(o, torch.Tensor)
-               else f"a {type(out).__name__}")
-        raise BackendFailed(f"returned {got}; expected o [B, Nq, H, dv] = {want} in {q.dtype}, "
-                            f"or (o, lse)")
-    own_lse = own_lse and lse is not None
-    if lse is None:
-        lse = td.decode_lse(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
-    elif not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, nq):
-        raise BackendFailed(f"returned lse that is not a tensor [B, H, Nq] = {(B, H, nq)}")
-    if all(bool(torch.isfinite(t).all()) for t in (q, k_cache, v_cache)):
-        if not bool(torch.isfinite(o).all()):
-            raise BackendFailed(f"returned {int((~torch.isfinite(o)).sum())} non-finite value(s) "
-                                f"in o for finite inputs")
-        lens = cache_seqlens.to(lse.device).long()[:, None, None]
-        i = torch.arange(nq, device=lse.device)[None, None, :]
-        blind = (lens == 0) | ((lens - nq + i < 0) if causal else torch.zeros_like(i, dtype=bool))
-        wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~blind)
-        if bool(wrong.any()):
-            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
-                                f"that see keys")
-    return BackendOutput(o, lse, own_lse)
 
 
 def _triton(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):
@@ -138,67 +104,78 @@ DECODE_BACKENDS: dict[str, DecodeBackend] = {b.name: b for b in (
 )}
 
 
-def _broken(reason, *args, **kwargs):
-    raise BackendFailed(reason)
+def _decode(worker, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
+            scale=None):
+    """The accuracy callable of a user's function: run in its worker on copies."""
+    given = (q, k_cache, v_cache, cache_seqlens, block_table)
+    reply = worker.call(user.request("decode", dict(zip(DECODE_INPUTS, given, strict=True)),
+                                     causal=causal, scale=scale))
+    return user.output(reply, q.device)
 
 
-def _call(fn, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):
-    kw = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
-    return fn(q, k_cache, v_cache, cache_seqlens, block_table, **kw)
+def _timed(spec: str, *args, **kwargs):
+    """The bare function, imported here on first use: what timings call (in process)."""
+    return call_decode(user.imported(spec), *args, **kwargs)
 
 
 def user_decode_backend(spec: str, name: str | None = None,
                         origin: str = "user") -> DecodeBackend:
-    """A user's ``module:function`` as a decode backend; one that cannot be imported, or
-    that declares no decode signature, fails every call with that reason."""
-    from flashbench.backends.declared import parse_spec
-
-    parse_spec(spec)  # ValueError for a malformed spec
+    """A user's ``module:function`` as a decode backend, run in a worker process of its
+    own (:func:`flashbench.backends.user.worker_backend`); one that cannot be imported,
+    or that declares no decode signature, fails every call with that reason."""
     name = spec if name is None else name
-    try:
-        fn = pkgutil.resolve_name(spec)
-        kind = getattr(fn, "flashbench_kind", "forward")
-        if kind != KIND:
-            raise BackendFailed(f"{spec} declares no decode signature (flashbench_kind = "
-                                f"{kind!r}; a decode function sets flashbench_kind = 'decode')")
-        dtypes = tuple(getattr(fn, "flashbench_dtypes", TORCH_FLOATS))
-        if not dtypes or any(d not in PRECISIONS for d in dtypes):
-            raise BackendFailed(f"its flashbench_dtypes attribute {dtypes!r} is not valid")
-    except Exception as exc:  # a user's module may fail in any way: report it, run the rest
-        reason = str(exc) if isinstance(exc, BackendFailed) else (
-            f"cannot import {spec}: {type(exc).__name__}: {exc}")
-        fail = partial(_broken, reason)
-        return DecodeBackend(name, fail, f"user function {spec}", TORCH_FLOATS, timed=fail,
-                             own_lse=True, origin=origin)
-    return DecodeBackend(name, partial(_call, fn), f"user function {spec}", dtypes,
-                         timed=partial(_call, fn), own_lse=True, origin=origin)
+    return user.worker_backend(spec, name, origin, KIND, partial(_made, spec, name, origin),
+                               partial(_failing, spec, name, origin))
+
+
+def _made(spec, name, origin, worker, declared) -> DecodeBackend:
+    head_dims = declared["head_dims"]
+    return DecodeBackend(name, partial(_decode, worker), f"user function {spec}",
+                         tuple(declared["dtypes"]), timed=partial(_timed, spec),
+                         own_lse=True, origin=origin, ran_interpreted=worker.interpreted,
+                         head_dims=None if head_dims is None else tuple(head_dims))
+
+
+def _failing(spec, name, origin, reason) -> DecodeBackend:
+    fail = partial(user.broken, reason)
+    return DecodeBackend(name, fail, f"user function {spec}", TORCH_FLOATS, timed=fail,
+                         own_lse=True, origin=origin)
 
 
 def _entry_points() -> dict[str, str]:
     return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=DECODE_GROUP)}
 
 
-def get_decode_backend(name: str) -> DecodeBackend:
-    """A registry name, an entry point of :data:`DECODE_GROUP` or ``module:function``."""
+def _user(name: str) -> tuple[str, str] | None:
+    """(spec, origin) of a user's decode backend called ``name``, None for a registry
+    name; ValueError for a name that is neither (nothing is imported or started)."""
     if name in DECODE_BACKENDS:
-        return DECODE_BACKENDS[name]
+        return None
     if ":" in name:
-        return user_decode_backend(name)
+        parse_spec(name)  # ValueError for a malformed spec
+        return name, "user"
     points = _entry_points()
     if name in points:
-        return user_decode_backend(points[name], name=name, origin=f"entry point {name}")
+        return points[name], f"entry point {name}"
     raise ValueError(f"unknown decode backend {name!r}; known: {sorted(DECODE_BACKENDS)}"
                      + (f", entry points ({DECODE_GROUP}): {sorted(points)}" if points else "")
                      + "; or package.module:function")
 
 
+def get_decode_backend(name: str) -> DecodeBackend:
+    """A registry name, an entry point of :data:`DECODE_GROUP` or ``module:function``."""
+    found = _user(name)
+    return DECODE_BACKENDS[name] if found is None else user_decode_backend(
+        found[0], name=name, origin=found[1])
+
+
 def resolve_decode_backends(values=()) -> list[str]:
     """The decode backends ``check --decode`` runs: those named (ValueError for an unknown
-    one), else every registry backend whose ``default_on`` holds this machine's kind and
-    every installed entry point."""
+    one; a user's is not started yet), else every registry backend whose ``default_on``
+    holds this machine's kind and every installed entry point."""
     names = []
     for value in values:
-        get_decode_backend(value)
+        _user(value)
         names.append(value)
     if not names:
         machine = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,7 +11,9 @@ A backend (flashbench's, torch's or a user's) returns ``o`` or ``(o, lse)``:
 For finite inputs the float64 reference is finite everywhere (o is a convex
 combination of rows of v; a row that sees no key has o = 0), so any inf or NaN in o
 is a failure, as is a NaN or +inf LSE, or a -inf LSE on a row that sees some key.
-Each failure is a :class:`BackendFailed` whose message says what was wrong.
+Each failure is a :class:`BackendFailed` whose message says what was wrong; so is a call
+that changes its inputs (:func:`guarded`). A decode backend's o is [B, Nq, H, dv]
+(:func:`checked_decode_output`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import torch
 
 from flashbench.inputs.variant import variant_of
-from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed
+from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed, BackendUnavailable
+from flashbench.kernels.torch_decode import decode_lse
 from flashbench.kernels.torch_peers import reference_lse
 
-__all__ = ["BackendOutput", "checked_output", "snapshot", "modified_inputs", "INPUTS_MODIFIED"]
+__all__ = ["BackendOutput", "checked_output", "checked_decode_output", "snapshot",
+           "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]
 
 INPUTS_MODIFIED = "modified its inputs in place"
 
@@ -56,17 +60,42 @@ def _unpack(out):
 
 
 def snapshot(*tensors) -> list:
-    """Private copies of a call's input tensors (detached), for :func:`modified_inputs`."""
-    return [t.detach().clone() for t in tensors]
+    """Private copies of a call's input tensors (detached; None stays None), for
+    :func:`modified_inputs`."""
+    return [None if t is None else t.detach().clone() for t in tensors]
 
 
 def modified_inputs(given, saved, names=("q", "k", "v", "do")) -> str | None:
     """None when every tensor of ``given`` still equals its copy in ``saved`` (bit for bit,
     NaN equal to NaN), else the failure: :data:`INPUTS_MODIFIED` and which ones."""
     changed = [n for n, a, b in zip(names, given, saved, strict=False)
-               if a.shape != b.shape or a.dtype != b.dtype
-               or not torch.equal(_bits(a), _bits(b))]
+               if a is not None and (a.shape != b.shape or a.dtype != b.dtype
+                                     or not torch.equal(_bits(a), _bits(b)))]
     return f"{INPUTS_MODIFIED} ({', '.join(changed)})" if changed else None
+
+
+def raised(exc: BaseException) -> str:
+    """One sentence for an exception a backend raised (or a user's code exited with)."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    return f"raised {type(exc).__name__}: {exc}" if str(exc) else f"raised {type(exc).__name__}"
+
+
+def guarded(call, tensors: dict):
+    """``call()``'s return value; BackendFailed when it raises (:func:`raised`) or changes
+    any of ``tensors`` ({name: tensor or None}, its inputs; compared bit for bit with
+    copies taken before the call: :data:`INPUTS_MODIFIED` and their names)."""
+    saved = snapshot(*tensors.values())
+    try:
+        out = call()
+    except (BackendUnavailable, BackendFailed):
+        raise
+    except Exception as exc:
+        raise BackendFailed(raised(exc)) from exc
+    changed = modified_inputs(tuple(tensors.values()), saved, tuple(tensors))
+    if changed is not None:
+        raise BackendFailed(changed)
+    return out
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -96,8 +125,13 @@ def checked_output(out, q, k, v, causal: bool = False, scale: float | None = Non
     rows see no key). ``out_dtype``: precision name of o when it is not q's dtype (the
     float64 reference). ``own_lse``: False for a backend whose returned LSE is itself a
     stand-in (torch's ops return none); an ``out`` of o alone is never its own."""
+    return _checking(_checked, out, q, k, v, causal, scale, out_dtype, own_lse)
+
+
+def _checking(check, *args) -> BackendOutput:
+    """``check(*args)``; an exception other than BackendFailed is a FAIL too."""
     try:
-        return _checked(out, q, k, v, causal, scale, out_dtype, own_lse)
+        return check(*args)
     except BackendFailed:
         raise
     except Exception as exc:  # an output odd in a way not foreseen: that kernel's FAIL
@@ -144,4 +178,46 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
         if bool(wrong.any()):
             raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
                                 f"that see keys (the float64 reference is finite there)")
+    return BackendOutput(o, lse, own_lse)
+
+
+def checked_decode_output(out, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+                          own_lse: bool = True) -> BackendOutput:
+    """(o, lse) from a decode backend's return value; BackendFailed when o is not a tensor
+    [B, Nq, H, dv] in q's dtype, lse (when given) not [B, H, Nq], or either non-finite where
+    the float64 reference is finite (an LSE of -inf only on rows that see no key)."""
+    return _checking(_checked_decode, out, q, k_cache, v_cache, cache_seqlens, block_table,
+                     causal, scale, own_lse)
+
+
+def _checked_decode(out, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+                    own_lse) -> BackendOutput:
+    o, lse = (out, None) if isinstance(out, torch.Tensor) else (
+        tuple(out) if isinstance(out, tuple | list) and len(out) == 2 else (None, None))
+    B, nq, H, _ = q.shape
+    want = (B, nq, H, v_cache.shape[-1])
+    if not isinstance(o, torch.Tensor) or tuple(o.shape) != want or o.dtype != q.dtype:
+        got = (f"a {o.dtype} tensor of shape {tuple(o.shape)}" if isinstance(o, torch.Tensor)
+               else f"a {type(out).__name__}")
+        raise BackendFailed(f"returned {got}; expected o [B, Nq, H, dv] = {want} in {q.dtype}, "
+                            f"or (o, lse)")
+    _odd(o, "o")
+    own_lse = own_lse and lse is not None
+    if lse is None:
+        lse = decode_lse(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
+    elif not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, nq):
+        raise BackendFailed(f"returned lse that is not a tensor [B, H, Nq] = {(B, H, nq)}")
+    else:
+        _odd(lse, "lse")
+    if all(bool(torch.isfinite(t).all()) for t in (q, k_cache, v_cache)):
+        if not bool(torch.isfinite(o).all()):
+            raise BackendFailed(f"returned {int((~torch.isfinite(o)).sum())} non-finite value(s) "
+                                f"in o for finite inputs")
+        lens = cache_seqlens.to(lse.device).long()[:, None, None]
+        i = torch.arange(nq, device=lse.device)[None, None, :]
+        blind = (lens == 0) | ((lens - nq + i < 0) if causal else torch.zeros_like(i, dtype=bool))
+        wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~blind)
+        if bool(wrong.any()):
+            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
+                                f"that see keys")
     return BackendOutput(o, lse, own_lse)

@@ -30,57 +30,75 @@ what it takes (else the defaults):
 A function that cannot be imported, raises (or exits), changes its inputs in place,
 runs past the per-call time limit, returns the wrong shape or dtype, or non-finite
 values where the reference is finite is a FAIL with that reason; the other backends
-still run.
+still run. So is a decode function (``flashbench_kind = "decode"``, run by ``check
+--decode``: :mod:`flashbench.backends.decode`, in a worker the same way).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 from functools import partial
 
-from flashbench.backends.declared import DEFAULT_DTYPES, load, parse_spec
+from flashbench.backends.declared import (
+    DEFAULT_DTYPES,
+    FORWARD,
+    call_forward,
+    check_kind,
+    load,
+    parse_spec,
+)
 from flashbench.kernels.checks import BackendFailed
 
-__all__ = ["GROUP", "parse_spec", "load", "user_backend", "release", "entry_point_names", "find"]
+__all__ = ["GROUP", "parse_spec", "load", "user_backend", "worker_backend", "request",
+           "output", "imported", "broken", "session", "release", "entry_point_names", "find"]
 
 GROUP = "flashbench.backends"
-def _call(fn, q, k, v, causal=False, scale=None, **variant):
-    kwargs = {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
-    return fn(q, k, v, **kwargs, **variant)
 
 
-def _broken(reason: str, q, k, v, causal=False, scale=None, **variant):
+def broken(reason: str, *args, **kwargs):
+    """What every call of a backend that cannot run does: BackendFailed with ``reason``."""
     raise BackendFailed(reason)
 
 
-def _failing(name: str, reason: str, description: str, origin: str):
+def _failing(name: str, description: str, origin: str, reason: str):
     """A backend whose every call fails with ``reason`` (the check reports it as FAIL)."""
     from flashbench.backends import Backend
 
-    fail = partial(_broken, reason)
+    fail = partial(broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
                    origin=origin)
 
 
 @functools.cache
-def _imported(spec: str):
+def imported(spec: str):
+    """The bare function, imported in this process (what timings call)."""
     return load(spec)[0]
 
 
 def _timed(spec: str, q, k, v, causal=False, scale=None, **variant):
     """The bare function, imported here on first use: what timings call (in process)."""
-    return _call(_imported(spec), q, k, v, causal=causal, scale=scale, **variant)
+    return call_forward(imported(spec), q, k, v, causal=causal, scale=scale, **variant)
+
+
+def request(op: str, tensors: dict, **rest) -> dict:
+    """A worker request: ``op``, CPU tensors (None stays None) and the other fields."""
+    return {"op": op, **{n: None if t is None else t.detach().cpu() for n, t in tensors.items()},
+            **rest}
+
+
+def output(reply: dict, device):
+    """o, or (o, lse) when the function returned its own, from a worker's reply."""
+    o = reply["o"].to(device)
+    return o if reply["lse"] is None else (o, reply["lse"].to(device))
 
 
 def _forward(worker, q, k, v, causal=False, scale=None, **variant):
     """The accuracy callable: the function run in its worker on copies of q, k, v (with the
     variant's keywords it declared, :data:`flashbench.backends.VARIANTS`)."""
-    reply = worker.call({"op": "forward", "q": q.detach().cpu(), "k": k.detach().cpu(),
-                         "v": v.detach().cpu(), "causal": causal, "scale": scale,
-                         "variant": variant})
-    o = reply["o"].to(q.device)
-    return o if reply["lse"] is None else (o, reply["lse"].to(q.device))
+    return output(worker.call(request("forward", {"q": q, "k": k, "v": v}, causal=causal,
+                                      scale=scale, variant=variant)), q.device)
 
 
 def _grads(worker, expand: bool, q, k, v, do, causal=False):
@@ -90,7 +108,36 @@ def _grads(worker, expand: bool, q, k, v, do, causal=False):
     return tuple(reply["grads"])
 
 
-_MADE: dict = {}  # (spec, name, origin) -> Backend, until release()
+_MADE: dict = {}  # (spec, name, origin, kind) -> Backend or DecodeBackend, until release()
+
+
+def worker_backend(spec: str, name: str, origin: str, kind: str, build, failing):
+    """The backend of a user's ``"module:function"`` called as ``kind`` (made once, kept
+    until :func:`release`): ``build(worker, declared)`` once its worker process
+    (:mod:`flashbench.backends.worker`) imported it and said what it declares, else
+    ``failing(reason)``: it cannot be imported, declares invalid attributes, or is
+    not of ``kind`` (:func:`flashbench.backends.declared.check_kind`). A malformed spec
+    is a ValueError, or, as an entry point's value (``name`` not the spec), ``failing``."""
+    from flashbench.backends.worker import Worker
+
+    try:
+        parse_spec(spec)
+    except ValueError:
+        if name == spec:  # --backend's (refused before a check starts) or in code
+            raise
+        return failing(f"its entry point value {spec!r} is not of the form module:function")
+    key = (spec, name, origin, kind)
+    if key not in _MADE:
+        worker = Worker(spec)
+        try:
+            declared = worker.call({"op": "describe"})
+            check_kind(spec, declared["kind"], kind)
+        except BackendFailed as exc:
+            worker.close()
+            _MADE[key] = failing(str(exc))
+        else:
+            _MADE[key] = build(worker, declared)
+    return _MADE[key]
 
 
 def user_backend(spec: str, name: str | None = None, origin: str = "user"):
@@ -98,30 +145,21 @@ def user_backend(spec: str, name: str | None = None, origin: str = "user"):
     calls run in a worker process of its own (:mod:`flashbench.backends.worker`; the
     module is imported there, never in the harness's process).
 
-    A function that cannot be imported (or declares invalid attributes) still gives a
-    backend: one whose every call fails with that reason, so the check reports it.
+    A function that cannot be imported (or declares invalid attributes, or is a decode
+    function) still gives a backend: one whose every call fails with that reason, so
+    the check reports it.
     """
-    parse_spec(spec)
     name = spec if name is None else name
-    key = (spec, name, origin)
-    if key not in _MADE:
-        _MADE[key] = _make(spec, name, origin)
-    return _MADE[key]
+    return worker_backend(spec, name, origin, FORWARD, partial(_make, spec, name, origin),
+                          partial(_failing, name, f"user function {spec}", origin))
 
 
-def _make(spec: str, name: str, origin: str):
+def _make(spec: str, name: str, origin: str, worker, declared: dict):
     from flashbench.backends import Backend
-    from flashbench.backends.worker import Worker
 
-    description = f"user function {spec}"
-    worker = Worker(spec)
-    try:
-        declared = worker.call({"op": "describe"})
-    except BackendFailed as exc:
-        return _failing(name, str(exc), description, origin)
     head_dims = declared["head_dims"]
-    return Backend(name, partial(_forward, worker), description, tuple(declared["dtypes"]),
-                   timed=partial(_timed, spec),
+    return Backend(name, partial(_forward, worker), f"user function {spec}",
+                   tuple(declared["dtypes"]), timed=partial(_timed, spec),
                    head_dims=None if head_dims is None else tuple(head_dims),
                    gqa=declared["gqa"], differentiable=declared["differentiable"],
                    grads=partial(_grads, worker, not declared["gqa"])
@@ -130,6 +168,20 @@ def _make(spec: str, name: str, origin: str):
                    variants=tuple(declared.get("variants", ())),
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
                    own_lse=True, origin=origin)
+
+
+@contextlib.contextmanager
+def session(time_limit: float | None = None):
+    """A check's span: every worker call takes at most ``time_limit`` seconds (None:
+    :data:`flashbench.backends.worker.DEFAULT_TIME_LIMIT`); at its end the workers stop
+    and the backends are forgotten (:func:`release`)."""
+    from flashbench.backends import worker
+
+    worker.set_time_limit(worker.DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
+    try:
+        yield
+    finally:
+        release()
 
 
 def release() -> None:
@@ -161,11 +213,6 @@ def find(name: str, registry: dict):
     points = _entry_points(registry)
     if name in points:
         value, origin = points[name], f"entry point {name} = {points[name]}"
-        try:
-            parse_spec(value)
-        except ValueError:
-            return _failing(name, f"its entry point value {value!r} is not of the form "
-                            "module:function", f"entry point {name}", origin)
         return user_backend(value, name=name, origin=origin)
     raise ValueError(f"unknown backend {name!r}; known: {sorted(registry)}"
                      + (f", entry points ({GROUP}): {sorted(points)}" if points else "")

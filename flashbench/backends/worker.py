@@ -33,6 +33,7 @@ from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all"]
 
 DEFAULT_TIME_LIMIT = 300.0  # seconds per call (an import, a forward, a backward)
+STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
 _HEADER = struct.Struct("<Q")
@@ -104,6 +105,21 @@ class Worker:
             [sys.executable, "-m", "flashbench.backends.worker", self.spec],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         _WORKERS.append(self)
+        # the worker's own start (python, torch) is not the kernel's time: wait for its
+        # "ready" before any call's --timeout clock runs
+        fd, deadline = self.proc.stdout.fileno(), time.monotonic() + STARTUP_LIMIT
+        try:
+            head = _read(fd, _HEADER.size, deadline)
+            body = None if head is None else _read(fd, _HEADER.unpack(head)[0], deadline)
+        except EOFError:
+            body = None
+        if body is None or not _unpack(body).get("ready"):
+            status = self.proc.poll()
+            self.close()
+            raise BackendFailed(f"its worker process did not start within {STARTUP_LIMIT} s"
+                                if status is None else
+                                f"its worker process ended before it was ready (exit status "
+                                f"{status})")
 
     def close(self) -> None:
         if self.proc is not None:
@@ -178,6 +194,8 @@ def _serve(spec: str) -> None:
     os.dup2(devnull, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = child.Server(spec)
+    proto_out.write(_pack({"ready": True}))  # the user's module is imported on first call
+    proto_out.flush()
     while True:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:

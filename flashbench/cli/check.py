@@ -115,8 +115,8 @@ def add_parser(sub) -> None:
     c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
                    metavar="SECONDS",
                    help="per-call time limit of a user's kernel (its import, each forward, "
-                   "each backward), after which it FAILs and its later calls are not run "
-                   f"(default {DEFAULT_TIME_LIMIT:g})")
+                   "each backward, each decode), after which it FAILs and its later calls "
+                   f"are not run (default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "

@@ -71,5 +71,5 @@ def run(args) -> int:
     cases = decode_cases(args)
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
-                              say=_progress_printer(not args.quiet))
+                              say=_progress_printer(not args.quiet), time_limit=args.timeout)
     return emit(report, render_decode, args.json)

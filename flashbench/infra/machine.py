@@ -28,7 +28,7 @@ import tempfile
 from flashbench.infra.locks import locked
 
 __all__ = ["identity", "register", "derived_name", "cpu_token", "cpu_model", "gpu_model",
-           "check_machine_name", "asv_launch_method"]
+           "check_machine_name", "asv_launch_method", "ASV_LAUNCH_ENV"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _NOISE = re.compile(r"\((r|tm)\)|\b(cpu|processor|genuine|intel|amd|\d+-core)\b|@.*$", re.I)
@@ -53,11 +53,17 @@ def gpu_model() -> str | None:
     return names[0] if out.returncode == 0 and names else None
 
 
+# With it, torch.cuda.is_available() asks NVML and never initialises CUDA, so asv's
+# forkserver parent stays CUDA-free and its forked benchmarks may use the GPU
+# (tests/test_gpu_suites.py records every CUDA-initialising call during the import).
+ASV_LAUNCH_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
 def asv_launch_method() -> str:
-    """How asv should start benchmark processes here: "spawn" where an NVIDIA GPU is
-    present (CUDA does not survive a fork), else "forkserver" (asv.conf.json's: the
-    suites are imported once, not once per grid point)."""
-    return "spawn" if gpu_model() else "forkserver"
+    """How asv starts benchmark processes, on every machine: "forkserver" (asv.conf.json's:
+    the suites are imported once, not once per grid point), safe on a GPU with
+    :data:`ASV_LAUNCH_ENV` in asv's environment."""
+    return "forkserver"
 
 
 def cpu_model() -> str:

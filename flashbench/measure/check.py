@@ -92,13 +92,10 @@ def run_check(cases: Sequence[Case] | None = None, dtypes: Sequence[str] = CHECK
     take per call (its worker's limit; None: :data:`flashbench.backends.worker.
     DEFAULT_TIME_LIMIT`); the workers stop when the check ends.
     """
-    from flashbench.backends import user, worker
+    from flashbench.backends import user
 
-    worker.set_time_limit(worker.DEFAULT_TIME_LIMIT if time_limit is None else time_limit)
-    try:
+    with user.session(time_limit):
         return _run(cases, dtypes, seed, block, backends, progress, grad_cases)
-    finally:
-        user.release()
 
 
 def _run(cases, dtypes, seed, block, backends, progress, grad_cases) -> dict:

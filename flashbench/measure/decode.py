@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -30,11 +30,13 @@ from flashbench.inputs.validation import head_group
 from flashbench.measure.forward import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
+    INTERPRETER_NOTE,
     INTERPRETER_TOO_SLOW,
     Exactness,
     Failed,
     Unavailable,
     accuracy_record,
+    with_note,
 )
 from flashbench.reference.decode import sequence_cache
 
@@ -159,6 +161,18 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
     return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
 
 
+def _handed(dtype: str, inputs) -> list:
+    """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
+    ``dtype``, cache_seqlens and block_table (or None) as int32."""
+    import torch
+
+    from flashbench.kernels.checks import torch_dtype
+
+    q, k, v, lens, table = inputs
+    return [*(torch.from_numpy(x).to(torch_dtype(dtype), copy=True) for x in (q, k, v)),
+            *(None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table))]
+
+
 def band_edge(case: DecodeCase, dtype: str) -> float | None:
     """The tolerance band's edge (:func:`flashbench.tolerance`, O max |err|) of the case:
     the largest over its sequences (a row of few keys errs more than one of many), or None
@@ -179,10 +193,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
     """Judge :data:`MODEL` and decode backends in each dtype (module docstring);
     ``bands`` (a dict) receives {(kernel, dtype): O max |err| vs the rounded inputs'
     float64 decode}."""
-    import torch
-
     from flashbench.backends.decode import get_decode_backend
-    from flashbench.kernels.checks import BackendFailed, BackendUnavailable, torch_dtype
+    from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
     inputs = decode_inputs(case, seed) if inputs is None else inputs
     ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
@@ -195,7 +207,6 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                                                  *inputs[3:], causal=case.causal)[0]
         model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=dtype,
                                         causal=case.causal, num_splits=MODEL_SPLITS))
-        tensors = None
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
@@ -215,31 +226,40 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str], kernels: Sequence[st
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype}")
-            if tensors is None:
-                q, k, v, lens, table = inputs
-                tensors = [torch.from_numpy(x).to(torch_dtype(dtype)) for x in (q, k, v)]
-                tensors += [torch.from_numpy(lens).to(torch.int32),
-                            None if table is None else torch.from_numpy(table).to(torch.int32)]
-            try:
-                out = backend(*tensors, causal=case.causal)
+            try:  # fresh copies per call: what a backend does to them reaches no other
+                out = backend(*_handed(dtype, inputs), causal=case.causal)
             except BackendUnavailable as exc:
                 records.append(Unavailable(case, name, dtype, str(exc)))
                 continue
             except BackendFailed as exc:
-                records.append(Failed(case, name, dtype, str(exc), peer=backend.peer))
+                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                                      peer=backend.peer))
                 continue
-            records.append(accuracy_record(case, name, dtype, out, std, ref, fallback=model,
-                                     own_lse=out.own_lse, peer=backend.peer))
+            rec = accuracy_record(case, name, dtype, out, std, ref, fallback=model,
+                                  own_lse=out.own_lse, peer=backend.peer)
+            if not rec.passed and with_note("", backend, dtype):
+                rec = replace(rec, note=INTERPRETER_NOTE)
+            records.append(rec)
             if bands is not None:
                 bands[(name, dtype)] = error_stats(out[0], rounded)["max_abs"]
     return records
 
 
 def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str], backends: Sequence[str],
-                     seed: int = 0, say: Callable[[str], None] = lambda msg: None) -> dict:
+                     seed: int = 0, say: Callable[[str], None] = lambda msg: None,
+                     time_limit: float | None = None) -> dict:
     """The decode check as a JSON-ready report: ``exactness`` and ``rows`` (one per kernel
     x dtype x case, with ``band``: the band's edge or None, and ``band_err``: O's error
-    against the rounded inputs' decode, shown beside it, not judged), ``passed``."""
+    against the rounded inputs' decode, shown beside it, not judged), ``passed``.
+    ``time_limit``: seconds a user's kernel may take per call, as in
+    :func:`flashbench.measure.check.run_check`; its worker stops when the check ends."""
+    from flashbench.backends import user
+
+    with user.session(time_limit):
+        return _run_decode_check(cases, dtypes, backends, seed, say)
+
+
+def _run_decode_check(cases, dtypes, backends, seed, say) -> dict:
     report = {"seed": seed, "dtypes": list(dtypes), "exact_tol": EXACT_TOL, "exactness": [],
               "rows": [], "model_splits": MODEL_SPLITS}
     for i, case in enumerate(cases, 1):

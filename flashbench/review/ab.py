@@ -1,13 +1,9 @@
 """Same-run A/B sampling: base and head measured alternately, adaptively, within a budget.
 
-:class:`Sampler` is the schedule and knows nothing of processes: it calls ``measure``
-for one block of one side and ``measure_pair`` for one interleaved round of a short call
-(:mod:`flashbench.review.run` wires both to the worker that holds both commits). Per
-timing grid point: a calibration block of each side (discarded), then paired rounds in
-alternating order (ABBA); a comparison is judged at the looks of
-:data:`flashbench.review.stats.LOOKS` (the first look for all comparisons together, once
-each has its rounds) until it is settled or the budget is spent. Why each step is as it
-is, with what it measured: docs/review.md ("How it measures").
+:class:`Sampler` is the schedule and knows nothing of processes: per timing grid point a
+calibration block of each side (discarded), then paired rounds in ABBA order, judged at
+the looks of :data:`flashbench.review.stats.LOOKS` until settled or out of budget. Why each
+step is as it is: docs/review.md ("How it measures").
 """
 
 from __future__ import annotations
@@ -43,6 +39,12 @@ class Point:
     def kind(self) -> str:
         return row_kind(self.name, self.type, self.unit)
 
+    def coverage_row(self, base: dict, head: dict) -> Row | None:
+        """The row of two workers' replies that are not both "ok" (else None)."""
+        return coverage_row(self.kind, self.name, self.params, self.unit,
+                            base.get("status", "failed"), head.get("status", "failed"),
+                            base.get("reason", ""), head.get("reason", ""))
+
 
 @dataclass
 class Plan:
@@ -55,6 +57,8 @@ class Plan:
     warmup: bool = False
     round_cost: float = 0.0  # wall seconds of its last round
     spent: float = 0.0  # wall seconds of all its blocks so far (calibration included)
+    lane: int = 0  # the lane (process) that calibrated it and runs its rounds
+    order: int = 0  # its point's place in the points sampled
 
 
 Measure = Callable[[Point, str, Plan], dict]
@@ -67,23 +71,68 @@ MeasurePair = Callable[[Point, tuple[str, str], Plan], dict]
 @dataclass(frozen=True)
 class Lane:
     """One measuring process: its ``measure`` (a block) and ``measure_pair`` (a short
-    call's interleaved round; None: blocks only)."""
+    call's interleaved round; None: blocks only), and a comparison's rounds taken there."""
 
     measure: Measure
     measure_pair: MeasurePair | None = None
 
+    def block(self, plan: Plan, side: str) -> dict:
+        """One block of ``side``; the first (``number`` 0) calibrates the plan."""
+        reply = self.measure(plan.point, side, plan)
+        if reply.get("status") != "ok":
+            return reply
+        if not plan.number:
+            plan.number = int(reply["number"])
+            sample = statistics.median(reply["samples"]) * plan.number
+            plan.per_block = 5 if sample < VERY_SHORT else 3 if sample < SHORT_SAMPLE else 1
+            plan.warmup = sample / plan.number < WARMUP_BELOW
+        return {"status": "ok", "value": float(min(reply["samples"]))}
+
+    def calibrated(self, plan: Plan, side: str) -> dict:
+        """One discarded sample of the calibrated ``number`` (warm-up and status)."""
+        per_block, plan.per_block = plan.per_block, 1
+        try:
+            return self.block(plan, side)
+        finally:
+            plan.per_block = per_block
+
+    def timed(self, plan: Plan, side: str) -> float:
+        """A block's value; :class:`_Broken` where it fails (it worked at calibration)."""
+        reply = self.block(plan, side)
+        if reply.get("status") != "ok":
+            raise _Broken(side, reply)
+        return reply["value"]
+
+    def round(self, plan: Plan, clock: Callable[[], float], first_of_step: bool = False
+              ) -> None:
+        """One paired round of ``plan``, its wall time its ``round_cost``."""
+        long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
+        sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
+        values = None
+        if not long and self.measure_pair is not None:
+            t0 = clock()
+            reply = self.measure_pair(plan.point, sides, plan)
+            if reply.get("status") == "ok":
+                values = {side: min(reply[side]) for side in sides}
+            elif "side" in reply:
+                raise _Broken(reply["side"], reply)
+            # else the worker died or overran: one block per side tells which side it was
+        if values is None:
+            if first_of_step and long:  # the step's first block must not follow another
+                self.timed(plan, sides[0])  # point's: one block first, discarded
+            t0 = clock()  # a round's cost: its two timed blocks
+            values = {side: self.timed(plan, side) for side in sides}
+        plan.pair.base.append(float(values["base"]))
+        plan.pair.head.append(float(values["head"]))
+        plan.round_cost = clock() - t0
+
 
 class Sampler:
-    """The adaptive ABBA schedule (module docstring).
-
-    ``lanes`` (:class:`Lane` per process, each process holding both commits) sample at
-    once, one thread each: a lane calibrates the next grid point while there is one;
-    once every grid point is calibrated, it takes its comparisons to the first look;
-    once every lane is there, the first look judges them all together; then the lane
-    takes the next step of its open comparisons (a comparison's rounds all run in the
-    process that calibrated it). Benjamini-Hochberg, the variance prior and the budget
-    (wall time) are the whole review's. An error in one lane, or an interrupt, stops
-    the others at their next round."""
+    """The adaptive ABBA schedule. ``lanes`` (one per process, each holding both commits)
+    sample at once, a thread each: calibrations, then every comparison to the first look,
+    judged together, then the next steps of each lane's own comparisons. The statistics
+    and the budget (wall time) are the whole review's; an error in one lane, or an
+    interrupt, stops the others at their next round (docs/review.md, ``--jobs``)."""
 
     def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
                  clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
@@ -108,60 +157,11 @@ class Sampler:
     def _left(self) -> float:
         return self.budget - (self.clock() - self.start)
 
-    def _block(self, plan: Plan, side: str, lane: Lane) -> dict:
-        reply = lane.measure(plan.point, side, plan)
-        if reply.get("status") != "ok":
-            return reply
-        if not plan.number:
-            plan.number = int(reply["number"])
-            sample = statistics.median(reply["samples"]) * plan.number
-            plan.per_block = 5 if sample < VERY_SHORT else 3 if sample < SHORT_SAMPLE else 1
-            plan.warmup = sample / plan.number < WARMUP_BELOW
-        return {"status": "ok", "value": float(min(reply["samples"]))}
-
-    def _calibrated(self, plan: Plan, side: str, lane: Lane) -> dict:
-        """One discarded sample of the calibrated ``number`` (warm-up and status)."""
-        per_block, plan.per_block = plan.per_block, 1
-        try:
-            return self._block(plan, side, lane)
-        finally:
-            plan.per_block = per_block
-
-    def _round(self, plan: Plan, lane: Lane, first_of_step: bool = False) -> None:
-        long = not plan.warmup  # a call of 0.2 s or more: rounds go BA, AB, BA, ...
-        sides = ("base", "head") if (plan.pair.rounds + long) % 2 == 0 else ("head", "base")
-        if not long and lane.measure_pair is not None:
-            t0 = self.clock()
-            reply = lane.measure_pair(plan.point, sides, plan)
-            if reply.get("status") == "ok":
-                plan.pair.base.append(float(min(reply["base"])))
-                plan.pair.head.append(float(min(reply["head"])))
-                plan.round_cost = self.clock() - t0
-                return
-            if "side" in reply:
-                raise _Broken(reply["side"], reply)
-            # the worker died or overran: one block per side tells which side it was
-        values = {}
-        if first_of_step and long:  # the step's first block must not follow another
-            reply = self._block(plan, sides[0], lane)  # point's: one block first, discarded
-            if reply.get("status") != "ok":
-                raise _Broken(sides[0], reply)
-        t0 = self.clock()  # a round's cost: its two timed blocks
-        for side in sides:
-            reply = self._block(plan, side, lane)
-            if reply.get("status") != "ok":  # it worked at calibration: now it fails
-                raise _Broken(side, reply)
-            values[side] = reply["value"]
-        plan.pair.base.append(values["base"])
-        plan.pair.head.append(values["head"])
-        plan.round_cost = self.clock() - t0
-
     def run(self, points: list[Point]) -> tuple[list[Paired], list[Row]]:
         """Sample every point; returns (paired comparisons, coverage rows)."""
         self.start = self.clock()
         self._todo = list(enumerate(points))  # not yet calibrated, in order
         self._plans: list[Plan] = []  # every measured comparison, in calibration order
-        self._owner: dict[int, tuple[int, int]] = {}  # id(plan) -> (lane, point's index)
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
         self._before_first_look = len(self.lanes)
@@ -181,8 +181,7 @@ class Sampler:
                 raise
             if self._failure is not None:
                 raise self._failure
-        plans = sorted(self._plans, key=lambda p: self._owner[id(p)][1])
-        return [p.pair for p in plans], self._rows
+        return [p.pair for p in sorted(self._plans, key=lambda p: p.order)], self._rows
 
     def _lane(self, i: int) -> None:
         try:
@@ -230,27 +229,24 @@ class Sampler:
     def _calibrate(self, i: int, index: int, point: Point) -> None:
         lane = self.lanes[i]
         t0 = self.clock()
-        plan = Plan(point, Paired(point.name, point.params, point.unit))
-        base = self._block(plan, "base", lane)  # number 0: calibrates number and per_block
-        head = (self._calibrated(plan, "head", lane) if base.get("status") == "ok"
+        plan = Plan(point, Paired(point.name, point.params, point.unit), lane=i, order=index)
+        base = lane.block(plan, "base")  # number 0: calibrates number and per_block
+        head = (lane.calibrated(plan, "head") if base.get("status") == "ok"
                 else lane.measure(point, "head", plan))
         row = None
         if base.get("status") == "ok" and head.get("status") == "ok":
             try:
-                self._round(plan, lane)  # a long call's round 1 is BA: head's block follows
+                lane.round(plan, self.clock)  # a long call's round 1 is BA: head's block follows
             except _Broken as broken:  # head's discarded first call
                 row = broken.row(plan)
             plan.spent = self.clock() - t0
         else:
-            row = coverage_row(point.kind, point.name, point.params, point.unit,
-                               base.get("status", "failed"), head.get("status", "failed"),
-                               base.get("reason", ""), head.get("reason", ""))
+            row = point.coverage_row(base, head)
         with self._lock:
             if row is not None:
                 self._rows.append(row)
             else:
                 self._plans.append(plan)
-                self._owner[id(plan)] = (i, index)
 
     def _first_look(self) -> None:
         """The first look, for every comparison at once: the last lane to get its
@@ -280,7 +276,7 @@ class Sampler:
                 return False
             steps = sorted((target, plan.spent + cost, cost, n, plan)
                            for n, plan in enumerate(self._plans)
-                           if self._owner[id(plan)][0] == i and plan.pair.decided is None
+                           if plan.lane == i and plan.pair.decided is None
                            for target in [_next_look(plan.pair.rounds)] if target is not None
                            and not (first and target > LOOKS[0])
                            for cost in [(target - plan.pair.rounds + (
@@ -299,7 +295,7 @@ class Sampler:
             opening = True
             while (plan.pair.rounds < target and plan.round_cost <= self._left()
                    and self._failure is None):
-                self._round(plan, lane, first_of_step=opening)
+                lane.round(plan, self.clock, first_of_step=opening)
                 opening = False
         except _Broken as broken:
             with self._lock:
@@ -343,10 +339,7 @@ class _Broken(Exception):
         self.side, self.reply = side, reply
 
     def row(self, plan: Plan) -> Row:
-        status = self.reply.get("status", "failed")
-        base, head = ("ok", status) if self.side == "head" else (status, "ok")
-        return coverage_row(plan.point.kind, plan.point.name, plan.point.params,
-                            plan.point.unit, base, head,
-                            *(("", self.reply.get("reason", "")) if self.side == "head"
-                              else (self.reply.get("reason", ""), "")))
+        ok = {"status": "ok"}
+        base, head = (ok, self.reply) if self.side == "head" else (self.reply, ok)
+        return plan.point.coverage_row(base, head)
 

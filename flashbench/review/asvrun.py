@@ -1,17 +1,12 @@
-"""asv for ``review --reuse``: benchmark a commit that has no stored results.
+"""asv for the review: the project's asv.conf.json, and ``asv run <commit>^!`` into
+``.asv/review-results/`` for a ``--reuse`` commit without stored results (``existing``:
+this Python, the commit's tree first on the path through ``ASV_PYTHONPATH``); asv writing
+no results raises :class:`AsvError` with asv's last words.
 
-``asv run <commit>^!`` into ``.asv/review-results/`` with a copy of asv.conf.json whose
-paths are absolute (``--quick``: one sample each; ``existing=True``: no install, this
-Python, the commit's tree checked out in the review's worktree session and first on
-the benchmarks' path through ``ASV_PYTHONPATH``). The machine is registered first
-(:func:`flashbench.infra.machine.register`: locked, atomic). asv failing as a whole (no
-results file written) raises :class:`AsvError` with asv's last words.
-
-asv runs in a session of its own (:func:`run_in_session`): asv puts its benchmark
-server and benchmark processes in process groups of their own, so killing asv's group
-would orphan them; the session holds them all, and every process of it is ended when
-the review is interrupted (SIGTERM, SIGINT: exceptions by then, see
-:mod:`flashbench.review.run`), when anything fails, and after asv returns.
+asv runs in a session of its own (:func:`run_in_session`): its benchmark server and
+processes have process groups of their own, which killing asv's group would orphan;
+every process of the session is ended when the review is interrupted, fails, or asv
+returns.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashbench.infra.machine import asv_launch_method, register
+from flashbench.infra.machine import ASV_LAUNCH_ENV, asv_launch_method, register
 from flashbench.review.gitops import Session, toplevel
 
 REVIEW_RESULTS = Path(".asv") / "review-results"
@@ -86,8 +81,8 @@ def session_members(sid: int) -> list[int]:
 
 
 def end_session(sid: int, grace: float = 3.0) -> None:
-    """SIGTERM every process of session ``sid``, then SIGKILL what is left after
-    ``grace`` seconds (repeated until none is left: a dying asv may still fork)."""
+    """SIGTERM every process of session ``sid``, SIGKILL after ``grace`` seconds, until
+    none is left (a dying asv may still fork)."""
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
     for _ in range(100):
@@ -148,10 +143,9 @@ def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
         cmd += ["--bench", bench]
     started = time.time() - 1.0
     with Session(root) as session:
-        env = None
+        env = {**os.environ, **ASV_LAUNCH_ENV}
         if existing:
-            tree = session.worktree("head", commit)
-            env = {**os.environ, "ASV_PYTHONPATH": str(tree)}
+            env["ASV_PYTHONPATH"] = str(session.worktree("head", commit))
             cmd += ["-E", f"existing:{sys.executable}", "--set-commit-hash", commit]
         else:
             cmd.append(f"{commit}^!")

@@ -1,18 +1,11 @@
 """Are stored results of two asv environments comparable? (``review --reuse``)
 
 asv names an environment after how it was made: ``virtualenv-py3.11-numpy-torch2.13.0``
-(tool, Python version, each requirement with its pinned version, none where it is
-unpinned) or ``existing-py_usr_bin_python3`` (``-E existing:<python>``: the
-interpreter's path). Results of the same name are comparable. Results of two names are
-comparable when both describe the same interpreter version and packages:
-
-- a virtualenv/conda name gives its Python version and its pinned requirements;
-- an ``existing`` name gives only a path; when it is this interpreter, its Python
-  version and installed package versions are read here (a local version label such as
-  ``+cpu`` is ignored); another interpreter cannot be checked, so it is not comparable.
-
-Unpinned requirements (asv installed whatever was newest then) cannot be checked either
-way; :func:`comparable` says so in its explanation rather than refusing.
+(Python version, each requirement with its pinned version) or
+``existing-py_usr_bin_python3`` (an interpreter's path: read here when it is this
+interpreter, local version labels such as ``+cpu`` ignored; another cannot be checked).
+Two names are comparable when they describe the same Python and pinned packages;
+unpinned requirements cannot be checked, and :func:`comparable` says so.
 """
 
 from __future__ import annotations

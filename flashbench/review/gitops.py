@@ -1,14 +1,10 @@
 """git for the review: revisions, ancestry, uncommitted edits, and worktree sessions.
 
-A review that measures checks base and head out in git worktrees under
-``.asv/review/<session>/`` (``base/``, ``head/``). The session folder holds a lock
-file, locked (:mod:`flashbench.infra.locks`) for as long as the review runs: a folder whose
-lock can be taken belongs to a review that is gone (killed, crashed), and the next
-:class:`Session` removes it and its worktrees as it starts (pruning and creating a
-session happen under a lock of ``.asv/review/`` itself, so two reviews starting at
-once never take each other's folder for stale). A running review
-removes its own on exit, on an error, and on SIGTERM/SIGINT (the caller turns those
-into exceptions; see :mod:`flashbench.review.run`).
+A :class:`Session` checks commits out under ``.asv/review/<session>/``, a folder locked
+(:mod:`flashbench.infra.locks`) while the review runs and removed when it ends. A folder
+whose lock can be taken belongs to a review that died: the next session removes it as it
+starts (under a lock of ``.asv/review/``, so two reviews starting at once never take each
+other's folder for stale).
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ import os
 import shutil
 import subprocess
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
 from flashbench.infra.locks import acquire, locked, release
@@ -95,19 +90,9 @@ def _remove_session(root: Path, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@contextmanager
-def _sessions_lock(root: Path):
-    """Serialises pruning and session creation: a review's folder is locked before any
-    other review can look at it."""
-    folder = root / SESSIONS
-    folder.mkdir(parents=True, exist_ok=True)
-    with locked(folder):
-        yield
-
-
 def _prune(root: Path) -> list[Path]:
     """Remove the worktrees of reviews that are gone (their lock can be taken); returns
-    their folders. Called under :func:`_sessions_lock`."""
+    their folders. Called under the lock of ``SESSIONS``."""
     gone = []
     base = root / SESSIONS
     if base.is_dir():
@@ -123,11 +108,6 @@ def _prune(root: Path) -> list[Path]:
                 gone.append(folder)
             finally:
                 release(fd)
-    for old in root.glob(".asv/review-worktree-*"):  # an earlier review's layout
-        subprocess.run(["git", "worktree", "remove", "--force", "--force", str(old)], cwd=root,
-                       capture_output=True)
-        shutil.rmtree(old, ignore_errors=True)
-        gone.append(old)
     subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True)
     return gone
 
@@ -142,7 +122,8 @@ class Session:
         self.pruned: list[Path] = []  # folders of dead reviews removed as this one started
 
     def __enter__(self) -> Session:
-        with _sessions_lock(self.root):
+        (self.root / SESSIONS).mkdir(parents=True, exist_ok=True)
+        with locked(self.root / SESSIONS):  # a new folder is locked before others look
             self.pruned = _prune(self.root)
             self.folder.mkdir(parents=True)
             self._fd = acquire(self.folder / "lock")

@@ -1,11 +1,7 @@
 """Verdicts of timings measured in the same run: a review's paired comparisons judged
-together, at the looks of the schedule and at its end.
-
-"slower"/"faster" when Benjamini-Hochberg selects a comparison and its interval lies
-beyond the factor, "same" when its interval lies inside ``[1/factor, factor]``; else it
-stays open, and at the end is "not slower" (interval below the factor) or "ambiguous".
-Every judgement rests on the family's variance prior of its look (:func:`family_prior`),
-and a row shows that prior (docs/review.md: "The statistics").
+together at each look of the schedule ("slower", "faster", "same" or still open) and at
+its end ("not slower" or "ambiguous"), each with the family's variance prior of its look,
+which its row shows (docs/review.md: "The statistics").
 """
 
 from __future__ import annotations
@@ -82,11 +78,9 @@ def _prior_of(p: Paired, prior: Prior | None) -> Prior | None:
 
 def decide(pairs: list[Paired], factor: float, q_look: float, prior: Prior | None = None,
            fit: bool = True) -> list[tuple[str, str] | None]:
-    """One look at every comparison: (verdict, reason) where it is settled, else None.
-
-    Comparisons settled at an earlier look keep their verdict; Benjamini-Hochberg sees
-    every comparison's current p-value. The prior is fitted to the family unless
-    ``fit`` is False (then ``prior`` is used, None: no moderation)."""
+    """One look at every comparison: (verdict, reason) where it is settled, else None;
+    earlier verdicts stand, and Benjamini-Hochberg sees every current p-value. With
+    ``fit`` False, ``prior`` is used instead of the family's (None: no moderation)."""
     if fit:
         prior = family_prior(pairs)
     tests = [evidence(p.location().moderated(_prior_of(p, prior)), factor) for p in pairs]
@@ -105,9 +99,8 @@ def decide(pairs: list[Paired], factor: float, q_look: float, prior: Prior | Non
 
 
 def settle(pairs: list[Paired], which: list[Paired], factor: float, q_look: float) -> int:
-    """One look at the comparisons ``which`` (members of ``pairs``, with a look's rounds):
-    each decision is recorded with the family's prior of this look. Returns how many
-    settled."""
+    """One look at ``which`` (members of ``pairs``), recording each decision with this
+    look's prior; returns how many settled."""
     prior = family_prior(pairs)
     settled = 0
     for p, d in zip(pairs, decide(pairs, factor, q_look, prior, fit=False), strict=True):

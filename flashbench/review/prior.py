@@ -1,13 +1,10 @@
 """The family's variance prior: empirical Bayes moderated variances (Smyth 2004, limma).
 
-A review measures dozens of comparisons on one machine, a few rounds each, and their
-variances are alike. :func:`fit_prior` fits a scaled inverse chi-square prior (``s0^2``
-with ``d0`` degrees of freedom) to them by Smyth's moments of log variances, made robust
-to comparisons whose variance is not of the family; each comparison's variance is then
-``(d0 s0^2 + d s^2) / (d0 + d)`` with ``d0 + d`` degrees of freedom
-(:meth:`flashbench.review.stats.Location.moderated`). The special functions are scipy's;
-only the method and trigamma's inverse (which no maintained library has) are written
-here. Why robust, and what it measured: docs/review.md ("The statistics").
+A review's comparisons, a few rounds each on one machine, have alike variances:
+:func:`fit_prior` fits them a scaled inverse chi-square prior (``s0^2``, ``d0`` degrees of
+freedom) by Smyth's moments, made robust to variances not of the family. The special
+functions are scipy's; only the method and trigamma's inverse (no maintained library
+has it) are written here. Why, and what it measured: docs/review.md ("The statistics").
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ INITIAL_SHARE = 0.8  # the robust fit starts from the lower 80% of the family's 
 
 @dataclass(frozen=True)
 class Prior:
-    """A scaled inverse chi-square prior of the comparisons' variances: ``s2`` with
-    ``d0`` degrees of freedom, fitted from ``family`` comparisons, of which ``outliers``
-    have variances it does not explain (left out of the fit, and not moderated)."""
+    """``s2`` with ``d0`` degrees of freedom, fitted from ``family`` comparisons, of which
+    ``outliers`` have variances it does not explain (left out, and not moderated)."""
 
     s2: float
     d0: float
@@ -36,13 +32,12 @@ class Prior:
     outliers: int = 0
 
     def explains(self, var: float, df: float) -> bool:
-        """Whether ``var`` on ``df`` degrees of freedom is likely enough under the prior:
-        ``var / s2`` is F(df, d0) there; above its upper :data:`OUTLIER_P` quantile, not."""
+        """Whether ``var / s2`` on ``df`` degrees of freedom lies below the upper
+        :data:`OUTLIER_P` quantile of F(df, d0)."""
         return float(special.fdtrc(df, self.d0, var / self.s2)) >= OUTLIER_P
 
     def describe(self) -> dict:
-        """The prior as a row shows it: the per-round spread ``s0`` (log-ratio), ``d0``,
-        and how many comparisons it was fitted to."""
+        """The prior as a row shows it (``s0``: the spread of a round's log-ratio)."""
         return {"s0": math.sqrt(self.s2), "d0": self.d0, "family": self.family,
                 "outliers": self.outliers}
 
@@ -72,6 +67,8 @@ def _centred_log_var(var, df):
 
 
 def _moments(pairs) -> tuple[float, float]:
+    """(s0^2, d0): ``e``'s mean estimates ``log s0^2 - digamma(d0/2) + log(d0/2)``, its
+    variance less the mean of ``trigamma(d/2)`` estimates ``trigamma(d0/2)``."""
     var, df = np.array(pairs, dtype=float).T
     e = _centred_log_var(var, df)
     spread = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, df / 2.0)))
@@ -80,16 +77,11 @@ def _moments(pairs) -> tuple[float, float]:
 
 
 def fit_prior(locations) -> Prior | None:
-    """The prior of a family's variances (None with fewer than :data:`MIN_FAMILY`
-    locations with a positive, finite variance and ``df >= 1``).
-
-    The mean of ``e`` estimates ``log s0^2 - digamma(d0/2) + log(d0/2)``, its variance
-    less the mean of ``trigamma(d/2)`` estimates ``trigamma(d0/2)`` (variances more alike
-    than sampling alone makes them give :data:`MAX_PRIOR_DF`). Robust: the fit starts
-    from the lower :data:`INITIAL_SHARE` of ``e``, then keeps every comparison the prior
-    explains (:meth:`Prior.explains`) and fits again, until the kept set stays the same.
-    """
-    pairs = [(loc.var, loc.var_df) for loc in locations
+    """The prior of a family's variances (None with fewer than :data:`MIN_FAMILY` with a
+    positive, finite variance and ``df >= 1``). Robust: fitted to the lower
+    :data:`INITIAL_SHARE` of ``e``, then again to every variance the prior explains, until
+    the kept set stays the same."""
+    pairs = [(loc.var, loc.vdf) for loc in locations
              if loc.df >= 1 and math.isfinite(loc.var) and loc.var > 0]
     if len(pairs) < MIN_FAMILY:
         return None

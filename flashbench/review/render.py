@@ -1,17 +1,9 @@
 """A review as Markdown (for a pull request) and as JSON (for machines).
 
-Markdown: a header that says how the evidence was gathered (same-run A/B or stored
-results, the factor, the false-alarm rate, the budget, uncommitted edits), the summary
-line with the exit status, the problems, and a table: regressions first, then
-undecided rows; unchanged rows are counted (``--all`` lists them), and so are grid
-points measured in neither commit, by their statuses (a head that failed is always
-listed: a regression, or "still failing"). Every timing row
-shows base and head (per call, in the benchmark's unit), the ratio with its
-interval and level, the paired rounds it rests on, the verdict and its reason code.
-
-JSON: the same facts; floats that JSON cannot hold (NaN, inf) become null, so the
-output is always valid JSON (``json.loads`` with ``parse_constant`` refusing NaN
-reads it).
+Markdown: a header that says how the evidence was gathered, the summary line with the
+exit status, the problems, and a table of regressions, then undecided rows (unchanged
+rows and grid points measured in neither commit are counted; ``--all`` lists them).
+JSON: the same facts, NaN and infinities as null, so it is always valid JSON.
 """
 
 from __future__ import annotations

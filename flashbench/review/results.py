@@ -1,16 +1,19 @@
 """Stored asv results as the review reads them: loading, this machine's rows, one
-benchmark version. Both the accuracy band of a same-run review and ``--reuse`` select
-their rows here, so they always mean the same rows by "this machine".
+benchmark version, and the accuracy band of a same-run review. The band and ``--reuse``
+select their rows here, so they always mean the same rows by "this machine".
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from flashbench.history import load_results
+from flashbench.review.gitops import ancestors
+from flashbench.review.model import Review
 
 COLUMNS = ["machine", "cpu", "env", "commit", "date", "benchmark", "params", "status", "value"]
 
@@ -48,3 +51,34 @@ def same_version(frame: pd.DataFrame, version: str | None) -> pd.DataFrame:
     if version is None or "version" not in frame.columns:
         return frame
     return frame[frame["version"].astype(object) == version]
+
+
+Band = Callable[..., list[float]]
+
+
+def band_source(results: Path, root: Path, review: Review) -> Band:
+    """``band(benchmark, params, version=None)``: ok values stored for base's ancestors
+    (base included, head excluded) on this machine, of benchmark ``version`` where it is
+    known (never by date); loaded on first use, with a header note."""
+    cache: dict = {}
+
+    def load():
+        if "frame" not in cache:
+            frame = machine_rows(load_stored([results], samples=False), review.machine,
+                                 review.cpu)
+            keep = set(ancestors(review.base, root)) - {review.head} if len(frame) else set()
+            frame = frame[(frame["status"].astype(object) == "ok")
+                          & frame["commit"].astype(object).isin(keep)]
+            cache["frame"] = {key: group for key, group in frame.groupby(
+                [frame["benchmark"].astype(object), frame["params"].astype(object)],
+                sort=False)}
+            review.notes.append(f"Accuracy band: results stored in {results} for "
+                                f"{frame['commit'].nunique()} ancestor commit(s) of base on "
+                                "this machine.")
+        return cache["frame"]
+
+    def band(benchmark: str, params: str, version: str | None = None) -> list[float]:
+        sel = load().get((benchmark, params))  # one groupby, then a lookup per grid point
+        return [] if sel is None else [float(v) for v in same_version(sel, version)["value"]]
+
+    return band

@@ -1,16 +1,6 @@
-"""The verdict rules of values and coverage: pure functions of numbers (no git, no asv,
-no processes), and the row of a value measured once per commit (:func:`value_row`).
-
-- Accuracy tracks (:func:`judge_accuracy`): worse than base beyond the tolerance ("above
-  band" too where it exceeds every earlier result of base's ancestors), a rule ratio
-  above its limit or not finite (:func:`accuracy_rule`), or a non-finite head where
-  base is finite: each a regression, faster or not.
-- Memory (:func:`judge_memory`): "more memory" (a regression) when head/base exceeds
-  the factor, "less memory" below 1/factor, else "same".
-- Values without statistics (:func:`judge_ratio_only`): "ambiguous" beyond the factor,
-  never "slower".
-- Coverage (:func:`judge_coverage`): failed in head is a regression, "still failing"
-  when base failed too; measured in base but skipped or gone in head is "coverage lost".
+"""The verdict rules of accuracy, memory, values without statistics and coverage, and
+the rows of values measured once per commit: pure functions of numbers (no git, no asv,
+no processes), shared by same-run and stored reviews. The rules in words: docs/review.md.
 """
 
 from __future__ import annotations
@@ -28,11 +18,8 @@ MEMORY_UNIT = "bytes"
 
 
 def accuracy_rule(metric: str | None) -> tuple[float, str] | None:
-    """(limit, reason code when broken) of a rule-ratio metric: FlashAttention's rules
-    (kernel error / same-dtype standard error: "rule-fails") and the band rule (a metric
-    named ``*band_ratio``, kernel error / the band edge of a correct kernel:
-    "outside-band"); None for other metrics. Every limit is
-    :func:`flashbench.history.suites.rule_limit`'s."""
+    """(limit, reason code when broken) of a rule-ratio metric (limits:
+    :func:`flashbench.history.suites.rule_limit`); None for other metrics."""
     limit = rule_limit(metric) if metric else None
     if limit is None:
         return None
@@ -53,13 +40,8 @@ def rule_detail(metric: str, acc_tol: float, band: int) -> str:
 def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
                    rule: tuple[float, str] | None = None) -> tuple[str, str, bool]:
     """(verdict, reason codes, regression) for one accuracy value (higher is worse).
-
-    ``band``: this result's values at base's ancestors (earlier runs of the same
-    benchmark version), possibly empty; "above band" qualifies a head that is worse
-    than base: it never blames the head for what base already does.
-    ``rule``: a rule-ratio metric's (limit, reason code), :func:`accuracy_rule`; a rule
-    ratio that is not finite breaks its rule, whatever base was.
-    """
+    ``band``: earlier results of base's ancestors; "above band" only qualifies a head
+    worse than base. ``rule``: :func:`accuracy_rule`'s; a non-finite ratio breaks it."""
     base_ok = math.isfinite(base)
     problems = []
     if not math.isfinite(head):
@@ -86,17 +68,14 @@ def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
 
 
 def is_memory(type_: str | None, unit: str | None) -> bool:
-    """Peak memory: asv's ``peakmem_`` benchmarks, and tracks that return bytes (peak
-    memory measured in a fresh subprocess: a forked benchmark inherits the forkserver's
-    resident memory, so the suites measure it themselves)."""
+    """Peak memory: asv's ``peakmem_`` benchmarks, and tracks that return bytes (the
+    suites measure it in a fresh subprocess: a forked benchmark inherits the server's)."""
     return type_ == "peakmemory" or (type_ == "track" and unit == MEMORY_UNIT)
 
 
 def judge_memory(base: float, head: float, factor: float) -> tuple[str, str]:
-    """(verdict, reason) of peak memory (bytes), one deterministic value per commit
-    measured in the same run: "more memory" (a regression) when head/base > ``factor``,
-    "less memory" when below 1/factor, else "same"; a value that is not a positive,
-    finite number of bytes cannot be compared ("not compared", exit 2)."""
+    """(verdict, reason) of peak memory, head/base against ``factor``; a value that is not
+    a positive, finite number of bytes is "not compared"."""
     try:
         base, head = float(base), float(head)
     except (TypeError, ValueError):
@@ -124,8 +103,7 @@ def memory_row(kind: str, benchmark: str, params: str, unit: str, base: float, h
 
 def value_row(kind: str, benchmark: str, params: str, unit: str, base: float, head: float,
               band: list[float], acc_tol: float, factor: float, memory_detail: str = "") -> Row:
-    """The row of a value measured once per commit, both commits ok (same-run tracks and
-    peak memory, stored tracks): ``kind`` from :func:`row_kind`; ``band``: earlier
+    """The row of a value measured once per commit, both commits ok; ``band``: earlier
     results of base's ancestors (accuracy only)."""
     if kind == "memory":
         return memory_row(kind, benchmark, params, unit, base, head, factor, memory_detail)
@@ -160,13 +138,8 @@ def judge_ratio_only(base: float, head: float, factor: float) -> tuple[str, str]
 
 
 def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None:
-    """(verdict, reason) when the two commits do not both have a value, else None.
-
-    Statuses: "ok", "skipped", "failed", "missing", "not-applicable". A head that failed
-    is a regression ("failed") whatever base was, except a base that failed too ("still
-    failing": undecided); skipped, gone or not applicable in head where base measured is
-    "coverage lost"; neither measured nor failed in head: "not-measured".
-    """
+    """(verdict, reason) when the two commits' statuses ("ok", "skipped", "failed",
+    "missing", "not-applicable") are not both "ok", else None."""
     if base_status == OK_STATUS and head_status == OK_STATUS:
         return None
     if head_status == FAILED_STATUS:
@@ -178,6 +151,21 @@ def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None
     if head_status == OK_STATUS:
         return "coverage gained", "coverage-gained"
     return "not compared", "not-measured"
+
+
+def track_rows(points, base: list[dict], head: list[dict], acc_tol: float, factor: float,
+               band) -> list[Row]:
+    """Rows of grid points measured once per commit in a same-run review (tracks, peak
+    memory) from the workers' replies; ``band(name, params, version)``: earlier results."""
+    rows = []
+    for p, b, h in zip(points, base, head, strict=True):
+        row = p.coverage_row(b, h)
+        if row is None:
+            earlier = band(p.name, p.params, p.version) if p.kind == "accuracy" else []
+            row = value_row(p.kind, p.name, p.params, p.unit, float(b["value"]),
+                            float(h["value"]), earlier, acc_tol, factor)
+        rows.append(row)
+    return rows
 
 
 def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status: str,

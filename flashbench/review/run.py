@@ -1,13 +1,10 @@
-"""``run_review``: check the options, then gather evidence and judge it.
+"""``run_review``: check the options, then gather evidence (same-run A/B, or stored
+results with ``reuse``) and judge it.
 
-The default (same-run A/B): base and head checked out in worktrees, both loaded in one
-worker process with today's suites, timings sampled alternately within a budget
-(:mod:`flashbench.review.ab`), tracks and peak memory measured once per commit
-(:mod:`flashbench.review.tracks`). ``reuse=True``: stored asv results instead
-(:mod:`flashbench.review.stored`). Bad options, revisions or selections raise
-ValueError before anything is checked out or run; git, asv or a worker failing raise
-RuntimeError (GitError, WorkerError, AsvError); SIGTERM and SIGINT end the review as
-:class:`Interrupted` after its worktrees and processes are gone.
+Bad options, revisions or selections raise ValueError before anything is checked out or
+run; git, asv or a worker failing raise RuntimeError (GitError, WorkerError, AsvError);
+SIGTERM and SIGINT end the review as :class:`Interrupted` after its worktrees and
+processes are gone.
 """
 
 from __future__ import annotations
@@ -19,18 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from flashbench.infra.machine import gpu_model
-from flashbench.infra.machine import identity as machine_identity
+from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.asvrun import project
 from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
 from flashbench.review.model import Review
-from flashbench.review.options import DEFAULT_BUDGET, QUICK_BUDGET, Options, select
+from flashbench.review.options import Options, select
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
 from flashbench.review.prior import OUTLIER_P
+from flashbench.review.results import band_source
+from flashbench.review.rules import track_rows
 from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
 from flashbench.review.stored import review_stored
-from flashbench.review.tracks import band_source, track_rows
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
@@ -61,11 +58,6 @@ def _signals_raise():
             signal.signal(s, h)
 
 
-def identity(machine: str | None) -> tuple[str, str]:
-    """(machine name, processor [; GPU]) of this machine, registering nothing."""
-    return machine_identity(machine)[:2]
-
-
 def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     notes = []
     if checked_out(root) == head:
@@ -92,7 +84,7 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     opts.check()
     root, bench_dir = project(cwd)
     base, head = resolve(opts.base, root), resolve(opts.head, root)
-    machine, cpu = identity(opts.machine)
+    machine, cpu = identity(opts.machine)[:2]  # registering nothing
     if opts.jobs > 1 and not opts.reuse and gpu_model():
         raise ValueError(f"--jobs {opts.jobs} on a GPU machine: the workers would share the "
                          "GPU (a long call's two sides would meet different contention); "
@@ -256,5 +248,3 @@ def _prior_note(prior) -> str:
                   f"worth {prior.d0:.1f} rounds' degrees of freedom, from {prior.family} "
                   f"comparisons{left_out}.")
 
-
-__all__ = ["Options", "Interrupted", "run_review", "DEFAULT_BUDGET", "QUICK_BUDGET"]

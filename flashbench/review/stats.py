@@ -1,14 +1,8 @@
-"""Statistics of one same-run comparison: the paired log-ratio's trimmed mean, its interval
-and tests against the factor, and the family's false-alarm control.
-
-A comparison's paired rounds give ``d_i = log(head_i / base_i)``. Its centre and
-interval are Yuen's trimmed t (statsmodels' TrimmedMean: 20% trimmed from each end
-from :data:`MIN_TRIM_ROUNDS` rounds on, Tukey-McLaughlin standard error, ``n - 2g - 1``
-degrees of freedom); its variance can be moderated by a family prior
-(:mod:`flashbench.review.prior`). A family's p-values go through Benjamini-Hochberg
-(statsmodels), each look of the schedule spending ``q / len(LOOKS)``. Distributions
-and special functions are scipy's. The method and its measured error rates:
-docs/review.md ("The statistics").
+"""Statistics of one same-run comparison: the paired log-ratios' trimmed mean (Yuen's
+trimmed t, statsmodels' TrimmedMean), its interval and tests against the factor, its
+variance as a prior moderates it (:mod:`flashbench.review.prior`), and the family's
+false-alarm control (Benjamini-Hochberg, statsmodels). Distributions are scipy's. The
+method and its measured error rates: docs/review.md ("The statistics").
 """
 
 from __future__ import annotations
@@ -41,11 +35,9 @@ WINSORISED_TABLE = Path(__file__).parents[1] / "data" / "winsorised_variance.jso
 
 @dataclass(frozen=True)
 class Location:
-    """Centre of the log-ratios, its standard error and degrees of freedom.
-
-    ``var`` estimates the variance of one round's log-ratio (a winsorised variance over
-    its ``kappa``, :func:`winsorised_variance`), with ``vdf`` degrees of freedom; ``scale``
-    turns its square root into ``se``. That is what a prior moderates."""
+    """Centre of the log-ratios, its standard error and degrees of freedom; ``var``
+    estimates one round's variance (what a prior moderates) with ``vdf`` degrees of
+    freedom, and ``scale`` turns its square root into ``se``."""
 
     n: int
     centre: float
@@ -55,19 +47,13 @@ class Location:
     scale: float = math.nan
     vdf: float = math.nan
 
-    @property
-    def var_df(self) -> float:
-        """The degrees of freedom ``var`` has (``vdf``; ``df`` where none was given)."""
-        return self.vdf if math.isfinite(self.vdf) else self.df
-
     def moderated(self, prior: Prior | None) -> Location:
-        """This location with its variance moderated by ``prior`` (itself without one,
-        without a variance of its own, or where the prior does not explain its variance:
-        :meth:`Prior.explains`)."""
+        """Its variance moderated by ``prior`` (itself without a prior or a variance, or
+        where the prior does not explain its variance)."""
         if prior is None or not (self.df > 0 and math.isfinite(self.var)
                                  and math.isfinite(self.scale)):
             return self
-        vdf = self.var_df
+        vdf = self.vdf
         if self.var > 0 and not prior.explains(self.var, vdf):
             return self
         var = (prior.d0 * prior.s2 + vdf * self.var) / (prior.d0 + vdf)
@@ -131,11 +117,10 @@ def _table() -> dict[tuple[int, int], tuple[float, float]]:
 
 
 def winsorised_variance(n: int, g: int) -> tuple[float, float]:
-    """``(kappa, nu)`` of the winsorised variance ``s_w^2`` of ``n`` normal values with
-    ``g`` winsorised at each end: ``kappa = E[s_w^2] / sigma^2``, and ``s_w^2 / kappa``
-    scatters like ``sigma^2 chi2_nu / nu`` (matched on the variance of ``log s_w^2``).
-    ``(1, n - 1)`` when ``g = 0``; otherwise read from the shipped table that
-    ``scripts/review_winsorised.py`` computes (a Monte Carlo, once)."""
+    """``(kappa, nu)`` of the winsorised variance ``s_w^2`` of ``n`` normal values, ``g``
+    winsorised at each end: ``kappa = E[s_w^2] / sigma^2``, and ``s_w^2 / kappa`` scatters
+    like ``sigma^2 chi2_nu / nu``; read from the table ``scripts/review_winsorised.py``
+    computes once (a Monte Carlo)."""
     if g == 0:
         return 1.0, float(n - 1)
     if not 0 < 2 * g < n - 1:

@@ -1,13 +1,10 @@
 """``review --reuse``: judge stored asv results (results/ and earlier review runs).
 
 Weaker evidence than same-run A/B, and labelled so: base and head come from separate asv
-runs. A commit without results here is benchmarked first (:mod:`flashbench.review.asvrun`).
-:func:`compare_stored` is pure on the loaded frame: this machine's rows
-(:func:`flashbench.review.results.machine_rows`; another processor under this machine
-name only with a note, two processors refused), one pair of comparable environments
-(:mod:`flashbench.review.envs`), timings by the factor, asv's own test and the run-to-run
-range of base's ancestors (:func:`judge_time_stored`, :func:`within_history`), and the
-other values and coverage as in same-run reviews (:func:`flashbench.review.rules.value_row`).
+runs; a commit without results is benchmarked first (:mod:`flashbench.review.asvrun`).
+:func:`compare_stored` is pure on the loaded frame: this machine's rows, one pair of
+comparable environments, timings by the factor, asv's own test and the run-to-run range
+of base's ancestors; other values and coverage as in same-run reviews (docs/review.md).
 """
 
 from __future__ import annotations
@@ -167,7 +164,10 @@ def compare_stored(frame: pd.DataFrame, base: str, head: str, machine: str, cpu:
         return [float(v) for v in sel["value"]]
 
     for k in sorted(set(b) | set(h)):
-        rows.append(_where(_row(*k, b.get(k), h.get(k), history, factor, acc_tol), elsewhere))
+        row = _row(*k, b.get(k), h.get(k), history, factor, acc_tol)
+        if elsewhere:  # the row says where its numbers come from
+            row.detail = f"{elsewhere}; {row.detail}" if row.detail else elsewhere
+        rows.append(row)
     if any(r.kind == "memory" and ".peakmem_" in r.benchmark for r in rows):
         notes.append("peakmem_ values stored by asv are the benchmark process's peak "
                      "resident size: with launch_method forkserver a forked process starts "
@@ -204,13 +204,6 @@ def _row(name: str, params: str, bb, hh, history, factor: float, acc_tol: float)
     return Row(kind, name, params, unit, verdict, reason, detail=detail, base=bv, head=hv,
                ratio=hv / bv if bv else None, samples=n, regression=verdict == "slower",
                undecided=verdict == "ambiguous")
-
-
-def _where(row: Row, elsewhere: str) -> Row:
-    """Say in the row where its numbers come from, when not from this processor."""
-    if elsewhere:
-        row.detail = f"{elsewhere}; {row.detail}" if row.detail else elsewhere
-    return row
 
 
 def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machine: str, cpu: str,

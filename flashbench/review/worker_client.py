@@ -1,22 +1,18 @@
-"""The review's side of its measuring processes (:mod:`flashbench.review.worker_process`).
-
-:class:`Worker` is one long-lived ``worker_process.py serve`` process holding one or
-more commits' trees, each a *side*; :func:`peak_memory` runs ``worker_process.py
-peakmem`` in a fresh process per measurement (a process's peak resident size only ever
-grows); :func:`list_suites` lists today's suites before anything is checked out.
-A worker's stderr goes to a log file (errors quote its last line). A worker that dies
-in a request is restarted and the request answered "failed" (a broken commit is a
-finding); one that cannot start raises :class:`WorkerError` (exit status 3).
+"""The review's side of its measuring processes (:mod:`flashbench.review.worker_process`):
+:class:`Worker` (one long-lived process holding one or more commits' trees, each a
+*side*), :func:`peak_memory` (a fresh process per measurement: a peak only grows) and
+:func:`list_suites`. A worker that dies in a request is restarted and the request answered
+"failed" (a broken commit is a finding); one that cannot start raises :class:`WorkerError`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import selectors
-import signal
+import select
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("worker_process.py")
@@ -57,15 +53,11 @@ def _tail(path: Path, lines: int = 1) -> str:
 
 
 def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]:
-    """The CPUs each of a review's ``jobs`` timing workers is pinned to: the last
-    ``threads`` CPUs this process may use for the first, the ``threads`` before them for
-    the second, and so on (None each without ``threads``, or where affinity is not
-    available; one worker is pinned only where a CPU is left over for the rest).
-
-    Base and head never run at once and share one process, so they share its core(s)
-    too; left to the scheduler, the process may move between a busier and a quieter core
-    (a virtual CPU whose sibling another tenant uses) in the middle of a round. ValueError
-    where ``jobs`` workers of ``threads`` CPUs each do not fit in the CPUs there are."""
+    """The CPUs each of ``jobs`` timing workers is pinned to (so a process does not move
+    between a busier and a quieter core within a round): the last ``threads`` CPUs this
+    process may use for the first, the ``threads`` before them for the second, ... (None
+    without ``threads`` or affinity; one worker only where a CPU is left over). ValueError
+    where they do not fit."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if jobs > 1 and not threads:
@@ -102,11 +94,6 @@ class Worker:
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
         self.closed = False  # close()d: requests raise instead of restarting the process
 
-    @property
-    def error(self) -> str | None:
-        """Why the suites do not import, where the worker holds one side."""
-        return next(iter(self.errors.values()), None) if len(self.trees) == 1 else None
-
     def start(self) -> Worker:
         self.stop()
         sides = [f"{side}={tree}" for side, tree in self.trees.items()]
@@ -134,13 +121,8 @@ class Worker:
 
     def _read(self, timeout: float | None) -> dict | None:
         assert self.proc is not None and self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        try:
-            if not sel.select(timeout):
-                return None
-        finally:
-            sel.close()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            return None
         line = self.proc.stdout.readline()
         if not line:
             return None
@@ -178,7 +160,7 @@ class Worker:
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except OSError:
             pass  # it died; the read below sees the end
         reply = self._read(timeout)
         if reply is None:
@@ -203,15 +185,13 @@ class Worker:
             return
         try:
             if proc.poll() is None:
-                try:
+                with suppress(OSError):
                     proc.stdin.write('{"op": "exit"}\n')
                     proc.stdin.flush()
-                except OSError:
-                    pass
                 try:
                     proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.terminate()
                     try:
                         proc.wait(timeout=3)
                     except subprocess.TimeoutExpired:
@@ -219,10 +199,8 @@ class Worker:
                         proc.wait()
         finally:
             for stream in (proc.stdin, proc.stdout):
-                try:
+                with suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
@@ -246,8 +224,9 @@ def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
     w = Worker("working-tree", root, bench_dir, log)
     try:
         w.start()
-        if w.error:
-            raise WorkerError(f"the benchmarks in {bench_dir} do not import: {w.error}")
+        if w.errors:
+            why = next(iter(w.errors.values()))
+            raise WorkerError(f"the benchmarks in {bench_dir} do not import: {why}")
         return w.ask(timeout=START_TIMEOUT, op="list")["benchmarks"]
     finally:
         w.stop()

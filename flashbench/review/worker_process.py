@@ -1,13 +1,10 @@
 """The review's measuring process: a standalone script that holds both commits' code.
 
-``worker_process.py serve BENCHMARK_DIR base=TREE head=TREE`` imports *today's* suites
-(``benchmarks/``, as asv does) once against each commit's flashbench and keeps the two
-sets of modules apart (:class:`Sides`); before each request the requested side's modules
-and tree are put back first, so base and head run in one process (one heap, one core),
-and a process's own speed cancels in each round's ratio. It imports nothing of
-flashbench itself (the base commit may not have this code): only the suites do.
-``worker_process.py peakmem BENCHMARK_DIR NAME I`` measures one fresh-process peak memory.
-Requests and replies are JSON lines (:func:`serve`); why one process: docs/review.md.
+``serve`` imports *today's* suites once against each commit's tree and keeps the two sets
+of modules apart (:class:`Sides`), so base and head run in one process and its own speed
+cancels in each round's ratio (docs/review.md); requests and replies are JSON lines
+(:func:`serve`). ``peakmem`` measures one fresh-process peak memory. It imports nothing of
+flashbench (the base commit may not have this code): only the suites do.
 
     python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker_process.py peakmem BENCHMARK_DIR NAME I
@@ -61,8 +58,7 @@ class Suites:
                       for c in combos]
             skips = {tuple(s) for s in b._skip_tuples}
             out.append({"name": name, "type": b.type, "unit": b.unit, "version": b.version,
-                        "timeout": b.timeout,
-                        "param_names": list(b.param_names), "labels": labels,
+                        "timeout": b.timeout, "labels": labels,
                         "not_applicable": [i for i, v in enumerate(values) if v in skips]})
         return out
 
@@ -119,19 +115,33 @@ def _sample(func, number: int, timer=time.perf_counter) -> float:
             gc.enable()
 
 
-def time_point(suites: Suites, req: dict) -> dict:
+def _run(suites: Suites, req: dict, measure, skips: bool = True) -> dict:
+    """``measure(b)`` of the grid point ``req`` names, between its setup and teardown; an
+    exception is "failed" (NotImplementedError "skipped" where ``skips``)."""
     b, reply = suites.prepare(req["name"], req["index"])
     if b is None:
         return reply
-    params = b._build_params()
-
-    def func():
-        b.func(*params)
-
-    timer = getattr(b, "timer", None) or time.perf_counter  # the suite's own, as asv
-    number = int(req.get("number") or 0)
     try:
-        samples = []
+        return measure(b)
+    except Exception as exc:
+        skipped = skips and isinstance(exc, NotImplementedError)
+        return {"status": "skipped" if skipped else "failed", "reason": _reason(exc)}
+    finally:
+        suites.teardown(b)
+
+
+def _call(b):
+    """(one call of ``b``, its timer: the suite's own, as asv's)."""
+    timer = getattr(b, "timer", None) or time.perf_counter
+    return functools.partial(b.func, *b._build_params()), timer
+
+
+def time_point(suites: Suites, req: dict) -> dict:
+    """Per-call seconds of ``samples`` samples; ``number`` 0 calibrates it first."""
+
+    def measure(b):
+        func, timer = _call(b)
+        number, samples = int(req.get("number") or 0), []
         if number <= 0:  # calibrate: the first call is also the warm-up
             once = _sample(func, 1, timer)
             number = max(1, math.ceil(1.2 * SAMPLE_SECONDS / max(once, 1e-9)))
@@ -143,18 +153,15 @@ def time_point(suites: Suites, req: dict) -> dict:
             _sample(func, 1, timer)
         while len(samples) < max(1, int(req.get("samples", 1))):
             samples.append(_sample(func, number, timer) / number)
-    except Exception as exc:
-        return {"status": "failed", "reason": _reason(exc)}
-    finally:
-        suites.teardown(b)
-    return {"status": "ok", "number": number, "samples": samples}
+        return {"status": "ok", "number": number, "samples": samples}
+
+    return _run(suites, req, measure, skips=False)
 
 
 def pair_point(sides: "Sides", req: dict) -> dict:
-    """Both commits' calls of one grid point, interleaved sample by sample (op "pair"):
-    each side set up and given one untimed call, then its samples in ABBA order (A B B A
-    A B ...), its modules put back before each. Reply: each side's per-call seconds; a
-    failure names the ``side`` it came from."""
+    """Both sides' calls of one grid point (op "pair"): one untimed call each, then
+    samples in ABBA order, each side's modules put back before its sample. Reply: each
+    side's per-call seconds; a failure names its ``side``."""
     order = list(req.get("order") or [])
     if len(order) != 2 or len(set(order)) != 2 or not set(order) <= set(sides.trees):
         return {"error": f"a pair needs two of this worker's sides, got {order!r}"}
@@ -172,8 +179,7 @@ def pair_point(sides: "Sides", req: dict) -> dict:
             b, reply = sides.suites[side].prepare(req["name"], req["index"])
             if b is None:
                 return dict(reply, side=side)
-            prepared[side] = (b, functools.partial(b.func, *b._build_params()),
-                              getattr(b, "timer", None) or time.perf_counter)
+            prepared[side] = (b, *_call(b))
         for side in order:  # one untimed call each
             sides.use(side)
             _, call, timer = prepared[side]
@@ -194,21 +200,14 @@ def pair_point(sides: "Sides", req: dict) -> dict:
 
 
 def track_point(suites: Suites, req: dict) -> dict:
-    b, reply = suites.prepare(req["name"], req["index"])
-    if b is None:
-        return reply
-    try:
+    def measure(b):
         value = b.func(*b._build_params())
-    except NotImplementedError as exc:
-        return {"status": "skipped", "reason": _reason(exc)}
-    except Exception as exc:
-        return {"status": "failed", "reason": _reason(exc)}
-    finally:
-        suites.teardown(b)
-    try:
-        return {"status": "ok", "value": float(value)}
-    except (TypeError, ValueError):
-        return {"status": "failed", "reason": f"track returned {value!r}, not a number"}
+        try:
+            return {"status": "ok", "value": float(value)}
+        except (TypeError, ValueError):
+            return {"status": "failed", "reason": f"track returned {value!r}, not a number"}
+
+    return _run(suites, req, measure)
 
 
 def _top_level_names(tree: str) -> set:
@@ -228,20 +227,17 @@ def _top_level_names(tree: str) -> set:
 
 
 class Sides:
-    """Each commit's copy of the suites and of the modules they import, in one process: a
-    module whose top-level name is the benchmarks package's or at the top of a tree
-    (flashbench, ...) belongs to a side, the rest (numpy, torch, ...) is shared.
-    :meth:`use` swaps the sides' modules in ``sys.modules`` and puts the side's tree
+    """Each commit's copy of the suites and of the modules they import: a module named at
+    the top of a tree (flashbench, the benchmarks package) is a side's, the rest (numpy,
+    torch) is shared. :meth:`use` swaps them in ``sys.modules`` and puts the side's tree
     first on ``sys.path``, on ``PYTHONPATH`` and as the working directory."""
 
     def __init__(self, root: str, trees: dict):
         from asv_runner._aux import update_sys_path
 
-        self.root = root
         self.trees = {side: os.path.abspath(tree) for side, tree in trees.items()}
-        self.package = os.path.basename(os.path.normpath(root))
-        self.tops = {self.package} | {name for tree in self.trees.values()
-                                      for name in _top_level_names(tree)}
+        self.tops = {os.path.basename(os.path.normpath(root))} | {
+            name for tree in self.trees.values() for name in _top_level_names(tree)}
         self.modules = {side: {} for side in self.trees}
         self.pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         self.suites, self.errors = {}, {}
@@ -299,13 +295,9 @@ class Sides:
 
 def serve(root: str, trees: dict, out) -> int:
     """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
-    "pid", "errors": {side: why}}``. Requests (``side`` optional with one side): ``list``
-    (benchmarks: name, type, unit, version, timeout, param labels as asv writes them,
-    not-applicable points), ``time`` (:func:`time_point`: ``number`` 0 calibrates to
-    >= 10 ms a sample), ``pair`` (:func:`pair_point`), ``track``, ``exit``. A reply's
-    ``status``: "ok", "skipped" (NotImplementedError in setup or setup_cache),
-    "not-applicable" (skip_params), "missing" or "failed" (the error's last line in
-    ``reason``); a side whose suites do not import answers "failed"."""
+    "pid", "errors": {side: why}}``. Ops: ``list``, ``time``, ``pair``, ``track``,
+    ``exit``. A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
+    (skip_params), "missing" or "failed" (the error's last line in ``reason``)."""
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
@@ -324,10 +316,8 @@ def serve(root: str, trees: dict, out) -> int:
 
 
 def peak_rss() -> float:
-    """This process's peak resident set size in bytes: Linux's VmHWM, the high-water mark
-    of this process image alone (``getrusage``'s ru_maxrss also keeps the parent's
-    peak from before exec, so a child of a large review process would report the
-    parent's size); elsewhere asv's own get_maxrss."""
+    """This process's peak resident set size in bytes: Linux's VmHWM (ru_maxrss keeps the
+    parent's peak from before exec); elsewhere asv's own get_maxrss."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -346,18 +336,12 @@ def peakmem(root: str, name: str, index: int, out) -> int:
     except Exception as exc:  # gone from this commit's view of the suites
         out.write(json.dumps({"status": "missing", "reason": _reason(exc)}) + "\n")
         return 0
-    b, reply = suites.prepare(name, index)
-    if b is None:
-        out.write(json.dumps(reply) + "\n")
-        return 0
-    try:
+
+    def measure(b):
         b.func(*b._build_params())
-        reply = {"status": "ok", "value": peak_rss()}
-    except NotImplementedError as exc:
-        reply = {"status": "skipped", "reason": _reason(exc)}
-    except Exception as exc:
-        reply = {"status": "failed", "reason": _reason(exc)}
-    out.write(json.dumps(reply) + "\n")
+        return {"status": "ok", "value": peak_rss()}
+
+    out.write(json.dumps(_run(suites, {"name": name, "index": index}, measure)) + "\n")
     return 0
 
 
