@@ -133,7 +133,8 @@ def judged_by_the_rule(got, q, k, v, do, cu_q, cu_k, dtype, **kw):
 def near_float64(got, q, k, v, do, cu_q, cu_k, softcap=None, **kw):
     """fp32 gradients within (64 + 8 c) eps of the gradients' scale of the float64 ones.
     Not the gradient rule: on sequences of a few rows it is fragile (the flash model itself
-    fails it, dq 6.3x the standard backward's error at 1 query x 5 keys), and the kernel's
+    fails it, dq 6.3x the standard backward's error at 1 query x 5 keys; docs/backward.md,
+    "Known edge: the fp32 Triton backward at tiny shapes"), and the kernel's
     tanh (2 sigmoid(2x) - 1) costs about c eps in each capped score, far above the standard
     backward's rounding where |s| << c (dq 7x its error at c = 20, one row)."""
     ref = R.varlen_attention_grad(q, k, v, do, cu_q, cu_k, softcap=softcap, **kw)
