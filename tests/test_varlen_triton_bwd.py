@@ -159,14 +159,16 @@ def test_16_bit_gradients_pass_the_gradient_rule(dtype, kw):
 
 
 def test_blocks_past_a_sequence_end_are_never_visited():
-    """The kernel's count of visited blocks: the packed launch's programs of sequence b
+    """The kernels' count of visited blocks: the packed launch's programs of sequence b
     visit what the per-sequence launch's do, and nothing past b's length (a window keeps
-    it to the blocks the window reaches)."""
+    it to the blocks the window reaches); the forward's query blocks past b's end nothing."""
     lens = [20, 0, 70, 1]
     q, k, v, do, cu_q, cu_k = packed(lens, lens, h=2, hkv=1, seed=4)
     kw = dict(causal=True, window=(12, 0))
     with torch.no_grad():
-        o, lse = triton_varlen_attention(q, k, v, cu_q, cu_k, **kw)
+        o, lse, fwd = triton_varlen_attention(q, k, v, cu_q, cu_k, count=True, **kw)
+    for b, n in enumerate(lens):  # the forward's too (its window phase once ran past the end)
+        assert not fwd[b * 2:(b + 1) * 2, -(-n // 16):].any(), b
     pk = packed_batch(q, k, cu_q, cu_k)
     *_, visits = triton_varlen_backward(q.detach(), k.detach(), v.detach(), o, lse, do, pk,
                                         count=True, **kw)
