@@ -104,7 +104,7 @@ def test_a_packed_batch_is_judged_per_sequence_and_peers_without_varlen_do_not_a
 def test_bad_varlen_lengths_are_one_line_errors(capsys, text):
     with pytest.raises(SystemExit) as exc:
         main(["check", f"--varlen={text}"])
-    assert exc.value.code == 2 and "varlen must be sequence lengths" in capsys.readouterr().err
+    assert exc.value.code == 2 and "varlen must be N1,N2,..." in capsys.readouterr().err
 
 
 def test_the_asv_variant_grid_names_its_cases_as_the_check_prints_them():

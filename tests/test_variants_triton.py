@@ -135,14 +135,6 @@ def test_the_backward_matches_the_reference_with_each_variant(kw, dtype, monkeyp
         assert verdict.passed, verdict
 
 
-def test_gradients_through_a_packed_batch_are_refused_by_name():
-    q, k, v = (t[0].transpose(0, 1).contiguous().requires_grad_() for t in _qkv(torch.float32))
-    with pytest.raises(NotImplementedError, match="no packed .varlen. batch"):
-        triton_varlen_attention(q, k, v, [0, 40], [0, 56])
-    with torch.no_grad():
-        triton_varlen_attention(q, k, v, [0, 40], [0, 56])
-
-
 def test_bad_variant_arguments_are_clear_errors():
     q, k, v = _qkv(torch.float32)
     with pytest.raises(ValueError, match=r"sinks must have shape \[H\] = \(2,\)"):

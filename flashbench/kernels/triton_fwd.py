@@ -204,6 +204,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
                                                         BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
     if VARLEN:  # a query block past its sequence's end visits nothing
         hi = tl.where(start_m * BLOCK_M < N_Q, hi, 0)
+        a_end = tl.minimum(a_end, hi)  # a window's left-edge phase too
         full = tl.minimum(full, hi)
     visits = 0
     acc, l_i, m_i, visits = _attn_fwd_blocks(

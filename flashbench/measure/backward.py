@@ -47,7 +47,7 @@ from flashbench.measure.forward import (
 )
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
-           "grad_exactness", "measure_gradients"]
+           "grad_exactness", "exactness_records", "measure_gradients", "grad_accuracy"]
 
 GRADS = ("dq", "dk", "dv")
 
@@ -147,11 +147,17 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
     kw = case.kwargs(seed)
     o, lse = reference.online_attention(q, k, v, block=block, **kw)
     streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)[:3]
+    return exactness_records(case, streamed, ref)
+
+
+def exactness_records(case: Case, streamed, ref) -> list[GradExactness]:
+    """:class:`GradExactness` of streamed against one-shot (dq, dk, dv), relative to the
+    gradients' scale (also for packed batches, :mod:`flashbench.measure.varlen`)."""
     ref = ref[:3]
-    scale = max(float(np.abs(r).max()) for r in ref)
+    scale = max(float(np.abs(r).max(initial=0.0)) for r in ref)
     out = []
-    for what, a, b in zip(GRADS, streamed, ref, strict=True):
-        diff = float(np.abs(a - b).max())
+    for what, a, b in zip(GRADS, streamed[:3], ref, strict=True):
+        diff = float(np.abs(a - b).max(initial=0.0))
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
         out.append(GradExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
     return out
@@ -173,6 +179,9 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
     rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
+
+
+grad_accuracy = _grad_accuracy  # public: flashbench.measure.varlen builds its records with it
 
 
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
