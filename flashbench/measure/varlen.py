@@ -10,8 +10,8 @@ of :mod:`flashbench.measure.forward`, judged by the same two rules. Gradients
 (:func:`measure_varlen_gradients`): the float64 varlen backward, streamed vs one-shot, and
 the two backward models per sequence (:func:`flashbench.reference.varlen.per_sequence_grad`)
 judge the flash model and every backend whose packed path is differentiable
-(``Backend.varlen_grad``: torch.autograd through it), by the gradient rule; the band rule is
-not applied to packed gradients (their bands would need the backward models per sequence).
+(``Backend.varlen_grad``: torch.autograd through it), by the gradient rule and the band rule
+(the flash model's backward per sequence on the same lengths).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
                              kernels: Sequence[str],
                              seed: int = 0, block: int = 64,
                              say: Callable[[str], None] = lambda msg: None, inputs=None,
-                             ref=None):
+                             ref=None, band_rule: bool = True):
     """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
     docstring): ``dtypes`` names or their Precisions, resolved once, here; ``inputs`` (q, k,
     v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
@@ -189,7 +189,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     kw = case.kwargs(seed)
     ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
            else ref)[:3]
-    bands = CaseBands(case, (), grad=True, apply=False)
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
     records = []
     precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions
     for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
