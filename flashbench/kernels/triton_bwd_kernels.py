@@ -19,6 +19,7 @@ from flashbench.kernels.phases import variant_phases
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
 from flashbench.kernels.rounding import round_bf16
+from flashbench.kernels.softcap import tanh
 
 __all__ = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "round_bf16"]
 
@@ -74,7 +75,7 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         else:
             qkT = tl.dot(k, tl.trans(q), input_precision=PRECISION)
         if SOFTCAP:  # capped log2-domain scores t = cap tanh(qk scale / c), as the forward
-            qkT = cap * (2.0 * tl.sigmoid(2.0 * qkT * qk_scale) - 1.0)
+            qkT = cap * tanh(qkT * qk_scale)
             p = tl.math.exp2(qkT - lse_ref[None, :])
         else:
             p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
@@ -133,7 +134,7 @@ def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
             qk = tl.dot(q, kT, input_precision=PRECISION)
             dp = tl.dot(do, vT, input_precision=PRECISION)
         if SOFTCAP:
-            qk = cap * (2.0 * tl.sigmoid(2.0 * qk * qk_scale) - 1.0)
+            qk = cap * tanh(qk * qk_scale)
             p = tl.math.exp2(qk - lse_ref[:, None])
         else:
             p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])

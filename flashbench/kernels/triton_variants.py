@@ -6,7 +6,7 @@ turns it into the forward kernel's arguments (:class:`KernelVariant`) and launch
 (:mod:`flashbench.kernels.triton_fwd`, :func:`flashbench.kernels.phases.variant_phases`):
 key blocks outside every row's window are never visited (``count=True`` returns the
 blocks each program visited, so tests see the work grow with the window, not with N);
-the softcap is ``c log2(e) tanh(s / c)`` in fp32 (tanh as ``2 sigmoid(2x) - 1``) before
+the softcap is ``c log2(e) tanh(s / c)`` in fp32 (:func:`flashbench.kernels.softcap.tanh`) before
 masking; the sink joins (m, l) before the one division, as
 :func:`flashbench.reference.streaming.finish` does. Packed batches: q [total_q, H, d], k, v
 [total_k, Hkv, d] with ``cu_seqlens_q`` / ``cu_seqlens_k``; one program per (sequence,
