@@ -40,10 +40,10 @@ from flashbench.measure.forward import (
     Case,
     Failed,
     Unavailable,
+    attempt,
     handed,
     private,
     unavailable_reason,
-    with_note,
 )
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
@@ -227,7 +227,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
     alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
-    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
 
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
@@ -261,18 +261,11 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} backward {dtype}")
-            try:
-                grads = _autograd(backend, q, k, v, do, prec, case.causal, variant)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
-                continue
-            except BackendFailed as exc:  # its inputs modified, its worker's verdict
-                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
-                                      peer=backend.peer))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
-                records.append(Failed(case, name, dtype, f"backward raised "
-                                      f"{type(exc).__name__}: {exc}", peer=backend.peer))
+            # BackendFailed: its inputs modified, its worker's verdict
+            grads, failed = attempt(case, name, dtype, backend, _autograd, backend, q, k, v, do,
+                                    prec, case.causal, variant, what="backward raised")
+            if failed is not None:
+                records.append(failed)
                 continue
             records.append(_grad_accuracy(case, name, prec, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer))

@@ -34,6 +34,7 @@ from flashbench.measure.forward import (
     Failed,
     Unavailable,
     _accuracy,
+    attempt,
 )
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
@@ -86,7 +87,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     import torch
 
-    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
 
     q, k, v, cu = varlen_inputs(case, seed) if inputs is None else inputs
@@ -116,15 +117,12 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
             say(f"  {name} {dtype} varlen")
             given = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
             given = [t.to(backend.device(t.device)) for t in given]
-            try:
-                o, lse = backend.varlen(*given, cu, cu, **kw)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
+            out, failed = attempt(case, name, dtype, backend, backend.varlen, *given, cu, cu,
+                                  what="raised", **kw)
+            if failed is not None:
+                records.append(failed)
                 continue
-            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
-                records.append(Failed(case, name, dtype, f"raised {type(exc).__name__}: "
-                                      f"{exc}", peer=backend.peer))
-                continue
+            o, lse = out
             out = (o.detach().cpu().double().numpy(), lse.detach().cpu().double().numpy())
             if out[0].shape != ref[0].shape or out[1].shape != ref[1].shape:
                 records.append(Failed(case, name, dtype, f"returned o {out[0].shape}, lse "
@@ -178,7 +176,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
     import functools
 
-    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
     from flashbench.measure.backward import grad_accuracy
     from flashbench.measure.bandjudge import CaseBands
 
@@ -213,14 +211,10 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} backward {dtype} varlen")
-            try:
-                grads = _varlen_autograd(backend, q, k, v, do, cu, prec, kw)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
-                records.append(Failed(case, name, dtype, f"backward raised "
-                                      f"{type(exc).__name__}: {exc}", peer=backend.peer))
+            grads, failed = attempt(case, name, dtype, backend, _varlen_autograd, backend, q, k,
+                                    v, do, cu, prec, kw, what="backward raised")
+            if failed is not None:
+                records.append(failed)
                 continue
             grads = [g.detach().cpu().double().numpy() for g in grads]
             records.append(grad_accuracy(case, name, prec, grads, std, ref, flash,
