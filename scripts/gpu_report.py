@@ -80,8 +80,9 @@ def write_results(out_dir: str, record: dict) -> pathlib.Path:
     speed = columns(record["speed"], ("case", "backend", "ms", "ms_q1", "ms_q3", "tflops",
                                       "pct_peak", "skipped"))
     checks = [{k: (r.get(k) if not isinstance(r.get(k), dict) else r[k].get("max_abs"))
-               for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "vs_fp8_model",
-                         "passed", "skipped", "failed")} for r in record["checks"]]
+               for k in ("case", "kernel", "dtype", "o", "lse", "o_ratio", "dq_ratio",
+                         "dk_ratio", "dv_ratio", "vs_fp8_model", "passed", "skipped", "failed")}
+              for r in record["checks"]]
     b = record["gpu_before"]
     md = [f"# Triton attention forward on {gpu}, {record['date']}", "",
           f"torch {b['torch']}, Triton {b['triton']}, CUDA {b['cuda']}, driver {b.get('driver')}."

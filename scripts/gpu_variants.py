@@ -2,10 +2,11 @@
 
 - :func:`replay`: the variants' launches on meta tensors, so ``--plan`` counts their
   compilations: the fixed config (no autotuning), bf16 only: one compilation per variant
-  signature (checks at d = 64: window, softcap, sinks, varlen; timings at d = 128:
+  signature (checks at d = 64: window, softcap, sinks, varlen and its backward; timings at d = 128:
   window, softcap, sinks, and the window's backward: dK/dV and dQ).
 - :func:`check_rows`: each variant of :data:`flashbench.measure.varlen.VARIANT_SET`
-  judged like the plain checks (Triton vs the float64 reference, baseline rule), bf16.
+  judged like the plain checks (Triton vs the float64 reference, baseline rule), bf16; the
+  packed batch's gradients too (the gradient rule).
 - :func:`timing_rows`: the forward's device time with a causal sliding window (and the
   plain causal forward beside it, same run), a softcap, sinks; effective TFLOP/s count the
   visible (query, key) pairs only (``Variant.visible_pairs``), so a window's row says how
@@ -22,9 +23,14 @@ import torch
 from flashbench.inputs import Shape
 from flashbench.inputs.variant import Variant
 from flashbench.kernels import triton_bwd, triton_fwd
-from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
+from flashbench.kernels.triton_variants import (
+    packed_batch,
+    triton_varlen_attention,
+    triton_varlen_backward,
+    variant_forward,
+)
 from flashbench.measure.forward import Case, measure_accuracy
-from flashbench.measure.varlen import VARIANT_SET, measure_varlen
+from flashbench.measure.varlen import VARIANT_SET, measure_varlen, measure_varlen_gradients
 
 CHECK_SHAPE = Shape(1, 2, 1024, 1024, 64)
 TIMED_SHAPE = Shape(2, 16, 8192, 8192, 128)
@@ -65,7 +71,10 @@ def replay() -> None:
             if case.varlen is not None:
                 cu = np.concatenate([[0], np.cumsum(case.varlen)])
                 total = Shape(1, case.shape.H, int(cu[-1]), int(cu[-1]), case.shape.d)
-                triton_varlen_attention(*_tensors(total, "meta", packed=True), cu, cu, **kw)
+                q, k, v = _tensors(total, "meta", packed=True)
+                triton_varlen_attention(q, k, v, cu, cu, **kw)
+                lse = torch.empty(q.shape[1], q.shape[0], device="meta", dtype=torch.float32)
+                triton_varlen_backward(q, k, v, q, lse, q, packed_batch(q, k, cu, cu), **kw)
             else:
                 variant_forward(*_tensors(case.shape, "meta"), **kw)
         for name, kw in TIMED.items():
@@ -92,6 +101,9 @@ def check_rows(say) -> list[dict]:
             say(f"check {case.label()}")
             run = measure_varlen if case.varlen is not None else measure_accuracy
             rows += [r.as_dict() for r in run(case, ("bf16",), ("triton",))]
+            if case.varlen is not None:  # the packed backward (its band is judged on CPUs)
+                rows += [r.as_dict() for r in measure_varlen_gradients(
+                    case, ("bf16",), ("triton",), band_rule=False)]
     return rows
 
 

@@ -6,11 +6,13 @@ sequences, and key blocks outside the window never visited."""
 import numpy as np
 import pytest
 import torch
+import triton.language as tl
 
 from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import baseline_rule, error_stats
 from flashbench.kernels import attention, triton_fwd
+from flashbench.kernels.softcap import tanh
 from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
 
 pytestmark = pytest.mark.usefixtures("working_interpreter")
@@ -135,14 +137,6 @@ def test_the_backward_matches_the_reference_with_each_variant(kw, dtype, monkeyp
         assert verdict.passed, verdict
 
 
-def test_gradients_through_a_packed_batch_are_refused_by_name():
-    q, k, v = (t[0].transpose(0, 1).contiguous().requires_grad_() for t in _qkv(torch.float32))
-    with pytest.raises(NotImplementedError, match="no packed .varlen. batch"):
-        triton_varlen_attention(q, k, v, [0, 40], [0, 56])
-    with torch.no_grad():
-        triton_varlen_attention(q, k, v, [0, 40], [0, 56])
-
-
 def test_bad_variant_arguments_are_clear_errors():
     q, k, v = _qkv(torch.float32)
     with pytest.raises(ValueError, match=r"sinks must have shape \[H\] = \(2,\)"):
@@ -152,3 +146,41 @@ def test_bad_variant_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="end at the packed length"):
         triton_varlen_attention(q[0].transpose(0, 1), k[0].transpose(0, 1),
                                 v[0].transpose(0, 1), [0, 39], [0, 56])
+
+
+def _tanh_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, tanh(tl.load(X + offs)))
+
+
+def test_the_kernels_tanh_is_within_two_ulps_of_float64():
+    """kernels.softcap.tanh: no cancellation near 0 (2 sigmoid(2x) - 1 was 1e7 ulps off
+    there), saturation at +-inf."""
+    from flashbench.kernels.launch import Config, TritonKernel
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-4, 4, 1001), rng.standard_normal(1000) * 0.05,
+                        [0.7499999, 0.75, 0.7500001, 1e-30, 60.0, -60.0, np.inf,
+                         -np.inf]]).astype(np.float32)
+    xs = np.zeros(2048, np.float32)
+    xs[:x.size] = x
+    y = torch.empty(2048)
+    TritonKernel(_tanh_kernel, name="tanh_test").launch(
+        lambda m: (1,), (torch.from_numpy(xs), y), dict(N=2048), device="cpu",
+        config=Config.of())
+    got, want = y.numpy()[:x.size], np.tanh(x.astype(np.float64))
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - want) / ulp).max() <= 2.0
+    assert list(got[-4:]) == [1.0, -1.0, 1.0, -1.0]
+
+
+def test_an_fp32_softcap_costs_the_kernel_no_more_error_than_the_flash_model():
+    """softcap 30 in fp32, causal: the kernel's O RMSE is the flash model's (with tanh as
+    2 sigmoid(2x) - 1 it was 7.9x here, and the check failed both rules at 1x2x512x64)."""
+    q, k, v = _qkv(torch.float32, nq=256, nk=256, seed=3)
+    kw = dict(softcap=30.0, causal=True)
+    o, _ = attention.triton_attention(q, k, v, **kw)
+    ref = R.attention(_np(q), _np(k), _np(v), **kw)[0]
+    flash = numerics.flash_model(_np(q), _np(k), _np(v), "fp32", block=16, **kw)[0]
+    kernel_rmse, flash_rmse = (error_stats(x, ref)["rmse"] for x in (o.numpy(), flash))
+    assert kernel_rmse <= 1.3 * flash_rmse, (kernel_rmse, flash_rmse)

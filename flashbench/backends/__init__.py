@@ -117,6 +117,7 @@ class Backend(Implementation):
     # packed variable-length batches: (q [total_q, H, d], k, v [total_k, Hkv, d], cu_seqlens_q,
     # cu_seqlens_k, causal=, **variant) -> (o [total_q, H, dv], lse [H, total_q]); None: none
     varlen: Callable | None = None
+    varlen_grad: bool = False  # whether torch.autograd runs through ``varlen`` (its backward)
 
     def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
         """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
@@ -303,8 +304,7 @@ BACKENDS: dict[str, Backend] = {
                 _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
                 own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
-                grad_variants=VARIANTS,
-                varlen=_triton_varlen),
+                grad_variants=VARIANTS, varlen=_triton_varlen, varlen_grad=True),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,

@@ -33,7 +33,7 @@ from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.inputs.variant import Variant
-from flashbench.reference.varlen import per_sequence
+from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
 __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
@@ -135,11 +135,11 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> 
     if not isinstance(sinks, bool):
         raise TypeError(f"sinks must be a bool (seeded N(0, 1) logits per head), got {sinks!r}")
     Variant(causal=causal, window=window, softcap=softcap)  # ValueError naming a bad one
-    if varlen is not None and (grad or not isinstance(varlen, tuple) or not varlen or any(
+    if varlen is not None and (not isinstance(varlen, tuple) or not varlen or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in varlen)
             or sum(varlen) < 1):
-        raise ValueError(f"varlen must be a tuple of sequence lengths >= 0 (not all 0; "
-                         f"forward bands only), got {varlen!r}")
+        raise ValueError(f"varlen must be a tuple of sequence lengths >= 0 (not all 0), "
+                         f"got {varlen!r}")
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
@@ -170,10 +170,18 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
     if lengths is not None:  # a packed batch: the flash model per sequence
         *qkv, cu = make_varlen_qkv(lengths, shape, dist, seed)
         q, k, v = (caller_inputs(prec, x) for x in qkv)
-        ref = reference.varlen_attention(q, k, v, cu, cu, **kw)
-        out = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
-                           **kw)
-        names = FORWARD
+        if grad:  # dO as the check's (measure.varlen.varlen_grad_output)
+            do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
+                (sum(lengths), shape.H, shape.head_dim_v)))
+            ref = reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw)
+            out = per_sequence_grad(numerics.flash_model_grad, q, k, v, do, cu, cu,
+                                    dtype=prec, block=block, **kw)
+            names = BACKWARD
+        else:
+            ref = reference.varlen_attention(q, k, v, cu, cu, **kw)
+            out = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec,
+                               block=block, **kw)
+            names = FORWARD
     elif not grad:
         q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
         ref = (reference.attention(q, k, v, **kw) if oneshot

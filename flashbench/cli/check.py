@@ -44,15 +44,14 @@ def _window(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(message) from None
 
 
-def _lengths(text: str) -> tuple[int, ...]:
+def _lengths(text: str):
+    """--varlen: a list or a seeded distribution (flashbench.inputs.lengths), drawn in run()."""
+    from flashbench.inputs.lengths import parse_lengths
+
     try:
-        lengths = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        lengths = ()
-    if not lengths or min(lengths) < 0 or sum(lengths) < 1:
-        raise argparse.ArgumentTypeError(f"varlen must be sequence lengths N1,N2,... (ints "
-                                         f">= 0, not all 0), got {text!r}")
-    return lengths
+        return parse_lengths(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _softcap(text: str) -> float:
@@ -92,10 +91,14 @@ def add_parser(sub) -> None:
     c.add_argument("--sinks", action="store_true",
                    help="attention sinks: one seeded N(0, 1) logit per query head in each "
                    "row's softmax denominator (gpt-oss)")
-    c.add_argument("--varlen", type=_lengths, metavar="N1,N2,...",
-                   help="a packed variable-length batch (FlashAttention's varlen layout) of "
-                   "sequences of these lengths, queries and keys alike (0 allowed), with "
-                   "each shape's H, Hkv and d (default 1x2x64: H=2, d=64)")
+    c.add_argument("--varlen", type=_lengths, metavar="SPEC",
+                   help="a packed variable-length batch (FlashAttention's varlen layout), "
+                   "queries and keys alike, with each shape's H, Hkv and d (default 1x2x64: "
+                   "H=2, d=64), forward and backward. SPEC: N1,N2,... the lengths (0 "
+                   "allowed); uniform:LO-HI:COUNT, COUNT lengths uniform in LO..HI; "
+                   "lognormal:MEDIAN:SIGMA:COUNT, round(exp(N(ln MEDIAN, SIGMA^2))); "
+                   "distributions draw with --seed (numpy default_rng(seed + 3)) and the "
+                   "header prints the lengths drawn")
     c.add_argument("--variants", action="store_true",
                    help="judge each shape with every variant of flashbench.measure.varlen."
                    "VARIANT_SET (causal window=(128,0), softcap=30, sinks, varlen 512,1000,77) "
@@ -178,12 +181,11 @@ def _variant(args) -> dict:
 
 
 def _grad_cases(args, cases):
-    """Where gradients are judged: the shapes given, else the default gradient cases (with
-    the variant asked for); None: the defaults as run_check picks them."""
-    if args.shape:
+    """Where gradients are judged: the shapes given, a packed batch's, --variants' own, else
+    the default gradient cases (with the variant asked for); None: the defaults as run_check
+    picks them."""
+    if args.shape or args.varlen or args.variants:
         return cases
-    if args.variants:
-        return [c for c in cases if c.varlen is None]
     if not _variant(args):
         return None
     from flashbench.measure.backward import default_grad_cases
@@ -207,6 +209,9 @@ def run(args) -> int:
     from flashbench.measure.footprint import too_big
 
     args.dist = distinct(args.dist, "--dist", "check")
+    spec = args.varlen
+    if spec is not None:  # the lengths: a list as given, a distribution drawn with --seed
+        args.varlen = spec.draw(args.seed)
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:
@@ -215,4 +220,7 @@ def run(args) -> int:
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
                        backends=backends, progress=not args.quiet,
                        grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
+    if spec is not None and spec.seeded:
+        report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
+                                    "lengths": list(args.varlen)}
     return emit(report, render_text, args.json)

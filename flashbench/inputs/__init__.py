@@ -1,7 +1,8 @@
 """What enters: problem shapes and seeded inputs (:mod:`.problem`), dtype names resolved to
 their :class:`~flashbench.inputs.precision.Precision` (:mod:`.precision`), the
 argument checks every path shares (:mod:`.validation`), and the attention variants as data
-(:mod:`.variant`: causal, window, softcap, sinks; packed cu_seqlens checks)."""
+(:mod:`.variant`: causal, window, softcap, sinks; packed cu_seqlens checks), and a packed
+batch's lengths, listed or drawn from a seeded distribution (:mod:`.lengths`)."""
 
 from flashbench.inputs.problem import (
     DISTRIBUTIONS,

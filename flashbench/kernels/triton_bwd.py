@@ -18,6 +18,8 @@ by hand as in the forward. More: docs/backward.md ("The Triton backward").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 
@@ -32,7 +34,7 @@ from flashbench.kernels.triton_bwd_kernels import (
     round_bf16,
 )
 
-__all__ = ["attention_function", "backward", "round_bf16", "PREPROCESS", "DKDV", "DQ",
+__all__ = ["attention_function", "backward", "Packed", "round_bf16", "PREPROCESS", "DKDV", "DQ",
            "DKDV_CONFIGS", "DQ_CONFIGS", "backward_config"]
 
 LOG2E = triton_fwd.LOG2E  # the kernels (triton_bwd_kernels) inline it as a literal
@@ -44,7 +46,8 @@ INTERPRETER_BLOCK_N = 128
 _SIZES = ("H", "HKV", "GROUP", "N_Q", "N_K")
 PREPROCESS = TritonKernel(attn_bwd_preprocess, name="attn_bwd_preprocess",
                           do_not_specialize=("H", "N_Q"))
-_VARIANT = ("LEFT", "RIGHT", "CAP")
+# the variants' and packed batches' runtime arguments: any value, any address (as the forward)
+_VARIANT = ("LEFT", "RIGHT", "CAP", "CU_Q", "CU_K", "VISITS", "stride_lb", "stride_lh")
 DKDV = TritonKernel(attn_bwd_dkdv, name="attn_bwd_dkdv", do_not_specialize=_SIZES + _VARIANT)
 DQ = TritonKernel(attn_bwd_dq, name="attn_bwd_dq",
                   do_not_specialize=_SIZES[:1] + _SIZES[2:] + _VARIANT)
@@ -94,6 +97,21 @@ def _interpret_config() -> Config:
                      BLOCK_N=INTERPRETER_BLOCK_N)
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A packed batch's launch arguments (FlashAttention's varlen layout): int32 cu_seqlens
+    [B + 1] on the tensors' device and the longest sequence lengths (the grid's)."""
+
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.shape[0] - 1
+
+
 def _check_do(do, o) -> None:
     if not isinstance(do, torch.Tensor):
         raise TypeError(f"do must be a torch.Tensor like o, got {type(do).__name__}")
@@ -103,7 +121,8 @@ def _check_do(do, o) -> None:
 
 
 def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, *,
-             allow_tf32: bool = False, window=(-1, -1), softcap: float | None = None):
+             allow_tf32: bool = False, window=(-1, -1), softcap: float | None = None,
+             packed: Packed | None = None, count: bool = False):
     """Gradients ``(dq, dk, dv)`` of attention from the forward's ``o`` and ``lse``.
 
     Args:
@@ -114,9 +133,13 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
         causal, scale, allow_tf32, window, softcap: as given to the forward (sinks need
             nothing here: the LSE holds them; their gradient is
             :func:`flashbench.kernels.triton_variants.sink_grad`).
+        packed: a packed batch (:class:`Packed`; :func:`varlen_backward` builds it): then
+            q, k, v, o, do are [1, heads, total, d] views and lse is [H, total_q].
+        count: also return the blocks each program visited (:func:`varlen_backward`).
 
     Returns:
-        (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous).
+        (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous); with ``count``
+        also ``{"dkdv": int32 [B * Hkv, key blocks], "dq": int32 [B * H, query blocks]}``.
     """
     _check_do(do, o)
     causal = check_causal(causal)
@@ -125,14 +148,15 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     scale = check_scale(scale, d)
     lse = lse.contiguous()
     delta = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    # packed: the gradients keep the packed layout of q, k, v (views [1, heads, total, d])
+    fmt = torch.contiguous_format if packed is None else torch.preserve_format
+    dq, dk, dv = (torch.empty_like(t, memory_format=fmt) for t in (q, k, v))
     interpreted = interpreted_for(q.device)
     ieee = q.dtype == torch.float32 and not allow_tf32
     meta = dict(HEAD_DIM=d, CAUSAL=causal, PRECISION="ieee" if ieee else "tf32",
                 UPCAST=interpreted and q.dtype == torch.bfloat16,
-                WINDOW=tuple(window) != (-1, -1), SOFTCAP=softcap is not None)
+                WINDOW=tuple(window) != (-1, -1), SOFTCAP=softcap is not None,
+                VARLEN=packed is not None, COUNT=count)
     # the variant's runtime arguments: window sides (2^30: unbounded) and the softcap, which
     # takes the scale before its tanh and gives log2-domain scores (as in the forward)
     left, right = (2**30 if w < 0 else int(w) for w in window)
@@ -144,18 +168,36 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
                       (o, do, delta, *o.stride(), *do.stride(), H, n_q), dict(HEAD_DIM=d),
                       device=q.device, config=None if interpreted else PREPROCESS_CONFIG,
                       interpret_config=Config.of(BLOCK_M=INTERPRETER_BLOCK_M))
-    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    DKDV.launch(lambda m: (B * hkv, triton.cdiv(n_k, m["BLOCK_N"])),
-                (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(),
-                 H, hkv, H // hkv, n_q, n_k, qk_scale, scale, left, right, cap), meta,
-                device=q.device, config=None if interpreted else
-                backward_config("dkdv", d, q.dtype), interpret_config=tiles)
-    DQ.launch(lambda m: (B * H, triton.cdiv(n_q, m["BLOCK_M"])),
-              (q, k, v, do, lse, delta, dq, *common, *dq.stride(),
-               H, H // hkv, n_q, n_k, qk_scale, scale, left, right, cap), meta,
-              device=q.device, config=None if interpreted else
-              backward_config("dq", d, q.dtype), interpret_config=tiles)
-    return dq, dk, dv
+    # packed: programs per sequence of the longest lengths; batch strides 0 (rows from cu[b])
+    batch, m_q, m_k = (B, n_q, n_k) if packed is None else (packed.batch, packed.max_q,
+                                                            packed.max_k)
+    strides = [t.stride() if packed is None else (0, *t.stride()[1:])
+               for t in (q, k, v, do, dk, dv, dq)]
+    cfg = {name: None if interpreted else backward_config(name, d, q.dtype)
+           for name in ("dkdv", "dq")}
+    visits = {name: torch.zeros((batch * heads, triton.cdiv(n, _block(cfg[name], key)))
+                                if count else (1,), dtype=torch.int32, device=q.device)
+              for name, heads, n, key in (("dkdv", hkv, m_k, "BLOCK_N"),
+                                          ("dq", H, m_q, "BLOCK_M"))}
+    cu = (None, None) if packed is None else (packed.cu_q, packed.cu_k)
+    lse_strides = (H * n_q, n_q) if packed is None else (0, lse.stride(-2))
+    common = [x for st in strides[:4] for x in st]
+    DKDV.launch(lambda m: (batch * hkv, triton.cdiv(m_k, m["BLOCK_N"])),
+                (q, k, v, do, lse, delta, dk, dv, *common, *strides[4], *strides[5],
+                 H, hkv, H // hkv, m_q, m_k, qk_scale, scale, left, right, cap,
+                 *cu, visits["dkdv"], *lse_strides), meta,
+                device=q.device, config=cfg["dkdv"], interpret_config=tiles)
+    DQ.launch(lambda m: (batch * H, triton.cdiv(m_q, m["BLOCK_M"])),
+              (q, k, v, do, lse, delta, dq, *common, *strides[6],
+               H, H // hkv, m_q, m_k, qk_scale, scale, left, right, cap,
+               *cu, visits["dq"], *lse_strides), meta,
+              device=q.device, config=cfg["dq"], interpret_config=tiles)
+    return (dq, dk, dv, visits) if count else (dq, dk, dv)
+
+
+def _block(cfg: Config | None, key: str) -> int:
+    """A launch's block size: the config's, or the interpreter tiles' (``cfg`` None)."""
+    return (cfg or _interpret_config()).kwargs[key]
 
 
 class _Attention(torch.autograd.Function):

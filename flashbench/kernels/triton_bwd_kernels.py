@@ -19,8 +19,29 @@ from flashbench.kernels.phases import variant_phases
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
 from flashbench.kernels.rounding import round_bf16
+from flashbench.kernels.softcap import tanh
 
 __all__ = ["attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "round_bf16"]
+
+
+@triton.jit
+def _sequence(CU_Q, CU_K, off_b, N_Q, N_K, VARLEN: tl.constexpr):
+    """``(q_start, k_start, n_q, n_k)``: a packed batch's sequence ``off_b`` (its first row
+    and lengths, from cu_seqlens), else rows from 0 and the launch's lengths."""
+    q_start = off_b * 0  # int64, as the loaded starts
+    k_start = off_b * 0
+    if VARLEN:
+        q_start = tl.load(CU_Q + off_b).to(tl.int64)
+        k_start = tl.load(CU_K + off_b).to(tl.int64)
+        N_Q = (tl.load(CU_Q + off_b + 1) - q_start).to(tl.int32)
+        N_K = (tl.load(CU_K + off_b + 1) - k_start).to(tl.int32)
+    return q_start, k_start, N_Q, N_K
+
+
+@triton.jit
+def _trips(lo, hi, BLOCK: tl.constexpr):
+    """The blocks ``range(lo, hi, BLOCK)`` visits (for the COUNT of visited blocks)."""
+    return tl.cdiv(tl.maximum(hi - lo, 0), BLOCK)
 
 
 @triton.jit
@@ -54,7 +75,7 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
         else:
             qkT = tl.dot(k, tl.trans(q), input_precision=PRECISION)
         if SOFTCAP:  # capped log2-domain scores t = cap tanh(qk scale / c), as the forward
-            qkT = cap * (2.0 * tl.sigmoid(2.0 * qkT * qk_scale) - 1.0)
+            qkT = cap * tanh(qkT * qk_scale)
             p = tl.math.exp2(qkT - lse_ref[None, :])
         else:
             p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
@@ -113,7 +134,7 @@ def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
             qk = tl.dot(q, kT, input_precision=PRECISION)
             dp = tl.dot(do, vT, input_precision=PRECISION)
         if SOFTCAP:
-            qk = cap * (2.0 * tl.sigmoid(2.0 * qk * qk_scale) - 1.0)
+            qk = cap * tanh(qk * qk_scale)
             p = tl.math.exp2(qk - lse_ref[:, None])
         else:
             p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])
@@ -164,20 +185,24 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
                    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
                    H, HKV, GROUP, N_Q, N_K, qk_scale, scale, LEFT, RIGHT, CAP,
+                   CU_Q, CU_K, VISITS, stride_lb, stride_lh,
                    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                   VARLEN: tl.constexpr, COUNT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     off_bkv = tl.program_id(0)
     start_n = tl.program_id(1)  # causal: the first key blocks are seen most, and run first
     off_b = (off_bkv // HKV).to(tl.int64)
     off_hkv = (off_bkv % HKV).to(tl.int64)
+    # packed: batch b is sequence b (rows from cu[b]; batch strides 0), its own lengths
+    q_start, k_start, N_Q, N_K = _sequence(CU_Q, CU_K, off_b, N_Q, N_K, VARLEN)
     offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < N_K
-    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kd, mask=col_ok[:, None], other=0.0)
-    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vd, mask=col_ok[:, None], other=0.0)
+    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + (k_start + offs_n[:, None])
+                * stride_kn + offs_d[None, :] * stride_kd, mask=col_ok[:, None], other=0.0)
+    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + (k_start + offs_n[:, None])
+                * stride_vn + offs_d[None, :] * stride_vd, mask=col_ok[:, None], other=0.0)
     dk = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
     dv = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
 
@@ -205,13 +230,22 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
         q_full = tl.minimum(q_full, (tl.maximum(last_row + 1, 0) // BLOCK_M) * BLOCK_M)
         hi = tl.maximum(tl.minimum(N_Q, (start_n + 1) * BLOCK_N - causal_offset + LEFT), 0)
     b = tl.where((start_n + 1) * BLOCK_N > N_K, a, tl.maximum(a, q_full))
+    if VARLEN:  # a key block past its sequence's end visits nothing
+        past = start_n * BLOCK_N >= N_K
+        lo = tl.where(past, 0, lo)
+        a = tl.where(past, 0, a)
+        b = tl.where(past, 0, b)
+        hi = tl.where(past, 0, hi)
+    if COUNT:  # the query blocks visited, over the group's heads
+        visits = GROUP * (_trips(lo, a, BLOCK_M) + _trips(a, b, BLOCK_M)
+                          + _trips(b, hi, BLOCK_M))
+        tl.store(VISITS + off_bkv.to(tl.int64) * tl.num_programs(1) + start_n, visits)
     for g in range(GROUP):  # the query heads reading this kv head: no atomics needed
-        off_bh = off_b * H + off_hkv * GROUP + g
         off_h = off_hkv * GROUP + g
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        lse_base = LSE + off_bh * N_Q
-        delta_base = DELTA + off_bh * N_Q
+        q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qm
+        do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dom
+        lse_base = LSE + off_b * stride_lb + off_h * stride_lh + q_start
+        delta_base = DELTA + off_b * stride_lb + off_h * stride_lh + q_start
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
                               lo, a, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
@@ -228,10 +262,12 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
     if UPCAST:  # round to nearest here, so that the store's conversion is exact
         dk = round_bf16(dk)
         dv = round_bf16(dv)
-    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
-             + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
-    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvn
-             + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + (k_start + offs_n[:, None])
+             * stride_dkn + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty),
+             mask=col_ok[:, None])
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + (k_start + offs_n[:, None])
+             * stride_dvn + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty),
+             mask=col_ok[:, None])
 
 
 def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
@@ -241,8 +277,10 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
                  stride_dob, stride_doh, stride_dom, stride_dod,
                  stride_dqb, stride_dqh, stride_dqm, stride_dqd,
                  H, GROUP, N_Q, N_K, qk_scale, scale, LEFT, RIGHT, CAP,
+                 CU_Q, CU_K, VISITS, stride_lb, stride_lh,
                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                  UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                 VARLEN: tl.constexpr, COUNT: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
@@ -253,25 +291,36 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
     off_h = off_bh % H
     off_hkv = (off_h // GROUP).to(tl.int64)  # query head h reads kv head h // GROUP
     off_h = off_h.to(tl.int64)
+    q_start, k_start, N_Q, N_K = _sequence(CU_Q, CU_K, off_b, N_Q, N_K, VARLEN)
     offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm
-                + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
-    rows = off_bh.to(tl.int64) * N_Q + offs_m
+    q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qm
+    do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dom
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=row_ok[:, None], other=0.0)
+    rows = off_b * stride_lb + off_h * stride_lh + q_start + offs_m
     lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
     lse_ref = tl.where(lse == float("-inf"), 0.0, lse * 1.4426950408889634)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_kn
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vn
     dq = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
 
     # Key blocks as in the forward: [lo, a_end) a window's left edge (masked), [a_end, full)
     # seen whole by every row, [full, hi) masked (variant_phases).
     causal_offset, lo, a_end, full, hi = variant_phases(start_m, N_Q, N_K, LEFT, RIGHT,
                                                         BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
+    if VARLEN:  # a query block past its sequence's end visits nothing
+        hi = tl.where(start_m * BLOCK_M < N_Q, hi, 0)
+        a_end = tl.minimum(a_end, hi)
+        full = tl.minimum(full, hi)
+    if COUNT:
+        visits = (_trips(lo, a_end, BLOCK_N) + _trips(a_end, full, BLOCK_N)
+                  + _trips(tl.maximum(full, a_end), hi, BLOCK_N))
+        tl.store(VISITS + off_bh.to(tl.int64) * tl.num_programs(1) + start_m, visits)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                     stride_vn, stride_vd, offs_m, offs_d, lo, a_end, N_K, causal_offset,
                     qk_scale, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST,
@@ -287,5 +336,6 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
     dq = dq * scale
     if UPCAST:
         dq = round_bf16(dq)
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm
-             + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None])
+             * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
+             mask=row_ok[:, None])

@@ -45,6 +45,7 @@ from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
+from flashbench.kernels.softcap import tanh
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
@@ -110,7 +111,7 @@ def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride
         else:
             s_scale = qk_scale
         if SOFTCAP:  # cap * tanh(qk * scale / c), cap = c log2(e): log2-domain capped scores
-            qk = cap * (2.0 * tl.sigmoid(2.0 * qk * s_scale) - 1.0)
+            qk = cap * tanh(qk * s_scale)
             s_scale = 1.0
         if MASKED:
             keep = cols[None, :] < n_k
@@ -204,6 +205,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
                                                         BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
     if VARLEN:  # a query block past its sequence's end visits nothing
         hi = tl.where(start_m * BLOCK_M < N_Q, hi, 0)
+        a_end = tl.minimum(a_end, hi)  # a window's left-edge phase too
         full = tl.minimum(full, hi)
     visits = 0
     acc, l_i, m_i, visits = _attn_fwd_blocks(

@@ -6,14 +6,15 @@ turns it into the forward kernel's arguments (:class:`KernelVariant`) and launch
 (:mod:`flashbench.kernels.triton_fwd`, :func:`flashbench.kernels.phases.variant_phases`):
 key blocks outside every row's window are never visited (``count=True`` returns the
 blocks each program visited, so tests see the work grow with the window, not with N);
-the softcap is ``c log2(e) tanh(s / c)`` in fp32 (tanh as ``2 sigmoid(2x) - 1``) before
+the softcap is ``c log2(e) tanh(s / c)`` in fp32 (:func:`flashbench.kernels.softcap.tanh`) before
 masking; the sink joins (m, l) before the one division, as
 :func:`flashbench.reference.streaming.finish` does. Packed batches: q [total_q, H, d], k, v
 [total_k, Hkv, d] with ``cu_seqlens_q`` / ``cu_seqlens_k``; one program per (sequence,
 head, query block of the longest sequence), blocks past a sequence's end visit nothing.
 Gradients (:func:`variant_attention`): the Triton backward takes the window and the
 softcap (:func:`flashbench.kernels.triton_bwd.backward`); a sinks tensor that requires grad
-gets ``-sum P_sink D`` (:func:`sink_grad`). Packed batches are forward only (refused).
+gets ``-sum P_sink D`` (:func:`sink_grad`); packed batches too
+(:func:`triton_varlen_backward`: the backward kernels with per-sequence offsets).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import torch
 from flashbench.inputs.variant import Variant, check_cu_pair, variant_of
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_heads
+from flashbench.kernels.triton_bwd import Packed, backward
 
 __all__ = ["KernelVariant", "variant_forward", "variant_attention", "triton_varlen_attention",
-           "refuse_grad", "sink_grad"]
+           "triton_varlen_backward", "packed_batch", "sink_grad"]
 
 UNBOUNDED = 2**30  # a window side of -1, as the kernel's int32 bound
 
@@ -70,14 +72,6 @@ class KernelVariant:
                     COUNT=self.visits is not None)
 
 
-def refuse_grad(*tensors) -> None:
-    """NotImplementedError where autograd would need the (missing) packed-batch backward."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise NotImplementedError("the Triton backward takes no packed (varlen) batch yet: "
-                                  "call under torch.no_grad() or with inputs that do not "
-                                  "require grad")
-
-
 def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, do: torch.Tensor):
     """The sinks' gradient [H]: ``-sum P_sink D`` over batch and rows, ``P_sink = exp(sink -
     LSE)``, ``D = rowsum(dO * O)`` (:func:`flashbench.reference.streaming_bwd.sink_grad`)."""
@@ -87,29 +81,35 @@ def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, do: torch
 
 
 class _VariantAttention(torch.autograd.Function):
-    """The variant forward and the Triton backward as one autograd node (LSE not
-    differentiable; the sinks tensor, when given, differentiable)."""
+    """The variant forward and the Triton backward as one autograd node, for [B, H, N, d]
+    tensors or (``packed`` given) a packed batch; LSE not differentiable, the sinks tensor,
+    when given, differentiable."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32):
-        o, lse, _ = variant_forward(q, k, v, variant.causal, scale, window=variant.window,
-                                    softcap=variant.softcap, sinks=variant.sinks,
-                                    allow_tf32=allow_tf32)
+    def forward(ctx, q, k, v, sinks, variant, scale, allow_tf32, packed, config, visits):
+        if packed is None:
+            o, lse, _ = variant_forward(q, k, v, variant, scale, allow_tf32=allow_tf32)
+        else:
+            o, lse = _varlen_forward(q, k, v, packed, variant, scale, allow_tf32, config,
+                                     visits)
         ctx.save_for_backward(q, k, v, o, lse, sinks)
-        ctx.variant, ctx.scale, ctx.allow_tf32 = variant, scale, allow_tf32
+        ctx.packed, ctx.variant, ctx.scale, ctx.allow_tf32 = packed, variant, scale, allow_tf32
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, _dlse):
-        from flashbench.kernels.triton_bwd import backward
-
         q, k, v, o, lse, sinks = ctx.saved_tensors
-        var = ctx.variant
-        dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale,
-                              allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        var, packed = ctx.variant, ctx.packed
+        kw = dict(allow_tf32=ctx.allow_tf32, window=var.window, softcap=var.softcap)
+        if packed is None:
+            dq, dk, dv = backward(q, k, v, o, lse, do, var.causal, ctx.scale, **kw)
+        else:
+            dq, dk, dv = triton_varlen_backward(q, k, v, o, lse, do, packed, var.causal,
+                                                ctx.scale, **kw)
+            lse, o, do = lse[None], _heads_first(o), _heads_first(do)
         dsinks = sink_grad(sinks, lse, o, do) if ctx.needs_input_grad[3] else None
-        return dq, dk, dv, dsinks, None, None, None
+        return dq, dk, dv, dsinks, *(None,) * 6
 
 
 def variant_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
@@ -120,7 +120,8 @@ def variant_attention(q, k, v, causal: bool = False, scale: float | None = None,
     check_heads(q, k, v)
     variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
     sink_t = sinks if isinstance(sinks, torch.Tensor) else None
-    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32)
+    return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, None, None,
+                                   None)
 
 
 def _sinks(variant: Variant, heads: int, device) -> torch.Tensor | None:
@@ -155,11 +156,67 @@ def variant_forward(q, k, v, causal: bool = False, scale: float | None = None, *
     return (o, lse, used, kv.visits) if count else (o, lse, used)
 
 
+def packed_batch(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None
+                 ) -> Packed:
+    """A packed batch's launch arguments, checked (:func:`check_cu_pair`, on the host: a
+    device sync): int32 cu_seqlens on q's device and the longest lengths (at least 1)."""
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise ValueError(f"{name} must be a torch.Tensor of the packed shape "
+                             f"[total, heads, d], got {getattr(t, 'shape', type(t).__name__)}")
+    cu_q, cu_k = check_cu_pair(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                               max_seqlen_q, max_seqlen_k)
+    longest = [int(max_seqlen or max(int((cu[1:] - cu[:-1]).max()), 1))
+               for cu, max_seqlen in ((cu_q, max_seqlen_q), (cu_k, max_seqlen_k))]
+    return Packed(*(torch.as_tensor(c, dtype=torch.int32, device=q.device)
+                    for c in (cu_q, cu_k)), *longest)
+
+
+def _heads_first(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(0, 1).unsqueeze(0)  # packed [total, heads, d] -> [1, heads, total, d]
+
+
+def _varlen_forward(q, k, v, packed: Packed, variant: Variant, scale, allow_tf32, config,
+                    visits):
+    H = q.shape[1]
+    lse = torch.full((H, q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+    sink = _sinks(variant, H, q.device)
+    if q.shape[0] == 0 or k.shape[0] == 0:  # nothing to launch: O = 0, LSE = -inf or the sink
+        if sink is not None:
+            lse[...] = sink[:, None]
+        return torch.zeros_like(q), lse
+    kv = KernelVariant(variant, packed.batch, packed.max_q, packed.max_k, lse, sink,
+                       packed.cu_q, packed.cu_k, visits)
+    o, lse, _ = triton_fwd.forward(*map(_heads_first, (q, k, v)), variant.causal, scale,
+                                   allow_tf32=allow_tf32, config=config, variant=kv)
+    return o[0].transpose(0, 1), lse
+
+
+def triton_varlen_backward(q, k, v, o, lse, do, packed: Packed, causal: bool = False,
+                           scale: float | None = None, *, window=(-1, -1), softcap=None,
+                           allow_tf32: bool = False, count: bool = False):
+    """``(dq, dk, dv)`` of a packed batch (packed shapes, q's dtype) from the varlen forward's
+    ``o`` [total_q, H, d] and ``lse`` [H, total_q]: the backward kernels with one program per
+    (sequence, head, block of the longest sequence), each reading its sequence's rows from
+    ``packed``; blocks past a sequence's end visit nothing. ``count``: also the blocks each
+    program visited (``{"dkdv": [B * Hkv, key blocks], "dq": [B * H, query blocks]}``)."""
+    if q.shape[0] == 0 or k.shape[0] == 0:  # no launch: every row blind, every key unseen
+        grads = tuple(torch.zeros_like(t) for t in (q, k, v))
+        return (*grads, None) if count else grads
+    out = backward(*map(_heads_first, (q, k, v, o)), lse, _heads_first(do), causal, scale,
+                   allow_tf32=allow_tf32, window=window, softcap=softcap, packed=packed,
+                   count=count)
+    grads = tuple(g[0].transpose(0, 1) for g in out[:3])
+    return (*grads, out[3]) if count else grads
+
+
 def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
                             max_seqlen_k=None, causal: bool = False, scale: float | None = None,
                             window=(-1, -1), softcap=None, sinks=None,
                             allow_tf32: bool = False, config=None, count: bool = False):
-    """Fused attention forward of a packed batch (FlashAttention's varlen layout).
+    """Fused attention of a packed batch (FlashAttention's varlen layout), differentiable in
+    q, k, v (and in ``sinks`` when it is a tensor that requires grad) through
+    :func:`triton_varlen_backward`.
 
     Args:
         q: [total_q, H, d]; k, v: [total_k, Hkv, d] (Hkv dividing H), one dtype among
@@ -172,33 +229,16 @@ def triton_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
 
     Returns:
         (o [total_q, H, d] in q's dtype, lse [H, total_q] float32); with ``count=True`` also
-        the key blocks each program visited.
+        the key blocks each forward program visited (None when nothing was launched).
     """
     variant = variant_of(causal, window, softcap, sinks)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if isinstance(t, torch.Tensor):
-            refuse_grad(t)
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{name} must be a torch.Tensor of the packed shape "
-                             f"[total, heads, d], got {getattr(t, 'shape', type(t).__name__)}")
-    cu_q_np, cu_k_np = check_cu_pair(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
-                                     max_seqlen_q, max_seqlen_k)
-    total_q, H, d = q.shape
-    batch = cu_q_np.shape[0] - 1
-    max_q = int(max_seqlen_q or max(int((cu_q_np[1:] - cu_q_np[:-1]).max()), 1))
-    max_k = int(max_seqlen_k or max(int((cu_k_np[1:] - cu_k_np[:-1]).max()), 1))
-    lse = torch.full((H, total_q), float("-inf"), dtype=torch.float32, device=q.device)
-    sink = _sinks(variant, H, q.device)
-    if total_q == 0 or k.shape[0] == 0:  # nothing to launch: O = 0, LSE = -inf or the sink
-        if sink is not None:
-            lse[...] = sink[:, None]
-        o = torch.zeros_like(q)
-        return (o, lse, None) if count else (o, lse)
-    cu = [torch.as_tensor(c, dtype=torch.int32, device=q.device) for c in (cu_q_np, cu_k_np)]
-    kv = KernelVariant(variant, batch, max_q, max_k, lse, sink, cu[0], cu[1],
-                       _visits(count, batch * H, max_q, q.device))
-    q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, heads, total, d]
-    o, lse, _ = triton_fwd.forward(q4, k4, v4, variant.causal, scale, allow_tf32=allow_tf32,
-                                   config=config, variant=kv)
-    o = o[0].transpose(0, 1)
-    return (o, lse, kv.visits) if count else (o, lse)
+    if not isinstance(v, torch.Tensor) or v.dim() != 3:
+        raise ValueError(f"v must be a torch.Tensor of the packed shape [total, heads, d], "
+                         f"got {getattr(v, 'shape', type(v).__name__)}")
+    packed = packed_batch(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    launched = q.shape[0] > 0 and k.shape[0] > 0
+    visits = _visits(count and launched, packed.batch * q.shape[1], packed.max_q, q.device)
+    sink_t = sinks if isinstance(sinks, torch.Tensor) else None
+    o, lse = _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, packed,
+                                     config, visits)
+    return (o, lse, visits) if count else (o, lse)

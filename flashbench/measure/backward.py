@@ -40,14 +40,14 @@ from flashbench.measure.forward import (
     Case,
     Failed,
     Unavailable,
+    attempt,
     handed,
     private,
     unavailable_reason,
-    with_note,
 )
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
-           "grad_exactness", "measure_gradients"]
+           "grad_exactness", "exactness_records", "measure_gradients", "grad_accuracy"]
 
 GRADS = ("dq", "dk", "dv")
 
@@ -147,11 +147,17 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
     kw = case.kwargs(seed)
     o, lse = reference.online_attention(q, k, v, block=block, **kw)
     streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)[:3]
+    return exactness_records(case, streamed, ref)
+
+
+def exactness_records(case: Case, streamed, ref) -> list[GradExactness]:
+    """:class:`GradExactness` of streamed against one-shot (dq, dk, dv), relative to the
+    gradients' scale (also for packed batches, :mod:`flashbench.measure.varlen`)."""
     ref = ref[:3]
-    scale = max(float(np.abs(r).max()) for r in ref)
+    scale = max(float(np.abs(r).max(initial=0.0)) for r in ref)
     out = []
-    for what, a, b in zip(GRADS, streamed, ref, strict=True):
-        diff = float(np.abs(a - b).max())
+    for what, a, b in zip(GRADS, streamed[:3], ref, strict=True):
+        diff = float(np.abs(a - b).max(initial=0.0))
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
         out.append(GradExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
     return out
@@ -173,6 +179,9 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
     rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
+
+
+grad_accuracy = _grad_accuracy  # public: flashbench.measure.varlen builds its records with it
 
 
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
@@ -218,7 +227,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
     alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
-    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
 
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
@@ -252,18 +261,11 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} backward {dtype}")
-            try:
-                grads = _autograd(backend, q, k, v, do, prec, case.causal, variant)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
-                continue
-            except BackendFailed as exc:  # its inputs modified, its worker's verdict
-                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
-                                      peer=backend.peer))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
-                records.append(Failed(case, name, dtype, f"backward raised "
-                                      f"{type(exc).__name__}: {exc}", peer=backend.peer))
+            # BackendFailed: its inputs modified, its worker's verdict
+            grads, failed = attempt(case, name, dtype, backend, _autograd, backend, q, k, v, do,
+                                    prec, case.causal, variant, what="backward raised")
+            if failed is not None:
+                records.append(failed)
                 continue
             records.append(_grad_accuracy(case, name, prec, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer))

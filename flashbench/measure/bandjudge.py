@@ -53,7 +53,8 @@ class CaseBands:
             given = [caller_inputs(prec, x) for x in self.inputs]
             if self.case.varlen is not None:  # a packed batch [total, heads, d]
                 cu = np.concatenate([[0], np.cumsum(self.case.varlen)])
-                self._refs[key] = reference.varlen_attention(*given, cu, cu, **self.kwargs)
+                fn = reference.varlen_attention_grad if self.grad else reference.varlen_attention
+                self._refs[key] = fn(*given, cu, cu, **self.kwargs)[:3]
             elif self.grad:
                 self._refs[key] = reference.attention_grad(*given, **self.kwargs)[:3]
             else:

@@ -21,7 +21,8 @@ Two questions, kept apart:
    - dq, dk, dv of the flash model's backward and of every differentiable backend
      against the float64 gradients, and the gradient rule: each within 3x the
      same-dtype standard backward's max abs error plus FlashAttention's gradient floor
-     (:func:`flashbench.accuracy.gradient_floor`), and the band rule as for O.
+     (:func:`flashbench.accuracy.gradient_floor`), and the band rule as for O;
+   - packed (varlen) batches alike, per sequence (:mod:`flashbench.measure.varlen`).
 
 Errors are unitless (inputs and outputs are plain numbers); "eps" columns divide by
 the dtype's machine epsilon. Percentiles run over every element of O (or LSE).
@@ -55,7 +56,14 @@ from flashbench.measure.forward import (
     measure_accuracy,
     private,
 )
-from flashbench.measure.varlen import measure_varlen, varlen_exactness, varlen_inputs
+from flashbench.measure.varlen import (
+    measure_varlen,
+    measure_varlen_gradients,
+    varlen_exactness,
+    varlen_grad_exactness,
+    varlen_grad_output,
+    varlen_inputs,
+)
 
 __all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
@@ -135,10 +143,6 @@ def _run_varlen(report, case, dtypes, seed, block, backends, say) -> None:
 
 
 def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say) -> None:
-    if grad_cases is not None and any(c.varlen for c in grad_cases):
-        grad_cases = [c for c in grad_cases if c.varlen is None]
-        report["grad_cases_why"] = ("packed (varlen) batches' gradients are held to the "
-                                    "float64 reference by the tests, not judged here")
     if grad_cases is None:
         causals = {c.causal for c in cases}
         grad_cases = [c for c in default_grad_cases() if c.causal in causals]
@@ -149,6 +153,9 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
     report["grad_exactness"], report["gradients"] = [], []
     for i, case in enumerate(grad_cases, 1):
         say(f"[grad {i}/{len(grad_cases)}] {case.label()}: fp64 gradients")
+        if case.varlen is not None:  # a packed batch: per-sequence gradients and models
+            _run_varlen_gradients(report, case, dtypes, seed, block, backends, say)
+            continue
         q, k, v, do = private(*make_qkv(case.shape, case.dist, seed),
                               grad_output(case.shape, seed))
         ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
@@ -157,6 +164,17 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
         for rec in measure_gradients(case, dtypes, ["flash_model", *backends], seed, block,
                                      say, inputs=(q, k, v, do), ref=ref):
             report["gradients"].append(rec.as_dict())
+
+
+def _run_varlen_gradients(report, case, dtypes, seed, block, backends, say) -> None:
+    q, k, v, cu = varlen_inputs(case, seed)
+    q, k, v, do = private(q, k, v, varlen_grad_output(case, seed))
+    ref = reference.varlen_attention_grad(q, k, v, do, cu, cu, **case.kwargs(seed))
+    report["grad_exactness"] += [r.as_dict() for r in
+                                 varlen_grad_exactness(case, q, k, v, do, cu, ref, block, seed)]
+    report["gradients"] += [r.as_dict() for r in measure_varlen_gradients(
+        case, dtypes, ["flash_model", *backends], seed, block, say,
+        inputs=(q, k, v, do, cu), ref=ref)]
 
 
 def overall_passed(report: dict) -> bool:
@@ -187,7 +205,12 @@ def _g(x: float) -> str:
 def render_text(report: dict) -> str:
     """The report as terminal tables, each headed by what it measures and how."""
     out = [f"flashbench check   seed={report['meta']['seed']} block={report['meta']['block']}"
-           f"   {report['meta']['date']}", ""]
+           f"   {report['meta']['date']}"]
+    drawn = report["meta"].get("varlen")
+    if drawn:  # a seeded length distribution: the lengths it drew, to reproduce the run
+        out.append(f"varlen {drawn['spec']} with seed {drawn['seed']} drew "
+                   f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
+    out.append("")
     out.append(f"1. Exactness in float64: streamed vs one-shot, max |diff|; PASS iff <= "
                f"{EXACT_TOL:g}")
     out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]),

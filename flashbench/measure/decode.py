@@ -33,9 +33,9 @@ from flashbench.measure.forward import (
     INTERPRETER_NOTE,
     INTERPRETER_TOO_SLOW,
     Exactness,
-    Failed,
     Unavailable,
     accuracy_record,
+    attempt,
     with_note,
 )
 from flashbench.reference.decode import sequence_cache
@@ -194,7 +194,6 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
     resolved once, here; module docstring); ``bands`` (a dict) receives {(kernel, dtype
     name): O max |err| vs the rounded inputs' float64 decode}."""
     from flashbench.backends.decode import get_decode_backend
-    from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
     inputs = decode_inputs(case, seed) if inputs is None else inputs
     ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
@@ -226,14 +225,11 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype}")
-            try:  # fresh copies per call: what a backend does to them reaches no other
-                out = backend(*_handed(prec, inputs), causal=case.causal)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
-                continue
-            except BackendFailed as exc:
-                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
-                                      peer=backend.peer))
+            # fresh copies per call: what a backend does to them reaches no other
+            out, failed = attempt(case, name, dtype, backend, backend, *_handed(prec, inputs),
+                                  causal=case.causal)
+            if failed is not None:
+                records.append(failed)
                 continue
             rec = accuracy_record(case, name, prec, out, std, ref, fallback=model,
                                   own_lse=out.own_lse, peer=backend.peer)

@@ -40,7 +40,7 @@ from flashbench.reference.streaming import masked_scores
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
            "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
            "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed",
-           "INTERPRETER_NOTE", "with_note"]
+           "INTERPRETER_NOTE", "with_note", "attempt"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -249,6 +249,29 @@ def with_note(reason: str, backend, dtype: str) -> str:
     return reason
 
 
+def attempt(case, name: str, dtype: str, backend, fn: Callable, /, *args,
+            what: str | None = None, **kwargs):
+    """``(fn(*args, **kwargs), None)``, or ``(None, record)`` where the call found the
+    backend cannot run this case (Unavailable) or it failed (Failed, its reason with
+    :func:`with_note`). ``what`` (e.g. "backward raised"): any other exception is that
+    backend's Failed record too, named so (a call outside the backends' guard, as
+    torch.autograd through one)."""
+    from flashbench.backends import BackendFailed, BackendUnavailable
+
+    try:
+        return fn(*args, **kwargs), None
+    except BackendUnavailable as exc:  # this shape or dtype, found out by running
+        return None, Unavailable(case, name, dtype, str(exc))
+    except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output, a time-out
+        return None, Failed(case, name, dtype, with_note(str(exc), backend, dtype),
+                            peer=backend.peer)
+    except Exception as exc:
+        if what is None:
+            raise  # flashbench's own error: not the backend's verdict
+        return None, Failed(case, name, dtype, f"{what} {type(exc).__name__}: {exc}",
+                            peer=backend.peer)
+
+
 def _yardsticks(verdicts: dict) -> dict | None:
     """{name: yardstick} of the verdicts whose ratio is not against the standard model."""
     odd = {name: v.yardstick for name, v in verdicts.items() if v.yardstick != "standard"}
@@ -324,7 +347,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
-    from flashbench.backends import BackendFailed, BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
 
     q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
     kw, variant = case.kwargs(seed), case.variant(seed)
@@ -360,15 +383,12 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
             # rounded by NumPy first: torch rounds float64 to fp16 / bf16 through fp32
             # (twice), and every kernel must get the values the models and bands use
             given_qkv = (caller_inputs(given, x) for x in (q, k, v))
-            try:  # a variant it does not declare: "not applicable" (never run without it)
-                out = backend(*handed(given, *given_qkv), causal=case.causal, dtype=dtype,
-                              **({} if variant is None else {"variant": variant}))
-            except BackendUnavailable as exc:  # this shape or dtype, found out by running
-                records.append(Unavailable(case, name, dtype, str(exc)))
-                continue
-            except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output
-                records.append(Failed(case, name, dtype, with_note(str(exc), backend, dtype),
-                                      peer=backend.peer))
+            # a variant it does not declare: "not applicable" (never run without it)
+            out, failed = attempt(case, name, dtype, backend, backend,
+                                  *handed(given, *given_qkv), causal=case.causal, dtype=dtype,
+                                  **({} if variant is None else {"variant": variant}))
+            if failed is not None:
+                records.append(failed)
                 continue
             rec = _accuracy(case, name, prec, out, std, ref, fallback=flash,
                             own_lse=getattr(out, "own_lse", True), peer=backend.peer,

@@ -6,12 +6,19 @@ drawn as one sequence of ``total`` rows by :func:`flashbench.inputs.make_qkv` an
 ``cu_seqlens``). The reference, the exactness (streamed vs one-shot) and the two precision
 models run per sequence (:func:`flashbench.reference.varlen.per_sequence`); backends run
 their ``varlen`` callable, and one without it is "not applicable". The records are those
-of :mod:`flashbench.measure.forward`, judged by the same two rules.
+of :mod:`flashbench.measure.forward`, judged by the same two rules. Gradients
+(:func:`measure_varlen_gradients`): the float64 varlen backward, streamed vs one-shot, and
+the two backward models per sequence (:func:`flashbench.reference.varlen.per_sequence_grad`)
+judge the flash model and every backend whose packed path is differentiable
+(``Backend.varlen_grad``: torch.autograd through it), by the gradient rule and the band rule
+(the flash model's backward per sequence on the same lengths).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
@@ -27,10 +34,12 @@ from flashbench.measure.forward import (
     Failed,
     Unavailable,
     _accuracy,
+    attempt,
 )
-from flashbench.reference.varlen import per_sequence
+from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
-__all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen"]
+__all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen",
+           "varlen_grad_output", "varlen_grad_exactness", "measure_varlen_gradients"]
 
 # ``flashbench check --variants`` and the asv variant suite: the Case fields of each variant
 # (the models' sliding window, Gemma 2's softcap, gpt-oss's sinks, a packed batch)
@@ -54,6 +63,21 @@ def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
             for what, st in diffs.items()]
 
 
+def _why_not(backend, case: Case, dtype: str, seed: int, grad: bool = False) -> str | None:
+    """None when ``backend`` (``grad``: its backward) runs this packed case in ``dtype``
+    here, else why: its own reason, the variant, no packed path, or the interpreter's
+    limit (on the scores of the sequences, H * sum n^2)."""
+    takes = backend.varlen_grad if grad else backend.varlen is not None
+    reason = (backend.unavailable_for(case.shape, dtype)
+              or backend.not_applicable(case.variant(seed), grad=grad)
+              or (None if takes else f"not applicable: {'its backward' if grad else 'it'} "
+                  "takes no packed (varlen) batch"))
+    scores = case.shape.H * sum(n * n for n in case.varlen)
+    if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
+        reason = INTERPRETER_TOO_SLOW
+    return reason
+
+
 def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
                    seed: int = 0, block: int = 64,
                    say: Callable[[str], None] = lambda msg: None, inputs=None, ref=None,
@@ -63,7 +87,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     import torch
 
-    from flashbench.backends import BackendUnavailable, get_backend
+    from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
 
     q, k, v, cu = varlen_inputs(case, seed) if inputs is None else inputs
@@ -86,27 +110,19 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
             backend = get_backend(name)
             if dtype not in backend.dtypes:
                 continue
-            reason = backend.unavailable_for(case.shape, dtype) or backend.not_applicable(
-                case.variant(seed)) or (None if backend.varlen else
-                                        "not applicable: it takes no packed (varlen) batch")
-            scores = case.shape.H * sum(n * n for n in case.varlen)
-            if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
-                reason = INTERPRETER_TOO_SLOW
+            reason = _why_not(backend, case, dtype, seed)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype} varlen")
             given = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
             given = [t.to(backend.device(t.device)) for t in given]
-            try:
-                o, lse = backend.varlen(*given, cu, cu, **kw)
-            except BackendUnavailable as exc:
-                records.append(Unavailable(case, name, dtype, str(exc)))
+            out, failed = attempt(case, name, dtype, backend, backend.varlen, *given, cu, cu,
+                                  what="raised", **kw)
+            if failed is not None:
+                records.append(failed)
                 continue
-            except Exception as exc:  # noqa: BLE001 - a backend's failure is a record
-                records.append(Failed(case, name, dtype, f"raised {type(exc).__name__}: "
-                                      f"{exc}", peer=backend.peer))
-                continue
+            o, lse = out
             out = (o.detach().cpu().double().numpy(), lse.detach().cpu().double().numpy())
             if out[0].shape != ref[0].shape or out[1].shape != ref[1].shape:
                 records.append(Failed(case, name, dtype, f"returned o {out[0].shape}, lse "
@@ -115,4 +131,92 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 continue
             records.append(_accuracy(case, name, prec, out, std, ref, fallback=flash,
                                      peer=backend.peer, bands=bands))
+    return records
+
+
+def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
+    """dO [total, H, dv], float64 N(0, 1) from ``default_rng(seed + 1)`` (as the dense
+    cases' :func:`flashbench.measure.backward.grad_output`)."""
+    return np.random.default_rng(seed + 1).standard_normal(
+        (sum(case.varlen), case.shape.H, case.shape.head_dim_v))
+
+
+def varlen_grad_exactness(case: Case, q, k, v, do, cu, ref, block: int, seed: int = 0):
+    """Streamed (FlashAttention-2's recurrence per sequence) vs one-shot float64 gradients
+    ``ref`` of a packed batch: :class:`~flashbench.measure.backward.GradExactness` records."""
+    from flashbench.measure.backward import exactness_records
+
+    streamed = reference.online_varlen_attention_grad(q, k, v, do, cu, cu, block=block,
+                                                      **case.kwargs(seed))
+    return exactness_records(case, streamed, ref)
+
+
+def _varlen_autograd(backend, q, k, v, do, cu, prec: Precision, kw):
+    """dq, dk, dv of a backend's packed path: torch.autograd through ``backend.varlen`` on
+    fresh copies of the inputs rounded to ``prec``."""
+    import torch
+
+    from flashbench.bands.measure import caller_inputs
+    from flashbench.measure.forward import handed
+
+    given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v, do)))
+    dev = backend.device(given[0].device)
+    leaves = [t.to(dev).requires_grad_(True) for t in given[:3]]
+    o = backend.varlen(*leaves, cu, cu, **kw)[0]
+    return torch.autograd.grad(o, leaves, given[3].to(o.dtype).to(o.device))
+
+
+def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
+                             kernels: Sequence[str],
+                             seed: int = 0, block: int = 64,
+                             say: Callable[[str], None] = lambda msg: None, inputs=None,
+                             ref=None, band_rule: bool = True):
+    """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
+    docstring): ``dtypes`` names or their Precisions, resolved once, here; ``inputs`` (q, k,
+    v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
+    import functools
+
+    from flashbench.backends import get_backend
+    from flashbench.measure.backward import grad_accuracy
+    from flashbench.measure.bandjudge import CaseBands
+
+    if inputs is None:
+        q, k, v, cu = varlen_inputs(case, seed)
+        inputs = (q, k, v, varlen_grad_output(case, seed), cu)
+    q, k, v, do, cu = inputs
+    kw = case.kwargs(seed)
+    ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
+           else ref)[:3]
+    bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
+    records = []
+    precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions
+    for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
+        dtype = prec.name  # what records and backends (their declared dtypes) speak
+        std = per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
+                                dtype=prec, **kw)[:3]
+        flash = functools.cache(lambda prec=prec: per_sequence_grad(
+            numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=prec, block=block,
+            **kw)[:3])
+        for name in kernels:
+            if name == "flash_model":
+                say(f"  flash_model backward {dtype} varlen")
+                records.append(grad_accuracy(case, name, prec, flash(), std, ref, flash,
+                                             bands=bands))
+                continue
+            backend = get_backend(name)
+            if dtype not in backend.dtypes or not backend.differentiable:
+                continue  # not applicable: no record, as for dense gradients
+            reason = _why_not(backend, case, dtype, seed, grad=True)
+            if reason is not None:
+                records.append(Unavailable(case, name, dtype, reason))
+                continue
+            say(f"  {name} backward {dtype} varlen")
+            grads, failed = attempt(case, name, dtype, backend, _varlen_autograd, backend, q, k,
+                                    v, do, cu, prec, kw, what="backward raised")
+            if failed is not None:
+                records.append(failed)
+                continue
+            grads = [g.detach().cpu().double().numpy() for g in grads]
+            records.append(grad_accuracy(case, name, prec, grads, std, ref, flash,
+                                         bands=bands, peer=backend.peer))
     return records

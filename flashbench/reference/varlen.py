@@ -21,7 +21,8 @@ from flashbench.inputs.variant import check_cu_pair, variant_of
 from flashbench.reference import oneshot
 
 __all__ = ["varlen_attention", "online_varlen_attention", "varlen_attention_grad",
-           "online_varlen_attention_grad", "check_varlen", "sequences", "per_sequence"]
+           "online_varlen_attention_grad", "check_varlen", "sequences", "per_sequence",
+           "per_sequence_grad"]
 
 
 def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
@@ -127,8 +128,12 @@ def online_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=No
                     scale=scale, window=window, softcap=softcap, sinks=sinks)
 
 
-def _backward(fn, q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-              forward=None, **kwargs):
+def per_sequence_grad(fn, q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
+                      max_seqlen_k=None, forward=None, **kwargs):
+    """Run ``fn(q_b, k_b, v_b, do_b, **kwargs) -> (dq_b, dk_b, dv_b[, dsinks_b])`` on each
+    sequence's [H, n, d] views (``forward``: its (o_b, lse_b) come between v_b and do_b):
+    the packed gradients in float64, dsinks summed over the sequences (with sinks). Rows of
+    a sequence without keys, and keys of one without queries, get zero gradients."""
     q, k, v, cu_q, cu_k = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                        max_seqlen_k)
     do = as_float_array(do, "do")
@@ -159,7 +164,7 @@ def varlen_attention_grad(q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=
                           sinks=None):
     """One-shot gradients of a packed batch: ``(dq, dk, dv)`` with q's, k's, v's packed
     shapes (with sinks: ``(dq, dk, dv, dsinks)``); ``do`` [total_q, H, dv]."""
-    return _backward(oneshot.attention_grad, q, k, v, do, cu_seqlens_q, cu_seqlens_k,
+    return per_sequence_grad(oneshot.attention_grad, q, k, v, do, cu_seqlens_q, cu_seqlens_k,
                      max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
                      softcap=softcap, sinks=sinks)
 
@@ -175,6 +180,6 @@ def online_varlen_attention_grad(q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_se
     def grad(q, k, v, o, lse, do, **kw):
         return oneshot.online_attention_grad(q, k, v, o, lse, do, **kw)
 
-    return _backward(grad, q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    return per_sequence_grad(grad, q, k, v, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, forward=oneshot.online_attention, block=block,
                      causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks)

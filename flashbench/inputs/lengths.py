@@ -1,0 +1,116 @@
+"""The sequence lengths of a packed (varlen) batch: a list, or a seeded distribution.
+
+``flashbench check --varlen SPEC`` takes one of:
+
+- ``N1,N2,...``: these lengths (ints >= 0, not all 0);
+- ``uniform:LO-HI:COUNT``: COUNT lengths drawn uniformly from the ints LO..HI (inclusive);
+- ``lognormal:MEDIAN:SIGMA:COUNT``: COUNT lengths ``round(exp(N(ln MEDIAN, SIGMA^2)))``, the
+  long-tailed mix of packed training data and serving prefills.
+
+A distribution draws from ``numpy.random.default_rng(seed + 3)`` (the inputs take seed, dO
+seed + 1, sinks seed + 2), so one seed gives one batch; the check prints the lengths drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["LengthSpec", "parse_lengths", "SYNTAX", "MAX_COUNT"]
+
+SYNTAX = "N1,N2,... or uniform:LO-HI:COUNT or lognormal:MEDIAN:SIGMA:COUNT"
+MAX_COUNT = 4096  # sequences in one drawn batch
+
+
+@dataclass(frozen=True)
+class LengthSpec:
+    """A parsed ``--varlen`` spec: ``kind`` "list" (``params`` the lengths), "uniform"
+    (LO, HI) or "lognormal" (MEDIAN, SIGMA), ``count`` lengths."""
+
+    text: str
+    kind: str
+    params: tuple
+    count: int
+
+    @property
+    def seeded(self) -> bool:
+        return self.kind != "list"
+
+    def draw(self, seed: int = 0) -> tuple[int, ...]:
+        """The lengths (a list's as given; a distribution's drawn with ``seed``).
+        ValueError where a draw gives only zeros (nothing to attend)."""
+        if self.kind == "list":
+            return self.params
+        rng = np.random.default_rng(seed + 3)
+        if self.kind == "uniform":
+            lo, hi = self.params
+            drawn = rng.integers(lo, hi, size=self.count, endpoint=True)
+        else:
+            median, sigma = self.params
+            drawn = np.rint(rng.lognormal(math.log(median), sigma, size=self.count))
+        lengths = tuple(int(n) for n in drawn)
+        if not any(lengths):
+            raise ValueError(f"varlen {self.text!r} drew only lengths of 0 with seed {seed}: "
+                             "raise its range or COUNT, or take another --seed")
+        return lengths
+
+
+def _bad(text: str, why: str) -> ValueError:
+    return ValueError(f"varlen must be {SYNTAX}; {text!r}: {why}")
+
+
+def _int(text: str, spec: str, name: str, lo: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise _bad(spec, f"{name} must be an int, got {text!r}") from None
+    if value < lo:
+        raise _bad(spec, f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+def _float(text: str, spec: str, name: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _bad(spec, f"{name} must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise _bad(spec, f"{name} must be finite and {'> 0' if positive else '>= 0'}, "
+                   f"got {text!r}")
+    return value
+
+
+def _count(text: str, spec: str) -> int:
+    count = _int(text, spec, "COUNT", 1)
+    if count > MAX_COUNT:
+        raise _bad(spec, f"COUNT must be at most {MAX_COUNT}, got {count}")
+    return count
+
+
+def parse_lengths(text: str) -> LengthSpec:
+    """A ``--varlen`` spec (module docstring); ValueError naming what is wrong."""
+    text = text.strip()
+    kind, _, rest = text.partition(":")
+    if not rest:  # a list
+        lengths = tuple(_int(x.strip(), text, "each length", 0) for x in text.split(","))
+        if not any(lengths):
+            raise _bad(text, "the lengths must not all be 0")
+        return LengthSpec(text, "list", lengths, len(lengths))
+    parts = rest.split(":")
+    if kind == "uniform":
+        if len(parts) != 2 or parts[0].count("-") != 1:
+            raise _bad(text, "uniform takes LO-HI:COUNT")
+        lo, hi = (_int(x, text, name, 0) for x, name in zip(parts[0].split("-"),
+                                                            ("LO", "HI"), strict=True))
+        if hi < lo or hi < 1:
+            raise _bad(text, f"need LO <= HI and HI >= 1, got {lo}-{hi}")
+        return LengthSpec(text, "uniform", (lo, hi), _count(parts[1], text))
+    if kind == "lognormal":
+        if len(parts) != 3:
+            raise _bad(text, "lognormal takes MEDIAN:SIGMA:COUNT")
+        median = _float(parts[0], text, "MEDIAN", positive=True)
+        sigma = _float(parts[1], text, "SIGMA", positive=False)
+        return LengthSpec(text, "lognormal", (median, sigma), _count(parts[2], text))
+    raise _bad(text, f"unknown distribution {kind!r} (uniform or lognormal)")
