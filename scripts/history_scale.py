@@ -2,6 +2,7 @@
 
     python scripts/history_scale.py [--dir DIR] [--machines 5] [--files 2000]
                                     [--benchmarks 60] [--what band,site]
+                                    [--site ARGS ...] [--runs R]
 
 Makes once, in DIR, a git repository of --files commits (git fast-import) and an asv
 results folder of --machines machines x those commits (scripts/history_corpus.py's
@@ -13,7 +14,8 @@ measures, each in a fresh process (wall seconds, peak RSS of the process tree):
   ancestors; the first call loads), then band(benchmark, params, version) for every
   accuracy point of the corpus; beside it the same values from one groupby of the
   frame's Categoricals by (benchmark, params, version), checked equal;
-- site: ``python -m flashbench.site`` on that history (asv publish + local JS).
+- site: ``python -m flashbench.site`` on that history (asv publish + local JS), once per
+  ``--site`` mode (``--site '' --site '--last 200'``), modes interleaved ``--runs`` times.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -108,17 +113,34 @@ def band_figures(root: Path, commits: list[str], benchmarks: int) -> None:
               f" total {r['all_s']:.2f} s, {r['values']} values, peak {peak:.0f} MiB")
 
 
-def site_figures(root: Path) -> None:
+def site_figures(root: Path, modes: list[str], runs: int) -> None:
+    """``python -m flashbench.site <mode>`` for each mode, interleaved run by run, each a
+    fresh process (niced by the caller); the median of each mode's runs."""
     conf = root / "asv.conf.json"
     conf.write_text(json.dumps({
         "version": 1, "project": "scale", "repo": str(root / "repo"), "branches": ["main"],
         "dvcs": "git", "environment_type": "virtualenv", "pythons": ["3.11"],
         "results_dir": str(root / "results"), "html_dir": str(root / "html")}))
-    _, wall, peak = watched([sys.executable, "-m", "flashbench.site", "--config", str(conf)],
-                            cwd=root)
-    size = sum(p.stat().st_size for p in (root / "html").rglob("*") if p.is_file()) / 2**20
-    print(f"site (python -m flashbench.site): {wall:.1f} s wall, peak {peak:.0f} MiB, "
-          f"{size:.0f} MiB written")
+    got: dict[str, list] = {m: [] for m in modes}
+    for run in range(runs):
+        for mode in modes:
+            load = os.getloadavg()[0]
+            _, wall, peak = watched([sys.executable, "-m", "flashbench.site", "--config",
+                                     str(conf), *shlex.split(mode)], cwd=root)
+            index = json.loads((root / "html" / "index.json").read_text())
+            size = sum(p.stat().st_size for p in (root / "html").rglob("*")
+                       if p.is_file()) / 2**20
+            got[mode].append((wall, peak, size, len(index["revision_to_hash"]), load))
+            print(f"run {run + 1}, site {mode or '(all commits)'}: {wall:.1f} s wall, peak "
+                  f"{peak:.0f} MiB, {size:.0f} MiB written, {got[mode][-1][3]} commits, "
+                  f"load average {load:.1f}", flush=True)
+    base = statistics.median(r[0] for r in got[modes[0]])
+    print("| `python -m flashbench.site` | commits | wall s | x first | peak MiB | MiB written |"
+          "\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    for mode, rows in got.items():
+        wall = statistics.median(r[0] for r in rows)
+        print(f"| {mode or '(all commits)'} | {rows[0][3]} | {wall:.1f} | {wall / base:.2f} | "
+              f"{statistics.median(r[1] for r in rows):.0f} | {rows[0][2]:.0f} |")
 
 
 def main(argv=None) -> int:
@@ -128,6 +150,10 @@ def main(argv=None) -> int:
     p.add_argument("--files", type=int, default=2000, help="commits, one file each machine")
     p.add_argument("--benchmarks", type=int, default=60)
     p.add_argument("--what", default="band,site")
+    p.add_argument("--site", action="append", metavar="ARGS",
+                   help="arguments of one site mode, e.g. '--last 200' (repeatable; "
+                        "default: one mode, all commits)")
+    p.add_argument("--runs", type=int, default=1, help="runs of each site mode, interleaved")
     args = p.parse_args(argv)
     root = Path(args.dir).resolve()
     commits = make_history(root, args.machines, args.files, args.benchmarks)
@@ -136,7 +162,7 @@ def main(argv=None) -> int:
     if "band" in args.what:
         band_figures(root, commits, args.benchmarks)
     if "site" in args.what:
-        site_figures(root)
+        site_figures(root, args.site or [""], args.runs)
     return 0
 
 

@@ -20,24 +20,31 @@ def value(machine: str, commit: str) -> float:
     return float(zlib.crc32(f"{machine}:{commit}".encode()))
 
 
-def main(argv: list[str]) -> int:
-    assert argv[0] == "run", argv
-    machine = argv[argv.index("--machine") + 1]
-    hashfile = next(a for a in argv if a.startswith("HASHFILE:"))[len("HASHFILE:"):]
-    commits = Path(hashfile).read_text().split()
-    folder = Path("results") / machine
+def write_results(results: Path, machine: str, commits: list[str]) -> None:
+    """What asv run writes for ``commits`` on ``machine`` under ``results``: one results
+    file a commit (its value: :func:`value`), machine.json and benchmarks.json."""
+    folder = results / machine
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
-    Path("results/benchmarks.json").write_text(json.dumps(
+    (results / "benchmarks.json").write_text(json.dumps(
         {BENCH: {"name": BENCH, "type": "track", "unit": "unit", "param_names": [],
                  "params": [], "version": "1"}, "version": 2}))
     for i, commit in enumerate(commits):
         data = {"commit_hash": commit, "env_name": "fake", "date": 1700000000000 + i,
                 "params": {"machine": machine, "cpu": f"CPU of {machine}"}, "python": "3",
-                "requirements": {}, "env_vars": {}, "result_columns": ["result", "version"],
-                "results": {BENCH: [[value(machine, commit)], "1"]}, "durations": {},
+                "requirements": {}, "env_vars": {},
+                "result_columns": ["result", "params", "version"],
+                "results": {BENCH: [[value(machine, commit)], [], "1"]}, "durations": {},
                 "version": 2}
         (folder / f"{commit[:8]}-fake.json").write_text(json.dumps(data))
+
+
+def main(argv: list[str]) -> int:
+    assert argv[0] == "run", argv
+    machine = argv[argv.index("--machine") + 1]
+    hashfile = next(a for a in argv if a.startswith("HASHFILE:"))[len("HASHFILE:"):]
+    commits = Path(hashfile).read_text().split()
+    write_results(Path("results"), machine, commits)
     with open(os.environ["FAKE_ASV_LOG"], "a") as log:
         log.write(f"{machine} {' '.join(commits)}\n")
     return 0

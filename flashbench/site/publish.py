@@ -7,7 +7,9 @@ show only "external (JavaScript) dependencies failed to load". :func:`publish` r
 folder, never committed) into ``<html_dir>/vendor/`` and points every CDN reference at
 them (the CDN integrity hashes do not match npm's builds, so they are dropped).
 
-    python -m flashbench.site [--html-dir DIR]   # publish + localise, print the folder
+    python -m flashbench.site [--html-dir DIR] [--last N]   # publish + localise, print the folder
+
+``--last N`` publishes the last N commits of each branch only (:mod:`.window`).
 
 Concurrent runs are safe: each publishes into a private folder swapped into place under a
 lock (the last one wins), and the cache is filled under its own lock, one package at a
@@ -27,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from flashbench.infra.locks import locked
+from flashbench.site.window import WindowError, window_config
 
 PACKAGES = ["jquery@3.3.1", "flot@0.8.3", "bootstrap@3.1.1", "blueimp-md5@2.19.0",
             "stupid-table-plugin@1.1.3", "flot-orderbars@1.0.0"]
@@ -112,26 +115,38 @@ def localize(html_dir: Path, cache: Path = CACHE) -> int:
     return count
 
 
-def _html_dir(config: str) -> Path:
+def _config(config: str) -> dict:
     from asv.util import load_json
 
     try:
-        conf = load_json(config, js_comments=True)
+        return load_json(config, js_comments=True)
     except Exception as exc:  # asv's UserError for a missing or broken file
         raise PublishError(f"cannot read {config}: {exc}") from None
+
+
+def _html_dir(config: str, conf: dict) -> Path:
     return (Path(config).resolve().parent / conf.get("html_dir", "html")).resolve()
 
 
-def publish(config: str = "asv.conf.json", html_dir: str | None = None) -> Path:
-    """``asv publish`` (into ``html_dir``, default the config's), then :func:`localize`;
-    returns the folder. The site is built in a private folder and swapped into place."""
-    out = Path(html_dir).resolve() if html_dir else _html_dir(config)
+def publish(config: str = "asv.conf.json", html_dir: str | None = None,
+            last: int | None = None) -> Path:
+    """``asv publish`` (into ``html_dir``, default the config's; of the last ``last``
+    commits of each branch, default all), then :func:`localize`; returns the folder.
+    The site is built in a private folder and swapped into place."""
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
+        raise ValueError(f"last must be a positive whole number of commits, not {last!r}")
+    conf = _config(config)
+    out = Path(html_dir).resolve() if html_dir else _html_dir(config, conf)
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
+    work = None
     try:
-        cmd = [sys.executable, "-m", "asv", "publish", "--config", config, "--html-dir",
-               str(build)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", config]
+        if last is not None:
+            work = Path(tempfile.mkdtemp(prefix=f".{out.name}-window-", dir=out.parent))
+            window, spec, _ = window_config(Path(config).resolve(), conf, last, work)
+            cmd = [*cmd[:-1], str(window), *([spec] if spec else [])]
+        r = subprocess.run([*cmd, "--html-dir", str(build)], capture_output=True, text=True)
         if r.returncode != 0:
             raise PublishError(f"asv publish failed (exit {r.returncode}): "
                                f"{_last_words(r.stderr + r.stdout)}")
@@ -147,20 +162,25 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None) -> Path:
                 shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(build, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     return out
 
 
 def main(argv=None) -> int:
-    from flashbench.cli.common import Parser  # one line of error for bad arguments
+    from flashbench.cli.common import Parser, positive_int  # one line of error
 
     p = Parser(prog="python -m flashbench.site",
                description="asv publish, with local copies of the site's JS")
     p.add_argument("--html-dir", help="where to write the site (default: asv.conf.json's)")
     p.add_argument("--config", default="asv.conf.json", help="asv configuration file")
+    p.add_argument("--last", type=positive_int, metavar="N",
+                   help="publish only the last N commits of each branch (default: all; "
+                        "docs/team.md, 'The site at 3M rows')")
     args = p.parse_args(argv)
     try:
-        print(publish(config=args.config, html_dir=args.html_dir))
-    except (PublishError, OSError, ValueError) as exc:
+        print(publish(config=args.config, html_dir=args.html_dir, last=args.last))
+    except (PublishError, WindowError, OSError, ValueError) as exc:
         print(f"{p.prog}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
         return 3
     return 0
