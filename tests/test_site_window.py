@@ -76,6 +76,9 @@ def test_last_n_publishes_only_the_last_n_commits_of_every_machine(project, tmp_
     assert graphs["machine-sparse"] == [[rev[commits[6]], value("sparse", commits[6])]]
     assert not list(tmp_path.joinpath("last3").glob(".*"))  # no work folder left
 
+    assert site.main(["--config", str(root / "asv.conf.json"), "--html-dir",
+                      str(tmp_path / "cli"), "--last", "all"]) == 0
+    assert len(json.loads((tmp_path / "cli" / "index.json").read_text())["revision_to_hash"]) == 8
     index, graphs = published(project, tmp_path / "more", last=50)
     assert sorted(index["revision_to_hash"].values()) == sorted(commits)
     assert len(graphs["machine-every"]) == 8

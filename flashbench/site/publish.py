@@ -7,14 +7,13 @@ show only "external (JavaScript) dependencies failed to load". :func:`publish` r
 folder, never committed) into ``<html_dir>/vendor/`` and points every CDN reference at
 them (the CDN integrity hashes do not match npm's builds, so they are dropped).
 
-    python -m flashbench.site [--html-dir DIR] [--last N]   # publish + localise, print the folder
+    python -m flashbench.site [--html-dir DIR] [--last N]   # print the folder
 
-``--last N`` publishes the last N commits of each branch only (:mod:`.window`).
-
-Concurrent runs are safe: each publishes into a private folder swapped into place under a
-lock (the last one wins), and the cache is filled under its own lock, one package at a
-time. A failing ``asv publish`` is a :class:`PublishError` carrying its own last words;
-``main`` prints one line and exits 3 (2 for bad arguments). More: docs/asv.md.
+``--last N``: the last N commits of each branch only (:mod:`.window`). Concurrent runs are
+safe: each publishes into a private folder swapped into place under a lock (the last one
+wins); the cache is filled under its own lock. A failing ``asv publish`` is a
+:class:`PublishError` carrying its own last words; ``main`` prints one line and exits 3
+(2 for bad arguments). More: docs/asv.md.
 """
 
 from __future__ import annotations
@@ -167,16 +166,22 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None,
     return out
 
 
+def _last(text: str) -> int | None:
+    from flashbench.cli.common import positive_int
+
+    return None if text == "all" else positive_int(text)
+
+
 def main(argv=None) -> int:
-    from flashbench.cli.common import Parser, positive_int  # one line of error
+    from flashbench.cli.common import Parser  # one line of error for bad arguments
 
     p = Parser(prog="python -m flashbench.site",
                description="asv publish, with local copies of the site's JS")
     p.add_argument("--html-dir", help="where to write the site (default: asv.conf.json's)")
     p.add_argument("--config", default="asv.conf.json", help="asv configuration file")
-    p.add_argument("--last", type=positive_int, metavar="N",
-                   help="publish only the last N commits of each branch (default: all; "
-                        "docs/team.md, 'The site at 3M rows')")
+    p.add_argument("--last", type=_last, metavar="N|all", default=None,
+                   help="publish only the last N commits of each branch (default: all, "
+                        "every commit; docs/team.md, 'The site at 3M rows')")
     args = p.parse_args(argv)
     try:
         print(publish(config=args.config, html_dir=args.html_dir, last=args.last))
