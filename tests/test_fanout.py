@@ -167,9 +167,10 @@ def test_the_workflow_is_what_the_fan_out_needs():
     assert "scripts/fanout_job.py" in steps
     publish = flow["jobs"]["publish"]
     assert publish["needs"] == "bench" or "bench" in publish["needs"]
-    assert "-m flashbench.site" in " ".join(str(s.get("run", ""))
-                                                   for s in publish["steps"])
+    site = " ".join(str(s.get("run", "")) for s in publish["steps"])
+    assert "-m flashbench.site" in site and '--last "$SITE_LAST"' in site  # a bounded site
     slurm = (ROOT / "scripts" / "slurm_asv.sbatch").read_text()
+    assert '--last "${FLASHBENCH_SITE_LAST:-500}"' in slurm
     assert "sbatch --parsable --array=" in slurm and "scripts/fanout_job.py" in slurm
     assert "SLURM_ARRAY_TASK_ID" in slurm
 
