@@ -187,3 +187,32 @@ def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
     assert rec.yardsticks == {"o": "flash_model", "lse": "flash_model"}
     row = rec.as_dict()
     assert "1.00 (vs flash_model)" in _judge_cells(row)
+
+
+def test_where_the_standard_is_exact_the_ratio_is_against_the_fallback():
+    """A gradient that is exactly 0 (every row sees one key: dq = dk = 0) is exact in plain
+    attention's backward and within rounding in a flash one: the fallback (the flash
+    model's error) is the yardstick there, not a floor of 0 that fails every flash kernel."""
+    v = baseline_rule(3e-9, 0.0, "fp32", factor=3.0, floor=0.0, fallback_error=2e-9)
+    assert v.passed and v.ratio == pytest.approx(1.5) and v.yardstick == "flash_model"
+    assert not baseline_rule(1e-8, 0.0, "fp32", factor=3.0, floor=0.0,
+                             fallback_error=2e-9).passed  # 5x the flash model's: fails
+    v = baseline_rule(1e-8, 0.0, "fp32", floor=0.0)  # no fallback given: as before
+    assert not v.passed and v.ratio == float("inf") and v.yardstick == "standard"
+    assert baseline_rule(0.0, 0.0, "fp32", fallback_error=2e-9).yardstick == "standard"
+
+
+def test_a_one_key_window_judges_the_flash_models_gradients_against_themselves():
+    from flashbench.accuracy import judge_gradient
+    from flashbench.numerics import flash_model_grad, standard_model_grad
+    from flashbench.reference import attention_grad
+
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 2, 48, 32)) for _ in range(4))
+    ref = attention_grad(q, k, v, do, window=(0, 0))
+    std = standard_model_grad(q, k, v, do, "fp32", window=(0, 0))
+    flash = flash_model_grad(q, k, v, do, "fp32", window=(0, 0))
+    for i in (0, 1):  # dq, dk: exactly 0 in float64 and in the standard backward
+        assert not ref[i].any() and not std[i].any() and flash[i].any()
+        j = judge_gradient(flash[i], std[i], ref[i], "fp32", fallback=flash[i])
+        assert j["verdict"].passed and j["verdict"].yardstick == "flash_model"

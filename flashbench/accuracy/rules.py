@@ -26,7 +26,9 @@ comparable with the rule's limit, instead of the 0 that ``kernel / inf`` gives (
 hundreds of times that, a "rule failure" to every reader of the ratio. The verdict's
 ``yardstick`` names what the ratio is against ("standard", the fallback's name, or
 "none"). Without a usable fallback the ratio is NaN (yardstick "none"): no number is
-honest there; otherwise the ratio is never NaN.
+honest there; otherwise the ratio is never NaN. The same fallback is the yardstick where
+the standard is exact and the kernel is not (a gradient that is exactly 0 when every row
+sees one key: plain attention's backward gets 0 exactly, a flash one within rounding).
 """
 from __future__ import annotations
 
@@ -88,7 +90,10 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str | Preci
     ``kernel_error``: a number >= 0 or inf (NaN counts as inf: a kernel that produced
     NaN fails); ``standard_error``: a number >= 0 or inf (NaN is a ValueError).
     ``fallback_error`` (named ``fallback``): the yardstick of the ratio where the
-    standard's error is inf and the kernel's finite (the same-dtype flash model's error).
+    standard's error is inf and the kernel's finite (the same-dtype flash model's error),
+    and where the standard is exact and the kernel is not (within factor x fallback +
+    floor: a gradient that is exactly 0, which plain attention's backward gets exactly
+    and a flash backward gets within rounding, e.g. every row seeing one key).
     """
     floor = get_precision(dtype).out.eps / 4 if floor is None else float(floor)
     kernel_error = float("inf") if np.isnan(float(kernel_error)) else _error(
@@ -105,6 +110,11 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str | Preci
     elif standard_error > 0:
         ratio = kernel_error / standard_error
         passed = bool(kernel_error <= factor * standard_error + floor)
+    elif kernel_error > floor and fallback_error is not None and 0 < float(
+            fallback_error) < float("inf"):  # the standard is exact (a structural zero)
+        ratio = kernel_error / float(fallback_error)
+        passed = bool(kernel_error <= factor * float(fallback_error) + floor)
+        yardstick = fallback
     else:
         ratio = 0.0 if kernel_error == 0 else float("inf")
         passed = bool(kernel_error <= floor)
@@ -142,9 +152,10 @@ def gradient_rule(kernel_error: float, standard_error: float, dtype: str | Preci
 
 
 def _fallback_error(fallback, i, reference, metric: str, s_stats: dict) -> float | None:
-    """The fallback's error where the standard's is not finite (``fallback``: an array,
-    an (o, lse) pair indexed by ``i``, or a callable giving either; None: none given)."""
-    if fallback is None or np.isfinite(s_stats[metric]):
+    """The fallback's error where the standard's is not finite or is 0 (``fallback``: an
+    array, an (o, lse) pair indexed by ``i``, or a callable giving either; None: none
+    given)."""
+    if fallback is None or 0 < s_stats[metric] < float("inf"):
         return None
     out = fallback() if callable(fallback) else fallback
     return error_stats(out if i is None else out[i], reference)[metric]

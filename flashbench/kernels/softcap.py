@@ -4,11 +4,11 @@
 where it cancels: an absolute error of about eps, which the cap multiplies (at softcap 30
 in fp32 the forward read 2x the standard's error and failed the baseline rule). Here
 |x| < 0.75 takes tanh's odd Taylor series to x^23 and larger |x| takes
-``1 - 2 / (exp(2|x|) + 1)``, which cancels little there (tanh(0.75) = 0.64); exp
-overflowing to inf gives 1. At most 1.4 ulp from float64's tanh in an fp32 emulation
-(tests/test_variants_triton.py holds it to 2 under the interpreter). Triton has no
-portable tanh (libdevice's is CUDA's and absent from the interpreter), so it is written
-here, once, for every kernel.
+``1 - 2 / (exp(2|x|) + 1)``, which cancels little there (tanh(0.75) = 0.64); |x| is
+clipped at 15 (tanh(15) rounds to 1 in fp32: no overflow), a NaN stays NaN. At most
+1.4 ulp from float64's tanh in an fp32 emulation (tests/test_variants_triton.py holds it
+to 2 under the interpreter). Triton has no portable tanh (libdevice's is CUDA's and
+absent from the interpreter), so it is written here, once, for every kernel.
 """
 
 from __future__ import annotations
@@ -36,5 +36,5 @@ def tanh(x):
     p = p * x2 + 2 / 15
     p = p * x2 - 1 / 3
     small = xs + xs * (x2 * p)
-    big = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
+    big = 1.0 - 2.0 / (tl.exp(2.0 * tl.where(a > 15.0, 15.0, a)) + 1.0)  # NaN stays NaN
     return tl.where(a < 0.75, small, tl.where(x < 0, -big, big))
