@@ -1,20 +1,14 @@
 """Accuracy measurement: the cases flashbench judges and one record per measurement.
 
-Measuring apart from reporting: this module computes and returns dataclass records;
-``flashbench check`` (:mod:`flashbench.measure.check`) orchestrates and renders them, the
-asv accuracy suite tracks their numbers, and the GPU script tabulates them. Nothing
-here prints (progress goes through the ``say`` callback) or decides an exit status.
-
-- :class:`Case`: a shape, an input distribution, causal or not.
-- :func:`default_cases`: the realistic set ``flashbench check`` runs by default.
-- :func:`exactness`: streamed vs one-shot in float64 (softmax, O, LSE) ->
-  :class:`Exactness` records, passed iff max |diff| <= :data:`EXACT_TOL`.
-- :func:`measure_accuracy`: each kernel ("flash_model" or a backend name) in each
-  dtype against the float64 reference, with the baseline rule against the
-  same-dtype standard model -> :class:`Accuracy` records, or :class:`Unavailable`
-  where a kernel cannot run a case here (and why).
-
-The same for gradients (the backward pass) lives beside it, in
+Measuring apart from reporting: this module returns dataclass records, which ``flashbench
+check`` (:mod:`flashbench.measure.check`) renders, the asv accuracy suite tracks and the
+GPU script tabulates; nothing here prints (progress goes through ``say``) or decides an
+exit status. :class:`Case` (a shape, an input distribution, causal or not, a variant);
+:func:`default_cases`; :func:`exactness` (streamed vs one-shot in float64 ->
+:class:`Exactness`, passed iff max |diff| <= :data:`EXACT_TOL`); :func:`measure_accuracy`
+(each kernel in each dtype against the float64 reference, by the baseline rule and the
+band rule -> :class:`Accuracy`, or :class:`Unavailable` with the reason, or
+:class:`Failed`); :func:`attempt` (a backend call's failure as its record). Gradients:
 :mod:`flashbench.measure.backward`.
 """
 
