@@ -24,6 +24,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.kvcache import make_decode
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
@@ -36,6 +37,7 @@ from flashbench.measure.forward import (
     Unavailable,
     accuracy_record,
     attempt,
+    handed,
     with_note,
 )
 from flashbench.reference.decode import sequence_cache
@@ -163,13 +165,12 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
 
 def _handed(prec: Precision, inputs) -> list:
     """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
-    ``prec``, cache_seqlens and block_table (or None) as int32."""
+    ``prec``, rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32,
+    twice: docs/decode.md), cache_seqlens and block_table (or None) as int32."""
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
-
     q, k, v, lens, table = inputs
-    return [*(torch.from_numpy(x).to(torch_dtype(prec), copy=True) for x in (q, k, v)),
+    return [*handed(prec, *(caller_inputs(prec, x) for x in (q, k, v))),
             *(None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table))]
 
 
