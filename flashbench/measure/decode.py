@@ -44,7 +44,7 @@ from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
            "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check",
-           "decode_bytes"]
+           "decode_bytes", "handed_decode"]
 
 MODEL = "split_model"  # the kernel name of the precision model's rows
 MODEL_SPLITS = 4
@@ -163,7 +163,7 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
     return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
 
 
-def _handed(prec: Precision, inputs) -> list:
+def handed_decode(prec: Precision, inputs) -> list:
     """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
     ``prec``, rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32,
     twice: docs/decode.md), cache_seqlens and block_table (or None) as int32."""
@@ -227,7 +227,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 continue
             say(f"  {name} {dtype}")
             # fresh copies per call: what a backend does to them reaches no other
-            out, failed = attempt(case, name, dtype, backend, backend, *_handed(prec, inputs),
+            out, failed = attempt(case, name, dtype, backend, backend, *handed_decode(prec, inputs),
                                   causal=case.causal)
             if failed is not None:
                 records.append(failed)
