@@ -33,8 +33,8 @@ from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs.kvcache import make_decode
 from flashbench.inputs.precision import Precision, get_precision
 
-__all__ = ["DECODE_SPLITS", "BAND_DTYPES", "decode_band", "measure_decode_band", "decode_band_seeds",
-           "decode_band_key", "decode_fingerprint"]
+__all__ = ["DECODE_SPLITS", "BAND_DTYPES", "decode_band", "measure_decode_band",
+           "decode_band_seeds", "decode_band_key", "decode_fingerprint"]
 
 DECODE_SPLITS = 4  # the split model's splits (the check's split_model row too)
 DECODE_DTYPES = ("fp32", "tf32", "fp16", "bf16")  # what the split model computes in
