@@ -9,6 +9,7 @@ from commit ``step_at`` on, the Triton bf16 rows take ``slow`` times as long.
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,12 +33,17 @@ SUITES = {"bench_gpu.TimeAttentionGPU.time_attention_gpu": bench_gpu.TimeAttenti
 
 
 def cpu_commits(n: int) -> list[tuple[str, int]]:
-    """(hash, date ms) of the last ``n`` commits the committed CPU results measured."""
+    """(hash, date ms) of the last ``n`` commits the committed CPU results measured that
+    lie on HEAD's first-parent line (the commits asv graphs for a branch)."""
+    line = set(subprocess.run(["git", "rev-list", "--first-parent", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.split())
     found = {}
     for f in (ROOT / "results").glob("*/*.json"):
         if f.name != "machine.json":
             data = json.loads(f.read_text())
-            found[data["commit_hash"]] = min(found.get(data["commit_hash"], 2**62), data["date"])
+            if data["commit_hash"] in line:
+                found[data["commit_hash"]] = min(found.get(data["commit_hash"], 2**62),
+                                                 data["date"])
     return sorted(found.items(), key=lambda c: c[1])[-n:]
 
 
