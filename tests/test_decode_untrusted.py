@@ -155,8 +155,8 @@ def test_a_hanging_decode_kernel_is_stopped_at_the_time_limit(kernels, capsys):
     """Probe 4: a decode kernel that hangs FAILs after --timeout seconds (its later calls
     are not run), and the rest of the check reports."""
     rc, report = check(capsys, "hangs", "good", dtypes=("fp32", "fp16"),
-                       extra=("--timeout", "10"))
-    stopped_at(10, rows(report, "hangs"), rows(report, "good"))
+                       extra=("--timeout", "3"))
+    stopped_at(3, rows(report, "hangs"), rows(report, "good"))
     assert rc == 1
 
 

@@ -163,9 +163,9 @@ def test_prints_do_not_reach_stdout(kernels, capsys):
 def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):
     """Probe 4: a kernel that hangs FAILs after --timeout seconds (the first call; later
     calls are not run), and the rest of the check reports."""
-    rc, report = check(capsys, "--timeout", "5", "--backend", "fbuntrusted:hangs",
+    rc, report = check(capsys, "--timeout", "3", "--backend", "fbuntrusted:hangs",
                        "--backend", "fbuntrusted:good", dtypes=("fp32", "fp16"))
-    stopped_at(5, rows(report, "fbuntrusted:hangs"), rows(report, "fbuntrusted:good"))
+    stopped_at(3, rows(report, "fbuntrusted:hangs"), rows(report, "fbuntrusted:good"))
     assert rc == 1
 
 
