@@ -9,7 +9,8 @@ the kernel list equal to flashbench's decode registry. Commits before decode ski
 (``common.need``); a Failed record FAILS the track, never skips.
 
 Units: errors are unitless; ratios are kernel error / the same-dtype standard decode's
-(the baseline rule passes at <= 2); times are seconds per call on this CPU.
+(the baseline rule passes at <= 2), band ratios the band rule's (fp16 and bf16, passing at
+<= 1; NaN where not judged); times are seconds per call on this CPU.
 """
 
 from .common import Benchmark, need, record_or_raise
@@ -69,6 +70,23 @@ class TrackDecodeAccuracy:
 
     track_lse_baseline_ratio.unit = "x standard decode error (LSE max abs)"
 
+    def track_o_band_ratio(self, results, kernel, dtype, case):
+        return _band_ratio(self.rec, "o")
+
+    track_o_band_ratio.unit = "ratio"
+
+    def track_lse_band_ratio(self, results, kernel, dtype, case):
+        return _band_ratio(self.rec, "lse")
+
+    track_lse_band_ratio.unit = "ratio"
+
+
+def _band_ratio(rec, tensor: str) -> float:
+    """The band rule's ratio (passes at <= 1); NaN where it does not judge: fp32, a stand-in
+    LSE, commits before the decode band rule (raising in a track records a failure)."""
+    value = getattr(rec, f"{tensor}_band_ratio", None)
+    return float("nan") if value is None else value
+
 
 class TrackDecodeMerge:
     """What the split-KV merge loses with O_s and LSE_s stored in 16 bits
@@ -118,6 +136,23 @@ class TrackDecodeMerge:
         return self.j["lse"]["verdict"].ratio
 
     track_lse_baseline_ratio.unit = "x standard decode error (LSE max abs)"
+
+    def track_o_band_ratio(self, results, kernel, dtype, case):
+        return _band_ratio(self.rec, "o")
+
+    track_o_band_ratio.unit = "ratio"
+
+    def track_lse_band_ratio(self, results, kernel, dtype, case):
+        return _band_ratio(self.rec, "lse")
+
+    track_lse_band_ratio.unit = "ratio"
+
+
+def _band_ratio(rec, tensor: str) -> float:
+    """The band rule's ratio (passes at <= 1); NaN where it does not judge: fp32, a stand-in
+    LSE, commits before the decode band rule (raising in a track records a failure)."""
+    value = getattr(rec, f"{tensor}_band_ratio", None)
+    return float("nan") if value is None else value
 
 
 TIME_CASES = ["4x32/8x1x128:4096,2048,1024,512:p64", "2x32/8x4x128:4096,1500:p256"]

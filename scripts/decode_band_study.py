@@ -1,60 +1,93 @@
-"""Would the band rule judge decode? The split model's band against the Triton decode kernel.
+"""The decode band rule on the default cases: the Triton decode kernel and the split model.
 
-    nice .venv/bin/python scripts/decode_band_study.py     # ~5 min here (docs/decode.md)
+    nice .venv/bin/python scripts/decode_band_study.py     # ~1 min here (docs/decode.md)
+    ... scripts/decode_band_study.py --cast-by-torch      # the kernel's inputs cast by torch
+    ... scripts/decode_band_study.py --splits             # LSE: kernel / model per split count
 
 For each default decode case (:func:`flashbench.measure.decode.default_decode_cases`) and
-dtype: the band of the split model (:data:`~flashbench.measure.decode.MODEL_SPLITS`
-splits, fp32 partials) over seeds 1000.. (as many as make 8192 query rows, 8 to 256), its
-error against the float64 decode of the dtype-rounded inputs; then the band rule's ratio
-(forward multipliers, :mod:`flashbench.accuracy.bandrule`) of the Triton decode kernel
-and of the split model itself on seed 0, O and LSE.
+dtype: the band (:func:`flashbench.bands.decode.decode_band`: the split model, 4 splits,
+fp32 partials, over 8-256 seeds; not read from the disk cache), then the band rule's ratio
+(:mod:`flashbench.accuracy.bandrule`) of the Triton decode kernel and of the split model
+itself on seed 0, O and LSE, against the float64 decode of the dtype-rounded inputs.
+``--cast-by-torch``: the kernel's q, k, v cast from float64 by torch (through fp32: rounded
+twice), as ``check --decode`` handed them before (docs/decode.md). ``--splits``: instead,
+the kernel's LSE error over the split model's (RMS and max) at 1, 4 and the chosen splits.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import sys
+
 import torch
 
-from flashbench import numerics, reference
+from flashbench import numerics
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import band_rule
 from flashbench.backends.decode import get_decode_backend
+from flashbench.bands.decode import decode_band
 from flashbench.inputs.precision import PRECISIONS
-from flashbench.kernels.checks import torch_dtype
-from flashbench.measure.decode import MODEL_SPLITS, decode_inputs, default_decode_cases
+from flashbench.kernels.triton_decode import decode_forward
+from flashbench.measure.bandjudge import DecodeBands
+from flashbench.measure.decode import (
+    MODEL_SPLITS,
+    decode_inputs,
+    default_decode_cases,
+    handed_decode,
+)
+from flashbench.measure.forward import handed
 
 
-def _errors(case, prec, seed, kernel=None):
-    """(o, lse) error stats of the split model (or ``kernel``) against the rounded decode."""
-    inputs = decode_inputs(case, seed)
-    given = [prec.stored(x).astype(np.float64) for x in inputs[:3]]
-    ref = reference.decode_attention(*given, *inputs[3:], causal=case.causal)
-    if kernel is None:
-        out = numerics.split_decode_model(*given, *inputs[3:], dtype=prec, causal=case.causal,
-                                          num_splits=MODEL_SPLITS)
-    else:
-        tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in inputs[:3]]
-        tensors += [torch.from_numpy(inputs[3]).to(torch.int32),
-                    None if inputs[4] is None else torch.from_numpy(inputs[4]).to(torch.int32)]
-        out = kernel(*tensors, causal=case.causal)
-    return [error_stats(out[i], ref[i]) for i in range(2)]
+def per_split(by_torch: bool):
+    """The kernel's LSE RMS and max error over the model's at the same split count."""
+    print("case, dtype, splits: kernel / split model LSE error against the rounded decode, "
+          "RMS and max")
+    for case in default_decode_cases():
+        inputs = decode_inputs(case, 0)
+        judged = DecodeBands(case, inputs)
+        for dtype in ("bf16", "fp16"):
+            prec = PRECISIONS[dtype]
+            rounded = [prec.stored(x) for x in inputs[:3]]
+            for splits in (1, 4, None):
+                tensors = handed_decode(prec, inputs)
+                if by_torch:
+                    tensors[:3] = handed(prec, *inputs[:3])
+                o, lse, launch = decode_forward(*tensors, causal=case.causal,
+                                                num_splits=splits)
+                model = numerics.split_decode_model(*rounded, *inputs[3:], dtype=prec,
+                                                    causal=case.causal,
+                                                    num_splits=launch.num_splits)
+                ref = judged.reference(prec)[1]
+                k, m = error_stats(lse.numpy(), ref), error_stats(model[1], ref)
+                print(f"{case.spec():32} {dtype} {launch.num_splits:3} splits: RMS "
+                      f"{k['rmse'] / m['rmse']:.2f}  max {k['max_abs'] / m['max_abs']:.2f}",
+                      flush=True)
 
 
 def main():
+    by_torch = "--cast-by-torch" in sys.argv[1:]
+    if "--splits" in sys.argv[1:]:
+        return per_split(by_torch)
     triton = get_decode_backend("triton")
     print("case, dtype, band seeds: band-rule ratio of the Triton kernel / the split model "
           "(seed 0), O and LSE (<= 1 passes)")
     for case in default_decode_cases():
+        inputs = decode_inputs(case, 0)
+        judged = DecodeBands(case, inputs)
         for dtype in ("bf16", "fp16"):
             prec = PRECISIONS[dtype]
-            seeds = min(256, max(8, -(-8192 // (case.B * case.H * case.Nq))))
-            runs = [_errors(case, prec, 1000 + s) for s in range(seeds)]
-            edges = [{k: max(r[i][k] for r in runs) for k in ("max_abs", "rmse", "abs_p99")}
-                     for i in range(2)]
-            ratios = [[band_rule(st[i], edges[i], t, case.dist).ratio for i, t in
-                       enumerate(("o", "lse"))] for st in (_errors(case, prec, 0, triton),
-                                                           _errors(case, prec, 0))]
-            print(f"{case.spec():32} {dtype} {seeds:3} seeds: O {ratios[0][0]:.2f} / "
+            band = decode_band(case, prec, cache=False)
+            ref = judged.reference(prec)
+            rounded = [prec.stored(x) for x in inputs[:3]]
+            tensors = handed(prec, *(inputs[:3] if by_torch else rounded))
+            tensors += [torch.from_numpy(inputs[3]).to(torch.int32), None if inputs[4] is None
+                        else torch.from_numpy(inputs[4]).to(torch.int32)]
+            outs = (triton(*tensors, causal=case.causal),
+                    numerics.split_decode_model(*rounded, *inputs[3:], dtype=prec,
+                                                causal=case.causal, num_splits=MODEL_SPLITS))
+            ratios = [[band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
+                                 case.dist).ratio for i, t in enumerate(("o", "lse"))]
+                      for out in outs]
+            print(f"{case.spec():32} {dtype} {band['seeds']:3} seeds: O {ratios[0][0]:.2f} / "
                   f"{ratios[1][0]:.2f}   LSE {ratios[0][1]:.2f} / {ratios[1][1]:.2f}",
                   flush=True)
 

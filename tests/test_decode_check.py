@@ -32,6 +32,12 @@ wrong_shape.flashbench_kind = "decode"
 
 def forward(q, k, v, causal=False):
     return q
+
+def lse_through_fp16(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+    from flashbench.kernels.triton_decode import triton_decode
+    o, lse = triton_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal)
+    return o, lse.half().float()  # the LSE stored through fp16: a defect
+lse_through_fp16.flashbench_kind = "decode"
 '''
 
 
@@ -128,3 +134,27 @@ def test_case_text_and_band():
 def test_records_without_backends():
     report = run_decode_check([DecodeCase.parse("1x2/1x1x16:40:p16")], ["bf16"], [])
     assert report["passed"] and [r["kernel"] for r in report["rows"]] == ["split_model"]
+
+
+def test_check_decode_judges_by_both_rules(capsys, user_module, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    args = ["check", "--decode", "--decode-case", CASE, "--causal", "on", "--dist", "normal",
+            "--dtype", "fp32", "fp16", "bf16", "--backend", "triton",
+            "--backend", "fbuser_decode:lse_through_fp16", "--quiet"]
+    assert main([*args, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    rows = {(r["kernel"], r["dtype"]): r for r in report["rows"]}
+    for kernel in ("split_model", "triton"):
+        for dtype in ("fp16", "bf16"):
+            r = rows[(kernel, dtype)]
+            assert r["passed"] and r["band_passed"] and r["baseline_passed"]
+            assert set(r["band_rule"]) == {"o", "lse"} and r["lse_band_ratio"] <= 1
+            assert isinstance(r["band"], float)  # still the tolerance band's edge
+        assert "o_band_ratio" not in rows[(kernel, "fp32")]  # fp32: the baseline rule alone
+    bad = rows[("fbuser_decode:lse_through_fp16", "fp16")]
+    assert bad["lse_band_ratio"] > 1 and not bad["band_passed"] and not bad["passed"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "O band" in out and "LSE band" in out and "RESULT: FAIL" in out
+    assert any(("FAIL (band)" in line or "FAIL (both)" in line) and "fbuser_decode" in line
+               for line in out.splitlines())

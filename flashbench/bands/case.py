@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -38,7 +39,8 @@ from flashbench.reference.varlen import per_sequence, per_sequence_grad
 __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", "EDGE_STATS",
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
-           "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs"]
+           "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs",
+           "cached_band"]
 
 CASE_SEEDS = 8  # seeds per band at least (scripts/band_calibration.py: the edge of 8 seeds)
 BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
@@ -270,14 +272,44 @@ def variant_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _cache_file(key: str, seeds: int, variant: bool) -> Path:
+def _cache_file(key: str, seeds: int, prints: str) -> Path:
     root = Path(os.environ.get("FLASHBENCH_CACHE", Path.home() / ".cache" / "flashbench"))
-    prints = f"{fingerprint()}|{variant_fingerprint()}" if variant else fingerprint()
     name = hashlib.sha256(f"{key}|{seeds}|{prints}".encode()).hexdigest()[:24]
     return root / "bands" / f"{name}.json"
 
 
 _MEMO: dict[tuple, dict] = {}
+
+
+def cached_band(key: str, seeds: int, prints: Callable[[], str], measure: Callable[[], dict],
+                cache: bool = True) -> dict:
+    """The band ``key`` over ``seeds`` seeds: from memory, else from the disk cache (its file
+    named by key, seeds and ``prints()``, the fingerprints of the models that measure it),
+    else ``measure()``, kept in both (an unreadable entry is measured again, an unwritable
+    cache skipped). ``cache`` False: memory only. Shared by :mod:`flashbench.bands.decode`."""
+    memo = (key, seeds)
+    if memo in _MEMO:
+        return _MEMO[memo]
+    path = _cache_file(key, seeds, prints()) if cache else None
+    if path is not None and path.is_file():
+        try:
+            band = json.loads(path.read_text())
+            if band.get("key") == key:
+                _MEMO[memo] = band
+                return band
+        except (OSError, ValueError):
+            pass  # an unreadable cache entry is measured again
+    band = measure()
+    _MEMO[memo] = band
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(band))
+            tmp.replace(path)
+        except OSError:
+            pass  # no writable cache: measured again next time
+    return band
 
 
 def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
@@ -294,30 +326,11 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
     shipped = _table(None if table is None else str(table)).get(key)
     if shipped is not None:
         return {"key": key, "source": "table", **shipped}
-    memo = (key, band_seeds(shape))
-    if memo in _MEMO:
-        return _MEMO[memo]
     plain = tuple(window) == (-1, -1) and softcap is None and not sinks and varlen is None
-    path = _cache_file(key, band_seeds(shape), not plain) if cache else None
-    if path is not None and path.is_file():
-        try:
-            band = json.loads(path.read_text())
-            if band.get("key") == key:
-                _MEMO[memo] = band
-                return band
-        except (OSError, ValueError):
-            pass  # an unreadable cache entry is measured again
-    band = measure_case_band(shape, dist, causal, prec, grad, **variant)
-    _MEMO[memo] = band
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(band))
-            tmp.replace(path)
-        except OSError:
-            pass  # no writable cache: measured again next time
-    return band
+    return cached_band(key, band_seeds(shape),
+                       lambda: fingerprint() + ("" if plain else f"|{variant_fingerprint()}"),
+                       lambda: measure_case_band(shape, dist, causal, prec, grad, **variant),
+                       cache)
 
 
 def write_case_table(bands: list[dict], path: str | Path, command: str = "",

@@ -42,7 +42,7 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
                   stride_vp, stride_vn, stride_vh, stride_vd,
                   stride_os, stride_ob, stride_oh, stride_om, stride_od,
                   stride_ls, stride_lb, stride_lh, stride_lm, stride_tb,
-                  H_KV, GROUP, N_Q, chunk, qk_scale,
+                  H_KV, GROUP, N_Q, chunk, qk_scale, sm_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                   UPCAST: tl.constexpr, ROUND: tl.constexpr, ROUND_O: tl.constexpr):
@@ -100,11 +100,11 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
         if CAUSAL:
             keep = keep & (cols[None, :] <= causal_limit[:, None])
         qk = tl.where(keep, qk, float("-inf"))
-        # -- update m_i and l_i (log2 domain) --
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+        # -- update m_i (raw scores, as FA2 keeps it) and l_i (exponents in log2 domain) --
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)  # rows that saw no key
         p = tl.math.exp2(qk * qk_scale - m_ref[:, None])
-        alpha = tl.math.exp2(m_i - m_ref)
+        alpha = tl.math.exp2(m_i * qk_scale - m_ref)
         l_i = l_i * alpha + tl.sum(p, 1)
         # -- update the output accumulator --
         acc = acc * alpha[:, None]
@@ -113,11 +113,13 @@ def _decode_split(Q, K, V, O, LSE, TABLE, SEQLENS,
         acc = accumulate_pv(acc, p, v, PRECISION, UPCAST, ROUND)
         m_i = m_new
 
-    # -- epilogue: this chunk's O_s (normalised by its own l) and LSE_s, natural log --
+    # -- epilogue: this chunk's O_s (normalised by its own l) and LSE_s, natural log, from
+    # the raw max as FA2 writes it: (m + log2 l) ln 2 would carry the fp32 rounding of
+    # scale x log2(e) times m into every LSE (docs/decode.md) --
     blind = l_i == 0.0  # rows that saw no key of this chunk
     l_safe = tl.where(blind, 1.0, l_i)
     acc = acc / l_safe[:, None]
-    lse = tl.where(blind, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    lse = tl.where(blind, float("-inf"), m_i * sm_scale + tl.log(l_safe))
     if ROUND_O:  # interpreted bf16 output (one split): round here, the store's cast is exact
         acc = round_bf16(acc)
     o_ptrs = (O + split.to(tl.int64) * stride_os + off_b * stride_ob
@@ -308,7 +310,7 @@ def decode_forward(q, k_cache, v_cache, cache_seqlens, block_table=None, causal:
     upcast = interpreted and q.dtype == torch.bfloat16
     split_args = (q, k_cache, v_cache, o_part, lse_part, table, cache_seqlens, *q.stride(),
                   *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides, table.stride(0),
-                  layout.Hkv, layout.group, nq, chunk, scale * LOG2E)
+                  layout.Hkv, layout.group, nq, chunk, scale * LOG2E, scale)
     SPLIT.launch(lambda meta: (B * layout.Hkv, num_splits), split_args,
                  dict(HEAD_DIM=d, BLOCK_M=block_m, PAGE_SIZE=page, CAUSAL=causal,
                       PRECISION="ieee" if ieee else "tf32", UPCAST=upcast, ROUND=upcast,

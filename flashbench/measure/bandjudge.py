@@ -19,10 +19,11 @@ from flashbench import reference
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import BandVerdict, band_rule, rules_disagree
 from flashbench.bands.case import case_band
+from flashbench.bands.decode import BAND_DTYPES, decode_band
 from flashbench.bands.measure import caller_inputs, storage_key
 from flashbench.inputs.precision import Precision
 
-__all__ = ["CaseBands", "combine"]
+__all__ = ["CaseBands", "DecodeBands", "combine"]
 
 
 class CaseBands:
@@ -71,6 +72,36 @@ class CaseBands:
         return {t: band_rule(error_stats(out[i], ref[i]), band["edges"][t], t,
                              self.case.dist, band["source"])
                 for i, t in enumerate(tensors) if t is not None}
+
+
+class DecodeBands(CaseBands):
+    """:class:`CaseBands` of a decode case (:class:`flashbench.measure.decode.DecodeCase`):
+    the split model's bands (:func:`flashbench.bands.decode.decode_band`) and the float64
+    decode of ``inputs`` (q, k_cache, v_cache, cache_seqlens, block_table), q, k, v rounded
+    as a dtype's kernel receives them; ``apply`` as for CaseBands. Judges only
+    :data:`~flashbench.bands.decode.BAND_DTYPES` (others: the baseline rule alone)."""
+
+    def __init__(self, case, inputs, apply: bool = True):
+        self.case, self.inputs, self.grad, self.apply = case, tuple(inputs), False, apply
+        self._refs: dict = {}
+        self._bands: dict = {}
+
+    def band(self, prec: Precision) -> dict:
+        if prec.name not in self._bands:
+            self._bands[prec.name] = decode_band(self.case, prec)
+        return self._bands[prec.name]
+
+    def reference(self, prec: Precision):
+        key = storage_key(prec)
+        if key not in self._refs:
+            q, k, v, lens, table = self.inputs
+            given = [caller_inputs(prec, x) for x in (q, k, v)]
+            self._refs[key] = reference.decode_attention(*given, lens, table,
+                                                         causal=self.case.causal)
+        return self._refs[key]
+
+    def judge(self, prec: Precision, out, tensors) -> dict | None:
+        return super().judge(prec, out, tensors) if prec.name in BAND_DTYPES else None
 
 
 def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float) -> dict:

@@ -343,14 +343,17 @@ def _verdict(r: dict) -> str:
     return f"{verdict} (peer)" if r.get("peer") else verdict
 
 
-def _band_notes(rows) -> list[str]:
-    """The band rule's legend and one line per record where the two rules disagree."""
+def _band_notes(rows, sources: bool = True) -> list[str]:
+    """The band rule's legend and one line per record where the two rules disagree;
+    ``sources``: and where the forward's bands came from."""
     out = ["   band: the band rule's ratio (<= 1 passes); FAIL (2x) / (band) / (both): the "
            "rule(s) that failed"]
     for r in rows:
         if r.get("disagreement"):
             label = r.get("backend") or r.get("kernel") or "flash_model"
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['disagreement']}")
+    if not sources:
+        return out
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}
     if "measured" in sources:
         out.append("   bands measured on the fly for cases outside the shipped table, a "

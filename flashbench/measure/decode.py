@@ -6,9 +6,10 @@
 - :func:`decode_exactness`: float64 split-KV merged vs one-shot, one-shot vs the forward
   reference per sequence, paged vs contiguous (bit for bit): Exactness records.
 - :func:`measure_decode`: the split model and decode backends per dtype against float64,
-  the baseline rule against the standard decode: the forward's Accuracy / Unavailable /
+  the baseline rule against the standard decode and the band rule against the split
+  model's band (:mod:`flashbench.bands.decode`): the forward's Accuracy / Unavailable /
   Failed records; optionally O's error against the rounded inputs' decode, to set beside
-  the band's edge (:func:`band_edge`).
+  the tolerance band's edge (:func:`band_edge`).
 - :func:`decode_bytes`: the bytes a decode call must move (the GPU's GB/s).
 """
 
@@ -24,9 +25,12 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.bands.decode import DECODE_SPLITS
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.kvcache import make_decode
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
+from flashbench.measure.bandjudge import DecodeBands
 from flashbench.measure.forward import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
@@ -36,16 +40,17 @@ from flashbench.measure.forward import (
     Unavailable,
     accuracy_record,
     attempt,
+    handed,
     with_note,
 )
 from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
            "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check",
-           "decode_bytes"]
+           "decode_bytes", "handed_decode"]
 
 MODEL = "split_model"  # the kernel name of the precision model's rows
-MODEL_SPLITS = 4
+MODEL_SPLITS = DECODE_SPLITS  # the split model's splits, in its row and its bands
 _SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+):(\d+(?:,\d+)*)(?::p(\d+))?$")
 
 
@@ -161,15 +166,14 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
     return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
 
 
-def _handed(prec: Precision, inputs) -> list:
+def handed_decode(prec: Precision, inputs) -> list:
     """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
-    ``prec``, cache_seqlens and block_table (or None) as int32."""
+    ``prec``, rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32,
+    twice: docs/decode.md), cache_seqlens and block_table (or None) as int32."""
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
-
     q, k, v, lens, table = inputs
-    return [*(torch.from_numpy(x).to(torch_dtype(prec), copy=True) for x in (q, k, v)),
+    return [*handed(prec, *(caller_inputs(prec, x) for x in (q, k, v))),
             *(None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table))]
 
 
@@ -189,28 +193,31 @@ def band_edge(case: DecodeCase, dtype: str) -> float | None:
 
 def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels: Sequence[str],
                    seed: int = 0, say: Callable[[str], None] = lambda msg: None,
-                   inputs=None, ref=None, bands: dict | None = None) -> list:
+                   inputs=None, ref=None, bands: dict | None = None,
+                   band_rule: bool = True) -> list:
     """Judge :data:`MODEL` and decode backends in each dtype (names or their Precisions,
-    resolved once, here; module docstring); ``bands`` (a dict) receives {(kernel, dtype
-    name): O max |err| vs the rounded inputs' float64 decode}."""
+    resolved once, here; module docstring) by both rules, the band rule's band the split
+    model's (:mod:`flashbench.bands.decode`); ``band_rule`` False: ``inputs`` not drawn from
+    the case (hand-made), the baseline rule alone. ``bands`` (a dict) receives {(kernel,
+    dtype name): O max |err| vs the rounded inputs' float64 decode}."""
     from flashbench.backends.decode import get_decode_backend
 
     inputs = decode_inputs(case, seed) if inputs is None else inputs
     ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
     records = []
+    judged = DecodeBands(case, inputs, apply=band_rule)
     for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
         dtype = prec.name  # what records and backends (their declared dtypes) speak
         std = numerics.standard_decode_model(*inputs, dtype=prec, causal=case.causal)
         if bands is not None:
-            rounded = reference.decode_attention(*(prec.stored(x) for x in inputs[:3]),
-                                                 *inputs[3:], causal=case.causal)[0]
+            rounded = judged.reference(prec)[0]
         model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=prec,
                                         causal=case.causal, num_splits=MODEL_SPLITS))
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
                 records.append(accuracy_record(case, name, prec, model(), std, ref,
-                                               fallback=model))
+                                               fallback=model, bands=judged))
                 if bands is not None:
                     bands[(name, dtype)] = error_stats(model()[0], rounded)["max_abs"]
                 continue
@@ -226,13 +233,13 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 continue
             say(f"  {name} {dtype}")
             # fresh copies per call: what a backend does to them reaches no other
-            out, failed = attempt(case, name, dtype, backend, backend, *_handed(prec, inputs),
+            out, failed = attempt(case, name, dtype, backend, backend, *handed_decode(prec, inputs),
                                   causal=case.causal)
             if failed is not None:
                 records.append(failed)
                 continue
             rec = accuracy_record(case, name, prec, out, std, ref, fallback=model,
-                                  own_lse=out.own_lse, peer=backend.peer)
+                                  own_lse=out.own_lse, peer=backend.peer, bands=judged)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
             records.append(rec)
@@ -269,6 +276,8 @@ def _run_decode_check(cases, precs: list[Precision], backends, seed, say) -> dic
         for rec in measure_decode(case, precs, [MODEL, *backends], seed, say, inputs, ref,
                                   bands):
             row = rec.as_dict()
+            if "band" in row:  # the band rule's verdicts; "band" stays the tolerance edge
+                row["band_rule"] = row.pop("band")
             if "o" in row:
                 row["band"] = band_edge(case, rec.dtype)
                 row["band_err"] = bands.get((rec.kernel, rec.dtype))
