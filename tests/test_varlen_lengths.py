@@ -104,3 +104,33 @@ def test_the_check_judges_a_packed_batch_gradients_for_the_triton_kernel(capsys)
                                                        "no packed (varlen) batch")
     by_name = {(r["backend"], r["dtype"]): r for r in report["backends"]}
     assert by_name["torch-naive", "fp32"]["skipped"].startswith("not applicable")
+
+
+def test_a_packed_batch_reaches_kernels_rounded_once(monkeypatch):
+    """The kernel gets q, k, v rounded to fp16 by NumPy, the values the models and the band
+    use (torch's float64 -> fp16 cast rounds through fp32: twice, an ulp off now and then)."""
+    import dataclasses
+
+    import torch
+
+    from flashbench.backends import BACKENDS
+    from flashbench.bands.measure import caller_inputs
+    from flashbench.inputs import Shape
+    from flashbench.measure.forward import Case
+    from flashbench.measure.varlen import measure_varlen, varlen_inputs
+
+    seen = []
+
+    def capture(q, k, v, cu_q, cu_k, **kw):
+        seen.append([t.clone() for t in (q, k, v)])
+        return BACKENDS["reference"].varlen(q.double(), k.double(), v.double(), cu_q, cu_k,
+                                             **kw)
+
+    monkeypatch.setitem(BACKENDS, "triton", dataclasses.replace(BACKENDS["triton"],
+                                                                varlen=capture))
+    case = Case(Shape(1, 2, 300, 300, 32), varlen=(300, 200))
+    measure_varlen(case, ("fp16",), ("triton",), band_rule=False)
+    (given,) = seen
+    for t, x in zip(given, varlen_inputs(case)[:3], strict=True):
+        want = torch.from_numpy(caller_inputs("fp16", x)).to(torch.float16)
+        assert t.dtype == torch.float16 and torch.equal(t, want)

@@ -85,10 +85,9 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     """:func:`flashbench.measure.forward.measure_accuracy` for a packed batch (``dtypes``:
     names or their Precisions, resolved once, here): both rules, the band that of the flash
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
-    import torch
-
     from flashbench.backends import get_backend
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.bands.measure import caller_inputs
+    from flashbench.measure.forward import handed
 
     q, k, v, cu = varlen_inputs(case, seed) if inputs is None else inputs
     kw = case.kwargs(seed)
@@ -115,7 +114,8 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
             say(f"  {name} {dtype} varlen")
-            given = [torch.from_numpy(x).to(torch_dtype(prec)) for x in (q, k, v)]
+            # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32)
+            given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v)))
             given = [t.to(backend.device(t.device)) for t in given]
             out, failed = attempt(case, name, dtype, backend, backend.varlen, *given, cu, cu,
                                   what="raised", **kw)
