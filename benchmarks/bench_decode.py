@@ -137,23 +137,6 @@ class TrackDecodeMerge:
 
     track_lse_baseline_ratio.unit = "x standard decode error (LSE max abs)"
 
-    def track_o_band_ratio(self, results, kernel, dtype, case):
-        return _band_ratio(self.rec, "o")
-
-    track_o_band_ratio.unit = "ratio"
-
-    def track_lse_band_ratio(self, results, kernel, dtype, case):
-        return _band_ratio(self.rec, "lse")
-
-    track_lse_band_ratio.unit = "ratio"
-
-
-def _band_ratio(rec, tensor: str) -> float:
-    """The band rule's ratio (passes at <= 1); NaN where it does not judge: fp32, a stand-in
-    LSE, commits before the decode band rule (raising in a track records a failure)."""
-    value = getattr(rec, f"{tensor}_band_ratio", None)
-    return float("nan") if value is None else value
-
 
 TIME_CASES = ["4x32/8x1x128:4096,2048,1024,512:p64", "2x32/8x4x128:4096,1500:p256"]
 
