@@ -47,7 +47,7 @@ from flashbench.measure.forward import (
 )
 
 __all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
-           "grad_exactness", "exactness_records", "measure_gradients", "grad_accuracy"]
+           "grad_exactness", "exactness_records", "measure_gradients", "judge_gradients"]
 
 GRADS = ("dq", "dk", "dv")
 
@@ -181,9 +181,6 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
                         **fields, **rules)
 
 
-grad_accuracy = _grad_accuracy  # public: flashbench.measure.varlen builds its records with it
-
-
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
     (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
@@ -227,7 +224,6 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     are left out. ``band_rule`` False: hand-made ``inputs``, judged by the gradient rule
     alone (:func:`flashbench.measure.forward.measure_accuracy`).
     """
-    from flashbench.backends import get_backend
 
     if inputs is None:
         inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
@@ -236,34 +232,55 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     if ref is None:
         ref = reference.attention_grad(q, k, v, do, **kw)
     ref = ref[:3]  # dsinks (with sinks) is not tabled
-    records: list[GradAccuracy | Unavailable | Failed] = []
     bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
+
+    def models(prec):
+        # the flash model backward in this dtype: its own record, and the yardstick of the
+        # ratios where the standard backward overflowed (computed once, when first asked)
+        return (numerics.standard_model_grad(q, k, v, do, prec, **kw)[:3], functools.cache(
+            lambda: numerics.flash_model_grad(q, k, v, do, prec, block=block, **kw)[:3]))
+
+    def why_not(backend, dtype):
+        return (unavailable_reason(backend, case.shape, dtype)
+                or backend.not_applicable(variant, grad=True))
+
+    def run(backend, prec):  # BackendFailed: its inputs modified, its worker's verdict
+        return _autograd(backend, q, k, v, do, prec, case.causal, variant)
+
+    return judge_gradients(case, dtypes, kernels, models, why_not, run, bands, ref, say)
+
+
+def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBands, ref,
+                    say: Callable[[str], None], where: str = ""
+                    ) -> list[GradAccuracy | Unavailable | Failed]:
+    """The gradient records of ``kernels`` in each of ``dtypes`` that has a backward model
+    (fp64 and fp8 left out), the loop the dense and the packed checks share:
+    ``models(prec)`` -> (the standard backward's dq, dk, dv; a callable giving the flash
+    model's), ``why_not(backend, dtype)`` -> why it does not run here or None,
+    ``run(backend, prec)`` -> its (dq, dk, dv); ``where`` ends the progress lines."""
+    from flashbench.backends import get_backend
+
+    records: list[GradAccuracy | Unavailable | Failed] = []
     precs = (get_precision(d) for d in dtypes)  # the door: names become Precisions, once
     for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
         dtype = prec.name  # what records and backends (their declared dtypes) speak
-        std = numerics.standard_model_grad(q, k, v, do, prec, **kw)[:3]
-        # the flash model backward in this dtype: its own record, and the yardstick of the
-        # ratios where the standard backward overflowed (computed once, when first asked)
-        flash = functools.cache(lambda prec=prec: numerics.flash_model_grad(
-            q, k, v, do, prec, block=block, **kw)[:3])
+        std, flash = models(prec)
         for name in kernels:
             if name == "flash_model":
-                say(f"  flash_model backward {dtype}")
+                say(f"  flash_model backward {dtype}{where}")
                 records.append(_grad_accuracy(case, name, prec, flash(), std, ref, flash,
                                               bands=bands))
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record
-            reason = (unavailable_reason(backend, case.shape, dtype)
-                      or backend.not_applicable(variant, grad=True))
+            reason = why_not(backend, dtype)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
                 continue
-            say(f"  {name} backward {dtype}")
-            # BackendFailed: its inputs modified, its worker's verdict
-            grads, failed = attempt(case, name, dtype, backend, _autograd, backend, q, k, v, do,
-                                    prec, case.causal, variant, what="backward raised")
+            say(f"  {name} backward {dtype}{where}")
+            grads, failed = attempt(case, name, dtype, backend, run, backend, prec,
+                                    what="backward raised")
             if failed is not None:
                 records.append(failed)
                 continue

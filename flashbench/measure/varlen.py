@@ -176,8 +176,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
     import functools
 
-    from flashbench.backends import get_backend
-    from flashbench.measure.backward import grad_accuracy
+    from flashbench.measure.backward import judge_gradients
     from flashbench.measure.bandjudge import CaseBands
 
     if inputs is None:
@@ -188,35 +187,16 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
            else ref)[:3]
     bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
-    records = []
-    precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions
-    for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
-        dtype = prec.name  # what records and backends (their declared dtypes) speak
-        std = per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
-                                dtype=prec, **kw)[:3]
-        flash = functools.cache(lambda prec=prec: per_sequence_grad(
-            numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=prec, block=block,
-            **kw)[:3])
-        for name in kernels:
-            if name == "flash_model":
-                say(f"  flash_model backward {dtype} varlen")
-                records.append(grad_accuracy(case, name, prec, flash(), std, ref, flash,
-                                             bands=bands))
-                continue
-            backend = get_backend(name)
-            if dtype not in backend.dtypes or not backend.differentiable:
-                continue  # not applicable: no record, as for dense gradients
-            reason = _why_not(backend, case, dtype, seed, grad=True)
-            if reason is not None:
-                records.append(Unavailable(case, name, dtype, reason))
-                continue
-            say(f"  {name} backward {dtype} varlen")
-            grads, failed = attempt(case, name, dtype, backend, _varlen_autograd, backend, q, k,
-                                    v, do, cu, prec, kw, what="backward raised")
-            if failed is not None:
-                records.append(failed)
-                continue
-            grads = [g.detach().cpu().double().numpy() for g in grads]
-            records.append(grad_accuracy(case, name, prec, grads, std, ref, flash,
-                                         bands=bands, peer=backend.peer))
-    return records
+
+    def models(prec):  # the two backward models per sequence; the flash one when asked
+        return (per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
+                                  dtype=prec, **kw)[:3],
+                functools.cache(lambda: per_sequence_grad(
+                    numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=prec, block=block,
+                    **kw)[:3]))
+
+    return judge_gradients(
+        case, dtypes, kernels, models,
+        lambda backend, dtype: _why_not(backend, case, dtype, seed, grad=True),
+        lambda backend, prec: _varlen_autograd(backend, q, k, v, do, cu, prec, kw),
+        bands, ref, say, where=" varlen")
