@@ -28,11 +28,11 @@ import subprocess
 import sys
 import time
 
+from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all"]
 
-DEFAULT_TIME_LIMIT = 300.0  # seconds per call (an import, a forward, a backward)
 STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
@@ -41,9 +41,7 @@ _HEADER = struct.Struct("<Q")
 
 def set_time_limit(seconds: float) -> None:
     """The per-call time limit of every worker call from now on (``--timeout``)."""
-    if not seconds > 0:
-        raise ValueError(f"time limit must be > 0 seconds, got {seconds!r}")
-    _LIMIT[0] = float(seconds)
+    _LIMIT[0] = check_time_limit(seconds)
 
 
 def time_limit() -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from flashbench.backends.worker import DEFAULT_TIME_LIMIT
 from flashbench.cli.common import (
     chosen_backends,
     distinct,
@@ -17,6 +16,7 @@ from flashbench.cli.common import (
 )
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
+from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 
 
 def _block(text: str) -> int:

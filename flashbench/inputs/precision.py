@@ -17,14 +17,33 @@ docs/check.md ("What the numbers are").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["Precision", "PRECISIONS", "DTYPES", "CHECK_DTYPES", "FP8_DTYPES", "get_precision",
            "round_to_tf32", "round_to_fp8"]
+
+
+@functools.cache
+def _ml_dtype(name: str) -> type:
+    """An ml_dtypes type by name, imported at first use: importing ml_dtypes costs about
+    0.6 s here, which every worker process and every CLI start would otherwise pay."""
+    import ml_dtypes
+
+    return getattr(ml_dtypes, name)
+
+
+def _finfo_max(storage) -> float:
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(storage).max)
+
+
+def _resolved(storage) -> type:
+    return _ml_dtype(storage) if isinstance(storage, str) else storage
 
 
 def round_to_tf32(x: np.ndarray) -> np.ndarray:
@@ -43,11 +62,12 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def round_to_fp8(x: np.ndarray, storage) -> np.ndarray:
-    """Round values to an fp8 format (``storage``: ml_dtypes.float8_e4m3fn or float8_e5m2),
-    nearest-even, saturating at +-max as the GPU's ``cvt.rn.satfinite`` does; returns
-    float32. Subnormals are kept; NaN stays NaN; +-inf saturates to +-max."""
+    """Round values to an fp8 format (``storage``: ml_dtypes.float8_e4m3fn or float8_e5m2,
+    or its name), nearest-even, saturating at +-max as the GPU's ``cvt.rn.satfinite``
+    does; returns float32. Subnormals are kept; NaN stays NaN; +-inf saturates to +-max."""
+    storage = _resolved(storage)
     x32 = np.asarray(x, dtype=np.float32)
-    top = np.float32(ml_dtypes.finfo(storage).max)
+    top = np.float32(_finfo_max(storage))
     return np.clip(x32, -top, top).astype(storage).astype(np.float32)
 
 
@@ -60,7 +80,7 @@ def _fp8(storage) -> Callable[[np.ndarray], np.ndarray]:
 
 def _via(storage) -> Callable[[np.ndarray], np.ndarray]:
     def operand(x: np.ndarray) -> np.ndarray:
-        return np.asarray(x).astype(storage).astype(np.float32)
+        return np.asarray(x).astype(_resolved(storage)).astype(np.float32)
 
     return operand
 
@@ -71,8 +91,9 @@ class Precision:
 
     Attributes:
         name: the registry name.
-        storage: the NumPy dtype its tensors are stored in (tf32 is a tensor-core compute
-            mode, not a storage format: float32).
+        format: the NumPy dtype its tensors are stored in, or the name of an ml_dtypes
+            one, imported at first use (tf32 is a tensor-core compute mode, not a storage
+            format: float32); read it as :attr:`storage`.
         eps: machine epsilon of the limiting rounding step, the unit of errors "in eps":
             for tf32 the matmul operands' (2**-10), for fp8 the stored q, k, v and P's
             (e4m3 2**-3, e5m2 2**-2), not the format O is written in.
@@ -89,7 +110,7 @@ class Precision:
     """
 
     name: str
-    storage: type
+    format: type | str
     eps: float
     operand: Callable[[np.ndarray], np.ndarray]
     torch_name: str | None = None
@@ -97,9 +118,14 @@ class Precision:
     output: str | None = None
 
     @property
+    def storage(self) -> type:
+        """The NumPy dtype its tensors are stored in (an ml_dtypes type for bf16 and fp8)."""
+        return _resolved(self.format)
+
+    @property
     def max(self) -> float:
         """Largest finite value of the storage format."""
-        return float(ml_dtypes.finfo(self.storage).max)
+        return _finfo_max(self.storage)
 
     @property
     def out(self) -> Precision:
@@ -126,12 +152,11 @@ PRECISIONS: dict[str, Precision] = {
     "fp32": Precision("fp32", np.float32, 2.0**-23, _via(np.float32), "float32", True),
     "tf32": Precision("tf32", np.float32, 2.0**-10, round_to_tf32, "float32", True),
     "fp16": Precision("fp16", np.float16, 2.0**-10, _via(np.float16), "float16", True),
-    "bf16": Precision("bf16", ml_dtypes.bfloat16, 2.0**-7, _via(ml_dtypes.bfloat16),
-                      "bfloat16", True),
-    "fp8": Precision("fp8", ml_dtypes.float8_e4m3fn, 2.0**-3, _fp8(ml_dtypes.float8_e4m3fn),
-                     "float8_e4m3fn", output="bf16"),
-    "fp8_e5m2": Precision("fp8_e5m2", ml_dtypes.float8_e5m2, 2.0**-2,
-                          _fp8(ml_dtypes.float8_e5m2), "float8_e5m2", output="bf16"),
+    "bf16": Precision("bf16", "bfloat16", 2.0**-7, _via("bfloat16"), "bfloat16", True),
+    "fp8": Precision("fp8", "float8_e4m3fn", 2.0**-3, _fp8("float8_e4m3fn"), "float8_e4m3fn",
+                     output="bf16"),
+    "fp8_e5m2": Precision("fp8_e5m2", "float8_e5m2", 2.0**-2, _fp8("float8_e5m2"),
+                          "float8_e5m2", output="bf16"),
 }
 DTYPES: tuple[str, ...] = tuple(PRECISIONS)
 CHECK_DTYPES: tuple[str, ...] = tuple(n for n, p in PRECISIONS.items() if p.checked)

@@ -18,12 +18,16 @@ from __future__ import annotations
 import functools
 import numbers
 
-import ml_dtypes
 import numpy as np
 
-# real formats numpy knows only through ml_dtypes (kind "V")
-_EXTRA_FLOATS = {np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
-                                       ml_dtypes.float8_e5m2)}
+
+@functools.cache
+def _extra_floats() -> frozenset:
+    """Real formats numpy knows only through ml_dtypes (kind "V"); ml_dtypes is imported
+    only when such an array is seen (it costs about 0.6 s a process)."""
+    import ml_dtypes
+
+    return frozenset(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn))
 
 
 def as_float_array(x, name: str, dtype=np.float64) -> np.ndarray:
@@ -39,7 +43,7 @@ def as_float_array(x, name: str, dtype=np.float64) -> np.ndarray:
                         f"{name}.detach().cpu().numpy()")
     arr = np.asarray(x)
     kind = arr.dtype.kind
-    if not (kind in "fiu" or arr.dtype in _EXTRA_FLOATS):
+    if not (kind in "fiu" or (kind == "V" and arr.dtype in _extra_floats())):
         raise TypeError(
             f"{name} must be a real numeric array (float, int or bfloat16), got dtype {arr.dtype}"
         )
@@ -73,6 +77,16 @@ def check_causal(causal) -> bool:
         raise TypeError(f"causal must be True or False (a bool), got "
                         f"{type(causal).__name__} {causal!r}")
     return bool(causal)
+
+
+DEFAULT_TIME_LIMIT = 300.0  # seconds per call of a user's kernel (an import, a forward, ...)
+
+
+def check_time_limit(seconds) -> float:
+    """A per-call time limit (``flashbench check --timeout``): seconds > 0."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
+        raise ValueError(f"time limit must be > 0 seconds, got {seconds!r}")
+    return float(seconds)
 
 
 def check_finite(x: np.ndarray, name: str) -> None:
