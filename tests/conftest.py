@@ -27,7 +27,10 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip with reason "no GPU" where torch sees no CUDA device."""
+    """Tests marked ``slow`` run first (scripts/test.sh runs every test in one run: the
+    long ones start early and the fast ones fill the parallel workers' tails). Tests
+    marked ``gpu`` skip with reason "no GPU" where torch sees no CUDA device."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _cuda_available():
         skip = pytest.mark.skip(reason="no GPU")
