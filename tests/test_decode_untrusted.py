@@ -127,19 +127,16 @@ def test_a_decode_kernel_that_changes_its_inputs_fails_alone(kernels, capsys):
     assert rc_alone == 0 and rc == 1 and not report["passed"]
 
 
-@pytest.mark.parametrize("fn,reason", [
-    ("exits", "called sys.exit(0)"),
-    ("interrupts", "raised KeyboardInterrupt"),
-    ("dies", "its worker process ended during the call (exit status 0)"),
-])
-def test_each_way_out_fails_the_decode_kernel_and_the_check_goes_on(kernels, capsys, fn,
-                                                                     reason):
-    """Probe 3: sys.exit, KeyboardInterrupt and os._exit FAIL that kernel with the reason
-    (in the harness's process they ended the check, or pytest); the kernel after it is
-    still judged."""
-    rc, report = check(capsys, fn, "good")
-    (row,) = rows(report, fn)
-    assert not row["passed"] and reason in row["failed"], row
+def test_each_way_out_fails_the_decode_kernel_and_the_check_goes_on(kernels, capsys):
+    """Probe 3: sys.exit, KeyboardInterrupt and os._exit FAIL each kernel with its reason,
+    all in one check (in the harness's process they ended the check, or pytest); the
+    kernel after them is still judged."""
+    ways_out = {"exits": "called sys.exit(0)", "interrupts": "raised KeyboardInterrupt",
+                "dies": "its worker process ended during the call (exit status 0)"}
+    rc, report = check(capsys, *ways_out, "good")
+    for fn, reason in ways_out.items():
+        (row,) = rows(report, fn)
+        assert not row["passed"] and reason in row["failed"], row
     assert rows(report, "good")[0]["passed"]
     assert rc == 1
 

@@ -102,21 +102,26 @@ def test_a_good_user_function_passes_and_counts(user_module, capsys):
         "torch-naive", "fbuser_kern:good_o", "fbuser_kern:good_pair"}  # names select
 
 
-@pytest.mark.parametrize("fn,reason", [
-    ("raises", "raised RuntimeError: kernel exploded"),
-    ("wrong_shape", r"returned o of shape (1, 2, 1, 32); expected [B, H, Nq, dv] = (1, 2, 64, 32)"),
-    ("wrong_dtype", "returned o in torch.float64; expected torch.float32"),
-    ("nans", "returned 4096 non-finite value(s) (inf or NaN) in o, of 4096, for finite inputs"),
-    ("NOT_A_FUNCTION", "fbuser_kern:NOT_A_FUNCTION is a int, not a function"),
-    ("missing", "cannot import fbuser_kern:missing: AttributeError"),
-])
-def test_each_failure_is_named_and_fails_the_check(user_module, capsys, fn, reason):
-    name = f"fbuser_kern:{fn}"
+FAILURES = {
+    "raises": "raised RuntimeError: kernel exploded",
+    "wrong_shape": "returned o of shape (1, 2, 1, 32); expected [B, H, Nq, dv] = (1, 2, 64, 32)",
+    "wrong_dtype": "returned o in torch.float64; expected torch.float32",
+    "nans": "returned 4096 non-finite value(s) (inf or NaN) in o, of 4096, for finite inputs",
+    "NOT_A_FUNCTION": "fbuser_kern:NOT_A_FUNCTION is a int, not a function",
+    "missing": "cannot import fbuser_kern:missing: AttributeError",
+}
+
+
+def test_each_failure_is_named_and_fails_the_check(user_module, capsys):
+    """Each broken function FAILs with its own reason, all in one check; the peer ran."""
+    names = [f"fbuser_kern:{fn}" for fn in FAILURES]
     rc, report = check_json(capsys, "--shape", "1x2x64x32", "--causal", "off",
-                            "--backend", "torch-naive", "--backend", name)
+                            "--backend", "torch-naive",
+                            *(a for n in names for a in ("--backend", n)))
     assert rc == 1 and not report["passed"]
-    (row,) = rows(report, name)
-    assert row["passed"] is False and row["peer"] is False and reason in row["failed"]
+    for name, reason in zip(names, FAILURES.values(), strict=True):
+        (row,) = rows(report, name)
+        assert row["passed"] is False and row["peer"] is False and reason in row["failed"], row
     assert rows(report, "torch-naive")[0]["passed"] in (True, False)  # the peer still ran
     assert "o" in rows(report, "torch-naive")[0]
 
