@@ -7,12 +7,11 @@ CLI's choices, the asv suites' parameters and the torch dtypes are read from it
 (:data:`DTYPES`, :data:`CHECK_DTYPES`, :data:`FP8_DTYPES`). :func:`get_precision` turns
 a name into its Precision where it enters (a Precision passes through).
 
-NumPy only (the torch side resolves ``torch_name``). numpy float16 matmul has no BLAS, so
-the models round with casts (ml_dtypes for bf16 and fp8) and multiply in float32, exact
-for products of fp16, bf16 and tf32 operands. fp8 conversions saturate at +-max as the
-GPU's ``cvt.rn.satfinite`` does; a bare ml_dtypes ``astype`` would give NaN or inf there.
-The formats, their eps, saturation and subnormals: docs/fp8.md ("FP8 precisions") and
-docs/check.md ("What the numbers are").
+NumPy only (the torch side resolves ``torch_name``). The models round with casts (ml_dtypes
+for bf16 and fp8) and multiply in float32, exact for products of fp16, bf16 and tf32
+operands (why: docs/check.md, "The precision models (forward)"); fp8 conversions saturate at
++-max as the GPU's ``cvt.rn.satfinite`` does, where a bare ml_dtypes ``astype`` gives NaN or
+inf (docs/fp8.md, "FP8 precisions", with the formats' eps and subnormals).
 """
 
 from __future__ import annotations

@@ -4,16 +4,13 @@ One :class:`Variant` (causal, sliding window, softcap, sinks) is shared by every
 float64 reference, the precision models, the Triton kernels and the torch peers read
 the same visible-key range per row (:meth:`Variant.key_range`), the same row range per
 key block (:meth:`Variant.row_range`) and the same score modifier, as flex_attention's
-``mask_mod`` / ``score_mod`` (:meth:`Variant.mask_mod`). Conventions (FlashAttention's):
-
-- ``window=(left, right)``: query i sees key j iff
-  ``i + Nk - Nq - left <= j <= i + Nk - Nq + right``; -1 is unbounded on that side;
-  ``causal=True`` caps ``right`` at 0. A row that sees no key: O = 0, LSE = -inf.
-- ``softcap=c`` (c > 0): scores become ``c * tanh(s / c)`` after scaling, before masking.
-- ``sinks``: one logit per query head [H], in each row's softmax denominator, then
-  dropped: LSE includes it; a row with no visible key and a sink has O = 0, LSE = sink.
-
-Packed variable-length batches (``cu_seqlens``) are checked by :func:`check_cu_seqlens`.
+``mask_mod`` / ``score_mod`` (:meth:`Variant.mask_mod`). FlashAttention's conventions:
+``window=(left, right)``, query i sees key j iff ``i + Nk - Nq - left <= j <= i + Nk - Nq +
+right`` (-1 unbounded; ``causal=True`` caps ``right`` at 0); ``softcap=c`` (c > 0) makes
+scores ``c * tanh(s / c)`` after scaling, before masking; ``sinks`` [H], one logit per
+query head, join each row's softmax denominator and are dropped (LSE includes them). Blind
+rows, sinks and packed batches in full: docs/variants.md ("The contract"). Packed
+variable-length batches (``cu_seqlens``) are checked by :func:`check_cu_seqlens`.
 """
 
 from __future__ import annotations

@@ -1,55 +1,16 @@
 """Precision models of attention's backward pass: a flash kernel's, and plain autograd's.
 
-Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] and the output
-gradient do [..., Nq, dv] (any real dtype, usually float64), a precision name
-``dtype`` in :data:`GRAD_DTYPES`, and return ``(dq, dk, dv)`` with q's, k's and v's
-shapes in T's storage dtype (float32 for tf32; ml_dtypes.bfloat16 for bf16). "fp64"
-runs them in float64 without rounding: they equal the reference's gradients
-(:func:`flashbench.reference.online_attention_grad` and ``attention_grad``).
-Grouped-query k, v and broadcast leading dims as in the reference.
-
-:func:`flash_model_grad` is a FlashAttention-2 style backward whose tensors are
-stored in T (the backward of :func:`flashbench.numerics.flash_model`):
-
-1. q, k, v, do are rounded to T; O (T) and LSE (fp32) come from ``flash_model``.
-2. Preprocess: ``D = rowsum(dO * O)`` in fp32 from the T values.
-3. Per key block: ``S = (q @ k_blk^T) * scale`` with exact products and fp32
-   accumulation; ``P = exp(S - LSE)`` in fp32 (never stored).
-4. ``dV_blk += T(P)^T @ dO``: P rounded to T before the matmul, fp32 accumulation.
-5. ``dP = dO @ V_blk^T`` in fp32 (T operands).
-6. ``dS = P * (dP - D)`` in fp32 from the unrounded P.
-7. ``dQ += T(dS) @ K_blk`` and ``dK_blk += T(dS)^T @ Q``: dS rounded to T, fp32
-   accumulation (over key blocks for dQ, over query blocks and the query heads of a
-   kv group for dK, dV); dQ and dK are multiplied by ``scale`` once, in fp32.
-8. dq, dk, dv are rounded to T once, at the end.
-
-For tf32 every matmul operand (q, k, v, do, P, dS) is rounded to tf32's 10-bit
-mantissa, as tensor cores do for fp32 inputs; fp32 rounds nothing (IEEE dots).
-
-:func:`standard_model_grad` is what autograd of plain attention does in T (the
-same-dtype reference of FlashAttention's tests, ``attention_ref(..., upcast=False)``
-differentiated by ``torch.autograd``): the backward of
-:func:`flashbench.numerics.standard_model`'s graph, every op's result stored in T:
-
-1. Forward as ``standard_model``: ``S = T(scale * (q @ k^T))`` (fp32 accumulation),
-   ``P = T(softmax(S))`` with the softmax in fp32; P is kept for the backward.
-2. ``dV = T(P^T @ dO)`` and ``dP = T(dO @ V^T)``: matmuls with fp32 accumulation,
-   results rounded to T.
-3. softmax's backward in fp32 from the T values P and dP, rounded to T:
-   ``dS = T(P * (dP - rowsum(P * dP)))``.
-4. ``dq = T(scale * (dS @ K))``, ``dk = T(scale * (dS^T @ Q))`` (fp32 accumulation).
-   Under grouped-query attention (or a broadcast input) each query head's dk, dv is
-   a T result and the group's are summed in fp32, then rounded to T: the backward of
-   an expanded k, v.
-
-Variants (``window``, ``softcap``, ``sinks``): both models visit what the forward did and
-multiply dS by the softcap's derivative ``1 - (t / c)^2`` (the flash model in fp32 before
-rounding dS; the standard model as one more T op). With sinks they return a fourth
-gradient dsinks [H] (fp32 stored in T, summed over rows: ``-sum P_sink D``, D = rowsum(dO * O) from
-the model's own forward).
-
-FlashAttention's reference scales k instead of S (``reorder_ops``); with
-``scale = 1/sqrt(d)`` a power of two (d = 16, 64, 256) the two are the same numbers.
+:func:`flash_model_grad` is a FlashAttention-2 style backward storing its tensors in T, the
+backward of :func:`flashbench.numerics.flash_model`: P recomputed in fp32 from the forward's
+fp32 LSE, P and dS rounded to T before their matmuls, fp32 elsewhere, dq, dk, dv rounded
+once at the end. :func:`standard_model_grad` is autograd of
+:func:`flashbench.numerics.standard_model`'s graph, every op's result stored in T (the
+same-dtype yardstick of the gradient rule). Both take NumPy q [..., Nq, d], k [..., Nk, d],
+v [..., Nk, dv] (grouped-query and broadcast as in the reference), the output gradient do
+[..., Nq, dv] and a ``dtype`` in :data:`GRAD_DTYPES` (no fp8), and return ``(dq, dk, dv)``
+in T's storage dtype (with sinks ``(dq, dk, dv, dsinks)``); "fp64" rounds nothing and
+equals the reference's gradients. Every rounding point, step by step, with the variants and
+grouped-query heads: docs/backward.md ("Where a backward rounds").
 """
 
 from __future__ import annotations

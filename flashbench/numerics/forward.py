@@ -1,39 +1,16 @@
 """Precision models: where a flash kernel, and a plain framework implementation, round.
 
-Both models take NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real
-dtype, usually float64) and a precision ``dtype`` (a name or its Precision, resolved
-once at the model's door: :mod:`flashbench.inputs.precision`) in {"fp64", "fp32",
-"tf32", "fp16", "bf16"}, or fp8 ("fp8" = e4m3, "fp8_e5m2"): those are handed to
-:mod:`flashbench.numerics.fp8` (FlashAttention-3's baseline FP8 attention and FP8
-forward, with their scales; their rounding points are documented there).
-
-:func:`flash_model` reproduces a FlashAttention-2 style kernel storing tensors in T:
-
-1. q, k, v are rounded to T.
-2. ``S_blk = (q @ k_blk^T) * scale`` with exact products and fp32 accumulation
-   (for tf32 the operands are rounded to tf32's 10-bit mantissa first, as tensor
-   cores do for fp32 inputs).
-3. m, l and the rescale factors are fp32; ``P_blk = exp(S_blk - m_new)`` in fp32;
-   l accumulates the unrounded fp32 P; P_blk is rounded to T before ``P_blk @ V_blk``.
-4. O accumulates in fp32, is divided by l once at the end, then rounded to T.
-   LSE stays fp32.
-
-:func:`standard_model` is what a framework does in T (FlashAttention's tests call
-it the same-dtype reference): S = q @ k^T accumulated in fp32, scaled and rounded
-to T; softmax computed in fp32 from that rounded S, P rounded to T; ``P @ V``
-accumulated in fp32 and rounded to T. Its LSE is the fp32 log-sum-exp of the
-rounded S, kept in fp32 (the stricter choice for the baseline rule).
-
-Variants (``window``, ``softcap``, ``sinks``; :mod:`flashbench.inputs.variant`): the flash
-model caps its fp32 scores (``c * tanh(s / c)`` in fp32) and merges the fp32 sink into
-(m, l) before its one division; the standard model rounds each op of the cap to T (``s /
-c``, ``tanh``, ``* c``, as torch computes them in T) and puts the sink, rounded to T, in
-its fp32 softmax's denominator. The fp8 dtypes take causal only.
-
-"fp64" runs both models in float64 without rounding: they equal the reference.
-
-Returns of both: ``(o, lse)`` with o [..., Nq, dv] in T's storage dtype (float32
-for tf32; ml_dtypes.bfloat16 for bf16) and lse [..., Nq] float32 (float64 for fp64).
+:func:`flash_model` reproduces a FlashAttention-2 style kernel storing its tensors in T: the
+(m, l) recurrence of :func:`flashbench.reference.streaming.stream_attention` in fp32, P
+rounded to T before ``P @ V``, O rounded once at the end, LSE fp32. :func:`standard_model`
+is what a framework does in T (FlashAttention's tests call it the same-dtype reference): S
+and P stored in T, the softmax in fp32; its error is the baseline rule's yardstick. Both take
+NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (any real dtype) and ``dtype``, a name
+or its Precision (resolved once, at the model's door: :mod:`flashbench.inputs.precision`),
+and return ``(o, lse)``: o in T's storage dtype, lse fp32. "fp64" equals the reference; the
+fp8 dtypes go to :mod:`flashbench.numerics.fp8` (causal only). Rounding points, step by
+step: docs/check.md ("The precision models (forward)"); the variants': docs/variants.md
+("The models"); the returns, and what each model stands for: docs/numerics.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """FP8 precision models: FlashAttention-3's baseline FP8 attention and its FP8 forward.
 
-:func:`standard_fp8` is the baseline (paper section 4.3: per-tensor scales, fp32
-accumulation, softmax in fp16), materialised; :func:`flash_fp8` the FP8 forward
-(incoherent processing, per-block scales, P rounded to fp8 as 256 P), streamed with the
-(m, l) recurrence of :func:`flashbench.reference.streaming.stream_attention`. Both take
-NumPy q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] (k and v may have fewer heads:
-grouped-query) and ``"fp8"`` (e4m3, max 448) or ``"fp8_e5m2"`` (max 57344; the same model
-with e5m2 at every fp8 rounding point), and return ``(o, lse)``: o bfloat16 (as
-FlashAttention-3 writes its FP8 output), lse float32.
-
+:func:`standard_fp8` is the baseline (per-tensor scales, fp32 accumulation, softmax in fp16),
+materialised; :func:`flash_fp8` the FP8 forward (incoherent processing, per-block scales, P
+rounded to fp8 as 256 P), streamed with the (m, l) recurrence of
+:func:`flashbench.reference.streaming.stream_attention`. Both take NumPy q [..., Nq, d],
+k [..., Nk, d], v [..., Nk, dv] (grouped-query allowed) and ``"fp8"`` (e4m3) or
+``"fp8_e5m2"`` (the same model with e5m2 at every fp8 rounding point), and return
+``(o, lse)``: o bfloat16 (as FlashAttention-3 writes its FP8 output), lse float32.
 :func:`quantize` is the one place values become fp8: a group (the tensor, or a block of
-rows) gets the scale ``s = max / amax`` and is stored as ``fp8(x * s)``, computed in fp32
-and rounded nearest-even, saturating (:func:`flashbench.inputs.precision.round_to_fp8`);
-the descale ``1 / s`` stays beside it. Every rounding point, step by step, and where the
-models differ from a Hopper kernel: docs/fp8.md ("FP8 models").
+rows) gets the scale ``s = max / amax``, is stored as the saturating nearest-even
+``fp8(x * s)`` (:func:`flashbench.inputs.precision.round_to_fp8`), its descale ``1 / s``
+beside it. Every rounding point, step by step, and where the models differ from a Hopper
+kernel: docs/fp8.md ("FP8 models").
 """
 
 from __future__ import annotations

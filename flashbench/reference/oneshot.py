@@ -1,31 +1,17 @@
 """The gold reference: softmax and attention in float64, one-shot and streamed.
 
-Layouts: ``x [..., N]``; ``q [..., Nq, d]``, ``k [..., Nk, d]``, ``v [..., Nk, dv]``
-with leading dims that broadcast like numpy matmul. Every function computes in
-float64 whatever the input dtype, and returns float64.
-
-- ``scale`` defaults to ``1/sqrt(d)``.
-- LSE is the natural-log log-sum-exp of the scaled, masked scores of each query
-  row, shape ``[..., Nq]``.
-- ``causal=True`` is bottom-right aligned (FlashAttention >= 2.1): query ``i``
-  sees key ``j`` iff ``j <= i + Nk - Nq``. A row that sees no key has output 0 and
-  LSE -inf.
-
-The one-shot functions materialise the full ``[..., Nq, Nk]`` score matrix; the
-streamed ones never hold more than ``[..., Nq, block]`` scores. In float64 the two
-agree to reduction-order noise (about 1e-13): the streaming is exact.
-
-Grouped-query attention: k and v may have Hkv heads (dim -3) where Hkv divides q's
-H; query head h reads kv head ``h // (H // Hkv)`` (:mod:`flashbench.inputs.validation`).
-
-Gradients (:func:`attention_grad`, :func:`online_attention_grad`) return
-``(dq, dk, dv)`` with the shapes of q, k and v, in float64; an input broadcast over
-leading dims (or shared by a group of query heads) gets the sum of its gradients.
-A query row that sees no key gets dq = 0; a key that no query sees, dk = dv = 0.
-
-Variants (:mod:`flashbench.inputs.variant`): every function takes ``window=(left, right)``,
-``softcap`` and ``sinks`` [H] besides ``causal``. With sinks, LSE includes the sink term and
-the gradients return ``(dq, dk, dv, dsinks)``, dsinks [H] float64; without, ``(dq, dk, dv)``.
+Layouts ``x [..., N]``; ``q [..., Nq, d]``, ``k [..., Nk, d]``, ``v [..., Nk, dv]`` with
+leading dims that broadcast like numpy matmul, and k, v with Hkv heads dividing q's H
+(:mod:`flashbench.inputs.validation`). Every function computes in float64 whatever the
+input dtype, and returns float64. ``scale`` defaults to ``1/sqrt(d)``; LSE is the natural-log
+log-sum-exp of each query row's scaled, masked scores, ``[..., Nq]``; ``causal=True`` is
+bottom-right aligned (query ``i`` sees key ``j`` iff ``j <= i + Nk - Nq``), and a row that
+sees no key has output 0 and LSE -inf. The one-shot functions materialise the
+``[..., Nq, Nk]`` scores; the streamed ones (:mod:`flashbench.reference.streaming`,
+:mod:`flashbench.reference.streaming_bwd`) hold ``[..., Nq, block]`` tiles and equal them
+to reduction-order noise. The contract in full: docs/numerics.md ("The float64
+reference"); gradients and grouped-query heads: docs/backward.md; ``window``, ``softcap``,
+``sinks``: docs/variants.md ("The contract").
 """
 
 from __future__ import annotations

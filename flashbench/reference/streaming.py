@@ -1,21 +1,16 @@
 """The (m, l) recurrence of FlashAttention-2, written once for every compute dtype.
 
-softmax is shift-invariant, so the statistics of two key blocks combine exactly:
-``m = max(m_a, m_b)``, ``l = exp(m_a - m) l_a + exp(m_b - m) l_b``. The output
-streams the same way: ``O = exp(m_old - m_new) O + P_blk V_blk`` with
-``P_blk = exp(S_blk - m_new)``, and one division by ``l`` at the end.
-
-:func:`stream_attention` is used by :func:`flashbench.reference.online_attention`
-(float64, no rounding) and by :func:`flashbench.numerics.flash_model` (float32 with
-the operands and P rounded to a storage dtype). It never holds more than one
-``[..., Nq, block]`` score tile.
-
-Masks and score modifiers come from one :class:`~flashbench.inputs.variant.Variant`
-(causal bottom-right aligned, sliding window, softcap; ``causal`` arguments take a bool or
-a Variant): key blocks no row sees are skipped, and each block touches only the rows that
-see it. Rows that see no key finish with ``l == 0``: their output is 0 and their LSE is
--inf, computed without floating-point warnings. Sinks join the statistics in
-:func:`finish`, as one more term of l with no value row.
+softmax is shift-invariant, so the row statistics (max m, sum l) of two key blocks combine
+exactly; the output streams the same way, rescaled as m moves, and is divided by l once at
+the end. :func:`stream_attention` is used by :func:`flashbench.reference.online_attention`
+(float64, no rounding) and by :func:`flashbench.numerics.flash_model` (float32 with the
+operands and P rounded to a storage dtype). It never holds more than one
+``[..., Nq, block]`` score tile. Masks and score modifiers come from one
+:class:`~flashbench.inputs.variant.Variant` (``causal`` arguments take a bool or a
+Variant): key blocks no row sees are skipped, and each block touches only the rows that see
+it. Rows that see no key finish with ``l == 0`` (output 0, LSE -inf, no floating-point
+warnings); sinks join the statistics in :func:`finish`. The recurrence written out:
+docs/numerics.md ("The streamed forward: the (m, l) recurrence").
 """
 
 from __future__ import annotations

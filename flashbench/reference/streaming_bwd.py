@@ -1,31 +1,17 @@
 """FlashAttention-2's backward recurrence, written once for every compute dtype.
 
-The forward's side output LSE makes the backward cheap: the probabilities of any
-key block are recomputed from the scores and the LSE, ``P_blk = exp(S_blk - LSE)``,
-never stored. With ``D = rowsum(dO * O)`` (one number per query row, the
-``sum_j P_ij dP_ij`` of softmax's backward, computed once from O instead of from P),
-each key block contributes independently:
-
-    dV_blk  = P_blk^T dO
-    dP_blk  = dO V_blk^T
-    dS_blk  = P_blk * (dP_blk - D)
-    dQ     += scale * dS_blk K_blk
-    dK_blk  = scale * dS_blk^T Q
-
-:func:`stream_attention_grad` is used by
-:func:`flashbench.reference.online_attention_grad` (float64, no rounding) and by
-:func:`flashbench.numerics.flash_model_grad` (float32, with P and dS rounded to a
-storage dtype before their matmuls). It shares the score tile and the causal
-bookkeeping with the forward (:mod:`flashbench.reference.streaming`) and never holds more
-than a few ``[..., Nq, block]`` tiles.
-
-Rows that see no key have LSE = -inf and O = 0: their P is 0 (exp of -inf scores,
-taken against a finite stand-in for the LSE), so their dq is 0; keys that no query
-sees get dk = dv = 0. A variant (:class:`~flashbench.inputs.variant.Variant`) visits only the
-key blocks and rows the forward did; a softcap multiplies dS by ``1 - (t / c)^2`` (t the
-capped score) before dQ and dK; sinks need nothing here (the LSE holds them; their own
-gradient is :func:`sink_grad`). Leading dims broadcast like numpy matmul; the gradient of a
-broadcast input is summed over the broadcast axes (:func:`flashbench.inputs.validation.sum_to`).
+The forward's side output LSE makes the backward cheap: the probabilities of any key block
+are recomputed, ``P_blk = exp(S_blk - LSE)``, never stored; with ``D = rowsum(dO * O)``
+(softmax backward's ``sum_j P_ij dP_ij``, one number per row, computed once from O
+instead of from P) each key block contributes dV, dS, dQ and dK on its own.
+:func:`stream_attention_grad` serves :func:`flashbench.reference.online_attention_grad`
+(float64) and :func:`flashbench.numerics.flash_model_grad` (float32, P and dS rounded to a
+storage dtype before their matmuls); it shares the score tile and the variant's bookkeeping
+with :mod:`flashbench.reference.streaming` and holds a few ``[..., Nq, block]`` tiles at
+most. A softcap multiplies dS by ``1 - (t / c)^2``; sinks need nothing but their own
+gradient (:func:`sink_grad`: the LSE holds them); a broadcast input gets the sum of its
+gradients (:func:`flashbench.inputs.validation.sum_to`). The steps, blind rows, unseen
+keys: docs/backward.md ("Gradient contracts"); the variants': docs/variants.md.
 """
 
 from __future__ import annotations
