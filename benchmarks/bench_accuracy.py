@@ -1,37 +1,17 @@
 """Accuracy per kernel x dtype x causal, against the float64 reference.
 
-One case per run (``shape`` and ``dist`` parameters: B=1, H=2, N=1024, d=64,
-standard-normal inputs, seed 0); the Triton kernel runs under the interpreter where
-there is no GPU: accuracy is what it would be on the GPU, time is never taken from
-it. Every number is computed once per run in setup_cache by
-flashbench.measure.measure_accuracy; each track_ returns one of them.
-
-The grid is written out here, not read from flashbench: asv re-imports this module
-in each commit's environment and addresses a combination by its index in the grid,
-so the grid must be the same for every commit. tests/test_benchmarks.py holds it
-equal to flashbench's registries (every backend but the float64 reference; every
-modelled dtype but fp64), so a new dtype or backend cannot be left out silently.
-
-The fp8 dtypes ("fp8" = e4m3, "fp8_e5m2") are judged like any other: flash_model is
-FlashAttention-3's FP8 forward with its defaults (block quantisation, incoherent
-processing), the baseline rule compares it with the fp8 standard model (the
-paper's baseline FP8 attention); torch backends that do not take fp8 are declared in
-skip_params. :class:`TrackFP8Accuracy` tracks the FP8 forward's variants (quant x
-incoherent) on FlashAttention-3's outlier inputs.
-
-A kernel that cannot run a case here (an Unavailable record: no GPU, the
-interpreter too slow) skips with its reason; a kernel that ran and gave no valid
-result (a Failed record: it raised, returned the wrong shape or dtype, NaN where the
-reference is finite) makes its tracks FAIL (common.KernelFailed, naming the kernel
-and the reason): a broken kernel is a failure in the history, never a gap.
-
-Units: errors are unitless (|O - O_ref| of unit-variance data); the baseline ratio
-is kernel error / same-dtype standard_model error (the rule passes at <= 2); the band
-ratio (``track_*_band_ratio``, unit "ratio") is the band rule's
-(flashbench.accuracy.bandrule: the kernel's RMSE and p99 against the band of a correct
-flash kernel on the same case, times the measured multipliers; it passes at <= 1).
-Commits without the band rule skip those tracks. asv treats higher as worse, which fits
-every number here.
+TrackAccuracy: one case per run (``shape`` and ``dist`` parameters: B=1, H=2, N=1024,
+d=64, standard-normal inputs, seed 0) in every modelled dtype but fp64, the fp8 dtypes
+("fp8" = e4m3, "fp8_e5m2") judged like any other (flash_model: FlashAttention-3's FP8
+forward with its defaults, against the fp8 standard model); TrackFP8Accuracy: the FP8
+forward's variants (quant x incoherent) on FlashAttention-3's outlier inputs. Every number
+is computed once per run in setup_cache by flashbench.measure.measure_accuracy; each
+track_ returns one, with its unit. The grid is literal (asv addresses a combination by its
+index, the same for every commit); tests/test_benchmarks.py holds it equal to flashbench's
+registries, and backends that do not take a dtype are in skip_params. An Unavailable kernel
+skips with its reason; a Failed one makes its tracks FAIL (common.KernelFailed): a broken
+kernel is a failure in the history, never a gap. Units, rules, the interpreter:
+docs/asv.md ("Suites").
 """
 
 from .common import need, record_or_raise, shape_of

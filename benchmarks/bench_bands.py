@@ -1,26 +1,17 @@
 """Error bands per kernel x dtype x N x dist x causal: p50 / p99 / max, per commit.
 
-``track_o_abs`` returns one statistic (``stat``) of |O - O_fp64| (unitless) for one
-cell: p50 and p99 over every element of every seed's output, pooled, or the max
-(the largest). Each comes from :func:`flashbench.bands.measure_bands` (seeds x 256
-query rows x d=64 per cell, float64 reference of the same dtype-rounded inputs),
-computed once per run in ``setup_cache``. A change that widens a band raises its
-p99 or max: asv (higher is worse) and ``flashbench history``
-(:mod:`flashbench.history.bands`: bands over commits, the cells that widened) show
-it. The seeds are fixed, so a commit that does not change the numerics records the
-same numbers; :data:`SEEDS` is enough to see a change, not to make the max of a
-heavy-tailed cell the tolerance table's (64 seeds: scripts/make_tolerances.py).
-
-asv runs every grid point in a process of its own (about 0.4 s here even for a
-track that only reads the cache), so the grid is lean: the flash model for the
-stored dtypes (fp32, fp16, bf16, fp8; tf32 and fp8_e5m2 are in the table and in
-``flashbench bands``) at N 256 / 1024 / 4096 x every distribution, causal at
-N = 1024 only; the Triton kernel (under the interpreter where there is no GPU; it
-rounds bf16 to nearest even itself there) at N = 256, causal and not. The other
-points are declared in ``skip_params``, literal so that importing this module (once
-per point) imports no torch. The grid is literal too (asv addresses a point by its
-index, the same for every commit); tests/test_bands.py holds it to flashbench's
-registries. Commits without flashbench.bands skip.
+``track_o_abs`` returns one statistic (``stat``) of |O - O_fp64| (unitless) for one cell:
+p50 and p99 over every element of every seed's output, pooled, or the max. Each comes from
+:func:`flashbench.bands.measure_bands` (seeds x 256 query rows x d=64 per cell, float64
+reference of the same dtype-rounded inputs), computed once per run in ``setup_cache``. A
+change that widens a band raises its p99 or max: asv (higher is worse) and ``flashbench
+history`` (:mod:`flashbench.history.bands`) show it. The seeds are fixed, so a commit that
+does not change the numerics records the same numbers; :data:`SEEDS` is enough to see a
+change, not to make a heavy-tailed cell's max the tolerance table's (64 seeds). The grid is
+lean and literal (asv addresses a point by its index, the same for every commit;
+tests/test_bands.py holds it to flashbench's registries); the points not measured are in
+``skip_params``, literal so that importing this module imports no torch. Commits without
+flashbench.bands skip. The grid, its cost and why: docs/bands.md ("asv: the bands per commit").
 """
 
 from .common import need

@@ -1,23 +1,17 @@
 """GPU timings that carry their samples: ``time_`` benchmarks whose timed call synchronises.
 
-asv times each call of a ``time_`` method with its own clock; the call runs one pass
-and then ``torch.cuda.synchronize()``, so each sample is the device time of that pass
-(plus a launch and a synchronise: tens of microseconds against 1-30 ms here). With
-``asv run --record-samples`` every sample is kept for the history and the review.
-
-Parameters: ``backend`` (flashbench's kernel and the pinned SDPA flash peer),
-``dtype``, ``shape`` (Shape.spec text: FlashAttention's benchmark size at d=128 and a
-grouped-query shape, H=32, Hkv=8), ``causal``, ``direction`` (fwd; bwd times
-``torch.autograd.grad(o, (q, k, v), do)``). TimeAttentionFP8GPU times the FP8 forward
-on e4m3 inputs quantised once in setup (per tensor, V key-major), so quantisation is
-never timed. FLOPs follow from the parameters (Shape.flops); TimeMatmulPeak times the
-same run's 8192^3 bf16 matmul, the denominator of "% of peak".
-
-Cost per grid point (docs/gpu.md, "The asv GPU suites"): one process per point
-(``rounds = 1``), 10-12 samples; asv_runner re-runs setup before every sample, so the
-prepared call is kept per process and built once. Nothing here touches CUDA at import
-(asv's forkserver imports the suites in a parent that must never initialise CUDA);
-without a CUDA GPU every setup raises NotImplementedError naming the missing GPU.
+asv times each call of a ``time_`` method with its own clock; the call runs one pass and
+then ``torch.cuda.synchronize()``, so each sample is the device time of that pass (plus a
+launch and a synchronise: tens of microseconds against 1-30 ms here). With ``asv run
+--record-samples`` every sample is kept for the history and the review. TimeAttentionGPU
+times flashbench's kernel and the pinned SDPA flash peer (fwd; bwd:
+``torch.autograd.grad(o, (q, k, v), do)``), TimeAttentionFP8GPU the FP8 forward on e4m3
+inputs quantised once in setup, TimeMatmulPeak the same run's 8192^3 bf16 matmul, the
+denominator of "% of peak"; ``shape`` is Shape.spec text, so FLOPs follow from the
+parameters (Shape.flops). Nothing here touches CUDA at import (asv's forkserver imports the
+suites in a parent that must never initialise CUDA); without a CUDA GPU every setup raises
+NotImplementedError naming the missing GPU. The grid, the samples per point and the cost:
+docs/gpu.md ("The asv GPU suites").
 """
 
 import os

@@ -1,28 +1,17 @@
 """The backward pass: gradient accuracy per kernel x dtype x causal, and the CPU time and
 peak memory of the float64 backward, one-shot vs streamed.
 
-TrackGradAccuracy: one case per run (``shape`` and ``dist`` parameters: B=1, H=2,
-N=512, d=64, standard-normal inputs, seed 0, dO from flashbench.measure.backward.grad_output);
-every number comes from flashbench.measure.backward.measure_gradients in setup_cache: each
-of dq, dk, dv's max abs error against the float64 gradients, and its ratio to the
-same-dtype standard backward's (the gradient rule passes at <= 3, plus a floor), and
-the band rule's ratio of each (``track_*_band_ratio``, unit "ratio", passes at <= 1;
-commits without the band rule skip them). The
-Triton backward runs under the interpreter where there is no GPU (accuracy only).
-Grid points a backend does not take (its dtypes, or no autograd) are declared in
-skip_params from the backend registry; an Unavailable record skips with its reason, a
-Failed one (the backward raised or gave no valid gradients) makes the tracks FAIL.
-
-TimeBackward / PeakmemBackward: flashbench.reference.attention_grad (one-shot, holds
-[N, N] S, P, dS) vs online_attention_grad (FlashAttention-2's recurrence, block 64,
-given the forward's o and lse as a training step has them), B = H = 1, d = 64,
-float64; inputs (q, k, v, dO and the forward's o, lse) are made in setup, never timed.
-Units: seconds per call; bytes of peak resident memory of a fresh process that makes
-the inputs and runs one backward (PeakmemBackward.track_peak_memory).
-
-The grids are literal (asv addresses a grid point by its index, for every commit);
-tests/test_bench_grad.py holds KERNELS and DTYPES equal to flashbench's registries.
-Commits without the backward skip (need() raises NotImplementedError).
+TrackGradAccuracy: one case per run (``shape`` and ``dist``: B=1, H=2, N=512, d=64, normal
+inputs, seed 0); every number comes from flashbench.measure.backward.measure_gradients in
+setup_cache: dq, dk, dv's max abs error against the float64 gradients, its gradient-rule
+ratio (passes at <= 3, plus a floor) and its band-rule ratio (passes at <= 1). Grid points a
+backend does not take are in skip_params; an Unavailable record skips with its reason, a
+Failed one makes the tracks FAIL. TimeBackward / PeakmemBackward:
+flashbench.reference.attention_grad vs online_attention_grad, B = H = 1, d = 64, float64,
+inputs made in setup, never timed; PeakmemBackward.track_peak_memory: bytes of peak
+resident memory of a fresh process. The grids are literal; tests/test_bench_grad.py holds
+KERNELS and DTYPES equal to flashbench's registries. Commits without the backward skip.
+Parameters, units and what each impl holds: docs/asv.md ("Suites").
 """
 
 from . import calls

@@ -8,12 +8,8 @@ d); :data:`VARIANTS` maps it to the keywords of flashbench.measure's ``Case``. A
 comes from flashbench.measure (``measure_accuracy``, ``measure_varlen``) in setup_cache,
 as in bench_accuracy; a kernel that does not take a variant is declared in skip_params
 (from the backend registry), never skipped from setup. Commits without the variants skip.
-
-Units: errors unitless; the baseline ratio is kernel error / same-dtype standard_model
-error (passes at <= 2); the band ratio the band rule's against the band of the flash model
-run with the variant (a packed batch: per sequence; passes at <= 1; NaN where not judged
-by it: a stand-in LSE, a commit before variants had bands); times in seconds per call. asv
-treats higher as worse.
+Units (errors unitless; baseline ratio <= 2; band ratio <= 1, against the band of the flash
+model run with the variant, NaN where not judged by it; seconds per call): docs/asv.md.
 """
 
 from .common import Benchmark, need, qkv, record_or_raise, shape_of

@@ -1,23 +1,17 @@
 """Knowledge shared by the suites: timing knobs, imports that skip, inputs from a shape.
 
-asv installs each commit's flashbench but runs *today's* benchmarks against it, so
-every suite reaches flashbench through :func:`need`, which turns a missing module or
-attribute into NotImplementedError: asv records the benchmark as skipped (NaN)
-instead of failed. ``need`` takes alternative locations, so a function that moved
-keeps older commits measurable; ``tests/test_benchmarks.py`` sets up every
-benchmark at HEAD and fails on any skip whose reason is not a missing GPU, so a
-rename cannot blank a series in silence. Grid points that do not apply (a backend
-that does not take a dtype) are declared with asv's ``skip_params``, never skipped
-from setup.
-
-Every timed suite records the problem it ran as asv parameters: ``shape`` (the
-text form of :class:`flashbench.inputs.Shape`, ``BxH[/Hkv]xNqxNkxd``), ``dtype`` and,
-where it applies, ``causal`` and ``direction`` (fwd, bwd, fwd+bwd). The history
-computes FLOPs from those columns; no other module needs to know a suite's shape.
-
-Peak memory is measured in a fresh child process (:func:`peak_memory`), never in the
-benchmark's own process: under asv's forkserver a benchmark process is forked from a
-server that has imported every suite, and starts with its memory.
+asv installs each commit's flashbench but runs *today's* benchmarks against it, so every
+suite reaches flashbench through :func:`need`, which turns a missing module or attribute
+into NotImplementedError: asv records the benchmark as skipped (NaN) instead of failed.
+``need`` takes alternative locations, so a function that moved keeps older commits
+measurable; ``tests/test_benchmarks.py`` fails on any skip at HEAD whose reason is not a
+missing GPU. Grid points that do not apply are declared with asv's ``skip_params``, never
+skipped from setup. Every timed suite records the problem it ran as asv parameters
+(``shape``, the text of :class:`flashbench.inputs.Shape`, ``dtype`` and, where they apply,
+``causal`` and ``direction``), from which the history computes FLOPs. Peak memory is
+measured in a fresh child process (:func:`peak_memory`): under asv's forkserver a
+benchmark process is forked from a server that has imported every suite, and starts with
+its memory. Why and how: docs/asv.md ("Skips, not failures", "Peak memory").
 """
 
 import importlib

@@ -1,34 +1,17 @@
 """The baseline rule: a kernel's error against the same-dtype standard attention's.
 
-:func:`baseline_rule` is FlashAttention's own test criterion: a kernel is as
-accurate as its dtype allows when its error against the float64 reference is at
-most ``factor`` (2) times the error of the same-dtype standard attention
-(:func:`flashbench.numerics.standard_model`) plus a small floor, eps/4 of the format
-O is written in by default (the dtype's own, but bf16 for the fp8 dtypes, whose
-kernels write bf16): twice the rounding error of a value near 0.3 in that format, the
-``fwd_atol`` of FlashAttention's tests (whose fp8 reference is bf16). The floor only
-matters where the standard error is itself a handful of ulps (tiny shapes, exact
-cases).
-
-Non-finite errors: a kernel whose error is not finite (its output is inf or NaN
-where the float64 reference is finite: :func:`error_stats` reports inf) always
-fails, with ratio inf, whatever the standard model did.
-
-The standard model overflowed (fp16 scores near 7e4 become inf: its error is inf)
-but the kernel's error is finite: the kernel is more accurate than the standard, so
-it passes. Its ratio is then taken against the next yardstick, the *fallback* error
-the caller gives: :mod:`flashbench.measure` and :mod:`flashbench.measure.backward` give
-the same-dtype flash model's (:func:`flashbench.numerics.flash_model` /
-``flash_model_grad``: FlashAttention's rounding in that dtype, scores in fp32, which
-cannot overflow there), so a correct kernel reads about 1 and the tracked ratio stays
-comparable with the rule's limit, instead of the 0 that ``kernel / inf`` gives (read as
-"perfect" in history). Not the float32 flash model's error: an fp16 kernel would read
-hundreds of times that, a "rule failure" to every reader of the ratio. The verdict's
-``yardstick`` names what the ratio is against ("standard", the fallback's name, or
-"none"). Without a usable fallback the ratio is NaN (yardstick "none"): no number is
-honest there; otherwise the ratio is never NaN. The same fallback is the yardstick where
-the standard is exact and the kernel is not (a gradient that is exactly 0 when every row
-sees one key: plain attention's backward gets 0 exactly, a flash one within rounding).
+:func:`baseline_rule` is FlashAttention's own test criterion: a kernel's error against the
+float64 reference is at most ``factor`` (:data:`BASELINE_FACTOR`, 2) times the error of the
+same-dtype standard attention (:func:`flashbench.numerics.standard_model`) plus a floor,
+eps/4 of the format O is written in (bf16 for the fp8 dtypes): FlashAttention's
+``fwd_atol``, twice the rounding error of a value near 0.3, which matters only where the
+standard's own error is a handful of ulps. :func:`judge` applies it to (o, lse);
+:func:`gradient_rule` / :func:`judge_gradient` to dq, dk, dv (:data:`GRAD_FACTOR` 3, plus
+:func:`gradient_floor`). A non-finite kernel error always fails (ratio inf). Where the
+standard overflowed (its error inf: the kernel passes) or is exact and the kernel is not,
+the ratio is taken against the caller's *fallback* error (the same-dtype flash model's),
+which the verdict's ``yardstick`` names; without one it is NaN (yardstick "none"). Why
+that yardstick: docs/check.md ("What the numbers are"); the gradient rule: docs/backward.md.
 """
 from __future__ import annotations
 

@@ -6,10 +6,8 @@ that variant on :func:`band_seeds` seeds of the case's problem (:func:`band_shap
 Nk, d, dv on at least :data:`BAND_ROWS` query rows; a packed batch whole, per sequence),
 each against the float64 reference of its dtype-rounded inputs. A statistic's *edge* is its
 largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares
-a kernel with them.
-
-Where the edges come from: the shipped table ``flashbench/data/case_bands.json`` (plain
-cases: ``scripts/make_tolerances.py --cases``), else measured on the fly (never
+a kernel with them. The edges come from the shipped table ``flashbench/data/case_bands.json``
+(plain cases: ``scripts/make_tolerances.py --cases``), else are measured on the fly (never
 interpolated; a variant's never a plain one), cached per case and variant in memory and in
 ``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``), keyed by the flash models'
 fingerprint. A case the machine cannot measure in memory is a ValueError.

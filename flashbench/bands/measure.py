@@ -1,46 +1,16 @@
 """Measured error bands: per dtype x N x distribution x causal, over seeds.
 
-What one band is
-----------------
-A *cell* is (N, dist, causal): N is the number of keys each softmax row sums over,
-``dist`` an input distribution of :mod:`flashbench.inputs`, ``causal`` the
-bottom-right mask. For each seed, :func:`flashbench.inputs.make_qkv` draws
-``Shape(1, H, Nq, N, 64)`` with ``Nq`` query rows per head (:func:`cell_shape`:
-``min(256, N // 4)`` causal, at least 64 otherwise) and ``H = 256 // Nq`` heads (256
-query rows per seed). Every query row therefore sums over N keys, or, causal, over
-``N - Nq + 1 .. N`` >= 3N/4 keys, with the mask cutting the last key blocks: the error
-of a row depends on how many keys it sums over, not on how many rows there are, so a
-few hundred rows measure the band of an N x N problem at a fraction of its cost
-(``scripts/make_tolerances.py --check-rows`` measures both).
-
-The kernel computes in ``dtype`` from the inputs as its caller holds them: q, k, v
-rounded to the dtype's storage format (tf32: float32), except for the fp8 dtypes,
-whose models quantise float64 inputs with their own scales. The reference is the
-float64 one-shot attention (:func:`flashbench.reference.attention`) of exactly those
-inputs: the band is the error the kernel adds, not the rounding of the inputs (a
-user's test builds its tensors in the dtype and upcasts them for the reference, so it
-sees the same). Rounded inputs are shared by every dtype with the same storage format
-(fp32 and tf32), and so is their reference. ``versus="fp64-unrounded"`` measures
-against the reference of the unrounded draws instead (input rounding included, as
-the lecture's script does); ``versus="standard_model"`` against the same-dtype
-one-shot attention (the lecture's "bf16 vs bf16 blockwise").
-
-Statistics of a :class:`Band` (exactly):
-
-- ``abs_p50``, ``abs_p99``, ``abs_max``: percentiles (numpy's linear interpolation)
-  and maximum of ``|out - ref|`` over every element of every seed's output, pooled
-  (seeds x 256 rows x 64 features for O; seeds x 256 for LSE). ``abs_max`` is
-  therefore also the largest per-seed max-abs error: what a test's ``max_abs``
-  compares with.
-- ``rel_p50``, ``rel_p99``, ``rel_max``: the same for the relative error
-  ``|out - ref| / max(|ref|, 0.1 RMS(ref))`` with RMS over the seed's whole tensor,
-  as :func:`flashbench.accuracy.error_stats` computes it for one seed.
-- ``seed_max_abs`` / ``seed_rel_max``: each seed's own maximum (stability of the max).
-- ``ratio_p50`` / ``ratio_p99`` / ``ratio_max``: per seed, the kernel's max-abs error
-  divided by the same-dtype :func:`flashbench.numerics.standard_model`'s (the baseline
-  rule as a number; passes at <= 2); p50, p99 and maximum over seeds.
-
-A non-finite output where the reference is finite counts as an infinite error.
+:func:`measure_bands` runs each kernel (the flash model by default) on every :class:`Cell`
+(N keys per query row, an input distribution, causal bottom-right or not), per seed on
+:data:`ROWS_PER_SEED` (256) query rows of N keys at d = 64 (:func:`cell_shape`): a row's
+error depends on how many keys it sums over, not on how many rows there are, so a few
+hundred rows measure the band of an N x N problem. The inputs are rounded to the dtype as
+a caller holds them (fp8: unrounded, its models quantise), and the yardstick is the
+float64 reference of exactly those inputs: the band is the error the kernel adds, not the
+rounding of the data (``versus``: :data:`VERSUS`). A :class:`Band` holds p50 / p99 / max
+of the absolute and relative error pooled over every element of every seed, each seed's
+max, and the baseline ratios; a non-finite output where the reference is finite is an
+infinite error. Every statistic, exactly: docs/bands.md ("What a band is").
 """
 
 from __future__ import annotations

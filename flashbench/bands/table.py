@@ -1,45 +1,16 @@
 """The shipped tolerance table, and :func:`tolerance` for tests.
 
-``flashbench/data/tolerances.json`` holds, per dtype x N x distribution x causal and
-for O and LSE, the *edges* of the flash model's measured band
-(:mod:`flashbench.bands.measure`: the largest error over every element of every
-seed, and the pooled p99 / p50; a causal cell's edge is at least the non-causal
-cell's, since a causal row is numerically a row over its visible keys), and the
-safety factor :func:`tolerance` multiplies them by. Regenerate it with one command
-(about 15 minutes here)::
-
-    .venv/bin/python scripts/make_tolerances.py
-
-How a test uses it (inputs made in the dtype, reference from those same values)::
-
-    import flashbench
-    from flashbench.accuracy import error_stats
-
-    q, k, v = (torch.randn(B, H, N, 64).to(torch.bfloat16) for _ in range(3))
-    o, lse = my_kernel(q, k, v, causal=True)
-    o_ref, lse_ref = flashbench.reference.attention(*(t.double().numpy() for t in (q, k, v)),
-                                                    causal=True)
-    stats = error_stats(o, o_ref)
-    assert stats["max_abs"] <= flashbench.tolerance("bf16", N, causal=True)
-    assert stats["abs_p99"] <= flashbench.tolerance("bf16", N, metric="abs_p99", causal=True)
-    assert error_stats(lse, lse_ref)["max_abs"] <= flashbench.tolerance("bf16", N, tensor="lse",
-                                                                        causal=True)
-
-Rules (:func:`tolerance`):
-
-- ``n`` is the number of keys a query row sums over (Nk). Between two tabulated N
-  the edge is interpolated log-log (errors vary as a power of N: they halve per 4x
-  N for normal inputs and grow slowly for outliers). Below the smallest tabulated N
-  (4) that N's edge is used (a row of 1-3 keys is a convex combination of 1-3 rows
-  of v, its error no larger than with 4); above the largest N, ValueError.
-- ``causal=True`` (bottom-right): the ``nq`` query rows see ``n - nq + 1`` up to
-  ``n`` keys (``nq`` defaults to ``n``: a square problem, rows of 1 to n keys), so
-  the edge is the largest over that range of row lengths (at its ends and at the
-  tabulated N inside it), from the causal cells.
-- The band is measured at head dim 64 with float64 references of the inputs as the
-  kernel received them (see :mod:`flashbench.bands.measure`).
-
-No torch, no pandas: importing this module (``flashbench.tolerance``) is cheap.
+``flashbench/data/tolerances.json`` holds, per dtype x N x distribution x causal and for
+O and LSE, the *edges* of the flash model's measured band (:mod:`flashbench.bands.measure`:
+the max over every element of every seed, and the pooled p99 / p50; a causal cell's edge
+is at least the non-causal cell's) and the safety factor :data:`SAFETY` that
+:func:`tolerance` multiplies them by; :func:`build_table` / :func:`write_table` make it
+(``scripts/make_tolerances.py``). :func:`tolerance` takes ``n`` as the keys a query row
+sums over: log-log interpolation between tabulated N, the smallest N's edge below it,
+ValueError above the largest; ``causal=True`` takes the largest edge over the row lengths
+its ``nq`` bottom-right rows see. Measured at d = 64. No torch, no pandas: importing this
+module (``flashbench.tolerance``) is cheap. A test's use, the rules and why the factor is
+2: docs/bands.md ("Tolerances for your tests").
 """
 
 from __future__ import annotations
@@ -125,7 +96,7 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
               table: str | Path | None = None) -> float:
     """Tolerance for ``error_stats(out, ref)[metric]`` of a flash kernel in ``dtype`` whose
     query rows sum over ``n`` keys: the measured band's upper edge x the table's
-    safety factor (module docstring for the rules, the table and an example test).
+    safety factor (the rules, the table and an example test: docs/bands.md).
 
     ``metric``: "max_abs" (default), "abs_p99", "abs_p50", "rel_max", "rel_p99",
     "rel_p50" (relative error floored at 0.1 RMS(ref), as error_stats); the

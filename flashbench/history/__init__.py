@@ -6,14 +6,12 @@ one frame: one row per benchmark x parameter combination x results file, columns
 :data:`FIXED_COLUMNS` then one per parameter. A measurement machine is (machine, cpu);
 ``params`` is asv's label of a combination, its one key (:func:`parse_params` reads it
 back); ``status`` is one of :data:`STATUSES`. A file or entry that cannot be read is
-reported by a :class:`ResultsWarning` and skipped, never fatal. Every column's type and
-meaning: docs/history.md ("The frame's columns").
-
-Summaries, each a DataFrame: :func:`error_bands` (accuracy p50 / p99 / max per machine x
-metric x combination over history, and whether the latest lies in the earlier band),
+reported by a :class:`ResultsWarning` and skipped, never fatal. Summaries, each a
+DataFrame: :func:`error_bands` (accuracy p50 / p99 / max per machine x metric x
+combination over history, and whether the latest lies in the earlier band),
 :func:`throughput` / :func:`throughput_points` (TFLOP/s from the shapes results record),
-:func:`steps` (level changes beyond noise, asv's step detection). The modules, one job
-each, and the report: docs/history.md ("Python API").
+:func:`steps` (level changes beyond noise, asv's step detection). Every column, the
+modules (one job each) and the report: docs/history.md.
 """
 
 from flashbench.history.files import ResultsWarning

@@ -1,17 +1,13 @@
 """Error bands over history: the band of each dtype x N x dist x causal per commit.
 
-The bands suite records, per commit, tracks whose parameters say what they hold:
-``kernel``, ``dtype``, ``N`` (keys per query row), ``dist``, ``causal`` and ``stat``
-(p50, p99 or max), and whose method name says the quantity: ``track_o_abs`` (|O -
-O_fp64|), ``track_o_rel`` (relative error of O), ``track_lse_abs`` and
-``track_o_ratio`` (kernel error / same-dtype standard_model error, per seed).
-:data:`flashbench.history.suites.BANDS` names the suite.
+The bands suite's tracks (:data:`flashbench.history.suites.BANDS`, today
+``TrackBands.track_o_abs``: |O - O_fp64|) say what they hold in their parameters:
+``kernel``, ``dtype``, ``N`` (keys per query row), ``dist``, ``causal``, ``stat`` (p50/p99/max).
 
-- :func:`band_history`: one row per machine x cpu x commit x cell x quantity with
-  the band's p50, p99 and max as columns, in history order.
-- :func:`widened`: cells whose band's upper edge (max or p99) rose since the
-  previous commit, by more than ``min_change`` (relative); :func:`widened_markdown`
-  lists them.
+- :func:`band_history`: one row per machine x cpu x commit x cell x quantity with the
+  band's p50, p99 and max as columns, in history order.
+- :func:`widened`: cells whose band's upper edge (max or p99) rose since the previous
+  commit by more than ``min_change`` (relative); :func:`widened_markdown` lists them.
 - :func:`latest_bands`: the latest commit's bands as records that
   :func:`flashbench.bands.render.render_table` prints.
 - :func:`plot_bands`: one panel per dtype, a shaded p50..max range per N and

@@ -1,18 +1,17 @@
 """The parameter-grid table: each distinct parameter grid of a load, parsed once.
 
-asv writes a benchmark's parameter grid into every results file as lists of value
-reprs (``[["'fp16'", "'bf16'"], ["1024"]]``); its rows are the grid's points in
-``itertools.product`` order. A load meets the same few grids thousands of times,
-so :class:`Grids` interns them: per grid the parsed value of every parameter at
-every point and the point's ``params`` label, asv's own spelling of a parameter
-combination (``"dtype='fp16', N=1024"``; ``""`` without parameters), the one key of
-a combination everywhere in flashbench.
+asv writes a benchmark's parameter grid into every results file as lists of value reprs
+(``[["'fp16'", "'bf16'"], ["1024"]]``); its rows are the grid's points in
+``itertools.product`` order. A load meets the same few grids thousands of times, so
+:class:`Grids` interns them: per grid the parsed value of every parameter at every point
+and the point's ``params`` label, asv's own spelling of a parameter combination
+(``"dtype='fp16', N=1024"``; ``""`` without parameters), the one key of a combination
+everywhere in flashbench.
 
-Parameter names come from the results folder's benchmarks.json. A suite whose
-parameters changed since a file was written would name that file's grid wrongly;
-where the file's grid does not match the declared one in count and value types,
-:func:`flashbench.history.suites.legacy_param_names` gives the names of the old
-suite when it knows them.
+Parameter names come from the results folder's benchmarks.json. A suite whose parameters
+changed since a file was written would name that file's grid wrongly; where the file's
+grid does not match the declared one in count and value types,
+:func:`flashbench.history.suites.legacy_param_names` gives the old suite's names.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
 """The one module of flashbench that knows flashbench's own asv suites by name.
 
-Everything else in :mod:`flashbench.history` is generic: it reads what a result says
-about itself (benchmark name, unit, parameters such as ``shape``, ``dtype``,
-``causal``, ``direction``). This module adds what names and old results cannot say:
+The rest of :mod:`flashbench.history` reads what a result says about itself (name, unit,
+parameters such as ``shape``); this module adds what names and old results cannot say:
 
-- :data:`ACCURACY`: the accuracy tracks and the metric each records: the forward
-  (``TrackAccuracy.track_<metric>``, e.g. o_max_abs, o_baseline_ratio), the gradients
-  (``TrackGradAccuracy.track_<metric>``: dq/dk/dv max abs and their rule ratios; the
-  band rule's ``*_band_ratio`` beside each baseline ratio) and
-  the FP8 model variants (``TrackFP8Accuracy.track_<metric>``), the attention variants
-  (``TrackVariantAccuracy.track_<metric>``: window, softcap, sinks, varlen; parameter
-  ``variant``) and the tolerance bands
-  (``TrackBands.track_<metric>``: a band edge rising is an accuracy loss), decode
-  (``TrackDecodeAccuracy``, ``TrackDecodeMerge``); :data:`MAIN_METRIC` is
-  the one plotted and tabled (max |O - O_fp64|); :data:`ACCURACY_LABELS` the
-  parameters that label its rows. :func:`rule_limit`: the limit a rule-ratio track
-  must stay under (the forward's baseline rule 2x, the gradient rule 3x: the factors
-  of :mod:`flashbench.accuracy`; the band rule's ratios 1).
-- :data:`BANDS`: the tolerance-bands tracks (``TrackBands.track_<tensor>_<metric>``, a
-  band edge per cell and ``stat``), read by :mod:`flashbench.history.bands`.
-- :func:`matmul_peak`: the matmul-peak timing, ``TimeMatmulPeak.time_matmul`` (earlier
-  ``TrackMatmulPeak.track_matmul``; parameters n, dtype; 2 n^3 FLOPs), and its older name
-  ``TrackMatmulPeak.track_matmul_bf16_<n>``.
-- :data:`BACKEND_COLUMNS`: the parameters that name what a timing ran.
-- :data:`LEGACY`: the suites as they were before they recorded ``shape`` and
-  ``dtype`` as parameters (the committed results in results/ up to commit 4c5e3ac):
-  their parameter names and value types (:func:`legacy_param_names`: a results folder
-  whose benchmarks.json has since been rewritten still reads them under their own
-  names) and the shape each one ran (:func:`legacy_problem`):
-
-  - TrackDeviceTime.track_device_time(backend, dtype, N, d, causal): B = 16384 // N,
-    H = 16, Nq = Nk = N (Triton's fused-attention tutorial sizes);
-  - TimeCPUBackend.time_backend(backend, dtype, N, causal): B = 1, H = 8, d = 64;
-  - TimeAttention.time_attention(N, d, causal, impl): B = H = 1, float64 (fp64).
+- :data:`ACCURACY`: the accuracy tracks (forward, gradients, FP8, attention variants,
+  bands, decode) and the metric each records; :data:`MAIN_METRIC` the one plotted and
+  tabled (max |O - O_fp64|), :data:`ACCURACY_LABELS` the parameters that label its rows;
+  :func:`rule_limit`: a rule-ratio track's limit (baseline 2, gradient 3, band rule 1).
+- :data:`BANDS`: the ``TrackBands`` tracks, read by :mod:`flashbench.history.bands`;
+  :func:`matmul_peak`: the matmul-peak timing (2 n^3 FLOPs), under its names old and new;
+  :data:`BACKEND_COLUMNS`: the parameters that name what a timing ran.
+- :data:`LEGACY`: the suites before they recorded ``shape`` and ``dtype``, their parameter
+  names and the shape each ran (docs/history.md, "Throughput from what a result says").
 """
 
 from __future__ import annotations

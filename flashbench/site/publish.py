@@ -6,14 +6,12 @@ show only "external (JavaScript) dependencies failed to load". :func:`publish` r
 ``asv publish``, copies those npm packages (fetched once with ``npm pack`` into a cache
 folder, never committed) into ``<html_dir>/vendor/`` and points every CDN reference at
 them (the CDN integrity hashes do not match npm's builds, so they are dropped).
-
-    python -m flashbench.site [--html-dir DIR] [--last N]   # print the folder
-
-``--last N``: the last N commits of each branch only (:mod:`.window`). Concurrent runs are
-safe: each publishes into a private folder swapped into place under a lock (the last one
-wins); the cache is filled under its own lock. A failing ``asv publish`` is a
-:class:`PublishError` carrying its own last words; ``main`` prints one line and exits 3
-(2 for bad arguments). More: docs/asv.md.
+``python -m flashbench.site [--html-dir DIR] [--last N]`` prints the folder; ``--last N``:
+the last N commits of each branch only (:mod:`.window`). Concurrent runs are safe: each
+publishes into a private folder swapped into place under a lock (the last one wins); the
+cache is filled under its own lock. A failing ``asv publish`` is a :class:`PublishError`
+carrying its own last words; ``main`` prints one line and exits 3 (2 for bad arguments).
+More: docs/asv.md ("The offline site").
 """
 
 from __future__ import annotations
