@@ -1,20 +1,14 @@
 """flashbench: keeps FlashAttention-style attention kernels honest.
 
-Packages (data flows down this list, never back up; docs/architecture.md):
+An exact float64 reference, precision models of a flash kernel and of plain attention,
+flashbench's Triton kernels beside torch's and yours as backends, accuracy rules and
+measured bands, asv suites per commit, their history as pandas, a pre-merge review and
+the command line. Packages, one job each, data flowing one way down the list (inputs,
+reference, numerics, kernels, backends, accuracy, bands, measure, infra, history,
+review, site, cli): docs/architecture.md.
 
-- :mod:`flashbench.inputs`: shapes, seeded inputs, dtype names, argument checks
-- :mod:`flashbench.reference`: the float64 truth, one-shot and streamed
-- :mod:`flashbench.numerics`: precision models of a flash kernel and of plain attention
-- :mod:`flashbench.kernels`, :mod:`flashbench.backends`: the Triton kernels, torch peers, yours
-- :mod:`flashbench.accuracy`, :mod:`flashbench.bands`: error metrics, rules, measured bands
-- :mod:`flashbench.measure`: what ``flashbench check`` measures, timing, footprints
-- :mod:`flashbench.infra`: machine names, locks
-- :mod:`flashbench.history`, :mod:`flashbench.review`, :mod:`flashbench.site`: asv results
-  as pandas, the pre-merge review, the offline asv site
-- :mod:`flashbench.cli`: the command line
-
-``flashbench.triton_attention`` is imported lazily: importing it picks the GPU or,
-without one, the Triton interpreter.
+``flashbench.triton_attention`` and ``flashbench.tolerance`` (the shipped tolerance
+table) are loaded on first use: ``import flashbench`` imports neither torch nor triton.
 """
 
 __version__ = "0.1.0"

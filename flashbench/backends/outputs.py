@@ -1,19 +1,17 @@
 """What a backend must return, checked before its numbers are judged.
 
-A backend (flashbench's, torch's or a user's) returns ``o`` or ``(o, lse)``:
+A backend (flashbench's, torch's or a user's) returns ``o`` or ``(o, lse)``: o a torch
+tensor [B, H, Nq, dv] in q's dtype (float64 for the reference; [B, Nq, H, dv] for a
+decode backend, :func:`checked_decode_output`), lse (optional) a floating tensor
+[B, H, Nq], the natural-log log-sum-exp of the scaled, masked scores. A missing LSE gets
+a stand-in (:func:`flashbench.kernels.torch_peers.reference_lse`) and the result says so
+(:class:`BackendOutput`, ``own_lse`` False): the kernel is then judged on o alone.
 
-- o: a torch tensor [B, H, Nq, dv] in q's dtype (float64 for the reference);
-- lse (optional): a floating torch tensor [B, H, Nq], natural-log log-sum-exp of the
-  scaled, masked scores; where it is missing, a stand-in fills it
-  (:func:`flashbench.kernels.torch_peers.reference_lse`) and the result says so
-  (:class:`BackendOutput`, ``own_lse`` False): the kernel is then judged on o alone.
-
-For finite inputs the float64 reference is finite everywhere (o is a convex
-combination of rows of v; a row that sees no key has o = 0), so any inf or NaN in o
-is a failure, as is a NaN or +inf LSE, or a -inf LSE on a row that sees some key.
-Each failure is a :class:`BackendFailed` whose message says what was wrong; so is a call
-that changes its inputs (:func:`guarded`). A decode backend's o is [B, Nq, H, dv]
-(:func:`checked_decode_output`).
+For finite inputs the float64 reference is finite everywhere, so any inf or NaN in o is
+a failure, as is a NaN or +inf LSE, or a -inf LSE on a row that sees some key. Each
+failure is a :class:`BackendFailed` whose message says what was wrong; so is a call that
+changes its inputs (:func:`guarded`). The contract: docs/backends.md; why outputs are
+checked: docs/check.md ("The kernel under test is untrusted code").
 """
 
 from __future__ import annotations

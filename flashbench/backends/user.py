@@ -1,37 +1,17 @@
 """A user's own attention function as a backend, judged like flashbench's own kernel.
 
-Two ways in:
+Two ways in: ``flashbench check --backend package.module:function`` (repeatable; named by
+the spec), or an entry point in the group ``flashbench.backends`` (every installed one joins
+under its name). Every call runs in a worker process (:mod:`flashbench.backends.worker`).
 
-- ``flashbench check --backend package.module:function`` (repeatable): the module is
-  imported from ``sys.path`` and ``function`` (a dotted attribute path) looked up, in a
-  worker process of its own (:mod:`flashbench.backends.worker`, where every call runs);
-  the backend's name is the spec itself.
-- an entry point in the group ``flashbench.backends`` (``name = "module:function"`` in
-  a package's metadata, e.g. pyproject's ``[project.entry-points."flashbench.backends"]``):
-  every installed one joins ``flashbench check`` under its entry-point name (one
-  that a registry backend already has becomes ``NAME-entry-point``).
-
-The function is called as ``fn(q, k, v, causal=causal)`` (plus ``scale=`` when a scale
-is set) on torch tensors q [B, H, Nq, d], k, v [B, Hkv, Nk, d] and returns ``o``
-[B, H, Nq, dv] in q's dtype or ``(o, lse)`` with lse [B, H, Nq]
-(:mod:`flashbench.backends.outputs`). Optional attributes of the function declare
-what it takes (else the defaults):
-
-- ``flashbench_dtypes``: precision names, default ``TORCH_FLOATS`` ("fp32", "fp16",
-  "bf16": the registry's default-judged precisions with a torch dtype of their own);
-- ``flashbench_head_dims``: head dims d, default any;
-- ``flashbench_gqa``: True if k, v may have fewer heads than q (Hkv dividing H);
-  default False: k and v are expanded to H heads for it;
-- ``flashbench_differentiable``: True if autograd flows through it (default False);
-- ``flashbench_variants``: which of "window", "softcap", "sinks" it takes, as keywords
-  ``window=(left, right)``, ``softcap=c``, ``sinks=`` (a tuple of H floats), passed only
-  when set; default none: a check with a variant reports it "not applicable".
-
-A function that cannot be imported, raises (or exits), changes its inputs in place,
-runs past the per-call time limit, returns the wrong shape or dtype, or non-finite
-values where the reference is finite is a FAIL with that reason; the other backends
-still run. So is a decode function (``flashbench_kind = "decode"``, run by ``check
---decode``: :mod:`flashbench.backends.decode`, in a worker the same way).
+The function is called as ``fn(q, k, v, causal=causal)`` (plus ``scale=`` when a scale is
+set) on torch tensors and returns ``o`` or ``(o, lse)`` (:mod:`flashbench.backends.outputs`);
+optional ``flashbench_*`` attributes declare what it takes (dtypes, head dims, gqa,
+differentiable, variants). A function that cannot be imported, raises (or exits), changes
+its inputs, runs past the per-call time limit or returns a wrong or non-finite output is
+a FAIL with that reason; the other backends still run. A decode function
+(``flashbench_kind = "decode"``, :mod:`flashbench.backends.decode`) runs and fails alike.
+Contract, attributes and their defaults: docs/backends.md ("Your own kernel").
 """
 
 from __future__ import annotations

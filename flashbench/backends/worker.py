@@ -1,19 +1,17 @@
 """A user's kernel runs in a worker process of its own, one per user backend, kept for the run.
 
-Why a child and not the harness's process (docs/check.md): a user's kernel may call
-``sys.exit``, ``os._exit``, hang, print, or crash the interpreter; in the harness's
-process each of those ends or corrupts the whole check (every other verdict lost,
-``--json`` unreadable, a CI job reading exit 0). In a child, each becomes that kernel's
-FAIL with the reason, and a hang is stopped at the per-call time limit
-(:data:`DEFAULT_TIME_LIMIT`, ``flashbench check --timeout``). One persistent worker per
-backend pays the start (python + torch, about 2 s here) once, not per call.
+A user's kernel may call ``sys.exit``, ``os._exit``, hang, print, or crash the
+interpreter; in the harness's process each of those ends or corrupts the whole check. In
+a child each becomes that kernel's FAIL with the reason, and a hang is stopped at the
+per-call time limit (:data:`DEFAULT_TIME_LIMIT`, ``flashbench check --timeout``). One
+persistent worker per backend pays the start (python + torch) once, not per call.
 
 The child (``python -m flashbench.backends.worker SPEC``) prints the kernel's output to
-stderr (its stdout is the protocol pipe), ignores SIGINT (Ctrl-C is the harness's), on
-a CPU machine starts with ``TRITON_INTERPRET=1`` unless it is set (Triton kernels then
-run interpreted, with :func:`flashbench.kernels.interpreter.patch_interpreter`'s fixes),
-and runs CUDA itself where there is a GPU. Requests and replies are ``torch.save`` frames
-(copies: the child never shares the harness's memory), loaded with ``weights_only``.
+stderr (stdout is the protocol pipe), ignores SIGINT, runs CUDA itself where there is a
+GPU and, on a CPU machine, starts with ``TRITON_INTERPRET=1`` unless it is set (and
+:func:`flashbench.kernels.interpreter.patch_interpreter`). Requests and replies are
+``torch.save`` frames (copies), loaded with ``weights_only``. Why, and the probes:
+docs/check.md ("The kernel under test is untrusted code").
 """
 
 from __future__ import annotations

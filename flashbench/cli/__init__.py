@@ -1,23 +1,16 @@
 """Command line: ``flashbench check | history | review | ...``.
 
 One module per subcommand (``flashbench.cli.check``, ...), each with
-``add_parser(subparsers)`` and ``run(args) -> exit status``; the list is
-:data:`COMMANDS`. This module assembles them and owns the error handling of every
-subcommand, so that a status means one thing everywhere:
-
-- 0 and 1 are the subcommand's own answers (review: 0 nothing regressed, 1 something
-  regressed; check: 0 pass, 1 fail); 2 is "could not decide" (review);
-- bad arguments or input (argparse errors; a ValueError or TypeError that flashbench
-  raised itself, with a ``raise`` statement in its own code): one line on stderr,
-  exit 2, no traceback;
-- the tool itself failed (OSError such as a disk full, a git, asv, npm or worker
-  failure: subprocess errors and RuntimeError): one line on stderr, exit 3;
-- a closed output pipe (``--json | head``): quietly exit 3;
-- SIGINT / SIGTERM: one line, exit 128 + the signal number (130, 143);
-- anything else is a bug, an "internal error" (a ValueError from inside numpy or
-  pandas too: not the user's input): one line, exit 3 (never 1, "regressed").
-Every exit 3 but the closed pipe saves its traceback to a file and names it
-(:func:`save_traceback`).
+``add_parser(subparsers)`` and ``run(args) -> exit status``; the list is :data:`COMMANDS`.
+This module assembles them and owns the error handling of every subcommand, so that a
+status means one thing everywhere: 0 and 1 are the subcommand's own answers; 2 is input
+flashbench refused itself (argparse errors; a ValueError or TypeError from a ``raise`` in
+its own code), or review's "could not decide"; 3 is the tool's own failure (OSError,
+subprocess errors, RuntimeError), a bug ("internal error", any other exception: never 1)
+or, quietly, a closed output pipe; SIGINT / SIGTERM give 128 + the signal number. Each
+error but the closed pipe is one line on stderr, no traceback; every 3 but the closed pipe
+saves its traceback to a file and names it (:func:`save_traceback`). The contract in
+full: docs/check.md ("Exit statuses, every subcommand").
 """
 
 from __future__ import annotations

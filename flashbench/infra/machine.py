@@ -2,17 +2,14 @@
 
 ``python -m flashbench.infra.machine`` (or scripts/asv_machine.py) registers this machine
 in ~/.asv-machine.json and prints its name, made of everything that changes its speed:
-
-- CPU machines: ``cpu-<arch>-<cpu token>-<N>cpu-<M>gb`` (``cpu-x86_64-xeon-2cpu-24gb``);
-- GPU machines: ``<gpu>-<cpu token>-<N>cpu`` (``nvidia-h200-xeon-platinum-8480-16cpu``),
-  the GPU model also in asv's ``cpu`` field (machine.json has no GPU field).
-
+``cpu-<arch>-<cpu token>-<N>cpu-<M>gb`` on a CPU machine, ``<gpu>-<cpu token>-<N>cpu`` on
+a GPU one (the GPU model also in asv's ``cpu`` field: machine.json has no GPU field).
 :func:`cpu_token` is the processor model without vendor marks, "CPU"/"Processor" and
 clock speed. A machine's identity is (machine, cpu): :mod:`flashbench.history` groups by
-both. Every field is written here, not by ``asv machine --yes`` (which stores only what
-differs from its defaults, leaving results without os, arch and cpu), under a lock and by
-atomic replacement, so concurrent registrations neither lose entries nor leave a
-half-written file. More: docs/asv.md ("Machines").
+both. Every field is written here, not by ``asv machine --yes`` (which leaves results
+without os, arch and cpu), under a lock and by atomic replacement, so concurrent
+registrations neither lose entries nor leave a half-written file. More: docs/asv.md
+("Machines").
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """Launch configs of the forward kernel: a pruned Hopper autotune space and fixed configs.
 
 A GPU window's compile budget is small, so the space is written per (operand width, head
-dim), not as a full product, and pruned per launch:
+dim), not as a full product (:data:`HOPPER_CANDIDATES` for 16-bit operands,
+:data:`FP8_CANDIDATES` for e4m3), and pruned per launch:
 
-- :data:`HOPPER_CANDIDATES` (4 to 6 configs per head dim, 16-bit operands) and
-  :data:`FP8_CANDIDATES` (3 or 4, e4m3 operands);
 - :func:`prune_forward` (Triton's ``early_config_prune``): drops configs whose pipelined
-  tiles exceed Hopper's shared memory, and query blocks longer than the whole (padded)
-  query length when a smaller candidate exists;
-- :func:`fixed_config`: one config per (dtype, d) for correctness checks, fp32 (never
-  autotuned) and fp8 with per-block descales; for 16-bit and fp8 operands a candidate, so
-  a check and an autotuned run share the compilation.
+  tiles exceed Hopper's shared memory (:func:`fits_shared_memory`), and query blocks longer
+  than the whole (padded) query length when a smaller candidate exists;
+- :func:`fixed_config`: one per (dtype, d) for checks, fp32 and per-block fp8; for 16-bit
+  and fp8 operands a candidate, so a check and an autotuned run share the compilation.
 
-Plain data and arithmetic, shared by the launch code, :mod:`flashbench.kernels.plan` and
-other kernels (:func:`fits_shared_memory`). Where the candidates come from, and why fp32
-is fixed: docs/gpu.md ("Configs and the compile budget").
+Plain data, shared by the launch code, :mod:`flashbench.kernels.plan` and other kernels;
+why these candidates: docs/gpu.md ("Configs and the compile budget").
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """Running a kernel's interpreted twin (for :mod:`flashbench.kernels.launch`).
 
-Triton's interpreter runs a kernel as Python over NumPy when ``TRITON_INTERPRET`` was set
-before the kernel was decorated; flashbench never sets it (see
-:mod:`flashbench.kernels.launch`). Instead an interpreted launch runs
+flashbench never sets ``TRITON_INTERPRET``: an interpreted launch runs
 ``InterpretedFunction(fn)`` (the twin of the kernel's plain Python function) inside
-:func:`jitted_helpers_interpreted`, which for its duration (under a lock):
-
-- replaces ``JITFunction.__call__`` (which only ever raises) by a call of the helper's
-  interpreted twin, so the kernel's jitted helpers and triton.language's (``tl.max``,
-  ``tl.sum``) run interpreted whatever the order of imports;
-- puts triton.language back exactly as it was afterwards: Triton's interpreter restores
-  what a kernel launch patches, but an interpreted *helper* call patches the modules in
-  that helper's globals (``triton.language.core`` for Triton's own helpers) and never
-  restores them, after which the next kernel *compiled* in the process (a cache miss)
-  fails with a CompilationError.
+:func:`jitted_helpers_interpreted`, which for its duration (under a lock) replaces
+``JITFunction.__call__`` (which only ever raises) by a call of the helper's interpreted
+twin, so the kernel's jitted helpers and triton.language's (``tl.max``, ``tl.sum``) run
+interpreted whatever the order of imports, and afterwards puts triton.language back
+exactly as it was (an interpreted helper call patches the modules in its globals and
+Triton never restores them; the next kernel compiled in the process then failed).
+:func:`patch_interpreter` fixes Triton's interpreter for a user's kernels run with
+``TRITON_INTERPRET=1`` in their worker. Why and how: docs/gpu.md ("Where it runs"), and
+for a user's kernel docs/check.md ("The kernel under test is untrusted code").
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ CUDA tensors run the compiled ``JITFunction`` (autotuned over ``configs``, or on
 :class:`Config`); CPU tensors run its interpreted twin (:mod:`flashbench.kernels.interpreter`).
 ``FLASHBENCH_TRITON_INTERPRET=1`` interprets CUDA tensors too; ``=0`` refuses the
 interpreter (a CPU launch is then a ValueError). Do not set Triton's ``TRITON_INTERPRET``
-instead: read when ``@triton.jit`` decorates, it makes every kernel decorated afterwards
-(torch.compile's too) interpreted, and set after ``import triton`` it breaks the
-interpreter. Why, and how the twin runs: docs/gpu.md ("Where it runs").
+instead: it makes every kernel decorated afterwards (torch.compile's too) interpreted,
+and set after ``import triton`` it breaks the interpreter: docs/gpu.md ("Where it runs").
 
 :func:`planning` records launches as the compilations they would trigger (one per config x
 specialization, Triton's cache key): on ``device="meta"`` tensors it counts a work list's

@@ -1,39 +1,17 @@
 """torch's own attention, as peers of flashbench's kernel.
 
-Every function takes torch tensors q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv]
-(Hkv dividing H: grouped-query attention, query head h reads kv head h // (H // Hkv))
-with causal masking bottom-right aligned (query i sees key j iff j <= i + Nk - Nq;
-torch's own ``is_causal`` is top-left aligned, so Nq != Nk gets
-``torch.nn.attention.bias.causal_lower_right``, or an explicit mask).
-
-Two callables per peer, as the registry (:mod:`flashbench.backends`) uses them:
-
-- ``*_output``: the bare op, o only: what timings call;
-- ``*_attention``: (o [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32) for accuracy
-  checks, with the reference's convention for rows that see no key (o = 0,
-  lse = -inf). The LSE comes from the op where it returns one (flex_attention on a
-  GPU), else from a separate logsumexp of the scaled, masked scores in float64, rounded
-  to fp32 (:func:`reference_lse`; not part of the op's cost, so never timed).
-
-Peers:
-
-- naive: S = q k^T and P = softmax(S) materialised in q's dtype; k, v expanded to H
-  heads first (no grouped kernel).
-- sdpa (``kernel=None``: torch's own choice; "flash", "efficient", "cudnn", "math":
-  pinned with ``torch.nn.attention.sdpa_kernel``): grouped K/V through
-  ``enable_gqa``. Where torch's pinned kernel does not take a case (a dtype, a head
-  dim, a mask, no GPU), :class:`BackendUnavailable` carries torch's own reason.
-- flex: ``torch.nn.attention.flex_attention`` under ``torch.compile`` (a fused kernel;
-  eager flex materialises the scores), with a block mask for causal and
-  ``enable_gqa``. On CPU, inductor compiles it to C++ for inference only and without
-  an LSE output, so its LSE is the separate fp32 one.
-
-Variants (:class:`flashbench.inputs.variant.Variant`; ``window``, ``softcap``, ``sinks``
-keywords, or a Variant passed as ``causal`` to the helpers): naive takes all three (the
-sink a score column, dropped after the softmax); SDPA takes a window as an explicit
-boolean mask and refuses a softcap or sinks (:class:`BackendUnavailable`, "not
-applicable"); flex takes the window as a block mask from the Variant's ``mask_mod`` and
-the softcap as a ``score_mod``, and refuses sinks.
+Peers: naive (S and P materialised in q's dtype), sdpa (``kernel=None``: torch's own
+choice; "flash", "efficient", "cudnn", "math": pinned with ``sdpa_kernel``) and flex
+(``flex_attention`` under ``torch.compile``). Every function takes torch tensors
+q [B, H, Nq, d], k [B, Hkv, Nk, d], v [B, Hkv, Nk, dv] (Hkv dividing H) with causal
+masking bottom-right aligned (torch's ``is_causal`` is top-left aligned). Two callables
+per peer, as the registry (:mod:`flashbench.backends`) uses them: ``*_output``, the bare
+op, o only (what timings call); ``*_attention``, (o, lse) for accuracy checks, o = 0 and
+lse = -inf on rows that see no key, the LSE the op's own where it returns one, else
+:func:`reference_lse` (never timed). Variants: ``window``, ``softcap``, ``sinks``
+keywords, or a Variant passed as ``causal``; a case a peer does not take raises
+:class:`BackendUnavailable` with the reason. Each peer's masks, GQA, LSE and variants:
+docs/backends.md (the table, "flex on a CPU"), docs/variants.md ("What runs where").
 """
 
 from __future__ import annotations

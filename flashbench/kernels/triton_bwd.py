@@ -5,15 +5,13 @@ Three kernels (:mod:`flashbench.kernels.triton_bwd_kernels`): ``attn_bwd_preproc
 (``D = rowsum(dO * O)``), ``attn_bwd_dkdv`` (one program per key block of one kv head,
 looping over the query blocks of every query head of its group) and ``attn_bwd_dq`` (one
 program per query block, looping over key blocks). No atomics, so every result is bitwise
-repeatable. Names (p, ds, delta, lse_ref) are those of the NumPy twin
-:func:`flashbench.reference.streaming_bwd.stream_attention_grad`, rounding points those of
-:func:`flashbench.numerics.flash_model_grad` (P and dS rounded to the input dtype before
-their matmuls, the rest fp32); masks and phases as in the forward.
-
+repeatable. Names and rounding points are those of
+:func:`flashbench.reference.streaming_bwd.stream_attention_grad` and
+:func:`flashbench.numerics.flash_model_grad`; masks and phases as in the forward.
 CUDA tensors run fixed configs per (operand width, head dim) (:data:`DKDV_CONFIGS`,
-:data:`DQ_CONFIGS`; no autotuning: three compilations per signature); CPU tensors run
-interpreted on ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N`` tiles, with bf16 rounded
-by hand as in the forward. More: docs/backward.md ("The Triton backward").
+:data:`DQ_CONFIGS`; no autotuning); CPU tensors run interpreted on
+``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N`` tiles, with bf16 rounded by hand as in
+the forward. More: docs/backward.md ("The Triton backward").
 """
 
 from __future__ import annotations

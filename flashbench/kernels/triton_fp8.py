@@ -6,14 +6,12 @@ does: e4m3 q, k, v with fp32 descales (per tensor, per (batch, head) or per tile
 fp8 dots with fp32 accumulation, P rounded to e4m3 as 256 P, O written in bf16.
 
 - :func:`triton_attention_fp8` takes fp16 / bf16 / fp32 / fp64 tensors and quantises them
-  as the model does (:func:`quantize` equals the model's bit for bit), with the model's
-  defaults ``quant="block"``, ``incoherent=True``.
+  as the model does (:func:`quantize`, bit for bit; ``quant="block"``, ``incoherent=True``).
 - :func:`forward_fp8` takes e4m3 tensors and their descales (FlashAttention-3's
   ``flash_attn_func`` with fp8 inputs); what a timing measures.
 
-V goes in key-major (:func:`key_major`): Hopper's fp8 wgmma takes shared-memory operands
-K-major only, and ``P V`` reduces over the keys. Interpreted launches round P and O in
-fp32 first (:mod:`flashbench.kernels.rounding`). More: docs/fp8.md ("The Triton FP8 forward").
+V goes in key-major (:func:`key_major`: Hopper's fp8 wgmma takes K-major operands only).
+More, and the interpreter's rounding: docs/fp8.md ("The Triton FP8 forward").
 """
 
 from __future__ import annotations

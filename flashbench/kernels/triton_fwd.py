@@ -1,33 +1,17 @@
 """FlashAttention-2 style fused forward kernel in Triton.
 
 One program computes one block of BLOCK_M query rows of one (batch, query head): it
-streams BLOCK_N-key blocks of K and V through the (m, l) recurrence in fp32, in the
-log2 domain, divides by l once at the end, writes O in q's dtype and the
-natural-log LSE in fp32. The names (m_new, m_ref, alpha, p) are those of the NumPy
-recurrence in :mod:`flashbench.reference.streaming`.
-
-- Scale: ``qk_scale = scale * log2(e)`` fused into the exponent,
-  ``p = exp2(qk * qk_scale - m)``; a scale <= 0 is made positive on the host (q negated
-  or zeroed), so masked -inf scores stay -inf.
-- Masking (:mod:`flashbench.kernels.phases`): key blocks in three phases, those a
-  window's left edge cuts (masked), those every row sees whole (no mask), then those on
-  the causal diagonal, a window's right edge or Nk's ragged tail (masked); blocks no
-  row sees are never loaded. Rows that see no key finish with O = 0 and LSE = -inf.
-  Softcap, sinks and packed batches: :mod:`flashbench.kernels.triton_variants`.
-- Grid: axis 0 batch x head, axis 1 query blocks (heaviest causal first); 64-bit offsets.
-- Grouped-query attention: query head h reads kv head ``h // (H // Hkv)`` in place.
-
-Where it runs (:mod:`flashbench.kernels.launch`): CUDA tensors run the compiled
-kernel (autotuned for 16-bit operands, :mod:`flashbench.kernels.configs`; one fixed config
-for fp32); CPU tensors run it under Triton's interpreter, correct and far too slow to time.
-Interpreted bf16 launches upcast dot operands to fp32 (triton issue 11584: exact products,
-fp32 accumulation either way) and round P and O to nearest even themselves (constexpr
-``ROUND``, :func:`flashbench.kernels.rounding.round_bf16`; the interpreter's cast
-truncates): their output is then the flash model's.
-
-FP8 mode (constexpr ``FP8``; host side and rounding points in
-:mod:`flashbench.kernels.triton_fp8`): e4m3 q, k, v with fp32 descales folded into the
-score scale, P = 256 exp2(s - m) rounded to e4m3, O in bf16; same masks, phases and grid.
+streams BLOCK_N-key blocks of K and V through the (m, l) recurrence in fp32, in the log2
+domain (``p = exp2(qk * qk_scale - m)``, ``qk_scale = scale * log2(e)``), divides by l
+once at the end, writes O in q's dtype and the natural-log LSE in fp32. The names (m_new,
+m_ref, alpha, p) are those of :mod:`flashbench.reference.streaming`. A scale <= 0 is made
+positive on the host (q negated or zeroed), so masked -inf scores stay -inf. Key blocks
+run in three phases (:mod:`flashbench.kernels.phases`); softcap, sinks and packed batches:
+:mod:`flashbench.kernels.triton_variants`; the FP8 mode (constexpr ``FP8``):
+:mod:`flashbench.kernels.triton_fp8`; interpreted bf16 launches round P and O themselves
+(constexpr ``ROUND``). Contract, grid, where it runs (:mod:`flashbench.kernels.launch`),
+configs and the interpreter's defects: docs/gpu.md ("The Triton kernel"); the FP8 mode:
+docs/fp8.md ("The Triton FP8 forward"); the phases: docs/variants.md.
 """
 
 from __future__ import annotations

@@ -2,19 +2,16 @@
 
 One :class:`~flashbench.inputs.variant.Variant` says what the kernel computes; this module
 turns it into the forward kernel's arguments (:class:`KernelVariant`) and launches
-:func:`flashbench.kernels.triton_fwd.forward`. In the kernel
-(:mod:`flashbench.kernels.triton_fwd`, :func:`flashbench.kernels.phases.variant_phases`):
-key blocks outside every row's window are never visited (``count=True`` returns the
-blocks each program visited, so tests see the work grow with the window, not with N);
-the softcap is ``c log2(e) tanh(s / c)`` in fp32 (:func:`flashbench.kernels.softcap.tanh`) before
-masking; the sink joins (m, l) before the one division, as
-:func:`flashbench.reference.streaming.finish` does. Packed batches: q [total_q, H, d], k, v
-[total_k, Hkv, d] with ``cu_seqlens_q`` / ``cu_seqlens_k``; one program per (sequence,
-head, query block of the longest sequence), blocks past a sequence's end visit nothing.
-Gradients (:func:`variant_attention`): the Triton backward takes the window and the
-softcap (:func:`flashbench.kernels.triton_bwd.backward`); a sinks tensor that requires grad
-gets ``-sum P_sink D`` (:func:`sink_grad`); packed batches too
-(:func:`triton_varlen_backward`: the backward kernels with per-sequence offsets).
+:func:`flashbench.kernels.triton_fwd.forward`: key blocks outside every row's window are
+never visited (``count=True`` returns the blocks each program visited), the softcap is
+``c log2(e) tanh(s / c)`` in fp32 (:func:`flashbench.kernels.softcap.tanh`) before
+masking, the sink joins (m, l) before the one division. Packed batches (q [total_q, H, d],
+k, v [total_k, Hkv, d], ``cu_seqlens_q`` / ``cu_seqlens_k``): one program per (sequence,
+head, query block of the longest sequence); blocks past a sequence's end visit nothing.
+Gradients (:func:`variant_attention`, :func:`triton_varlen_attention`): the Triton
+backward with the window and the softcap, :func:`sink_grad` for a sinks tensor that
+requires grad, :func:`triton_varlen_backward` for packed batches. The contract, what the
+window skips and the packed backward: docs/variants.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """Gradient measurement: the backward pass judged like the forward, one record per measurement.
 
-Beside :mod:`flashbench.measure` (the forward's cases and records), with the same
-habits: this module computes and returns dataclass records; ``flashbench check``
-renders them, the asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
+Beside :mod:`flashbench.measure` (the forward's cases and records), with the same habits:
+this module computes and returns dataclass records; ``flashbench check`` renders them, the
+asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
 
-- :func:`default_grad_cases`: the cases ``flashbench check`` judges gradients on by
-  default (small, so that the interpreted Triton backward fits the check's budget).
-- :func:`grad_output`: the seeded output gradient dO every gradient record uses.
-- :func:`grad_exactness`: streamed vs one-shot backward in float64 ->
-  :class:`GradExactness`, passed iff max |diff| <= :data:`~flashbench.measure.EXACT_TOL`
-  times the gradients' scale (the largest |dq|, |dk|, |dv| of the one-shot result).
-- :func:`measure_gradients`: dq, dk, dv of the flash model's backward
-  (:func:`flashbench.numerics.flash_model_grad`) and of every differentiable backend
-  (torch.autograd through it) against the float64 gradients, with the gradient rule
-  (:func:`flashbench.accuracy.judge_gradient`: 3x the same-dtype standard backward's
-  max abs error + FlashAttention's gradient floor) -> :class:`GradAccuracy` records,
-  or the forward's :class:`~flashbench.measure.Unavailable` /
-  :class:`~flashbench.measure.Failed`.
-
-Errors are unitless (|dq - dq_fp64| of unit-variance inputs and dO).
+- :func:`default_grad_cases`: the small cases ``flashbench check`` judges gradients on by
+  default (the interpreted Triton backward must fit the check's budget);
+- :func:`grad_output`: the seeded output gradient dO every gradient record uses;
+- :func:`grad_exactness`: streamed vs one-shot backward in float64 -> :class:`GradExactness`;
+- :func:`measure_gradients`: dq, dk, dv of the flash model's backward and of every
+  differentiable backend against the float64 gradients, by the gradient rule
+  (:func:`flashbench.accuracy.judge_gradient`) -> :class:`GradAccuracy` records, or the
+  forward's ``Unavailable`` / ``Failed``. The rules and units: docs/backward.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """``flashbench check``: is the streaming exact, and is each dtype as accurate as it can be?
 
-Two questions, kept apart:
+:func:`run_check` answers two questions, kept apart, forward and backward
+(:func:`render_text` prints the tables; docs/check.md tells what each one is):
 
-1. Exactness (float64): streamed vs one-shot softmax and attention, O and LSE,
-   causal and not. Max abs difference; PASS iff <= 1e-12.
-2. Dtype cost, per case and precision (fp32, tf32, fp16, bf16):
-   - streamed vs one-shot *in the same dtype*: flash_model vs standard_model;
-   - each against the float64 reference, and the baseline rule: the flash model's
-     (and every available backend's) max abs error is at most 2x the same-dtype
-     standard attention's plus eps/4, for O and for LSE;
-   - and the band rule (:mod:`flashbench.accuracy.bandrule`): the error's RMSE and p99
-     (against the reference of the dtype-rounded inputs) within the band of a correct
-     flash kernel on the same case times measured multipliers. PASS needs both rules.
-
-3. The backward pass, on the gradient cases (by default the small
-   :func:`flashbench.measure.backward.default_grad_cases`; with ``--shape``, the shapes
-   given):
-   - exactness in float64: streamed (FlashAttention-2's recurrence) vs one-shot
-     dq, dk, dv, max |diff| relative to the gradients' scale; PASS iff <= 1e-12;
-   - dq, dk, dv of the flash model's backward and of every differentiable backend
-     against the float64 gradients, and the gradient rule: each within 3x the
-     same-dtype standard backward's max abs error plus FlashAttention's gradient floor
-     (:func:`flashbench.accuracy.gradient_floor`), and the band rule as for O;
-   - packed (varlen) batches alike, per sequence (:mod:`flashbench.measure.varlen`).
-
-Errors are unitless (inputs and outputs are plain numbers); "eps" columns divide by
-the dtype's machine epsilon. Percentiles run over every element of O (or LSE).
+1. Exactness (float64): streamed vs one-shot softmax, O and LSE (causal and not), and
+   dq, dk, dv relative to the gradients' scale; PASS iff <= 1e-12.
+2. Dtype cost, per case and precision: flash vs standard model in the same dtype; the
+   flash model and every available backend against the float64 reference, by the baseline
+   rule (2x the same-dtype standard attention's max abs error plus eps/4) or for
+   gradients the gradient rule (:func:`flashbench.accuracy.gradient_floor`), and by the
+   band rule (:mod:`flashbench.accuracy.bandrule`); PASS needs both. Gradient cases:
+   :func:`flashbench.measure.backward.default_grad_cases` or the ``--shape`` shapes;
+   packed batches per sequence (:mod:`flashbench.measure.varlen`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """Device timing and throughput.
 
-- :func:`device_samples`: per-run device times (seconds) of a CUDA callable: warm-up
-  first, the L2 cache flushed (a 256 MB buffer zeroed) before every run, CUDA events
-  around each run; the samples, not only their median, are what statistics need.
-  :func:`device_seconds`: their median (``triton.testing.do_bench`` semantics).
-- :func:`pass_fn`: the callable that times one pass (fwd, bwd or fwd+bwd) of an attention
-  function; bwd calls ``torch.autograd.grad(o, (q, k, v), do)`` and refuses, with a clear
-  reason, a function whose output carries no gradient.
-- :func:`gpu_state`: SM clock, power, temperature, driver, torch/Triton/CUDA versions.
-- :func:`tflops`: throughput, derived, never recorded: :meth:`flashbench.inputs.Shape.flops`
-  (4 * B * H * d per visible (query, key) pair forward, per query head under GQA; 2.5x
-  backward; about half the full count when causal) / seconds.
-No CUDA GPU, no timing: interpreted Triton's speed means nothing; CPU timings are asv's.
+- :func:`device_samples`: per-run device times (seconds) of a CUDA callable, the L2 cache
+  flushed before every run, CUDA events around each; :func:`device_seconds`: their median.
+- :func:`pass_fn`: the callable that times one pass (fwd, bwd or fwd+bwd) of an
+  attention function (bwd refuses a function whose output carries no gradient).
+- :func:`gpu_state`: clocks, power, temperature and versions, for results that describe
+  their machine.
+- :func:`tflops`: throughput, derived from :meth:`flashbench.inputs.Shape.flops`, never
+  recorded.
+
+Timing refuses to run without a CUDA GPU: the Triton interpreter's speed means nothing,
+and CPU timings belong to asv's own ``time_`` benchmarks. More: docs/gpu.md ("How a time
+is taken").
 """
 
 from __future__ import annotations
