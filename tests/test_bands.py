@@ -334,7 +334,8 @@ def test_cli_from_results(tmp_path, capsys):
 
 def test_band_history_lists_a_widened_cell_and_plots(tmp_path):
     from flashbench.history import load_results
-    from flashbench.history.bands import band_history, plot_bands, widened, widened_markdown
+    from flashbench.history.bands import band_history, widened, widened_markdown
+    from flashbench.history.plots import plot_bands  # what the report draws bands.png with
 
     df = load_results(bands_results(tmp_path / "results"))
     h = band_history(df)

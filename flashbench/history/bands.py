@@ -10,13 +10,10 @@ The bands suite's tracks (:data:`flashbench.history.suites.BANDS`, today
   commit by more than ``min_change`` (relative); :func:`widened_markdown` lists them.
 - :func:`latest_bands`: the latest commit's bands as records that
   :func:`flashbench.bands.render.render_table` prints.
-- :func:`plot_bands`: one panel per dtype, a shaded p50..max range per N and
-  distribution over commits.
+The report draws these rows with :func:`flashbench.history.plots.plot_bands`.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,8 +22,7 @@ from flashbench.history import suites
 from flashbench.history.plots import commit_order
 from flashbench.history.summaries import with_identity
 
-__all__ = ["band_history", "widened", "widened_markdown", "latest_bands", "plot_bands",
-           "BAND_TRACK", "CELL"]
+__all__ = ["band_history", "widened", "widened_markdown", "latest_bands", "BAND_TRACK", "CELL"]
 
 BAND_TRACK = suites.BANDS  # the quantity a bands track records, from its method name
 CELL = ["machine", "cpu", "kernel", "dtype", "N", "dist", "causal", "quantity"]
@@ -149,59 +145,3 @@ def latest_bands(history: pd.DataFrame) -> list[dict]:
         else:
             rec.update({f"{metric}_{s}": getattr(r, s) for s in STATS})
     return list(records.values())
-
-
-def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
-               kernel: str = "flash_model") -> bool:
-    """One panel per dtype: per N and distribution (non-causal; causal where there is no
-    non-causal row) a shaded p50..max range over commits, the p99 as a line. False
-    when there is nothing to plot."""
-    h = history[(history["quantity"] == quantity) & (history["kernel"] == kernel)]
-    if h.empty:
-        return False
-    if h["causal"].eq(False).any():
-        h = h[h["causal"].eq(False)]
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    from flashbench.inputs.precision import DTYPES
-
-    dtypes = [d for d in DTYPES if d in set(h["dtype"])]
-    dtypes += sorted(set(h["dtype"]) - set(dtypes))
-    cols = min(3, len(dtypes))
-    nrows = -(-len(dtypes) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    cells = sorted({(n, d) for n, d in zip(h["N"], h["dist"], strict=True)},
-                   key=lambda c: (str(c[1]), c[0]))
-    color = {c: colors[i % len(colors)] for i, c in enumerate(cells)}
-    machines = h[["machine", "cpu"]].astype(object).drop_duplicates()
-    for ax, dtype in zip(axes.flat, dtypes, strict=False):
-        sub = h[h["dtype"] == dtype]
-        for (n, dist, machine, cpu), g in sub.groupby(["N", "dist", "machine", "cpu"],
-                                                      dropna=False, sort=True):
-            g = g.sort_values("x")
-            c = color[(n, dist)]
-            where = f" [{machine}{f' ({cpu})' if isinstance(cpu, str) else ''}]" \
-                if len(machines) > 1 else ""
-            ax.fill_between(g["x"], g["p50"], g["max"], color=c, alpha=0.2, step="mid")
-            ax.plot(g["x"], g["p99"], color=c, marker=".", lw=1, label=f"N={n} {dist}{where}")
-        ax.set_yscale("log")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{dtype} ({kernel})")
-        ax.set_xlabel("commit (oldest = 0)")
-        ax.grid(alpha=0.3)
-    unit = h["unit"].dropna().iloc[-1] if h["unit"].notna().any() else quantity
-    for row in axes:
-        row[0].set_ylabel(str(unit))
-    for ax in list(axes.flat)[len(dtypes):]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=6)
-    fig.suptitle(f"Error bands over history: shaded p50..max, line p99 ({quantity})")
-    fig.tight_layout()
-    fig.savefig(Path(path), dpi=100)
-    plt.close(fig)
-    return True
