@@ -1,6 +1,6 @@
 """Power of the two rules: which precision defects each catches, in fp16 and bf16, from which N.
 
-    nice .venv/bin/python scripts/band_power.py          # the README's table, ~4 min here
+    nice .venv/bin/python scripts/band_power.py          # docs/check.md's power table, ~4 min here
 
 Each defective kernel of ``tests/defects.py`` (and the same kernel without a defect, the
 control) runs on one case per N, as ``flashbench check`` would judge it: shape

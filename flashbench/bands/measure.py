@@ -33,7 +33,7 @@ __all__ = ["BAND_N", "SEEDS", "ROWS_PER_SEED", "HEAD_DIM", "VERSUS", "Cell", "Ba
            "band_dtypes", "cell_shape", "measure_bands", "caller_inputs", "element_errors"]
 
 BAND_N = (256, 1024, 4096)  # keys per row: the default grid (the lecture's "N ~ 1k" and around)
-SEEDS = 16  # default seeds per cell of `flashbench bands` (the table uses 64: README, bands)
+SEEDS = 16  # default seeds per cell of `flashbench bands` (the table uses 64: docs/bands.md)
 ROWS_PER_SEED = 256  # query rows per seed (heads x rows per head)
 MAX_ROWS = 256  # query rows per head
 HEAD_DIM = 64

@@ -27,7 +27,7 @@ __all__ = ["tolerance", "load_table", "build_table", "write_table", "TABLE_METRI
 # metric name (as flashbench.accuracy.error_stats names it) -> the Band field of its edge
 TABLE_METRICS = {"max_abs": "abs_max", "abs_p99": "abs_p99", "abs_p50": "abs_p50",
                  "rel_max": "rel_max", "rel_p99": "rel_p99", "rel_p50": "rel_p50"}
-SAFETY = 2.0  # tolerance = edge x SAFETY (README "Tolerance bands": why 2)
+SAFETY = 2.0  # tolerance = edge x SAFETY (docs/bands.md: "Why a factor 2, and how many seeds")
 TENSORS = ("o", "lse")
 TABLE_PATH = "data/tolerances.json"  # inside the flashbench package
 VERSION = 1

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     b.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
     b.add_argument("--causal", choices=["both", "on", "off"], default="off",
                    help="causal cells too (default off: the lecture's table; causal rows "
-                   "near full length differ little, see the README)")
+                   "near full length differ little: docs/bands.md)")
     b.add_argument("--seeds", type=positive_int, default=SEEDS,
                    help=f"seeds per cell (default {SEEDS}; seeds 0..S-1)")
     b.add_argument("--kernels", nargs="+", default=["flash_model"],
