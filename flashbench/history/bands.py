@@ -1,7 +1,7 @@
 """Error bands over history: the band of each dtype x N x dist x causal per commit.
 
-The bands suite's tracks (:data:`flashbench.history.suites.BANDS`, today
-``TrackBands.track_o_abs``: |O - O_fp64|) say what they hold in their parameters:
+The bands suite's tracks (:data:`flashbench.history.suites.BANDS`: |O - O_fp64| and the
+other quantities) say what they hold in their parameters:
 ``kernel``, ``dtype``, ``N`` (keys per query row), ``dist``, ``causal``, ``stat`` (p50/p99/max).
 
 - :func:`band_history`: one row per machine x cpu x commit x cell x quantity with the
