@@ -192,12 +192,13 @@ def precompile(tree: Path, jobs: int, env: dict, timeout: float = 150) -> str:
 def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True) -> dict:
     """One commit: asv into a private folder, then the files moved into ``out``."""
     work = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{os.getpid()}-", dir=out.parent))
+    tmp = tempfile.mkdtemp(prefix="flashbench-asv-")  # asv's TMPDIR (a socket: a short path)
     try:
         tree = extract(commit, work / "src", repo)
         results = work / "results"
         conf = asv_config(repo, results, work, commit)
         env = {**os.environ, **ASV_LAUNCH_ENV, "ASV_PYTHONPATH": benchmark_path(tree, repo),
-               "TRITON_CACHE_AUTOTUNING": "1"}
+               "TRITON_CACHE_AUTOTUNING": "1", "TMPDIR": tmp}
         if args.triton_cache:
             env["TRITON_CACHE_DIR"] = str(Path(args.triton_cache).resolve())
         cmd = [args.python, "-m", "asv", "run", "--config", str(conf),
@@ -229,8 +230,9 @@ def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True
             os.replace(f, target / f.name)
         facts.update(file=str(target / written[-1].name), seconds=time.monotonic() - start)
         return facts
-    finally:
+    finally:  # an interrupted asv leaves its forkserver's folder in its TMPDIR: both go
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def kernels_tree(commit: str, repo: Path) -> str:

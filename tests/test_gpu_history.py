@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,8 +121,9 @@ def test_out_that_is_a_file_is_refused(clone, tmp_path):
 @pytest.mark.slow
 def test_an_interrupted_commit_leaves_nothing_in_results(clone, tmp_path):
     out, mark = tmp_path / "results", tmp_path / "started"
+    tmp = Path(tempfile.mkdtemp(prefix="fbt-"))  # short: asv puts a socket below it
     env = {**os.environ, "HOME": str(clone.parent / "home"), "PYTHONPATH": str(ROOT),
-           "GH_MARK": str(mark)}
+           "GH_MARK": str(mark), "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--repo", str(clone), "--machine",
                              "m", "--out", str(out), "--bench", "bench_probe.track_slow",
                              "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -137,6 +139,8 @@ def test_an_interrupted_commit_leaves_nothing_in_results(clone, tmp_path):
     assert "interrupted during" in err and "nothing of it written" in err
     assert not list(out.glob("*/*.json"))  # no results file, no machine.json
     assert not list(tmp_path.glob(".gpu-history-*"))
+    assert not list(tmp.iterdir()), list(tmp.rglob("*"))  # nor asv's forkserver folder
+    tmp.rmdir()
 
 
 def test_a_dead_runs_private_folder_is_removed(tmp_path):

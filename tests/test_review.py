@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -300,11 +301,13 @@ def _processes_of(repo):
 
 def test_sigterm_during_reuse_asv_run_leaves_no_process(project):
     """Finding 11: asv's benchmark server and benchmark processes (process groups of
-    their own) end with the interrupted review."""
+    their own) end with the interrupted review, and leave no temporary folder (asv's
+    forkserver leaves its socket's folder when it is ended)."""
     repo, home, c = project
+    tmp = Path(tempfile.mkdtemp(prefix="fbt-"))  # short: asv puts a socket below it
     proc = subprocess.Popen([sys.executable, "-m", "flashbench.cli", "review", "--reuse",
                              "--existing", "--bench", "TimeAttention", c["base"], c["slow"]],
-                            cwd=repo, env={**os.environ, "HOME": str(home)},
+                            cwd=repo, env={**os.environ, "HOME": str(home), "TMPDIR": str(tmp)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 300
@@ -329,6 +332,8 @@ def test_sigterm_during_reuse_asv_run_leaves_no_process(project):
         os.kill(pid, signal.SIGKILL)
     assert not left, left
     assert len(worktrees(repo)) == 1 and not sessions(repo)
+    assert not list(tmp.iterdir()), list(tmp.rglob("*"))
+    tmp.rmdir()
 
 
 def test_stale_session_is_pruned_and_bad_arguments_refused_before_any_run(project):

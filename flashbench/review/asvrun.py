@@ -6,16 +6,19 @@ no results raises :class:`AsvError` with asv's last words.
 asv runs in a session of its own (:func:`run_in_session`): its benchmark server and
 processes have process groups of their own, which killing asv's group would orphan;
 every process of the session is ended when the review is interrupted, fails, or asv
-returns.
+returns. asv's temporary files (its forkserver's socket folder, which an ended asv leaves
+behind) go to a private TMPDIR, removed with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -142,19 +145,23 @@ def run_asv(root: Path, commit: str, machine: str, quick: bool, existing: bool,
     if bench:
         cmd += ["--bench", bench]
     started = time.time() - 1.0
-    with Session(root) as session:
-        env = {**os.environ, **ASV_LAUNCH_ENV}
-        if existing:
-            env["ASV_PYTHONPATH"] = str(session.worktree("head", commit))
-            cmd += ["-E", f"existing:{sys.executable}", "--set-commit-hash", commit]
-        else:
-            cmd.append(f"{commit}^!")
-        log(f"review: asv run {commit[:8]} ({'quick' if quick else 'full'}, "
-            f"{'existing env' if existing else 'virtualenv'}) on {machine}")
-        try:
-            r = run_in_session(cmd, root, env)
-        except OSError as exc:
-            raise AsvError(f"cannot run asv: {exc}") from None
+    tmp = tempfile.mkdtemp(prefix="flashbench-asv-")  # short: asv puts a socket in it
+    try:
+        with Session(root) as session:
+            env = {**os.environ, **ASV_LAUNCH_ENV, "TMPDIR": tmp}
+            if existing:
+                env["ASV_PYTHONPATH"] = str(session.worktree("head", commit))
+                cmd += ["-E", f"existing:{sys.executable}", "--set-commit-hash", commit]
+            else:
+                cmd.append(f"{commit}^!")
+            log(f"review: asv run {commit[:8]} ({'quick' if quick else 'full'}, "
+                f"{'existing env' if existing else 'virtualenv'}) on {machine}")
+            try:
+                r = run_in_session(cmd, root, env)
+            except OSError as exc:
+                raise AsvError(f"cannot run asv: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     written = [p for p in out.glob(f"{machine}/{commit[:8]}-*.json")
                if p.stat().st_mtime >= started]
     if not written:
