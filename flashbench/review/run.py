@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from flashbench.infra.git import checked_out, resolve
 from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.asvrun import project
-from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
+from flashbench.review.gitops import Session, dirty_files
 from flashbench.review.model import Review
 from flashbench.review.options import Options, select
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
