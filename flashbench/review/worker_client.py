@@ -80,14 +80,12 @@ def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]
 
 
 class Worker:
-    """``worker_process.py serve`` holding ``trees`` (side -> tree; a single tree is the side
-    ``label``): one request, one reply (JSON lines). ``errors`` holds the sides whose
-    suites do not import (their requests are answered "failed")."""
+    """``worker_process.py serve`` holding ``trees`` (side -> tree): one request, one reply
+    (JSON lines). ``errors`` holds the sides whose suites do not import (their requests
+    are answered "failed")."""
 
-    def __init__(self, label: str, trees: Path | dict, bench_dir: Path, log: Path,
+    def __init__(self, label: str, trees: dict[str, Path], bench_dir: Path, log: Path,
                  threads: int | None = None, cpus: frozenset[int] | None = None):
-        if not isinstance(trees, dict):
-            trees = {label: trees}
         self.label, self.trees, self.bench_dir, self.log = label, dict(trees), bench_dir, log
         self.threads = threads
         self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
@@ -215,7 +213,7 @@ def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
 
 def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
     """Today's benchmarks, discovered by a worker on the working tree itself."""
-    w = Worker("working-tree", root, bench_dir, log)
+    w = Worker("working-tree", {"working-tree": root}, bench_dir, log)
     try:
         w.start()
         if w.errors:
