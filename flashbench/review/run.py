@@ -223,9 +223,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
-            sampler = Sampler(None, opts.seconds, opts.factor, q_look,
-                              log=lambda text: log("review: " + text),
-                              lanes=[_lane(w) for w in workers])
+            sampler = Sampler([_lane(w) for w in workers], opts.seconds, opts.factor, q_look,
+                              log=lambda text: log("review: " + text))
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
