@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from flashbench.infra.asv import last_words, read_config, run_asv_process  # noqa: E402
+from flashbench.infra.git import GitError, git, resolve, toplevel  # noqa: E402
 from flashbench.infra.machine import ASV_LAUNCH_ENV, check_machine_name, register  # noqa: E402
-from flashbench.review.asvrun import run_in_session  # noqa: E402
 
 PARTIAL = ".gpu-history-"  # prefix of the private folders beside --out
 DEFAULT_BENCH = "bench_gpu"
@@ -44,20 +45,10 @@ class HistoryError(ValueError):
     """Bad input (exit status 2): the message names the argument."""
 
 
-def git(*args: str, cwd: Path = ROOT) -> str:
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        raise HistoryError(f"git {' '.join(args)}: {last[-1] if last else r.returncode}")
-    return r.stdout.strip()
-
-
 def _commit(rev: str, repo: Path) -> str:
-    if not rev or rev.startswith("-"):
-        raise HistoryError(f"COMMITS: {rev!r} is not a commit name")
     try:
-        return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=repo)
-    except HistoryError:
+        return resolve(rev, repo)
+    except ValueError:
         raise HistoryError(f"COMMITS: {rev!r} is not a commit in {repo}") from None
 
 
@@ -72,7 +63,8 @@ def commits(specs: list[str], repo: Path) -> list[str]:
             if not a or not b or b.startswith("."):
                 raise HistoryError(f"COMMITS: range {spec!r} must be A..B")
             ca, cb = _commit(a, repo), _commit(b, repo)
-            found = git("rev-list", "--reverse", "--topo-order", f"{ca}..{cb}", cwd=repo).split()
+            found = git("rev-list", "--reverse", "--topo-order", f"{ca}..{cb}",
+                        cwd=repo).split()
             if not found:
                 raise HistoryError(f"COMMITS: range {spec!r} holds no commits (is {a} an "
                                    f"ancestor of {b}?)")
@@ -129,9 +121,10 @@ def extract(commit: str, dest: Path, repo: Path) -> Path:
 
 
 def asv_config(repo: Path, results: Path, work: Path, commit: str) -> Path:
-    from asv.util import load_json
-
-    conf = load_json(str(repo / "asv.conf.json"), js_comments=True)
+    try:
+        conf = read_config(repo / "asv.conf.json")
+    except ValueError as exc:
+        raise HistoryError(str(exc)) from None
     conf.update(repo=str(repo), benchmark_dir=str((repo / conf.get("benchmark_dir",
                                                                     "benchmarks")).resolve()),
                 results_dir=str(results), html_dir=str(work / "html"), env_dir=str(work / "env"),
@@ -192,13 +185,12 @@ def precompile(tree: Path, jobs: int, env: dict, timeout: float = 150) -> str:
 def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True) -> dict:
     """One commit: asv into a private folder, then the files moved into ``out``."""
     work = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{os.getpid()}-", dir=out.parent))
-    tmp = tempfile.mkdtemp(prefix="flashbench-asv-")  # asv's TMPDIR (a socket: a short path)
     try:
         tree = extract(commit, work / "src", repo)
         results = work / "results"
         conf = asv_config(repo, results, work, commit)
         env = {**os.environ, **ASV_LAUNCH_ENV, "ASV_PYTHONPATH": benchmark_path(tree, repo),
-               "TRITON_CACHE_AUTOTUNING": "1", "TMPDIR": tmp}
+               "TRITON_CACHE_AUTOTUNING": "1"}
         if args.triton_cache:
             env["TRITON_CACHE_DIR"] = str(Path(args.triton_cache).resolve())
         cmd = [args.python, "-m", "asv", "run", "--config", str(conf),
@@ -211,13 +203,12 @@ def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True
         if args.precompile and fresh:
             say(f"{commit[:8]} precompile ({args.precompile} processes): "
                 f"{precompile(tree, args.precompile, env)}")
-        r = run_in_session(cmd, repo, env)
+        r = run_asv_process(cmd, repo, env)
         (work / "asv.log").write_text(r.stdout + r.stderr)
         written = sorted(results.glob(f"{args.machine}/{commit[:8]}-*.json"))
         if not written:
-            last = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
             raise RuntimeError(f"asv wrote no results for {commit[:8]} (exit {r.returncode}): "
-                               f"{last[-1].strip() if last else 'no output'}")
+                               f"{last_words(r.stdout + r.stderr)}")
         facts = summarise(written[-1])
         if facts["commit"] != commit:
             raise RuntimeError(f"asv recorded commit {facts['commit']} for {commit}")
@@ -230,15 +221,14 @@ def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True
             os.replace(f, target / f.name)
         facts.update(file=str(target / written[-1].name), seconds=time.monotonic() - start)
         return facts
-    finally:  # an interrupted asv leaves its forkserver's folder in its TMPDIR: both go
+    finally:
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def kernels_tree(commit: str, repo: Path) -> str:
     try:
         return git("rev-parse", f"{commit}:flashbench/kernels", cwd=repo)[:8]
-    except HistoryError:
+    except GitError:
         return "none"
 
 
@@ -275,7 +265,7 @@ def main(argv=None) -> int:
     try:
         if not Path(args.repo).is_dir():
             raise HistoryError(f"--repo {args.repo!r} is not a folder")
-        repo = Path(git("rev-parse", "--show-toplevel", cwd=Path(args.repo)))
+        repo = toplevel(args.repo)
         check_machine_name(args.machine)
         out = check_out(args.out).resolve()
         todo = commits(args.commits, repo)

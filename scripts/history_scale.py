@@ -39,7 +39,7 @@ from pathlib import Path
 warnings.simplefilter("ignore")
 from flashbench.history import load_results
 from flashbench.review import results as stored
-from flashbench.review.gitops import ancestors
+from flashbench.infra.git import ancestors
 from flashbench.review.model import Review
 results, repo, base, machine, cpu, keys, how = sys.argv[1:8]
 keys = json.loads(keys)

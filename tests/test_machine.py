@@ -113,7 +113,7 @@ def test_the_review_runs_asv_forkserver_with_cuda_kept_out_of_the_parent(tmp_pat
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 1, "", "boom")
 
-    monkeypatch.setattr(asvrun, "run_in_session", fake_run)
+    monkeypatch.setattr(asvrun, "run_asv_process", fake_run)
     with pytest.raises(asvrun.AsvError, match="wrote no results"):
         asvrun.run_asv(tmp_path, "0" * 40, "m1", quick=True, existing=False, bench=None,
                        log=lambda _: None)

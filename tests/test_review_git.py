@@ -8,13 +8,8 @@ import textwrap
 
 import pytest
 
-from flashbench.review.gitops import (
-    Session,
-    ancestors,
-    checked_out,
-    dirty_files,
-    resolve,
-)
+from flashbench.infra.git import ancestors, checked_out, resolve
+from flashbench.review.gitops import Session, dirty_files
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@t"}

@@ -72,7 +72,7 @@ def points(names):
 
 
 def run(machine, names, budget=1e9, factor=1.1):
-    sampler = Sampler(machine.measure, budget, factor, look_level(), clock=machine.clock)
+    sampler = Sampler([Lane(machine.measure)], budget, factor, look_level(), clock=machine.clock)
     pairs, rows = sampler.run(points(names))
     return {r.benchmark: r for r in paired_rows(pairs, factor, look_level()) + rows}, sampler
 
@@ -115,7 +115,7 @@ def test_both_sides_get_identical_block_sizes_in_every_paired_round():
     """Finding 3: base's calibration block (1 sample) must not be paired with a head
     block of 5 samples: every round compares blocks of one size and one ``number``."""
     m = Recorder()
-    sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock)
+    sampler = Sampler([Lane(m.measure)], 1e9, 1.1, look_level(), clock=m.clock)
     (pair,), _ = sampler.run(points(["b.time_a"]))
     assert pair.rounds >= MIN_ROUNDS
     for i in range(pair.rounds):
@@ -211,7 +211,7 @@ def test_a_a_reviews_have_no_systematic_bias():
     first, overall = [], []
     for seed in range(300):
         m = Recorder(seed=seed)
-        sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock)
+        sampler = Sampler([Lane(m.measure)], 1e9, 1.1, look_level(), clock=m.clock)
         (pair,), _ = sampler.run(points(["b.time_a"]))
         ratios = pair.log_ratios()
         first.append(ratios[0])
@@ -355,7 +355,7 @@ def test_a_head_that_fails_after_calibration_is_a_regression():
             return {"status": "failed", "reason": "NaN output"}
         return measure(point, side, plan)
 
-    sampler = Sampler(flaky, 1e9, 1.1, look_level(), clock=m.clock)
+    sampler = Sampler([Lane(flaky)], 1e9, 1.1, look_level(), clock=m.clock)
     pairs, rows = sampler.run(points(["b.time_a"]))
     assert not pairs and len(rows) == 1
     assert (rows[0].reason, rows[0].regression, rows[0].detail) == (
@@ -363,8 +363,8 @@ def test_a_head_that_fails_after_calibration_is_a_regression():
 
 
 def _pair_run(m, names):
-    sampler = Sampler(m.measure, 1e9, 1.1, look_level(), clock=m.clock,
-                      measure_pair=m.measure_pair)
+    sampler = Sampler([Lane(m.measure, m.measure_pair)], 1e9, 1.1, look_level(),
+                      clock=m.clock)
     pairs, rows = sampler.run(points(names))
     return {r.benchmark: r for r in paired_rows(pairs, 1.1, look_level()) + rows}
 
@@ -431,7 +431,7 @@ def _lanes(truth, n, fail_in=None, slow=None):
 def test_lanes_sample_at_once_each_comparison_in_the_process_that_calibrated_it():
     truth = {f"b.time_{n}": 1.5 if n < 3 else 1.0 for n in range(8)}
     lanes, calls = _lanes(truth, 2)
-    sampler = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes)
+    sampler = Sampler(lanes, 1e9, 1.1, look_level())
     pairs, rows = sampler.run(points(list(truth)))
     assert not rows and [p.benchmark for p in pairs] == list(truth)  # the points' order
     verdicts = {r.benchmark: r.verdict for r in paired_rows(pairs, 1.1, look_level())}
@@ -448,7 +448,7 @@ def test_no_lane_looks_before_every_grid_point_is_calibrated():
     family at the first look is every comparison)."""
     truth = {f"b.time_{n}": 1.0 for n in range(6)}
     lanes, calls = _lanes(truth, 2, slow={1: 0.03})
-    pairs, _ = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes).run(points(list(truth)))
+    pairs, _ = Sampler(lanes, 1e9, 1.1, look_level()).run(points(list(truth)))
     assert len(pairs) == 6
     calibrating = [t for _, _, rounds, t in calls if rounds == 0]
     stepping = [t for _, _, rounds, t in calls if rounds >= 1]
@@ -470,7 +470,7 @@ def test_an_interrupt_stops_every_lane():
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.2)
         with pytest.raises(KeyboardInterrupt):
-            Sampler(None, 1e9, 1.1, look_level(), lanes=lanes).run(points(list(truth)))
+            Sampler(lanes, 1e9, 1.1, look_level()).run(points(list(truth)))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -486,11 +486,11 @@ def test_an_interrupt_stops_every_lane():
 
 def test_a_lane_that_fails_stops_the_review_with_its_error():
     lanes, _ = _lanes({f"b.time_{n}": 1.0 for n in range(8)}, 2, fail_in=1)
-    sampler = Sampler(None, 1e9, 1.1, look_level(), lanes=lanes)
+    sampler = Sampler(lanes, 1e9, 1.1, look_level())
     with pytest.raises(RuntimeError, match="the worker is gone"):
         sampler.run(points([f"b.time_{n}" for n in range(8)]))
-    with pytest.raises(ValueError, match="not both"):
-        Sampler(lambda *a: {}, 1.0, 1.1, 0.01, lanes=lanes)
+    with pytest.raises(ValueError, match="at least one lane"):
+        Sampler([], 1.0, 1.1, 0.01)
 
 
 def test_select_matches_names_and_grid_points():
@@ -530,8 +530,8 @@ def test_the_first_look_judges_every_comparison_with_the_familys_prior(lanes):
         with lock:
             return m.measure(point, side, plan)
 
-    sampler = Sampler(None, 1e9, 1.1, look_level(), clock=m.clock,
-                      lanes=[Lane(measure) for _ in range(lanes)])
+    sampler = Sampler([Lane(measure) for _ in range(lanes)], 1e9, 1.1, look_level(),
+                      clock=m.clock)
     pairs, rows = sampler.run(points(names))
     assert not rows and len(pairs) == 16
     assert all(p.decided == ("slower", "significant") for p in pairs), [

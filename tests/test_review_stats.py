@@ -201,7 +201,7 @@ def _pairs(ratios, rounds, noise, seed):
 
 def test_no_op_family_has_no_false_alarm_and_settles_as_same():
     pairs = _pairs([1.0] * 40, LOOKS[1], 0.02, seed=1)
-    decisions = decide(pairs, 1.1, Q)
+    decisions = decide(pairs, 1.1, Q, family_prior(pairs))
     assert all(d == ("same", "below-factor") for d in decisions)
 
 
@@ -231,7 +231,7 @@ def test_open_comparisons_end_ambiguous_or_not_slower():
 def test_decided_comparisons_keep_their_verdict():
     pairs = _pairs([1.0], 5, 0.02, seed=4)
     pairs[0].decided = ("slower", "significant")  # settled at an earlier look
-    assert decide(pairs, 1.1, Q) == [("slower", "significant")]
+    assert decide(pairs, 1.1, Q, family_prior(pairs)) == [("slower", "significant")]
 
 
 # ----------------------------------------------------------------------- other rules
@@ -559,7 +559,7 @@ def _family(rng, ratios, sds, rounds):
 def test_moderation_decides_at_the_first_look_what_a_plain_t_cannot():
     rng = np.random.default_rng(5)
     pairs = _family(rng, [1.25] * 4 + [1.0] * 40, [0.02] * 44, MIN_ROUNDS)
-    verdicts = decide(pairs, 1.1, Q)
+    verdicts = decide(pairs, 1.1, Q, family_prior(pairs))
     assert [v and v[0] for v in verdicts[:4]] == ["slower"] * 4
     assert all(v is not None and v[0] == "same" for v in verdicts[4:])
     plain = [against_factor(p.log_ratios(), 1.1).p_change for p in pairs]
@@ -574,7 +574,8 @@ def test_one_burst_still_widens_its_own_interval():
     burst = pairs[0]
     burst.head[0] *= 1.6  # one round of head hit by load: mean log-ratio ~ 0.16 > log 1.1
     assert math.exp(np.mean(burst.log_ratios())) > 1.1
-    assert decide(pairs, 1.1, Q)[0] is None  # not "slower": its own variance still counts
+    # not "slower": its own variance still counts
+    assert decide(pairs, 1.1, Q, family_prior(pairs))[0] is None
 
 
 def test_a_few_erratic_comparisons_do_not_spend_the_prior():
@@ -598,7 +599,7 @@ def test_a_few_erratic_comparisons_do_not_spend_the_prior():
     erratic = [loc for loc in locations[60:] if not prior.explains(loc.var, loc.df)]
     assert len(erratic) >= 5 and prior.outliers >= len(erratic)
     assert all(loc.moderated(prior) == loc for loc in erratic)  # their own variance
-    verdicts = decide(pairs, 1.1, Q)
+    verdicts = decide(pairs, 1.1, Q, family_prior(pairs))
     assert [v and v[0] for v in verdicts[:4]] == ["slower"] * 4
     assert not [v for v in verdicts[4:] if v is not None and v[0] in ("slower", "faster")]
     assert sum(v is not None and v[0] == "same" for v in verdicts[4:60]) >= 50

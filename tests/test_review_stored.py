@@ -263,7 +263,7 @@ def test_bench_selects_names_or_grid_points_of_stored_rows():
 
 DRIVER = r"""
 import signal, sys
-from flashbench.review.asvrun import run_in_session
+from flashbench.infra.asv import run_in_session
 from flashbench.review.run import _signals_raise
 
 folder = sys.argv[1]

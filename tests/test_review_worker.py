@@ -64,7 +64,7 @@ def tree(tmp_path_factory):
 
 @pytest.fixture
 def worker(tree, tmp_path):
-    w = Worker("base", tree, tree / "benchmarks", tmp_path / "w.log").start()
+    w = Worker("base", {"base": tree}, tree / "benchmarks", tmp_path / "w.log").start()
     yield w
     w.stop()
 
@@ -338,7 +338,7 @@ def test_a_closed_worker_is_never_started_again(tree, tmp_path):
     runs) a request raises instead of starting a new process."""
     from flashbench.review.worker_client import WorkerError
 
-    w = Worker("timing", tree, tree / "benchmarks", tmp_path / "w.log").start()
+    w = Worker("timing", {"timing": tree}, tree / "benchmarks", tmp_path / "w.log").start()
     w.close()
     assert w.proc is None
     with pytest.raises(WorkerError, match="was closed"):

@@ -1,1 +1,2 @@
-"""What the measurements run on: asv machine names (:mod:`.machine`), file locks (:mod:`.locks`)."""
+"""Plumbing every room shares: asv machine names (:mod:`.machine`), file locks (:mod:`.locks`),
+git (:mod:`.git`), asv as a subprocess (:mod:`.asv`)."""

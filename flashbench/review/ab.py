@@ -134,14 +134,9 @@ class Sampler:
     and the budget (wall time) are the whole review's; an error in one lane, or an
     interrupt, stops the others at their next round (docs/review.md, ``--jobs``)."""
 
-    def __init__(self, measure: Measure | None, budget: float, factor: float, q_look: float,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None]
-                 | None = None, measure_pair: MeasurePair | None = None,
-                 lanes: list[Lane] | None = None):
-        if lanes is None:
-            lanes = [Lane(measure, measure_pair)]
-        elif measure is not None or measure_pair is not None:
-            raise ValueError("give measure/measure_pair or lanes, not both")
+    def __init__(self, lanes: list[Lane], budget: float, factor: float, q_look: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 log: Callable[[str], None] | None = None):
         if not lanes:
             raise ValueError("a sampler needs at least one lane")
         self.lanes = list(lanes)

@@ -1,4 +1,5 @@
-"""git for the review: revisions, ancestry, uncommitted edits, and worktree sessions.
+"""git for the review: uncommitted edits, and worktree sessions (revisions and ancestry:
+:mod:`flashbench.infra.git`).
 
 A :class:`Session` checks commits out under ``.asv/review/<session>/``, a folder locked
 (:mod:`flashbench.infra.locks`) while the review runs and removed when it ends. A folder
@@ -15,57 +16,11 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from flashbench.infra.git import GitError, git
 from flashbench.infra.locks import acquire, locked, release
 
 SESSIONS = Path(".asv") / "review"
 WATCHED = ("flashbench", "benchmarks")  # uncommitted edits here change what is measured
-
-
-class GitError(RuntimeError):
-    """git itself failed (exit status 3 of the CLI)."""
-
-
-def git(*args: str, cwd: Path | str = ".") -> str:
-    try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc}") from None
-    if r.returncode != 0:
-        msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        raise GitError(f"git {' '.join(args)}: {msg[-1] if msg else f'exit {r.returncode}'}")
-    return r.stdout.strip()
-
-
-def toplevel(cwd: Path | str = ".") -> Path:
-    """The repository's root folder; ValueError outside a git repository."""
-    try:
-        return Path(git("rev-parse", "--show-toplevel", cwd=cwd))
-    except GitError:
-        raise ValueError(f"{Path(cwd).resolve()} is not inside a git repository") from None
-
-
-def resolve(rev: str, cwd: Path | str = ".") -> str:
-    """Full hash of ``rev``; ValueError naming the revision when it is not a commit."""
-    if not isinstance(rev, str) or not rev or rev.startswith("-"):
-        raise ValueError(f"revision must be a commit name, got {rev!r}")
-    try:
-        return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd)
-    except GitError:
-        raise ValueError(f"revision {rev!r} is not a commit in this repository") from None
-
-
-def checked_out(cwd: Path | str = ".") -> str | None:
-    """The commit the working tree is on (None in a repository without commits)."""
-    try:
-        return git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=cwd)
-    except GitError:
-        return None
-
-
-def ancestors(commit: str, cwd: Path | str = ".") -> list[str]:
-    """``commit`` and its ancestors, newest first in git's topological order."""
-    out = git("rev-list", "--topo-order", commit, cwd=cwd)
-    return out.split() if out else []
 
 
 def dirty_files(cwd: Path | str = ".", paths=WATCHED) -> list[str]:

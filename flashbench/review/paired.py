@@ -60,9 +60,9 @@ class Paired:
         return self._location[1]
 
 
-def look_level(q: float = FALSE_ALARM_RATE, looks: int = len(LOOKS)) -> float:
+def look_level(q: float = FALSE_ALARM_RATE) -> float:
     """The rate each look spends: ``q`` shared equally by the schedule's looks."""
-    return q / looks
+    return q / len(LOOKS)
 
 
 def family_prior(pairs: list[Paired]) -> Prior | None:
@@ -76,13 +76,11 @@ def _prior_of(p: Paired, prior: Prior | None) -> Prior | None:
     return p.decided_prior if p.decided is not None else prior
 
 
-def decide(pairs: list[Paired], factor: float, q_look: float, prior: Prior | None = None,
-           fit: bool = True) -> list[tuple[str, str] | None]:
+def decide(pairs: list[Paired], factor: float, q_look: float, prior: Prior | None
+           ) -> list[tuple[str, str] | None]:
     """One look at every comparison: (verdict, reason) where it is settled, else None;
-    earlier verdicts stand, and Benjamini-Hochberg sees every current p-value. With
-    ``fit`` False, ``prior`` is used instead of the family's (None: no moderation)."""
-    if fit:
-        prior = family_prior(pairs)
+    earlier verdicts stand, and Benjamini-Hochberg sees every current p-value. ``prior``:
+    the family's at this look (:func:`family_prior`; None: no moderation)."""
     tests = [evidence(p.location().moderated(_prior_of(p, prior)), factor) for p in pairs]
     selected = benjamini_hochberg([e.p_change for e in tests], q_look)
     out = []
@@ -103,7 +101,7 @@ def settle(pairs: list[Paired], which: list[Paired], factor: float, q_look: floa
     look's prior; returns how many settled."""
     prior = family_prior(pairs)
     settled = 0
-    for p, d in zip(pairs, decide(pairs, factor, q_look, prior, fit=False), strict=True):
+    for p, d in zip(pairs, decide(pairs, factor, q_look, prior), strict=True):
         if d is not None and p.decided is None and any(p is w for w in which):
             p.decided, p.decided_prior = d, prior
             settled += 1
@@ -121,7 +119,7 @@ def prior_text(prior: Prior | None) -> str:
 def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
     """Final rows of the paired comparisons (after the last look)."""
     prior = family_prior(pairs)
-    decisions = decide(pairs, factor, q_look, prior, fit=False)
+    decisions = decide(pairs, factor, q_look, prior)
     selected = sum(1 for d in decisions if d and d[1] == "significant")
     level = fcr_level(selected, len(pairs), q_look)
     rows = []

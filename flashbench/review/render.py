@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict
 
 from tabulate import tabulate
 
 from flashbench.review.model import REASONS, Review, Row
+from flashbench.review.paired import look_level
 from flashbench.review.stats import LOOKS, MIN_TRIM_ROUNDS, TRIM, WORST_FALSE_ALARMS
 
 
@@ -40,10 +42,7 @@ def _cell(x) -> str:
 
 def _statuses(rows: list[Row]) -> str:
     """'base skipped, head skipped: 3; ...' from the rows' details (most frequent first)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        pair = r.detail.split(":", 1)[0] or "no status"
-        counts[pair] = counts.get(pair, 0) + 1
+    counts = Counter(r.detail.split(":", 1)[0] or "no status" for r in rows)
     return "; ".join(f"{pair}: {n}" for pair, n in sorted(counts.items(),
                                                           key=lambda kv: (-kv[1], kv[0])))
 
@@ -56,7 +55,7 @@ def header(review: Review) -> list[str]:
     if review.false_alarm_rate is not None:
         q = review.false_alarm_rate
         facts.append(f"false alarms: Benjamini-Hochberg at {q:.0%} across the timing "
-                     f"comparisons, {q / len(LOOKS):.2%} at each of the {len(LOOKS)} looks (in "
+                     f"comparisons, {look_level(q):.2%} at each of the {len(LOOKS)} looks (in "
                      "simulated reviews whose every timing sat exactly at the factor, a false "
                      f"\"slower\" in at most {q:.0%} of them where the variance prior fits the "
                      f"family, up to {WORST_FALSE_ALARMS:.0%} where variances truly scatter)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from flashbench.history import load_results
-from flashbench.review.gitops import ancestors
+from flashbench.infra.git import ancestors
 from flashbench.review.model import Review
 
 COLUMNS = ["machine", "cpu", "env", "commit", "date", "benchmark", "params", "status", "value"]

@@ -51,15 +51,14 @@ def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
             problems.append(rule[1])
         if not problems:  # both non-finite, no rule: nothing changed that can be judged
             return "same", "both-not-finite", False
-        return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True
-    worse = base_ok and head > base * (1 + acc_tol) + 1e-300
-    if worse:
-        problems.append("worse")
-        finite_band = [v for v in band if math.isfinite(v)]
-        if finite_band and head > max(finite_band) * (1 + acc_tol):
-            problems.append("above-band")
-    if rule is not None and head > rule[0]:
-        problems.append(rule[1])
+    else:
+        if base_ok and head > base * (1 + acc_tol) + 1e-300:
+            problems.append("worse")
+            finite_band = [v for v in band if math.isfinite(v)]
+            if finite_band and head > max(finite_band) * (1 + acc_tol):
+                problems.append("above-band")
+        if rule is not None and head > rule[0]:
+            problems.append(rule[1])
     if problems:
         return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True
     if base_ok and head < base * (1 - acc_tol):

@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from flashbench.infra.git import checked_out, resolve
 from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler
 from flashbench.review.asvrun import project
-from flashbench.review.gitops import Session, checked_out, dirty_files, resolve
+from flashbench.review.gitops import Session, dirty_files
 from flashbench.review.model import Review
 from flashbench.review.options import Options, select
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
@@ -222,9 +223,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
-            sampler = Sampler(None, opts.seconds, opts.factor, q_look,
-                              log=lambda text: log("review: " + text),
-                              lanes=[_lane(w) for w in workers])
+            sampler = Sampler([_lane(w) for w in workers], opts.seconds, opts.factor, q_look,
+                              log=lambda text: log("review: " + text))
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))

@@ -12,15 +12,13 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import special
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.robust_compare import TrimmedMean
 
-if TYPE_CHECKING:
-    from flashbench.review.prior import Prior
+from flashbench.review.prior import Prior
 
 TRIM = 0.20  # share trimmed from each end of the log-ratios
 MIN_TRIM_ROUNDS = 8  # fewer rounds than this are not trimmed (docs/review.md)

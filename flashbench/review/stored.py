@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flashbench.infra.git import ancestors
 from flashbench.review.asvrun import REVIEW_RESULTS, requirement_names, run_asv
 from flashbench.review.envs import comparable, existing_name
-from flashbench.review.gitops import ancestors
 from flashbench.review.model import Review, Row
 from flashbench.review.options import compile_bench, select, select_rows
 from flashbench.review.results import load_stored, machine_rows, same_version

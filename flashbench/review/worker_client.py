@@ -44,12 +44,13 @@ def _env(tree: Path | None, threads: int | None = None) -> dict:
     return env
 
 
-def _tail(path: Path, lines: int = 1) -> str:
+def _tail(path: Path) -> str:
+    """The last line of a log ("" where there is none)."""
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        lines = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return " | ".join(text[-lines:])
+    return lines[-1] if lines else ""
 
 
 def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]:
@@ -79,14 +80,12 @@ def lane_cpus(threads: int | None, jobs: int = 1) -> list[frozenset[int] | None]
 
 
 class Worker:
-    """``worker_process.py serve`` holding ``trees`` (side -> tree; a single tree is the side
-    ``label``): one request, one reply (JSON lines). ``errors`` holds the sides whose
-    suites do not import (their requests are answered "failed")."""
+    """``worker_process.py serve`` holding ``trees`` (side -> tree): one request, one reply
+    (JSON lines). ``errors`` holds the sides whose suites do not import (their requests
+    are answered "failed")."""
 
-    def __init__(self, label: str, trees: Path | dict, bench_dir: Path, log: Path,
+    def __init__(self, label: str, trees: dict[str, Path], bench_dir: Path, log: Path,
                  threads: int | None = None, cpus: frozenset[int] | None = None):
-        if not isinstance(trees, dict):
-            trees = {label: trees}
         self.label, self.trees, self.bench_dir, self.log = label, dict(trees), bench_dir, log
         self.threads = threads
         self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
@@ -136,26 +135,19 @@ class Worker:
         worker that dies or overruns ``timeout`` seconds is restarted and the request
         answered ``{"status": "failed", ...}``."""
         side = side if side is not None else next(iter(self.trees))
-        return self._send(request, timeout, [side], side=side)
+        return self._send(request, timeout, side=side)
 
     def ask_pair(self, order: tuple[str, str], timeout: float | None = None,
                  **request) -> dict:
         """Send one ``pair`` request (worker_process.py's ``pair_point``: both sides' calls of one
-        grid point, interleaved); a side whose suites do not import is answered
-        ``{"status": "failed", "side": ...}`` without asking."""
-        return self._send(request, timeout, list(order), op="pair", order=list(order))
+        grid point, interleaved); a failure names its ``side``."""
+        return self._send(request, timeout, op="pair", order=list(order))
 
-    def _send(self, request: dict, timeout: float | None, sides: list, **fields) -> dict:
-        for side in sides:
-            if side not in self.trees:
-                raise WorkerError(f"the {self.label} worker holds no side {side!r}")
+    def _send(self, request: dict, timeout: float | None, **fields) -> dict:
         if self.closed:
             raise WorkerError(f"the {self.label} worker was closed")
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        for side in sides:
-            if side in self.errors:
-                return {"status": "failed", "side": side, "reason": self.errors[side]}
         request.update(fields)
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
@@ -221,7 +213,7 @@ def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
 
 def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
     """Today's benchmarks, discovered by a worker on the working tree itself."""
-    w = Worker("working-tree", root, bench_dir, log)
+    w = Worker("working-tree", {"working-tree": root}, bench_dir, log)
     try:
         w.start()
         if w.errors:

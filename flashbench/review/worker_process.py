@@ -275,8 +275,6 @@ class Sides:
         if req.get("op") == "pair":
             return pair_point(self, req)
         side = req.get("side")
-        if side is None and len(self.trees) == 1:
-            side = next(iter(self.trees))
         if side not in self.trees:
             return {"error": f"no side {side!r} in this worker (it has "
                              f"{', '.join(self.trees)})"}

@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from flashbench.infra.asv import last_words, read_config
 from flashbench.infra.locks import locked
 from flashbench.site.window import WindowError, window_config
 
@@ -51,11 +52,6 @@ class PublishError(RuntimeError):
     """asv publish or npm failed; the message carries the tool's own error."""
 
 
-def _last_words(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
-
-
 def fetch_vendor(cache: Path = CACHE) -> Path:
     """npm-pack the packages into ``cache`` (once) and unpack them; returns the folder."""
     cache = Path(cache)
@@ -74,7 +70,7 @@ def fetch_vendor(cache: Path = CACHE) -> Path:
                                      capture_output=True, text=True)
                 if out.returncode != 0:
                     raise PublishError(f"npm pack {spec} failed: "
-                                       f"{_last_words(out.stderr + out.stdout)}")
+                                       f"{last_words(out.stderr + out.stdout)}")
                 tgz = work / out.stdout.strip().splitlines()[-1]
                 with tarfile.open(tgz) as tar:
                     tar.extractall(work / "unpacked", filter="data")
@@ -113,12 +109,10 @@ def localize(html_dir: Path, cache: Path = CACHE) -> int:
 
 
 def _config(config: str) -> dict:
-    from asv.util import load_json
-
     try:
-        return load_json(config, js_comments=True)
-    except Exception as exc:  # asv's UserError for a missing or broken file
-        raise PublishError(f"cannot read {config}: {exc}") from None
+        return read_config(config)
+    except ValueError as exc:
+        raise PublishError(f"cannot read the asv configuration: {exc}") from None
 
 
 def _html_dir(config: str, conf: dict) -> Path:
@@ -146,7 +140,7 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None,
         r = subprocess.run([*cmd, "--html-dir", str(build)], capture_output=True, text=True)
         if r.returncode != 0:
             raise PublishError(f"asv publish failed (exit {r.returncode}): "
-                               f"{_last_words(r.stderr + r.stdout)}")
+                               f"{last_words(r.stderr + r.stdout)}")
         if localize(build, fetch_vendor()) == 0:
             raise PublishError(f"no CDN reference found to localise in {out}/*.html")
         with locked(out.parent):

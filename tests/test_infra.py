@@ -1,0 +1,56 @@
+"""flashbench.infra's shared plumbing: asv's configuration, asv as a subprocess, git."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flashbench.infra.asv import last_words, read_config, run_asv_process
+from flashbench.infra.git import GitError, git, resolve, toplevel
+from flashbench.site.publish import PublishError, _config
+
+
+def test_read_config_reads_comments_as_asv_does(tmp_path):
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text('{\n  // a comment, as in the project\'s file\n  "version": 1,\n'
+                    '  "results_dir": "results"\n}\n')
+    assert read_config(conf) == {"version": 1, "results_dir": "results"}
+
+
+@pytest.mark.parametrize("text", [None, "{ not json", "[1, 2"])
+def test_a_missing_or_broken_config_names_the_file(tmp_path, text):
+    conf = tmp_path / "asv.conf.json"
+    if text is not None:
+        conf.write_text(text)
+    with pytest.raises(ValueError, match=str(conf)):
+        read_config(conf)
+    with pytest.raises(PublishError, match="cannot read the asv configuration.*asv.conf.json"):
+        _config(str(conf))
+
+
+def test_an_asv_process_gets_a_private_tmpdir_removed_after(tmp_path):
+    r = run_asv_process([sys.executable, "-c", "import os, tempfile; "
+                         "d = tempfile.gettempdir(); open(os.path.join(d, 'sock'), 'w'); "
+                         "print(d)"], tmp_path)
+    folder = r.stdout.strip()
+    assert r.returncode == 0 and os.path.basename(folder).startswith("flashbench-asv-")
+    assert folder != os.environ.get("TMPDIR") and not os.path.exists(folder)
+
+
+def test_last_words_is_the_last_line_that_says_something():
+    assert last_words("first\n  the error  \n\n  \n") == "the error"
+    assert last_words("") == "no output"
+
+
+def test_git_errors_name_the_revision_and_the_folder(tmp_path):
+    with pytest.raises(ValueError, match="is not inside a git repository"):
+        toplevel(tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    assert toplevel(tmp_path).resolve() == tmp_path.resolve()
+    with pytest.raises(ValueError, match="revision 'nope' is not a commit"):
+        resolve("nope", tmp_path)
+    with pytest.raises(ValueError, match="must be a commit name"):
+        resolve("--all", tmp_path)
+    with pytest.raises(GitError, match="git log"):
+        git("log", cwd=tmp_path)  # no commits yet: git's own words
