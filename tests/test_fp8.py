@@ -272,6 +272,10 @@ def test_check_takes_fp8_from_the_registry(capsys):
                    "off", "--no-backends", "--quiet"])
     out = capsys.readouterr().out
     assert status == 0 and "fp8_e5m2" in out and "RESULT: PASS" in out
+    # fp8 is forward only: the gradient section says so instead of an empty table
+    grads = out.split("5. Gradients")[1]
+    assert "none: no dtype asked (fp8, fp8_e5m2) has a backward" in grads
+    assert "dq err" not in grads and "band: the band rule's ratio" not in grads
 
 
 def test_table_fa3_prints_markdown_beside_the_paper(capsys):

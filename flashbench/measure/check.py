@@ -50,6 +50,7 @@ from flashbench.measure.varlen import (
     varlen_grad_output,
     varlen_inputs,
 )
+from flashbench.numerics.backward import GRAD_DTYPES
 
 __all__ = ["run_check", "overall_passed", "render_text", "Case", "default_cases"]
 
@@ -293,10 +294,14 @@ def _render_gradients(report: dict) -> list[str]:
         rows.append([*(("", "") if where == last else where), r["kernel"], *cells, floors,
                      bands, _verdict(r)])
         last = where
-    out.append(tabulate(rows, headers=["case", "dtype", "kernel", *(
-        h for g in GRADS for h in (f"{g} err", f"{g} std", f"{g} ratio")), "floor",
-        "band dq/dk/dv", "verdict"]))
-    out += _band_notes(report["gradients"])
+    if rows:
+        out.append(tabulate(rows, headers=["case", "dtype", "kernel", *(
+            h for g in GRADS for h in (f"{g} err", f"{g} std", f"{g} ratio")), "floor",
+            "band dq/dk/dv", "verdict"]))
+        out += _band_notes(report["gradients"])
+    elif not skipped and not failed:  # every dtype asked is forward-only (fp8)
+        out.append(f"   none: no dtype asked ({', '.join(report['meta']['dtypes'])}) has a "
+                   f"backward (the backward is modelled in {', '.join(GRAD_DTYPES)})")
     for (kernel, why), where in skipped.items():
         out.append(f"   {kernel} skipped ({why}): {', '.join(dict.fromkeys(where))}")
     for (kernel, why, peer), where in failed.items():
