@@ -286,3 +286,32 @@ def test_module_reads_no_private_name_of_another_flashbench_module(path):
                 and not node.attr.startswith("__")):
             private.append(f"{node.value.id}.{node.attr}")
     assert not private, f"{path.name} reads private names {private}"
+
+
+def test_the_interpreter_skips_only_the_overflow_checks_it_would_drop():
+    """An interpreted launch turns Triton's interpreter's sanitize_overflow off while debug
+    is off (the check's assert would never run: the same bits, about a third less time);
+    with debug on it stays."""
+    import dataclasses
+
+    from triton.runtime import interpreter as ti
+
+    from flashbench.kernels.attention import triton_attention
+    from flashbench.kernels.interpreter import skip_discarded_overflow_checks
+
+    builder = ti.interpreter_builder
+    before = builder.options
+    q, k, v = (torch.randn(1, 2, 70, 16, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    try:
+        builder.options = dataclasses.replace(before, sanitize_overflow=True, debug=False)
+        checked = triton_attention(q, k, v, causal=True)  # checks computed ...
+        skip_discarded_overflow_checks()
+        assert builder.options.sanitize_overflow is False
+        fast = triton_attention(q, k, v, causal=True)  # ... and after: the same bits
+        assert all(torch.equal(a, b) for a, b in zip(fast, checked, strict=True))
+        builder.options = dataclasses.replace(before, sanitize_overflow=True, debug=True)
+        skip_discarded_overflow_checks()
+        assert builder.options.sanitize_overflow is True  # its asserts would run: kept
+    finally:
+        builder.options = before

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 __all__ = ["twin", "jitted_helpers_interpreted", "language_objects", "patch_interpreter",
-           "Launches"]
+           "Launches", "skip_discarded_overflow_checks"]
 
 _LOCK = threading.RLock()
 _TWINS: dict[Callable, object] = {}
@@ -33,8 +33,26 @@ def twin(fn: Callable):
 
     found = _TWINS.get(fn)
     if found is None:
+        skip_discarded_overflow_checks()
         found = _TWINS[fn] = InterpretedFunction(fn)
     return found
+
+
+def skip_discarded_overflow_checks() -> None:
+    """Triton's interpreter computes an overflow check for every integer +, - and * under
+    64 bits (``sanitize_overflow``), then drops it: the assert it feeds runs only with
+    ``debug``, off in the interpreter (as on the GPU, where it compiles to nothing). Off
+    where ``debug`` is: the same results, about a fifth less interpreted time (8 s of
+    bench_accuracy's 41 s setup, cProfile). Idempotent; a Triton without it: nothing."""
+    import dataclasses
+
+    from triton.runtime import interpreter as ti
+
+    builder = getattr(ti, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if (dataclasses.is_dataclass(options) and getattr(options, "sanitize_overflow", False)
+            and not getattr(options, "debug", True)):
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
 def _call_interpreted(self, *args, **kwargs):
@@ -137,6 +155,8 @@ def patch_interpreter() -> Launches:
         return _PATCHED[0]
     import triton.language as tl
     from triton.runtime import interpreter as ti
+
+    skip_discarded_overflow_checks()
 
     builder, launches = ti.InterpreterBuilder, Launches()
     dot, cast, fp_to_fp = builder.create_dot, builder.cast_impl, builder.create_fp_to_fp
