@@ -81,6 +81,17 @@ KERNELS = textwrap.dedent('''
         return o, lse
     grad_vandal.flashbench_differentiable = True
 
+    def whoami(q, k, v, causal=False, scale=None):
+        with open(os.environ["WHOAMI"], "a") as f:
+            f.write(f"{os.getpid()} {os.getppid()} {os.getsid(0)}\\n")
+        return _attn(q, k, v, causal, scale)
+
+    def parricide(q, k, v, causal=False, scale=None):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            if b"--zygote" in f.read():  # never the harness (a spawned worker's parent)
+                os.kill(os.getppid(), 9)
+        return _attn(q, k, v, causal, scale)
+
     print("imported and printing at import time")
 ''')
 
@@ -162,6 +173,47 @@ def test_prints_do_not_reach_stdout(kernels, capsys):
     """Probe 4: a kernel that prints (at import and per call) leaves --json parseable."""
     rc, report = check(capsys, "--backend", "fbuntrusted:chatty")
     assert rc == 0 and rows(report, "fbuntrusted:chatty")[0]["passed"]
+
+
+def test_prints_reach_the_stderr_the_harness_has_now(kernels, capfd):
+    """A worker writes to the harness's stderr of the moment (passed at each start), not to
+    the one its zygote was started with (an earlier test's capture)."""
+    rc = main(["check", "--shape", "1x2x64x32", "--causal", "off", "--dist", "normal",
+               "--dtype", "fp32", "--json", "--quiet", "--backend", "fbuntrusted:chatty"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and json.loads(out)["passed"]
+    assert "hello from the kernel" in err and "imported and printing at import time" in err
+
+
+def _whoami(kernels, monkeypatch, capsys, start):
+    monkeypatch.setenv("FLASHBENCH_WORKER_START", start)
+    monkeypatch.setenv("WHOAMI", str(kernels / "who"))
+    rc, report = check(capsys, "--backend", "fbuntrusted:whoami", "--backend",
+                       "fbuntrusted:parricide", "--backend", "fbuntrusted:good")
+    assert rc == 0 and all(r["passed"] for r in report["backends"])
+    return {tuple(map(int, line.split())) for line in (kernels / "who").read_text().split("\n")
+            if line}
+
+
+def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the_rest(
+        kernels, monkeypatch, capsys):
+    """Each worker is the zygote's child (not the harness's), in a session of its own; a
+    kernel that kills the zygote passes or fails alone and the next worker starts from a
+    new one (parricide passes: its result is right; good, after it, passes)."""
+    import os
+
+    from flashbench.backends import zygote
+
+    who = _whoami(kernels, monkeypatch, capsys, "fork")
+    ((pid, ppid, sid),) = who
+    assert ppid not in (os.getpid(), 1) and sid == pid
+    assert zygote.zygote().proc.pid != ppid  # the one parricide killed was replaced
+    os.kill(zygote.zygote().proc.pid, 9)  # killed just before a start: replaced too
+    rc, report = check(capsys, "--backend", "fbuntrusted:good")
+    assert rc == 0 and rows(report, "fbuntrusted:good")[0]["passed"]
+    (kernels / "who").unlink()
+    ((pid, ppid, sid),) = _whoami(kernels, monkeypatch, capsys, "spawn")
+    assert ppid == os.getpid() and sid == pid  # FLASHBENCH_WORKER_START=spawn: as before
 
 
 def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):

@@ -3,15 +3,14 @@
 A user's kernel may call ``sys.exit``, ``os._exit``, hang, print, or crash the
 interpreter; in the harness's process each of those ends or corrupts the whole check. In
 a child each becomes that kernel's FAIL with the reason, and a hang is stopped at the
-per-call time limit (:data:`DEFAULT_TIME_LIMIT`, ``flashbench check --timeout``). One
-persistent worker per backend pays the start (python + torch) once, not per call.
-
-The child (``python -m flashbench.backends.worker SPEC``) prints the kernel's output to
-stderr (stdout is the protocol pipe), ignores SIGINT, runs CUDA itself where there is a
-GPU and, on a CPU machine, starts with ``TRITON_INTERPRET=1`` unless it is set (and
-:func:`flashbench.kernels.interpreter.patch_interpreter`). Requests and replies are
-``torch.save`` frames (copies), loaded with ``weights_only``. Why, and the probes:
-docs/check.md ("The kernel under test is untrusted code").
+per-call time limit (:data:`DEFAULT_TIME_LIMIT`, ``flashbench check --timeout``). Workers
+are forked from a zygote that imported python and torch once
+(:mod:`flashbench.backends.zygote`: a start in a fraction of a second, not 1.5-2 s);
+``FLASHBENCH_WORKER_START=spawn`` starts ``python -m flashbench.backends.worker SPEC``
+instead. The child prints the kernel's output to stderr (the protocol has pipes of its
+own), ignores SIGINT, runs CUDA itself where there is a GPU and, on a CPU machine, starts
+with ``TRITON_INTERPRET=1`` unless it is set. Requests and replies are ``torch.save``
+frames (copies), loaded with ``weights_only``. Why, and the probes: docs/check.md.
 """
 
 from __future__ import annotations
@@ -26,12 +25,12 @@ import subprocess
 import sys
 import time
 
+from flashbench.backends.zygote import STARTUP_LIMIT, forking, start_worker
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all"]
 
-STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
 _HEADER = struct.Struct("<Q")
@@ -97,9 +96,13 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
         if "TRITON_INTERPRET" not in env and not torch.cuda.is_available():
             env["TRITON_INTERPRET"] = "1"  # the only way a Triton kernel runs on a CPU
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flashbench.backends.worker", self.spec],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        if forking():
+            self.proc = start_worker(self.spec, env)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flashbench.backends.worker", self.spec],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                start_new_session=True)
         _WORKERS.append(self)
         # the worker's own start (python, torch) is not the kernel's time: wait for its
         # "ready" before any call's --timeout clock runs
@@ -202,4 +205,9 @@ def _serve(spec: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    if sys.argv[1] == "--zygote":
+        from flashbench.backends.zygote import main
+
+        main(int(sys.argv[2]), _serve)
+    else:
+        _serve(sys.argv[1])

@@ -1,0 +1,234 @@
+"""The zygote user kernels' workers are forked from (:mod:`flashbench.backends.worker`).
+
+A spawned worker pays python + torch (1.5-2 s here) per user backend. The zygote, one
+process per harness (``python -m flashbench.backends.worker --zygote FD``), pays it once
+and never runs a user's code, so every worker forked from it starts as clean as a spawned
+one, with its own process, session and pipes. Messages are JSON over a SEQPACKET socket;
+a worker's pipes and the harness's stderr travel as file descriptors; the zygote, the
+workers' parent, reports their exit statuses. It imports torch and the worker's side
+(:mod:`flashbench.backends.child`), never triton (which reads ``TRITON_INTERPRET`` at
+import: each worker gets its own environment before it imports anything more).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+
+from flashbench.kernels.checks import BackendFailed
+
+__all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "main"]
+
+STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
+START_ENV = "FLASHBENCH_WORKER_START"  # "spawn": a fresh process per worker
+_ZYGOTES: list[_Zygote] = []
+
+
+def forking() -> bool:
+    """Whether workers are forked from the zygote here (else spawned)."""
+    return (os.environ.get(START_ENV, "fork") != "spawn" and hasattr(socket, "send_fds")
+            and hasattr(socket, "SOCK_SEQPACKET"))
+
+
+def zygote() -> _Zygote:
+    """This process's zygote, started (again) where there is none alive."""
+    if not _ZYGOTES or _ZYGOTES[0].proc.poll() is not None:
+        _close_zygote()
+        _ZYGOTES.append(_Zygote())
+    return _ZYGOTES[0]
+
+
+def start_worker(spec: str, env: dict) -> _Forked:
+    """A worker for ``spec`` forked from the zygote; a zygote found dead (a kernel may kill
+    its worker's parent) is replaced once, so that never fails another kernel."""
+    for _ in range(2):
+        forked = zygote().fork(spec, env)
+        if forked is not None:
+            return forked
+        _close_zygote()
+    raise BackendFailed("its worker process could not be started: the zygote died twice")
+
+
+def _close_zygote() -> None:
+    while _ZYGOTES:
+        _ZYGOTES.pop().close()
+
+
+atexit.register(_close_zygote)
+
+
+class _Zygote:
+    """``python -m flashbench.backends.worker --zygote FD``: forks a worker per request
+    (SEQPACKET JSON messages, the worker's pipes and stderr passed as file descriptors)
+    and reports its exit status when asked (the zygote is its parent)."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flashbench.backends.worker", "--zygote",
+                 str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            ours.close()
+            raise BackendFailed(f"its worker process could not start: {exc}") from None
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.sock.settimeout(STARTUP_LIMIT)
+        if self._ask({"op": "hello"}) is None:
+            self.close()
+            raise BackendFailed(f"its worker process did not start within {STARTUP_LIMIT} s")
+
+    def _ask(self, request: dict, fds: list[int] = (), timeout: float | None = STARTUP_LIMIT
+             ) -> dict | None:
+        """The zygote's reply; None where it is gone or silent."""
+        try:
+            self.sock.settimeout(timeout)
+            socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+            data = self.sock.recv(1 << 16)
+        except OSError:  # a time-out included
+            return None
+        return json.loads(data) if data else None
+
+    def fork(self, spec: str, env: dict) -> _Forked | None:
+        """The forked worker (None: the zygote is gone)."""
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        try:  # the harness's fd 2, as a spawned worker inherits it
+            reply = self._ask({"op": "fork", "spec": spec, "env": env, "cwd": os.getcwd()},
+                              [req_r, rep_w, 2])
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        if reply is None or "pid" not in reply:
+            os.close(req_w)
+            os.close(rep_r)
+            if reply is None:
+                return None
+            raise BackendFailed(f"its worker process could not be started: {reply['error']}")
+        return _Forked(self, reply["pid"], os.fdopen(req_w, "wb"), os.fdopen(rep_r, "rb"))
+
+    def status(self, pid: int, block: bool) -> int | str | None:
+        """The exit status of worker ``pid`` (None: it runs; "unknown": the zygote is gone)."""
+        reply = self._ask({"op": "wait", "pid": pid, "block": block},
+                          timeout=None if block else STARTUP_LIMIT)
+        return "unknown" if reply is None else reply["status"]
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote reads the end and exits
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _leads_its_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except OSError:
+        return False
+
+
+class _Forked:
+    """A worker forked by the zygote, with the part of Popen's interface Worker uses."""
+
+    def __init__(self, zygote: _Zygote, pid: int, stdin, stdout):
+        self.zygote, self.pid, self.stdin, self.stdout = zygote, pid, stdin, stdout
+        self.returncode: int | str | None = None
+
+    def poll(self) -> int | str | None:
+        if self.returncode is None:
+            status = self.zygote.status(self.pid, block=False)
+            if status == "unknown" and _leads_its_session(self.pid):
+                return None  # the zygote is gone (a kernel killed it), the worker is not
+            self.returncode = status
+        return self.returncode
+
+    def wait(self) -> int | str:
+        if self.returncode is None:
+            self.returncode = self.zygote.status(self.pid, block=True)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main(fd: int, serve: Callable[[str], None]) -> None:
+    """The zygote's loop (:class:`_Zygote`); a forked worker runs ``serve(spec)`` (the
+    worker's protocol loop). It ends when the harness closes its end."""
+    # what every worker imports, once (never triton: it reads TRITON_INTERPRET at import)
+    import torch  # noqa: F401
+
+    from flashbench.backends import child  # noqa: F401
+
+    # Its second thread is torch's, idle; fork is how torch's DataLoader and asv's
+    # forkserver start workers from processes that imported torch too.
+    warnings.filterwarnings("ignore", ".*multi-threaded, use of fork", DeprecationWarning)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    while True:
+        try:
+            data, fds, flags, _ = socket.recv_fds(sock, 1 << 20, 3)
+        except OSError:
+            return
+        if not data:
+            return  # the harness is gone or done
+        request = json.loads(data)
+        if request["op"] == "fork":
+            reply = _fork_worker(sock, request, fds, serve)
+        elif request["op"] == "wait":
+            reply = _wait(request["pid"], request["block"])
+        else:
+            reply = {"ready": True}
+        for f in fds:
+            os.close(f)
+        sock.send(json.dumps(reply).encode())
+
+
+def _fork_worker(sock: socket.socket, request: dict, fds: list[int],
+                 serve: Callable[[str], None]) -> dict:
+    if len(fds) != 3:
+        return {"error": f"a fork needs 3 descriptors, got {len(fds)}"}
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return {"pid": pid}
+    status = 1
+    try:  # the worker: its own session, pipes as stdin/stdout, the harness's stderr
+        os.setsid()
+        sock.close()
+        for target, f in enumerate(fds):
+            os.dup2(f, target)
+        for f in set(fds) - {0, 1, 2}:
+            os.close(f)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:] = [p for p in request["env"]["PYTHONPATH"].split(os.pathsep) if p]
+        importlib.invalidate_caches()
+        os.chdir(request["cwd"])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        serve(request["spec"])
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _wait(pid: int, block: bool) -> dict:
+    try:
+        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return {"status": "unknown"}
+    return {"status": None if done == 0 else os.waitstatus_to_exitcode(status)}
