@@ -8,6 +8,7 @@
 # is "not run"):
 #   wheels     60  asv, asv_runner, yyjson from ./wheels (scripts/gpu_wheels.sh)
 #   tests     100  the GPU correctness tests: compiled kernel, every config, fork safety
+#                  (asv's forkserver; user kernels' workers forked from the zygote)
 #   findings   45  scripts/gpu_findings.py: exp2 vs float64 on the device, the fp32 case,
 #                  the slowed head's true cost
 #   fp8_d256   40  the triton-fp8 d=256 ragged causal GQA tests, verbose
@@ -62,7 +63,9 @@ gpu_wheels
 XDIST=()
 WORKERS=${GPU_SESSION_WORKERS:-8}
 [ "$WORKERS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n "$WORKERS")
-TESTS=${GPU_SESSION_TESTS:-tests/test_gpu_kernel.py tests/test_gpu_suites.py tests/test_triton.py}
+# (+ a user kernel's workers forked from the zygote, then running CUDA: never run on a GPU yet)
+FORKED=tests/test_untrusted.py::test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the_rest
+TESTS=${GPU_SESSION_TESTS:-tests/test_gpu_kernel.py tests/test_gpu_suites.py tests/test_triton.py $FORKED}
 # shellcheck disable=SC2086  # TESTS is a list of paths
 phase tests 100 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/pytest.xml" -m "gpu or not slow" $TESTS
