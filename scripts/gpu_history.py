@@ -63,8 +63,11 @@ def commits(specs: list[str], repo: Path) -> list[str]:
             if not a or not b or b.startswith("."):
                 raise HistoryError(f"COMMITS: range {spec!r} must be A..B")
             ca, cb = _commit(a, repo), _commit(b, repo)
-            found = git("rev-list", "--reverse", "--topo-order", f"{ca}..{cb}",
-                        cwd=repo).split()
+            try:
+                found = git("rev-list", "--reverse", "--topo-order", f"{ca}..{cb}",
+                            cwd=repo).split()
+            except GitError as exc:
+                raise HistoryError(f"COMMITS: range {spec!r}: {exc}") from None
             if not found:
                 raise HistoryError(f"COMMITS: range {spec!r} holds no commits (is {a} an "
                                    f"ancestor of {b}?)")

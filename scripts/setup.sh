@@ -46,13 +46,18 @@ VPY=.venv/bin/python
 install() {
   if "$VPY" -m pip install -q uv >/dev/null 2>&1; then
     local args=() key value v
+    local index=
+    # pip prints each value as a Python repr: several values on lines of their own come as
+    # one with "\n" in it; the environment's (":env:", pip's first choice) come first
     while IFS='=' read -r key value; do
-      value=${value#\'}; value=${value%\'}
+      value=${value#\'}; value=${value%\'}; value=${value//\\n/ }
       case "$key" in
         *.extra-index-url) for v in $value; do args+=(--extra-index-url "$v"); done ;;
-        *.index-url) args+=(--index-url "$value") ;;
+        *.index-url) [ -n "$index" ] || { index=$value; args+=(--index-url "$value"); } ;;
         *.find-links) for v in $value; do args+=(--find-links "$v"); done ;;
         *.constraint) for v in $value; do args+=(--constraint "$v"); done ;;
+        *.trusted-host) for v in $value; do args+=(--allow-insecure-host "$v"); done ;;
+        *.no-index) case "$value" in 1|true|yes|on) args+=(--no-index) ;; esac ;;
       esac
     done < <("$VPY" -m pip config list 2>/dev/null)
     "$VPY" -m uv pip install -q --python "$VPY" --compile-bytecode \

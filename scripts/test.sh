@@ -15,5 +15,6 @@ bash scripts/setup.sh --test
 echo "== ruff check"
 .venv/bin/ruff check .
 echo "== tests (slow ones first: asv runs, reviews, browser)"
-WORKERS=${FLASHBENCH_TEST_WORKERS:-$(( $(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)))") + 1 ))}
+CPUS=$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
+WORKERS=${FLASHBENCH_TEST_WORKERS:-$((CPUS + 1))}
 .venv/bin/python -m pytest -n "$WORKERS" --dist worksteal "$@"

@@ -288,27 +288,40 @@ def test_module_reads_no_private_name_of_another_flashbench_module(path):
     assert not private, f"{path.name} reads private names {private}"
 
 
-def test_the_interpreter_skips_only_the_overflow_checks_it_would_drop():
+def test_the_interpreter_skips_only_the_overflow_checks_it_would_drop(monkeypatch):
     """An interpreted launch turns Triton's interpreter's sanitize_overflow off while debug
-    is off (the check's assert would never run: the same bits, about a third less time);
-    with debug on it stays."""
+    is off (the check's assert would never run): the same bits as a launch that computed
+    the checks (counted), about a third less time; with debug on it stays."""
     import dataclasses
 
+    from triton.language import semantic
     from triton.runtime import interpreter as ti
 
     from flashbench.kernels.attention import triton_attention
     from flashbench.kernels.interpreter import skip_discarded_overflow_checks
 
-    builder = ti.interpreter_builder
+    builder, computed = ti.interpreter_builder, []
+    impl = semantic.TritonSemantic.binary_op_sanitize_overflow_impl
+
+    def counted(self, lhs, rhs, op):
+        computed.append(bool(self.builder.options.sanitize_overflow))
+        return impl(self, lhs, rhs, op)
+
+    monkeypatch.setattr(semantic.TritonSemantic, "binary_op_sanitize_overflow_impl", counted)
     before = builder.options
     q, k, v = (torch.randn(1, 2, 70, 16, generator=torch.Generator().manual_seed(i))
                for i in range(3))
     try:
+        triton_attention(q, k, v, causal=True)  # the interpreted twins exist from here on
         builder.options = dataclasses.replace(before, sanitize_overflow=True, debug=False)
-        checked = triton_attention(q, k, v, causal=True)  # checks computed ...
+        computed.clear()
+        checked = triton_attention(q, k, v, causal=True)
+        assert computed and all(computed)  # the checks were computed in this launch ...
         skip_discarded_overflow_checks()
         assert builder.options.sanitize_overflow is False
-        fast = triton_attention(q, k, v, causal=True)  # ... and after: the same bits
+        computed.clear()
+        fast = triton_attention(q, k, v, causal=True)  # ... and not in this one:
+        assert not any(computed)  # the same bits
         assert all(torch.equal(a, b) for a, b in zip(fast, checked, strict=True))
         builder.options = dataclasses.replace(before, sanitize_overflow=True, debug=True)
         skip_discarded_overflow_checks()

@@ -86,10 +86,22 @@ KERNELS = textwrap.dedent('''
             f.write(f"{os.getpid()} {os.getppid()} {os.getsid(0)}\\n")
         return _attn(q, k, v, causal, scale)
 
-    def parricide(q, k, v, causal=False, scale=None):
+    def _zygote_parent():
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            if b"--zygote" in f.read():  # never the harness (a spawned worker's parent)
-                os.kill(os.getppid(), 9)
+            return b"--zygote" in f.read()  # never the harness (a spawned worker's parent)
+
+    def stopper(q, k, v, causal=False, scale=None):
+        if _zygote_parent():
+            os.kill(os.getppid(), 19)  # SIGSTOP
+        return _attn(q, k, v, causal, scale)
+
+    def closer(q, k, v, causal=False, scale=None):
+        os.closerange(3, 4096)  # the protocol pipes among them
+        time.sleep(3600)
+
+    def parricide(q, k, v, causal=False, scale=None):
+        if _zygote_parent():
+            os.kill(os.getppid(), 9)
         return _attn(q, k, v, causal, scale)
 
     print("imported and printing at import time")
@@ -214,6 +226,62 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
     (kernels / "who").unlink()
     ((pid, ppid, sid),) = _whoami(kernels, monkeypatch, capsys, "spawn")
     assert ppid == os.getpid() and sid == pid  # FLASHBENCH_WORKER_START=spawn: as before
+
+
+def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels, capsys):
+    """A kernel that sends its worker's parent (the zygote) SIGSTOP: the next worker starts
+    from a new zygote at once. A kernel that closes its pipes and sleeps: FAIL after the
+    time limit, not a harness waiting for it for good."""
+    rc, report = check(capsys, "--timeout", "3", "--backend", "fbuntrusted:stopper",
+                       "--backend", "fbuntrusted:closer", "--backend", "fbuntrusted:good",
+                       dtypes=("fp32", "fp16"))
+    assert all(r["passed"] for r in rows(report, "fbuntrusted:stopper"))
+    closed = rows(report, "fbuntrusted:closer")[0]
+    assert "closed its pipes during the call and was stopped" in closed["failed"]
+    assert all(r["passed"] for r in rows(report, "fbuntrusted:good"))
+    assert rc == 1
+
+
+def test_a_kernel_next_to_the_working_folder_is_found(kernels):
+    """``flashbench check --backend mod:fn`` run in the folder that holds mod.py, with
+    nothing on PYTHONPATH: the worker imports it as ``python -m`` would (that folder
+    first on sys.path)."""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
+                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
+                        "--backend", "fbuntrusted:good"], cwd=kernels, capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout[-2000:] + r.stderr
+
+
+def test_the_zygote_never_initialises_cuda():
+    """The zygote imports what every worker needs, among it the backend registry, whose
+    import calls torch.cuda.is_available(): with the zygote's environment (the NVML
+    check) no call initialises CUDA, so workers forked from it may use the GPU; without
+    it the recorder sees cudaGetDeviceCount (the control)."""
+    import os
+
+    from flashbench.backends.zygote import zygote_env
+
+    code = textwrap.dedent("""
+        import json, torch, torch.cuda
+        calls = []
+        torch.cuda._is_compiled = lambda: True          # act as a CUDA build ...
+        torch.cuda._device_count_nvml = lambda: 1       # ... whose NVML sees one GPU
+        torch._C._cuda_getDeviceCount = lambda: calls.append("cudaGetDeviceCount") or 1
+        torch.cuda._lazy_init = lambda: calls.append("torch.cuda._lazy_init")
+        torch._C._cuda_init = lambda: calls.append("torch._C._cuda_init")
+        from flashbench.backends.zygote import preload
+        preload()
+        print(json.dumps(calls))
+    """)
+    env = zygote_env()
+    assert env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    unsafe = {k: v for k, v in env.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    got = [json.loads(subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,
+                                     text=True, check=True, cwd=os.getcwd()).stdout)
+           for e in (env, unsafe)]
+    assert got[0] == [] and "cudaGetDeviceCount" in got[1]
 
 
 def test_a_hanging_kernel_is_stopped_at_the_time_limit(kernels, capsys):

@@ -143,16 +143,20 @@ class Worker:
             self.close()
             self._start()
         limit = time_limit()
+        deadline = time.monotonic() + limit
         try:
             self.proc.stdin.write(_pack(request))
             self.proc.stdin.flush()
-            deadline = time.monotonic() + limit
+            deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)
             body = None if head is None else _read(fd, _HEADER.unpack(head)[0], deadline)
         except (EOFError, BrokenPipeError):
-            status = self.proc.wait()
+            status = _ended(self.proc, deadline)
             self.close()
+            if status is None:  # alive without its pipes: stopped, never waited on for good
+                raise BackendFailed("its worker process closed its pipes during the call "
+                                    "and was stopped") from None
             raise BackendFailed(f"its worker process ended during the call (exit status "
                                 f"{status}): os._exit, a crash or a signal") from None
         if body is None:
@@ -168,6 +172,15 @@ class Worker:
         if "unavailable" in reply:
             raise BackendUnavailable(reply["unavailable"])
         return reply
+
+
+def _ended(proc, deadline: float) -> int | str | None:
+    """The exit status of a worker whose pipes closed: it is ending, or it closed them
+    and lives on (None once the call's time limit, at least 2 s more, has passed)."""
+    until = max(deadline, time.monotonic() + 2.0)
+    while (status := proc.poll()) is None and time.monotonic() < until:
+        time.sleep(0.01)
+    return status
 
 
 def close_all() -> None:

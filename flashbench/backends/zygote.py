@@ -20,14 +20,20 @@ import signal
 import socket
 import subprocess
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 
 from flashbench.kernels.checks import BackendFailed
 
-__all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "main"]
+__all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "zygote_env",
+           "preload", "main"]
 
 STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
+ANSWER_LIMIT = 30.0  # seconds for the zygote's answer to a fork or a status request
+# torch.cuda.is_available() (the backend registry calls it at import) then asks NVML and
+# never initialises CUDA: CUDA does not survive a fork once initialised (docs/gpu.md)
+NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 START_ENV = "FLASHBENCH_WORKER_START"  # "spawn": a fresh process per worker
 _ZYGOTES: list[_Zygote] = []
 
@@ -40,7 +46,7 @@ def forking() -> bool:
 
 def zygote() -> _Zygote:
     """This process's zygote, started (again) where there is none alive."""
-    if not _ZYGOTES or _ZYGOTES[0].proc.poll() is not None:
+    if not _ZYGOTES or _ZYGOTES[0].proc.poll() is not None or _stopped(_ZYGOTES[0].proc.pid):
         _close_zygote()
         _ZYGOTES.append(_Zygote())
     return _ZYGOTES[0]
@@ -75,8 +81,8 @@ class _Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "flashbench.backends.worker", "--zygote",
-                 str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, start_new_session=True)
+                 str(theirs.fileno())], pass_fds=[theirs.fileno()], env=zygote_env(),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             ours.close()
             raise BackendFailed(f"its worker process could not start: {exc}") from None
@@ -84,20 +90,25 @@ class _Zygote:
             theirs.close()
         self.sock = ours
         self.sock.settimeout(STARTUP_LIMIT)
-        if self._ask({"op": "hello"}) is None:
-            self.close()
+        if self._ask({"op": "hello"}, timeout=STARTUP_LIMIT) is None:
             raise BackendFailed(f"its worker process did not start within {STARTUP_LIMIT} s")
 
-    def _ask(self, request: dict, fds: list[int] = (), timeout: float | None = STARTUP_LIMIT
+    def _ask(self, request: dict, fds: list[int] = (), timeout: float = ANSWER_LIMIT
              ) -> dict | None:
-        """The zygote's reply; None where it is gone or silent."""
+        """The zygote's reply; None where it is gone or silent, and then it is ended for
+        good (a kernel may stop it: a late reply must never answer the next request)."""
         try:
+            if _stopped(self.proc.pid):  # a kernel sent it SIGSTOP: replaced, not awaited
+                raise OSError("the zygote was stopped")
             self.sock.settimeout(timeout)
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
             data = self.sock.recv(1 << 16)
+            if data:
+                return json.loads(data)
         except OSError:  # a time-out included
-            return None
-        return json.loads(data) if data else None
+            pass
+        self.close()
+        return None
 
     def fork(self, spec: str, env: dict) -> _Forked | None:
         """The forked worker (None: the zygote is gone)."""
@@ -118,18 +129,34 @@ class _Zygote:
         return _Forked(self, reply["pid"], os.fdopen(req_w, "wb"), os.fdopen(rep_r, "rb"))
 
     def status(self, pid: int, block: bool) -> int | str | None:
-        """The exit status of worker ``pid`` (None: it runs; "unknown": the zygote is gone)."""
-        reply = self._ask({"op": "wait", "pid": pid, "block": block},
-                          timeout=None if block else STARTUP_LIMIT)
+        """The exit status of worker ``pid`` (None: it runs; "unknown": the zygote is gone
+        or did not answer; ``block``: wait for the end, which a caller asks after a kill)."""
+        reply = self._ask({"op": "wait", "pid": pid, "block": block})
         return "unknown" if reply is None else reply["status"]
 
     def close(self) -> None:
-        self.sock.close()  # the zygote reads the end and exits
+        self.sock.close()  # the zygote reads the end and exits ...
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # ... unless it was stopped
             self.proc.kill()
             self.proc.wait()
+
+
+def zygote_env() -> dict:
+    """The zygote's environment: the harness's, its sys.path as PYTHONPATH (as a spawned
+    worker's), and the NVML CUDA check. Each worker gets the harness's own back."""
+    path = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    return {**os.environ, "PYTHONPATH": path, **NVML_CHECK}
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (Linux's /proc; elsewhere: never)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _leads_its_session(pid: int) -> bool:
@@ -166,14 +193,17 @@ class _Forked:
             pass
 
 
-def main(fd: int, serve: Callable[[str], None]) -> None:
-    """The zygote's loop (:class:`_Zygote`); a forked worker runs ``serve(spec)`` (the
-    worker's protocol loop). It ends when the harness closes its end."""
-    # what every worker imports, once (never triton: it reads TRITON_INTERPRET at import)
+def preload() -> None:
+    """What every worker imports, once (never triton: it reads TRITON_INTERPRET at import)."""
     import torch  # noqa: F401
 
     from flashbench.backends import child  # noqa: F401
 
+
+def main(fd: int, serve: Callable[[str], None]) -> None:
+    """The zygote's loop (:class:`_Zygote`); a forked worker runs ``serve(spec)`` (the
+    worker's protocol loop). It ends when the harness closes its end."""
+    preload()
     # Its second thread is torch's, idle; fork is how torch's DataLoader and asv's
     # forkserver start workers from processes that imported torch too.
     warnings.filterwarnings("ignore", ".*multi-threaded, use of fork", DeprecationWarning)
@@ -216,13 +246,18 @@ def _fork_worker(sock: socket.socket, request: dict, fds: list[int],
             os.close(f)
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.path[:] = [p for p in request["env"]["PYTHONPATH"].split(os.pathsep) if p]
+        # as ``python -m`` in the working folder: that folder first, then PYTHONPATH
+        sys.path[:] = [request["cwd"], *(p for p in request["env"]["PYTHONPATH"].split(
+            os.pathsep) if p)]
         importlib.invalidate_caches()
         os.chdir(request["cwd"])
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         serve(request["spec"])
         status = 0
+    except BaseException:  # as a spawned worker would: the traceback on stderr
+        traceback.print_exc()
     finally:
+        sys.stderr.flush()
         os._exit(status)
 
 
