@@ -20,17 +20,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cuda_recorder import RECORDER  # noqa: E402
+
 from benchmarks import bench_gpu  # noqa: E402
 
-PREIMPORT = r"""
-import json, sys
-import torch, torch.cuda
-calls = []
-torch.cuda._is_compiled = lambda: True          # act as a CUDA build ...
-torch.cuda._device_count_nvml = lambda: 1       # ... whose NVML sees one GPU
-torch._C._cuda_getDeviceCount = lambda: calls.append("cudaGetDeviceCount") or 1
-torch.cuda._lazy_init = lambda: calls.append("torch.cuda._lazy_init")
-torch._C._cuda_init = lambda: calls.append("torch._C._cuda_init")
+PREIMPORT = RECORDER + r"""
+import sys
 from asv_runner._aux import update_sys_path
 from asv_runner.discovery import disc_benchmarks
 update_sys_path(sys.argv[1])

@@ -261,16 +261,11 @@ def test_the_zygote_never_initialises_cuda():
     it the recorder sees cudaGetDeviceCount (the control)."""
     import os
 
+    from cuda_recorder import RECORDER
+
     from flashbench.backends.zygote import zygote_env
 
-    code = textwrap.dedent("""
-        import json, torch, torch.cuda
-        calls = []
-        torch.cuda._is_compiled = lambda: True          # act as a CUDA build ...
-        torch.cuda._device_count_nvml = lambda: 1       # ... whose NVML sees one GPU
-        torch._C._cuda_getDeviceCount = lambda: calls.append("cudaGetDeviceCount") or 1
-        torch.cuda._lazy_init = lambda: calls.append("torch.cuda._lazy_init")
-        torch._C._cuda_init = lambda: calls.append("torch._C._cuda_init")
+    code = RECORDER + textwrap.dedent("""
         from flashbench.backends.zygote import preload
         preload()
         print(json.dumps(calls))
