@@ -188,3 +188,17 @@ def test_a_numpy_bool_causal_counts_as_the_bool(name):
         want = NUMPY_CAUSAL[name](qq, kk, vv, flag)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+
+
+def test_the_ml_dtypes_formats_are_real_numbers_to_the_reference():
+    """bf16 and e4m3 arrays (numpy kind "V", known through ml_dtypes) and e5m2 (kind "f")
+    are accepted as real arrays and computed in float64; a structured array is not."""
+    import ml_dtypes
+
+    from flashbench.inputs.validation import as_float_array
+
+    for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        got = as_float_array(np.array([1.5, -2.0], dtype=t), "q")
+        assert got.dtype == np.float64 and got.tolist() == [1.5, -2.0]
+    with pytest.raises(TypeError, match="q must be a real numeric array"):
+        as_float_array(np.zeros(2, dtype=[("a", "f4")]), "q")

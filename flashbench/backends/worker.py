@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from flashbench.backends.zygote import STARTUP_LIMIT, forking, start_worker
+from flashbench.backends.zygote import STARTUP_LIMIT, forking, harness_path, start_worker
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
@@ -93,7 +93,7 @@ class Worker:
         import torch
 
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+        env["PYTHONPATH"] = harness_path()
         if "TRITON_INTERPRET" not in env and not torch.cuda.is_available():
             env["TRITON_INTERPRET"] = "1"  # the only way a Triton kernel runs on a CPU
         if forking():

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from flashbench.kernels.checks import BackendFailed
 
 __all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "zygote_env",
-           "preload", "main"]
+           "harness_path", "preload", "main"]
 
 STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 ANSWER_LIMIT = 30.0  # seconds for the zygote's answer to a fork or a status request
@@ -89,7 +89,6 @@ class _Zygote:
         finally:
             theirs.close()
         self.sock = ours
-        self.sock.settimeout(STARTUP_LIMIT)
         if self._ask({"op": "hello"}, timeout=STARTUP_LIMIT) is None:
             raise BackendFailed(f"its worker process did not start within {STARTUP_LIMIT} s")
 
@@ -143,11 +142,15 @@ class _Zygote:
             self.proc.wait()
 
 
+def harness_path() -> str:
+    """The harness's sys.path as a PYTHONPATH: what a worker (and the zygote) imports from."""
+    return os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+
+
 def zygote_env() -> dict:
-    """The zygote's environment: the harness's, its sys.path as PYTHONPATH (as a spawned
-    worker's), and the NVML CUDA check. Each worker gets the harness's own back."""
-    path = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
-    return {**os.environ, "PYTHONPATH": path, **NVML_CHECK}
+    """The zygote's environment: the harness's, its sys.path as PYTHONPATH (as a worker's),
+    and the NVML CUDA check. Each worker gets the harness's own back."""
+    return {**os.environ, "PYTHONPATH": harness_path(), **NVML_CHECK}
 
 
 def _stopped(pid: int) -> bool:
@@ -211,7 +214,7 @@ def main(fd: int, serve: Callable[[str], None]) -> None:
     sock = socket.socket(fileno=fd)
     while True:
         try:
-            data, fds, flags, _ = socket.recv_fds(sock, 1 << 20, 3)
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
         except OSError:
             return
         if not data:
