@@ -2,11 +2,15 @@
 a throw-away copy of this project (its working tree, 3 commits) behind a local bare
 remote; ``sbatch --array=0-1`` runs REAL asv over the 3 commits, shared by the two tasks,
 then the publish job (``--dependency=afterany``) writes the site and the history report.
-The faults (tests/test_slurm_faults.py) use the fake asv instead."""
+Then the faults, with the fake asv (tests/fanout_fake_asv.py): a failing task while the
+other pushes and the publish job after it, two pushes racing, a task cancelled midway
+and requeued, a rerun that finds nothing new."""
 
 import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "scripts" / "slurm_asv.sbatch"
 BRANCH = "asv-results"
 BENCH = "bench_reference.TimeSoftmax.time_softmax"
+FAKE = ROOT / "tests" / "fanout_fake_asv.py"
 
 
 def sh(*args, cwd) -> str:
@@ -119,3 +124,96 @@ def test_real_asv_on_a_real_slurm_array_then_publish(slurm, tmp_path):  # noqa: 
     assert set(frame["commit"].astype(str).str[:8]) == {c[:8] for c in commits}
     assert (frame["machine"] == machine).all()
     assert "missing: none" in "".join(outputs(tmp_path, publish).values()), logs
+
+
+def shares(tmp_path: Path, job: str) -> list[list[str]]:
+    """The commits (8 digits) each task of ``job`` found new, one list a task."""
+    return [line.split(": ")[-1].split() for out in outputs(tmp_path, job).values()
+            for line in out.splitlines() if "new commit(s):" in line]
+
+
+def asv_log(tmp_path: Path) -> list[str]:
+    log = tmp_path / "asv.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def results_on_branch(remote: Path, machine: str) -> list[str]:
+    """The 8-digit commits of ``machine``'s results files on the branch, sorted."""
+    return sorted(Path(f).name.split("-", 1)[0] for f in tree(remote)
+                  if f.startswith(f"results/{machine}/") and not f.endswith("machine.json"))
+
+
+@pytest.mark.slow
+def test_faults_on_a_real_slurm_lose_nothing(slurm, tmp_path):  # noqa: F811
+    remote, work, commits = project(tmp_path, commits=4)
+    short = [c[:8] for c in commits]
+    base = job_env(tmp_path, remote, FLASHBENCH_MAX_COMMITS="4", FLASHBENCH_MACHINE="fake-a",
+                   FLASHBENCH_ASV=f"{sys.executable} {FAKE}", FLASHBENCH_ASV_ARGS="--quick",
+                   FAKE_ASV_LOG=str(tmp_path / "asv.log"), FLASHBENCH_SITE_LAST="all")
+
+    def submit(*args: str, **extra) -> str:
+        return slurm.sbatch(*args, str(SBATCH), env={**base, **extra}, cwd=tmp_path)
+
+    # 1. an array numbered from 1: task 2's asv fails while task 1 pushes; the publish
+    # job (afterany) publishes what task 1 pushed and names the commits missing
+    array = submit("--array=1-2", FAKE_ASV_FAIL="2")
+    publish = slurm.sbatch(f"--dependency=afterany:{array}", str(SBATCH), "publish",
+                           env=base, cwd=tmp_path)
+    slurm.wait(array, publish)
+    ok, failed = slurm.job(f"{array}_1"), slurm.job(f"{array}_2")
+    assert (ok["JobState"], failed["JobState"], failed["ExitCode"]) == (
+        "COMPLETED", "FAILED", "1:0"), outputs(tmp_path, array)
+    assert sorted(shares(tmp_path, array)) == sorted([short[0::2], short[1::2]])
+    assert results_on_branch(remote, "fake-a") == sorted(short[0::2])
+    out = "".join(outputs(tmp_path, publish).values())
+    assert slurm.job(publish)["JobState"] == "COMPLETED", out
+    assert (f"missing: fake-a: 2 of the last 4 commits of HEAD have no results: "
+            f"{short[1]} {short[3]}") in out
+    history = pd.read_csv(tmp_path / "site" / "history" / "results.csv")
+    assert sorted(set(history["commit"].astype(str).str[:8])) == sorted(short[0::2])
+
+    # 2. the rerun shares the two missing commits; both tasks commit on one tip and wait
+    # before pushing: one push is rejected and redone on the other's
+    array = submit("--array=0-1", FLASHBENCH_FANOUT_ARGS="--push-delay 2 --retry-delay 0.2")
+    slurm.wait(array)
+    logs = outputs(tmp_path, array)
+    assert sum("push rejected (another job pushed first)" in o for o in logs.values()) == 1, logs
+    assert all(slurm.job(f"{array}_{i}")["JobState"] == "COMPLETED" for i in (0, 1)), logs
+    assert sorted(shares(tmp_path, array)) == sorted([[short[1]], [short[3]]])
+    assert results_on_branch(remote, "fake-a") == sorted(short)
+
+    # 3. two new commits; task 0 is cancelled while its asv runs, then requeued: its
+    # second attempt measures the commit, nothing is lost or measured twice
+    for i in (4, 5):
+        (work / "CHANGES.txt").write_text(f"change {i}\n")
+        commits.append(commit(work, f"c{i}"))
+    sh("git", "push", "-q", str(remote), "main", cwd=work)
+    short = [c[:8] for c in commits]
+    array = submit("--array=0-1", FAKE_ASV_SLEEP="0:60")
+    started = tmp_path / "asv.log.started"
+    end = time.monotonic() + 60
+    while not started.exists() or f"fake-a {commits[4]}" not in started.read_text():
+        assert time.monotonic() < end, outputs(tmp_path, array)
+        time.sleep(0.2)
+    slurm.run("scancel", f"{array}_0")
+    while slurm.job(f"{array}_0")["JobState"] != "CANCELLED":
+        assert time.monotonic() < end, slurm.job(f"{array}_0")
+        time.sleep(0.2)
+    slurm.run("scontrol", "requeue", f"{array}_0")
+    slurm.run("scontrol", "update", f"jobid={array}_0", "StartTime=now")  # no 2-minute hold
+    slurm.wait(array)
+    task0 = slurm.job(f"{array}_0")
+    assert (task0["JobState"], task0["Restarts"]) == ("COMPLETED", "1"), outputs(tmp_path, array)
+    assert results_on_branch(remote, "fake-a") == sorted(short[2:] + short[:2])
+    runs = [line.split()[1:] for line in asv_log(tmp_path)]
+    done = sorted(c for run in runs for c in run)
+    assert done == sorted(commits), runs  # each commit measured (and pushed) once
+
+    # 4. a rerun finds nothing new: no asv, the branch untouched
+    tip = sh("git", "rev-parse", BRANCH, cwd=remote)
+    array = submit("--array=0-1")
+    slurm.wait(array)
+    logs = outputs(tmp_path, array)
+    assert sum("no new commit in the last 4 of HEAD" in o for o in logs.values()) == 2, logs
+    assert asv_log(tmp_path) == [" ".join(["fake-a", *run]) for run in runs]
+    assert sh("git", "rev-parse", BRANCH, cwd=remote) == tip
