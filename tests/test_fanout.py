@@ -187,9 +187,10 @@ CHECK_JSONSCHEMA = shutil.which("check-jsonschema", path=str(Path(sys.executable
 
 @pytest.mark.skipif(CHECK_JSONSCHEMA is None,
                     reason="check-jsonschema not installed (the test extra installs it)")
-def test_the_workflow_passes_the_github_workflow_schema():
+@pytest.mark.parametrize("flow", ["asv.yml", "review.yml", "review-comment.yml"])
+def test_the_workflow_passes_the_github_workflow_schema(flow):
     r = subprocess.run([CHECK_JSONSCHEMA, "--builtin-schema", "vendor.github-workflows",
-                        str(ROOT / ".github" / "workflows" / "asv.yml")],
+                        str(ROOT / ".github" / "workflows" / flow)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
