@@ -173,6 +173,9 @@ def test_the_workflow_is_what_the_fan_out_needs():
     assert '--last "${FLASHBENCH_SITE_LAST:-500}"' in slurm
     assert "sbatch --parsable --array=" in slurm and "scripts/fanout_job.py" in slurm
     assert "SLURM_ARRAY_TASK_ID" in slurm
+    # publish says what is missing in both (learnt from a failed task on a real Slurm)
+    assert "scripts/fanout_job.py --report-missing" in site
+    assert "scripts/fanout_job.py --report-missing" in slurm
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
