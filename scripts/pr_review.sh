@@ -53,6 +53,7 @@ review() {
     base=origin/${GITHUB_BASE_REF:?GITHUB_BASE_REF is not set: not a pull_request event}
   fi
   mkdir -p "$out"
+  rm -f "$out/$kind.review.md"  # --output writes a new file only
   local status=0
   ${FLASHBENCH:-flashbench} review "$base" HEAD "$@" --output "$out/$kind.review.md" \
     >/dev/null 2>"$out/$kind.stderr" || status=$?

@@ -7,6 +7,7 @@ workflows' shape: untrusted head code never meets a write token or a fork's GPU 
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -220,3 +221,9 @@ def test_the_workflows_keep_head_code_away_from_tokens_and_gpu_runners():
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
     assert "ref" not in checkout["with"]  # the default branch, never the head
     assert "scripts/pr_review.sh comment" in steps[-1]["run"]
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_the_script_passes_shellcheck():
+    r = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
