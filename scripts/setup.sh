@@ -22,13 +22,14 @@ if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
     || ! command -v slurmctld >/dev/null 2>&1; }; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian's chromium, chromium-driver (the browser test), shellcheck" \
-      "and slurm-wlm, munge (the test Slurm)"
+      "and slurmctld, slurmd, slurm-client, munge (the test Slurm)"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        chromium chromium-driver shellcheck slurm-wlm munge; } >/tmp/flashbench-apt.$$.log 2>&1 &
+        chromium chromium-driver shellcheck slurmctld slurmd slurm-client munge; } \
+        >/tmp/flashbench-apt.$$.log 2>&1 &
     APT_PID=$!
   else
     echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" \
-      "slurm-wlm munge" >&2
+      "slurmctld slurmd slurm-client munge" >&2
   fi
 fi
 wait_apt() {

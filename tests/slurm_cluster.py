@@ -175,7 +175,8 @@ def unavailable() -> str | None:
     missing = [c for c in (*DAEMONS, *CLIENTS) if shutil.which(c) is None]
     if missing:
         return (f"Slurm is not installed ({', '.join(missing)} missing): "
-                "bash scripts/setup.sh --test as root installs slurm-wlm and munge")
+                "bash scripts/setup.sh --test as root installs Debian's slurmctld, slurmd, "
+                "slurm-client and munge")
     return None
 
 
