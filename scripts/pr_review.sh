@@ -6,7 +6,10 @@
 #   bash scripts/pr_review.sh comment DIR                    # with a write token, no checkout
 #
 # review: `flashbench review BASE HEAD` of the pull request's base (the event's base sha,
-# else origin/$GITHUB_BASE_REF) against HEAD (the merge commit GitHub checks out); its
+# else origin/$GITHUB_BASE_REF) against its head: HEAD, or with REVIEW_HEAD_DIR (a second
+# checkout, of the merge commit GitHub makes) that checkout's commit, fetched, so that the
+# reviewing flashbench and its suites are the base's (this checkout) and the head's code
+# is only the commit under review. The
 # Markdown, under a verdict line, goes to $GITHUB_STEP_SUMMARY and to
 # $REVIEW_DIR/KIND.md (uploaded for the comment job). Exit status: 0 nothing regressed;
 # 1 slower or outside band (the check fails); 2 "could not decide": said in the verdict
@@ -52,10 +55,15 @@ review() {
   if [ -z "$base" ] || ! git cat-file -e "$base^{commit}" 2>/dev/null; then
     base=origin/${GITHUB_BASE_REF:?GITHUB_BASE_REF is not set: not a pull_request event}
   fi
+  local head=HEAD
+  if [ -n "${REVIEW_HEAD_DIR:-}" ]; then
+    git fetch --quiet --no-tags "$REVIEW_HEAD_DIR" HEAD
+    head=$(git rev-parse FETCH_HEAD)
+  fi
   mkdir -p "$out"
   rm -f "$out/$kind.review.md"  # --output writes a new file only
   local status=0
-  ${FLASHBENCH:-flashbench} review "$base" HEAD "$@" --output "$out/$kind.review.md" \
+  ${FLASHBENCH:-flashbench} review "$base" "$head" "$@" --output "$out/$kind.review.md" \
     >/dev/null 2>"$out/$kind.stderr" || status=$?
   {
     verdict "$status" "$kind"

@@ -144,6 +144,19 @@ def test_the_base_branch_when_the_event_has_no_base_sha(pr):
     assert json.loads((tmp / "args.json").read_text())[1] == "origin/main"
 
 
+def test_the_base_reviews_a_second_checkout_of_the_head(pr):
+    """The workflow's layout: the base checked out (its flashbench reviews), the head in
+    a second checkout: its commit is fetched and reviewed, never run as the reviewer."""
+    repo, base, env, tmp = pr
+    head = sh("git", "rev-parse", "HEAD", cwd=repo).strip()
+    sh("git", "clone", "-q", str(repo), str(tmp / "head"), cwd=tmp)
+    sh("git", "checkout", "-q", "main", cwd=repo)
+    sh("git", "branch", "-qD", "faster", cwd=repo)  # the base checkout lacks the head
+    assert review(pr, 0, REVIEW_HEAD_DIR=str(tmp / "head")).returncode == 0
+    assert json.loads((tmp / "args.json").read_text())[:3] == ["review", base, head]
+    assert sh("git", "rev-parse", "HEAD", cwd=repo).strip() == base
+
+
 def comment(pr, event: dict) -> subprocess.CompletedProcess:
     _, _, env, tmp = pr
     (tmp / "run-event.json").write_text(json.dumps(event))
@@ -205,9 +218,14 @@ def test_the_workflows_keep_head_code_away_from_tokens_and_gpu_runners():
     assert "secrets." not in text and "pull_request_target" not in text
     for name, job in flow["jobs"].items():
         assert "permissions" not in job, name
-        checkout = next(s for s in job["steps"] if s.get("uses", "").startswith(
-            "actions/checkout"))
-        assert checkout["with"]["persist-credentials"] is False, name
+        base, head = [s["with"] for s in job["steps"]
+                      if s.get("uses", "").startswith("actions/checkout")]
+        assert base["persist-credentials"] is False and head["persist-credentials"] is False
+        # the reviewer is the base's code; the head only a fetched commit
+        assert base["ref"] == "${{ github.event.pull_request.base.sha }}", name
+        assert "ref" not in head and job["defaults"]["run"]["working-directory"] == base["path"]
+        step = next(s for s in job["steps"] if "pr_review.sh review" in s.get("run", ""))
+        assert step["env"]["REVIEW_HEAD_DIR"] == f"../{head['path']}", name
         assert any("scripts/pr_review.sh review" in s.get("run", "") for s in job["steps"])
         runners = [str(k["runner"]) for k in job["strategy"]["matrix"]["include"]]
         if any("self-hosted" in r for r in runners):
