@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from slurm_cluster import slurm  # noqa: F401  (the fixture)
+from slurm_cluster import Cluster, slurm, unavailable  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "scripts" / "slurm_asv.sbatch"
@@ -217,3 +217,36 @@ def test_faults_on_a_real_slurm_lose_nothing(slurm, tmp_path):  # noqa: F811
     assert sum("no new commit in the last 4 of HEAD" in o for o in logs.values()) == 2, logs
     assert asv_log(tmp_path) == [" ".join(["fake-a", *run]) for run in runs]
     assert sh("git", "rev-parse", BRANCH, cwd=remote) == tip
+
+
+def running(command: str) -> list[int]:
+    """PIDs of the processes whose command line is ``command``."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "cmdline").read_bytes().rstrip(b"\0") == command.replace(" ", "\0").encode():
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile
+            pass
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_the_cluster_stops_every_process_it_started(tmp_path):
+    """Daemons stopped by their PIDs, a running job's processes cancelled first."""
+    cluster = Cluster(tmp_path)
+    marker = f"sleep 3{os.getpid() % 1000:03d}"  # this test's own job
+    try:
+        cluster.start()
+        pids = [p.pid for p in cluster.procs]
+        cluster.sbatch("--wrap", marker, cwd=tmp_path)
+        end = time.monotonic() + 30
+        while not running(marker):
+            assert time.monotonic() < end, "the job never started"
+            time.sleep(0.2)
+    finally:
+        cluster.stop()
+    assert not cluster.procs
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert not running(marker)
