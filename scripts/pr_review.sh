@@ -22,6 +22,7 @@
 # every DIR/*.md. A fork's pull request has none there: it gets the job summary only.
 set -euo pipefail
 MARKER='<!-- flashbench-review -->'
+LIMIT=${REVIEW_COMMENT_LIMIT:-60000}  # bytes; a comment holds at most 65536 characters
 
 verdict() {  # status kind -> the line above the report
   case "$1" in
@@ -106,6 +107,12 @@ comment() {
   fi
   body=$(mktemp)
   { echo "$MARKER"; cat "${reports[@]}"; } > "$body"
+  if [ "$(wc -c < "$body")" -gt "$LIMIT" ]; then  # GitHub refuses a longer comment
+    head -c "$LIMIT" "$body" > "$body.cut"
+    printf '\n\n**Cut at %s bytes**: the whole report is in the job summary.\n' "$LIMIT" \
+      >> "$body.cut"
+    mv "$body.cut" "$body"
+  fi
   id=$(gh api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" \
          --jq '.[] | {id, user: .user.login, body}' | python3 -c '
 import json, sys

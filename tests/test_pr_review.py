@@ -191,6 +191,15 @@ def test_one_comment_edited_in_place(pr):
     assert all("team/flashbench/issues/" in c for c in calls)
 
 
+def test_a_comment_too_long_for_github_is_cut_and_says_so(pr):
+    _, _, _, tmp = pr
+    review(pr, 1, row="slower " * 12000)  # 84 kB (one variable holds < 128 kB)
+    assert comment(pr, RUN).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert len(body.encode()) < 65536 and body.startswith(MARKER)
+    assert body.endswith("**Cut at 60000 bytes**: the whole report is in the job summary.\n")
+
+
 def test_a_forks_pull_request_gets_no_comment(pr):
     _, _, _, tmp = pr
     review(pr, 1)
