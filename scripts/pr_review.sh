@@ -108,7 +108,8 @@ comment() {
   body=$(mktemp)
   { echo "$MARKER"; cat "${reports[@]}"; } > "$body"
   if [ "$(wc -c < "$body")" -gt "$LIMIT" ]; then  # GitHub refuses a longer comment
-    head -c "$LIMIT" "$body" > "$body.cut"
+    python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[:int(sys.argv[2])]
+sys.stdout.write(b.decode("utf-8", "ignore"))' "$body" "$LIMIT" > "$body.cut"  # whole characters
     printf '\n\n**Cut at %s bytes**: the whole report is in the job summary.\n' "$LIMIT" \
       >> "$body.cut"
     mv "$body.cut" "$body"

@@ -204,6 +204,8 @@ def test_faults_on_a_real_slurm_lose_nothing(slurm, tmp_path):  # noqa: F811
     slurm.wait(array)
     task0 = slurm.job(f"{array}_0")
     assert (task0["JobState"], task0["Restarts"]) == ("COMPLETED", "1"), outputs(tmp_path, array)
+    out0 = outputs(tmp_path, array)[f"flashbench-asv-{array}_0.out"]
+    assert out0.count(f"1 new commit(s): {short[4]}") == 2, out0  # both attempts, appended
     assert results_on_branch(remote, "fake-a") == sorted(short[2:] + short[:2])
     runs = [line.split()[1:] for line in asv_log(tmp_path)]
     done = sorted(c for run in runs for c in run)
