@@ -22,11 +22,8 @@ plan.)
    device-to-device copy bandwidth (flashbench.measure.timing.copy_bandwidth_gbs).
 3. Targets (issue 28): triton >= 80% of the copy bandwidth at cache length >= 32k, and
    >= 1.0x the best torch peer. Writes <out>/<date>-<gpu>-decode.md and .json.
-4. Absorbed MLA decode (issue 37; FlashMLA's form): bf16, one kv head of d = 576 shared by
-   128 query heads, V = the cache's first 512 columns (``v_cache=None, dv=512``), pages of
-   64, cache length 8k (the full run: and 32k), B = 16 and 64; checked first on sequence 0
-   against float64 (baseline rule), then timed as above. GB/s = (cache rows x 576 read once,
-   q read, o written) x 2 bytes / median (:func:`mla_bytes`); target >= 80% of copy.
+4. Absorbed MLA decode (:func:`run_mla`, docs/decode.md "Absorbed MLA decode"): GB/s and %
+   of copy at cache length 8k; target >= 80% of copy.
 """
 
 from __future__ import annotations
@@ -103,7 +100,7 @@ MLA = dict(H=128, Hkv=1, d=576, dv=512, page=64)  # DeepSeek-V3's absorbed decod
 
 
 def mla_cases(quick: bool) -> list[tuple[int, int]]:
-    """(B, cache length) of the absorbed MLA timings (module docstring, 4)."""
+    """(B, cache length) of the absorbed MLA timings: 8k (the full run: and 32k)."""
     return [(b, n) for n in ((8192,) if quick else (8192, 32768)) for b in (16, 64)]
 
 
@@ -140,7 +137,10 @@ def check_mla(o, q, k, lens, table) -> dict:
 
 
 def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
-    """The absorbed MLA timings (module docstring, 4): rows as :func:`run_timings`'."""
+    """The absorbed MLA decode timed (FlashMLA's form): bf16, one kv head of d = 576 shared
+    by 128 query heads, V = the cache's first 512 columns (``v_cache=None, dv=512``), pages
+    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; sequence 0 checked against float64
+    (baseline rule) first; GB/s = :func:`mla_bytes` / median; rows as :func:`run_timings`'."""
     from flashbench.measure.timing import device_samples
 
     rows = []

@@ -104,3 +104,32 @@ def test_precision_models_take_any_dims(d, dv, nq, nk, causal, dtype, seed):
         for g, e, r, x in zip(ref, exact, rounded, (q, k, v), strict=True):
             assert e.shape == r.shape == x.shape
             np.testing.assert_allclose(e, g, rtol=0, atol=EXACT * max(1.0, np.abs(g).max()))
+
+
+def test_tolerance_measures_a_head_dim_the_table_lacks():
+    """d = 64 reads the shipped table; another d is the flash model's band measured at that
+    d (x the safety factor), not d = 64's."""
+    from flashbench import tolerance
+    from flashbench.bands.measure import measure_bands
+    from flashbench.bands.table import SAFETY
+
+    assert tolerance("bf16", 256, d=64) == tolerance("bf16", 256)
+    got = tolerance("bf16", 256, d=80)
+    band = next(b for b in measure_bands(dtypes=["bf16"], ns=[256], dists=["normal"],
+                                         causal=[False], d=80)
+                if b.kernel == "flash_model" and b.tensor == "o")
+    assert got == band.abs_max * SAFETY and got != tolerance("bf16", 256)
+    assert tolerance("bf16", 256, d=192, dv=128) > 0
+    with pytest.raises(ValueError, match="d must be an int >= 1"):
+        tolerance("bf16", 256, d=0)
+
+
+def test_bands_cli_takes_a_head_dim(capsys):
+    from flashbench.cli import main
+
+    rc = main(["bands", "--dtype", "bf16", "--n", "128", "--dist", "normal", "--seeds", "2",
+               "--head-dim", "192/128", "--quiet"])
+    assert rc == 0 and "d=192/128" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["bands", "--head-dim", "80/x"])
+    assert exit_.value.code == 2 and "head dim must be D or D/DV" in capsys.readouterr().err
