@@ -12,12 +12,16 @@ padding, and what it costs: docs/gpu.md ("Head dims").
 
 from __future__ import annotations
 
-__all__ = ["KERNEL_WIDTHS", "MAX_HEAD_DIM", "HEAD_DIMS", "kernel_width", "config_width",
-           "check_head_dims", "head_dims_problem", "dim_constexprs"]
+__all__ = ["KERNEL_WIDTHS", "MAX_HEAD_DIM", "HEAD_DIMS", "MAX_ABSORBED_DV", "DECODE_HEAD_DIMS",
+           "kernel_width", "config_width", "check_head_dims", "head_dims_problem",
+           "dim_constexprs"]
 
 KERNEL_WIDTHS = (16, 32, 64, 128, 256)
 MAX_HEAD_DIM = 256
 HEAD_DIMS = tuple(range(8, MAX_HEAD_DIM + 1, 8))  # every d (and dv) the kernels take
+MAX_ABSORBED_DV = 512  # the absorbed MLA decode: dv <= 512 and d - dv <= 256 (576 / 512)
+# every d the decode kernel takes: plain, or absorbed (d = dv + a tail of at most 256)
+DECODE_HEAD_DIMS = tuple(range(8, MAX_ABSORBED_DV + MAX_HEAD_DIM + 1, 8))
 
 
 def kernel_width(d: int, least: int = 16) -> int:

@@ -32,6 +32,7 @@ from flashbench.inputs.kvcache import (
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels.headdim import (
     HEAD_DIMS,
+    MAX_ABSORBED_DV,
     MAX_HEAD_DIM,
     check_head_dims,
     dim_constexprs,
@@ -46,7 +47,6 @@ __all__ = ["triton_decode", "decode_forward", "choose_splits", "decode_config", 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_ROWS = 128  # G x Nq query rows one program holds (absorbed MLA: per kv head, in blocks)
 ABSORBED_BLOCK_M = 64  # query rows per program in the absorbed form (FlashMLA's 64 heads)
-MAX_ABSORBED_DV = 512  # the absorbed form: dv <= 512 and d - dv <= 256 (DeepSeek: 576 / 512)
 H200_SMS = 132  # streaming multiprocessors of an H100/H200: the heuristic's default
 LOG2E = 1.4426950408889634
 
@@ -150,6 +150,15 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, check, ab
     return layout
 
 
+def _leading_columns(k_cache, v_cache) -> bool:
+    """True when v_cache is a view of k_cache's first columns (the absorbed MLA form given as
+    ``k_cache[..., :dv]``, as the decode peers take it): the kernel reads those once."""
+    return (isinstance(k_cache, torch.Tensor) and isinstance(v_cache, torch.Tensor)
+            and k_cache.dim() == v_cache.dim() == 4 and v_cache.shape[-1] < k_cache.shape[-1]
+            and v_cache.data_ptr() == k_cache.data_ptr() and v_cache.dtype == k_cache.dtype
+            and v_cache.shape[:3] == k_cache.shape[:3] and v_cache.stride() == k_cache.stride())
+
+
 def decode_forward(q, k_cache, v_cache, cache_seqlens, block_table=None, causal: bool = False,
                    scale: float | None = None, num_splits: int | None = None, *,
                    check: bool = True, config: Config | None = None, sm_count: int | None = None,
@@ -157,6 +166,8 @@ def decode_forward(q, k_cache, v_cache, cache_seqlens, block_table=None, causal:
     """Launch split-KV decode: ``(o, lse, DecodeLaunch)`` (arguments as :func:`triton_decode`;
     ``config``: the split kernel's, default :func:`decode_config`; ``sm_count``: the
     multiprocessors the heuristic fills, default the device's, or :data:`H200_SMS`)."""
+    if dv is None and _leading_columns(k_cache, v_cache):  # V given as k_cache[..., :dv]
+        v_cache, dv = None, v_cache.shape[-1]
     v_cache, absorbed = value_cache(k_cache, v_cache, dv)
     layout = _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, check, absorbed)
     scale = check_scale(scale, layout.d)
