@@ -114,3 +114,27 @@ def test_decode_backends_take_the_absorbed_form_as_a_view():
         out = get_decode_backend(name)(tq, tk, tk[..., :512], seqlens, tt, causal=True)
         o = out.o if hasattr(out, "o") else out[0]
         assert o.shape == (2, 1, 16, 512) and np.abs(n64(o) - ref).max() <= 1e-5, name
+
+
+@pytest.mark.slow  # the plan replays every GPU launch on meta tensors: about a minute here
+def test_the_gpu_session_plans_the_head_dims_and_the_absorbed_decode():
+    """The quick GPU plan holds the forward at d = 80, 96, 192/128 (fixed config, one
+    compilation each) and the absorbed MLA decode; mla_bytes counts each cache row once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "gpu_bench.py"), "--quick",
+                          "--plan"], capture_output=True, text=True, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr
+    sigs = [x for x in out.stdout.splitlines() if x.startswith("signature ")]
+    for dims in ("D_QK=80, D_V=80", "D_QK=96, D_V=96", "D_QK=192, D_V=128"):
+        assert any("attn_fwd" in x and dims in x for x in sigs), dims
+    assert any("decode_split" in x and "ABSORBED=True" in x and "D_QK=576" in x for x in sigs)
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import gpu_decode
+    finally:
+        sys.path.pop(0)
+    assert gpu_decode.mla_bytes(16, 8192) == 2 * (16 * 8192 * 576 + 16 * 128 * (576 + 512))
