@@ -144,3 +144,25 @@ def test_bad_head_dims_say_which_in_one_line(d, dv, match):
         with pytest.raises(ValueError, match=match) as err:
             call()
         assert "\n" not in str(err.value)
+
+
+def test_variants_and_packed_batches_take_the_new_head_dims(device):
+    """A causal window with a softcap and sinks at d = 80, dv = 64, and a packed batch at
+    192/128 with its backward: the float64 reference to fp32 accuracy."""
+    from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
+
+    q, k, v = qkv(1, 2, 2, 40, 60, 80, 64, seed=11, device=device)
+    o, _, _ = variant_forward(q, k, v, True, window=(16, 0), softcap=20.0, sinks=[0.5, -0.5])
+    ro, _ = R.attention(*np64(q, k, v), causal=True, window=(16, 0), softcap=20.0,
+                        sinks=np.array([0.5, -0.5]))
+    assert o.shape == (1, 2, 40, 64) and error_stats(o, ro)["max_abs"] <= 2e-5
+    cu = np.array([0, 17, 47, 56])
+    g = torch.Generator().manual_seed(12)
+    qp, kp = (torch.randn(56, 2, 192, generator=g).to(device).requires_grad_()
+              for _ in range(2))
+    vp = torch.randn(56, 2, 128, generator=g).to(device).requires_grad_()
+    o, _ = triton_varlen_attention(qp, kp, vp, cu, cu, causal=True)
+    o.sum().backward()
+    ro = R.varlen_attention(*np64(qp, kp, vp), cu, cu, causal=True)[0]
+    assert o.shape == (56, 2, 128) and error_stats(o, ro)["max_abs"] <= 2e-5
+    assert qp.grad.shape == qp.shape and vp.grad.shape == vp.shape

@@ -39,7 +39,7 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
             float tensor or array [H]; :mod:`flashbench.kernels.triton_variants`).
 
     Returns:
-        (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
+        (o, lse): o [B, H, Nq, dv] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key; with
         sinks it includes the sink). o is differentiable in q, k, v (and a sinks tensor)
         (:mod:`flashbench.kernels.triton_bwd`); lse is not.
