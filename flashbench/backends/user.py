@@ -147,7 +147,16 @@ def _make(spec: str, name: str, origin: str, worker, declared: dict):
                    ran_interpreted=worker.interpreted,
                    variants=tuple(declared.get("variants", ())),
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
-                   own_lse=True, origin=origin)
+                   own_lse=True, origin=origin,
+                   limits=None if declared.get("dv") else _same_head_dims)
+
+
+def _same_head_dims(shape) -> str | None:
+    """Why a function that declares no ``flashbench_dv`` is not given dv != d (None: it is)."""
+    if shape.head_dim_v == shape.d:
+        return None
+    return (f"it declares no dv != d (d={shape.d}, dv={shape.head_dim_v}); a function that "
+            f"takes v of another head dim sets flashbench_dv = True")
 
 
 @contextlib.contextmanager
