@@ -59,3 +59,60 @@ def test_a_backend_that_cannot_run_fails_by_name_under_every_variant(
     rows = [r for r in report["backends"] if r["backend"] == spec]
     assert rows and all(CANNOT_RUN[spec] in r.get("failed", "") for r in rows), rows
     assert not any("skipped" in r for r in rows)
+
+
+def one_line_error(capsys, *args) -> str:
+    """Run ``check`` with ``args``; assert exit 2 and one line on stderr; that line."""
+    try:
+        rc = main(["check", "--quiet", "--dtype", "fp32", "--dist", "normal", *args])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("flags", [
+    ["--window", "4,0"], ["--softcap", "5"], ["--sinks"], ["--varlen", "4,5"], ["--variants"],
+    ["--block", "32"], ["--window", "4,0", "--softcap", "5", "--sinks"],
+])
+def test_decode_refuses_the_forward_options_it_does_not_read(capsys, flags):
+    """Before: the flags were silently ignored (no variant in the header, PASS, exit 0)."""
+    err = one_line_error(capsys, "--decode", "--decode-case", "1x2x1x16:8", *flags)
+    assert "check --decode does not read " + ", ".join(
+        f for f in flags if f.startswith("--")) in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--varlen", "lognormal:16:1000:3"], "drew lengths of total inf with seed 0, past "
+                                          "2147483647 (cu_seqlens are int32)"),
+    (["--varlen", "lognormal:1e300:1:3"], "MEDIAN must be at most 2147483647"),
+    (["--varlen", "uniform:1-99999999999999999999:2"], "HI x COUNT must be at most"),
+    (["--varlen", "99999999999999999999"], "the lengths' total must be at most 2147483647"),
+    (["--window", "99999999999999999999,0"], "window sides must be at most 2147483647"),
+    (["--window=-1,99999999999999999999"], "right is 99999999999999999999"),
+    (["--decode-case", "1x2x1x16:8:p99999999999999999999"],
+     "decode case 1x2/2x1x16:8:p99999999999999999999 needs about"),
+    (["--decode-case", "1x2x1x16:99999999999999999999"], "try shorter cache lengths"),
+    (["--softcap", "1e-300"], "softcap 1e-300 rounds to 0 in fp32"),
+    (["--softcap", "1e308"], "softcap 1e308 rounds to inf in fp32"),
+    (["--softcap", "1e-20"], "softcap 1e-20 makes s / C overflow in fp32"),
+    (["--softcap", "1e20"], "softcap 1e20 makes s / C fall into fp32's subnormals"),
+    (["--decode-case", "1x2x1x16:0,0"], "B=1 needs 1 cache length (one per sequence), got 2"),
+])
+def test_numbers_past_their_range_are_one_line_errors(capsys, args, message):
+    """Before: exit 3 (OverflowError, "Maximum allowed dimension exceeded"), a "band edge
+    ... got inf" that hid the cap, or "needs B=1 cache lengths >= 0, got (0, 0)"."""
+    assert message in one_line_error(capsys, *args)
+
+
+def test_the_decode_memory_estimate_refuses_before_drawing():
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.footprint import decode_case_bytes, decode_too_big
+
+    case = DecodeCase(2, 4, 2, 1, 16, (100, 7), 16)
+    pages = (7 + 1 + 3) * 16  # 7 and 1 pages, 3 spare, of 16 keys
+    assert decode_case_bytes(case) == 24 * 2 * 4 * 1 * 100 + 128 * pages * 2 * 32
+    assert decode_too_big([case], available=10 ** 9) is None
+    assert "decode case 2x4/2x1x16:100,7:p16 needs about" in decode_too_big([case], 1000)
