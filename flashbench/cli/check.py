@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from flashbench.cli.common import (
+    block,
     chosen_backends,
     distinct,
     emit,
@@ -19,18 +20,6 @@ from flashbench.cli.common import (
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-
-def _block(text: str) -> int:
-    """--block: checked before any work starts (the library's own check runs later)."""
-    from flashbench.inputs.validation import check_block
-
-    try:
-        return check_block(int(text))
-    except (TypeError, ValueError) as exc:
-        message = str(exc) if text.strip().lstrip("-").isdigit() else (
-            f"block must be an int >= 1, got {text!r}")
-        raise argparse.ArgumentTypeError(message) from None
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -104,7 +93,7 @@ def add_parser(sub) -> None:
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
-    c.add_argument("--block", type=_block, default=None,
+    c.add_argument("--block", type=block, default=None,
                    help="streaming block (keys) of the flash model, >= 1 (default 64)")
     c.add_argument("--window", type=_window, metavar="L,R",
                    help="sliding window (FlashAttention's window_size): query i sees keys "
