@@ -154,3 +154,43 @@ def test_the_rules_rescue_and_lse_floor():
     j = judge((ref[0] + 1e-3, ref[1]), (ref[0] + 1e-5, ref[1]), ref, "fp32",
               fallback=(ref[0] + 1e-3, ref[1]), model=True)
     assert not j["o"]["verdict"].passed
+
+
+EXP_LSE = textwrap.dedent('''
+    import math
+    import torch
+
+    def attn(q, k, v, causal=False, scale=None):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        s = (q @ k.transpose(-1, -2)) * scale
+        lse = torch.logsumexp(s, -1)
+        return torch.exp(s - lse[..., None]) @ v, lse  # FlashAttention's backward's form
+''')
+
+
+def test_a_band_fail_names_the_likely_cause_and_the_defect_table():
+    from flashbench.accuracy.bandrule import DEFECT_TABLE, BandVerdict, rules_disagree
+    from flashbench.measure.check import _band_notes
+
+    band = BandVerdict("o", 1.03, False, "abs_p99", {"abs_p99": 1.03}, {"abs_p99": 4.07e-8},
+                       {"abs_p99": 2.82e-8}, {"abs_p99": 1.4}, "measured")
+    line = rules_disagree("o", True, 0.8, 2.0, band)
+    assert "P = exp(S - LSE) with an fp32 LSE" in line and DEFECT_TABLE in line
+    row = {"backend": "mine", "dtype": "bf16", "case": "c", "band_passed": False,
+           "band": {"o": {"passed": True}, "lse": {"passed": False}}}
+    (note,) = [n for n in _band_notes([row], sources=False) if "mine" in n]
+    assert "band rule FAIL on LSE: likely the running max" in note and DEFECT_TABLE in note
+
+
+@pytest.mark.slow
+def test_the_exp_s_minus_lse_form_fails_the_band_with_its_cause(tmp_path, monkeypatch, capsys):
+    """Issue 36 B: P = exp(S - LSE) in fp32 scales each row by the LSE's rounding: O abs_p99
+    4.4e-8 against the softmax form's 3.3e-8 and the flash model's 2.8e-8 (3 seeds at
+    1x2x4096x64; with the LSE kept in float64 it is the softmax form's 3.3e-8): a FAIL, now
+    with its likely cause and the defect table."""
+    (tmp_path / "fbholes_explse.py").write_text(EXP_LSE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["check", "--shape", "1x2x4096x64", "--dtype", "fp32", "--dist", "normal",
+               "--causal", "off", "--backend", "fbholes_explse:attn", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "P = exp(S - LSE) with an fp32 LSE" in out
