@@ -43,12 +43,16 @@ def broken(reason: str, *args, **kwargs):
 
 
 def _failing(name: str, description: str, origin: str, reason: str):
-    """A backend whose every call fails with ``reason`` (the check reports it as FAIL)."""
-    from flashbench.backends import Backend
+    """A backend whose every call fails with ``reason`` (the check reports it as FAIL).
+
+    It declares every variant and a packed path, so that a check with ``--window``,
+    ``--softcap``, ``--sinks`` or ``--varlen`` calls it and FAILs it by name, never
+    "not applicable" (a PASS for a kernel that never ran)."""
+    from flashbench.backends import VARIANTS, Backend
 
     fail = partial(broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
-                   origin=origin)
+                   origin=origin, variants=VARIANTS, varlen=fail)
 
 
 @functools.cache
