@@ -90,13 +90,15 @@ def thread_census() -> tuple[frozenset, int | None]:
     return idents, tasks
 
 
-def _new_threads(before: tuple[frozenset, int | None]) -> str | None:
-    idents, tasks = thread_census()
-    new = [t for t in threading.enumerate() if t.is_alive() and t.ident not in before[0]]
+def _new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
+    """A Python thread alive that the harness did not have before the first call (warm-up
+    included), or more OS threads than just before this call; else None."""
+    new = [t for t in threading.enumerate() if t.is_alive() and t.ident not in harness]
     if new:
         return f"{len(new)} new Python thread(s) alive after the call ({new[0].name})"
-    if tasks is not None and before[1] is not None and tasks > before[1]:
-        return f"{tasks - before[1]} new OS thread(s) alive after the call (/proc/self/task)"
+    tasks = thread_census()[1]
+    if tasks is not None and tasks_before is not None and tasks > tasks_before:
+        return f"{tasks - tasks_before} new OS thread(s) alive after the call (/proc/self/task)"
     return None
 
 
@@ -193,16 +195,17 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
 
         sync = _CLOCKS["torch.cuda.synchronize"][2]
         elapsed = _CLOCKS["torch.cuda.Event.elapsed_time"][2]
+    harness = thread_census()[0]
     for _ in range(warmup):
         call(*pool.next()[2])
     if cuda:
         sync()
-    before = thread_census()
     faults: dict = {}
     times, host, seeds, slots, outputs = [], [], [], [], []
     wall0 = _WALL_NS()
     for _ in range(samples):
         slot, seed, args = pool.next()
+        tasks = thread_census()[1]
         if cuda:
             if flush is not None:
                 flush()
@@ -222,7 +225,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
             t1 = _PERF()
             times.append(t1 - t0)
         host.append(t1 - t0)
-        left = _new_threads(before)
+        left = _new_threads(harness, tasks)
         if left is not None:
             faults.setdefault(THREAD, left)
         seeds.append(seed)
