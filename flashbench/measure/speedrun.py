@@ -96,6 +96,10 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         return untimed("not timed", str(exc))
     except BackendFailed as exc:
         return untimed("FAIL", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
+        from flashbench.backends.outputs import raised
+
+        return untimed("FAIL", raised(exc))
     faults, checked = _judged(case, seed, outputs, seeds, faults, backend.out_dtype)
     return row_from(case, backend.name, times, faults, roof,
                     CLOCK_GPU if where == "cuda" else CLOCK_CPU, checked)
