@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 
 class Benchmark:
     """Timing knobs written once (numpy's benchmarks/common.py habit).
@@ -80,6 +82,53 @@ def qkv(spec: str, dist="normal", seed=0):
     """float64 (q, k, v) for the shape ``spec`` from flashbench.inputs.make_qkv."""
     make_qkv = need("inputs", "make_qkv")
     return make_qkv(shape_of(spec), dist, seed)
+
+
+class FreshCalls:
+    """A float64 attention call whose every run sees new contents, its outputs checked after.
+
+    ``POOL`` input triples from seeds drawn per run; each call takes the next triple and first
+    overwrites one query row with values of a bank drawn in setup (the same arrays, new
+    contents: a cache keyed on addresses, ``id()`` or a fingerprint returns a stale row), then
+    keeps a copy of that row of the output. :meth:`verify` (the suite's teardown, outside the
+    clock) recomputes every kept row with the commit's ``reference.attention`` and raises
+    :class:`KernelFailed` naming the first stale or wrong one. docs/speed.md.
+    """
+
+    POOL, BANK = 4, 61  # coprime: a (slot, row values) pair returns after 244 calls
+
+    def __init__(self, spec: str, fn, **kwargs):
+        rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        self.fn, self.kwargs, self.i, self.kept = fn, kwargs, 0, []
+        self.slots = [qkv(spec, seed=int(s)) for s in rng.integers(2**31, size=self.POOL)]
+        q = self.slots[0][0]
+        self.bank = rng.standard_normal((self.BANK, q.shape[-1]))
+        self.rows = rng.integers(q.shape[-2], size=self.BANK)
+
+    def __call__(self):
+        i = self.i
+        self.i = i + 1
+        q, k, v = self.slots[i % self.POOL]
+        r = self.rows[i % self.BANK]
+        q[..., r, :] = self.bank[i % self.BANK]
+        out = self.fn(q, k, v, **self.kwargs)
+        o = out[0] if isinstance(out, tuple | list) else out
+        self.kept.append((i, np.array(o[..., r, :])))
+
+    def verify(self) -> None:
+        attention = need("reference", "attention")
+        causal = self.kwargs.get("causal", False)
+        for i, got in self.kept:
+            _, k, v = self.slots[i % self.POOL]
+            r = int(self.rows[i % self.BANK])
+            nq, nk = self.slots[0][0].shape[-2], k.shape[-2]
+            see = r + nk - nq + 1 if causal else nk
+            qr = np.broadcast_to(self.bank[i % self.BANK], (*k.shape[:-2], 1, k.shape[-1]))
+            want = attention(qr, k[..., :see, :], v[..., :see, :])[0][..., 0, :]
+            if not np.allclose(got, want, rtol=1e-9, atol=1e-9):
+                raise KernelFailed(f"timed call {i}: query row {r} of its output is stale or "
+                                   f"wrong (max abs error {np.abs(got - want).max():.3g} "
+                                   f"against the float64 reference of the inputs it was given)")
 
 
 def timed_backend(name: str):
