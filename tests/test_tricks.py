@@ -213,3 +213,66 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     for trick, name in EXPECTED.items():
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])
+
+
+GPU_TRICKS = textwrap.dedent('''
+    import torch
+
+    def _attn(q, k, v, causal=False, scale=None):
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v)
+
+    _SIDE = []
+
+    def side_stream(q, k, v, causal=False, scale=None):
+        """The work on a stream of its own: the caller's events see nothing."""
+        if not _SIDE:
+            _SIDE.append(torch.cuda.Stream())
+        _SIDE[0].wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(_SIDE[0]):
+            o = _attn(q, k, v)
+        return o
+
+    def freed_memory(q, k, v, causal=False, scale=None):
+        """Whatever the allocator hands back: a freed expected output, if the harness left one."""
+        return torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
+''')
+GPU_CASE = SpeedCase(Shape(4, 16, 2048, 2048, 128), "bf16")
+
+
+@pytest.fixture
+def gpu_tricks(tmp_path, monkeypatch):
+    (tmp_path / "fbgputricks.py").write_text(GPU_TRICKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fbgputricks
+
+    yield fbgputricks
+    sys.modules.pop("fbgputricks", None)
+
+
+def _cuda_backend(fn, name):
+    return Backend(name, fn, name, ("bf16",), timed=fn, origin="user", devices=("cuda",))
+
+
+@pytest.mark.gpu
+def test_side_stream_work_is_inside_the_time(gpu_tricks):
+    """Device-wide synchronisation before the end event: the side stream's work is timed
+    (on events of the current stream alone it read as nearly nothing)."""
+    roof = measure_roofline("cuda", ["bf16"])
+    good = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.good, "good"), roof, 5,
+                        device="cuda")
+    side = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.side_stream, "side"), roof, 5,
+                        device="cuda")
+    assert good.status == "PASS" and side.status == "PASS", (good.failures, side.failures)
+    assert side.median_s > 0.5 * good.median_s
+
+
+@pytest.mark.gpu
+def test_an_output_from_freed_memory_fails(gpu_tricks):
+    roof = measure_roofline("cuda", ["bf16"])
+    row = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.freed_memory, "freed"), roof, 5,
+                       device="cuda")
+    assert row.status == "FAIL" and _named((guard.WRONG, guard.STALE), row.failures)
