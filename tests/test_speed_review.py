@@ -120,3 +120,51 @@ def test_a_call_that_patches_the_clock_refuses_its_side_from_then_on(sides):
                      index=0)["status"] == "ok"
     finally:
         w.stop()
+
+
+CHEAT = '''
+
+_honest_online_attention = online_attention
+_MEMO = {}
+
+
+def online_attention(q, k, v, *args, **kwargs):  # noqa: F811 - the cheat under review
+    key = (id(q), id(k), id(v), args, tuple(sorted(kwargs.items())))
+    if key not in _MEMO:
+        _MEMO[key] = _honest_online_attention(q, k, v, *args, **kwargs)
+    return _MEMO[key]
+'''
+
+
+@pytest.mark.slow
+def test_a_head_that_memoises_the_reference_on_id_is_never_faster(tmp_path):
+    """Issue 35's reproduction: on main this head was "faster, head/base 0.000, exit 0".
+    Now every call sees new contents: a hit returns a stale row, which fails the head
+    (exit 1), and a miss computes honestly: never "faster"."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", "-b", "cheat",
+                    subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
+                                   capture_output=True, text=True).stdout.strip()], check=True)
+    init = clone / "flashbench" / "reference" / "__init__.py"
+    init.write_text(init.read_text() + CHEAT)
+    subprocess.run([*git, "-C", str(clone), "commit", "-qam", "cheat"], check=True)
+    base = subprocess.run(["git", "-C", str(clone), "rev-parse", "cheat~1"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "review", base, "cheat",
+                        "--bench", "TimeAttention.*1024x1024x64.*streamed", "--quick",
+                        "--threads", "1", "--json"], cwd=clone, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(clone)}, timeout=900)
+    report = json.loads(r.stdout)
+    verdicts = [row.get("verdict") for row in report["rows"]]
+    assert r.returncode in (0, 1, 2) and "faster" not in verdicts, (r.returncode, verdicts)
+    failed = [row for row in report["rows"] if row.get("verdict") == "failed"]
+    assert all("stale or wrong" in json.dumps(row) for row in failed)
