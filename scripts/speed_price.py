@@ -2,7 +2,7 @@
 
 Question: the median time per call of a correct kernel timed bare (the same inputs every call,
 the host clock, nothing checked: what asv's time_ suites and the review did) against the
-guarded timer (flashbench.timing: a refilled input pool, clocks captured at import, threads
+guarded timer (flashbench.timed: a refilled input pool, clocks captured at import, threads
 counted, outputs kept; the checks run after the clock). Side by side in one run: the two
 alternate, ROUNDS times, each with SAMPLES calls; the ratio is guarded / bare of the medians
 over all calls. Target: within 3% for calls of 1 ms or more on a CPU.
@@ -20,8 +20,8 @@ import torch
 
 from flashbench.backends import get_backend
 from flashbench.inputs import Shape
-from flashbench.timing.attention import attention_maker, pool_size
-from flashbench.timing.guard import Pool, timed_calls
+from flashbench.timed.attention import attention_maker, pool_size
+from flashbench.timed.guard import Pool, timed_calls
 
 CASES = [("torch-sdpa", Shape(1, 8, 512, 512, 64), "fp32"),
          ("torch-sdpa", Shape(1, 8, 1024, 1024, 64), "fp32"),

@@ -23,7 +23,7 @@ from flashbench.measure.speed import (
     row_from,
 )
 from flashbench.measure.speedrun import time_backend
-from flashbench.timing import guard
+from flashbench.timed import guard
 
 TRICKS = textwrap.dedent('''
     import gc

@@ -32,7 +32,7 @@ from flashbench.backends.outputs import (
 )
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable, expand_kv
-from flashbench.timing import guard  # its clocks are captured before any user module loads
+from flashbench.timed import guard  # its clocks are captured before any user module loads
 
 __all__ = ["Server", "raised"]
 
@@ -116,11 +116,11 @@ class Server:
         return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
 
     def _time(self, r: dict) -> dict:
-        """The guarded timer on the function (:mod:`flashbench.timing.guard`): a pool built
+        """The guarded timer on the function (:mod:`flashbench.timed.guard`): a pool built
         from ``r["seed"]``, ``r["samples"]`` timed calls; outputs with a structural fault
         come back as None, the others as CPU copies of o, judged by the harness."""
         from flashbench.inputs.problem import Shape
-        from flashbench.timing.attention import attention_maker
+        from flashbench.timed.attention import attention_maker
 
         fn = self._fn(FORWARD)
         declared = self._load()

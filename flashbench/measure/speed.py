@@ -1,7 +1,7 @@
 """``flashbench speed``'s measurement: every timed call on fresh inputs, every output judged.
 
 :func:`time_backend` times one backend on one :class:`SpeedCase` with the guarded timer
-(:mod:`flashbench.timing`): flashbench's and torch's kernels in this process, a user's kernel
+(:mod:`flashbench.timed`): flashbench's and torch's kernels in this process, a user's kernel
 in its worker process (:func:`flashbench.backends.worker.time_in_worker`: the loop runs there,
 the outputs come back and are judged here, the batch bounded by this process's wall clock).
 :class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashbench.inputs.problem import Shape
-from flashbench.timing.guard import FLOOR, STALE, WRONG
+from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
            "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES"]
@@ -43,7 +43,7 @@ class SpeedCase:
 
     def bytes(self) -> int:
         """Bytes a forward must move at least: q, k, v read and o written once."""
-        from flashbench.timing.attention import _torch_dtype
+        from flashbench.timed.attention import _torch_dtype
 
         s = self.shape
         return _torch_dtype(self.dtype).itemsize * s.B * (
@@ -85,7 +85,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     because the machine was busy while the peak was measured)."""
     import torch
 
-    from flashbench.timing.attention import _torch_dtype
+    from flashbench.timed.attention import _torch_dtype
 
     if device == "cuda":
         from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
@@ -183,7 +183,7 @@ class Judge:
         o = out[0] if isinstance(out, tuple | list) else out
         s = self.case.shape
         want = (s.B, s.H, s.Nq, s.head_dim_v)
-        from flashbench.timing.attention import _torch_dtype
+        from flashbench.timed.attention import _torch_dtype
 
         dtype = _torch_dtype(self.out_dtype)
         if tuple(o.shape) != want or o.dtype != dtype:

@@ -17,8 +17,8 @@ from flashbench.measure.speed import (
     measure_roofline,
     row_from,
 )
-from flashbench.timing.attention import attention_maker, pool_size
-from flashbench.timing.guard import CLOCK, Pool, l2_flusher, structural, timed_calls, wall_ns
+from flashbench.timed.attention import attention_maker, pool_size
+from flashbench.timed.guard import CLOCK, Pool, l2_flusher, structural, timed_calls, wall_ns
 
 __all__ = ["time_backend", "run_speed", "CLOCK_CPU", "CLOCK_GPU"]
 

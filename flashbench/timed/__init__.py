@@ -3,7 +3,7 @@ structural checks of each timed output (:mod:`.guard`), and the attention inputs
 built from (:mod:`.attention`). Torch is imported only where a tensor is made or checked.
 What the timer guarantees, and what it cannot: docs/speed.md."""
 
-from flashbench.timing.guard import (
+from flashbench.timed.guard import (
     CHECKS,
     Batch,
     Pool,
