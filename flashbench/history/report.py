@@ -25,7 +25,6 @@ from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
     commit_order,
-    machine_order,
     plot_bands,
     plot_errors,
     plot_rule_ratios,
@@ -179,15 +178,15 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     trend.to_csv(stage / "throughput.csv", index=False)
     jumps.to_csv(stage / "steps.csv", index=False)
     band_rows = band_history(df)
+    labels = machine_labels(df)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, stage / "errors.png")),
-        ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=machine_order(df))),
+        ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=labels)),
         ("rules.png", plot_rule_ratios(df, stage / "rules.png")),
         ("tflops.png", plot_tflops(points, df, stage / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
     machines = _machines(df)
-    labels = machine_labels(df)
     lines = [f"# flashbench history of `{where}`", "",
              f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
              f"{len(labels)} machines; {len(df)} results: "
