@@ -241,7 +241,9 @@ def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "
     if h["causal"].eq(False).any():
         h = h[h["causal"].eq(False)]
     h = h.astype({c: object for c in IDENTITY})
-    mlabels = machines or machine_labels(h)
+    mlabels = machines or {(m, c if isinstance(c, str) else None): f"M{i + 1}" for i, (m, c)
+                           in enumerate(dict.fromkeys(zip(h["machine"], h["cpu"],
+                                                          strict=True)))}
     dtypes, dists = _dtype_order(set(h["dtype"])), sorted(set(h["dist"]), key=str)
     fig, axes = fg.grid(len(dtypes) * len(dists), len(dists), height=2.2)
     labels = {int(x): f"{str(c)[:7]}\n{pd.Timestamp(d):%m-%d}" for c, x, d in
