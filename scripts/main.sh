@@ -69,28 +69,41 @@ MACHINE=$($PY -m flashbench.infra.machine)
 mkdir -p "$OUT/results"
 cp -R results/. "$OUT/results/"  # the committed history, read by the report and the site
 $PY - "$OUT" <<'PY'
-import json, pathlib, sys
+# asv.conf.json with absolute paths, results in main-job/results, and the branches this
+# clone has (a clone of one branch has no "main": asv would refuse to run)
+import json, pathlib, subprocess, sys
 from flashbench.infra.asv import read_config
 from flashbench.site.window import PATH_KEYS
 out, root = pathlib.Path(sys.argv[1]).resolve(), pathlib.Path.cwd()
 conf = read_config("asv.conf.json")
 conf = {k: str((root / v).resolve()) if k in PATH_KEYS else v for k, v in conf.items()}
 conf["results_dir"] = str(out / "results")
+have = [b for b in conf.get("branches", []) if subprocess.run(
+    ["git", "rev-parse", "--verify", "--quiet", b], capture_output=True).returncode == 0]
+conf["branches"] = have or ["HEAD"]
 (out / "asv.conf.json").write_text(json.dumps(conf, indent=1))
 PY
 ASV=("$PY" -m asv run --config "$OUT/asv.conf.json" -E "existing:$PWD/$PY" --machine "$MACHINE"
      --set-commit-hash "$HEAD" --record-samples --show-stderr)
 DONE=$(find "$OUT/results/$MACHINE" -name "${HEAD:0:8}-*.json" 2>/dev/null | head -n 1)
+ASV_STATUS=0
 if [ "$FULL" = 1 ]; then
   say "== 3/5 asv: every suite on ${HEAD:0:8}, machine $MACHINE (about 4 min more)"
-  logged "asv" "$OUT/asv.log" "${ASV[@]}" --skip-existing-successful || true
+  logged "asv" "$OUT/asv.log" "${ASV[@]}" --skip-existing-successful || ASV_STATUS=$?
 elif [ -n "$DONE" ]; then
   say "== 3/5 asv: ${HEAD:0:8} already measured on $MACHINE ($DONE); skipped"
+  : >"$OUT/asv.log"
 else
   say "== 3/5 asv: the first-run selection on ${HEAD:0:8}, machine $MACHINE (about 2 min)"
-  logged "asv" "$OUT/asv.log" "${ASV[@]}" --bench "$FIRST" || true
+  logged "asv" "$OUT/asv.log" "${ASV[@]}" --bench "$FIRST" || ASV_STATUS=$?
 fi
-ASV_FAILED=$(grep -acE '(failed|timeout)$' "$OUT/asv.log" 2>/dev/null || true)
+ASV_FAILED=$(grep -acE '(failed|timeout)$' "$OUT/asv.log" || true)
+if [ "$ASV_STATUS" != 0 ]; then
+  ASV_SAYS="asv failed (exit $ASV_STATUS): $(tail -n 1 "$OUT/asv.log")"
+  say "   $ASV_SAYS"
+else
+  ASV_SAYS="${ASV_FAILED:-0} benchmarks failed"
+fi
 [ -n "$(git status --porcelain --untracked-files=no)" ] \
   && say "   note: the working tree has changes; asv measured them under ${HEAD:0:8}"
 
@@ -109,7 +122,7 @@ cat <<MSG
 
 Done in $((SECONDS - T0)) s (wall clock). What was checked, what failed, where the files are:
   check     flashbench check: $CHECK_SAYS   (full output: $OUT/report/check.txt)
-  asv       commit ${HEAD:0:8} on $MACHINE: $([ "$FULL" = 1 ] && echo "every suite" || echo "first-run selection (accuracy tracks, reference timings)"); ${ASV_FAILED:-0} benchmarks failed (log: $OUT/asv.log)
+  asv       commit ${HEAD:0:8} on $MACHINE: $([ "$FULL" = 1 ] && echo "every suite" || echo "first-run selection (accuracy tracks, reference timings)"); $ASV_SAYS (log: $OUT/asv.log)
   more      every timing suite: bash scripts/main.sh --full
   report    $OUT/report/report.md: it opens with the answer (outside band, steps, failures)
   plots     $OUT/report/{errors,rules,bands,tflops}.png
