@@ -165,7 +165,7 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
         table = table.drop(columns=["env"])
         head = [f"Environment of every step: `{envs[0]}`.", ""]
     return [*head, *narrow(table.drop(columns=["unit"], errors="ignore"), labels,
-                           fold=("params",), legend=folded)]
+                           fold=("params", "env"), legend=folded)]
 
 
 def _write_report(df, where: str, out: Path, stage: Path) -> str:
