@@ -49,3 +49,13 @@ def test_view_keeps_a_value_some_machine_measured(tmp_path):
     root = tmp_path / "results"
     _results(root, [1.0, 2.0, 3.0, None])
     assert view_tree(root, tmp_path / "view") == 0
+
+
+def test_view_skips_a_corrupt_results_file_and_says_so(tmp_path, capsys):
+    root = tmp_path / "results"
+    _results(root, [1.0, 2.0, 3.0, None])
+    (root / "cpu-epyc" / "bad-env.json").write_text("{not json")
+    view_tree(root, tmp_path / "view")
+    assert "skipped" in capsys.readouterr().err
+    assert not (tmp_path / "view" / "cpu-epyc" / "bad-env.json").exists()
+    assert (tmp_path / "view" / "cpu-epyc" / "abc-env.json").exists()

@@ -14,11 +14,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 from flashbench.site.window import PATH_KEYS
 
 NOISE = ("os", "ram", "num_cpu", "arch")  # facts that drift or that the machine name holds
+
+
+def _read(path: Path) -> dict | None:
+    """A results file's JSON; None, said on stderr, for one that is not (left out)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"flashbench.site: skipped {path}: not a readable results file ({exc})",
+              file=sys.stderr)
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _measured(results: dict, names: dict) -> dict:
@@ -70,9 +82,10 @@ def _trim_result(row: list, columns: list, measured: list) -> list:
 def view_tree(results: Path, tree: Path) -> int:
     """Write the site's copy of ``results`` into ``tree``; returns how many parameter
     values it left out (never measured by any results file)."""
-    files = {p: json.loads(p.read_text()) for p in sorted(results.glob("*/*.json"))
-             if p.name != "machine.json"}
-    meta = json.loads((results / "benchmarks.json").read_text())
+    files = {p: data for p in sorted(results.glob("*/*.json"))
+             if p.name != "machine.json" and (data := _read(p)) is not None}
+    meta_path = results / "benchmarks.json"  # missing: asv publish says so itself
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     names = {n: b for n, b in meta.items() if isinstance(b, dict) and b.get("params")}
     seen = _measured(files.values(), names)
     trim = {n for n, b in names.items()
@@ -85,8 +98,10 @@ def view_tree(results: Path, tree: Path) -> int:
                            for k, vals in enumerate(bench["params"])]
         dropped += before - sum(map(len, bench["params"]))
     tree.mkdir(parents=True)
-    (tree / "benchmarks.json").write_text(json.dumps(meta))
-    for folder in sorted(p for p in results.iterdir() if (p / "machine.json").is_file()):
+    if meta_path.is_file():
+        (tree / "benchmarks.json").write_text(json.dumps(meta))
+    folders = sorted(results.iterdir()) if results.is_dir() else []
+    for folder in (p for p in folders if (p / "machine.json").is_file()):
         (tree / folder.name).mkdir()
         machine = json.loads((folder / "machine.json").read_text())
         (tree / folder.name / "machine.json").write_text(json.dumps(
