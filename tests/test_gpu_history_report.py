@@ -78,15 +78,15 @@ def test_report_shows_the_gpu_machine_beside_the_cpu_machines(gpu_tree, tmp_path
         assert (tmp_path / "report" / png).stat().st_size > 10_000
 
 
-def test_plot_styles_give_each_machine_its_own_colour_family():
-    from flashbench.history.plots import palette
+def test_plot_colours_tell_flashbench_kernels_from_torch_peers():
+    """Colour says which kernel (machines are shaded spans, docs/history.md): flashbench's
+    kernels in distinct colours, torch's peers in greys."""
+    from flashbench.history.figure import kernel_colours
 
-    series = [("cpu-a", "x", "one"), ("cpu-a", "x", "two"), ("gpu-b", "y; GPU: H", "one")]
-    style = palette(series)
-    gpu, a1, a2 = (style[s][0] for s in (series[2], series[0], series[1]))
-    # GPU machines take the first family (blue); the CPU machine the second (orange)
-    assert gpu[2] > gpu[0] and a1[0] > a1[2] and a2[0] > a2[2]
-    assert a1 != a2 and style[series[0]][1] != style[series[1]][1]  # shade and marker differ
+    colours = kernel_colours({"triton", "flash_model", "torch-sdpa", "sdpa-flash", None})
+    own, peer = colours["triton"], colours["torch-sdpa"]
+    assert own != colours["flash_model"]
+    assert peer[0] == peer[1] == peer[2] and not own[0] == own[1] == own[2]
 
 
 @pytest.mark.slow

@@ -98,6 +98,24 @@ def test_benchmark_grid_and_a_graph_with_points_render(site, browser):
     browser.save_screenshot(str(SHOTS / "graph.png"))
     assert points >= 1, "no points plotted"
 
+    # the filter panel offers what a user chooses between (failed before: three OS builds
+    # and three RAM figures were choices; sdpa-efficient / sdpa-cudnn, never run on these
+    # CPU-only machines, were offered as kernels)
+    browser.get(url + "#bench_accuracy.TrackAccuracy.track_o_max_abs")
+    panels = wait_for(browser, """
+        var p = {};
+        $('.panel-heading').each(function(){
+            p[$(this).text()] = $(this).next().find('.btn').map(function(){
+                return $(this).text().trim()}).get();});
+        return p.kernel ? p : null;""")
+    browser.save_screenshot(str(SHOTS / "filters.png"))
+    assert panels and "machine" in panels and "dtype" in panels, panels
+    assert not {"os", "ram", "num_cpu", "arch"} & set(panels), sorted(panels)
+    assert not any(v.startswith("Linux") for v in sum(panels.values(), [])), panels
+    kernels = " ".join(panels["kernel"])
+    assert "flash_model" in kernels and "triton" in kernels
+    assert "sdpa-efficient" not in kernels and "sdpa-cudnn" not in kernels, kernels
+
 
 def test_concurrent_publishes_both_succeed(tmp_path):
     """Issue 16 item 17: two ``python -m flashbench.site`` at once into one folder."""

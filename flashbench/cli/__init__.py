@@ -34,8 +34,18 @@ COMMANDS = (check, history, review, table, bands, speed)
 BAD_INPUT, ERROR = 2, 3
 
 
+DESCRIPTION = ("flashbench keeps attention kernels honest: exactness against a float64 "
+               "reference, accuracy per dtype, speed and accuracy history from asv results, "
+               "and a review of a change before it merges.")
+EPILOG = ("Run 'flashbench COMMAND --help' for a command's options. Exit status: 0 and 1 "
+          "are the command's answer (pass / fail), 2 bad input, 3 flashbench's own "
+          "failure. Guide: README.md and the docs/ folder.")
+
+
 def build_parser() -> Parser:
-    p = Parser(prog="flashbench", description=__doc__.splitlines()[0])
+    """The ``flashbench`` parser: plain-words help (no reStructuredText markup), one
+    subparser per :data:`COMMANDS` entry."""
+    p = Parser(prog="flashbench", description=DESCRIPTION, epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

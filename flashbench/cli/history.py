@@ -9,9 +9,10 @@ import sys
 def add_parser(sub) -> None:
     h = sub.add_parser("history", help="asv results as tables, CSVs and plots",
                        description="Load every asv results file of one or several results "
-                       "folders into one tidy table; report accuracy bands, TFLOP/s trends "
-                       "and steps per machine and processor (Markdown), write CSVs and PNG "
-                       "plots.")
+                       "folders into one tidy table; write report.md, which opens with the "
+                       "answer (tracks outside their band, steps found, failed results), "
+                       "then accuracy bands, TFLOP/s trends and steps per machine; CSVs and "
+                       "PNG plots beside it.")
     h.add_argument("results_dir", nargs="*", default=["results"],
                    help="asv results folder(s), each with its benchmarks.json "
                         "(default: results)")

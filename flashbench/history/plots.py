@@ -1,26 +1,29 @@
 """The history report's plots, as small multiples: errors.png, rules.png, bands.png, tflops.png.
 
 One panel per problem (accuracy: per dtype; rules: per rule x tensor; bands: per dtype x
-distribution; throughput: per shape x direction), the legend outside the panels, commits on the x
-axis in history order (date of their first results file) and labelled by short hash
-and date, one colour family per measurement machine (shades within it for the series
-of that machine), causal rows dashed. Titles, panels and labels come from the data.
+distribution; throughput: per shape x direction), commits on the x axis in history order
+(date of their first results file), labelled by short hash and date. One line per
+parameter setting and machine; colour by kernel, markers by the other settings, machines
+as shaded spans, causal dashed (:mod:`flashbench.history.figure`). ``*_figure`` build the
+matplotlib figure (for the tests); ``plot_*`` save it. More: docs/history.md ("Plots").
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from flashbench.history import figure as fg
+from flashbench.history.answer import machine_labels
 from flashbench.history.suites import BAND_PAIRS, MAIN_METRIC, accuracy_metric, rule_limit
-from flashbench.history.summaries import IDENTITY, flags, names, per_name, with_identity
-
-WIDTH = 11.0  # inches at DPI: 1100 px, the width a Markdown page shows without scaling
-DPI = 100
-FAMILIES = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+from flashbench.history.summaries import (
+    IDENTITY,
+    flags,
+    names,
+    per_name,
+    with_identity,
+)
 
 
 def commit_order(df: pd.DataFrame) -> dict:
@@ -43,134 +46,6 @@ def by_commit(g: pd.DataFrame, order: dict) -> pd.DataFrame:
     return g.assign(x=x.to_numpy()).sort_values("x", kind="stable")
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def machine_name(machine, cpu) -> str:
-    return f"{machine}" + (f" ({cpu})" if isinstance(cpu, str) else "")
-
-
-def _key(values) -> tuple:
-    """A series key with NaN as None (NaN != NaN would miss every dict lookup)."""
-    return tuple(None if isinstance(v, float) and v != v else v for v in values)
-
-
-def machine_order(df: pd.DataFrame) -> list[tuple]:
-    """Every (machine, cpu) of a frame, GPU machines (a cpu field naming a GPU) first:
-    the order colour families are handed out in, the same in every plot of a report."""
-    ids = with_identity(df)[IDENTITY].astype(object).drop_duplicates()
-    return sorted({_key(m) for m in ids.itertuples(index=False, name=None)}, key=_gpu_first)
-
-
-def _gpu_first(machine: tuple) -> tuple:
-    name, cpu = str(machine[0]), str(machine[1])
-    return ("GPU:" not in cpu and name.startswith("cpu-"), name, cpu)
-
-
-def palette(series: list[tuple], machines: list[tuple] | None = None) -> dict:
-    """series key (machine, cpu, *rest) -> (colour, marker): one colour family per
-    machine, in ``machines`` order (default: the series' machines, GPU machines first),
-    a shade and a marker per series within it."""
-    plt = _pyplot()
-    found = {s[:2] for s in series}
-    order = list(machines or []) + sorted(found - set(machines or []), key=_gpu_first)
-    out = {}
-    for k, m in enumerate(order):  # a machine keeps its family in every plot
-        if m not in found:
-            continue
-        cmap = plt.get_cmap(FAMILIES[k % len(FAMILIES)])
-        mine = [s for s in series if s[:2] == m]
-        for i, s in enumerate(mine):
-            shade = 0.5 + 0.45 * (i / (len(mine) - 1) if len(mine) > 1 else 0.5)
-            out[s] = (cmap(shade), MARKERS[i % len(MARKERS)])
-    return out
-
-
-def _grid(panels: int, cols: int, height: float = 2.5):
-    plt = _pyplot()
-    cols = max(1, min(cols, panels))
-    rows = -(-panels // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, height * rows + 0.6),
-                             squeeze=False)
-    for ax in list(axes.flat)[panels:]:
-        ax.set_visible(False)
-    return fig, axes
-
-
-def _commit_axis(ax, labels: dict, xs) -> None:
-    """The panel's own commits on its x axis, at most 4 labelled (short hash and date;
-    the latest always)."""
-    xs = sorted({int(x) for x in xs if x == x})
-    if not xs:
-        return
-    step = max(1, -(-len(xs) // 4))
-    ticks = xs[::-1][::step][::-1]
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([labels.get(x, str(x)) for x in ticks], fontsize=6)
-    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
-
-
-def _log_if_wide(ax, values) -> None:
-    v = np.asarray([x for x in values if np.isfinite(x) and x > 0])
-    if len(v) and v.max() / v.min() > 20:
-        _log(ax)
-
-
-def _log(ax) -> None:
-    ax.set_yscale("log")
-
-
-def _minor_labels(ax) -> None:
-    """Log axes spanning a decade or more: labels at powers of ten only (minor labels
-    crowd a small panel); narrower ones keep matplotlib's minor labels."""
-    from matplotlib.ticker import NullFormatter
-
-    lo, hi = ax.get_ylim()
-    if ax.get_yscale() == "log" and lo > 0 and hi / lo >= 10:
-        ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _finish(fig, axes, handles: dict, title: str, path: Path, note: str = "") -> None:
-    """Legends below the panels (outside the data), one per machine ({machine: {label:
-    handle}}) side by side, a title; saved at :data:`DPI`."""
-    for ax in axes.flat:
-        if ax.get_visible():
-            ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=7, which="both")
-            _minor_labels(ax)
-    cols = {m: -(-len(h) // 8) if len(handles) < 3 else 1 for m, h in handles.items()}
-    rows = max(-(-len(h) // cols[m]) for m, h in handles.items()) + 1
-    legend_in = 0.15 * rows + 0.2
-    height = fig.get_figheight() + legend_in
-    fig.set_figheight(height)
-    for k, (machine, entries) in enumerate(handles.items()):
-        fig.legend(list(entries.values()), list(entries), loc="upper left", title=machine,
-                   title_fontsize=7, fontsize=7, frameon=False, alignment="left",
-                   ncol=cols[machine], bbox_to_anchor=(0.01 + k / len(handles),
-                                                       (legend_in - 0.05) / height))
-    fig.suptitle(title + (f"\n{note}" if note else ""), fontsize=10)
-    fig.tight_layout(rect=(0, legend_in / height, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
-
-
-def _machine_titles(series) -> dict:
-    """(machine, cpu) -> the legend title: the name, with the processor where the name
-    also holds another processor's results."""
-    names_ = [s[0] for s in {s[:2] for s in series}]
-    return {s[:2]: machine_name(*s[:2]) if names_.count(s[0]) > 1 else str(s[0])
-            for s in series}
-
-
-def _line(ax, g, y, colour, marker, causal=False):
-    return ax.plot(g["x"], g[y], color=colour, marker=marker, markersize=3, lw=1.2,
-                   linestyle="--" if causal else "-")[0]
 
 
 def _dtype_order(dtypes) -> list[str]:
@@ -180,163 +55,247 @@ def _dtype_order(dtypes) -> list[str]:
     return known + sorted(d for d in dtypes if d not in known)
 
 
-def plot_errors(df: pd.DataFrame, path: Path) -> bool:
+class _Series:
+    """Draws a panel's series: one line per (machine, cpu, benchmark, params), so never
+    two settings on one line; colour by kernel, marker by dtype, causal dashed, peers
+    thin, studies dash-dot. Collects the legends: kernels, dtypes, line styles."""
+
+    def __init__(self, kernels, kernel_col: str = "kernel", study: str = "study"):
+        self.colours, self.kernel_col, self.study = fg.kernel_colours(kernels), kernel_col, study
+        self.kernels: dict = {}
+        self.settings: dict = {}
+        self.styles: dict = {}
+
+    def draw(self, ax, sub: pd.DataFrame, y: str, order: dict) -> list:
+        lines = []
+        keys = [*IDENTITY, "benchmark", "params"]
+        for _, g in sub.groupby(keys, observed=True, dropna=False, sort=True):
+            g = by_commit(g, order)
+            kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
+            kernel = kernel if isinstance(kernel, str) else None
+            dtype = g["dtype"].iloc[0] if "dtype" in g else None
+            setting = dtype if isinstance(dtype, str) else "dtype not recorded"
+            marker = self.settings.setdefault(setting, fg.MARKERS[len(self.settings)
+                                                                  % len(fg.MARKERS)])
+            causal = bool(g["causal"].iloc[0]) if "causal" in g and \
+                g["causal"].iloc[0] in (True, False) else False
+            peer = fg.is_peer(kernel)
+            style = "-." if kernel is None else "--" if causal else "-"
+            line = ax.plot(g["x"], g[y], color=self.colours.get(kernel, "k"), marker=marker,
+                           markersize=3, lw=0.8 if peer else 1.3, alpha=0.6 if peer else 1,
+                           linestyle=style)[0]
+            name = kernel or self.study
+            self.kernels.setdefault(name + (" (peer: information only)" if peer else ""),
+                                    line)
+            self.styles.setdefault({"-": "solid: non-causal", "--": "dashed: causal",
+                                    "-.": f"dash-dot: {self.study}"}[style], line)
+            lines.append(line)
+        return lines
+
+    def legends(self) -> dict:
+        plt = fg.pyplot()
+        own = {k: v for k, v in self.kernels.items() if "peer" not in k}
+        peers = {k: v for k, v in self.kernels.items() if "peer" in k}
+        marks = {s: plt.Line2D([], [], color="0.3", marker=m, lw=0, markersize=4)
+                 for s, m in self.settings.items()}
+        return {"kernels (colour)": own, "torch peers": peers, "line style": self.styles,
+                **({"dtype (marker)": marks} if len(marks) > 1 else {})}
+
+
+def _spans(ax, sub: pd.DataFrame, order: dict, labels: dict) -> None:
+    fg.machine_spans(ax, fg.spans_of(by_commit(sub, order), labels))
+
+
+def errors_figure(df: pd.DataFrame):
     """The main accuracy metric over commits, one panel per dtype (non-causal rows), a
-    line per machine x kernel (x shape, dist where several). False: nothing to plot."""
+    line per machine x setting (kernel, shape, dist, ...). None: nothing to plot."""
     metric = {b: isinstance(b, str) and accuracy_metric(b) == MAIN_METRIC
               for b in names(df["benchmark"])}
     rows = flags(df["benchmark"], metric) & (df["status"] == "ok").to_numpy()
     acc = with_identity(df.loc[rows])
     if acc.empty:
-        return False
-    for c in ("kernel", "dtype", "causal", "shape", "dist"):
+        return None
+    for c in ("kernel", "dtype", "causal"):
         if c not in acc:
             acc[c] = None
     if acc["causal"].eq(False).any():
         acc = acc[acc["causal"].eq(False)]
-    acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "shape", "dist", "dtype")})
-    order, labels = commit_order(df), commit_labels(df)
+    acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "dtype", "params")})
+    order, labels, mlabels = commit_order(df), commit_labels(df), machine_labels(df)
     dtypes = _dtype_order({d for d in acc["dtype"] if isinstance(d, str)}) or [None]
-    several = {c: acc[c].nunique(dropna=False) > 1 for c in ("shape", "dist")}
-    keys = [*IDENTITY, "kernel", "shape", "dist"]
-    series = [_key(s) for s in acc[keys].drop_duplicates().itertuples(index=False, name=None)]
-    style, titles = palette(series, machine_order(df)), _machine_titles(series)
-    fig, axes = _grid(len(dtypes), 3)
-    handles: dict = {}
-    for ax, dtype in zip(axes.flat, dtypes, strict=False):
-        sub = acc if dtype is None else acc[acc["dtype"] == dtype]
-        for key, g in sub.groupby(keys, observed=True, dropna=False, sort=True):
-            g = by_commit(g, order)
-            machine, cpu, kernel, shape, dist = key
-            label = " ".join(str(v) for v, show in ((kernel, True), (shape, several["shape"]),
-                                                     (dist, several["dist"]))
-                             if show and isinstance(v, str))
-            handles.setdefault(titles[(machine, cpu)], {})[label] = _line(
-                ax, g, "value", *style[_key(key)])
-        _log(ax)
+    fig, axes = fg.grid(len(dtypes), 3)
+    series = _Series(set(acc["kernel"]))
+    subs = [acc if d is None else acc[acc["dtype"] == d] for d in dtypes]
+    fg.one_scale(axes, [[]], log=True)
+    for ax, dtype, sub in zip(axes.flat, dtypes, subs, strict=False):
+        series.draw(ax, sub, "value", order)
+        fg.span_floor(ax, sub["value"])
+        _spans(ax, sub, order, mlabels)
         ax.set_title(dtype or "dtype not recorded", fontsize=9)
-        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
+        fg.commit_axis(ax, labels, sub["commit"].astype(object).map(order))
     unit = acc["unit"].dropna().astype(object).unique() if "unit" in acc else []
     for row in axes:
         row[0].set_ylabel(f"{unit[0] if len(unit) else MAIN_METRIC}", fontsize=8)
-    shapes = sorted({s for s in acc["shape"] if isinstance(s, str)})
-    _finish(fig, axes, handles, "Accuracy over history: max |O - O_fp64| (unitless), "
-            "non-causal", path, f"shape {', '.join(shapes) or 'not recorded'}")
-    return True
+    return fg.finish(fig, axes, series.legends(), "Accuracy over history: max |O - O_fp64| "
+                     "(unitless), non-causal", "M1, M2, ...: the machine that measured those "
+                     "commits (report.md's legend); dashed line: a machine change")
 
 
-def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
+def rules_figure(df: pd.DataFrame):
     """Both rules over commits: per tensor (O, LSE, dq, dk, dv) the baseline rule's ratio
-    (kernel / same-dtype standard) beside the band rule's, a line per machine x kernel x
-    dtype, causal dashed, each rule's limit dotted. False: no rule-ratio tracks."""
+    beside the band rule's, a line per machine x setting, the limit dotted; the decode
+    merge study (no kernel) dash-dot. None: no rule-ratio tracks."""
     wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
     metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
     rows = flags(df["benchmark"], {b: m in wanted for b, m in metric.items()})
     acc = with_identity(df.loc[rows & (df["status"] == "ok").to_numpy()])
     if acc.empty:
-        return False
+        return None
     acc = acc.assign(metric=per_name(acc["benchmark"], metric))
     for c in ("kernel", "dtype", "causal"):
         if c not in acc:
             acc[c] = None
-    acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "dtype")})
-    panels = [m for pair in BAND_PAIRS.items() for m in pair if acc["metric"].eq(m).any()]
-    order, labels = commit_order(df), commit_labels(df)
-    keys = [*IDENTITY, "kernel", "dtype"]
-    series = [_key(s) for s in acc[keys].drop_duplicates().itertuples(index=False, name=None)]
-    style, titles = palette(series, machine_order(df)), _machine_titles(series)
-    fig, axes = _grid(len(panels), 2)
-    handles: dict = {}
-    for ax, name in zip(axes.flat, panels, strict=False):
-        sub = acc[acc["metric"] == name]
-        for (*key, causal), g in sub.groupby([*keys, "causal"], dropna=False, sort=True):
-            machine, cpu, kernel, dtype = key
-            line = _line(ax, by_commit(g, order), "value", *style[_key(key)], causal=causal)
-            handles.setdefault(titles[(machine, cpu)], {}).setdefault(f"{kernel} {dtype}", line)
+    acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "dtype", "params")})
+    study = acc["kernel"].map(lambda k: not isinstance(k, str)).to_numpy(bool)
+    panels = [(m, False) for pair in BAND_PAIRS.items() for m in pair
+              if (acc["metric"].eq(m).to_numpy() & ~study).any()]
+    panels += [(m, True) for m in BAND_PAIRS if (acc["metric"].eq(m).to_numpy() & study).any()]
+    order, labels, mlabels = commit_order(df), commit_labels(df), machine_labels(df)
+    fig, axes = fg.grid(len(panels), 2)
+    series = _Series(set(acc["kernel"]), study="decode merge study (not a kernel)")
+    subs = [acc[acc["metric"].eq(m).to_numpy() & (study == s)] for m, s in panels]
+    titles = [f"{m} (limit {rule_limit(m):g}, dotted)" if not s else
+              f"decode merge study, 16-bit partials: {m}" for m, s in panels]
+    panels = [m for m, _ in panels]
+    fg.one_scale(axes, [[*s["value"], rule_limit(n)] for s, n in zip(subs, panels, strict=True)])
+    for ax, name, sub, title in zip(axes.flat, panels, subs, titles, strict=False):
+        series.draw(ax, sub, "value", order)
         ax.axhline(rule_limit(name), color="k", linestyle=":", lw=1)
-        _log_if_wide(ax, [*sub["value"], rule_limit(name)])
-        ax.set_title(f"{name} (limit {rule_limit(name):g})", fontsize=8)
-        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
-    _finish(fig, axes, handles, "The two rules over history: baseline ratio (kernel / "
-            "same-dtype standard error) and band-rule ratio", path,
-            "dotted: the rule's limit; solid: non-causal, dashed: causal")
-    return True
+        fg.span_floor(ax, sub["value"], extra=(rule_limit(name),))
+        _spans(ax, sub, order, mlabels)
+        ax.set_title(title, fontsize=8)
+        fg.commit_axis(ax, labels, sub["commit"].astype(object).map(order))
+    return fg.finish(fig, axes, series.legends(), "The two rules over history: baseline "
+                     "ratio (kernel / same-dtype standard error) and band-rule ratio",
+                     "one line per parameter setting and machine; M1, M2, ...: the machine "
+                     "(report.md's legend)")
 
 
-def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
-    """TFLOP/s over commits: one panel per shape x direction (GPU machines' first), a
-    line per machine x backend x dtype x variant, causal dashed. False: nothing to plot."""
+def loaded_runs(points: pd.DataFrame, order: dict, slower: float = 0.75) -> dict:
+    """(machine, cpu) -> positions of commits whose run was slower across the board: the
+    median over its timings of TFLOP/s / that series' median is below ``slower`` (a
+    loaded machine rather than a code change, which moves some timings, not all)."""
+    p = with_identity(points).astype({c: object for c in IDENTITY})
+    keys = [*IDENTITY, "benchmark", "params"]
+    usual = p.groupby(keys, dropna=False)["tflops"].transform("median")
+    p = p.assign(rel=p["tflops"] / usual, x=p["commit"].astype(object).map(order))
+    out: dict = {}
+    for (m, c, x), g in p.groupby([*IDENTITY, "x"], dropna=False):
+        if len(g) >= 4 and g["rel"].median() < slower:
+            out.setdefault((m, c if isinstance(c, str) else None), []).append(int(x))
+    return out
+
+
+def tflops_figure(points: pd.DataFrame, df: pd.DataFrame):
+    """TFLOP/s over commits: one panel per shape x direction (GPU machines' first), a line
+    per machine x setting, log scale throughout; machine changes and loaded runs marked.
+    None: nothing to plot."""
     if points.empty:
-        return False
-    pts = with_identity(points).astype({c: object for c in IDENTITY})
-    order, labels = commit_order(df), commit_labels(df)
+        return None
+    pts = with_identity(points).astype({c: object for c in (*IDENTITY, "params")})
+    order, labels, mlabels = commit_order(df), commit_labels(df), machine_labels(df)
     gpu = pts.groupby(["shape", "direction"])["cpu"].agg(
         lambda c: any("GPU:" in str(x) for x in c))
     panels = sorted(gpu.index, key=lambda k: (not gpu[k], k[0], k[1]))
-    keys = [*IDENTITY, "backend", "dtype", "variant"]
-    series = [_key(s) for s in pts[keys].drop_duplicates().itertuples(index=False, name=None)]
-    style, titles = palette(series, machine_order(df)), _machine_titles(series)
-    fig, axes = _grid(len(panels), 3)
-    handles: dict = {}
+    loaded = loaded_runs(pts, order)
+    fig, axes = fg.grid(len(panels), 3)
+    series = _Series(set(pts["backend"]), kernel_col="backend")
+    fg.one_scale(axes, [[]], log=True)
     for ax, (shape, direction) in zip(axes.flat, panels, strict=False):
         sub = pts[(pts["shape"] == shape) & (pts["direction"] == direction)]
-        for (*key, causal), g in sub.groupby([*keys, "causal"], dropna=False, sort=True):
-            g = by_commit(g, order)
-            machine, cpu, backend, dtype, variant = key
-            label = (f"{backend}{f' {dtype}' if isinstance(dtype, str) else ''}"
-                     f"{f' {variant}' if variant else ''}")
-            line = _line(ax, g, "tflops", *style[_key(key)], causal=causal)
-            handles.setdefault(titles[(machine, cpu)], {}).setdefault(label, line)
-        _log_if_wide(ax, sub["tflops"])
+        series.draw(ax, sub, "tflops", order)
+        fg.span_floor(ax, sub["tflops"])
+        _spans(ax, sub, order, mlabels)
+        xs = set(sub["commit"].astype(object).map(order))
+        for x in sorted({x for v in loaded.values() for x in v} & xs):
+            ax.axvspan(x - 0.4, x + 0.4, color="tab:red", alpha=0.15, lw=0)
         ax.set_title(f"{shape.replace(' Nk=', '/')} {direction}", fontsize=8)
-        _commit_axis(ax, labels, sub["commit"].astype(object).map(order))
+        fg.commit_axis(ax, labels, sub["commit"].astype(object).map(order))
     for row in axes:
         row[0].set_ylabel("TFLOP/s", fontsize=8)
-    _finish(fig, axes, handles, "Throughput over history: TFLOP/s = FLOPs of the shape "
-            "(visible pairs) / recorded seconds", path, "solid: non-causal, dashed: causal")
-    return True
+    return fg.finish(fig, axes, series.legends(), "Throughput over history: TFLOP/s = FLOPs "
+                     "of the shape (visible pairs) / recorded seconds", "red band: a run "
+                     "slower across the board (median TFLOP/s < 75% of usual: load, not "
+                     "code); dashed line: a machine change (M1, M2, ...: report.md)")
 
 
-def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
-               kernel: str = "flash_model", machines: list[tuple] | None = None) -> bool:
-    """The bands suite's bands over commits: one panel per dtype x distribution, per N
-    (a shade of the machine's colour, darker for larger N) the p50..max range shaded and
-    the p99 as a line; non-causal rows (causal where there are none). ``machines``:
-    :func:`machine_order` of the whole frame (the report's colours). False: nothing."""
+def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "flash_model",
+                 machines: dict | None = None):
+    """The bands suite's bands over commits: one panel per dtype x distribution, a colour
+    per N with its p99 as a line and its max dotted (no shading: three N's ranges overlap
+    into one), non-causal rows (causal where there are none), machines as spans.
+    ``machines``: :func:`~flashbench.history.answer.machine_labels` of the whole frame."""
     h = history[(history["quantity"] == quantity) & (history["kernel"] == kernel)]
     if h.empty:
-        return False
+        return None
     if h["causal"].eq(False).any():
         h = h[h["causal"].eq(False)]
     h = h.astype({c: object for c in IDENTITY})
-    dtypes = _dtype_order(set(h["dtype"]))
-    dists = sorted(set(h["dist"]), key=str)
-    keys = [*IDENTITY, "N"]
-    series = sorted((_key(s) for s in h[keys].drop_duplicates().itertuples(index=False,
-                                                                           name=None)),
-                    key=lambda s: (str(s[0]), str(s[1]), s[2]))
-    style, titles = palette(series, machines), _machine_titles(series)
-    fig, axes = _grid(len(dtypes) * len(dists), len(dists), height=2.2)
-    labels = {}
-    for c, x, d in h[["commit", "x", "date"]].drop_duplicates("commit").itertuples(index=False):
-        labels[int(x)] = f"{str(c)[:7]}\n{pd.Timestamp(d):%m-%d}"
+    mlabels = machines or {(m, c if isinstance(c, str) else None): f"M{i + 1}" for i, (m, c)
+                           in enumerate(dict.fromkeys(zip(h["machine"], h["cpu"],
+                                                          strict=True)))}
+    dtypes, dists = _dtype_order(set(h["dtype"])), sorted(set(h["dist"]), key=str)
+    fig, axes = fg.grid(len(dtypes) * len(dists), len(dists), height=2.2)
+    labels = {int(x): f"{str(c)[:7]}\n{pd.Timestamp(d):%m-%d}" for c, x, d in
+              h[["commit", "x", "date"]].drop_duplicates("commit").itertuples(index=False)}
+    colours = fg.pyplot().get_cmap("viridis")
+    ns = sorted(set(h["N"]))
     handles: dict = {}
+    fg.one_scale(axes, [[]], log=True)
     for ax, (dtype, dist) in zip(axes.flat, [(t, s) for t in dtypes for s in dists],
                                  strict=False):
         sub = h[(h["dtype"] == dtype) & (h["dist"] == dist)]
-        for key, g in sub.groupby(keys, dropna=False, sort=True):
+        for key, g in sub.groupby([*IDENTITY, "N"], dropna=False, sort=True):
             g = g.sort_values("x")
-            colour, marker = style[_key(key)]
-            ax.fill_between(g["x"], g["p50"], g["max"], color=colour, alpha=0.12, lw=0)
-            ax.plot(g["x"], g["max"], color=colour, lw=0.6, linestyle=":")
-            handles.setdefault(titles[key[:2]], {})[f"N={key[2]}"] = _line(
-                ax, g, "p99", colour, marker)
-        _log(ax)
+            colour = colours(0.85 * ns.index(key[2]) / max(1, len(ns) - 1))
+            ax.plot(g["x"], g["max"], color=colour, lw=0.8, linestyle=":")
+            handles[f"N={key[2]}"] = ax.plot(g["x"], g["p99"], color=colour, marker="o",
+                                             markersize=3, lw=1.3)[0]
+        fg.span_floor(ax, [*sub["p99"], *sub["max"]])
+        fg.machine_spans(ax, fg.spans_of(sub, mlabels))
         ax.set_title(f"{dtype} {dist}", fontsize=8)
-        _commit_axis(ax, labels, sub["x"])
+        fg.commit_axis(ax, labels, sub["x"])
     unit = h["unit"].dropna().iloc[-1] if h["unit"].notna().any() else quantity
     for row in axes:
         row[0].set_ylabel(str(unit), fontsize=8)
-    _finish(fig, axes, handles, f"Error bands over history ({kernel}, {quantity}): shaded "
-            "p50..max over seeds (dotted: max), line p99", path)
+    return fg.finish(fig, axes, {"N (keys)": handles}, f"Error bands over history ({kernel}, "
+                     f"{quantity}): line p99, dotted max over seeds", "M1, M2, ...: the "
+                     "machine (report.md's legend); dashed line: a machine change")
+
+
+def _saved(fig, path) -> bool:
+    if fig is None:
+        return False
+    fg.save(fig, path)
     return True
+
+
+def plot_errors(df: pd.DataFrame, path: Path) -> bool:
+    """errors.png (:func:`errors_figure`); False: nothing to plot."""
+    return _saved(errors_figure(df), path)
+
+
+def plot_rule_ratios(df: pd.DataFrame, path: Path) -> bool:
+    """rules.png (:func:`rules_figure`); False: no rule-ratio tracks."""
+    return _saved(rules_figure(df), path)
+
+
+def plot_tflops(points: pd.DataFrame, df: pd.DataFrame, path: Path) -> bool:
+    """tflops.png (:func:`tflops_figure`); False: nothing to plot."""
+    return _saved(tflops_figure(points, df), path)
+
+
+def plot_bands(history: pd.DataFrame, path, quantity: str = "o_abs",
+               kernel: str = "flash_model", machines: dict | None = None) -> bool:
+    """bands.png (:func:`bands_figure`); False: nothing to plot."""
+    return _saved(bands_figure(history, quantity, kernel, machines), path)

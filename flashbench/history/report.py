@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from flashbench.history.answer import answer, compact, fold_legend, machine_labels, narrow
 from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
     commit_order,
-    machine_order,
     plot_bands,
     plot_errors,
     plot_rule_ratios,
@@ -152,6 +152,22 @@ def build_report(results_dir, out, force: bool = False) -> str:
     return text
 
 
+def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
+    """The steps table: short commit and date, the one environment said once."""
+    if jumps.empty:
+        return ["_none recorded_"]
+    envs = jumps["env"].dropna().astype(object).unique() if "env" in jumps else []
+    table = jumps.assign(params=jumps["params"].map(compact),
+                         commit=jumps["commit"].astype(object).str[:8],
+                         date=jumps["date"].astype(str).str[:10])
+    head = []
+    if len(envs) == 1:
+        table = table.drop(columns=["env"])
+        head = [f"Environment of every step: `{envs[0]}`.", ""]
+    return [*head, *narrow(table.drop(columns=["unit"], errors="ignore"), labels,
+                           fold=("params", "env"), legend=folded)]
+
+
 def _write_report(df, where: str, out: Path, stage: Path) -> str:
     """The report's files into ``stage`` (moved into ``out`` by the caller); its text."""
     points = throughput_points(df)
@@ -162,9 +178,10 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     trend.to_csv(stage / "throughput.csv", index=False)
     jumps.to_csv(stage / "steps.csv", index=False)
     band_rows = band_history(df)
+    labels = machine_labels(df)
     plots = [name for name, made in (
         ("errors.png", plot_errors(df, stage / "errors.png")),
-        ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=machine_order(df))),
+        ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=labels)),
         ("rules.png", plot_rule_ratios(df, stage / "rules.png")),
         ("tflops.png", plot_tflops(points, df, stage / "tflops.png"))) if made]
 
@@ -172,35 +189,52 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     machines = _machines(df)
     lines = [f"# flashbench history of `{where}`", "",
              f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
-             f"{machines[0]}; {len(df)} results: "
+             f"{len(labels)} machines; {len(df)} results: "
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
     for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
         lines.append(f"- skipped `{what}`: {why}")
+    lines += ["", *answer(df, bands, jumps, labels)]
     main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
     units = main["unit"].dropna().unique() if not main.empty else []
     unit = f"{units[0]}, unitless" if len(units) == 1 else MAIN_METRIC
+    folded: dict = {}
+    acc_cols = ["machine", "cpu", "kernel", "dtype", "causal", "shape", "dist", "variant",
+                "commits", "band_lo", "band_hi", "latest", "inside", "o_ratio", "lse_ratio",
+                "o_band", "lse_band"]
+    trend_cols = [c for c in trend.columns if c != "latest_commit"]
     lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
               "(baseline rule passes at <= 2); o_band / lse_band: the band rule's ratio "
-              "(passes at <= 1; both over commits: rules.png). All metrics: "
-              "error_bands.csv.", "",
-              _table(_without_empty(main.drop(columns=["metric", "params", "unit"],
-                                              errors="ignore"), ["cpu", "shape", "dist"])),
+              "(passes at <= 1; both over commits: rules.png). Machines M1, ...: the "
+              "answer's legend; p1, ...: the parameter legend below. All metrics, with "
+              "p50 / p99 / max and the latest commit: error_bands.csv.", "",
+              *narrow(_without_empty(main[[c for c in acc_cols if c in main]],
+                                     ["o_ratio", "lse_ratio", "o_band", "lse_band"])
+                      if not main.empty else main, labels,
+                      optional=("shape", "dist", "variant"), fold=("variant",),
+                      legend=folded),
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "
                  "seeds; bands.png)", "", widened_markdown(band_rows)]
                 if not band_rows.empty else []),
               "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds)",
               "", "FLOPs = 4·B·H·Nq·Nk·d for a forward pass, counting only visible (query, "
-              "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. latest_pct_peak: % of the "
+              "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
+              "TFLOP/s, change_pct latest against first in %. latest_pct_peak: % of the "
               "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "
               "other parameters. Per point: throughput_points in flashbench.history.", "",
-              _table(_without_empty(trend, ["cpu", "variant"])),
+              *narrow(_without_empty(trend[trend_cols].assign(variant=trend["variant"].map(compact))
+                                     if "variant" in trend else trend[trend_cols],
+                                     ["latest_pct_peak"])
+                      if not trend.empty else trend, labels, optional=("variant",),
+                      fold=("variant",), legend=folded),
               *peak_tables(points, df),
               "", "## Steps (level changes beyond noise, asv step detection, >= 1%)", "",
-              "before / after in each benchmark's unit.", "",
-              _table(_without_empty(jumps.assign(date=jumps["date"].astype(str).str[:10])
-                                    if not jumps.empty else jumps, ["cpu"])),
+              "before / after / noise in each benchmark's unit (seconds for time_, bytes "
+              "for peak memory, unitless errors and ratios for track_; the unit and the "
+              "parameter names: steps.csv), change_pct in %.", "",
+              *_steps(jumps, labels, folded),
+              *(["", "Parameter legend:", *fold_legend(folded)] if folded else []),
               *[line for p in plots for line in ("", f"![{p}]({p})")],
               "", "Files: results.csv, error_bands.csv, throughput.csv, steps.csv"
               + "".join(f", {p}" for p in plots) + f" in `{out}`."]

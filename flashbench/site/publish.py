@@ -27,6 +27,7 @@ from pathlib import Path
 
 from flashbench.infra.asv import last_words, read_config
 from flashbench.infra.locks import locked
+from flashbench.site.view import view_config
 from flashbench.site.window import WindowError, window_config
 
 PACKAGES = ["jquery@3.3.1", "flot@0.8.3", "bootstrap@3.1.1", "blueimp-md5@2.19.0",
@@ -122,8 +123,10 @@ def _html_dir(config: str, conf: dict) -> Path:
 def publish(config: str = "asv.conf.json", html_dir: str | None = None,
             last: int | None = None) -> Path:
     """``asv publish`` (into ``html_dir``, default the config's; of the last ``last``
-    commits of each branch, default all), then :func:`localize`; returns the folder.
-    The site is built in a private folder and swapped into place."""
+    commits of each branch, default all) from the site's view of the results
+    (:mod:`.view`: no OS build or RAM choices, no never-measured parameter values), then
+    :func:`localize`; returns the folder. The site is built in a private folder and
+    swapped into place."""
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
         raise ValueError(f"last must be a positive whole number of commits, not {last!r}")
     conf = _config(config)
@@ -132,11 +135,14 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None,
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}-build-", dir=out.parent))
     work = None
     try:
-        cmd = [sys.executable, "-m", "asv", "publish", "--config", config]
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}-view-", dir=out.parent))
+        source, spec = Path(config).resolve(), None
         if last is not None:
-            work = Path(tempfile.mkdtemp(prefix=f".{out.name}-window-", dir=out.parent))
-            window, spec, _ = window_config(Path(config).resolve(), conf, last, work)
-            cmd = [*cmd[:-1], str(window), *([spec] if spec else [])]
+            (work / "window").mkdir()
+            source, spec, _ = window_config(source, conf, last, work / "window")
+        view = view_config(source, _config(str(source)), work / "view")
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(view),
+               *([spec] if spec else [])]
         r = subprocess.run([*cmd, "--html-dir", str(build)], capture_output=True, text=True)
         if r.returncode != 0:
             raise PublishError(f"asv publish failed (exit {r.returncode}): "

@@ -1,0 +1,170 @@
+"""The history report's opening answer and its narrow tables.
+
+:func:`answer` is the first section of report.md: the newest commit per machine, which
+accuracy tracks lie outside their band (counted and listed), the steps found (counted, by
+commit and suite), failed results. :func:`narrow` renders a summary table a page can
+show: each (machine, cpu) as a short label (M1, M2, ... with a legend), long parameter
+texts folded into labels (p1, p2, ... with a legend), a table per set of parameters the
+rows have (so no cell stands for a parameter a suite does not have) and empty cells,
+never "nan", for values not recorded. More: docs/history.md ("report.md").
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from tabulate import tabulate
+
+from flashbench.history.summaries import identities, parse_params
+
+FOLD = 60  # parameter texts longer than this (characters) are folded into a label
+
+
+def compact(label):
+    """asv's parameter text in few characters: text values bare, others as name=value
+    ("kernel='triton', N=256, causal=True" -> "triton N=256 causal=True"); anything
+    that is not asv's spelling of literal values, unchanged."""
+    values = parse_params(label)
+    if not values:
+        return label
+    return " ".join(v if isinstance(v, str) else f"{k}={v}" for k, v in values.items())
+
+
+def machine_labels(df: pd.DataFrame) -> dict:
+    """(machine, cpu) -> "M1", "M2", ... in the order of :func:`identities`."""
+    ids = identities(df)
+    return {(m, c if isinstance(c, str) else None): f"M{i + 1}"
+            for i, (m, c) in enumerate(zip(ids["machine"], ids["cpu"], strict=True))}
+
+
+def machine_legend(labels: dict) -> list[str]:
+    return [f"- {label}: `{m}`" + (f" ({c})" if c else "") for (m, c), label in labels.items()]
+
+
+def _with_machine(table: pd.DataFrame, labels: dict) -> pd.DataFrame:
+    if "machine" not in table:
+        return table
+    cpu = table["cpu"] if "cpu" in table else pd.Series(None, index=table.index)
+    key = [(m, c if isinstance(c, str) else None) for m, c in zip(table["machine"], cpu,
+                                                                  strict=True)]
+    out = table.drop(columns=[c for c in ("machine", "cpu") if c in table])
+    out.insert(0, "machine", [labels.get(k, k[0]) for k in key])
+    return out
+
+
+def _holds(v) -> bool:
+    return v != "" if isinstance(v, str) else not pd.isna(v)
+
+
+def _fold(table: pd.DataFrame, columns, legend: dict) -> pd.DataFrame:
+    """Texts of ``columns`` longer than :data:`FOLD` replaced by p1, p2, ... (``legend``:
+    text -> label, shared by every table of a section)."""
+    table = table.copy()
+    for c in columns:
+        if c not in table:
+            continue
+        long = [v for v in table[c] if isinstance(v, str) and len(v) > FOLD]
+        for v in dict.fromkeys(long):
+            legend.setdefault(v, f"p{len(legend) + 1}")
+        table[c] = [legend.get(v, v) if isinstance(v, str) else v for v in table[c]]
+    return table
+
+
+def _render(table: pd.DataFrame, floatfmt: str) -> str:
+    """GitHub Markdown; a value not recorded (NaN, None, NA) is an empty cell."""
+    cells = table.astype(object).where(table.notna(), None)
+    return tabulate(cells, headers="keys", tablefmt="github", showindex=False,
+                    floatfmt=floatfmt, missingval="")
+
+
+def narrow(table: pd.DataFrame, labels: dict, optional=(), fold=(), legend: dict | None = None,
+           floatfmt: str = ".3g") -> list[str]:
+    """``table`` as Markdown lines: machines as labels, ``fold`` columns folded (into
+    ``legend``), one table per set of ``optional`` columns the rows hold (each without the
+    others), empty cells for values not recorded."""
+    if table.empty:
+        return ["_none recorded_"]
+    table = _fold(_with_machine(table, labels), fold, {} if legend is None else legend)
+    present = [c for c in optional if c in table]
+    if not present:
+        return [_render(table, floatfmt)]
+    held = table[present].map(_holds)
+    pattern = held.apply(lambda r: tuple(c for c in present if r[c]), axis=1)
+    lines: list[str] = []
+    for has in dict.fromkeys(pattern):
+        part = table[(pattern == has).to_numpy()].drop(columns=[c for c in present
+                                                                if c not in has])
+        if len(dict.fromkeys(pattern)) > 1:
+            lines += [f"Rows with {', '.join(has) or 'none of ' + ', '.join(present)}:", ""]
+        lines += [_render(part, floatfmt), ""]
+    return lines[:-1]
+
+
+def fold_legend(legend: dict) -> list[str]:
+    return [f"- {label}: `{text}`" for text, label in legend.items()]
+
+
+def _newest(df: pd.DataFrame, labels: dict) -> str:
+    first = df.sort_values("date", kind="stable").drop_duplicates(["machine", "cpu", "commit"]
+                                                                  if "cpu" in df else
+                                                                  ["machine", "commit"])
+    parts = []
+    for (m, c), label in labels.items():
+        mine = first[(first["machine"].astype(object) == m)
+                     & (first["cpu"].astype(object).map(lambda x: x if isinstance(x, str)
+                                                        else None) == c
+                        if "cpu" in first else True)]
+        if len(mine):
+            row = mine.iloc[-1]
+            parts.append(f"{label} `{str(row['commit'])[:8]}` ({row['date']:%Y-%m-%d})")
+    return ", ".join(parts)
+
+
+def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
+           labels: dict, listed: int = 12) -> list[str]:
+    """The report's first section: what changed, what lies outside its band (counted and
+    which), which steps were found, which results failed."""
+    lines = ["## The answer", "", f"- Newest commit per machine: {_newest(df, labels)}."]
+    judged = bands[bands["inside"].notna()] if not bands.empty else bands
+    out = judged[judged["inside"].eq(False)] if not judged.empty else judged
+    lines.append(f"- Outside its band: **{len(out)} of {len(judged)}** accuracy tracks "
+                 "(latest value outside [band_lo, band_hi], the range of the earlier "
+                 "commits' values; tracks with one commit are not judged)"
+                 + (":" if len(out) else "."))
+    if len(out):
+        shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
+                                 zip(out["band_lo"], out["band_hi"], strict=True)],
+                           change_pct=100 * (out["latest"] / out["band_hi"].where(
+                               out["latest"] > out["band_hi"], out["band_lo"]) - 1))
+        cols = [c for c in ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist",
+                            "variant", "metric", "band", "latest", "change_pct",
+                            "latest_status", "latest_commit") if c in shown
+                and (c != "latest_status" or shown[c].ne("ok").any())]
+        lines += ["", *narrow(shown[cols].head(listed), labels,
+                              optional=("shape", "dist", "variant"), floatfmt=".4g")]
+        if len(out) > listed:
+            lines.append(f"\n... and {len(out) - listed} more: error_bands.csv, rows with "
+                         "inside False.")
+        lines.append("")
+    if jumps.empty:
+        lines.append("- Steps found (asv step detection, level changes >= 1%): none.")
+    else:
+        per_commit = jumps["commit"].astype(object).str[:8].value_counts()
+        suites = jumps["benchmark"].astype(object).str.rsplit(".", n=1).str[0]
+        top = per_commit.index[0]
+        at_top = suites[jumps["commit"].astype(object).str[:8] == top].value_counts()
+        lines.append(f"- Steps found (asv step detection, level changes >= 1%): "
+                     f"**{len(jumps)}** at {len(per_commit)} commits; most at `{top}` "
+                     f"({per_commit.iloc[0]}: "
+                     + ", ".join(f"{s} {n}" for s, n in at_top.items()) + "). "
+                     "Per suite: " + ", ".join(f"{s} {n}" for s, n in
+                                               suites.value_counts().items()) + ".")
+    failed = df[df["status"] == "failed"]
+    if len(failed):
+        which = failed["benchmark"].astype(object).value_counts()
+        commits = ", ".join(f"`{str(c)[:8]}`" for c in failed["commit"].astype(object).unique())
+        lines.append(f"- Failed results: **{len(failed)}** ("
+                     + ", ".join(f"{b} {n}" for b, n in which.head(4).items())
+                     + f"{', ...' if len(which) > 4 else ''}) at {commits}.")
+    else:
+        lines.append("- Failed results: none.")
+    return [*lines, "", "Machines:", *machine_legend(labels)]

@@ -1,0 +1,184 @@
+"""What every history plot shares: series, colours, axes, machine spans, legends.
+
+A series is one parameter setting on one machine (never settings joined into one line).
+Colour says which kernel (flashbench's own in strong colours; torch's peers grey, drawn
+thin: information only; studies black dash-dot); markers tell the other settings apart,
+with a legend of their own. Machines are not colours: each panel shades the commits each
+machine measured and names it (M1, M2, ... as report.md), so a machine change reads as
+one. Axes: one scale per figure, a y-span floor relative to the value (rounding noise is
+never magnified into a full-height step), tick labels on every panel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+WIDTH, DPI = 11.0, 100  # 1100 px: the width a Markdown page shows without scaling
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+PEER_PREFIXES = ("torch-", "sdpa-", "flex")  # torch's kernels (Backend.peer, by name here)
+SPAN_FLOOR = 0.2  # a panel spans at least +-20 % of its values' middle
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def is_peer(kernel) -> bool:
+    return isinstance(kernel, str) and kernel.startswith(PEER_PREFIXES)
+
+
+def kernel_colours(kernels) -> dict:
+    """kernel -> colour: flashbench's kernels from tab10, peers in greys, a study black."""
+    plt = pyplot()
+    own = sorted(k for k in kernels if isinstance(k, str) and not is_peer(k))
+    peers = sorted(k for k in kernels if is_peer(k))
+    out = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(own)}
+    out.update({k: plt.get_cmap("Greys")(0.45 + 0.4 * i / max(1, len(peers) - 1))
+                for i, k in enumerate(peers)})
+    out[None] = (0, 0, 0, 1)
+    return out
+
+
+def grid(panels: int, cols: int, height: float = 2.5):
+    plt = pyplot()
+    cols = max(1, min(cols, panels))
+    rows = -(-panels // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, height * rows + 0.6), squeeze=False)
+    for ax in list(axes.flat)[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def commit_axis(ax, labels: dict, xs) -> None:
+    """The panel's own commits on its x axis, at most 4 labelled (the latest always)."""
+    xs = sorted({int(x) for x in xs if x == x})
+    if not xs:
+        return
+    step = max(1, -(-len(xs) // 4))
+    ticks = xs[::-1][::step][::-1]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([labels.get(x, str(x)) for x in ticks], fontsize=6)
+    ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+
+
+def machine_spans(ax, spans: list[tuple[str, float, float]]) -> None:
+    """Shade every other machine's commits and name each machine at the panel's top; a
+    machine change is a dashed line."""
+    from matplotlib.transforms import blended_transform_factory
+
+    where = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, (label, lo, hi) in enumerate(sorted(spans, key=lambda s: s[1])):
+        if i % 2:
+            ax.axvspan(lo - 0.5, hi + 0.5, color="0.9", zorder=0, lw=0)
+        if i:
+            ax.axvline(lo - 0.5, color="0.4", linestyle="--", lw=0.8, zorder=1)
+        ax.text((lo + hi) / 2, 0.97, label, transform=where, ha="center", va="top",
+                fontsize=6, color="0.2", zorder=5,
+                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
+
+
+def spans_of(frame: pd.DataFrame, machine_label: dict) -> list[tuple[str, float, float]]:
+    """(label, first x, last x) of each (machine, cpu) in ``frame`` (columns machine, cpu,
+    x)."""
+    out = []
+    for (m, c), g in frame.groupby(["machine", "cpu"], dropna=False, sort=False):
+        key = (m, c if isinstance(c, str) else None)
+        out.append((machine_label.get(key, str(m)), float(g["x"].min()), float(g["x"].max())))
+    return out
+
+
+def one_scale(axes, values_per_panel: list, log: bool | None = None) -> str:
+    """Every visible panel on one y scale: log when asked, or when any panel's positive
+    values span more than 20x; returns it."""
+    if log is None:
+        log = False
+        for values in values_per_panel:
+            v = np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float)
+            log = log or bool(len(v) and v.max() / v.min() > 20)
+    for ax in axes.flat:
+        if ax.get_visible():
+            ax.set_yscale("log" if log else "linear")
+    return "log" if log else "linear"
+
+
+def span_floor(ax, values, extra=()) -> None:
+    """Limits spanning at least :data:`SPAN_FLOOR` of the values' middle (relative), so a
+    4e-13 relative difference stays a flat line; ``extra`` (a rule's limit) is kept in view
+    when the values come near it."""
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if not len(v):
+        return
+    lo, hi = float(v.min()), float(v.max())
+    for e in extra:
+        if e is not None and np.isfinite(e):
+            lo, hi = min(lo, e), max(hi, e)
+    log = ax.get_yscale() == "log"
+    if log and lo > 0:
+        mid, half = np.sqrt(lo * hi), max(np.sqrt(hi / lo), 1 + SPAN_FLOOR)
+        ax.set_ylim(min(lo, mid / half) / 1.05, max(hi, mid * half) * 1.05)
+    else:
+        mid = (lo + hi) / 2
+        half = max((hi - lo) / 2, SPAN_FLOOR * abs(mid), 1e-300)
+        ax.set_ylim(mid - 1.1 * half, mid + 1.1 * half)
+
+
+def tick_labels(ax) -> None:
+    """At least two labelled y ticks within the limits (a log panel inside one decade
+    gets labelled minor ticks; a linear one, plain numbers)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    lo, hi = ax.get_ylim()
+    if ax.get_yscale() == "log":
+        if hi / lo < 30:
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(5))
+    ax.set_ylim(lo, hi)
+
+
+def visible_tick_labels(ax) -> list[str]:
+    """The y tick labels a reader sees (within the limits, non-empty): for the tests."""
+    ax.figure.canvas.draw()
+    lo, hi = sorted(ax.get_ylim())
+    return [t.get_text() for t in ax.get_yticklabels()
+            if t.get_text() and lo <= t.get_position()[1] <= hi]
+
+
+def finish(fig, axes, entries: dict, title: str, note: str = ""):
+    """Tick labels on every panel, the legends below the panels (``entries``: {legend
+    title: {label: handle}}, side by side), the title; returns the figure."""
+    for ax in axes.flat:
+        if ax.get_visible():
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7, which="both")
+            tick_labels(ax)
+    entries = {k: v for k, v in entries.items() if v}
+    rows = max([len(v) for v in entries.values()] or [0])
+    cols = {k: 1 if len(v) <= 12 else 2 for k, v in entries.items()}
+    rows = max([-(-len(v) // cols[k]) for k, v in entries.items()] or [0]) + 1
+    legend_in = 0.15 * rows + 0.2
+    height = fig.get_figheight() + legend_in + (0.25 if note else 0)
+    fig.set_figheight(height)
+    for k, (name, handles) in enumerate(entries.items()):
+        fig.legend(list(handles.values()), list(handles), loc="upper left", title=name,
+                   title_fontsize=7, fontsize=7, frameon=False, alignment="left",
+                   ncol=cols[name], bbox_to_anchor=(0.01 + k / max(1, len(entries)),
+                                                    (legend_in - 0.05) / height))
+    fig.suptitle(title, fontsize=10, y=1 - 0.05 / height)
+    if note:
+        fig.text(0.5, 1 - 0.3 / height, note, ha="center", va="top", fontsize=8)
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1 - (0.45 if note else 0.3) / height))
+    return fig
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, dpi=DPI)
+    pyplot().close(fig)
