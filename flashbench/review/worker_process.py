@@ -33,6 +33,17 @@ def _reason(exc: BaseException) -> str:
     return lines[-1].strip()[:500]
 
 
+def _discovery_error(exc: BaseException) -> str:
+    """Why a side's suites did not import: its own flashbench when that fails (the error's
+    first line), else the suites' error."""
+    try:
+        __import__("flashbench")
+    except BaseException as own:  # any failure to import is the answer
+        first = traceback.format_exception_only(type(own), own)[-1].strip().splitlines()
+        return "its flashbench failed to import: " + (first[0] if first else repr(own))[:500]
+    return "benchmark discovery failed: " + _reason(exc)
+
+
 class Suites:
     """Today's benchmarks, discovered once, with their setup_cache values."""
 
@@ -248,7 +259,7 @@ class Sides:
             try:
                 self.suites[side] = Suites(root, importer=False)
             except BaseException as exc:  # this commit's suites do not import
-                self.errors[side] = "benchmark discovery failed: " + _reason(exc)
+                self.errors[side] = _discovery_error(exc)
 
     def _owned(self, name: str) -> bool:
         return name != "__main__" and name.partition(".")[0] in self.tops
