@@ -87,6 +87,9 @@ def test_a_peer_or_study_row_never_fails_the_gate_whatever_it_did():
     assert review.status == 0 and [r.reason for r in rows] == [
         "worse, peer", "not-finite, rule-fails, study", "failed, peer"]
     assert "2 peer and 1 study row(s) for information" in review.summary()
+    neither = for_information([coverage_row("time", cases[2][0], cases[2][1], "seconds",
+                                            "skipped", "skipped")])
+    assert neither[0].reason == "not-measured"  # judged nothing: counted with its like
 
 
 def test_peers_are_the_backends_whose_record_says_peer():

@@ -93,10 +93,10 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
     quiet = len(review.rows) - len(shown) - (0 if all_rows else len(neither) + len(apart))
     if quiet:
         lines += ["", f"{quiet} other result(s) unchanged (same, or not slower)."]
-    if apart and not all_rows:  # the summary counts them; which benchmarks, here
-        counts = Counter(f"{r.benchmark.split('.', 1)[-1]} ({r.verdict}" + "".join(
-            f", {c}" for c in r.reason.split(", ") if c in ("peer", "study")) + ")"
-            for r in apart if r.verdict != "not comparable")  # the summary counts those
+    if counts := not all_rows and Counter(  # the summary counts them; which, here
+            f"{r.benchmark.split('.', 1)[-1]} ({r.verdict}" + "".join(
+                f", {c}" for c in r.reason.split(", ") if c in ("peer", "study")) + ")"
+            for r in apart if r.verdict not in ("same", "not comparable", "not compared")):
         lines += ["", "Reported apart, never against head (--all lists them): " + "; ".join(
             f"{what}: {n}" for what, n in sorted(counts.items())) + "."]
     if neither and not all_rows:

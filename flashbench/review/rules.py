@@ -192,7 +192,7 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
 def for_information(rows: list[Row]) -> list[Row]:
     """``rows``, peers' and studies' (history.suites.role) never a regression nor undecided."""
     for r in rows:
-        if who := role(r.benchmark, r.params):
+        if r.reason != "not-measured" and (who := role(r.benchmark, r.params)):
             r.regression = r.undecided = False
             r.reason = f"{r.reason}, {who}"
     return rows
