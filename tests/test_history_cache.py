@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -229,12 +230,68 @@ def test_a_corrupt_cache_is_reported_and_rebuilt(tmp_path, damage):
 
         rows = pq.read_table(folder / f"{part}.rows.parquet")
         pq.write_table(rows.slice(0, 5), folder / f"{part}.rows.parquet")
-    with pytest.warns(ResultsWarning, match=r"history cache .* is corrupt .*; rebuilding it"):
+    with pytest.warns(ResultsWarning, match=r"history cache .* is corrupt .*; (rebuilding it"
+                                            r"|parsing the results files of part-\w+ again)"):
         frame = load_results(root, cache=where)
     assert_same_frame(plain, frame)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResultsWarning)  # rebuilt: no second report
         assert_same_frame(plain, load_results(root, cache=where))
+
+
+def test_an_edit_that_puts_back_size_and_mtime_is_read_again(tmp_path, monkeypatch):
+    """Issue 36 (7): size and mtime can be put back by hand (os.utime, touch -d); the
+    kernel's ctime cannot. Failed before: the cache served the old env name."""
+    root = tmp_path / "corpus"
+    CORPUS.make_corpus(root, 3, 4)
+    age(root)
+    where = tmp_path / "cache"
+    quiet_load(root, cache=where)
+    calls = spy_parse(monkeypatch)
+    path = next(root.glob("*/00000001-env.json"))
+    stat = path.stat()
+    time.sleep(0.05)  # past the clock tick of the ctime the cache recorded
+    text = path.read_text()
+    swapped = text.replace('"env_name": "env"', '"env_name": "vne"')
+    assert swapped != text and len(swapped) == len(text)
+    path.write_text(swapped)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    frame = quiet_load(root, cache=where)
+    assert "vne" in set(frame["env"]) and calls == [[path.name]]
+    assert_same_frame(quiet_load(root, cache=False), frame)
+
+
+@pytest.mark.parametrize("table", ["files", "entries", "rows", "samples"])
+def test_flipped_bytes_in_a_part_are_reported_and_its_files_parsed_again(tmp_path, table):
+    """Issue 36 (8): eight bytes flipped inside the largest column of a part's table, the
+    file's size unchanged. Failed before (no page checksums): wrong numbers, no report."""
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "corpus"
+    CORPUS.make_corpus(root, 6, 6)
+    age(root)
+    where = tmp_path / "cache"
+    plain = quiet_load(root, cache=False)
+    quiet_load(root, cache=where)
+    folder = next(where.iterdir())
+    part = json.loads((folder / "index.json").read_text())["parts"][0]
+    path = folder / f"{part}.{table}.parquet"
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    col = max((group.column(i) for i in range(group.num_columns)),
+              key=lambda c: c.total_compressed_size)
+    data = bytearray(path.read_bytes())
+    at = col.data_page_offset + col.total_compressed_size // 2
+    data[at:at + 8] = bytes(b ^ 0xFF for b in data[at:at + 8])
+    path.write_bytes(bytes(data))
+    with pytest.warns(ResultsWarning, match=rf"corrupt \(part {part}: its {table} table: .*\); "
+                                            rf"parsing the results files of {part} again"):
+        frame = load_results(root, cache=where)
+    assert_same_frame(plain, frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResultsWarning)  # parsed again: no second report
+        assert_same_frame(plain, load_results(root, cache=where))
+    assert part not in (folder / "index.json").read_text()
 
 
 def test_a_schema_change_rebuilds_the_cache(tmp_path, monkeypatch):

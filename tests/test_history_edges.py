@@ -125,3 +125,45 @@ def test_a_report_folder_that_cannot_be_made_is_refused_before_loading(tmp_path,
     with pytest.raises(ValueError, match="not a writable folder"):
         report.build_report(tmp_path, tmp_path / "a-file.txt" / "report")
     assert (tmp_path / "a-file.txt").read_text() == "mine"
+
+
+CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from flashbench.cli import main
+sys.exit(main(["history", sys.argv[1], "--out", sys.argv[2]]))
+"""
+
+
+@pytest.mark.slow  # a child process that draws the report's plots (10 s of CPU)
+def test_an_infinite_timing_is_reported_and_kept_out_of_steps_within_bounded_memory(tmp_path):
+    """Issue 36 (6): one infinite timing in a series made asv's step solver grow to 21.7 GB
+    (MemoryError under this 3 GB limit, exit 3: failed before). Now one line names the file,
+    the benchmark and the commit, and the step the finite values hold is still found."""
+    import json
+    import subprocess
+    import sys
+
+    from flashbench.history.steps import steps
+
+    bench = "t.TimeX.time_fwd"
+    write(tmp_path / "r" / "benchmarks.json", {bench: {
+        "param_names": ["shape"], "unit": "seconds", "type": "time"}})
+    for k in range(40):
+        value = {12: "Infinity", 30: "-Infinity"}.get(
+            k, repr(1e-3 * (1.5 if k >= 20 else 1.0) * (1 + 0.002 * (k % 3))))
+        write(tmp_path / "r" / "m" / f"{k:03d}.json", None, raw=json.dumps(results_file(
+            {bench: [[0.0], [["'1x2x64x64x16'"]]]}, commit=f"{k:08x}" + "0" * 32,
+            date=1700000000000 + k * 60000, cpu="CPU A")).replace("[[0.0]", f"[[{value}]"))
+    child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "r"),
+                            str(tmp_path / "report")], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    lines = [x for x in child.stderr.splitlines() if "not finite" in x]
+    assert len(lines) == 2 and "012.json" in lines[0] and bench in lines[0], child.stderr
+    assert "0000000c" in lines[0] and "left out of steps and trends" in lines[0]
+    assert "030.json" in lines[1] and "0000001e" in lines[1]
+    with pytest.warns(UserWarning, match="not finite"):
+        frame = load_results(tmp_path / "r", cache=False)
+    found = steps(frame)
+    assert list(found["commit"]) == ["00000014"] and np.isfinite(found["before"]).all()

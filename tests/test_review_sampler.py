@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from flashbench.review.ab import Lane, Point, Sampler
+from flashbench.review.model import Review
 from flashbench.review.options import select
 from flashbench.review.paired import look_level, paired_rows
 from flashbench.review.stats import LOOKS, MIN_ROUNDS
@@ -244,16 +245,19 @@ def test_a_slowdown_at_the_factor_stays_open_until_the_budget_ends():
 
 def test_budget_is_kept_and_covers_calibration():
     """A comparison's calibration and first round run together; once the budget is
-    spent no further comparison is started, and each one not reached is an "ambiguous"
-    row that says it was not measured (--quick over costly suites ends on time)."""
+    spent no further comparison is started, and each one not reached is a "not measured"
+    row that says how to measure it (--quick over costly suites ends on time)."""
     truth = {f"b.time_{i}": 1.0 for i in range(5)}
     m = Machine(truth, seconds=1.0, load=0.0, noise=0.01)
     rows, sampler = run(m, list(truth), budget=6.0)
     measured = [r for r in rows.values() if r.samples >= 1]
     unseen = [r for r in rows.values() if r.samples == 0]
     assert len(measured) == 2 and len(unseen) == 3 and sampler.out_of_budget
-    assert all(r.verdict == "ambiguous" and r.reason == "budget-exhausted" and r.undecided
-               and "not measured" in r.detail for r in unseen)
+    assert all(r.verdict == "not measured" and r.reason == "budget-unmeasured"
+               and r.undecided and "not measured" in r.detail for r in unseen)
+    review = Review("b", "h", "m", "c", "same-run A/B", 1.1, 0.02, rows=list(rows.values()))
+    assert ("NOT MEASURED: 3 timing(s), the sampling budget ran out (measure them with "
+            "--bench PATTERN or --budget SECONDS)") in review.summary()  # issue 36 (A)
     # two comparisons' calibration (2 calls of 1 s, discarded) and round 1 (2 more):
     # the budget is spent after the second, nothing after
     assert m.now <= 2 * 4 * 1.1 + 0.5
@@ -339,7 +343,8 @@ def test_a_head_that_skips_is_coverage_lost_and_one_that_fails_a_regression():
     assert "failed on purpose" in broken.detail
     assert rows["b.time_new_broken"].reason == "failed" and rows["b.time_new_broken"].regression
     still = rows["b.time_still"]
-    assert (still.verdict, still.undecided, still.regression) == ("still failing", True, False)
+    assert (still.verdict, still.undecided, still.regression) == (
+        "already failing at base", False, False)  # issue 36: apart, not exit 2
     assert rows["b.time_new"].verdict == "coverage gained"
     assert not rows["b.time_new"].undecided
     assert rows["b.time_ok"].verdict == "same"

@@ -242,15 +242,33 @@ def test_accuracy_rules():
     verdict, reason, bad = judge_accuracy(1e-3, 3e-3, [1e-3, 1.05e-3], 0.02)
     assert bad and reason == "worse, above-band"
     forward, grad = accuracy_rule("o_baseline_ratio"), accuracy_rule("dq_ratio")
-    assert judge_accuracy(2.1, 2.1, [2.1], 0.02, forward)[1] == "rule-fails"
+    assert judge_accuracy(1.9, 2.1, [], 0.02, forward)[1:] == ("worse, rule-fails", True)
     assert judge_accuracy(2.5, 2.5, [2.5], 0.02, grad)[2] is False  # 3x rule
-    assert judge_accuracy(3.1, 3.1, [3.1], 0.02, grad)[1] == "rule-fails"
+    assert judge_accuracy(2.9, 3.1, [], 0.02, grad)[1:] == ("worse, rule-fails", True)
+    assert judge_accuracy(1.0, 2.1, [], 1.5, forward)[1:] == ("rule-fails", True)
     assert judge_accuracy(1e-3, 5e-4, [], 0.02)[:2] == ("better", "better")
     assert judge_accuracy(1e-3, math.nan, [], 0.02) == ("not finite", "not-finite",
                                                                      True)
     assert judge_accuracy(1e-3, math.inf, [], 0.02)[2] is True
     assert judge_accuracy(math.nan, math.nan, [], 0.02) == (
-        "same", "both-not-finite", False)
+        "not comparable", "not-comparable", False)
+    assert judge_accuracy(math.inf, math.inf, [], 0.02) == ("same", "both-not-finite", False)
+
+
+@pytest.mark.parametrize("metric", ["o_baseline_ratio", "dq_ratio", "lse_band_ratio"])
+def test_a_standing_failure_that_base_shares_is_apart_never_a_regression(metric):
+    """Issue 36 (A): base broke the rule too and head is no worse (within the tolerance):
+    "already failing at base", exit 0; head worse beyond the tolerance still regresses.
+    Failed before: "rule fails", a regression (the merge study's 9.005 -> 9.005)."""
+    rule = accuracy_rule(metric)
+    for base, head in [(9.005, 9.005), (9.0, 9.1), (math.inf, math.inf), (-math.inf, math.inf)]:
+        assert judge_accuracy(base, head, [], 0.02, rule) == (
+            "already failing at base", f"{rule[1]}, failing-at-base", False)
+    assert judge_accuracy(9.0, 9.5, [], 0.02, rule) == (
+        "worse, " + rule[1].replace("-", " "), f"worse, {rule[1]}", True)
+    assert judge_accuracy(math.nan, math.inf, [], 0.02, rule)[2] is True  # judged now: fails
+    assert judge_accuracy(math.nan, math.nan, [], 0.02, rule) == (
+        "not comparable", "not-comparable", False)
 
 
 def test_above_band_only_blames_a_head_worse_than_base():
@@ -270,13 +288,17 @@ def test_above_band_only_blames_a_head_worse_than_base():
                                           ("dq_ratio", 3.0), ("dk_ratio", 3.0)])
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
 def test_a_rule_ratio_that_is_not_finite_fails_its_rule_whatever_base(metric, limit, bad):
-    """Finding 5: inf at base and head (NaN output in both) must not pass with exit 0."""
+    """Finding 5: a ratio that is not finite breaks its rule; inf at base and head (NaN
+    output in both) is reported, as a failure base shares (issue 36: "already failing at
+    base", apart, not exit 1); NaN in both is a ratio its rule does not judge."""
     from flashbench.history.suites import rule_limit
 
     assert rule_limit(metric) == limit
     rule = accuracy_rule(metric)
-    assert judge_accuracy(bad, bad, [], 0.02, rule) == ("rule fails", "rule-fails", True)
-    assert judge_accuracy(math.nan, bad, [1.0], 0.02, rule)[2] is True
+    assert judge_accuracy(bad, bad, [], 0.02, rule) == (
+        ("not comparable", "not-comparable", False) if math.isnan(bad) else
+        ("already failing at base", "rule-fails, failing-at-base", False))
+    assert judge_accuracy(math.nan, bad, [1.0], 0.02, rule)[2] is not math.isnan(bad)
     verdict, reason, bad_ = judge_accuracy(1.0, bad, [], 0.02, rule)
     assert bad_ and reason == "not-finite, rule-fails"
     # finite and inside the rule on both sides: fine
@@ -324,20 +346,21 @@ def test_coverage_matrix():
 @pytest.mark.parametrize("base", STATUSES)
 def test_a_head_that_failed_is_a_regression_unless_base_failed_too(base):
     """Finding 1: failed in head (it raised, NaN, wrong shape) is exit 1 whatever base
-    was (a new backend that crashes at head must not pass); failed in both is "still
-    failing", undecided (exit 2); skipped on both sides stays neither."""
+    was (a new backend that crashes at head must not pass); failed in both is "already
+    failing at base", reported apart (issue 36: exit 0, not the change's doing); skipped
+    on both sides stays neither."""
     row = coverage_row("time", "b.time_x", "p", "seconds", base, "failed", "", "boom")
     review = _review([row])
     if base == "failed":
-        assert (row.verdict, row.reason) == ("still failing", "still-failing")
-        assert row.undecided and not row.regression and review.status == 2
-        assert "STILL FAILING: 1 result(s)" in review.summary()
+        assert (row.verdict, row.reason) == ("already failing at base", "still-failing")
+        assert not row.undecided and not row.regression and review.status == 0
+        assert "1 result(s) already failing at base" in review.summary()
     else:
         assert (row.verdict, row.reason) == ("failed", "failed")
         assert row.regression and review.status == 1
         assert "1 result(s) failed in head" in review.summary()
     assert row.detail == f"base {base}, head failed: boom"
-    text = render_markdown(review)
+    text = render_markdown(review, all_rows=base == "failed")
     assert "time_x" in text and f"| {row.reason} " in text  # listed, never only counted
     skipped = coverage_row("time", "b.time_y", "p", "seconds", "skipped", "not-applicable")
     assert not skipped.regression and not skipped.undecided
@@ -792,14 +815,15 @@ def test_a_band_ratio_is_a_rule_ratio_with_limit_one(metric, band_limits):
 
     assert rule_limit(metric) == 1.0 and accuracy_rule(metric) == (1.0, "outside-band")
     rule = accuracy_rule(metric)
-    assert judge_accuracy(1.2, 1.2, [], 0.02, rule) == ("outside band", "outside-band", True)
+    assert judge_accuracy(0.9, 1.2, [], 0.5, rule) == ("outside band", "outside-band", True)
     assert judge_accuracy(0.5, 1.3, [], 0.02, rule)[1] == "worse, outside-band"
     assert judge_accuracy(0.9, 0.9, [], 0.02, rule) == ("same", "within-tolerance", False)
     assert judge_accuracy(0.9, 1.0, [], 0.02, rule)[1] == "worse"  # at the edge: inside
     for bad in (math.nan, math.inf):
         assert judge_accuracy(0.9, bad, [], 0.02, rule) == (
             "not finite, outside band", "not-finite, outside-band", True)
-        assert judge_accuracy(bad, bad, [], 0.02, rule)[1] == "outside-band"
+        assert judge_accuracy(bad, bad, [], 0.02, rule)[1] == (
+            "not-comparable" if math.isnan(bad) else "outside-band, failing-at-base")
 
 
 def test_band_ratio_tracks_go_through_the_track_rows_and_the_table(band_limits):

@@ -2,9 +2,11 @@
 
 Each results folder has a cache folder (:func:`cache_dir`) of immutable *parts*
 (:mod:`flashbench.history.parts`) and ``index.json``, which names the parts and the
-cache's :data:`SCHEMA`. A results file is known by its path in the folder, size and
-mtime; one whose mtime lay within ``RACY_NS`` of its listing is read again next time
-(git's "racily clean" rule: a rewrite in the same clock tick keeps size and mtime).
+cache's :data:`SCHEMA`. A results file is known by its path in the folder, size, mtime
+and ctime (which no one can set back by hand); one whose mtime lay within ``RACY_NS`` of
+its listing is read again next time (git's "racily clean" rule). Parts
+carry Parquet page checksums, verified as they are read: a corrupt part is reported,
+dropped and its files parsed again.
 Only new or changed files are parsed, into one new part; parts that hold mostly
 replaced files, and past :data:`MAX_PARTS` all but the largest, are merged. A part
 is written under a private name and the index replaced atomically, under a lock of
@@ -39,7 +41,7 @@ from flashbench.history.parts import (
 from flashbench.history.rows import Rows, parse
 from flashbench.infra.locks import locked
 
-SCHEMA = 2  # bump when what a part holds, or what a parse gathers, changes
+SCHEMA = 3  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
 OFF = {"", "0", "off", "no", "false", "none"}
 MAX_PARTS = 8
@@ -71,14 +73,16 @@ def cache_dir(root: Path, cache=None) -> Path | None:
     return Path(cache) / f"{root.name}-{digest}"
 
 
-def listing(root: Path, paths: list[Path]) -> tuple[list[tuple[str, int, int]], int]:
-    """(path in ``root``: ``<machine>/<file>``, size, mtime_ns) of each results file
-    ``root/<machine>/<file>``, and the time (ns) it was taken."""
+def listing(root: Path, paths: list[Path]) -> tuple[list[tuple[str, int, int, int]], int]:
+    """(path in ``root``: ``<machine>/<file>``, size, mtime_ns, ctime_ns) of each results
+    file ``root/<machine>/<file>``, and the time (ns) it was taken. ctime is the kernel's:
+    an edit that restores size and mtime (``touch -d``, ``os.utime``) still moves it."""
     now = time.time_ns()
     out = []
     for path in paths:
         st = path.stat()
-        out.append((f"{path.parent.name}/{path.name}", st.st_size, st.st_mtime_ns))
+        out.append((f"{path.parent.name}/{path.name}", st.st_size, st.st_mtime_ns,
+                    st.st_ctime_ns))
     return out, now
 
 
@@ -95,10 +99,13 @@ class Part:
         each column in one chunk (a part is written as one row group)."""
         try:
             return pq.ParquetFile(self.folder / f"{self.name}.{table}.parquet",
-                                  memory_map=True, read_dictionary=DICTIONARY.get(table)
+                                  memory_map=True, read_dictionary=DICTIONARY.get(table),
+                                  page_checksum_verification=True
                                   ).read(columns=columns, use_threads=False)
         except (OSError, pa.ArrowException) as exc:
-            raise CacheCorrupt(f"part {self.name}: {exc}") from None
+            why = " ".join(str(exc).split())  # one line (Arrow's messages span several)
+            raise CacheCorrupt(f"part {self.name}: its {table} table: {why}",
+                               self.name) from None
 
     def load(self, tables=TABLES) -> dict[str, pa.Table]:
         """Its ``tables`` (names), read once and kept."""
@@ -118,10 +125,10 @@ class Part:
         return tables
 
     def known(self) -> list[tuple]:
-        """(path, size, mtime_ns, racy) of each of its records."""
+        """(path, size, mtime_ns, ctime_ns, racy) of each of its records."""
         f = self.tables["files"]
-        return list(zip(*(f[c].to_pylist() for c in ("path", "size", "mtime_ns", "racy")),
-                        strict=True))
+        return list(zip(*(f[c].to_pylist() for c in ("path", "size", "mtime_ns", "ctime_ns",
+                                                        "racy")), strict=True))
 
 
 class Store:
@@ -154,18 +161,30 @@ class Store:
         for t in TABLES:
             tmp = self.folder / f".{name}.{t}.tmp"
             pq.write_table(tables[t], tmp, use_dictionary=t in TABLES[:2],
-                           row_group_size=max(1, tables[t].num_rows))
+                           row_group_size=max(1, tables[t].num_rows), write_page_checksum=True)
             os.replace(tmp, self.folder / f"{name}.{t}.parquet")
         return Part(self.folder, name, {"files": tables["files"]})  # the rest read as written
 
     def commit(self, parts: list[Part], drop: list[Part]) -> None:
         """Point the index at ``parts`` (atomic replace), then delete ``drop``'s files."""
+        self._point([p.name for p in parts], [p.name for p in drop])
+
+    def _point(self, names: list[str], drop: list[str]) -> None:
         tmp = self.folder / ".index.json.tmp"
-        tmp.write_text(json.dumps({"schema": SCHEMA, "parts": [p.name for p in parts]}))
+        tmp.write_text(json.dumps({"schema": SCHEMA, "parts": names}))
         os.replace(tmp, self.index)
-        for part in drop:
+        for name in drop:
             for t in TABLES:
-                (self.folder / f"{part.name}.{t}.parquet").unlink(missing_ok=True)
+                (self.folder / f"{name}.{t}.parquet").unlink(missing_ok=True)
+
+    def drop(self, name: str) -> None:
+        """Leave part ``name`` out of the index and delete it: the results files it held
+        are parsed again at the next update (CacheCorrupt if the index is unreadable)."""
+        try:
+            names = json.loads(self.index.read_text())["parts"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CacheCorrupt(f"index.json unreadable: {exc}") from None
+        self._point([n for n in names if n != name], [name])
 
     def wipe(self) -> None:
         """Everything but the lock file."""
@@ -182,27 +201,27 @@ def update(where: Path, root: Path, meta: dict, paths: list[Path], jobs: int | N
     listed, now = listing(root, paths)
     parts = store.parts()
     known = _known(parts)
-    todo = [path for path, (rel, size, mtime) in zip(paths, listed, strict=True)
-            if known.get(rel, (0, 0, -1, -1, True))[2:] != (size, mtime, False)]
+    todo = [path for path, (rel, *stat) in zip(paths, listed, strict=True)
+            if known.get(rel, (0, 0, -1, -1, -1, True))[2:] != (*stat, False)]
     if todo:
-        stats = {rel: (size, mtime) for rel, size, mtime in listed}
+        stats = {rel: tuple(stat) for rel, *stat in listed}
         rows = parse([root], [meta], [(0, p) for p in todo], jobs)
         parts.append(store.write(part_tables(rows, root, stats, now)))
         del rows
         known = _known(parts)
-    picks = [known[rel][:2] for rel, _, _ in listed]
+    picks = [known[rel][:2] for rel, *_ in listed]
     keep, drop = _compact(store, parts, picks)
     if todo or drop:
         store.commit(keep, drop)
         known = _known(keep)
-        picks = [known[rel][:2] for rel, _, _ in listed]
+        picks = [known[rel][:2] for rel, *_ in listed]
     return keep, picks, len(todo)
 
 
 def _known(parts: list[Part]) -> dict[str, tuple]:
-    """path -> (part index, record, size, mtime_ns, racy) of its newest record."""
-    return {rel: (k, j, size, mtime, racy) for k, part in enumerate(parts)
-            for j, (rel, size, mtime, racy) in enumerate(part.known())}
+    """path -> (part index, record, size, mtime_ns, ctime_ns, racy) of its newest record."""
+    return {rel: (k, j, *rest) for k, part in enumerate(parts)
+            for j, (rel, *rest) in enumerate(part.known())}
 
 
 def _compact(store: Store, parts: list[Part], picks: list[tuple]):
@@ -230,16 +249,25 @@ def _compact(store: Store, parts: list[Part], picks: list[tuple]):
 
 def _locked_update(where: Path, then):
     """``then()`` under the lock of cache folder ``where`` (created; OSError if it
-    cannot be); a corrupt cache is reported, emptied, and ``then()`` runs again."""
+    cannot be); a corrupt part is reported and dropped (its files are parsed again), a
+    corrupt index empties the cache, and ``then()`` runs again (a cache still corrupt
+    after one part was dropped is emptied)."""
     where.mkdir(parents=True, exist_ok=True)
     with locked(where / "lock"):
-        try:
-            return then()
-        except CacheCorrupt as exc:
-            warnings.warn(f"history cache {where} is corrupt ({exc}); rebuilding it",
-                          ResultsWarning, stacklevel=4)
-            Store(where).wipe()
-            return then()
+        for attempt in range(3):
+            try:
+                return then()
+            except CacheCorrupt as exc:
+                store = Store(where)
+                part = exc.part if attempt == 0 else None
+                warnings.warn(f"history cache {where} is corrupt ({exc}); "
+                              + (f"parsing the results files of {part} again" if part
+                                 else "rebuilding it"), ResultsWarning, stacklevel=4)
+                try:
+                    store.drop(part) if part else store.wipe()
+                except CacheCorrupt:
+                    store.wipe()
+        return then()
 
 
 def cached_rows(roots: list[Path], metas: list[dict], folder: int, paths: list[Path],

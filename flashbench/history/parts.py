@@ -29,12 +29,17 @@ RACY_NS = 2_000_000_000  # a file this close to its listing may change unseen
 
 
 class CacheCorrupt(Exception):
-    """A cache folder that cannot be read as written; the message says why."""
+    """A cache folder that cannot be read as written; the message says why, ``part`` which
+    part (None: the index, or the folder as a whole)."""
+
+    def __init__(self, message: str, part: str | None = None):
+        super().__init__(message)
+        self.part = part
 
 
 FILES_SCHEMA = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
-    ("racy", pa.bool_()), ("kept", pa.bool_()), ("machine", pa.string()),
+    ("ctime_ns", pa.int64()), ("racy", pa.bool_()), ("kept", pa.bool_()), ("machine", pa.string()),
     ("cpu", pa.string()), ("env", pa.string()), ("commit", pa.string()),
     ("date", pa.float64()), ("entries", pa.int64()), ("rows", pa.int64()),
     ("samples", pa.int64()),
@@ -44,19 +49,19 @@ FILES_SCHEMA = pa.schema([
 
 def part_tables(rows: Rows, root: Path, stats: dict, now: int) -> dict[str, pa.Table]:
     """The three tables of a part holding what ``rows`` read (one folder, every file
-    marked); ``stats``: path in root -> (size, mtime_ns) as listed at ``now``."""
+    marked); ``stats``: path in root -> (size, mtime_ns, ctime_ns) as listed at ``now``."""
     files: dict[str, list] = {k: [] for k in (
-        "path", "size", "mtime_ns", "racy", "kept", "machine", "cpu", "env", "commit",
+        "path", "size", "mtime_ns", "ctime_ns", "racy", "kept", "machine", "cpu", "env", "commit",
         "date", "entries", "rows", "skipped_what", "skipped_why", "notes")}
     sizes = np.asarray(rows.sizes, dtype=np.int64)
     before = (0, 0, 0, 0)
     for path, f, e, s, n in rows.marks:
         rel = f"{path.parent.name}/{path.name}"  # as cache.listing names it
-        size, mtime = stats[rel]
+        size, mtime, ctime = stats[rel]
         facts = rows.files[f - 1] if f > before[0] else (None,) * 5
         text = str(path)
-        for key, value in zip(("path", "size", "mtime_ns", "racy", "kept"),
-                              (rel, size, mtime, mtime >= now - RACY_NS, f > before[0]),
+        for key, value in zip(("path", "size", "mtime_ns", "ctime_ns", "racy", "kept"),
+                              (rel, size, mtime, ctime, mtime >= now - RACY_NS, f > before[0]),
                               strict=True):
             files[key].append(value)
         for key, value in zip(("machine", "cpu", "env", "commit", "date"), facts[:5],
@@ -99,8 +104,8 @@ def _suffix(text: str, prefix: str) -> str:
 
 
 FILE_COLUMNS = {"path": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64(),
-                "racy": pa.bool_(), "kept": pa.bool_(), "entries": pa.int64(),
-                "rows": pa.int64(), "samples": pa.int64()}
+                "ctime_ns": pa.int64(), "racy": pa.bool_(), "kept": pa.bool_(),
+                "entries": pa.int64(), "rows": pa.int64(), "samples": pa.int64()}
 
 
 def check(part: str, tables: dict[str, pa.Table], columns: list[str] | None = None) -> None:
@@ -110,7 +115,7 @@ def check(part: str, tables: dict[str, pa.Table], columns: list[str] | None = No
     files = tables["files"]
     for name, kind in FILE_COLUMNS.items():
         if name not in files.column_names or files.schema.field(name).type != kind:
-            raise CacheCorrupt(f"part {part}: its files table lacks {name} ({kind})")
+            raise CacheCorrupt(f"part {part}: its files table lacks {name} ({kind})", part)
     need = {"entries": {"bench", "version", "grid", "size"},
             "rows": {*NUMBERS, "status", "count"}, "samples": {"sample"}}
     for t, names in need.items():
@@ -118,7 +123,7 @@ def check(part: str, tables: dict[str, pa.Table], columns: list[str] | None = No
             continue
         missing = (names if columns is None else set(columns)) - set(tables[t].column_names)
         if missing:
-            raise CacheCorrupt(f"part {part}: its {t} table lacks {sorted(missing)}")
+            raise CacheCorrupt(f"part {part}: its {t} table lacks {sorted(missing)}", part)
         held = {tables[t].num_rows}  # and what the other tables say of it
         if t == "rows" and "entries" in tables:
             held.add(_sum(tables["entries"]["size"]))
@@ -126,7 +131,7 @@ def check(part: str, tables: dict[str, pa.Table], columns: list[str] | None = No
             held.add(_sum(pa.compute.max_element_wise(tables["rows"]["count"], 0)))
         if held != {_sum(files[t])}:
             raise CacheCorrupt(f"part {part}: its files table counts {_sum(files[t])} {t}, "
-                               f"the tables hold {sorted(held)}")
+                               f"the tables hold {sorted(held)}", part)
 
 
 def _sum(column) -> int:

@@ -161,6 +161,8 @@ class Rows:
         values, short = gather(cells(rows, where["result"]), sizes)
         value = floats(values, str(path), self.notes)
         status = np.where(np.isnan(value), np.int8(SKIPPED), np.int8(OK))
+        if not np.isfinite(value[status == OK]).all():
+            self._not_finite(path, data, value, status, sizes)
         if values.count(None):
             status[[i for i, v in enumerate(values) if v is None]] = FAILED
         for first, count in short:
@@ -176,6 +178,15 @@ class Rows:
         flat, counts = sample_column(samples, f"{path}: samples", self.notes)
         self.sample_values.append(flat)
         self.sample_counts.append(counts)
+
+
+    def _not_finite(self, path: Path, data: dict, value, status, sizes) -> None:
+        """One note per file: its infinite values (left out of steps and trends)."""
+        bad = np.flatnonzero((status == OK) & ~np.isfinite(value))
+        benches = np.repeat(np.asarray(self.entry_bench[-len(sizes):], object), sizes)[bad]
+        shown = ", ".join(dict.fromkeys(benches.tolist()))
+        self.notes.append(f"{path}: {len(bad)} value(s) not finite ({shown}) at commit "
+                          f"{str(data.get('commit_hash'))[:8]}: left out of steps and trends")
 
 
 def workers(jobs: int | None, files: int) -> int:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from flashbench.history.summaries import IDENTITY, codes, with_identity
+from flashbench.history.summaries import IDENTITY, codes, finite_ok, with_identity
 
 _WINDOW = 5  # points per median window of the step screen
 COLUMNS = [*IDENTITY, "env", "benchmark", "params", "commit", "date", "before", "after",
@@ -105,11 +105,12 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
     median screen (:func:`screen`) first drops series that cannot hold such a
     step, so long histories stay fast. Columns: machine, cpu, env, benchmark,
     params, commit (first commit at the new level), date, before, after,
-    change_pct, noise, unit.
+    change_pct, noise, unit. Only "ok" rows with a finite value count (an infinite one
+    made asv's solver grow past 20 GB; :func:`~flashbench.history.summaries.finite_ok`).
     """
     key = [*IDENTITY, "env", "benchmark", "params"]
     df = with_identity(df)
-    rows = np.flatnonzero((df["status"] == "ok").to_numpy())
+    rows = np.flatnonzero(finite_ok(df))  # never an infinite value into asv's solver
     if not len(rows):
         return pd.DataFrame(columns=COLUMNS)
     series = series_ids(df, key, rows)

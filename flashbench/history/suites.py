@@ -10,6 +10,8 @@ parameters such as ``shape``); this module adds what names and old results canno
 - :data:`BANDS`: the ``TrackBands`` tracks, read by :mod:`flashbench.history.bands`;
   :func:`matmul_peak`: the matmul-peak timing (2 n^3 FLOPs), under its names old and new;
   :data:`BACKEND_COLUMNS`: the parameters that name what a timing ran.
+- :func:`role`: a result that judges no flashbench code, a peer's (torch's own attention,
+  for information as in ``check``) or a study's; the review never fails the gate on it.
 - :data:`LEGACY`: the suites before they recorded ``shape`` and ``dtype``, their parameter
   names and the shape each ran (docs/history.md, "Throughput from what a result says").
 """
@@ -25,7 +27,7 @@ from flashbench.inputs.problem import Shape
 
 __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN_METRIC",
            "ACCURACY_LABELS",
-           "BACKEND_COLUMNS", "LEGACY",
+           "BACKEND_COLUMNS", "LEGACY", "PEERS", "STUDIES", "role",
            "accuracy_metric", "is_matmul_peak", "matmul_peak", "legacy_param_names",
            "legacy_shaped", "legacy_problem"]
 
@@ -46,6 +48,12 @@ MAIN_METRIC = "o_max_abs"  # track_o_max_abs: max |O - O_fp64| (unitless)
 ACCURACY_LABELS = ("kernel", "dtype", "causal", "shape", "dist", "variant")
 # what a timing ran: the first of these parameters that a result holds as text
 BACKEND_COLUMNS = ("backend", "kernel", "impl", "model")
+# torch's own attention (the backends whose record says ``peer=True``; a test keeps the two
+# in step): judged for information, never against flashbench
+PEERS = re.compile(r"torch-naive|torch-sdpa|sdpa-[\w-]+|flex")
+# studies: tracks that answer one question once (the split-KV merge's 16-bit stores)
+STUDIES = re.compile(r"\bTrackDecodeMerge\.")
+_RAN = re.compile(r"\b(?P<name>" + "|".join(BACKEND_COLUMNS) + r")='(?P<value>[^']*)'")
 
 _PEAK = re.compile(r"(TimeMatmulPeak\.time_matmul|TrackMatmulPeak\.track_matmul)$")
 _PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<n>\d+)$")
@@ -54,6 +62,17 @@ _PEAK_OLD = re.compile(r"TrackMatmulPeak\.track_matmul_(?P<dtype>[a-z0-9]+)_(?P<
 def rule_limit(metric: str) -> float | None:
     """The rule's factor for a rule-ratio metric ("o_baseline_ratio" -> 2.0), else None."""
     return RULE_LIMITS.get(metric)
+
+
+def role(benchmark: str, params: str) -> str | None:
+    """"study" for a study's result, "peer" for one of torch's own attention (the first of
+    :data:`BACKEND_COLUMNS` in asv's params label, ``kernel='torch-sdpa', ...``, names
+    one), None for flashbench's own."""
+    if STUDIES.search(benchmark):
+        return "study"
+    ran = next(iter(sorted(_RAN.finditer(params or ""),
+                           key=lambda m: BACKEND_COLUMNS.index(m["name"]))), None)
+    return "peer" if ran is not None and PEERS.fullmatch(ran["value"]) else None
 
 
 def accuracy_metric(benchmark: str) -> str | None:

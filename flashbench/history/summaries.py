@@ -114,11 +114,18 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
     return files.astype({"machine": object, "cpu": object})
 
 
+def finite_ok(df: pd.DataFrame) -> np.ndarray:
+    """Per row: status "ok" and a finite value. An infinite value (asv stores what a
+    benchmark returned; the load reports it) is left out of steps and trends: asv's step
+    solver grows without bound on one."""
+    return (df["status"] == "ok").to_numpy() & np.isfinite(df["value"].to_numpy(float))
+
+
 def ok_rows(df: pd.DataFrame, benchmarks, columns: list[str]) -> pd.DataFrame:
-    """Rows with status "ok" of ``benchmarks`` (names), date-sorted, only ``columns``
-    that exist (with ``cpu``)."""
+    """Rows with status "ok" and a finite value (:func:`finite_ok`) of ``benchmarks``
+    (names), date-sorted, only ``columns`` that exist (with ``cpu``)."""
     df = with_identity(df)
-    mask = df["benchmark"].isin(list(benchmarks)).to_numpy() & (df["status"] == "ok").to_numpy()
+    mask = df["benchmark"].isin(list(benchmarks)).to_numpy() & finite_ok(df)
     keep = [c for c in dict.fromkeys(["date", *columns]) if c in df.columns]
     return df.loc[mask, keep].sort_values("date", kind="stable")
 
@@ -256,12 +263,12 @@ def problem(benchmark: str, label) -> tuple | None:
 
 
 def _timings(df: pd.DataFrame) -> np.ndarray:
-    """Rows with status "ok" whose value is a time in seconds."""
+    """Rows with status "ok" whose value is a finite time in seconds."""
     method = {b: isinstance(b, str) and b.rsplit(".", 1)[-1].startswith("time_")
               for b in names(df["benchmark"])}
     timed = ((df["unit"] == "seconds").to_numpy() | (df["type"] == "time").to_numpy()
              | flags(df["benchmark"], method))
-    return timed & (df["status"] == "ok").to_numpy()
+    return timed & finite_ok(df)
 
 
 def _peaks(df: pd.DataFrame) -> pd.DataFrame:

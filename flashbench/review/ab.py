@@ -156,6 +156,7 @@ class Sampler:
         """Sample every point; returns (paired comparisons, coverage rows)."""
         self.start = self.clock()
         self._todo = list(enumerate(points))  # not yet calibrated, in order
+        self._say = every(self.log, clock=self.clock)  # a progress line while calibrating
         self._plans: list[Plan] = []  # every measured comparison, in calibration order
         self._rows: list[Row] = []
         self._failure: BaseException | None = None
@@ -212,6 +213,8 @@ class Sampler:
                 self._todo.clear()
                 return False
             index, point = self._todo.pop(0)
+            self._say(lambda: f"calibrating comparison {index + 1} of {index + 1 + len(self._todo)}"
+                      f", {max(self._left(), 0):.0f} s of budget left")
             self._calibrating += 1
         try:
             self._calibrate(i, index, point)
@@ -313,10 +316,21 @@ class Sampler:
         return True
 
 
+def every(log, seconds: float = 10.0, clock=time.monotonic):
+    """``say(text)``: ``log(text())`` if its last line is ``seconds`` old (a progress line)."""
+    last = [clock()]
+
+    def say(text) -> None:
+        if clock() - last[0] >= seconds:
+            last[0] = clock()
+            log(text())
+    return say
+
+
 def _unmeasured(point: Point, budget: float) -> Row:
     """The row of a timing the budget ran out before: not measured, not decided."""
     return Row(kind="time", benchmark=point.name, params=point.params, unit=point.unit,
-               verdict="ambiguous", reason="budget-exhausted",
+               verdict="not measured", reason="budget-unmeasured",
                detail=f"not measured: the budget of {budget:.0f} s was spent before its "
                       "calibration", undecided=True)
 

@@ -21,6 +21,8 @@ REASONS = {
     "budget-exhausted": "the interval still straddles the factor when the time budget or "
                         "the sampling schedule ran out",
     "too-few-samples": "fewer paired rounds than a decision needs",
+    "budget-unmeasured": "not measured: the sampling budget was spent before its calibration "
+                         "(measure it with --bench PATTERN, or a larger --budget SECONDS)",
     # timings (stored results, --reuse)
     "within-factor": "the ratio lies inside [1/factor, factor]",
     "significant-asv": "the ratio passes the factor and asv's test (Mann-Whitney U on the "
@@ -45,6 +47,10 @@ REASONS = {
     "both-not-finite": "NaN or infinite in base and head alike (no rule applies): nothing "
                        "changed that can be judged",
     "better": "head's error is below base's by more than the tolerance",
+    "failing-at-base": "base broke the rule too, head is no worse: a standing failure (apart)",
+    "not-comparable": "NaN in base and head alike (no value, or a ratio its rule does not judge)",
+    "peer": "torch's own attention, for information (as in check): never fails the gate",
+    "study": "a study's track (one question answered once): never fails the gate",
     # peak memory (peakmem_, and tracks in bytes): one value per commit
     "more-memory": "head/base peak memory above the factor",
     "less-memory": "head/base peak memory below 1/factor",
@@ -52,7 +58,7 @@ REASONS = {
     # coverage
     "failed": "failed in head (it raised, or returned a wrong or non-numeric result), "
               "whatever base did",
-    "still-failing": "failed in base and in head: not fixed, cannot be compared",
+    "still-failing": "failed in base and in head: already failing at base (not compared)",
     "coverage-lost": "measured in base, skipped or gone in head",
     "coverage-gained": "measured in head, not in base",
     "not-measured": "measured in neither commit (skipped, not applicable or gone; never "
@@ -112,11 +118,24 @@ class Review:
             return UNDECIDED
         return OK
 
+    def apart(self) -> list[str]:
+        """What the summary reports apart from the verdict: flashbench's standing failures
+        and values not comparable, then peers' and studies' rows (each row counted once)."""
+        codes = [set(r.reason.split(", ")) for r in self.rows]
+        own = [c for c in codes if not c & {"peer", "study"}]
+        at_base = sum(bool(c & {"failing-at-base", "still-failing"}) for c in own)
+        parts = [f"{at_base} result(s) already failing at base"] if at_base else []
+        if n := sum("not-comparable" in c for c in own):
+            parts.append(f"{n} not comparable (NaN in base and head)")
+        info = [f"{n} {who}" for who in ("peer", "study") if (n := sum(who in c for c in codes))]
+        return parts + [f"{' and '.join(info)} row(s) for information"] * bool(info)
+
     def summary(self) -> str:
         regressions = [r for r in self.rows if r.regression]
         lost = sum(r.reason == "coverage-lost" for r in self.rows)
-        still = sum(r.reason == "still-failing" for r in self.rows)
-        open_rows = sum(r.undecided for r in self.rows) - lost - still
+        unmeasured = sum(r.reason == "budget-unmeasured" for r in self.rows)
+        open_rows = sum(r.undecided for r in self.rows) - lost - unmeasured
+        apart = "".join(f"; {part}" for part in self.apart())
         if regressions:
             failed = sum(r.reason == "failed" for r in regressions)
             kinds = sorted({r.kind for r in regressions})
@@ -126,13 +145,14 @@ class Review:
             if failed:
                 parts.append(f"{failed} result(s) failed in head")
             text = f"REGRESSION: {' and '.join(parts)} ({' and '.join(kinds)})"
-        elif lost or still or open_rows or self.problems:
+        elif lost or unmeasured or open_rows or self.problems:
             parts = []
             if lost:
                 parts.append(f"COVERAGE LOST: {lost} result(s) measured in base but not "
                              "in head")
-            if still:
-                parts.append(f"STILL FAILING: {still} result(s) failed in base and head")
+            if unmeasured:
+                parts.append(f"NOT MEASURED: {unmeasured} timing(s), the sampling budget "
+                             "ran out (measure them with --bench PATTERN or --budget SECONDS)")
             if open_rows:
                 parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous")
             if self.problems:
@@ -140,8 +160,8 @@ class Review:
             text = "; ".join(parts)
         else:
             compared = sum(r.reason != "not-measured" for r in self.rows)
-            return f"OK: nothing regressed across {compared} compared results; exit 0"
-        return f"{text}; exit {self.status}"
+            return f"OK: nothing regressed across {compared} compared results{apart}; exit 0"
+        return f"{text}{apart}; exit {self.status}"
 
     def sort(self) -> None:
         """Regressions first, then undecided rows, then the rest by kind and name."""

@@ -74,8 +74,12 @@ def header(review: Review) -> list[str]:
 def render_markdown(review: Review, all_rows: bool = False) -> str:
     lines = header(review)
     neither = [r for r in review.rows if r.reason == "not-measured"]
+    apart = [r for r in review.rows if {"failing-at-base", "still-failing", "not-comparable",
+                                        "peer", "study"} & set(r.reason.split(", "))]
+    kept = {id(r) for r in apart}
     shown = [r for r in review.rows if all_rows or r.regression or r.undecided
-             or (r.verdict not in ("same", "not slower") and r.reason != "not-measured")]
+             or (r.verdict not in ("same", "not slower") and r.reason != "not-measured"
+                 and id(r) not in kept)]
     if shown:
         table = [[_cell(c) for c in (
             "**REGRESSION**" if r.regression else "**?**" if r.undecided else "", r.kind,
@@ -86,13 +90,20 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
                                                "head", "head/base [interval]", "level", "n",
                                                "unit", "verdict", "reason", "detail"],
                                tablefmt="github")]
-    quiet = len(review.rows) - len(shown) - (0 if all_rows else len(neither))
+    quiet = len(review.rows) - len(shown) - (0 if all_rows else len(neither) + len(apart))
     if quiet:
         lines += ["", f"{quiet} other result(s) unchanged (same, or not slower)."]
+    if counts := not all_rows and Counter(  # the summary counts them; which, here
+            f"{r.benchmark.split('.', 1)[-1]} ({r.verdict}" + "".join(
+                f", {c}" for c in r.reason.split(", ") if c in ("peer", "study")) + ")"
+            for r in apart if r.verdict not in ("same", "not comparable", "not compared")):
+        lines += ["", "Reported apart, never against head (--all lists them): " + "; ".join(
+            f"{what}: {n}" for what, n in sorted(counts.items())) + "."]
     if neither and not all_rows:
         lines += ["", f"{len(neither)} grid point(s) measured in neither commit and not failed "
                   f"in head ({_statuses(neither)}); --all lists them."]
-    codes = sorted({code for r in shown for code in r.reason.split(", ") if code in REASONS})
+    codes = sorted({code for r in shown + apart for code in r.reason.split(", ")
+                    if code in REASONS})
     if codes:
         lines += ["", "Reasons: " + "; ".join(f"`{c}`: {REASONS[c]}" for c in codes) + "."]
     if any(r.kind == "memory" for r in shown):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from flashbench.history.suites import accuracy_metric, rule_limit
+from flashbench.history.suites import accuracy_metric, role, rule_limit
 from flashbench.review.model import Row
 
 BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 25)
@@ -41,7 +41,10 @@ def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
                    rule: tuple[float, str] | None = None) -> tuple[str, str, bool]:
     """(verdict, reason codes, regression) for one accuracy value (higher is worse).
     ``band``: earlier results of base's ancestors; "above band" only qualifies a head
-    worse than base. ``rule``: :func:`accuracy_rule`'s; a non-finite ratio breaks it."""
+    worse than base. ``rule``: :func:`accuracy_rule`'s; a non-finite ratio breaks it (base
+    broke it too, head no worse: "already failing at base"); NaN in both: "not comparable"."""
+    if math.isnan(base) and math.isnan(head):
+        return "not comparable", "not-comparable", False
     base_ok = math.isfinite(base)
     problems = []
     if not math.isfinite(head):
@@ -59,6 +62,8 @@ def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
                 problems.append("above-band")
         if rule is not None and head > rule[0]:
             problems.append(rule[1])
+    if rule is not None and problems == [rule[1]] and (base > rule[0] or math.isinf(base)):
+        return "already failing at base", f"{rule[1]}, failing-at-base", False
     if problems:
         return ", ".join(p.replace("-", " ") for p in problems), ", ".join(problems), True
     if base_ok and head < base * (1 - acc_tol):
@@ -143,7 +148,7 @@ def judge_coverage(base_status: str, head_status: str) -> tuple[str, str] | None
         return None
     if head_status == FAILED_STATUS:
         if base_status == FAILED_STATUS:
-            return "still failing", "still-failing"
+            return "already failing at base", "still-failing"
         return "failed", "failed"
     if base_status == OK_STATUS:
         return "coverage lost", "coverage-lost"
@@ -181,4 +186,13 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
         detail += f": {why}"
     return Row(kind=kind, benchmark=benchmark, params=params, unit=unit, verdict=verdict,
                reason=reason, detail=detail, regression=reason == "failed",
-               undecided=reason in ("coverage-lost", "still-failing"))
+               undecided=reason == "coverage-lost")
+
+
+def for_information(rows: list[Row]) -> list[Row]:
+    """``rows``, peers' and studies' (history.suites.role) never a regression nor undecided."""
+    for r in rows:
+        if r.reason != "not-measured" and (who := role(r.benchmark, r.params)):
+            r.regression = r.undecided = False
+            r.reason = f"{r.reason}, {who}"
+    return rows

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flashbench.infra.git import checked_out, resolve
 from flashbench.infra.machine import gpu_model, identity
-from flashbench.review.ab import Lane, Point, Sampler
+from flashbench.review.ab import Lane, Point, Sampler, every
 from flashbench.review.asvrun import project
 from flashbench.review.gitops import Session, dirty_files
 from flashbench.review.model import Review
@@ -26,7 +26,7 @@ from flashbench.review.options import Options, select
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
 from flashbench.review.prior import OUTLIER_P
 from flashbench.review.results import band_source
-from flashbench.review.rules import track_rows
+from flashbench.review.rules import for_information, track_rows
 from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
 from flashbench.review.stored import review_stored
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
@@ -107,18 +107,25 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                             opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
             _same_run(opts, root, bench_dir, review, results, log)
     review.notes[:0] = notes
+    for_information(review.rows)
     review.seconds = time.monotonic() - start
     review.sort()
     return review
 
 
-def _tracks_at_once(workers: dict, tracks: list[Point]) -> dict:
+def _tracks_at_once(workers: dict, tracks: list[Point], log) -> dict:
     """Track values of each side, measured in parallel (one thread and one worker per
-    side: ``workers`` maps side -> a worker holding it)."""
+    side: ``workers`` maps side -> a worker holding it), with a progress line now and then."""
+    done, say = {side: [] for side in workers}, every(log)
 
     def values(side, worker):
-        return [worker.ask(timeout=2 * p.timeout + 600, side=side, op="track", name=p.name,
-                           index=p.index) for p in tracks]
+        out = done[side]
+        for p in tracks:
+            out.append(worker.ask(timeout=2 * p.timeout + 600, side=side, op="track",
+                                  name=p.name, index=p.index))
+            say(lambda: "review: track values measured: " + ", ".join(
+                f"{s} {len(n)} of {len(tracks)}" for s, n in done.items()))
+        return out
 
     pool = ThreadPoolExecutor(len(workers))
     try:
@@ -205,7 +212,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             stack.callback(helper.stop)
             helper.start()
             try:
-                measured = _tracks_at_once({"base": workers[0], "head": helper}, tracks)
+                measured = _tracks_at_once({"base": workers[0], "head": helper}, tracks, log)
             finally:
                 helper.stop()
             review.rows += track_rows(tracks, measured["base"], measured["head"],
@@ -213,10 +220,13 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         if peakmem := by_type["peakmemory"]:
             log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
                 "process")
-            measured = {side: [peak_memory(trees[side], bench_dir, p.name, p.index,
-                                           session.folder / f"{side}.log", 2 * p.timeout + 60,
-                                           opts.threads) for p in peakmem]
-                        for side in ("base", "head")}
+            say, measured = every(log), {"base": [], "head": []}
+            for side, p in [(side, p) for side in measured for p in peakmem]:
+                measured[side].append(peak_memory(trees[side], bench_dir, p.name, p.index,
+                                                  session.folder / f"{side}.log",
+                                                  2 * p.timeout + 60, opts.threads))
+                say(lambda: f"review: peak memory measured: {len(measured['base'])} + "
+                            f"{len(measured['head'])} of {2 * len(peakmem)}")
             review.rows += track_rows(peakmem, measured["base"], measured["head"],
                                       opts.acc_tol, opts.factor, band)
         if timed := by_type["time"]:

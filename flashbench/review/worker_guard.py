@@ -7,6 +7,7 @@ name) a side that replaced one, and puts the original back. Imports nothing of f
 """
 
 import sys
+import traceback
 
 # the shared libraries whose public callables a side may not replace
 GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "scipy.special", "torch",
@@ -56,3 +57,14 @@ def refusal(before: dict, now: dict, when: str, own_globals: dict) -> str | None
     restore(before, names, own_globals)
     return (f"{when} replaced what the other side shares: {', '.join(names[:5])} (one "
             "side's code may not change the other's libraries or the timer)")
+
+
+def discovery_error(exc: BaseException, reason: str) -> str:
+    """Why a side's suites did not import: its own flashbench when that fails (the error's
+    first line), else the suites' error (``reason``)."""
+    try:
+        __import__("flashbench")
+    except BaseException as own:  # any failure to import is the answer
+        first = traceback.format_exception_only(type(own), own)[-1].strip().splitlines()
+        return "its flashbench failed to import: " + (first[0] if first else repr(own))[:500]
+    return "benchmark discovery failed: " + reason

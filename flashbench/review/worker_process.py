@@ -269,7 +269,7 @@ class Sides:
             try:
                 self.suites[side] = Suites(root, importer=False)
             except BaseException as exc:  # this commit's suites do not import
-                self.errors[side] = "benchmark discovery failed: " + _reason(exc)
+                self.errors[side] = GUARD["module"].discovery_error(exc, _reason(exc))
             self.refuse_changes(side, before, "its import")
         self.entry = entry_points()
 

@@ -1,0 +1,108 @@
+"""The merge gate judges what the change did (issue 36, A): a failure base shares, a peer's
+or a study's row and NaN on both sides never fail it; each is reported apart, once. The
+rules on rows alone (no git, no asv), from the shapes of a real no-op ``--quick`` review."""
+
+import math
+
+import pytest
+
+from flashbench.history.suites import role
+from flashbench.review.ab import Point
+from flashbench.review.model import Review
+from flashbench.review.render import render_markdown
+from flashbench.review.rules import for_information, track_rows
+
+ACC = "bench_accuracy.TrackAccuracy."
+GRAD = "bench_accuracy.TrackGradAccuracy."
+DEC = "bench_decode.TrackDecodeAccuracy."
+MERGE = "bench_decode.TrackDecodeMerge.track_lse_baseline_ratio"
+SHAPE = "dtype='bf16', causal=False, shape='1x2x1024x1024x64', dist='normal'"
+# (benchmark, params, base, head): values as a no-op review of main measured them
+NO_OP = [
+    (ACC + "track_lse_band_ratio", f"kernel='flex', {SHAPE}", math.nan, math.nan),
+    (ACC + "track_o_band_ratio", f"kernel='torch-naive', {SHAPE}", 1.7, 1.7),
+    (GRAD + "track_dv_ratio", f"kernel='sdpa-flash', {SHAPE}", 3.596, 3.596),
+    (MERGE, "dtype='bf16', partials='bf16', lse_dtype='bf16'", 9.005, 9.005),
+    (DEC + "track_o_band_ratio", "kernel='triton', dtype='fp32', case='4x8/2x4x64:1000'",
+     math.nan, math.nan),
+    (DEC + "track_lse_band_ratio", "kernel='split_model', dtype='fp32', case='4x8'",
+     math.nan, math.nan),
+    (ACC + "track_o_baseline_ratio", f"kernel='triton', {SHAPE}", 2.4, 2.41),
+    (ACC + "track_o_max_abs", f"kernel='triton', {SHAPE}", 3e-3, 3e-3),
+]
+
+
+def _rows(cases) -> list:
+    points = [Point(name, 0, params, "track", "ratio") for name, params, _, _ in cases]
+    ok = [{"status": "ok", "value": v} for v in (c[2] for c in cases)]
+    head = [{"status": "ok", "value": v} for v in (c[3] for c in cases)]
+    return for_information(track_rows(points, ok, head, 0.02, 1.1, lambda *a: []))
+
+
+def _review(rows) -> Review:
+    return Review("b" * 40, "h" * 40, "m", "cpu", "same-run A/B", 1.1, 0.02, rows=rows)
+
+
+def test_a_head_that_changed_no_value_passes_and_says_what_stands_apart():
+    """Failed before: "REGRESSION: 5 result(s) got worse (accuracy); exit 1" (torch's
+    kernels, the merge study, NaN band ratios, a failure base shares)."""
+    review = _review(_rows(NO_OP))
+    assert review.status == 0 and not any(r.regression or r.undecided for r in review.rows)
+    assert review.summary() == (
+        "OK: nothing regressed across 8 compared results; 1 result(s) already failing at "
+        "base; 2 not comparable (NaN in base and head); 3 peer and 1 study row(s) for "
+        "information; exit 0")
+    by = {(r.benchmark, r.params[:20]): r for r in review.rows}
+    own = by[(ACC + "track_o_baseline_ratio", f"kernel='triton', {SHAPE}"[:20])]
+    assert (own.verdict, own.reason) == ("already failing at base",
+                                         "rule-fails, failing-at-base")
+    assert by[(MERGE, NO_OP[3][1][:20])].reason == "rule-fails, failing-at-base, study"
+    text = render_markdown(review)
+    assert "2 not comparable" in text and "(not comparable)" not in text  # said once
+    assert "| track_" not in text  # no table row: nothing against head
+    assert "Reported apart, never against head" in text and "`peer`:" in text
+    assert "TrackDecodeMerge.track_lse_baseline_ratio (already failing at base, study): 1" in text
+
+
+def test_a_change_that_made_flashbenchs_own_kernel_worse_still_fails_the_gate():
+    worse = [(ACC + "track_o_baseline_ratio", f"kernel='triton', {SHAPE}", 2.4, 2.6),
+             (ACC + "track_o_max_abs", f"kernel='flash_model', {SHAPE}", 1e-3, math.nan),
+             (ACC + "track_o_band_ratio", f"kernel='triton', {SHAPE}", math.nan, math.inf)]
+    review = _review(_rows(worse))
+    assert review.status == 1 and all(r.regression for r in review.rows)
+    assert review.summary().startswith("REGRESSION: 3 result(s) got worse (accuracy)")
+
+
+def test_a_peer_or_study_row_never_fails_the_gate_whatever_it_did():
+    cases = [(ACC + "track_o_max_abs", f"kernel='torch-sdpa', {SHAPE}", 1e-3, 5e-3),
+             (MERGE, "dtype='fp16', partials='fp16', lse_dtype='fp16'", 1.0, math.inf),
+             ("bench_decode.TimeDecodeCPU.time_decode", "backend='torch-naive', case='x'",
+              1.0, 1.0)]
+    rows = _rows(cases[:2])
+    from flashbench.review.rules import coverage_row
+
+    rows += for_information([coverage_row("time", cases[2][0], cases[2][1], "seconds", "ok",
+                                          "failed", "", "boom")])
+    review = _review(rows)
+    assert review.status == 0 and [r.reason for r in rows] == [
+        "worse, peer", "not-finite, rule-fails, study", "failed, peer"]
+    assert "2 peer and 1 study row(s) for information" in review.summary()
+    neither = for_information([coverage_row("time", cases[2][0], cases[2][1], "seconds",
+                                            "skipped", "skipped")])
+    assert neither[0].reason == "not-measured"  # judged nothing: counted with its like
+
+
+def test_peers_are_the_backends_whose_record_says_peer():
+    """One source: history.suites.role agrees with every registered backend's ``peer``."""
+    pytest.importorskip("torch")
+    from flashbench.backends import BACKENDS
+    from flashbench.backends.decode import DECODE_BACKENDS
+
+    for registry in (BACKENDS, DECODE_BACKENDS):
+        for name, backend in registry.items():
+            for column in ("kernel", "backend"):
+                got = role(ACC + "track_o_max_abs", f"{column}='{name}', dtype='bf16'")
+                assert got == ("peer" if backend.peer else None), name
+    for own in ("flash_model", "split_model", "reference-split8", "standard_model"):
+        assert role(ACC + "track_o_max_abs", f"kernel='{own}'") is None
+    assert role(MERGE, "dtype='bf16'") == "study"
