@@ -182,3 +182,19 @@ def test_tflops_plot_marks_a_machine_change_and_a_loaded_run():
     red = [p for p in ax.patches if p.get_facecolor()[0] > 0.8 and p.get_facecolor()[1] < 0.5]
     assert len(red) == 1
     assert len({ln.get_label() for ln in ax.get_lines() if ln.get_marker() == "o"}) >= 1
+
+
+def test_an_infinite_accuracy_value_is_not_drawn():
+    """Failed before: errors.png and rules.png kept rows with status ok whatever their value,
+    so one Infinity (asv stores what a benchmark returned) stretched a log axis to inf."""
+    import numpy as np
+
+    from flashbench.history.plots import errors_figure
+
+    base = {"kernel": "triton", "dtype": "bf16", "causal": False}
+    df = frame([1e-3, float("inf"), 2e-3], "a.TrackAccuracy.track_o_max_abs", base)
+    fig = errors_figure(df)
+    drawn = [y for ax in fig.axes for line in ax.get_lines()
+             for y in np.asarray(line.get_ydata(), float)]
+    assert drawn and np.isfinite(drawn).all()
+    assert all(np.isfinite(ax.get_ylim()).all() for ax in fig.axes)

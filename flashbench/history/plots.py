@@ -19,6 +19,7 @@ from flashbench.history.answer import machine_labels
 from flashbench.history.suites import BAND_PAIRS, MAIN_METRIC, accuracy_metric, rule_limit
 from flashbench.history.summaries import (
     IDENTITY,
+    finite_ok,
     flags,
     names,
     per_name,
@@ -111,7 +112,7 @@ def errors_figure(df: pd.DataFrame):
     line per machine x setting (kernel, shape, dist, ...). None: nothing to plot."""
     metric = {b: isinstance(b, str) and accuracy_metric(b) == MAIN_METRIC
               for b in names(df["benchmark"])}
-    rows = flags(df["benchmark"], metric) & (df["status"] == "ok").to_numpy()
+    rows = flags(df["benchmark"], metric) & finite_ok(df)
     acc = with_identity(df.loc[rows])
     if acc.empty:
         return None
@@ -148,7 +149,7 @@ def rules_figure(df: pd.DataFrame):
     wanted = {*BAND_PAIRS, *BAND_PAIRS.values()}
     metric = {b: accuracy_metric(b) if isinstance(b, str) else None for b in names(df["benchmark"])}
     rows = flags(df["benchmark"], {b: m in wanted for b, m in metric.items()})
-    acc = with_identity(df.loc[rows & (df["status"] == "ok").to_numpy()])
+    acc = with_identity(df.loc[rows & finite_ok(df)])
     if acc.empty:
         return None
     acc = acc.assign(metric=per_name(acc["benchmark"], metric))
