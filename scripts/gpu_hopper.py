@@ -1,0 +1,190 @@
+"""The Hopper variants beside cuDNN and FlashAttention, first thing in a GPU window.
+
+    python scripts/gpu_bench.py --quick --variants-only [--out gpu-results]   # on a GPU
+    python scripts/gpu_hopper.py [--compile]   # no GPU: this phase's compilations (sm_90)
+
+For each case of :data:`CASES` (bf16, d = 128, B * N = 16k tokens, 16 heads; full and causal)
+it times today's kernel (``triton``, autotuned), each variant of
+:data:`flashbench.kernels.triton_hopper.VARIANTS` (autotuned over its two candidates),
+``sdpa-cudnn`` and ``sdpa-flash``: device time per call (CUDA events, L2 flushed, 20 runs
+after 3 warm-ups: ``flashbench.measure.timing.device_samples``), calls rotating over a pool
+of :data:`POOL` input sets made before the clock; every pool entry's output is checked
+against the float64 reference on a sub-problem (``gpu_checks.check_slice``, baseline rule)
+outside the clock, and a backend whose check fails has no time. TFLOP/s count the unmasked
+pairs (4 B H N^2 d, about half when causal); % of the same run's bf16 matmul peak. Writes
+<out>/<date>-<gpu>-hopper.md and .json. scripts/gpu_bench.py calls :func:`replay` (its plan)
+and :func:`run` (first of its timings); scripts/gpu_session.sh's first timed phase is
+``gpu_bench.py --quick --variants-only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from any folder
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_checks
+
+from flashbench.inputs import Shape  # noqa: E402
+from flashbench.kernels import triton_fwd, triton_hopper  # noqa: E402
+from flashbench.kernels.launch import planning  # noqa: E402
+
+CASES = [(Shape(16384 // n, 16, n, n, 128), causal) for n in (4096, 8192)
+         for causal in (False, True)]
+PEERS = ("sdpa-cudnn", "sdpa-flash")
+POOL = 3  # input sets per case; consecutive timed calls never share one
+
+
+def _inputs(shape: Shape, device, seed: int):
+    g = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(shape.B, h, n, shape.d, device=device, dtype=torch.bfloat16,
+                             generator=g)
+                 for h, n in ((shape.H, shape.Nq), (shape.kv_heads, shape.Nk),
+                              (shape.kv_heads, shape.Nk)))
+
+
+def _calls():
+    """(backend label, fn(q, k, v, causal) -> o) for today's kernel and every variant."""
+    calls = [("triton", lambda q, k, v, causal: triton_fwd.forward(q, k, v, causal=causal)[0])]
+    for name in triton_hopper.VARIANTS:
+        calls.append((f"triton-{name}", lambda q, k, v, causal, name=name:
+                      triton_hopper.forward(q, k, v, causal=causal, kernel=name)[0]))
+    return calls
+
+
+def replay() -> None:
+    """Every Triton launch of :func:`run`, on meta tensors (inside planning() or warming())."""
+    for shape, causal in CASES:
+        q, k, v = _inputs(shape, "meta", 0)
+        for _, fn in _calls():
+            fn(q, k, v, causal)
+
+
+def _time(fn, pool, causal, shape, dtype, peak) -> dict:
+    from gpu_checks import check_slice
+
+    from flashbench.measure.timing import device_samples, tflops
+
+    row = {}
+    with torch.no_grad():
+        for q, k, v in pool:  # each pool entry's output checked, outside the clock
+            out = fn(q, k, v, causal)
+            check = check_slice(out[0] if isinstance(out, tuple) else out, q, k, v, causal,
+                                dtype)
+            if not check["passed"]:
+                row.update(check=check, skipped="timed output failed its check: time not counted")
+                return row
+        turn = iter(range(10**9))
+
+        def call():
+            q, k, v = pool[next(turn) % len(pool)]
+            return fn(q, k, v, causal)
+
+        samples = device_samples(call)
+    med = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    row.update(check=check, ms=med * 1e3, ms_q1=q1 * 1e3, ms_q3=q3 * 1e3, samples_s=samples,
+               tflops=tflops(shape, causal, med))
+    row["pct_peak"] = 100 * row["tflops"] / peak
+    return row
+
+
+def run(peak: float, say) -> list[dict]:
+    """One row per (case, backend): median ms (q1, q3), TFLOP/s, % of ``peak``, the check,
+    the config the autotuner chose for flashbench's kernels; failures become rows."""
+    from flashbench.backends import get_backend
+
+    rows = []
+    for shape, causal in CASES:
+        label = f"{shape.spec()} bf16 {'causal' if causal else 'full'} fwd"
+        pool = [_inputs(shape, "cuda", seed) for seed in range(POOL)]
+        backends = [(name, fn, None) for name, fn in _calls()]
+        backends += [(name, None, get_backend(name)) for name in PEERS]
+        for name, fn, backend in backends:
+            row = {"case": label, "backend": name, "shape": shape.spec(), "causal": causal}
+            try:
+                if backend is not None:
+                    reason = backend.unavailable_for(shape, "bf16")
+                    if reason is not None:
+                        rows.append({**row, "skipped": reason})
+                        continue
+                    fn = (lambda q, k, v, causal, b=backend:  # noqa: E731
+                          b.timed_fn(*b.prepare(q, k, v), causal=causal))
+                row.update(_time(fn, pool, causal, shape, "bf16", peak))
+                if name.startswith("triton"):
+                    row["config"] = _chosen(name, pool[0], causal)
+            except Exception as exc:  # one backend's failure must not stop the others
+                row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+            say(f"  {label} {name}: " + (f"{row['ms']:.3f} ms, {row['tflops']:.0f} TFLOP/s"
+                                         if "tflops" in row else row["skipped"]))
+    return rows
+
+
+def _chosen(name: str, qkv, causal) -> str | None:
+    q, k, v = qkv
+    if name == "triton":
+        used = triton_fwd.forward(q, k, v, causal=causal)[2]
+    else:
+        used = triton_hopper.forward(q, k, v, causal=causal, kernel=name.split("-", 1)[1])[2]
+    return None if used is None else used.label()
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per (case, backend), speed against sdpa-cudnn in the same run."""
+    out = ["| case | backend | median ms (q1-q3) | TFLOP/s | % bf16 peak | vs sdpa-cudnn | "
+           "config |", "|---|---|---|---|---|---|---|"]
+    cudnn = {r["case"]: r.get("ms") for r in rows if r["backend"] == "sdpa-cudnn"}
+    for r in rows:
+        if "ms" not in r:
+            out.append(f"| {r['case']} | {r['backend']} | {r.get('skipped')} | | | | |")
+            continue
+        base = cudnn.get(r["case"])
+        ratio = f"{base / r['ms']:.2f}x" if base else "-"
+        out.append(f"| {r['case']} | {r['backend']} | {r['ms']:.3f} ({r['ms_q1']:.3f}-"
+                   f"{r['ms_q3']:.3f}) | {r['tflops']:.0f} | {r['pct_peak']:.0f} | {ratio} | "
+                   f"{r.get('config') or ''} |")
+    return "\n".join(out)
+
+
+def write(out: str, state: dict, peak: float, rows: list[dict], wall_s: float) -> pathlib.Path:
+    """<out>/<date>-<gpu>-hopper.md and .json; returns the stem."""
+    folder = pathlib.Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    gpu = str(state.get("gpu")).replace(" ", "-")
+    stem = folder / f"{time.strftime('%Y-%m-%d')}-{gpu}-hopper"
+    record = {"gpu": state, "matmul_peak_tflops": peak, "rows": rows, "wall_s": wall_s}
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    stem.with_suffix(".md").write_text(f"# Hopper variants, {state.get('gpu')}\n\n"
+                                       f"{table(rows)}\n")
+    return stem
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="The Hopper variants' compilations (the GPU run: "
+                                "scripts/gpu_bench.py --quick --variants-only)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile each for sm_90 here (Triton's ptxas)")
+    args = p.parse_args(argv)
+    import gpu_decode
+
+    with planning() as plan:
+        replay()
+    gpu_decode.show_plan(plan, args.compile, _summary)
+    return 0
+
+
+def _summary(done) -> None:
+    failed = [r for r in done if r.error]
+    print(f"compiled {len(done) - len(failed)} of {len(done)} for sm_90 in "
+          f"{sum(r.seconds for r in done):.0f} s on this CPU; {len(failed)} failed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
