@@ -144,3 +144,24 @@ def test_kernel_names_are_plain_and_the_plan_counts_two_configs_each():
     ws = {c.config for c in plan.compiles if c.kernel == "attn_fwd_ws"}
     assert ws == set(configs.variant_candidates(128, torch.bfloat16, "ws"))
     assert {c.kernel for c in plan.compiles} == {f"attn_fwd_{n}" for n in triton_hopper.VARIANTS}
+
+
+def test_offline_sm90_compile_uses_tma_and_warp_specialises_the_ws_variant():
+    """Compiled for sm_90 here (Triton's ptxas): the descriptors are TMA copies, both dots
+    wgmma, nothing spills; attn_fwd_ws's key loop is warp-specialised (a producer and two
+    consumer warpgroups: 12 warps from num_warps=4, registers split by setmaxnreg) and
+    attn_fwd_tma's is not."""
+    pytest.importorskip("triton.backends.nvidia")
+    from flashbench.kernels.offline import compile_plan
+
+    q = torch.empty(1, 2, 256, 64, device="meta", dtype=torch.bfloat16)
+    with planning() as plan:
+        for kernel in ("tma", "ws"):
+            triton_hopper.forward(q, q, q, kernel=kernel, config=cfg(128, 64))
+    tma, ws = compile_plan(plan, say=lambda msg: None)
+    for r in (tma, ws):
+        assert r.error is None, r.error
+        assert r.tma_ops > 0 and r.wgmma_ops > 0 and r.mma_sync_ops == 0
+        assert r.spill_bytes in (0, None)
+    assert (tma.warps, tma.setmaxnreg) == (4, 0)
+    assert ws.warps == 12 and ws.setmaxnreg > 0
