@@ -182,3 +182,33 @@ def test_fp8_timed_cases_and_speedups():
              "causal": True, "direction": "fwd", "tflops": 500.0}]
     ups = gb.fp8_speedups(rows)
     assert ups[0]["fp8_vs_bf16"] == 1.5 and ups[1]["fp8_vs_bf16"] is None
+
+
+def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudnn():
+    """gpu_hopper's timing checks every pool entry's output before the clock: a backend whose
+    output is wrong on one entry gets no time (device_samples is never reached); the table
+    says each row's speed against sdpa-cudnn of the same case."""
+    _gpu_bench()  # puts scripts/ on sys.path
+    import gpu_hopper
+
+    g = torch.Generator().manual_seed(0)
+    shape = Shape(1, 2, 64, 64, 32)
+    pool = [tuple(torch.randn(1, 2, 64, 32, generator=g).to(torch.bfloat16) for _ in range(3))
+            for _ in range(2)]
+
+    def wrong_on_second(q, k, v, causal):
+        o = torch.from_numpy(R.attention(*(t.double().numpy() for t in (q, k, v)),
+                                         causal=causal)[0]).to(torch.bfloat16)
+        return o if q is pool[0][0] else o + 0.5
+
+    row = gpu_hopper._time(wrong_on_second, pool, True, shape, "bf16", 1000.0)
+    assert row["skipped"] == "timed output failed its check: time not counted"
+    assert row["check"]["passed"] is False
+    rows = [{"case": "c", "backend": "sdpa-cudnn", "ms": 2.0, "ms_q1": 1.9, "ms_q3": 2.1,
+             "tflops": 400.0, "pct_peak": 50.0},
+            {"case": "c", "backend": "triton-ws", "ms": 1.6, "ms_q1": 1.5, "ms_q3": 1.7,
+             "tflops": 500.0, "pct_peak": 62.5, "config": "BLOCK_M=128"},
+            {"case": "c", "backend": "triton-tma", "skipped": "failed: X"}]
+    lines = gpu_hopper.table(rows).splitlines()
+    assert "| c | triton-ws | 1.600 (1.500-1.700) | 500 | 62 | 1.25x | BLOCK_M=128 |" in lines
+    assert "| c | triton-tma | failed: X | | | | |" in lines
