@@ -3,18 +3,13 @@
     python scripts/gpu_bench.py --quick --variants-only [--out gpu-results]   # on a GPU
     python scripts/gpu_hopper.py [--compile]   # no GPU: this phase's compilations (sm_90)
 
-For each case of :data:`CASES` (bf16, d = 128, B * N = 16k tokens, 16 heads; full and causal)
-it times today's kernel (``triton``, autotuned), each variant of
-:data:`flashbench.kernels.triton_hopper.VARIANTS` (autotuned over its two candidates),
-``sdpa-cudnn`` and ``sdpa-flash``: device time per call (CUDA events, L2 flushed, 20 runs
-after 3 warm-ups: ``flashbench.measure.timing.device_samples``), calls rotating over a pool
-of :data:`POOL` input sets made before the clock; every pool entry's output is checked
-against the float64 reference on a sub-problem (``gpu_checks.check_slice``, baseline rule)
-outside the clock, and a backend whose check fails has no time. TFLOP/s count the unmasked
-pairs (4 B H N^2 d, about half when causal); % of the same run's bf16 matmul peak. Writes
-<out>/<date>-<gpu>-hopper.md and .json. scripts/gpu_bench.py calls :func:`replay` (its plan)
-and :func:`run` (first of its timings); scripts/gpu_session.sh's first timed phase is
-``gpu_bench.py --quick --variants-only``.
+For each case of :data:`CASES` (bf16, d = 128, 16 heads, full and causal): today's kernel
+and each variant of ``triton_hopper.VARIANTS`` (autotuned), sdpa-cudnn and sdpa-flash; device
+time per call (``flashbench.measure.timing.device_samples``: CUDA events, L2 flushed), calls
+rotating over :data:`POOL` input sets made before the clock, each set's output checked against
+float64 first (``gpu_checks.check_slice``; a failed check: no time). TFLOP/s of unmasked pairs,
+% of the run's bf16 matmul peak, speed against sdpa-cudnn. gpu_bench.py calls :func:`replay`
+(its plan) and :func:`run`; how and why: docs/gpu.md ("Hopper variants of the forward").
 """
 
 from __future__ import annotations

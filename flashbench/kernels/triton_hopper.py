@@ -3,9 +3,9 @@ softmax overlapped with the next QK^T, and a persistent grid with causal load ba
 
 Four plainly named kernels (:data:`KERNELS`), one tile body (:func:`_attn_tile`): the same
 (m, l) recurrence, names (m_new, m_ref, alpha, p), phases (:func:`~flashbench.kernels.phases.
-key_phases`) and epilogue as :mod:`flashbench.kernels.triton_fwd`, with every tile moved by a
-device-side tensor descriptor (``tl.make_tensor_descriptor``: TMA on sm_90, zero padding out of
-bounds, clipped stores; [B*H, N, d] so a tile never reads another head). Selected with
+key_phases`) and epilogue as :mod:`flashbench.kernels.triton_fwd`, with Q, K, V tiles moved by
+device-side tensor descriptors (``tl.make_tensor_descriptor``: TMA on sm_90) over [B*H*N, d]
+(rows past a head's end are masked: scores -inf, V zeroed, O and LSE stored by row). Selected with
 :func:`forward`'s ``kernel=`` (or ``triton_fwd.forward(..., kernel=)``); today's kernel stays
 the default everywhere. fp16/bf16 operands, head dims 16..256, causal or not, grouped-query
 heads; no window, softcap, sinks, packed batches or fp8 (those stay with triton_fwd).
