@@ -238,8 +238,8 @@ def attn_fwd_persistent(Q, K, V, O, LSE, BH, BHKV, H, GROUP, N_Q, N_K, qk_scale,
     """A persistent grid (one program per SM) walking the tiles in rounds. Causal: tiles in
     decreasing work (query block major, last blocks first) and every other round walked
     backwards, so the program that took the heaviest tile of one round takes the lightest
-    of the next (a boustrophedon deal: no program ends more than about one tile's work
-    behind another); otherwise head-major, so concurrent programs share K and V in L2."""
+    of the next (a boustrophedon deal; its balance: docs/gpu.md); otherwise head-major, so
+    concurrent programs share K and V in L2."""
     dq, dk, dv = _descriptors(Q, K, V, BH, BHKV, N_Q, N_K, HEAD_DIM, BLOCK_M, BLOCK_N)
     n_m = tl.cdiv(N_Q, BLOCK_M)
     tiles = BH * n_m
