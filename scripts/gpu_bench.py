@@ -293,7 +293,7 @@ def _variants_only(out: str, state: dict, start: float, say) -> int:
 
     peak = matmul_peak_tflops("bf16")
     say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
-    rows = gpu_hopper.run(peak, say)
+    rows = gpu_hopper.run(peak, say) + gpu_hopper.run_backward(peak, say)
     stem = gpu_hopper.write(out, state, peak, rows, time.time() - start)
     say(gpu_hopper.table(rows) + f"\nwrote {stem}.md and .json")
     return 1 if any(r.get("check", {}).get("passed") is False for r in rows) else 0
@@ -344,7 +344,7 @@ def main(argv=None) -> int:
            and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")
     say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
-    hopper = gpu_hopper.run(peak, say)  # the variants first: what a cut window answers
+    hopper = gpu_hopper.run(peak, say) + gpu_hopper.run_backward(peak, say)  # variants first
     # a failed check stops the timings of its own dtype only (fp32 is checked, not timed)
     speed, chosen = run_timings(
         args.quick, peak, say, fp8_ok=not any(r.get("kernel") == "triton-fp8" for r in bad),

@@ -27,11 +27,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_checks
 
 from flashbench.inputs import Shape  # noqa: E402
-from flashbench.kernels import triton_fwd, triton_hopper  # noqa: E402
+from flashbench.kernels import triton_bwd, triton_fwd, triton_hopper  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 
 CASES = [(Shape(16384 // n, 16, n, n, 128), causal) for n in (4096, 8192)
          for causal in (False, True)]
+BWD_CASES = [(Shape(4, 16, 4096, 4096, 128), causal) for causal in (False, True)]
 PEERS = ("sdpa-cudnn", "sdpa-flash")
 POOL = 3  # input sets per case; consecutive timed calls never share one
 
@@ -53,12 +54,36 @@ def _calls():
     return calls
 
 
+def _backward(kernel):
+    """make(q, k, v, causal) -> call() giving (dq, dk, dv) of triton_bwd.backward with the dK/dV
+    ``kernel`` (None: today's), o and lse from today's forward, dO seeded as pass_fn's."""
+    def make(q, k, v, causal):
+        o, lse, _ = triton_fwd.forward(q, k, v, causal=causal)
+        if o.device.type == "meta":
+            do = torch.empty_like(o)
+        else:  # the dO every backend of this case gets (flashbench.measure.timing.pass_fn)
+            g = torch.Generator(device=o.device).manual_seed(0)
+            do = torch.randn(o.shape, generator=g, device=o.device).to(o.dtype)
+
+        def call():
+            return triton_bwd.backward(q, k, v, o, lse, do, causal=causal, kernel=kernel)
+        call.do = do
+        return call
+    return make
+
+
+BACKWARDS = (("triton", _backward(None)), ("triton-dkdv-tma", _backward("tma")))
+
+
 def replay() -> None:
     """Every Triton launch of :func:`run`, on meta tensors (inside planning() or warming())."""
     for shape, causal in CASES:
         q, k, v = _inputs(shape, "meta", 0)
         for _, fn in _calls():
             fn(q, k, v, causal)
+    for shape, causal in BWD_CASES:
+        for _, make in BACKWARDS:
+            make(*_inputs(shape, "meta", 0), causal)()
 
 
 def _time(fn, pool, causal, shape, dtype, peak) -> dict:
@@ -114,6 +139,56 @@ def run(peak: float, say) -> list[dict]:
                 row.update(_time(fn, pool, causal, shape, "bf16", peak))
                 if name.startswith("triton"):
                     row["config"] = _chosen(name, pool[0], causal)
+            except Exception as exc:  # one backend's failure must not stop the others
+                row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+            say(f"  {label} {name}: " + (f"{row['ms']:.3f} ms, {row['tflops']:.0f} TFLOP/s"
+                                         if "tflops" in row else row["skipped"]))
+    return rows
+
+
+def _time_backward(make, pool, causal, shape, peak, caches) -> dict:
+    """One backward row: each pool entry's gradients checked (gradient rule, sub-problem)
+    outside the clock, then device time of calls rotating over the pool."""
+    from gpu_checks import check_grads
+
+    from flashbench.measure.timing import device_samples, tflops
+
+    calls = [make(q, k, v, causal) for q, k, v in pool]
+    for (q, k, v), call, cache in zip(pool, calls, caches, strict=True):
+        check = check_grads(call(), q, k, v, call.do, causal, "bf16", cache)
+        if not check["passed"]:
+            return {"check": check,
+                    "skipped": "timed gradients failed their check: time not counted"}
+    turn = iter(range(10**9))
+    samples = device_samples(lambda: calls[next(turn) % len(calls)]())
+    med = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return {"check": check, "ms": med * 1e3, "ms_q1": q1 * 1e3, "ms_q3": q3 * 1e3,
+            "samples_s": samples, "tflops": tflops(shape, causal, med, "bwd"),
+            "pct_peak": 100 * tflops(shape, causal, med, "bwd") / peak}
+
+
+def run_backward(peak: float, say) -> list[dict]:
+    """Backward rows of :data:`BWD_CASES`: today's dK/dV kernel and attn_bwd_dkdv_tma (kernel
+    time of triton_bwd.backward), sdpa-cudnn and sdpa-flash (torch.autograd.grad)."""
+    from flashbench.backends import get_backend
+    from flashbench.measure.timing import pass_fn
+
+    rows = []
+    for shape, causal in BWD_CASES:
+        label = f"{shape.spec()} bf16 {'causal' if causal else 'full'} bwd"
+        pool = [_inputs(shape, "cuda", seed) for seed in range(POOL)]
+        caches = [{} for _ in pool]  # one float64 reference per input set, every backend
+        makers = list(BACKWARDS)
+        for name in PEERS:
+            b = get_backend(name)
+            makers.append((name, lambda q, k, v, causal, b=b, name=name: pass_fn(
+                b.timed_fn, *b.prepare(q, k, v), causal, "bwd", name)))
+        for name, make in makers:
+            row = {"case": label, "backend": name, "shape": shape.spec(), "causal": causal}
+            try:
+                row.update(_time_backward(make, pool, causal, shape, peak, caches))
             except Exception as exc:  # one backend's failure must not stop the others
                 row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)

@@ -37,13 +37,14 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     m = re.fullmatch(r"compiles: (\d+)", lines[-1])
     assert m, lines[-1]
     n = int(m[1])
-    # 57 before the Hopper variants, + 16 (4 variants x 2 configs x full/causal): 80 keeps
-    # the precompile (8 processes, 3-5 s per compile on the GPU machine) near a minute
+    # 57 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
+    # (the backward's attn_bwd_dkdv_tma, full/causal): 80 keeps the 8-process precompile short
     assert 0 < n <= 80
     # the Hopper variants, timed first (scripts/gpu_hopper.py): each kernel, full and causal
     for kernel in ("attn_fwd_tma", "attn_fwd_ws", "attn_fwd_overlap", "attn_fwd_persistent"):
         sigs = [x for x in lines if x.startswith("signature ") and f": {kernel} (" in x]
         assert len(sigs) == 2 and all("HEAD_DIM=128" in x and "bf16" in x for x in sigs), kernel
+    assert sum(x.startswith("signature ") and ": attn_bwd_dkdv_tma (" in x for x in lines) == 2
     # one line per compilation: a config under its signature
     configs = [x for x in lines if x.startswith("    ")]
     assert len(configs) == n
@@ -210,5 +211,15 @@ def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudn
              "tflops": 500.0, "pct_peak": 62.5, "config": "BLOCK_M=128"},
             {"case": "c", "backend": "triton-tma", "skipped": "failed: X"}]
     lines = gpu_hopper.table(rows).splitlines()
+    make = gpu_hopper._backward(None)
+
+    def wrong(q, k, v, causal):
+        call = make(q, k, v, causal)
+        bad = lambda: tuple(g + 0.5 for g in call())  # noqa: E731
+        bad.do = call.do
+        return bad
+
+    brow = gpu_hopper._time_backward(wrong, pool[:1], False, shape, 1000.0, [{}])
+    assert brow["skipped"] == "timed gradients failed their check: time not counted"
     assert "| c | triton-ws | 1.600 (1.500-1.700) | 500 | 62 | 1.25x | BLOCK_M=128 |" in lines
     assert "| c | triton-tma | failed: X | | | | |" in lines
