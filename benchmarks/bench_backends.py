@@ -2,7 +2,8 @@
 
 What is timed is each backend's bare op (``Backend.timed_fn``: o only, no LSE pass),
 on inputs built in setup (``Backend.prepare``: grouped K/V expanded there for a
-backend that takes none, so the copy is never timed). flex is compiled in setup (its
+backend that takes none, so the copy is never timed), new contents for every call and
+every output checked in teardown (:class:`common.FreshCalls`). flex is compiled in setup (its
 first call), so the timed calls run the compiled kernel. The Triton kernel is timed
 only where it is compiled for a GPU (bench_gpu): under the interpreter its speed means
 nothing and is never recorded; sdpa-efficient and sdpa-cudnn exist only on a GPU.
@@ -13,12 +14,13 @@ the registry; a backend unavailable on this machine skips from setup with its re
 Shapes are ``BxH[/Hkv]xNqxNkxd`` (:meth:`flashbench.inputs.Shape.spec`).
 """
 
-from .common import Benchmark, need, shape_of, timed_backend, torch_dtype
+from .common import Benchmark, FreshCalls, need, qkv, shape_of, timed_backend, torch_dtype
 
 BACKENDS = ["torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math", "flex"]
 DTYPES = ["fp32"]  # CPU timings in fp32 only: 16-bit CPU paths say nothing of a GPU kernel
 SHAPES = ["1x8x1024x1024x64", "1x8/2x1024x1024x64", "1x8x4096x4096x64"]
 CAUSAL = [False, True]
+TOL = {"fp32": 1e-4}  # max abs error of a checked output row (a stale row is off by ~0.1)
 _WARM = set()  # grid points already run once in this process (asv reruns setup per sample)
 
 
@@ -47,14 +49,19 @@ class TimeCPUBackend(Benchmark):
         reason = b.unavailable_for(s, dtype)
         if reason is not None:
             raise NotImplementedError(reason)
-        g = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(s.B, h, n, s.d, generator=g).to(torch_dtype(dtype))
-                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
-        self.q, self.k, self.v = b.prepare(q, k, v, device="cpu")
-        self.fn = b.timed_fn
+        dt = torch_dtype(dtype)
+
+        def make(seed):
+            return b.prepare(*(torch.from_numpy(x).to(dt) for x in qkv(shape, seed=seed)),
+                             device="cpu")
+
+        self.call = FreshCalls(shape, b.timed_fn, make, tol=TOL[dtype], causal=causal)
         if (backend, dtype, shape, causal) not in _WARM:  # compile (flex) and warm up, once
-            self.fn(self.q, self.k, self.v, causal=causal)
+            self.call()
             _WARM.add((backend, dtype, shape, causal))
 
     def time_backend(self, backend, dtype, shape, causal):
-        self.fn(self.q, self.k, self.v, causal=causal)
+        self.call()
+
+    def teardown(self, backend, dtype, shape, causal):
+        self.call.verify()

@@ -1,11 +1,12 @@
 """CPU time of the float64 reference: one-shot vs streamed attention and softmax.
 
-Inputs are made in setup (not timed). Units: seconds per call.
+Inputs are made in setup (not timed); the attention suites give every call new contents and
+check every output in teardown (:class:`common.FreshCalls`). Units: seconds per call.
 """
 
 import numpy as np
 
-from .common import Benchmark, need, qkv
+from .common import Benchmark, FreshCalls, need, qkv
 
 
 class TimeAttention(Benchmark):
@@ -17,11 +18,14 @@ class TimeAttention(Benchmark):
     number = 1
 
     def setup(self, shape, dtype, causal, impl):
-        self.q, self.k, self.v = qkv(shape)
-        self.fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
+        fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
+        self.call = FreshCalls(shape, fn, causal=causal)
 
     def time_attention(self, shape, dtype, causal, impl):
-        self.fn(self.q, self.k, self.v, causal=causal)
+        self.call()
+
+    def teardown(self, shape, dtype, causal, impl):
+        self.call.verify()
 
 
 class TimeStreamBlock(Benchmark):
@@ -32,11 +36,13 @@ class TimeStreamBlock(Benchmark):
     number = 1
 
     def setup(self, shape, dtype, block):
-        self.q, self.k, self.v = qkv(shape)
-        self.fn = need("reference", "online_attention")
+        self.call = FreshCalls(shape, need("reference", "online_attention"), block=block)
 
     def time_online_attention(self, shape, dtype, block):
-        self.fn(self.q, self.k, self.v, block=block)
+        self.call()
+
+    def teardown(self, shape, dtype, block):
+        self.call.verify()
 
 
 class TimeSoftmax(Benchmark):

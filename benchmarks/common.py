@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 
 class Benchmark:
     """Timing knobs written once (numpy's benchmarks/common.py habit).
@@ -80,6 +82,68 @@ def qkv(spec: str, dist="normal", seed=0):
     """float64 (q, k, v) for the shape ``spec`` from flashbench.inputs.make_qkv."""
     make_qkv = need("inputs", "make_qkv")
     return make_qkv(shape_of(spec), dist, seed)
+
+
+class FreshCalls:
+    """An attention call whose every run sees new contents, its outputs checked after.
+
+    ``POOL`` input triples (never one twice in a row) from seeds drawn per run
+    (``make(seed)``: numpy arrays or torch tensors; default the float64
+    ``qkv(spec, seed=)``); each call takes the next triple and
+    first overwrites one query row with values of a bank drawn in setup (the same arrays, new
+    contents: a cache keyed on addresses, ``id()`` or a fingerprint returns a stale row), then
+    keeps a copy of that row of the output. :meth:`verify` (the suite's teardown, outside the
+    clock) recomputes every kept row with the commit's ``reference.attention`` and raises
+    :class:`KernelFailed` naming the first row off by more than ``tol``. docs/speed.md.
+    """
+
+    POOL, BANK = 2, 61  # coprime: a (slot, row values) pair returns after 122 calls; a
+    # cache keyed on a slot hits from the third call on, as the review's first pair makes it
+
+    def __init__(self, spec: str, fn, make=None, tol: float = 1e-9, **kwargs):
+        rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        self.fn, self.kwargs, self.tol, self.i, self.kept = fn, kwargs, tol, 0, []
+        make = make or (lambda seed: qkv(spec, seed=seed))
+        self.slots = [make(int(s)) for s in rng.integers(2**31, size=self.POOL)]
+        q = self.slots[0][0]
+        self.bank = rng.standard_normal((self.BANK, q.shape[-1]))
+        self.rows = rng.integers(q.shape[-2], size=self.BANK)
+        self.copy = np.array
+        if not isinstance(q, np.ndarray):  # torch tensors: the bank in q's dtype and device
+            import torch
+
+            self.bank = torch.from_numpy(self.bank).to(dtype=q.dtype, device=q.device)
+            self.copy = torch.clone
+
+    def __call__(self):
+        i = self.i
+        self.i = i + 1
+        q, k, v = self.slots[i % self.POOL]
+        r = self.rows[i % self.BANK]
+        q[..., r, :] = self.bank[i % self.BANK]
+        out = self.fn(q, k, v, **self.kwargs)
+        o = out[0] if isinstance(out, tuple | list) else out
+        self.kept.append((i, self.copy(o[..., r, :])))
+
+    def verify(self) -> None:
+        attention = need("reference", "attention")
+        causal = self.kwargs.get("causal", False)
+
+        def f64(x):
+            return x if isinstance(x, np.ndarray) else x.detach().double().cpu().numpy()
+
+        for i, got in self.kept:
+            q, k, v = (f64(t) for t in self.slots[i % self.POOL])
+            r = int(self.rows[i % self.BANK])
+            see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
+            qr = np.broadcast_to(f64(self.bank[i % self.BANK]), (*k.shape[:-2], 1, q.shape[-1]))
+            want = attention(qr, k[..., :see, :], v[..., :see, :])[0][..., 0, :]
+            want = np.repeat(want, q.shape[-3] // k.shape[-3], axis=-2)  # grouped k, v heads
+            err = np.abs(f64(got) - want).max()
+            if not err <= self.tol:
+                raise KernelFailed(f"timed call {i}: query row {r} of its output is stale or "
+                                   f"wrong (max abs error {err:.3g} > {self.tol:g} against "
+                                   f"the float64 reference of the inputs it was given)")
 
 
 def timed_backend(name: str):

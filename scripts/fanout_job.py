@@ -4,6 +4,7 @@ results branch that every machine shares.
     python scripts/fanout_job.py [--machine NAME] [--rev HEAD] [--max-commits 10]
         [--results-branch asv-results] [--remote origin] [--shard I/N] [--retries 8]
         [--asv "python -m asv"] [-- ASV_RUN_ARGS...]
+    python scripts/fanout_job.py --report-missing [--rev HEAD] [--max-commits 10] ...
 
 Run in a clone of the repository (a CI job's checkout, a Slurm task's clone) on the
 machine to measure, by .github/workflows/asv.yml and scripts/slurm_asv.sbatch alike:
@@ -14,7 +15,9 @@ machine to measure, by .github/workflows/asv.yml and scripts/slurm_asv.sbatch al
    results file of this machine on the results branch; with --shard I/N, every N-th
    of them from the I-th (a Slurm array splitting one machine kind's commits);
 3. ``asv run --machine NAME HASHFILE:<file> ASV_RUN_ARGS`` (results into
-   results/NAME/, as asv.conf.json says);
+   results/NAME/, as asv.conf.json says); in an existing environment (``-E existing``,
+   ``--python=same``: asv refuses a commit range there) one ``asv run --set-commit-hash
+   C`` per commit, each in a worktree of C with C first on PYTHONPATH;
 4. commits the files asv wrote (results/NAME/*, results/benchmarks.json) on top of
    the results branch's tip through a private index (the branch is never checked
    out) and pushes; a push rejected because another job pushed first is redone on
@@ -23,8 +26,10 @@ machine to measure, by .github/workflows/asv.yml and scripts/slurm_asv.sbatch al
 
 --asv replaces the asv command (tests use a fake that writes results files);
 --push-delay waits between the first commit and its push (tests use it to make two
-jobs race). Exit status: 0 pushed or nothing new, 1 asv or git failed (what asv
-wrote is still pushed), 2 bad usage.
+jobs race). --report-missing (the publish step) measures nothing: it lists, for each
+machine with results among the last --max-commits commits of --rev on the results
+branch, the commits it has none for. Exit status: 0 pushed, nothing new or reported,
+1 asv or git failed (what asv wrote is still pushed), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import argparse
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,21 +92,74 @@ def fetch_tip(repo: Path, remote: str, branch: str) -> str | None:
     return git("rev-parse", "FETCH_HEAD", cwd=repo)
 
 
+def last_commits(repo: Path, rev: str, count: int) -> list[str]:
+    """Oldest first: the last ``count`` first-parent commits of ``rev``."""
+    commits = git("rev-list", "--first-parent", f"--max-count={count}", rev, cwd=repo).split()
+    return commits[::-1]
+
+
+def measured(repo: Path, tip: str | None, folder: str) -> set[str]:
+    """The 8-digit commit prefixes of the results files in ``folder`` at ``tip``."""
+    if tip is None:
+        return set()
+    names = git("ls-tree", "--name-only", tip, f"{folder}/", cwd=repo).splitlines()
+    return {Path(n).name.split("-", 1)[0] for n in names if n.endswith(".json")}
+
+
 def new_commits(repo: Path, rev: str, count: int, tip: str | None, folder: str,
                 shard: tuple[int, int]) -> list[str]:
     """Oldest first: commits of ``rev`` without a results file in ``folder`` at ``tip``."""
-    commits = git("rev-list", "--first-parent", f"--max-count={count}", rev, cwd=repo).split()
-    have = set()
-    if tip is not None:
-        names = git("ls-tree", "--name-only", tip, f"{folder}/", cwd=repo).splitlines()
-        have = {Path(n).name.split("-", 1)[0] for n in names}
-    todo = [c for c in reversed(commits) if c[:8] not in have]
+    have = measured(repo, tip, folder)
+    todo = [c for c in last_commits(repo, rev, count) if c[:8] not in have]
     return todo[shard[0]::shard[1]]
+
+
+def report_missing(repo: Path, rev: str, count: int, tip: str | None, results: str) -> int:
+    """Say, per machine with results in the window, which commits have none; how many."""
+    commits = last_commits(repo, rev, count)
+    folders = [] if tip is None else git("ls-tree", "-d", "--name-only", tip, f"{results}/",
+                                         cwd=repo).splitlines()
+    total = 0
+    for folder in folders:
+        have = measured(repo, tip, folder)
+        if not have & {c[:8] for c in commits}:
+            continue  # no result in the window: a retired machine, not a failed one
+        lost = [c[:8] for c in commits if c[:8] not in have]
+        total += len(lost)
+        if lost:
+            say(f"missing: {Path(folder).name}: {len(lost)} of the last {len(commits)} "
+                f"commits of {rev} have no results: {' '.join(lost)}")
+    if tip is None:
+        say("missing: the results branch does not exist yet: every result")
+        return len(commits)
+    if not total:
+        say(f"missing: none (every machine with results has all the last {len(commits)} "
+            f"commits of {rev})")
+    return total
+
+
+def existing_env(asv_args: list[str]) -> bool:
+    """Whether ``asv run`` gets an existing environment (it then takes no commit range)."""
+    for i, a in enumerate(asv_args):
+        nxt = asv_args[i + 1] if i + 1 < len(asv_args) else ""
+        if a in ("-E", "--environment") and nxt.startswith("existing"):
+            return True
+        if a.startswith(("-Eexisting", "--environment=existing", "--python=same")):
+            return True
+        if a == "--python" and nxt == "same":
+            return True
+    return False
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns)
             for p in folder.glob("*") if p.is_file()} if folder.is_dir() else {}
+
+
+def stats(patterns: list[Path]) -> dict[Path, tuple[int, int]]:
+    """Size and modification time of the files matching ``patterns`` (globs)."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for pat in patterns
+            for p in pat.parent.glob(pat.name) if p.is_file()}
 
 
 def push(repo: Path, files: list[str], remote: str, branch: str, message: str,
@@ -139,9 +198,58 @@ def push(repo: Path, files: list[str], remote: str, branch: str, message: str,
     raise JobError(f"push still rejected after {retries} retries")
 
 
+def asv_range(repo: Path, machine: str, todo: list[str], args) -> int:
+    """``asv run`` of ``todo`` as one hash file; its exit status."""
+    hashes = repo / ".asv" / f"fanout-{machine}-{args.shard[0]}.hashes"
+    hashes.parent.mkdir(parents=True, exist_ok=True)
+    hashes.write_text("".join(f"{c}\n" for c in todo))
+    cmd = [*shlex.split(args.asv), "run", "--machine", machine, f"HASHFILE:{hashes}",
+           *args.asv_args]
+    say("running " + " ".join(shlex.quote(c) for c in cmd))
+    return subprocess.run(cmd, cwd=repo).returncode
+
+
+def asv_each(repo: Path, results: Path, machine: str, todo: list[str], args) -> int:
+    """``asv run --set-commit-hash C`` in an existing environment, per commit, in a
+    worktree of C (its benchmarks, its package first on PYTHONPATH); what each run
+    wrote is copied into ``results``. The last failing run's status, else 0."""
+    tree = repo / ".asv" / f"fanout-{machine}-{args.shard[0]}.tree"
+    git("worktree", "prune", cwd=repo)
+    rc = 0
+    try:
+        for commit in todo:
+            if (tree / ".git").exists():
+                git("checkout", "--quiet", "--force", "--detach", commit, cwd=tree)
+            else:
+                git("worktree", "add", "--quiet", "--force", "--detach", str(tree), commit,
+                    cwd=repo)
+            out = results_dir(tree)
+            written = [out / machine / "*", out / "benchmarks.json"]
+            before = stats(written)
+            cmd = [*shlex.split(args.asv), "run", "--machine", machine, "--set-commit-hash",
+                   commit, *args.asv_args]
+            say(f"{commit[:8]}: running " + " ".join(shlex.quote(c) for c in cmd))
+            path = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+            rc = subprocess.run(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": path}
+                                ).returncode or rc
+            for src, stat in stats(written).items():
+                if before.get(src) != stat:
+                    dst = results / src.relative_to(out)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dst)
+    finally:
+        git("worktree", "remove", "--force", str(tree), cwd=repo, check=False)
+    return rc
+
+
 def run(args) -> int:
     repo = Path(git("rev-parse", "--show-toplevel", cwd=Path.cwd()))
     results = results_dir(repo)
+    rel_results = results.relative_to(repo).as_posix()
+    if args.report_missing:
+        tip = fetch_tip(repo, args.remote, args.results_branch)
+        report_missing(repo, args.rev, args.max_commits, tip, rel_results)
+        return 0
     machine = register(args.machine)
     folder = results / machine
     rel = folder.relative_to(repo).as_posix()
@@ -151,16 +259,13 @@ def run(args) -> int:
         say(f"{machine}: no new commit in the last {args.max_commits} of {args.rev}")
         return 0
     say(f"{machine}: {len(todo)} new commit(s): {' '.join(c[:8] for c in todo)}")
-    hashes = repo / ".asv" / f"fanout-{machine}-{args.shard[0]}.hashes"
-    hashes.parent.mkdir(parents=True, exist_ok=True)
-    hashes.write_text("".join(f"{c}\n" for c in todo))
     before = snapshot(folder)
     bench_json = results / "benchmarks.json"
     bench_before = bench_json.read_bytes() if bench_json.exists() else None
-    cmd = [*shlex.split(args.asv), "run", "--machine", machine, f"HASHFILE:{hashes}",
-           *args.asv_args]
-    say("running " + " ".join(shlex.quote(c) for c in cmd))
-    rc = subprocess.run(cmd, cwd=repo).returncode
+    if existing_env(args.asv_args):
+        rc = asv_each(repo, results, machine, todo, args)
+    else:
+        rc = asv_range(repo, machine, todo, args)
     after = snapshot(folder)
     files = [f"{rel}/{n}" for n in sorted(after) if before.get(n) != after[n]]
     if bench_json.exists() and (files or bench_json.read_bytes() != bench_before):
@@ -200,6 +305,8 @@ def main(argv=None) -> int:
     p.add_argument("--retries", type=int, default=8)
     p.add_argument("--retry-delay", type=float, default=2.0, help="first pause, seconds")
     p.add_argument("--push-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--report-missing", action="store_true",
+                   help="measure nothing: list the commits each machine has no results for")
     p.add_argument("--asv", default=f"{shlex.quote(sys.executable)} -m asv")
     p.add_argument("asv_args", nargs="*", help="after --: more arguments for asv run")
     args = p.parse_args(argv)

@@ -28,6 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_decode, gpu_variants
 
 import gpu_decode  # noqa: E402
+import gpu_headdims  # noqa: E402
 import gpu_hopper  # noqa: E402
 import gpu_variants  # noqa: E402
 from gpu_checks import (  # noqa: E402,F401
@@ -139,6 +140,7 @@ def _replay(quick: bool, variants_only: bool = False) -> None:
             pass  # the run skips these too
     gpu_decode.replay(quick)  # the decode kernels' checks and timings (scripts/gpu_decode.py)
     gpu_variants.replay()  # window, softcap, sinks, varlen: fixed config, bf16
+    gpu_headdims.replay()  # d = 80, 96, 192/128 beside 128: fixed config, bf16
 
 
 def record_plan(quick: bool, variants_only: bool = False):
@@ -354,6 +356,7 @@ def main(argv=None) -> int:
               "speed": speed, "autotune_configs": chosen, "targets": targets(speed),
               "fp8_speedups": fp8_speedups(speed),
               "variant_speed": gpu_variants.timing_rows(peak, say), "hopper_speed": hopper,
+              "headdim_speed": gpu_headdims.timing_rows(peak, say),
               "compiles_planned": planned,
               "compiles_observed": triton_fwd.FORWARD.compiled_count(),
               "wall_s": time.time() - start}

@@ -4,6 +4,7 @@ its time counts (check_slice, check_grads). docs/gpu.md, "The GPU script"."""
 
 from __future__ import annotations
 
+import gpu_headdims
 import gpu_variants
 import torch
 
@@ -47,7 +48,7 @@ def run_checks(quick: bool, say) -> list[dict]:
         for case in fp8_check_cases(quick):
             say(f"check fp8 {case.label()}")
             rows += fp8_check_rows(case)
-    return rows + gpu_variants.check_rows(say)
+    return rows + gpu_variants.check_rows(say) + gpu_headdims.check_rows(say)
 
 
 def fp8_check_rows(case: Case) -> list[dict]:

@@ -22,6 +22,8 @@ plan.)
    device-to-device copy bandwidth (flashbench.measure.timing.copy_bandwidth_gbs).
 3. Targets (issue 28): triton >= 80% of the copy bandwidth at cache length >= 32k, and
    >= 1.0x the best torch peer. Writes <out>/<date>-<gpu>-decode.md and .json.
+4. Absorbed MLA decode (:func:`run_mla`, docs/decode.md "Absorbed MLA decode"): GB/s and %
+   of copy at cache length 8k; target >= 80% of copy.
 """
 
 from __future__ import annotations
@@ -94,6 +96,84 @@ def cache_inputs(case: DecodeCase, device, dtype=torch.bfloat16, seed: int = 0):
     return q, k, v, lens.to(device), table.to(device)
 
 
+MLA = dict(H=128, Hkv=1, d=576, dv=512, page=64)  # DeepSeek-V3's absorbed decode
+
+
+def mla_cases(quick: bool) -> list[tuple[int, int]]:
+    """(B, cache length) of the absorbed MLA timings: 8k (the full run: and 32k)."""
+    return [(b, n) for n in ((8192,) if quick else (8192, 32768)) for b in (16, 64)]
+
+
+def mla_inputs(B: int, n: int, device, seed: int = 0):
+    """bf16 (q [B, 1, 128, 576], k_cache [pages, 64, 1, 576], cache_seqlens, block_table):
+    every sequence at length n, pages in a random order of the pool (meta: planning)."""
+    case = DecodeCase(B, MLA["H"], MLA["Hkv"], 1, MLA["d"], (n,) * B, MLA["page"])
+    q, k, _, lens, table = cache_inputs(case, device, seed=seed)
+    return q, k, lens, table
+
+
+def mla_bytes(B: int, n: int, itemsize: int = 2) -> int:
+    """Bytes the absorbed decode must move: each cached row's 576 columns read once (V is
+    their first 512), q read, o (512 columns) written."""
+    return itemsize * (B * n * MLA["Hkv"] * MLA["d"] + B * MLA["H"] * (MLA["d"] + MLA["dv"]))
+
+
+def check_mla(o, q, k, lens, table) -> dict:
+    """Sequence 0's O against float64 by the baseline rule (vs the standard decode)."""
+    from flashbench.accuracy import baseline_rule, error_stats
+    from flashbench.numerics.decode import standard_decode_model
+    from flashbench.reference import decode_attention
+
+    pages = table[0, : -(-int(lens[0]) // MLA["page"])].long()
+    q0, k0 = (t.detach().cpu().double().numpy() for t in (q[:1], k[pages]))
+    n_lens = lens[:1].cpu().numpy()
+    local = torch.arange(len(pages), dtype=torch.int32)[None].numpy()
+    ref = decode_attention(q0, k0, None, n_lens, local, causal=True, dv=MLA["dv"])[0]
+    std = standard_decode_model(q0, k0, None, n_lens, local, dtype="bf16", causal=True,
+                                dv=MLA["dv"])[0]
+    err = error_stats(o[:1], ref)["max_abs"]
+    verdict = baseline_rule(err, error_stats(std, ref)["max_abs"], "bf16")
+    return {"o_max_abs": err, "ratio": verdict.ratio, "passed": verdict.passed}
+
+
+def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
+    """The absorbed MLA decode timed (FlashMLA's form): bf16, one kv head of d = 576 shared
+    by 128 query heads, V = the cache's first 512 columns (``v_cache=None, dv=512``), pages
+    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; sequence 0 checked against float64
+    (baseline rule) first; GB/s = :func:`mla_bytes` / median; rows as :func:`run_timings`'."""
+    from flashbench.measure.timing import device_samples
+
+    rows = []
+    for B, n in mla_cases(quick):
+        inputs = mla_inputs(B, n, "cuda")
+        q, k, lens, table = inputs
+        moved = mla_bytes(B, n)
+        row = {"case": f"MLA {B}x128/1x1x576/512:{n}:p64", "backend": "triton", "B": B,
+               "Nq": 1, "cache_len": n, "MB_moved": moved / 1e6}
+        rows.append(row)
+        try:
+            o, _, used = triton_decode.decode_forward(q, k, None, lens, table, causal=True,
+                                                      dv=MLA["dv"])
+            row["splits"] = used.num_splits
+            row["check"] = check_mla(o, q, k, lens, table)
+            if not row["check"]["passed"]:
+                row["skipped"] = "timed output failed its check: time not counted"
+                continue
+            samples = device_samples(lambda x=inputs: triton_decode.triton_decode(
+                x[0], x[1], None, x[2], x[3], causal=True, check=False, dv=MLA["dv"]))
+        except Exception as exc:  # report it, keep the other cases
+            row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            continue
+        med = statistics.median(samples)
+        q1, _, q3 = statistics.quantiles(samples, n=4)
+        row.update(us=med * 1e6, us_q1=q1 * 1e6, us_q3=q3 * 1e6, gbs=moved / med * 1e-9)
+        row["pct_copy"] = 100 * row["gbs"] / copy_gbs
+        say(f"  {row['case']}: triton {row['gbs']:.0f} GB/s ({row['pct_copy']:.0f}% of copy)")
+        del inputs, q, k
+        torch.cuda.empty_cache()
+    return rows
+
+
 def check_dtypes(quick: bool) -> tuple[str, ...]:
     return ("bf16",) if quick else CHECK_DTYPES
 
@@ -114,6 +194,10 @@ def replay(quick: bool) -> None:
                                         causal=case.causal, check=False)
     for case in timed_cases(quick):
         triton_decode.triton_decode(*cache_inputs(case, "meta"), causal=True, check=False)
+    for B, n in mla_cases(quick):
+        q, k, lens, table = mla_inputs(B, n, "meta")
+        triton_decode.triton_decode(q, k, None, lens, table, causal=True, check=False,
+                                    dv=MLA["dv"])
 
 
 def record_plan(quick: bool):
@@ -246,7 +330,7 @@ def run(quick: bool, out: str, say) -> int:
     bad = [r for r in checks if r.get("kernel") == "triton" and r.get("passed") is False]
     copy_gbs = copy_bandwidth_gbs()
     say(f"device-to-device copy: {copy_gbs:.0f} GB/s")
-    speed = [] if bad else run_timings(quick, copy_gbs, say)
+    speed = [] if bad else run_timings(quick, copy_gbs, say) + run_mla(quick, copy_gbs, say)
     record = {"date": time.strftime("%Y-%m-%d"), "quick": quick, "gpu_before": gpu_state(),
               "copy_gbs": copy_gbs, "checks": checks, "speed": speed,
               "targets": targets(speed), "compiles_planned": len(record_plan(quick)),

@@ -18,14 +18,18 @@ TEST=0
 # Debian's packages for the tests (as root) install in the background, beside pip.
 APT_PID=
 if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
-    || ! command -v chromedriver >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1; }; then
+    || ! command -v chromedriver >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
+    || ! command -v slurmctld >/dev/null 2>&1; }; then
   if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's chromium, chromium-driver (the browser test) and shellcheck"
+    echo "setup: installing Debian's chromium, chromium-driver (the browser test), shellcheck" \
+      "and slurmctld, slurmd, slurm-client, munge (the test Slurm)"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        chromium chromium-driver shellcheck; } >/tmp/flashbench-apt.$$.log 2>&1 &
+        chromium chromium-driver shellcheck slurmctld slurmd slurm-client munge; } \
+        >/tmp/flashbench-apt.$$.log 2>&1 &
     APT_PID=$!
   else
-    echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" >&2
+    echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" \
+      "slurmctld slurmd slurm-client munge" >&2
   fi
 fi
 wait_apt() {

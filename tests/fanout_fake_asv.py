@@ -2,13 +2,21 @@
 it writes a results file (asv's results schema version 2) of one track, whose value
 names the machine and the commit, into results/<machine>/, plus machine.json and
 benchmarks.json, as asv would; it appends the commits it was given to $FAKE_ASV_LOG.
+As asv, it refuses a commit range in an existing environment (-E existing:...), where
+``--set-commit-hash C`` names the one commit (checked out in the current folder).
+Faults, for a Slurm array task (tests/test_slurm.py): FAKE_ASV_FAIL=I fails task I
+(exit 1, nothing written); FAKE_ASV_SLEEP=I:S makes task I's first attempt (not a
+requeued one) sleep S seconds midway, after appending to $FAKE_ASV_LOG.started.
 
     python tests/fanout_fake_asv.py run --machine NAME HASHFILE:PATH [asv args ...]
+    python tests/fanout_fake_asv.py run --machine NAME --set-commit-hash C -E existing:...
 """
 
 import json
 import os
+import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -42,8 +50,27 @@ def write_results(results: Path, machine: str, commits: list[str]) -> None:
 def main(argv: list[str]) -> int:
     assert argv[0] == "run", argv
     machine = argv[argv.index("--machine") + 1]
-    hashfile = next(a for a in argv if a.startswith("HASHFILE:"))[len("HASHFILE:"):]
-    commits = Path(hashfile).read_text().split()
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    hashfile = next((a for a in argv if a.startswith("HASHFILE:")), None)
+    if "-E" in argv and argv[argv.index("-E") + 1].startswith("existing"):
+        if hashfile:  # asv's own words
+            print("No range spec may be specified if benchmarking in an existing environment")
+            return 1
+        commit = argv[argv.index("--set-commit-hash") + 1]
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert head.stdout.strip() == commit, "asv runs in a checkout of the commit"
+        commits = [commit]
+    else:
+        commits = Path(hashfile[len("HASHFILE:"):]).read_text().split()
+    if task is not None and os.environ.get("FAKE_ASV_FAIL") == task:
+        print(f"asv: error: benchmark failed in task {task}", file=sys.stderr)
+        return 1
+    sleep = os.environ.get("FAKE_ASV_SLEEP", "").split(":")
+    if task is not None and sleep[0] == task and os.environ.get("SLURM_RESTART_COUNT",
+                                                                   "0") == "0":
+        with open(os.environ["FAKE_ASV_LOG"] + ".started", "a") as log:
+            log.write(f"{machine} {' '.join(commits)}\n")
+        time.sleep(float(sleep[1]))
     write_results(Path("results"), machine, commits)
     with open(os.environ["FAKE_ASV_LOG"], "a") as log:
         log.write(f"{machine} {' '.join(commits)}\n")

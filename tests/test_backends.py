@@ -65,7 +65,7 @@ def test_registry_names_and_records():
         assert b.origin in ("flashbench", "torch"), b.name
         assert b.peer == (b.origin == "torch"), b.name  # torch's are peers; ours count
         assert callable(b.fn) and callable(b.timed_fn) and b.description
-    assert not BACKENDS["triton"].peer and BACKENDS["triton"].head_dims == TRITON_HEAD_DIMS
+    assert not BACKENDS["triton"].peer and TRITON_HEAD_DIMS == tuple(range(8, 257, 8))
     names = [b.name for b in available_backends()]
     assert {"reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math"} <= set(names)
     assert get_backend("triton").interpreted() == (not GPU)
@@ -182,12 +182,16 @@ def test_check_tensors_names_both_head_counts():
 
 def test_a_shape_a_backend_cannot_run_is_unavailable_with_the_reason():
     triton = get_backend("triton")
-    assert "d=48" in triton.unavailable_for(Shape(1, 1, 16, 16, 48), "fp32")
+    assert "d=44 is not a multiple of 8" in triton.unavailable_for(Shape(1, 1, 16, 16, 44),
+                                                                   "fp32")
     assert triton.unavailable_for(Shape(1, 1, 16, 16, 64), "fp32") is None
-    assert "dv == d" in triton.unavailable_for(Shape(1, 1, 16, 16, 64, dv=32), "fp32")
+    assert triton.unavailable_for(Shape(1, 1, 16, 16, 48), "fp32") is None  # padded to 64
+    assert triton.unavailable_for(Shape(1, 1, 16, 16, 64, dv=32), "fp32") is None
+    assert "dv=264 exceeds 256" in triton.unavailable_for(Shape(1, 1, 16, 16, 64, dv=264),
+                                                          "fp32")
     assert "not fp64" in triton.unavailable_for(None, "fp64")
-    with pytest.raises(BackendUnavailable, match="head dim d=48"):
-        triton(*qkv(1, 1, 1, 16, 16, 48))
+    with pytest.raises(BackendUnavailable, match="head dim d=44"):
+        triton(*qkv(1, 1, 1, 16, 16, 44))
     # torch's own refusal, with torch's reason: flash wants dv == d
     flash = get_backend("sdpa-flash")
     with pytest.raises(BackendUnavailable, match="flash SDPA kernel does not take this case: "

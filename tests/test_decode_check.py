@@ -92,9 +92,9 @@ def test_decode_check_table(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--decode-case", "2x4x2x16:70"], "needs B=2 cache lengths"),
+    (["--decode-case", "2x4x2x16:70"], "B=2 needs 2 cache lengths (one per sequence), got 1"),
     (["--decode-case", "2x4/3x2x16:70,33"], "Hkv=3 heads"),
-    (["--decode", "--shape", "1x1x16x16"], "--shape and --kv-heads are forward options"),
+    (["--decode", "--shape", "1x1x16x16"], "check --decode does not read --shape: forward options"),
     (["--decode", "--backend", "nope"], "unknown decode backend 'nope'"),
     (["--decode-case", "1x4/2x8x16:4:p16", "--causal", "on"], "shorter than Nq = 8"),
 ])

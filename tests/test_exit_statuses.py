@@ -106,6 +106,17 @@ def review_args(draw, root):
         "--threads": st.sampled_from([1, 0]), "--budget": st.sampled_from([10, 0])})]
 
 
+@st.composite
+def speed_args(draw):
+    shape = draw(st.sampled_from(["1x1x16x16", "1x2/1x32x16", "1x1x8x4x16", "1x0x16x16"]))
+    return ["speed", "--shape", shape, "--quiet", "--backend", "torch-naive", *_options(draw, {
+        "--dtype": _subset(["fp32", "bf16", "fp64"]),
+        "--causal": st.sampled_from(["on", "off", "both"]),
+        "--seed": st.sampled_from([0, 3, -1]), "--samples": st.sampled_from([10, 9, 0]),
+        "--baseline": st.sampled_from(["torch-naive", "sdpa-math", "nosuch"]),
+        "--json": None, "--timeout": st.sampled_from([60, 0, "nan"])})]
+
+
 def _user_files(root):
     for name in ("bands.json", "review.md", "report.md"):
         (root / "mine" / name).write_text(USER_TEXT)
@@ -119,7 +130,7 @@ def run(root, argv):
 
 STRATEGIES = {"check": lambda root: check_args(), "bands": bands_args,
               "table": lambda root: table_args(), "history": history_args,
-              "review": review_args}
+              "review": review_args, "speed": lambda root: speed_args()}
 
 
 def test_every_subcommand_is_driven():

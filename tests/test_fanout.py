@@ -173,6 +173,9 @@ def test_the_workflow_is_what_the_fan_out_needs():
     assert '--last "${FLASHBENCH_SITE_LAST:-500}"' in slurm
     assert "sbatch --parsable --array=" in slurm and "scripts/fanout_job.py" in slurm
     assert "SLURM_ARRAY_TASK_ID" in slurm
+    # publish says what is missing in both (learnt from a failed task on a real Slurm)
+    assert "scripts/fanout_job.py --report-missing" in site
+    assert "scripts/fanout_job.py --report-missing" in slurm
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
@@ -187,9 +190,10 @@ CHECK_JSONSCHEMA = shutil.which("check-jsonschema", path=str(Path(sys.executable
 
 @pytest.mark.skipif(CHECK_JSONSCHEMA is None,
                     reason="check-jsonschema not installed (the test extra installs it)")
-def test_the_workflow_passes_the_github_workflow_schema():
+@pytest.mark.parametrize("flow", ["asv.yml", "review.yml", "review-comment.yml"])
+def test_the_workflow_passes_the_github_workflow_schema(flow):
     r = subprocess.run([CHECK_JSONSCHEMA, "--builtin-schema", "vendor.github-workflows",
-                        str(ROOT / ".github" / "workflows" / "asv.yml")],
+                        str(ROOT / ".github" / "workflows" / flow)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -202,3 +206,30 @@ def test_the_job_reads_results_dir_from_asv_conf(tmp_path):
         sys.path.remove(str(ROOT / "scripts"))
     (tmp_path / "asv.conf.json").write_text('{"version": 1, // c\n "results_dir": "r/x"}')
     assert fanout_job.results_dir(tmp_path) == tmp_path / "r" / "x"
+
+
+def test_an_existing_environment_runs_asv_once_per_commit_and_missing_is_reported(
+        upstream, tmp_path):
+    """asv refuses a commit range in an existing environment (the GPU default of the
+    workflow and the Slurm script): the job runs it once per commit, each in a checkout
+    of that commit (the fake asv checks both, as asv refuses); --report-missing lists
+    what a machine lacks."""
+    remote, work = upstream
+    commits = sh("git", "rev-list", "--reverse", "main", cwd=work).split()
+    repo = clone(remote, tmp_path / "job")
+
+    def report() -> str:
+        out, = finish(start(repo, "gpu-e", tmp_path, "--report-missing", "--max-commits", "3"))
+        return out
+
+    assert "the results branch does not exist yet" in report()
+    finish(start(repo, "gpu-e", tmp_path, "--max-commits", "2", "--", "-E", "existing:python3"))
+    assert (tmp_path / "asv.log").read_text().split("\n")[:2] == [
+        f"gpu-e {c}" for c in commits[1:]]
+    assert f"missing: gpu-e: 1 of the last 3 commits of HEAD have no results: {commits[0][:8]}" \
+        in report()
+    finish(start(repo, "gpu-e", tmp_path, "--", "-E", "existing:python3"))
+    assert measured(branch_frame(remote, tmp_path)) == sorted(("gpu-e", c) for c in commits)
+    assert "missing: none" in report()
+    assert not (repo / ".asv" / "fanout-gpu-e-0.tree").exists()  # the worktree is gone
+    assert sh("git", "worktree", "list", "--porcelain", cwd=repo).count("worktree ") == 1

@@ -37,9 +37,9 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     m = re.fullmatch(r"compiles: (\d+)", lines[-1])
     assert m, lines[-1]
     n = int(m[1])
-    # 57 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
-    # (the backward's attn_bwd_dkdv_tma, full/causal): 80 keeps the 8-process precompile short
-    assert 0 < n <= 80
+    # 63 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
+    # (the backward's attn_bwd_dkdv_tma, full/causal): 88 keeps the 8-process precompile short
+    assert 0 < n <= 88
     # the Hopper variants, timed first (scripts/gpu_hopper.py): each kernel, full and causal
     for kernel in ("attn_fwd_tma", "attn_fwd_ws", "attn_fwd_overlap", "attn_fwd_persistent"):
         sigs = [x for x in lines if x.startswith("signature ") and f": {kernel} (" in x]

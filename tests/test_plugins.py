@@ -67,6 +67,11 @@ USER_MODULE = textwrap.dedent('''
         return good_o(q, k, v, causal)
     half_only.flashbench_dtypes = ("fp16",)
 
+    def takes_dv(q, k, v, causal=False, scale=None):
+        assert v.shape[-1] != q.shape[-1], "dv != d expected"
+        return _attn(q, k, v, causal, scale)
+    takes_dv.flashbench_dv = True
+
     NOT_A_FUNCTION = 3
 ''')
 
@@ -155,6 +160,19 @@ def test_declared_dtypes_are_respected(user_module, capsys):
                "--causal", "off", "--json", "--quiet", "--backend", "fbuser_kern:half_only"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and [r["dtype"] for r in rows(report, "fbuser_kern:half_only")] == ["fp16"]
+
+
+def test_dv_reaches_only_functions_that_declare_it(user_module, capsys):
+    """flashbench_dv = True: a function takes v of another head dim (192/128); one that
+    declares nothing is skipped with the reason, the others still run."""
+    rc, report = check_json(capsys, "--shape", "1x2x32x48/16", "--causal", "off",
+                            "--backend", "fbuser_kern:takes_dv", "--backend",
+                            "fbuser_kern:good_pair")
+    assert rc in (0, 1), report  # the verdicts of a 32-key fp32 problem are not the point
+    ran = rows(report, "fbuser_kern:takes_dv")
+    assert ran and all("o" in r and "skipped" not in r for r in ran)
+    skipped = rows(report, "fbuser_kern:good_pair")
+    assert skipped and all("declares no dv != d" in r["skipped"] for r in skipped)
 
 
 def test_timed_callable_is_the_bare_function(user_module):

@@ -286,8 +286,8 @@ def test_v_layouts_give_the_same_result(device):
      r"quant must be one of \['block', 'tensor'\]"),
     (lambda q, k, v: F.triton_attention_fp8(q, k, v, incoherent=1), TypeError,
      "incoherent must be True or False"),
-    (lambda q, k, v: F.triton_attention_fp8(q[..., :16], k[..., :16], v[..., :16]),
-     ValueError, "head dim d=16"),
+    (lambda q, k, v: F.triton_attention_fp8(q[..., :20], k[..., :20], v[..., :20]),
+     ValueError, "head dim d=20 is not a multiple of 8"),
     (lambda q, k, v: F.triton_attention_fp8(q, k[:, :1], v), ValueError, "k has 1, v has 2"),
     (lambda q, k, v: F.triton_attention_fp8(q, k, v, config="best"), ValueError,
      "config must be None, 'fixed' or a Config"),
@@ -331,7 +331,8 @@ def test_backend_record_and_call(device):
     assert o.dtype == torch.bfloat16 and o.shape == (1, 4, 40, 32)
     assert torch.equal(b.timed_fn(*b.prepare(*given32), causal=True), o)
     assert "not fp16" in b.unavailable_for(Shape(1, 1, 8, 8, 32), "fp16")
-    assert "d=16" in b.unavailable_for(Shape(1, 1, 8, 8, 16), "fp8")
+    assert b.unavailable_for(Shape(1, 1, 8, 8, 16), "fp8") is None  # padded to 32
+    assert "d=20 is not a multiple of 8" in b.unavailable_for(Shape(1, 1, 8, 8, 20), "fp8")
 
 
 def test_check_judges_it_beside_the_flash_model():

@@ -109,6 +109,28 @@ def band_rule(kernel_stats: Mapping, edges: Mapping, tensor: str, dist: str = "n
                        multipliers_, source)
 
 
+DEFECT_TABLE = "docs/check.md#what-each-rule-can-see"
+# the band rule's FAILs by tensor, and the defects of that table (and issue 36's correct
+# but less accurate form) that show there: the likely causes a FAIL names
+LIKELY_CAUSES = {
+    "o": "the O accumulator kept in the dtype between key blocks, P rounded to a coarser "
+         "dtype, scores stored in the dtype, or P = exp(S - LSE) with an fp32 LSE (each row "
+         "scaled by the LSE's rounding: 1.3x the softmax form's error, 1.5x a flash kernel's "
+         "at fp32 N=4096)",
+    "lse": "the running max, rescale factor or l kept in the dtype, the LSE rounded to the "
+           "dtype, or an LSE in base 2",
+    "dq": "the dQ accumulator kept in the dtype between key blocks",
+    "dk": "dK accumulated in the dtype, or P recomputed from a rounded LSE",
+    "dv": "dV accumulated in the dtype, or P recomputed from a rounded LSE",
+}
+
+
+def likely_cause(tensor: str) -> str:
+    """What a band FAIL on ``tensor`` most likely means, with the defect table's link."""
+    return f"likely {LIKELY_CAUSES.get(tensor, 'a rounding point moved to the dtype')} " \
+           f"({DEFECT_TABLE})"
+
+
 def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
                    baseline_limit: float, band: BandVerdict) -> str | None:
     """One line saying which rule failed and why where the two disagree on ``tensor``, else
@@ -125,6 +147,7 @@ def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
                  f"(limit {baseline_limit:g}x + floor)")
     if not band.passed:
         return (f"band rule FAIL, baseline rule PASS: {band_text}, though within "
-                f"the baseline ({base_text}): more error than a correct flash kernel shows")
+                f"the baseline ({base_text}): more error than a correct flash kernel shows; "
+                f"{likely_cause(tensor)}")
     return (f"baseline rule FAIL, band rule PASS: {base_text}, though within the band "
             f"({band_text})")

@@ -36,6 +36,7 @@ from flashbench.kernels.checks import (
     expand_kv,
     precision_name,
 )
+from flashbench.kernels.headdim import HEAD_DIMS, head_dims_problem
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
            "VARIANTS", "variant_kwargs", "available_backends", "resolve_backends",
@@ -45,8 +46,8 @@ __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "g
 # torch dtype of their own (fp32, fp16, bf16; tf32 is fp32 storage, a compute mode)
 TORCH_FLOATS = tuple(n for n in CHECK_DTYPES
                      if n in TORCH_DTYPES and precision_name(TORCH_DTYPES[n]) == n)
-TRITON_HEAD_DIMS = (16, 32, 64, 128, 256)  # the kernel's HEAD_DIMS (tests hold them equal)
-TRITON_FP8_HEAD_DIMS = (32, 64, 128, 256)  # kernels.triton_fp8.HEAD_DIMS (tests hold them equal)
+# every d (and dv) the Triton kernels take, padded to a compiled width (kernels.headdim)
+TRITON_HEAD_DIMS = TRITON_FP8_HEAD_DIMS = HEAD_DIMS
 VARIANTS = ("window", "softcap", "sinks")  # what a backend may declare it takes
 
 
@@ -261,9 +262,7 @@ def _triton_fp8_output(q, k, v, causal=False, scale=None):
 
 
 def _triton_limits(shape: Shape) -> str | None:
-    if shape.head_dim_v != shape.d:
-        return f"the kernel needs dv == d, got d={shape.d}, dv={shape.head_dim_v}"
-    return None
+    return head_dims_problem(shape.d, shape.head_dim_v, "the Triton kernel")
 
 
 # Seen on an H200 (torch 2.11): the flash and cuDNN kernels refuse fp32 on a GPU, and
@@ -301,14 +300,14 @@ BACKENDS: dict[str, Backend] = {
         _sdpa("math", "SDPA pinned to torch's math path (MATH)"),
         Backend("triton", _triton, "flashbench fused Triton kernel, forward and backward",
                 TORCH_FLOATS,
-                _triton_unavailable, _triton_interpreted, head_dims=TRITON_HEAD_DIMS,
+                _triton_unavailable, _triton_interpreted,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
                 own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
                 grad_variants=VARIANTS, varlen=_triton_varlen, varlen_grad=True),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,
-                head_dims=TRITON_FP8_HEAD_DIMS, limits=_triton_limits, gqa=True,
+                limits=_triton_limits, gqa=True,
                 lse="the kernel's own (float32)", own_lse=True, timed=_triton_fp8_output,
                 out_dtype="bf16", inputs="fp32"),
         Backend("flex", tp.flex_attention_lse, "torch.compile(flex_attention), block mask "

@@ -32,6 +32,7 @@ from flashbench.backends.outputs import (
 )
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable, expand_kv
+from flashbench.timed import guard  # its clocks are captured before any user module loads
 
 __all__ = ["Server", "raised"]
 
@@ -113,6 +114,39 @@ class Server:
         t = self._tensors(r, DECODE_INPUTS)
         out = guarded(lambda: call_decode(fn, *t.values(), r["causal"], r["scale"]), t)
         return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
+
+    def _time(self, r: dict) -> dict:
+        """The guarded timer on the function (:mod:`flashbench.timed.guard`): a pool built
+        from ``r["seed"]``, ``r["samples"]`` timed calls; outputs with a structural fault
+        come back as None, the others as CPU copies of o, judged by the harness."""
+        from flashbench.inputs.problem import Shape
+        from flashbench.timed.attention import attention_maker
+
+        fn = self._fn(FORWARD)
+        declared = self._load()
+        make = attention_maker(Shape.parse(r["shape"]), r["dtype"], self.device.type)
+
+        def build(seed):
+            q, k, v = make(seed)
+            return (q, *expand_kv(q, k, v)) if not declared["gqa"] else (q, k, v)
+
+        pool = guard.Pool(build, r["pool"], r["seed"])
+        batch = guard.timed_calls(lambda q, k, v: call_forward(fn, q, k, v, r["causal"]), pool,
+                                  r["samples"], r["warmup"], self.device.type,
+                                  guard.l2_flusher(self.device.type))
+        faults, outputs = dict(batch.faults), []
+        for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
+            bad = guard.structural(out, pool.slots[slot], batch.outputs[:j])
+            if bad is not None:
+                faults.setdefault(*bad)
+                outputs.append(None)
+                continue
+            o = out[0] if isinstance(out, tuple | list) else out
+            outputs.append(o.detach().cpu().clone() if isinstance(o, torch.Tensor) else None)
+            if outputs[-1] is None:
+                faults.setdefault(guard.WRONG, f"returned {type(o).__name__}, not a tensor")
+        return {"samples_s": batch.samples_s, "host_s": batch.host_s, "seeds": batch.seeds,
+                "outputs": outputs, "faults": faults, "device": self.device.type}
 
     def _grads(self, r: dict) -> dict:
         fn = self._fn(FORWARD)

@@ -106,8 +106,9 @@ def _head_dims(value) -> tuple[int, ...] | None:
 def load(spec: str):
     """(function, declared) for ``"module:function"``, imported in this process (the
     worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
-    kind, dtypes, head_dims, gqa, differentiable, variants. BackendFailed with the reason
-    otherwise."""
+    kind, dtypes, head_dims, gqa, differentiable, variants, dv (``flashbench_dv = True``:
+    it takes v with a head dim dv != d, DeepSeek's 192 / 128). BackendFailed with the
+    reason otherwise."""
     module_name, attr = parse_spec(spec)
     try:
         obj = importlib.import_module(module_name)
@@ -123,4 +124,5 @@ def load(spec: str):
                  "head_dims": None if head_dims is None else list(head_dims),
                  "gqa": bool(getattr(obj, "flashbench_gqa", False)),
                  "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
-                 "variants": list(_declared(obj, "flashbench_variants", (), _variants))}
+                 "variants": list(_declared(obj, "flashbench_variants", (), _variants)),
+                 "dv": bool(getattr(obj, "flashbench_dv", False))}

@@ -22,12 +22,20 @@ from functools import partial
 
 import torch
 
-from flashbench.backends import BACKENDS, TORCH_FLOATS, Implementation, _always, _never, user
+from flashbench.backends import (
+    BACKENDS,
+    TORCH_FLOATS,
+    Implementation,
+    _always,
+    _never,
+    user,
+)
 from flashbench.backends.declared import DECODE, DECODE_INPUTS, call_decode, parse_spec
 from flashbench.backends.outputs import BackendOutput, checked_decode_output, guarded
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import TORCH_DTYPES, BackendUnavailable
+from flashbench.kernels.headdim import DECODE_HEAD_DIMS
 
 __all__ = ["DecodeBackend", "DECODE_BACKENDS", "DECODE_GROUP", "get_decode_backend",
            "user_decode_backend", "resolve_decode_backends", "checked_decode_output", "KIND"]
@@ -94,7 +102,7 @@ DECODE_BACKENDS: dict[str, DecodeBackend] = {b.name: b for b in (
     DecodeBackend("triton", _triton, "flashbench's Triton split-KV decode and merge kernels "
                   "(paged through the block table)", TORCH_FLOATS, BACKENDS["triton"].unavailable,
                   BACKENDS["triton"].interpreted, timed=_triton_timed, own_lse=True,
-                  head_dims=(16, 32, 64, 128, 256)),
+                  head_dims=DECODE_HEAD_DIMS),
     _peer("torch-naive", td.naive_decode, "gathered cache, scores and softmax materialised "
           "in the input dtype"),
     _peer("torch-sdpa", td.sdpa_decode, "gathered cache, scaled_dot_product_attention with "

@@ -43,12 +43,16 @@ def broken(reason: str, *args, **kwargs):
 
 
 def _failing(name: str, description: str, origin: str, reason: str):
-    """A backend whose every call fails with ``reason`` (the check reports it as FAIL)."""
-    from flashbench.backends import Backend
+    """A backend whose every call fails with ``reason`` (the check reports it as FAIL).
+
+    It declares every variant and a packed path, so that a check with ``--window``,
+    ``--softcap``, ``--sinks`` or ``--varlen`` calls it and FAILs it by name, never
+    "not applicable" (a PASS for a kernel that never ran)."""
+    from flashbench.backends import VARIANTS, Backend
 
     fail = partial(broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
-                   origin=origin)
+                   origin=origin, variants=VARIANTS, varlen=fail)
 
 
 @functools.cache
@@ -147,7 +151,16 @@ def _make(spec: str, name: str, origin: str, worker, declared: dict):
                    ran_interpreted=worker.interpreted,
                    variants=tuple(declared.get("variants", ())),
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
-                   own_lse=True, origin=origin)
+                   own_lse=True, origin=origin,
+                   limits=None if declared.get("dv") else _same_head_dims)
+
+
+def _same_head_dims(shape) -> str | None:
+    """Why a function that declares no ``flashbench_dv`` is not given dv != d (None: it is)."""
+    if shape.head_dim_v == shape.d:
+        return None
+    return (f"it declares no dv != d (d={shape.d}, dv={shape.head_dim_v}); a function that "
+            f"takes v of another head dim sets flashbench_dv = True")
 
 
 @contextlib.contextmanager

@@ -29,7 +29,8 @@ from flashbench.backends.zygote import STARTUP_LIMIT, forking, harness_path, sta
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
-__all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all"]
+__all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all",
+           "worker_of", "time_in_worker"]
 
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
@@ -181,6 +182,28 @@ def _ended(proc, deadline: float) -> int | str | None:
     while (status := proc.poll()) is None and time.monotonic() < until:
         time.sleep(0.01)
     return status
+
+
+def worker_of(backend) -> Worker | None:
+    """The worker process behind a user's backend (its accuracy callable is bound to it);
+    None for a backend that runs in this process."""
+    args = getattr(backend.fn, "args", None) or (None,)
+    return args[0] if isinstance(args[0], Worker) else None
+
+
+def time_in_worker(worker: Worker, shape: str, dtype: str, causal: bool, seed: int,
+                   samples: int, warmup: int, pool: int) -> dict:
+    """The guarded timer run in ``worker`` (:meth:`flashbench.backends.child.Server._time`) on
+    inputs it rebuilds from ``seed``: per call time, content seed and a CPU copy of o (None
+    where a structural check failed), the faults it saw, its device. The time limit covers
+    the whole batch: the per-call limit x (samples + warm-up + 2)."""
+    limit = time_limit()
+    set_time_limit(min(86400.0, limit * (samples + warmup + 2)))
+    try:
+        return worker.call({"op": "time", "shape": shape, "dtype": dtype, "causal": causal,
+                            "seed": seed, "samples": samples, "warmup": warmup, "pool": pool})
+    finally:
+        set_time_limit(limit)
 
 
 def close_all() -> None:

@@ -59,7 +59,7 @@ class Cell:
 
 
 def cell_shape(n: int, rows_per_seed: int = ROWS_PER_SEED, d: int = HEAD_DIM,
-               rows: int | None = None, causal: bool = False) -> Shape:
+               rows: int | None = None, causal: bool = False, dv: int | None = None) -> Shape:
     """Shape drawn per seed for N = ``n`` keys: ``rows`` query rows per head, as many
     heads as make ``rows_per_seed`` rows. Default rows: causal ``min(256, n // 4)`` (at
     least 1: bottom-right, every row sees 3n/4 to n keys); not causal
@@ -74,7 +74,7 @@ def cell_shape(n: int, rows_per_seed: int = ROWS_PER_SEED, d: int = HEAD_DIM,
     if isinstance(rows_per_seed, bool) or not isinstance(rows_per_seed, int) \
             or rows_per_seed < 1:
         raise ValueError(f"rows_per_seed must be an int >= 1, got {rows_per_seed!r}")
-    return Shape(1, max(1, rows_per_seed // rows), rows, n, d)
+    return Shape(1, max(1, rows_per_seed // rows), rows, n, d, dv)
 
 
 @dataclass(frozen=True)
@@ -214,8 +214,9 @@ def single_threaded_blas():
         put(ctypes.c_int(before))
 
 
-def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None = None):
-    shape = cell_shape(cell.n, rows_per_seed, rows=rows, causal=cell.causal)
+def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None = None,
+          d: int = HEAD_DIM, dv: int | None = None):
+    shape = cell_shape(cell.n, rows_per_seed, d, rows=rows, causal=cell.causal, dv=dv)
     draws = [make_qkv(shape, cell.dist, seed) for seed in seeds]
     return tuple(np.concatenate([d[i] for d in draws]) for i in range(3))
 
@@ -259,7 +260,8 @@ def measure_bands(dtypes: Sequence[str | Precision] | None = None, ns: Sequence[
                   seeds: int | Sequence[int] = SEEDS, kernels: Sequence[str] = ("flash_model",),
                   versus: Sequence[str] = ("fp64",), rows_per_seed: int = ROWS_PER_SEED,
                   rows: int | None = None, block: int = 64,
-                  say: Callable[[str], None] = lambda msg: None) -> list[Band]:
+                  say: Callable[[str], None] = lambda msg: None, d: int = HEAD_DIM,
+                  dv: int | None = None) -> list[Band]:
     """Measure the bands of every kernel x dtype x cell (module docstring).
 
     ``dtypes``: default :func:`band_dtypes`. ``seeds``: a count (seeds 0..count-1) or
@@ -268,8 +270,10 @@ def measure_bands(dtypes: Sequence[str | Precision] | None = None, ns: Sequence[
     here is left out, and ``say`` says why). ``versus``: any of :data:`VERSUS`; the
     standard model is always measured against "fp64" too (the ratios need it) and
     returned as kernel "standard_model". ``rows_per_seed`` / ``rows``: query rows per
-    seed and per head (:func:`cell_shape`; ``rows=N`` draws square problems). Returns
-    Band records, O and LSE for each.
+    seed and per head (:func:`cell_shape`; ``rows=N`` draws square problems). ``d``,
+    ``dv``: the head dims drawn (default 64; a band at d = 80 is not d = 64's: the
+    error of a row grows with the columns it sums). Returns Band records, O and LSE for
+    each.
     """
     # the door: each name becomes its Precision here, once
     precs = tuple(get_precision(d) for d in (band_dtypes() if dtypes is None else dtypes))
@@ -290,7 +294,7 @@ def measure_bands(dtypes: Sequence[str | Precision] | None = None, ns: Sequence[
     with single_threaded_blas():
         for cell in cells:
             say(f"N={cell.n} {cell.dist}{' causal' if cell.causal else ''}")
-            inputs = _draw(cell, seed_ids, rows_per_seed, rows)
+            inputs = _draw(cell, seed_ids, rows_per_seed, rows, d, dv)
             bands += _measure_cell(cell, inputs, precs, len(seed_ids), tuple(kernels),
                                    tuple(versus), block, say)
     return bands

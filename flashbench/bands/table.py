@@ -8,9 +8,11 @@ is at least the non-causal cell's) and the safety factor :data:`SAFETY` that
 (``scripts/make_tolerances.py``). :func:`tolerance` takes ``n`` as the keys a query row
 sums over: log-log interpolation between tabulated N, the smallest N's edge below it,
 ValueError above the largest; ``causal=True`` takes the largest edge over the row lengths
-its ``nq`` bottom-right rows see. Measured at d = 64. No torch, no pandas: importing this
-module (``flashbench.tolerance``) is cheap. A test's use, the rules and why the factor is
-2: docs/bands.md ("Tolerances for your tests").
+its ``nq`` bottom-right rows see. Measured at d = 64; another head dim (``d``, ``dv``) is
+measured on the fly at exactly N (:func:`flashbench.bands.measure.measure_bands`, cached per
+process). No torch, no pandas: importing this module (``flashbench.tolerance``) is cheap.
+A test's use, the rules and why the factor is 2: docs/bands.md ("Tolerances for your
+tests").
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SAFETY = 2.0  # tolerance = edge x SAFETY (docs/bands.md: "Why a factor 2, and h
 TENSORS = ("o", "lse")
 TABLE_PATH = "data/tolerances.json"  # inside the flashbench package
 VERSION = 1
+HEAD_DIM_TABLE = 64  # the head dim the shipped table was measured at (bands.measure.HEAD_DIM)
 
 
 def _default_path():
@@ -93,7 +96,8 @@ def _edge(t: dict, key: tuple, field: str, m: float, grid: list[int]) -> float:
 
 def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
               causal: bool = False, tensor: str = "o", nq: int | None = None,
-              table: str | Path | None = None) -> float:
+              table: str | Path | None = None, d: int | None = None,
+              dv: int | None = None) -> float:
     """Tolerance for ``error_stats(out, ref)[metric]`` of a flash kernel in ``dtype`` whose
     query rows sum over ``n`` keys: the measured band's upper edge x the table's
     safety factor (the rules, the table and an example test: docs/bands.md).
@@ -104,9 +108,20 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
     nearly its max). ``causal``: bottom-right causal; its ``nq`` query rows (default
     ``n``: a square problem) see ``n - nq + 1`` up to ``n`` keys, and the edge is the
     largest over that range. ``tensor``: "o" or "lse". ``table``: another table file
-    (default: the shipped one). ValueError for a dtype, N, dist, metric or tensor the
-    table does not cover.
+    (default: the shipped one). ``d``, ``dv``: the head dims, when not the table's d = 64:
+    the band is then measured on the fly at exactly ``n`` keys (its own seeds and
+    causal rows, :func:`flashbench.bands.measure.cell_shape`; ``nq`` and ``table`` are
+    not used), seconds the first time. ValueError for a dtype, N, dist, metric or tensor
+    the table does not cover.
     """
+    if (d, dv) not in ((None, None), (HEAD_DIM_TABLE, None), (HEAD_DIM_TABLE, HEAD_DIM_TABLE)):
+        _check_choice("metric", metric, list(TABLE_METRICS))
+        _check_choice("tensor", tensor, TENSORS)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        edge = _measured_edge(dtype, n, dist, causal, tensor, TABLE_METRICS[metric],
+                              HEAD_DIM_TABLE if d is None else d, dv)
+        return edge * SAFETY
     t = _load(None if table is None else str(table))
     _check_choice("dtype", dtype, t["dtypes"])
     _check_choice("dist", dist, t["dists"])
@@ -126,6 +141,22 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
     points = [low, n, *(g for g in grid if low < g < n)]
     key, field = (dtype, dist, causal, tensor), TABLE_METRICS[metric]
     return max(_edge(t, key, field, m, grid) for m in points) * float(t["safety"])
+
+
+@lru_cache(maxsize=256)
+def _measured_edge(dtype: str, n: int, dist: str, causal: bool, tensor: str, field: str,
+                   d: int, dv: int | None) -> float:
+    """The flash model's band edge at head dims (d, dv), N = n, against float64."""
+    from flashbench.bands.measure import measure_bands
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (keys per query row) must be an int >= 1, got {n!r}")
+    for name, x in (("d", d), ("dv", dv)):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
+            raise ValueError(f"{name} must be an int >= 1, got {x!r}")
+    bands = measure_bands(dtypes=[dtype], ns=[n], dists=[dist], causal=[causal], d=d, dv=dv)
+    return float(next(getattr(b, field) for b in bands
+                      if b.kernel == "flash_model" and b.tensor == tensor))
 
 
 def build_table(bands, safety: float = SAFETY, command: str = "", meta: dict | None = None) -> dict:

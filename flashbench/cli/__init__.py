@@ -24,13 +24,13 @@ import tempfile
 import time
 import traceback
 
-from flashbench.cli import bands, check, history, review, table
+from flashbench.cli import bands, check, history, review, speed, table
 from flashbench.cli.common import Parser, jsonable, parse_shape
 
 __all__ = ["main", "build_parser", "parse_shape", "jsonable", "COMMANDS", "BAD_INPUT", "ERROR",
            "save_traceback"]
 
-COMMANDS = (check, history, review, table, bands)
+COMMANDS = (check, history, review, table, bands, speed)
 BAD_INPUT, ERROR = 2, 3
 
 

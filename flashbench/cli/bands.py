@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -46,7 +47,23 @@ def add_parser(sub) -> None:
                    help="also write every band (O and LSE, per-seed maxima) as JSON")
     b.add_argument("--force", action="store_true", help="let --json overwrite FILE")
     b.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    b.add_argument("--head-dim", type=head_dims, default=None, metavar="D[/DV]",
+                   help="head dims of the drawn problems (default 64; 80, 192/128: a band "
+                   "measured at d = 80 is not d = 64's)")
     b.set_defaults(func=run)
+
+
+def head_dims(text: str) -> tuple[int, int | None]:
+    """``D`` or ``D/DV`` (the last field of a shape, DESIGN: ``192/128``) -> (d, dv)."""
+    d, _, dv = text.partition("/")
+    try:
+        dims = int(d), (int(dv) if dv else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"head dim must be D or D/DV, integers, got {text!r}"
+                                         ) from None
+    if any(x is not None and x < 1 for x in dims):
+        raise argparse.ArgumentTypeError(f"head dims must be >= 1, got {text!r}")
+    return dims
 
 
 def _refuse_big(args) -> None:
@@ -111,10 +128,12 @@ def _measure(args, say):
     causal = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
     versus = ("fp64", "standard_model") + (("fp64-unrounded",) if args.unrounded else ())
     t0 = time.perf_counter()
+    d, dv = args.head_dim or (HEAD_DIM, None)
     bands = measure_bands(dtypes=dtypes, ns=args.n, dists=args.dist, causal=causal,
-                          seeds=args.seeds, kernels=args.kernels, versus=versus, say=say)
+                          seeds=args.seeds, kernels=args.kernels, versus=versus, say=say,
+                          d=d, dv=dv)
     meta = {"seconds": time.perf_counter() - t0, "seeds": args.seeds,
-            "rows_per_seed": ROWS_PER_SEED, "head_dim": HEAD_DIM,
+            "rows_per_seed": ROWS_PER_SEED, "head_dim": d if dv is None else f"{d}/{dv}",
             "dtypes": sorted({b.dtype for b in bands}), "n": list(args.n), "dists": args.dist,
             "causal": list(causal), "kernels": args.kernels, "versus": list(versus)}
     return bands, meta

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+import numpy as np
+
 from flashbench.cli.common import (
+    block,
     chosen_backends,
     distinct,
     emit,
@@ -17,18 +20,6 @@ from flashbench.cli.common import (
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-
-def _block(text: str) -> int:
-    """--block: checked before any work starts (the library's own check runs later)."""
-    from flashbench.inputs.validation import check_block
-
-    try:
-        return check_block(int(text))
-    except (TypeError, ValueError) as exc:
-        message = str(exc) if text.strip().lstrip("-").isdigit() else (
-            f"block must be an int >= 1, got {text!r}")
-        raise argparse.ArgumentTypeError(message) from None
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -58,11 +49,32 @@ def _softcap(text: str) -> float:
     from flashbench.inputs.variant import Variant
 
     try:
-        return Variant(softcap=float(text)).softcap
+        cap = Variant(softcap=float(text)).softcap
     except ValueError as exc:
         message = str(exc) if "softcap" in str(exc) else (
             f"softcap must be a number > 0, got {text!r}")
         raise argparse.ArgumentTypeError(message) from None
+    low, high = SOFTCAP_RANGE
+    if not low <= cap <= high:  # c tanh(s / c) is computed in fp32 by the models and kernels
+        with np.errstate(over="ignore"):
+            fp32 = float(np.float32(cap))
+        what = ("rounds to 0 in fp32" if fp32 == 0 else "rounds to inf in fp32"
+                if not np.isfinite(fp32) else "makes s / C overflow in fp32" if cap < low
+                else "makes s / C fall into fp32's subnormals")
+        raise argparse.ArgumentTypeError(
+            f"softcap {text} {what}, where the models and kernels compute C tanh(s / C); take "
+            f"C in {low:.3g} .. {high:.3g} (Gemma 2: 50)")
+    return cap
+
+
+# --softcap's range: 2^-60 .. 2^60 keeps C, s / C and C tanh(s / C) normal fp32 numbers for
+# any score fp32 holds sensibly (|s| in 2^-60 .. 2^60); outside it the cap itself rounds to 0
+# or inf in fp32, or s / C falls into subnormals, and the models' rounding is no longer the
+# kernels'
+SOFTCAP_RANGE = (2.0 ** -60, 2.0 ** 60)
+# what --decode does not read: forward options (a decode case is --decode-case's)
+FORWARD_ONLY = ("--shape", "--kv-heads", "--window", "--softcap", "--sinks", "--varlen",
+                "--variants", "--block")
 
 
 def add_parser(sub) -> None:
@@ -81,7 +93,8 @@ def add_parser(sub) -> None:
                    choices=list(DISTRIBUTIONS), help="input distributions")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
-    c.add_argument("--block", type=_block, default=64, help="streaming block (keys), >= 1")
+    c.add_argument("--block", type=block, default=None,
+                   help="streaming block (keys) of the flash model, >= 1 (default 64)")
     c.add_argument("--window", type=_window, metavar="L,R",
                    help="sliding window (FlashAttention's window_size): query i sees keys "
                    "i + Nk - Nq - L .. i + Nk - Nq + R; -1 unbounded (e.g. 128,0; write "
@@ -200,9 +213,13 @@ def run(args) -> int:
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
-        if args.shape or args.kv_heads:
-            raise ValueError("--shape and --kv-heads are forward options; a decode case is "
-                             "given with --decode-case")
+        given = [flag for flag in FORWARD_ONLY
+                 if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
+        if given:
+            raise ValueError(f"check --decode does not read {', '.join(given)}: forward "
+                             "options (the decode paths take no window, softcap, sinks, "
+                             "packed batch or streaming block; a decode case is given with "
+                             "--decode-case)")
         return decode.run(args)
     from flashbench.backends import resolve_backends
     from flashbench.measure.check import render_text, run_check
@@ -217,7 +234,7 @@ def run(args) -> int:
     if refusal is not None:
         raise ValueError(refusal)
     backends = chosen_backends(args, resolve_backends)
-    report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block,
+    report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, progress=not args.quiet,
                        grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
     if spec is not None and spec.seeded:

@@ -66,6 +66,19 @@ positive_int = _int_at_least(1, "positive_int")
 seed = _int_at_least(0, "seed")
 
 
+def block(text: str) -> int:
+    """An argument type: a streaming block, an int in 1 .. 2^31 - 1, checked before any work
+    starts (the library's own check, :func:`flashbench.inputs.validation.check_block`)."""
+    from flashbench.inputs.validation import check_block
+
+    try:
+        return check_block(int(text))
+    except (TypeError, ValueError) as exc:
+        message = str(exc) if text.strip().lstrip("-").isdigit() else (
+            f"block must be an int >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def regex(text: str) -> str:
     """An argument type: a regular expression that compiles (returned as text)."""
     try:

@@ -72,8 +72,12 @@ def run(args) -> int:
     from flashbench.backends.decode import resolve_decode_backends
     from flashbench.measure.check import _progress_printer
     from flashbench.measure.decode import run_decode_check
+    from flashbench.measure.footprint import decode_too_big
 
     cases = decode_cases(args)
+    refusal = decode_too_big(cases)
+    if refusal is not None:
+        raise ValueError(refusal)
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=_progress_printer(not args.quiet), time_limit=args.timeout)

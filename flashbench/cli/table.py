@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from flashbench.cli.common import distinct, parse_shape, seed
+from flashbench.cli.common import block, distinct, parse_shape, seed
 
 TABLES = ("fa3",)
 
@@ -21,9 +21,9 @@ def add_parser(sub) -> None:
                    help="BxHxNxd or BxHxNqxNkxd (default: 1x2x4096x128)")
     t.add_argument("--seeds", type=seed, nargs="+", default=[0, 1, 2],
                    help="input seeds; RMSE is pooled over them (default: 0 1 2)")
-    t.add_argument("--block-q", type=int, default=None,
+    t.add_argument("--block-q", type=block, default=None,
                    help="query rows per tile (default: FlashAttention-3's FP8 tile for d)")
-    t.add_argument("--block", type=int, default=None,
+    t.add_argument("--block", type=block, default=None,
                    help="keys per tile (default: FlashAttention-3's FP8 tile for d)")
     t.add_argument("--quiet", action="store_true", help="no progress on stderr")
     t.set_defaults(func=run)

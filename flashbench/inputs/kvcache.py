@@ -23,7 +23,7 @@ from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["CacheLayout", "check_cache", "check_seqlens", "check_block_table", "check_splits",
-           "split_bounds", "make_decode"]
+           "split_bounds", "make_decode", "value_cache"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,26 @@ def check_cache(q_shape, k_shape, v_shape, table_shape=None) -> CacheLayout:
                          f"got shape {table_shape}")
     return CacheLayout(B, nq, h, k_shape[2], d, v_shape[3], k_shape[1],
                        table_shape[1] * k_shape[1], num_pages=k_shape[0])
+
+
+def value_cache(k_cache, v_cache, dv):
+    """``(v_cache, absorbed)`` of a decode call (NumPy or torch arrays alike). ``v_cache``
+    None is MLA's absorbed form: V is the view ``k_cache[..., :dv]``, dv an int below K's
+    head dim; else v_cache itself, whose head dim a given ``dv`` must equal (O's head dim
+    is V's). ValueError naming the mismatch."""
+    if v_cache is None:
+        if isinstance(dv, bool) or not isinstance(dv, (int, np.integer)) or dv < 1:
+            raise ValueError(f"v_cache=None (V is k_cache[..., :dv], the absorbed MLA form) "
+                             f"needs dv, an int >= 1, got {dv!r}")
+        d = np.shape(k_cache)[-1] if np.ndim(k_cache) else None
+        if d is not None and dv >= d:
+            raise ValueError(f"dv={dv} must be below k_cache's head dim d={d} in the absorbed "
+                             f"form (V is k_cache[..., :dv])")
+        return (k_cache[..., :int(dv)] if d is not None else k_cache), True
+    if dv is not None and np.ndim(v_cache) and np.shape(v_cache)[-1] != dv:
+        raise ValueError(f"dv={dv} differs from v_cache's head dim {np.shape(v_cache)[-1]}: "
+                         f"O's head dim is V's")
+    return v_cache, False
 
 
 def _ints(x, name: str) -> np.ndarray:

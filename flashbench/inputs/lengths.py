@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LengthSpec", "parse_lengths", "SYNTAX", "MAX_COUNT"]
+__all__ = ["LengthSpec", "parse_lengths", "SYNTAX", "MAX_COUNT", "MAX_TOTAL"]
 
 SYNTAX = "N1,N2,... or uniform:LO-HI:COUNT or lognormal:MEDIAN:SIGMA:COUNT"
 MAX_COUNT = 4096  # sequences in one drawn batch
+MAX_TOTAL = 2 ** 31 - 1  # the packed batch's total length: cu_seqlens are int32
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class LengthSpec:
         else:
             median, sigma = self.params
             drawn = np.rint(rng.lognormal(math.log(median), sigma, size=self.count))
+        if not np.all(np.isfinite(drawn)) or drawn.sum(dtype=np.float64) > MAX_TOTAL:
+            raise ValueError(f"varlen {self.text!r} drew lengths of total "
+                             f"{drawn.sum(dtype=np.float64):.3g} with seed {seed}, past "
+                             f"{MAX_TOTAL} (cu_seqlens are int32): lower its MEDIAN or SIGMA")
         lengths = tuple(int(n) for n in drawn)
         if not any(lengths):
             raise ValueError(f"varlen {self.text!r} drew only lengths of 0 with seed {seed}: "
@@ -82,6 +87,12 @@ def _float(text: str, spec: str, name: str, positive: bool) -> float:
     return value
 
 
+def _total(value, spec: str, what: str) -> None:
+    if value > MAX_TOTAL:
+        raise _bad(spec, f"{what} must be at most {MAX_TOTAL} (cu_seqlens are int32), got "
+                   f"{value:.4g}")
+
+
 def _count(text: str, spec: str) -> int:
     count = _int(text, spec, "COUNT", 1)
     if count > MAX_COUNT:
@@ -97,6 +108,7 @@ def parse_lengths(text: str) -> LengthSpec:
         lengths = tuple(_int(x.strip(), text, "each length", 0) for x in text.split(","))
         if not any(lengths):
             raise _bad(text, "the lengths must not all be 0")
+        _total(sum(lengths), text, "the lengths' total")
         return LengthSpec(text, "list", lengths, len(lengths))
     parts = rest.split(":")
     if kind == "uniform":
@@ -106,11 +118,14 @@ def parse_lengths(text: str) -> LengthSpec:
                                                             ("LO", "HI"), strict=True))
         if hi < lo or hi < 1:
             raise _bad(text, f"need LO <= HI and HI >= 1, got {lo}-{hi}")
-        return LengthSpec(text, "uniform", (lo, hi), _count(parts[1], text))
+        count = _count(parts[1], text)
+        _total(hi * count, text, "HI x COUNT")
+        return LengthSpec(text, "uniform", (lo, hi), count)
     if kind == "lognormal":
         if len(parts) != 3:
             raise _bad(text, "lognormal takes MEDIAN:SIGMA:COUNT")
         median = _float(parts[0], text, "MEDIAN", positive=True)
+        _total(median, text, "MEDIAN")
         sigma = _float(parts[1], text, "SIGMA", positive=False)
         return LengthSpec(text, "lognormal", (median, sigma), _count(parts[2], text))
     raise _bad(text, f"unknown distribution {kind!r} (uniform or lognormal)")

@@ -29,7 +29,7 @@ DISTRIBUTIONS = ("normal", "outliers", "large-logits")
 # FLOPs of each pass as a multiple of the forward's (FlashAttention's convention: the
 # backward's five matmuls cost 2.5 forwards)
 PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
-_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?((?:x\d+){2,4})$")
+_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?((?:x\d+){2,4})(?:/(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -90,24 +90,30 @@ class Shape:
         return f"B={self.B} H={self.H}{kv} Nq={self.Nq} Nk={self.Nk} d={self.d}{dv}"
 
     def spec(self) -> str:
-        """Compact text form, read back by :meth:`parse`: ``BxH[/Hkv]xNqxNkxd[xdv]``."""
+        """Compact text form, read back by :meth:`parse`: ``BxH[/Hkv]xNqxNkxd[/dv]``
+        (``1x8x1024x1024x192/128``: d = 192, dv = 128)."""
         kv = "" if self.Hkv is None else f"/{self.Hkv}"
-        dv = "" if self.dv is None else f"x{self.dv}"
+        dv = "" if self.dv is None else f"/{self.dv}"
         return f"{self.B}x{self.H}{kv}x{self.Nq}x{self.Nk}x{self.d}{dv}"
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """``BxHxNxd``, ``BxHxNqxNkxd`` or ``BxHxNqxNkxdxdv``; ``H/Hkv`` in place of H
-        for grouped-query attention (``1x32/8x4096x128``). ValueError otherwise."""
+        """``BxHxNxd`` or ``BxHxNqxNkxd``; ``H/Hkv`` in place of H for grouped-query
+        attention (``1x32/8x4096x128``), ``d/dv`` in place of d for a value head dim
+        (``1x8x1024x192/128``). The older ``BxHxNqxNkxdxdv`` still reads. ValueError
+        otherwise."""
         m = _SPEC.match(text.strip()) if isinstance(text, str) else None
         if m is None:
-            raise ValueError(f"shape must be BxHxNxd or BxHxNqxNkxd (H may be H/Hkv), "
-                             f"integers, got {text!r}")
+            raise ValueError(f"shape must be BxHxNxd or BxHxNqxNkxd (H may be H/Hkv, d may be "
+                             f"d/dv), integers, got {text!r}")
         b, h, hkv = int(m[1]), int(m[2]), None if m[3] is None else int(m[3])
         rest = [int(x) for x in m[4].split("x")[1:]]
         if len(rest) == 2:
             rest = [rest[0], rest[0], rest[1]]
-        return cls(b, h, *rest[:3], dv=rest[3] if len(rest) == 4 else None, Hkv=hkv)
+        if len(rest) == 4 and m[5] is not None:
+            raise ValueError(f"shape gives dv twice (xdv and /dv): {text!r}")
+        dv = rest[3] if len(rest) == 4 else None if m[5] is None else int(m[5])
+        return cls(b, h, *rest[:3], dv=dv, Hkv=hkv)
 
 
 def visible_pairs(nq: int, nk: int, causal: bool) -> int:

@@ -50,12 +50,17 @@ def as_float_array(x, name: str, dtype=np.float64) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+MAX_BLOCK = 2 ** 31 - 1  # a streaming block's largest size
+
+
 def check_block(block) -> int:
     """A streaming block size: an int >= 1."""
     if isinstance(block, bool) or not isinstance(block, numbers.Integral):
         raise TypeError(f"block must be an int >= 1, got {type(block).__name__} {block!r}")
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")
+    if block > MAX_BLOCK:  # past any sequence a block is the whole sequence
+        raise ValueError(f"block must be at most {MAX_BLOCK} (an int32), got {block}")
     return int(block)
 
 

@@ -26,6 +26,9 @@ __all__ = ["Variant", "variant_of", "no_variant", "variant_kwargs", "check_cu_se
            "check_cu_pair"]
 
 
+MAX_WINDOW = 2 ** 31 - 1  # a window side's largest value (an int32, as FlashAttention's)
+
+
 def _check_window(window) -> tuple[int, int]:
     msg = "window must be (left, right): two ints >= -1 (-1: unbounded on that side)"
     if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
@@ -36,6 +39,9 @@ def _check_window(window) -> tuple[int, int]:
             raise TypeError(f"{msg}; {side} is {type(x).__name__} {x!r}")
         if x < -1:
             raise ValueError(f"{msg}; {side} is {x}")
+        if x > MAX_WINDOW:  # FlashAttention's window_size is int32; wider is unbounded
+            raise ValueError(f"window sides must be at most {MAX_WINDOW} (an int32, as "
+                             f"FlashAttention's window_size; -1: unbounded); {side} is {x}")
         out.append(int(x))
     return out[0], out[1]
 

@@ -24,10 +24,11 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     """Fused attention forward: ``softmax(q k^T * scale) v`` and its LSE.
 
     Args:
-        q: [B, H, Nq, d]; k: [B, Hkv, Nk, d]; v: [B, Hkv, Nk, d], Hkv dividing H
+        q: [B, H, Nq, d]; k: [B, Hkv, Nk, d]; v: [B, Hkv, Nk, dv], Hkv dividing H
             (grouped-query attention: query head h reads kv head h // (H // Hkv);
             Hkv == H is plain attention). One dtype among float16, bfloat16, float32;
-            d in (16, 32, 64, 128, 256); any strides. CUDA tensors run the compiled
+            d and dv multiples of 8 up to 256 (padded to a compiled width,
+            :mod:`flashbench.kernels.headdim`); any strides. CUDA tensors run the compiled
             kernel; CPU tensors run it under the Triton interpreter (accuracy only).
         causal: bottom-right aligned mask, query i sees key j iff j <= i + Nk - Nq.
         scale: score scale, a finite real number; None means 1/sqrt(d).
@@ -38,7 +39,7 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
             float tensor or array [H]; :mod:`flashbench.kernels.triton_variants`).
 
     Returns:
-        (o, lse): o [B, H, Nq, d] in q's dtype; lse [B, H, Nq] float32 natural-log
+        (o, lse): o [B, H, Nq, dv] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key; with
         sinks it includes the sink). o is differentiable in q, k, v (and a sinks tensor)
         (:mod:`flashbench.kernels.triton_bwd`); lse is not.

@@ -97,12 +97,15 @@ def fixed_config(head_dim: int, dtype) -> Config:
     return _by_width(dtype, {4: FP32_FIXED, 2: FIXED_16BIT, 1: FIXED_FP8})[head_dim]
 
 
-def forward_smem_bytes(cfg: Config, head_dim: int, dtype) -> int:
+def forward_smem_bytes(cfg: Config, head_dim: int, dtype, head_dim_v: int | None = None) -> int:
     """Shared memory of the forward's pipelined tiles: the Q block once, K and V blocks
     once per stage (what Triton 3.9 allocates for 16-bit operands on sm_90, checked with
-    ``gpu_bench.py --plan --compile``; fp32 takes less)."""
+    ``gpu_bench.py --plan --compile``; fp32 takes less). ``head_dim_v``: V's compiled
+    width where it differs from Q's and K's."""
     p = cfg.kwargs
-    return _width(dtype) * head_dim * (p["BLOCK_M"] + 2 * p["BLOCK_N"] * cfg.num_stages)
+    dv = head_dim if head_dim_v is None else head_dim_v
+    return _width(dtype) * (head_dim * (p["BLOCK_M"] + p["BLOCK_N"] * cfg.num_stages)
+                            + dv * p["BLOCK_N"] * cfg.num_stages)
 
 
 def fits_shared_memory(nbytes: int, limit: int = HOPPER_SMEM_BYTES) -> bool:
@@ -113,11 +116,12 @@ def prune_forward(configs: list[Config], named_args: dict, **constexprs) -> list
     """Triton ``early_config_prune`` for the forward kernel (see the module docstring).
 
     Reads the operand dtype from ``named_args["Q"]``, the head dim from
-    ``constexprs["HEAD_DIM"]`` and the query length from ``named_args["N_Q"]``.
+    ``constexprs["HEAD_DIM"]`` (and ``HEAD_DIM_V``) and the query length from ``named_args["N_Q"]``.
     Never returns an empty list: if every config would be dropped, the first stays.
     """
     dtype, d, n_q = named_args["Q"].dtype, constexprs["HEAD_DIM"], named_args["N_Q"]
-    kept = [c for c in configs if fits_shared_memory(forward_smem_bytes(c, d, dtype))]
+    dv = constexprs.get("HEAD_DIM_V", d)
+    kept = [c for c in configs if fits_shared_memory(forward_smem_bytes(c, d, dtype, dv))]
     short = [c for c in kept if c.kwargs["BLOCK_M"] <= max(16, n_q)]
     if short:
         kept = short

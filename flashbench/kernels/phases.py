@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["key_phases", "variant_phases", "merge_sink"]
+__all__ = ["key_phases", "variant_phases", "merge_sink", "masked_load"]
 
 
 @triton.jit
@@ -76,3 +76,21 @@ def merge_sink(acc, l_i, m_i, sink):
     alpha = tl.math.exp2(m_i - m_ref)
     l_i = l_i * alpha + tl.math.exp2(sink - m_ref)
     return acc * alpha[:, None], l_i, m_new
+
+
+@triton.jit
+def masked_load(ptrs, a, b, USE_A: tl.constexpr, USE_B: tl.constexpr):
+    """``tl.load(ptrs)`` masked by ``a`` when USE_A (a block's tail rows or keys) and by
+    ``b`` when USE_B (head columns past d on a padded width, :mod:`.headdim`), zeros where
+    masked; with neither, the unmasked load the kernels had before padding."""
+    if USE_A:
+        if USE_B:
+            x = tl.load(ptrs, mask=a & b, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=a, other=0.0)
+    else:
+        if USE_B:
+            x = tl.load(ptrs, mask=b, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x

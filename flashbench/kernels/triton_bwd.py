@@ -24,6 +24,7 @@ import triton
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.configs import fits_shared_memory
+from flashbench.kernels.headdim import config_width, dim_constexprs
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
 from flashbench.kernels.triton_bwd_kernels import (
     attn_bwd_dkdv,
@@ -163,7 +164,8 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     dq, dk, dv = (torch.empty_like(t, memory_format=fmt) for t in (q, k, v))
     interpreted = interpreted_for(q.device)
     ieee = q.dtype == torch.float32 and not allow_tf32
-    meta = dict(HEAD_DIM=d, CAUSAL=causal, PRECISION="ieee" if ieee else "tf32",
+    dims = dim_constexprs(d, v.shape[-1])
+    meta = dict(**dims, CAUSAL=causal, PRECISION="ieee" if ieee else "tf32",
                 UPCAST=interpreted and q.dtype == torch.bfloat16,
                 WINDOW=tuple(window) != (-1, -1), SOFTCAP=softcap is not None,
                 VARLEN=packed is not None, COUNT=count)
@@ -175,7 +177,8 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     tiles = _interpret_config()
 
     PREPROCESS.launch(lambda m: (B * H, triton.cdiv(n_q, m["BLOCK_M"])),
-                      (o, do, delta, *o.stride(), *do.stride(), H, n_q), dict(HEAD_DIM=d),
+                      (o, do, delta, *o.stride(), *do.stride(), H, n_q),
+                      dict(HEAD_DIM=dims["HEAD_DIM_V"], D_V=dims["D_V"], PAD_V=dims["PAD_V"]),
                       device=q.device, config=None if interpreted else PREPROCESS_CONFIG,
                       interpret_config=Config.of(BLOCK_M=INTERPRETER_BLOCK_M))
     # packed: programs per sequence of the longest lengths; batch strides 0 (rows from cu[b])
@@ -183,7 +186,8 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
                                                             packed.max_k)
     strides = [t.stride() if packed is None else (0, *t.stride()[1:])
                for t in (q, k, v, do, dk, dv, dq)]
-    cfg = {name: None if interpreted else backward_config(name, d, q.dtype)
+    cfg = {name: None if interpreted else backward_config(name, config_width(d, v.shape[-1]),
+                                                          q.dtype)
            for name in ("dkdv", "dq")}
     if dkdv is not DKDV and not interpreted:
         cfg["dkdv"] = triton_hopper_bwd.DKDV_TMA_CONFIGS[d]

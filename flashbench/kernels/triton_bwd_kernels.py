@@ -13,8 +13,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# the key-block phases of a query block, shared with the forward
-from flashbench.kernels.phases import variant_phases
+# the key-block phases of a query block, shared with the forward; head columns past d (dv)
+# masked where the width is padded, as in the forward
+from flashbench.kernels.phases import masked_load, variant_phases
 
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
@@ -47,24 +48,25 @@ def _trips(lo, hi, BLOCK: tl.constexpr):
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                  stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d, lo, hi,
-                 n_q, n_k, causal_offset, qk_scale, left, right, cap, BLOCK_M: tl.constexpr,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
-    """Accumulate the query blocks [lo, hi) of one query head into (dk, dv) [BLOCK_N, D]."""
+                 n_q, n_k, causal_offset, qk_scale, left, right, cap, offs_dv,
+                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 PRECISION: tl.constexpr, UPCAST: tl.constexpr, WINDOW: tl.constexpr,
+                 SOFTCAP: tl.constexpr, D_QK: tl.constexpr, D_V: tl.constexpr,
+                 PAD_QK: tl.constexpr, PAD_V: tl.constexpr):
+    """Accumulate the query blocks [lo, hi) of one query head into dk [BLOCK_N, D] and dv
+    [BLOCK_N, DV] (head columns past d, dv masked when PAD_QK, PAD_V)."""
     offs_m = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + offs_m
         q_ptrs = q_base + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        do_ptrs = do_base + rows[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        do_ptrs = do_base + rows[:, None] * stride_dom + offs_dv[None, :] * stride_dod
+        q = masked_load(q_ptrs, rows[:, None] < n_q, offs_d[None, :] < D_QK, MASKED, PAD_QK)
+        do = masked_load(do_ptrs, rows[:, None] < n_q, offs_dv[None, :] < D_V, MASKED, PAD_V)
         if MASKED:
-            q = tl.load(q_ptrs, mask=rows[:, None] < n_q, other=0.0)
-            do = tl.load(do_ptrs, mask=rows[:, None] < n_q, other=0.0)
             lse = tl.load(lse_base + rows, mask=rows < n_q, other=0.0)
             delta = tl.load(delta_base + rows, mask=rows < n_q, other=0.0)
         else:
-            q = tl.load(q_ptrs)
-            do = tl.load(do_ptrs)
             lse = tl.load(lse_base + rows)
             delta = tl.load(delta_base + rows)
         # blind rows (LSE = -inf) are masked below; a finite stand-in keeps exp2 quiet
@@ -110,22 +112,20 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
 @triton.jit
 def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset, qk_scale,
-               left, right, cap, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+               left, right, cap, offs_dv, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                CAUSAL: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
-    """Accumulate the key blocks [lo, hi) into dq [BLOCK_M, D]."""
+               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, D_QK: tl.constexpr,
+               D_V: tl.constexpr, PAD_QK: tl.constexpr, PAD_V: tl.constexpr):
+    """Accumulate the key blocks [lo, hi) into dq [BLOCK_M, D] (head columns past d, dv
+    masked when PAD_QK, PAD_V)."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         kT_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        vT_ptrs = v_base + cols[None, :] * stride_vn + offs_d[:, None] * stride_vd
-        if MASKED:
-            kT = tl.load(kT_ptrs, mask=cols[None, :] < n_k, other=0.0)
-            vT = tl.load(vT_ptrs, mask=cols[None, :] < n_k, other=0.0)
-        else:
-            kT = tl.load(kT_ptrs)
-            vT = tl.load(vT_ptrs)
+        vT_ptrs = v_base + cols[None, :] * stride_vn + offs_dv[:, None] * stride_vd
+        kT = masked_load(kT_ptrs, cols[None, :] < n_k, offs_d[:, None] < D_QK, MASKED, PAD_QK)
+        vT = masked_load(vT_ptrs, cols[None, :] < n_k, offs_dv[:, None] < D_V, MASKED, PAD_V)
         # -- recompute P = exp(S - LSE) (log2 domain) --
         if UPCAST:
             qk = tl.dot(q.to(tl.float32), kT.to(tl.float32), input_precision="ieee")
@@ -162,17 +162,20 @@ def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
 def attn_bwd_preprocess(O, DO, DELTA,
                          stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod,
-                         H, N_Q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+                         H, N_Q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                         D_V: tl.constexpr, PAD_V: tl.constexpr):
     off_bh = tl.program_id(0)
     off_b = (off_bh // H).to(tl.int64)
     off_h = (off_bh % H).to(tl.int64)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om
-                + offs_d[None, :] * stride_od, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
+    d_ok = offs_d[None, :] < D_V  # HEAD_DIM: dv's compiled width
+    o = masked_load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om
+                    + offs_d[None, :] * stride_od, row_ok[:, None], d_ok, True, PAD_V)
+    do = masked_load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None]
+                     * stride_dom + offs_d[None, :] * stride_dod, row_ok[:, None], d_ok, True,
+                     PAD_V)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # D = rowsum(dO * O)
     tl.store(DELTA + off_bh.to(tl.int64) * N_Q + offs_m, delta, mask=row_ok)
 
@@ -189,7 +192,9 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
                    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                    VARLEN: tl.constexpr, COUNT: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                   D_QK: tl.constexpr, D_V: tl.constexpr, PAD_QK: tl.constexpr,
+                   PAD_V: tl.constexpr):
     off_bkv = tl.program_id(0)
     start_n = tl.program_id(1)  # causal: the first key blocks are seen most, and run first
     off_b = (off_bkv // HKV).to(tl.int64)
@@ -198,13 +203,16 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
     q_start, k_start, N_Q, N_K = _sequence(CU_Q, CU_K, off_b, N_Q, N_K, VARLEN)
     offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_dv = tl.arange(0, HEAD_DIM_V)
     col_ok = offs_n < N_K
-    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + (k_start + offs_n[:, None])
-                * stride_kn + offs_d[None, :] * stride_kd, mask=col_ok[:, None], other=0.0)
-    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + (k_start + offs_n[:, None])
-                * stride_vn + offs_d[None, :] * stride_vd, mask=col_ok[:, None], other=0.0)
+    k = masked_load(K + off_b * stride_kb + off_hkv * stride_kh + (k_start + offs_n[:, None])
+                    * stride_kn + offs_d[None, :] * stride_kd, col_ok[:, None],
+                    offs_d[None, :] < D_QK, True, PAD_QK)
+    v = masked_load(V + off_b * stride_vb + off_hkv * stride_vh + (k_start + offs_n[:, None])
+                    * stride_vn + offs_dv[None, :] * stride_vd, col_ok[:, None],
+                    offs_dv[None, :] < D_V, True, PAD_V)
     dk = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
-    dv = tl.full([BLOCK_N, HEAD_DIM], 0.0, dtype=tl.float32)
+    dv = tl.full([BLOCK_N, HEAD_DIM_V], 0.0, dtype=tl.float32)
 
     # Query blocks: [lo, a) on the causal diagonal (masked), [a, b) every pair visible
     # (no mask), [b, N_Q) the ragged tail of Nq, or everything after lo when this key
@@ -249,25 +257,34 @@ def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
                               lo, a, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
-                              BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
+                              offs_dv, BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW,
+                              SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
                               a, b, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
-                              BLOCK_M, False, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
+                              offs_dv, BLOCK_M, False, CAUSAL, PRECISION, UPCAST, WINDOW,
+                              SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                               stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
                               b, hi, N_Q, N_K, causal_offset, qk_scale, LEFT, RIGHT, CAP,
-                              BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW, SOFTCAP)
+                              offs_dv, BLOCK_M, True, CAUSAL, PRECISION, UPCAST, WINDOW,
+                              SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     dk = dk * scale
     if UPCAST:  # round to nearest here, so that the store's conversion is exact
         dk = round_bf16(dk)
         dv = round_bf16(dv)
+    dk_ok = col_ok[:, None]
+    if PAD_QK:
+        dk_ok = dk_ok & (offs_d[None, :] < D_QK)
+    dv_ok = col_ok[:, None]
+    if PAD_V:
+        dv_ok = dv_ok & (offs_dv[None, :] < D_V)
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + (k_start + offs_n[:, None])
              * stride_dkn + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None])
+             mask=dk_ok)
     tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + (k_start + offs_n[:, None])
-             * stride_dvn + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty),
-             mask=col_ok[:, None])
+             * stride_dvn + offs_dv[None, :] * stride_dvd, dv.to(DV.dtype.element_ty),
+             mask=dv_ok)
 
 
 def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
@@ -281,7 +298,9 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                  UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                  VARLEN: tl.constexpr, COUNT: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                 D_QK: tl.constexpr, D_V: tl.constexpr, PAD_QK: tl.constexpr,
+                 PAD_V: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -294,13 +313,14 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
     q_start, k_start, N_Q, N_K = _sequence(CU_Q, CU_K, off_b, N_Q, N_K, VARLEN)
     offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_dv = tl.arange(0, HEAD_DIM_V)
     row_ok = offs_m < N_Q
     q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qm
     do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dom
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=row_ok[:, None], other=0.0)
+    q = masked_load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                    row_ok[:, None], offs_d[None, :] < D_QK, True, PAD_QK)
+    do = masked_load(do_base + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod,
+                     row_ok[:, None], offs_dv[None, :] < D_V, True, PAD_V)
     rows = off_b * stride_lb + off_h * stride_lh + q_start + offs_m
     lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)
@@ -323,19 +343,22 @@ def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
         tl.store(VISITS + off_bh.to(tl.int64) * tl.num_programs(1) + start_m, visits)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                     stride_vn, stride_vd, offs_m, offs_d, lo, a_end, N_K, causal_offset,
-                    qk_scale, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST,
-                    WINDOW, SOFTCAP)
+                    qk_scale, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, True, CAUSAL, PRECISION,
+                    UPCAST, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                     stride_vn, stride_vd, offs_m, offs_d, a_end, full, N_K, causal_offset,
-                    qk_scale, LEFT, RIGHT, CAP, BLOCK_N, False, CAUSAL, PRECISION, UPCAST,
-                    WINDOW, SOFTCAP)
+                    qk_scale, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, False, CAUSAL, PRECISION,
+                    UPCAST, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     dq = _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
                     stride_vn, stride_vd, offs_m, offs_d, tl.maximum(full, a_end), hi, N_K,
-                    causal_offset, qk_scale, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL,
-                    PRECISION, UPCAST, WINDOW, SOFTCAP)
+                    causal_offset, qk_scale, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, True, CAUSAL,
+                    PRECISION, UPCAST, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     dq = dq * scale
     if UPCAST:
         dq = round_bf16(dq)
+    dq_ok = row_ok[:, None]
+    if PAD_QK:
+        dq_ok = dq_ok & (offs_d[None, :] < D_QK)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None])
              * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None])
+             mask=dq_ok)

@@ -22,6 +22,8 @@ from flashbench.inputs.validation import check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels import triton_fwd
 from flashbench.kernels.checks import check_heads, check_tensors
+from flashbench.kernels.headdim import HEAD_DIMS as _HEAD_DIMS
+from flashbench.kernels.headdim import check_head_dims, config_width
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
 
@@ -30,7 +32,7 @@ __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tile
            "INTERPRETER_BLOCK_M", "INTERPRETER_BLOCK_N"]
 
 FP8_DTYPE = torch.float8_e4m3fn
-HEAD_DIMS = (32, 64, 128, 256)  # fp8 wgmma reduces over 32 elements: no d = 16
+HEAD_DIMS = _HEAD_DIMS  # padded to a width >= 32: fp8 wgmma reduces over 32 elements
 INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 QUANT = ("block", "tensor")
 # Interpreter tiles: those of the fp8 flash model's default block (64 keys, block_q = 64),
@@ -108,7 +110,7 @@ def _resolve(config, d: int, device, block_quant: bool) -> Config | None:
 def tiles(d: int, device, config=None) -> tuple[int, int] | None:
     """(BLOCK_M, BLOCK_N) a block-quantised fp8 launch on ``device`` uses (its quantiser's
     blocks): the given config's, else the fixed fp8 config's (GPU) or the interpreter's."""
-    cfg = _resolve(config, d, torch.device(device), True)
+    cfg = _resolve(config, config_width(d, least=32), torch.device(device), True)
     return cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
 
 
@@ -118,10 +120,8 @@ def _check_fp8(q8, k8, v8, causal) -> None:
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be a {FP8_DTYPE} tensor [B, H, N, d], got {got}")
     check_heads(q8, k8, v8)
-    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), head_dims=HEAD_DIMS, gqa=True,
-                  causal=causal)
-    if v8.shape[-1] != q8.shape[-1]:
-        raise ValueError(f"v8 must have head dim d={q8.shape[-1]} like q8, got dv={v8.shape[-1]}")
+    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), gqa=True, causal=causal)
+    check_head_dims(q8.shape[-1], v8.shape[-1], "the Triton FP8 forward")
     if q8.device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"q8, k8, v8 must be CUDA tensors (compiled kernel) or CPU tensors "
                          f"(Triton interpreter), got {q8.device}")
@@ -160,7 +160,8 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
 
     Args:
         q8 [B, H, Nq, d], k8, v8 [B, Hkv, Nk, d]: ``torch.float8_e4m3fn``, Hkv dividing H,
-            d in :data:`HEAD_DIMS`; v8 ideally :func:`key_major` (else copied to it).
+            d, dv in :data:`HEAD_DIMS` (multiples of 8 to 256); v8 ideally
+            :func:`key_major` (else copied to it).
         q_descale, k_descale, v_descale: fp32 tensors: one element (per tensor),
             [B, H] / [B, Hkv] (per head), or [B, H, ceil(Nq / BLOCK_M)] /
             [B, Hkv, ceil(Nk / BLOCK_N)] (per block of the launch's tiles,
@@ -177,7 +178,8 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
     hkv, n_k = k8.shape[1], k8.shape[2]
     per_block = any(isinstance(t, torch.Tensor) and t.dim() == 3
                     for t in (q_descale, k_descale, v_descale))
-    cfg = _resolve(config, d, q8.device, per_block)
+    width = config_width(d, v8.shape[-1], 32)
+    cfg = _resolve(config, width, q8.device, per_block)
     bm, bn = (None, None) if cfg is None else (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
     descales = (_descale("q_descale", q_descale, B, H, n_q, bm, q8.device),
                 _descale("k_descale", k_descale, B, hkv, n_k, bn, q8.device),
@@ -188,19 +190,18 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
     if scale <= 0:  # keep the folded scale positive, as the 16-bit forward does
         q8 = torch.zeros_like(q8) if scale == 0 else _negated(q8)
         scale = 1.0 if scale == 0 else -scale
-    o = torch.empty((B, H, n_q, d), dtype=torch.bfloat16, device=q8.device)
+    o = torch.empty((B, H, n_q, v8.shape[-1]), dtype=torch.bfloat16, device=q8.device)
     lse, used = triton_fwd.launch(
         q8, k8, key_major(v8), o, scale, causal, cfg, descales=descales,
-        candidates=_configs.candidates(d, FP8_DTYPE),
+        candidates=_configs.candidates(width, FP8_DTYPE),
         tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N))
     return o, lse, used
 
 
 def _check_inputs(q, k, v, causal) -> None:
     check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=INPUT_DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
+    check_tensors(q, k, v, dtypes=INPUT_DTYPES, gqa=True, causal=causal)
+    check_head_dims(q.shape[-1], v.shape[-1], "the Triton FP8 forward")
 
 
 def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -215,7 +216,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Args:
         q [B, H, Nq, d], k, v [B, Hkv, Nk, d]: float16, bfloat16, float32 or float64
-            (one dtype), Hkv dividing H, d in :data:`HEAD_DIMS`.
+            (one dtype), Hkv dividing H, d, dv in :data:`HEAD_DIMS` (multiples of 8 to 256).
         quant: "block" (one scale per tile of rows, per batch and head; runs the fixed
             fp8 config on a GPU) or "tensor" (one scale per tensor; autotuned).
         incoherent: multiply q and k by the model's random orthogonal matrix
@@ -240,7 +241,8 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
         m = torch.from_numpy(incoherence_matrix(q.shape[-1], seed)).to(q.device)
         q, k = q.double() @ m, k.double() @ m
-    cfg = _resolve(config, q.shape[-1], q.device, quant == "block")
+    cfg = _resolve(config, config_width(q.shape[-1], v.shape[-1], 32), q.device,
+                   quant == "block")
     bm, bn = (None, None) if quant == "tensor" else (cfg.kwargs["BLOCK_M"],
                                                      cfg.kwargs["BLOCK_N"])
     (q8, qd), (k8, kd), (v8, vd) = (quantize(q, bm), quantize(k, bn), quantize(v, bn))

@@ -26,15 +26,15 @@ import triton.language as tl
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.checks import check_heads, check_tensors
+from flashbench.kernels.headdim import HEAD_DIMS, check_head_dims, config_width, dim_constexprs
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
-from flashbench.kernels.phases import merge_sink, variant_phases
+from flashbench.kernels.phases import masked_load, merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 from flashbench.kernels.softcap import tanh
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
 
-HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 NO_VARIANT = dict.fromkeys(("WINDOW", "SOFTCAP", "HAS_SINKS", "VARLEN", "COUNT"), False)
 LOG2E = 1.4426950408889634  # 1 / ln 2 (the kernel multiplies by ln 2 = 0.693... at the end)
@@ -68,24 +68,23 @@ def current_config() -> Config | str | None:
 @triton.jit
 def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd,
                      stride_vn, stride_vd, offs_m, offs_d, lo, hi, n_k, causal_offset,
-                     qk_scale, kd_base, vd_base, stride_kd_n, left, right, cap,
+                     qk_scale, kd_base, vd_base, stride_kd_n, left, right, cap, offs_dv,
                      BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                      PRECISION: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr,
-                     ROUND: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
-    """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED;
-    ``visits`` counts the blocks."""
+                     ROUND: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                     D_QK: tl.constexpr, D_V: tl.constexpr, PAD_QK: tl.constexpr,
+                     PAD_V: tl.constexpr):
+    """Stream key blocks [lo, hi) into (acc, l_i, m_i); mask keys only when MASKED, head
+    columns past d (dv) only when PAD_QK (PAD_V); ``visits`` counts the blocks."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         visits += 1
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        v_ptrs = v_base + cols[:, None] * stride_vn + offs_dv[None, :] * stride_vd
         # -- S = Q K^T (raw scores; the scale is folded into the exponent) --
-        if MASKED:
-            k = tl.load(k_ptrs, mask=cols[None, :] < n_k, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
+        k = masked_load(k_ptrs, cols[None, :] < n_k, offs_d[:, None] < D_QK, MASKED, PAD_QK)
         if UPCAST:
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
@@ -116,10 +115,7 @@ def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride
         l_i = l_i * alpha + tl.sum(p, 1)
         # -- update the output accumulator --
         acc = acc * alpha[:, None]
-        if MASKED:
-            v = tl.load(v_ptrs, mask=cols[:, None] < n_k, other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v = masked_load(v_ptrs, cols[:, None] < n_k, offs_dv[None, :] < D_V, MASKED, PAD_V)
         if FP8:  # P rounded to e4m3; this value block's descale applied to its P V tile
             if ROUND:
                 p = round_e4m3(p)
@@ -143,7 +139,8 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
               UPCAST: tl.constexpr, FP8: tl.constexpr, ROUND: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
               SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, VARLEN: tl.constexpr,
-              COUNT: tl.constexpr):
+              COUNT: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_QK: tl.constexpr,
+              D_V: tl.constexpr, PAD_QK: tl.constexpr, PAD_V: tl.constexpr):
     off_bh = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first
         start_m = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -155,6 +152,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
     off_h = off_h.to(tl.int64)
     offs_m = tl.multiple_of(start_m * BLOCK_M, BLOCK_M) + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_dv = tl.arange(0, HEAD_DIM_V)  # d and dv: padded to compiled widths (headdim)
     q_start = 0
     k_start = 0
     if VARLEN:  # packed sequences: batch b is rows cu[b]..cu[b+1]-1 (batch strides are 0)
@@ -165,7 +163,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
 
     q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qm
               + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-    q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)
+    q = masked_load(q_ptrs, offs_m[:, None] < N_Q, offs_d[None, :] < D_QK, True, PAD_QK)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_kn
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vn
     if FP8:  # descales: per (batch, head) and block of rows; strides 0 where shared
@@ -180,7 +178,7 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.full([BLOCK_M], 0.0, dtype=tl.float32)
-    acc = tl.full([BLOCK_M, HEAD_DIM], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_M, HEAD_DIM_V], 0.0, dtype=tl.float32)
 
     # Phase 1 [lo, a_end): blocks a window's left edge cuts (masked; empty without a window).
     # Phase 2 [a_end, full): blocks inside Nk that every row of this query block sees.
@@ -195,18 +193,18 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
     acc, l_i, m_i, visits = _attn_fwd_blocks(
         acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         offs_m, offs_d, lo, a_end, N_K, causal_offset, qk_scale, kd_base, vd_base,
-        stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8, ROUND,
-        WINDOW, SOFTCAP)
+        stride_kd_n, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8,
+        ROUND, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     acc, l_i, m_i, visits = _attn_fwd_blocks(
         acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         offs_m, offs_d, a_end, full, N_K, causal_offset, qk_scale, kd_base, vd_base,
-        stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, False, CAUSAL, PRECISION, UPCAST, FP8, ROUND,
-        WINDOW, SOFTCAP)
+        stride_kd_n, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, False, CAUSAL, PRECISION, UPCAST, FP8,
+        ROUND, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     acc, l_i, m_i, visits = _attn_fwd_blocks(
         acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         offs_m, offs_d, tl.maximum(full, a_end), hi, N_K, causal_offset, qk_scale, kd_base,
-        vd_base, stride_kd_n, LEFT, RIGHT, CAP, BLOCK_N, True, CAUSAL, PRECISION, UPCAST, FP8,
-        ROUND, WINDOW, SOFTCAP)
+        vd_base, stride_kd_n, LEFT, RIGHT, CAP, offs_dv, BLOCK_N, True, CAUSAL, PRECISION,
+        UPCAST, FP8, ROUND, WINDOW, SOFTCAP, D_QK, D_V, PAD_QK, PAD_V)
     if COUNT:
         tl.store(VISITS + off_bh.to(tl.int64) * tl.num_programs(1) + start_m, visits)
     if HAS_SINKS:  # the sink joins (m, l) as a key with no value (log2 domain)
@@ -224,8 +222,11 @@ def _attn_fwd(Q, K, V, O, LSE, QD, KD, VD,
 
     row_ok = offs_m < N_Q
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + q_start * stride_om
-              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+              + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od)
+    if PAD_V:
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv < D_V))
+    else:
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + off_b * stride_lb + off_h * stride_lh + q_start + offs_m, lse, mask=row_ok)
 
 
@@ -235,7 +236,7 @@ FORWARD = TritonKernel(
     do_not_specialize=("H", "GROUP", "N_Q", "N_K", "QD", "KD", "VD", "stride_qd_bh",
                        "stride_qd_m", "stride_kd_bh", "stride_kd_n", "SINKS", "CU_Q", "CU_K",
                        "VISITS", "LEFT", "RIGHT", "CAP", "stride_lb", "stride_lh"),
-    autotune_key=("N_Q", "N_K", "HEAD_DIM", "CAUSAL", "PRECISION", "FP8", "WINDOW",
+    autotune_key=("N_Q", "N_K", "HEAD_DIM", "D_QK", "D_V", "CAUSAL", "PRECISION", "FP8", "WINDOW",
                   "SOFTCAP", "HAS_SINKS", "VARLEN"),
     prune=_configs.prune_forward,
 )
@@ -243,9 +244,8 @@ FORWARD = TritonKernel(
 
 def _validate(q, k, v, causal, scale, allow_tf32) -> float:
     check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
+    check_tensors(q, k, v, dtypes=DTYPES, gqa=True, causal=causal)
+    check_head_dims(q.shape[-1], v.shape[-1], "the Triton forward")
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
     if q.device.type not in ("cpu", "cuda", "meta"):
@@ -287,13 +287,14 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
         scale = 1.0 if scale == 0 else -scale
     if config == "fixed" or (config is None and q.dtype == torch.float32
                              and not interpreted_for(q.device)):
-        config = _configs.fixed_config(q.shape[-1], q.dtype)
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+        config = _configs.fixed_config(config_width(q.shape[-1], v.shape[-1]), q.dtype)
+    o = q.new_empty((*q.shape[:-1], v.shape[-1]))  # [B, H, Nq, dv], contiguous
     # IEEE fp32 dots where fp32 accuracy is promised; 16-bit operands take the default
     # ("tf32", which only affects fp32 operands) so their tensor-core path is untouched.
     ieee = q.dtype == torch.float32 and not allow_tf32
     lse, used = launch(q, k, v, o, scale, causal, config, precision="ieee" if ieee else "tf32",
-                       candidates=_configs.candidates(q.shape[-1], q.dtype),
+                       candidates=_configs.candidates(config_width(q.shape[-1], v.shape[-1]),
+                                                      q.dtype),
                        tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N), variant=variant)
     return o, lse, used
 
@@ -337,7 +338,8 @@ def launch(q, k, v, o, scale: float, causal: bool, config: Config | None, *,
     interpreted = interpreted_for(q.device)
     # Interpreted launches only: bf16 dot operands upcast (triton issue 11584); P and a
     # bf16 output rounded to nearest even in fp32 before their (wrong) conversions.
-    constexprs = dict(HEAD_DIM=d, CAUSAL=check_causal(causal), PRECISION=precision,
+    constexprs = dict(**dim_constexprs(d, v.shape[-1], 32 if fp8 else 16),
+                      CAUSAL=check_causal(causal), PRECISION=precision,
                       UPCAST=interpreted and q.dtype == torch.bfloat16, FP8=fp8,
                       ROUND=interpreted and (fp8 or q.dtype == torch.bfloat16), **flags)
 

@@ -181,7 +181,7 @@ def _varlen_forward(q, k, v, packed: Packed, variant: Variant, scale, allow_tf32
     if q.shape[0] == 0 or k.shape[0] == 0:  # nothing to launch: O = 0, LSE = -inf or the sink
         if sink is not None:
             lse[...] = sink[:, None]
-        return torch.zeros_like(q), lse
+        return q.new_zeros((*q.shape[:-1], v.shape[-1])), lse
     kv = KernelVariant(variant, packed.batch, packed.max_q, packed.max_k, lse, sink,
                        packed.cu_q, packed.cu_k, visits)
     o, lse, _ = triton_fwd.forward(*map(_heads_first, (q, k, v)), variant.causal, scale,

@@ -163,7 +163,8 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
     (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``)."""
     fields, baseline, yardsticks = {}, {}, {}
     for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
-        j = judge_gradient(g, s, r, prec, fallback=lambda i=i: fallback()[i])
+        j = judge_gradient(g, s, r, prec, fallback=lambda i=i: fallback()[i],
+                           model=kernel == "flash_model")
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)

@@ -339,10 +339,17 @@ def _band_notes(rows, sources: bool = True) -> list[str]:
     ``sources``: and where the forward's bands came from."""
     out = ["   band: the band rule's ratio (<= 1 passes); FAIL (2x) / (band) / (both): the "
            "rule(s) that failed"]
+    from flashbench.accuracy.bandrule import likely_cause
+
     for r in rows:
+        label = r.get("backend") or r.get("kernel") or "flash_model"
         if r.get("disagreement"):
-            label = r.get("backend") or r.get("kernel") or "flash_model"
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['disagreement']}")
+        elif r.get("band_passed") is False and not r.get("peer"):  # both rules failed
+            failed = [t for t, b in (r.get("band") or {}).items() if not b["passed"]]
+            out += [f"   {label} {r['dtype']} {r['case']}: band rule FAIL on "
+                    f"{t.upper() if t in ('o', 'lse') else t}: {likely_cause(t)}"
+                    for t in failed]
     if not sources:
         return out
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}

@@ -75,8 +75,12 @@ class DecodeCase:
                     not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"DecodeCase.{name} must be an int >= 1, got {value!r}")
         head_group(self.H, self.Hkv, self.Hkv)
-        if len(self.lens) != self.B or any(n < 0 for n in self.lens):
-            raise ValueError(f"a decode case needs B={self.B} cache lengths >= 0, got "
+        if len(self.lens) != self.B:
+            raise ValueError(f"a decode case with B={self.B} needs {self.B} cache "
+                             f"length{'s' if self.B != 1 else ''} (one per sequence), got "
+                             f"{len(self.lens)}: {','.join(map(str, self.lens))}")
+        if any(n < 0 for n in self.lens):
+            raise ValueError(f"a decode case's cache lengths must be ints >= 0, got "
                              f"{self.lens}")
 
     def spec(self) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from flashbench.inputs.problem import Shape
 
-__all__ = ["BYTES_PER_SCORE", "check_case_bytes", "available_bytes", "too_big", "human"]
+__all__ = ["BYTES_PER_SCORE", "check_case_bytes", "decode_case_bytes", "available_bytes",
+           "too_big", "decode_too_big", "human"]
 
 BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (docs/backends.md)
 BYTES_PER_ROW_VALUE = 8 * 16  # float64, about 16 live [.., N, d] arrays (inputs, o, copies)
@@ -35,6 +36,23 @@ def check_case_bytes(shape: Shape) -> int:
     score_bytes = max(BYTES_PER_SCORE * s.B * s.H, 4 * 8) * s.Nq * s.Nk
     rows = s.B * s.H * (s.Nq + s.Nk) * max(s.d, s.head_dim_v)
     return score_bytes + BYTES_PER_ROW_VALUE * rows
+
+
+def decode_case_bytes(case) -> int:
+    """Peak memory of one ``check --decode`` case (a
+    :class:`flashbench.measure.decode.DecodeCase`), in bytes, the forward's estimate on
+    the decode's sizes: the scores of every query row over its cache, and the cache's
+    keys (a contiguous cache holds B x the longest; a paged pool every page, 3 spare)::
+
+        24 * B * H * Nq * max(lens) + 128 * keys * Hkv * (d + d)
+    """
+    longest = max(max(case.lens), 1)
+    if case.page_size is None:
+        keys = case.B * longest
+    else:
+        keys = (sum(-(-n // case.page_size) for n in case.lens) + 3) * case.page_size
+    return (BYTES_PER_SCORE * case.B * case.H * case.Nq * longest
+            + BYTES_PER_ROW_VALUE * keys * case.Hkv * 2 * case.d)
 
 
 def _meminfo_available() -> int | None:
@@ -82,19 +100,41 @@ def human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def too_big(shapes, available: int | None = None) -> str | None:
-    """None when every shape's check fits in memory, else a one-line refusal naming the
-    first that does not, with both figures. ``available``: bytes (None: measure now)."""
+def _first_too_big(items, need, available: int | None) -> tuple | None:
+    """(item, bytes it needs, bytes available, where that figure comes from) for the first
+    of ``items`` whose ``need(item)`` exceeds what is available; None when all fit."""
     where = "given"
     if available is None:
         available, where = available_bytes()
         if available is None:
             return None
-    for shape in dict.fromkeys(shapes):
-        need = check_case_bytes(shape)
-        if need > available:
-            return (f"shape {shape.spec()} needs about {human(need)} of memory for the check "
-                    f"(estimate: {BYTES_PER_SCORE} bytes per element of the B*H*Nq*Nk score "
-                    f"matrix, which the float64 reference materialises), but only "
-                    f"{human(available)} is available ({where}); try a smaller shape")
+    for item in dict.fromkeys(items):
+        if need(item) > available:
+            return item, need(item), available, where
     return None
+
+
+def too_big(shapes, available: int | None = None) -> str | None:
+    """None when every shape's check fits in memory, else a one-line refusal naming the
+    first that does not, with both figures. ``available``: bytes (None: measure now)."""
+    found = _first_too_big(shapes, check_case_bytes, available)
+    if found is None:
+        return None
+    shape, need, available, where = found
+    return (f"shape {shape.spec()} needs about {human(need)} of memory for the check "
+            f"(estimate: {BYTES_PER_SCORE} bytes per element of the B*H*Nq*Nk score "
+            f"matrix, which the float64 reference materialises), but only "
+            f"{human(available)} is available ({where}); try a smaller shape")
+
+
+def decode_too_big(cases, available: int | None = None) -> str | None:
+    """:func:`too_big` for decode cases (:func:`decode_case_bytes`), before any cache is
+    drawn: a length or page size past memory is a refusal, never a crash or a swap storm."""
+    found = _first_too_big(cases, decode_case_bytes, available)
+    if found is None:
+        return None
+    case, need, available, where = found
+    return (f"decode case {case.spec()} needs about {human(need)} of memory for the check "
+            f"(estimate: {BYTES_PER_SCORE} bytes per score of each query row over its cache, "
+            f"{BYTES_PER_ROW_VALUE} per cached K and V value), but only {human(available)} "
+            f"is available ({where}); try shorter cache lengths or smaller pages")

@@ -279,7 +279,7 @@ def _accuracy(case: Case, kernel: str, prec: Precision, out, std, ref, fallback=
     no LSE (a stand-in fills ``out[1]``): judged on O only (the LSE note says why).
     ``bands``: the case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's
     side)."""
-    j = judge(out, std, ref, prec, fallback=fallback)
+    j = judge(out, std, ref, prec, fallback=fallback, model=kernel == "flash_model")
     verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
     note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
     shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE

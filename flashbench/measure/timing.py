@@ -66,6 +66,7 @@ def device_samples(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
             _FLUSH[dev].zero_()
         start.record()
         fn()
+        torch.cuda.synchronize()  # the whole device: work sent to another stream is timed too
         end.record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) * 1e-3 for start, end in events]

@@ -27,10 +27,10 @@ PARTIAL_DTYPES = ("fp32", "bf16", "fp16")  # what partial states may be stored i
 
 
 def _sequences(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-               prec: Precision):
+               prec: Precision, dv=None):
     """Per sequence: (b, n, q [Hkv, G, Nq, d], k, v [Hkv, 1, n, *]) rounded to ``prec``."""
     q, k_cache, v_cache, lens, table, layout, scale = check_decode(
-        q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
+        q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, dv)
     out = []
     for b, n in enumerate(lens.tolist()):
         k = sequence_cache(k_cache, b, n, table).transpose(1, 0, 2)[:, None]
@@ -68,13 +68,15 @@ def _partial(name: str, value) -> Precision:
 def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
                        dtype: str | Precision = "bf16", causal: bool = False,
                        scale: float | None = None, num_splits: int = 1, block: int = 64,
-                       partials: str | Precision = "fp32", lse_dtype: str | Precision = "fp32"):
+                       partials: str | Precision = "fp32", lse_dtype: str | Precision = "fp32",
+                       dv: int | None = None):
     """Model of a split-KV decode kernel computing in ``dtype`` (module docstring).
 
     Arguments as :func:`flashbench.reference.decode_attention`, plus ``dtype`` (fp32,
     tf32, fp16, bf16), ``block`` (keys per streamed block; chunks are aligned to it),
     ``partials`` and ``lse_dtype`` (the precisions O_s and LSE_s are stored in: fp32,
-    bf16 or fp16). Returns ``(o [B, Nq, H, dv] in T's storage dtype, lse [B, H, Nq]
+    bf16 or fp16); ``dv`` with ``v_cache=None``: the absorbed MLA form (V = k_cache[...,
+    :dv]). Returns ``(o [B, Nq, H, dv] in T's storage dtype, lse [B, H, Nq]
     float32)``; a 16-bit LSE that overflows (fp16 past 65504) gives NaN, as a kernel would.
     """
     prec = get_precision(dtype)  # the door: names become Precisions here, once
@@ -84,7 +86,7 @@ def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
         raise ValueError(f"dtype must be one of fp32, tf32, fp16, bf16, got {prec.name!r}")
     block = check_block(block)
     seqs, layout, scale, lens = _sequences(q, k_cache, v_cache, cache_seqlens, block_table,
-                                           causal, scale, prec)
+                                           causal, scale, prec, dv)
     bounds = split_bounds(int(lens.max()), num_splits, align=block)
     round_p = None if prec.name == "fp32" else prec.operand
     S, B, H, nq, dv = len(bounds), layout.B, layout.H, layout.Nq, layout.dv
@@ -104,13 +106,14 @@ def split_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
 
 def standard_decode_model(q, k_cache, v_cache, cache_seqlens, block_table=None,
                           dtype: str | Precision = "bf16", causal: bool = False,
-                          scale: float | None = None):
+                          scale: float | None = None, dv: int | None = None):
     """Plain attention in ``dtype`` on each sequence's gathered cache
     (:func:`flashbench.numerics.standard_model`): the baseline rule's yardstick for decode.
-    Returns (o [B, Nq, H, dv] in T's storage dtype, lse [B, H, Nq] float32)."""
+    ``dv``: as :func:`split_decode_model`. Returns (o [B, Nq, H, dv] in T's storage dtype,
+    lse [B, H, Nq] float32)."""
     prec = get_precision(dtype)  # the door
     seqs, layout, scale, _ = _sequences(q, k_cache, v_cache, cache_seqlens, block_table,
-                                        causal, scale, PRECISIONS["fp64"])
+                                        causal, scale, PRECISIONS["fp64"], dv)
     o = np.zeros((layout.B, layout.Nq, layout.H, layout.dv), prec.storage)
     lse = np.full((layout.B, layout.H, layout.Nq), -np.inf, np.float32)
     for b, n, qb, k, v in seqs:

@@ -23,6 +23,7 @@ from flashbench.inputs.kvcache import (
     check_seqlens,
     check_splits,
     split_bounds,
+    value_cache,
 )
 from flashbench.inputs.validation import as_float_array, check_scale, split_heads
 from flashbench.reference.streaming import finish, masked_scores, safe_max
@@ -82,13 +83,15 @@ def sequence_cache(cache: np.ndarray, b: int, length: int, block_table=None) -> 
     return cache[pages].reshape(-1, *cache.shape[2:])[:length]
 
 
-def check_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale):
+def check_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, dv=None):
     """The checked arguments of a NumPy decode call: (q, k_cache, v_cache as float64,
     cache_seqlens, block_table as int64, the :class:`~flashbench.inputs.kvcache.CacheLayout`,
-    the scale)."""
+    the scale). ``v_cache`` None with ``dv``: the absorbed MLA form, V = k_cache[..., :dv]
+    (:func:`flashbench.inputs.kvcache.value_cache`)."""
     q = as_float_array(q, "q")
     k_cache = as_float_array(k_cache, "k_cache")
-    v_cache = as_float_array(v_cache, "v_cache")
+    v_cache, _ = value_cache(k_cache, None if v_cache is None else
+                             as_float_array(v_cache, "v_cache"), dv)
     layout = check_cache(q.shape, k_cache.shape, v_cache.shape,
                          None if block_table is None else np.shape(block_table))
     lens = check_seqlens(cache_seqlens, layout, causal)
@@ -124,7 +127,8 @@ def _partials(q, k_cache, v_cache, lens, table, layout, bounds, causal, scale):
 
 
 def decode_partials(q, k_cache, v_cache, cache_seqlens, block_table=None, *, num_splits: int = 1,
-                    causal: bool = False, scale: float | None = None, bounds=None):
+                    causal: bool = False, scale: float | None = None, bounds=None,
+                    dv: int | None = None):
     """The partial states of split-KV decode, float64, before the merge.
 
     Args: as :func:`decode_attention`; ``bounds``: explicit key ranges ``[(start, stop),
@@ -135,14 +139,14 @@ def decode_partials(q, k_cache, v_cache, cache_seqlens, block_table=None, *, num
         :func:`merge_states` takes them; chunks that see no key hold 0 and -inf.
     """
     q, k_cache, v_cache, lens, table, layout, scale = check_decode(
-        q, k_cache, v_cache, cache_seqlens, block_table, causal, scale)
+        q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, dv)
     if bounds is None:
         bounds = split_bounds(int(lens.max()), check_splits(num_splits))
     return _partials(q, k_cache, v_cache, lens, table, layout, list(bounds), causal, scale)
 
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, causal: bool = False,
-                     scale: float | None = None, num_splits: int = 1):
+                     scale: float | None = None, num_splits: int = 1, dv: int | None = None):
     """Attention of Nq new tokens per sequence over a KV cache, in float64.
 
     Args:
@@ -155,12 +159,15 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, causa
         scale: score scale; None means 1/sqrt(d).
         num_splits: key chunks computed apart and merged (:func:`merge_states`); 1 is
             one-shot. Any value gives the same result to ~1e-15.
+        dv: with ``v_cache=None``, the absorbed MLA form: V is k_cache[..., :dv]
+            (DeepSeek: d = 576, dv = 512); with a v_cache, its head dim (checked).
 
     Returns:
         (o [B, Nq, H, dv], lse [B, H, Nq]) float64; a sequence of length 0 (not causal)
         gives O = 0 and LSE = -inf.
     """
     o_parts, lse_parts = decode_partials(q, k_cache, v_cache, cache_seqlens, block_table,
-                                         num_splits=num_splits, causal=causal, scale=scale)
+                                         num_splits=num_splits, causal=causal, scale=scale,
+                                         dv=dv)
     o, lse = (o_parts[0], lse_parts[0]) if len(o_parts) == 1 else merge(o_parts, lse_parts)
     return o.transpose(0, 2, 1, 3), lse

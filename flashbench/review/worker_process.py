@@ -26,6 +26,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
 WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
+GUARD = {}  # "module": worker_guard, loaded on first use
 
 
 def _reason(exc: BaseException) -> str:
@@ -94,12 +95,15 @@ class Suites:
         return b, None
 
     @staticmethod
-    def teardown(b) -> None:
+    def teardown(b) -> str | None:
+        """The first teardown's failure (a suite checks its timed outputs there), or None."""
+        failed = None
         for teardown in b._teardowns:
             try:
                 teardown(*b._build_params())
-            except Exception:
-                pass
+            except Exception as exc:
+                failed = failed or "teardown: " + _reason(exc)
+        return failed
 
 
 def _sample(func, number: int, timer=time.perf_counter) -> float:
@@ -122,12 +126,12 @@ def _run(suites: Suites, req: dict, measure, skips: bool = True) -> dict:
     if b is None:
         return reply
     try:
-        return measure(b)
+        reply = measure(b)
     except Exception as exc:
         skipped = skips and isinstance(exc, NotImplementedError)
-        return {"status": "skipped" if skipped else "failed", "reason": _reason(exc)}
-    finally:
-        suites.teardown(b)
+        reply = {"status": "skipped" if skipped else "failed", "reason": _reason(exc)}
+    failed = suites.teardown(b)  # a suite's check of its timed outputs fails the point
+    return {"status": "failed", "reason": failed} if failed and reply["status"] == "ok" else reply
 
 
 def _call(b):
@@ -180,10 +184,12 @@ def pair_point(sides: "Sides", req: dict) -> dict:
             if b is None:
                 return dict(reply, side=side)
             prepared[side] = (b, *_call(b))
-        for side in order:  # one untimed call each
+        for side in order:  # one untimed call each; it may not replace a shared function
             sides.use(side)
             _, call, timer = prepared[side]
             _sample(call, 1, timer)
+            if sides.refuse_changes(side, sides.entry, "a call of its code"):
+                return {"status": "failed", "side": side, "reason": sides.errors[side]}
         samples = {s: [] for s in order}
         for k in range(max(1, int(req.get("samples", 1)))):
             for side in order if k % 2 == 0 else order[::-1]:
@@ -193,9 +199,10 @@ def pair_point(sides: "Sides", req: dict) -> dict:
     except Exception as exc:
         return {"status": "failed", "side": side, "reason": _reason(exc)}
     finally:
-        for s, (b, _, _) in prepared.items():
-            sides.use(s)
-            sides.suites[s].teardown(b)
+        failed = {s: sides.use(s) or sides.suites[s].teardown(b)
+                  for s, (b, _, _) in prepared.items()}
+    for side in [s for s in order if failed.get(s)]:  # its outputs failed the suite's check
+        return {"status": "failed", "side": side, "reason": failed[side]}
     return {"status": "ok", "number": number, **samples}
 
 
@@ -226,6 +233,19 @@ def _top_level_names(tree: str) -> set:
     return names
 
 
+def entry_points() -> dict:
+    """numpy's, torch's, time's callables and this script's timer (worker_guard.py, by path)."""
+    if not GUARD:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("worker_guard",
+                                                      os.path.join(HERE, "worker_guard.py"))
+        GUARD["module"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(GUARD["module"])
+    return GUARD["module"].entry_points({f"worker_process.{n}": globals()[n] for n in (
+        "_sample", "_call", "time_point", "pair_point")})
+
+
 class Sides:
     """Each commit's copy of the suites and of the modules they import: a module named at
     the top of a tree (flashbench, the benchmarks package) is a side's, the rest (numpy,
@@ -245,10 +265,20 @@ class Sides:
         update_sys_path(root)
         for side in self.trees:
             self.use(side)
+            before = entry_points()
             try:
                 self.suites[side] = Suites(root, importer=False)
             except BaseException as exc:  # this commit's suites do not import
                 self.errors[side] = "benchmark discovery failed: " + _reason(exc)
+            self.refuse_changes(side, before, "its import")
+        self.entry = entry_points()
+
+    def refuse_changes(self, side: str, before: dict, when: str) -> str | None:
+        """Refuse ``side`` when its code replaced a shared function (worker_guard.refusal)."""
+        why = GUARD["module"].refusal(before, entry_points(), when, globals())
+        if why is not None:
+            self.errors[side] = why
+        return why
 
     def _owned(self, name: str) -> bool:
         return name != "__main__" and name.partition(".")[0] in self.tops
@@ -272,6 +302,15 @@ class Sides:
         self.active = side
 
     def answer(self, req: dict) -> dict:
+        reply = self._answer(req)
+        ran = req.get("order") or [req.get("side")]  # a pair's later change: its first side's
+        for side in [s for s in ran if s in self.trees and s not in self.errors]:
+            if self.refuse_changes(side, self.entry, "a call of its code"):
+                return {"status": "failed", "side": side, "reason": self.errors[side]}
+        self.entry = entry_points()  # modules imported by the calls join the watch
+        return reply
+
+    def _answer(self, req: dict) -> dict:
         if req.get("op") == "pair":
             return pair_point(self, req)
         side = req.get("side")

@@ -1,0 +1,118 @@
+"""``flashbench speed``: how fast each backend is on a case, every timed call checked."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict
+
+from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
+from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
+
+PASSES = ("fwd",)  # the passes the guarded timer judges (docs/speed.md: backward is not yet)
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser(
+        "speed", help="time every backend on a case: every timed call on fresh inputs, checked",
+        description="Time each backend that takes the case (flashbench's kernels, torch's, "
+        "yours with --backend module:function, in its own worker process) with the guarded "
+        "timer: a pool of inputs drawn from a per-run seed, refilled in place, every timed "
+        "output checked outside the clock (stale, wrong, lazy type, aliases an input, thread "
+        "left running, clock tampered, below the roofline floor). Per row: median, p10, p90 "
+        "of >= 10 calls, TFLOP/s, GB/s, %% of this run's measured matmul peak, speedup "
+        "against --baseline. Exit 0 all PASS, 1 a timed output failed or a trick was caught, "
+        "2 bad input, 3 flashbench failed. docs/speed.md.")
+    s.add_argument("--shape", type=parse_shape, action="append",
+                   help="BxHxNxd or BxHxNqxNkxd[xdv], H may be H/Hkv (1x32/8x1024x128); "
+                   "repeat for several (default 1x8x1024x64)")
+    s.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
+                   help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
+    s.add_argument("--causal", choices=["both", "on", "off"], default="off")
+    s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
+                   help="the pass timed (fwd)")
+    s.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
+                   help="a registry backend or entry point, or package.module:function (your "
+                   "kernel, timed in its worker process); repeatable. Default: as check's")
+    s.add_argument("--baseline", metavar="NAME",
+                   help="the backend speedups are against (default: the fastest torch peer)")
+    s.add_argument("--samples", type=positive_int, default=10,
+                   help="timed calls per row, >= 10 (default 10)")
+    s.add_argument("--warmup", type=positive_int, default=2, help="untimed calls first")
+    s.add_argument("--seed", type=seed, default=None,
+                   help="the run's seed, >= 0 (default: drawn at random, printed)")
+    s.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
+                   metavar="SECONDS", help="per-call time limit of a user's kernel "
+                   f"(default {DEFAULT_TIME_LIMIT:g})")
+    s.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    s.set_defaults(func=run)
+
+
+def _fmt(x, unit="", scale=1.0, digits=3):
+    return "-" if x is None else f"{x * scale:.{digits}g}{unit}"
+
+
+def render_text(report: dict) -> str:
+    m = report["meta"]
+    roof = m["roofline"]
+    lines = [f"flashbench speed  seed {m['seed']}  device {m['device']}  {m['samples']} timed "
+             f"calls per row after {m['warmup']} warm-up",
+             "peak (this run): " + ", ".join(f"{d} matmul {v:.3g} TFLOP/s"
+                                             for d, v in roof["matmul_tflops"].items())
+             + f", copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
+             f"speedup: against {m['baseline']}", "",
+             "| case | backend | verdict | median ms | p10-p90 ms | n | TFLOP/s | GB/s "
+             "| % peak | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for r in report["rows"]:
+        spread = "-" if r.p10_s is None else f"{r.p10_s * 1e3:.3g}-{r.p90_s * 1e3:.3g}"
+        lines.append(f"| {r.case} | {r.backend} | {r.status} | {_fmt(r.median_s, '', 1e3)} | "
+                     f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
+                     f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')} |")
+        for name, why in r.failures.items():
+            notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}")
+        if r.reason:
+            notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
+    clocks = sorted({r.clock for r in report["rows"] if r.clock})
+    lines += ["", *notes, *(f"clock: {c}" for c in clocks),
+              "verdict: " + ("PASS" if report["passed"] else "FAIL")]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from flashbench.backends import get_backend, resolve_backends, user
+    from flashbench.measure.footprint import too_big
+    from flashbench.measure.speed import MIN_SAMPLES, SpeedCase
+    from flashbench.measure.speedrun import run_speed
+
+    if args.samples < MIN_SAMPLES:
+        raise ValueError(f"--samples must be >= {MIN_SAMPLES} (a spread needs them), "
+                         f"got {args.samples}")
+    import torch
+
+    default = ["bf16" if torch.cuda.is_available() else "fp32"]
+    dtypes = [get_precision(d).name
+              for d in distinct(args.dtype or default, "--dtype", "speed")]
+    shapes = args.shape or [parse_shape("1x8x1024x64")]
+    refusal = too_big(shapes)
+    if refusal is not None:
+        raise ValueError(refusal)
+    causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    cases = [SpeedCase(s, d, c, args.direction) for s in shapes for d in dtypes for c in causals]
+    names = resolve_backends(args.backend)
+    if args.baseline is not None and args.baseline not in names:
+        raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
+                         f"{names}")
+    run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    with user.session(args.timeout):
+        backends = [get_backend(n) for n in names]
+        report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
+                           args.baseline, progress=not args.quiet)
+    if args.json:
+        report = {**report, "rows": [asdict(r) for r in report["rows"]]}
+        return emit(report, render_text, True)
+    return emit(report, render_text, False)
+
+
+__all__ = ["add_parser", "run", "render_text", "CHECK_DTYPES"]

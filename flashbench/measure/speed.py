@@ -1,0 +1,256 @@
+"""``flashbench speed``'s measurement: every timed call on fresh inputs, every output judged.
+
+:func:`time_backend` times one backend on one :class:`SpeedCase` with the guarded timer
+(:mod:`flashbench.timed`): flashbench's and torch's kernels in this process, a user's kernel
+in its worker process (:func:`flashbench.backends.worker.time_in_worker`: the loop runs there,
+the outputs come back and are judged here, the batch bounded by this process's wall clock).
+:class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
+checksum against the first call on the same input, and random query rows against the float64
+reference (inside the shipped band's tolerance, or by the baseline rule).
+:func:`measure_roofline` gives the same run's matmul peak and copy bandwidth; a call faster
+than :data:`FLOOR_MARGIN` x the roofline floor fails the row.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flashbench.inputs.problem import Shape
+from flashbench.timed.guard import FLOOR, STALE, WRONG
+
+__all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
+           "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES"]
+
+FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
+CHECK_ROWS = 8  # query rows per input checked against the float64 reference
+MIN_SAMPLES = 10
+
+
+@dataclass(frozen=True)
+class SpeedCase:
+    """One timed problem: shape, precision name, causal mask and pass ("fwd" only here)."""
+
+    shape: Shape
+    dtype: str
+    causal: bool = False
+    direction: str = "fwd"
+
+    def flops(self) -> float:
+        return self.shape.flops(self.causal, self.direction)
+
+    def bytes(self) -> int:
+        """Bytes a forward must move at least: q, k, v read and o written once."""
+        from flashbench.timed.attention import _torch_dtype
+
+        s = self.shape
+        return _torch_dtype(self.dtype).itemsize * s.B * (
+            s.H * s.Nq * (s.d + s.head_dim_v) + s.kv_heads * s.Nk * (s.d + s.head_dim_v))
+
+    def label(self) -> str:
+        return f"{self.shape.spec()} {self.dtype}{' causal' if self.causal else ''} " \
+               f"{self.direction}"
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The same run's measured peaks: matmul TFLOP/s per precision, copy GB/s (1e9 B/s)."""
+
+    tflops: dict
+    copy_gbs: float
+    how: str
+
+    def peak(self, dtype: str) -> float:
+        return self.tflops.get(dtype, max(self.tflops.values()))
+
+
+def _best_time(fn, repeats: int = 10) -> float:
+    import time
+
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_roofline(device: str, dtypes) -> Roofline:
+    """Matmul TFLOP/s of each dtype and copy GB/s, measured now on ``device``: on a GPU by
+    :mod:`flashbench.measure.timing` (CUDA events, L2 flushed, medians), on a CPU the best
+    of 10 host-timed 1024^3 torch.matmul / 64 MiB copies (best: the floor must not rise
+    because the machine was busy while the peak was measured)."""
+    import torch
+
+    from flashbench.timed.attention import _torch_dtype
+
+    if device == "cuda":
+        from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
+
+        peaks = {d: matmul_peak_tflops(d if d in ("fp16", "bf16", "fp32") else "bf16")
+                 for d in dict.fromkeys(dtypes)}
+        return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
+                        "8192^3 torch.matmul; 2 GiB device copy")
+    n, peaks = 1024, {}
+    for d in dict.fromkeys(["fp32", *dtypes]):
+        a = torch.randn(n, n).to(_torch_dtype(d))
+        peaks[d] = 2.0 * n**3 / _best_time(lambda a=a: a @ a) * 1e-12
+    src = torch.empty(16 * 1024**2).normal_()
+    dst = torch.empty_like(src)
+    gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
+    return Roofline(peaks, gbs, "host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy")
+
+
+def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
+    """Seconds a call cannot beat: FLOPs over the case precision's measured matmul peak, or
+    bytes over the copy bandwidth, whichever is longer."""
+    return max(case.flops() / (roof.peak(case.dtype) * 1e12),
+               case.bytes() / (roof.copy_gbs * 1e9))
+
+
+def _band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
+    """The max-abs tolerance of the shipped band table for the case (the flash model's
+    measured edge x 2), or None where the table does not cover it (then: the baseline rule)."""
+    from flashbench.bands.table import tolerance
+
+    try:
+        return tolerance(case.dtype, nk, causal=case.causal, nq=nq)
+    except ValueError:
+        return None
+
+
+def _checksum(o) -> tuple[float, float]:
+    x = o.detach().double()
+    return float(x.sum()), float(x.abs().sum())
+
+
+class Judge:
+    """Judges the timed outputs of one case, outside the clock (module docstring).
+
+    ``make(seed)``: the pool's input maker (CPU), to rebuild any call's inputs; ``seed``: the
+    run's, for the rows checked.
+    """
+
+    def __init__(self, case: SpeedCase, make, seed: int, out_dtype: str | None = None):
+        self.case, self.make = case, make
+        self.out_dtype = case.dtype if out_dtype is None else out_dtype
+        self.rng = np.random.default_rng(seed)
+        self.first: dict = {}  # content seed -> checksum of the first checked output
+        self.verdicts: dict = {}  # content seed -> None or (failure, why)
+
+    def _reference_check(self, content: int, o) -> tuple[str, str] | None:
+        from flashbench import numerics, reference
+        from flashbench.accuracy import baseline_rule
+
+        q, k, v = (t.double().numpy() for t in self.make(content))
+        nq, nk = q.shape[-2], k.shape[-2]
+        group = q.shape[1] // k.shape[1]
+        k, v = (np.repeat(t, group, axis=1) for t in (k, v))
+        rows = np.sort(self.rng.choice(nq, min(nq, CHECK_ROWS), replace=False))
+        got = o.detach().cpu().double().numpy()
+        err = std = 0.0
+        for i in rows:
+            see = i + nk - nq + 1 if self.case.causal else nk
+            if see <= 0:
+                ref = np.zeros(got[..., i, :].shape)
+                sm = ref
+            else:
+                qi, ki, vi = q[..., i:i + 1, :], k[..., :see, :], v[..., :see, :]
+                ref = reference.attention(qi, ki, vi)[0][..., 0, :]
+                sm = numerics.standard_model(qi, ki, vi, self.case.dtype)[0][..., 0, :]
+            err = max(err, float(np.abs(got[..., i, :] - ref).max()))
+            std = max(std, float(np.abs(np.asarray(sm, np.float64) - ref).max()))
+        limit = _band_tolerance(self.case, nq, nk)
+        if limit is not None and err <= limit:
+            return None  # inside the flash model's band
+        verdict = baseline_rule(err, std, self.case.dtype)
+        if verdict.passed:
+            return None  # as accurate as plain same-dtype attention (torch-naive's kind)
+        why = (f"above the band's tolerance {limit:.3g} (flashbench.tolerance) and "
+               if limit is not None else "") + (
+            f"{verdict.ratio:.3g}x the baseline rule's limit (same-dtype standard attention "
+            f"{std:.3g})")
+        return WRONG, (f"rows {list(map(int, rows))} off the float64 reference: max abs "
+                       f"error {err:.3g}, {why}")
+
+    def judge(self, content: int, out) -> tuple[str, str] | None:
+        """None, or (failure name, why) for one timed call's output on input ``content``."""
+        import torch
+
+        o = out[0] if isinstance(out, tuple | list) else out
+        s = self.case.shape
+        want = (s.B, s.H, s.Nq, s.head_dim_v)
+        from flashbench.timed.attention import _torch_dtype
+
+        dtype = _torch_dtype(self.out_dtype)
+        if tuple(o.shape) != want or o.dtype != dtype:
+            return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
+        if not bool(torch.isfinite(o).all()):
+            return WRONG, "o holds non-finite values for finite inputs"
+        total = _checksum(o)
+        if content in self.first:
+            first = self.first[content]
+            tol = 8 * torch.finfo(o.dtype).eps * max(first[1], 1e-30)
+            if abs(total[0] - first[0]) > tol or abs(total[1] - first[1]) > tol:
+                return WRONG, "its checksum differs from the first checked call on the same input"
+            return self.verdicts[content]
+        for other, sums in self.first.items():
+            if sums == total and other != content:
+                self.first[content] = total
+                self.verdicts[content] = (STALE, "returned the output of an earlier, different "
+                                                 "input (a cache keyed on something but the "
+                                                 "contents)")
+                return self.verdicts[content]
+        self.first[content] = total
+        self.verdicts[content] = self._reference_check(content, o)
+        return self.verdicts[content]
+
+
+@dataclass
+class SpeedRow:
+    """One (case, pass, backend) row. ``status``: PASS, FAIL (``failures`` names each check
+    that failed, with why), or "not timed" (``reason``). Times in seconds."""
+
+    case: str
+    shape: str
+    dtype: str
+    causal: bool
+    direction: str
+    backend: str
+    status: str
+    clock: str = ""
+    reason: str | None = None
+    samples_s: list = field(default_factory=list)
+    failures: dict = field(default_factory=dict)
+    median_s: float | None = None
+    p10_s: float | None = None
+    p90_s: float | None = None
+    tflops: float | None = None
+    gbs: float | None = None
+    peak_fraction: float | None = None
+    speedup: float | None = None
+    baseline: str | None = None
+    floor_s: float | None = None
+    checked: int = 0
+
+
+def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofline,
+             clock: str, checked: int) -> SpeedRow:
+    """The row of a timed batch: statistics, throughput and the roofline floor's verdict."""
+    floor = roofline_floor(case, roof)
+    fast = [t for t in samples if t < FLOOR_MARGIN * floor]
+    if fast and FLOOR not in failures:
+        failures = {**failures, FLOOR: f"{len(fast)} of {len(samples)} calls took under "
+                    f"{FLOOR_MARGIN:g} x {floor:.3g} s, the least this machine can do "
+                    f"(fastest {min(fast):.3g} s)"}
+    med = statistics.median(samples)
+    p10, p90 = np.percentile(samples, [10, 90]) if len(samples) > 1 else (med, med)
+    tf = case.flops() / med * 1e-12
+    return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal, case.direction,
+                    backend, "FAIL" if failures else "PASS", clock, samples_s=list(samples),
+                    failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
+                    tflops=tf, gbs=case.bytes() / med * 1e-9,
+                    peak_fraction=tf / roof.peak(case.dtype), floor_s=floor, checked=checked)

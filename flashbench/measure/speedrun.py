@@ -1,0 +1,141 @@
+"""Runs ``flashbench speed``: each backend timed on each case by the guarded timer, judged.
+
+A registry backend (flashbench's kernels, torch's) is timed in this process; a user's kernel
+in its worker process (:func:`flashbench.backends.worker.time_in_worker`), its outputs judged
+here. A backend running under the Triton interpreter is never timed (its row says so).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from flashbench.measure.speed import (
+    Judge,
+    Roofline,
+    SpeedCase,
+    SpeedRow,
+    measure_roofline,
+    row_from,
+)
+from flashbench.timed.attention import attention_maker, pool_size
+from flashbench.timed.guard import CLOCK, Pool, l2_flusher, structural, timed_calls, wall_ns
+
+__all__ = ["time_backend", "run_speed", "CLOCK_CPU", "CLOCK_GPU"]
+
+CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
+CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
+
+
+def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
+            out_dtype: str | None) -> tuple[dict, int]:
+    """Faults plus the first value fault of the outputs (None: judged elsewhere as faulty)."""
+    judge = Judge(case, attention_maker(case.shape, case.dtype, "cpu"), seed, out_dtype)
+    faults = dict(faults)
+    for out, content in zip(outputs, seeds, strict=True):
+        if out is None:
+            continue
+        bad = judge.judge(content, out)
+        if bad is not None:
+            faults.setdefault(*bad)
+    return faults, len(outputs)
+
+
+def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, device: str):
+    dev = backend.device(device)
+    make = attention_maker(case.shape, case.dtype, dev.type)
+    pool = Pool(lambda s: backend.prepare(*make(s), device=dev), pool_size(case.shape, case.dtype,
+                                                                  samples), seed)
+    batch = timed_calls(lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal), pool,
+                        samples, warmup, device=dev.type, flush=l2_flusher(dev.type))
+    faults = dict(batch.faults)
+    outputs = []
+    for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
+        bad = structural(out, pool.slots[slot], batch.outputs[:j])
+        if bad is not None:
+            faults.setdefault(*bad)
+        outputs.append(None if bad is not None else out)
+    return batch.samples_s, batch.seeds, outputs, faults, dev.type
+
+
+def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: int = 10,
+                 warmup: int = 2, device: str = "cpu") -> SpeedRow:
+    """The row of ``backend`` on ``case`` (module docstring)."""
+    from flashbench.backends.worker import time_in_worker, worker_of
+    from flashbench.kernels.checks import BackendFailed, BackendUnavailable
+
+    def untimed(status, reason):
+        return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal,
+                        case.direction, backend.name, status, reason=reason)
+
+    reason = backend.unavailable_for(case.shape, case.dtype)
+    if reason is not None:
+        return untimed("not timed", reason)
+    if backend.interpreted():
+        return untimed("not timed", "runs under the Triton interpreter here: its speed means "
+                       "nothing, so it is never timed")
+    worker = worker_of(backend)
+    try:
+        if worker is None:
+            times, seeds, outputs, faults, where = _in_process(case, backend, seed, samples,
+                                                               warmup, device)
+        else:
+            t0 = wall_ns()
+            reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
+                                   samples, warmup, pool_size(case.shape, case.dtype, samples))
+            wall = (wall_ns() - t0) * 1e-9
+            times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
+                                            reply["outputs"], reply["device"])
+            faults = dict(reply["faults"])
+            if sum(reply["host_s"]) > wall:
+                faults.setdefault(CLOCK, f"its calls add up to {sum(reply['host_s']):.4g} s, "
+                                  f"more than the {wall:.4g} s the harness saw the batch take")
+            if reply.get("interpreted"):
+                return untimed("not timed", "its calls ran a Triton kernel under the "
+                               "interpreter: its speed means nothing")
+    except BackendUnavailable as exc:
+        return untimed("not timed", str(exc))
+    except BackendFailed as exc:
+        return untimed("FAIL", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
+        from flashbench.backends.outputs import raised
+
+        return untimed("FAIL", raised(exc))
+    faults, checked = _judged(case, seed, outputs, seeds, faults, backend.out_dtype)
+    return row_from(case, backend.name, times, faults, roof,
+                    CLOCK_GPU if where == "cuda" else CLOCK_CPU, checked)
+
+
+def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRow | None:
+    timed = [r for r in rows if r.status == "PASS"]
+    if name is not None:
+        return next((r for r in timed if r.backend == name), None)
+    peers = [r for r in timed if backends[r.backend].origin == "torch"]
+    return min(peers, key=lambda r: r.median_s) if peers else None
+
+
+def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
+              baseline: str | None = None, progress: bool = True) -> dict:
+    """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    roof = measure_roofline(device, [c.dtype for c in cases])
+    by_name = {b.name: b for b in backends}
+    rows = []
+    for case in cases:
+        case_rows = []
+        for b in backends:
+            if progress:
+                print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
+            case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
+        base = _baseline(case_rows, by_name, baseline)
+        for r in case_rows:
+            if base is not None and r.median_s is not None:
+                r.speedup, r.baseline = base.median_s / r.median_s, base.backend
+        rows += case_rows
+    passed = all(r.status != "FAIL" for r in rows)
+    meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,
+            "roofline": {"matmul_tflops": roof.tflops, "copy_gbs": roof.copy_gbs,
+                         "how": roof.how},
+            "baseline": baseline or "the fastest torch peer that passed"}
+    return {"meta": meta, "rows": rows, "passed": passed}

@@ -1,0 +1,58 @@
+"""The review worker's guard of what both sides share (loaded by path by worker_process.py).
+
+Both commits run in one process, so a side whose code replaces a function of numpy, torch,
+``time`` or of the worker's own timer would change the other side's numbers. The worker
+snapshots these entry points before each side loads and after every request, refuses (by
+name) a side that replaced one, and puts the original back. Imports nothing of flashbench.
+"""
+
+import sys
+
+# the shared libraries whose public callables a side may not replace
+GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "scipy.special", "torch",
+                   "torch.nn.functional", "time", "gc", "math")
+
+
+def entry_points(own: dict) -> dict:
+    """{"module.name": object} of the public callables of :data:`GUARDED_MODULES` imported
+    now, plus ``own`` (the worker's timing functions by name)."""
+    found = {}
+    for mod in GUARDED_MODULES:
+        m = sys.modules.get(mod)
+        if m is None:
+            continue
+        for name in dir(m):
+            if not name.startswith("_"):
+                obj = getattr(m, name, None)
+                if callable(obj) and not isinstance(obj, type(sys)):
+                    found[f"{mod}.{name}"] = obj
+    return {**found, **own}
+
+
+def changed(before: dict, now: dict) -> list:
+    """Names in ``before`` whose object is no longer the same (replaced, or deleted from a
+    module still imported), sorted."""
+    return sorted(n for n, obj in before.items()
+                  if (n in now and now[n] is not obj)
+                  or (n not in now and n.rsplit(".", 1)[0] in sys.modules))
+
+
+def restore(before: dict, names, own_globals: dict) -> None:
+    """Put back the objects of ``names`` (the worker's own functions into ``own_globals``)."""
+    for name in names:
+        mod, _, attr = name.rpartition(".")
+        if mod == "worker_process":
+            own_globals[attr] = before[name]
+        elif mod in sys.modules:
+            setattr(sys.modules[mod], attr, before[name])
+
+
+def refusal(before: dict, now: dict, when: str, own_globals: dict) -> str | None:
+    """Why a side is refused when an entry point of ``before`` changed (the originals are
+    put back, so the other side runs on the libraries it imported), else None."""
+    names = changed(before, now)
+    if not names:
+        return None
+    restore(before, names, own_globals)
+    return (f"{when} replaced what the other side shares: {', '.join(names[:5])} (one "
+            "side's code may not change the other's libraries or the timer)")

@@ -1,0 +1,277 @@
+"""The guarded timer: timed calls that the code under test cannot make look faster.
+
+- :class:`Pool`: inputs built before the clock, every content drawn from the run's seed;
+  slots cycle in a fresh order each round (never one slot twice in a row) and between rounds
+  half of them are refilled IN PLACE (same address, new contents), so a cache keyed on a
+  pointer or ``id()`` returns stale data, while the others repeat (a contents cache then
+  hits and falls below the roofline floor).
+- :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
+  when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
+  ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
+  the threads each call left running, every output kept for checks outside the clock.
+- :func:`structural`: an output's own faults (lazy type, not dense, aliases an input, the
+  buffer of an earlier call) where the call ran. Values are judged by
+  :mod:`flashbench.measure.speed`. What this guarantees and what it cannot: docs/speed.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
+           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES",
+           "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "CHECKS"]
+
+# the failure names a row carries (DESIGN.md, "Timed calls")
+STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
+    "stale", "wrong", "lazy type", "aliases an input", "thread left running",
+    "below the roofline floor", "clock tampered")
+CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK)
+
+# captured at import, before any kernel's module is imported (the worker imports this first)
+_CLOCKS = {"time.perf_counter": (time, "perf_counter", time.perf_counter),
+           "time.perf_counter_ns": (time, "perf_counter_ns", time.perf_counter_ns),
+           "time.monotonic_ns": (time, "monotonic_ns", time.monotonic_ns),
+           "time.monotonic": (time, "monotonic", time.monotonic)}
+_PERF = time.perf_counter
+_WALL_NS = time.monotonic_ns
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+_FLUSH: dict = {}
+
+
+def wall_ns() -> int:
+    """The harness's second clock (time.monotonic_ns as captured at import), nanoseconds."""
+    return _WALL_NS()
+
+
+def l2_flusher(device: str) -> Callable[[], object] | None:
+    """On "cuda": a function that zeroes a 256 MB buffer (evicts the L2 cache); else None."""
+    if device != "cuda":
+        return None
+    import torch
+
+    dev = torch.cuda.current_device()
+    if dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    return _FLUSH[dev].zero_
+
+
+def _capture_event_clock() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and "torch.cuda.Event.elapsed_time" not in _CLOCKS:
+        event = torch.cuda.Event
+        _CLOCKS["torch.cuda.Event.elapsed_time"] = (event, "elapsed_time", event.elapsed_time)
+        _CLOCKS["torch.cuda.synchronize"] = (torch.cuda, "synchronize", torch.cuda.synchronize)
+
+
+_capture_event_clock()
+
+
+def tampered_clocks() -> list[str]:
+    """Names of the clock functions that are no longer the ones captured at import."""
+    return [name for name, (owner, attr, fn) in _CLOCKS.items() if getattr(owner, attr) is not fn]
+
+
+def thread_census() -> tuple[frozenset, int | None]:
+    """(idents of the live Python threads, the process's OS thread count from /proc, or None
+    where there is no /proc)."""
+    idents = frozenset(t.ident for t in threading.enumerate() if t.is_alive())
+    try:
+        tasks = len(os.listdir("/proc/self/task"))
+    except OSError:
+        tasks = None
+    return idents, tasks
+
+
+def _new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
+    """A Python thread alive that the harness did not have before the first call (warm-up
+    included), or more OS threads than just before this call; else None."""
+    new = [t for t in threading.enumerate() if t.is_alive() and t.ident not in harness]
+    if new:
+        return f"{len(new)} new Python thread(s) alive after the call ({new[0].name})"
+    tasks = thread_census()[1]
+    if tasks is not None and tasks_before is not None and tasks > tasks_before:
+        return f"{tasks - tasks_before} new OS thread(s) alive after the call (/proc/self/task)"
+    return None
+
+
+def _overwrite(dst, src) -> None:
+    """dst's contents become src's, at dst's address (torch tensor or numpy array)."""
+    if hasattr(dst, "copy_"):
+        dst.copy_(src)
+    else:
+        dst[...] = src
+
+
+@dataclass
+class Pool:
+    """Slots of call arguments (tuples of tensors or arrays) for timed calls.
+
+    ``make(content_seed)`` builds one slot's arguments; every content has its own seed, drawn
+    from ``seed`` (the run's), so a checker rebuilds the exact inputs of any call from
+    :attr:`seeds`. ``size`` >= 2 slots.
+    """
+
+    make: Callable[[int], tuple]
+    size: int
+    seed: int
+    slots: list = field(default_factory=list, init=False)
+    seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
+
+    def __post_init__(self):
+        if self.size < 2:
+            raise ValueError(f"a pool needs at least 2 slots, got {self.size}")
+        self._rng = np.random.default_rng(self.seed)
+        for _ in range(self.size):
+            s = self._draw()
+            self.slots.append(self.make(s))
+            self.seeds.append(s)
+        self._order: list[int] = []
+        self._last = -1
+        self.rounds = 0
+
+    def _draw(self) -> int:
+        return int(self._rng.integers(0, 2**62))
+
+    def _new_round(self) -> None:
+        if self.rounds:  # refill half of the slots in place: same addresses, new contents
+            for i in self._rng.choice(self.size, max(1, self.size // 2), replace=False):
+                s = self._draw()
+                for dst, src in zip(self.slots[i], self.make(s), strict=True):
+                    _overwrite(dst, src)
+                self.seeds[i] = s
+        order = [int(i) for i in self._rng.permutation(self.size)]
+        if order[0] == self._last:
+            order[0], order[-1] = order[-1], order[0]
+        self._order = order
+        self.rounds += 1
+
+    def next(self) -> tuple[int, int, tuple]:
+        """(slot, content seed, arguments) of the next call; refills happen here, never
+        inside a timed window."""
+        if not self._order:
+            self._new_round()
+        i = self._order.pop(0)
+        self._last = i
+        return i, self.seeds[i], self.slots[i]
+
+
+@dataclass
+class Batch:
+    """What :func:`timed_calls` saw: per call its time (s), content seed, slot and output;
+    the batch's wall time on the second clock (s); the faults found while it ran."""
+
+    samples_s: list
+    seeds: list
+    slots: list
+    outputs: list
+    wall_s: float
+    host_s: list  # per call, the host clock's time including the device synchronisation
+    faults: dict  # failure name -> the first instance, in words
+
+
+def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
+                device: str = "cpu", flush: Callable[[], object] | None = None) -> Batch:
+    """Time ``samples`` calls of ``call(*args)``, each on the pool's next arguments.
+
+    On ``device`` "cuda": the L2 ``flush()`` before each call, CUDA events around it with
+    ``torch.cuda.synchronize()`` (the whole device) before the end event, and the host clock
+    around the same span as a bound (a device time above it is a tampered clock). On "cpu":
+    the host clock. Outputs are kept; nothing about them is judged inside the window.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    _capture_event_clock()
+    cuda = device == "cuda"
+    if cuda:
+        import torch
+
+        sync = _CLOCKS["torch.cuda.synchronize"][2]
+        elapsed = _CLOCKS["torch.cuda.Event.elapsed_time"][2]
+    harness = thread_census()[0]
+    for _ in range(warmup):
+        call(*pool.next()[2])
+    if cuda:
+        sync()
+    faults: dict = {}
+    times, host, seeds, slots, outputs = [], [], [], [], []
+    wall0 = _WALL_NS()
+    for _ in range(samples):
+        slot, seed, args = pool.next()
+        tasks = thread_census()[1]
+        if cuda:
+            if flush is not None:
+                flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            sync()
+            t0 = _PERF()
+            start.record()
+            out = call(*args)
+            sync()
+            end.record()
+            end.synchronize()
+            t1 = _PERF()
+            times.append(elapsed(start, end) * 1e-3)
+        else:
+            t0 = _PERF()
+            out = call(*args)
+            t1 = _PERF()
+            times.append(t1 - t0)
+        host.append(t1 - t0)
+        left = _new_threads(harness, tasks)
+        if left is not None:
+            faults.setdefault(THREAD, left)
+        seeds.append(seed)
+        slots.append(slot)
+        outputs.append(out)
+    wall = (_WALL_NS() - wall0) * 1e-9
+    patched = tampered_clocks()
+    if patched:
+        faults.setdefault(CLOCK, f"{', '.join(patched)} replaced during the run")
+    if cuda and any(t > h * 1.05 + 1e-4 for t, h in zip(times, host, strict=True)):
+        faults.setdefault(CLOCK, "device time above the host's time of the same call")
+    if sum(host) > wall * 1.05 + 1e-3:
+        faults.setdefault(CLOCK, f"the calls' times add up to {sum(host):.4g} s, more than the "
+                                 f"batch's {wall:.4g} s on a second clock")
+    return Batch(times, seeds, slots, outputs, wall, host, faults)
+
+
+def _span(t) -> tuple[int, int]:
+    """[first byte, last byte) of a strided tensor's storage."""
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def structural(out, args, earlier=()) -> tuple[str, str] | None:
+    """(failure name, why) when an output (a tensor, or a tuple whose tensors are checked)
+    is not a plain dense ``torch.Tensor`` (LAZY), shares storage with an input (ALIAS) or
+    with an ``earlier`` call's output (STALE: the same buffer returned again); else None."""
+    import torch
+
+    items = out if isinstance(out, tuple | list) else (out,)
+    for t in items:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor:
+            return LAZY, f"returned a {type(t).__module__}.{type(t).__qualname__}, not a " \
+                         "plain torch.Tensor (a subclass can compute when it is read)"
+        if t.layout != torch.strided or t.device.type == "meta":
+            return LAZY, f"returned a {t.layout} tensor on {t.device.type}: no dense values"
+        lo, hi = _span(t)
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.device == t.device:
+                alo, ahi = _span(a)
+                if lo < ahi and alo < hi:
+                    return ALIAS, "its output shares memory with an input (a view of it)"
+        for e in earlier:
+            for x in (e if isinstance(e, tuple | list) else (e,)):
+                if type(x) is torch.Tensor and x.device == t.device and _span(x) == (lo, hi):
+                    return STALE, "returned the buffer of an earlier call's output"
+    return None

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The steps of .github/workflows/review.yml (docs/review.md, "CI recipe"), run by a test
+# (tests/test_pr_review.py) with the variables GitHub sets:
+#
+#   bash scripts/pr_review.sh review KIND [REVIEW ARGS...]   # in the pull request's checkout
+#   bash scripts/pr_review.sh comment DIR                    # with a write token, no checkout
+#
+# review: `flashbench review BASE HEAD` of the pull request's base (the event's base sha,
+# else origin/$GITHUB_BASE_REF) against its head: HEAD, or with REVIEW_HEAD_DIR (a second
+# checkout, of the merge commit GitHub makes) that checkout's commit, fetched, so that the
+# reviewing flashbench and its suites are the base's (this checkout) and the head's code
+# is only the commit under review. The
+# Markdown, under a verdict line, goes to $GITHUB_STEP_SUMMARY and to
+# $REVIEW_DIR/KIND.md (uploaded for the comment job). Exit status: 0 nothing regressed;
+# 1 slower or outside band (the check fails); 2 "could not decide": said in the verdict
+# line and a warning annotation, the check passes unless REVIEW_UNDECIDED=fail; 3 the
+# review itself failed (the check fails). $FLASHBENCH is the command (flashbench).
+#
+# comment: one comment on the pull request ($GITHUB_EVENT_PATH: a workflow_run event's
+# pull request, the number GitHub gives, never an artifact's), found by a hidden marker
+# among the comments of github-actions[bot] and edited in place, else created, holding
+# every DIR/*.md. A fork's pull request has none there: it gets the job summary only.
+set -euo pipefail
+MARKER='<!-- flashbench-review -->'
+LIMIT=${REVIEW_COMMENT_LIMIT:-60000}  # bytes; a comment holds at most 65536 characters
+
+verdict() {  # status kind -> the line above the report
+  case "$1" in
+    0) echo "### flashbench review on $2: nothing regressed (exit 0)" ;;
+    1) echo "### flashbench review on $2: slower or outside band (exit 1): the check fails" ;;
+    2) echo "### flashbench review on $2: could not decide (exit 2): see the ambiguous rows;" \
+         "more --budget may settle them" ;;
+    *) echo "### flashbench review on $2: the review itself failed (exit $1): the check fails" ;;
+  esac
+}
+
+event() {  # a dotted path into the event's JSON, or nothing
+  python3 - "$1" <<'EOF'
+import json, os, sys
+try:
+    data = json.load(open(os.environ["GITHUB_EVENT_PATH"]))
+    for key in sys.argv[1].split("."):
+        data = data[int(key)] if isinstance(data, list) else data[key]
+    print(data if data is not None else "")
+except (KeyError, IndexError, ValueError, TypeError, OSError):
+    pass
+EOF
+}
+
+review() {
+  local kind=${1:?usage: pr_review.sh review KIND [REVIEW ARGS...]}
+  shift
+  local out=${REVIEW_DIR:-review-out}
+  local base
+  base=$(event pull_request.base.sha)
+  if [ -z "$base" ] || ! git cat-file -e "$base^{commit}" 2>/dev/null; then
+    base=origin/${GITHUB_BASE_REF:?GITHUB_BASE_REF is not set: not a pull_request event}
+  fi
+  local head=HEAD
+  if [ -n "${REVIEW_HEAD_DIR:-}" ]; then
+    git fetch --quiet --no-tags "$REVIEW_HEAD_DIR" HEAD
+    head=$(git rev-parse FETCH_HEAD)
+  fi
+  mkdir -p "$out"
+  rm -f "$out/$kind.review.md"  # --output writes a new file only
+  local status=0
+  ${FLASHBENCH:-flashbench} review "$base" "$head" "$@" --output "$out/$kind.review.md" \
+    >/dev/null 2>"$out/$kind.stderr" || status=$?
+  {
+    verdict "$status" "$kind"
+    echo
+    if [ -s "$out/$kind.review.md" ]; then
+      cat "$out/$kind.review.md"
+    else
+      echo '```'
+      tail -n 20 "$out/$kind.stderr"
+      echo '```'
+    fi
+    echo
+  } > "$out/$kind.md"
+  cat "$out/$kind.md" >> "${GITHUB_STEP_SUMMARY:-/dev/stdout}"
+  echo "status=$status" >> "${GITHUB_OUTPUT:-/dev/null}"
+  cat "$out/$kind.stderr" >&2
+  case "$status" in
+    0) return 0 ;;
+    2) echo "::warning title=flashbench review on $kind::could not decide (exit 2)"
+       [ "${REVIEW_UNDECIDED:-pass}" = fail ] && return 2
+       return 0 ;;
+    *) echo "::error title=flashbench review on $kind::$(verdict "$status" "$kind" | cut -c5-)"
+       return "$status" ;;
+  esac
+}
+
+comment() {
+  local dir=${1:?usage: pr_review.sh comment DIR}
+  local pr body id
+  pr=$(event workflow_run.pull_requests.0.number)
+  if ! [[ "$pr" =~ ^[0-9]+$ ]]; then
+    echo "pr_review: no pull request of this repository in the event (a fork's): no comment"
+    return 0
+  fi
+  shopt -s nullglob
+  local reports=("$dir"/*.md)
+  if [ "${#reports[@]}" = 0 ]; then
+    echo "pr_review: no review report in $dir: no comment" >&2
+    return 1
+  fi
+  body=$(mktemp)
+  { echo "$MARKER"; cat "${reports[@]}"; } > "$body"
+  if [ "$(wc -c < "$body")" -gt "$LIMIT" ]; then  # GitHub refuses a longer comment
+    python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[:int(sys.argv[2])]
+sys.stdout.write(b.decode("utf-8", "ignore"))' "$body" "$LIMIT" > "$body.cut"  # whole characters
+    printf '\n\n**Cut at %s bytes**: the whole report is in the job summary.\n' "$LIMIT" \
+      >> "$body.cut"
+    mv "$body.cut" "$body"
+  fi
+  id=$(gh api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" \
+         --jq '.[] | {id, user: .user.login, body}' | python3 -c '
+import json, sys
+for line in sys.stdin:
+    c = json.loads(line)
+    if c["user"] == "github-actions[bot]" and c["body"].startswith(sys.argv[1]):
+        print(c["id"])
+        break' "$MARKER")
+  if [ -n "$id" ]; then
+    gh api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$body" \
+      >/dev/null
+    echo "pr_review: updated comment $id on pull request #$pr"
+  else
+    gh api --method POST "repos/$GITHUB_REPOSITORY/issues/$pr/comments" -F "body=@$body" \
+      >/dev/null
+    echo "pr_review: commented on pull request #$pr"
+  fi
+  rm -f "$body"
+}
+
+case "${1:-}" in
+  review) shift; review "$@" ;;
+  comment) shift; comment "$@" ;;
+  *) echo "usage: pr_review.sh review KIND [REVIEW ARGS...] | comment DIR" >&2; exit 2 ;;
+esac

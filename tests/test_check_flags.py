@@ -1,0 +1,140 @@
+"""The class behind issue 36's wrong verdicts: every ``check`` flag combination (hypothesis
+over the parser, in process, the measuring mocked) exits 0/1 with every variant asked for in
+what runs, or 2 with one line on stderr, never 3; every subcommand's numeric options turn
+huge, tiny and non-finite values into one-line errors (exit 2)."""
+
+import contextlib
+import io
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flashbench.cli import main
+
+HUGE = "99999999999999999999"
+NUMBERS = ["0", "1", "-1", "-2", "5", "30", "1e-300", "1e308", "1e400", "nan", "inf", "-inf",
+           HUGE, "x", ""]
+
+
+def _opt(flag, values):
+    return st.one_of(st.just([]), st.sampled_from(values).map(lambda v: [f"{flag}={v}"]))
+
+
+FLAGS = st.tuples(
+    _opt("--shape", ["1x2x16x16", "1x2/1x16x24x16", "1x2x16x16/8", "0x1x1x1", HUGE + "x1x4x16",
+                     "1x2x16"]),
+    _opt("--window", ["4,0", "-1,2", "0,0", HUGE + ",0", "-2,0", "3", "a,b"]),
+    _opt("--softcap", NUMBERS),
+    st.sampled_from([[], ["--sinks"]]),
+    _opt("--varlen", ["30,40", "0,0", "lognormal:16:1000:3", "lognormal:1e300:1:3",
+                      "uniform:1-5:3", "uniform:1-" + HUGE + ":2", HUGE, "3,-1"]),
+    st.sampled_from([[], ["--variants"]]),
+    st.sampled_from([[], ["--decode"]]),
+    _opt("--decode-case", ["1x2x1x16:8", "1x2x1x16:0,0", "1x2x1x16:8:p" + HUGE,
+                           "1x2x1x16:" + HUGE, "2x4/2x1x16:8,3:p16"]),
+    _opt("--block", NUMBERS),
+    _opt("--kv-heads", ["1", "2", "0", HUGE]),
+    _opt("--seed", ["0", "3", "-1", HUGE]),
+    _opt("--timeout", NUMBERS),
+    st.sampled_from([["--causal", "off"], ["--causal", "on"], []]),
+)
+
+
+def _run(argv, captured):
+    """main(argv) with the measuring replaced by a recorder: (status, stderr)."""
+    def forward(cases, **kw):
+        captured["cases"] = cases
+        return {"passed": True}
+
+    def decode(cases, *a, **kw):
+        captured["decode"] = cases
+        return {"passed": True}
+
+    err = io.StringIO()
+    with mock.patch("flashbench.measure.check.run_check", forward), \
+            mock.patch("flashbench.measure.check.render_text", lambda r: "ok"), \
+            mock.patch("flashbench.measure.decode.run_decode_check", decode), \
+            mock.patch("flashbench.cli.decode.render_decode", lambda r: "ok"), \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code
+    return status, err.getvalue()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(FLAGS)
+def test_every_check_flag_combination_runs_what_it_asked_for_or_is_refused(flags):
+    argv = ["check", "--quiet", "--dtype", "fp32", "--dist", "normal", "--no-backends",
+            *(a for group in flags for a in group)]
+    captured = {}
+    status, err = _run(argv, captured)
+    assert status in (0, 1, 2), (argv, status, err)
+    if status == 2:
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        return
+    given_ = " ".join(argv)
+    if "decode" in captured:  # a decode check reads none of the forward options
+        assert not any(f in given_ for f in ("--window", "--softcap", "--sinks", "--varlen",
+                                             "--variants", "--block", "--shape"))
+        return
+    cases = captured["cases"]
+    assert cases
+    if "--variants" in given_:
+        return  # its own set, refused with any variant flag (asserted by the status above)
+    for case in cases:  # every variant asked for is in every case that runs
+        if "--window=" in given_:
+            assert case.window is not None and case.window != (-1, -1) or "-1,-1" in given_
+        if "--softcap=" in given_:
+            assert case.softcap is not None
+        if "--sinks" in given_:
+            assert case.sinks
+        if "--varlen=" in given_:
+            assert case.varlen
+
+
+def _numeric_options():
+    import argparse
+
+    from flashbench.cli import build_parser
+
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for opt in sub._actions:
+                    kind = getattr(opt.type, "__name__", "")
+                    if opt.option_strings and kind in ("number", "positive_int", "seed", "int", "block",
+                                                       "_block", "_softcap", "_window"):
+                        yield name, opt.option_strings[-1]
+
+
+NEEDS = {"review": ["HEAD", "HEAD"], "table": ["fa3"]}
+
+
+@pytest.mark.parametrize("command, option", sorted(set(_numeric_options())))
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-" + HUGE, "x"])
+def test_every_numeric_option_refuses_non_numbers_in_one_line(command, option, value):
+    """Parsed only (nothing runs): exit 2 with one line naming the option's problem."""
+    from flashbench.cli import build_parser
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, f"{option}={value}", *NEEDS.get(command, [])])
+    assert exc.value.code == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+
+
+@pytest.mark.parametrize("argv", [
+    ["table", "fa3", "--shape", "1x1x16x16", "--block", HUGE],
+    ["table", "fa3", "--shape", "1x1x16x16", "--block-q", HUGE],
+    ["check", "--block", HUGE],
+    ["bands", "--n", HUGE], ["bands", "--seeds", HUGE, "--n", "64"],
+    ["check", "--kv-heads", HUGE],
+])
+def test_huge_counts_are_one_line_errors(argv):
+    """Before: table's --block / --block-q past int64 were exit 3 ("Maximum allowed
+    dimension exceeded")."""
+    status, err = _run(argv, {})
+    assert status == 2 and len(err.strip().splitlines()) == 1, err

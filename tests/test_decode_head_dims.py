@@ -1,0 +1,140 @@
+"""Decode at the head dims real models use (issue 37): padded d, dv != d, and the absorbed
+MLA form (DeepSeek's d = 576, dv = 512, one kv head, V = k_cache[..., :dv]) in the float64
+reference, the precision models and the Triton decode kernel (interpreted on CPU: small)."""
+
+import numpy as np
+import pytest
+import torch
+
+from flashbench.inputs.kvcache import make_decode, value_cache
+from flashbench.kernels import triton_decode as TD
+from flashbench.numerics import split_decode_model, standard_decode_model
+from flashbench.reference import decode_attention, decode_partials
+
+
+def torch_of(x, dtype, device):
+    return None if x is None else torch.from_numpy(np.asarray(x)).to(device, dtype)
+
+
+def n64(t):
+    return t.detach().cpu().double().numpy()
+
+
+@pytest.mark.parametrize("page", [None, 16])
+def test_reference_absorbed_form_is_v_as_the_first_dv_columns(page):
+    q, k, _, lens, table = make_decode(2, 8, 1, 2, 72, [20, 33], page_size=page, seed=2)
+    o, lse = decode_attention(q, k, None, lens, table, causal=True, dv=64)
+    want = decode_attention(q, k, k[..., :64].copy(), lens, table, causal=True)
+    assert o.shape == (2, 2, 8, 64)
+    np.testing.assert_array_equal(o, want[0])
+    np.testing.assert_array_equal(lse, want[1])
+    o_s, lse_s = decode_attention(q, k, None, lens, table, causal=True, dv=64, num_splits=3)
+    np.testing.assert_allclose(o_s, o, rtol=0, atol=1e-13)
+    parts = decode_partials(q, k, None, lens, table, num_splits=2, causal=True, dv=64)
+    assert parts[0].shape == (2, 2, 8, 2, 64)
+    for model in (split_decode_model, standard_decode_model):
+        mo, ml = model(q, k, None, lens, table, dtype="bf16", causal=True, dv=64)
+        assert mo.shape == (2, 2, 8, 64) and ml.shape == (2, 8, 2)
+
+
+@pytest.mark.parametrize("v,dv,match", [
+    (None, None, "needs dv"),
+    (None, 72, "dv=72 must be below k_cache's head dim d=72"),
+    ("v", 32, "dv=32 differs from v_cache's head dim 72"),
+])
+def test_value_cache_names_the_mismatch(v, dv, match):
+    q, k, vc, lens, _ = make_decode(1, 2, 1, 1, 72, [5])
+    with pytest.raises(ValueError, match=match):
+        value_cache(k, vc if v else None, dv)
+    with pytest.raises(ValueError, match=match):
+        decode_attention(q, k, vc if v else None, lens, dv=dv)
+
+
+@pytest.mark.parametrize("H,Hkv,d,dv,absorbed,page,splits,dtype", [
+    (16, 1, 576, 512, True, 32, 3, "fp32"),  # MLA, paged, split and merged
+    (80, 1, 576, 512, True, None, 1, "bf16"),  # 80 heads: two 64-row blocks per kv head
+    (8, 2, 80, 80, False, None, 2, "fp32"),  # a padded width
+    (4, 2, 192, 128, False, 64, 2, "bf16"),  # dv != d
+])
+def test_triton_decode_takes_the_new_head_dims(H, Hkv, d, dv, absorbed, page, splits, dtype,
+                                               device):
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    q, k, v, lens, table = make_decode(2, H, Hkv, 1, d, [40, 75], page_size=page, seed=4,
+                                       dv=dv)
+    tq, tk = torch_of(q, dt, device), torch_of(k, dt, device)
+    tv = None if absorbed else torch_of(v, dt, device)
+    seqlens, tt = torch_of(lens, torch.int32, device), torch_of(table, torch.int32, device)
+    o, lse, info = TD.decode_forward(tq, tk, tv, seqlens, tt, causal=True, num_splits=splits,
+                                     dv=dv)
+    assert o.shape == (2, 1, H, dv) and o.dtype == dt and info.num_splits == splits
+    assert info.block_m == (64 if H > 64 else 16)
+    q64, k64 = n64(tq), n64(tk)
+    ref_o, ref_lse = decode_attention(q64, k64, None if absorbed else n64(tv), lens, table,
+                                      causal=True, dv=dv)
+    assert np.abs(n64(lse) - ref_lse).max() <= 1e-5 * np.abs(ref_lse).max()
+    if dtype == "fp32":
+        assert np.abs(n64(o) - ref_o).max() <= 1e-5
+    else:  # the split-decode model with the kernel's blocks: within a few bf16 ulps
+        model, _ = split_decode_model(q64, k64, None if absorbed else n64(tv), lens, table,
+                                      "bf16", causal=True, num_splits=splits,
+                                      block=info.config.kwargs["BLOCK_N"], dv=dv)
+        assert np.abs(n64(o) - model.astype(np.float64)).max() <= 4 * 2**-8
+
+
+@pytest.mark.parametrize("d,dv,v,match", [
+    (576, 512, "v", "head dim d=576 exceeds 256.*absorbed MLA decode"),
+    (84, 84, "v", "head dim d=84 is not a multiple of 8"),
+    (576, 200, None, "d=576, dv=200: the absorbed decode takes .* tail d - dv a multiple"),
+    (1088, 1024, None, "d=1088, dv=1024: the absorbed decode takes dv a multiple of 8 up to "
+     "512"),
+])
+def test_triton_decode_bad_head_dims_one_line(d, dv, v, match):
+    q, k, vc, lens, _ = make_decode(1, 2, 1, 1, d, [4], dv=dv)
+    args = [torch.from_numpy(x).float() for x in (q, k)]
+    with pytest.raises(ValueError, match=match) as err:
+        TD.triton_decode(args[0], args[1], torch.from_numpy(vc).float() if v else None,
+                         torch.tensor([4]), dv=dv)
+    assert "\n" not in str(err.value)
+
+
+def test_decode_backends_take_the_absorbed_form_as_a_view():
+    """Every decode backend takes the absorbed MLA case given as v_cache = k_cache[..., :dv]
+    (a view): the peers gather it, the Triton kernel sees the view and reads the columns
+    once (its absorbed path); all equal the float64 absorbed decode to fp32 accuracy."""
+    from flashbench.backends.decode import get_decode_backend
+
+    q, k, _, lens, table = make_decode(2, 16, 1, 1, 576, [40, 75], page_size=16, seed=4,
+                                       dv=512)
+    ref = decode_attention(q, k, None, lens, table, causal=True, dv=512)[0]
+    tq, tk = (torch.from_numpy(x).float() for x in (q, k))
+    seqlens, tt = torch.from_numpy(lens).int(), torch.from_numpy(table).int()
+    assert TD._leading_columns(tk, tk[..., :512]) and not TD._leading_columns(
+        tk, tk[..., :512].clone())
+    for name in ("torch-naive", "torch-sdpa", "triton"):
+        out = get_decode_backend(name)(tq, tk, tk[..., :512], seqlens, tt, causal=True)
+        o = out.o if hasattr(out, "o") else out[0]
+        assert o.shape == (2, 1, 16, 512) and np.abs(n64(o) - ref).max() <= 1e-5, name
+
+
+@pytest.mark.slow  # the plan replays every GPU launch on meta tensors: about a minute here
+def test_the_gpu_session_plans_the_head_dims_and_the_absorbed_decode():
+    """The quick GPU plan holds the forward at d = 80, 96, 192/128 (fixed config, one
+    compilation each) and the absorbed MLA decode; mla_bytes counts each cache row once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "gpu_bench.py"), "--quick",
+                          "--plan"], capture_output=True, text=True, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr
+    sigs = [x for x in out.stdout.splitlines() if x.startswith("signature ")]
+    for dims in ("D_QK=80, D_V=80", "D_QK=96, D_V=96", "D_QK=192, D_V=128"):
+        assert any("attn_fwd" in x and dims in x for x in sigs), dims
+    assert any("decode_split" in x and "ABSORBED=True" in x and "D_QK=576" in x for x in sigs)
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import gpu_decode
+    finally:
+        sys.path.pop(0)
+    assert gpu_decode.mla_bytes(16, 8192) == 2 * (16 * 8192 * 576 + 16 * 128 * (576 + 512))

@@ -1,0 +1,60 @@
+"""asv's time_ suites of kernels on fresh inputs, outputs checked in teardown (issue 35):
+a kernel that caches on an address, id() or a fingerprint fails the benchmark. Before this
+change the suites timed one set of inputs and never read an output: these caches passed."""
+
+import pytest
+
+from benchmarks.bench_backends import TimeCPUBackend
+from benchmarks.bench_reference import TimeAttention
+from benchmarks.common import FreshCalls, KernelFailed, need
+
+
+def _memo(fn, key):
+    cache = {}
+
+    def cached(q, k, v, **kw):
+        if key(q) not in cache:
+            cache[key(q)] = fn(q, k, v, **kw)
+        return cache[key(q)]
+
+    return cached
+
+
+def test_every_call_sees_new_contents_and_an_honest_kernel_passes():
+    call = FreshCalls("1x2x64x64x16", need("reference", "online_attention"), causal=True)
+    seen = []
+    inner = call.fn
+    call.fn = lambda q, k, v, **kw: seen.append((id(q), q.copy())) or inner(q, k, v, **kw)
+    for _ in range(6):
+        call()
+    assert all(a[0] != b[0] for a, b in zip(seen, seen[1:], strict=False))  # never twice in a row
+    assert len({x.tobytes() for _, x in seen}) == 6  # contents never repeat
+    call.verify()
+
+
+@pytest.mark.parametrize("key", [id, lambda q: q.ctypes.data, lambda q: q[..., :2, :].tobytes()],
+                         ids=["id", "pointer", "fingerprint"])
+def test_a_cache_fails_the_reference_suite_in_teardown(key):
+    args = ("1x1x256x256x64", "fp64", True, "streamed")
+    suite = TimeAttention()
+    suite.setup(*args)
+    suite.call.fn = _memo(suite.call.fn, key)
+    for _ in range(4):
+        suite.time_attention(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+
+
+def test_the_torch_suite_checks_its_outputs_too():
+    args = ("torch-sdpa", "fp32", "1x4/2x128x128x32", False)
+    suite = TimeCPUBackend()
+    suite.setup(*args)
+    for _ in range(3):
+        suite.time_backend(*args)
+    suite.teardown(*args)  # honest: passes
+    suite.setup(*args)
+    suite.call.fn = _memo(suite.call.fn, lambda q: q.data_ptr())
+    for _ in range(3):
+        suite.time_backend(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)

@@ -1,0 +1,47 @@
+"""``flashbench speed`` (issue 35): its rows, JSON fields with units, statuses. Before this
+change the subcommand did not exist."""
+
+import json
+
+from flashbench.cli import main
+
+
+def test_json_rows_carry_times_throughput_and_verdicts(capsys):
+    rc = main(["speed", "--shape", "1x2/1x64x32", "--causal", "both", "--backend",
+               "torch-naive", "--backend", "torch-sdpa", "--backend", "triton", "--seed", "4",
+               "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"] and report["meta"]["seed"] == 4
+    timed = [r for r in report["rows"] if r["status"] == "PASS"]
+    assert len(timed) == 4  # two torch peers x causal on/off
+    for r in timed:
+        assert len(r["samples_s"]) >= 10 and r["p10_s"] <= r["median_s"] <= r["p90_s"]
+        assert r["tflops"] > 0 and r["gbs"] > 0 and 0 < r["peak_fraction"]
+        assert r["checked"] == len(r["samples_s"]) and r["failures"] == {}
+        assert r["speedup"] is not None and r["baseline"] in ("torch-naive", "torch-sdpa")
+    fastest = min(timed[:2], key=lambda r: r["median_s"])
+    assert fastest["speedup"] == 1.0
+    triton = [r for r in report["rows"] if r["backend"] == "triton"]
+    assert all(r["status"] == "not timed" and r["median_s"] is None for r in triton)
+    assert any("interpreter" in (r["reason"] or "") or "triton" in (r["reason"] or "")
+               for r in triton)
+
+
+def test_text_names_the_clock_the_peak_and_the_verdict(capsys):
+    rc = main(["speed", "--shape", "1x1x32x16", "--backend", "torch-naive", "--baseline",
+               "torch-naive", "--samples", "12"])
+    out = capsys.readouterr()
+    assert rc == 0 and "verdict: PASS" in out.out and "matmul" in out.out
+    assert "clock: host clock" in out.out and "| 12 |" in out.out
+    assert "timing torch-naive" in out.err  # the progress line
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys):
+    for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
+                 ["--shape", "1x1x0x16"], ["--backend", "nosuch"]):
+        try:
+            rc = main(["speed", "--quiet", *argv])
+        except SystemExit as exc:  # argparse's refusal
+            rc = exc.code
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)

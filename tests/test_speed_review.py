@@ -1,0 +1,170 @@
+"""The review's worker under issue 35: a side whose timed outputs fail the suite's own check
+(teardown) fails, and a side whose code replaces a function both sides share (numpy, time)
+is refused by name, the other side unchanged. Before this change the worker swallowed
+teardown errors and never compared the shared libraries: both heads were measured."""
+
+import textwrap
+
+import pytest
+
+from flashbench.review.worker_client import Worker
+
+SUITE = """
+import numpy as np
+
+import flashbench
+
+
+class Fresh:
+    def setup(self):
+        self.slots = [np.zeros(1000) for _ in range(4)]
+        self.i, self.kept = 0, []
+
+    def time_call(self):
+        x = self.slots[self.i % 4]
+        x[0] = self.i  # same array, new contents
+        self.kept.append((self.i, flashbench.double_first(x)))
+        self.i += 1
+
+    def teardown(self):
+        for i, got in self.kept:
+            if got != 2 * i:
+                raise RuntimeError(f"call {i}: stale or wrong output {got}")
+
+
+def track_numpy_sum():
+    return float(np.sum([1.0, 2.0]))
+
+
+def track_patches_the_clock():
+    import time
+    if flashbench.CHEAT == "clock":
+        time.perf_counter = lambda: 0.0
+    return 1.0
+"""
+
+HONEST = "CHEAT = None\n\ndef double_first(x):\n    return 2 * float(x[0])\n"
+CHEATS = {
+    "memo": "CHEAT = 'memo'\n_M = {}\n\ndef double_first(x):\n"
+            "    if id(x) not in _M:\n        _M[id(x)] = 2 * float(x[0])\n    return _M[id(x)]\n",
+    "numpy": "import numpy\nnumpy.sum = lambda *a, **k: 0.0\n" + HONEST,
+    "clock": HONEST.replace("None", "'clock'"),
+}
+
+
+def _tree(root, text):
+    (root / "flashbench").mkdir(parents=True)
+    (root / "flashbench" / "__init__.py").write_text(text)
+    return root
+
+
+@pytest.fixture
+def sides(tmp_path):
+    bench = tmp_path / "today" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "__init__.py").write_text("")
+    (bench / "suite.py").write_text(textwrap.dedent(SUITE))
+
+    def start(head: str):
+        trees = {"base": _tree(tmp_path / f"base-{head}", HONEST),
+                 "head": _tree(tmp_path / f"head-{head}", CHEATS.get(head, HONEST))}
+        return Worker("timing", trees, bench, tmp_path / f"{head}.log").start()
+
+    return start
+
+
+def test_a_head_that_memoises_on_id_fails_the_pair_and_base_stays_ok(sides):
+    w = sides("memo")
+    try:
+        r = w.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=4,
+                       samples=3)
+        assert (r["status"], r["side"]) == ("failed", "head"), r
+        assert "stale or wrong output" in r["reason"]
+        ok = w.ask(side="base", op="time", name="suite.Fresh.time_call", index=0, number=4,
+                   samples=3)
+        assert ok["status"] == "ok", ok
+    finally:
+        w.stop()
+    honest = sides("honest")
+    try:
+        r = honest.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=4,
+                            samples=3)
+        assert r["status"] == "ok", r
+    finally:
+        honest.stop()
+
+
+def test_a_head_that_patches_numpy_at_import_is_refused_by_name(sides):
+    w = sides("numpy")
+    try:
+        assert "head" in w.errors and "numpy.sum" in w.errors["head"], w.errors
+        base = w.ask(side="base", op="track", name="suite.track_numpy_sum", index=0)
+        assert base == {"status": "ok", "value": 3.0}  # the original was put back
+        head = w.ask(side="head", op="track", name="suite.track_numpy_sum", index=0)
+        assert head["status"] == "failed" and "numpy.sum" in head["reason"]
+    finally:
+        w.stop()
+
+
+def test_a_call_that_patches_the_clock_refuses_its_side_from_then_on(sides):
+    w = sides("clock")
+    try:
+        assert w.ask(side="base", op="track", name="suite.track_patches_the_clock",
+                     index=0)["status"] == "ok"
+        r = w.ask(side="head", op="track", name="suite.track_patches_the_clock", index=0)
+        assert r["status"] == "failed" and "time.perf_counter" in r["reason"], r
+        r = w.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=2,
+                       samples=2)
+        assert (r["status"], r["side"]) == ("failed", "head")
+        assert w.ask(side="base", op="track", name="suite.track_numpy_sum",
+                     index=0)["status"] == "ok"
+    finally:
+        w.stop()
+
+
+CHEAT = '''
+
+_honest_online_attention = online_attention
+_MEMO = {}
+
+
+def online_attention(q, k, v, *args, **kwargs):  # noqa: F811 - the cheat under review
+    key = (id(q), id(k), id(v), args, tuple(sorted(kwargs.items())))
+    if key not in _MEMO:
+        _MEMO[key] = _honest_online_attention(q, k, v, *args, **kwargs)
+    return _MEMO[key]
+'''
+
+
+@pytest.mark.slow
+def test_a_head_that_memoises_the_reference_on_id_is_never_faster(tmp_path):
+    """Issue 35's reproduction: on main this head was "faster, head/base 0.000, exit 0".
+    Now every call sees new contents: a hit returns a stale row, which fails the head
+    (exit 1), and a miss computes honestly: never "faster"."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", "-b", "cheat",
+                    subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
+                                   capture_output=True, text=True).stdout.strip()], check=True)
+    init = clone / "flashbench" / "reference" / "__init__.py"
+    init.write_text(init.read_text() + CHEAT)
+    subprocess.run([*git, "-C", str(clone), "commit", "-qam", "cheat"], check=True)
+    base = subprocess.run(["git", "-C", str(clone), "rev-parse", "cheat~1"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "review", base, "cheat",
+                        "--bench", "TimeAttention.*1024x1024x64.*streamed", "--quick",
+                        "--threads", "1", "--json"], cwd=clone, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(clone)}, timeout=900)
+    report = json.loads(r.stdout)
+    verdicts = [row.get("verdict") for row in report["rows"]]
+    assert r.returncode in (0, 1, 2) and "faster" not in verdicts, (r.returncode, verdicts)
+    failed = [row for row in report["rows"] if row.get("verdict") == "failed"]
+    assert all("stale or wrong" in json.dumps(row) for row in failed)

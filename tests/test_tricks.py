@@ -1,0 +1,278 @@
+"""The gallery of tricks (issue 35): each way a kernel can look faster than it is FAILs by
+name under the guarded timer, in this process and under ``flashbench speed --backend`` (its
+worker process), with a correct kernel's PASS unchanged beside it. On main before this
+change nothing timed a user's kernel, and every suite timed the same inputs unchecked: each
+of these passed (or was never looked at)."""
+
+import json
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from flashbench.backends import Backend
+from flashbench.cli import main
+from flashbench.inputs import Shape
+from flashbench.measure.speed import (
+    FLOOR_MARGIN,
+    Roofline,
+    SpeedCase,
+    measure_roofline,
+    row_from,
+)
+from flashbench.measure.speedrun import time_backend
+from flashbench.timed import guard
+
+TRICKS = textwrap.dedent('''
+    import gc
+    import threading
+    import time
+
+    import torch
+
+    def _attn(q, k, v, causal=False, scale=None):
+        s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return (torch.softmax(s, -1) @ v.double()).to(q.dtype)
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v)
+
+    _PTR, _ID, _HASH = {}, {}, {}
+
+    def memo_pointer(q, k, v, causal=False, scale=None):
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        if key not in _PTR:
+            _PTR[key] = _attn(q, k, v)
+        return _PTR[key]
+
+    def memo_id(q, k, v, causal=False, scale=None):
+        key = (id(q), id(k), id(v))
+        if key not in _ID:
+            _ID[key] = _attn(q, k, v)
+        return _ID[key].clone()
+
+    def memo_contents(q, k, v, causal=False, scale=None):
+        key = hash(q.flatten()[:64].numpy().tobytes())  # a cheap fingerprint of the contents
+        if key not in _HASH:
+            _HASH[key] = _attn(q, k, v)
+        return _HASH[key]
+
+    def background(q, k, v, causal=False, scale=None):
+        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+
+        def work():
+            time.sleep(0.05)
+            o.copy_(_attn(q, k, v))
+        threading.Thread(target=work, daemon=True).start()
+        return o
+
+    class Lazy(torch.Tensor):
+        pass
+
+    def lazy(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v).as_subclass(Lazy)
+
+    def view_of_input(q, k, v, causal=False, scale=None):
+        return q.as_strided(q.shape, q.stride())
+
+    def patch_perf_counter(q, k, v, causal=False, scale=None):
+        time.perf_counter = lambda: 0.0
+        return _attn(q, k, v)
+
+    def patch_monotonic_ns(q, k, v, causal=False, scale=None):
+        time.monotonic_ns = lambda: 0
+        return _attn(q, k, v)
+
+    def patch_event(q, k, v, causal=False, scale=None):
+        torch.cuda.Event.elapsed_time = lambda self, end: 1e-6
+        return _attn(q, k, v)
+
+    _SUITE = {}
+
+    def seed_special(q, k, v, causal=False, scale=None):
+        """Right on the suites' inputs (seed 0 of the shape), a stored answer elsewhere."""
+        key = tuple(q.shape)
+        if key not in _SUITE:
+            g = torch.Generator().manual_seed(0)
+            qs, ks, vs = (torch.randn(t.shape, generator=g).to(t.dtype) for t in (q, k, v))
+            _SUITE[key] = _attn(qs, ks, vs)
+        return _SUITE[key].clone()
+
+    _CALLS = []
+
+    def warmup_detect(q, k, v, causal=False, scale=None):
+        """Honest for the first 3 calls (a warm-up), then the previous answer."""
+        if len(_CALLS) < 3:
+            _CALLS.append(_attn(q, k, v))
+            return _CALLS[-1]
+        return _CALLS[-1].clone()
+
+    def gc_scan(q, k, v, causal=False, scale=None):
+        """Any float tensor of o's shape that the harness holds (an expected output)."""
+        want = (*q.shape[:3], v.shape[-1])
+        for obj in gc.get_objects():
+            if (type(obj) is torch.Tensor and tuple(obj.shape) == want and obj.dtype == q.dtype
+                    and obj is not q and obj.data_ptr() != q.data_ptr()):
+                return obj.clone()
+        return _attn(q, k, v)
+''')
+
+EXPECTED = {
+    "memo_pointer": guard.STALE, "memo_id": guard.STALE, "memo_contents": (guard.STALE, guard.FLOOR),
+    "background": guard.THREAD, "lazy": guard.LAZY, "view_of_input": guard.ALIAS,
+    "patch_perf_counter": guard.CLOCK, "patch_monotonic_ns": guard.CLOCK,
+    "patch_event": guard.CLOCK, "seed_special": guard.WRONG, "warmup_detect": guard.STALE,
+    "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
+}
+# the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
+# under the roofline floor, small enough for a fast test
+CASE = SpeedCase(Shape(1, 4, 256, 256, 64), "fp32")
+
+
+CLOCKS = [(time, "perf_counter", time.perf_counter), (time, "monotonic_ns", time.monotonic_ns),
+          (torch.cuda.Event, "elapsed_time", torch.cuda.Event.elapsed_time)]
+
+
+@pytest.fixture
+def tricks(tmp_path, monkeypatch):
+    (tmp_path / "fbtricks.py").write_text(TRICKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fbtricks", raising=False)
+    for owner, name, fn in CLOCKS:
+        monkeypatch.setattr(owner, name, fn)  # restored after the test
+    import fbtricks
+
+    yield fbtricks
+    sys.modules.pop("fbtricks", None)
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return measure_roofline("cpu", ["fp32"])
+
+
+def _named(expected, failures) -> bool:
+    return any(n in failures for n in ((expected,) if isinstance(expected, str) else expected))
+
+
+def _in_process(fn, name):
+    return Backend(name, fn, name, ("fp32",), timed=fn, origin="user")
+
+
+@pytest.mark.parametrize("trick", sorted(EXPECTED))
+def test_each_trick_fails_by_name_under_the_guarded_timer(tricks, roof, trick):
+    row = time_backend(CASE, _in_process(getattr(tricks, trick), trick), roof, seed=7)
+    assert row.status == "FAIL" and _named(EXPECTED[trick], row.failures), (trick, row.failures)
+    for owner, name, fn in CLOCKS:  # a patch made in this process is undone before the next
+        setattr(owner, name, fn)
+    good = time_backend(CASE, _in_process(tricks.good, "good"), roof, seed=7)
+    assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_a_call_faster_than_the_roofline_floor_fails_the_row():
+    """A cache hit's few microseconds against this machine's own peak (a fixed roofline here,
+    so that a loaded machine cannot blur the check of the rule)."""
+    roof = Roofline({"fp32": 0.1}, 10.0, "fixed for the test")
+    floor = CASE.flops() / 0.1e12
+    honest = row_from(CASE, "k", [floor * 1.5] * 10, {}, roof, "test", 10)
+    cached = row_from(CASE, "k", [floor * 1.5] * 7 + [2e-5] * 3, {}, roof, "test", 10)
+    assert honest.status == "PASS" and honest.floor_s == pytest.approx(floor)
+    assert cached.status == "FAIL" and "3 of 10 calls" in cached.failures[guard.FLOOR]
+    edge = row_from(CASE, "k", [floor * FLOOR_MARGIN * 1.01] * 10, {}, roof, "test", 10)
+    assert edge.status == "PASS"
+
+
+def test_the_pool_refills_in_place_and_never_repeats_a_slot_twice_in_a_row():
+    made = []
+    pool = guard.Pool(lambda s: (made.append(s) or __import__("numpy").full(3, s % 1000),),
+                      size=4, seed=1)
+    addresses = [id(slot[0]) for slot in pool.slots]
+    seen = [pool.next() for _ in range(40)]
+    assert all(a[0] != b[0] for a, b in zip(seen, seen[1:], strict=False))  # never twice in a row
+    assert [id(slot[0]) for slot in pool.slots] == addresses  # same objects, new contents
+    assert len({s for _, s, _ in seen}) > 4  # contents were refilled
+    per_slot = {}
+    for slot, seed, _ in seen:
+        per_slot.setdefault(slot, set()).add(seed)
+    assert all(len(s) > 1 for s in per_slot.values())
+
+
+def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
+    args = ["speed", "--shape", "1x4x256x64", "--dtype", "fp32", "--json", "--quiet",
+            "--seed", "11", "--backend", "fbtricks:good", "--baseline", "fbtricks:good"]
+    for trick in sorted(EXPECTED):
+        args += ["--backend", f"fbtricks:{trick}"]
+    rc = main(args)
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["backend"].split(":")[1]: r for r in report["rows"] if ":" in r["backend"]}
+    good = rows["good"]
+    assert rc == 1 and good["status"] == "PASS", (good["failures"], good["reason"])
+    assert rows["good"]["speedup"] == 1.0 and rows["good"]["median_s"] > 0
+    for trick, name in EXPECTED.items():
+        assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
+            (trick, rows[trick]["failures"], rows[trick]["reason"])
+
+
+GPU_TRICKS = textwrap.dedent('''
+    import torch
+
+    def _attn(q, k, v, causal=False, scale=None):
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v)
+
+    _SIDE = []
+
+    def side_stream(q, k, v, causal=False, scale=None):
+        """The work on a stream of its own: the caller's events see nothing."""
+        if not _SIDE:
+            _SIDE.append(torch.cuda.Stream())
+        _SIDE[0].wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(_SIDE[0]):
+            o = _attn(q, k, v)
+        return o
+
+    def freed_memory(q, k, v, causal=False, scale=None):
+        """Whatever the allocator hands back: a freed expected output, if the harness left one."""
+        return torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
+''')
+GPU_CASE = SpeedCase(Shape(4, 16, 2048, 2048, 128), "bf16")
+
+
+@pytest.fixture
+def gpu_tricks(tmp_path, monkeypatch):
+    (tmp_path / "fbgputricks.py").write_text(GPU_TRICKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fbgputricks
+
+    yield fbgputricks
+    sys.modules.pop("fbgputricks", None)
+
+
+def _cuda_backend(fn, name):
+    return Backend(name, fn, name, ("bf16",), timed=fn, origin="user", devices=("cuda",))
+
+
+@pytest.mark.gpu
+def test_side_stream_work_is_inside_the_time(gpu_tricks):
+    """Device-wide synchronisation before the end event: the side stream's work is timed
+    (on events of the current stream alone it read as nearly nothing)."""
+    roof = measure_roofline("cuda", ["bf16"])
+    good = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.good, "good"), roof, 5,
+                        device="cuda")
+    side = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.side_stream, "side"), roof, 5,
+                        device="cuda")
+    assert good.status == "PASS" and side.status == "PASS", (good.failures, side.failures)
+    assert side.median_s > 0.5 * good.median_s
+
+
+@pytest.mark.gpu
+def test_an_output_from_freed_memory_fails(gpu_tricks):
+    roof = measure_roofline("cuda", ["bf16"])
+    row = time_backend(GPU_CASE, _cuda_backend(gpu_tricks.freed_memory, "freed"), roof, 5,
+                       device="cuda")
+    assert row.status == "FAIL" and _named((guard.WRONG, guard.STALE), row.failures)
