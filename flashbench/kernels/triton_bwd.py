@@ -149,9 +149,11 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
         from flashbench.kernels import triton_hopper_bwd
 
         if kernel != "tma" or q.dtype == torch.float32 or tuple(window) != (-1, -1) or (
-                softcap is not None or packed is not None or count):
-            raise ValueError(f"kernel must be None or 'tma' (fp16/bf16, no window, softcap, "
-                             f"packing or count), got {kernel!r}")
+                softcap is not None or packed is not None or count) or (
+                v.shape[-1] != q.shape[-1] or q.shape[-1] not in (16, 32, 64, 128, 256)):
+            raise ValueError(f"kernel must be None or 'tma' (fp16/bf16, d = dv in 16..256 a "
+                             f"power of two, no window, softcap, packing or count), got "
+                             f"{kernel!r}")
         dkdv = triton_hopper_bwd.DKDV_TMA
         q, do = q.contiguous(), do.contiguous()  # its descriptors read rows of d elements
     B, H, n_q, d = q.shape

@@ -34,8 +34,11 @@ def attn_bwd_dkdv_tma(Q, K, V, DO, LSE, DELTA, DK, DV,
                      HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                      UPCAST: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                      VARLEN: tl.constexpr, COUNT: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    tl.static_assert(not (WINDOW or SOFTCAP or VARLEN or COUNT))
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                     D_QK: tl.constexpr, D_V: tl.constexpr, PAD_QK: tl.constexpr,
+                     PAD_V: tl.constexpr):
+    tl.static_assert(not (WINDOW or SOFTCAP or VARLEN or COUNT or PAD_QK or PAD_V))
+    tl.static_assert(HEAD_DIM_V == HEAD_DIM)  # d = dv, a power of two (the launch checks)
     off_bkv = tl.program_id(0)
     start_n = tl.program_id(1)
     off_b = (off_bkv // HKV).to(tl.int64)
