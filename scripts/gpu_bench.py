@@ -29,6 +29,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_decode, 
 
 import gpu_decode  # noqa: E402
 import gpu_headdims  # noqa: E402
+import gpu_hopper  # noqa: E402
 import gpu_variants  # noqa: E402
 from gpu_checks import (  # noqa: E402,F401
     CHECK_DTYPES,
@@ -106,8 +107,11 @@ def fp8_inputs(shape: Shape, device, dtype=torch.bfloat16, seed: int = 0):
 
 # ------------------------------------------------------------------ the plan
 
-def _replay(quick: bool) -> None:
+def _replay(quick: bool, variants_only: bool = False) -> None:
     """Every triton launch of the run, on meta tensors (inside planning() or warming())."""
+    gpu_hopper.replay()  # the Hopper variants' phase, timed first (scripts/gpu_hopper.py)
+    if variants_only:
+        return
     from flashbench.kernels.checks import torch_dtype
     from flashbench.measure.timing import NotDifferentiable, pass_fn
 
@@ -139,30 +143,31 @@ def _replay(quick: bool) -> None:
     gpu_headdims.replay()  # d = 80, 96, 192/128 beside 128: fixed config, bf16
 
 
-def record_plan(quick: bool):
+def record_plan(quick: bool, variants_only: bool = False):
     """The run's compilations, recorded by the launch code itself."""
     with planning() as plan:
-        _replay(quick)
+        _replay(quick, variants_only)
     return plan
 
 
-def _precompile_share(quick: bool, jobs: int, me: int) -> str | None:
+def _precompile_share(quick: bool, jobs: int, me: int, variants_only: bool = False) -> str | None:
     from flashbench.kernels.launch import warming
 
     try:
         with warming(lambda i: i % jobs == me):
-            _replay(quick)
+            _replay(quick, variants_only)
     except Exception as exc:  # the run proper compiles whatever is missing
         return f"{type(exc).__name__}: {exc}"[:300]
     return None
 
 
-def precompile(quick: bool, jobs: int) -> list[str]:
+def precompile(quick: bool, jobs: int, variants_only: bool = False) -> list[str]:
     """Compile the plan in ``jobs`` processes into Triton's disk cache (errors returned)."""
     import multiprocessing as mp
 
     with mp.get_context("spawn").Pool(jobs) as pool:
-        errors = pool.starmap(_precompile_share, [(quick, jobs, i) for i in range(jobs)])
+        errors = pool.starmap(_precompile_share,
+                              [(quick, jobs, i, variants_only) for i in range(jobs)])
     return [e for e in errors if e]
 
 
@@ -284,6 +289,18 @@ def _print_summary(done) -> None:
           f"{sum(r.seconds for r in done):.0f} s on this CPU; {len(failed)} failed")
 
 
+def _variants_only(out: str, state: dict, start: float, say) -> int:
+    """--variants-only: the Hopper variants' rows and files (scripts/gpu_hopper.py)."""
+    from flashbench.measure.timing import matmul_peak_tflops
+
+    peak = matmul_peak_tflops("bf16")
+    say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
+    rows = gpu_hopper.run(peak, say) + gpu_hopper.run_backward(peak, say)
+    stem = gpu_hopper.write(out, state, peak, rows, time.time() - start)
+    say(gpu_hopper.table(rows) + f"\nwrote {stem}.md and .json")
+    return 1 if any(r.get("check", {}).get("passed") is False for r in rows) else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the window-sized run (see docstring)")
@@ -294,11 +311,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="gpu-results", help="folder for the .md and .json")
     p.add_argument("--jobs", type=int, default=8,
                    help="processes that precompile the plan first (0: compile as the run goes)")
+    p.add_argument("--variants-only", action="store_true",
+                   help="only the Hopper variants beside cuDNN and sdpa-flash (gpu_hopper.py)")
     args = p.parse_args(argv)
     if args.compile and not args.plan:
         p.error("--compile goes with --plan")
     if args.plan:
-        gpu_decode.show_plan(record_plan(args.quick), args.compile, _print_summary)
+        gpu_decode.show_plan(record_plan(args.quick, args.variants_only), args.compile,
+                             _print_summary)
         return 0
     if not torch.cuda.is_available():
         print("gpu_bench: no CUDA GPU visible to torch; this script only runs on a GPU "
@@ -310,20 +330,23 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     start = time.time()
-    planned = len(record_plan(args.quick))
+    planned = len(record_plan(args.quick, args.variants_only))
     before = gpu_state()
     say(f"{before['gpu']}: torch {before['torch']}, Triton {before['triton']}, CUDA "
         f"{before['cuda']}, driver {before.get('driver')}; {planned} compilations planned")
     if args.jobs > 1:
         t0 = time.time()
-        errors = precompile(args.quick, args.jobs)
+        errors = precompile(args.quick, args.jobs, args.variants_only)
         say(f"precompiled the plan in {time.time() - t0:.0f} s with {args.jobs} processes"
             + (f"; errors: {errors}" if errors else ""))
+    if args.variants_only:
+        return _variants_only(args.out, before, start, say)
     checks = run_checks(args.quick, say)
     bad = [r for r in checks if r.get("kernel") in ("triton", "triton-fp8")
            and r.get("passed") is False]
     peak = matmul_peak_tflops("bf16")
     say(f"bf16 matmul peak: {peak:.0f} TFLOP/s (8192^3 torch.matmul, median device time)")
+    hopper = gpu_hopper.run(peak, say) + gpu_hopper.run_backward(peak, say)  # variants first
     # a failed check stops the timings of its own dtype only (fp32 is checked, not timed)
     speed, chosen = run_timings(
         args.quick, peak, say, fp8_ok=not any(r.get("kernel") == "triton-fp8" for r in bad),
@@ -332,7 +355,7 @@ def main(argv=None) -> int:
               "gpu_after": gpu_state(), "matmul_peak_tflops": peak, "checks": checks,
               "speed": speed, "autotune_configs": chosen, "targets": targets(speed),
               "fp8_speedups": fp8_speedups(speed),
-              "variant_speed": gpu_variants.timing_rows(peak, say),
+              "variant_speed": gpu_variants.timing_rows(peak, say), "hopper_speed": hopper,
               "headdim_speed": gpu_headdims.timing_rows(peak, say),
               "compiles_planned": planned,
               "compiles_observed": triton_fwd.FORWARD.compiled_count(),

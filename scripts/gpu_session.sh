@@ -7,6 +7,9 @@
 # a phase that runs out is stopped and the next still runs; what the budget cannot reach
 # is "not run"):
 #   wheels     60  asv, asv_runner, yyjson from ./wheels (scripts/gpu_wheels.sh)
+#   variants  150  gpu_bench.py --quick --variants-only: the Hopper variants (triton_hopper)
+#                  beside today's kernel, sdpa-cudnn and sdpa-flash, outputs checked
+#                  (precompiled in 8 processes first): which variant, how fast, against cuDNN
 #   tests     100  the GPU correctness tests: compiled kernel, every config, fork safety
 #                  (asv's forkserver; user kernels' workers forked from the zygote)
 #   findings   45  scripts/gpu_findings.py: exp2 vs float64 on the device, the fp32 case,
@@ -59,6 +62,14 @@ gpu_machine
 # -- wheels: asv into a private target, never the system
 gpu_wheels
 
+# -- the Hopper variants first: the answer a cut window most needs (docs/gpu.md)
+if [ $DRY -eq 1 ]; then
+  phase variants 150 0 "$PY" scripts/gpu_bench.py --quick --variants-only --plan
+else
+  phase variants 150 0 "$PY" scripts/gpu_bench.py --quick --variants-only \
+    --out "$OUT/gpu-results"
+fi
+
 # -- correctness on the GPU
 XDIST=()
 WORKERS=${GPU_SESSION_WORKERS:-8}
@@ -105,7 +116,8 @@ import re, subprocess, sys
 text = subprocess.run(["git", "show", f"{sys.argv[1]}:flashbench/kernels/configs.py"],
                       capture_output=True, text=True, check=True).stdout
 small = "_c(64, 32, 4, 2)"  # a worse block config for d = 128 (gpu_findings measures it)
-text, n1 = re.subn(r"    128: \(_c\(128, 64, 8, 3\),[^\n]*\n[^\n]*\),\n", f"    128: ({small},),\n", text)
+text, n1 = re.subn(r"    128: \(_c\(128, 64, 8, 3\),[^\n]*\n[^\n]*\),\n", f"    128: ({small},),\n", text,
+                  count=1)  # HOPPER_CANDIDATES, the first such table (not the variants')
 text, n2 = re.subn(r"128: _c\(128, 64, 8, 3\)", f"128: {small}", text)
 if (n1, n2) != (1, 1):
     sys.exit(f"configs.py changed shape: candidates {n1}, fixed {n2} replacements")

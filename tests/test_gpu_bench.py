@@ -37,7 +37,14 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     m = re.fullmatch(r"compiles: (\d+)", lines[-1])
     assert m, lines[-1]
     n = int(m[1])
-    assert 0 < n <= 64
+    # 63 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
+    # (the backward's attn_bwd_dkdv_tma, full/causal): 88 keeps the 8-process precompile short
+    assert 0 < n <= 88
+    # the Hopper variants, timed first (scripts/gpu_hopper.py): each kernel, full and causal
+    for kernel in ("attn_fwd_tma", "attn_fwd_ws", "attn_fwd_overlap", "attn_fwd_persistent"):
+        sigs = [x for x in lines if x.startswith("signature ") and f": {kernel} (" in x]
+        assert len(sigs) == 2 and all("HEAD_DIM=128" in x and "bf16" in x for x in sigs), kernel
+    assert sum(x.startswith("signature ") and ": attn_bwd_dkdv_tma (" in x for x in lines) == 2
     # one line per compilation: a config under its signature
     configs = [x for x in lines if x.startswith("    ")]
     assert len(configs) == n
@@ -176,3 +183,43 @@ def test_fp8_timed_cases_and_speedups():
              "causal": True, "direction": "fwd", "tflops": 500.0}]
     ups = gb.fp8_speedups(rows)
     assert ups[0]["fp8_vs_bf16"] == 1.5 and ups[1]["fp8_vs_bf16"] is None
+
+
+def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudnn():
+    """gpu_hopper's timing checks every pool entry's output before the clock: a backend whose
+    output is wrong on one entry gets no time (device_samples is never reached); the table
+    says each row's speed against sdpa-cudnn of the same case."""
+    _gpu_bench()  # puts scripts/ on sys.path
+    import gpu_hopper
+
+    g = torch.Generator().manual_seed(0)
+    shape = Shape(1, 2, 64, 64, 32)
+    pool = [tuple(torch.randn(1, 2, 64, 32, generator=g).to(torch.bfloat16) for _ in range(3))
+            for _ in range(2)]
+
+    def wrong_on_second(q, k, v, causal):
+        o = torch.from_numpy(R.attention(*(t.double().numpy() for t in (q, k, v)),
+                                         causal=causal)[0]).to(torch.bfloat16)
+        return o if q is pool[0][0] else o + 0.5
+
+    row = gpu_hopper._time(wrong_on_second, pool, True, shape, "bf16", 1000.0)
+    assert row["skipped"] == "timed output failed its check: time not counted"
+    assert row["check"]["passed"] is False
+    rows = [{"case": "c", "backend": "sdpa-cudnn", "ms": 2.0, "ms_q1": 1.9, "ms_q3": 2.1,
+             "tflops": 400.0, "pct_peak": 50.0},
+            {"case": "c", "backend": "triton-ws", "ms": 1.6, "ms_q1": 1.5, "ms_q3": 1.7,
+             "tflops": 500.0, "pct_peak": 62.5, "config": "BLOCK_M=128"},
+            {"case": "c", "backend": "triton-tma", "skipped": "failed: X"}]
+    lines = gpu_hopper.table(rows).splitlines()
+    make = gpu_hopper._backward(None)
+
+    def wrong(q, k, v, causal):
+        call = make(q, k, v, causal)
+        bad = lambda: tuple(g + 0.5 for g in call())  # noqa: E731
+        bad.do = call.do
+        return bad
+
+    brow = gpu_hopper._time_backward(wrong, pool[:1], False, shape, 1000.0, [{}])
+    assert brow["skipped"] == "timed gradients failed their check: time not counted"
+    assert "| c | triton-ws | 1.600 (1.500-1.700) | 500 | 62 | 1.25x | BLOCK_M=128 |" in lines
+    assert "| c | triton-tma | failed: X | | | | |" in lines

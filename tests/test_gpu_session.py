@@ -63,8 +63,8 @@ def test_dry_run_walks_every_phase(tmp_path):
                        text=True, env=env, timeout=900)
     summary = (out / "summary.txt").read_text()
     assert r.returncode == 0, summary
-    for name in ("tests", "findings", "fp8_d256", "history", "review_noop", "review_slow",
-                 "gpu_bench"):
+    for name in ("variants", "tests", "findings", "fp8_d256", "history", "review_noop",
+                 "review_slow", "gpu_bench"):
         assert re.search(rf"^{name}: ok in \d+s of \d+s", summary, re.M), name
     assert "every phase as expected" in summary
     results = sorted((out / "results").glob("*/*-existing-*.json"))

@@ -126,3 +126,31 @@ def prune_forward(configs: list[Config], named_args: dict, **constexprs) -> list
     if short:
         kept = short
     return kept or configs[:1]
+
+
+# The Hopper variants (flashbench.kernels.triton_hopper): two candidates per head dim and
+# variant, so the GPU window's variants phase compiles 4 variants x 2 configs per signature.
+# 128 x 64 tiles with 8 warps are today's fixed d=128 config; 128 x 128 with 2 stages is the
+# tutorial's TMA shape. attn_fwd_ws takes 4 warps per consumer warpgroup (Triton's Hopper
+# warp specialisation adds the producer and a second consumer group: 12 warps in all; with
+# 8 warps it leaves the loop unspecialised). The first is each variant's fixed config.
+VARIANT_CANDIDATES: dict[int, tuple[Config, ...]] = {
+    16: (_c(128, 64, 4, 3), _c(64, 64, 4, 3)),
+    32: (_c(128, 64, 4, 3), _c(64, 64, 4, 3)),
+    64: (_c(128, 64, 4, 3), _c(128, 128, 8, 3)),
+    128: (_c(128, 64, 8, 3), _c(128, 128, 8, 2)),
+    256: (_c(64, 64, 4, 2), _c(128, 64, 8, 2)),
+}
+WS_CANDIDATES: dict[int, tuple[Config, ...]] = {
+    16: (_c(128, 64, 4, 3), _c(128, 128, 4, 2)),
+    32: (_c(128, 64, 4, 3), _c(128, 128, 4, 2)),
+    64: (_c(128, 64, 4, 3), _c(128, 128, 4, 2)),
+    128: (_c(128, 64, 4, 3), _c(128, 128, 4, 2)),
+    256: (_c(128, 64, 4, 2), _c(128, 32, 4, 3)),
+}
+
+
+def variant_candidates(head_dim: int, dtype, kernel: str = "tma") -> tuple[Config, ...]:
+    """The autotune candidates of Hopper variant ``kernel`` (16-bit operands only)."""
+    table = WS_CANDIDATES if kernel == "ws" else VARIANT_CANDIDATES
+    return _by_width(dtype, {2: table})[head_dim]

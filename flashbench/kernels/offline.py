@@ -29,6 +29,9 @@ class OfflineCompile:
     error: str | None = None
     wgmma_ops: int = 0  # wgmma.mma_async instructions in the PTX (Hopper tensor-core dots)
     mma_sync_ops: int = 0  # mma.sync instructions (the pre-Hopper path: a dot that missed wgmma)
+    tma_ops: int = 0  # cp.async.bulk.tensor instructions in the PTX (TMA copies)
+    warps: int | None = None  # warps launched: more than num_warps when warp-specialised
+    setmaxnreg: int = 0  # setmaxnreg instructions (warp specialisation's register split)
 
 
 def _resource_usage(cubin: bytes) -> tuple[int | None, int | None]:
@@ -86,9 +89,13 @@ def compile_plan(plan, capability: int = 90, say=print) -> list[OfflineCompile]:
         r = OfflineCompile(c.line(), seconds, getattr(compiled.metadata, "shared", None),
                            regs, spills, "wgmma" in ptx,
                            wgmma_ops=len(re.findall(r"\bwgmma\.mma_async\b", ptx)),
-                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)))
+                           mma_sync_ops=len(re.findall(r"\bmma\.sync\b", ptx)),
+                           tma_ops=len(re.findall(r"\bcp\.async\.bulk\.tensor\b", ptx)),
+                           warps=getattr(compiled.metadata, "num_warps", None),
+                           setmaxnreg=len(re.findall(r"\bsetmaxnreg\b", ptx)))
         results.append(r)
         say(f"{seconds:5.1f} s  shared {r.shared_bytes} B  regs {r.registers}  "
             f"local {r.spill_bytes} B  wgmma {r.wgmma} ({r.wgmma_ops} ops, mma.sync "
-            f"{r.mma_sync_ops})  {c.line()}")
+            f"{r.mma_sync_ops})  tma {r.tma_ops}  warps {r.warps}  setmaxnreg {r.setmaxnreg}"
+            f"  {c.line()}")
     return results

@@ -121,7 +121,7 @@ def _check_do(do, o) -> None:
 
 def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None, *,
              allow_tf32: bool = False, window=(-1, -1), softcap: float | None = None,
-             packed: Packed | None = None, count: bool = False):
+             packed: Packed | None = None, count: bool = False, kernel: str | None = None):
     """Gradients ``(dq, dk, dv)`` of attention from the forward's ``o`` and ``lse``.
 
     Args:
@@ -135,6 +135,8 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
         packed: a packed batch (:class:`Packed`; :func:`varlen_backward` builds it): then
             q, k, v, o, do are [1, heads, total, d] views and lse is [H, total_q].
         count: also return the blocks each program visited (:func:`varlen_backward`).
+        kernel: None (today's dK/dV kernel) or "tma", the Hopper variant
+            (:mod:`flashbench.kernels.triton_hopper_bwd`; 16-bit, no window, softcap, packing).
 
     Returns:
         (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous); with ``count``
@@ -142,6 +144,18 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     """
     _check_do(do, o)
     causal = check_causal(causal)
+    dkdv = DKDV
+    if kernel is not None:
+        from flashbench.kernels import triton_hopper_bwd
+
+        if kernel != "tma" or q.dtype == torch.float32 or tuple(window) != (-1, -1) or (
+                softcap is not None or packed is not None or count) or (
+                v.shape[-1] != q.shape[-1] or q.shape[-1] not in (16, 32, 64, 128, 256)):
+            raise ValueError(f"kernel must be None or 'tma' (fp16/bf16, d = dv in 16..256 a "
+                             f"power of two, no window, softcap, packing or count), got "
+                             f"{kernel!r}")
+        dkdv = triton_hopper_bwd.DKDV_TMA
+        q, do = q.contiguous(), do.contiguous()  # its descriptors read rows of d elements
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
     scale = check_scale(scale, d)
@@ -177,6 +191,8 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     cfg = {name: None if interpreted else backward_config(name, config_width(d, v.shape[-1]),
                                                           q.dtype)
            for name in ("dkdv", "dq")}
+    if dkdv is not DKDV and not interpreted:
+        cfg["dkdv"] = triton_hopper_bwd.DKDV_TMA_CONFIGS[d]
     visits = {name: torch.zeros((batch * heads, triton.cdiv(n, _block(cfg[name], key)))
                                 if count else (1,), dtype=torch.int32, device=q.device)
               for name, heads, n, key in (("dkdv", hkv, m_k, "BLOCK_N"),
@@ -184,7 +200,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
     cu = (None, None) if packed is None else (packed.cu_q, packed.cu_k)
     lse_strides = (H * n_q, n_q) if packed is None else (0, lse.stride(-2))
     common = [x for st in strides[:4] for x in st]
-    DKDV.launch(lambda m: (batch * hkv, triton.cdiv(m_k, m["BLOCK_N"])),
+    dkdv.launch(lambda m: (batch * hkv, triton.cdiv(m_k, m["BLOCK_N"])),
                 (q, k, v, do, lse, delta, dk, dv, *common, *strides[4], *strides[5],
                  H, hkv, H // hkv, m_q, m_k, qk_scale, scale, left, right, cap,
                  *cu, visits["dkdv"], *lse_strides), meta,

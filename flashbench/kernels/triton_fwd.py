@@ -255,7 +255,8 @@ def _validate(q, k, v, causal, scale, allow_tf32) -> float:
 
 
 def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
-            allow_tf32: bool = False, config: Config | str | None = None, variant=None):
+            allow_tf32: bool = False, config: Config | str | None = None, variant=None,
+            kernel: str | None = None):
     """Launch the forward kernel: ``(o, lse, config)``. For reuse by other kernels' code
     (the backward needs o and lse) and by the GPU script (the config chosen).
 
@@ -266,7 +267,16 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *,
     means the interpreter tiles ``INTERPRETER_BLOCK_M`` x ``INTERPRETER_BLOCK_N``).
     Returns the config the compiled kernel ran with (interpreter: the tiles).
     ``variant``: see :func:`launch` (:mod:`flashbench.kernels.triton_variants` passes it).
+    ``kernel``: None (this kernel) or a Hopper variant's name
+    (:data:`flashbench.kernels.triton_hopper.VARIANTS`), which takes no ``allow_tf32``/``variant``.
     """
+    if kernel is not None:
+        from flashbench.kernels import triton_hopper
+
+        if allow_tf32 or variant is not None:
+            raise ValueError(f"kernel={kernel!r} takes no allow_tf32 or variant (fp16/bf16, "
+                             f"causal or full attention only)")
+        return triton_hopper.forward(q, k, v, causal, scale, kernel=kernel, config=config)
     scale = _validate(q, k, v, causal, scale, allow_tf32)
     if config is None:
         config = current_config()
