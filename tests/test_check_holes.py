@@ -194,3 +194,27 @@ def test_the_exp_s_minus_lse_form_fails_the_band_with_its_cause(tmp_path, monkey
                "--causal", "off", "--backend", "fbholes_explse:attn", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 1 and "P = exp(S - LSE) with an fp32 LSE" in out
+
+
+def test_only_and_pass_aim_the_check(capsys):
+    """Issue 41 item 2: --only NAME runs just that backend (the flash model still runs);
+    --pass fwd judges no gradients, --pass bwd no backend's forward. Before: no such
+    options (exit 2)."""
+    rc, report = check_json(capsys, "--shape", "1x2x32x16", "--only", "torch-naive",
+                            "--pass", "fwd")
+    assert rc == 0 and {r["backend"] for r in report["backends"]} == {"torch-naive"}
+    assert report["gradients"] == [] and report["dtypes"]  # the flash model as yardstick
+    rc, report = check_json(capsys, "--shape", "1x2x32x16", "--only", "torch-naive",
+                            "--pass", "bwd")
+    assert rc == 0 and report["backends"] == [] and report["gradients"]
+    assert {r["kernel"] for r in report["gradients"]} >= {"torch-naive"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "torch-naive", "--backend", "triton"], "--only and --backend contradict"),
+    (["--only", "torch-naive", "--no-backends"], "--only and --no-backends contradict"),
+    (["--decode", "--pass", "fwd"], "check --decode does not read --pass"),
+    (["--pass", "both"], "invalid choice"),
+])
+def test_only_and_pass_refuse_contradictions(capsys, args, message):
+    assert message in one_line_error(capsys, *args)

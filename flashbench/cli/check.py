@@ -74,7 +74,7 @@ def _softcap(text: str) -> float:
 SOFTCAP_RANGE = (2.0 ** -60, 2.0 ** 60)
 # what --decode does not read: forward options (a decode case is --decode-case's)
 FORWARD_ONLY = ("--shape", "--kv-heads", "--window", "--softcap", "--sinks", "--varlen",
-                "--variants", "--block")
+                "--variants", "--block", "--pass")
 
 
 def add_parser(sub) -> None:
@@ -123,6 +123,13 @@ def add_parser(sub) -> None:
                    "your own attention function, judged like flashbench's kernel. Repeatable. "
                    "Default: flashbench's kernels, torch-naive, torch-sdpa and every entry point; "
                    "on a GPU machine every backend")
+    c.add_argument("--only", nargs="+", metavar="NAME|MODULE:FUNCTION",
+                   help="just these backends (names or module:function, as --backend takes "
+                   "them), none of the defaults; the flash model and the float64 reference "
+                   "still run as the yardsticks")
+    c.add_argument("--pass", dest="pass_", choices=["fwd", "bwd"], default=None,
+                   help="judge only the forward (fwd) or only the backward (bwd: the "
+                   "backends' gradients; their forward is not judged); default both")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
     c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
@@ -213,8 +220,8 @@ def run(args) -> int:
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
-        given = [flag for flag in FORWARD_ONLY
-                 if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
+        given = [flag for flag in FORWARD_ONLY if getattr(
+            args, {"--pass": "pass_"}.get(flag, flag[2:].replace("-", "_"))) not in (None, False)]
         if given:
             raise ValueError(f"check --decode does not read {', '.join(given)}: forward "
                              "options (the decode paths take no window, softcap, sinks, "
@@ -236,7 +243,8 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_backends)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
+                       grad_cases=() if args.pass_ == "fwd" else _grad_cases(args, cases),
+                       time_limit=args.timeout, forward=args.pass_ != "bwd")
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}

@@ -69,7 +69,7 @@ def run_check(cases: Sequence[Case] | None = None,
               dtypes: Sequence[str | Precision] = CHECK_DTYPES,
               seed: int = 0, block: int = 64, backends: Sequence[str] = (),
               progress: bool = True, grad_cases: Sequence[Case] | None = None,
-              time_limit: float | None = None) -> dict:
+              time_limit: float | None = None, forward: bool = True) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
     ``dtypes``: precision names or their Precisions, resolved once, here (every layer
@@ -79,16 +79,19 @@ def run_check(cases: Sequence[Case] | None = None,
     :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
     appears among ``cases``), ``()`` none. ``time_limit``: seconds a user's kernel may
     take per call (its worker's limit; None: :data:`flashbench.backends.worker.
-    DEFAULT_TIME_LIMIT`); the workers stop when the check ends.
+    DEFAULT_TIME_LIMIT`); the workers stop when the check ends. ``forward`` False: the
+    backends' forward is not judged (``check --pass bwd``; the exactness and the flash
+    model still are, as yardsticks).
     """
     from flashbench.backends import user
 
     precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
     with user.session(time_limit):
-        return _run(cases, precs, seed, block, backends, progress, grad_cases)
+        return _run(cases, precs, seed, block, backends, progress, grad_cases, forward)
 
 
-def _run(cases, dtypes: list[Precision], seed, block, backends, progress, grad_cases) -> dict:
+def _run(cases, dtypes: list[Precision], seed, block, backends, progress, grad_cases,
+         forward: bool = True) -> dict:
     cases = default_cases() if cases is None else list(cases)
     say = _progress_printer(progress)
     report = {"meta": _meta(seed, block, dtypes), "exactness": [], "dtypes": [],
@@ -96,13 +99,14 @@ def _run(cases, dtypes: list[Precision], seed, block, backends, progress, grad_c
     for i, case in enumerate(cases, 1):
         say(f"[{i}/{len(cases)}] {case.label()}: fp64 reference")
         if case.varlen is not None:  # a packed batch: per-sequence reference and models
-            _run_varlen(report, case, dtypes, seed, block, backends, say)
+            _run_varlen(report, case, dtypes, seed, block, backends if forward else (), say)
             continue
         q, k, v = private(*make_qkv(case.shape, case.dist, seed))
         ref = reference.attention(q, k, v, **case.kwargs(seed))
         report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
-        _add_records(report, measure_accuracy(case, dtypes, ["flash_model", *backends], seed,
-                                              block, say, inputs=(q, k, v), ref=ref))
+        judged = ["flash_model", *(backends if forward else ())]
+        _add_records(report, measure_accuracy(case, dtypes, judged, seed, block, say,
+                                              inputs=(q, k, v), ref=ref))
     _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say)
     report["passed"] = overall_passed(report)
     say("done")
