@@ -191,7 +191,7 @@ def test_the_exp_s_minus_lse_form_fails_the_band_with_its_cause(tmp_path, monkey
     (tmp_path / "fbholes_explse.py").write_text(EXP_LSE)
     monkeypatch.syspath_prepend(str(tmp_path))
     rc = main(["check", "--shape", "1x2x4096x64", "--dtype", "fp32", "--dist", "normal",
-               "--causal", "off", "--backend", "fbholes_explse:attn", "--quiet"])
+               "--causal", "off", "--only", "fbholes_explse:attn", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 1 and "P = exp(S - LSE) with an fp32 LSE" in out
 
