@@ -218,3 +218,11 @@ def test_only_and_pass_aim_the_check(capsys):
 ])
 def test_only_and_pass_refuse_contradictions(capsys, args, message):
     assert message in one_line_error(capsys, *args)
+
+
+def test_a_given_shape_runs_only_the_cases_asked_for(capsys):
+    """Before: --shape without --dist quietly added an outliers case (issue 41)."""
+    rc = main(["check", "--shape", "1x2x32x16", "--dtype", "fp32", "--causal", "off",
+               "--no-backends", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and {r["case"].split()[0] for r in report["dtypes"]} == {"normal"}

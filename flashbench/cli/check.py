@@ -89,8 +89,9 @@ def add_parser(sub) -> None:
                    help="key/value heads (grouped-query attention) for every shape, given or "
                    "default; N must divide each shape's H")
     c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES))
-    c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
-                   choices=list(DISTRIBUTIONS), help="input distributions")
+    c.add_argument("--dist", nargs="+", default=None, choices=list(DISTRIBUTIONS),
+                   help="input distributions (default: normal for the cases --shape, "
+                   "--varlen or --decode-case give; normal and outliers for the default set)")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=block, default=None,
@@ -217,6 +218,9 @@ def _grad_cases(args, cases):
 def run(args) -> int:
     # the door: each --dtype name becomes its Precision here, once; every layer below takes it
     args.dtype = [get_precision(d) for d in distinct(args.dtype, "--dtype", "check")]
+    if args.dist is None:  # only the cases asked for: a given case is drawn from N(0, 1)
+        asked = args.shape or args.varlen is not None or args.decode_case
+        args.dist = ["normal"] if asked else list(DISTRIBUTIONS[:2])
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
