@@ -352,7 +352,9 @@ def _band_notes(rows, sources: bool = True) -> list[str]:
         if r.get("disagreement"):
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['disagreement']}")
         elif r.get("band_passed") is False and not r.get("peer"):  # both rules failed
-            failed = [t for t, b in (r.get("band") or {}).items() if not b["passed"]]
+            verdicts = r.get("band") if isinstance(r.get("band"), dict) else r.get("band_rule")
+            failed = [t for t, b in (verdicts or {}).items()
+                      if isinstance(b, dict) and b.get("passed") is False]
             out += [f"   {label} {r['dtype']} {r['case']}: band rule FAIL on "
                     f"{t.upper() if t in ('o', 'lse') else t}: {likely_cause(t)}"
                     for t in failed]
