@@ -39,13 +39,14 @@ FLAGS = st.tuples(
     _opt("--seed", ["0", "3", "-1", HUGE]),
     _opt("--timeout", NUMBERS),
     st.sampled_from([["--causal", "off"], ["--causal", "on"], []]),
+    st.sampled_from([[], ["--pass", "fwd"], ["--pass", "bwd"], ["--pass", "x"]]),
 )
 
 
 def _run(argv, captured):
     """main(argv) with the measuring replaced by a recorder: (status, stderr)."""
     def forward(cases, **kw):
-        captured["cases"] = cases
+        captured["cases"], captured["kw"] = cases, kw
         return {"passed": True}
 
     def decode(cases, *a, **kw):
@@ -65,7 +66,7 @@ def _run(argv, captured):
     return status, err.getvalue()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(FLAGS)
 def test_every_check_flag_combination_runs_what_it_asked_for_or_is_refused(flags):
     argv = ["check", "--quiet", "--dtype", "fp32", "--dist", "normal", "--no-backends",
@@ -79,10 +80,12 @@ def test_every_check_flag_combination_runs_what_it_asked_for_or_is_refused(flags
     given_ = " ".join(argv)
     if "decode" in captured:  # a decode check reads none of the forward options
         assert not any(f in given_ for f in ("--window", "--softcap", "--sinks", "--varlen",
-                                             "--variants", "--block", "--shape"))
+                                             "--variants", "--block", "--shape", "--pass"))
         return
-    cases = captured["cases"]
+    cases, kw = captured["cases"], captured["kw"]
     assert cases
+    assert kw["forward"] is ("--pass bwd" not in given_)  # --pass: what was asked for
+    assert ("--pass fwd" not in given_) or kw["grad_cases"] == ()
     if "--variants" in given_:
         return  # its own set, refused with any variant flag (asserted by the status above)
     for case in cases:  # every variant asked for is in every case that runs

@@ -191,6 +191,38 @@ def test_the_exp_s_minus_lse_form_fails_the_band_with_its_cause(tmp_path, monkey
     (tmp_path / "fbholes_explse.py").write_text(EXP_LSE)
     monkeypatch.syspath_prepend(str(tmp_path))
     rc = main(["check", "--shape", "1x2x4096x64", "--dtype", "fp32", "--dist", "normal",
-               "--causal", "off", "--backend", "fbholes_explse:attn", "--quiet"])
+               "--causal", "off", "--only", "fbholes_explse:attn", "--quiet"])
     out = capsys.readouterr().out
     assert rc == 1 and "P = exp(S - LSE) with an fp32 LSE" in out
+
+
+def test_only_and_pass_aim_the_check(capsys):
+    """Issue 41 item 2: --only NAME runs just that backend (the flash model still runs);
+    --pass fwd judges no gradients, --pass bwd no backend's forward. Before: no such
+    options (exit 2)."""
+    rc, report = check_json(capsys, "--shape", "1x2x32x16", "--only", "torch-naive",
+                            "--pass", "fwd")
+    assert rc == 0 and {r["backend"] for r in report["backends"]} == {"torch-naive"}
+    assert report["gradients"] == [] and report["dtypes"]  # the flash model as yardstick
+    rc, report = check_json(capsys, "--shape", "1x2x32x16", "--only", "torch-naive",
+                            "--pass", "bwd")
+    assert rc == 0 and report["backends"] == [] and report["gradients"]
+    assert {r["kernel"] for r in report["gradients"]} >= {"torch-naive"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "torch-naive", "--backend", "triton"], "--only and --backend contradict"),
+    (["--only", "torch-naive", "--no-backends"], "--only and --no-backends contradict"),
+    (["--decode", "--pass", "fwd"], "check --decode does not read --pass"),
+    (["--pass", "both"], "invalid choice"),
+])
+def test_only_and_pass_refuse_contradictions(capsys, args, message):
+    assert message in one_line_error(capsys, *args)
+
+
+def test_a_given_shape_runs_only_the_cases_asked_for(capsys):
+    """Before: --shape without --dist quietly added an outliers case (issue 41)."""
+    rc = main(["check", "--shape", "1x2x32x16", "--dtype", "fp32", "--causal", "off",
+               "--no-backends", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and {r["case"].split()[0] for r in report["dtypes"]} == {"normal"}

@@ -74,7 +74,7 @@ def _softcap(text: str) -> float:
 SOFTCAP_RANGE = (2.0 ** -60, 2.0 ** 60)
 # what --decode does not read: forward options (a decode case is --decode-case's)
 FORWARD_ONLY = ("--shape", "--kv-heads", "--window", "--softcap", "--sinks", "--varlen",
-                "--variants", "--block")
+                "--variants", "--block", "--pass")
 
 
 def add_parser(sub) -> None:
@@ -89,8 +89,9 @@ def add_parser(sub) -> None:
                    help="key/value heads (grouped-query attention) for every shape, given or "
                    "default; N must divide each shape's H")
     c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES))
-    c.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS[:2]),
-                   choices=list(DISTRIBUTIONS), help="input distributions")
+    c.add_argument("--dist", nargs="+", default=None, choices=list(DISTRIBUTIONS),
+                   help="input distributions (default: normal for the cases --shape, "
+                   "--varlen or --decode-case give; normal and outliers for the default set)")
     c.add_argument("--causal", choices=["both", "on", "off"], default="both")
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=block, default=None,
@@ -123,6 +124,13 @@ def add_parser(sub) -> None:
                    "your own attention function, judged like flashbench's kernel. Repeatable. "
                    "Default: flashbench's kernels, torch-naive, torch-sdpa and every entry point; "
                    "on a GPU machine every backend")
+    c.add_argument("--only", nargs="+", metavar="NAME|MODULE:FUNCTION",
+                   help="just these backends (names or module:function, as --backend takes "
+                   "them), none of the defaults; the flash model and the float64 reference "
+                   "still run as the yardsticks")
+    c.add_argument("--pass", dest="pass_", choices=["fwd", "bwd"], default=None,
+                   help="judge only the forward (fwd) or only the backward (bwd: the "
+                   "backends' gradients; their forward is not judged); default both")
     c.add_argument("--no-backends", action="store_true",
                    help="models only: no torch, Triton or user backends")
     c.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
@@ -210,11 +218,14 @@ def _grad_cases(args, cases):
 def run(args) -> int:
     # the door: each --dtype name becomes its Precision here, once; every layer below takes it
     args.dtype = [get_precision(d) for d in distinct(args.dtype, "--dtype", "check")]
+    if args.dist is None:  # only the cases asked for: a given case is drawn from N(0, 1)
+        asked = args.shape or args.varlen is not None or args.decode_case
+        args.dist = ["normal"] if asked else list(DISTRIBUTIONS[:2])
     if args.decode or args.decode_case:
         from flashbench.cli import decode
 
-        given = [flag for flag in FORWARD_ONLY
-                 if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
+        given = [flag for flag in FORWARD_ONLY if getattr(
+            args, {"--pass": "pass_"}.get(flag, flag[2:].replace("-", "_"))) not in (None, False)]
         if given:
             raise ValueError(f"check --decode does not read {', '.join(given)}: forward "
                              "options (the decode paths take no window, softcap, sinks, "
@@ -236,7 +247,8 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_backends)
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, progress=not args.quiet,
-                       grad_cases=_grad_cases(args, cases), time_limit=args.timeout)
+                       grad_cases=() if args.pass_ == "fwd" else _grad_cases(args, cases),
+                       time_limit=args.timeout, forward=args.pass_ != "bwd")
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}

@@ -126,8 +126,16 @@ def jsonable(x):
 def chosen_backends(args, resolve) -> list:
     """The backends ``--backend`` names (``resolve(names)``; its default when none), none
     with ``--no-backends``; both given: ValueError."""
-    if args.no_backends and args.backend:
-        raise ValueError("--backend and --no-backends contradict each other")
+    only = getattr(args, "only", None)
+    if args.no_backends and (args.backend or only):
+        raise ValueError(f"{'--only' if only else '--backend'} and --no-backends contradict "
+                         "each other")
+    if only and args.backend:
+        raise ValueError("--only and --backend contradict each other: --only NAME... runs "
+                         "just those, --backend adds to the defaults' selection")
+    if only:  # exactly these (a user's function alone brings no defaults)
+        only = list(dict.fromkeys(only))
+        return [n for n in resolve(only) if n in only]
     return [] if args.no_backends else resolve(args.backend)
 
 
