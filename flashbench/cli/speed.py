@@ -8,8 +8,7 @@ from dataclasses import asdict
 from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-PASSES = ("fwd",)  # the passes the guarded timer judges (docs/speed.md: backward is not yet)
+from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
 
 
 def add_parser(sub) -> None:
@@ -30,7 +29,8 @@ def add_parser(sub) -> None:
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
     s.add_argument("--causal", choices=["both", "on", "off"], default="off")
     s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
-                   help="the pass timed (fwd)")
+                   help="the pass timed: fwd, bwd (the backward alone; its forward is built "
+                   "outside the clock) or fwdbwd (default fwd)")
     s.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a registry backend or entry point, or package.module:function (your "
                    "kernel, timed in its worker process); repeatable. Default: as check's")

@@ -31,7 +31,8 @@ MIN_SAMPLES = 10
 
 @dataclass(frozen=True)
 class SpeedCase:
-    """One timed problem: shape, precision name, causal mask and pass ("fwd" only here)."""
+    """One timed problem: shape, precision name, causal mask and pass: "fwd", "bwd" (the
+    backward alone, its forward built outside the clock) or "fwdbwd" (both)."""
 
     shape: Shape
     dtype: str
@@ -39,15 +40,21 @@ class SpeedCase:
     direction: str = "fwd"
 
     def flops(self) -> float:
-        return self.shape.flops(self.causal, self.direction)
+        """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS)."""
+        return self.shape.flops(self.causal, {"fwdbwd": "fwd+bwd"}.get(self.direction,
+                                                                      self.direction))
 
     def bytes(self) -> int:
-        """Bytes a forward must move at least: q, k, v read and o written once."""
+        """Bytes the pass must move at least: a forward reads q, k, v and writes o once; a
+        backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both."""
         from flashbench.timed.attention import _torch_dtype
 
         s = self.shape
-        return _torch_dtype(self.dtype).itemsize * s.B * (
-            s.H * s.Nq * (s.d + s.head_dim_v) + s.kv_heads * s.Nk * (s.d + s.head_dim_v))
+        qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
+        kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
+        per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
+        per["fwdbwd"] = per["fwd"] + per["bwd"]
+        return _torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
 
     def label(self) -> str:
         return f"{self.shape.spec()} {self.dtype}{' causal' if self.causal else ''} " \

@@ -1,0 +1,153 @@
+"""``flashbench speed --pass bwd / fwdbwd`` (issue 35's open ends): the backward timed on fresh
+inputs with its forward built outside the clock, every timed (dq, dk, dv) judged against the
+float64 gradients, a backend with no backward named so, and a memoised or wrong backward
+caught by name, in this process and in a user kernel's worker. On main before this change
+`speed --pass bwd` exited 2 (the only pass was fwd)."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.backends import Backend
+from flashbench.cli import main
+from flashbench.inputs import Shape
+from flashbench.measure.speed import SpeedCase, measure_roofline
+from flashbench.measure.speedrun import time_backend
+from flashbench.timed import guard
+
+KERNELS = textwrap.dedent('''
+    import torch
+
+    def good(q, k, v, causal=False, scale=None):
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if causal:
+            n, m = s.shape[-2:]
+            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+        return torch.softmax(s, -1) @ v
+
+    def no_grad(q, k, v, causal=False, scale=None):
+        with torch.no_grad():
+            return good(q, k, v, causal)
+
+    _SEEN = {}
+
+    class _Memo(torch.autograd.Function):
+        """A correct forward whose backward is memoised on the inputs' addresses."""
+
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return good(q.detach(), k.detach(), v.detach())
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v = ctx.saved_tensors
+            key = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+            if key not in _SEEN:
+                with torch.enable_grad():
+                    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+                    _SEEN[key] = torch.autograd.grad(good(*leaves), leaves, do)
+            return tuple(g.clone() for g in _SEEN[key])
+
+    def memo_backward(q, k, v, causal=False, scale=None):
+        return _Memo.apply(q, k, v)
+
+    class _Half(torch.autograd.Function):
+        """A correct forward, a backward that halves dk."""
+
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return good(q.detach(), k.detach(), v.detach())
+
+        @staticmethod
+        def backward(ctx, do):
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+                dq, dk, dv = torch.autograd.grad(good(*leaves), leaves, do)
+            return dq, dk * 0.5, dv
+
+    def wrong_backward(q, k, v, causal=False, scale=None):
+        return _Half.apply(q, k, v)
+''')
+CASE = SpeedCase(Shape(1, 2, 64, 64, 32), "fp32", False, "bwd")
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbpasses.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the worker finds it too
+    monkeypatch.delitem(sys.modules, "fbpasses", raising=False)
+    import fbpasses
+
+    yield fbpasses
+    sys.modules.pop("fbpasses", None)
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return measure_roofline("cpu", ["fp32"])
+
+
+def _backend(fn, name):
+    return Backend(name, fn, name, ("fp32",), timed=fn, origin="user", differentiable=True)
+
+
+def _speed(capsys, *argv):
+    rc = main(["speed", "--quiet", "--json", "--seed", "5", *argv])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_bwd_and_fwdbwd_rows_pass_with_their_flops_and_no_backward_named(capsys):
+    rows = {}
+    for p in ("fwd", "bwd", "fwdbwd"):
+        rc, report = _speed(capsys, "--shape", "1x2/1x32x16", "--causal", "both", "--pass", p,
+                            "--backend", "torch-naive", "--backend", "reference")
+        assert rc == 0 and report["passed"], report["rows"]
+        rows[p] = report["rows"]
+    for p, factor in (("bwd", 2.5), ("fwdbwd", 3.5)):
+        for fwd, r in zip(rows["fwd"], rows[p], strict=True):
+            if r["backend"] == "reference":  # float64, no autograd through it
+                assert r["status"] == "not timed" and "no backward" in r["reason"]
+                continue
+            assert r["status"] == "PASS" and r["checked"] == len(r["samples_s"]) >= 10
+            assert r["direction"] == p and r["case"].endswith(p)
+            ratio = (r["tflops"] * r["median_s"]) / (fwd["tflops"] * fwd["median_s"])
+            assert ratio == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("name, expected", [("memo_backward", guard.STALE),
+                                            ("wrong_backward", guard.WRONG)])
+def test_a_memoised_or_wrong_backward_fails_by_name_in_process(kernels, roof, name, expected):
+    for direction in ("bwd", "fwdbwd"):
+        case = SpeedCase(CASE.shape, "fp32", False, direction)
+        row = time_backend(case, _backend(getattr(kernels, name), name), roof, seed=3)
+        assert row.status == "FAIL" and expected in row.failures, (direction, row.failures)
+        good = time_backend(case, _backend(kernels.good, "good"), roof, seed=3)
+        assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_gqa_gradients_are_of_the_grouped_heads(kernels, roof):
+    """A kernel without GQA gets k, v expanded inside the graph: dk, dv come back with Hkv
+    heads and are judged against the float64 grouped gradients."""
+    case = SpeedCase(Shape(1, 4, 32, 48, 16, Hkv=2), "fp32", True, "bwd")
+    b = Backend("good", kernels.good, "good", ("fp32",), timed=kernels.good, origin="user",
+                differentiable=True, gqa=False)
+    row = time_backend(case, b, roof, seed=1)
+    assert row.status == "PASS" and row.checked == 10, row.failures
+
+
+def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys):
+    rc, report = _speed(capsys, "--shape", "1x2x32x16", "--pass", "bwd", "--backend",
+                        "fbpasses:good", "--backend", "fbpasses:no_grad", "--backend",
+                        "fbpasses:memo_backward")
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 1 and not report["passed"]
+    assert rows["fbpasses:good"]["status"] == "PASS", rows["fbpasses:good"]
+    assert rows["fbpasses:no_grad"]["status"] == "not timed"
+    assert "no backward" in rows["fbpasses:no_grad"]["reason"]
+    memo = rows["fbpasses:memo_backward"]
+    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo
