@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from flashbench.backends import Backend
+from flashbench.backends import Backend, get_backend
 from flashbench.cli import main
 from flashbench.inputs import Shape
 from flashbench.measure.speed import SpeedCase, measure_roofline
@@ -151,3 +151,35 @@ def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys
     assert "no backward" in rows["fbpasses:no_grad"]["reason"]
     memo = rows["fbpasses:memo_backward"]
     assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo
+
+
+def test_variants_are_timed_where_taken_and_not_applicable_elsewhere(capsys):
+    """torch-naive takes window, softcap and sinks; torch-sdpa only a window: never run
+    without the rest. On main `speed --window` exited 2."""
+    rc, report = _speed(capsys, "--shape", "1x2/1x32x16", "--causal", "on", "--window", "8,0",
+                        "--softcap", "5", "--sinks", "--backend", "torch-naive", "--backend",
+                        "torch-sdpa")
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 0 and rows["torch-naive"]["status"] == "PASS", rows
+    assert rows["torch-naive"]["variant"] == "causal window=(8,0) softcap=5 sinks"
+    sdpa = rows["torch-sdpa"]
+    assert sdpa["status"] == "not timed" and sdpa["median_s"] is None
+    assert "not applicable" in sdpa["reason"] and "softcap" in sdpa["reason"]
+
+
+def test_a_kernel_that_ignores_its_variant_fails_as_wrong(kernels, roof):
+    """It declares a window and is timed with one; its outputs are judged against the
+    window's float64 reference (forward) and gradients (backward)."""
+    from flashbench.inputs.variant import variant_of
+
+    window = variant_of(False, window=(4, 4))
+    for direction in ("fwd", "bwd"):
+        case = SpeedCase(CASE.shape, "fp32", False, direction, window)
+        b = Backend("ignores", lambda q, k, v, causal=False, window=None: kernels.good(q, k, v),
+                    "ignores", ("fp32",), origin="user", differentiable=True,
+                    variants=("window",), grad_variants=("window",))
+        row = time_backend(case, b, roof, seed=2)
+        assert row.status == "FAIL" and guard.WRONG in row.failures, (direction, row.failures)
+        naive = time_backend(case, get_backend("torch-naive"), roof, seed=2)
+        assert naive.status == "PASS" and naive.variant == "window=(4,4)", naive.failures
+        assert case.flops() < SpeedCase(CASE.shape, "fp32", False, direction).flops()

@@ -125,6 +125,7 @@ class Server:
         fn = self._fn(FORWARD)
         declared = self._load()
         direction = r.get("direction", "fwd")
+        variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
         shape = Shape.parse(r["shape"])
         if direction == "fwd":
             make = attention_maker(shape, r["dtype"], self.device.type)
@@ -133,12 +134,13 @@ class Server:
                 q, k, v = make(seed)
                 return (q, *expand_kv(q, k, v)) if not declared["gqa"] else (q, k, v)
 
-            setup, call = None, lambda q, k, v: call_forward(fn, q, k, v, r["causal"])
+            setup, call = None, lambda q, k, v: call_forward(fn, q, k, v, r["causal"],
+                                                             **variant)
         else:  # gradients of the Hkv-head k, v; expanded in the graph without GQA
             build = grad_maker(shape, r["dtype"], self.device.type)
             setup, call = pass_call(lambda q, k, v: call_forward(
-                fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"]),
-                direction)
+                fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
+                **variant), direction)
         pool = guard.Pool(build, r["pool"], r["seed"])
         try:
             batch = guard.timed_calls(call, pool, r["samples"], r["warmup"], self.device.type,

@@ -62,12 +62,13 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
     if case.direction == "fwd":
         make = attention_maker(case.shape, case.dtype, dev.type)
         pool = Pool(lambda s: backend.prepare(*make(s), device=dev), size, seed)
-        setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal)
+        setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
+                                                             **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
         pool = Pool(grad_maker(case.shape, case.dtype, dev.type), size, seed)
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
-            q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal),
-            case.direction)
+            q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
+            **case.kwargs()), case.direction)
     batch = timed_calls(call, pool, samples, warmup, device=dev.type,
                         flush=l2_flusher(dev.type), setup=setup)
     faults = dict(batch.faults)
@@ -88,9 +89,11 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
 
     def untimed(status, reason):
         return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal,
-                        case.direction, backend.name, status, reason=reason)
+                        case.direction, backend.name, status, reason=reason,
+                        variant=None if case.variant is None else case.variant.label())
 
-    reason = backend.unavailable_for(case.shape, case.dtype)
+    reason = backend.unavailable_for(case.shape, case.dtype) or backend.not_applicable(
+        case.variant, grad=case.direction != "fwd")
     if reason is not None:
         return untimed("not timed", reason)
     if backend.interpreted():
@@ -107,7 +110,7 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
             t0 = wall_ns()
             reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
                                    samples, warmup, pool_size(case.shape, case.dtype, samples),
-                                   case.direction)
+                                   case.direction, case.kwargs())
             wall = (wall_ns() - t0) * 1e-9
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
