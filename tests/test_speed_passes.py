@@ -183,3 +183,42 @@ def test_a_kernel_that_ignores_its_variant_fails_as_wrong(kernels, roof):
         naive = time_backend(case, get_backend("torch-naive"), roof, seed=2)
         assert naive.status == "PASS" and naive.variant == "window=(4,4)", naive.failures
         assert case.flops() < SpeedCase(CASE.shape, "fp32", False, direction).flops()
+
+
+def test_decode_rows_report_cache_bandwidth_against_the_copy_peak(capsys):
+    """On main `speed --decode` exited 2 (no such option)."""
+    rc, report = _speed(capsys, "--decode", "--decode-case", "2x4/2x1x32:300,17:p16",
+                        "--backend", "torch-naive")
+    (row,) = report["rows"]
+    assert rc == 0 and row["status"] == "PASS" and row["direction"] == "decode", row
+    assert row["checked"] == len(row["samples_s"]) >= 10
+    copy = report["meta"]["roofline"]["copy_gbs"]
+    assert row["peak_fraction"] == pytest.approx(row["gbs"] / copy)
+    bytes_read = 4 * ((300 + 17) * 2 * 2 * 32 + 2 * 2 * 1 * 4 * 32)  # K, V rows; q and o
+    assert row["gbs"] == pytest.approx(bytes_read / row["median_s"] * 1e-9)
+
+
+def test_a_memoised_or_wrong_decode_fails_by_name(roof):
+    from flashbench.backends.decode import DecodeBackend, get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.speeddecode import DecodeSpeedCase, time_decode
+
+    naive = get_decode_backend("torch-naive")
+    seen = {}
+
+    def memo(q, kc, vc, lens, table=None, causal=False, scale=None):
+        key = (q.data_ptr(), kc.data_ptr())
+        if key not in seen:
+            seen[key] = naive.timed_fn(q, kc, vc, lens, table, causal=causal)
+        return seen[key].clone()
+
+    def wrong(q, kc, vc, lens, table=None, causal=False, scale=None):
+        return naive.timed_fn(q, kc, vc, lens, table, causal=causal) * 1.01
+
+    case = DecodeSpeedCase(DecodeCase(2, 4, 2, 1, 32, (200, 9), 16), "fp32")
+    for fn, expected in ((memo, guard.STALE), (wrong, guard.WRONG)):
+        b = DecodeBackend(fn.__name__, fn, fn.__name__, ("fp32",), timed=fn)
+        row = time_decode(case, b, roof, 4, 10, 2, "cpu")
+        assert row.status == "FAIL" and expected in row.failures, (fn.__name__, row.failures)
+    good = time_decode(case, naive, roof, 4, 10, 2, "cpu")
+    assert good.status == "PASS" and not good.failures, good.failures

@@ -35,6 +35,12 @@ def add_parser(sub) -> None:
                    help="logit softcap C > 0: scores become C tanh(s / C)")
     s.add_argument("--sinks", action="store_true",
                    help="attention sinks: one N(0, 1) logit per query head from the run's seed")
+    s.add_argument("--decode", action="store_true",
+                   help="decode over a KV cache instead, as check --decode: GB/s of the cache "
+                   "read and %% of this run's copy bandwidth (the decode backends)")
+    s.add_argument("--decode-case", action="append", metavar="BxH[/Hkv]xNqxd:L1,L2,..[:pP]",
+                   help="with --decode: a case, cache lengths per sequence, pages of P keys "
+                   "(default: check --decode's cases)")
     s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
                    help="the pass timed: fwd, bwd (the backward alone; its forward is built "
                    "outside the clock) or fwdbwd (default fwd)")
@@ -102,6 +108,37 @@ def _variant(args, shape, causal: bool, run_seed: int):
     return variant_of(causal, window=window, softcap=args.softcap, sinks=sinks)
 
 
+def _decode(args, dtypes, causals, run_seed: int) -> int:
+    """--decode: check --decode's cases (or --decode-case's) on the decode backends."""
+    from flashbench.backends import user
+    from flashbench.backends.decode import get_decode_backend, resolve_decode_backends
+    from flashbench.measure.decode import DecodeCase, default_decode_cases
+    from flashbench.measure.speeddecode import DecodeSpeedCase
+    from flashbench.measure.speedrun import run_speed
+
+    given = [o for o, on in (("--shape", args.shape), ("--window", args.window),
+                             ("--softcap", args.softcap), ("--sinks", args.sinks),
+                             ("--pass", args.direction != "fwd")) if on]
+    if given:
+        raise ValueError(f"speed --decode does not read {', '.join(given)}: a decode case is "
+                         "given with --decode-case")
+    cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
+             if args.decode_case else
+             [c for c in default_decode_cases() if c.causal in causals])
+    names = resolve_decode_backends(args.backend)
+    if args.baseline is not None and args.baseline not in names:
+        raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
+                         f"{names}")
+    with user.session(args.timeout):
+        backends = [get_decode_backend(n) for n in names]
+        report = run_speed([DecodeSpeedCase(c, d) for c in cases for d in dtypes], backends,
+                           run_seed, args.samples, args.warmup, args.baseline,
+                           progress=not args.quiet)
+    if args.json:
+        return emit({**report, "rows": [asdict(r) for r in report["rows"]]}, render_text, True)
+    return emit(report, render_text, False)
+
+
 def run(args) -> int:
     from flashbench.backends import get_backend, resolve_backends, user
     from flashbench.measure.footprint import too_big
@@ -122,6 +159,8 @@ def run(args) -> int:
         raise ValueError(refusal)
     causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
     run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    if args.decode or args.decode_case:
+        return _decode(args, dtypes, causals, run_seed)
     cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
              for s in shapes for d in dtypes for c in causals]
     names = resolve_backends(args.backend)

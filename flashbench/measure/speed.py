@@ -300,5 +300,6 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
                     backend, variant=None if case.variant is None else case.variant.label(),
                     status="FAIL" if failures else "PASS", clock=clock, samples_s=list(samples),
                     failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
-                    tflops=tf, gbs=case.bytes() / med * 1e-9,
-                    peak_fraction=tf / roof.peak(case.dtype), floor_s=floor, checked=checked)
+                    tflops=tf, gbs=case.bytes() / med * 1e-9, floor_s=floor, checked=checked,
+                    peak_fraction=(case.bytes() / med * 1e-9 / roof.copy_gbs
+                                   if case.direction == "decode" else tf / roof.peak(case.dtype)))

@@ -158,7 +158,12 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
         for b in backends:
             if progress:
                 print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
-            case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
+            if case.direction == "decode":
+                from flashbench.measure.speeddecode import time_decode
+
+                case_rows.append(time_decode(case, b, roof, seed, samples, warmup, device))
+            else:
+                case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
             if base is not None and r.median_s is not None:

@@ -103,7 +103,10 @@ def _new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
 
 
 def _overwrite(dst, src) -> None:
-    """dst's contents become src's, at dst's address (torch tensor or numpy array)."""
+    """dst's contents become src's, at dst's address (torch tensor or numpy array; None, an
+    absent argument such as a contiguous cache's block table, stays None)."""
+    if dst is None:
+        return
     if hasattr(dst, "copy_"):
         dst.copy_(src)
     else:
