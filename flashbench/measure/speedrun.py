@@ -2,7 +2,9 @@
 
 A registry backend (flashbench's kernels, torch's) is timed in this process; a user's kernel
 in its worker process (:func:`flashbench.backends.worker.time_in_worker`), its outputs judged
-here. A backend running under the Triton interpreter is never timed (its row says so).
+here. Passes fwd, bwd, fwdbwd (:func:`flashbench.timed.attention.pass_call`; gradients judged by
+:mod:`.speedgrad`), variants where a backend declares them, decode (:mod:`.speeddecode`). A
+backend running under the Triton interpreter is never timed (its row says so).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The inputs of a timed attention call, made from one content seed, the same in any process
-(the harness rebuilds a worker's inputs from the seeds to check its outputs)."""
+(the harness rebuilds a worker's inputs from the seeds to check its outputs): q, k, v, and dO
+for a backward; :func:`pass_call` makes the timed call of each pass (fwd, bwd, fwdbwd)."""
 
 from __future__ import annotations
 
