@@ -134,10 +134,13 @@ def test_gqa_gradients_are_of_the_grouped_heads(kernels, roof):
     """A kernel without GQA gets k, v expanded inside the graph: dk, dv come back with Hkv
     heads and are judged against the float64 grouped gradients."""
     case = SpeedCase(Shape(1, 4, 32, 48, 16, Hkv=2), "fp32", True, "bwd")
-    b = Backend("good", kernels.good, "good", ("fp32",), timed=kernels.good, origin="user",
-                differentiable=True, gqa=False)
-    row = time_backend(case, b, roof, seed=1)
-    assert row.status == "PASS" and row.checked == 10, row.failures
+    for name, status in (("good", "PASS"), ("wrong_backward", "FAIL")):
+        fn = getattr(kernels, name)
+        b = Backend(name, fn, name, ("fp32",), timed=fn, origin="user", differentiable=True,
+                    gqa=False)
+        row = time_backend(case, b, roof, seed=1)
+        assert row.status == status and row.checked == 10, (name, row.failures)
+    assert guard.WRONG in row.failures and "dk" in row.failures[guard.WRONG]
 
 
 def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys):
