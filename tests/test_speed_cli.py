@@ -38,7 +38,9 @@ def test_text_names_the_clock_the_peak_and_the_verdict(capsys):
 
 def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
-                 ["--shape", "1x1x0x16"], ["--backend", "nosuch"]):
+                 ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],
+                 ["--decode", "--pass", "bwd"], ["--decode-case", "2x4x1x32:5"],
+                 ["--pass", "sideways"]):
         try:
             rc = main(["speed", "--quiet", *argv])
         except SystemExit as exc:  # argparse's refusal

@@ -120,20 +120,33 @@ class Server:
         from ``r["seed"]``, ``r["samples"]`` timed calls; outputs with a structural fault
         come back as None, the others as CPU copies of o, judged by the harness."""
         from flashbench.inputs.problem import Shape
-        from flashbench.timed.attention import attention_maker
+        from flashbench.timed.attention import NoBackward, attention_maker, grad_maker, pass_call
 
         fn = self._fn(FORWARD)
         declared = self._load()
-        make = attention_maker(Shape.parse(r["shape"]), r["dtype"], self.device.type)
+        direction = r.get("direction", "fwd")
+        variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
+        shape = Shape.parse(r["shape"])
+        if direction == "fwd":
+            make = attention_maker(shape, r["dtype"], self.device.type)
 
-        def build(seed):
-            q, k, v = make(seed)
-            return (q, *expand_kv(q, k, v)) if not declared["gqa"] else (q, k, v)
+            def build(seed):
+                q, k, v = make(seed)
+                return (q, *expand_kv(q, k, v)) if not declared["gqa"] else (q, k, v)
 
+            setup, call = None, lambda q, k, v: call_forward(fn, q, k, v, r["causal"],
+                                                             **variant)
+        else:  # gradients of the Hkv-head k, v; expanded in the graph without GQA
+            build = grad_maker(shape, r["dtype"], self.device.type)
+            setup, call = pass_call(lambda q, k, v: call_forward(
+                fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
+                **variant), direction)
         pool = guard.Pool(build, r["pool"], r["seed"])
-        batch = guard.timed_calls(lambda q, k, v: call_forward(fn, q, k, v, r["causal"]), pool,
-                                  r["samples"], r["warmup"], self.device.type,
-                                  guard.l2_flusher(self.device.type))
+        try:
+            batch = guard.timed_calls(call, pool, r["samples"], r["warmup"], self.device.type,
+                                      guard.l2_flusher(self.device.type), setup=setup)
+        except NoBackward as exc:
+            raise BackendUnavailable(str(exc)) from None
         faults, outputs = dict(batch.faults), []
         for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
             bad = guard.structural(out, pool.slots[slot], batch.outputs[:j])
@@ -141,10 +154,15 @@ class Server:
                 faults.setdefault(*bad)
                 outputs.append(None)
                 continue
-            o = out[0] if isinstance(out, tuple | list) else out
-            outputs.append(o.detach().cpu().clone() if isinstance(o, torch.Tensor) else None)
-            if outputs[-1] is None:
-                faults.setdefault(guard.WRONG, f"returned {type(o).__name__}, not a tensor")
+            items = (out[0],) if direction == "fwd" and isinstance(out, tuple | list) else (
+                out if isinstance(out, tuple | list) else (out,))
+            if not all(isinstance(o, torch.Tensor) for o in items):
+                bad = next(o for o in items if not isinstance(o, torch.Tensor))
+                faults.setdefault(guard.WRONG, f"returned {type(bad).__name__}, not a tensor")
+                outputs.append(None)
+                continue
+            copies = [o.detach().cpu().clone() for o in items]
+            outputs.append(copies[0] if direction == "fwd" else copies)
         return {"samples_s": batch.samples_s, "host_s": batch.host_s, "seeds": batch.seeds,
                 "outputs": outputs, "faults": faults, "device": self.device.type}
 

@@ -192,16 +192,20 @@ def worker_of(backend) -> Worker | None:
 
 
 def time_in_worker(worker: Worker, shape: str, dtype: str, causal: bool, seed: int,
-                   samples: int, warmup: int, pool: int) -> dict:
+                   samples: int, warmup: int, pool: int, direction: str = "fwd",
+                   variant: dict | None = None) -> dict:
     """The guarded timer run in ``worker`` (:meth:`flashbench.backends.child.Server._time`) on
-    inputs it rebuilds from ``seed``: per call time, content seed and a CPU copy of o (None
-    where a structural check failed), the faults it saw, its device. The time limit covers
-    the whole batch: the per-call limit x (samples + warm-up + 2)."""
+    inputs it rebuilds from ``seed``: per call time, content seed and a CPU copy of o (of
+    (dq, dk, dv) for ``direction`` "bwd", (o, dq, dk, dv) for "fwdbwd"; None where a
+    structural check failed), the faults it saw, its device. ``variant``: the window,
+    softcap, sinks keywords each call gets (the function declared taking them). The time
+    limit covers the whole batch: the per-call limit x (samples + warm-up + 2)."""
     limit = time_limit()
     set_time_limit(min(86400.0, limit * (samples + warmup + 2)))
     try:
         return worker.call({"op": "time", "shape": shape, "dtype": dtype, "causal": causal,
-                            "seed": seed, "samples": samples, "warmup": warmup, "pool": pool})
+                            "seed": seed, "samples": samples, "warmup": warmup, "pool": pool,
+                            "direction": direction, "variant": variant or {}})
     finally:
         set_time_limit(limit)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict
 
+from flashbench.cli.check import _softcap, _window
 from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-PASSES = ("fwd",)  # the passes the guarded timer judges (docs/speed.md: backward is not yet)
+from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
 
 
 def add_parser(sub) -> None:
@@ -29,8 +29,21 @@ def add_parser(sub) -> None:
     s.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
     s.add_argument("--causal", choices=["both", "on", "off"], default="off")
+    s.add_argument("--window", type=_window, metavar="L,R",
+                   help="sliding window, as check takes it (query i sees keys i-L..i+R)")
+    s.add_argument("--softcap", type=_softcap, metavar="C",
+                   help="logit softcap C > 0: scores become C tanh(s / C)")
+    s.add_argument("--sinks", action="store_true",
+                   help="attention sinks: one N(0, 1) logit per query head from the run's seed")
+    s.add_argument("--decode", action="store_true",
+                   help="decode over a KV cache instead, as check --decode: GB/s of the cache "
+                   "read and %% of this run's copy bandwidth (the decode backends)")
+    s.add_argument("--decode-case", action="append", metavar="BxH[/Hkv]xNqxd:L1,L2,..[:pP]",
+                   help="with --decode: a case, cache lengths per sequence, pages of P keys "
+                   "(default: check --decode's cases)")
     s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
-                   help="the pass timed (fwd)")
+                   help="the pass timed: fwd, bwd (the backward alone; its forward is built "
+                   "outside the clock) or fwdbwd (default fwd)")
     s.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a registry backend or entry point, or package.module:function (your "
                    "kernel, timed in its worker process); repeatable. Default: as check's")
@@ -80,6 +93,52 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _variant(args, shape, causal: bool, run_seed: int):
+    """The Variant of --window, --softcap, --sinks for one shape (None without them); the
+    sinks drawn from default_rng(seed + 2), one per query head, as check draws them."""
+    import numpy as np
+
+    from flashbench.inputs.variant import no_variant, variant_of
+
+    window = args.window if args.window is not None else (-1, -1)
+    sinks = (tuple(float(x) for x in np.random.default_rng(run_seed + 2).standard_normal(
+        shape.H)) if args.sinks else None)
+    if no_variant(window, args.softcap, sinks):
+        return None
+    return variant_of(causal, window=window, softcap=args.softcap, sinks=sinks)
+
+
+def _decode(args, dtypes, causals, run_seed: int) -> int:
+    """--decode: check --decode's cases (or --decode-case's) on the decode backends."""
+    from flashbench.backends import user
+    from flashbench.backends.decode import get_decode_backend, resolve_decode_backends
+    from flashbench.measure.decode import DecodeCase, default_decode_cases
+    from flashbench.measure.speeddecode import DecodeSpeedCase
+    from flashbench.measure.speedrun import run_speed
+
+    given = [o for o, on in (("--shape", args.shape), ("--window", args.window),
+                             ("--softcap", args.softcap), ("--sinks", args.sinks),
+                             ("--pass", args.direction != "fwd")) if on]
+    if given:
+        raise ValueError(f"speed --decode does not read {', '.join(given)}: a decode case is "
+                         "given with --decode-case")
+    cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
+             if args.decode_case else
+             [c for c in default_decode_cases() if c.causal in causals])
+    names = resolve_decode_backends(args.backend)
+    if args.baseline is not None and args.baseline not in names:
+        raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
+                         f"{names}")
+    with user.session(args.timeout):
+        backends = [get_decode_backend(n) for n in names]
+        report = run_speed([DecodeSpeedCase(c, d) for c in cases for d in dtypes], backends,
+                           run_seed, args.samples, args.warmup, args.baseline,
+                           progress=not args.quiet)
+    if args.json:
+        return emit({**report, "rows": [asdict(r) for r in report["rows"]]}, render_text, True)
+    return emit(report, render_text, False)
+
+
 def run(args) -> int:
     from flashbench.backends import get_backend, resolve_backends, user
     from flashbench.measure.footprint import too_big
@@ -99,12 +158,15 @@ def run(args) -> int:
     if refusal is not None:
         raise ValueError(refusal)
     causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
-    cases = [SpeedCase(s, d, c, args.direction) for s in shapes for d in dtypes for c in causals]
+    run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    if args.decode or args.decode_case:
+        return _decode(args, dtypes, causals, run_seed)
+    cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
+             for s in shapes for d in dtypes for c in causals]
     names = resolve_backends(args.backend)
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
                          f"{names}")
-    run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
     with user.session(args.timeout):
         backends = [get_backend(n) for n in names]
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,

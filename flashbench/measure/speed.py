@@ -31,27 +31,50 @@ MIN_SAMPLES = 10
 
 @dataclass(frozen=True)
 class SpeedCase:
-    """One timed problem: shape, precision name, causal mask and pass ("fwd" only here)."""
+    """One timed problem: shape, precision name, causal mask and pass: "fwd", "bwd" (the
+    backward alone, its forward built outside the clock) or "fwdbwd" (both)."""
 
     shape: Shape
     dtype: str
     causal: bool = False
     direction: str = "fwd"
+    variant: object = None  # a flashbench.inputs.variant.Variant (window, softcap, sinks)
 
     def flops(self) -> float:
-        return self.shape.flops(self.causal, self.direction)
+        """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS); a
+        window counts only the pairs it leaves visible."""
+        direction = {"fwdbwd": "fwd+bwd"}.get(self.direction, self.direction)
+        full = self.shape.flops(self.causal, direction)
+        if self.variant is None:
+            return full
+        from flashbench.inputs.problem import visible_pairs
+
+        s = self.shape
+        return full * self.variant.visible_pairs(s.Nq, s.Nk) / max(
+            1, visible_pairs(s.Nq, s.Nk, self.causal))
+
+    def kwargs(self) -> dict:
+        """The variant's keywords for a backend (empty without one)."""
+        from flashbench.inputs.variant import variant_kwargs
+
+        return variant_kwargs(self.variant)
 
     def bytes(self) -> int:
-        """Bytes a forward must move at least: q, k, v read and o written once."""
+        """Bytes the pass must move at least: a forward reads q, k, v and writes o once; a
+        backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both."""
         from flashbench.timed.attention import _torch_dtype
 
         s = self.shape
-        return _torch_dtype(self.dtype).itemsize * s.B * (
-            s.H * s.Nq * (s.d + s.head_dim_v) + s.kv_heads * s.Nk * (s.d + s.head_dim_v))
+        qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
+        kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
+        per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
+        per["fwdbwd"] = per["fwd"] + per["bwd"]
+        return _torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
 
     def label(self) -> str:
-        return f"{self.shape.spec()} {self.dtype}{' causal' if self.causal else ''} " \
-               f"{self.direction}"
+        mask = f" {self.variant.label()}" if self.variant is not None else (
+            " causal" if self.causal else "")
+        return f"{self.shape.spec()} {self.dtype}{mask} {self.direction}"
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,8 @@ class Judge:
         from flashbench.accuracy import baseline_rule
 
         q, k, v = (t.double().numpy() for t in self.make(content))
+        if self.case.variant is not None:
+            return self._variant_check(q, k, v, o)
         nq, nk = q.shape[-2], k.shape[-2]
         group = q.shape[1] // k.shape[1]
         k, v = (np.repeat(t, group, axis=1) for t in (k, v))
@@ -175,6 +200,27 @@ class Judge:
             f"{std:.3g})")
         return WRONG, (f"rows {list(map(int, rows))} off the float64 reference: max abs "
                        f"error {err:.3g}, {why}")
+
+    def _variant_check(self, q, k, v, o) -> tuple[str, str] | None:
+        """Rows against the variant's float64 reference by the baseline rule, the yardstick
+        the same-dtype standard attention's error over all rows (the band table does not
+        cover variants)."""
+        from flashbench import numerics, reference
+        from flashbench.accuracy import baseline_rule
+
+        ref = reference.attention(q, k, v, causal=self.case.variant)[0]
+        sm = np.asarray(numerics.standard_model(q, k, v, self.case.dtype,
+                                                causal=self.case.variant)[0], np.float64)
+        rows = np.sort(self.rng.choice(q.shape[-2], min(q.shape[-2], CHECK_ROWS),
+                                       replace=False))
+        got = o.detach().cpu().double().numpy()[..., rows, :]
+        err = float(np.abs(got - ref[..., rows, :]).max())
+        verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
+        if verdict.passed:
+            return None
+        return WRONG, (f"rows {list(map(int, rows))} off the float64 reference of "
+                       f"{self.case.variant.label()}: max abs error {err:.3g}, "
+                       f"{verdict.ratio:.3g}x the baseline rule's limit")
 
     def judge(self, content: int, out) -> tuple[str, str] | None:
         """None, or (failure name, why) for one timed call's output on input ``content``."""
@@ -222,6 +268,7 @@ class SpeedRow:
     backend: str
     status: str
     clock: str = ""
+    variant: str | None = None  # the Variant's label (window, softcap, sinks), None: none
     reason: str | None = None
     samples_s: list = field(default_factory=list)
     failures: dict = field(default_factory=dict)
@@ -250,7 +297,9 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
     p10, p90 = np.percentile(samples, [10, 90]) if len(samples) > 1 else (med, med)
     tf = case.flops() / med * 1e-12
     return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal, case.direction,
-                    backend, "FAIL" if failures else "PASS", clock, samples_s=list(samples),
+                    backend, variant=None if case.variant is None else case.variant.label(),
+                    status="FAIL" if failures else "PASS", clock=clock, samples_s=list(samples),
                     failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
-                    tflops=tf, gbs=case.bytes() / med * 1e-9,
-                    peak_fraction=tf / roof.peak(case.dtype), floor_s=floor, checked=checked)
+                    tflops=tf, gbs=case.bytes() / med * 1e-9, floor_s=floor, checked=checked,
+                    peak_fraction=(case.bytes() / med * 1e-9 / roof.copy_gbs
+                                   if case.direction == "decode" else tf / roof.peak(case.dtype)))

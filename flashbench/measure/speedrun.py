@@ -2,7 +2,9 @@
 
 A registry backend (flashbench's kernels, torch's) is timed in this process; a user's kernel
 in its worker process (:func:`flashbench.backends.worker.time_in_worker`), its outputs judged
-here. A backend running under the Triton interpreter is never timed (its row says so).
+here. Passes fwd, bwd, fwdbwd (:func:`flashbench.timed.attention.pass_call`; gradients judged by
+:mod:`.speedgrad`), variants where a backend declares them, decode (:mod:`.speeddecode`). A
+backend running under the Triton interpreter is never timed (its row says so).
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from flashbench.measure.speed import (
     measure_roofline,
     row_from,
 )
-from flashbench.timed.attention import attention_maker, pool_size
+from flashbench.timed.attention import (
+    NoBackward,
+    attention_maker,
+    grad_maker,
+    pass_call,
+    pool_size,
+)
 from flashbench.timed.guard import CLOCK, Pool, l2_flusher, structural, timed_calls, wall_ns
 
 __all__ = ["time_backend", "run_speed", "CLOCK_CPU", "CLOCK_GPU"]
@@ -29,24 +37,42 @@ CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end ev
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
             out_dtype: str | None) -> tuple[dict, int]:
     """Faults plus the first value fault of the outputs (None: judged elsewhere as faulty)."""
+    from flashbench.measure.speedgrad import GradJudge
+
     judge = Judge(case, attention_maker(case.shape, case.dtype, "cpu"), seed, out_dtype)
+    grads = GradJudge(case, grad_maker(case.shape, case.dtype, "cpu"), seed)
     faults = dict(faults)
     for out, content in zip(outputs, seeds, strict=True):
         if out is None:
             continue
-        bad = judge.judge(content, out)
+        if case.direction == "fwd":
+            bad = judge.judge(content, out)
+        elif case.direction == "bwd":
+            bad = grads.judge(content, tuple(out))
+        else:  # fwdbwd: (o, dq, dk, dv)
+            bad = judge.judge(content, out[0]) or grads.judge(content, tuple(out[1:]))
         if bad is not None:
             faults.setdefault(*bad)
     return faults, len(outputs)
 
 
 def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, device: str):
+    from flashbench.kernels.checks import expand_kv
+
     dev = backend.device(device)
-    make = attention_maker(case.shape, case.dtype, dev.type)
-    pool = Pool(lambda s: backend.prepare(*make(s), device=dev), pool_size(case.shape, case.dtype,
-                                                                  samples), seed)
-    batch = timed_calls(lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal), pool,
-                        samples, warmup, device=dev.type, flush=l2_flusher(dev.type))
+    size = pool_size(case.shape, case.dtype, samples)
+    if case.direction == "fwd":
+        make = attention_maker(case.shape, case.dtype, dev.type)
+        pool = Pool(lambda s: backend.prepare(*make(s), device=dev), size, seed)
+        setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
+                                                             **case.kwargs())
+    else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
+        pool = Pool(grad_maker(case.shape, case.dtype, dev.type), size, seed)
+        setup, call = pass_call(lambda q, k, v: backend.timed_fn(
+            q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
+            **case.kwargs()), case.direction)
+    batch = timed_calls(call, pool, samples, warmup, device=dev.type,
+                        flush=l2_flusher(dev.type), setup=setup)
     faults = dict(batch.faults)
     outputs = []
     for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
@@ -65,15 +91,19 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
 
     def untimed(status, reason):
         return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal,
-                        case.direction, backend.name, status, reason=reason)
+                        case.direction, backend.name, status, reason=reason,
+                        variant=None if case.variant is None else case.variant.label())
 
-    reason = backend.unavailable_for(case.shape, case.dtype)
+    reason = backend.unavailable_for(case.shape, case.dtype) or backend.not_applicable(
+        case.variant, grad=case.direction != "fwd")
     if reason is not None:
         return untimed("not timed", reason)
     if backend.interpreted():
         return untimed("not timed", "runs under the Triton interpreter here: its speed means "
                        "nothing, so it is never timed")
     worker = worker_of(backend)
+    if case.direction != "fwd" and worker is None and not backend.differentiable:
+        return untimed("not timed", "no backward: autograd does not flow through it here")
     try:
         if worker is None:
             times, seeds, outputs, faults, where = _in_process(case, backend, seed, samples,
@@ -81,7 +111,8 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         else:
             t0 = wall_ns()
             reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
-                                   samples, warmup, pool_size(case.shape, case.dtype, samples))
+                                   samples, warmup, pool_size(case.shape, case.dtype, samples),
+                                   case.direction, case.kwargs())
             wall = (wall_ns() - t0) * 1e-9
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
@@ -93,6 +124,8 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                 return untimed("not timed", "its calls ran a Triton kernel under the "
                                "interpreter: its speed means nothing")
     except BackendUnavailable as exc:
+        return untimed("not timed", str(exc))
+    except NoBackward as exc:
         return untimed("not timed", str(exc))
     except BackendFailed as exc:
         return untimed("FAIL", str(exc))
@@ -127,7 +160,12 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
         for b in backends:
             if progress:
                 print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
-            case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
+            if case.direction == "decode":
+                from flashbench.measure.speeddecode import time_decode
+
+                case_rows.append(time_decode(case, b, roof, seed, samples, warmup, device))
+            else:
+                case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
             if base is not None and r.median_s is not None:

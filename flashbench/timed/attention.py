@@ -1,12 +1,16 @@
 """The inputs of a timed attention call, made from one content seed, the same in any process
-(the harness rebuilds a worker's inputs from the seeds to check its outputs)."""
+(the harness rebuilds a worker's inputs from the seeds to check its outputs): q, k, v, and dO
+for a backward; :func:`pass_call` makes the timed call of each pass (fwd, bwd, fwdbwd)."""
 
 from __future__ import annotations
 
 from flashbench.inputs.precision import get_precision
 from flashbench.inputs.problem import Shape
 
-__all__ = ["attention_maker", "pool_size", "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS"]
+__all__ = ["attention_maker", "grad_maker", "pass_call", "NoBackward", "pool_size",
+           "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES"]
+
+PASSES = ("fwd", "bwd", "fwdbwd")  # what a timed call runs: forward, backward, both
 
 POOL_BYTES = 64 * 1024**2  # a pool holds up to this much input (more than a CPU's L3)
 MIN_SLOTS, MAX_SLOTS = 3, 16
@@ -33,6 +37,73 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu"):
         return tuple(torch.randn(d, generator=g).to(dt).to(device) for d in dims)
 
     return make
+
+
+def grad_maker(shape: Shape, dtype: str, device: str = "cpu"):
+    """``make(seed) -> (q, k, v, do)``: :func:`attention_maker`'s q, k, v and the output
+    gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second CPU generator seeded
+    with ``seed + 1`` (identical in every process)."""
+    import torch
+
+    qkv = attention_maker(shape, dtype, device)
+    dt = _torch_dtype(dtype)
+    dims = (shape.B, shape.H, shape.Nq, shape.head_dim_v)
+
+    def make(seed: int) -> tuple:
+        g = torch.Generator().manual_seed(int(seed) + 1)
+        return (*qkv(seed), torch.randn(dims, generator=g).to(dt).to(device))
+
+    return make
+
+
+class NoBackward(Exception):
+    """The forward's output carries no gradient: the backward cannot be timed."""
+
+
+def _graph(forward, q, k, v):
+    """o of ``forward(q, k, v)`` (the first item of a tuple) with q, k, v as fresh leaves
+    sharing the slot's storage; :class:`NoBackward` when o carries no gradient."""
+    import torch
+
+    leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        out = forward(*leaves)
+    o = out[0] if isinstance(out, tuple | list) else out
+    if not isinstance(o, torch.Tensor) or not o.requires_grad:
+        what = "not a tensor" if not isinstance(o, torch.Tensor) else "no gradient (autograd)"
+        raise NoBackward(f"no backward: its output carries {what}")
+    return o, leaves
+
+
+def pass_call(forward, direction: str):
+    """(setup, call) of one timed call of pass ``direction`` for ``forward(q, k, v) -> o``:
+    ``setup(q, k, v[, do])`` runs outside the clock, ``call(*setup(...))`` is timed.
+
+    "fwd": o. "bwd": the forward and its graph are built in setup; the call is
+    ``torch.autograd.grad`` of o with dO -> (dq, dk, dv). "fwdbwd": forward and backward
+    in the call -> (o, dq, dk, dv). Gradients are of the slot's own q, k, v (grouped-query
+    k, v: their Hkv heads)."""
+    import torch
+
+    if direction == "fwd":
+        return None, forward
+    if direction == "bwd":
+        def setup(q, k, v, do):
+            o, leaves = _graph(forward, q, k, v)
+            return o, *leaves, do
+
+        def call(o, q, k, v, do):
+            return torch.autograd.grad(o, (q, k, v), do.to(o.dtype))
+
+        return setup, call
+    if direction != "fwdbwd":
+        raise ValueError(f"pass must be one of {list(PASSES)}, got {direction!r}")
+
+    def both(q, k, v, do):
+        o, leaves = _graph(forward, q, k, v)
+        return (o.detach(), *torch.autograd.grad(o, leaves, do.to(o.dtype)))
+
+    return None, both
 
 
 def pool_size(shape: Shape, dtype: str, samples: int) -> int:

@@ -103,7 +103,10 @@ def _new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
 
 
 def _overwrite(dst, src) -> None:
-    """dst's contents become src's, at dst's address (torch tensor or numpy array)."""
+    """dst's contents become src's, at dst's address (torch tensor or numpy array; None, an
+    absent argument such as a contiguous cache's block table, stays None)."""
+    if dst is None:
+        return
     if hasattr(dst, "copy_"):
         dst.copy_(src)
     else:
@@ -178,8 +181,10 @@ class Batch:
 
 
 def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
-                device: str = "cpu", flush: Callable[[], object] | None = None) -> Batch:
-    """Time ``samples`` calls of ``call(*args)``, each on the pool's next arguments.
+                device: str = "cpu", flush: Callable[[], object] | None = None,
+                setup: Callable | None = None) -> Batch:
+    """Time ``samples`` calls of ``call(*args)``, each on the pool's next arguments
+    (``setup``: ``args = setup(*args)`` first, outside the clock: a backward's forward).
 
     On ``device`` "cuda": the L2 ``flush()`` before each call, CUDA events around it with
     ``torch.cuda.synchronize()`` (the whole device) before the end event, and the host clock
@@ -196,8 +201,11 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         sync = _CLOCKS["torch.cuda.synchronize"][2]
         elapsed = _CLOCKS["torch.cuda.Event.elapsed_time"][2]
     harness = thread_census()[0]
+    def ready(args):
+        return args if setup is None else setup(*args)
+
     for _ in range(warmup):
-        call(*pool.next()[2])
+        call(*ready(pool.next()[2]))
     if cuda:
         sync()
     faults: dict = {}
@@ -205,6 +213,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     wall0 = _WALL_NS()
     for _ in range(samples):
         slot, seed, args = pool.next()
+        args = ready(args)
         tasks = thread_census()[1]
         if cuda:
             if flush is not None:

@@ -1,0 +1,174 @@
+"""``flashbench speed --decode``: decode over a KV cache timed by the guarded timer, judged.
+
+A :class:`DecodeSpeedCase` is ``check --decode``'s :class:`flashbench.measure.decode.DecodeCase`
+in one precision. Its pool slots are that case's inputs drawn from per-content seeds
+(:func:`flashbench.measure.decode.decode_inputs`, rounded as check hands them), refilled in
+place like the forward's. Each timed o is checked outside the clock (structure, shape, dtype,
+finiteness, a checksum against the first call on the same input) and once per input against
+the float64 decode (:func:`flashbench.reference.decode_attention`): inside the tolerance band's
+edge (:func:`flashbench.measure.decode.band_edge`) or by the baseline rule (the split model
+its fallback yardstick, as check's). GB/s counts the cache's bytes read
+(:func:`flashbench.measure.decode.decode_bytes`); % peak is of this run's copy bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashbench.measure.decode import DecodeCase
+from flashbench.timed.guard import STALE, WRONG
+
+__all__ = ["DecodeSpeedCase", "DecodeJudge", "time_decode"]
+
+
+@dataclass(frozen=True)
+class DecodeSpeedCase:
+    """One decode case in one precision (the fields a speed row reads, as SpeedCase's)."""
+
+    case: DecodeCase
+    dtype: str
+    direction: str = "decode"
+    variant: object = None
+
+    @property
+    def causal(self) -> bool:
+        return self.case.causal
+
+    @property
+    def shape(self) -> DecodeCase:  # a row's shape column: the case's spec
+        return self.case
+
+    def flops(self) -> float:
+        """4 x H x d FLOPs per (query, cached key) pair, every key of a sequence counted."""
+        c = self.case
+        return 4.0 * c.H * c.d * c.Nq * sum(c.lens)
+
+    def bytes(self) -> int:
+        from flashbench.measure.decode import decode_bytes
+        from flashbench.timed.attention import _torch_dtype
+
+        return decode_bytes(self.case, _torch_dtype(self.dtype).itemsize)
+
+    def label(self) -> str:
+        return f"{self.case.label()} {self.dtype} decode"
+
+
+def _inputs(case: DecodeSpeedCase, device: str):
+    """``make(seed)``: the handed (rounded) torch inputs of the case on ``device``."""
+    from flashbench.inputs.precision import get_precision
+    from flashbench.measure.decode import decode_inputs, handed_decode
+
+    prec = get_precision(case.dtype)
+
+    def make(seed: int) -> tuple:
+        return tuple(None if t is None else t.to(device)
+                     for t in handed_decode(prec, decode_inputs(case.case, seed)))
+
+    return make
+
+
+class DecodeJudge:
+    """Judges one decode case's timed outputs (module docstring)."""
+
+    def __init__(self, case: DecodeSpeedCase):
+        self.case = case
+        self.first: dict = {}
+        self.verdicts: dict = {}
+
+    def _reference_check(self, content: int, o) -> tuple[str, str] | None:
+        from flashbench import numerics, reference
+        from flashbench.accuracy import baseline_rule
+        from flashbench.measure.decode import MODEL_SPLITS, band_edge, decode_inputs
+
+        inputs = decode_inputs(self.case.case, content)
+        causal, dtype = self.case.causal, self.case.dtype
+        ref = reference.decode_attention(*inputs, causal=causal)[0]
+        std = numerics.standard_decode_model(*inputs, dtype=dtype, causal=causal)[0]
+        err = float(np.abs(o.detach().cpu().double().numpy() - ref).max())
+        edge = band_edge(self.case.case, dtype)
+        if edge is not None and err <= edge:
+            return None  # inside the tolerance band's edge (flashbench.tolerance)
+        s_err = float(np.abs(np.asarray(std, np.float64) - ref).max())
+        verdict = baseline_rule(err, s_err, dtype)
+        if not verdict.passed:  # check's fallback: the split model's error
+            model = numerics.split_decode_model(*inputs, dtype=dtype, causal=causal,
+                                                num_splits=MODEL_SPLITS)[0]
+            verdict = baseline_rule(err, s_err, dtype, fallback_error=float(
+                np.abs(np.asarray(model, np.float64) - ref).max()))
+        if verdict.passed:
+            return None
+        band = "" if edge is None else f"above the band's edge {edge:.3g} and "
+        return WRONG, (f"o off the float64 decode: max abs error {err:.3g}, {band}"
+                       f"{verdict.ratio:.3g}x the same-dtype standard decode's error")
+
+    def judge(self, content: int, out) -> tuple[str, str] | None:
+        import torch
+
+        from flashbench.timed.attention import _torch_dtype
+
+        o = out[0] if isinstance(out, tuple | list) else out
+        c = self.case.case
+        want, dtype = (c.B, c.Nq, c.H, c.d), _torch_dtype(self.case.dtype)
+        if tuple(o.shape) != want or o.dtype != dtype:
+            return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
+        if not bool(torch.isfinite(o).all()):
+            return WRONG, "o holds non-finite values for finite inputs"
+        x = o.detach().double()
+        total = (float(x.sum()), float(x.abs().sum()))
+        if content in self.first:
+            tol = 8 * torch.finfo(dtype).eps * max(self.first[content][1], 1e-30)
+            if any(abs(a - b) > tol for a, b in zip(total, self.first[content], strict=True)):
+                return WRONG, "its checksum differs from the first checked call on the same input"
+            return self.verdicts[content]
+        if any(s == total for s in self.first.values()):
+            self.first[content] = total
+            self.verdicts[content] = (STALE, "returned the output of an earlier, different input")
+            return self.verdicts[content]
+        self.first[content] = total
+        self.verdicts[content] = self._reference_check(content, o)
+        return self.verdicts[content]
+
+
+def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, warmup: int,
+                device: str):
+    """The row of a decode ``backend`` on ``case``; a user's decode function (its worker) is
+    not yet timed (its row says so)."""
+    from flashbench.backends.worker import worker_of
+    from flashbench.measure.speed import SpeedRow, row_from
+    from flashbench.measure.speedrun import CLOCK_CPU, CLOCK_GPU
+    from flashbench.timed.attention import MAX_SLOTS, MIN_SLOTS
+    from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
+
+    def untimed(status, reason):
+        return SpeedRow(case.label(), case.case.spec(), case.dtype, case.causal, "decode",
+                        backend.name, status, reason=reason)
+
+    reason = backend.unavailable_for(case.case.d, case.dtype)
+    if reason is not None:
+        return untimed("not timed", reason)
+    if backend.interpreted():
+        return untimed("not timed", "runs under the Triton interpreter here: its speed means "
+                       "nothing, so it is never timed")
+    if worker_of(backend) is not None:
+        return untimed("not timed", "a user's decode function is not yet timed by speed "
+                       "(flashbench check --decode judges its accuracy)")
+    dev = "cuda" if device == "cuda" and "cuda" in getattr(backend, "devices", ("cuda",)) \
+        else "cpu"
+    pool = Pool(_inputs(case, dev), max(MIN_SLOTS, min(MAX_SLOTS, samples // 3)), seed)
+    try:
+        batch = timed_calls(lambda *a: backend.timed_fn(*a, causal=case.causal), pool, samples,
+                            warmup, device=dev, flush=l2_flusher(dev))
+    except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
+        from flashbench.backends.outputs import raised
+
+        return untimed("FAIL", raised(exc))
+    faults, judge = dict(batch.faults), DecodeJudge(case)
+    for j, (out, slot, content) in enumerate(zip(batch.outputs, batch.slots, batch.seeds,
+                                                 strict=True)):
+        bad = structural(out, pool.slots[slot], batch.outputs[:j]) or judge.judge(content, out)
+        if bad is not None:
+            faults.setdefault(*bad)
+    return row_from(case, backend.name, batch.samples_s, faults, roof,
+                    CLOCK_GPU if dev == "cuda" else CLOCK_CPU, len(batch.outputs))

@@ -1,0 +1,227 @@
+"""``flashbench speed --pass bwd / fwdbwd`` (issue 35's open ends): the backward timed on fresh
+inputs with its forward built outside the clock, every timed (dq, dk, dv) judged against the
+float64 gradients, a backend with no backward named so, and a memoised or wrong backward
+caught by name, in this process and in a user kernel's worker. On main before this change
+`speed --pass bwd` exited 2 (the only pass was fwd)."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.backends import Backend, get_backend
+from flashbench.cli import main
+from flashbench.inputs import Shape
+from flashbench.measure.speed import SpeedCase, measure_roofline
+from flashbench.measure.speedrun import time_backend
+from flashbench.timed import guard
+
+KERNELS = textwrap.dedent('''
+    import torch
+
+    def good(q, k, v, causal=False, scale=None):
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if causal:
+            n, m = s.shape[-2:]
+            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+        return torch.softmax(s, -1) @ v
+
+    def no_grad(q, k, v, causal=False, scale=None):
+        with torch.no_grad():
+            return good(q, k, v, causal)
+
+    _SEEN = {}
+
+    class _Memo(torch.autograd.Function):
+        """A correct forward whose backward is memoised on the inputs' addresses."""
+
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return good(q.detach(), k.detach(), v.detach())
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v = ctx.saved_tensors
+            key = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+            if key not in _SEEN:
+                with torch.enable_grad():
+                    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+                    _SEEN[key] = torch.autograd.grad(good(*leaves), leaves, do)
+            return tuple(g.clone() for g in _SEEN[key])
+
+    def memo_backward(q, k, v, causal=False, scale=None):
+        return _Memo.apply(q, k, v)
+
+    class _Half(torch.autograd.Function):
+        """A correct forward, a backward that halves dk."""
+
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return good(q.detach(), k.detach(), v.detach())
+
+        @staticmethod
+        def backward(ctx, do):
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+                dq, dk, dv = torch.autograd.grad(good(*leaves), leaves, do)
+            return dq, dk * 0.5, dv
+
+    def wrong_backward(q, k, v, causal=False, scale=None):
+        return _Half.apply(q, k, v)
+''')
+CASE = SpeedCase(Shape(1, 2, 64, 64, 32), "fp32", False, "bwd")
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbpasses.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the worker finds it too
+    monkeypatch.delitem(sys.modules, "fbpasses", raising=False)
+    import fbpasses
+
+    yield fbpasses
+    sys.modules.pop("fbpasses", None)
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return measure_roofline("cpu", ["fp32"])
+
+
+def _backend(fn, name):
+    return Backend(name, fn, name, ("fp32",), timed=fn, origin="user", differentiable=True)
+
+
+def _speed(capsys, *argv):
+    rc = main(["speed", "--quiet", "--json", "--seed", "5", *argv])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_bwd_and_fwdbwd_rows_pass_with_their_flops_and_no_backward_named(capsys):
+    rows = {}
+    for p in ("fwd", "bwd", "fwdbwd"):
+        rc, report = _speed(capsys, "--shape", "1x2/1x32x16", "--causal", "both", "--pass", p,
+                            "--backend", "torch-naive", "--backend", "reference")
+        assert rc == 0 and report["passed"], report["rows"]
+        rows[p] = report["rows"]
+    for p, factor in (("bwd", 2.5), ("fwdbwd", 3.5)):
+        for fwd, r in zip(rows["fwd"], rows[p], strict=True):
+            if r["backend"] == "reference":  # float64, no autograd through it
+                assert r["status"] == "not timed" and "no backward" in r["reason"]
+                continue
+            assert r["status"] == "PASS" and r["checked"] == len(r["samples_s"]) >= 10
+            assert r["direction"] == p and r["case"].endswith(p)
+            ratio = (r["tflops"] * r["median_s"]) / (fwd["tflops"] * fwd["median_s"])
+            assert ratio == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("name, expected", [("memo_backward", guard.STALE),
+                                            ("wrong_backward", guard.WRONG)])
+def test_a_memoised_or_wrong_backward_fails_by_name_in_process(kernels, roof, name, expected):
+    for direction in ("bwd", "fwdbwd"):
+        case = SpeedCase(CASE.shape, "fp32", False, direction)
+        row = time_backend(case, _backend(getattr(kernels, name), name), roof, seed=3)
+        assert row.status == "FAIL" and expected in row.failures, (direction, row.failures)
+        good = time_backend(case, _backend(kernels.good, "good"), roof, seed=3)
+        assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_gqa_gradients_are_of_the_grouped_heads(kernels, roof):
+    """A kernel without GQA gets k, v expanded inside the graph: dk, dv come back with Hkv
+    heads and are judged against the float64 grouped gradients."""
+    case = SpeedCase(Shape(1, 4, 32, 48, 16, Hkv=2), "fp32", True, "bwd")
+    for name, status in (("good", "PASS"), ("wrong_backward", "FAIL")):
+        fn = getattr(kernels, name)
+        b = Backend(name, fn, name, ("fp32",), timed=fn, origin="user", differentiable=True,
+                    gqa=False)
+        row = time_backend(case, b, roof, seed=1)
+        assert row.status == status and row.checked == 10, (name, row.failures)
+    assert guard.WRONG in row.failures and "dk" in row.failures[guard.WRONG]
+
+
+def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys):
+    rc, report = _speed(capsys, "--shape", "1x2x32x16", "--pass", "bwd", "--backend",
+                        "fbpasses:good", "--backend", "fbpasses:no_grad", "--backend",
+                        "fbpasses:memo_backward")
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 1 and not report["passed"]
+    assert rows["fbpasses:good"]["status"] == "PASS", rows["fbpasses:good"]
+    assert rows["fbpasses:no_grad"]["status"] == "not timed"
+    assert "no backward" in rows["fbpasses:no_grad"]["reason"]
+    memo = rows["fbpasses:memo_backward"]
+    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo
+
+
+def test_variants_are_timed_where_taken_and_not_applicable_elsewhere(capsys):
+    """torch-naive takes window, softcap and sinks; torch-sdpa only a window: never run
+    without the rest. On main `speed --window` exited 2."""
+    rc, report = _speed(capsys, "--shape", "1x2/1x32x16", "--causal", "on", "--window", "8,0",
+                        "--softcap", "5", "--sinks", "--backend", "torch-naive", "--backend",
+                        "torch-sdpa")
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 0 and rows["torch-naive"]["status"] == "PASS", rows
+    assert rows["torch-naive"]["variant"] == "causal window=(8,0) softcap=5 sinks"
+    sdpa = rows["torch-sdpa"]
+    assert sdpa["status"] == "not timed" and sdpa["median_s"] is None
+    assert "not applicable" in sdpa["reason"] and "softcap" in sdpa["reason"]
+
+
+def test_a_kernel_that_ignores_its_variant_fails_as_wrong(kernels, roof):
+    """It declares a window and is timed with one; its outputs are judged against the
+    window's float64 reference (forward) and gradients (backward)."""
+    from flashbench.inputs.variant import variant_of
+
+    window = variant_of(False, window=(4, 4))
+    for direction in ("fwd", "bwd"):
+        case = SpeedCase(CASE.shape, "fp32", False, direction, window)
+        b = Backend("ignores", lambda q, k, v, causal=False, window=None: kernels.good(q, k, v),
+                    "ignores", ("fp32",), origin="user", differentiable=True,
+                    variants=("window",), grad_variants=("window",))
+        row = time_backend(case, b, roof, seed=2)
+        assert row.status == "FAIL" and guard.WRONG in row.failures, (direction, row.failures)
+        naive = time_backend(case, get_backend("torch-naive"), roof, seed=2)
+        assert naive.status == "PASS" and naive.variant == "window=(4,4)", naive.failures
+        assert case.flops() < SpeedCase(CASE.shape, "fp32", False, direction).flops()
+
+
+def test_decode_rows_report_cache_bandwidth_against_the_copy_peak(capsys):
+    """On main `speed --decode` exited 2 (no such option)."""
+    rc, report = _speed(capsys, "--decode", "--decode-case", "2x4/2x1x32:300,17:p16",
+                        "--backend", "torch-naive")
+    (row,) = report["rows"]
+    assert rc == 0 and row["status"] == "PASS" and row["direction"] == "decode", row
+    assert row["checked"] == len(row["samples_s"]) >= 10
+    copy = report["meta"]["roofline"]["copy_gbs"]
+    assert row["peak_fraction"] == pytest.approx(row["gbs"] / copy)
+    bytes_read = 4 * ((300 + 17) * 2 * 2 * 32 + 2 * 2 * 1 * 4 * 32)  # K, V rows; q and o
+    assert row["gbs"] == pytest.approx(bytes_read / row["median_s"] * 1e-9)
+
+
+def test_a_memoised_or_wrong_decode_fails_by_name(roof):
+    from flashbench.backends.decode import DecodeBackend, get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.speeddecode import DecodeSpeedCase, time_decode
+
+    naive = get_decode_backend("torch-naive")
+    seen = {}
+
+    def memo(q, kc, vc, lens, table=None, causal=False, scale=None):
+        key = (q.data_ptr(), kc.data_ptr())
+        if key not in seen:
+            seen[key] = naive.timed_fn(q, kc, vc, lens, table, causal=causal)
+        return seen[key].clone()
+
+    def wrong(q, kc, vc, lens, table=None, causal=False, scale=None):
+        return naive.timed_fn(q, kc, vc, lens, table, causal=causal) * 1.01
+
+    case = DecodeSpeedCase(DecodeCase(2, 4, 2, 1, 32, (200, 9), 16), "fp32")
+    for fn, expected in ((memo, guard.STALE), (wrong, guard.WRONG)):
+        b = DecodeBackend(fn.__name__, fn, fn.__name__, ("fp32",), timed=fn)
+        row = time_decode(case, b, roof, 4, 10, 2, "cpu")
+        assert row.status == "FAIL" and expected in row.failures, (fn.__name__, row.failures)
+    good = time_decode(case, naive, roof, 4, 10, 2, "cpu")
+    assert good.status == "PASS" and not good.failures, good.failures
