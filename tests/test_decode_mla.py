@@ -165,3 +165,32 @@ def test_cli_runs_the_mla_case(capsys, monkeypatch, tmp_path):
     err = capsys.readouterr().err
     assert rc == 2 and "needs d/dv with dv < d" in err and err.count("\n") == 1
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_mla_asv_track_skips_a_commit_without_the_form(monkeypatch):
+    """bench_mla's case is this module's MLA text; a commit whose parser reads no d/dv or
+    :mla skips every benchmark with the reason (never a failure); history reads the track
+    as accuracy with the baseline rule's limit."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    try:
+        from benchmarks import bench_mla
+    finally:
+        sys.path.pop(0)
+    from flashbench.history.suites import accuracy_metric, rule_limit
+
+    assert [DecodeCase.parse(c).spec() for c in bench_mla.CASES] == bench_mla.CASES
+    assert all(DecodeCase.parse(c).absorbed for c in bench_mla.CASES)
+
+    def old_parse(text, causal=True, dist="normal"):
+        raise ValueError("decode case must be BxH[/Hkv]xNqxd:L1,L2,...[:pPAGE]")
+
+    monkeypatch.setattr(DecodeCase, "parse", staticmethod(old_parse))
+    track = bench_mla.TrackMLADecodeAccuracy()
+    results = track.setup_cache()
+    with pytest.raises(NotImplementedError, match="cannot read decode case 1x16/1x1x576/512"):
+        track.setup(results, "triton", "bf16", bench_mla.CASES[0])
+    name = "bench_mla.TrackMLADecodeAccuracy.track_o_baseline_ratio"
+    assert accuracy_metric(name) == "o_baseline_ratio" and rule_limit("o_baseline_ratio") == 2
