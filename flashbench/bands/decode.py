@@ -1,13 +1,14 @@
 """The band of one decode case: a correct split-KV decode kernel's error statistics there.
 
-For a decode case (:class:`flashbench.measure.decode.DecodeCase`: batch, heads, Nq, d, the
-ragged cache lengths, page size, causal, distribution) and a dtype, the split model
-(:func:`flashbench.numerics.split_decode_model`, :data:`DECODE_SPLITS` splits, fp32
-partials) runs on :func:`decode_band_seeds` seeds (SEED0..) of the case's own problem, each
-against the float64 decode of its dtype-rounded inputs; a statistic's edge is its largest
-value over the seeds, as for the forward (:mod:`flashbench.bands.case`). No table is
-shipped: a band is seconds a case, measured on the fly and cached (memory and
-``$FLASHBENCH_CACHE``) under the split model's :func:`decode_fingerprint`.
+For a decode case (:class:`flashbench.measure.decode.DecodeCase`: batch, heads, Nq, d/dv
+(absorbed MLA or not), the ragged cache lengths, page size, causal, distribution) and a
+dtype, the split model (:func:`flashbench.numerics.split_decode_model`,
+:data:`DECODE_SPLITS` splits, fp32 partials) runs on :func:`decode_band_seeds` seeds
+(SEED0..) of the case's own problem, each against the float64 decode of its dtype-rounded
+inputs; a statistic's edge is its largest value over the seeds, as for the forward
+(:mod:`flashbench.bands.case`). No table is shipped: a band is seconds a case, measured on
+the fly at the case's own d/dv and cached (memory and ``$FLASHBENCH_CACHE``) under the
+split model's :func:`decode_fingerprint`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from flashbench.inputs.kvcache import make_decode
 from flashbench.inputs.precision import Precision, get_precision
 
 __all__ = ["DECODE_SPLITS", "BAND_DTYPES", "decode_band", "measure_decode_band",
-           "decode_band_seeds", "decode_band_key", "decode_fingerprint"]
+           "decode_band_seeds", "decode_band_key", "decode_fingerprint", "decode_case_inputs"]
 
 DECODE_SPLITS = 4  # the split model's splits (the check's split_model row too)
 DECODE_DTYPES = ("fp32", "tf32", "fp16", "bf16")  # what the split model computes in
@@ -56,9 +57,15 @@ def decode_band_key(case, dtype: str | Precision) -> str:
             f"splits={DECODE_SPLITS}")
 
 
-def _inputs(case, seed: int):
-    return make_decode(case.B, case.H, case.Hkv, case.Nq, case.d, case.lens, case.page_size,
-                       dist=case.dist, seed=seed)
+def decode_case_inputs(case, seed: int):
+    """float64 ``(q, k_cache, v_cache, cache_seqlens, block_table)`` of a decode case; in
+    the absorbed MLA form v_cache is a view of k_cache's first dv columns (the same
+    numbers the reference's ``v=None, dv=`` form reads, and a view the backends are handed
+    as one: :func:`flashbench.measure.decode.handed_decode`)."""
+    q, k, v, lens, table = make_decode(case.B, case.H, case.Hkv, case.Nq, case.d, case.lens,
+                                       case.page_size, dist=case.dist, seed=seed,
+                                       dv=case.dv)
+    return q, k, k[..., :case.dv] if case.absorbed else v, lens, table
 
 
 def _check(case, dtype) -> Precision:
@@ -66,7 +73,7 @@ def _check(case, dtype) -> Precision:
     if prec.name not in DECODE_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no decode band (the split model computes "
                          f"in {DECODE_DTYPES}; fp64 equals the reference)")
-    flops = 2 * case.B * case.H * case.Nq * max(case.lens) * 2 * case.d
+    flops = 2 * case.B * case.H * case.Nq * max(case.lens) * (case.d + case.dv)
     if flops > MAX_SEED_FLOPS:
         raise ValueError(f"decode case {case.spec()}: its band is too large to measure here "
                          f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}); "
@@ -75,11 +82,12 @@ def _check(case, dtype) -> Precision:
 
 
 def _seed_stats(case, prec: Precision, seed: int) -> dict[str, dict]:
-    q, k, v, lens, table = _inputs(case, seed)
-    given = [caller_inputs(prec, x) for x in (q, k, v)]
-    ref = reference.decode_attention(*given, lens, table, causal=case.causal)
+    q, k, v, lens, table = decode_case_inputs(case, seed)
+    given = [caller_inputs(prec, x) for x in (q, k)]
+    given.append(None if case.absorbed else caller_inputs(prec, v))  # absorbed: v=None, dv=
+    ref = reference.decode_attention(*given, lens, table, causal=case.causal, dv=case.dv)
     out = numerics.split_decode_model(*given, lens, table, dtype=prec, causal=case.causal,
-                                      num_splits=DECODE_SPLITS)
+                                      num_splits=DECODE_SPLITS, dv=case.dv)
     stats = [error_stats(out[i], ref[i]) for i in range(2)]
     return {t: {s: st[s] for s in EDGE_STATS} for t, st in zip(FORWARD, stats, strict=True)}
 

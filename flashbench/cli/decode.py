@@ -61,7 +61,9 @@ def render_decode(report: dict) -> str:
     out.append(tabulate(rows, headers=["case", "kernel", "dtype", "O max", "std O max",
                                        "O ratio", "LSE ratio", "O band", "LSE band",
                                        "band err", "band", "verdict"]))
-    out += _band_notes([r for r in report["rows"] if "o" in r], sources=False)
+    # the notes read the band rule's verdicts under "band" (here the tolerance edge's key)
+    out += _band_notes([{**r, "band": r.get("band_rule")} for r in report["rows"] if "o" in r],
+                       sources=False)
     out += ["   (peer): torch's attention on the gathered cache, judged for information",
             *dict.fromkeys(notes), "", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
     return "\n".join(out)

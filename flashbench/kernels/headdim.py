@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = ["KERNEL_WIDTHS", "MAX_HEAD_DIM", "HEAD_DIMS", "MAX_ABSORBED_DV", "DECODE_HEAD_DIMS",
            "kernel_width", "config_width", "check_head_dims", "head_dims_problem",
-           "dim_constexprs"]
+           "decode_head_dims_problem", "dim_constexprs"]
 
 KERNEL_WIDTHS = (16, 32, 64, 128, 256)
 MAX_HEAD_DIM = 256
@@ -48,6 +48,21 @@ def head_dims_problem(d: int, dv: int | None = None,
             return (f"head dim {name}={x} {why}: {kernel} takes d and dv multiples of 8 "
                     f"from 8 to {MAX_HEAD_DIM}, run padded to a width of "
                     f"{'/'.join(map(str, KERNEL_WIDTHS))}")
+    return None
+
+
+def decode_head_dims_problem(d: int, dv: int, absorbed: bool,
+                             kernel: str = "the Triton decode") -> str | None:
+    """:func:`head_dims_problem` for the decode kernel: the absorbed MLA form (V is the
+    cache's first dv columns) takes dv a multiple of 8 up to :data:`MAX_ABSORBED_DV` and a
+    q.k tail d - dv a multiple of 8 up to :data:`MAX_HEAD_DIM`; the plain form the rule."""
+    if not absorbed:
+        return head_dims_problem(d, dv, kernel)
+    tail = d - dv
+    if dv % 8 or not 8 <= dv <= MAX_ABSORBED_DV or tail % 8 or not 8 <= tail <= MAX_HEAD_DIM:
+        return (f"head dims d={d}, dv={dv}: the absorbed decode takes dv a multiple of 8 up "
+                f"to {MAX_ABSORBED_DV} and a q.k tail d - dv a multiple of 8 up to "
+                f"{MAX_HEAD_DIM} (DeepSeek: 576, 512)")
     return None
 
 

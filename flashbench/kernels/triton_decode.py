@@ -32,9 +32,7 @@ from flashbench.inputs.kvcache import (
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels.headdim import (
     HEAD_DIMS,
-    MAX_ABSORBED_DV,
-    MAX_HEAD_DIM,
-    check_head_dims,
+    decode_head_dims_problem,
     dim_constexprs,
     kernel_width,
 )
@@ -120,14 +118,9 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, check, ab
                         f"{v_cache.dtype}")
     layout = check_cache(q.shape, k_cache.shape, v_cache.shape,
                          None if block_table is None else block_table.shape)
-    if absorbed:
-        tail = layout.d - layout.dv
-        if layout.dv % 8 or layout.dv > MAX_ABSORBED_DV or tail % 8 or tail > MAX_HEAD_DIM:
-            raise ValueError(f"head dims d={layout.d}, dv={layout.dv}: the absorbed decode "
-                             f"takes dv a multiple of 8 up to {MAX_ABSORBED_DV} and a q.k tail "
-                             f"d - dv a multiple of 8 up to {MAX_HEAD_DIM} (DeepSeek: 576, 512)")
-    else:
-        check_head_dims(layout.d, layout.dv, "the Triton decode")
+    problem = decode_head_dims_problem(layout.d, layout.dv, absorbed)
+    if problem is not None:
+        raise ValueError(problem)
     if layout.group * layout.Nq > MAX_ROWS:
         raise ValueError(f"(H / Hkv) x Nq = {layout.group} x {layout.Nq} query rows per kv "
                          f"head exceed the kernel's {MAX_ROWS}")

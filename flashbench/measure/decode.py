@@ -1,8 +1,9 @@
 """Decode cases of ``flashbench check --decode``, as records (rendered by
 :mod:`flashbench.cli.decode`).
 
-- :class:`DecodeCase`: batch, H/Hkv, Nq, d, ragged cache lengths, page size (None:
-  contiguous), causal, distribution; text form ``BxH[/Hkv]xNqxd:L1,L2,...[:pP]``.
+- :class:`DecodeCase`: batch, H/Hkv, Nq, d[/dv], ragged cache lengths, page size (None:
+  contiguous), the absorbed MLA form (V is the cache's first dv columns), causal,
+  distribution; text form ``BxH[/Hkv]xNqxd[/dv]:L1,L2,...[:pP][:mla]``.
 - :func:`decode_exactness`: float64 split-KV merged vs one-shot, one-shot vs the forward
   reference per sequence, paged vs contiguous (bit for bit): Exactness records.
 - :func:`measure_decode`: the split model and decode backends per dtype against float64,
@@ -25,11 +26,11 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
-from flashbench.bands.decode import DECODE_SPLITS
+from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.bands.measure import caller_inputs
-from flashbench.inputs.kvcache import make_decode
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
+from flashbench.kernels.headdim import DECODE_HEAD_DIMS, decode_head_dims_problem
 from flashbench.measure.bandjudge import DecodeBands
 from flashbench.measure.forward import (
     EXACT_TOL,
@@ -47,16 +48,19 @@ from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
            "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check",
-           "decode_bytes", "handed_decode"]
+           "decode_bytes", "handed_decode", "absorbed_inputs", "case_reference"]
 
 MODEL = "split_model"  # the kernel name of the precision model's rows
 MODEL_SPLITS = DECODE_SPLITS  # the split model's splits, in its row and its bands
-_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+):(\d+(?:,\d+)*)(?::p(\d+))?$")
+_SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+)(?:/(\d+))?:(\d+(?:,\d+)*)"
+                   r"(?::p(\d+))?(:mla)?$")
+_FORM = "BxH[/Hkv]xNqxd[/dv]:L1,L2,...[:pPAGE][:mla]"
 
 
 @dataclass(frozen=True)
 class DecodeCase:
-    """One decode problem (module docstring); ``lens`` has one length per sequence."""
+    """One decode problem (module docstring); ``lens`` has one length per sequence; ``dv``
+    None means d; ``absorbed``: DeepSeek's MLA decode form, V = k_cache[..., :dv]."""
 
     B: int
     H: int
@@ -67,9 +71,13 @@ class DecodeCase:
     page_size: int | None = None
     causal: bool = True
     dist: str = "normal"
+    dv: int | None = None
+    absorbed: bool = False
 
     def __post_init__(self):
-        for name in ("B", "H", "Hkv", "Nq", "d", "page_size"):
+        if self.dv is None:
+            object.__setattr__(self, "dv", self.d)
+        for name in ("B", "H", "Hkv", "Nq", "d", "dv", "page_size"):
             value = getattr(self, name)
             if (value is not None or name != "page_size") and (
                     not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -82,26 +90,39 @@ class DecodeCase:
         if any(n < 0 for n in self.lens):
             raise ValueError(f"a decode case's cache lengths must be ints >= 0, got "
                              f"{self.lens}")
+        if not isinstance(self.absorbed, bool):
+            raise ValueError(f"DecodeCase.absorbed must be a bool, got {self.absorbed!r}")
+        if self.absorbed and self.dv >= self.d:
+            raise ValueError(f"decode case {self.spec()}: the absorbed MLA form reads V as the "
+                             f"cache's first dv columns, so it needs dv < d (d/dv, e.g. "
+                             f"576/512), got d={self.d}, dv={self.dv}")
 
     def spec(self) -> str:
         page = "" if self.page_size is None else f":p{self.page_size}"
-        return (f"{self.B}x{self.H}/{self.Hkv}x{self.Nq}x{self.d}:"
-                f"{','.join(map(str, self.lens))}{page}")
+        dims = f"{self.d}" if self.dv == self.d else f"{self.d}/{self.dv}"
+        return (f"{self.B}x{self.H}/{self.Hkv}x{self.Nq}x{dims}:"
+                f"{','.join(map(str, self.lens))}{page}{':mla' if self.absorbed else ''}")
 
     def label(self) -> str:
         return f"{self.spec()} {self.dist}{' causal' if self.causal else ''}"
 
     @classmethod
     def parse(cls, text: str, causal: bool = True, dist: str = "normal") -> DecodeCase:
-        """``BxH[/Hkv]xNqxd:L1,L2,...[:pP]`` (``4x32/8x1x128:4096,100,7,1:p64``)."""
+        """``BxH[/Hkv]xNqxd[/dv]:L1,L2,...[:pP][:mla]`` (``4x32/8x1x128:4096,100,7,1:p64``;
+        DeepSeek's absorbed decode: ``1x16/1x1x576/512:256:p64:mla``)."""
         m = _SPEC.match(text.strip()) if isinstance(text, str) else None
         if m is None:
-            raise ValueError(f"decode case must be BxH[/Hkv]xNqxd:L1,L2,...[:pPAGE] (one cache "
-                             f"length per sequence), got {text!r}")
-        b, h, hkv, nq, d = (int(x) if x else None for x in m.groups()[:5])
+            raise ValueError(f"decode case must be {_FORM} (one cache length per sequence; "
+                             f":mla the absorbed MLA form, V = K's first dv columns), got "
+                             f"{text!r}")
+        b, h, hkv, nq, d, dv = (int(x) if x else None for x in m.groups()[:6])
+        if m[9] and dv is None:
+            raise ValueError(f"decode case {text.strip()!r}: the absorbed MLA form (:mla) needs "
+                             f"d/dv with dv < d (V is K's first dv columns), e.g. "
+                             f"1x16/1x1x576/512:256:p64:mla")
         return cls(b, h, h if hkv is None else hkv, nq, d,
-                   tuple(int(x) for x in m[6].split(",")),
-                   None if m[7] is None else int(m[7]), causal, dist)
+                   tuple(int(x) for x in m[7].split(",")),
+                   None if m[8] is None else int(m[8]), causal, dist, dv, bool(m[9]))
 
 
 def default_decode_cases() -> list[DecodeCase]:
@@ -114,9 +135,25 @@ def default_decode_cases() -> list[DecodeCase]:
 
 
 def decode_inputs(case: DecodeCase, seed: int = 0):
-    """float64 ``(q, k_cache, v_cache, cache_seqlens, block_table)`` of a case."""
-    return make_decode(case.B, case.H, case.Hkv, case.Nq, case.d, case.lens, case.page_size,
-                       dist=case.dist, seed=seed)
+    """float64 ``(q, k_cache, v_cache, cache_seqlens, block_table)`` of a case (absorbed:
+    v_cache a view of k_cache's first dv columns; :func:`decode_case_inputs`)."""
+    return decode_case_inputs(case, seed)
+
+
+def absorbed_inputs(inputs) -> bool:
+    """True when ``inputs``' v_cache is a view of k_cache's first columns (the absorbed
+    MLA form, as :func:`decode_inputs` draws it)."""
+    _, k, v, _, _ = inputs
+    return (v is not None and v.shape[:-1] == k.shape[:-1] and v.shape[-1] < k.shape[-1]
+            and np.shares_memory(v, k))
+
+
+def case_reference(case: DecodeCase, inputs, num_splits: int = 1):
+    """The float64 decode of a case's inputs; the absorbed form through the reference's own
+    ``v_cache=None, dv=`` (not the view)."""
+    q, k, v, lens, table = inputs
+    return reference.decode_attention(q, k, None if case.absorbed else v, lens, table,
+                                      causal=case.causal, num_splits=num_splits, dv=case.dv)
 
 
 def _contiguous(inputs):
@@ -134,7 +171,7 @@ def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
     out = []
     diffs = [[], []]
     for splits in (2, 3, 16):
-        o, lse = reference.decode_attention(*inputs, causal=case.causal, num_splits=splits)
+        o, lse = case_reference(case, inputs, num_splits=splits)
         diffs[0].append(error_stats(o, ref[0])["max_abs"])
         diffs[1].append(error_stats(lse, ref[1])["max_abs"])
     out += [Exactness(case, f"split-KV 2/3/16 merged vs one-shot {t}", max(d),
@@ -158,16 +195,22 @@ def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
         same = np.array_equal(o, p_o) and np.array_equal(lse, p_lse)
         out.append(Exactness(case, "paged vs contiguous (bit for bit)",
                              error_stats(p_o, o)["max_abs"], same))
+    if case.absorbed:  # the reference's v=None form vs V copied out of K: the same sums
+        o, lse = reference.decode_attention(q, k, np.array(v), lens, table, causal=case.causal)
+        same = np.array_equal(o, ref[0]) and np.array_equal(lse, ref[1])
+        out.append(Exactness(case, "absorbed (v=None, dv) vs V = K[..., :dv] copied (bit for "
+                             "bit)", error_stats(o, ref[0])["max_abs"], same))
     return out
 
 
 def decode_bytes(case: DecodeCase, itemsize: int) -> int:
     """Bytes a decode call must move: the K and V rows of every cached key read once
-    (sum of lengths x Hkv x (d + dv)), q read and o written (B x Nq x H x d each), at
-    ``itemsize`` bytes an element. Partials, LSE and the block table are not counted:
-    GB/s from it is the useful traffic, as FlashDecoding reports."""
-    kv = sum(case.lens) * case.Hkv * 2 * case.d
-    return itemsize * (kv + 2 * case.B * case.Nq * case.H * case.d)
+    (sum of lengths x Hkv x (d + dv); absorbed: x d, V being K's first dv columns), q read
+    (B x Nq x H x d) and o written (B x Nq x H x dv), at ``itemsize`` bytes an element.
+    Partials, LSE and the block table are not counted: GB/s from it is the useful traffic,
+    as FlashDecoding reports."""
+    kv = sum(case.lens) * case.Hkv * (case.d if case.absorbed else case.d + case.dv)
+    return itemsize * (kv + case.B * case.Nq * case.H * (case.d + case.dv))
 
 
 def handed_decode(prec: Precision, inputs) -> list:
@@ -177,8 +220,11 @@ def handed_decode(prec: Precision, inputs) -> list:
     import torch
 
     q, k, v, lens, table = inputs
-    return [*handed(prec, *(caller_inputs(prec, x) for x in (q, k, v))),
-            *(None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table))]
+    ints = [None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table)]
+    if absorbed_inputs(inputs):  # V handed as a view of K's first dv columns, as FlashMLA's
+        tq, tk = handed(prec, *(caller_inputs(prec, x) for x in (q, k)))
+        return [tq, tk, tk[..., :v.shape[-1]], *ints]
+    return [*handed(prec, *(caller_inputs(prec, x) for x in (q, k, v))), *ints]
 
 
 def band_edge(case: DecodeCase, dtype: str) -> float | None:
@@ -207,16 +253,18 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
     from flashbench.backends.decode import get_decode_backend
 
     inputs = decode_inputs(case, seed) if inputs is None else inputs
-    ref = reference.decode_attention(*inputs, causal=case.causal) if ref is None else ref
+    ref = case_reference(case, inputs) if ref is None else ref
     records = []
     judged = DecodeBands(case, inputs, apply=band_rule)
     for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
         dtype = prec.name  # what records and backends (their declared dtypes) speak
-        std = numerics.standard_decode_model(*inputs, dtype=prec, causal=case.causal)
+        std = numerics.standard_decode_model(*inputs, dtype=prec, causal=case.causal,
+                                             dv=case.dv)
         if bands is not None:
             rounded = judged.reference(prec)[0]
         model = functools.cache(partial(numerics.split_decode_model, *inputs, dtype=prec,
-                                        causal=case.causal, num_splits=MODEL_SPLITS))
+                                        causal=case.causal, num_splits=MODEL_SPLITS,
+                                        dv=case.dv))
         for name in kernels:
             if name == MODEL:
                 say(f"  {MODEL} {dtype}")
@@ -229,6 +277,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
             if dtype not in backend.dtypes:
                 continue
             reason = backend.unavailable_for(case.d, dtype)
+            if reason is None and backend.head_dims == DECODE_HEAD_DIMS:  # the Triton decode
+                reason = decode_head_dims_problem(case.d, case.dv, case.absorbed)
             if reason is None and backend.interpreted() and (
                     case.B * case.H * case.Nq * max(case.lens) > INTERPRETER_LIMIT):
                 reason = INTERPRETER_TOO_SLOW
@@ -274,7 +324,7 @@ def _run_decode_check(cases, precs: list[Precision], backends, seed, say) -> dic
     for i, case in enumerate(cases, 1):
         say(f"[decode {i}/{len(cases)}] {case.label()}: fp64 reference")
         inputs = decode_inputs(case, seed)
-        ref = reference.decode_attention(*inputs, causal=case.causal)
+        ref = case_reference(case, inputs)
         report["exactness"] += [r.as_dict() for r in decode_exactness(case, inputs, ref)]
         bands: dict = {}
         for rec in measure_decode(case, precs, [MODEL, *backends], seed, say, inputs, ref,
