@@ -167,3 +167,24 @@ def test_an_infinite_timing_is_reported_and_kept_out_of_steps_within_bounded_mem
         frame = load_results(tmp_path / "r", cache=False)
     found = steps(frame)
     assert list(found["commit"]) == ["00000014"] and np.isfinite(found["before"]).all()
+
+
+def test_every_accuracy_track_suite_is_read_as_accuracy():
+    """Failed before: bench_headdims' TrackHeadDimAccuracy was not in history.suites.ACCURACY,
+    so its tracks reached no band, no rule plot and no review rule. Every Track* class in
+    benchmarks/ whose tracks record errors or rule ratios must match."""
+    import ast
+    from pathlib import Path
+
+    from flashbench.history.suites import ACCURACY
+
+    missed = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("bench_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Track"):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name.startswith("track_"):
+                        name = f"{path.stem}.{node.name}.{item.name}"
+                        if not ACCURACY.search(name):
+                            missed.append(name)
+    assert not missed, missed
