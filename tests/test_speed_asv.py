@@ -5,7 +5,10 @@ change the suites timed one set of inputs and never read an output: these caches
 import pytest
 
 from benchmarks.bench_backends import TimeCPUBackend
-from benchmarks.bench_reference import TimeAttention
+from benchmarks.bench_decode import TimeDecodeCPU, TimeMergeStates
+from benchmarks.bench_grad import TimeBackward
+from benchmarks.bench_reference import TimeAttention, TimeModels, TimeSoftmax
+from benchmarks.bench_variants import TimeVariantReference
 from benchmarks.common import FreshCalls, KernelFailed, need
 
 
@@ -56,5 +59,61 @@ def test_the_torch_suite_checks_its_outputs_too():
     suite.call.fn = _memo(suite.call.fn, lambda q: q.data_ptr())
     for _ in range(3):
         suite.time_backend(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+
+
+def _id_memo(fn):
+    """A cache keyed on the first argument's id(): the same arrays return the first result."""
+    cache = {}
+
+    def cached(*args, **kw):
+        if id(args[0]) not in cache:
+            cache[id(args[0])] = fn(*args, **kw)
+        return cache[id(args[0])]
+
+    return cached
+
+
+SUITES = [  # (suite class, its time_ method, small parameters): every other kernel time_ suite
+    (TimeSoftmax, "time_softmax", (256, 1024, "fp64", "online")),
+    (TimeModels, "time_model", ("1x2x128x128x32", "standard_model", "fp32")),
+    (TimeBackward, "time_backward", ("1x1x128x128x32", "fp64", True, "streamed", "bwd")),
+    (TimeBackward, "time_backward", ("1x1x128x128x32", "fp64", False, "one-shot", "bwd")),
+    (TimeVariantReference, "time_attention", ("1x1x512x512x32", "fp64", "causal window=(256,0)",
+                                              "streamed")),
+    (TimeVariantReference, "time_attention", ("1x1x256x256x32", "fp64", "sinks", "one-shot")),
+    (TimeDecodeCPU, "time_decode", ("reference-split8", "2x4/2x2x32:300,77:p16")),
+    (TimeDecodeCPU, "time_decode", ("torch-sdpa", "2x4/2x2x32:300,77:p16")),
+    (TimeMergeStates, "time_merge_states", ()),
+]
+
+
+@pytest.mark.parametrize(("cls", "method", "args"), SUITES,
+                         ids=[f"{c.__name__}-{a[:1]}" for c, _, a in SUITES])
+def test_every_kernel_suite_passes_an_honest_call_and_fails_a_cache(cls, method, args):
+    """Failed before this change: these suites timed one set of inputs and had no teardown."""
+    suite = cls()
+    suite.setup(*args)
+    for _ in range(3):
+        getattr(suite, method)(*args)
+    suite.teardown(*args)  # honest: passes
+    suite.setup(*args)
+    suite.call.fn = _id_memo(suite.call.fn)
+    for _ in range(4):
+        getattr(suite, method)(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+
+
+def test_a_wrong_variant_fails_the_variant_suite():
+    """The check applies the variant: the window ignored (plain causal) is caught."""
+    args = ("1x1x512x512x32", "fp64", "causal window=(256,0)", "one-shot")
+    suite = TimeVariantReference()
+    suite.setup(*args)
+    inner = suite.call.fn
+    suite.call.fn = lambda q, k, v, **kw: inner(q, k, v, causal=True)
+    for _ in range(3):
+        suite.time_attention(*args)
     with pytest.raises(KernelFailed, match="stale or wrong"):
         suite.teardown(*args)
