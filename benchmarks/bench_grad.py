@@ -172,6 +172,8 @@ def _row_problem(args, r, causal):
     q = args[0]
     k, v = args[1:3] if len(args) == 4 else args[2:4]
     see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
+    if q.shape[-3] != k.shape[-3]:  # grouped k, v heads: repeat them to q's heads
+        k, v = (np.repeat(x, q.shape[-3] // k.shape[-3], axis=-3) for x in (k, v))
     return q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :]
 
 

@@ -117,3 +117,65 @@ def test_a_wrong_variant_fails_the_variant_suite():
         suite.time_attention(*args)
     with pytest.raises(KernelFailed, match="stale or wrong"):
         suite.teardown(*args)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_the_gpu_suites_pool_and_check_run_on_cpu_tensors(direction):
+    """bench_gpu.fresh_pass (TimeAttentionGPU, TimeHeadDimGPU) with CPU tensors: an honest
+    backend passes, a cache keyed on the tensor's address fails. Before this change the GPU
+    suites timed one set of inputs and never read an output."""
+    from benchmarks.bench_gpu import fresh_pass
+    from benchmarks.common import timed_backend
+
+    b = timed_backend("torch-sdpa")
+    args = ("1x4/2x128x128x32", "fp32", True, direction)
+    call = fresh_pass(b, *args, device="cpu")
+    for _ in range(3):
+        call()
+    call.verify()
+    call = fresh_pass(b, *args, device="cpu")
+    call.fn = _memo_ptr(call.fn)
+    for _ in range(4):
+        call()
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        call.verify()
+
+
+def _memo_ptr(fn):
+    cache = {}
+
+    def cached(*args, **kw):
+        key = args[0].data_ptr()
+        if key not in cache:
+            cache[key] = fn(*args, **kw)
+        return cache[key]
+
+    return cached
+
+
+def test_the_fp8_suite_checks_against_the_dequantised_inputs():
+    """bench_gpu.fresh_fp8 with a stand-in forward (float32 attention of the dequantised
+    e4m3 inputs, on CPU): passes; the same forward cached on the address fails."""
+    import torch
+
+    from benchmarks.bench_gpu import fresh_fp8
+
+    def forward(q8, k8, v8, qd, kd, vd, causal):
+        q, k, v = (x.float() * d for x, d in ((q8, qd), (k8, kd), (v8, vd)))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), None
+
+    def quantize(x):
+        d = x.float().abs().amax() / 448
+        return (x.float() / d).to(torch.float8_e4m3fn), d
+
+    for memo in (False, True):
+        call = fresh_fp8(forward, quantize, lambda v: v, "1x2x128x128x32", True, device="cpu")
+        if memo:
+            call.fn = _memo_ptr(call.fn)
+        for _ in range(4):
+            call()
+        if memo:
+            with pytest.raises(KernelFailed, match="stale or wrong"):
+                call.verify()
+        else:
+            call.verify()
