@@ -10,6 +10,7 @@ import torch
 
 from flashbench.inputs import Shape
 from flashbench.kernels import triton_fp8, triton_fwd
+from flashbench.measure.decode import DecodeCase
 from flashbench.measure.forward import Case
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
@@ -202,3 +203,57 @@ def guarded_backward(backend, shape, dtype: str, causal: bool, seed: int,
     check = {"passed": not faults, "failures": faults, "checked": len(batch.outputs),
              "contents": len(first)}
     return batch.samples_s, check
+
+
+CHECK_SEQS = 2  # sequences of each new input content checked against float64 (random)
+
+
+def guarded_decode(b, case: DecodeCase, seed: int, device: str = "cuda", samples: int = 20,
+                   warmup: int = 3):
+    """``(samples_s, check)``: ``b.timed_fn`` timed by flashbench.timed.timed_calls on a pool
+    of 3 caches (per-run ``seed``, refilled in place between rounds; the whole device
+    synchronised before the end event, L2 flushed), every call's output checked outside the
+    clock: a plain dense tensor aliasing no input, the same checksum as the first call on the
+    same contents, not another content's (stale), and for each new content
+    :data:`CHECK_SEQS` random sequences (not only sequence 0) by ``gpu_decode.check_sequence0``."""
+    import numpy as np
+    from gpu_decode import cache_inputs, check_sequence0
+
+    from flashbench.timed import Pool, structural, timed_calls
+    from flashbench.timed.guard import STALE, WRONG, l2_flusher
+
+    pool = Pool(lambda s: cache_inputs(case, device, seed=s % 2**31), 3, seed)
+    batch = timed_calls(lambda *x: b.timed_fn(*x, causal=True), pool, samples, warmup,
+                        device=device, flush=l2_flusher(device))
+    rng = np.random.default_rng(seed)
+    faults, first, checked = dict(batch.faults), {}, 0
+    for j, (out, content, slot) in enumerate(zip(batch.outputs, batch.seeds, batch.slots,
+                                                 strict=True)):
+        o = out[0] if isinstance(out, tuple | list) else out
+        bad = structural(o, pool.slots[slot], [x[0] if isinstance(x, tuple | list) else x
+                                               for x in batch.outputs[:j]])
+        if bad is not None:
+            faults.setdefault(*bad)
+            continue
+        x = o.detach().double()
+        sums = (float(x.sum()), float(x.abs().sum()))
+        tol = 8 * torch.finfo(o.dtype).eps * max(sums[1], 1e-30)
+        same = [c for c, t in first.items() if abs(t[0] - sums[0]) <= tol
+                and abs(t[1] - sums[1]) <= tol]
+        if content in first:
+            if content not in same:
+                faults.setdefault(WRONG, f"call {j}: its checksum differs from the first call "
+                                         "on the same cache")
+            continue
+        if same:
+            faults.setdefault(STALE, f"call {j}: returned the output of another cache")
+        first[content] = sums
+        inputs = cache_inputs(case, device, seed=content % 2**31)  # the same generator
+        for seq in rng.choice(case.B, min(case.B, CHECK_SEQS), replace=False):
+            checked += 1
+            res = check_sequence0(o.cpu(), inputs, case, int(seq))
+            if not res["passed"]:
+                faults.setdefault(WRONG, f"call {j}: sequence {int(seq)} off the float64 "
+                                         f"reference ({res['ratio']:.3g}x the baseline rule)")
+    return batch.samples_s, {"passed": not faults, "failures": faults,
+                             "calls": len(batch.outputs), "sequences_checked": checked}
