@@ -132,7 +132,7 @@ class GPUBenchmark(Benchmark):
 
     def teardown(self, *params):
         """Every timed call's output checked (common.FreshCalls.verify), outside the clock."""
-        fn, self.fn = self.fn, None
+        fn, self.fn = getattr(self, "fn", None), None  # None: setup skipped
         if isinstance(fn, FreshCalls):
             fn.verify()
 
