@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 import scipy.special
 
-from .common import Benchmark, FreshCalls, need, record_or_raise
+from .common import Benchmark, FreshCalls, need, record_or_raise, verify
 
 KERNELS = ["split_model", "triton", "torch-naive", "torch-sdpa", "flex"]
 DTYPES = ["fp32", "fp16", "bf16"]
@@ -178,7 +178,7 @@ class TimeDecodeCPU(Benchmark):
         self.call()
 
     def teardown(self, backend, case):
-        self.call.verify()
+        verify(self)
 
 
 def _torch_inputs(make, torch, seed):
@@ -219,4 +219,4 @@ class TimeMergeStates(Benchmark):
         self.call()
 
     def teardown(self):
-        self.call.verify()
+        verify(self)

@@ -26,6 +26,7 @@ from .common import (
     record_or_raise,
     require_peak_memory,
     shape_of,
+    verify,
 )
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
@@ -164,7 +165,7 @@ class TimeBackward(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, causal, impl, direction):
-        self.call.verify()
+        verify(self)
 
 
 def _row_problem(args, r, causal):

@@ -7,7 +7,7 @@ every output in teardown (:class:`common.FreshCalls`). Units: seconds per call.
 import numpy as np
 import scipy.special
 
-from .common import Benchmark, FreshCalls, need
+from .common import Benchmark, FreshCalls, need, verify
 
 
 class TimeAttention(Benchmark):
@@ -26,7 +26,7 @@ class TimeAttention(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, causal, impl):
-        self.call.verify()
+        verify(self)
 
 
 class TimeStreamBlock(Benchmark):
@@ -43,7 +43,7 @@ class TimeStreamBlock(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, block):
-        self.call.verify()
+        verify(self)
 
 
 class TimeSoftmax(Benchmark):
@@ -70,7 +70,7 @@ class TimeSoftmax(Benchmark):
         self.call()
 
     def teardown(self, rows, N, dtype, impl):
-        self.call.verify()
+        verify(self)
 
 
 def softmax_row(args, r):
@@ -95,4 +95,4 @@ class TimeModels(Benchmark):
         self.call()
 
     def teardown(self, shape, model, dtype):
-        self.call.verify()
+        verify(self)

@@ -12,7 +12,7 @@ Units (errors unitless; baseline ratio <= 2; band ratio <= 1, against the band o
 model run with the variant, NaN where not judged by it; seconds per call): docs/asv.md.
 """
 
-from .common import Benchmark, FreshCalls, need, record_or_raise, shape_of
+from .common import Benchmark, FreshCalls, need, record_or_raise, shape_of, verify
 
 VARIANTS = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},  # == VARIANT_SET
             "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": True},
@@ -125,4 +125,4 @@ class TimeVariantReference(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, variant, impl):
-        self.call.verify()
+        verify(self)

@@ -155,6 +155,14 @@ class FreshCalls:
         self.kept = []
 
 
+def verify(suite) -> None:
+    """A suite's teardown: :meth:`FreshCalls.verify` of the calls its setup made. None where
+    setup skipped (asv runs teardown after a skipped setup too: an old commit stays NaN)."""
+    call = suite.__dict__.pop("call", None)
+    if call is not None:
+        call.verify()
+
+
 def attention_row(args, r: int, causal=False, block=None, **variant):
     """Row ``r`` of attention(q, k, v) from the commit's ``reference.attention`` on that one
     query row (its keys cut at the causal diagonal, so a window keeps its place), the k, v
