@@ -14,7 +14,16 @@ the registry; a backend unavailable on this machine skips from setup with its re
 Shapes are ``BxH[/Hkv]xNqxNkxd`` (:meth:`flashbench.inputs.Shape.spec`).
 """
 
-from .common import Benchmark, FreshCalls, need, qkv, shape_of, timed_backend, torch_dtype
+from .common import (
+    Benchmark,
+    FreshCalls,
+    need,
+    qkv,
+    shape_of,
+    timed_backend,
+    torch_dtype,
+    verify,
+)
 
 BACKENDS = ["torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-math", "flex"]
 DTYPES = ["fp32"]  # CPU timings in fp32 only: 16-bit CPU paths say nothing of a GPU kernel
@@ -64,4 +73,4 @@ class TimeCPUBackend(Benchmark):
         self.call()
 
     def teardown(self, backend, dtype, shape, causal):
-        self.call.verify()
+        verify(self)

@@ -13,7 +13,12 @@ Units: errors are unitless; ratios are kernel error / the same-dtype standard de
 <= 1; NaN where not judged); times are seconds per call on this CPU.
 """
 
-from .common import Benchmark, need, record_or_raise
+from functools import partial
+
+import numpy as np
+import scipy.special
+
+from .common import Benchmark, FreshCalls, need, record_or_raise, verify
 
 KERNELS = ["split_model", "triton", "torch-naive", "torch-sdpa", "flex"]
 DTYPES = ["fp32", "fp16", "bf16"]
@@ -150,39 +155,68 @@ class TimeDecodeCPU(Benchmark):
 
     def setup(self, backend, case):
         decode_inputs = need(("measure.decode",), "decode_inputs")
-        inputs = decode_inputs(_case(case))
+        decode = need("reference", "decode_attention")
+        make = partial(decode_inputs, _case(case))
         if backend.startswith("reference"):
-            decode = need("reference", "decode_attention")
             splits = 8 if backend.endswith("split8") else 1
 
-            def call():
+            def fn(*inputs):
                 return decode(*inputs, causal=True, num_splits=splits)
+            tol = 1e-12
         else:
             import torch
 
             b = need(("backends.decode",), "DECODE_BACKENDS")[backend]
-            q, k, v, lens, table = inputs
-            args = [torch.from_numpy(x).float() for x in (q, k, v)]
-            args += [torch.from_numpy(lens).int(), torch.from_numpy(table).int()]
+            make = partial(_torch_inputs, make, torch)
 
-            def call():
-                return b.timed_fn(*args, causal=True)
-        self.call = call
+            def fn(*inputs):
+                return b.timed_fn(*inputs, causal=True)
+            tol = 1e-4
+        self.call = FreshCalls(case, fn, make, tol=tol, want=decode_heads)
 
     def time_decode(self, backend, case):
         self.call()
+
+    def teardown(self, backend, case):
+        verify(self)
+
+
+def _torch_inputs(make, torch, seed):
+    q, k, v, lens, table = make(seed=seed)
+    return (*(torch.from_numpy(x).float() for x in (q, k, v)), torch.from_numpy(lens).int(),
+            torch.from_numpy(table).int())
+
+
+def decode_heads(args, r):
+    """Head ``r`` of every sequence's and every new token's output ([B, Nq, dv]) from the
+    one-shot float64 decode of the inputs (q overwritten there: [B, Nq, H, d])."""
+    q, k, v, lens, table = args
+    decode = need("reference", "decode_attention")
+    return decode(q, k, v, lens.astype(np.int64), table.astype(np.int64), causal=True)[0][..., r, :]
+
+
+def merged_row(args, r):
+    """Row ``r`` (axis -2) of the merge of ``(o_parts, lse_parts)`` by scipy's logsumexp
+    (not the code under test): sum_s exp(lse_s - lse) o_s."""
+    o, lse = args
+    total = scipy.special.logsumexp(lse, axis=0)
+    return (np.exp(lse - total)[..., None] * o).sum(axis=0)[..., r, :]
 
 
 class TimeMergeStates(Benchmark):
     """Seconds per call of reference.merge_states: 16 chunks of [8, 32, 4, 128] float64."""
 
     def setup(self):
-        import numpy as np
+        merge = need("reference", "merge_states")
 
-        self.merge = need("reference", "merge_states")
-        rng = np.random.default_rng(0)
-        self.o = rng.standard_normal((16, 8, 32, 4, 128))
-        self.lse = rng.standard_normal((16, 8, 32, 4)) * 3
+        def make(seed):
+            rng = np.random.default_rng(seed)
+            return rng.standard_normal((16, 8, 32, 4, 128)), rng.standard_normal((16, 8, 32, 4)) * 3
+
+        self.call = FreshCalls("", merge, make, tol=1e-12, want=merged_row)
 
     def time_merge_states(self):
-        self.merge(self.o, self.lse)
+        self.call()
+
+    def teardown(self):
+        verify(self)

@@ -1,23 +1,32 @@
 """GPU timings that carry their samples: ``time_`` benchmarks whose timed call synchronises.
 
 asv times each call of a ``time_`` method with its own clock; the call runs one pass and
-then ``torch.cuda.synchronize()``, so each sample is the device time of that pass (plus a
-launch and a synchronise: tens of microseconds against 1-30 ms here). With ``asv run
---record-samples`` every sample is kept for the history and the review. TimeAttentionGPU
-times flashbench's kernel and the pinned SDPA flash peer (fwd; bwd:
+then ``torch.cuda.synchronize()``, so each sample is the device time of that pass (plus tens
+of microseconds of launch and sync). With ``asv run --record-samples`` every sample is kept.
+TimeAttentionGPU times flashbench's kernel and the pinned SDPA flash peer (fwd; bwd:
 ``torch.autograd.grad(o, (q, k, v), do)``), TimeAttentionFP8GPU the FP8 forward on e4m3
-inputs quantised once in setup, TimeMatmulPeak the same run's 8192^3 bf16 matmul, the
-denominator of "% of peak"; ``shape`` is Shape.spec text, so FLOPs follow from the
-parameters (Shape.flops). Nothing here touches CUDA at import (asv's forkserver imports the
-suites in a parent that must never initialise CUDA); without a CUDA GPU every setup raises
-NotImplementedError naming the missing GPU. The grid, the samples per point and the cost:
-docs/gpu.md ("The asv GPU suites").
+inputs; each call on new contents, its output row checked in teardown (:func:`fresh_pass`,
+issue 35). TimeMatmulPeak: the same run's 8192^3 bf16 matmul, the denominator of "% of
+peak"; ``shape`` is Shape.spec text, so FLOPs follow from the parameters (Shape.flops).
+Nothing here touches CUDA at import (asv's forkserver imports the suites in a parent that
+must never initialise CUDA); without a CUDA GPU every setup raises NotImplementedError
+naming the missing GPU. Grid, samples, cost: docs/gpu.md ("The asv GPU suites").
 """
 
 import os
 import shutil
+import sys
 
-from .common import Benchmark, need, shape_of, timed_backend, torch_dtype
+from .bench_grad import dq_row
+from .common import (
+    Benchmark,
+    FreshCalls,
+    attention_row,
+    need,
+    shape_of,
+    timed_backend,
+    torch_dtype,
+)
 
 # B * N = 16k tokens, H * d = 2048 (FlashAttention's benchmark); GQA H=32 over Hkv=8
 SHAPES = ["4x16x4096x4096x128", "2x32/8x8192x8192x128"]
@@ -39,7 +48,8 @@ _PREPARED: dict = {}  # grid point -> its timed call, built once per process
 def _prepared(key: tuple, build):
     """The timed call of grid point ``key``: built (and run once: compilation and
     autotuning stay out of the samples) by the first setup of this process; the later
-    setups asv runs before each sample find it here."""
+    setups asv runs before each sample find it here. A :class:`common.FreshCalls` forgets
+    the warm-up call's output (it is not a sample)."""
     if key not in _PREPARED:
         _require_gpu()
         import torch
@@ -47,14 +57,65 @@ def _prepared(key: tuple, build):
         fn = build()
         fn()
         torch.cuda.synchronize()
+        if isinstance(fn, FreshCalls):
+            fn.kept = []
         _PREPARED[key] = fn
     return _PREPARED[key]
 
 
-def _randn(s, dtype, torch):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    return tuple(torch.randn(s.B, h, n, s.d, device="cuda", generator=g, dtype=dtype)
-                 for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
+def _randn(s, dtype, torch, seed=0, device="cuda"):
+    """(q, k, v) of Shape ``s``: N(0, 1) in ``dtype`` from a generator seeded with ``seed``."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(s.B, h, n, w, device=device, generator=g, dtype=dtype)
+                 for h, n, w in ((s.H, s.Nq, s.d), (s.kv_heads, s.Nk, s.d),
+                                 (s.kv_heads, s.Nk, getattr(s, "head_dim_v", s.d))))
+
+
+TOL = 2e-2  # a checked row's max abs error, x max(1, its largest value), in bf16 (stale: ~0.1)
+
+
+def fresh_pass(b, shape, dtype, causal, direction, device="cuda"):
+    """A :class:`common.FreshCalls` of backend ``b``'s bare op (``timed_fn``) on ``shape``:
+    ``fwd`` the call on (q, k, v) with a new query row each call, output row checked; ``bwd``
+    ``torch.autograd.grad(o, (q, k, v), dO)`` on a forward run when the pool is built, a new
+    row of dO each call (dq's row depends on it), dq's row checked against the float64
+    backward of that row. Runs on CPU tensors too (``device``), as tests/test_speed_asv.py
+    does; a point whose backend cannot run it skips."""
+    import torch
+
+    need("timing", "pass_fn")  # commits before the timed directions skip
+    s = shape_of(shape)
+    reason = b.unavailable_for(s, dtype)
+    if reason is not None:
+        raise NotImplementedError(f"{b.name} cannot run {shape} {dtype} here: {reason}")
+    dt = torch_dtype(dtype)
+
+    def inputs(seed):
+        return b.prepare(*_randn(s, dt, torch, seed, device), device=device)
+
+    if direction == "fwd":
+        return FreshCalls(shape, b.timed_fn, inputs, tol=TOL, causal=causal)
+
+    def make(seed):
+        leaves = tuple(t.detach().requires_grad_(True) for t in inputs(seed))
+        o = b.timed_fn(*leaves, causal=causal)
+        o = o[0] if isinstance(o, tuple) else o
+        if o.grad_fn is None:
+            raise NotImplementedError(f"{b.name} is not differentiable: no backward to time")
+        g = torch.Generator(device=device).manual_seed(seed + 1)
+        do = torch.randn(o.shape, generator=g, device=device).to(o.dtype)
+        return (do, *leaves, o)
+
+    def bwd(do, q, k, v, o, causal):
+        return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+    return FreshCalls(shape, bwd, make, tol=TOL, causal=causal, want=_dq_of_do)
+
+
+def _dq_of_do(args, r, causal):
+    """dq's row ``r`` from (dO, q, k, v, o) in float64 (bench_grad.dq_row)."""
+    do, q, k, v = args[:4]
+    return dq_row((q, k, v, do), r, causal)
 
 
 class GPUBenchmark(Benchmark):
@@ -70,7 +131,10 @@ class GPUBenchmark(Benchmark):
     timeout = 120
 
     def teardown(self, *params):
-        self.fn = None
+        """Every timed call's output checked (common.FreshCalls.verify), outside the clock."""
+        fn, self.fn = getattr(self, "fn", None), None  # None: setup skipped
+        if isinstance(fn, FreshCalls):
+            fn.verify()
 
 
 class TimeAttentionGPU(GPUBenchmark):
@@ -80,28 +144,15 @@ class TimeAttentionGPU(GPUBenchmark):
     def setup(self, backend, dtype, shape, causal, direction):
         self.fn = _prepared(("attention", backend, dtype, shape, causal, direction),
                             lambda: self._build(backend, dtype, shape, causal, direction))
+        self.sync = sys.modules["torch"].cuda.synchronize
 
     @staticmethod
     def _build(backend, dtype, shape, causal, direction):
-        import torch
-
-        pass_fn = need("timing", "pass_fn")
-        b = timed_backend(backend)
-        s = shape_of(shape)
-        reason = b.unavailable_for(s, dtype)
-        if reason is not None:
-            raise NotImplementedError(f"{backend} cannot run {shape} {dtype} here: {reason}")
-        q, k, v = b.prepare(*_randn(s, torch_dtype(dtype), torch))
-        call = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
-        sync = torch.cuda.synchronize
-
-        def timed():
-            call()
-            sync()
-        return timed
+        return fresh_pass(timed_backend(backend), shape, dtype, causal, direction)
 
     def time_attention_gpu(self, backend, dtype, shape, causal, direction):
         self.fn()
+        self.sync()
 
 
 class TimeAttentionFP8GPU(GPUBenchmark):
@@ -114,25 +165,46 @@ class TimeAttentionFP8GPU(GPUBenchmark):
     def setup(self, backend, dtype, shape, causal, direction):
         self.fn = _prepared(("fp8", backend, dtype, shape, causal, direction),
                             lambda: self._build(shape, causal))
+        self.sync = sys.modules["torch"].cuda.synchronize
 
     @staticmethod
-    def _build(shape, causal):
-        import torch
-
+    def _build(shape, causal, device="cuda"):
         forward_fp8, quantize, key_major = need("kernels.triton_fp8", "forward_fp8",
                                                 "quantize", "key_major")
-        s = shape_of(shape)
-        (q8, qd), (k8, kd), (v8, vd) = (quantize(t) for t in _randn(s, torch.bfloat16, torch))
-        v8 = key_major(v8)
-        sync = torch.cuda.synchronize
-
-        def timed():
-            forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)
-            sync()
-        return timed
+        return fresh_fp8(forward_fp8, quantize, key_major, shape, causal, device)
 
     def time_attention_fp8(self, backend, dtype, shape, causal, direction):
         self.fn()
+        self.sync()
+
+
+FP8_BANK = 64.0  # a new e4m3 query row of N(0, 64^2): about the scale of the quantised rows
+
+
+def fresh_fp8(forward_fp8, quantize, key_major, shape, causal, device="cuda"):
+    """A :class:`common.FreshCalls` of the FP8 forward on e4m3 (q, k, v) quantised when the
+    pool is built (per-tensor descales, V key-major), a new e4m3 query row each call, the
+    output row checked against the float64 attention of the dequantised inputs."""
+    import torch
+
+    s = shape_of(shape)
+
+    def make(seed):
+        (q8, qd), (k8, kd), (v8, vd) = (quantize(t) for t in _randn(s, torch.bfloat16, torch,
+                                                                    seed, device))
+        return q8, k8, key_major(v8), qd, kd, vd
+
+    def fn(q8, k8, v8, qd, kd, vd, causal):
+        return forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)
+
+    return FreshCalls(shape, fn, make, tol=5e-2, bank_scale=FP8_BANK, want=_dequantised_row,
+                      causal=causal)
+
+
+def _dequantised_row(args, r, causal):
+    """The attention row ``r`` of (q8 qd, k8 kd, v8 vd) in float64."""
+    q8, k8, v8, qd, kd, vd = args
+    return attention_row((q8 * qd, k8 * kd, v8 * vd), r, causal=causal)
 
 
 class TimeMatmulPeak(GPUBenchmark):

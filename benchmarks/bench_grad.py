@@ -14,15 +14,19 @@ KERNELS and DTYPES equal to flashbench's registries. Commits without the backwar
 Parameters, units and what each impl holds: docs/asv.md ("Suites").
 """
 
+import numpy as np
+
 from . import calls
-from .calls import backward_call
 from .common import (
     Benchmark,
+    FreshCalls,
     need,
     peak_memory,
+    qkv,
     record_or_raise,
     require_peak_memory,
     shape_of,
+    verify,
 )
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
@@ -136,10 +140,57 @@ class TimeBackward(Benchmark):
     number = 1
 
     def setup(self, shape, dtype, causal, impl, direction):
-        self.fn = backward_call(shape, causal, impl)
+        grad = need("reference", "attention_grad" if impl == "one-shot" else
+                    "online_attention_grad")
+        s = shape_of(shape)
+
+        def make(seed):
+            q, k, v = qkv(shape, seed=seed)
+            do = np.random.default_rng(seed + 1).standard_normal((s.B, s.H, s.Nq, s.head_dim_v))
+            if impl == "one-shot":
+                return q, k, v, do
+            o, lse = need("reference", "online_attention")(q, k, v, causal=causal)
+            return q, do, k, v, o, lse
+
+        if impl == "one-shot":
+            def fn(q, k, v, do, causal):
+                return grad(q, k, v, do, causal=causal)
+        else:
+            def fn(q, do, k, v, o, lse, causal):
+                return grad(q, k, v, o, lse, do, causal=causal)
+        self.call = FreshCalls(shape, fn, make, tol=1e-9, want=dq_row,
+                               stage=None if impl == "one-shot" else forward_row, causal=causal)
 
     def time_backward(self, shape, dtype, causal, impl, direction):
-        self.fn()
+        self.call()
+
+    def teardown(self, shape, dtype, causal, impl, direction):
+        verify(self)
+
+
+def _row_problem(args, r, causal):
+    """q's row ``r`` and the keys it sees, from (q, k, v, ...) or (q, do, k, v, ...)."""
+    q = args[0]
+    k, v = args[1:3] if len(args) == 4 else args[2:4]
+    see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
+    if q.shape[-3] != k.shape[-3]:  # grouped k, v heads: repeat them to q's heads
+        k, v = (np.repeat(x, q.shape[-3] // k.shape[-3], axis=-3) for x in (k, v))
+    return q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :]
+
+
+def forward_row(args, r, causal):
+    """The streamed backward's o and lse brought up to date for q's new row ``r`` (the
+    forward of that row alone: O(N d) against the backward's O(N^2 d))."""
+    o, lse = need("reference", "attention")(*_row_problem(args, r, causal))
+    args[4][..., r, :], args[5][..., r] = o[..., 0, :], lse[..., 0]
+
+
+def dq_row(args, r, causal):
+    """Row ``r`` of dq from the float64 one-shot backward of that query row alone (dq's row
+    depends on its own q and dO rows and on k, v only)."""
+    q, k, v = _row_problem(args, r, causal)
+    do = args[3] if len(args) == 4 else args[1]
+    return need("reference", "attention_grad")(q, k, v, do[..., r:r + 1, :])[0][..., 0, :]
 
 
 class PeakmemBackward(Benchmark):

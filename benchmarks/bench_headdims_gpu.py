@@ -3,21 +3,17 @@ bench_gpu's d = 128 rows (same B, H, N: 4x16x4096), bf16, forward, for flashbenc
 (padded to its compiled width) and the pinned SDPA flash peer (which refuses dv != d: that
 point skips with torch's reason). A class of its own, so bench_gpu's series go on
 unchanged (and named apart: gpu_history's default "bench_gpu" does not select it, each
-new d autotunes its own compilations); samples, the GPU guard and the prepared calls are
-bench_gpu's. FLOPs follow from ``shape`` (Shape.flops counts the true d and dv).
+new d autotunes its own compilations); samples, the GPU guard and the prepared calls (new
+contents each call, every output checked: bench_gpu.fresh_pass) are bench_gpu's. FLOPs follow
+from ``shape`` (Shape.flops counts the true d and dv).
 """
 
-from .bench_gpu import GPUBenchmark, _prepared
-from .common import need, shape_of, timed_backend, torch_dtype
+import sys
+
+from .bench_gpu import GPUBenchmark, _prepared, fresh_pass
+from .common import timed_backend
 
 SHAPES = ["4x16x4096x4096x80", "4x16x4096x4096x96", "4x16x4096x4096x192/128"]
-
-
-def _randn(s, dtype, torch):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    return tuple(torch.randn(s.B, h, n, w, device="cuda", generator=g, dtype=dtype)
-                 for h, n, w in ((s.H, s.Nq, s.d), (s.kv_heads, s.Nk, s.d),
-                                 (s.kv_heads, s.Nk, s.head_dim_v)))
 
 
 class TimeHeadDimGPU(GPUBenchmark):
@@ -27,25 +23,12 @@ class TimeHeadDimGPU(GPUBenchmark):
     def setup(self, backend, dtype, shape, causal, direction):
         self.fn = _prepared(("headdim", backend, dtype, shape, causal, direction),
                             lambda: self._build(backend, dtype, shape, causal, direction))
+        self.sync = sys.modules["torch"].cuda.synchronize
 
     @staticmethod
     def _build(backend, dtype, shape, causal, direction):
-        import torch
-
-        pass_fn = need("timing", "pass_fn")
-        b = timed_backend(backend)
-        s = shape_of(shape)
-        reason = b.unavailable_for(s, dtype)
-        if reason is not None:
-            raise NotImplementedError(f"{backend} cannot run {shape} {dtype} here: {reason}")
-        q, k, v = b.prepare(*_randn(s, torch_dtype(dtype), torch))
-        call = pass_fn(b.timed_fn, q, k, v, causal, direction, backend)  # may skip
-        sync = torch.cuda.synchronize
-
-        def timed():
-            call()
-            sync()
-        return timed
+        return fresh_pass(timed_backend(backend), shape, dtype, causal, direction)
 
     def time_headdim_gpu(self, backend, dtype, shape, causal, direction):
         self.fn()
+        self.sync()

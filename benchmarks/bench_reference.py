@@ -1,12 +1,13 @@
 """CPU time of the float64 reference: one-shot vs streamed attention and softmax.
 
-Inputs are made in setup (not timed); the attention suites give every call new contents and
-check every output in teardown (:class:`common.FreshCalls`). Units: seconds per call.
+Inputs are made in setup (not timed); every suite gives each call new contents and checks
+every output in teardown (:class:`common.FreshCalls`). Units: seconds per call.
 """
 
 import numpy as np
+import scipy.special
 
-from .common import Benchmark, FreshCalls, need, qkv
+from .common import Benchmark, FreshCalls, need, verify
 
 
 class TimeAttention(Benchmark):
@@ -25,7 +26,7 @@ class TimeAttention(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, causal, impl):
-        self.call.verify()
+        verify(self)
 
 
 class TimeStreamBlock(Benchmark):
@@ -42,7 +43,7 @@ class TimeStreamBlock(Benchmark):
         self.call()
 
     def teardown(self, shape, dtype, block):
-        self.call.verify()
+        verify(self)
 
 
 class TimeSoftmax(Benchmark):
@@ -52,15 +53,29 @@ class TimeSoftmax(Benchmark):
     param_names = ["rows", "N", "dtype", "impl"]
 
     def setup(self, rows, N, dtype, impl):
-        self.x = np.random.default_rng(0).standard_normal((rows, N))
         if impl == "one-shot":
-            self.fn = need("reference", "softmax")
+            fn = need("reference", "softmax")
         else:
             online = need("reference", "online_softmax")
-            self.fn = lambda x: online(x, 64)
+
+            def fn(x):
+                return online(x, 64)
+
+        def make(seed):
+            return (np.random.default_rng(seed).standard_normal((rows, N)),)
+
+        self.call = FreshCalls("", fn, make, tol=1e-12, want=softmax_row)
 
     def time_softmax(self, rows, N, dtype, impl):
-        self.fn(self.x)
+        self.call()
+
+    def teardown(self, rows, N, dtype, impl):
+        verify(self)
+
+
+def softmax_row(args, r):
+    """Row ``r`` of softmax(x) by scipy (not the code under test)."""
+    return scipy.special.softmax(args[0][r])
 
 
 class TimeModels(Benchmark):
@@ -70,10 +85,14 @@ class TimeModels(Benchmark):
     param_names = ["shape", "model", "dtype"]
     repeat = (2, 2, 30.0)
     number = 1
+    TOL = {"fp32": 1e-5, "bf16": 1e-2}  # a checked row's max abs error; a stale one is ~0.1
 
     def setup(self, shape, model, dtype):
-        self.q, self.k, self.v = qkv(shape)
-        self.fn = need("numerics", model)
+        fn = need("numerics", model)
+        self.call = FreshCalls(shape, lambda q, k, v: fn(q, k, v, dtype), tol=self.TOL[dtype])
 
     def time_model(self, shape, model, dtype):
-        self.fn(self.q, self.k, self.v, dtype)
+        self.call()
+
+    def teardown(self, shape, model, dtype):
+        verify(self)

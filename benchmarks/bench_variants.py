@@ -12,7 +12,7 @@ Units (errors unitless; baseline ratio <= 2; band ratio <= 1, against the band o
 model run with the variant, NaN where not judged by it; seconds per call): docs/asv.md.
 """
 
-from .common import Benchmark, need, qkv, record_or_raise, shape_of
+from .common import Benchmark, FreshCalls, need, record_or_raise, shape_of, verify
 
 VARIANTS = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},  # == VARIANT_SET
             "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": True},
@@ -117,10 +117,12 @@ class TimeVariantReference(Benchmark):
                 "softcap=30": {"softcap": 30.0}, "sinks": {"sinks": [0.5]}}
 
     def setup(self, shape, dtype, variant, impl):
-        self.q, self.k, self.v = qkv(shape)
-        self.fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
+        fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
         need("inputs.variant", "Variant")  # commits without the variants skip
-        self.kw = self.KEYWORDS[variant]
+        self.call = FreshCalls(shape, fn, **self.KEYWORDS[variant])
 
     def time_attention(self, shape, dtype, variant, impl):
-        self.fn(self.q, self.k, self.v, **self.kw)
+        self.call()
+
+    def teardown(self, shape, dtype, variant, impl):
+        verify(self)

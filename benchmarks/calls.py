@@ -4,7 +4,7 @@ common.peak_memory's child process imports this module (and, through it, common 
 flashbench's reference and inputs) and nothing else: the suites that build their
 skip_params from the backend registry import torch when they load (~200 MB more).
 Each factory makes its inputs and returns the call as a zero-argument callable;
-TimeBackward times the same calls.
+TimeBackward times the same backward on fresh inputs (bench_grad).
 """
 
 import numpy as np

@@ -85,28 +85,36 @@ def qkv(spec: str, dist="normal", seed=0):
 
 
 class FreshCalls:
-    """An attention call whose every run sees new contents, its outputs checked after.
+    """A timed call whose every run sees new contents, its outputs checked after.
 
-    ``POOL`` input triples (never one twice in a row) from seeds drawn per run
+    ``POOL`` argument tuples (never one twice in a row) from seeds drawn per run
     (``make(seed)``: numpy arrays or torch tensors; default the float64
-    ``qkv(spec, seed=)``); each call takes the next triple and
-    first overwrites one query row with values of a bank drawn in setup (the same arrays, new
-    contents: a cache keyed on addresses, ``id()`` or a fingerprint returns a stale row), then
-    keeps a copy of that row of the output. :meth:`verify` (the suite's teardown, outside the
-    clock) recomputes every kept row with the commit's ``reference.attention`` and raises
-    :class:`KernelFailed` naming the first row off by more than ``tol``. docs/speed.md.
+    ``qkv(spec, seed=)``); each call takes the next tuple and
+    first overwrites one row (axis -2) of its first array with values of a bank drawn in setup
+    (N(0, ``bank_scale``^2))
+    (the same arrays, new contents: a cache keyed on addresses, ``id()`` or a fingerprint
+    returns a stale row), then keeps a copy of that row of the output (``pick``). ``stage``
+    (optional) brings arguments derived from the first (a forward's o and lse) up to date
+    for the new row. :meth:`verify` (the suite's teardown, outside the clock) recomputes every
+    kept row (``want(args, row, **kwargs)`` on float64 arguments; default the attention row
+    from the commit's ``reference.attention``) and raises :class:`KernelFailed` naming the
+    first row off by more than ``tol`` x max(1, the row's largest value). docs/speed.md.
     """
 
     POOL, BANK = 2, 61  # coprime: a (slot, row values) pair returns after 122 calls; a
     # cache keyed on a slot hits from the third call on, as the review's first pair makes it
 
-    def __init__(self, spec: str, fn, make=None, tol: float = 1e-9, **kwargs):
+    def __init__(self, spec: str, fn, make=None, tol: float = 1e-9, *, want=None, pick=None,
+                 stage=None, bank_scale: float = 1.0, **kwargs):
         rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
         self.fn, self.kwargs, self.tol, self.i, self.kept = fn, kwargs, tol, 0, []
+        self.want, self.stage = want or attention_row, stage
+        self.pick = pick or (lambda out, r: (out[0] if isinstance(out, tuple | list)
+                                             else out)[..., r, :])
         make = make or (lambda seed: qkv(spec, seed=seed))
         self.slots = [make(int(s)) for s in rng.integers(2**31, size=self.POOL)]
         q = self.slots[0][0]
-        self.bank = rng.standard_normal((self.BANK, q.shape[-1]))
+        self.bank = rng.standard_normal((self.BANK, q.shape[-1])) * bank_scale
         self.rows = rng.integers(q.shape[-2], size=self.BANK)
         self.copy = np.array
         if not isinstance(q, np.ndarray):  # torch tensors: the bank in q's dtype and device
@@ -118,32 +126,54 @@ class FreshCalls:
     def __call__(self):
         i = self.i
         self.i = i + 1
-        q, k, v = self.slots[i % self.POOL]
+        args = self.slots[i % self.POOL]
         r = self.rows[i % self.BANK]
-        q[..., r, :] = self.bank[i % self.BANK]
-        out = self.fn(q, k, v, **self.kwargs)
-        o = out[0] if isinstance(out, tuple | list) else out
-        self.kept.append((i, self.copy(o[..., r, :])))
+        args[0][..., r, :] = self.bank[i % self.BANK]
+        if self.stage is not None:
+            self.stage(args, r, **self.kwargs)
+        out = self.fn(*args, **self.kwargs)
+        self.kept.append((i, self.copy(self.pick(out, r))))
 
     def verify(self) -> None:
-        attention = need("reference", "attention")
-        causal = self.kwargs.get("causal", False)
-
         def f64(x):
             return x if isinstance(x, np.ndarray) else x.detach().double().cpu().numpy()
 
+        slots = {}  # each slot in float64 once; a kept call's rows are set on it below
         for i, got in self.kept:
-            q, k, v = (f64(t) for t in self.slots[i % self.POOL])
+            if i % self.POOL not in slots:
+                slots[i % self.POOL] = [f64(t).copy() for t in self.slots[i % self.POOL]]
+            args = slots[i % self.POOL]
             r = int(self.rows[i % self.BANK])
-            see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
-            qr = np.broadcast_to(f64(self.bank[i % self.BANK]), (*k.shape[:-2], 1, q.shape[-1]))
-            want = attention(qr, k[..., :see, :], v[..., :see, :])[0][..., 0, :]
-            want = np.repeat(want, q.shape[-3] // k.shape[-3], axis=-2)  # grouped k, v heads
+            args[0][..., r, :] = f64(self.bank[i % self.BANK])
+            want = self.want(args, r, **self.kwargs)
             err = np.abs(f64(got) - want).max()
-            if not err <= self.tol:
-                raise KernelFailed(f"timed call {i}: query row {r} of its output is stale or "
-                                   f"wrong (max abs error {err:.3g} > {self.tol:g} against "
-                                   f"the float64 reference of the inputs it was given)")
+            if not err <= self.tol * max(1.0, float(np.abs(want).max())):
+                raise KernelFailed(f"timed call {i}: row {r} of its output is stale or "
+                                   f"wrong (max abs error {err:.3g} > {self.tol:g} x "
+                                   f"max(1, its largest value) against the float64 "
+                                   f"reference of the inputs it was given)")
+        self.kept = []
+
+
+def verify(suite) -> None:
+    """A suite's teardown: :meth:`FreshCalls.verify` of the calls its setup made. None where
+    setup skipped (asv runs teardown after a skipped setup too: an old commit stays NaN)."""
+    call = suite.__dict__.pop("call", None)
+    if call is not None:
+        call.verify()
+
+
+def attention_row(args, r: int, causal=False, block=None, **variant):
+    """Row ``r`` of attention(q, k, v) from the commit's ``reference.attention`` on that one
+    query row (its keys cut at the causal diagonal, so a window keeps its place), the k, v
+    heads repeated for grouped queries: [..., H, dv]."""
+    attention = need("reference", "attention")
+    q, k, v = args[:3]
+    see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
+    if q.shape[-3] != k.shape[-3]:  # grouped k, v heads: repeat them to q's heads
+        k, v = (np.repeat(x, q.shape[-3] // k.shape[-3], axis=-3) for x in (k, v))
+    want = attention(q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :], **variant)
+    return want[0][..., 0, :]
 
 
 def timed_backend(name: str):

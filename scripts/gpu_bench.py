@@ -16,6 +16,7 @@ same check on a sub-problem; decode (scripts/gpu_decode.py) and the variants
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -41,6 +42,8 @@ from gpu_checks import (  # noqa: E402,F401
     check_slice,
     fp8_check_cases,
     fp8_check_rows,
+    guarded_backward,
+    guarded_forward,
     run_checks,
 )
 from gpu_report import TARGETS, fp8_speedups, targets, write_results  # noqa: E402,F401
@@ -179,9 +182,13 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
     (``failed_dtypes``; triton-fp8's: ``fp8_ok`` False) is not timed: its row says why."""
     from flashbench.backends import get_backend
     from flashbench.kernels.checks import torch_dtype
-    from flashbench.measure.timing import NotDifferentiable, device_samples, pass_fn, tflops
+    from flashbench.measure.speed import Roofline
+    from flashbench.measure.timing import NotDifferentiable, copy_bandwidth_gbs, tflops
 
     rows, chosen = [], {}
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools (recorded per row)
+    roof = Roofline({d: peak for d in ("fp16", "bf16")}, copy_bandwidth_gbs(),
+                    "bf16 matmul peak (8192^3, median), 2 GiB device copy")
     for t in timed_cases(quick):
         if t.dtype == "fp8":
             if not fp8_ok:
@@ -199,17 +206,16 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
                          "dtype": t.dtype, "causal": t.causal, "direction": t.direction,
                          "skipped": f"triton failed its {t.dtype} correctness checks"})
             continue
-        g = torch.Generator(device="cuda").manual_seed(0)
         s, dt = t.shape, torch_dtype(t.dtype)
-        q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", dtype=dt, generator=g)
-                   for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
         if t.direction == "fwd":
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v = (torch.randn(s.B, h, n, s.d, device="cuda", dtype=dt, generator=g)
+                       for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk)))
             _, _, used = triton_fwd.forward(q, k, v, causal=t.causal)  # autotunes this key
             chosen[t.label()] = used.label() if used is not None else None
-        shared_grads: dict = {}
         for name in backends_for(quick):
             row = {"case": t.label(), "backend": name, "shape": s.spec(), "dtype": t.dtype,
-                   "causal": t.causal, "direction": t.direction}
+                   "causal": t.causal, "direction": t.direction, "seed": seed}
             rows.append(row)
             try:
                 backend = get_backend(name)
@@ -217,26 +223,16 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
                 if reason is not None:
                     row["skipped"] = reason
                     continue
-                bq, bk, bv = backend.prepare(q, k, v)
-                if t.direction == "fwd":
-                    out = backend.timed_fn(bq, bk, bv, causal=t.causal)
-                    row["check"] = check_slice(out[0] if isinstance(out, tuple) else out,
-                                               bq, bk, bv, t.causal, t.dtype)
-                    if not row["check"]["passed"]:
-                        row["skipped"] = "timed output failed its check: time not counted"
+                if t.direction == "fwd":  # fresh inputs, every output judged (issue 35)
+                    row.update(guarded_forward(backend, s, t.dtype, t.causal, roof, seed))
+                    if "skipped" in row:
                         continue
-                fn = pass_fn(backend.timed_fn, bq, bk, bv, t.causal, t.direction, name)
-                if t.direction != "fwd":
-                    if bk.shape[1] != k.shape[1]:
-                        grad_cache = {}  # this backend expanded k, v: its own sub-problem
-                    else:
-                        grad_cache = shared_grads
-                    row["check"] = check_grads(fn(), bq, bk, bv, fn.do, t.causal, t.dtype,
-                                               grad_cache)
+                    samples = row.pop("samples_s")
+                else:
+                    samples, row["check"] = guarded_backward(backend, s, t.dtype, t.causal, seed)
                     if not row["check"]["passed"]:
-                        row["skipped"] = "timed gradients failed their check: time not counted"
+                        row["skipped"] = "timed gradients failed their checks: time not counted"
                         continue
-                samples = device_samples(fn)
             except NotDifferentiable as exc:
                 row["skipped"] = str(exc)
                 continue

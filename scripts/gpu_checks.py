@@ -10,6 +10,7 @@ import torch
 
 from flashbench.inputs import Shape
 from flashbench.kernels import triton_fp8, triton_fwd
+from flashbench.measure.decode import DecodeCase
 from flashbench.measure.forward import Case
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
@@ -116,3 +117,143 @@ def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> di
         out[f"{name}_ratio"] = j["verdict"].ratio
         out["passed"] = out["passed"] and bool(j["verdict"].passed)
     return out
+
+
+# ------------------------------------------------- timed calls on fresh inputs (issue 35)
+
+def guarded_forward(backend, shape, dtype: str, causal: bool, roof, seed: int,
+                    device: str = "cuda", samples: int = 20, warmup: int = 3) -> dict:
+    """A forward row timed as ``flashbench speed`` times it (measure.speedrun.time_backend):
+    every call on inputs from a pool (per-run ``seed``), the whole device synchronised before
+    the end event, the L2 flushed, every output judged outside the clock (structure, checksum
+    against the first call on the same contents, 8 rows against the float64 reference), a
+    time under half the roofline floor (``roof``) a failure. The row in gpu_bench's fields."""
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.measure.speedrun import time_backend
+
+    r = time_backend(SpeedCase(shape, dtype, causal), backend, roof, seed, samples, warmup,
+                     device)
+    row = {"clock": r.clock, "check": {"passed": r.status == "PASS", "failures": r.failures,
+                                       "checked": r.checked}}
+    if r.status != "PASS" or not r.samples_s:
+        row["skipped"] = r.reason or ("timed outputs failed their checks: time not counted ("
+                                      + "; ".join(f"{k}: {v}" for k, v in r.failures.items())
+                                      + ")")
+        return row
+    row["samples_s"] = r.samples_s
+    return row
+
+
+def guarded_backward(backend, shape, dtype: str, causal: bool, seed: int,
+                     device: str = "cuda", samples: int = 20, warmup: int = 3):
+    """``(samples_s, check)`` of ``torch.autograd.grad(o, (q, k, v), dO)``: the forward runs
+    once before the clock, each timed call gets a dO from a pool (flashbench.timed.Pool: per-run
+    seed, slots refilled in place between rounds; dq, dk, dv all depend on dO), timed by
+    flashbench.timed.timed_calls (device-wide synchronisation before the end event, L2
+    flushed). Every call's gradients are checked outside the clock: plain dense tensors that
+    alias nothing, the same checksum as the first call on the same dO, no other dO's
+    checksum (stale), and each dO's first gradients by :func:`check_grads`."""
+    from flashbench.measure.timing import NotDifferentiable
+    from flashbench.timed import Pool, structural, timed_calls
+    from flashbench.timed.attention import attention_maker, pool_size
+    from flashbench.timed.guard import STALE, WRONG, l2_flusher
+
+    q, k, v = backend.prepare(*attention_maker(shape, dtype, "cpu")(seed), device=device)
+    leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+    o = backend.timed_fn(*leaves, causal=causal)
+    o = o[0] if isinstance(o, tuple) else o
+    if o.grad_fn is None:
+        raise NotDifferentiable(f"{backend.name} is not differentiable: no backward to time")
+
+    def make(s):
+        g = torch.Generator().manual_seed(int(s))
+        return (torch.randn(tuple(o.shape), generator=g).to(o.dtype).to(device),)
+
+    pool = Pool(make, pool_size(shape, dtype, samples), seed)
+    batch = timed_calls(lambda do: torch.autograd.grad(o, leaves, do, retain_graph=True), pool,
+                        samples, warmup, device=device, flush=l2_flusher(device))
+    faults, first = dict(batch.faults), {}
+    for j, (grads, content, slot) in enumerate(zip(batch.outputs, batch.seeds, batch.slots,
+                                                   strict=True)):
+        bad = structural(grads, (*leaves, *pool.slots[slot]), batch.outputs[:j])
+        if bad is not None:
+            faults.setdefault(*bad)
+            continue
+        sums = [(float(g.double().sum()), float(g.double().abs().sum())) for g in grads]
+        tol = [8 * torch.finfo(g.dtype).eps * max(a, 1e-30) for g, (_, a) in zip(grads, sums,
+                                                                                strict=True)]
+
+        def same(x, y, tol=tol):
+            return all(abs(p[0] - r[0]) <= t and abs(p[1] - r[1]) <= t
+                       for p, r, t in zip(x, y, tol, strict=True))
+
+        if content in first:
+            if not same(sums, first[content]):
+                faults.setdefault(WRONG, f"call {j}: its gradients' checksum differs from the "
+                                         "first call on the same dO")
+            continue
+        if any(same(sums, other) for other in first.values()):
+            faults.setdefault(STALE, f"call {j}: returned the gradients of another dO")
+        first[content] = sums
+        res = check_grads(grads, q, k, v, make(content)[0], causal, dtype, {})
+        if not res["passed"]:
+            faults.setdefault(WRONG, f"call {j}: gradients off the float64 reference "
+                                     f"(dq/dk/dv ratios {res['dq_ratio']:.3g}/"
+                                     f"{res['dk_ratio']:.3g}/{res['dv_ratio']:.3g})")
+    check = {"passed": not faults, "failures": faults, "checked": len(batch.outputs),
+             "contents": len(first)}
+    return batch.samples_s, check
+
+
+CHECK_SEQS = 2  # sequences of each new input content checked against float64 (random)
+
+
+def guarded_decode(b, case: DecodeCase, seed: int, device: str = "cuda", samples: int = 20,
+                   warmup: int = 3):
+    """``(samples_s, check)``: ``b.timed_fn`` timed by flashbench.timed.timed_calls on a pool
+    of 3 caches (per-run ``seed``, refilled in place between rounds; the whole device
+    synchronised before the end event, L2 flushed), every call's output checked outside the
+    clock: a plain dense tensor aliasing no input, the same checksum as the first call on the
+    same contents, not another content's (stale), and for each new content
+    :data:`CHECK_SEQS` random sequences (not only sequence 0) by ``gpu_decode.check_sequence0``."""
+    import numpy as np
+    from gpu_decode import cache_inputs, check_sequence0
+
+    from flashbench.timed import Pool, structural, timed_calls
+    from flashbench.timed.guard import STALE, WRONG, l2_flusher
+
+    pool = Pool(lambda s: cache_inputs(case, device, seed=s % 2**31), 3, seed)
+    batch = timed_calls(lambda *x: b.timed_fn(*x, causal=True), pool, samples, warmup,
+                        device=device, flush=l2_flusher(device))
+    rng = np.random.default_rng(seed)
+    faults, first, checked = dict(batch.faults), {}, 0
+    for j, (out, content, slot) in enumerate(zip(batch.outputs, batch.seeds, batch.slots,
+                                                 strict=True)):
+        o = out[0] if isinstance(out, tuple | list) else out
+        bad = structural(o, pool.slots[slot], [x[0] if isinstance(x, tuple | list) else x
+                                               for x in batch.outputs[:j]])
+        if bad is not None:
+            faults.setdefault(*bad)
+            continue
+        x = o.detach().double()
+        sums = (float(x.sum()), float(x.abs().sum()))
+        tol = 8 * torch.finfo(o.dtype).eps * max(sums[1], 1e-30)
+        same = [c for c, t in first.items() if abs(t[0] - sums[0]) <= tol
+                and abs(t[1] - sums[1]) <= tol]
+        if content in first:
+            if content not in same:
+                faults.setdefault(WRONG, f"call {j}: its checksum differs from the first call "
+                                         "on the same cache")
+            continue
+        if same:
+            faults.setdefault(STALE, f"call {j}: returned the output of another cache")
+        first[content] = sums
+        inputs = cache_inputs(case, device, seed=content % 2**31)  # the same generator
+        for seq in rng.choice(case.B, min(case.B, CHECK_SEQS), replace=False):
+            checked += 1
+            res = check_sequence0(o.cpu(), inputs, case, int(seq))
+            if not res["passed"]:
+                faults.setdefault(WRONG, f"call {j}: sequence {int(seq)} off the float64 "
+                                         f"reference ({res['ratio']:.3g}x the baseline rule)")
+    return batch.samples_s, {"passed": not faults, "failures": faults,
+                             "calls": len(batch.outputs), "sequences_checked": checked}

@@ -14,12 +14,13 @@ plan.)
    check stops the timings (exit status 1).
 2. Speed: bf16, d=128, H=32 over Hkv=8, pages of 64 scattered in the pool, causal, every
    sequence at the cache length; Nq = 1 (and 4: speculative); triton and torch-sdpa (the
-   full run adds flex, torch-naive, and cache lengths 8k and 128k). Each backend's timed output
-   is first checked on sequence 0 (every head and query) against float64 by the baseline
-   rule (O); a time counts only if it passed. Times: 20 runs after 3 warm-ups, L2 flushed,
-   CUDA events; median with quartiles. GB/s = flashbench.measure.decode.decode_bytes (K
-   and V rows read, q read, o written) / median; "% copy" divides by this run's measured
-   device-to-device copy bandwidth (flashbench.measure.timing.copy_bandwidth_gbs).
+   full run adds flex, torch-naive, and cache lengths 8k and 128k). Every timed call gets a
+   cache from a pool and every output is checked (:func:`gpu_checks.guarded_decode`: structure,
+   checksums, 2 random sequences of each new cache against float64 by the baseline rule);
+   a time counts only if all passed. Times: 20 runs after 3 warm-ups, L2 flushed, CUDA
+   events, the whole device synchronised; median with quartiles. GB/s =
+   flashbench.measure.decode.decode_bytes (K and V rows read, q read, o written) / median;
+   "% copy" divides by this run's measured device copy bandwidth (timing.copy_bandwidth_gbs).
 3. Targets (issue 28): triton >= 80% of the copy bandwidth at cache length >= 32k, and
    >= 1.0x the best torch peer. Writes <out>/<date>-<gpu>-decode.md and .json.
 4. Absorbed MLA decode (:func:`run_mla`, docs/decode.md "Absorbed MLA decode"): GB/s and %
@@ -29,6 +30,7 @@ plan.)
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -222,48 +224,48 @@ def run_checks(quick: bool, say) -> list[dict]:
     return rows
 
 
-def check_sequence0(o, inputs, case: DecodeCase) -> dict:
-    """O of sequence 0 against float64, by the baseline rule (vs the standard decode)."""
+def check_sequence0(o, inputs, case: DecodeCase, seq: int = 0) -> dict:
+    """O of sequence ``seq`` against float64, by the baseline rule (vs the standard decode)."""
     from flashbench.accuracy import baseline_rule, error_stats
     from flashbench.numerics.decode import standard_decode_model
     from flashbench.reference import decode_attention
 
     q, k, v, lens, table = inputs
-    pages = table[0, : -(-case.lens[0] // case.page_size)].long()
-    one = [q[:1], k[pages], v[pages]]
+    pages = table[seq, : -(-case.lens[seq] // case.page_size)].long()
+    one = [q[seq:seq + 1], k[pages], v[pages]]
     np64 = [t.detach().cpu().double().numpy() for t in one]
-    n_lens = lens[:1].cpu().numpy()
+    n_lens = lens[seq:seq + 1].cpu().numpy()
     local = torch.arange(len(pages), dtype=torch.int32)[None].numpy()
     ref = decode_attention(*np64, n_lens, local, causal=True)[0]
     std = standard_decode_model(*np64, n_lens, local, dtype="bf16", causal=True)[0]
-    err = error_stats(o[:1], ref)["max_abs"]
+    err = error_stats(o[seq:seq + 1], ref)["max_abs"]
     verdict = baseline_rule(err, error_stats(std, ref)["max_abs"], "bf16")
     return {"o_max_abs": err, "ratio": verdict.ratio, "passed": verdict.passed}
 
 
 def run_timings(quick: bool, copy_gbs: float, say) -> list[dict]:
+    from gpu_checks import guarded_decode
+
     from flashbench.backends.decode import get_decode_backend
-    from flashbench.measure.timing import device_samples
 
     rows = []
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     for case in timed_cases(quick):
         inputs = cache_inputs(case, "cuda")
         moved = decode_bytes(case, 2)
         for name in backends_for(quick):
             row = {"case": case.label(), "backend": name, "B": case.B, "Nq": case.Nq,
-                   "cache_len": case.lens[0], "MB_moved": moved / 1e6}
+                   "cache_len": case.lens[0], "MB_moved": moved / 1e6, "seed": seed}
             rows.append(row)
             try:
                 b = get_decode_backend(name)
                 if name == "triton":
                     _, _, used = triton_decode.decode_forward(*inputs, causal=True)
                     row["splits"] = used.num_splits
-                out = b.timed_fn(*inputs, causal=True)
-                row["check"] = check_sequence0(out, inputs, case)
+                samples, row["check"] = guarded_decode(b, case, seed)
                 if not row["check"]["passed"]:
-                    row["skipped"] = "timed output failed its check: time not counted"
+                    row["skipped"] = "timed outputs failed their checks: time not counted"
                     continue
-                samples = device_samples(lambda b=b, x=inputs: b.timed_fn(*x, causal=True))
             except Exception as exc:  # one backend's failure must not stop the others
                 row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
                 continue

@@ -87,3 +87,33 @@ def test_gpu_decode_pieces_on_cpu():
     assert all(c.lens[0] * c.B <= 64 * 32768 for c in g.timed_cases(False))
     with torch.no_grad():
         assert g.cache_inputs(case, "meta")[4].shape == (2, 4)
+
+
+def test_gpu_decode_times_fresh_caches_and_checks_every_call_on_cpu():
+    """gpu_decode.guarded_decode with CPU tensors: an honest decode passes with every call
+    checked and sequences beyond 0 compared; one cached on q's address fails as stale or
+    wrong. Before this change one cache was timed and only sequence 0 of the first call
+    checked."""
+    import dataclasses
+
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+
+    _gpu_decode()  # puts scripts/ on sys.path
+    import gpu_checks as g
+
+    case = DecodeCase(4, 4, 2, 1, 16, (200, 90, 64, 130), 64)
+    b = get_decode_backend("torch-naive")
+    samples, check = g.guarded_decode(b, case, seed=11, device="cpu", samples=9)
+    assert check["passed"], check
+    assert len(samples) == 9 and check["calls"] == 9 and check["sequences_checked"] >= 6
+    cache, fn = {}, b.timed_fn
+
+    def cached(*x, **kw):
+        if x[0].data_ptr() not in cache:
+            cache[x[0].data_ptr()] = fn(*x, **kw)
+        return cache[x[0].data_ptr()]
+
+    cheat = dataclasses.replace(b, timed=cached)
+    _, check = g.guarded_decode(cheat, case, seed=11, device="cpu", samples=9)
+    assert not check["passed"] and set(check["failures"]) & {"stale", "wrong"}, check

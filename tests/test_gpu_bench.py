@@ -1,6 +1,7 @@
 """The GPU script, its compile plan and the one-command GPU check, as far as a machine
 without a GPU can run them (the GPU paths run in ``scripts/gpu_session.sh``)."""
 
+import dataclasses
 import importlib.util
 import re
 import subprocess
@@ -223,3 +224,62 @@ def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudn
     assert brow["skipped"] == "timed gradients failed their check: time not counted"
     assert "| c | triton-ws | 1.600 (1.500-1.700) | 500 | 62 | 1.25x | BLOCK_M=128 |" in lines
     assert "| c | triton-tma | failed: X | | | | |" in lines
+
+
+def _roof():
+    from flashbench.measure.speed import Roofline
+
+    return Roofline({"fp32": 1e6}, 1e9, "a machine no call can beat (the floor is ~0 s)")
+
+
+def _ptr_memo(fn):
+    cache = {}
+
+    def cached(*args, **kw):
+        key = args[0].data_ptr()
+        if key not in cache:
+            cache[key] = fn(*args, **kw)
+        return cache[key]
+
+    return cached
+
+
+def test_timed_forward_rows_see_fresh_inputs_and_judge_every_output():
+    """gpu_bench's forward rows (gpu_checks.guarded_forward) on CPU tensors: an honest backend
+    passes with 12 outputs checked; one that caches on q's address fails by name. Before this
+    change the rows checked the first call's slice only and timed 20 calls on one input."""
+    from flashbench.backends import get_backend
+
+    gb = _gpu_bench()
+    b = get_backend("torch-sdpa")
+    s = Shape(1, 4, 128, 128, 32, Hkv=2)
+    row = gb.guarded_forward(b, s, "fp32", True, _roof(), seed=5, device="cpu", samples=12)
+    assert "skipped" not in row and row["check"]["checked"] == 12 and len(row["samples_s"]) == 12
+    cheat = dataclasses.replace(b, timed=_ptr_memo(b.timed_fn))
+    row = gb.guarded_forward(cheat, s, "fp32", True, _roof(), seed=5, device="cpu", samples=12)
+    assert not row["check"]["passed"] and "not counted" in row["skipped"]
+    assert set(row["check"]["failures"]) & {"stale", "wrong"}
+
+
+def test_timed_backward_rows_see_fresh_do_and_judge_every_call(monkeypatch):
+    """gpu_checks.guarded_backward on CPU: honest gradients pass; a backward that caches on
+    dO's address returns another dO's gradients and fails as stale."""
+    from flashbench.backends import get_backend
+
+    gb = _gpu_bench()
+    b = get_backend("torch-naive")
+    s = Shape(1, 2, 64, 64, 16)
+    samples, check = gb.guarded_backward(b, s, "fp32", True, seed=3, device="cpu", samples=9)
+    assert check["passed"], check
+    assert len(samples) == 9 and check["checked"] == 9 and check["contents"] >= 3
+    grad = torch.autograd.grad
+    cache = {}
+
+    def cached(o, leaves, do, **kw):
+        if do.data_ptr() not in cache:
+            cache[do.data_ptr()] = grad(o, leaves, do, **kw)
+        return cache[do.data_ptr()]
+
+    monkeypatch.setattr(torch.autograd, "grad", cached)
+    _, check = gb.guarded_backward(b, s, "fp32", True, seed=3, device="cpu", samples=9)
+    assert not check["passed"] and "stale" in check["failures"], check

@@ -5,7 +5,10 @@ change the suites timed one set of inputs and never read an output: these caches
 import pytest
 
 from benchmarks.bench_backends import TimeCPUBackend
-from benchmarks.bench_reference import TimeAttention
+from benchmarks.bench_decode import TimeDecodeCPU, TimeMergeStates
+from benchmarks.bench_grad import TimeBackward
+from benchmarks.bench_reference import TimeAttention, TimeModels, TimeSoftmax
+from benchmarks.bench_variants import TimeVariantReference
 from benchmarks.common import FreshCalls, KernelFailed, need
 
 
@@ -58,3 +61,136 @@ def test_the_torch_suite_checks_its_outputs_too():
         suite.time_backend(*args)
     with pytest.raises(KernelFailed, match="stale or wrong"):
         suite.teardown(*args)
+
+
+def _id_memo(fn):
+    """A cache keyed on the first argument's id(): the same arrays return the first result."""
+    cache = {}
+
+    def cached(*args, **kw):
+        if id(args[0]) not in cache:
+            cache[id(args[0])] = fn(*args, **kw)
+        return cache[id(args[0])]
+
+    return cached
+
+
+SUITES = [  # (suite class, its time_ method, small parameters): every other kernel time_ suite
+    (TimeSoftmax, "time_softmax", (256, 1024, "fp64", "online")),
+    (TimeModels, "time_model", ("1x2x128x128x32", "standard_model", "fp32")),
+    (TimeBackward, "time_backward", ("1x1x128x128x32", "fp64", True, "streamed", "bwd")),
+    (TimeBackward, "time_backward", ("1x1x128x128x32", "fp64", False, "one-shot", "bwd")),
+    (TimeVariantReference, "time_attention", ("1x1x512x512x32", "fp64", "causal window=(256,0)",
+                                              "streamed")),
+    (TimeVariantReference, "time_attention", ("1x1x256x256x32", "fp64", "sinks", "one-shot")),
+    (TimeDecodeCPU, "time_decode", ("reference-split8", "2x4/2x2x32:300,77:p16")),
+    (TimeDecodeCPU, "time_decode", ("torch-sdpa", "2x4/2x2x32:300,77:p16")),
+    (TimeMergeStates, "time_merge_states", ()),
+]
+
+
+@pytest.mark.parametrize(("cls", "method", "args"), SUITES,
+                         ids=[f"{c.__name__}-{a[:1]}" for c, _, a in SUITES])
+def test_every_kernel_suite_passes_an_honest_call_and_fails_a_cache(cls, method, args):
+    """Failed before this change: these suites timed one set of inputs and had no teardown."""
+    suite = cls()
+    suite.setup(*args)
+    for _ in range(3):
+        getattr(suite, method)(*args)
+    suite.teardown(*args)  # honest: passes
+    suite.setup(*args)
+    suite.call.fn = _id_memo(suite.call.fn)
+    for _ in range(4):
+        getattr(suite, method)(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+
+
+def test_a_wrong_variant_fails_the_variant_suite():
+    """The check applies the variant: the window ignored (plain causal) is caught."""
+    args = ("1x1x512x512x32", "fp64", "causal window=(256,0)", "one-shot")
+    suite = TimeVariantReference()
+    suite.setup(*args)
+    inner = suite.call.fn
+    suite.call.fn = lambda q, k, v, **kw: inner(q, k, v, causal=True)
+    for _ in range(3):
+        suite.time_attention(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_the_gpu_suites_pool_and_check_run_on_cpu_tensors(direction):
+    """bench_gpu.fresh_pass (TimeAttentionGPU, TimeHeadDimGPU) with CPU tensors: an honest
+    backend passes, a cache keyed on the tensor's address fails. Before this change the GPU
+    suites timed one set of inputs and never read an output."""
+    from benchmarks.bench_gpu import fresh_pass
+    from benchmarks.common import timed_backend
+
+    b = timed_backend("torch-sdpa")
+    args = ("1x4/2x128x128x32", "fp32", True, direction)
+    call = fresh_pass(b, *args, device="cpu")
+    for _ in range(3):
+        call()
+    call.verify()
+    call = fresh_pass(b, *args, device="cpu")
+    call.fn = _memo_ptr(call.fn)
+    for _ in range(4):
+        call()
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        call.verify()
+
+
+def _memo_ptr(fn):
+    cache = {}
+
+    def cached(*args, **kw):
+        key = args[0].data_ptr()
+        if key not in cache:
+            cache[key] = fn(*args, **kw)
+        return cache[key]
+
+    return cached
+
+
+def test_the_fp8_suite_checks_against_the_dequantised_inputs():
+    """bench_gpu.fresh_fp8 with a stand-in forward (float32 attention of the dequantised
+    e4m3 inputs, on CPU): passes; the same forward cached on the address fails."""
+    import torch
+
+    from benchmarks.bench_gpu import fresh_fp8
+
+    def forward(q8, k8, v8, qd, kd, vd, causal):
+        q, k, v = (x.float() * d for x, d in ((q8, qd), (k8, kd), (v8, vd)))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), None
+
+    def quantize(x):
+        d = x.float().abs().amax() / 448
+        return (x.float() / d).to(torch.float8_e4m3fn), d
+
+    for memo in (False, True):
+        call = fresh_fp8(forward, quantize, lambda v: v, "1x2x128x128x32", True, device="cpu")
+        if memo:
+            call.fn = _memo_ptr(call.fn)
+        for _ in range(4):
+            call()
+        if memo:
+            with pytest.raises(KernelFailed, match="stale or wrong"):
+                call.verify()
+        else:
+            call.verify()
+
+
+def test_a_skipped_setup_stays_a_skip_in_teardown(monkeypatch):
+    """asv runs teardown after a setup that raised NotImplementedError (an old commit): the
+    teardown must not fail on the call setup never made."""
+    import benchmarks.bench_reference as br
+
+    def missing(*names):
+        raise NotImplementedError("this commit lacks it")
+
+    monkeypatch.setattr(br, "need", lambda *a: missing())
+    suite = TimeSoftmax()
+    with pytest.raises(NotImplementedError):
+        suite.setup(256, 1024, "fp64", "online")
+    suite.teardown(256, 1024, "fp64", "online")  # no AttributeError
