@@ -7,8 +7,12 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import DEFECT_TABLE
 from flashbench.cli import main
 from flashbench.cli.check_view import SAVE_NAME, WIDTH, render_compact
@@ -105,3 +109,18 @@ def test_save_to_a_missing_folder_is_refused_before_the_work(tmp_path, capsys):
     assert main([*TINY, "--save", str(tmp_path / "no" / "t.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--save" in err[0] and "does not exist" in err[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([None, "nan", "inf"]))
+def test_the_exactness_max_alone_equals_error_stats_max(n, seed, odd):
+    """check's exactness reads max |diff| alone (error_stats(max_only=True), no percentiles:
+    3% of the default check's profile): the same value as the full statistics, odd values
+    (a non-finite mismatch: inf) included."""
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_normal(n)
+    out = ref + rng.standard_normal(n) * 1e-16
+    if odd:
+        out[rng.integers(n)] = float(odd)
+    full, alone = error_stats(out, ref), error_stats(out, ref, max_only=True)
+    assert alone["max_abs"] == full["max_abs"] and set(alone) <= set(full)
