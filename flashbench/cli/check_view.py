@@ -87,7 +87,7 @@ def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
         verdict = "PASS" if not failed and not bad else "FAIL"
         if bad and not failed:
             verdict = _rule(bad)
-        out += _fold(f"  {kernel:<16} {case:<46} {verdict:<11} {worst}")
+        out += _fold(f"  {kernel:<16} {case:<47} {verdict:<11} {worst}")
         why = [f"{r['dtype']}: {r['failed']}" for r in failed]
         if not peers:
             why += [c for r in bad for c in _causes(r, tensors)]
@@ -132,7 +132,7 @@ def _block(fwd: list[dict], grads: list[dict], peers: bool) -> list[str]:
             (grads, "kernel", ("dq", "dk", "dv"), GRAD_FACTOR, "case (gradients)")):
         lines = _lines(rows, key, tensors, limit, peers)
         if lines:
-            out += ["", f"  {'kernel':<16} {what:<46} {'verdict':<11} worst ratio", *lines]
+            out += ["", f"  {'kernel':<16} {what:<47} {'verdict':<11} worst ratio", *lines]
     return out
 
 
