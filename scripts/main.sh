@@ -64,7 +64,7 @@ HEAD=$(git rev-parse HEAD)
 CHECK=0
 if [[ $SKIP != *" check "* ]]; then
   say "== 2/5 flashbench check (exactness, accuracy per dtype; about 1 min)"
-  logged "flashbench check" "$OUT/check.txt" .venv/bin/flashbench check || CHECK=$?
+  logged "flashbench check" "$OUT/check.txt" .venv/bin/flashbench check --tables --save "$OUT" || CHECK=$?
 else
   echo "flashbench check: skipped (MAIN_JOB_SKIP)" >"$OUT/check.txt"
   CHECK=skipped

@@ -31,7 +31,7 @@ def test_check_text_report_and_failure_exit(capsys, monkeypatch):
     import flashbench.measure.forward as measure
 
     rc = main(["check", "--shape", "1x1x40x16", "--dtype", "fp16", "--causal", "on",
-               "--no-backends", "--quiet"])
+               "--no-backends", "--quiet", "--tables"])
     text = capsys.readouterr().out
     assert rc == 0
     assert "1. Exactness in float64" in text and "RESULT: PASS" in text and "eps" in text

@@ -136,7 +136,7 @@ def test_a_module_that_does_not_import_fails_with_its_reason(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     rc = main(["check", "--shape", "1x1x32x16", "--dtype", "fp32", "bf16", "--dist", "normal",
                "--causal", "off", "--quiet", "--backend", "fbuser_broken:attn",
-               "--backend", "sdpa-math"])
+               "--backend", "sdpa-math", "--tables"])
     text = capsys.readouterr().out
     assert rc == 1 and "RESULT: FAIL" in text
     assert ("fbuser_broken:attn FAIL (cannot import fbuser_broken:attn: ModuleNotFoundError: "

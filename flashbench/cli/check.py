@@ -139,6 +139,13 @@ def add_parser(sub) -> None:
                    "each backward, each decode), after which it FAILs and its later calls "
                    f"are not run (default {DEFAULT_TIME_LIMIT:g})")
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    c.add_argument("--tables", action="store_true",
+                   help="print the five full tables instead of the compact view (one line "
+                   "per kernel and case)")
+    c.add_argument("--save", metavar="PATH", default=None,
+                   help="where the five tables are written, every run: a file, or a folder "
+                   "(then flashbench-check.txt in it); rewritten each run (default: "
+                   "flashbench-check.txt in the working folder)")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
                    "split-KV exactness, paged vs contiguous, accuracy of the split model and "
@@ -233,7 +240,8 @@ def run(args) -> int:
                              "--decode-case)")
         return decode.run(args)
     from flashbench.backends import resolve_backends
-    from flashbench.measure.check import render_text, run_check
+    from flashbench.cli.check_view import save_target
+    from flashbench.measure.check import run_check
     from flashbench.measure.footprint import too_big
 
     args.dist = distinct(args.dist, "--dist", "check")
@@ -245,6 +253,7 @@ def run(args) -> int:
     if refusal is not None:
         raise ValueError(refusal)
     backends = chosen_backends(args, resolve_backends)
+    saved = save_target(args.save)  # checked before the work
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, progress=not args.quiet,
                        grad_cases=() if args.pass_ == "fwd" else _grad_cases(args, cases),
@@ -252,4 +261,17 @@ def run(args) -> int:
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}
-    return emit(report, render_text, args.json)
+    text = _render(report, saved, args.tables)  # the tables are saved with --json too
+    return emit(report, lambda r: text, args.json)
+
+
+def _render(report: dict, saved, tables: bool) -> str:
+    """The five tables into ``saved`` (every run, --json too), then the compact view or, with
+    --tables, the tables for stdout."""
+    from flashbench.cli.check_view import render_compact
+    from flashbench.cli.output import write_atomically
+    from flashbench.measure.check import render_text
+
+    text = render_text(report)
+    write_atomically(saved, text + "\n", force=True)
+    return text if tables else render_compact(report, str(saved))

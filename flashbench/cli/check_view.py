@@ -1,0 +1,172 @@
+"""``flashbench check``'s compact view: one line per kernel and case, peers apart, then RESULT.
+
+The five tables (:func:`flashbench.measure.check.render_text`) go to a file every run
+(``--save``) and to stdout with ``--tables``; docs/check.md, "The compact view".
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
+from flashbench.accuracy.bandrule import DEFECT_TABLE, likely_cause
+
+__all__ = ["render_compact", "save_target", "SAVE_NAME", "WIDTH"]
+
+SAVE_NAME = "flashbench-check.txt"  # the tables' file when --save names none or a folder
+WIDTH = 120  # no line of the compact view is longer: longer ones are folded
+_TENSORS = {"o": "O", "lse": "LSE", "dq": "dq", "dk": "dk", "dv": "dv"}
+
+
+def save_target(path: str | None) -> Path:
+    """Where the five tables go: ``path``, a file in the folder ``path`` names, or
+    :data:`SAVE_NAME` in the working folder; ValueError for a folder that is missing or not
+    writable (checked before the work)."""
+    from flashbench.cli.output import output_file
+
+    target = Path(path or ".")
+    if path is None or target.is_dir():
+        target = target / SAVE_NAME
+    if target.is_dir():
+        raise ValueError(f"--save {path}: {target} is a folder")
+    return output_file(str(target), "--save", force=True)
+
+
+def _fold(line: str, indent: int = 6) -> list[str]:
+    if len(line) <= WIDTH:
+        return [line]
+    return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
+
+
+def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float, str]]:
+    """(share of the rule's limit, "rule tensor ratio") for every judged ratio of a record."""
+    out = []
+    for t in tensors:
+        name, against = _TENSORS[t], (r.get("yardsticks") or {}).get(t)
+        ratio = r.get(f"{t}_ratio")
+        if ratio is not None and not (t == "lse" and r.get("lse_note")):
+            vs = f" vs {against}" if against else ""
+            out.append((ratio / limit, f"{limit:g}x {name} {r['dtype']} {ratio:.2f}{vs}"))
+        band = r.get(f"{t}_band_ratio")
+        if band is not None:
+            out.append((band, f"band {name} {r['dtype']} {band:.2f}"))
+    return out
+
+
+def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
+    """Why a counted record FAILed: a band FAIL's likely cause, a baseline FAIL's ratio."""
+    if r.get("note"):
+        return [f"{r['dtype']}: {r['note']}"]
+    out = []
+    band = r.get("band") if isinstance(r.get("band"), dict) else {}
+    for t in tensors:
+        b = band.get(t)
+        if isinstance(b, dict) and b.get("passed") is False:
+            out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: {likely_cause(t)}")
+    if r.get("baseline_passed") is False or not out:
+        out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
+                   f"(the defects each rule sees: {DEFECT_TABLE})")
+    return out
+
+
+def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
+           peers: bool) -> list[str]:
+    """One line per kernel and case (worst over dtypes), and the counted FAILs' causes."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if bool(r.get("peer")) == peers and "skipped" not in r:
+            groups.setdefault((r["case"], r.get(key) or "flash_model"), []).append(r)
+    out = []
+    for (case, kernel), recs in groups.items():
+        failed = [r for r in recs if "failed" in r]
+        judged = [r for r in recs if "failed" not in r]
+        bad = [r for r in judged if not r["passed"]]
+        scores = [s for r in (bad or judged) for s in _scores(r, tensors, limit)]
+        worst = max(scores)[1] if scores else "-"
+        verdict = "PASS" if not failed and not bad else "FAIL"
+        if bad and not failed:
+            verdict = _rule(bad)
+        out += _fold(f"  {kernel:<16} {case:<47} {verdict:<11} {worst}")
+        why = [f"{r['dtype']}: {r['failed']}" for r in failed]
+        if not peers:
+            why += [c for r in bad for c in _causes(r, tensors)]
+        out += [x for w in dict.fromkeys(why) for x in _fold(f"      {w}", 8)]
+    return out
+
+
+def _rule(bad: list[dict]) -> str:
+    rules = {(r.get("baseline_passed"), r.get("band_passed")) for r in bad}
+    names = {(True, False): "band", (False, True): "2x"}
+    named = {names.get(x, "both") for x in rules}
+    return f"FAIL ({'both' if len(named) > 1 else named.pop()})"
+
+
+def _skips(rows: list[dict], key: str) -> list[str]:
+    skipped: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if "skipped" in r:
+            k = (r.get(key), r["skipped"])
+            skipped[k] = skipped.get(k, 0) + 1
+    return [x for (kernel, why), n in skipped.items()
+            for x in _fold(f"  {kernel} skipped on {n} case(s) x dtype(s): {why}")]
+
+
+def _exact(rows: list[dict], what: str, value: str) -> list[str]:
+    if not rows:
+        return []
+    worst = max(r[value] for r in rows)
+    bad = [r for r in rows if not r["passed"]]
+    out = _fold(f"  {what}: worst {worst:.1e} over {len(rows)} quantities, "
+                f"{len({r['case'] for r in rows})} case(s) (PASS iff <= 1e-12)   "
+                f"{'FAIL' if bad else 'PASS'}")
+    return out + [x for r in bad for x in _fold(
+        f"      {r['case']} {r['what']}: {r[value]:.2e}", 8)]
+
+
+def _block(fwd: list[dict], grads: list[dict], peers: bool) -> list[str]:
+    """The forward lines and the gradient lines, each under its header (none if empty)."""
+    out = []
+    for rows, key, tensors, limit, what in (
+            (fwd, "backend", ("o", "lse"), BASELINE_FACTOR, "case (forward)"),
+            (grads, "kernel", ("dq", "dk", "dv"), GRAD_FACTOR, "case (gradients)")):
+        lines = _lines(rows, key, tensors, limit, peers)
+        if lines:
+            out += ["", f"  {'kernel':<16} {what:<47} {'verdict':<11} worst ratio", *lines]
+    return out
+
+
+def render_compact(report: dict, saved: str | None = None) -> str:
+    """The check in a screen: exactness, then one line per counted kernel and case with its
+    worst ratio over the dtypes and its verdict (a FAIL's likely cause below it), the peers
+    for information, the skips, where the tables are, and RESULT last."""
+    meta = report["meta"]
+    out = [f"flashbench check   seed={meta['seed']} block={meta['block']}   dtypes "
+           f"{' '.join(meta['dtypes'])}   {meta['date']}"]
+    drawn = meta.get("varlen")
+    if drawn:
+        out += _fold(f"varlen {drawn['spec']} with seed {drawn['seed']} drew "
+                     f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
+    out += ["", "Counted toward RESULT: the float64 exactness, the flash model, flashbench's "
+            "kernels and yours.",
+            "worst ratio: the largest over the dtypes, relative to its rule's limit (rule tensor "
+            "dtype ratio);",
+            f"{BASELINE_FACTOR:g}x / {GRAD_FACTOR:g}x: max |err| vs float64 over the same-dtype "
+            "standard model's (forward / gradients); band: PASS <= 1."]
+    fwd, grads = report["dtypes"] + report["backends"], report.get("gradients") or []
+    out += _exact(report["exactness"], "exactness, forward, max |diff|", "max_abs")
+    out += _exact(report.get("grad_exactness") or [], "exactness, backward, max |diff| / scale",
+                  "rel")
+    out += _block(fwd, grads, peers=False)
+    peers = _block(fwd, grads, peers=True)
+    if peers:
+        out += ["", "Peers, for information: torch's own attention, judged by the same rules; "
+                "their FAILs do not count toward RESULT.", *peers[1:]]
+    skips = _skips(report["backends"], "backend") + _skips(grads, "kernel")
+    if skips:
+        out += ["", "Not run on this machine:", *skips]
+    if saved:
+        out += ["", f"The five tables (every number, every rule's ratio): {saved} "
+                "(--tables prints them here)"]
+    out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
+    return "\n".join(out)

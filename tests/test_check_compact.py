@@ -1,0 +1,126 @@
+"""``flashbench check``'s compact view: one line per kernel and case, peers after the counted
+lines, a FAIL's likely cause, no line over 120 characters, RESULT last; the five tables
+always saved (``--save``) and printed with ``--tables``."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench.accuracy import error_stats
+from flashbench.accuracy.bandrule import DEFECT_TABLE
+from flashbench.cli import main
+from flashbench.cli.check_view import SAVE_NAME, WIDTH, render_compact
+
+TINY = ["check", "--shape", "1x1x16x16", "--dtype", "fp32", "bf16", "--causal", "on",
+        "--only", "torch-naive", "--quiet"]
+CASE = "normal B=1 H=1 Nq=16 Nk=16 d=16 causal"
+HEADERS = ("1. Exactness in float64", "2. Streamed vs one-shot", "3. Against the float64",
+           "4. Backward exactness", "5. Gradients against")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny check run once: (status, stdout lines, the saved tables, the JSON report)."""
+    folder = tmp_path_factory.mktemp("check")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(folder)  # the default --save: flashbench-check.txt in the working folder
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(TINY)
+    saved = (folder / SAVE_NAME).read_text()
+    js = io.StringIO()
+    with contextlib.redirect_stdout(js):
+        main([*TINY, "--json", "--save", str(folder / "j.txt")])
+    mp.undo()
+    return rc, out.getvalue().splitlines(), saved, json.loads(js.getvalue()), folder
+
+
+def test_compact_view_has_one_line_per_kernel_and_case_and_result_last(tiny):
+    rc, lines, _, _, _ = tiny
+    assert rc == 0 and lines[-1] == "RESULT: PASS"
+    assert max(map(len, lines)) <= WIDTH
+    rows = [ln.split() for ln in lines if CASE in ln]
+    # forward and gradients: the flash model (counted), torch-naive (peer); dtypes folded
+    assert [r[0] for r in rows] == ["flash_model", "flash_model", "torch-naive",
+                                    "torch-naive"]
+    peers = next(i for i, ln in enumerate(lines) if ln.startswith("Peers, for information"))
+    naive = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("torch-naive")]
+    flash = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("flash_model")]
+    assert max(flash) < peers < min(naive)
+    assert "do not count toward RESULT" in lines[peers]
+    for ln in lines:  # each row: its verdict and the worst ratio's rule, tensor, dtype
+        if CASE in ln:
+            assert ("PASS" in ln or "FAIL" in ln) and any(
+                f" {t} {d} " in ln for t in ("O", "LSE", "dq", "dk", "dv")
+                for d in ("fp32", "bf16"))
+
+
+def test_the_five_tables_are_saved_and_named_and_printed_with_tables(tiny, tmp_path):
+    _, lines, saved, _, folder = tiny
+    assert all(h in saved for h in HEADERS) and saved.rstrip().endswith("RESULT: PASS")
+    assert not any(h in "\n".join(lines) for h in HEADERS)
+    assert any(f"tables (every number, every rule's ratio): {SAVE_NAME} " in ln for ln in lines)
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*TINY, "--tables", "--save", str(tmp_path / "t.txt")]) == 0
+    text = out.getvalue()
+    assert all(h in text for h in HEADERS)
+    assert (tmp_path / "t.txt").read_text() == text
+
+
+def test_json_is_unchanged_and_still_saves_the_tables(tiny):
+    _, _, _, report, folder = tiny
+    assert set(report) == {"meta", "exactness", "dtypes", "backends", "grad_cases",
+                           "grad_exactness", "gradients", "passed"}
+    assert "3. Against the float64" in (folder / "j.txt").read_text()
+
+
+def test_a_counted_fail_names_its_likely_cause_folded_to_the_width(tiny):
+    report = copy.deepcopy(tiny[3])
+    row = next(b for b in report["backends"] if b["dtype"] == "bf16")
+    row.update(backend="mine", peer=False, passed=False, band_passed=False,
+               baseline_passed=True, disagreement="band rule FAIL, baseline rule PASS: " +
+               "O abs_p99 is 3.1x the band's edge; " * 20)
+    row["band"]["o"]["passed"] = False
+    report["passed"] = False
+    lines = render_compact(report, "x.txt").splitlines()
+    assert max(map(len, lines)) <= WIDTH and lines[-1] == "RESULT: FAIL"
+    i = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("mine"))
+    assert "FAIL (band)" in lines[i] and "band O bf16" in lines[i]
+    assert "likely" in lines[i + 1] and "bf16 band rule FAIL on O" in lines[i + 1]
+    assert DEFECT_TABLE in " ".join(lines[i + 1:i + 4])
+    peers = next(i for i, ln in enumerate(lines) if ln.startswith("Peers"))
+    assert i < peers  # a user's kernel counts: above the peers
+
+
+def test_save_to_a_missing_folder_is_refused_before_the_work(tmp_path, capsys):
+    assert main([*TINY, "--save", str(tmp_path / "no" / "t.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--save" in err[0] and "does not exist" in err[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([None, "nan", "inf"]))
+def test_the_exactness_max_alone_equals_error_stats_max(n, seed, odd):
+    """check's exactness reads max |diff| alone (error_stats(max_only=True), no percentiles:
+    3% of the default check's profile): the same value as the full statistics, odd values
+    (a non-finite mismatch: inf) included."""
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_normal(n)
+    out = ref + rng.standard_normal(n) * 1e-16
+    if odd:
+        out[rng.integers(n)] = float(odd)
+    full, alone = error_stats(out, ref), error_stats(out, ref, max_only=True)
+    assert alone["max_abs"] == full["max_abs"] and set(alone) <= set(full)
