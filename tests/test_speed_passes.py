@@ -225,3 +225,28 @@ def test_a_memoised_or_wrong_decode_fails_by_name(roof):
         assert row.status == "FAIL" and expected in row.failures, (fn.__name__, row.failures)
     good = time_decode(case, naive, roof, 4, 10, 2, "cpu")
     assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_a_decode_with_dv_below_d_passes_a_correct_kernel_and_counts_both_widths(roof):
+    """Failed before: the decode judge expected an output of width d, so every correct kernel
+    on a d != dv case (192/128, MLA's 576/512) was 'wrong'; FLOPs counted 4 x d per pair."""
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.speeddecode import DecodeSpeedCase, time_decode
+
+    c = DecodeCase.parse("2x4/2x1x48/32:40,9")
+    case = DecodeSpeedCase(c, "fp32")
+    assert case.flops() == 2 * 4 * (48 + 32) * 1 * (40 + 9)  # per (query, key) pair
+    row = time_decode(case, get_decode_backend("torch-naive"), roof, 4, 10, 2, "cpu")
+    assert row.status == "PASS" and not row.failures, row.failures
+
+
+def test_the_rows_checked_are_not_drawn_from_the_seed_a_worker_is_sent():
+    """Failed before: Judge and GradJudge drew their checked rows from the run's seed, which a
+    user kernel's worker is sent: a kernel could compute only those 8 rows."""
+    from flashbench.measure.speed import Judge
+    from flashbench.measure.speedgrad import GradJudge
+
+    for judge in (Judge, GradJudge):
+        draws = {int(judge(CASE, None, 7).rng.integers(1 << 62)) for _ in range(4)}
+        assert len(draws) == 4, judge.__name__

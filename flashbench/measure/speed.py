@@ -154,13 +154,14 @@ class Judge:
     """Judges the timed outputs of one case, outside the clock (module docstring).
 
     ``make(seed)``: the pool's input maker (CPU), to rebuild any call's inputs; ``seed``: the
-    run's, for the rows checked.
+    run's (the inputs' contents; the rows checked are drawn from fresh OS entropy, never from
+    a seed a kernel's worker is sent, so a kernel cannot compute only the rows checked).
     """
 
     def __init__(self, case: SpeedCase, make, seed: int, out_dtype: str | None = None):
         self.case, self.make = case, make
         self.out_dtype = case.dtype if out_dtype is None else out_dtype
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng()  # not ``seed``: see the docstring
         self.first: dict = {}  # content seed -> checksum of the first checked output
         self.verdicts: dict = {}  # content seed -> None or (failure, why)
 

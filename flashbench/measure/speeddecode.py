@@ -41,9 +41,10 @@ class DecodeSpeedCase:
         return self.case
 
     def flops(self) -> float:
-        """4 x H x d FLOPs per (query, cached key) pair, every key of a sequence counted."""
+        """2 x H x (d + dv) FLOPs per (query, cached key) pair (q.k over d, p.v over dv),
+        every key of a sequence counted."""
         c = self.case
-        return 4.0 * c.H * c.d * c.Nq * sum(c.lens)
+        return 2.0 * c.H * (c.d + c.dv) * c.Nq * sum(c.lens)
 
     def bytes(self) -> int:
         from flashbench.measure.decode import decode_bytes
@@ -110,7 +111,7 @@ class DecodeJudge:
 
         o = out[0] if isinstance(out, tuple | list) else out
         c = self.case.case
-        want, dtype = (c.B, c.Nq, c.H, c.d), _torch_dtype(self.case.dtype)
+        want, dtype = (c.B, c.Nq, c.H, c.dv), _torch_dtype(self.case.dtype)
         if tuple(o.shape) != want or o.dtype != dtype:
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
         if not bool(torch.isfinite(o).all()):

@@ -28,11 +28,12 @@ def _sums(grads) -> tuple[float, ...]:
 
 class GradJudge:
     """Judges one case's timed gradients. ``make(seed) -> (q, k, v, do)`` on the CPU
-    (:func:`flashbench.timed.attention.grad_maker`); ``seed``: the run's (the rows drawn)."""
+    (:func:`flashbench.timed.attention.grad_maker`); ``seed``: the run's (the rows checked
+    are drawn from fresh OS entropy, as Judge's)."""
 
     def __init__(self, case: SpeedCase, make, seed: int):
         self.case, self.make = case, make
-        self.rng = np.random.default_rng(seed + 2)
+        self.rng = np.random.default_rng()  # fresh entropy: the rows checked are secret
         self.first: dict = {}
         self.verdicts: dict = {}
 

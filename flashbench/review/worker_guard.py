@@ -11,7 +11,7 @@ import traceback
 
 # the shared libraries whose public callables a side may not replace
 GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "scipy.special", "torch",
-                   "torch.nn.functional", "time", "gc", "math")
+                   "torch.nn.functional", "torch.cuda", "torch.autograd", "time", "gc", "math")
 
 
 def entry_points(own: dict) -> dict:
