@@ -8,10 +8,13 @@ eps/4 of the format O is written in (bf16 for the fp8 dtypes): FlashAttention's
 standard's own error is a handful of ulps. :func:`judge` applies it to (o, lse);
 :func:`gradient_rule` / :func:`judge_gradient` to dq, dk, dv (:data:`GRAD_FACTOR` 3, plus
 :func:`gradient_floor`). A non-finite kernel error always fails (ratio inf). Where the
-standard overflowed (its error inf: the kernel passes) or is exact and the kernel is not,
-the ratio is taken against the caller's *fallback* error (the same-dtype flash model's),
-which the verdict's ``yardstick`` names; without one it is NaN (yardstick "none"). Why
-that yardstick: docs/check.md ("What the numbers are"); the gradient rule: docs/backward.md.
+standard overflowed (its error inf: the kernel passes), is exact and the kernel is not, or
+drew an unusually small error (the kernel fails against it but is within the factor of the
+caller's *fallback*, the same-dtype flash model's error on the same inputs: it passes), the
+ratio is taken against that fallback, which the verdict's ``yardstick`` names; without one
+it is NaN (yardstick "none"). So the rule is factor x max(standard, flash model) + floor
+where a fallback is given (check gives one; the asv tracks do not). Why: docs/check.md
+("What the numbers are"); the gradient rule: docs/backward.md.
 """
 from __future__ import annotations
 
@@ -74,9 +77,11 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str | Preci
     NaN fails); ``standard_error``: a number >= 0 or inf (NaN is a ValueError).
     ``fallback_error`` (named ``fallback``): the yardstick of the ratio where the
     standard's error is inf and the kernel's finite (the same-dtype flash model's error),
-    and where the standard is exact and the kernel is not (within factor x fallback +
-    floor: a gradient that is exactly 0, which plain attention's backward gets exactly
-    and a flash backward gets within rounding, e.g. every row seeing one key).
+    where the standard is exact and the kernel is not (within factor x fallback + floor: a
+    gradient that is exactly 0, which plain attention's backward gets exactly and a flash
+    backward gets within rounding, e.g. every row seeing one key), and where the kernel
+    fails against the standard but is within factor x fallback + floor (the standard drew
+    an unusually small error: tiny shapes).
     """
     floor = get_precision(dtype).out.eps / 4 if floor is None else float(floor)
     kernel_error = float("inf") if np.isnan(float(kernel_error)) else _error(
