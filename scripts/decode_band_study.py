@@ -34,7 +34,7 @@ from flashbench.measure.decode import (
     default_decode_cases,
     handed_decode,
 )
-from flashbench.measure.forward import handed
+from flashbench.measure.records import handed
 
 
 def per_split(by_torch: bool):

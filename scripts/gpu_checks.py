@@ -11,7 +11,7 @@ import torch
 from flashbench.inputs import Shape
 from flashbench.kernels import triton_fp8, triton_fwd
 from flashbench.measure.decode import DecodeCase
-from flashbench.measure.forward import Case
+from flashbench.measure.records import Case
 
 CHECK_DTYPES = ("fp32", "fp16", "bf16")
 CHECK_PEERS = ("sdpa-flash", "sdpa-cudnn")

@@ -20,7 +20,8 @@ import torch
 
 from flashbench.inputs import Shape
 from flashbench.kernels import triton_fwd
-from flashbench.measure.forward import Case, measure_accuracy
+from flashbench.measure.forward import measure_accuracy
+from flashbench.measure.records import Case
 
 DIMS = ((128, None), (80, None), (96, None), (192, 128))  # (d, dv); d = 128 first: the yardstick
 CHECK = (1, 2, 1024, 1024)  # B, H, Nq, Nk of the checks

@@ -29,7 +29,8 @@ from flashbench.kernels.triton_variants import (
     triton_varlen_backward,
     variant_forward,
 )
-from flashbench.measure.forward import Case, measure_accuracy
+from flashbench.measure.forward import measure_accuracy
+from flashbench.measure.records import Case
 from flashbench.measure.varlen import VARIANT_SET, measure_varlen, measure_varlen_gradients
 
 CHECK_SHAPE = Shape(1, 2, 1024, 1024, 64)

@@ -176,7 +176,8 @@ def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
     (it was 0), names the yardstick, passes; the check table says "(vs flash_model)"."""
     from flashbench.inputs import Shape
     from flashbench.measure.check import _judge_cells
-    from flashbench.measure.forward import Case, measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
+    from flashbench.measure.records import Case
 
     q, k, v = _overflowing_fp16_problem()
     with np.errstate(over="ignore", invalid="ignore"):

@@ -264,7 +264,8 @@ def test_a_peer_lse_is_the_stand_in_shown_for_information_not_judged(monkeypatch
     never judged: a stand-in patched to be wrong cannot fail the peer."""
     from flashbench.kernels import torch_peers
     from flashbench.measure.check import _judge_cells
-    from flashbench.measure.forward import LSE_STAND_IN, Case, measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
+    from flashbench.measure.records import LSE_STAND_IN, Case
 
     case = Case(Shape(1, 2, 64, 64, 32))
     (rec,) = measure_accuracy(case, ["fp32"], ["torch-naive"])

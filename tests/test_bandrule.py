@@ -221,7 +221,8 @@ def test_the_asv_tracks_record_the_band_ratio():
     from benchmarks.bench_accuracy import TrackAccuracy
     from benchmarks.bench_grad import TrackGradAccuracy
     from flashbench.measure.backward import measure_gradients
-    from flashbench.measure.forward import LSE_NOT_RETURNED, Accuracy, measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
+    from flashbench.measure.records import LSE_NOT_RETURNED, Accuracy
 
     assert TrackAccuracy.track_o_band_ratio.unit == "ratio"
     case = Case(Shape(1, 2, 256, 256, 64), "normal", True)

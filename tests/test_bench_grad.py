@@ -31,7 +31,7 @@ def test_grid_is_the_registry():
 def test_suite_reads_records_and_skips_with_the_reason():
     from flashbench.inputs import Shape
     from flashbench.measure.backward import measure_gradients
-    from flashbench.measure.forward import Case
+    from flashbench.measure.records import Case
 
     (rec,) = measure_gradients(Case(Shape(1, 1, 24, 24, 16), causal=True), ["bf16"],
                                ["flash_model"])
@@ -84,7 +84,7 @@ def test_a_failed_backward_fails_the_track_instead_of_skipping():
     kernel and the reason (asv records null), never NotImplementedError (a skip)."""
     from benchmarks.common import KernelFailed
     from flashbench.inputs import Shape
-    from flashbench.measure.forward import Case, Failed
+    from flashbench.measure.records import Case, Failed
 
     case = Case(Shape(1, 1, 24, 24, 16))
     results = {("triton", "fp16", False, "s"): Failed(case, "triton", "fp16",

@@ -76,7 +76,7 @@ def test_a_failed_kernel_fails_the_accuracy_track_instead_of_skipping():
     only Unavailable (no GPU, not applicable) skips."""
     from benchmarks.common import KernelFailed
     from flashbench.inputs import Shape
-    from flashbench.measure.forward import Case, Failed, Unavailable
+    from flashbench.measure.records import Case, Failed, Unavailable
 
     case = Case(Shape(1, 1, 16, 16, 16))
     results = {
@@ -160,7 +160,7 @@ def test_peak_memory_child_skips_or_fails_with_the_reason():
 
 def test_an_lse_the_kernel_does_not_return_is_not_applicable():
     from flashbench.inputs import Shape
-    from flashbench.measure.forward import LSE_NOT_RETURNED, Accuracy, Case
+    from flashbench.measure.records import LSE_NOT_RETURNED, Accuracy, Case
 
     stats = {"max_abs": 1e-7, "rmse": 1e-8, "rel_p99": 1e-6}
     rec = Accuracy(Case(Shape(1, 1, 16, 16, 16)), "mine:fn", "fp32", o=stats, lse=None,

@@ -12,7 +12,7 @@ from benchmarks.common import KernelFailed  # noqa: E402
 from flashbench.backends.decode import DECODE_BACKENDS  # noqa: E402
 from flashbench.history.suites import accuracy_metric, rule_limit  # noqa: E402
 from flashbench.measure.decode import MODEL  # noqa: E402
-from flashbench.measure.forward import Failed  # noqa: E402
+from flashbench.measure.records import Failed  # noqa: E402
 
 
 def test_decode_grid_is_the_registry():

@@ -159,7 +159,7 @@ def test_fp8_timed_output_check_catches_a_wrong_output(working_interpreter):
 
 
 def test_fp8_check_rows_compare_the_kernel_with_the_model():
-    from flashbench.measure.forward import Case
+    from flashbench.measure.records import Case
 
     gb = _gpu_bench()
     rows = gb.fp8_check_rows(Case(Shape(1, 2, 200, 260, 64), causal=True))

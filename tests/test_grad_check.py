@@ -10,7 +10,7 @@ from flashbench.cli import main
 from flashbench.inputs import Shape
 from flashbench.measure import backward as MG
 from flashbench.measure.check import overall_passed, render_text, run_check
-from flashbench.measure.forward import Case, Unavailable
+from flashbench.measure.records import Case, Unavailable
 
 SMALL = Case(Shape(1, 2, 40, 48, 16), "normal", True)
 
@@ -49,9 +49,9 @@ def test_a_wrong_backward_fails_the_rule(monkeypatch):
 
 
 def test_the_interpreter_limit_applies_to_the_triton_backward(monkeypatch):
-    import flashbench.measure.forward as measure
+    import flashbench.measure.records as records
 
-    monkeypatch.setattr(measure, "INTERPRETER_LIMIT", 100)
+    monkeypatch.setattr(records, "INTERPRETER_LIMIT", 100)
     recs = MG.measure_gradients(SMALL, ["fp16"], ["triton"])
     assert len(recs) == 1 and isinstance(recs[0], Unavailable)
     assert "interpreter" in recs[0].reason

@@ -231,7 +231,7 @@ def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys
     the kernel's own and is judged."""
     from flashbench.backends import outputs
     from flashbench.measure.check import render_text
-    from flashbench.measure.forward import LSE_NOT_RETURNED
+    from flashbench.measure.records import LSE_NOT_RETURNED
 
     monkeypatch.setattr(outputs, "reference_lse", lambda q, k, v, causal, scale:
                         torch.zeros(q.shape[:3]))  # a stand-in that would fail any rule
@@ -248,7 +248,8 @@ def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys
 
 def test_a_wrong_lse_of_its_own_fails_the_kernel(user_module):
     """The kernel's own LSE is judged: a pair whose LSE is off fails (o is right)."""
-    from flashbench.measure.forward import Case, measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
+    from flashbench.measure.records import Case
 
     (rec,) = measure_accuracy(Case(Shape(1, 2, 64, 64, 32)), ["fp32"], ["fbuser_kern:off_lse"])
     assert rec.lse_note is None and rec.o_ratio < 2 and rec.lse_ratio > 2 and not rec.passed

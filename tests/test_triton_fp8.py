@@ -339,7 +339,8 @@ def test_check_judges_it_beside_the_flash_model():
     """measure_accuracy (what `flashbench check --dtype fp8` runs) gives triton-fp8 the
     fp32 inputs, and on the interpreter's tiles (the flash model's default block) its
     error against float64 equals the flash model's to a few percent."""
-    from flashbench.measure.forward import Accuracy, Case, measure_accuracy
+    from flashbench.measure.forward import measure_accuracy
+    from flashbench.measure.records import Accuracy, Case
 
     recs = measure_accuracy(Case(Shape(1, 2, 256, 256, 64), "outliers", True), ["fp8"],
                             ["flash_model", "triton-fp8"])

@@ -95,7 +95,7 @@ def test_backend_and_measure_say_interpreted_on_a_cpu_only_machine_with_interpre
         from flashbench.inputs import Shape
         from flashbench.kernels import triton_fwd
         from flashbench.kernels.checks import BackendUnavailable
-        from flashbench.measure.forward import interpreter_too_slow
+        from flashbench.measure.records import interpreter_too_slow
         assert not torch.cuda.is_available()
         assert triton_fwd.INTERPRET is True
         big = Shape(1, 32, 4096, 4096, 128)

@@ -116,7 +116,7 @@ def test_the_asv_variant_grid_names_its_cases_as_the_check_prints_them():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks import bench_variants as bv
     from flashbench.inputs import Shape
-    from flashbench.measure.forward import Case
+    from flashbench.measure.records import Case
     from flashbench.measure.varlen import VARIANT_SET
 
     assert bv.VARIANTS == VARIANT_SET  # asv needs its grid literal: held equal here

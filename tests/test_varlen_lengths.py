@@ -116,7 +116,7 @@ def test_a_packed_batch_reaches_kernels_rounded_once(monkeypatch):
     from flashbench.backends import BACKENDS
     from flashbench.bands.measure import caller_inputs
     from flashbench.inputs import Shape
-    from flashbench.measure.forward import Case
+    from flashbench.measure.records import Case
     from flashbench.measure.varlen import measure_varlen, varlen_inputs
 
     seen = []

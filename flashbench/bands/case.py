@@ -71,7 +71,7 @@ def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad
 def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
                    softcap: float | None = None, sinks: bool = False) -> dict:
     """The variant's keywords of one seed's problem (those of ``flashbench check``'s case,
-    :meth:`flashbench.measure.forward.Case.kwargs`): the window and softcap where set, and
+    :meth:`flashbench.measure.records.Case.kwargs`): the window and softcap where set, and
     with ``sinks`` one N(0, 1) logit per query head from ``default_rng(seed + 2)``."""
     kw = {}
     if tuple(window) != (-1, -1):

@@ -157,7 +157,8 @@ def add_parser(sub) -> None:
 
 
 def _cases(args):
-    from flashbench.measure.forward import Case, default_cases
+    from flashbench.measure.forward import default_cases
+    from flashbench.measure.records import Case
 
     if args.shape:
         causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]

@@ -1,8 +1,8 @@
 """Gradient measurement: the backward pass judged like the forward, one record per measurement.
 
-Beside :mod:`flashbench.measure` (the forward's cases and records), with the same habits:
-this module computes and returns dataclass records; ``flashbench check`` renders them, the
-asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
+Beside :mod:`flashbench.measure.forward`, on the cases and records of :mod:`.records`, with
+the same habits: this module computes and returns dataclass records; ``flashbench check``
+renders them, the asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
 
 - :func:`default_grad_cases`: the small cases ``flashbench check`` judges gradients on by
   default (the interpreted Triton backward must fit the check's budget);
@@ -28,7 +28,7 @@ from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.measure.bandjudge import CaseBands, combine
-from flashbench.measure.forward import (
+from flashbench.measure.records import (
     EXACT_TOL,
     Case,
     Failed,

@@ -30,7 +30,7 @@ class CaseBands:
     """Bands and rounded-input references of one case (module docstring). ``inputs``: the
     float64 (q, k, v) (packed [total, heads, d] for a varlen case), or (q, k, v, do) with
     ``grad=True``; ``seed``: the inputs' (the
-    case's keywords, :meth:`~flashbench.measure.forward.Case.kwargs`, draw its sinks from
+    case's keywords, :meth:`~flashbench.measure.records.Case.kwargs`, draw its sinks from
     it). ``apply`` False: inputs not drawn from the case's distribution, which the band
     describes: no band verdicts."""
 

@@ -34,14 +34,8 @@ from flashbench.measure.backward import (
     grad_output,
     measure_gradients,
 )
-from flashbench.measure.forward import (
-    EXACT_TOL,
-    Case,
-    default_cases,
-    exactness,
-    measure_accuracy,
-    private,
-)
+from flashbench.measure.forward import default_cases, exactness, measure_accuracy
+from flashbench.measure.records import EXACT_TOL, Case, private
 from flashbench.measure.varlen import (
     measure_varlen,
     measure_varlen_gradients,

@@ -32,7 +32,7 @@ from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.kernels.headdim import DECODE_HEAD_DIMS, decode_head_dims_problem
 from flashbench.measure.bandjudge import DecodeBands
-from flashbench.measure.forward import (
+from flashbench.measure.records import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
     INTERPRETER_NOTE,

@@ -1,14 +1,13 @@
-"""Accuracy measurement: the cases flashbench judges and one record per measurement.
+"""The forward's accuracy: the cases flashbench judges and one record per measurement.
 
-Measuring apart from reporting: this module returns dataclass records, which ``flashbench
-check`` (:mod:`flashbench.measure.check`) renders, the asv accuracy suite tracks and the
-GPU script tabulates; nothing here prints (progress goes through ``say``) or decides an
-exit status. :class:`Case` (a shape, an input distribution, causal or not, a variant);
-:func:`default_cases`; :func:`exactness` (streamed vs one-shot in float64 ->
-:class:`Exactness`, passed iff max |diff| <= :data:`EXACT_TOL`); :func:`measure_accuracy`
-(each kernel in each dtype against the float64 reference, by the baseline rule and the
-band rule -> :class:`Accuracy`, or :class:`Unavailable` with the reason, or
-:class:`Failed`); :func:`attempt` (a backend call's failure as its record). Gradients:
+Measuring apart from reporting: this module returns the records of :mod:`.records`, which
+``flashbench check`` renders (:mod:`flashbench.cli.check_tables`), the asv accuracy suite
+tracks and the GPU script tabulates; nothing here prints (progress goes through ``say``) or
+decides an exit status. :func:`default_cases`; :func:`exactness` (streamed vs one-shot in
+float64 -> :class:`~.records.Exactness`, passed iff max |diff| <= :data:`EXACT_TOL`);
+:func:`measure_accuracy` (each kernel in each dtype against the float64 reference, by the
+baseline rule and the band rule -> :class:`~.records.Accuracy`, or
+:class:`~.records.Unavailable` with the reason, or :class:`~.records.Failed`). Gradients:
 :mod:`flashbench.measure.backward`.
 """
 
@@ -17,81 +16,33 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from functools import partial
 
-import numpy as np
-
 from flashbench import numerics, reference
-from flashbench.accuracy import BASELINE_FACTOR, error_stats, judge
+from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
-from flashbench.measure.bandjudge import CaseBands, combine
+from flashbench.measure.bandjudge import CaseBands
+from flashbench.measure.records import (
+    EXACT_TOL,
+    INTERPRETER_NOTE,
+    Accuracy,
+    Case,
+    Exactness,
+    Unavailable,
+    accuracy_record,
+    attempt,
+    handed,
+    private,
+    unavailable_reason,
+    with_note,
+)
 from flashbench.reference.streaming import masked_scores
 
-__all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "LSE_NOT_RETURNED",
-           "LSE_STAND_IN", "Case", "default_cases", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "exactness", "unavailable_reason", "measure_accuracy", "private", "handed",
-           "INTERPRETER_NOTE", "with_note", "attempt"]
-
-EXACT_TOL = 1e-12
-# The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
-INTERPRETER_LIMIT = 2 * 1024 * 1024
-INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
-# Accuracy.lse_note: why an LSE is not judged (None: the kernel's own LSE, judged)
-LSE_NOT_RETURNED = "not returned by the kernel (not judged)"
-# a user's Triton kernel under the interpreter: flashbench fixes its bf16 dots and its fp32 ->
-# bf16 / e4m3 casts (flashbench.kernels.interpreter.patch_interpreter), not the rest
-INTERPRETED_WRONG = ("bf16", "fp8")
-INTERPRETER_NOTE = ("ran under Triton's interpreter (TRITON_INTERPRET=1), whose bf16 and fp8 "
-                    "arithmetic beyond dots and casts runs on raw bits: the interpreter is the "
-                    "likely cause; check on a GPU")
-LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumexp of the "
-                "inputs, rounded to fp32), shown for information (not judged)")
-
-
-@dataclass(frozen=True)
-class Case:
-    """One accuracy problem: a shape, an input distribution, causal or not, and a variant
-    (:mod:`flashbench.inputs.variant`): a window, a softcap, sinks (``sinks=True``: one
-    seeded N(0, 1) logit per query head, :meth:`kwargs`). ``varlen``: a packed batch of
-    sequences of these lengths (:mod:`flashbench.measure.varlen`; ``shape`` gives H, Hkv, d).
-    """
-
-    shape: Shape
-    dist: str = "normal"
-    causal: bool = False
-    window: tuple[int, int] = (-1, -1)
-    softcap: float | None = None
-    sinks: bool = False
-    varlen: tuple[int, ...] | None = None  # a packed batch: these sequence lengths (q and k)
-
-    def kwargs(self, seed: int = 0) -> dict:
-        """The keywords every path takes for this case: causal, and the variant's where set
-        (the sinks drawn from ``default_rng(seed + 2)``; the inputs use seed, dO seed + 1)."""
-        kw = {"causal": self.causal}
-        if self.window != (-1, -1):
-            kw["window"] = self.window
-        if self.softcap is not None:
-            kw["softcap"] = self.softcap
-        if self.sinks:
-            kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(self.shape.H)
-        return kw
-
-    def variant(self, seed: int = 0) -> Variant | None:
-        """The case's :class:`Variant` for backends (None: plain attention, causal or not)."""
-        kw = self.kwargs(seed)
-        return None if len(kw) == 1 else Variant(**kw)
-
-    def label(self) -> str:
-        extra = Variant(window=self.window, softcap=self.softcap,
-                        sinks=(0.0,) if self.sinks else None).label()
-        shape = self.shape.label() if self.varlen is None else (
-            f"varlen {','.join(map(str, self.varlen))} H={self.shape.H} d={self.shape.d}")
-        return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
-                f"{'' if extra == 'full' else ' ' + extra}")
+__all__ = ["default_cases", "exactness", "measure_accuracy"]
 
 
 def default_cases() -> list[Case]:
@@ -104,104 +55,6 @@ def default_cases() -> list[Case]:
         Case(Shape(1, 2, 4096, 4096, 64), "normal", False),
         Case(Shape(1, 8, 2048, 2048, 64), "outliers", False),
     ]
-
-
-@dataclass(frozen=True)
-class Exactness:
-    """Streamed vs one-shot in float64 for one quantity ("softmax", "attention O", ...)."""
-
-    case: Case
-    what: str
-    max_abs: float
-    passed: bool
-
-    def as_dict(self) -> dict:
-        return {"case": self.case.label(), "what": self.what, "max_abs": self.max_abs,
-                "passed": self.passed}
-
-
-@dataclass(frozen=True)
-class Accuracy:
-    """One kernel in one dtype on one case, against the float64 reference.
-
-    ``o`` / ``lse``: :func:`flashbench.accuracy.error_stats` of the kernel's output;
-    ``o_standard`` / ``lse_standard``: the same for the same-dtype standard model;
-    ``o_ratio`` / ``lse_ratio``: kernel max abs error / standard's (the baseline
-    rule as one number); ``passed``: both rules hold for O and, where it is judged,
-    LSE: the baseline rule (``baseline_passed``) and the band rule (``band_passed``;
-    ``o_band_ratio`` / ``lse_band_ratio``: <= 1 passes; ``band``: its verdicts,
-    :mod:`flashbench.accuracy.bandrule`); ``disagreement``: where the rules disagree, which
-    failed and why (one line). ``peer``: a backend flashbench does not own (informative only).
-    ``streamed_vs_oneshot_o`` / ``_lse`` (flash_model only): flash_model against
-    standard_model in the same dtype.
-
-    ``lse_note``: None when the LSE is the kernel's own (judged); else why it is not
-    judged: :data:`LSE_NOT_RETURNED` (a kernel that returns only o: ``lse`` and
-    ``lse_ratio`` are None, it is judged on O alone) or :data:`LSE_STAND_IN` (a peer
-    whose op returns none: the stand-in's numbers, for information).
-    ``yardsticks``: None when every ratio is against the same-dtype standard model;
-    else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
-    model overflowed (:func:`flashbench.accuracy.baseline_rule`).
-    ``note``: a FAIL's likely cause flashbench knows of (:data:`INTERPRETER_NOTE`).
-    """
-
-    case: Case
-    kernel: str
-    dtype: str
-    o: dict
-    lse: dict | None
-    o_standard: dict
-    lse_standard: dict
-    o_ratio: float
-    lse_ratio: float | None
-    passed: bool
-    peer: bool = False
-    streamed_vs_oneshot_o: dict | None = None
-    streamed_vs_oneshot_lse: dict | None = None
-    lse_note: str | None = None
-    yardsticks: dict | None = None
-    note: str | None = None
-    o_band_ratio: float | None = None
-    lse_band_ratio: float | None = None
-    baseline_passed: bool | None = None
-    band_passed: bool | None = None
-    band: dict | None = None
-    disagreement: str | None = None
-
-    def as_dict(self) -> dict:
-        """JSON-ready row (the case as its label; absent comparisons left out)."""
-        row = {k: v for k, v in asdict(self).items() if v is not None and k != "case"}
-        return {"case": self.case.label(), **row}
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """A kernel that cannot run a case here, and the reason in one sentence."""
-
-    case: Case
-    kernel: str
-    dtype: str
-    reason: str
-
-    def as_dict(self) -> dict:
-        return {"case": self.case.label(), "kernel": self.kernel, "dtype": self.dtype,
-                "skipped": self.reason}
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A backend that ran and gave no valid result (it raised, returned the wrong shape
-    or dtype, or non-finite values where the reference is finite): a FAIL, with why."""
-
-    case: Case
-    kernel: str
-    dtype: str
-    reason: str
-    peer: bool = False
-
-    def as_dict(self) -> dict:
-        return {"case": self.case.label(), "kernel": self.kernel, "dtype": self.dtype,
-                "failed": self.reason, "passed": False, "peer": self.peer}
 
 
 def exactness(case: Case, q, k, v, ref, block: int, seed: int = 0) -> list[Exactness]:
@@ -218,110 +71,6 @@ def exactness(case: Case, q, k, v, ref, block: int, seed: int = 0) -> list[Exact
     }
     return [Exactness(case, what, st["max_abs"], st["max_abs"] <= EXACT_TOL)
             for what, st in diffs.items()]
-
-
-def interpreter_too_slow(backend, shape: Shape) -> bool:
-    """True when ``backend`` runs interpreted here and ``shape`` has more than
-    :data:`INTERPRETER_LIMIT` score elements (B*H*Nq*Nk)."""
-    return backend.interpreted() and shape.B * shape.H * shape.Nq * shape.Nk > INTERPRETER_LIMIT
-
-
-def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
-    """None when ``backend`` can run ``shape`` in ``dtype`` here, else why, in one
-    sentence: its own reason (``Backend.unavailable_for``) or
-    :data:`INTERPRETER_TOO_SLOW`. The forward and the gradients ask this alike."""
-    reason = backend.unavailable_for(shape, dtype)
-    if reason is None and interpreter_too_slow(backend, shape):
-        reason = INTERPRETER_TOO_SLOW
-    return reason
-
-
-def with_note(reason: str, backend, dtype: str) -> str:
-    """``reason`` with :data:`INTERPRETER_NOTE` appended where a user's kernel ran under
-    Triton's interpreter in a dtype whose arithmetic the interpreter gets wrong."""
-    if dtype in INTERPRETED_WRONG and backend.ran_interpreted():
-        return f"{reason}; {INTERPRETER_NOTE}" if reason else INTERPRETER_NOTE
-    return reason
-
-
-def attempt(case, name: str, dtype: str, backend, fn: Callable, /, *args,
-            what: str | None = None, **kwargs):
-    """``(fn(*args, **kwargs), None)``, or ``(None, record)`` where the call found the
-    backend cannot run this case (Unavailable) or it failed (Failed, its reason with
-    :func:`with_note`). ``what`` (e.g. "backward raised"): any other exception is that
-    backend's Failed record too, named so (a call outside the backends' guard, as
-    torch.autograd through one)."""
-    from flashbench.backends import BackendFailed, BackendUnavailable
-
-    try:
-        return fn(*args, **kwargs), None
-    except BackendUnavailable as exc:  # this shape or dtype, found out by running
-        return None, Unavailable(case, name, dtype, str(exc))
-    except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output, a time-out
-        return None, Failed(case, name, dtype, with_note(str(exc), backend, dtype),
-                            peer=backend.peer)
-    except Exception as exc:
-        if what is None:
-            raise  # flashbench's own error: not the backend's verdict
-        return None, Failed(case, name, dtype, f"{what} {type(exc).__name__}: {exc}",
-                            peer=backend.peer)
-
-
-def _yardsticks(verdicts: dict) -> dict | None:
-    """{name: yardstick} of the verdicts whose ratio is not against the standard model."""
-    odd = {name: v.yardstick for name, v in verdicts.items() if v.yardstick != "standard"}
-    return odd or None
-
-
-def _accuracy(case: Case, kernel: str, prec: Precision, out, std, ref, fallback=None,
-              own_lse: bool = True, peer: bool = False, *, bands: CaseBands | None = None,
-              **extra) -> Accuracy:
-    """The record of one kernel's (o, lse) in ``prec``; ``own_lse`` False: its op returned
-    no LSE (a stand-in fills ``out[1]``): judged on O only (the LSE note says why).
-    ``bands``: the case's :class:`~flashbench.measure.bandjudge.CaseBands` (the band rule's
-    side)."""
-    j = judge(out, std, ref, prec, fallback=fallback, model=kernel == "flash_model")
-    verdicts = {"o": j["o"]["verdict"], "lse": j["lse"]["verdict"]}
-    note = None if own_lse else (LSE_STAND_IN if peer else LSE_NOT_RETURNED)
-    shown = note is None or peer  # a non-peer's stand-in is not shown: it is not its LSE
-    if not shown:
-        del verdicts["lse"]
-    judged = ("o",) if note is not None else ("o", "lse")
-    rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
-                    None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR)
-    return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
-                    lse=j["lse"]["kernel"] if shown else None,
-                    o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
-                    o_ratio=j["o"]["verdict"].ratio,
-                    lse_ratio=j["lse"]["verdict"].ratio if shown else None,
-                    peer=peer, lse_note=note, yardsticks=_yardsticks(verdicts), **rules,
-                    **extra)
-
-
-accuracy_record = _accuracy  # public: flashbench.measure.decode builds its records with it
-
-
-def private(*arrays) -> tuple:
-    """The harness's own copies of the inputs, read-only: the reference, the models and
-    every yardstick are computed from them, and no backend is ever given them
-    (:func:`handed`). Arrays already read-only are taken as they are."""
-    out = []
-    for x in arrays:
-        if x.flags.writeable or x.base is not None:
-            x = np.array(x)
-            x.flags.writeable = False
-        out.append(x)
-    return tuple(out)
-
-
-def handed(precision: str | Precision, *arrays) -> list:
-    """Fresh torch copies of ``arrays`` in ``precision`` for one backend call: whatever a
-    backend does to them reaches no other backend and none of the harness's arrays."""
-    import torch
-
-    from flashbench.kernels.checks import torch_dtype
-
-    return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]
 
 
 def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],
@@ -360,7 +109,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
             if name == "flash_model":
                 say(f"  flash_model {dtype}")
                 out = flash()
-                records.append(_accuracy(
+                records.append(accuracy_record(
                     case, name, prec, out, std, ref, fallback=flash, bands=bands,
                     streamed_vs_oneshot_o=error_stats(out[0], std[0], prec),
                     streamed_vs_oneshot_lse=error_stats(out[1], std[1], prec)))
@@ -385,11 +134,10 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
             if failed is not None:
                 records.append(failed)
                 continue
-            rec = _accuracy(case, name, prec, out, std, ref, fallback=flash,
-                            own_lse=getattr(out, "own_lse", True), peer=backend.peer,
-                            bands=bands)
+            rec = accuracy_record(case, name, prec, out, std, ref, fallback=flash,
+                                  own_lse=getattr(out, "own_lse", True), peer=backend.peer,
+                                  bands=bands)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
             records.append(rec)
     return records
-

@@ -1,12 +1,12 @@
 """Accuracy of packed variable-length batches (``flashbench check --varlen 512,1000,77``).
 
-A :class:`~flashbench.measure.forward.Case` with ``varlen`` lengths is a packed batch in
+A :class:`~flashbench.measure.records.Case` with ``varlen`` lengths is a packed batch in
 FlashAttention's layout (q, k, v [total, heads, d], the same lengths for queries and keys,
 drawn as one sequence of ``total`` rows by :func:`flashbench.inputs.make_qkv` and cut at
 ``cu_seqlens``). The reference, the exactness (streamed vs one-shot) and the two precision
 models run per sequence (:func:`flashbench.reference.varlen.per_sequence`); backends run
 their ``varlen`` callable, and one without it is "not applicable". The records are those
-of :mod:`flashbench.measure.forward`, judged by the same two rules. Gradients
+of :mod:`flashbench.measure.records`, judged by the same two rules. Gradients
 (:func:`measure_varlen_gradients`): the float64 varlen backward, streamed vs one-shot, and
 the two backward models per sequence (:func:`flashbench.reference.varlen.per_sequence_grad`)
 judge the flash model and every backend whose packed path is differentiable
@@ -25,7 +25,7 @@ from flashbench.accuracy import error_stats
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.measure.bandjudge import CaseBands
-from flashbench.measure.forward import (
+from flashbench.measure.records import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
     INTERPRETER_TOO_SLOW,
@@ -33,8 +33,9 @@ from flashbench.measure.forward import (
     Exactness,
     Failed,
     Unavailable,
-    _accuracy,
+    accuracy_record,
     attempt,
+    handed,
 )
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
@@ -87,7 +88,6 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     from flashbench.backends import get_backend
     from flashbench.bands.measure import caller_inputs
-    from flashbench.measure.forward import handed
 
     q, k, v, cu = varlen_inputs(case, seed) if inputs is None else inputs
     kw = case.kwargs(seed)
@@ -101,7 +101,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                              **kw)
         for name in kernels:
             if name == "flash_model":
-                records.append(_accuracy(
+                records.append(accuracy_record(
                     case, name, prec, flash, std, ref, fallback=flash, bands=bands,
                     streamed_vs_oneshot_o=error_stats(flash[0], std[0], prec),
                     streamed_vs_oneshot_lse=error_stats(flash[1], std[1], prec)))
@@ -129,8 +129,8 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                                       f"{out[1].shape}; expected {ref[0].shape}, "
                                       f"{ref[1].shape}", peer=backend.peer))
                 continue
-            records.append(_accuracy(case, name, prec, out, std, ref, fallback=flash,
-                                     peer=backend.peer, bands=bands))
+            records.append(accuracy_record(case, name, prec, out, std, ref, fallback=flash,
+                                           peer=backend.peer, bands=bands))
     return records
 
 
@@ -157,7 +157,6 @@ def _varlen_autograd(backend, q, k, v, do, cu, prec: Precision, kw):
     import torch
 
     from flashbench.bands.measure import caller_inputs
-    from flashbench.measure.forward import handed
 
     given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v, do)))
     dev = backend.device(given[0].device)
