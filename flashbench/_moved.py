@@ -19,7 +19,7 @@ MOVED = {
     "flashbench.measure_grad": "flashbench.measure.backward",
     "flashbench.footprint": "flashbench.measure.footprint",
     "flashbench.timing": "flashbench.measure.timing",
-    "flashbench.check": "flashbench.measure.check",
+    "flashbench.check": "flashbench.measure.run",
     "flashbench.tables": "flashbench.measure.papers",
     "flashbench.machine": "flashbench.infra.machine",
     "flashbench.locks": "flashbench.infra.locks",

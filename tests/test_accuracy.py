@@ -174,8 +174,8 @@ def test_judge_uses_the_fallback_only_where_the_standard_overflowed():
 def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
     """Through measure_accuracy: the flash model's record reads ratio 1 against itself
     (it was 0), names the yardstick, passes; the check table says "(vs flash_model)"."""
+    from flashbench.cli.check_tables import judge_cells
     from flashbench.inputs import Shape
-    from flashbench.measure.check import _judge_cells
     from flashbench.measure.forward import measure_accuracy
     from flashbench.measure.records import Case
 
@@ -187,7 +187,7 @@ def test_accuracy_records_name_the_yardstick_where_the_standard_overflowed():
     assert rec.passed and rec.o_ratio == 1.0 and rec.lse_ratio == 1.0
     assert rec.yardsticks == {"o": "flash_model", "lse": "flash_model"}
     row = rec.as_dict()
-    assert "1.00 (vs flash_model)" in _judge_cells(row)
+    assert "1.00 (vs flash_model)" in judge_cells(row)
 
 
 def test_where_the_standard_is_exact_the_ratio_is_against_the_fallback():

@@ -262,8 +262,8 @@ def test_own_lse_is_declared_where_the_op_returns_one():
 def test_a_peer_lse_is_the_stand_in_shown_for_information_not_judged(monkeypatch):
     """Finding 8: torch's ops return no LSE; the stand-in's numbers are shown (marked),
     never judged: a stand-in patched to be wrong cannot fail the peer."""
+    from flashbench.cli.check_tables import judge_cells
     from flashbench.kernels import torch_peers
-    from flashbench.measure.check import _judge_cells
     from flashbench.measure.forward import measure_accuracy
     from flashbench.measure.records import LSE_STAND_IN, Case
 
@@ -274,7 +274,7 @@ def test_a_peer_lse_is_the_stand_in_shown_for_information_not_judged(monkeypatch
                         torch.zeros(q.shape[:3], device=q.device))
     (rec,) = measure_accuracy(case, ["fp32"], ["torch-naive"])
     assert rec.lse_note == LSE_STAND_IN and rec.lse_ratio > 2 and rec.passed
-    assert "(stand-in)" in " ".join(_judge_cells(rec.as_dict()))
+    assert "(stand-in)" in " ".join(judge_cells(rec.as_dict()))
 
 
 @settings(max_examples=25, deadline=None)

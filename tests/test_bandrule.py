@@ -171,19 +171,20 @@ def test_each_defect_adds_error(defect):
 
 
 def test_the_check_renders_both_rules_and_names_the_failing_one():
-    from flashbench.measure.check import overall_passed, render_text, run_check
+    from flashbench.cli.check_tables import render_tables
+    from flashbench.measure.run import overall_passed, run_check
 
     case = Case(Shape(1, 2, 1024, 1024, 64), "normal", False)  # a default case: in the table
-    report = run_check([case], dtypes=["fp16"], progress=False, grad_cases=())
+    report = run_check([case], dtypes=["fp16"], grad_cases=())
     row = report["dtypes"][0]
     assert row["passed"] and row["band_passed"] and row["o_band_ratio"] <= 1
     assert row["band"]["o"]["source"] == "table" and report["passed"]
-    text = render_text(report)
+    text = render_tables(report)
     assert "O band" in text and "RESULT: PASS" in text
     row.update(passed=False, band_passed=False, o_band_ratio=3.2,
                disagreement="band rule FAIL, baseline rule PASS: O rmse ...")
     report["passed"] = overall_passed(report)
-    text = render_text(report)
+    text = render_tables(report)
     assert "FAIL (band)" in text and "band rule FAIL, baseline rule PASS: O rmse" in text
     assert "RESULT: FAIL" in text
 

@@ -54,7 +54,7 @@ def _run(argv, captured):
         return {"passed": True}
 
     err = io.StringIO()
-    with mock.patch("flashbench.measure.check.run_check", forward), \
+    with mock.patch("flashbench.measure.run.run_check", forward), \
             mock.patch("flashbench.cli.check._render", lambda r, saved, tables: "ok"), \
             mock.patch("flashbench.measure.decode.run_decode_check", decode), \
             mock.patch("flashbench.cli.decode.render_decode", lambda r: "ok"), \
@@ -110,7 +110,7 @@ def _numeric_options():
                 for opt in sub._actions:
                     kind = getattr(opt.type, "__name__", "")
                     if opt.option_strings and kind in ("number", "positive_int", "seed", "int", "block",
-                                                       "_block", "_softcap", "_window"):
+                                                       "_block", "softcap", "window"):
                         yield name, opt.option_strings[-1]
 
 

@@ -170,7 +170,7 @@ EXP_LSE = textwrap.dedent('''
 
 def test_a_band_fail_names_the_likely_cause_and_the_defect_table():
     from flashbench.accuracy.bandrule import DEFECT_TABLE, BandVerdict, rules_disagree
-    from flashbench.measure.check import _band_notes
+    from flashbench.cli.check_tables import band_notes
 
     band = BandVerdict("o", 1.03, False, "abs_p99", {"abs_p99": 1.03}, {"abs_p99": 4.07e-8},
                        {"abs_p99": 2.82e-8}, {"abs_p99": 1.4}, "measured")
@@ -178,7 +178,7 @@ def test_a_band_fail_names_the_likely_cause_and_the_defect_table():
     assert "P = exp(S - LSE) with an fp32 LSE" in line and DEFECT_TABLE in line
     row = {"backend": "mine", "dtype": "bf16", "case": "c", "band_passed": False,
            "band": {"o": {"passed": True}, "lse": {"passed": False}}}
-    (note,) = [n for n in _band_notes([row], sources=False) if "mine" in n]
+    (note,) = [n for n in band_notes([row], sources=False) if "mine" in n]
     assert "band rule FAIL on LSE: likely the running max" in note and DEFECT_TABLE in note
 
 

@@ -86,7 +86,7 @@ def test_cli_rejects_bad_arguments():
 
 
 def test_peers_inform_but_only_owned_kernels_fail_the_check():
-    from flashbench.measure.check import overall_passed
+    from flashbench.measure.run import overall_passed
 
     ok = {"exactness": [{"passed": True}], "dtypes": [{"passed": True}]}
     assert overall_passed(ok | {"backends": [{"passed": False, "peer": True}]})

@@ -7,10 +7,11 @@ import pytest
 
 from flashbench.accuracy import GRAD_FACTOR
 from flashbench.cli import main
+from flashbench.cli.check_tables import render_tables
 from flashbench.inputs import Shape
 from flashbench.measure import backward as MG
-from flashbench.measure.check import overall_passed, render_text, run_check
 from flashbench.measure.records import Case, Unavailable
+from flashbench.measure.run import overall_passed, run_check
 
 SMALL = Case(Shape(1, 2, 40, 48, 16), "normal", True)
 
@@ -87,11 +88,11 @@ def test_default_gradient_cases_are_small_and_cover_gqa_and_nq_ne_nk():
 
 def test_check_report_and_tables():
     report = run_check([Case(Shape(1, 1, 24, 24, 16))], dtypes=["fp16"], backends=["triton"],
-                       progress=False, grad_cases=[SMALL])
+                       grad_cases=[SMALL])
     assert report["passed"] and report["grad_cases"] == [SMALL.label()]
     assert [r["what"] for r in report["grad_exactness"]] == ["dq", "dk", "dv"]
     assert {r["kernel"] for r in report["gradients"]} == {"flash_model", "triton"}
-    text = render_text(report)
+    text = render_tables(report)
     assert "4. Backward exactness in float64" in text
     assert "5. Gradients against the float64 ones, and the gradient rule" in text
     assert "3 x the same-dtype standard backward's + floor" in text
@@ -101,15 +102,14 @@ def test_check_report_and_tables():
 
 def test_default_gradient_cases_are_named_in_the_output(monkeypatch):
     monkeypatch.setattr(MG, "default_grad_cases", lambda: [SMALL])
-    import flashbench.measure.check as check
+    import flashbench.measure.run as run
 
-    monkeypatch.setattr(check, "default_grad_cases", lambda: [SMALL])
-    report = run_check([Case(Shape(1, 1, 24, 24, 16), causal=True)], dtypes=["bf16"],
-                       progress=False)
+    monkeypatch.setattr(run, "default_grad_cases", lambda: [SMALL])
+    report = run_check([Case(Shape(1, 1, 24, 24, 16), causal=True)], dtypes=["bf16"])
     assert report["grad_cases"] == [SMALL.label()]
-    assert "default gradient cases" in render_text(report)
+    assert "default gradient cases" in render_tables(report)
     # a check without causal cases takes no causal gradient case
-    report = run_check([Case(Shape(1, 1, 24, 24, 16))], dtypes=["bf16"], progress=False)
+    report = run_check([Case(Shape(1, 1, 24, 24, 16))], dtypes=["bf16"])
     assert report["grad_cases"] == []
 
 
@@ -151,7 +151,7 @@ def test_where_the_standard_backward_overflowed_ratios_are_against_the_flash_mod
             if g in r.yardsticks:
                 assert 0 < getattr(r, f"{g}_ratio") < GRAD_FACTOR, (r.kernel, g)
     assert all(by["flash_model"].__dict__[f"{g}_ratio"] == 1.0 for g in by["flash_model"].yardsticks)
-    assert "(vs flash_model)" in render_text(
+    assert "(vs flash_model)" in render_tables(
         {"meta": {"seed": 0, "block": 64, "date": ""}, "exactness": [], "dtypes": [],
          "backends": [], "grad_cases": ["x"], "grad_exactness": [],
          "gradients": [r.as_dict() for r in recs], "passed": True})

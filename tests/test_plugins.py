@@ -230,7 +230,7 @@ def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys
     towards passed (a wrong stand-in, patched in here, cannot fail it). A pair's LSE is
     the kernel's own and is judged."""
     from flashbench.backends import outputs
-    from flashbench.measure.check import render_text
+    from flashbench.cli.check_tables import render_tables
     from flashbench.measure.records import LSE_NOT_RETURNED
 
     monkeypatch.setattr(outputs, "reference_lse", lambda q, k, v, causal, scale:
@@ -243,7 +243,7 @@ def test_a_function_that_returns_only_o_is_judged_on_o_alone(user_module, capsys
     (pair,) = rows(report, "fbuser_kern:good_pair")
     assert pair["passed"] and "lse_note" not in pair and pair["lse_ratio"] < 2
     assert rc == 0 and report["passed"]
-    assert LSE_NOT_RETURNED in render_text(report)
+    assert LSE_NOT_RETURNED in render_tables(report)
 
 
 def test_a_wrong_lse_of_its_own_fails_the_kernel(user_module):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-from flashbench.cli.common import distinct, positive_int
+from flashbench.cli.common import distinct, positive_int, progress_printer
 from flashbench.cli.output import output_file, write_atomically
 from flashbench.inputs.problem import DISTRIBUTIONS
 
@@ -90,11 +89,7 @@ def run(args) -> int:
         setattr(args, option, distinct(getattr(args, option), f"--{option}", "bands"))
     if args.from_results is None:
         _refuse_big(args)
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+    say = progress_printer(not args.quiet)
 
     if args.from_results is not None:
         bands, meta = _from_results(args.from_results)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-import numpy as np
-
 from flashbench.cli.common import (
     block,
     chosen_backends,
@@ -15,24 +13,14 @@ from flashbench.cli.common import (
     finite,
     parse_shape,
     positive_int,
+    progress_printer,
     seed,
+    softcap,
+    window,
 )
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-
-def _window(text: str) -> tuple[int, int]:
-    """--window L,R: two ints >= -1 (checked by the Variant, the library's own check)."""
-    from flashbench.inputs.variant import Variant
-
-    try:
-        left, right = (int(x) for x in text.split(","))
-        return Variant(window=(left, right)).window
-    except ValueError as exc:
-        message = str(exc) if text.count(",") == 1 and "window" in str(exc) else (
-            f"window must be L,R: two ints >= -1 (-1: unbounded), got {text!r}")
-        raise argparse.ArgumentTypeError(message) from None
 
 
 def _lengths(text: str):
@@ -45,33 +33,6 @@ def _lengths(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _softcap(text: str) -> float:
-    from flashbench.inputs.variant import Variant
-
-    try:
-        cap = Variant(softcap=float(text)).softcap
-    except ValueError as exc:
-        message = str(exc) if "softcap" in str(exc) else (
-            f"softcap must be a number > 0, got {text!r}")
-        raise argparse.ArgumentTypeError(message) from None
-    low, high = SOFTCAP_RANGE
-    if not low <= cap <= high:  # c tanh(s / c) is computed in fp32 by the models and kernels
-        with np.errstate(over="ignore"):
-            fp32 = float(np.float32(cap))
-        what = ("rounds to 0 in fp32" if fp32 == 0 else "rounds to inf in fp32"
-                if not np.isfinite(fp32) else "makes s / C overflow in fp32" if cap < low
-                else "makes s / C fall into fp32's subnormals")
-        raise argparse.ArgumentTypeError(
-            f"softcap {text} {what}, where the models and kernels compute C tanh(s / C); take "
-            f"C in {low:.3g} .. {high:.3g} (Gemma 2: 50)")
-    return cap
-
-
-# --softcap's range: 2^-60 .. 2^60 keeps C, s / C and C tanh(s / C) normal fp32 numbers for
-# any score fp32 holds sensibly (|s| in 2^-60 .. 2^60); outside it the cap itself rounds to 0
-# or inf in fp32, or s / C falls into subnormals, and the models' rounding is no longer the
-# kernels'
-SOFTCAP_RANGE = (2.0 ** -60, 2.0 ** 60)
 # what --decode does not read: forward options (a decode case is --decode-case's)
 FORWARD_ONLY = ("--shape", "--kv-heads", "--window", "--softcap", "--sinks", "--varlen",
                 "--variants", "--block", "--pass")
@@ -96,11 +57,11 @@ def add_parser(sub) -> None:
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=block, default=None,
                    help="streaming block (keys) of the flash model, >= 1 (default 64)")
-    c.add_argument("--window", type=_window, metavar="L,R",
+    c.add_argument("--window", type=window, metavar="L,R",
                    help="sliding window (FlashAttention's window_size): query i sees keys "
                    "i + Nk - Nq - L .. i + Nk - Nq + R; -1 unbounded (e.g. 128,0; write "
                    "--window=-1,0 when L is -1)")
-    c.add_argument("--softcap", type=_softcap, metavar="C",
+    c.add_argument("--softcap", type=softcap, metavar="C",
                    help="logit softcap C > 0: scores become C tanh(s / C) (Gemma 2: 50)")
     c.add_argument("--sinks", action="store_true",
                    help="attention sinks: one seeded N(0, 1) logit per query head in each "
@@ -242,8 +203,8 @@ def run(args) -> int:
         return decode.run(args)
     from flashbench.backends import resolve_backends
     from flashbench.cli.check_view import save_target
-    from flashbench.measure.check import run_check
     from flashbench.measure.footprint import too_big
+    from flashbench.measure.run import run_check
 
     args.dist = distinct(args.dist, "--dist", "check")
     spec = args.varlen
@@ -256,7 +217,7 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_backends)
     saved = save_target(args.save)  # checked before the work
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
-                       backends=backends, progress=not args.quiet,
+                       backends=backends, say=progress_printer(not args.quiet),
                        grad_cases=() if args.pass_ == "fwd" else _grad_cases(args, cases),
                        time_limit=args.timeout, forward=args.pass_ != "bwd")
     if spec is not None and spec.seeded:
@@ -269,10 +230,10 @@ def run(args) -> int:
 def _render(report: dict, saved, tables: bool) -> str:
     """The five tables into ``saved`` (every run, --json too), then the compact view or, with
     --tables, the tables for stdout."""
+    from flashbench.cli.check_tables import render_tables
     from flashbench.cli.check_view import render_compact
     from flashbench.cli.output import write_atomically
-    from flashbench.measure.check import render_text
 
-    text = render_text(report)
+    text = render_tables(report)
     write_atomically(saved, text + "\n", force=True)
     return text if tables else render_compact(report, str(saved))

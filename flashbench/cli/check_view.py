@@ -1,6 +1,6 @@
 """``flashbench check``'s compact view: one line per kernel and case, peers apart, then RESULT.
 
-The five tables (:func:`flashbench.measure.check.render_text`) go to a file every run
+The five tables (:func:`flashbench.cli.check_tables.render_tables`) go to a file every run
 (``--save``) and to stdout with ``--tables``; docs/check.md, "The compact view".
 """
 

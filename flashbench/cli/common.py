@@ -7,6 +7,10 @@ import json
 import math
 import re
 import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
 
 from flashbench.inputs.problem import Shape
 
@@ -79,6 +83,51 @@ def block(text: str) -> int:
         raise argparse.ArgumentTypeError(message) from None
 
 
+def window(text: str) -> tuple[int, int]:
+    """An argument type: --window L,R, two ints >= -1 (checked by the Variant, the library's
+    own check)."""
+    from flashbench.inputs.variant import Variant
+
+    try:
+        left, right = (int(x) for x in text.split(","))
+        return Variant(window=(left, right)).window
+    except ValueError as exc:
+        message = str(exc) if text.count(",") == 1 and "window" in str(exc) else (
+            f"window must be L,R: two ints >= -1 (-1: unbounded), got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def softcap(text: str) -> float:
+    """An argument type: --softcap C, a number > 0 whose C tanh(s / C) fp32 computes as the
+    models and kernels do (:data:`SOFTCAP_RANGE`)."""
+    from flashbench.inputs.variant import Variant
+
+    try:
+        cap = Variant(softcap=float(text)).softcap
+    except ValueError as exc:
+        message = str(exc) if "softcap" in str(exc) else (
+            f"softcap must be a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(message) from None
+    low, high = SOFTCAP_RANGE
+    if not low <= cap <= high:  # c tanh(s / c) is computed in fp32 by the models and kernels
+        with np.errstate(over="ignore"):
+            fp32 = float(np.float32(cap))
+        what = ("rounds to 0 in fp32" if fp32 == 0 else "rounds to inf in fp32"
+                if not np.isfinite(fp32) else "makes s / C overflow in fp32" if cap < low
+                else "makes s / C fall into fp32's subnormals")
+        raise argparse.ArgumentTypeError(
+            f"softcap {text} {what}, where the models and kernels compute C tanh(s / C); take "
+            f"C in {low:.3g} .. {high:.3g} (Gemma 2: 50)")
+    return cap
+
+
+# --softcap's range: 2^-60 .. 2^60 keeps C, s / C and C tanh(s / C) normal fp32 numbers for
+# any score fp32 holds sensibly (|s| in 2^-60 .. 2^60); outside it the cap itself rounds to 0
+# or inf in fp32, or s / C falls into subnormals, and the models' rounding is no longer the
+# kernels'
+SOFTCAP_RANGE = (2.0 ** -60, 2.0 ** 60)
+
+
 def regex(text: str) -> str:
     """An argument type: a regular expression that compiles (returned as text)."""
     try:
@@ -137,6 +186,18 @@ def chosen_backends(args, resolve) -> list:
         only = list(dict.fromkeys(only))
         return [n for n in resolve(only) if n in only]
     return [] if args.no_backends else resolve(args.backend)
+
+
+def progress_printer(enabled: bool) -> Callable[[str], None]:
+    """A ``say`` for the library's progress lines: each on stderr after the seconds since
+    this call (``[  12.3 s] ...``); ``enabled`` False: silent (``--quiet``)."""
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if enabled:
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def emit(report: dict, render, as_json: bool) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from flashbench.cli.common import chosen_backends, emit
+from flashbench.cli.common import chosen_backends, emit, progress_printer
 
 __all__ = ["run", "render_decode", "decode_cases"]
 
@@ -27,7 +27,7 @@ def _g(x) -> str:
 
 def render_decode(report: dict) -> str:
     """The decode report as terminal tables, each headed by what it measures."""
-    from flashbench.measure.check import _band, _band_notes, _verdict
+    from flashbench.cli.check_tables import band_cell, band_notes, verdict_cell
 
     out = [f"flashbench check --decode   seed={report['seed']}", "",
            f"1. Exactness in float64: split-KV merged vs one-shot, vs the forward reference, "
@@ -56,13 +56,13 @@ def render_decode(report: dict) -> str:
             f"{r['lse_ratio']:.2f}" + (" (stand-in)" if r.get("lse_note") else ""))
         rows.append([r["case"], r["kernel"], r["dtype"], _g(r["o"]["max_abs"]),
                      _g(r["o_standard"]["max_abs"]), f"{r['o_ratio']:.2f}", lse,
-                     _band(r, "o"), _band(r, "lse"), _g(r.get("band_err")), _g(r.get("band")),
-                     _verdict(r)])
+                     band_cell(r, "o"), band_cell(r, "lse"), _g(r.get("band_err")),
+                     _g(r.get("band")), verdict_cell(r)])
     out.append(tabulate(rows, headers=["case", "kernel", "dtype", "O max", "std O max",
                                        "O ratio", "LSE ratio", "O band", "LSE band",
                                        "band err", "band", "verdict"]))
     # the notes read the band rule's verdicts under "band" (here the tolerance edge's key)
-    out += _band_notes([{**r, "band": r.get("band_rule")} for r in report["rows"] if "o" in r],
+    out += band_notes([{**r, "band": r.get("band_rule")} for r in report["rows"] if "o" in r],
                        sources=False)
     out += ["   (peer): torch's attention on the gathered cache, judged for information",
             *dict.fromkeys(notes), "", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
@@ -72,7 +72,6 @@ def render_decode(report: dict) -> str:
 def run(args) -> int:
     """``check --decode`` (the check subcommand's parsed arguments)."""
     from flashbench.backends.decode import resolve_decode_backends
-    from flashbench.measure.check import _progress_printer
     from flashbench.measure.decode import run_decode_check
     from flashbench.measure.footprint import decode_too_big
 
@@ -82,5 +81,5 @@ def run(args) -> int:
         raise ValueError(refusal)
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
-                              say=_progress_printer(not args.quiet), time_limit=args.timeout)
+                              say=progress_printer(not args.quiet), time_limit=args.timeout)
     return emit(report, render_decode, args.json)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict
 
-from flashbench.cli.check import _softcap, _window
 from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
+from flashbench.cli.common import softcap as _softcap
+from flashbench.cli.common import window as _window
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)

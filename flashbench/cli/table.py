@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-import time
-
-from flashbench.cli.common import block, distinct, parse_shape, seed
+from flashbench.cli.common import block, distinct, parse_shape, progress_printer, seed
 
 TABLES = ("fa3",)
 
@@ -42,11 +39,7 @@ def run(args) -> int:
     if refusal is not None:
         raise ValueError(refusal)
     seeds = distinct(args.seeds, "--seeds", "table")
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+    say = progress_printer(not args.quiet)
 
     table = fa3_table3(shape, seeds=seeds, block_q=args.block_q,
                        block=args.block, say=say)

@@ -310,7 +310,7 @@ def run_decode_check(cases: Sequence[DecodeCase], dtypes: Sequence[str | Precisi
     x dtype x case, with ``band``: the band's edge or None, and ``band_err``: O's error
     against the rounded inputs' decode, shown beside it, not judged), ``passed``.
     ``time_limit``: seconds a user's kernel may take per call, as in
-    :func:`flashbench.measure.check.run_check`; its worker stops when the check ends."""
+    :func:`flashbench.measure.run.run_check`; its worker stops when the check ends."""
     from flashbench.backends import user
 
     precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once

@@ -62,7 +62,7 @@ class SpeedCase:
     def bytes(self) -> int:
         """Bytes the pass must move at least: a forward reads q, k, v and writes o once; a
         backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both."""
-        from flashbench.timed.attention import _torch_dtype
+        from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         s = self.shape
         qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
@@ -108,7 +108,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     because the machine was busy while the peak was measured)."""
     import torch
 
-    from flashbench.timed.attention import _torch_dtype
+    from flashbench.timed.attention import torch_dtype as _torch_dtype
 
     if device == "cuda":
         from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
@@ -230,7 +230,7 @@ class Judge:
         o = out[0] if isinstance(out, tuple | list) else out
         s = self.case.shape
         want = (s.B, s.H, s.Nq, s.head_dim_v)
-        from flashbench.timed.attention import _torch_dtype
+        from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         dtype = _torch_dtype(self.out_dtype)
         if tuple(o.shape) != want or o.dtype != dtype:

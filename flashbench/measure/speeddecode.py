@@ -48,7 +48,7 @@ class DecodeSpeedCase:
 
     def bytes(self) -> int:
         from flashbench.measure.decode import decode_bytes
-        from flashbench.timed.attention import _torch_dtype
+        from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         return decode_bytes(self.case, _torch_dtype(self.dtype).itemsize)
 
@@ -107,7 +107,7 @@ class DecodeJudge:
     def judge(self, content: int, out) -> tuple[str, str] | None:
         import torch
 
-        from flashbench.timed.attention import _torch_dtype
+        from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         o = out[0] if isinstance(out, tuple | list) else out
         c = self.case.case

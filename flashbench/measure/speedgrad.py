@@ -68,7 +68,7 @@ class GradJudge:
         """None, or (failure name, why) for one timed call's (dq, dk, dv) on ``content``."""
         import torch
 
-        from flashbench.timed.attention import _torch_dtype
+        from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         q, k, v, _ = self.make(content)
         dtype = _torch_dtype(self.case.dtype)

@@ -8,7 +8,7 @@ from flashbench.inputs.precision import get_precision
 from flashbench.inputs.problem import Shape
 
 __all__ = ["attention_maker", "grad_maker", "pass_call", "NoBackward", "pool_size",
-           "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES"]
+           "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES", "torch_dtype"]
 
 PASSES = ("fwd", "bwd", "fwdbwd")  # what a timed call runs: forward, backward, both
 
@@ -16,7 +16,9 @@ POOL_BYTES = 64 * 1024**2  # a pool holds up to this much input (more than a CPU
 MIN_SLOTS, MAX_SLOTS = 3, 16
 
 
-def _torch_dtype(dtype: str):
+def torch_dtype(dtype: str):
+    """The torch dtype that stores precision ``dtype`` (a name or its Precision; tf32 is
+    float32), imported here so that the timed side needs no kernel module."""
     import torch
 
     return getattr(torch, get_precision(dtype).torch_name)
@@ -28,7 +30,7 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu"):
     ``seed`` (identical in every process)."""
     import torch
 
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
             (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
 
@@ -46,7 +48,7 @@ def grad_maker(shape: Shape, dtype: str, device: str = "cpu"):
     import torch
 
     qkv = attention_maker(shape, dtype, device)
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     dims = (shape.B, shape.H, shape.Nq, shape.head_dim_v)
 
     def make(seed: int) -> tuple:
@@ -111,7 +113,7 @@ def pool_size(shape: Shape, dtype: str, samples: int) -> int:
     :data:`POOL_BYTES` of inputs, within [:data:`MIN_SLOTS`, :data:`MAX_SLOTS`], and at most
     a third of the calls, so that some contents come back (a cache that hits on them is
     then caught under the roofline floor; refilled slots catch the caches keyed on addresses)."""
-    item = _torch_dtype(dtype).itemsize
+    item = torch_dtype(dtype).itemsize
     per = item * shape.B * (shape.H * shape.Nq * shape.d
                             + shape.kv_heads * shape.Nk * (shape.d + shape.head_dim_v))
     return max(MIN_SLOTS, min(MAX_SLOTS, -(-POOL_BYTES // per), samples // 3))
