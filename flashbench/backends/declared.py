@@ -14,14 +14,14 @@ from __future__ import annotations
 import importlib
 import re
 
-from flashbench.backends import TORCH_FLOATS
+from flashbench.backends.record import TORCH_FLOATS, VARIANTS
 from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.checks import BackendFailed
 
 __all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
            "check_kind", "call_forward", "call_decode"]
 
-DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends)
+DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends.record)
 FORWARD, DECODE = "forward", "decode"  # the values of a function's flashbench_kind
 DECODE_INPUTS = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")  # call_decode's
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
@@ -54,8 +54,6 @@ def _dtypes(value) -> tuple[str, ...]:
 
 
 def _variants(value) -> tuple[str, ...]:
-    from flashbench.backends import VARIANTS
-
     names = (value,) if isinstance(value, str) else tuple(value)
     if any(n not in VARIANTS for n in names):
         raise ValueError(names)

@@ -22,16 +22,11 @@ from functools import partial
 
 import torch
 
-from flashbench.backends import (
-    BACKENDS,
-    TORCH_FLOATS,
-    Implementation,
-    _always,
-    _never,
-    user,
-)
+from flashbench.backends import user
 from flashbench.backends.declared import DECODE, DECODE_INPUTS, call_decode, parse_spec
 from flashbench.backends.outputs import BackendOutput, checked_decode_output, guarded
+from flashbench.backends.record import TORCH_FLOATS, Implementation, always_available, never
+from flashbench.backends.registry import BACKENDS
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.checks import TORCH_DTYPES, BackendUnavailable
@@ -52,7 +47,7 @@ class DecodeBackend(Implementation):
     origin: str = "flashbench"
     default_on: tuple[str, ...] = ("cpu", "cuda")
     head_dims: tuple[int, ...] | None = None
-    ran_interpreted: Callable[[], bool] = _never  # as Backend's (a user's, in its worker)
+    ran_interpreted: Callable[[], bool] = never  # as Backend's (a user's, in its worker)
 
     def unavailable_for(self, d: int, dtype: str) -> str | None:
         reason = self.unavailable()
@@ -93,7 +88,7 @@ def _triton_timed(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=F
                          check=False)[0]
 
 
-def _peer(name, op, description, unavailable=_always, default_on=("cpu", "cuda")):
+def _peer(name, op, description, unavailable=always_available, default_on=("cpu", "cuda")):
     return DecodeBackend(name, td.with_lse(op), description, TORCH_FLOATS, unavailable,
                          timed=op, peer=True, origin="torch", default_on=default_on)
 

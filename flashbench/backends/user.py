@@ -29,6 +29,7 @@ from flashbench.backends.declared import (
     load,
     parse_spec,
 )
+from flashbench.backends.record import VARIANTS, Backend
 from flashbench.kernels.checks import BackendFailed
 
 __all__ = ["GROUP", "parse_spec", "load", "user_backend", "worker_backend", "request",
@@ -48,8 +49,6 @@ def _failing(name: str, description: str, origin: str, reason: str):
     It declares every variant and a packed path, so that a check with ``--window``,
     ``--softcap``, ``--sinks`` or ``--varlen`` calls it and FAILs it by name, never
     "not applicable" (a PASS for a kernel that never ran)."""
-    from flashbench.backends import VARIANTS, Backend
-
     fail = partial(broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
                    origin=origin, variants=VARIANTS, varlen=fail)
@@ -139,8 +138,6 @@ def user_backend(spec: str, name: str | None = None, origin: str = "user"):
 
 
 def _make(spec: str, name: str, origin: str, worker, declared: dict):
-    from flashbench.backends import Backend
-
     head_dims = declared["head_dims"]
     return Backend(name, partial(_forward, worker), f"user function {spec}",
                    tuple(declared["dtypes"]), timed=partial(_timed, spec),
