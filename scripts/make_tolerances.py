@@ -137,7 +137,7 @@ def cases(args) -> None:
     from benchmarks.common import shape_of
     from flashbench.bands.case import measure_case_band, write_case_table
     from flashbench.measure import Case, default_cases
-    from flashbench.measure.backward import default_grad_cases
+    from flashbench.measure.backward import default_backward_cases as default_grad_cases
     from flashbench.numerics import GRAD_DTYPES
 
     start = time.perf_counter()

@@ -175,7 +175,7 @@ def test_the_check_renders_both_rules_and_names_the_failing_one():
     from flashbench.measure.run import overall_passed, run_check
 
     case = Case(Shape(1, 2, 1024, 1024, 64), "normal", False)  # a default case: in the table
-    report = run_check([case], dtypes=["fp16"], grad_cases=())
+    report = run_check([case], dtypes=["fp16"], backward_cases=())
     row = report["dtypes"][0]
     assert row["passed"] and row["band_passed"] and row["o_band_ratio"] <= 1
     assert row["band"]["o"]["source"] == "table" and report["passed"]

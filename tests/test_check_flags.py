@@ -85,7 +85,7 @@ def test_every_check_flag_combination_runs_what_it_asked_for_or_is_refused(flags
     cases, kw = captured["cases"], captured["kw"]
     assert cases
     assert kw["forward"] is ("--pass bwd" not in given_)  # --pass: what was asked for
-    assert ("--pass fwd" not in given_) or kw["grad_cases"] == ()
+    assert ("--pass fwd" not in given_) or kw["backward_cases"] == ()
     if "--variants" in given_:
         return  # its own set, refused with any variant flag (asserted by the status above)
     for case in cases:  # every variant asked for is in every case that runs

@@ -64,7 +64,8 @@ def test_grad_exactness_is_relative_to_the_gradients_scale():
     from flashbench import reference
 
     ref = reference.attention_grad(q, k, v, do, causal=True)
-    recs = MG.grad_exactness(Case(Shape(1, 2, 30, 50, 16), causal=True), q, k, v, do, ref, 7)
+    recs = MG.backward_exactness(Case(Shape(1, 2, 30, 50, 16), causal=True), q, k, v, do, ref,
+                                 7)
     assert [r.what for r in recs] == ["dq", "dk", "dv"]
     scale = max(np.abs(g).max() for g in ref)
     for r in recs:
@@ -80,7 +81,7 @@ def test_grad_output_is_seeded_and_apart_from_the_inputs():
 
 
 def test_default_gradient_cases_are_small_and_cover_gqa_and_nq_ne_nk():
-    cases = MG.default_grad_cases()
+    cases = MG.default_backward_cases()
     assert {c.causal for c in cases} == {False, True}
     assert any(c.shape.Hkv and c.shape.Nq != c.shape.Nk for c in cases)
     assert all(c.shape.B * c.shape.H * c.shape.Nq * c.shape.Nk <= 2**18 for c in cases)
@@ -88,7 +89,7 @@ def test_default_gradient_cases_are_small_and_cover_gqa_and_nq_ne_nk():
 
 def test_check_report_and_tables():
     report = run_check([Case(Shape(1, 1, 24, 24, 16))], dtypes=["fp16"], backends=["triton"],
-                       grad_cases=[SMALL])
+                       backward_cases=[SMALL])
     assert report["passed"] and report["grad_cases"] == [SMALL.label()]
     assert [r["what"] for r in report["grad_exactness"]] == ["dq", "dk", "dv"]
     assert {r["kernel"] for r in report["gradients"]} == {"flash_model", "triton"}
@@ -101,10 +102,10 @@ def test_check_report_and_tables():
 
 
 def test_default_gradient_cases_are_named_in_the_output(monkeypatch):
-    monkeypatch.setattr(MG, "default_grad_cases", lambda: [SMALL])
+    monkeypatch.setattr(MG, "default_backward_cases", lambda: [SMALL])
     import flashbench.measure.run as run
 
-    monkeypatch.setattr(run, "default_grad_cases", lambda: [SMALL])
+    monkeypatch.setattr(run, "default_backward_cases", lambda: [SMALL])
     report = run_check([Case(Shape(1, 1, 24, 24, 16), causal=True)], dtypes=["bf16"])
     assert report["grad_cases"] == [SMALL.label()]
     assert "default gradient cases" in render_tables(report)

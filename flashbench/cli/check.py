@@ -170,7 +170,7 @@ def _variant(args) -> dict:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _grad_cases(args, cases):
+def _backward_cases(args, cases):
     """Where gradients are judged: the shapes given, a packed batch's, --variants' own, else
     the default gradient cases (with the variant asked for); None: the defaults as run_check
     picks them."""
@@ -178,10 +178,10 @@ def _grad_cases(args, cases):
         return cases
     if not _variant(args):
         return None
-    from flashbench.measure.backward import default_grad_cases
+    from flashbench.measure.backward import default_backward_cases
 
     causals = {c.causal for c in cases}
-    return [replace(c, **_variant(args)) for c in default_grad_cases() if c.causal in causals]
+    return [replace(c, **_variant(args)) for c in default_backward_cases() if c.causal in causals]
 
 
 def run(args) -> int:
@@ -218,7 +218,8 @@ def run(args) -> int:
     saved = save_target(args.save)  # checked before the work
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, say=progress_printer(not args.quiet),
-                       grad_cases=() if args.pass_ == "fwd" else _grad_cases(args, cases),
+                       backward_cases=(() if args.pass_ == "fwd"
+                                       else _backward_cases(args, cases)),
                        time_limit=args.timeout, forward=args.pass_ != "bwd")
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,

@@ -4,10 +4,11 @@ Beside :mod:`flashbench.measure.forward`, on the cases and records of :mod:`.rec
 the same habits: this module computes and returns dataclass records; ``flashbench check``
 renders them, the asv gradient suite (benchmarks/bench_grad.py) tracks their numbers.
 
-- :func:`default_grad_cases`: the small cases ``flashbench check`` judges gradients on by
+- :func:`default_backward_cases`: the small cases ``flashbench check`` judges gradients on by
   default (the interpreted Triton backward must fit the check's budget);
 - :func:`grad_output`: the seeded output gradient dO every gradient record uses;
-- :func:`grad_exactness`: streamed vs one-shot backward in float64 -> :class:`GradExactness`;
+- :func:`backward_exactness`: streamed vs one-shot backward in float64 ->
+  :class:`BackwardExactness`;
 - :func:`measure_gradients`: dq, dk, dv of the flash model's backward and of every
   differentiable backend against the float64 gradients, by the gradient rule
   (:func:`flashbench.accuracy.judge_gradient`) -> :class:`GradAccuracy` records, or the
@@ -39,13 +40,14 @@ from flashbench.measure.records import (
     unavailable_reason,
 )
 
-__all__ = ["GRADS", "default_grad_cases", "grad_output", "GradExactness", "GradAccuracy",
-           "grad_exactness", "exactness_records", "measure_gradients", "judge_gradients"]
+__all__ = ["GRADS", "default_backward_cases", "grad_output", "BackwardExactness",
+           "GradAccuracy", "backward_exactness", "exactness_records", "measure_gradients",
+           "judge_gradients"]
 
 GRADS = ("dq", "dk", "dv")
 
 
-def default_grad_cases() -> list[Case]:
+def default_backward_cases() -> list[Case]:
     """Where ``flashbench check`` judges gradients by default: N = 256, d = 64, causal and
     not, and a grouped-query causal case with Nq != Nk (H = 4, Hkv = 2, Nq = 128,
     Nk = 192). Small because the Triton backward runs interpreted here (about 3x its
@@ -64,7 +66,7 @@ def grad_output(shape: Shape, seed: int = 0) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class GradExactness:
+class BackwardExactness:
     """Streamed vs one-shot backward in float64 for one gradient ("dq", "dk" or "dv").
 
     ``max_abs``: max |streamed - one-shot|; ``scale``: the gradients' scale (largest
@@ -133,8 +135,8 @@ class GradAccuracy:
                                               if k != "case" and v is not None}}
 
 
-def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
-                   ) -> list[GradExactness]:
+def backward_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
+                       ) -> list[BackwardExactness]:
     """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``
     (dq, dk, dv; a case with sinks has its dsinks held to the same by the tests)."""
     kw = case.kwargs(seed)
@@ -143,8 +145,8 @@ def grad_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
     return exactness_records(case, streamed, ref)
 
 
-def exactness_records(case: Case, streamed, ref) -> list[GradExactness]:
-    """:class:`GradExactness` of streamed against one-shot (dq, dk, dv), relative to the
+def exactness_records(case: Case, streamed, ref) -> list[BackwardExactness]:
+    """:class:`BackwardExactness` of streamed against one-shot (dq, dk, dv), relative to the
     gradients' scale (also for packed batches, :mod:`flashbench.measure.varlen`)."""
     ref = ref[:3]
     scale = max(float(np.abs(r).max(initial=0.0)) for r in ref)
@@ -152,7 +154,7 @@ def exactness_records(case: Case, streamed, ref) -> list[GradExactness]:
     for what, a, b in zip(GRADS, streamed[:3], ref, strict=True):
         diff = float(np.abs(a - b).max(initial=0.0))
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
-        out.append(GradExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
+        out.append(BackwardExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
     return out
 
 

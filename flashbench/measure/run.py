@@ -10,7 +10,7 @@ backward, and returns the report (the CLI renders it: :mod:`flashbench.cli.check
    rule (2x the same-dtype standard attention's max abs error plus eps/4) or for
    gradients the gradient rule (:func:`flashbench.accuracy.gradient_floor`), and by the
    band rule (:mod:`flashbench.accuracy.bandrule`); PASS needs both. Gradient cases:
-   :func:`flashbench.measure.backward.default_grad_cases` or the ``--shape`` shapes;
+   :func:`flashbench.measure.backward.default_backward_cases` or the ``--shape`` shapes;
    packed batches per sequence (:mod:`flashbench.measure.varlen`).
 """
 
@@ -26,8 +26,8 @@ from flashbench import reference
 from flashbench.inputs.precision import CHECK_DTYPES, Precision, get_precision
 from flashbench.inputs.problem import make_qkv
 from flashbench.measure.backward import (
-    default_grad_cases,
-    grad_exactness,
+    backward_exactness,
+    default_backward_cases,
     grad_output,
     measure_gradients,
 )
@@ -36,8 +36,8 @@ from flashbench.measure.records import EXACT_TOL, Case, private
 from flashbench.measure.varlen import (
     measure_varlen,
     measure_varlen_gradients,
+    varlen_backward_exactness,
     varlen_exactness,
-    varlen_grad_exactness,
     varlen_grad_output,
     varlen_inputs,
 )
@@ -49,7 +49,7 @@ def run_check(cases: Sequence[Case] | None = None,
               dtypes: Sequence[str | Precision] = CHECK_DTYPES,
               seed: int = 0, block: int = 64, backends: Sequence[str] = (),
               say: Callable[[str], None] | None = None,
-              grad_cases: Sequence[Case] | None = None,
+              backward_cases: Sequence[Case] | None = None,
               time_limit: float | None = None, forward: bool = True) -> dict:
     """Run the whole check and return the report as a JSON-ready dict.
 
@@ -57,8 +57,8 @@ def run_check(cases: Sequence[Case] | None = None,
     below takes the Precision). ``backends``: backend names to judge beside the flash
     model (``flashbench check`` passes every available one but the float64 reference).
     ``say``: called with each progress line (the CLI prints them on stderr); None: silent.
-    ``grad_cases``: where gradients are judged; None means
-    :func:`flashbench.measure.backward.default_grad_cases` (those whose causal setting
+    ``backward_cases``: where gradients are judged; None means
+    :func:`flashbench.measure.backward.default_backward_cases` (those whose causal setting
     appears among ``cases``), ``()`` none. ``time_limit``: seconds a user's kernel may
     take per call (its worker's limit; None: :data:`flashbench.backends.worker.
     DEFAULT_TIME_LIMIT`); the workers stop when the check ends. ``forward`` False: the
@@ -69,14 +69,15 @@ def run_check(cases: Sequence[Case] | None = None,
 
     precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
     with user.session(time_limit):
-        return _run(cases, precs, seed, block, backends, say or _silent, grad_cases, forward)
+        return _run(cases, precs, seed, block, backends, say or _silent, backward_cases,
+                    forward)
 
 
 def _silent(msg: str) -> None:
     """No progress lines (``run_check(say=None)``)."""
 
 
-def _run(cases, dtypes: list[Precision], seed, block, backends, say, grad_cases,
+def _run(cases, dtypes: list[Precision], seed, block, backends, say, backward_cases,
          forward: bool = True) -> dict:
     cases = default_cases() if cases is None else list(cases)
     report = {"meta": _meta(seed, block, dtypes), "exactness": [], "dtypes": [],
@@ -92,7 +93,7 @@ def _run(cases, dtypes: list[Precision], seed, block, backends, say, grad_cases,
         judged = ["flash_model", *(backends if forward else ())]
         _add_records(report, measure_accuracy(case, dtypes, judged, seed, block, say,
                                               inputs=(q, k, v), ref=ref))
-    _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say)
+    _run_gradients(report, cases, backward_cases, dtypes, seed, block, backends, say)
     report["passed"] = overall_passed(report)
     say("done")
     return report
@@ -118,17 +119,17 @@ def _run_varlen(report, case, dtypes, seed, block, backends, say) -> None:
                                         say, inputs=(q, k, v, cu), ref=ref))
 
 
-def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say) -> None:
-    if grad_cases is None:
+def _run_gradients(report, cases, backward_cases, dtypes, seed, block, backends, say) -> None:
+    if backward_cases is None:
         causals = {c.causal for c in cases}
-        grad_cases = [c for c in default_grad_cases() if c.causal in causals]
+        backward_cases = [c for c in default_backward_cases() if c.causal in causals]
         report["grad_cases_why"] = ("default gradient cases, small so that the interpreted "
                                     "Triton backward keeps the check near a minute; judge "
                                     "others with --shape")
-    report["grad_cases"] = [c.label() for c in grad_cases]
+    report["grad_cases"] = [c.label() for c in backward_cases]
     report["grad_exactness"], report["gradients"] = [], []
-    for i, case in enumerate(grad_cases, 1):
-        say(f"[grad {i}/{len(grad_cases)}] {case.label()}: fp64 gradients")
+    for i, case in enumerate(backward_cases, 1):
+        say(f"[grad {i}/{len(backward_cases)}] {case.label()}: fp64 gradients")
         if case.varlen is not None:  # a packed batch: per-sequence gradients and models
             _run_varlen_gradients(report, case, dtypes, seed, block, backends, say)
             continue
@@ -136,7 +137,7 @@ def _run_gradients(report, cases, grad_cases, dtypes, seed, block, backends, say
                               grad_output(case.shape, seed))
         ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
         report["grad_exactness"] += [r.as_dict() for r in
-                                     grad_exactness(case, q, k, v, do, ref, block, seed)]
+                                     backward_exactness(case, q, k, v, do, ref, block, seed)]
         for rec in measure_gradients(case, dtypes, ["flash_model", *backends], seed, block,
                                      say, inputs=(q, k, v, do), ref=ref):
             report["gradients"].append(rec.as_dict())
@@ -147,7 +148,8 @@ def _run_varlen_gradients(report, case, dtypes, seed, block, backends, say) -> N
     q, k, v, do = private(q, k, v, varlen_grad_output(case, seed))
     ref = reference.varlen_attention_grad(q, k, v, do, cu, cu, **case.kwargs(seed))
     report["grad_exactness"] += [r.as_dict() for r in
-                                 varlen_grad_exactness(case, q, k, v, do, cu, ref, block, seed)]
+                                 varlen_backward_exactness(case, q, k, v, do, cu, ref, block,
+                                                           seed)]
     report["gradients"] += [r.as_dict() for r in measure_varlen_gradients(
         case, dtypes, ["flash_model", *backends], seed, block, say,
         inputs=(q, k, v, do, cu), ref=ref)]

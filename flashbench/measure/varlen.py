@@ -40,7 +40,7 @@ from flashbench.measure.records import (
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
 __all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen",
-           "varlen_grad_output", "varlen_grad_exactness", "measure_varlen_gradients"]
+           "varlen_grad_output", "varlen_backward_exactness", "measure_varlen_gradients"]
 
 # ``flashbench check --variants`` and the asv variant suite: the Case fields of each variant
 # (the models' sliding window, Gemma 2's softcap, gpt-oss's sinks, a packed batch)
@@ -141,9 +141,10 @@ def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
         (sum(case.varlen), case.shape.H, case.shape.head_dim_v))
 
 
-def varlen_grad_exactness(case: Case, q, k, v, do, cu, ref, block: int, seed: int = 0):
+def varlen_backward_exactness(case: Case, q, k, v, do, cu, ref, block: int, seed: int = 0):
     """Streamed (FlashAttention-2's recurrence per sequence) vs one-shot float64 gradients
-    ``ref`` of a packed batch: :class:`~flashbench.measure.backward.GradExactness` records."""
+    ``ref`` of a packed batch: :class:`~flashbench.measure.backward.BackwardExactness`
+    records."""
     from flashbench.measure.backward import exactness_records
 
     streamed = reference.online_varlen_attention_grad(q, k, v, do, cu, cu, block=block,
