@@ -14,7 +14,9 @@ kernel is a failure in the history, never a gap. Units, rules, the interpreter:
 docs/asv.md ("Suites").
 """
 
+from .common import known_dtypes as _known
 from .common import need, record_or_raise, shape_of
+from .common import record_field as _field
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
            "sdpa-math", "triton", "triton-fp8", "flex"]
@@ -33,32 +35,6 @@ def _not_applicable() -> list[tuple]:
     return [(k, d, c, s, dist) for k in KERNELS if k in backends for d in DTYPES
             if d not in backends[k].dtypes for c in (False, True) for s in SHAPES
             for dist in DISTS]
-
-
-def _known(dtypes) -> list[str]:
-    """The dtypes of ``dtypes`` this commit models (its registry, or numerics.DTYPES
-    before the registry existed): older commits lack fp8."""
-    try:
-        registry = need("precision", "DTYPES")
-    except NotImplementedError:
-        registry = need("numerics", "DTYPES")
-    return [d for d in dtypes if d in registry]
-
-
-def _field(rec, name):
-    """A record's field: measure's dataclasses, or the dicts older commits returned. An
-    LSE the kernel does not return (None: not judged, the record's lse_note says so) is
-    not applicable: NotImplementedError with that note; so is a field this commit's
-    records lack (the band ratios before the band rule)."""
-    try:
-        value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
-    except (KeyError, AttributeError):
-        raise NotImplementedError(f"this commit records no {name}") from None
-    if value is None and name.startswith("lse"):
-        raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
-    if value is None:
-        raise NotImplementedError(f"{name}: not recorded")
-    return value
 
 
 class TrackAccuracy:

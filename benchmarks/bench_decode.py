@@ -19,6 +19,7 @@ import numpy as np
 import scipy.special
 
 from .common import Benchmark, FreshCalls, need, record_or_raise, verify
+from .common import band_ratio as _band_ratio
 
 KERNELS = ["split_model", "triton", "torch-naive", "torch-sdpa", "flex"]
 DTYPES = ["fp32", "fp16", "bf16"]
@@ -84,13 +85,6 @@ class TrackDecodeAccuracy:
         return _band_ratio(self.rec, "lse")
 
     track_lse_band_ratio.unit = "ratio"
-
-
-def _band_ratio(rec, tensor: str) -> float:
-    """The band rule's ratio (passes at <= 1); NaN where it does not judge: fp32, a stand-in
-    LSE, commits before the decode band rule (raising in a track records a failure)."""
-    value = getattr(rec, f"{tensor}_band_ratio", None)
-    return float("nan") if value is None else value
 
 
 class TrackDecodeMerge:

@@ -13,8 +13,6 @@ must never initialise CUDA); without a CUDA GPU every setup raises NotImplemente
 naming the missing GPU. Grid, samples, cost: docs/gpu.md ("The asv GPU suites").
 """
 
-import os
-import shutil
 import sys
 
 from .bench_grad import dq_row
@@ -27,40 +25,10 @@ from .common import (
     timed_backend,
     torch_dtype,
 )
+from .common import prepared as _prepared
 
 # B * N = 16k tokens, H * d = 2048 (FlashAttention's benchmark); GQA H=32 over Hkv=8
 SHAPES = ["4x16x4096x4096x128", "2x32/8x8192x8192x128"]
-
-
-def _require_gpu():
-    # Cheap test first: no NVIDIA driver means no GPU, without importing torch.
-    if not (shutil.which("nvidia-smi") or os.path.exists("/proc/driver/nvidia/version")):
-        raise NotImplementedError("no NVIDIA GPU on this machine")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise NotImplementedError("torch sees no CUDA GPU")
-
-
-_PREPARED: dict = {}  # grid point -> its timed call, built once per process
-
-
-def _prepared(key: tuple, build):
-    """The timed call of grid point ``key``: built (and run once: compilation and
-    autotuning stay out of the samples) by the first setup of this process; the later
-    setups asv runs before each sample find it here. A :class:`common.FreshCalls` forgets
-    the warm-up call's output (it is not a sample)."""
-    if key not in _PREPARED:
-        _require_gpu()
-        import torch
-
-        fn = build()
-        fn()
-        torch.cuda.synchronize()
-        if isinstance(fn, FreshCalls):
-            fn.kept = []
-        _PREPARED[key] = fn
-    return _PREPARED[key]
 
 
 def _randn(s, dtype, torch, seed=0, device="cuda"):

@@ -10,8 +10,9 @@ gives an Unavailable record (skipped with its reason) or a Failed one (FAIL). Un
 rules: docs/asv.md ("Suites"), docs/bands.md ("Head dims").
 """
 
-from .bench_accuracy import _field, _known
+from .common import known_dtypes as _known
 from .common import need, record_or_raise, shape_of
+from .common import record_field as _field
 
 KERNELS = ["flash_model", "triton", "torch-sdpa"]
 DTYPES = ["fp32", "bf16"]

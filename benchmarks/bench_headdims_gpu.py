@@ -10,7 +10,8 @@ from ``shape`` (Shape.flops counts the true d and dv).
 
 import sys
 
-from .bench_gpu import GPUBenchmark, _prepared, fresh_pass
+from .bench_gpu import GPUBenchmark, fresh_pass
+from .common import prepared as _prepared
 from .common import timed_backend
 
 SHAPES = ["4x16x4096x4096x80", "4x16x4096x4096x96", "4x16x4096x4096x192/128"]

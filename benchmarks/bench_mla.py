@@ -14,7 +14,7 @@ baseline rule passes at <= 2), band ratios the band rule's against the split mod
 measured at 576/512 (bf16; passing at <= 1; NaN where not judged). docs/decode.md ("MLA").
 """
 
-from .bench_decode import _band_ratio
+from .common import band_ratio as _band_ratio
 from .common import need, record_or_raise
 
 KERNELS = ["split_model", "triton", "torch-naive", "torch-sdpa", "flex"]

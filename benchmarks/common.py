@@ -17,6 +17,7 @@ its memory. Why and how: docs/asv.md ("Skips, not failures", "Peak memory").
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,6 +217,74 @@ def record_or_raise(rec, what: str):
     if type(rec).__name__ == "Unavailable":
         raise NotImplementedError(rec.reason)
     return rec
+
+
+def known_dtypes(dtypes) -> list[str]:
+    """The dtypes of ``dtypes`` this commit models (its registry, or numerics.DTYPES
+    before the registry existed): older commits lack fp8."""
+    try:
+        registry = need("precision", "DTYPES")
+    except NotImplementedError:
+        registry = need("numerics", "DTYPES")
+    return [d for d in dtypes if d in registry]
+
+
+def record_field(rec, name):
+    """A record's field: measure's dataclasses, or the dicts older commits returned. An
+    LSE the kernel does not return (None: not judged, the record's lse_note says so) is
+    not applicable: NotImplementedError with that note; so is a field this commit's
+    records lack (the band ratios before the band rule)."""
+    try:
+        value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
+    except (KeyError, AttributeError):
+        raise NotImplementedError(f"this commit records no {name}") from None
+    if value is None and name.startswith("lse"):
+        raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
+    if value is None:
+        raise NotImplementedError(f"{name}: not recorded")
+    return value
+
+
+def band_ratio(rec, tensor: str) -> float:
+    """The band rule's ratio (passes at <= 1); NaN where it does not judge: fp32, a stand-in
+    LSE, commits before the decode band rule (raising in a track records a failure)."""
+    value = getattr(rec, f"{tensor}_band_ratio", None)
+    return float("nan") if value is None else value
+
+
+# -- GPU suites: one prepared timed call per grid point and process ----------------------
+
+
+def require_gpu():
+    """Skip without a CUDA GPU that torch sees."""
+    # Cheap test first: no NVIDIA driver means no GPU, without importing torch.
+    if not (shutil.which("nvidia-smi") or os.path.exists("/proc/driver/nvidia/version")):
+        raise NotImplementedError("no NVIDIA GPU on this machine")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NotImplementedError("torch sees no CUDA GPU")
+
+
+_PREPARED: dict = {}  # grid point -> its timed call, built once per process
+
+
+def prepared(key: tuple, build):
+    """The timed call of grid point ``key``: built (and run once: compilation and
+    autotuning stay out of the samples) by the first setup of this process; the later
+    setups asv runs before each sample find it here. A :class:`common.FreshCalls` forgets
+    the warm-up call's output (it is not a sample)."""
+    if key not in _PREPARED:
+        require_gpu()
+        import torch
+
+        fn = build()
+        fn()
+        torch.cuda.synchronize()
+        if isinstance(fn, FreshCalls):
+            fn.kept = []
+        _PREPARED[key] = fn
+    return _PREPARED[key]
 
 
 # -- peak memory in a fresh process ---------------------------------------------------

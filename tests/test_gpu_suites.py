@@ -113,19 +113,21 @@ def test_a_grid_point_is_built_and_warmed_once_per_process(monkeypatch):
     import torch
 
     built, ran = [], []
-    monkeypatch.setattr(bench_gpu, "_require_gpu", lambda: None)
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "require_gpu", lambda: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(bench_gpu, "_PREPARED", {})
+    monkeypatch.setattr(common, "_PREPARED", {})
 
     def build():
         built.append(1)
         return lambda: ran.append(1)
 
-    first = bench_gpu._prepared(("k",), build)
+    first = common.prepared(("k",), build)
     for _ in range(11):
-        assert bench_gpu._prepared(("k",), build) is first
+        assert common.prepared(("k",), build) is first
     assert built == [1] and ran == [1]  # the warm call; samples call it afterwards
-    bench_gpu._prepared(("other",), build)
+    common.prepared(("other",), build)
     assert len(built) == 2
 
 
