@@ -83,7 +83,8 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
     ``kernels``: "flash_model" and/or backend names (:mod:`flashbench.backends`).
     ``inputs`` / ``ref``: (q, k, v) and the float64 (o, lse) when the caller has them
     (else drawn from ``case`` and ``seed``); every backend call gets its own copies
-    (:func:`handed`), the models use the harness's read-only ones (:func:`private`).
+    (:func:`~.records.handed`), the models use the harness's read-only ones
+    (:func:`~.records.private`).
     ``band_rule`` False: ``inputs`` not drawn from ``case.dist`` (hand-made): the band
     rule, whose band describes that distribution, is left out and the records judge by the
     baseline rule alone (a case's variant is measured into its band:
