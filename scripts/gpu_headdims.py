@@ -19,7 +19,7 @@ import statistics
 import torch
 
 from flashbench.inputs import Shape
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import triton_forward as triton_fwd
 from flashbench.measure.forward import Case, measure_accuracy
 
 DIMS = ((128, None), (80, None), (96, None), (192, 128))  # (d, dv); d = 128 first: the yardstick

@@ -22,7 +22,7 @@ from flashbench.backends import (
 from flashbench.backends.outputs import checked_output
 from flashbench.inputs import Shape
 from flashbench.inputs.precision import PRECISIONS
-from flashbench.kernels.checks import check_tensors, expand_kv
+from flashbench.kernels.validate import check_tensors, expand_kv
 from flashbench.numerics import standard_model
 
 NAMES = ["reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
@@ -74,7 +74,7 @@ def test_registry_names_and_records():
 
 
 def test_triton_head_dims_are_the_kernels():
-    from flashbench.kernels.triton_fwd import HEAD_DIMS
+    from flashbench.kernels.triton_forward import HEAD_DIMS
 
     assert TRITON_HEAD_DIMS == tuple(HEAD_DIMS)
 

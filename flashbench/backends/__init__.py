@@ -28,7 +28,8 @@ from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
 from flashbench.kernels import torch_peers as tp
-from flashbench.kernels.checks import (
+from flashbench.kernels.headdim import HEAD_DIMS, head_dims_problem
+from flashbench.kernels.validate import (
     TORCH_DTYPES,
     BackendFailed,
     BackendUnavailable,
@@ -36,7 +37,6 @@ from flashbench.kernels.checks import (
     expand_kv,
     precision_name,
 )
-from flashbench.kernels.headdim import HEAD_DIMS, head_dims_problem
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
            "VARIANTS", "variant_kwargs", "available_backends", "resolve_backends",
@@ -246,9 +246,9 @@ def _triton_unavailable() -> str | None:
 
 
 def _triton_interpreted() -> bool:
-    from flashbench.kernels import triton_fwd
+    from flashbench.kernels import triton_forward
 
-    return getattr(triton_fwd, "INTERPRET", not torch.cuda.is_available())
+    return getattr(triton_forward, "INTERPRET", not torch.cuda.is_available())
 
 
 def _triton_fp8(q, k, v, causal=False, scale=None):

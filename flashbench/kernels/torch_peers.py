@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from flashbench.inputs.variant import Variant, variant_of
-from flashbench.kernels.checks import BackendUnavailable, check_tensors, expand_kv
+from flashbench.kernels.validate import BackendUnavailable, check_tensors, expand_kv
 
 __all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
            "sdpa_output", "sdpa_attention", "sdpa_unavailable", "flex_output",

@@ -1,6 +1,6 @@
 """FlashAttention-3 style FP8 forward on flashbench's Triton kernel: the host side.
 
-The forward kernel of :mod:`flashbench.kernels.triton_fwd` in its FP8 mode (the constexpr
+The forward kernel of :mod:`flashbench.kernels.triton_forward` in its FP8 mode (the constexpr
 ``FP8``: one kernel, not a copy) rounds where :func:`flashbench.numerics.fp8.flash_fp8`
 does: e4m3 q, k, v with fp32 descales (per tensor, per (batch, head) or per tile of rows),
 fp8 dots with fp32 accumulation, P rounded to e4m3 as 256 P, O written in bf16.
@@ -20,12 +20,12 @@ import torch
 
 from flashbench.inputs.validation import check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels import triton_fwd
-from flashbench.kernels.checks import check_heads, check_tensors
+from flashbench.kernels import triton_forward
 from flashbench.kernels.headdim import HEAD_DIMS as _HEAD_DIMS
 from flashbench.kernels.headdim import check_head_dims, config_width
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
+from flashbench.kernels.validate import check_heads, check_tensors
 
 __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tiles",
            "HEAD_DIMS", "INPUT_DTYPES", "FP8_DTYPE", "QUANT", "E4M3_MAX",
@@ -94,7 +94,7 @@ def _resolve(config, d: int, device, block_quant: bool) -> Config | None:
     launch, whose blocks must be known before the kernel runs): the fixed fp8 config
     on a GPU, the interpreter tiles on CPU; None: autotune (GPU) / interpreter tiles."""
     if config is None:
-        config = triton_fwd.current_config()
+        config = triton_forward.current_config()
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if isinstance(config, Config):
@@ -191,7 +191,7 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
         q8 = torch.zeros_like(q8) if scale == 0 else _negated(q8)
         scale = 1.0 if scale == 0 else -scale
     o = torch.empty((B, H, n_q, v8.shape[-1]), dtype=torch.bfloat16, device=q8.device)
-    lse, used = triton_fwd.launch(
+    lse, used = triton_forward.launch(
         q8, k8, key_major(v8), o, scale, causal, cfg, descales=descales,
         candidates=_configs.candidates(width, FP8_DTYPE),
         tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N))

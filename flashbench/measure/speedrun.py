@@ -57,7 +57,7 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
 
 
 def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, device: str):
-    from flashbench.kernels.checks import expand_kv
+    from flashbench.kernels.validate import expand_kv
 
     dev = backend.device(device)
     size = pool_size(case.shape, case.dtype, samples)
@@ -87,7 +87,7 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                  warmup: int = 2, device: str = "cpu") -> SpeedRow:
     """The row of ``backend`` on ``case`` (module docstring)."""
     from flashbench.backends.worker import time_in_worker, worker_of
-    from flashbench.kernels.checks import BackendFailed, BackendUnavailable
+    from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
     def untimed(status, reason):
         return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal,

@@ -25,12 +25,12 @@ import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.headdim import HEAD_DIMS, check_head_dims, config_width, dim_constexprs
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import masked_load, merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 from flashbench.kernels.softcap import tanh
+from flashbench.kernels.validate import check_heads, check_tensors
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]

@@ -1,6 +1,6 @@
 """The Triton backward's kernels (jitted helpers and the three kernel functions).
 
-Launched by :mod:`flashbench.kernels.triton_bwd` (which documents the algorithm,
+Launched by :mod:`flashbench.kernels.triton_backward` (which documents the algorithm,
 masks, rounding points and where they run) through
 :class:`flashbench.kernels.launch.TritonKernel`: the kernel functions here are plain
 Python functions (compiled or interpreted per launch), their helpers ``@triton.jit``.
