@@ -30,7 +30,7 @@ from flashbench.kernels.launch import (
     interpreted_for,
 )
 from flashbench.kernels.phases import key_phases
-from flashbench.kernels.validate import check_tensors
+from flashbench.kernels.validate import validate_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def _backward(q, k, v, causal):
 
 
 TORCH_ENTRY_POINTS = {
-    "check_tensors": lambda q, k, v, c: check_tensors(q, k, v, causal=c),
+    "validate_tensors": lambda q, k, v, c: validate_tensors(q, k, v, causal=c),
     "triton_attention": lambda q, k, v, c: flashbench.triton_attention(q, k, v, causal=c),
     "attention_function": lambda q, k, v, c: triton_backward.attention_function(q, k, v, causal=c),
     "forward": lambda q, k, v, c: triton_forward.forward(q, k, v, causal=c),

@@ -33,9 +33,9 @@ from flashbench.kernels.validate import (
     TORCH_DTYPES,
     BackendFailed,
     BackendUnavailable,
-    check_tensors,
     expand_kv,
     precision_name,
+    validate_tensors,
 )
 
 __all__ = ["Backend", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "get_backend",
@@ -190,7 +190,7 @@ class Backend(Implementation):
         reason = self.unavailable()
         if reason is not None:
             raise BackendUnavailable(f"backend {self.name!r} is unavailable: {reason}")
-        check_tensors(q, k, v, gqa=True)
+        validate_tensors(q, k, v, gqa=True)
         shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3],
                       dv=v.shape[3], Hkv=k.shape[1])
         if self.inputs is None or dtype is None:

@@ -111,7 +111,7 @@ class Packed:
         return self.cu_q.shape[0] - 1
 
 
-def _check_do(do, o) -> None:
+def _validate_do(do, o) -> None:
     if not isinstance(do, torch.Tensor):
         raise TypeError(f"do must be a torch.Tensor like o, got {type(do).__name__}")
     if do.shape != o.shape or do.dtype != o.dtype or do.device != o.device:
@@ -142,7 +142,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
         (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous); with ``count``
         also ``{"dkdv": int32 [B * Hkv, key blocks], "dq": int32 [B * H, query blocks]}``.
     """
-    _check_do(do, o)
+    _validate_do(do, o)
     causal = check_causal(causal)
     dkdv = DKDV
     if kernel is not None:

@@ -25,12 +25,12 @@ import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels.headdim import HEAD_DIMS, check_head_dims, config_width, dim_constexprs
+from flashbench.kernels.headdim import HEAD_DIMS, config_width, dim_constexprs, validate_head_dims
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import masked_load, merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 from flashbench.kernels.softcap import tanh
-from flashbench.kernels.validate import check_heads, check_tensors
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
@@ -243,9 +243,9 @@ FORWARD = TritonKernel(
 
 
 def _validate(q, k, v, causal, scale, allow_tf32) -> float:
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=DTYPES, gqa=True, causal=causal)
-    check_head_dims(q.shape[-1], v.shape[-1], "the Triton forward")
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=DTYPES, gqa=True, causal=causal)
+    validate_head_dims(q.shape[-1], v.shape[-1], "the Triton forward")
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
     if q.device.type not in ("cpu", "cuda", "meta"):

@@ -22,10 +22,10 @@ from flashbench.inputs.validation import check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels import triton_forward
 from flashbench.kernels.headdim import HEAD_DIMS as _HEAD_DIMS
-from flashbench.kernels.headdim import check_head_dims, config_width
+from flashbench.kernels.headdim import config_width, validate_head_dims
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
-from flashbench.kernels.validate import check_heads, check_tensors
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tiles",
            "HEAD_DIMS", "INPUT_DTYPES", "FP8_DTYPE", "QUANT", "E4M3_MAX",
@@ -114,14 +114,14 @@ def tiles(d: int, device, config=None) -> tuple[int, int] | None:
     return cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
 
 
-def _check_fp8(q8, k8, v8, causal) -> None:
+def _validate_fp8(q8, k8, v8, causal) -> None:
     for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
         if not isinstance(t, torch.Tensor) or t.dtype != FP8_DTYPE:
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be a {FP8_DTYPE} tensor [B, H, N, d], got {got}")
-    check_heads(q8, k8, v8)
-    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), gqa=True, causal=causal)
-    check_head_dims(q8.shape[-1], v8.shape[-1], "the Triton FP8 forward")
+    validate_heads(q8, k8, v8)
+    validate_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), gqa=True, causal=causal)
+    validate_head_dims(q8.shape[-1], v8.shape[-1], "the Triton FP8 forward")
     if q8.device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"q8, k8, v8 must be CUDA tensors (compiled kernel) or CPU tensors "
                          f"(Triton interpreter), got {q8.device}")
@@ -172,7 +172,7 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
         config: a Config, "fixed", or None (GPU: autotune over the fp8 candidates
             unless a descale is per block; CPU: the interpreter tiles).
     """
-    _check_fp8(q8, k8, v8, causal)
+    _validate_fp8(q8, k8, v8, causal)
     scale = check_scale(scale, q8.shape[-1])
     B, H, n_q, d = q8.shape
     hkv, n_k = k8.shape[1], k8.shape[2]
@@ -198,10 +198,10 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
     return o, lse, used
 
 
-def _check_inputs(q, k, v, causal) -> None:
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=INPUT_DTYPES, gqa=True, causal=causal)
-    check_head_dims(q.shape[-1], v.shape[-1], "the Triton FP8 forward")
+def _validate_inputs(q, k, v, causal) -> None:
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=INPUT_DTYPES, gqa=True, causal=causal)
+    validate_head_dims(q.shape[-1], v.shape[-1], "the Triton FP8 forward")
 
 
 def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -227,7 +227,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns:
         (o, lse): o [B, H, Nq, d] bfloat16, lse [B, H, Nq] float32; not differentiable.
     """
-    _check_inputs(q, k, v, causal)
+    _validate_inputs(q, k, v, causal)
     if quant not in QUANT:
         raise ValueError(f"quant must be one of {list(QUANT)}, got {quant!r}")
     if not isinstance(incoherent, bool):

@@ -28,7 +28,7 @@ from flashbench.kernels import configs as _configs
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
 from flashbench.kernels.phases import key_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16
-from flashbench.kernels.validate import check_heads, check_tensors
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["forward", "KERNELS", "VARIANTS", "DTYPES", "HEAD_DIMS", "INTERPRETER_PROGRAMS"]
 
@@ -279,8 +279,8 @@ def _scratch(device):
 def _validate(q, k, v, causal, scale, kernel) -> float:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {list(KERNELS)}, got {kernel!r}")
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
     if v.shape[-1] != q.shape[-1]:
         raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
     if q.device.type not in ("cpu", "cuda", "meta"):

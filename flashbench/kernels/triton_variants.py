@@ -23,7 +23,7 @@ import torch
 from flashbench.inputs.variant import Variant, check_cu_pair, variant_of
 from flashbench.kernels import triton_forward
 from flashbench.kernels.triton_backward import Packed, backward
-from flashbench.kernels.validate import check_heads
+from flashbench.kernels.validate import validate_heads
 
 __all__ = ["KernelVariant", "variant_forward", "variant_attention", "triton_varlen_attention",
            "triton_varlen_backward", "packed_batch", "sink_grad"]
@@ -114,7 +114,7 @@ def variant_attention(q, k, v, causal: bool = False, scale: float | None = None,
     """``(o, lse)`` of the variant forward, differentiable in q, k, v (and in ``sinks`` when
     it is a tensor that requires grad) through the Triton backward."""
     variant = variant_of(causal, window, softcap, sinks)
-    check_heads(q, k, v)
+    validate_heads(q, k, v)
     variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
     sink_t = sinks if isinstance(sinks, torch.Tensor) else None
     return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, None, None,
@@ -143,7 +143,7 @@ def variant_forward(q, k, v, causal: bool = False, scale: float | None = None, *
     and with ``count=True`` a fourth, the key blocks each program visited
     (int32 [B * H, query blocks], zero past the grid's blocks)."""
     variant = variant_of(causal, window, softcap, sinks)
-    check_heads(q, k, v)
+    validate_heads(q, k, v)
     B, H, n_q, _ = q.shape
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     kv = KernelVariant(variant, B, n_q, k.shape[-2], lse, _sinks(variant, H, q.device),
