@@ -27,7 +27,7 @@ from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.headdim import HEAD_DIMS, config_width, dim_constexprs, validate_head_dims
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
-from flashbench.kernels.phases import masked_load, merge_sink, variant_phases
+from flashbench.kernels.phases import key_mask, masked_load, merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 from flashbench.kernels.softcap import tanh
 from flashbench.kernels.validate import validate_heads, validate_tensors
@@ -97,12 +97,8 @@ def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride
             qk = cap * tanh(qk * s_scale)
             s_scale = 1.0
         if MASKED:
-            keep = cols[None, :] < n_k
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            if WINDOW:
-                keep = keep & (cols[None, :] >= offs_m[:, None] + (causal_offset - left))
-                keep = keep & (cols[None, :] <= offs_m[:, None] + (causal_offset + right))
+            keep = key_mask(offs_m[:, None], cols[None, :], n_k, causal_offset, left, right,
+                            CAUSAL, WINDOW)
             qk = tl.where(keep, qk, float("-inf"))
         # -- update m_i and l_i (log2 domain: m is max(qk) * s_scale) --
         m_new = tl.maximum(m_i, tl.max(qk, 1) * s_scale)

@@ -26,7 +26,7 @@ import triton.language as tl
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
-from flashbench.kernels.phases import key_phases
+from flashbench.kernels.phases import key_mask, key_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16
 from flashbench.kernels.validate import validate_heads, validate_tensors
 
@@ -71,9 +71,7 @@ def _softmax_pv(acc, l_i, m_i, qk, desc_v, kv_base, start_n, offs_m, n_k, causal
     """One key block's scores into (acc, l_i, m_i): triton_forward's recurrence, log2 domain."""
     if MASKED:
         cols = start_n + tl.arange(0, BLOCK_N)
-        keep = cols[None, :] < n_k
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+        keep = key_mask(offs_m[:, None], cols[None, :], n_k, causal_offset, 0, 0, CAUSAL, False)
         qk = tl.where(keep, qk, float("-inf"))
     # -- update m_i and l_i --
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
