@@ -16,15 +16,13 @@ docs/fp8.md ("The Triton FP8 forward"); the phases: docs/variants.md.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import torch
 import triton
 import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
+from flashbench.kernels.configs import current_config, default_config
 from flashbench.kernels.headdim import HEAD_DIMS, config_width, dim_constexprs, validate_head_dims
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
 from flashbench.kernels.phases import key_mask, masked_load, merge_sink, variant_phases
@@ -44,25 +42,6 @@ INTERPRET = default_interpreted()
 # Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
 INTERPRETER_BLOCK_M = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_M"]
 INTERPRETER_BLOCK_N = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_N"]
-_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_fwd_config",
-                                                                 default=None)
-
-
-@contextlib.contextmanager
-def default_config(config: Config | str | None):
-    """Within the block, calls that name no config use ``config`` (``"fixed"``: the fixed
-    config, as correctness checks want; None: autotune). Contextvar: per thread/task."""
-    token = _DEFAULT_CONFIG.set(config)
-    try:
-        yield
-    finally:
-        _DEFAULT_CONFIG.reset(token)
-
-
-def current_config() -> Config | str | None:
-    """The config of the innermost :func:`default_config` block (None outside one): what
-    a call that names no config launches with (the fp8 forward reads it too)."""
-    return _DEFAULT_CONFIG.get()
 
 
 @triton.jit

@@ -94,7 +94,7 @@ def _resolve(config, d: int, device, block_quant: bool) -> Config | None:
     launch, whose blocks must be known before the kernel runs): the fixed fp8 config
     on a GPU, the interpreter tiles on CPU; None: autotune (GPU) / interpreter tiles."""
     if config is None:
-        config = triton_forward.current_config()
+        config = _configs.current_config()
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if isinstance(config, Config):
@@ -220,7 +220,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         quant: "block" (one scale per tile of rows, per batch and head; runs the fixed
             fp8 config on a GPU) or "tensor" (one scale per tensor; autotuned).
         incoherent: multiply q and k by the model's random orthogonal matrix
-            (:func:`flashbench.numerics.fp8.incoherence_matrix` (d, ``seed``)) in
+            (:func:`flashbench.inputs.incoherent.incoherence_matrix` (d, ``seed``)) in
             float64 before quantising (FlashAttention-3's incoherent processing).
         config: as :func:`forward_fp8`.
 
@@ -237,7 +237,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q = torch.zeros_like(q) if scale == 0 else -q
         scale = 1.0 if scale == 0 else -scale
     if incoherent:
-        from flashbench.numerics.fp8 import incoherence_matrix
+        from flashbench.inputs.incoherent import incoherence_matrix
 
         m = torch.from_numpy(incoherence_matrix(q.shape[-1], seed)).to(q.device)
         q, k = q.double() @ m, k.double() @ m

@@ -295,15 +295,13 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *, kernel
     or CPU (interpreted) tensors; o has q's dtype and shape, lse is fp32 [B, H, Nq] (natural
     log; -inf where a row sees no key). ``config``: None autotunes over
     :func:`flashbench.kernels.configs.variant_candidates` on a GPU (unless
-    ``triton_forward.default_config`` says otherwise), ``"fixed"`` takes the first of them, a
+    ``configs.default_config`` says otherwise), ``"fixed"`` takes the first of them, a
     :class:`Config` is launched as given; interpreted launches without one take ``tiles``
     (BLOCK_M, BLOCK_N). Returns the config the kernel ran with.
     """
-    from flashbench.kernels import triton_forward  # its default_config block applies here too
-
     scale = _validate(q, k, v, causal, scale, kernel)
     if config is None:
-        config = triton_forward.current_config()
+        config = _configs.current_config()  # a default_config block applies here too
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if config is not None and not isinstance(config, (Config, str)):
