@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import graphlib
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -219,6 +220,15 @@ def test_the_pandas_side_never_imports_torch():
     bad = [f"{i.where()}: {i.target}" for i in imports()
            if room(i.source) in rooms and _torch(i)]
     assert not bad, "torch on the pandas side:\n" + "\n".join(bad)
+
+
+def test_import_flashbench_loads_neither_torch_nor_pandas():
+    """The page's promise for the package itself, in a fresh process."""
+    code = ("import sys, flashbench\n"
+            "print(sorted(m for m in ('torch', 'triton', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", f"import flashbench imported {out.strip()}"
 
 
 def test_the_reader_sees_lazy_relative_and_submodule_imports(tmp_path, monkeypatch):

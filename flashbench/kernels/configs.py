@@ -160,7 +160,7 @@ def variant_candidates(head_dim: int, dtype, kernel: str = "tma") -> tuple[Confi
     return _by_width(dtype, {2: table})[head_dim]
 
 
-_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_fwd_config",
+_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_forward_config",
                                                                  default=None)
 
 
