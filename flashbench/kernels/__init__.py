@@ -10,8 +10,7 @@
   :mod:`~flashbench.kernels.rounding`: the roundings interpreted launches need.
 - :mod:`~flashbench.kernels.launch`: compiled on CUDA tensors, interpreted on CPU tensors,
   chosen per kernel and call; :mod:`~flashbench.kernels.interpreter`: the interpreted twin.
-- :mod:`~flashbench.kernels.configs`: the forward's Hopper autotune space, fixed configs and
-  the ``default_config`` block;
-  :mod:`~flashbench.kernels.plan`: counted compilations; :mod:`~flashbench.kernels.offline`:
-  compiling a plan for sm_90 without a GPU.
+- :mod:`~flashbench.kernels.configs`: the Hopper autotune space, fixed configs, the
+  ``default_config`` block; :mod:`~flashbench.kernels.plan`: counted compilations;
+  :mod:`~flashbench.kernels.offline`: compiling a plan for sm_90 without a GPU.
 """
