@@ -122,11 +122,14 @@ def table() -> dict[str, set[str]]:
 
 
 def _rule_rooms(words: str) -> set[str]:
-    """The backticked rooms of the rule bullet of the page that contains ``words``."""
-    bullets = re.split(r"\n(?=- )", DOC.read_text())
+    """The packages the rule bullet of the page that says ``words`` names (its backticked
+    single words, each of which must be a row of the table)."""
+    bullets = [b.split("\n\n")[0] for b in re.split(r"\n(?=- )", DOC.read_text())]
     found = [b for b in bullets if words in " ".join(b.split())]
     assert len(found) == 1, f"docs/architecture.md has {len(found)} rules saying {words!r}"
-    return {w for w in re.findall(r"`(\w+)`", found[0]) if w in table()}
+    named = set(re.findall(r"`(\w+)`", found[0]))
+    assert named <= set(table()), f"not packages of flashbench: {sorted(named - set(table()))}"
+    return named
 
 
 # -- the tests -------------------------------------------------------------------------------
