@@ -197,7 +197,7 @@ def timed_backend(name: str):
 
 def torch_dtype(dtype: str):
     """torch dtype of a precision name, from the registry (or skip on older commits)."""
-    return need(("kernels.checks",), "TORCH_DTYPES")[dtype]
+    return need(("kernels.validate", "kernels.checks"), "TORCH_DTYPES")[dtype]
 
 
 class KernelFailed(RuntimeError):

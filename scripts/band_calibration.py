@@ -82,7 +82,7 @@ def _triton(name, shape, dtype):
 def _torch(x, dtype):
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.kernels.validate import torch_dtype
 
     return torch.from_numpy(np.ascontiguousarray(x)).to(torch_dtype(dtype))
 

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from flashbench.accuracy.rules import gradient_floor, gradient_rule  # noqa: E402
 from flashbench.kernels.attention import triton_attention  # noqa: E402
-from flashbench.kernels.triton_bwd import backward  # noqa: E402
+from flashbench.kernels.triton_backward import backward  # noqa: E402
 from flashbench.numerics import flash_model_grad, standard_model_grad  # noqa: E402
 from flashbench.reference import attention_grad  # noqa: E402
 

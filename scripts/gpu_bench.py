@@ -49,7 +49,8 @@ from gpu_checks import (  # noqa: E402,F401
 from gpu_report import TARGETS, fp8_speedups, targets, write_results  # noqa: E402,F401
 
 from flashbench.inputs import Shape  # noqa: E402
-from flashbench.kernels import attention, triton_fp8, triton_fwd  # noqa: E402
+from flashbench.kernels import attention, triton_fp8  # noqa: E402
+from flashbench.kernels import triton_forward as triton_fwd  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 
 
@@ -115,7 +116,7 @@ def _replay(quick: bool, variants_only: bool = False) -> None:
     gpu_hopper.replay()  # the Hopper variants' phase, timed first (scripts/gpu_hopper.py)
     if variants_only:
         return
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.kernels.validate import torch_dtype
     from flashbench.measure.timing import NotDifferentiable, pass_fn
 
     def meta(shape, dtype):
@@ -181,7 +182,7 @@ def run_timings(quick: bool, peak: float, say, fp8_ok: bool = True,
     """Time every case of :func:`timed_cases`; a dtype whose Triton checks failed
     (``failed_dtypes``; triton-fp8's: ``fp8_ok`` False) is not timed: its row says why."""
     from flashbench.backends import get_backend
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.kernels.validate import torch_dtype
     from flashbench.measure.speed import Roofline
     from flashbench.measure.timing import NotDifferentiable, copy_bandwidth_gbs, tflops
 

@@ -9,7 +9,8 @@ import gpu_variants
 import torch
 
 from flashbench.inputs import Shape
-from flashbench.kernels import triton_fp8, triton_fwd
+from flashbench.kernels import triton_forward as triton_fwd
+from flashbench.kernels import triton_fp8
 from flashbench.measure.decode import DecodeCase
 from flashbench.measure.records import Case
 

@@ -182,7 +182,7 @@ def check_dtypes(quick: bool) -> tuple[str, ...]:
 
 def replay(quick: bool) -> None:
     """Every decode kernel launch of the run, on meta tensors (inside planning())."""
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.kernels.validate import torch_dtype
     from flashbench.measure.decode import decode_inputs
 
     for case in check_cases():

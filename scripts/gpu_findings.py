@@ -70,7 +70,8 @@ def exp2_part(device: str, n: int) -> dict:
 def fp32_case_part(device: str, shape: Shape) -> dict:
     from flashbench import reference
     from flashbench.inputs import make_qkv
-    from flashbench.kernels import attention, triton_fwd
+    from flashbench.kernels import attention
+    from flashbench.kernels import triton_forward as triton_fwd
     from flashbench.numerics import standard_model
 
     q, k, v = make_qkv(shape, "normal", 0)
@@ -91,7 +92,7 @@ def fp32_case_part(device: str, shape: Shape) -> dict:
 
 
 def slow_config_part(shapes: list[str]) -> list[dict]:
-    from flashbench.kernels import triton_fwd
+    from flashbench.kernels import triton_forward as triton_fwd
     from flashbench.measure.timing import device_samples
 
     rows = []

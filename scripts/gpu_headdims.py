@@ -19,7 +19,7 @@ import statistics
 import torch
 
 from flashbench.inputs import Shape
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import triton_forward as triton_fwd
 from flashbench.measure.forward import measure_accuracy
 from flashbench.measure.records import Case
 

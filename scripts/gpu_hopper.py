@@ -27,7 +27,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # gpu_checks
 
 from flashbench.inputs import Shape  # noqa: E402
-from flashbench.kernels import triton_bwd, triton_fwd, triton_hopper  # noqa: E402
+from flashbench.kernels import triton_backward as triton_bwd  # noqa: E402
+from flashbench.kernels import triton_forward as triton_fwd  # noqa: E402
+from flashbench.kernels import triton_hopper  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 
 CASES = [(Shape(16384 // n, 16, n, n, 128), causal) for n in (4096, 8192)

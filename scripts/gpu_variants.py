@@ -22,7 +22,8 @@ import torch
 
 from flashbench.inputs import Shape
 from flashbench.inputs.variant import Variant
-from flashbench.kernels import triton_bwd, triton_fwd
+from flashbench.kernels import triton_backward as triton_bwd
+from flashbench.kernels import triton_forward as triton_fwd
 from flashbench.kernels.triton_variants import (
     packed_batch,
     triton_varlen_attention,

@@ -17,7 +17,9 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from flashbench.kernels import triton_bwd, triton_decode, triton_fp8, triton_fwd  # noqa: E402
+from flashbench.kernels import triton_backward as triton_bwd  # noqa: E402
+from flashbench.kernels import triton_decode, triton_fp8  # noqa: E402
+from flashbench.kernels import triton_forward as triton_fwd  # noqa: E402
 from flashbench.kernels.launch import planning  # noqa: E402
 from flashbench.kernels.offline import compile_plan  # noqa: E402
 

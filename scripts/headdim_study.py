@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from flashbench.bands.measure import measure_bands  # noqa: E402
-from flashbench.kernels import headdim, triton_fwd  # noqa: E402
+from flashbench.kernels import headdim  # noqa: E402
+from flashbench.kernels import triton_forward as triton_fwd  # noqa: E402
 
 DIMS = ((64, None), (80, None), (96, None), (128, None), (192, 128))
 

@@ -16,7 +16,8 @@ import argparse
 import numpy as np
 import torch
 
-from flashbench.kernels import triton_bwd, triton_fwd
+from flashbench.kernels import triton_backward as triton_bwd
+from flashbench.kernels import triton_forward as triton_fwd
 from flashbench.kernels.triton_variants import (
     packed_batch,
     triton_varlen_attention,

@@ -64,11 +64,11 @@ def working_interpreter():
     the known defect above (a GPU machine's older Triton); a no-op elsewhere."""
     import torch
 
-    from flashbench.kernels import triton_fwd
+    from flashbench.kernels import triton_forward
 
     q = torch.randn(1, 1, 16, 16)
     try:
-        triton_fwd.forward(q, q, q)
+        triton_forward.forward(q, q, q)
     except Exception as exc:
         if KNOWN_INTERPRETER_DEFECT not in str(exc):
             raise

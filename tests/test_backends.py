@@ -22,7 +22,7 @@ from flashbench.backends import (
 from flashbench.backends.outputs import checked_output
 from flashbench.inputs import Shape
 from flashbench.inputs.precision import PRECISIONS
-from flashbench.kernels.checks import check_tensors, expand_kv
+from flashbench.kernels.validate import expand_kv, validate_tensors
 from flashbench.numerics import standard_model
 
 NAMES = ["reference", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
@@ -74,7 +74,7 @@ def test_registry_names_and_records():
 
 
 def test_triton_head_dims_are_the_kernels():
-    from flashbench.kernels.triton_fwd import HEAD_DIMS
+    from flashbench.kernels.triton_forward import HEAD_DIMS
 
     assert TRITON_HEAD_DIMS == tuple(HEAD_DIMS)
 
@@ -169,13 +169,13 @@ def test_grouped_query_equals_the_expanded_computation(b, hkv, group, nq, nk, d,
 def test_check_tensors_names_both_head_counts():
     q, k, v = qkv(1, 6, 4, 8, 8, 16)
     with pytest.raises(ValueError, match="Hkv=4 heads, which must divide q's H=6"):
-        check_tensors(q, k, v, gqa=True)
+        validate_tensors(q, k, v, gqa=True)
     q, k, _ = qkv(1, 4, 2, 8, 8, 16)
     with pytest.raises(ValueError, match="k has (Hkv=)?2.*v has 4"):  # both counts named
-        check_tensors(q, k, q, gqa=True)
-    assert check_tensors(q, k, k, gqa=True) == 2
+        validate_tensors(q, k, q, gqa=True)
+    assert validate_tensors(q, k, k, gqa=True) == 2
     with pytest.raises(ValueError, match="share B and H.*H=4.*Hkv=2"):
-        check_tensors(q, k, k)  # a kernel that takes no grouped K/V
+        validate_tensors(q, k, k)  # a kernel that takes no grouped K/V
     with pytest.raises(ValueError, match="must divide"):
         get_backend("torch-naive")(*qkv(1, 6, 4, 8, 8, 16))
 

@@ -219,7 +219,7 @@ def test_a_kind_is_forward_or_decode(kernels):
     """``flashbench_kind`` defaults to "forward"; a value that is neither kind is refused
     by name (a typo never runs a decode function as a forward one)."""
     from flashbench.backends.declared import load
-    from flashbench.kernels.checks import BackendFailed
+    from flashbench.kernels.validate import BackendFailed
 
     (kernels / "fbkinds.py").write_text("def odd(q):\n    pass\n\n\nodd.flashbench_kind = "
                                         "'decoder'\n\n\ndef plain(q):\n    pass\n")

@@ -8,10 +8,10 @@ import torch
 from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
-from flashbench.kernels import attention, configs, triton_fwd
+from flashbench.kernels import attention, configs, triton_forward
 from flashbench.kernels.launch import Config, _spec, planning
 
-COMBOS = [(d, dt) for d in triton_fwd.HEAD_DIMS for dt in ("fp16", "bf16", "fp32")]
+COMBOS = [(d, dt) for d in triton_forward.HEAD_DIMS for dt in ("fp16", "bf16", "fp32")]
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -43,7 +43,7 @@ def test_every_autotune_config_on_a_ragged_causal_shape(d, dtype, nq, nk):
     tried = dict.fromkeys([*configs.candidates(d, TORCH[dtype]),
                            configs.fixed_config(d, TORCH[dtype])])
     for cfg in tried:
-        o, lse, used = triton_fwd.forward(q, k, v, causal=True, config=cfg)
+        o, lse, used = triton_forward.forward(q, k, v, causal=True, config=cfg)
         assert used == cfg
         if dtype == "fp32":
             assert error_stats(o, ref[0])["max_abs"] <= 1e-5, cfg.label()
@@ -111,9 +111,9 @@ def test_compiled_fp32_to_e4m3_conversion_rounds_to_nearest_even():
 @pytest.mark.gpu
 def test_autotuned_launch_reports_its_config():
     q, k, v = (t.to("cuda", torch.bfloat16) for t in _inputs((1, 2, 1024, 1024, 128), "bf16"))
-    o, lse, used = triton_fwd.forward(q, k, v, causal=True)
+    o, lse, used = triton_forward.forward(q, k, v, causal=True)
     assert used in configs.candidates(128, torch.bfloat16)
-    o2, _, fixed = triton_fwd.forward(q, k, v, causal=True, config="fixed")
+    o2, _, fixed = triton_forward.forward(q, k, v, causal=True, config="fixed")
     assert fixed == configs.fixed_config(128, torch.bfloat16)
     assert error_stats(o, o2)["max_abs"] <= 4 * 2.0**-8  # both bf16 roundings of one result
 
@@ -144,14 +144,14 @@ def test_observed_compilations_match_the_plan():
         for s, dt, c in calls:
             q, k, v = (torch.empty(*t.shape, device="meta", dtype=TORCH[dt])
                        for t in _inputs(s, dt))
-            triton_fwd.forward(q, k, v, causal=c, config=cfg)
-    before = triton_fwd.FORWARD.compiled_count()
+            triton_forward.forward(q, k, v, causal=c, config=cfg)
+    before = triton_forward.FORWARD.compiled_count()
     if before is None:
         pytest.skip("this Triton keeps its compile cache where flashbench cannot count it")
     for s, dt, c in calls:
         q, k, v = (t.to("cuda", TORCH[dt]) for t in _inputs(s, dt))
-        triton_fwd.forward(q, k, v, causal=c, config=cfg)
-    assert triton_fwd.FORWARD.compiled_count() - before == len(plan)
+        triton_forward.forward(q, k, v, causal=c, config=cfg)
+    assert triton_forward.FORWARD.compiled_count() - before == len(plan)
 
 
 def test_specialisation_mirror_matches_triton():
@@ -172,9 +172,9 @@ def test_plan_counts_configs_times_signatures():
     k = torch.empty(1, 2, 1000, 128, device="meta", dtype=torch.bfloat16)
     with planning() as plan:
         for causal in (False, True):
-            triton_fwd.forward(q, k, k, causal=causal)  # autotuned: every candidate
-            triton_fwd.forward(q, k, k, causal=causal, config="fixed")  # one of them
-        triton_fwd.forward(q, k, k, causal=True)  # same signature again: nothing new
+            triton_forward.forward(q, k, k, causal=causal)  # autotuned: every candidate
+            triton_forward.forward(q, k, k, causal=causal, config="fixed")  # one of them
+        triton_forward.forward(q, k, k, causal=True)  # same signature again: nothing new
     n = len(configs.candidates(128, torch.bfloat16))
     assert configs.fixed_config(128, torch.bfloat16) in configs.candidates(128, torch.bfloat16)
     assert len(plan) == 2 * n and len(plan.signatures()) == 2 and plan.launches == 2 * n + 2 + n
@@ -200,7 +200,7 @@ def test_offline_compile_for_sm90_without_a_gpu():
 
     q = torch.empty(1, 1, 64, 16, device="meta", dtype=torch.float16)
     with planning() as plan:
-        triton_fwd.forward(q, q, q, config=Config.of(num_warps=4, num_stages=2, BLOCK_M=64,
+        triton_forward.forward(q, q, q, config=Config.of(num_warps=4, num_stages=2, BLOCK_M=64,
                                                      BLOCK_N=32))
     (result,) = compile_plan(plan, say=lambda msg: None)
     assert result.error is None, result.error
@@ -242,14 +242,14 @@ def test_warming_splits_the_plans_compilations_among_workers(monkeypatch):
             calls.append((args[0].dtype, kw["HEAD_DIM"], kw["CAUSAL"], kw["BLOCK_M"],
                           kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]))
 
-    monkeypatch.setattr(triton_fwd.FORWARD, "_jit", FakeJit())
+    monkeypatch.setattr(triton_forward.FORWARD, "_jit", FakeJit())
 
     def work():
         for dt in (torch.float16, torch.float32):
             q = torch.empty(2, 4, 700, 64, device="meta", dtype=dt)
             for causal in (False, True):
-                triton_fwd.forward(q, q, q, causal=causal)
-                triton_fwd.forward(q, q, q, causal=causal, config="fixed")
+                triton_forward.forward(q, q, q, causal=causal)
+                triton_forward.forward(q, q, q, causal=causal, config="fixed")
 
     with planning() as plan:
         work()

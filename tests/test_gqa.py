@@ -152,11 +152,11 @@ def test_one_head_count_rule_on_both_sides(h, hk, hv):
 
     import flashbench
     from flashbench.inputs.validation import head_group
-    from flashbench.kernels import checks
+    from flashbench.kernels import validate
 
     q, k, v = (torch.zeros(1, n, 4, 16) for n in (h, hk, hv))
     want, words = _outcome(head_group, h, hk, hv)
-    got, said = _outcome(checks.kv_group, q, k, v)
+    got, said = _outcome(validate.kv_group, q, k, v)
     assert got == want and (said or "").startswith(words or "")
     assert (said is None) == (words is None)
     if words is not None:

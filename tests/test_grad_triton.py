@@ -11,7 +11,7 @@ import flashbench
 from flashbench import numerics as M
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, gradient_rule
-from flashbench.kernels import triton_bwd
+from flashbench.kernels import triton_backward
 from flashbench.kernels.launch import planning
 
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -42,8 +42,8 @@ def np64(*ts):
 def tiles(request, monkeypatch):
     """The default interpreter tiles, and small unequal ones that cross many block edges."""
     bm, bn = request.param
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_M", bm)
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_N", bn)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_M", bm)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_N", bn)
     return request.param
 
 
@@ -95,12 +95,12 @@ def test_low_precision_meets_the_gradient_rule(dtype, shape, causal):
        group=st.sampled_from([1, 3]), causal=st.booleans(),
        d=st.sampled_from([16, 32]), seed=st.integers(0, 2**16))
 def test_fp32_property_over_shapes(nq, nk, hkv, group, causal, d, seed):
-    triton_bwd.INTERPRETER_BLOCK_M, triton_bwd.INTERPRETER_BLOCK_N = 16, 32
+    triton_backward.INTERPRETER_BLOCK_M, triton_backward.INTERPRETER_BLOCK_N = 16, 32
     try:
         q, k, v, do = inputs(1, hkv * group, hkv, nq, nk, d, seed=seed)
         grads = triton_grads(q, k, v, do, causal)
     finally:
-        triton_bwd.INTERPRETER_BLOCK_M = triton_bwd.INTERPRETER_BLOCK_N = 128
+        triton_backward.INTERPRETER_BLOCK_M = triton_backward.INTERPRETER_BLOCK_N = 128
     ref = R.attention_grad(*np64(q, k, v, do), causal=causal)
     for g, r in zip(grads, ref, strict=True):
         assert np.isfinite(g.numpy()).all()
@@ -169,13 +169,13 @@ def test_every_head_dim(d):
 
 def test_bad_do_is_refused():
     q, k, v, do = inputs(1, 1, 1, 8, 8, 16)
-    o, lse, _ = flashbench.kernels.triton_fwd.forward(q, k, v)
+    o, lse, _ = flashbench.kernels.triton_forward.forward(q, k, v)
     with pytest.raises(ValueError, match="do must match o"):
-        triton_bwd.backward(q, k, v, o, lse, do[..., :4, :])
+        triton_backward.backward(q, k, v, o, lse, do[..., :4, :])
     with pytest.raises(ValueError, match="do must match o"):
-        triton_bwd.backward(q, k, v, o, lse, do.half())
+        triton_backward.backward(q, k, v, o, lse, do.half())
     with pytest.raises(TypeError, match="do must be a torch.Tensor"):
-        triton_bwd.backward(q, k, v, o, lse, do.numpy())
+        triton_backward.backward(q, k, v, o, lse, do.numpy())
 
 
 def test_the_compile_plan_holds_the_backward_kernels():
@@ -192,16 +192,16 @@ def test_the_compile_plan_holds_the_backward_kernels():
     for name in ("attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"):
         assert kernels.count(name) == 1, kernels
     assert {c.config for c in plan.compiles if c.kernel == "attn_bwd_dkdv"} == {
-        triton_bwd.backward_config("dkdv", 128, torch.bfloat16)}
+        triton_backward.backward_config("dkdv", 128, torch.bfloat16)}
 
 
 def test_fixed_configs_fit_hoppers_shared_memory():
     from flashbench.kernels.configs import HOPPER_SMEM_BYTES
 
-    for table, kernel in ((triton_bwd.DKDV_CONFIGS, "dkdv"), (triton_bwd.DQ_CONFIGS, "dq")):
+    for table, kernel in ((triton_backward.DKDV_CONFIGS, "dkdv"), (triton_backward.DQ_CONFIGS, "dq")):
         assert {d for _, d in table} == {16, 32, 64, 128, 256}
         for (width, d), cfg in table.items():
-            assert triton_bwd.smem_bytes(kernel, cfg, d, width) <= HOPPER_SMEM_BYTES
+            assert triton_backward.smem_bytes(kernel, cfg, d, width) <= HOPPER_SMEM_BYTES
 
 
 def test_interpreted_bf16_rounding_is_to_nearest_even():
@@ -214,7 +214,7 @@ def test_interpreted_bf16_rounding_is_to_nearest_even():
     def kernel(X, Y, TRUNC, N: tl.constexpr):
         offs = tl.arange(0, N)
         x = tl.load(X + offs)
-        tl.store(Y + offs, triton_bwd.round_bf16(x))
+        tl.store(Y + offs, triton_backward.round_bf16(x))
         tl.store(TRUNC + offs, x.to(tl.bfloat16).to(tl.float32))
 
     g = torch.Generator().manual_seed(0)

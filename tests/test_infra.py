@@ -54,3 +54,16 @@ def test_git_errors_name_the_revision_and_the_folder(tmp_path):
         resolve("--all", tmp_path)
     with pytest.raises(GitError, match="git log"):
         git("log", cwd=tmp_path)  # no commits yet: git's own words
+
+
+@pytest.mark.parametrize("last", ["0", "-3", "some"])
+def test_the_site_refuses_a_bad_last_in_one_line_with_status_2(last, capsys):
+    """``python -m flashbench.site`` parses with the subcommands' parser, now in
+    flashbench.infra.args (site may not import flashbench.cli): one line on stderr, exit 2."""
+    from flashbench.site.publish import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["--last", last])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("python -m flashbench.site: error:") and "integer >= 1" in err

@@ -24,7 +24,7 @@ import flashbench
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
 from flashbench.inputs.precision import get_precision
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import triton_forward
 from flashbench.kernels.launch import Config
 from flashbench.numerics import flash_model, standard_model
 
@@ -80,7 +80,7 @@ SHAPES = [  # B, H, Nq, Nk, d
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_fp32_matches_fp64_reference(shape, causal, blocks, device):
     q, k, v = qkv(*shape, device=device)
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, config=cfg(blocks))
+    o, lse, _ = triton_forward.forward(q, k, v, causal=causal, config=cfg(blocks))
     ro, rlse = ref_of(q, k, v, causal)
     assert o.dtype == torch.float32 and lse.dtype == torch.float32
     assert o.shape == q.shape and lse.shape == q.shape[:3] and o.device == q.device
@@ -99,7 +99,7 @@ def test_fp32_matches_fp64_reference(shape, causal, blocks, device):
                                           ((1, 1, 256, 256, 128), False)])
 def test_low_precision_meets_baseline_rule_and_flash_model(dtype, shape, causal, blocks, device):
     q, k, v = qkv(*shape, seed=1, dtype=TORCH[dtype], device=device)
-    o, lse, used = triton_fwd.forward(q, k, v, causal=causal, config=cfg(blocks))
+    o, lse, used = triton_forward.forward(q, k, v, causal=causal, config=cfg(blocks))
     assert o.dtype == TORCH[dtype]
     q64, k64, v64 = np64(q, k, v)
     ref = R.attention(q64, k64, v64, causal=causal)
@@ -130,7 +130,7 @@ def test_bf16_rounds_p_and_o_to_nearest_even_like_the_gpu(causal, device):
     from flashbench.reference.streaming import stream_attention
 
     q, k, v = qkv(1, 2, 96, 80, 64, seed=5, dtype=torch.bfloat16, device=device)
-    o, _, used = triton_fwd.forward(q, k, v, causal=causal, config=cfg((32, 32)))
+    o, _, used = triton_forward.forward(q, k, v, causal=causal, config=cfg((32, 32)))
     q64, k64, v64 = np64(q, k, v)
     model = np.asarray(flash_model(q64, k64, v64, "bf16", block=32, causal=causal)[0])
     got = _bf16_bits(o.float().cpu().numpy())
@@ -154,8 +154,8 @@ def test_non_contiguous_inputs_use_strides(device):
     v = torch.randn(1, 2, 90, 128, device=device)[..., ::2]  # every other element
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     fixed = "fixed"  # one config for both calls, so they may be compared bit for bit
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=True, config=fixed)
-    o2, lse2, _ = triton_fwd.forward(q.contiguous(), k.contiguous(), v.contiguous(),
+    o, lse, _ = triton_forward.forward(q, k, v, causal=True, config=fixed)
+    o2, lse2, _ = triton_forward.forward(q.contiguous(), k.contiguous(), v.contiguous(),
                                      causal=True, config=fixed)
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
     ro, _ = ref_of(q, k, v, True)
@@ -197,7 +197,7 @@ def test_bad_scale_raises(scale, exc, match):
        bm=st.sampled_from([16, 32]), bn=st.sampled_from([16, 32]), seed=st.integers(0, 99))
 def test_property_masks_tails_and_blocks(nq, nk, d, causal, dtype, bm, bn, seed, device):
     q, k, v = qkv(1, 2, nq, nk, d, seed=seed, dtype=TORCH[dtype], device=device)
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, config=cfg((bm, bn)))
+    o, lse, _ = triton_forward.forward(q, k, v, causal=causal, config=cfg((bm, bn)))
     ro, rlse = ref_of(q, k, v, causal)
     sl = error_stats(lse, rlse)
     assert sl["nonfinite_mismatch"] == 0 and sl["max_abs"] <= tol(dtype, q, k, causal, "lse")
@@ -214,9 +214,9 @@ def test_property_gqa_equals_expanded_kv(hkv, group, b, nq, nk, causal, dtype, s
     h = hkv * group
     q, k, v = qkv(b, h, nq, nk, 16, seed=seed, dtype=TORCH[dtype], device=device, hkv=hkv)
     blocks = cfg((16, 16))
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, config=blocks)
+    o, lse, _ = triton_forward.forward(q, k, v, causal=causal, config=blocks)
     ke, ve = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    oe, lsee, _ = triton_fwd.forward(q, ke, ve, causal=causal, config=blocks)
+    oe, lsee, _ = triton_forward.forward(q, ke, ve, causal=causal, config=blocks)
     assert torch.equal(o, oe) and torch.equal(lse, lsee)
 
 
@@ -274,9 +274,9 @@ def test_grid_puts_batch_times_heads_on_axis_0(monkeypatch):
         seen["grid"] = grid({"BLOCK_M": 64, "BLOCK_N": 64})
         return Config.of(BLOCK_M=64, BLOCK_N=64)
 
-    monkeypatch.setattr(triton_fwd.FORWARD, "launch", spy)
+    monkeypatch.setattr(triton_forward.FORWARD, "launch", spy)
     q = torch.empty(4096, 32, 128, 64, device="meta", dtype=torch.float16)
-    triton_fwd.forward(q, q, q)
+    triton_forward.forward(q, q, q)
     assert seen["grid"] == (4096 * 32, 2)
 
 
@@ -353,7 +353,7 @@ def test_interpreted_launch_leaves_triton_language_as_it_was(tmp_path, monkeypat
 
     before = [(obj, dict(vars(obj))) for obj in language_objects()]
     q, k, v = qkv(1, 1, 16, 16, 16)  # CPU: interpreted wherever the test runs
-    triton_fwd.forward(q, k, v)
+    triton_forward.forward(q, k, v)
     for obj, attrs in before:
         now = dict(vars(obj))
         assert now.keys() == attrs.keys(), obj

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from flashbench import reference as R
 from flashbench.accuracy import error_stats
 from flashbench.inputs.precision import get_precision
-from flashbench.kernels import headdim, triton_bwd, triton_fwd
+from flashbench.kernels import headdim, triton_backward, triton_forward
 from flashbench.kernels import triton_fp8 as F
 from flashbench.kernels.launch import Config
 from flashbench.numerics import flash_model
@@ -63,7 +63,7 @@ def test_property_fp32_forward_any_head_dim(d, dv, nq, nk, causal, group, seed, 
     that see no key give O = 0 exactly; O has dv columns."""
     dv = d if dv is None else dv
     q, k, v = qkv(1, 2 * group, 2, nq, nk, d, dv, seed, device=device)
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, config=tiles())
+    o, lse, _ = triton_forward.forward(q, k, v, causal=causal, config=tiles())
     assert o.shape == (1, 2 * group, nq, dv) and lse.shape == (1, 2 * group, nq)
     ro, rl = R.attention(*expanded(*np64(q, k, v)), causal=causal)
     so, sl = error_stats(o, ro), error_stats(lse, rl)
@@ -76,7 +76,7 @@ def test_property_fp32_forward_any_head_dim(d, dv, nq, nk, causal, group, seed, 
 @pytest.mark.parametrize("d,dv", [(80, 80), (96, 96), (192, 128), (40, 40)])
 def test_low_precision_forward_matches_the_flash_model(d, dv, dtype, device):
     q, k, v = qkv(1, 2, 1, 48, 80, d, dv, seed=3, dtype=TORCH[dtype], device=device)
-    o, lse, used = triton_fwd.forward(q, k, v, causal=True, config=tiles(32, 16))
+    o, lse, used = triton_forward.forward(q, k, v, causal=True, config=tiles(32, 16))
     q64, k64, v64 = expanded(*np64(q, k, v))
     model = flash_model(q64, k64, v64, dtype, block=16, causal=True)
     assert error_stats(o, model[0])["max_abs"] <= 4 * get_precision(dtype).eps
@@ -94,8 +94,8 @@ def test_padding_equals_explicit_zero_columns(d, dv, device):
     def pad(t, width):
         return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
 
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=True, config=tiles())
-    o_w, lse_w, _ = triton_fwd.forward(pad(q, w), pad(k, w), pad(v, wv), causal=True,
+    o, lse, _ = triton_forward.forward(q, k, v, causal=True, config=tiles())
+    o_w, lse_w, _ = triton_forward.forward(pad(q, w), pad(k, w), pad(v, wv), causal=True,
                                        scale=d ** -0.5, config=tiles())
     assert torch.equal(o, o_w[..., :dv]) and torch.equal(lse, lse_w)
 
@@ -106,8 +106,8 @@ def test_backward_any_head_dim_matches_the_reference(d, dv, dtype, device):
     q, k, v = qkv(1, 4, 2, 40, 72, d, dv, seed=7, dtype=TORCH[dtype], device=device)
     do = torch.randn(1, 4, 40, dv, generator=torch.Generator().manual_seed(8),
                      dtype=torch.float64).to(device, TORCH[dtype])
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=True)
-    grads = triton_bwd.backward(q, k, v, o, lse, do, causal=True)
+    o, lse, _ = triton_forward.forward(q, k, v, causal=True)
+    grads = triton_backward.backward(q, k, v, o, lse, do, causal=True)
     ref = R.attention_grad(*np64(q, k, v, do), causal=True)
     bound = 4e-6 if dtype == "fp32" else 2e-2  # relative to the gradient's largest entry
     for g, r, x in zip(grads, ref, (q, k, v), strict=True):
@@ -139,7 +139,7 @@ def test_fp8_forward_any_head_dim_matches_the_fp8_model(d, dv, device):
 ])
 def test_bad_head_dims_say_which_in_one_line(d, dv, match):
     q, k, v = qkv(1, 1, 1, 4, 4, d, dv)
-    for call in (lambda: triton_fwd.forward(q, k, v),
+    for call in (lambda: triton_forward.forward(q, k, v),
                  lambda: F.triton_attention_fp8(q, k, v)):
         with pytest.raises(ValueError, match=match) as err:
             call()

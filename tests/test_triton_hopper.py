@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import flashbench
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
-from flashbench.kernels import configs, triton_fwd, triton_hopper
+from flashbench.kernels import configs, triton_forward, triton_hopper
 from flashbench.kernels.launch import Config, planning
 from flashbench.numerics import standard_model
 
@@ -64,7 +64,7 @@ def test_variant_meets_baseline_and_band_rules(kernel, dtype, shape, causal, dev
        kernel=st.sampled_from(triton_hopper.VARIANTS), seed=st.integers(0, 2**16))
 def test_property_variant_is_bitwise_todays_kernel(nq, nk, d, causal, dtype, bm, bn, group,
                                                    kernel, seed, device):
-    """Same tiles, same (m, l) recurrence and block order: the same bits as triton_fwd
+    """Same tiles, same (m, l) recurrence and block order: the same bits as triton_forward
     (the overlap variant reorders only when a block's QK^T is issued; the warp-specialised
     one masks every block, which changes no unmasked score)."""
     q, k, v = qkv(2, 2 * group, nq, nk, d, seed=seed, dtype=TORCH[dtype], device=device,
@@ -72,7 +72,7 @@ def test_property_variant_is_bitwise_todays_kernel(nq, nk, d, causal, dtype, bm,
     o, lse, _ = triton_hopper.forward(q, k, v, causal=causal, kernel=kernel,
                                       config=cfg(bm, bn) if device == "cuda" else None,
                                       tiles=(bm, bn))
-    ro, rlse, _ = triton_fwd.forward(q, k, v, causal=causal, config=cfg(bm, bn))
+    ro, rlse, _ = triton_forward.forward(q, k, v, causal=causal, config=cfg(bm, bn))
     assert torch.equal(o, ro)
     assert torch.equal(lse, rlse)
 
@@ -86,7 +86,7 @@ def test_persistent_grid_computes_every_tile_once(programs, causal, monkeypatch)
     q, k, v = qkv(1, 5, 80, 80, 16, seed=3)
     o, lse, _ = triton_hopper.forward(q, k, v, causal=causal, kernel="persistent",
                                       tiles=(16, 16))
-    ro, rlse, _ = triton_fwd.forward(q, k, v, causal=causal, config=cfg(16, 16))
+    ro, rlse, _ = triton_forward.forward(q, k, v, causal=causal, config=cfg(16, 16))
     assert torch.equal(o, ro) and torch.equal(lse, rlse)
 
 
@@ -99,17 +99,17 @@ def test_a_tile_never_reads_or_writes_another_heads_rows():
     for kernel in triton_hopper.VARIANTS:
         o, lse, _ = triton_hopper.forward(q, k, v, kernel=kernel, tiles=(64, 64))
         assert torch.isfinite(o[0, 0]).all(), kernel
-        ro, _, _ = triton_fwd.forward(q, k, v, config=cfg(64, 64))
+        ro, _, _ = triton_forward.forward(q, k, v, config=cfg(64, 64))
         assert torch.equal(o[0, 0], ro[0, 0]), kernel
 
 
 def test_triton_fwd_forward_selects_a_variant_by_name():
     q, k, v = qkv(1, 2, 33, 47, 16, seed=5)
-    got = triton_fwd.forward(q, k, v, causal=True, kernel="overlap", config=cfg(16, 32))
+    got = triton_forward.forward(q, k, v, causal=True, kernel="overlap", config=cfg(16, 32))
     want = triton_hopper.forward(q, k, v, causal=True, kernel="overlap", tiles=(16, 32))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     with pytest.raises(ValueError, match="takes no allow_tf32 or variant"):
-        triton_fwd.forward(q.float(), k.float(), v.float(), allow_tf32=True, kernel="tma")
+        triton_forward.forward(q.float(), k.float(), v.float(), allow_tf32=True, kernel="tma")
 
 
 @pytest.mark.parametrize("mutate,exc,match", [

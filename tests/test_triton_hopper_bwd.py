@@ -1,4 +1,4 @@
-"""The Hopper variant of the backward's dK/dV kernel (flashbench.kernels.triton_hopper_bwd),
+"""The Hopper variant of the backward's dK/dV kernel (flashbench.kernels.triton_hopper_backward),
 interpreted on CPU tensors: the gradient rule against float64, the same bits as today's
 backward on the same tiles, no row of another head read, and its sm_90 compilation."""
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from flashbench import reference as R
 from flashbench.accuracy import judge_gradient
-from flashbench.kernels import triton_bwd, triton_fwd
+from flashbench.kernels import triton_backward, triton_forward
 from flashbench.kernels.launch import planning
 from flashbench.numerics import standard_model_grad
 
@@ -25,14 +25,14 @@ def tensors(B, H, hkv, nq, nk, d, seed=0, dtype=torch.float16):
 
 
 def grads(q, k, v, do, causal, kernel=None):
-    o, lse, _ = triton_fwd.forward(q, k, v, causal=causal)
-    return triton_bwd.backward(q, k, v, o, lse, do, causal=causal, kernel=kernel)
+    o, lse, _ = triton_forward.forward(q, k, v, causal=causal)
+    return triton_backward.backward(q, k, v, o, lse, do, causal=causal, kernel=kernel)
 
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_M", 16)
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_N", 32)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_M", 16)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_N", 32)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -60,12 +60,12 @@ def test_property_tma_dkdv_is_bitwise_todays_backward(nq, nk, d, causal, dtype, 
     """Same tiles, same block order and rounding points: every block masked and rows past a
     head zeroed change no bit of dq, dk, dv."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(triton_bwd, "INTERPRETER_BLOCK_M", 16)
-        mp.setattr(triton_bwd, "INTERPRETER_BLOCK_N", 32)
+        mp.setattr(triton_backward, "INTERPRETER_BLOCK_M", 16)
+        mp.setattr(triton_backward, "INTERPRETER_BLOCK_N", 32)
         q, k, v, do = tensors(2, 2 * group, 2, nq, nk, d, seed=seed, dtype=TORCH[dtype])
-        o, lse, _ = triton_fwd.forward(q, k, v, causal=causal)
-        want = triton_bwd.backward(q, k, v, o, lse, do, causal=causal)
-        got = triton_bwd.backward(q, k, v, o, lse, do, causal=causal, kernel="tma")
+        o, lse, _ = triton_forward.forward(q, k, v, causal=causal)
+        want = triton_backward.backward(q, k, v, o, lse, do, causal=causal)
+        got = triton_backward.backward(q, k, v, o, lse, do, causal=causal, kernel="tma")
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
 
@@ -74,22 +74,22 @@ def test_a_query_tile_never_reads_another_heads_rows(small_tiles):
     """Q and dO descriptors span [B*H*Nq, d]: a tile past head 0's 40 rows reads head 1's;
     an inf there must not reach head 0's kv head (GQA off: head 0 owns kv head 0)."""
     q, k, v, do = tensors(1, 2, 2, 40, 40, 16, seed=2)
-    o, lse, _ = triton_fwd.forward(q, k, v)
+    o, lse, _ = triton_forward.forward(q, k, v)
     q2, do2 = q.clone(), do.clone()
     q2[0, 1, :8] = float("inf")
     do2[0, 1, :8] = float("inf")
-    got = triton_bwd.backward(q2, k, v, o, lse, do2, kernel="tma")
-    want = triton_bwd.backward(q, k, v, o, lse, do, kernel="tma")
+    got = triton_backward.backward(q2, k, v, o, lse, do2, kernel="tma")
+    want = triton_backward.backward(q, k, v, o, lse, do, kernel="tma")
     assert torch.equal(got[1][0, 0], want[1][0, 0]) and torch.equal(got[2][0, 0], want[2][0, 0])
 
 
 def test_the_variant_refuses_what_it_does_not_do():
     q, k, v, do = tensors(1, 1, 1, 8, 8, 16)
-    o, lse, _ = triton_fwd.forward(q, k, v)
+    o, lse, _ = triton_forward.forward(q, k, v)
     for kw in ({"kernel": "ws"}, {"kernel": "tma", "window": (4, 0)},
                {"kernel": "tma", "softcap": 5.0}):
         with pytest.raises(ValueError, match="kernel must be None or 'tma'"):
-            triton_bwd.backward(q, k, v, o, lse, do, **kw)
+            triton_backward.backward(q, k, v, o, lse, do, **kw)
 
 
 def test_offline_sm90_compile_uses_tma_without_spills():
@@ -99,7 +99,7 @@ def test_offline_sm90_compile_uses_tma_without_spills():
     q = torch.empty(1, 2, 256, 128, device="meta", dtype=torch.bfloat16)
     lse = torch.empty(1, 2, 256, device="meta", dtype=torch.float32)
     with planning() as plan:
-        triton_bwd.backward(q, q, q, q, lse, q, causal=True, kernel="tma")
+        triton_backward.backward(q, q, q, q, lse, q, causal=True, kernel="tma")
     (r,) = [x for x in compile_plan(plan, say=lambda m: None) if "attn_bwd_dkdv_tma" in x.line]
     assert r.error is None, r.error
     assert r.tma_ops > 0 and r.wgmma_ops > 0 and r.mma_sync_ops == 0

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 import flashbench
 from flashbench.inputs.precision import DTYPES, PRECISIONS
-from flashbench.kernels import configs, torch_peers, triton_bwd, triton_fp8, triton_fwd
-from flashbench.kernels.checks import check_tensors
+from flashbench.kernels import configs, torch_peers, triton_backward, triton_forward, triton_fp8
 from flashbench.kernels.launch import (
     ENV_FORCE,
     Config,
@@ -31,6 +30,7 @@ from flashbench.kernels.launch import (
     interpreted_for,
 )
 from flashbench.kernels.phases import key_phases
+from flashbench.kernels.validate import validate_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ def test_interpret_0_refuses_the_interpreter_with_a_clear_error(monkeypatch):
         interpreted_for(torch.device("cpu"))
     q, k, v = small()
     for call in (lambda: flashbench.triton_attention(q, k, v),
-                 lambda: triton_fwd.forward(q, k, v, config="fixed"),
+                 lambda: triton_forward.forward(q, k, v, config="fixed"),
                  lambda: triton_fp8.triton_attention_fp8(q, k, v)):
         with pytest.raises(ValueError, match=f"{ENV_FORCE}=0 refuses"):
             call()
@@ -93,11 +93,11 @@ def test_backend_and_measure_say_interpreted_on_a_cpu_only_machine_with_interpre
         import torch
         from flashbench.backends import get_backend
         from flashbench.inputs import Shape
-        from flashbench.kernels import triton_fwd
-        from flashbench.kernels.checks import BackendUnavailable
+        from flashbench.kernels import triton_forward
+        from flashbench.kernels.validate import BackendUnavailable
         from flashbench.measure.records import interpreter_too_slow
         assert not torch.cuda.is_available()
-        assert triton_fwd.INTERPRET is True
+        assert triton_forward.INTERPRET is True
         big = Shape(1, 32, 4096, 4096, 128)
         for name in ("triton", "triton-fp8"):
             b = get_backend(name)
@@ -130,15 +130,15 @@ def _fp8_inputs(q, k, v):
 def _backward(q, k, v, causal):
     o = torch.zeros_like(q)
     lse = torch.zeros(q.shape[:-1])
-    return triton_bwd.backward(q, k, v, o, lse, torch.zeros_like(q), causal=causal)
+    return triton_backward.backward(q, k, v, o, lse, torch.zeros_like(q), causal=causal)
 
 
 TORCH_ENTRY_POINTS = {
-    "check_tensors": lambda q, k, v, c: check_tensors(q, k, v, causal=c),
+    "validate_tensors": lambda q, k, v, c: validate_tensors(q, k, v, causal=c),
     "triton_attention": lambda q, k, v, c: flashbench.triton_attention(q, k, v, causal=c),
-    "attention_function": lambda q, k, v, c: triton_bwd.attention_function(q, k, v, causal=c),
-    "forward": lambda q, k, v, c: triton_fwd.forward(q, k, v, causal=c),
-    "launch": lambda q, k, v, c: triton_fwd.launch(q, k, v, torch.empty_like(q), 1.0, c,
+    "attention_function": lambda q, k, v, c: triton_backward.attention_function(q, k, v, causal=c),
+    "forward": lambda q, k, v, c: triton_forward.forward(q, k, v, causal=c),
+    "launch": lambda q, k, v, c: triton_forward.launch(q, k, v, torch.empty_like(q), 1.0, c,
                                                    None, tiles=(16, 16)),
     "backward": _backward,
     "triton_attention_fp8": lambda q, k, v, c: triton_fp8.triton_attention_fp8(q, k, v,
@@ -266,8 +266,8 @@ def _is_module(name: str) -> bool:
 
 @pytest.mark.parametrize("path", _my_modules(), ids=lambda p: p.name)
 def test_module_reads_no_private_name_of_another_flashbench_module(path):
-    """Shared names are public (finding 19: triton_fp8 read triton_fwd._DEFAULT_CONFIG and
-    triton_fwd._check_heads)."""
+    """Shared names are public (finding 19: triton_fp8 read triton_forward._DEFAULT_CONFIG and
+    triton_forward._check_heads)."""
     tree = ast.parse(path.read_text())
     modules, private = set(), []
     for node in ast.walk(tree):

@@ -11,7 +11,7 @@ import triton.language as tl
 from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import baseline_rule, error_stats
-from flashbench.kernels import attention, triton_fwd
+from flashbench.kernels import attention, triton_forward
 from flashbench.kernels.softcap import tanh
 from flashbench.kernels.triton_variants import triton_varlen_attention, variant_forward
 
@@ -26,8 +26,8 @@ VARIANTS = [dict(window=(5, 3)), dict(window=(9, 0), causal=True), dict(window=(
 @pytest.fixture(autouse=True)
 def small_tiles(monkeypatch):
     """16 x 16 tiles: several query and key blocks, windows cutting through blocks."""
-    monkeypatch.setattr(triton_fwd, "INTERPRETER_BLOCK_M", 16)
-    monkeypatch.setattr(triton_fwd, "INTERPRETER_BLOCK_N", 16)
+    monkeypatch.setattr(triton_forward, "INTERPRETER_BLOCK_M", 16)
+    monkeypatch.setattr(triton_forward, "INTERPRETER_BLOCK_N", 16)
 
 
 def _qkv(dtype, nq=40, nk=56, seed=0):
@@ -62,7 +62,7 @@ def test_the_kernel_matches_the_reference_with_each_variant(kw, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_degenerate_variants_are_the_plain_kernel_bit_for_bit(causal):
     q, k, v = _qkv(torch.float16, 40, 56, seed=1)
-    plain = triton_fwd.forward(q, k, v, causal)[:2]
+    plain = triton_forward.forward(q, k, v, causal)[:2]
     for kw in (dict(window=(-1, -1)), dict(window=(500, 500)),
                dict(sinks=np.full(2, -np.inf))):
         got = variant_forward(q, k, v, causal, **kw)[:2]
@@ -110,10 +110,10 @@ def test_the_backward_matches_the_reference_with_each_variant(kw, dtype, monkeyp
     """dq, dk, dv (and dsinks of a sinks tensor) through the Triton backward: fp32 within
     2e-6 of the float64 gradients, fp16 within the gradient rule."""
     from flashbench.accuracy import judge_gradient
-    from flashbench.kernels import triton_bwd
+    from flashbench.kernels import triton_backward
 
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_M", 16)
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_N", 32)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_M", 16)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_N", 32)
     q, k, v = (t.requires_grad_() for t in _qkv(dtype))
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(dtype)
     kw = dict(kw)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import judge_gradient
-from flashbench.kernels import triton_bwd, triton_fwd
+from flashbench.kernels import triton_backward, triton_forward
 from flashbench.kernels.triton_variants import (
     packed_batch,
     triton_varlen_attention,
@@ -30,10 +30,10 @@ BM, BN = 16, 32  # the backward's interpreter tiles here: unequal, several block
 
 @pytest.fixture(autouse=True)
 def small_tiles(monkeypatch):
-    monkeypatch.setattr(triton_fwd, "INTERPRETER_BLOCK_M", 16)
-    monkeypatch.setattr(triton_fwd, "INTERPRETER_BLOCK_N", 16)
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_M", BM)
-    monkeypatch.setattr(triton_bwd, "INTERPRETER_BLOCK_N", BN)
+    monkeypatch.setattr(triton_forward, "INTERPRETER_BLOCK_M", 16)
+    monkeypatch.setattr(triton_forward, "INTERPRETER_BLOCK_N", 16)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_M", BM)
+    monkeypatch.setattr(triton_backward, "INTERPRETER_BLOCK_N", BN)
 
 
 def _np(t):
@@ -185,7 +185,7 @@ def test_blocks_past_a_sequence_end_are_never_visited():
             views = [t.detach()[s].transpose(0, 1)[None] for t, s in ((q, qs), (k, ks), (v, ks))]
             with torch.no_grad():
                 o_b, lse_b = variant_attention(*views, **kw)
-            one = triton_bwd.backward(*views, o_b, lse_b, do[qs].transpose(0, 1)[None],
+            one = triton_backward.backward(*views, o_b, lse_b, do[qs].transpose(0, 1)[None],
                                       count=True, **kw)[3]
             assert torch.equal(rows[:, :used], one[name]), (b, name)
     # the window: each query block of 16 rows reaches at most 2 key blocks of 32

@@ -1,7 +1,7 @@
 """Attention backends: every implementation as data (a :class:`Backend` record with an
 availability reason), flashbench's, torch's and a user's. The package re-exports the public
 API of its modules: the record (:mod:`.record`), the registry and its look-ups
-(:mod:`.registry`), the two failures a backend call raises (:mod:`flashbench.kernels.checks`).
+(:mod:`.registry`), the two failures a backend call raises (:mod:`flashbench.kernels.validate`).
 Users' functions: :mod:`.user`; decode backends: :mod:`.decode`; docs/backends.md.
 """
 
@@ -15,7 +15,7 @@ from flashbench.backends.registry import (
     resolve_backends,
 )
 from flashbench.inputs.variant import variant_kwargs
-from flashbench.kernels.checks import BackendFailed, BackendUnavailable
+from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
 __all__ = ["Backend", "Implementation", "BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS",
            "TORCH_FLOATS", "VARIANTS", "get_backend", "variant_kwargs", "available_backends",

@@ -31,7 +31,7 @@ from flashbench.backends.outputs import (
     snapshot,
 )
 from flashbench.inputs.variant import variant_of
-from flashbench.kernels.checks import BackendFailed, BackendUnavailable, expand_kv
+from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
 from flashbench.timed import guard  # its clocks are captured before any user module loads
 
 __all__ = ["Server", "raised"]

@@ -16,7 +16,7 @@ import re
 
 from flashbench.backends.record import TORCH_FLOATS, VARIANTS
 from flashbench.inputs.precision import PRECISIONS
-from flashbench.kernels.checks import BackendFailed
+from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
            "check_kind", "call_forward", "call_decode"]

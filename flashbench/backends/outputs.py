@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 
 from flashbench.inputs.variant import variant_of
-from flashbench.kernels.checks import TORCH_DTYPES, BackendFailed, BackendUnavailable
 from flashbench.kernels.torch_decode import decode_lse
 from flashbench.kernels.torch_peers import reference_lse
+from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable
 
 __all__ = ["BackendOutput", "checked_output", "checked_decode_output", "snapshot",
            "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]

@@ -16,12 +16,12 @@ from flashbench.backends.outputs import checked_output, guarded
 from flashbench.inputs.precision import CHECK_DTYPES
 from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant, variant_kwargs, variant_of
-from flashbench.kernels.checks import (
+from flashbench.kernels.validate import (
     TORCH_DTYPES,
     BackendUnavailable,
-    check_tensors,
     expand_kv,
     precision_name,
+    validate_tensors,
 )
 
 __all__ = ["TORCH_FLOATS", "VARIANTS", "Implementation", "Backend", "always_available", "never"]
@@ -174,7 +174,7 @@ class Backend(Implementation):
         reason = self.unavailable()
         if reason is not None:
             raise BackendUnavailable(f"backend {self.name!r} is unavailable: {reason}")
-        check_tensors(q, k, v, gqa=True)
+        validate_tensors(q, k, v, gqa=True)
         shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3],
                       dv=v.shape[3], Hkv=k.shape[1])
         if self.inputs is None or dtype is None:

@@ -74,7 +74,7 @@ def _triton_unavailable() -> str | None:
 
 
 def _triton_interpreted() -> bool:
-    from flashbench.kernels import triton_fwd
+    from flashbench.kernels import triton_forward as triton_fwd
 
     return getattr(triton_fwd, "INTERPRET", not torch.cuda.is_available())
 

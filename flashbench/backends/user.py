@@ -30,7 +30,7 @@ from flashbench.backends.declared import (
     parse_spec,
 )
 from flashbench.backends.record import VARIANTS, Backend
-from flashbench.kernels.checks import BackendFailed
+from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["GROUP", "parse_spec", "load", "user_backend", "worker_backend", "request",
            "output", "imported", "broken", "session", "release", "entry_point_names", "find"]

@@ -27,7 +27,7 @@ import time
 
 from flashbench.backends.zygote import STARTUP_LIMIT, forking, harness_path, start_worker
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
-from flashbench.kernels.checks import BackendFailed, BackendUnavailable
+from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all",
            "worker_of", "time_in_worker"]

@@ -24,7 +24,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 
-from flashbench.kernels.checks import BackendFailed
+from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "zygote_env",
            "harness_path", "preload", "main"]

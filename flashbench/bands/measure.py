@@ -234,7 +234,7 @@ def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
         return None
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.backends.tensors import torch_dtype
 
     tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in inputs]
     o, lse = backend(*tensors, causal=causal)

@@ -1,4 +1,5 @@
-"""Helpers shared by the subcommands: argument types, the one-line parser, JSON output."""
+"""Helpers shared by the subcommands: argument types, the one-line parser (written in
+:mod:`flashbench.infra.args`, which ``python -m flashbench.site`` shares), JSON output."""
 
 from __future__ import annotations
 
@@ -12,15 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flashbench.infra.args import Parser, positive_int, seed  # noqa: F401  (the subcommands')
 from flashbench.inputs.problem import Shape
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one line of error on stderr (exit status 2), not usage + error."""
-
-    def error(self, message: str):
-        text = " ".join(str(message).split())
-        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
 def parse_shape(text: str) -> Shape:
@@ -48,26 +42,6 @@ def finite(lo: float, hi: float, lo_open: bool = False):
 
     parse.__name__ = "number"
     return parse
-
-
-def _int_at_least(lo: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
-        return value
-
-    parse.__name__ = what
-    return parse
-
-
-# every subcommand's counts: --threads, --seeds, --n, --kv-heads, ...: an integer >= 1
-positive_int = _int_at_least(1, "positive_int")
-# a random seed: an integer >= 0 (numpy's generators take no negative seed)
-seed = _int_at_least(0, "seed")
 
 
 def block(text: str) -> int:

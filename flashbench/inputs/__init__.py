@@ -2,7 +2,8 @@
 their :class:`~flashbench.inputs.precision.Precision` (:mod:`.precision`), the
 argument checks every path shares (:mod:`.validation`), and the attention variants as data
 (:mod:`.variant`: causal, window, softcap, sinks; packed cu_seqlens checks), and a packed
-batch's lengths, listed or drawn from a seeded distribution (:mod:`.lengths`)."""
+batch's lengths, listed or drawn from a seeded distribution (:mod:`.lengths`), and the fp8
+incoherent processing's orthogonal matrix (:mod:`.incoherent`)."""
 
 from flashbench.inputs.problem import (
     DISTRIBUTIONS,

@@ -102,7 +102,7 @@ class Precision:
             models scale first (:mod:`flashbench.numerics.fp8`).
         torch_name: the ``torch`` dtype attribute kernels store it in ("float32" for
             tf32), None where torch has none; resolved only on the torch side
-            (:func:`flashbench.kernels.checks.torch_dtype`).
+            (:func:`flashbench.kernels.validate.torch_dtype`).
         checked: judged by default by ``flashbench check`` and the accuracy suites.
         output: the precision O is written in when not this one (fp8: "bf16", as
             FlashAttention-3); the baseline rule's absolute floor uses its eps.

@@ -10,7 +10,7 @@ dimension -3 where Hkv divides q's H heads; query head h reads kv head
 q [..., Hkv, G, Nq, d] against k [..., Hkv, 1, Nk, d], which broadcasts over the
 group without an expanded copy of k and v. The head-count rule itself,
 :func:`head_group`, works on plain ints: the torch side
-(:func:`flashbench.kernels.checks.kv_group`) applies the same rule.
+(:func:`flashbench.kernels.validate.kv_group`) applies the same rule.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``triton_attention``: flashbench's fused attention behind one function.
 
-Plain attention runs the forward kernel (:mod:`flashbench.kernels.triton_fwd`) under an
-autograd function whose backward is :mod:`flashbench.kernels.triton_bwd`; a window,
+Plain attention runs the forward kernel (:mod:`flashbench.kernels.triton_forward`) under an
+autograd function whose backward is :mod:`flashbench.kernels.triton_backward`; a window,
 softcap, sinks or packed batch goes through :mod:`flashbench.kernels.triton_variants`.
 The kernels' modules import nothing of this one.
 """
@@ -12,7 +12,7 @@ import torch
 
 from flashbench.inputs.validation import check_causal
 from flashbench.inputs.variant import no_variant
-from flashbench.kernels import triton_bwd, triton_variants
+from flashbench.kernels import triton_backward, triton_variants
 
 __all__ = ["triton_attention"]
 
@@ -42,11 +42,12 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         (o, lse): o [B, H, Nq, dv] in q's dtype; lse [B, H, Nq] float32 natural-log
         log-sum-exp of the scaled, masked scores (-inf for rows that see no key; with
         sinks it includes the sink). o is differentiable in q, k, v (and a sinks tensor)
-        (:mod:`flashbench.kernels.triton_bwd`); lse is not.
+        (:mod:`flashbench.kernels.triton_backward`); lse is not.
     """
     check_causal(causal)
     if not no_variant(window, softcap, sinks):
         return triton_variants.variant_attention(q, k, v, causal, scale, window=window,
                                                  softcap=softcap, sinks=sinks,
                                                  allow_tf32=allow_tf32)
-    return triton_bwd.attention_function(q, k, v, causal=causal, scale=scale, allow_tf32=allow_tf32)
+    return triton_backward.attention_function(q, k, v, causal=causal, scale=scale,
+                                              allow_tf32=allow_tf32)

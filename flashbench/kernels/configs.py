@@ -10,11 +10,15 @@ dim), not as a full product (:data:`HOPPER_CANDIDATES` for 16-bit operands,
 - :func:`fixed_config`: one per (dtype, d) for checks, fp32 and per-block fp8; for 16-bit
   and fp8 operands a candidate, so a check and an autotuned run share the compilation.
 
-Plain data, shared by the launch code, :mod:`flashbench.kernels.plan` and other kernels;
+Plain data, shared by the launch code, :mod:`flashbench.kernels.plan` and other kernels
+(and :func:`default_config`, the config a forward call that names none launches with);
 why these candidates: docs/gpu.md ("Configs and the compile budget").
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 
@@ -24,7 +28,7 @@ from flashbench.kernels.launch import Config
 __all__ = ["HOPPER_SMEM_BYTES", "HOPPER_CANDIDATES", "FP32_FIXED", "FP8_CANDIDATES",
            "FIXED_FP8", "INTERPRETER_CONFIG",
            "candidates", "fixed_config", "prune_forward", "forward_smem_bytes",
-           "fits_shared_memory"]
+           "fits_shared_memory", "default_config", "current_config"]
 
 HOPPER_SMEM_BYTES = 227 * 1024  # per thread block, opt-in maximum on sm_90
 
@@ -154,3 +158,25 @@ def variant_candidates(head_dim: int, dtype, kernel: str = "tma") -> tuple[Confi
     """The autotune candidates of Hopper variant ``kernel`` (16-bit operands only)."""
     table = WS_CANDIDATES if kernel == "ws" else VARIANT_CANDIDATES
     return _by_width(dtype, {2: table})[head_dim]
+
+
+_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_forward_config",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def default_config(config: Config | str | None):
+    """Within the block, calls that name no config use ``config`` (``"fixed"``: the fixed
+    config, as correctness checks want; None: autotune). Contextvar: per thread/task."""
+    token = _DEFAULT_CONFIG.set(config)
+    try:
+        yield
+    finally:
+        _DEFAULT_CONFIG.reset(token)
+
+
+def current_config() -> Config | str | None:
+    """The config of the innermost :func:`default_config` block (None outside one): what
+    a call that names no config launches with (the forward, the fp8 and
+    the Hopper forwards read it)."""
+    return _DEFAULT_CONFIG.get()

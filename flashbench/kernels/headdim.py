@@ -13,7 +13,7 @@ padding, and what it costs: docs/gpu.md ("Head dims").
 from __future__ import annotations
 
 __all__ = ["KERNEL_WIDTHS", "MAX_HEAD_DIM", "HEAD_DIMS", "MAX_ABSORBED_DV", "DECODE_HEAD_DIMS",
-           "kernel_width", "config_width", "check_head_dims", "head_dims_problem",
+           "kernel_width", "config_width", "validate_head_dims", "head_dims_problem",
            "decode_head_dims_problem", "dim_constexprs"]
 
 KERNEL_WIDTHS = (16, 32, 64, 128, 256)
@@ -66,7 +66,7 @@ def decode_head_dims_problem(d: int, dv: int, absorbed: bool,
     return None
 
 
-def check_head_dims(d: int, dv: int | None = None, kernel: str = "the Triton kernel") -> None:
+def validate_head_dims(d: int, dv: int | None = None, kernel: str = "the Triton kernel") -> None:
     """ValueError with :func:`head_dims_problem`'s line unless ``kernel`` takes d, dv."""
     problem = head_dims_problem(d, dv, kernel)
     if problem is not None:

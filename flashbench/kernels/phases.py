@@ -1,5 +1,6 @@
 """The key-block phases of one query block, shared by the forward and the backward's dQ kernel
-(and the sink's merge into a finished block's statistics, :func:`merge_sink`).
+(and the sink's merge into a finished block's statistics, :func:`merge_sink`; the mask of a
+masked block, :func:`key_mask`, which the forward and both backward kernels share).
 
 A program holding query rows ``[start_m * BLOCK_M, (start_m + 1) * BLOCK_M)`` streams key
 blocks in two phases (bottom-right causal alignment: query i sees key j iff
@@ -19,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["key_phases", "variant_phases", "merge_sink", "masked_load"]
+__all__ = ["key_phases", "variant_phases", "key_mask", "merge_sink", "masked_load"]
 
 
 @triton.jit
@@ -63,6 +64,23 @@ def variant_phases(start_m, N_Q, N_K, LEFT, RIGHT, BLOCK_M: tl.constexpr,
                           * BLOCK_N)
     a_end = tl.minimum(u0, hi)
     return causal_offset, lo, a_end, full, hi
+
+
+@triton.jit
+def key_mask(rows, cols, n_k, causal_offset, left, right, CAUSAL: tl.constexpr,
+             WINDOW: tl.constexpr):
+    """Which (query row, key) pairs of a masked block count: ``cols < n_k`` (Nk's ragged
+    tail), and with ``CAUSAL`` ``cols <= rows + causal_offset``, with ``WINDOW`` ``rows +
+    causal_offset - left <= cols <= rows + causal_offset + right`` (the bounds of
+    :class:`flashbench.inputs.variant.Variant`). ``rows`` and ``cols`` come broadcastable to
+    the block: [BLOCK_M, 1] and [1, BLOCK_N] for S, [1, BLOCK_M] and [BLOCK_N, 1] for S^T."""
+    keep = cols < n_k
+    if CAUSAL:
+        keep = keep & (cols <= rows + causal_offset)
+    if WINDOW:
+        keep = keep & (cols >= rows + (causal_offset - left))
+        keep = keep & (cols <= rows + (causal_offset + right))
+    return keep
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from flashbench.kernels.checks import BackendUnavailable
+from flashbench.kernels.validate import BackendUnavailable
 
 __all__ = ["gather_cache", "visible_keys", "decode_lse", "naive_decode", "sdpa_decode",
            "flex_decode", "with_lse"]

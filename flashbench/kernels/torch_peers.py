@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from flashbench.inputs.variant import Variant, variant_of
-from flashbench.kernels.checks import BackendUnavailable, check_tensors, expand_kv
+from flashbench.kernels.validate import BackendUnavailable, expand_kv, validate_tensors
 
 __all__ = ["visible", "reference_lse", "naive_output", "naive_attention", "SDPA_KERNELS",
            "sdpa_output", "sdpa_attention", "sdpa_unavailable", "flex_output",
@@ -104,7 +104,7 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None,
                     window=(-1, -1), softcap=None, sinks=None):
     """:func:`naive_output` and the separate fp32 LSE."""
     variant = variant_of(causal, window, softcap, sinks)
-    check_tensors(q, k, v, gqa=True, causal=variant.causal)
+    validate_tensors(q, k, v, gqa=True, causal=variant.causal)
     return _with_lse(naive_output(q, k, v, variant, scale), q, k, v, variant, scale)
 
 
@@ -219,7 +219,7 @@ def sdpa_attention(q, k, v, causal: bool = False, scale: float | None = None,
     """:func:`sdpa_output` and the separate fp32 LSE (SDPA returns none); torch's
     warnings about a pinned kernel it cannot use become the reason, not noise."""
     causal = _sdpa_variant(causal, window, softcap, sinks)
-    check_tensors(q, k, v, gqa=True, causal=causal.causal)
+    validate_tensors(q, k, v, gqa=True, causal=causal.causal)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -352,7 +352,7 @@ def flex_attention_lse(q, k, v, causal: bool = False, scale: float | None = None
     """Compiled flex_attention with its own LSE on a GPU; on CPU (inductor builds no LSE
     output there) the timed output and the separate fp32 LSE."""
     causal = _flex_variant(causal, window, softcap, sinks)
-    check_tensors(q, k, v, gqa=True, causal=causal.causal)
+    validate_tensors(q, k, v, gqa=True, causal=causal.causal)
     if q.device.type == "cuda":
         o, lse = _flex_call(q, k, v, causal, scale, lse=True)
         return _zero_blind_rows(o, lse), lse.float()

@@ -6,7 +6,7 @@ Layouts and the causal rule: :mod:`flashbench.inputs.kvcache`; the kernels:
 holds the G x Nq query rows of one kv head (each K/V block read once for the group; the
 absorbed MLA form, ``v_cache=None``: 64-row blocks, V the cache's first dv columns) and
 streams its chunk through the forward's fp32 (m, l) recurrence (names as in
-:mod:`flashbench.kernels.triton_fwd`), writing O_s and LSE_s in fp32, or with one split O
+:mod:`flashbench.kernels.triton_forward`), writing O_s and LSE_s in fp32, or with one split O
 and LSE directly. ``decode_merge``, one program per query row:
 :func:`flashbench.reference.merge_states`'s rule, 16 chunks at a time. Splits:
 FlashAttention-2's heuristic (:func:`choose_splits`) or fixed. CPU tensors run both under

@@ -1,6 +1,6 @@
 """FlashAttention-3 style FP8 forward on flashbench's Triton kernel: the host side.
 
-The forward kernel of :mod:`flashbench.kernels.triton_fwd` in its FP8 mode (the constexpr
+The forward kernel of :mod:`flashbench.kernels.triton_forward` in its FP8 mode (the constexpr
 ``FP8``: one kernel, not a copy) rounds where :func:`flashbench.numerics.fp8.flash_fp8`
 does: e4m3 q, k, v with fp32 descales (per tensor, per (batch, head) or per tile of rows),
 fp8 dots with fp32 accumulation, P rounded to e4m3 as 256 P, O written in bf16.
@@ -20,12 +20,12 @@ import torch
 
 from flashbench.inputs.validation import check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels import triton_fwd
-from flashbench.kernels.checks import check_heads, check_tensors
+from flashbench.kernels import triton_forward
 from flashbench.kernels.headdim import HEAD_DIMS as _HEAD_DIMS
-from flashbench.kernels.headdim import check_head_dims, config_width
+from flashbench.kernels.headdim import config_width, validate_head_dims
 from flashbench.kernels.launch import Config, interpreted_for
 from flashbench.kernels.rounding import E4M3_MAX
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["triton_attention_fp8", "forward_fp8", "quantize", "key_major", "tiles",
            "HEAD_DIMS", "INPUT_DTYPES", "FP8_DTYPE", "QUANT", "E4M3_MAX",
@@ -94,7 +94,7 @@ def _resolve(config, d: int, device, block_quant: bool) -> Config | None:
     launch, whose blocks must be known before the kernel runs): the fixed fp8 config
     on a GPU, the interpreter tiles on CPU; None: autotune (GPU) / interpreter tiles."""
     if config is None:
-        config = triton_fwd.current_config()
+        config = _configs.current_config()
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if isinstance(config, Config):
@@ -114,14 +114,14 @@ def tiles(d: int, device, config=None) -> tuple[int, int] | None:
     return cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
 
 
-def _check_fp8(q8, k8, v8, causal) -> None:
+def _validate_fp8(q8, k8, v8, causal) -> None:
     for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
         if not isinstance(t, torch.Tensor) or t.dtype != FP8_DTYPE:
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise TypeError(f"{name} must be a {FP8_DTYPE} tensor [B, H, N, d], got {got}")
-    check_heads(q8, k8, v8)
-    check_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), gqa=True, causal=causal)
-    check_head_dims(q8.shape[-1], v8.shape[-1], "the Triton FP8 forward")
+    validate_heads(q8, k8, v8)
+    validate_tensors(q8, k8, v8, dtypes=(FP8_DTYPE,), gqa=True, causal=causal)
+    validate_head_dims(q8.shape[-1], v8.shape[-1], "the Triton FP8 forward")
     if q8.device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"q8, k8, v8 must be CUDA tensors (compiled kernel) or CPU tensors "
                          f"(Triton interpreter), got {q8.device}")
@@ -172,7 +172,7 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
         config: a Config, "fixed", or None (GPU: autotune over the fp8 candidates
             unless a descale is per block; CPU: the interpreter tiles).
     """
-    _check_fp8(q8, k8, v8, causal)
+    _validate_fp8(q8, k8, v8, causal)
     scale = check_scale(scale, q8.shape[-1])
     B, H, n_q, d = q8.shape
     hkv, n_k = k8.shape[1], k8.shape[2]
@@ -191,17 +191,17 @@ def forward_fp8(q8, k8, v8, q_descale, k_descale, v_descale, causal: bool = Fals
         q8 = torch.zeros_like(q8) if scale == 0 else _negated(q8)
         scale = 1.0 if scale == 0 else -scale
     o = torch.empty((B, H, n_q, v8.shape[-1]), dtype=torch.bfloat16, device=q8.device)
-    lse, used = triton_fwd.launch(
+    lse, used = triton_forward.launch(
         q8, k8, key_major(v8), o, scale, causal, cfg, descales=descales,
         candidates=_configs.candidates(width, FP8_DTYPE),
         tiles=(INTERPRETER_BLOCK_M, INTERPRETER_BLOCK_N))
     return o, lse, used
 
 
-def _check_inputs(q, k, v, causal) -> None:
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=INPUT_DTYPES, gqa=True, causal=causal)
-    check_head_dims(q.shape[-1], v.shape[-1], "the Triton FP8 forward")
+def _validate_inputs(q, k, v, causal) -> None:
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=INPUT_DTYPES, gqa=True, causal=causal)
+    validate_head_dims(q.shape[-1], v.shape[-1], "the Triton FP8 forward")
 
 
 def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -220,14 +220,14 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         quant: "block" (one scale per tile of rows, per batch and head; runs the fixed
             fp8 config on a GPU) or "tensor" (one scale per tensor; autotuned).
         incoherent: multiply q and k by the model's random orthogonal matrix
-            (:func:`flashbench.numerics.fp8.incoherence_matrix` (d, ``seed``)) in
+            (:func:`flashbench.inputs.incoherent.incoherence_matrix` (d, ``seed``)) in
             float64 before quantising (FlashAttention-3's incoherent processing).
         config: as :func:`forward_fp8`.
 
     Returns:
         (o, lse): o [B, H, Nq, d] bfloat16, lse [B, H, Nq] float32; not differentiable.
     """
-    _check_inputs(q, k, v, causal)
+    _validate_inputs(q, k, v, causal)
     if quant not in QUANT:
         raise ValueError(f"quant must be one of {list(QUANT)}, got {quant!r}")
     if not isinstance(incoherent, bool):
@@ -237,7 +237,7 @@ def triton_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q = torch.zeros_like(q) if scale == 0 else -q
         scale = 1.0 if scale == 0 else -scale
     if incoherent:
-        from flashbench.numerics.fp8 import incoherence_matrix
+        from flashbench.inputs.incoherent import incoherence_matrix
 
         m = torch.from_numpy(incoherence_matrix(q.shape[-1], seed)).to(q.device)
         q, k = q.double() @ m, k.double() @ m

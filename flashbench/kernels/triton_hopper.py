@@ -3,13 +3,13 @@ softmax overlapped with the next QK^T, and a persistent grid with causal load ba
 
 Four plainly named kernels (:data:`KERNELS`), one tile body (:func:`_attn_tile`): the same
 (m, l) recurrence, names (m_new, m_ref, alpha, p), phases (:func:`~flashbench.kernels.phases.
-key_phases`) and epilogue as :mod:`flashbench.kernels.triton_fwd`, with Q, K, V tiles moved by
+key_phases`) and epilogue as :mod:`flashbench.kernels.triton_forward`, with Q, K, V tiles moved by
 device-side tensor descriptors (``tl.make_tensor_descriptor``: TMA on sm_90) over [B*H*N, d]
 (rows past a head's end are masked: scores -inf, V zeroed, O and LSE stored by row). Selected with
-:func:`forward`'s ``kernel=`` (or ``triton_fwd.forward(..., kernel=)``); today's kernel stays
+:func:`forward`'s ``kernel=`` (or ``triton_forward.forward(..., kernel=)``); today's kernel stays
 the default everywhere. fp16/bf16 operands, head dims 16..256, causal or not, grouped-query
-heads; no window, softcap, sinks, packed batches or fp8 (those stay with triton_fwd).
-Interpreted on CPU tensors like triton_fwd (descriptors run there too; warp specialisation is
+heads; no window, softcap, sinks, packed batches or fp8 (those stay with triton_forward).
+Interpreted on CPU tensors like triton_forward (descriptors run there too; warp specialisation is
 a compile-time hint the interpreter ignores). Triton APIs used, present in 3.6 and 3.9:
 ``tl.make_tensor_descriptor``, ``tl.range(..., warp_specialize=)``, ``triton.set_allocator``.
 Design and offline figures: docs/gpu.md ("Hopper variants of the forward").
@@ -25,10 +25,10 @@ import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels.checks import check_heads, check_tensors
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
-from flashbench.kernels.phases import key_phases
+from flashbench.kernels.phases import key_mask, key_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["forward", "KERNELS", "VARIANTS", "DTYPES", "HEAD_DIMS", "INTERPRETER_PROGRAMS"]
 
@@ -68,12 +68,10 @@ def _softmax_pv(acc, l_i, m_i, qk, desc_v, kv_base, start_n, offs_m, n_k, causal
                 qk_scale, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                 ROUND: tl.constexpr):
-    """One key block's scores into (acc, l_i, m_i): triton_fwd's recurrence, log2 domain."""
+    """One key block's scores into (acc, l_i, m_i): triton_forward's recurrence, log2 domain."""
     if MASKED:
         cols = start_n + tl.arange(0, BLOCK_N)
-        keep = cols[None, :] < n_k
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+        keep = key_mask(offs_m[:, None], cols[None, :], n_k, causal_offset, 0, 0, CAUSAL, False)
         qk = tl.where(keep, qk, float("-inf"))
     # -- update m_i and l_i --
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -190,7 +188,7 @@ def _descriptors(Q, K, V, BH, BHKV, N_Q, N_K, HEAD_DIM: tl.constexpr,
 @triton.jit
 def _grid_tile(CAUSAL: tl.constexpr):
     """(off_bh, start_m) of a one-tile program; causal: the last query blocks (the most
-    keys) launch first, as triton_fwd."""
+    keys) launch first, as triton_forward."""
     start_m = tl.program_id(1)
     if CAUSAL:
         start_m = tl.num_programs(1) - 1 - start_m
@@ -279,8 +277,8 @@ def _scratch(device):
 def _validate(q, k, v, causal, scale, kernel) -> float:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {list(KERNELS)}, got {kernel!r}")
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=DTYPES, head_dims=HEAD_DIMS, gqa=True, causal=causal)
     if v.shape[-1] != q.shape[-1]:
         raise ValueError(f"v must have head dim d={q.shape[-1]} like q, got dv={v.shape[-1]}")
     if q.device.type not in ("cpu", "cuda", "meta"):
@@ -297,20 +295,18 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None, *, kernel
     or CPU (interpreted) tensors; o has q's dtype and shape, lse is fp32 [B, H, Nq] (natural
     log; -inf where a row sees no key). ``config``: None autotunes over
     :func:`flashbench.kernels.configs.variant_candidates` on a GPU (unless
-    ``triton_fwd.default_config`` says otherwise), ``"fixed"`` takes the first of them, a
+    ``configs.default_config`` says otherwise), ``"fixed"`` takes the first of them, a
     :class:`Config` is launched as given; interpreted launches without one take ``tiles``
     (BLOCK_M, BLOCK_N). Returns the config the kernel ran with.
     """
-    from flashbench.kernels import triton_fwd  # its default_config block applies here too
-
     scale = _validate(q, k, v, causal, scale, kernel)
     if config is None:
-        config = triton_fwd.current_config()
+        config = _configs.current_config()  # a default_config block applies here too
     if isinstance(config, str) and config != "fixed":
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
     if config is not None and not isinstance(config, (Config, str)):
         raise ValueError(f"config must be None, 'fixed' or a Config, got {config!r}")
-    if scale <= 0:  # keep the folded scale positive, as triton_fwd (masked -inf stay -inf)
+    if scale <= 0:  # keep the folded scale positive, as triton_forward (masked -inf stay -inf)
         q = torch.zeros_like(q) if scale == 0 else -q
         scale = 1.0 if scale == 0 else -scale
     B, H, n_q, d = q.shape

@@ -2,7 +2,7 @@
 
 One :class:`~flashbench.inputs.variant.Variant` says what the kernel computes; this module
 turns it into the forward kernel's arguments (:class:`KernelVariant`) and launches
-:func:`flashbench.kernels.triton_fwd.forward`: key blocks outside every row's window are
+:func:`flashbench.kernels.triton_forward.forward`: key blocks outside every row's window are
 never visited (``count=True`` returns the blocks each program visited), the softcap is
 ``c log2(e) tanh(s / c)`` in fp32 (:func:`flashbench.kernels.softcap.tanh`) before
 masking, the sink joins (m, l) before the one division. Packed batches (q [total_q, H, d],
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from flashbench.inputs.variant import Variant, check_cu_pair, variant_of
-from flashbench.kernels import triton_fwd
-from flashbench.kernels.checks import check_heads
-from flashbench.kernels.triton_bwd import Packed, backward
+from flashbench.kernels import triton_forward
+from flashbench.kernels.triton_backward import Packed, backward
+from flashbench.kernels.validate import validate_heads
 
 __all__ = ["KernelVariant", "variant_forward", "variant_attention", "triton_varlen_attention",
            "triton_varlen_backward", "packed_batch", "sink_grad"]
@@ -33,7 +33,7 @@ UNBOUNDED = 2**30  # a window side of -1, as the kernel's int32 bound
 
 @dataclass
 class KernelVariant:
-    """The forward kernel's variant arguments (:func:`flashbench.kernels.triton_fwd.launch`):
+    """The forward kernel's variant arguments (:func:`flashbench.kernels.triton_forward.launch`):
     ``batch`` programs' batches (sequences when packed), ``max_q`` / ``max_k`` the grid's
     and the masks' lengths, the LSE to write, and the optional tensors."""
 
@@ -50,11 +50,11 @@ class KernelVariant:
     def score_scale(self, scale: float) -> float:
         """What launch multiplies by log2(e): with a softcap, ``scale / c`` before the tanh."""
         c = self.variant.softcap
-        return scale if c is None else scale / (c * triton_fwd.LOG2E)
+        return scale if c is None else scale / (c * triton_forward.LOG2E)
 
     def args(self, scale: float) -> tuple:
         left, right = (UNBOUNDED if w < 0 else w for w in self.variant.window)
-        cap = 1.0 if self.variant.softcap is None else self.variant.softcap * triton_fwd.LOG2E
+        cap = 1.0 if self.variant.softcap is None else self.variant.softcap * triton_forward.LOG2E
         s_b, s_h = (0, self.lse.stride(0)) if self.cu_q is not None else self.lse.stride()[:2]
         return (self.sinks, self.cu_q, self.cu_k, self.visits, left, right, cap, s_b, s_h)
 
@@ -114,7 +114,7 @@ def variant_attention(q, k, v, causal: bool = False, scale: float | None = None,
     """``(o, lse)`` of the variant forward, differentiable in q, k, v (and in ``sinks`` when
     it is a tensor that requires grad) through the Triton backward."""
     variant = variant_of(causal, window, softcap, sinks)
-    check_heads(q, k, v)
+    validate_heads(q, k, v)
     variant.sink_logits(q.shape[1])  # the sinks' shape, checked before any launch
     sink_t = sinks if isinstance(sinks, torch.Tensor) else None
     return _VariantAttention.apply(q, k, v, sink_t, variant, scale, allow_tf32, None, None,
@@ -131,7 +131,7 @@ def _sinks(variant: Variant, heads: int, device) -> torch.Tensor | None:
 def _visits(count: bool, programs: int, max_q: int, device) -> torch.Tensor | None:
     if not count:
         return None
-    tiles = triton_fwd.INTERPRETER_BLOCK_M  # interpreted runs; compiled ones use the config
+    tiles = triton_forward.INTERPRETER_BLOCK_M  # interpreted runs; compiled ones use the config
     return torch.zeros((programs, -(-max_q // min(tiles, 16))), dtype=torch.int32,
                        device=device)
 
@@ -143,12 +143,12 @@ def variant_forward(q, k, v, causal: bool = False, scale: float | None = None, *
     and with ``count=True`` a fourth, the key blocks each program visited
     (int32 [B * H, query blocks], zero past the grid's blocks)."""
     variant = variant_of(causal, window, softcap, sinks)
-    check_heads(q, k, v)
+    validate_heads(q, k, v)
     B, H, n_q, _ = q.shape
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     kv = KernelVariant(variant, B, n_q, k.shape[-2], lse, _sinks(variant, H, q.device),
                        visits=_visits(count, B * H, n_q, q.device))
-    o, lse, used = triton_fwd.forward(q, k, v, variant.causal, scale, allow_tf32=allow_tf32,
+    o, lse, used = triton_forward.forward(q, k, v, variant.causal, scale, allow_tf32=allow_tf32,
                                       config=config, variant=kv)
     return (o, lse, used, kv.visits) if count else (o, lse, used)
 
@@ -184,7 +184,7 @@ def _varlen_forward(q, k, v, packed: Packed, variant: Variant, scale, allow_tf32
         return q.new_zeros((*q.shape[:-1], v.shape[-1])), lse
     kv = KernelVariant(variant, packed.batch, packed.max_q, packed.max_k, lse, sink,
                        packed.cu_q, packed.cu_k, visits)
-    o, lse, _ = triton_fwd.forward(*map(_heads_first, (q, k, v)), variant.causal, scale,
+    o, lse, _ = triton_forward.forward(*map(_heads_first, (q, k, v)), variant.causal, scale,
                                    allow_tf32=allow_tf32, config=config, variant=kv)
     return o[0].transpose(0, 1), lse
 

@@ -26,11 +26,11 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.backends.decode import DECODE_HEAD_DIMS, decode_head_dims_problem
 from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
-from flashbench.kernels.headdim import DECODE_HEAD_DIMS, decode_head_dims_problem
 from flashbench.measure.bandjudge import DecodeBands
 from flashbench.measure.records import (
     EXACT_TOL,

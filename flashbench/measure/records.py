@@ -280,6 +280,6 @@ def handed(precision: str | Precision, *arrays) -> list:
     backend does to them reaches no other backend and none of the harness's arrays."""
     import torch
 
-    from flashbench.kernels.checks import torch_dtype
+    from flashbench.backends.tensors import torch_dtype
 
     return [torch.tensor(x, dtype=torch_dtype(precision)) for x in arrays]

@@ -22,11 +22,14 @@ from flashbench.inputs.problem import Shape
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES"]
+           "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
 MIN_SAMPLES = 10
+# the clock a row's times were read from, as the row says it (forward, backward and decode)
+CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
+CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
 
 
 @dataclass(frozen=True)

@@ -137,8 +137,7 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
     """The row of a decode ``backend`` on ``case``; a user's decode function (its worker) is
     not yet timed (its row says so)."""
     from flashbench.backends.worker import worker_of
-    from flashbench.measure.speed import SpeedRow, row_from
-    from flashbench.measure.speedrun import CLOCK_CPU, CLOCK_GPU
+    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, SpeedRow, row_from
     from flashbench.timed.attention import MAX_SLOTS, MIN_SLOTS
     from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 

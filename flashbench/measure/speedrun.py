@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 
 from flashbench.measure.speed import (
+    CLOCK_CPU,
+    CLOCK_GPU,
     Judge,
     Roofline,
     SpeedCase,
@@ -29,9 +31,6 @@ from flashbench.timed.attention import (
 from flashbench.timed.guard import CLOCK, Pool, l2_flusher, structural, timed_calls, wall_ns
 
 __all__ = ["time_backend", "run_speed", "CLOCK_CPU", "CLOCK_GPU"]
-
-CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
-CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
 
 
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
@@ -57,7 +56,7 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
 
 
 def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, device: str):
-    from flashbench.kernels.checks import expand_kv
+    from flashbench.backends.tensors import expand_kv
 
     dev = backend.device(device)
     size = pool_size(case.shape, case.dtype, samples)
@@ -86,8 +85,8 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
 def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: int = 10,
                  warmup: int = 2, device: str = "cpu") -> SpeedRow:
     """The row of ``backend`` on ``case`` (module docstring)."""
+    from flashbench.backends.tensors import BackendFailed, BackendUnavailable
     from flashbench.backends.worker import time_in_worker, worker_of
-    from flashbench.kernels.checks import BackendFailed, BackendUnavailable
 
     def untimed(status, reason):
         return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal,

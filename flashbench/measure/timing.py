@@ -133,7 +133,7 @@ def matmul_peak_tflops(dtype: str = "bf16", n: int = 8192) -> float:
     _require_cuda()
     import torch
 
-    from flashbench.kernels.checks import TORCH_DTYPES
+    from flashbench.backends.tensors import TORCH_DTYPES
 
     a = torch.randn(n, n, device="cuda", dtype=TORCH_DTYPES[dtype])
     b = torch.randn(n, n, device="cuda", dtype=TORCH_DTYPES[dtype])

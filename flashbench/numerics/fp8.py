@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashbench.inputs.incoherent import hadamard, incoherence_matrix
 from flashbench.inputs.precision import (
     FP8_DTYPES,
     PRECISIONS,
@@ -89,31 +90,6 @@ def quantize(x, dtype: str | Precision = "fp8",
         descale = (np.float32(1) / scale).astype(np.float32)
         x8 = round_to_fp8(x32 * scale, prec.storage)
     return x8, descale
-
-
-def _sylvester(n: int) -> np.ndarray:
-    h = np.ones((1, 1))
-    while h.shape[0] < n:
-        h = np.block([[h, h], [h, -h]])
-    return h
-
-
-def hadamard(d: int) -> np.ndarray:
-    """Orthogonal [d, d] Hadamard matrix: Sylvester's H_h / sqrt(h) on the diagonal in
-    d / h blocks, h the largest power of two dividing d (one block when d is a power
-    of two; the identity when d is odd)."""
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be an int >= 1, got {d!r}")
-    h = int(d) & -int(d)  # largest power of two dividing d
-    return np.kron(np.eye(int(d) // h), _sylvester(h) / np.sqrt(h))
-
-
-def incoherence_matrix(d: int, seed: int = 0) -> np.ndarray:
-    """FlashAttention-3's incoherent processing matrix ``M = diag(+-1) @ H`` [d, d],
-    float64, orthogonal (``M @ M.T == I``): the signs are drawn from
-    ``numpy.random.default_rng(seed)``, H is :func:`hadamard`."""
-    signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0]), size=d)
-    return signs[:, None] * hadamard(d)
 
 
 def _options(quant, incoherent) -> tuple[str, bool]:

@@ -165,13 +165,13 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None,
 
 
 def _last(text: str) -> int | None:
-    from flashbench.cli.common import positive_int
+    from flashbench.infra.args import positive_int
 
     return None if text == "all" else positive_int(text)
 
 
 def main(argv=None) -> int:
-    from flashbench.cli.common import Parser  # one line of error for bad arguments
+    from flashbench.infra.args import Parser  # one line of error for bad arguments
 
     p = Parser(prog="python -m flashbench.site",
                description="asv publish, with local copies of the site's JS")

@@ -1,6 +1,6 @@
 """The Triton backward's kernels (jitted helpers and the three kernel functions).
 
-Launched by :mod:`flashbench.kernels.triton_bwd` (which documents the algorithm,
+Launched by :mod:`flashbench.kernels.triton_backward` (which documents the algorithm,
 masks, rounding points and where they run) through
 :class:`flashbench.kernels.launch.TritonKernel`: the kernel functions here are plain
 Python functions (compiled or interpreted per launch), their helpers ``@triton.jit``.
@@ -13,9 +13,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# the key-block phases of a query block, shared with the forward; head columns past d (dv)
-# masked where the width is padded, as in the forward
-from flashbench.kernels.phases import masked_load, variant_phases
+# the key-block phases of a query block and the mask of a masked block, shared with the
+# forward; head columns past d (dv) masked where the width is padded, as in the forward
+from flashbench.kernels.phases import key_mask, masked_load, variant_phases
 
 # for interpreted bf16 launches (UPCAST) only, shared with the forward: the interpreter's
 # fp32 -> bf16 cast truncates toward zero, where the GPU rounds to nearest even
@@ -81,13 +81,9 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             p = tl.math.exp2(qkT - lse_ref[None, :])
         else:
             p = tl.math.exp2(qkT * qk_scale - lse_ref[None, :])  # [BLOCK_N, BLOCK_M]: P^T
-        if MASKED:
-            keep = (rows[None, :] < n_q) & (offs_n[:, None] < n_k)
-            if CAUSAL:
-                keep = keep & (offs_n[:, None] <= rows[None, :] + causal_offset)
-            if WINDOW:
-                keep = keep & (offs_n[:, None] >= rows[None, :] + (causal_offset - left))
-                keep = keep & (offs_n[:, None] <= rows[None, :] + (causal_offset + right))
+        if MASKED:  # S^T: keys on axis 0, query rows (and Nq's ragged tail) on axis 1
+            keep = (rows[None, :] < n_q) & key_mask(rows[None, :], offs_n[:, None], n_k,
+                                                    causal_offset, left, right, CAUSAL, WINDOW)
             p = tl.where(keep, p, 0.0)
         # -- dV += T(P)^T dO --
         if UPCAST:
@@ -139,12 +135,8 @@ def _dq_blocks(dq, q, do, lse_ref, delta, k_base, v_base, stride_kn, stride_kd,
         else:
             p = tl.math.exp2(qk * qk_scale - lse_ref[:, None])
         if MASKED:
-            keep = cols[None, :] < n_k
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            if WINDOW:
-                keep = keep & (cols[None, :] >= offs_m[:, None] + (causal_offset - left))
-                keep = keep & (cols[None, :] <= offs_m[:, None] + (causal_offset + right))
+            keep = key_mask(offs_m[:, None], cols[None, :], n_k, causal_offset, left, right,
+                            CAUSAL, WINDOW)
             p = tl.where(keep, p, 0.0)
         # -- dS = P * (dP - D); dQ += T(dS) K --
         ds = p * (dp - delta[:, None])

@@ -1,8 +1,8 @@
 """A Hopper variant of the backward's dK/dV kernel: Q and dO streamed by TMA descriptors in
 one loop.
 
-``attn_bwd_dkdv_tma`` takes the arguments of ``triton_bwd_kernels.attn_bwd_dkdv`` (so the
-backward launches it in its place: ``triton_bwd.backward(..., kernel="tma")``) and computes
+``attn_bwd_dkdv_tma`` takes the arguments of ``triton_backward_kernels.attn_bwd_dkdv`` (so the
+backward launches it in its place: ``triton_backward.backward(..., kernel="tma")``) and computes
 the same thing for plain and grouped-query attention, causal or not (no window, softcap or
 packed batch): one program per key block of a kv head, one loop over (query head of the
 group, query block) pairs, every block masked (the form warp specialisation needs; Triton

@@ -16,21 +16,19 @@ docs/fp8.md ("The Triton FP8 forward"); the phases: docs/variants.md.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import torch
 import triton
 import triton.language as tl
 
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels import configs as _configs
-from flashbench.kernels.checks import check_heads, check_tensors
-from flashbench.kernels.headdim import HEAD_DIMS, check_head_dims, config_width, dim_constexprs
+from flashbench.kernels.configs import current_config, default_config
+from flashbench.kernels.headdim import HEAD_DIMS, config_width, dim_constexprs, validate_head_dims
 from flashbench.kernels.launch import Config, TritonKernel, default_interpreted, interpreted_for
-from flashbench.kernels.phases import masked_load, merge_sink, variant_phases
+from flashbench.kernels.phases import key_mask, masked_load, merge_sink, variant_phases
 from flashbench.kernels.rounding import accumulate_pv, round_bf16, round_e4m3
 from flashbench.kernels.softcap import tanh
+from flashbench.kernels.validate import validate_heads, validate_tensors
 
 __all__ = ["forward", "launch", "default_config", "current_config",
            "FORWARD", "HEAD_DIMS", "DTYPES", "INTERPRET"]
@@ -44,25 +42,6 @@ INTERPRET = default_interpreted()
 # Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
 INTERPRETER_BLOCK_M = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_M"]
 INTERPRETER_BLOCK_N = _configs.INTERPRETER_CONFIG.kwargs["BLOCK_N"]
-_DEFAULT_CONFIG: contextvars.ContextVar = contextvars.ContextVar("flashbench_fwd_config",
-                                                                 default=None)
-
-
-@contextlib.contextmanager
-def default_config(config: Config | str | None):
-    """Within the block, calls that name no config use ``config`` (``"fixed"``: the fixed
-    config, as correctness checks want; None: autotune). Contextvar: per thread/task."""
-    token = _DEFAULT_CONFIG.set(config)
-    try:
-        yield
-    finally:
-        _DEFAULT_CONFIG.reset(token)
-
-
-def current_config() -> Config | str | None:
-    """The config of the innermost :func:`default_config` block (None outside one): what
-    a call that names no config launches with (the fp8 forward reads it too)."""
-    return _DEFAULT_CONFIG.get()
 
 
 @triton.jit
@@ -97,12 +76,8 @@ def _attn_fwd_blocks(acc, l_i, m_i, visits, q, k_base, v_base, stride_kn, stride
             qk = cap * tanh(qk * s_scale)
             s_scale = 1.0
         if MASKED:
-            keep = cols[None, :] < n_k
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
-            if WINDOW:
-                keep = keep & (cols[None, :] >= offs_m[:, None] + (causal_offset - left))
-                keep = keep & (cols[None, :] <= offs_m[:, None] + (causal_offset + right))
+            keep = key_mask(offs_m[:, None], cols[None, :], n_k, causal_offset, left, right,
+                            CAUSAL, WINDOW)
             qk = tl.where(keep, qk, float("-inf"))
         # -- update m_i and l_i (log2 domain: m is max(qk) * s_scale) --
         m_new = tl.maximum(m_i, tl.max(qk, 1) * s_scale)
@@ -243,9 +218,9 @@ FORWARD = TritonKernel(
 
 
 def _validate(q, k, v, causal, scale, allow_tf32) -> float:
-    check_heads(q, k, v)
-    check_tensors(q, k, v, dtypes=DTYPES, gqa=True, causal=causal)
-    check_head_dims(q.shape[-1], v.shape[-1], "the Triton forward")
+    validate_heads(q, k, v)
+    validate_tensors(q, k, v, dtypes=DTYPES, gqa=True, causal=causal)
+    validate_head_dims(q.shape[-1], v.shape[-1], "the Triton forward")
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 applies to float32 inputs only, got {q.dtype}")
     if q.device.type not in ("cpu", "cuda", "meta"):

@@ -18,8 +18,8 @@ import torch
 from flashbench.inputs.precision import PRECISIONS, Precision, get_precision
 from flashbench.inputs.validation import check_causal, head_group
 
-__all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "check_tensors",
-           "kv_group", "check_heads", "check_causal", "expand_kv", "GroupedKVError",
+__all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "validate_tensors",
+           "kv_group", "validate_heads", "expand_kv", "GroupedKVError",
            "BackendUnavailable", "BackendFailed"]
 
 
@@ -74,9 +74,9 @@ def kv_group(q, k, v) -> int:
                          f"v {tuple(v.shape)}") from None
 
 
-def check_heads(q, k, v) -> None:
+def validate_heads(q, k, v) -> None:
     """The head counts of q, k, v (:func:`kv_group`) checked first, before the rest of
-    :func:`check_tensors`, where all three are 4-D tensors (else check_tensors words
+    :func:`validate_tensors`, where all three are 4-D tensors (else validate_tensors words
     the error). For kernels that take grouped-query attention."""
     if all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         kv_group(q, k, v)
@@ -91,7 +91,7 @@ def expand_kv(q, k, v):
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
-def check_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False,
+def validate_tensors(q, k, v, dtypes=ALL_DTYPES, head_dims=None, gqa: bool = False,
                   causal=False):
     """Raise TypeError/ValueError unless q, k, v are consistent [B, H, N, d] tensors.
 

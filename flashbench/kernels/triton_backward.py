@@ -1,7 +1,7 @@
 """FlashAttention-2 style backward kernels in Triton, and the autograd Function that makes
 :func:`flashbench.triton_attention` differentiable in q, k and v.
 
-Three kernels (:mod:`flashbench.kernels.triton_bwd_kernels`): ``attn_bwd_preprocess``
+Three kernels (:mod:`flashbench.kernels.triton_backward_kernels`): ``attn_bwd_preprocess``
 (``D = rowsum(dO * O)``), ``attn_bwd_dkdv`` (one program per key block of one kv head,
 looping over the query blocks of every query head of its group) and ``attn_bwd_dq`` (one
 program per query block, looping over key blocks). No atomics, so every result is bitwise
@@ -22,11 +22,11 @@ import torch
 import triton
 
 from flashbench.inputs.validation import check_causal, check_scale
-from flashbench.kernels import triton_fwd
+from flashbench.kernels import triton_forward
 from flashbench.kernels.configs import fits_shared_memory
 from flashbench.kernels.headdim import config_width, dim_constexprs
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
-from flashbench.kernels.triton_bwd_kernels import (
+from flashbench.kernels.triton_backward_kernels import (
     attn_bwd_dkdv,
     attn_bwd_dq,
     attn_bwd_preprocess,
@@ -36,7 +36,7 @@ from flashbench.kernels.triton_bwd_kernels import (
 __all__ = ["attention_function", "backward", "Packed", "round_bf16", "PREPROCESS", "DKDV", "DQ",
            "DKDV_CONFIGS", "DQ_CONFIGS", "backward_config"]
 
-LOG2E = triton_fwd.LOG2E  # the kernels (triton_bwd_kernels) inline it as a literal
+LOG2E = triton_forward.LOG2E  # the kernels (triton_backward_kernels) inline it as a literal
 # Interpreter tiles; tests lower them (and make them unequal) to cross more block edges.
 INTERPRETER_BLOCK_M = 128
 INTERPRETER_BLOCK_N = 128
@@ -111,7 +111,7 @@ class Packed:
         return self.cu_q.shape[0] - 1
 
 
-def _check_do(do, o) -> None:
+def _validate_do(do, o) -> None:
     if not isinstance(do, torch.Tensor):
         raise TypeError(f"do must be a torch.Tensor like o, got {type(do).__name__}")
     if do.shape != o.shape or do.dtype != o.dtype or do.device != o.device:
@@ -136,17 +136,17 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
             q, k, v, o, do are [1, heads, total, d] views and lse is [H, total_q].
         count: also return the blocks each program visited (:func:`varlen_backward`).
         kernel: None (today's dK/dV kernel) or "tma", the Hopper variant
-            (:mod:`flashbench.kernels.triton_hopper_bwd`; 16-bit, no window, softcap, packing).
+            (:mod:`flashbench.kernels.triton_hopper_backward`; 16-bit, no window, softcap, packing).
 
     Returns:
         (dq, dk, dv) with q's, k's and v's shapes and dtype (contiguous); with ``count``
         also ``{"dkdv": int32 [B * Hkv, key blocks], "dq": int32 [B * H, query blocks]}``.
     """
-    _check_do(do, o)
+    _validate_do(do, o)
     causal = check_causal(causal)
     dkdv = DKDV
     if kernel is not None:
-        from flashbench.kernels import triton_hopper_bwd
+        from flashbench.kernels import triton_hopper_backward
 
         if kernel != "tma" or q.dtype == torch.float32 or tuple(window) != (-1, -1) or (
                 softcap is not None or packed is not None or count) or (
@@ -154,7 +154,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
             raise ValueError(f"kernel must be None or 'tma' (fp16/bf16, d = dv in 16..256 a "
                              f"power of two, no window, softcap, packing or count), got "
                              f"{kernel!r}")
-        dkdv = triton_hopper_bwd.DKDV_TMA
+        dkdv = triton_hopper_backward.DKDV_TMA
         q, do = q.contiguous(), do.contiguous()  # its descriptors read rows of d elements
     B, H, n_q, d = q.shape
     hkv, n_k = k.shape[1], k.shape[2]
@@ -192,7 +192,7 @@ def backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = No
                                                           q.dtype)
            for name in ("dkdv", "dq")}
     if dkdv is not DKDV and not interpreted:
-        cfg["dkdv"] = triton_hopper_bwd.DKDV_TMA_CONFIGS[d]
+        cfg["dkdv"] = triton_hopper_backward.DKDV_TMA_CONFIGS[d]
     visits = {name: torch.zeros((batch * heads, triton.cdiv(n, _block(cfg[name], key)))
                                 if count else (1,), dtype=torch.int32, device=q.device)
               for name, heads, n, key in (("dkdv", hkv, m_k, "BLOCK_N"),
@@ -223,7 +223,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, allow_tf32):
-        o, lse, _ = triton_fwd.forward(q, k, v, causal=causal, scale=scale,
+        o, lse, _ = triton_forward.forward(q, k, v, causal=causal, scale=scale,
                                        allow_tf32=allow_tf32)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.scale, ctx.allow_tf32 = causal, scale, allow_tf32
