@@ -54,14 +54,9 @@ def test_timings_set_up_and_run():
 
 
 def _gpu_decode():
-    import importlib.util
+    from tools.gpu import decode
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_decode.py"
-    spec = importlib.util.spec_from_file_location("gpu_decode", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_decode"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return decode
 
 
 def test_gpu_decode_pieces_on_cpu():
@@ -98,9 +93,7 @@ def test_gpu_decode_times_fresh_caches_and_checks_every_call_on_cpu():
 
     from flashbench.backends.decode import get_decode_backend
     from flashbench.measure.decode import DecodeCase
-
-    _gpu_decode()  # puts scripts/ on sys.path
-    import gpu_checks as g
+    from tools.gpu import checks as g
 
     case = DecodeCase(4, 4, 2, 1, 16, (200, 90, 64, 130), 64)
     b = get_decode_backend("torch-naive")

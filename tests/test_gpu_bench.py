@@ -2,7 +2,6 @@
 without a GPU can run them (the GPU paths run in ``scripts/gpu_session.sh``)."""
 
 import dataclasses
-import importlib.util
 import re
 import subprocess
 import sys
@@ -19,16 +18,14 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU
 
 
 def _script(*args, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), *args],
+    return subprocess.run([sys.executable, "-m", "tools.gpu.bench", *args],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
 def _gpu_bench():
-    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bench"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    from tools.gpu import bench
+
+    return bench
 
 
 def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
@@ -41,7 +38,7 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     # 63 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
     # (the backward's attn_bwd_dkdv_tma, full/causal): 88 keeps the 8-process precompile short
     assert 0 < n <= 88
-    # the Hopper variants, timed first (scripts/gpu_hopper.py): each kernel, full and causal
+    # the Hopper variants, timed first (tools/gpu/hopper.py): each kernel, full and causal
     for kernel in ("attn_fwd_tma", "attn_fwd_ws", "attn_fwd_overlap", "attn_fwd_persistent"):
         sigs = [x for x in lines if x.startswith("signature ") and f": {kernel} (" in x]
         assert len(sigs) == 2 and all("HEAD_DIM=128" in x and "bf16" in x for x in sigs), kernel
@@ -49,7 +46,7 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     # one line per compilation: a config under its signature
     configs = [x for x in lines if x.startswith("    ")]
     assert len(configs) == n
-    # the decode kernels' checks and timings are planned too (scripts/gpu_decode.py)
+    # the decode kernels' checks and timings are planned too (tools/gpu/decode.py)
     assert any(x.startswith("signature ") and "decode_split" in x for x in lines)
     assert any(x.startswith("signature ") and "decode_merge" in x for x in lines)
     assert sum(x.startswith("signature ") for x in lines) >= 2
@@ -190,8 +187,7 @@ def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudn
     """gpu_hopper's timing checks every pool entry's output before the clock: a backend whose
     output is wrong on one entry gets no time (device_samples is never reached); the table
     says each row's speed against sdpa-cudnn of the same case."""
-    _gpu_bench()  # puts scripts/ on sys.path
-    import gpu_hopper
+    from tools.gpu import hopper as gpu_hopper
 
     g = torch.Generator().manual_seed(0)
     shape = Shape(1, 2, 64, 64, 32)

@@ -1,6 +1,8 @@
 """The house: packages by job, their public faces, what a process start imports."""
 
+import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,32 @@ def test_import_flashbench_installs_no_import_hook_and_old_paths_are_gone():
             "try:\n    import flashbench.precision\nexcept ModuleNotFoundError:\n    pass\n"
             "else:\n    sys.exit('flashbench.precision still imports')\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_nothing_reaches_into_a_study_or_into_tests_and_no_test_loads_a_file_by_path():
+    """scripts/ sorted by job (issue 38): a study answers one question once, so nothing in
+    flashbench/, tools/, benchmarks/ or tests/ imports one; nothing puts tests/ or studies/ on
+    sys.path; and no test loads a module by its file path (the GPU harness, the shared
+    defective kernels and the synthetic corpus are imported by name from tools/)."""
+    bad = []
+    for folder in ("flashbench", "tools", "benchmarks", "tests", "studies", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            where = path.relative_to(ROOT)
+            if re.search(r"sys\.path\.(insert|append)\([^\n]*[\"'](tests|studies)[\"']",
+                         text):
+                bad.append(f"{where}: puts tests/ or studies/ on sys.path")
+            if folder == "tests" and path.name != "test_layout.py" and \
+                    "spec_from_file_location" in text:
+                bad.append(f"{where}: loads a module by file path")
+            if folder == "studies":
+                continue
+            for node in ast.walk(ast.parse(text)):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                bad += [f"{where}: imports {n}" for n in names
+                        if n.split(".")[0] in ("studies", "defects")]
+    assert bad == []
 
 
 def test_the_public_faces_keep_their_contract_names():

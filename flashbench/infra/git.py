@@ -1,6 +1,6 @@
 """git, run one way for every caller: revisions, ancestry, the repository's root.
 
-The review (:mod:`flashbench.review`) and scripts/gpu_history.py name commits the same
+The review (:mod:`flashbench.review`) and tools/gpu/history.py name commits the same
 way and fail the same way: :class:`GitError` where git itself fails (its last words in
 the message), ValueError naming the revision where a name is not a commit.
 """
