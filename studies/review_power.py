@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flashbench.infra.git import git  # (GitError where git fails)
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMINGS = r"\.time_"  # every time_ benchmark (the timing suites)
 AFFECTED = (r"TimeStreamBlock|TimeAttention.*impl='streamed'|TimeModels.*model='flash_model'")
@@ -71,14 +73,6 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "review-power", "GIT_AUTHOR_EMAIL": "power@flashbe
            "GIT_COMMITTER_NAME": "review-power", "GIT_COMMITTER_EMAIL": "power@flashbench"}
 
 
-def git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                       env={**os.environ, **GIT_ENV})
-    if r.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
 def slowed(source: str, size: float) -> str:
     """streaming.py whose stream_attention spins ``size - 1`` times its loop's time."""
     start = source.index("def stream_attention(")
@@ -92,10 +86,10 @@ def slowed(source: str, size: float) -> str:
 
 
 def _commit(repo: Path, base: str, label: str, path: Path, text: str) -> str:
-    git(repo, "checkout", "-q", "--detach", base)
+    git("checkout", "-q", "--detach", base, cwd=repo, env=GIT_ENV)
     path.write_text(text)
-    git(repo, "commit", "-qam", f"review_power.py: {label}")
-    return git(repo, "rev-parse", "HEAD")
+    git("commit", "-qam", f"review_power.py: {label}", cwd=repo, env=GIT_ENV)
+    return git("rev-parse", "HEAD", cwd=repo, env=GIT_ENV)
 
 
 def _time_call(tree: Path, threads: int | None) -> float:
@@ -118,7 +112,8 @@ def loop_share(repo: Path, base: str, probe: str, threads: int | None, pairs: in
     try:
         for label, commit in (("base", base), ("probe", probe)):
             trees[label] = repo.parent / f"tree-{label}"
-            git(repo, "worktree", "add", "-q", "--detach", str(trees[label]), commit)
+            git("worktree", "add", "-q", "--detach", str(trees[label]), commit, cwd=repo,
+                env=GIT_ENV)
         ratios = []
         for i in range(pairs):  # alternate which side runs first
             order = ("base", "probe") if i % 2 == 0 else ("probe", "base")
@@ -135,7 +130,7 @@ def loop_share(repo: Path, base: str, probe: str, threads: int | None, pairs: in
 def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[dict, str]:
     """({label: commit}, calibration note): base, no-op and one commit per size, each on
     top of base."""
-    base = git(repo, "rev-parse", "HEAD")
+    base = git("rev-parse", "HEAD", cwd=repo, env=GIT_ENV)
     commits = {"base": base}
     streaming = repo / "flashbench" / "reference" / "streaming.py"
     original = streaming.read_text()
@@ -152,7 +147,7 @@ def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[d
     for size in sizes:
         commits[f"{size:g}x"] = _commit(repo, base, f"{size:g}x", streaming,
                                         slowed(original, 1.0 + (size - 1.0) / share))
-    git(repo, "checkout", "-q", "--detach", base)
+    git("checkout", "-q", "--detach", base, cwd=repo, env=GIT_ENV)
     return commits, note
 
 

@@ -54,3 +54,16 @@ def test_git_errors_name_the_revision_and_the_folder(tmp_path):
         resolve("--all", tmp_path)
     with pytest.raises(GitError, match="git log"):
         git("log", cwd=tmp_path)  # no commits yet: git's own words
+
+
+def test_git_takes_extra_environment_on_top_of_this_process(tmp_path):
+    """The one git runner (the fan-out job and the review-power study use it too): ``env``
+    adds variables, such as an author or a private index, without losing PATH or HOME."""
+    git("init", "-q", cwd=tmp_path)
+    who = {"GIT_AUTHOR_NAME": "fan-out", "GIT_AUTHOR_EMAIL": "f@o",
+           "GIT_COMMITTER_NAME": "fan-out", "GIT_COMMITTER_EMAIL": "f@o"}
+    git("commit", "-q", "--allow-empty", "-m", "x", cwd=tmp_path, env=who)
+    assert git("log", "-1", "--format=%an <%ae>", cwd=tmp_path) == "fan-out <f@o>"
+    index = tmp_path / "private-index"
+    git("read-tree", "HEAD", cwd=tmp_path, env={"GIT_INDEX_FILE": str(index)})
+    assert index.exists()
