@@ -110,3 +110,17 @@ def test_gpu_decode_times_fresh_caches_and_checks_every_call_on_cpu():
     cheat = dataclasses.replace(b, timed=cached)
     _, check = g.guarded_decode(cheat, case, seed=11, device="cpu", samples=9)
     assert not check["passed"] and set(check["failures"]) & {"stale", "wrong"}, check
+
+
+def test_gpu_decode_tells_apart_two_caches_of_a_large_bf16_batch():
+    """Two bf16 decode outputs of one large shape sum to within 8 eps of their |sum| of each
+    other: the stale rule compares another cache's checksum bit for bit (with the tolerance,
+    an honest decode at the GPU run's B = 16, H = 32 failed as stale)."""
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+    from tools.gpu import checks as g
+
+    case = DecodeCase(16, 32, 8, 1, 128, (64,) * 16, 64)
+    _, check = g.guarded_decode(get_decode_backend("torch-naive"), case, seed=3, device="cpu",
+                                samples=6)
+    assert check["passed"], check

@@ -93,7 +93,8 @@ def check_slice(o, q, k, v, causal: bool, dtype: str) -> dict:
             "ratio": verdict.ratio, "passed": bool(verdict.passed)}
 
 
-def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> dict:
+def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict,
+                window: tuple[int, int] = (-1, -1)) -> dict:
     """Timed gradients against the float64 reference on a sub-problem: batch 0, kv head 0
     and its query heads, all rows (dk, dv need every query), by the gradient rule (3x the
     same-dtype standard backward plus FlashAttention's floor)."""
@@ -107,8 +108,8 @@ def check_grads(grads, q, k, v, do, causal: bool, dtype: str, cache: dict) -> di
 
     if "ref" not in cache:  # the same inputs for every backend of this case
         sub = [np64(q[0, :group]), np64(k[0, :1]), np64(v[0, :1]), np64(do[0, :group])]
-        cache["ref"] = reference.attention_grad(*sub, causal=causal)
-        cache["std"] = numerics.standard_model_grad(*sub, dtype, causal=causal)
+        cache["ref"] = reference.attention_grad(*sub, causal=causal, window=window)
+        cache["std"] = numerics.standard_model_grad(*sub, dtype, causal=causal, window=window)
     got = (grads[0][0, :group], grads[1][0, :1], grads[2][0, :1])
     out = {"passed": True}
     for name, g, r, s in zip(("dq", "dk", "dv"), got, cache["ref"], cache["std"], strict=True):
@@ -144,34 +145,165 @@ def guarded_forward(backend, shape, dtype: str, causal: bool, roof, seed: int,
     return row
 
 
+def device_maker(shape, dtype: str, device: str):
+    """``make(seed) -> (q, k, v)``: N(0, 1) in ``dtype`` drawn on ``device`` by a generator
+    seeded with ``seed`` (a GPU draws an 8192^2-token pool slot in milliseconds, where the CPU
+    maker of flashbench speed takes about a second); the same seed gives the same tensors, so
+    the judge rebuilds any call's inputs (``.cpu()``)."""
+    from flashbench.timed.attention import _torch_dtype
+
+    dt = _torch_dtype(dtype)
+    dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
+            (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
+
+    def make(seed: int) -> tuple:
+        g = torch.Generator(device=device).manual_seed(int(seed) % 2**63)
+        return tuple(torch.randn(d, device=device, generator=g).to(dt) for d in dims)
+
+    return make
+
+
+def _rows_judge():
+    """flashbench speed's Judge whose variant check reads a block of CHECK_ROWS rows (a
+    random start) against the float64 reference of those rows only: its own check builds the
+    whole problem's (8192^2 scores per head on the GPU run's shapes). Exact by the bottom-right
+    alignment: rows [r0, r1) with keys [0, r1 + Nk - Nq) keep every causal row's keys; an
+    unmasked variant takes all keys; any other window reads the last rows."""
+    import numpy as np
+
+    from flashbench import numerics, reference
+    from flashbench.accuracy import baseline_rule
+    from flashbench.measure.speed import CHECK_ROWS, Judge
+    from flashbench.timed.guard import WRONG
+
+    class RowsJudge(Judge):
+        def _variant_check(self, q, k, v, o):
+            var = self.case.variant
+            nq, nk = q.shape[-2], k.shape[-2]
+            n, keys = min(nq, CHECK_ROWS), nk
+            if not var.masked:
+                r0 = int(self.rng.integers(0, nq - n + 1))
+            elif var.right == 0 and nk >= nq:
+                r0 = int(self.rng.integers(0, nq - n + 1))
+                keys = r0 + n + nk - nq
+            else:
+                r0 = nq - n
+            qs, ks, vs = q[..., r0:r0 + n, :], k[..., :keys, :], v[..., :keys, :]
+            ref = reference.attention(qs, ks, vs, causal=var)[0]
+            sm = np.asarray(numerics.standard_model(qs, ks, vs, self.case.dtype, causal=var)[0],
+                            np.float64)
+            got = o.detach().cpu().double().numpy()[..., r0:r0 + n, :]
+            err = float(np.abs(got - ref).max())
+            verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
+            if verdict.passed:
+                return None
+            return WRONG, (f"rows {r0}..{r0 + n - 1} off the float64 reference of "
+                           f"{var.label()}: max abs error {err:.3g}, {verdict.ratio:.3g}x the "
+                           "baseline rule's limit")
+
+    return RowsJudge
+
+
+def guarded_call(fn, case, roof, seed: int, make=None, judge_make=None,
+                 out_dtype: str | None = None, device: str = "cuda", samples: int = 20,
+                 warmup: int = 3) -> dict:
+    """``fn(*args) -> o`` (a call no registry backend wraps: a fixed config, a Hopper variant,
+    the FP8 kernel on e4m3 tensors) timed and judged as :func:`guarded_forward` times a
+    backend: a pool of ``make(seed)`` arguments (default :func:`device_maker` of ``case``),
+    flashbench.timed.timed_calls (the whole device synchronised before the end event, L2
+    flushed), every output judged outside the clock by flashbench speed's Judge against
+    ``judge_make(seed)``'s q, k, v (default: ``make``'s, on the CPU): a plain dense tensor
+    aliasing no input, shape, ``out_dtype`` (default the case's), finite, the checksum of the
+    first call on the same contents, 8 rows against float64; a time under half ``roof``'s floor
+    fails. The row in gpu_bench's fields (``samples_s`` only when every check passed)."""
+    from flashbench.measure.speed import row_from
+    from flashbench.measure.speedrun import CLOCK_CPU, CLOCK_GPU
+    from flashbench.timed import Pool, structural, timed_calls
+    from flashbench.timed.attention import pool_size
+    from flashbench.timed.guard import l2_flusher
+
+    make = make or device_maker(case.shape, case.dtype, device)
+    judge_make = judge_make or make
+    pool = Pool(make, pool_size(case.shape, case.dtype, samples), seed)
+    with torch.no_grad():
+        batch = timed_calls(fn, pool, samples, warmup, device=device, flush=l2_flusher(device))
+    judge = _rows_judge()(case, lambda s: tuple(t.cpu() for t in judge_make(s)), seed,
+                          out_dtype)
+    faults = dict(batch.faults)
+    for j, (out, content, slot) in enumerate(zip(batch.outputs, batch.seeds, batch.slots,
+                                                 strict=True)):
+        bad = structural(out, pool.slots[slot], batch.outputs[:j]) or judge.judge(content, out)
+        if bad is not None:
+            faults.setdefault(*bad)
+    r = row_from(case, "call", batch.samples_s, faults, roof,
+                 CLOCK_GPU if device == "cuda" else CLOCK_CPU, len(batch.outputs))
+    row = {"clock": r.clock, "seed": seed, "check": {"passed": r.status == "PASS",
+                                                     "failures": r.failures,
+                                                     "checked": r.checked}}
+    if r.status != "PASS":
+        row["skipped"] = ("timed outputs failed their checks: time not counted ("
+                          + "; ".join(f"{k}: {v}" for k, v in r.failures.items()) + ")")
+        return row
+    row["samples_s"] = r.samples_s
+    return row
+
+
+_ROOFS: dict = {}
+
+
+def roofline(peak: float):
+    """This run's Roofline for the guarded rows: ``peak`` (the bf16 matmul's TFLOP/s, also
+    fp8's: its floor then halves at FLOOR_MARGIN, no looser than fp8's own peak) and the
+    device copy bandwidth, measured once per process."""
+    from flashbench.measure.speed import Roofline
+    from flashbench.measure.timing import copy_bandwidth_gbs
+
+    if peak not in _ROOFS:
+        _ROOFS[peak] = Roofline({"bf16": peak, "fp16": peak}, copy_bandwidth_gbs(),
+                                "bf16 matmul peak (8192^3, median), 2 GiB device copy")
+    return _ROOFS[peak]
+
+
 def guarded_backward(backend, shape, dtype: str, causal: bool, seed: int,
-                     device: str = "cuda", samples: int = 20, warmup: int = 3):
-    """``(samples_s, check)`` of ``torch.autograd.grad(o, (q, k, v), dO)``: the forward runs
+                     device: str = "cuda", samples: int = 20, warmup: int = 3,
+                     grad_call=None, window: tuple[int, int] = (-1, -1)):
+    """``(samples_s, check)`` of ``torch.autograd.grad(o, (q, k, v), dO)`` (or, for a kernel's
+    own backward, ``grad_call(q, k, v) -> (o, call)`` with ``call(dO) -> (dq, dk, dv)``; then
+    ``backend`` is unused): the forward runs
     once before the clock, each timed call gets a dO from a pool (flashbench.timed.Pool: per-run
     seed, slots refilled in place between rounds; dq, dk, dv all depend on dO), timed by
     flashbench.timed.timed_calls (device-wide synchronisation before the end event, L2
     flushed). Every call's gradients are checked outside the clock: plain dense tensors that
     alias nothing, the same checksum as the first call on the same dO, no other dO's
-    checksum (stale), and each dO's first gradients by :func:`check_grads`."""
+    checksum (stale), and each dO's first gradients by :func:`check_grads` (``window``: the
+    sliding window the kernel applies)."""
     from flashbench.measure.timing import NotDifferentiable
     from flashbench.timed import Pool, structural, timed_calls
     from flashbench.timed.attention import attention_maker, pool_size
     from flashbench.timed.guard import STALE, WRONG, l2_flusher
 
-    q, k, v = backend.prepare(*attention_maker(shape, dtype, "cpu")(seed), device=device)
-    leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
-    o = backend.timed_fn(*leaves, causal=causal)
-    o = o[0] if isinstance(o, tuple) else o
-    if o.grad_fn is None:
-        raise NotDifferentiable(f"{backend.name} is not differentiable: no backward to time")
+    if grad_call is not None:
+        q, k, v = (t.to(device) for t in attention_maker(shape, dtype, "cpu")(seed))
+        leaves = (q, k, v)
+        with torch.no_grad():
+            o, call = grad_call(q, k, v)
+    else:
+        q, k, v = backend.prepare(*attention_maker(shape, dtype, "cpu")(seed), device=device)
+        leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+        o = backend.timed_fn(*leaves, causal=causal)
+        o = o[0] if isinstance(o, tuple) else o
+        if o.grad_fn is None:
+            raise NotDifferentiable(f"{backend.name} is not differentiable: no backward to time")
+
+        def call(do):
+            return torch.autograd.grad(o, leaves, do, retain_graph=True)
 
     def make(s):
         g = torch.Generator().manual_seed(int(s))
         return (torch.randn(tuple(o.shape), generator=g).to(o.dtype).to(device),)
 
     pool = Pool(make, pool_size(shape, dtype, samples), seed)
-    batch = timed_calls(lambda do: torch.autograd.grad(o, leaves, do, retain_graph=True), pool,
-                        samples, warmup, device=device, flush=l2_flusher(device))
+    batch = timed_calls(call, pool, samples, warmup, device=device, flush=l2_flusher(device))
     faults, first = dict(batch.faults), {}
     for j, (grads, content, slot) in enumerate(zip(batch.outputs, batch.seeds, batch.slots,
                                                    strict=True)):
@@ -192,10 +324,11 @@ def guarded_backward(backend, shape, dtype: str, causal: bool, seed: int,
                 faults.setdefault(WRONG, f"call {j}: its gradients' checksum differs from the "
                                          "first call on the same dO")
             continue
-        if any(same(sums, other) for other in first.values()):
+        if any(sums == other for other in first.values()):  # bit for bit: a tolerance of
+            # 8 eps x |sum| would call any two bf16 gradients of one shape the same
             faults.setdefault(STALE, f"call {j}: returned the gradients of another dO")
         first[content] = sums
-        res = check_grads(grads, q, k, v, make(content)[0], causal, dtype, {})
+        res = check_grads(grads, q, k, v, make(content)[0], causal, dtype, {}, window)
         if not res["passed"]:
             faults.setdefault(WRONG, f"call {j}: gradients off the float64 reference "
                                      f"(dq/dk/dv ratios {res['dq_ratio']:.3g}/"
@@ -238,14 +371,13 @@ def guarded_decode(b, case: DecodeCase, seed: int, device: str = "cuda", samples
         x = o.detach().double()
         sums = (float(x.sum()), float(x.abs().sum()))
         tol = 8 * torch.finfo(o.dtype).eps * max(sums[1], 1e-30)
-        same = [c for c, t in first.items() if abs(t[0] - sums[0]) <= tol
-                and abs(t[1] - sums[1]) <= tol]
         if content in first:
-            if content not in same:
+            t = first[content]
+            if abs(t[0] - sums[0]) > tol or abs(t[1] - sums[1]) > tol:
                 faults.setdefault(WRONG, f"call {j}: its checksum differs from the first call "
                                          "on the same cache")
             continue
-        if same:
+        if sums in first.values():  # bit for bit (a tolerance would match any bf16 output)
             faults.setdefault(STALE, f"call {j}: returned the output of another cache")
         first[content] = sums
         inputs = cache_inputs(case, device, seed=content % 2**31)  # the same generator

@@ -57,9 +57,14 @@ def check_rows(say) -> list[dict]:
 
 
 def timing_rows(peak: float, say) -> list[dict]:
-    """Forward TFLOP/s per head dim (module docstring); a row that fails says why."""
-    from flashbench.measure.timing import device_samples
+    """Forward TFLOP/s per head dim (module docstring); a row that fails says why. Every
+    timed call on fresh inputs, every output judged (gpu_checks.guarded_call)."""
+    import os
 
+    from flashbench.measure.speed import SpeedCase
+    from tools.gpu.checks import guarded_call, roofline
+
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows, base = [], None
     for s in shapes(TIMED):
         row = {"case": f"{s.spec()} bf16 causal fwd", "backend": "triton", "shape": s.spec(),
@@ -67,16 +72,17 @@ def timing_rows(peak: float, say) -> list[dict]:
                "dv": s.head_dim_v}
         rows.append(row)
         try:
-            q, k, v = _tensors(s, "cuda")
-            with torch.no_grad():
-                samples = device_samples(
-                    lambda q=q, k=k, v=v: triton_fwd.forward(q, k, v, causal=True,
-                                                             config="fixed"))
+            row.update(guarded_call(lambda q, k, v: triton_fwd.forward(
+                q, k, v, causal=True, config="fixed")[0], SpeedCase(s, "bf16", True),
+                roofline(peak), seed))
         except Exception as exc:  # one head dim's failure must not stop the others
             row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             continue
+        if "skipped" in row:
+            continue
+        samples = row["samples_s"]
         med = statistics.median(samples)
-        row.update(ms=med * 1e3, tflops=s.flops(causal=True) / med * 1e-12, samples_s=samples)
+        row.update(ms=med * 1e3, tflops=s.flops(causal=True) / med * 1e-12)
         row["pct_peak"] = 100 * row["tflops"] / peak
         if s.d == 128 and s.dv is None:
             base = row["tflops"]

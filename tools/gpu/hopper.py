@@ -5,9 +5,9 @@
 
 For each case of :data:`CASES` (bf16, d = 128, 16 heads, full and causal): today's kernel
 and each variant of ``triton_hopper.VARIANTS`` (autotuned), sdpa-cudnn and sdpa-flash; device
-time per call (``flashbench.measure.timing.device_samples``: CUDA events, L2 flushed), calls
-rotating over :data:`POOL` input sets made before the clock, each set's output checked against
-float64 first (``gpu_checks.check_slice``; a failed check: no time). TFLOP/s of unmasked pairs,
+time per call by the guarded timer (``gpu_checks.guarded_call`` / ``guarded_backward``: every
+call on fresh pool inputs, the whole device synchronised, L2 flushed, every output judged
+against float64 outside the clock; any failed check: no time). TFLOP/s of unmasked pairs,
 % of the run's bf16 matmul peak, speed against sdpa-cudnn. gpu_bench.py calls :func:`replay`
 (its plan) and :func:`run`; how and why: docs/gpu.md ("Hopper variants of the forward").
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -31,7 +32,6 @@ CASES = [(Shape(16384 // n, 16, n, n, 128), causal) for n in (4096, 8192)
          for causal in (False, True)]
 BWD_CASES = [(Shape(4, 16, 4096, 4096, 128), causal) for causal in (False, True)]
 PEERS = ("sdpa-cudnn", "sdpa-flash")
-POOL = 3  # input sets per case; consecutive timed calls never share one
 
 
 def _inputs(shape: Shape, device, seed: int):
@@ -83,30 +83,21 @@ def replay() -> None:
             make(*_inputs(shape, "meta", 0), causal)()
 
 
-def _time(fn, pool, causal, shape, dtype, peak) -> dict:
-    from flashbench.measure.timing import device_samples, tflops
-    from tools.gpu.checks import check_slice
+def _time(fn, causal, shape, dtype, peak, seed) -> dict:
+    """One forward row: every timed call on fresh inputs, every output judged outside the
+    clock (gpu_checks.guarded_call); TFLOP/s of unmasked pairs."""
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.measure.timing import tflops
+    from tools.gpu.checks import guarded_call, roofline
 
-    row = {}
-    with torch.no_grad():
-        for q, k, v in pool:  # each pool entry's output checked, outside the clock
-            out = fn(q, k, v, causal)
-            check = check_slice(out[0] if isinstance(out, tuple) else out, q, k, v, causal,
-                                dtype)
-            if not check["passed"]:
-                row.update(check=check, skipped="timed output failed its check: time not counted")
-                return row
-        turn = iter(range(10**9))
-
-        def call():
-            q, k, v = pool[next(turn) % len(pool)]
-            return fn(q, k, v, causal)
-
-        samples = device_samples(call)
+    row = guarded_call(lambda q, k, v: fn(q, k, v, causal), SpeedCase(shape, dtype, causal),
+                       roofline(peak), seed)
+    if "skipped" in row:
+        return row
+    samples = row["samples_s"]
     med = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4)
-    row.update(check=check, ms=med * 1e3, ms_q1=q1 * 1e3, ms_q3=q3 * 1e3, samples_s=samples,
-               tflops=tflops(shape, causal, med))
+    row.update(ms=med * 1e3, ms_q1=q1 * 1e3, ms_q3=q3 * 1e3, tflops=tflops(shape, causal, med))
     row["pct_peak"] = 100 * row["tflops"] / peak
     return row
 
@@ -116,10 +107,10 @@ def run(peak: float, say) -> list[dict]:
     the config the autotuner chose for flashbench's kernels; failures become rows."""
     from flashbench.backends import get_backend
 
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows = []
     for shape, causal in CASES:
         label = f"{shape.spec()} bf16 {'causal' if causal else 'full'} fwd"
-        pool = [_inputs(shape, "cuda", seed) for seed in range(POOL)]
         backends = [(name, fn, None) for name, fn in _calls()]
         backends += [(name, None, get_backend(name)) for name in PEERS]
         for name, fn, backend in backends:
@@ -132,9 +123,9 @@ def run(peak: float, say) -> list[dict]:
                         continue
                     fn = (lambda q, k, v, causal, b=backend:  # noqa: E731
                           b.timed_fn(*b.prepare(q, k, v), causal=causal))
-                row.update(_time(fn, pool, causal, shape, "bf16", peak))
+                row.update(_time(fn, causal, shape, "bf16", peak, seed))
                 if name.startswith("triton"):
-                    row["config"] = _chosen(name, pool[0], causal)
+                    row["config"] = _chosen(name, shape, causal)
             except Exception as exc:  # one backend's failure must not stop the others
                 row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
@@ -143,47 +134,50 @@ def run(peak: float, say) -> list[dict]:
     return rows
 
 
-def _time_backward(make, pool, causal, shape, peak, caches) -> dict:
-    """One backward row: each pool entry's gradients checked (gradient rule, sub-problem)
-    outside the clock, then device time of calls rotating over the pool."""
-    from flashbench.measure.timing import device_samples, tflops
-    from tools.gpu.checks import check_grads
+def _time_backward(backend, grad_call, causal, shape, peak, seed) -> dict:
+    """One backward row: each timed call on a fresh dO, every call's gradients checked
+    outside the clock (gpu_checks.guarded_backward: structure, checksums, each dO's first
+    gradients by the gradient rule on a sub-problem)."""
+    from flashbench.measure.timing import tflops
+    from tools.gpu.checks import guarded_backward
 
-    calls = [make(q, k, v, causal) for q, k, v in pool]
-    for (q, k, v), call, cache in zip(pool, calls, caches, strict=True):
-        check = check_grads(call(), q, k, v, call.do, causal, "bf16", cache)
-        if not check["passed"]:
-            return {"check": check,
-                    "skipped": "timed gradients failed their check: time not counted"}
-    turn = iter(range(10**9))
-    samples = device_samples(lambda: calls[next(turn) % len(calls)]())
+    samples, check = guarded_backward(backend, shape, "bf16", causal, seed, grad_call=grad_call)
+    if not check["passed"]:
+        return {"check": check, "seed": seed,
+                "skipped": "timed gradients failed their checks: time not counted"}
     med = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4)
-    return {"check": check, "ms": med * 1e3, "ms_q1": q1 * 1e3, "ms_q3": q3 * 1e3,
-            "samples_s": samples, "tflops": tflops(shape, causal, med, "bwd"),
+    return {"check": check, "seed": seed, "ms": med * 1e3, "ms_q1": q1 * 1e3,
+            "ms_q3": q3 * 1e3, "samples_s": samples, "tflops": tflops(shape, causal, med, "bwd"),
             "pct_peak": 100 * tflops(shape, causal, med, "bwd") / peak}
+
+
+def _grad_call(kernel, causal):
+    """grad_call(q, k, v) -> (o, call(dO) -> (dq, dk, dv)) of triton_bwd.backward with the
+    dK/dV ``kernel`` (None: today's), o and lse from today's forward."""
+    def grad_call(q, k, v):
+        o, lse, _ = triton_fwd.forward(q, k, v, causal=causal)
+        return o, lambda do: triton_bwd.backward(q, k, v, o, lse, do, causal=causal,
+                                                 kernel=kernel)
+    return grad_call
 
 
 def run_backward(peak: float, say) -> list[dict]:
     """Backward rows of :data:`BWD_CASES`: today's dK/dV kernel and attn_bwd_dkdv_tma (kernel
     time of triton_bwd.backward), sdpa-cudnn and sdpa-flash (torch.autograd.grad)."""
     from flashbench.backends import get_backend
-    from flashbench.measure.timing import pass_fn
 
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows = []
     for shape, causal in BWD_CASES:
         label = f"{shape.spec()} bf16 {'causal' if causal else 'full'} bwd"
-        pool = [_inputs(shape, "cuda", seed) for seed in range(POOL)]
-        caches = [{} for _ in pool]  # one float64 reference per input set, every backend
-        makers = list(BACKWARDS)
-        for name in PEERS:
-            b = get_backend(name)
-            makers.append((name, lambda q, k, v, causal, b=b, name=name: pass_fn(
-                b.timed_fn, *b.prepare(q, k, v), causal, "bwd", name)))
-        for name, make in makers:
+        makers = [(name, None, _grad_call(kernel, causal))
+                  for name, kernel in (("triton", None), ("triton-dkdv-tma", "tma"))]
+        makers += [(name, get_backend(name), None) for name in PEERS]
+        for name, backend, grad_call in makers:
             row = {"case": label, "backend": name, "shape": shape.spec(), "causal": causal}
             try:
-                row.update(_time_backward(make, pool, causal, shape, peak, caches))
+                row.update(_time_backward(backend, grad_call, causal, shape, peak, seed))
             except Exception as exc:  # one backend's failure must not stop the others
                 row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
@@ -192,8 +186,8 @@ def run_backward(peak: float, say) -> list[dict]:
     return rows
 
 
-def _chosen(name: str, qkv, causal) -> str | None:
-    q, k, v = qkv
+def _chosen(name: str, shape: Shape, causal) -> str | None:
+    q, k, v = _inputs(shape, "cuda", 0)
     if name == "triton":
         used = triton_fwd.forward(q, k, v, causal=causal)[2]
     else:

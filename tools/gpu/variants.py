@@ -108,10 +108,15 @@ def check_rows(say) -> list[dict]:
 
 
 def timing_rows(peak: float, say) -> list[dict]:
-    from flashbench.measure.timing import device_samples
+    """The rows of the module docstring; every timed call on fresh inputs and every output
+    judged against the variant's float64 reference (gpu_checks.guarded_call)."""
+    import os
+
+    from flashbench.measure.speed import SpeedCase
+    from tools.gpu.checks import guarded_call, roofline
 
     s = TIMED_SHAPE
-    q, k, v = _tensors(s, "cuda")
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows = []
     for name, kw in TIMED.items():
         kw = _keywords(kw)
@@ -119,45 +124,55 @@ def timing_rows(peak: float, say) -> list[dict]:
         row = {"case": f"{s.spec()} bf16 {name} fwd", "backend": "triton", "shape": s.spec(),
                "dtype": "bf16", "variant": name, "direction": "fwd"}
         if name == "causal":
-            def fn():
-                return triton_fwd.forward(q, k, v, causal=True, config="fixed")
+            case = SpeedCase(s, "bf16", True)
+
+            def fn(q, k, v):
+                return triton_fwd.forward(q, k, v, causal=True, config="fixed")[0]
         else:
-            def fn(kw=kw):
-                return variant_forward(q, k, v, config="fixed", **kw)
+            case = SpeedCase(s, "bf16", variant.causal, variant=variant)
+
+            def fn(q, k, v, kw=kw):
+                return variant_forward(q, k, v, config="fixed", **kw)[0]
         try:
-            with torch.no_grad():
-                samples = device_samples(fn)
+            row.update(guarded_call(fn, case, roofline(peak), seed))
         except Exception as exc:  # one variant's failure must not stop the others
             row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        if "skipped" in row:
             rows.append(row)
             continue
-        med = statistics.median(samples)
+        med = statistics.median(row["samples_s"])
         flops = 4 * s.B * s.H * s.d * variant.visible_pairs(s.Nq, s.Nk)
-        row.update(ms=med * 1e3, tflops=flops / med * 1e-12, samples_s=samples,
+        row.update(ms=med * 1e3, tflops=flops / med * 1e-12,
                    visible_pairs=variant.visible_pairs(s.Nq, s.Nk))
         row["pct_peak"] = 100 * row["tflops"] / peak
         say(f"  {row['case']}: {row['ms']:.2f} ms, {row['tflops']:.0f} TFLOP/s (visible work)")
         rows.append(row)
-    rows.append(_time_backward(q, k, v, peak, say))
+    rows.append(_time_backward(peak, say, seed))
     return rows
 
 
-def _time_backward(q, k, v, peak: float, say) -> dict:
-    """The backward with a causal (1024, 0) window: 2.5x the forward's visible FLOPs."""
-    from flashbench.measure.timing import device_samples
+def _time_backward(peak: float, say, seed: int) -> dict:
+    """The backward with a causal (1024, 0) window: 2.5x the forward's visible FLOPs; each
+    timed call on a fresh dO, every call's gradients checked (gpu_checks.guarded_backward)."""
+    from tools.gpu.checks import guarded_backward
 
     s = TIMED_SHAPE
     row = {"case": f"{s.spec()} bf16 causal window=(1024,0) bwd", "backend": "triton",
            "shape": s.spec(), "dtype": "bf16", "variant": "causal window=(1024,0)",
-           "direction": "bwd"}
+           "direction": "bwd", "seed": seed}
+
+    def grad_call(q, k, v):
+        o, lse, _ = variant_forward(q, k, v, True, window=WINDOW_BWD, config="fixed")
+        return o, lambda do: triton_bwd.backward(q, k, v, o, lse, do, True, window=WINDOW_BWD)
+
     try:
-        with torch.no_grad():
-            o, lse, _ = variant_forward(q, k, v, True, window=WINDOW_BWD, config="fixed")
-            do = torch.randn_like(o)
-            samples = device_samples(lambda: triton_bwd.backward(q, k, v, o, lse, do, True,
-                                                                 window=WINDOW_BWD))
+        samples, row["check"] = guarded_backward(None, s, "bf16", True, seed,
+                                                 grad_call=grad_call, window=WINDOW_BWD)
     except Exception as exc:
         row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        return row
+    if not row["check"]["passed"]:
+        row["skipped"] = "timed gradients failed their checks: time not counted"
         return row
     med = statistics.median(samples)
     visible = Variant(causal=True, window=WINDOW_BWD).visible_pairs(s.Nq, s.Nk)
