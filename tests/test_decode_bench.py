@@ -124,3 +124,41 @@ def test_gpu_decode_tells_apart_two_caches_of_a_large_bf16_batch():
     _, check = g.guarded_decode(get_decode_backend("torch-naive"), case, seed=3, device="cpu",
                                 samples=6)
     assert check["passed"], check
+
+
+def test_the_absorbed_mla_rows_time_through_the_guard(monkeypatch):
+    """gpu_decode.run_mla: each timed call on a cache from a pool, every output checked (2
+    random sequences of each new cache against float64), with the Triton decode stood in by
+    torch's naive decode on CPU tensors; one cached on q's address gets no time. Before, the
+    MLA rows checked sequence 0 of the first call and timed 20 calls on one cache."""
+    import functools
+    import types
+
+    import torch
+
+    from flashbench.kernels.torch_decode import naive_decode
+    from tools.gpu import checks
+    from tools.gpu import decode as gd
+
+    def decode(q, k, v, lens, table, causal=True, check=False, dv=512, memo=None):
+        o = naive_decode(q, k, k[..., :dv], lens, table, causal)
+        return o if memo is None else memo.setdefault(q.data_ptr(), o)
+
+    def decode_forward(q, k, v, lens, table, causal=True, dv=512):
+        return decode(q, k, v, lens, table, causal, dv=dv), None, types.SimpleNamespace(
+            num_splits=1)
+
+    mla_inputs = gd.mla_inputs
+    monkeypatch.setattr(gd, "mla_cases", lambda quick: [(2, 128)])
+    monkeypatch.setattr(gd, "mla_inputs", lambda B, n, device, seed=0: mla_inputs(B, n, "cpu",
+                                                                                  seed))
+    monkeypatch.setattr(gd.triton_decode, "decode_forward", decode_forward)
+    monkeypatch.setattr(gd.triton_decode, "triton_decode", decode)
+    monkeypatch.setattr(checks, "guarded_decode", functools.partial(
+        checks.guarded_decode, device="cpu", samples=6))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    row, = gd.run_mla(True, 1.0, lambda _: None)
+    assert row["check"]["passed"] and row["check"]["sequences_checked"] >= 2 and "gbs" in row
+    monkeypatch.setattr(gd.triton_decode, "triton_decode", functools.partial(decode, memo={}))
+    row, = gd.run_mla(True, 1.0, lambda _: None)
+    assert "gbs" not in row and "not counted" in row["skipped"], row

@@ -300,7 +300,7 @@ def _torch_attention(q, k, v, causal=False, window=(-1, -1), softcap=None):
 
 
 def test_any_timed_call_sees_fresh_inputs_and_every_output_is_judged():
-    """gpu_checks.guarded_call (the fp8, head-dim, variant and Hopper rows' timer) on CPU: an
+    """tools.gpu.guarded.guarded_call (the fp8, head-dim, variant and Hopper rows' timer) on CPU: an
     honest call passes with every output checked; one that caches on q's address, one that
     returns a view of its input and one that drops the window each fail by name. Before, these
     rows checked the first call's output only and timed 20 calls on the same tensors."""
@@ -342,13 +342,13 @@ def guarded_on_cpu(monkeypatch):
     """The GPU rows' guard on CPU tensors, a roof no call beats, 9 calls a row."""
     import functools
 
-    from tools.gpu import checks
+    from tools.gpu import checks, guarded
 
-    monkeypatch.setattr(checks, "guarded_call", functools.partial(
-        checks.guarded_call, device="cpu", samples=9))
+    monkeypatch.setattr(guarded, "guarded_call", functools.partial(
+        guarded.guarded_call, device="cpu", samples=9))
     monkeypatch.setattr(checks, "guarded_backward", functools.partial(
         checks.guarded_backward, device="cpu", samples=9))
-    monkeypatch.setattr(checks, "roofline", lambda peak: _roof())
+    monkeypatch.setattr(guarded, "roofline", lambda peak: _roof())
 
 
 def _fake_forward(cheat=False):

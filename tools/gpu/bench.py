@@ -39,15 +39,13 @@ from tools.gpu.checks import (  # noqa: F401
     check_cases,
     check_grads,
     check_slice,
-    device_maker,
     fp8_check_cases,
     fp8_check_rows,
     guarded_backward,
-    guarded_call,
     guarded_forward,
-    roofline,
     run_checks,
 )
+from tools.gpu.guarded import device_maker, guarded_call, roofline  # noqa: F401
 from tools.gpu.report import TARGETS, fp8_speedups, targets, write_results  # noqa: F401
 
 

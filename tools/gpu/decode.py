@@ -116,20 +116,20 @@ def mla_bytes(B: int, n: int, itemsize: int = 2) -> int:
     return itemsize * (B * n * MLA["Hkv"] * MLA["d"] + B * MLA["H"] * (MLA["d"] + MLA["dv"]))
 
 
-def check_mla(o, q, k, lens, table) -> dict:
-    """Sequence 0's O against float64 by the baseline rule (vs the standard decode)."""
+def check_mla(o, q, k, lens, table, seq: int = 0) -> dict:
+    """Sequence ``seq``'s O against float64 by the baseline rule (vs the standard decode)."""
     from flashbench.accuracy import baseline_rule, error_stats
     from flashbench.numerics.decode import standard_decode_model
     from flashbench.reference import decode_attention
 
-    pages = table[0, : -(-int(lens[0]) // MLA["page"])].long()
-    q0, k0 = (t.detach().cpu().double().numpy() for t in (q[:1], k[pages]))
-    n_lens = lens[:1].cpu().numpy()
+    pages = table[seq, : -(-int(lens[seq]) // MLA["page"])].long()
+    q0, k0 = (t.detach().cpu().double().numpy() for t in (q[seq:seq + 1], k[pages]))
+    n_lens = lens[seq:seq + 1].cpu().numpy()
     local = torch.arange(len(pages), dtype=torch.int32)[None].numpy()
     ref = decode_attention(q0, k0, None, n_lens, local, causal=True, dv=MLA["dv"])[0]
     std = standard_decode_model(q0, k0, None, n_lens, local, dtype="bf16", causal=True,
                                 dv=MLA["dv"])[0]
-    err = error_stats(o[:1], ref)["max_abs"]
+    err = error_stats(o[seq:seq + 1], ref)["max_abs"]
     verdict = baseline_rule(err, error_stats(std, ref)["max_abs"], "bf16")
     return {"o_max_abs": err, "ratio": verdict.ratio, "passed": verdict.passed}
 
@@ -137,10 +137,14 @@ def check_mla(o, q, k, lens, table) -> dict:
 def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
     """The absorbed MLA decode timed (FlashMLA's form): bf16, one kv head of d = 576 shared
     by 128 query heads, V = the cache's first 512 columns (``v_cache=None, dv=512``), pages
-    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; sequence 0 checked against float64
-    (baseline rule) first; GB/s = :func:`mla_bytes` / median; rows as :func:`run_timings`'."""
-    from flashbench.measure.timing import device_samples
+    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; timed by gpu_checks.guarded_decode
+    (a pool of 3 caches, every output checked: structure, checksums, 2 random sequences of
+    each new cache against float64 by the baseline rule); GB/s = :func:`mla_bytes` / median;
+    rows as :func:`run_timings`'."""
+    from flashbench.measure.decode import DecodeCase
+    from tools.gpu.checks import guarded_decode
 
+    seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows = []
     for B, n in mla_cases(quick):
         inputs = mla_inputs(B, n, "cuda")
@@ -153,12 +157,17 @@ def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
             o, _, used = triton_decode.decode_forward(q, k, None, lens, table, causal=True,
                                                       dv=MLA["dv"])
             row["splits"] = used.num_splits
-            row["check"] = check_mla(o, q, k, lens, table)
+            del inputs, q, k, o
+            samples, row["check"] = guarded_decode(
+                None, DecodeCase(B, MLA["H"], MLA["Hkv"], 1, MLA["d"], (n,) * B, MLA["page"]),
+                seed, make=lambda s, B=B, n=n: mla_inputs(B, n, "cuda", seed=s % 2**31),
+                call=lambda q, k, lens, table: triton_decode.triton_decode(
+                    q, k, None, lens, table, causal=True, check=False, dv=MLA["dv"]),
+                check=lambda o, x, seq: check_mla(o, *x, seq=seq))
+            row["seed"] = seed
             if not row["check"]["passed"]:
-                row["skipped"] = "timed output failed its check: time not counted"
+                row["skipped"] = "timed outputs failed their checks: time not counted"
                 continue
-            samples = device_samples(lambda x=inputs: triton_decode.triton_decode(
-                x[0], x[1], None, x[2], x[3], causal=True, check=False, dv=MLA["dv"]))
         except Exception as exc:  # report it, keep the other cases
             row["skipped"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
             continue
@@ -167,7 +176,6 @@ def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
         row.update(us=med * 1e6, us_q1=q1 * 1e6, us_q3=q3 * 1e6, gbs=moved / med * 1e-9)
         row["pct_copy"] = 100 * row["gbs"] / copy_gbs
         say(f"  {row['case']}: triton {row['gbs']:.0f} GB/s ({row['pct_copy']:.0f}% of copy)")
-        del inputs, q, k
         torch.cuda.empty_cache()
     return rows
 

@@ -58,11 +58,11 @@ def check_rows(say) -> list[dict]:
 
 def timing_rows(peak: float, say) -> list[dict]:
     """Forward TFLOP/s per head dim (module docstring); a row that fails says why. Every
-    timed call on fresh inputs, every output judged (gpu_checks.guarded_call)."""
+    timed call on fresh inputs, every output judged (tools.gpu.guarded.guarded_call)."""
     import os
 
     from flashbench.measure.speed import SpeedCase
-    from tools.gpu.checks import guarded_call, roofline
+    from tools.gpu.guarded import guarded_call, roofline
 
     seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
     rows, base = [], None

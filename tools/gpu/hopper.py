@@ -5,7 +5,7 @@
 
 For each case of :data:`CASES` (bf16, d = 128, 16 heads, full and causal): today's kernel
 and each variant of ``triton_hopper.VARIANTS`` (autotuned), sdpa-cudnn and sdpa-flash; device
-time per call by the guarded timer (``gpu_checks.guarded_call`` / ``guarded_backward``: every
+time per call by the guarded timer (``tools.gpu.guarded.guarded_call`` / ``guarded_backward``: every
 call on fresh pool inputs, the whole device synchronised, L2 flushed, every output judged
 against float64 outside the clock; any failed check: no time). TFLOP/s of unmasked pairs,
 % of the run's bf16 matmul peak, speed against sdpa-cudnn. gpu_bench.py calls :func:`replay`
@@ -85,10 +85,10 @@ def replay() -> None:
 
 def _time(fn, causal, shape, dtype, peak, seed) -> dict:
     """One forward row: every timed call on fresh inputs, every output judged outside the
-    clock (gpu_checks.guarded_call); TFLOP/s of unmasked pairs."""
+    clock (tools.gpu.guarded.guarded_call); TFLOP/s of unmasked pairs."""
     from flashbench.measure.speed import SpeedCase
     from flashbench.measure.timing import tflops
-    from tools.gpu.checks import guarded_call, roofline
+    from tools.gpu.guarded import guarded_call, roofline
 
     row = guarded_call(lambda q, k, v: fn(q, k, v, causal), SpeedCase(shape, dtype, causal),
                        roofline(peak), seed)

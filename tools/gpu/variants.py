@@ -109,11 +109,11 @@ def check_rows(say) -> list[dict]:
 
 def timing_rows(peak: float, say) -> list[dict]:
     """The rows of the module docstring; every timed call on fresh inputs and every output
-    judged against the variant's float64 reference (gpu_checks.guarded_call)."""
+    judged against the variant's float64 reference (tools.gpu.guarded.guarded_call)."""
     import os
 
     from flashbench.measure.speed import SpeedCase
-    from tools.gpu.checks import guarded_call, roofline
+    from tools.gpu.guarded import guarded_call, roofline
 
     s = TIMED_SHAPE
     seed = int.from_bytes(os.urandom(8), "little") % 2**62  # this run's pools
