@@ -38,8 +38,8 @@ class Benchmark:
     timeout = 600
 
 
-# Modules that moved into packages: tried at their new home first (the old path still
-# imports there, with a DeprecationWarning), then where older commits kept them.
+# Modules that moved into packages: tried at their new home first, then where older
+# commits kept them (this table is what keeps those commits measurable).
 NEW_HOME = {"precision": "inputs.precision", "validation": "inputs.validation",
             "measure_grad": "measure.backward", "timing": "measure.timing",
             "check": "measure.check", "machine": "infra.machine"}

@@ -13,10 +13,6 @@ table) are loaded on first use: ``import flashbench`` imports neither torch nor 
 
 __version__ = "0.1.0"
 
-from flashbench import _moved  # noqa: E402  (old module paths, deprecated)
-
-_moved.install()
-
 
 def __getattr__(name):
     if name == "triton_attention":

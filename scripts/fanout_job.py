@@ -43,26 +43,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
+
+from flashbench.infra.git import GitError, git  # installed in the job's environment
 
 HERE = Path(__file__).resolve().parent
 BOT = {"GIT_AUTHOR_NAME": "flashbench fan-out", "GIT_AUTHOR_EMAIL": "fanout@flashbench.invalid"}
 
 
 class JobError(RuntimeError):
-    """A git or asv step failed; the message says which and why."""
+    """An asv step or the push failed; the message says which and why (git's own failures
+    are flashbench.infra.git's GitError)."""
 
 
 def say(text: str) -> None:
     print(f"fanout: {text}", flush=True)
-
-
-def git(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> str:
-    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                       env={**os.environ, **(env or {})})
-    if check and r.returncode != 0:
-        raise JobError(f"git {' '.join(args[:3])} failed: {(r.stderr or r.stdout).strip()}")
-    return r.stdout.strip() if check else r
 
 
 def results_dir(repo: Path) -> Path:
@@ -167,9 +163,12 @@ def push(repo: Path, files: list[str], remote: str, branch: str, message: str,
     """Commit ``files`` (paths in the repo) on the results branch's tip and push,
     redone on the new tip when another job pushed first. The pushed commit, or None
     when the branch already holds these files as they are."""
-    user = {} if git("config", "user.email", cwd=repo, check=False).returncode == 0 else {
-        **BOT, "GIT_COMMITTER_NAME": BOT["GIT_AUTHOR_NAME"],
-        "GIT_COMMITTER_EMAIL": BOT["GIT_AUTHOR_EMAIL"]}
+    try:
+        git("config", "user.email", cwd=repo)
+        user = {}
+    except GitError:  # no identity configured: the bot's
+        user = {**BOT, "GIT_COMMITTER_NAME": BOT["GIT_AUTHOR_NAME"],
+                "GIT_COMMITTER_EMAIL": BOT["GIT_AUTHOR_EMAIL"]}
     with tempfile.TemporaryDirectory() as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **user}
         for attempt in range(retries + 1):
@@ -183,8 +182,10 @@ def push(repo: Path, files: list[str], remote: str, branch: str, message: str,
                          cwd=repo, env=index)
             if attempt == 0 and hold:
                 time.sleep(hold)
-            r = git("push", "--porcelain", remote, f"{commit}:refs/heads/{branch}", cwd=repo,
-                    check=False)
+            # (git's whole output, not GitError's last line, tells a rejection apart)
+            r = subprocess.run(["git", "push", "--porcelain", remote,
+                                f"{commit}:refs/heads/{branch}"], cwd=repo,
+                               capture_output=True, text=True)
             if r.returncode == 0:
                 return commit
             out = r.stdout + r.stderr
@@ -238,7 +239,8 @@ def asv_each(repo: Path, results: Path, machine: str, todo: list[str], args) -> 
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, dst)
     finally:
-        git("worktree", "remove", "--force", str(tree), cwd=repo, check=False)
+        with suppress(GitError):
+            git("worktree", "remove", "--force", str(tree), cwd=repo)
     return rc
 
 
@@ -314,7 +316,7 @@ def main(argv=None) -> int:
         p.error("--max-commits must be >= 1 and --retries >= 0")
     try:
         return run(args)
-    except JobError as exc:
+    except (JobError, GitError) as exc:
         print(f"fanout: failed: {exc}", file=sys.stderr)
         return 1
 

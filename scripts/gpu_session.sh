@@ -7,19 +7,19 @@
 # a phase that runs out is stopped and the next still runs; what the budget cannot reach
 # is "not run"):
 #   wheels     60  asv, asv_runner, yyjson from ./wheels (scripts/gpu_wheels.sh)
-#   variants  150  gpu_bench.py --quick --variants-only: the Hopper variants (triton_hopper)
+#   variants  150  tools.gpu.bench --quick --variants-only: the Hopper variants (triton_hopper)
 #                  beside today's kernel, sdpa-cudnn and sdpa-flash, outputs checked
 #                  (precompiled in 8 processes first): which variant, how fast, against cuDNN
 #   tests     100  the GPU correctness tests: compiled kernel, every config, fork safety
 #                  (asv's forkserver; user kernels' workers forked from the zygote)
-#   findings   45  scripts/gpu_findings.py: exp2 vs float64 on the device, the fp32 case,
+#   findings   45  tools/gpu/findings.py: exp2 vs float64 on the device, the fp32 case,
 #                  the slowed head's true cost
 #   fp8_d256   40  the triton-fp8 d=256 ragged causal GQA tests, verbose
-#   history   230  scripts/gpu_history.py over COMMITS (below), each its own flashbench
+#   history   230  tools/gpu/history.py over COMMITS (below), each its own flashbench
 #   review_noop 100, review_slow 100: flashbench review --bench bench_gpu --factor 1.05
 #                  against a README-only head (expect exit 0) and a head whose d=128
 #                  autotune space is one small config (expect exit 1: slower)
-#   gpu_bench 200  gpu_bench.py --quick (last: its figures exist from 2026-11-30)
+#   gpu_bench 200  tools.gpu.bench --quick (last: its figures exist from 2026-11-30)
 # Everything goes under OUTDIR: summary.txt, a log per phase, machine.txt, pytest.xml,
 # findings/, results/ (asv results: commit them into results/), gpu-results/ (reviews'
 # JSON, gpu_bench). --dry-run (no GPU needed): every phase runs on this machine; GPU tests
@@ -36,8 +36,8 @@ if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ] ||
   echo "$usage" >&2
   exit 2
 fi
-# shellcheck source=scripts/gpu_common.sh
-source "$(dirname "$0")/gpu_common.sh"
+# shellcheck source=tools/gpu/common.sh
+source "$(dirname "$0")/../tools/gpu/common.sh"
 gpu_start gpu_session "$1" "${GPU_SESSION_BUDGET:-540}"
 # main's commits that changed flashbench/kernels (git log -- flashbench/kernels), most
 # recent first, so that a cut budget still spans the history:
@@ -64,9 +64,9 @@ gpu_wheels
 
 # -- the Hopper variants first: the answer a cut window most needs (docs/gpu.md)
 if [ $DRY -eq 1 ]; then
-  phase variants 150 0 "$PY" scripts/gpu_bench.py --quick --variants-only --plan
+  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only --plan
 else
-  phase variants 150 0 "$PY" scripts/gpu_bench.py --quick --variants-only \
+  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only \
     --out "$OUT/gpu-results"
 fi
 
@@ -82,7 +82,7 @@ phase tests 100 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/pytest.xml" -m "gpu or not slow" $TESTS
 DRYFLAG=()
 [ $DRY -eq 1 ] && DRYFLAG=(--dry-run)
-phase findings 45 0 "$PY" scripts/gpu_findings.py --out "$OUT/findings" "${DRYFLAG[@]}"
+phase findings 45 0 "$PY" -m tools.gpu.findings --out "$OUT/findings" "${DRYFLAG[@]}"
 # exit 1 expected while the finding is open; 5 (nothing selected) would say the tests moved
 phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:cacheprovider \
   -q -rA --tb=short tests/test_gpu_kernel.py -k "fp8 and 256"
@@ -91,7 +91,7 @@ phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:
 MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/history.log" | tail -1)
 say "history: machine $MACHINE, commits $COMMITS"
 # shellcheck disable=SC2086  # COMMITS is a list
-phase history 230 0 "$PY" scripts/gpu_history.py --machine "$MACHINE" --out "$OUT/results" \
+phase history 230 0 "$PY" -m tools.gpu.history --machine "$MACHINE" --out "$OUT/results" \
   --launch-method "${GPU_SESSION_LAUNCH:-forkserver}" --precompile "$([ $DRY -eq 1 ] && echo 0 || echo 8)" \
   $COMMITS
 
@@ -115,7 +115,7 @@ head_commit() {
 import re, subprocess, sys
 text = subprocess.run(["git", "show", f"{sys.argv[1]}:flashbench/kernels/configs.py"],
                       capture_output=True, text=True, check=True).stdout
-small = "_c(64, 32, 4, 2)"  # a worse block config for d = 128 (gpu_findings measures it)
+small = "_c(64, 32, 4, 2)"  # a worse block config for d = 128 (tools/gpu/findings.py measures it)
 text, n1 = re.subn(r"    128: \(_c\(128, 64, 8, 3\),[^\n]*\n[^\n]*\),\n", f"    128: ({small},),\n", text,
                   count=1)  # HOPPER_CANDIDATES, the first such table (not the variants')
 text, n2 = re.subn(r"128: _c\(128, 64, 8, 3\)", f"128: {small}", text)
@@ -140,9 +140,9 @@ fi
 
 # -- the quick benchmark, last
 if [ $DRY -eq 1 ]; then
-  phase gpu_bench 200 0 "$PY" scripts/gpu_bench.py --quick --plan
+  phase gpu_bench 200 0 "$PY" -m tools.gpu.bench --quick --plan
 else
-  phase gpu_bench 200 0 "$PY" scripts/gpu_bench.py --quick --out "$OUT/gpu-results"
+  phase gpu_bench 200 0 "$PY" -m tools.gpu.bench --quick --out "$OUT/gpu-results"
 fi
 
 say "gpu_session: $(( $(date +%s) - START ))s in all; $([ $FAILED -eq 0 ] && echo "every phase as expected" || echo "some phase NOT as expected: see the logs") ($OUT)"

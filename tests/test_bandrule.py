@@ -132,7 +132,7 @@ def test_the_shipped_table_is_what_a_measurement_gives():
 
 
 def _defect_case(defect, dtype="fp16", n=4096):
-    import defects
+    from tools import defects
 
     case = Case(Shape(1, 1, 256, n, 64), "normal", False)
     q, k, v = make_qkv(case.shape, case.dist, 0)

@@ -122,7 +122,7 @@ def test_bad_arguments():
 
 def test_shipped_table_loads_and_covers_what_it_claims():
     t = load_table()
-    assert t["safety"] == 2.0 and t["command"].startswith("python scripts/make_tolerances.py")
+    assert t["safety"] == 2.0 and t["command"].startswith("python -m tools.data.make_tolerances")
     assert set(band_dtypes()) <= set(t["dtypes"])  # every modelled dtype of the registry
     assert t["dists"] == sorted(DISTRIBUTIONS) and t["causal"] == [False, True]
     assert {256, 1024, 4096} <= set(t["n"])

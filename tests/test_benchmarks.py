@@ -38,14 +38,37 @@ def test_need_finds_a_moved_function_at_either_location():
         "flashbench.measure.forward"
     assert need(("reference", "measure"), "measure_accuracy").__module__ == \
         "flashbench.measure.forward"
-    # a module that moved into a package is found at its new home first, without the
-    # old path's DeprecationWarning
+    # a module that moved into a package is found at its new home first, with no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         assert need("measure_grad", "measure_gradients").__module__ == "flashbench.measure.backward"
         assert need("machine", "register").__module__ == "flashbench.infra.machine"
     with pytest.raises(NotImplementedError, match="flashbench.a or flashbench.b"):
         need(("a", "b"), "x")
+
+
+def test_need_finds_an_old_commits_module_at_its_old_path(tmp_path):
+    """An old commit's installed flashbench (here a stand-in with ``measure_grad.py`` and
+    ``machine.py`` at the top, no ``measure`` or ``infra`` package) is still measured:
+    ``need`` falls back to the old path by its own table (NEW_HOME), with no import hook."""
+    old = tmp_path / "flashbench"
+    old.mkdir()
+    (old / "__init__.py").write_text("")
+    (old / "measure_grad.py").write_text("def measure_gradients():\n    pass\n")
+    (old / "machine.py").write_text("def register():\n    pass\n")
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]\n"  # (asv installs it, never editable)
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in f.__module__]\n"
+            "from benchmarks.common import need\n"
+            "print(need('measure_grad', 'measure_gradients').__module__,"
+            " need('machine', 'register').__module__)\n"
+            "try:\n    need('measure_grad', 'no_such_function')\n"
+            "except NotImplementedError as e:\n    print('skip', e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, check=True)
+    found, skip = r.stdout.splitlines()
+    assert found == "flashbench.measure_grad flashbench.machine"
+    assert skip.startswith("skip this commit lacks flashbench.measure.backward or "
+                           "flashbench.measure_grad")
 
 
 def test_accuracy_grid_is_the_registry():

@@ -54,14 +54,9 @@ def test_timings_set_up_and_run():
 
 
 def _gpu_decode():
-    import importlib.util
+    from tools.gpu import decode
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_decode.py"
-    spec = importlib.util.spec_from_file_location("gpu_decode", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_decode"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return decode
 
 
 def test_gpu_decode_pieces_on_cpu():
@@ -98,9 +93,7 @@ def test_gpu_decode_times_fresh_caches_and_checks_every_call_on_cpu():
 
     from flashbench.backends.decode import get_decode_backend
     from flashbench.measure.decode import DecodeCase
-
-    _gpu_decode()  # puts scripts/ on sys.path
-    import gpu_checks as g
+    from tools.gpu import checks as g
 
     case = DecodeCase(4, 4, 2, 1, 16, (200, 90, 64, 130), 64)
     b = get_decode_backend("torch-naive")
@@ -117,3 +110,55 @@ def test_gpu_decode_times_fresh_caches_and_checks_every_call_on_cpu():
     cheat = dataclasses.replace(b, timed=cached)
     _, check = g.guarded_decode(cheat, case, seed=11, device="cpu", samples=9)
     assert not check["passed"] and set(check["failures"]) & {"stale", "wrong"}, check
+
+
+def test_gpu_decode_tells_apart_two_caches_of_a_large_bf16_batch():
+    """Two bf16 decode outputs of one large shape sum to within 8 eps of their |sum| of each
+    other: the stale rule compares another cache's checksum bit for bit (with the tolerance,
+    an honest decode at the GPU run's B = 16, H = 32 failed as stale)."""
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+    from tools.gpu import checks as g
+
+    case = DecodeCase(16, 32, 8, 1, 128, (64,) * 16, 64)
+    _, check = g.guarded_decode(get_decode_backend("torch-naive"), case, seed=3, device="cpu",
+                                samples=6)
+    assert check["passed"], check
+
+
+def test_the_absorbed_mla_rows_time_through_the_guard(monkeypatch):
+    """gpu_decode.run_mla: each timed call on a cache from a pool, every output checked (2
+    random sequences of each new cache against float64), with the Triton decode stood in by
+    torch's naive decode on CPU tensors; one cached on q's address gets no time. Before, the
+    MLA rows checked sequence 0 of the first call and timed 20 calls on one cache."""
+    import functools
+    import types
+
+    import torch
+
+    from flashbench.kernels.torch_decode import naive_decode
+    from tools.gpu import checks
+    from tools.gpu import decode as gd
+
+    def decode(q, k, v, lens, table, causal=True, check=False, dv=512, memo=None):
+        o = naive_decode(q, k, k[..., :dv], lens, table, causal)
+        return o if memo is None else memo.setdefault(q.data_ptr(), o)
+
+    def decode_forward(q, k, v, lens, table, causal=True, dv=512):
+        return decode(q, k, v, lens, table, causal, dv=dv), None, types.SimpleNamespace(
+            num_splits=1)
+
+    mla_inputs = gd.mla_inputs
+    monkeypatch.setattr(gd, "mla_cases", lambda quick: [(2, 128)])
+    monkeypatch.setattr(gd, "mla_inputs", lambda B, n, device, seed=0: mla_inputs(B, n, "cpu",
+                                                                                  seed))
+    monkeypatch.setattr(gd.triton_decode, "decode_forward", decode_forward)
+    monkeypatch.setattr(gd.triton_decode, "triton_decode", decode)
+    monkeypatch.setattr(checks, "guarded_decode", functools.partial(
+        checks.guarded_decode, device="cpu", samples=6))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    row, = gd.run_mla(True, 1.0, lambda _: None)
+    assert row["check"]["passed"] and row["check"]["sequences_checked"] >= 2 and "gbs" in row
+    monkeypatch.setattr(gd.triton_decode, "triton_decode", functools.partial(decode, memo={}))
+    row, = gd.run_mla(True, 1.0, lambda _: None)
+    assert "gbs" not in row and "not counted" in row["skipped"], row

@@ -125,16 +125,12 @@ def test_the_gpu_session_plans_the_head_dims_and_the_absorbed_decode():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "scripts" / "gpu_bench.py"), "--quick",
-                          "--plan"], capture_output=True, text=True, cwd=root, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tools.gpu.bench", "--quick", "--plan"],
+                         capture_output=True, text=True, cwd=root, timeout=600)
     assert out.returncode == 0, out.stderr
     sigs = [x for x in out.stdout.splitlines() if x.startswith("signature ")]
     for dims in ("D_QK=80, D_V=80", "D_QK=96, D_V=96", "D_QK=192, D_V=128"):
         assert any("attn_fwd" in x and dims in x for x in sigs), dims
     assert any("decode_split" in x and "ABSORBED=True" in x and "D_QK=576" in x for x in sigs)
-    sys.path.insert(0, str(root / "scripts"))
-    try:
-        import gpu_decode
-    finally:
-        sys.path.pop(0)
+    from tools.gpu import decode as gpu_decode
     assert gpu_decode.mla_bytes(16, 8192) == 2 * (16 * 8192 * 576 + 16 * 128 * (576 + 512))

@@ -2,7 +2,6 @@
 without a GPU can run them (the GPU paths run in ``scripts/gpu_session.sh``)."""
 
 import dataclasses
-import importlib.util
 import re
 import subprocess
 import sys
@@ -19,16 +18,14 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU
 
 
 def _script(*args, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), *args],
+    return subprocess.run([sys.executable, "-m", "tools.gpu.bench", *args],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
 def _gpu_bench():
-    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bench"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    from tools.gpu import bench
+
+    return bench
 
 
 def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
@@ -41,7 +38,7 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     # 63 before the Hopper variants, + 16 (4 forward variants x 2 configs x full/causal) + 2
     # (the backward's attn_bwd_dkdv_tma, full/causal): 88 keeps the 8-process precompile short
     assert 0 < n <= 88
-    # the Hopper variants, timed first (scripts/gpu_hopper.py): each kernel, full and causal
+    # the Hopper variants, timed first (tools/gpu/hopper.py): each kernel, full and causal
     for kernel in ("attn_fwd_tma", "attn_fwd_ws", "attn_fwd_overlap", "attn_fwd_persistent"):
         sigs = [x for x in lines if x.startswith("signature ") and f": {kernel} (" in x]
         assert len(sigs) == 2 and all("HEAD_DIM=128" in x and "bf16" in x for x in sigs), kernel
@@ -49,7 +46,7 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger():
     # one line per compilation: a config under its signature
     configs = [x for x in lines if x.startswith("    ")]
     assert len(configs) == n
-    # the decode kernels' checks and timings are planned too (scripts/gpu_decode.py)
+    # the decode kernels' checks and timings are planned too (tools/gpu/decode.py)
     assert any(x.startswith("signature ") and "decode_split" in x for x in lines)
     assert any(x.startswith("signature ") and "decode_merge" in x for x in lines)
     assert sum(x.startswith("signature ") for x in lines) >= 2
@@ -186,42 +183,39 @@ def test_fp8_timed_cases_and_speedups():
     assert ups[0]["fp8_vs_bf16"] == 1.5 and ups[1]["fp8_vs_bf16"] is None
 
 
-def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudnn():
-    """gpu_hopper's timing checks every pool entry's output before the clock: a backend whose
-    output is wrong on one entry gets no time (device_samples is never reached); the table
-    says each row's speed against sdpa-cudnn of the same case."""
-    _gpu_bench()  # puts scripts/ on sys.path
-    import gpu_hopper
+def test_variants_phase_counts_no_time_for_a_wrong_output_and_compares_with_cudnn(
+        guarded_on_cpu):
+    """gpu_hopper's timing judges every timed call's output outside the clock: a backend
+    whose output is wrong on some inputs gets no time, nor does a backward whose gradients
+    are; the table says each row's speed against sdpa-cudnn of the same case."""
+    from tools.gpu import hopper as gpu_hopper
 
-    g = torch.Generator().manual_seed(0)
     shape = Shape(1, 2, 64, 64, 32)
-    pool = [tuple(torch.randn(1, 2, 64, 32, generator=g).to(torch.bfloat16) for _ in range(3))
-            for _ in range(2)]
 
-    def wrong_on_second(q, k, v, causal):
-        o = torch.from_numpy(R.attention(*(t.double().numpy() for t in (q, k, v)),
-                                         causal=causal)[0]).to(torch.bfloat16)
-        return o if q is pool[0][0] else o + 0.5
+    def wrong_sometimes(q, k, v, causal):
+        o = _torch_attention(q, k, v, causal)
+        return o + 0.5 if float(q.float().sum()) > 0 else o
 
-    row = gpu_hopper._time(wrong_on_second, pool, True, shape, "bf16", 1000.0)
-    assert row["skipped"] == "timed output failed its check: time not counted"
-    assert row["check"]["passed"] is False
+    row = gpu_hopper._time(wrong_sometimes, True, shape, "bf16", 1000.0, seed=1)
+    assert "timed outputs failed their checks: time not counted" in row["skipped"]
+    assert row["check"]["passed"] is False and "samples_s" not in row
     rows = [{"case": "c", "backend": "sdpa-cudnn", "ms": 2.0, "ms_q1": 1.9, "ms_q3": 2.1,
              "tflops": 400.0, "pct_peak": 50.0},
             {"case": "c", "backend": "triton-ws", "ms": 1.6, "ms_q1": 1.5, "ms_q3": 1.7,
              "tflops": 500.0, "pct_peak": 62.5, "config": "BLOCK_M=128"},
             {"case": "c", "backend": "triton-tma", "skipped": "failed: X"}]
     lines = gpu_hopper.table(rows).splitlines()
-    make = gpu_hopper._backward(None)
 
-    def wrong(q, k, v, causal):
-        call = make(q, k, v, causal)
-        bad = lambda: tuple(g + 0.5 for g in call())  # noqa: E731
-        bad.do = call.do
-        return bad
+    def wrong(q, k, v):
+        def call(do):
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+                grads = torch.autograd.grad(_torch_attention(*leaves), leaves, do)
+            return tuple(g + 0.5 for g in grads)
+        return _torch_attention(q, k, v), call
 
-    brow = gpu_hopper._time_backward(wrong, pool[:1], False, shape, 1000.0, [{}])
-    assert brow["skipped"] == "timed gradients failed their check: time not counted"
+    brow = gpu_hopper._time_backward(None, wrong, False, shape, 1000.0, seed=1)
+    assert brow["skipped"] == "timed gradients failed their checks: time not counted"
     assert "| c | triton-ws | 1.600 (1.500-1.700) | 500 | 62 | 1.25x | BLOCK_M=128 |" in lines
     assert "| c | triton-tma | failed: X | | | | |" in lines
 
@@ -283,3 +277,202 @@ def test_timed_backward_rows_see_fresh_do_and_judge_every_call(monkeypatch):
     monkeypatch.setattr(torch.autograd, "grad", cached)
     _, check = gb.guarded_backward(b, s, "fp32", True, seed=3, device="cpu", samples=9)
     assert not check["passed"] and "stale" in check["failures"], check
+
+
+def _torch_attention(q, k, v, causal=False, window=(-1, -1), softcap=None):
+    """Plain attention in torch with FlashAttention's bottom-right window (a stand-in for
+    the Triton kernels on CPU tensors)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = (q.double() @ k.double().transpose(-1, -2)) / q.shape[-1] ** 0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i, j = torch.arange(nq)[:, None] + nk - nq, torch.arange(nk)[None]
+    left, right = window
+    right = (0 if right < 0 else min(right, 0)) if causal else right
+    keep = torch.ones(nq, nk, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    return (torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v.double()).to(q.dtype)
+
+
+def test_any_timed_call_sees_fresh_inputs_and_every_output_is_judged():
+    """tools.gpu.guarded.guarded_call (the fp8, head-dim, variant and Hopper rows' timer) on CPU: an
+    honest call passes with every output checked; one that caches on q's address, one that
+    returns a view of its input and one that drops the window each fail by name. Before, these
+    rows checked the first call's output only and timed 20 calls on the same tensors."""
+    from flashbench.inputs.variant import Variant
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.timed.guard import ALIAS, STALE, WRONG
+
+    gb = _gpu_bench()
+    s = Shape(1, 4, 96, 96, 32, Hkv=2)
+    case = SpeedCase(s, "fp32", True)
+    honest = gb.guarded_call(lambda q, k, v: _torch_attention(q, k, v, True), case, _roof(),
+                             seed=7, device="cpu", samples=12)
+    assert honest["check"]["passed"] and honest["check"]["checked"] == 12
+    assert len(honest["samples_s"]) == 12 and "skipped" not in honest
+    stale = gb.guarded_call(_ptr_memo(lambda q, k, v: _torch_attention(q, k, v, True)), case,
+                            _roof(), seed=7, device="cpu", samples=12)
+    assert "samples_s" not in stale and set(stale["check"]["failures"]) & {STALE, WRONG}
+    view = gb.guarded_call(lambda q, k, v: q[..., :32], case, _roof(), seed=7, device="cpu",
+                           samples=6)
+    assert ALIAS in view["check"]["failures"] and "not counted" in view["skipped"]
+    window = Variant(causal=True, window=(16, 0))
+    wcase = SpeedCase(s, "fp32", True, variant=window)
+    good = gb.guarded_call(lambda q, k, v: _torch_attention(q, k, v, True, (16, 0)), wcase,
+                           _roof(), seed=7, device="cpu", samples=9)
+    assert good["check"]["passed"], good
+    bad = gb.guarded_call(lambda q, k, v: _torch_attention(q, k, v, True), wcase, _roof(),
+                          seed=7, device="cpu", samples=9)
+    assert "rows" in bad["check"]["failures"][WRONG] and "window" in \
+        bad["check"]["failures"][WRONG]
+    capped = SpeedCase(s, "fp32", False, variant=Variant(softcap=5.0))
+    assert gb.guarded_call(lambda q, k, v: _torch_attention(q, k, v, softcap=5.0), capped,
+                           _roof(), seed=7, device="cpu", samples=6)["check"]["passed"]
+    assert not gb.guarded_call(lambda q, k, v: _torch_attention(q, k, v), capped, _roof(),
+                               seed=7, device="cpu", samples=6)["check"]["passed"]
+
+
+@pytest.fixture
+def guarded_on_cpu(monkeypatch):
+    """The GPU rows' guard on CPU tensors, a roof no call beats, 9 calls a row."""
+    import functools
+
+    from tools.gpu import checks, guarded
+
+    monkeypatch.setattr(guarded, "guarded_call", functools.partial(
+        guarded.guarded_call, device="cpu", samples=9))
+    monkeypatch.setattr(checks, "guarded_backward", functools.partial(
+        checks.guarded_backward, device="cpu", samples=9))
+    monkeypatch.setattr(guarded, "roofline", lambda peak: _roof())
+
+
+def _fake_forward(cheat=False):
+    memo = {}
+
+    def forward(q, k, v, causal=False, config=None, window=(-1, -1), softcap=None, sinks=None):
+        o = _torch_attention(q, k, v, causal, window, softcap)
+        if cheat:  # caches on q's address: the pool refills slots in place
+            o = memo.setdefault(q.data_ptr(), o)
+        return o, None, None
+
+    return forward
+
+
+def test_the_head_dim_rows_time_through_the_guard(monkeypatch, guarded_on_cpu):
+    """gpu_headdims.timing_rows: every head dim's row is timed by guarded_call (fresh inputs,
+    each output judged): an honest kernel gets times at d = 80, 96, 192/128; one that caches on
+    q's address gets none, and the row says why."""
+    from tools.gpu import headdims
+
+    monkeypatch.setattr(headdims, "TIMED", (1, 2, 64, 64))
+    monkeypatch.setattr(headdims.triton_fwd, "forward", _fake_forward())
+    rows = headdims.timing_rows(1.0, lambda _: None)
+    assert [r["d"] for r in rows] == [128, 80, 96, 192] and rows[3]["dv"] == 128
+    assert all(r["check"]["passed"] and r["check"]["checked"] == 9 and "ms" in r for r in rows)
+    monkeypatch.setattr(headdims.triton_fwd, "forward", _fake_forward(cheat=True))
+    rows = headdims.timing_rows(1.0, lambda _: None)
+    assert all("ms" not in r and "not counted" in r["skipped"] for r in rows)
+
+
+def test_the_variant_rows_and_the_window_backward_time_through_the_guard(monkeypatch,
+                                                                         guarded_on_cpu):
+    """gpu_variants.timing_rows: the plain causal, window and softcap forwards through
+    guarded_call, judged against each variant's float64 reference; the window's backward
+    through guarded_backward with the window in the gradient check. A kernel that drops the
+    window gets no time."""
+    from tools.gpu import variants
+
+    monkeypatch.setattr(variants, "TIMED_SHAPE", Shape(1, 2, 64, 64, 16))
+    monkeypatch.setattr(variants, "WINDOW_BWD", (16, 0))
+    monkeypatch.setattr(variants, "TIMED", {"causal": {"causal": True},
+                                            "causal window=(16,0)": {"causal": True,
+                                                                     "window": (16, 0)},
+                                            "softcap=30": {"softcap": 30.0}})
+    fwd = _fake_forward()
+
+    def variant_forward(q, k, v, causal=False, **kw):
+        return fwd(q, k, v, causal, **kw)
+
+    def backward(q, k, v, o, lse, do, causal, window=(-1, -1)):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            return torch.autograd.grad(_torch_attention(*leaves, causal, window), leaves, do)
+
+    monkeypatch.setattr(variants.triton_fwd, "forward", fwd)
+    monkeypatch.setattr(variants, "variant_forward", variant_forward)
+    monkeypatch.setattr(variants.triton_bwd, "backward", backward)
+    rows = variants.timing_rows(1.0, lambda _: None)
+    assert [r["direction"] for r in rows] == ["fwd", "fwd", "fwd", "bwd"]
+    assert all(r["check"]["passed"] and "ms" in r for r in rows), rows
+    monkeypatch.setattr(variants, "variant_forward", lambda q, k, v, causal=False, **kw:
+                        fwd(q, k, v, causal, softcap=kw.get("softcap")))  # drops the window
+    rows = variants.timing_rows(1.0, lambda _: None)
+    from flashbench.timed.guard import WRONG
+
+    assert "ms" in rows[0] and "ms" not in rows[1] and WRONG in rows[1]["check"]["failures"]
+
+
+def test_the_hopper_rows_time_through_the_guard(monkeypatch, guarded_on_cpu):
+    """gpu_hopper.run and run_backward: the forward rows through guarded_call, the backward
+    rows (a kernel's own backward and a peer's autograd) through guarded_backward; a forward
+    that caches on q's address gets no time."""
+    from tools.gpu import hopper
+
+    monkeypatch.setattr(hopper, "CASES", [(Shape(1, 2, 64, 64, 16), True)])
+    monkeypatch.setattr(hopper, "BWD_CASES", [(Shape(1, 2, 64, 64, 16), False)])
+    monkeypatch.setattr(hopper, "PEERS", ("torch-naive",))
+    monkeypatch.setattr(hopper, "_chosen", lambda *a: None)
+    fwd, cheat = _fake_forward(), _fake_forward(cheat=True)
+    monkeypatch.setattr(hopper.triton_fwd, "forward", fwd)
+    monkeypatch.setattr(hopper, "_calls", lambda: [
+        ("triton", lambda q, k, v, causal: fwd(q, k, v, causal)[0]),
+        ("triton-cheat", lambda q, k, v, causal: cheat(q, k, v, causal)[0])])
+
+    def backward(q, k, v, o, lse, do, causal=False, kernel=None):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            return torch.autograd.grad(_torch_attention(*leaves, causal), leaves, do)
+
+    monkeypatch.setattr(hopper.triton_bwd, "backward", backward)
+    rows = {r["backend"]: r for r in hopper.run(1.0, lambda _: None)}
+    assert rows["triton"]["check"]["passed"] and "tflops" in rows["triton"]
+    assert "tflops" not in rows["triton-cheat"] and "not counted" in rows["triton-cheat"]["skipped"]
+    assert rows["torch-naive"]["check"]["checked"] == 9 and "tflops" in rows["torch-naive"]
+    rows = hopper.run_backward(1.0, lambda _: None)
+    assert [r["backend"] for r in rows] == ["triton", "triton-dkdv-tma", "torch-naive"]
+    assert all(r["check"]["passed"] and r["check"]["checked"] == 9 and "tflops" in r
+               for r in rows), rows
+
+
+def test_the_fp8_rows_time_through_the_guard(monkeypatch):
+    """gpu_bench.time_fp8: the FP8 kernel on e4m3 pool slots quantised from fresh bf16 draws,
+    every output judged against the float64 reference of those bf16 inputs; a kernel that
+    caches on q8's address gets no time."""
+    import functools
+
+    gb = _gpu_bench()
+    monkeypatch.setattr(gb, "guarded_call", functools.partial(gb.guarded_call, device="cpu",
+                                                              samples=9))
+    maker = gb.device_maker
+    monkeypatch.setattr(gb, "device_maker", lambda s, dtype, device: maker(s, dtype, "cpu"))
+    monkeypatch.setattr(gb, "roofline", lambda peak: _roof())
+    memo = {}
+
+    def forward_fp8(q8, k8, v8, qd, kd, vd, causal=False, cheat=False):
+        q, k, v = (x.float() * d for x, d in ((q8, qd), (k8, kd), (v8, vd)))
+        o = _torch_attention(q, k, v, causal).to(torch.bfloat16)
+        return (memo.setdefault(q8.data_ptr(), o) if cheat else o), None, None
+
+    t = gb.Timed(Shape(1, 2, 64, 64, 32), "fp8", True)
+    monkeypatch.setattr(gb.triton_fp8, "forward_fp8", forward_fp8)
+    row = gb.time_fp8(t, 1.0, {})
+    assert row["check"]["passed"] and row["check"]["checked"] == 9 and "tflops" in row, row
+    monkeypatch.setattr(gb.triton_fp8, "forward_fp8", functools.partial(forward_fp8,
+                                                                         cheat=True))
+    row = gb.time_fp8(t, 1.0, {})
+    assert "tflops" not in row and "not counted" in row["skipped"]

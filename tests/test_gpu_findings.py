@@ -1,16 +1,10 @@
-"""scripts/gpu_findings.py's yardstick: errors in units of the fp32 result's ulp."""
-
-import importlib.util
-from pathlib import Path
+"""tools/gpu/findings.py's yardstick: errors in units of the fp32 result's ulp."""
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("gpu_findings", ROOT / "scripts" / "gpu_findings.py")
-findings = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(findings)
+from tools.gpu import findings
 
 ARGS = st.floats(-40.0, 0.0, width=32)
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_history.py over real commits of a throw-away clone, with -E existing here.
+"""tools/gpu/history.py over real commits of a throw-away clone, with -E existing here.
 
 The clone gets two commits whose flashbench differs (a probe module: VALUE = 1, then
 2) and a probe suite reading it: each commit's results must hold its own value. The
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_history.py"
+SCRIPT = ["-m", "tools.gpu.history"]  # PYTHONPATH: the repository root
 PROBE = '''
 import os
 import time
@@ -58,7 +58,7 @@ def clone(tmp_path_factory):
 
 def run(clone, *args, timeout=600, **kw):
     env = {**os.environ, "HOME": str(clone.parent / "home"), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(SCRIPT), "--repo", str(clone), *args],
+    return subprocess.run([sys.executable, *SCRIPT, "--repo", str(clone), *args],
                           capture_output=True, text=True, env=env, timeout=timeout, **kw)
 
 
@@ -124,7 +124,7 @@ def test_an_interrupted_commit_leaves_nothing_in_results(clone, tmp_path):
     tmp = Path(tempfile.mkdtemp(prefix="fbt-"))  # short: asv puts a socket below it
     env = {**os.environ, "HOME": str(clone.parent / "home"), "PYTHONPATH": str(ROOT),
            "GH_MARK": str(mark), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--repo", str(clone), "--machine",
+    proc = subprocess.Popen([sys.executable, *SCRIPT, "--repo", str(clone), "--machine",
                              "m", "--out", str(out), "--bench", "bench_probe.track_slow",
                              "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -144,11 +144,7 @@ def test_an_interrupted_commit_leaves_nothing_in_results(clone, tmp_path):
 
 
 def test_a_dead_runs_private_folder_is_removed(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_history", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from tools.gpu import history as mod
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"{mod.PARTIAL}{dead.pid}-abc"

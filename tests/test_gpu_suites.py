@@ -53,7 +53,7 @@ def preimport(nvml_check: bool) -> dict:
 
 @pytest.mark.slow
 def test_forkserver_parent_never_initialises_cuda():
-    """With the NVML check (set by scripts/gpu_history.py and gpu_session.sh) importing
+    """With the NVML check (set by tools/gpu/history.py and gpu_session.sh) importing
     every suite makes no CUDA-initialising call; without it the backend registry's
     import-time ``torch.cuda.is_available()`` would call cudaGetDeviceCount (the control
     that shows the recorder sees such calls)."""

@@ -1,7 +1,6 @@
 """flashbench.history.cache: a cached load is the uncached frame, bit for bit, and the
 cache parses only what is new, survives corruption, schema changes and two builders."""
 
-import importlib.util
 import itertools
 import json
 import multiprocessing
@@ -24,20 +23,12 @@ from flashbench.history import rows as hrows
 from flashbench.history.frame import SAMPLES
 from flashbench.history.load import refresh_cache
 from flashbench.history.parts import runs
+from tools import asv_corpus as CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"  # the project's committed asv history (never written here)
 
 
-def corpus_module():
-    spec = importlib.util.spec_from_file_location("history_corpus",
-                                                  ROOT / "scripts" / "history_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CORPUS = corpus_module()
 
 
 def assert_same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:

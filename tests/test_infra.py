@@ -67,3 +67,16 @@ def test_the_site_refuses_a_bad_last_in_one_line_with_status_2(last, capsys):
     err = capsys.readouterr().err
     assert ended.value.code == 2 and err.count("\n") == 1
     assert err.startswith("python -m flashbench.site: error:") and "integer >= 1" in err
+
+
+def test_git_takes_extra_environment_on_top_of_this_process(tmp_path):
+    """The one git runner (the fan-out job and the review-power study use it too): ``env``
+    adds variables, such as an author or a private index, without losing PATH or HOME."""
+    git("init", "-q", cwd=tmp_path)
+    who = {"GIT_AUTHOR_NAME": "fan-out", "GIT_AUTHOR_EMAIL": "f@o",
+           "GIT_COMMITTER_NAME": "fan-out", "GIT_COMMITTER_EMAIL": "f@o"}
+    git("commit", "-q", "--allow-empty", "-m", "x", cwd=tmp_path, env=who)
+    assert git("log", "-1", "--format=%an <%ae>", cwd=tmp_path) == "fan-out <f@o>"
+    index = tmp_path / "private-index"
+    git("read-tree", "HEAD", cwd=tmp_path, env={"GIT_INDEX_FILE": str(index)})
+    assert index.exists()

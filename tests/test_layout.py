@@ -1,57 +1,56 @@
-"""The house: packages by job, old module paths still importing with a deprecation."""
+"""The house: packages by job, their public faces, what a process start imports."""
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from flashbench._moved import MOVED
-
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_path_imports_with_a_warning_naming_the_new_one(old):
-    code = (f"import warnings\nwarnings.simplefilter('always')\n"
-            f"with warnings.catch_warnings(record=True) as w:\n"
-            f"    import {old} as m\n"
-            f"print(w[0].category.__name__, w[0].message)\n"
-            f"import {MOVED[old]} as new\n"
-            f"names = [n for n in dir(new) if not n.startswith('_')]\n"
-            f"assert names and all(getattr(m, n) is getattr(new, n) for n in names)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.startswith("DeprecationWarning") and MOVED[old] in out
-
-
-def test_the_new_paths_import_without_a_deprecation():
-    code = ("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
-            + "".join(f"import {new}\n" for new in MOVED.values())
-            + "import flashbench.cli, flashbench.site, flashbench.bands, flashbench.review\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_top_level_holds_packages_only():
     loose = sorted(p.name for p in (ROOT / "flashbench").glob("*.py")
-                   if p.name not in ("__init__.py", "_moved.py"))
+                   if p.name != "__init__.py")
     assert loose == []
 
 
-def test_no_module_imports_an_old_path():
-    old = set(MOVED)
+def test_import_flashbench_installs_no_import_hook_and_old_paths_are_gone():
+    """The old module paths had no user left (issue 38): no finder answers for them, and
+    ``import flashbench`` leaves ``sys.meta_path`` as it found it."""
+    code = ("import sys\nbefore = list(sys.meta_path)\nimport flashbench\n"
+            "assert sys.meta_path == before, sys.meta_path\n"
+            "try:\n    import flashbench.precision\nexcept ModuleNotFoundError:\n    pass\n"
+            "else:\n    sys.exit('flashbench.precision still imports')\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_nothing_reaches_into_a_study_or_into_tests_and_no_test_loads_a_file_by_path():
+    """scripts/ sorted by job (issue 38): a study answers one question once, so nothing in
+    flashbench/, tools/, benchmarks/ or tests/ imports one; nothing puts tests/ or studies/ on
+    sys.path; and no test loads a module by its file path (the GPU harness, the shared
+    defective kernels and the synthetic corpus are imported by name from tools/)."""
     bad = []
-    for path in (ROOT / "flashbench").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = {f"{node.module}.{a.name}" for a in node.names} | {node.module}
-            elif isinstance(node, ast.Import):
-                names = {a.name for a in node.names}
-            else:
+    for folder in ("flashbench", "tools", "benchmarks", "tests", "studies", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            where = path.relative_to(ROOT)
+            if re.search(r"sys\.path\.(insert|append)\([^\n]*[\"'](tests|studies)[\"']",
+                         text):
+                bad.append(f"{where}: puts tests/ or studies/ on sys.path")
+            if folder == "tests" and path.name != "test_layout.py" and \
+                    "spec_from_file_location" in text:
+                bad.append(f"{where}: loads a module by file path")
+            if folder == "studies":
                 continue
-            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names & old]
+            for node in ast.walk(ast.parse(text)):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                bad += [f"{where}: imports {n}" for n in names
+                        if n.split(".")[0] in ("studies", "defects")]
     assert bad == []
 
 

@@ -81,7 +81,7 @@ def test_bad_variant_input_to_the_bands_is_a_clear_error():
 def _judged(name, defect, dtype="fp16", n=1024):
     """(baseline verdicts, band verdicts) of the tests' independent kernel with ``defect`` on
     the variant's case (256 query rows, N keys, d = 64, seed 0)."""
-    import defects
+    from tools import defects
 
     case = Case(Shape(1, 1, 256, n, 64), "normal", **VARIANTS[name])
     q, k, v = make_qkv(case.shape, case.dist, 0)
@@ -142,10 +142,9 @@ def test_a_packed_batch_is_judged_by_the_band_of_its_own_lengths():
     """A varlen case's band is the flash model per sequence on packed draws of the same
     lengths: the tests' correct kernel passes it; with an fp16 O accumulator it passes the
     2x rule and fails the band."""
-    import defects
-
     from flashbench.measure.varlen import varlen_inputs
     from flashbench.reference.varlen import per_sequence
+    from tools import defects
 
     case = Case(Shape(1, 1, 1024, 1024, 64), "normal", varlen=(1024, 900))
     q, k, v, cu = varlen_inputs(case, 0)

@@ -26,7 +26,7 @@ __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVer
            "multipliers", "rules_disagree"]
 
 # inputs -> group -> statistic -> multiplier: 1.2x the worst of 1,037 correct-kernel runs
-# (scripts/band_calibration.py, seed 2026; docs/bandrule.md), rounded up. "outliers" (0.1% of
+# (studies/band_calibration.py, seed 2026; docs/bandrule.md), rounded up. "outliers" (0.1% of
 # entries N(0, 100)) vary more from seed to seed; "large-logits" (scores near 1e4, rounded by
 # ~1e-3 in fp32) depend on the kernel's score arithmetic (exp or exp2, where the scale is
 # applied), so correct kernels spread far wider around the flash model than seeds do.

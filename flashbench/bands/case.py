@@ -7,7 +7,7 @@ Nk, d, dv on at least :data:`BAND_ROWS` query rows; a packed batch whole, per se
 each against the float64 reference of its dtype-rounded inputs. A statistic's *edge* is its
 largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`) compares
 a kernel with them. The edges come from the shipped table ``flashbench/data/case_bands.json``
-(plain cases: ``scripts/make_tolerances.py --cases``), else are measured on the fly (never
+(plain cases: ``python -m tools.data.make_tolerances --cases``), else are measured on the fly (never
 interpolated; a variant's never a plain one), cached per case and variant in memory and in
 ``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``), keyed by the flash models'
 fingerprint. A case the machine cannot measure in memory is a ValueError.
@@ -40,7 +40,7 @@ __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", 
            "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs",
            "cached_band"]
 
-CASE_SEEDS = 8  # seeds per band at least (scripts/band_calibration.py: the edge of 8 seeds)
+CASE_SEEDS = 8  # seeds per band at least (studies/band_calibration.py: the edge of 8 seeds)
 BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
 MAX_SEEDS = 256
 SEED0 = 1000  # the band's seeds are SEED0.. (the check judges seed 0: fresh draws)

@@ -5,7 +5,7 @@ O and LSE, the *edges* of the flash model's measured band (:mod:`flashbench.band
 the max over every element of every seed, and the pooled p99 / p50; a causal cell's edge
 is at least the non-causal cell's) and the safety factor :data:`SAFETY` that
 :func:`tolerance` multiplies them by; :func:`build_table` / :func:`write_table` make it
-(``scripts/make_tolerances.py``). :func:`tolerance` takes ``n`` as the keys a query row
+(``tools/data/make_tolerances.py``). :func:`tolerance` takes ``n`` as the keys a query row
 sums over: log-log interpolation between tabulated N, the smallest N's edge below it,
 ValueError above the largest; ``causal=True`` takes the largest edge over the row lengths
 its ``nq`` bottom-right rows see. Measured at d = 64; another head dim (``d``, ``dv``) is

@@ -6,7 +6,7 @@ own, with a private TMPDIR: asv's benchmark server and processes have process gr
 their own, which killing asv's group would orphan, and an ended asv leaves its
 forkserver's socket folder in TMPDIR; every process of the session is ended, and the
 folder removed, when the command returns or anything interrupts it. Used by the review
-(``--reuse``) and scripts/gpu_history.py.
+(``--reuse``) and tools/gpu/history.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """git, run one way for every caller: revisions, ancestry, the repository's root.
 
-The review (:mod:`flashbench.review`) and scripts/gpu_history.py name commits the same
+The review (:mod:`flashbench.review`) and tools/gpu/history.py name commits the same
 way and fail the same way: :class:`GitError` where git itself fails (its last words in
 the message), ValueError naming the revision where a name is not a commit.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,10 +16,12 @@ class GitError(RuntimeError):
     """git itself failed (exit status 3 of the CLI)."""
 
 
-def git(*args: str, cwd: Path | str = ".") -> str:
-    """git's stdout, stripped; GitError with git's last line where it fails."""
+def git(*args: str, cwd: Path | str = ".", env: dict | None = None) -> str:
+    """git's stdout, stripped; GitError with git's last line where it fails. ``env``:
+    variables set on top of this process's environment (an index file, an author)."""
     try:
-        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                           env={**os.environ, **env} if env else None)
     except OSError as exc:
         raise GitError(f"cannot run git: {exc}") from None
     if r.returncode != 0:

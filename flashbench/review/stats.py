@@ -117,7 +117,7 @@ def _table() -> dict[tuple[int, int], tuple[float, float]]:
 def winsorised_variance(n: int, g: int) -> tuple[float, float]:
     """``(kappa, nu)`` of the winsorised variance ``s_w^2`` of ``n`` normal values, ``g``
     winsorised at each end: ``kappa = E[s_w^2] / sigma^2``, and ``s_w^2 / kappa`` scatters
-    like ``sigma^2 chi2_nu / nu``; read from the table ``scripts/review_winsorised.py``
+    like ``sigma^2 chi2_nu / nu``; read from the table ``tools/data/make_winsorised_variance.py``
     computes once (a Monte Carlo)."""
     if g == 0:
         return 1.0, float(n - 1)
@@ -128,7 +128,7 @@ def winsorised_variance(n: int, g: int) -> tuple[float, float]:
     except KeyError:
         last = max(m for m, _ in _table())
         raise ValueError(f"no winsorised-variance factors for n={n}, g={g}: the table "
-                         f"covers n <= {last} (scripts/review_winsorised.py)") from None
+                         f"covers n <= {last} (tools/data/make_winsorised_variance.py)") from None
 
 
 def log_ratios(base, head) -> np.ndarray:
