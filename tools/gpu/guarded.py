@@ -12,7 +12,7 @@ def device_maker(shape, dtype: str, device: str):
     seeded with ``seed`` (a GPU draws an 8192^2-token pool slot in milliseconds, where the CPU
     maker of flashbench speed takes about a second); the same seed gives the same tensors, so
     the judge rebuilds any call's inputs (``.cpu()``)."""
-    from flashbench.timed.attention import _torch_dtype
+    from flashbench.timed.attention import torch_dtype as _torch_dtype
 
     dt = _torch_dtype(dtype)
     dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
