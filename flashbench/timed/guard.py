@@ -8,14 +8,15 @@
 - :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
   when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
   ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
-  the threads each call left running, every output kept for checks outside the clock.
-- :func:`structural`: an output's own faults (lazy type, not dense, aliases an input, the
-  buffer of an earlier call) where the call ran. Values are judged by
-  :mod:`flashbench.measure.speed`. What this guarantees and what it cannot: docs/speed.md.
+  the threads each call left running; after each call, outside the clock, the output's
+  structure is checked and a copy kept, the kernel's buffers released (:class:`_Kept`).
+- :func:`structural`: an output's own faults (lazy, not dense, aliases an input, an earlier
+  call's buffer). Values: :mod:`flashbench.measure.speed`. Guarantees and limits: docs/speed.md.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import threading
@@ -168,8 +169,9 @@ class Pool:
 
 @dataclass
 class Batch:
-    """What :func:`timed_calls` saw: per call its time (s), content seed, slot and output;
-    the batch's wall time on the second clock (s); the faults found while it ran."""
+    """What :func:`timed_calls` saw: per call its time (s), content seed, slot and output
+    (a copy of it; the output itself where it has a structural fault); the batch's wall time
+    on the second clock (s); the faults found while it ran, structural ones included."""
 
     samples_s: list
     seeds: list
@@ -189,7 +191,9 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     On ``device`` "cuda": the L2 ``flush()`` before each call, CUDA events around it with
     ``torch.cuda.synchronize()`` (the whole device) before the end event, and the host clock
     around the same span as a bound (a device time above it is a tampered clock). On "cpu":
-    the host clock. Outputs are kept; nothing about them is judged inside the window.
+    the host clock. Nothing about an output is judged inside the window; after it, its
+    structure (:func:`structural`, against the earlier outputs still alive) and a copy is
+    kept, the call's own buffers released before the next call (:class:`_Kept`).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -210,10 +214,11 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         sync()
     faults: dict = {}
     times, host, seeds, slots, outputs = [], [], [], [], []
+    kept = _Kept(faults)
     wall0 = _WALL_NS()
     for _ in range(samples):
-        slot, seed, args = pool.next()
-        args = ready(args)
+        slot, seed, raw = pool.next()
+        args = ready(raw)
         tasks = thread_census()[1]
         if cuda:
             if flush is not None:
@@ -239,7 +244,8 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
             faults.setdefault(THREAD, left)
         seeds.append(seed)
         slots.append(slot)
-        outputs.append(out)
+        outputs.append(kept.keep(out, (*raw, *args)))
+        out = args = None  # the call's own buffers go back to the allocator before the next
     wall = (_WALL_NS() - wall0) * 1e-9
     patched = tampered_clocks()
     if patched:
@@ -258,14 +264,16 @@ def _span(t) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def structural(out, args, earlier=()) -> tuple[str, str] | None:
-    """(failure name, why) when an output (a tensor, or a tuple whose tensors are checked)
-    is not a plain dense ``torch.Tensor`` (LAZY), shares storage with an input (ALIAS) or
-    with an ``earlier`` call's output (STALE: the same buffer returned again); else None."""
+def _items(out) -> tuple:
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
+def _fault(out, args, spans) -> tuple[str, str] | None:
+    """:func:`structural` against ``spans``: (device, first byte, last byte) of the storages
+    of earlier calls' outputs that are still alive."""
     import torch
 
-    items = out if isinstance(out, tuple | list) else (out,)
-    for t in items:
+    for t in _items(out):
         if t is None:
             continue
         if type(t) is not torch.Tensor:
@@ -279,8 +287,66 @@ def structural(out, args, earlier=()) -> tuple[str, str] | None:
                 alo, ahi = _span(a)
                 if lo < ahi and alo < hi:
                     return ALIAS, "its output shares memory with an input (a view of it)"
-        for e in earlier:
-            for x in (e if isinstance(e, tuple | list) else (e,)):
-                if type(x) is torch.Tensor and x.device == t.device and _span(x) == (lo, hi):
-                    return STALE, "returned the buffer of an earlier call's output"
+        if any(dev == t.device and lo < ehi and elo < hi for dev, elo, ehi in spans):
+            return STALE, "returned the buffer of an earlier call's output"
     return None
+
+
+def structural(out, args, earlier=()) -> tuple[str, str] | None:
+    """(failure name, why) when an output (a tensor, or a tuple whose tensors are checked)
+    is not a plain dense ``torch.Tensor`` (LAZY), shares storage with an input (ALIAS) or
+    with an ``earlier`` call's output (STALE: the same buffer returned again); else None."""
+    import torch
+
+    return _fault(out, args, [(x.device, *_span(x)) for e in earlier for x in _items(e)
+                              if type(x) is torch.Tensor])
+
+
+def _copy(t):
+    """A copy of tensor ``t``; on the CPU in memory of its own, mapped from the OS
+    (``mmap``), not from the heap the code under test allocates from: a copy kept at the
+    heap's top made the allocator return the kernel's freed temporaries to the OS after each
+    call and fault them in again inside the next call's clock."""
+    import torch
+
+    t = t.detach()
+    nbytes = t.numel() * t.element_size()
+    if t.device.type != "cpu" or nbytes == 0:
+        return t.clone()
+    flat = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=t.dtype, count=t.numel())
+    return flat.view(t.shape).copy_(t)
+
+
+class _Kept:
+    """What :func:`timed_calls` keeps of each output, outside the clock.
+
+    A clean output's tensors are copied and the kernel's own buffers released at once, so
+    the next call's allocations reuse them as in any loop (kept, they made the allocator
+    take fresh pages from the OS inside the clock: page faults, the guard's own price). An
+    output with a structural fault is kept itself, its fault put in ``faults``. STALE stays
+    as strong as when every output was kept: a weak reference to each released storage
+    tells whether the code under test still holds it, and a buffer still alive that comes
+    back is the same buffer returned again; one truly freed may be reused by anybody.
+    """
+
+    def __init__(self, faults: dict):
+        self.faults = faults
+        self.live: list = []  # (weak reference, device, first byte, last byte) per storage
+
+    def keep(self, out, args):
+        import torch
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self.live = [x for x in self.live if not x[0].expired()]
+        bad = _fault(out, args, [x[1:] for x in self.live])
+        items = _items(out)
+        for t in items:
+            if type(t) is torch.Tensor:
+                self.live.append((StorageWeakRef(t.untyped_storage()), t.device, *_span(t)))
+        if bad is not None:
+            self.faults.setdefault(*bad)
+            return out
+        copies = [None if t is None else _copy(t) for t in items]
+        if isinstance(out, tuple | list):
+            return list(copies) if isinstance(out, list) else tuple(copies)
+        return copies[0]

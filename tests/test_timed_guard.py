@@ -1,0 +1,112 @@
+"""The guarded timer's own price (issue 35, item 4): what timed_calls keeps of each output.
+
+Before this change it kept every output itself until the checks, so each call's output took
+fresh pages from the OS inside the clock (a 4 MiB output: 1,024 minor page faults a call) and
+the kernel's freed temporaries could not be reused; these tests failed then: the output
+buffers stayed alive, the faults per call were the output's pages, the structural faults were
+left to the callers. What must not change: a buffer the kernel still holds and returns again
+is STALE, a view of an input ALIAS, a subclass LAZY, and the copies hold the outputs' values."""
+
+import resource
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from flashbench.timed import guard
+
+MIB4 = 1 << 20  # float32 elements: 4 MiB
+
+
+def _pool(n=MIB4, size=3, seed=5):
+    return guard.Pool(lambda s: (torch.randn(n, generator=torch.Generator().manual_seed(s)),),
+                      size, seed)
+
+
+def test_outputs_are_copies_and_the_kernels_buffers_are_released():
+    refs, outs = [], []
+
+    def kernel(x):
+        o = x * 2
+        refs.append(StorageWeakRef(o.untyped_storage()))
+        outs.append(o.clone())  # the values, held apart from the kernel's buffer
+        return o
+
+    batch = guard.timed_calls(kernel, _pool(), samples=6, warmup=1)
+    assert not batch.faults
+    assert all(r.expired() for r in refs)  # nothing keeps the kernel's outputs alive
+    for kept, want in zip(batch.outputs, outs[1:], strict=True):
+        assert type(kept) is torch.Tensor and torch.equal(kept, want)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="minor page faults: Linux's getrusage")
+def test_a_timed_call_takes_no_fresh_pages_for_its_output():
+    """The kernel's 4 MiB output each call: once released, the next call reuses it."""
+    faults, ptrs = [], []
+
+    def kernel(x):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        o = x * 2
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        ptrs.append(o.data_ptr())
+        return o
+
+    batch = guard.timed_calls(kernel, _pool(), samples=8, warmup=2)
+    assert not batch.faults
+    pages = MIB4 * 4 // 4096
+    assert np.median(faults[2:]) < pages / 8, faults  # kept outputs: >= `pages` every call
+    assert len(set(ptrs[2:])) < len(ptrs[2:])  # a freed output's address came back: not STALE
+
+
+def test_a_buffer_the_kernel_still_holds_is_stale_when_it_comes_back():
+    cache = {}
+
+    def memo(x):
+        key = x.data_ptr()
+        if key not in cache:
+            cache[key] = x * 2
+        return cache[key][:-1]  # a view: the same storage, another tensor object
+
+    batch = guard.timed_calls(memo, _pool(1000), samples=6, warmup=0)
+    assert guard.STALE in batch.faults, batch.faults
+
+
+def test_structural_faults_are_named_and_the_faulty_output_kept_itself():
+    class Lazy(torch.Tensor):
+        pass
+
+    alias = guard.timed_calls(lambda x: x[1:], _pool(1000), samples=3, warmup=0)
+    assert guard.ALIAS in alias.faults and all(o._base is not None for o in alias.outputs)
+    lazy = guard.timed_calls(lambda x: (x * 2).as_subclass(Lazy), _pool(1000), 3, warmup=0)
+    assert guard.LAZY in lazy.faults and all(type(o) is Lazy for o in lazy.outputs)
+
+
+def test_tuples_lists_and_none_keep_their_shape():
+    batch = guard.timed_calls(lambda x: (x + 1, None), _pool(100), 3, warmup=0)
+    assert not batch.faults
+    assert all(type(o) is tuple and o[1] is None and o[0].shape == (100,)
+               for o in batch.outputs)
+    listed = guard.timed_calls(lambda x: [x + 1, x - 1], _pool(100), 3, warmup=0)
+    assert not listed.faults and all(type(o) is list and len(o) == 2 for o in listed.outputs)
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn]
+
+
+@settings(max_examples=40, deadline=None)
+@given(dims=st.lists(st.integers(0, 7), min_size=1, max_size=4),
+       dtype=st.sampled_from(DTYPES), transpose=st.booleans(), seed=st.integers(0, 2**31))
+def test_a_copy_holds_the_same_bits_in_memory_of_its_own(dims, dtype, transpose, seed):
+    x = torch.randn(dims, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    if transpose and x.dim() > 1:
+        x = x.transpose(0, -1)
+    c = guard._copy(x)
+    assert type(c) is torch.Tensor and c.shape == x.shape and c.dtype == x.dtype
+    assert torch.equal(c.view(torch.uint8) if dtype.itemsize == 1 else c.float(),
+                       x.contiguous().view(torch.uint8) if dtype.itemsize == 1 else x.float())
+    if x.numel():
+        assert guard._fault(c, (x,), []) is None  # no storage shared with the original
