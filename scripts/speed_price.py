@@ -1,14 +1,15 @@
 """Study: what do the guards cost a correct kernel, and which part of it is honest? (issue 35)
 
-Question: the median time per call of correct kernels in four arms, alternating in one run
+Question: the median time per call of correct kernels in five arms, alternating in one run
 (ROUNDS rounds, the arms' order rotating each round, SAMPLES calls per arm and round):
-bare-hot (the same inputs every call, the output freed at once: what asv's time_ suites and
-the review did), bare-pool (the guard's refilled input pool, nothing else: cold inputs are
-honest), guarded-drop (flashbench.timed.timed_calls around a call that frees its output at
-once) and guarded (timed_calls as the harness runs it). guarded / bare-pool is the guard's
-own cost: target within 3% for calls of 1 ms or more on a CPU. Per arm: the host clock's
-median and p10-p90 per call, the process's CPU time (all threads) and minor page faults per
-call, read by a probe around the call in every arm alike.
+bare-hot (the same inputs every call, the output freed at once: asv's old time_ suites),
+bare-pool (the guard's refilled input pool only: cold inputs are honest), guarded-drop
+(flashbench.timed.timed_calls, the output freed inside the call), guarded (timed_calls as the
+harness runs it) and guarded-keep (every output also held to the end: the guard before it
+released them). guarded / bare-pool is the guard's own cost, target <= 1.03 for calls of
+1 ms or more on a CPU (a 95% bootstrap interval over the paired rounds decides). Per arm: the
+host clock per call (median, p10-p90), the process's CPU time (all threads) and minor page
+faults per call, read by the same probe around the call in every arm.
 Answer: docs/speed.md, "The price".
 
 Usage: python scripts/speed_price.py [--rounds 10] [--samples 10]
@@ -25,6 +26,7 @@ import time
 
 import numpy as np
 import torch
+from scipy.stats import bootstrap
 
 from flashbench.backends import get_backend
 from flashbench.inputs import Shape
@@ -34,15 +36,19 @@ from flashbench.timed.guard import Pool, timed_calls
 CASES = [("torch-sdpa", Shape(1, 8, 512, 512, 64), "fp32"),
          ("torch-sdpa", Shape(1, 8, 1024, 1024, 64), "fp32"),
          ("torch-naive", Shape(1, 8, 512, 512, 64), "fp32")]
-ARMS = ("bare-hot", "bare-pool", "guarded-drop", "guarded")
+ARMS = ("bare-hot", "bare-pool", "guarded-drop", "guarded", "guarded-keep")
+TARGET = 1.03  # guarded / bare-pool, for calls of 1 ms or more on a CPU (issue 35)
 
 
-def probed(fn, cpu: list, faults: list, keep: bool):
+def probed(fn, cpu: list, faults: list, keep: bool, held: list | None = None):
     """``fn`` with the process's CPU time (s) and minor page faults of each call appended to
-    ``cpu`` and ``faults``; the output freed inside the call unless ``keep``."""
+    ``cpu`` and ``faults``; the output freed inside the call unless ``keep``; held in ``held``
+    too when given (the guard before it released outputs: every one alive until the end)."""
     def call(*args):
         f0, c0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
         out = fn(*args)
+        if held is not None:
+            held.append(out)
         if not keep:
             out = None
         c1, f1 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -74,11 +80,46 @@ def run_arm(arm: str, fn, make, fixed, size: int, seed: int, samples: int, rec: 
         wall = bare(probed(fn, cpu, faults, False), lambda: pool.next()[2], samples)
     else:
         pool = Pool(make, size, seed)
-        batch = timed_calls(probed(fn, cpu, faults, arm == "guarded"), pool, samples, warmup=1)
+        held = [] if arm == "guarded-keep" else None
+        batch = timed_calls(probed(fn, cpu, faults, arm != "guarded-drop", held), pool, samples,
+                            warmup=1)
         wall = batch.samples_s
+        del batch, held
     rec["wall"] += wall
     rec["cpu"] += cpu[1:]  # the warm-up's probe is the first in every arm
     rec["faults"] += faults[1:]
+    rec["wall_rounds"].append(float(np.median(wall)))
+    rec["cpu_rounds"].append(float(np.median(cpu[1:])))
+
+
+def paired(recs: dict, arm: str, base: str, what: str) -> tuple[float, float, float]:
+    """arm / base of ``what`` ("wall" or "cpu"): the median over rounds of the ratio of the
+    round's medians, and its 95% bootstrap interval (rounds paired: each round ran every arm
+    back to back, so a load that changes between rounds cancels)."""
+    logs = np.log(np.asarray(recs[arm][f"{what}_rounds"])
+                  / np.asarray(recs[base][f"{what}_rounds"]))
+    ratio = float(np.exp(np.median(logs)))
+    if len(logs) < 3:
+        return ratio, float("nan"), float("nan")
+    ci = bootstrap((logs,), np.median, confidence_level=0.95, method="percentile",
+                   rng=np.random.default_rng(0)).confidence_interval
+    return ratio, float(np.exp(ci.low)), float(np.exp(ci.high))
+
+
+def verdict(lo: float, hi: float) -> str:
+    if hi <= TARGET:
+        return f"within {TARGET - 1:.0%}"
+    if lo > TARGET:
+        return f"over {TARGET - 1:.0%}"
+    return f"not decided (the interval holds {TARGET})"
+
+
+def processor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def revision() -> str:
@@ -101,14 +142,16 @@ def main() -> None:
         p.error("--rounds must be >= 1 and --samples >= 3")
     load0 = os.getloadavg()
     print(f"git {revision()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+          f"{processor()}, {os.cpu_count()} CPUs; "
           f"load average {load0[0]:.1f} at the start")
     print(f"{a.rounds} rounds x {a.samples} calls per arm (one warm-up each), arms in a "
           f"rotating order; wall: host clock per call; CPU: time.process_time per call (all "
-          f"threads); faults: ru_minflt per call")
-    print("| backend | case | arm | median ms | p10-p90 ms | CPU ms | faults/call "
-          "| / bare-hot | / bare-pool |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"threads); faults: ru_minflt per call (mean); ratios: median over rounds of the round's "
+          f"medians' ratio")
+    print("| backend | case | arm | median ms | p10-p90 ms | / bare-hot | / bare-pool [95% CI] "
+          "| CPU ms | CPU / bare-pool [95% CI] | faults/call |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    verdicts = []
     for name, shape, dtype in CASES:
         b = get_backend(name)
         make = attention_maker(shape, dtype)
@@ -118,22 +161,31 @@ def main() -> None:
         def fn(q, k, v, b=b):
             return b.timed_fn(q, k, v, causal=False)
 
-        recs = {arm: {"wall": [], "cpu": [], "faults": []} for arm in ARMS}
+        recs = {arm: {"wall": [], "cpu": [], "faults": [], "wall_rounds": [], "cpu_rounds": []}
+                for arm in ARMS}
         for r in range(a.rounds):
             for i in range(len(ARMS)):
                 arm = ARMS[(i + r) % len(ARMS)]
                 run_arm(arm, fn, make, fixed, size, 1000 * r + i, a.samples, recs[arm])
-        med = {arm: float(np.median(recs[arm]["wall"])) for arm in ARMS}
         for arm in ARMS:
             w = np.asarray(recs[arm]["wall"]) * 1e3
             p10, p90 = np.percentile(w, [10, 90])
-            print(f"| {name} | {shape.spec()} {dtype} | {arm} | {med[arm] * 1e3:.3f} | "
-                  f"{p10:.3f}-{p90:.3f} | {np.median(recs[arm]['cpu']) * 1e3:.3f} | "
-                  f"{np.mean(recs[arm]['faults']):.0f} | {med[arm] / med['bare-hot']:.3f} | "
-                  f"{med[arm] / med['bare-pool']:.3f} |")
+            ratio, lo, hi = paired(recs, arm, "bare-pool", "wall")
+            cpu, clo, chi = paired(recs, arm, "bare-pool", "cpu")
+            hot = paired(recs, arm, "bare-hot", "wall")[0]
+            print(f"| {name} | {shape.spec()} {dtype} | {arm} | {np.median(w):.3f} | "
+                  f"{p10:.3f}-{p90:.3f} | {hot:.3f} | "
+                  f"{ratio:.3f} [{lo:.3f}, {hi:.3f}] | {np.median(recs[arm]['cpu']) * 1e3:.3f} | "
+                  f"{cpu:.3f} [{clo:.3f}, {chi:.3f}] | {np.mean(recs[arm]['faults']):.0f} |")
+            if arm == "guarded":
+                verdicts.append(f"{name} {shape.spec()} {dtype}: wall {ratio:.3f} [{lo:.3f}, "
+                                f"{hi:.3f}]: {verdict(lo, hi)}; CPU time {cpu:.3f} [{clo:.3f}, "
+                                f"{chi:.3f}]: {verdict(clo, chi)}")
     load1 = os.getloadavg()
-    print(f"load average {load1[0]:.1f} at the end; the guard's own cost: guarded / "
-          f"bare-pool (target <= 1.03 for calls of 1 ms or more on a CPU)")
+    print(f"load average {load1[0]:.1f} at the end. The guard's own cost, guarded / bare-pool "
+          f"(target <= {TARGET} for calls of 1 ms or more on a CPU):")
+    for line in verdicts:
+        print(f"- {line}")
 
 
 if __name__ == "__main__":
