@@ -12,7 +12,7 @@ host clock per call (median, p10-p90), the process's CPU time (all threads) and 
 faults per call, read by the same probe around the call in every arm.
 Answer: docs/speed.md, "The price".
 
-Usage: python scripts/speed_price.py [--rounds 10] [--samples 10]
+Usage: python scripts/speed_price.py [--rounds 10] [--samples 10] [--threads 1]
 """
 
 from __future__ import annotations
@@ -137,9 +137,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch's intra-op threads (default 1, as the asv suites and the review "
+                        "run: a loaded machine then delays no second thread inside a call)")
     a = p.parse_args()
-    if a.rounds < 1 or a.samples < 3:
-        p.error("--rounds must be >= 1 and --samples >= 3")
+    if a.rounds < 1 or a.samples < 3 or a.threads < 1:
+        p.error("--rounds and --threads must be >= 1, --samples >= 3")
+    torch.set_num_threads(a.threads)
     load0 = os.getloadavg()
     print(f"git {revision()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{processor()}, {os.cpu_count()} CPUs; "
