@@ -12,7 +12,7 @@ host clock per call (median, p10-p90), the process's CPU time (all threads) and 
 faults per call, read by the same probe around the call in every arm.
 Answer: docs/speed.md, "The price".
 
-Usage: python scripts/speed_price.py [--rounds 10] [--samples 10] [--threads 1]
+Usage: python scripts/speed_price.py [--rounds 20] [--samples 10] [--threads 1]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def revision() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--samples", type=int, default=10)
     p.add_argument("--threads", type=int, default=1,
                    help="torch's intra-op threads (default 1, as the asv suites and the review "
@@ -145,7 +145,7 @@ def main() -> None:
         p.error("--rounds and --threads must be >= 1, --samples >= 3")
     torch.set_num_threads(a.threads)
     load0 = os.getloadavg()
-    print(f"git {revision()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+    print(f"git {revision()}; torch {torch.__version__}, {torch.get_num_threads()} thread(s); "
           f"{processor()}, {os.cpu_count()} CPUs; "
           f"load average {load0[0]:.1f} at the start")
     print(f"{a.rounds} rounds x {a.samples} calls per arm (one warm-up each), arms in a "
