@@ -304,17 +304,21 @@ def structural(out, args, earlier=()) -> tuple[str, str] | None:
 
 def _copy(t):
     """A copy of tensor ``t``; on the CPU in memory of its own, mapped from the OS
-    (``mmap``), not from the heap the code under test allocates from: a copy kept at the
-    heap's top made the allocator return the kernel's freed temporaries to the OS after each
-    call and fault them in again inside the next call's clock."""
+    (``mmap``), not from the heap the code under test allocates from, so that the copies
+    kept do not sit between the kernel's freed blocks (one run with ``clone()`` copies had
+    torch-naive fault its 24 MiB of temporaries in again inside most calls' clocks)."""
     import torch
 
     t = t.detach()
     nbytes = t.numel() * t.element_size()
-    if t.device.type != "cpu" or nbytes == 0:
-        return t.clone()
-    flat = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=t.dtype, count=t.numel())
-    return flat.view(t.shape).copy_(t)
+    if t.device.type == "cpu" and nbytes:
+        try:
+            flat = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=t.dtype, count=t.numel())
+        except (TypeError, ValueError, RuntimeError, OSError):
+            pass  # a dtype frombuffer does not take, or no mapping left: the heap's copy
+        else:
+            return flat.view(t.shape).copy_(t)
+    return t.clone()
 
 
 class _Kept:
@@ -341,7 +345,7 @@ class _Kept:
         bad = _fault(out, args, [x[1:] for x in self.live])
         items = _items(out)
         for t in items:
-            if type(t) is torch.Tensor:
+            if type(t) is torch.Tensor and t.layout == torch.strided and t.device.type != "meta":
                 self.live.append((StorageWeakRef(t.untyped_storage()), t.device, *_span(t)))
         if bad is not None:
             self.faults.setdefault(*bad)
