@@ -98,7 +98,7 @@ def test_a_copy_holds_the_same_bits_in_memory_of_its_own(dims, dtype, transpose,
     x = torch.randn(dims, generator=torch.Generator().manual_seed(seed)).to(dtype)
     if transpose and x.dim() > 1:
         x = x.transpose(0, -1)
-    c = guard._copy(x)
+    c = guard._tensor(guard._copy(x))
     assert type(c) is torch.Tensor and c.shape == x.shape and c.dtype == x.dtype
     assert torch.equal(c.view(torch.uint8) if dtype.itemsize == 1 else c.float(),
                        x.contiguous().view(torch.uint8) if dtype.itemsize == 1 else x.float())

@@ -21,8 +21,10 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -247,6 +249,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         outputs.append(kept.keep(out, (*raw, *args)))
         out = args = None  # the call's own buffers go back to the allocator before the next
     wall = (_WALL_NS() - wall0) * 1e-9
+    outputs = [kept.output(o) for o in outputs]
     patched = tampered_clocks()
     if patched:
         faults.setdefault(CLOCK, f"{', '.join(patched)} replaced during the run")
@@ -302,23 +305,44 @@ def structural(out, args, earlier=()) -> tuple[str, str] | None:
                               if type(x) is torch.Tensor])
 
 
+class _Bytes(NamedTuple):
+    """A CPU tensor's bytes in a mapping of their own, made back into a tensor after the
+    batch (:func:`_tensor`)."""
+
+    data: np.ndarray  # uint8
+    dtype: object
+    shape: tuple
+
+
 def _copy(t):
-    """A copy of tensor ``t``; on the CPU in memory of its own, mapped from the OS
-    (``mmap``), not from the heap the code under test allocates from, so that the copies
-    kept do not sit between the kernel's freed blocks (one run with ``clone()`` copies had
-    torch-naive fault its 24 MiB of temporaries in again inside most calls' clocks)."""
+    """A copy of tensor ``t``, made outside the clock. On the CPU: numpy copies its bytes into
+    memory mapped from the OS (``mmap``), so that no long-lived object of the copy lands in
+    the heap the code under test allocates from (a ``clone()``, or a ``torch.frombuffer``
+    tensor, kept per call moved the kernel's next output to fresh pages every call: 16 page
+    faults a call for a 64 KiB output, 1,024 for 4 MiB, as many as keeping the outputs)."""
     import torch
 
     t = t.detach()
     nbytes = t.numel() * t.element_size()
     if t.device.type == "cpu" and nbytes:
         try:
-            flat = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=t.dtype, count=t.numel())
+            src = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+            data = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
         except (TypeError, ValueError, RuntimeError, OSError):
-            pass  # a dtype frombuffer does not take, or no mapping left: the heap's copy
+            pass  # a dtype numpy cannot see as bytes, or no mapping left: the heap's copy
         else:
-            return flat.view(t.shape).copy_(t)
+            np.copyto(data, src)
+            return _Bytes(data, t.dtype, tuple(t.shape))
     return t.clone()
+
+
+def _tensor(x):
+    """``x``, or the tensor a :class:`_Bytes` holds."""
+    if not isinstance(x, _Bytes):
+        return x
+    import torch
+
+    return torch.from_numpy(x.data).view(x.dtype).view(x.shape)
 
 
 class _Kept:
@@ -330,7 +354,10 @@ class _Kept:
     output with a structural fault is kept itself, its fault put in ``faults``. STALE stays
     as strong as when every output was kept: a weak reference to each released storage
     tells whether the code under test still holds it, and a buffer still alive that comes
-    back is the same buffer returned again; one truly freed may be reused by anybody.
+    back is the same buffer returned again; one truly freed may be reused by anybody. The
+    reference is Python's, to the storage's Python object (torch keeps one per storage for
+    as long as the storage lives): a C++ weak reference would keep the storage's control
+    block in the kernel's heap, between its freed blocks.
     """
 
     def __init__(self, faults: dict):
@@ -339,18 +366,30 @@ class _Kept:
 
     def keep(self, out, args):
         import torch
-        from torch.multiprocessing.reductions import StorageWeakRef
 
-        self.live = [x for x in self.live if not x[0].expired()]
+        self.live = [x for x in self.live if x[0]() is not None]
         bad = _fault(out, args, [x[1:] for x in self.live])
         items = _items(out)
         for t in items:
             if type(t) is torch.Tensor and t.layout == torch.strided and t.device.type != "meta":
-                self.live.append((StorageWeakRef(t.untyped_storage()), t.device, *_span(t)))
+                self.live.append((weakref.ref(t.untyped_storage()), t.device, *_span(t)))
         if bad is not None:
             self.faults.setdefault(*bad)
             return out
-        copies = [None if t is None else _copy(t) for t in items]
-        if isinstance(out, tuple | list):
-            return list(copies) if isinstance(out, list) else tuple(copies)
-        return copies[0]
+        return _Copied(type(out) if isinstance(out, tuple | list) else None,
+                       [None if t is None else _copy(t) for t in items])
+
+    @staticmethod
+    def output(kept):
+        """The output that :meth:`keep` returned ``kept`` for, as tensors again."""
+        if not isinstance(kept, _Copied):
+            return kept
+        items = [_tensor(x) for x in kept.items]
+        if kept.container is None:
+            return items[0]
+        return items if kept.container is list else tuple(items)
+
+
+class _Copied(NamedTuple):
+    container: type | None  # list, tuple (or a subclass: a tuple), None for one tensor
+    items: list
