@@ -194,8 +194,8 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     ``torch.cuda.synchronize()`` (the whole device) before the end event, and the host clock
     around the same span as a bound (a device time above it is a tampered clock). On "cpu":
     the host clock. Nothing about an output is judged inside the window; after it, its
-    structure (:func:`structural`, against the earlier outputs still alive) and a copy is
-    kept, the call's own buffers released before the next call (:class:`_Kept`).
+    structure is checked (:func:`structural`, against the earlier outputs still alive), a
+    copy kept and the call's own buffers released before the next call (:class:`_Kept`).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
