@@ -8,20 +8,23 @@
 - :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
   when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
   ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
-  the threads each call left running, every output kept for checks outside the clock.
-- :func:`structural`: an output's own faults (lazy type, not dense, aliases an input, the
-  buffer of an earlier call) where the call ran. Values are judged by
-  :mod:`flashbench.measure.speed`. What this guarantees and what it cannot: docs/speed.md.
+  the threads each call left running; after each call, outside the clock, the output's
+  structure is checked and a copy kept, the kernel's buffers released (:class:`_Kept`).
+- :func:`structural`: an output's own faults (lazy, not dense, aliases an input, an earlier
+  call's buffer). Values: :mod:`flashbench.measure.speed`. Guarantees and limits: docs/speed.md.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -168,8 +171,9 @@ class Pool:
 
 @dataclass
 class Batch:
-    """What :func:`timed_calls` saw: per call its time (s), content seed, slot and output;
-    the batch's wall time on the second clock (s); the faults found while it ran."""
+    """What :func:`timed_calls` saw: per call its time (s), content seed, slot and output
+    (a copy of it; the output itself where it has a structural fault); the batch's wall time
+    on the second clock (s); the faults found while it ran, structural ones included."""
 
     samples_s: list
     seeds: list
@@ -189,7 +193,9 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     On ``device`` "cuda": the L2 ``flush()`` before each call, CUDA events around it with
     ``torch.cuda.synchronize()`` (the whole device) before the end event, and the host clock
     around the same span as a bound (a device time above it is a tampered clock). On "cpu":
-    the host clock. Outputs are kept; nothing about them is judged inside the window.
+    the host clock. Nothing about an output is judged inside the window; after it, its
+    structure is checked (:func:`structural`, against the earlier outputs still alive), a
+    copy kept and the call's own buffers released before the next call (:class:`_Kept`).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -210,10 +216,11 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         sync()
     faults: dict = {}
     times, host, seeds, slots, outputs = [], [], [], [], []
+    kept = _Kept(faults)
     wall0 = _WALL_NS()
     for _ in range(samples):
-        slot, seed, args = pool.next()
-        args = ready(args)
+        slot, seed, raw = pool.next()
+        args = ready(raw)
         tasks = thread_census()[1]
         if cuda:
             if flush is not None:
@@ -239,8 +246,10 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
             faults.setdefault(THREAD, left)
         seeds.append(seed)
         slots.append(slot)
-        outputs.append(out)
+        outputs.append(kept.keep(out, (*raw, *args)))
+        out = args = None  # the call's own buffers go back to the allocator before the next
     wall = (_WALL_NS() - wall0) * 1e-9
+    outputs = [kept.output(o) for o in outputs]
     patched = tampered_clocks()
     if patched:
         faults.setdefault(CLOCK, f"{', '.join(patched)} replaced during the run")
@@ -258,14 +267,16 @@ def _span(t) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def structural(out, args, earlier=()) -> tuple[str, str] | None:
-    """(failure name, why) when an output (a tensor, or a tuple whose tensors are checked)
-    is not a plain dense ``torch.Tensor`` (LAZY), shares storage with an input (ALIAS) or
-    with an ``earlier`` call's output (STALE: the same buffer returned again); else None."""
+def _items(out) -> tuple:
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
+def _fault(out, args, spans) -> tuple[str, str] | None:
+    """:func:`structural` against ``spans``: (device, first byte, last byte) of the storages
+    of earlier calls' outputs that are still alive."""
     import torch
 
-    items = out if isinstance(out, tuple | list) else (out,)
-    for t in items:
+    for t in _items(out):
         if t is None:
             continue
         if type(t) is not torch.Tensor:
@@ -279,8 +290,106 @@ def structural(out, args, earlier=()) -> tuple[str, str] | None:
                 alo, ahi = _span(a)
                 if lo < ahi and alo < hi:
                     return ALIAS, "its output shares memory with an input (a view of it)"
-        for e in earlier:
-            for x in (e if isinstance(e, tuple | list) else (e,)):
-                if type(x) is torch.Tensor and x.device == t.device and _span(x) == (lo, hi):
-                    return STALE, "returned the buffer of an earlier call's output"
+        if any(dev == t.device and lo < ehi and elo < hi for dev, elo, ehi in spans):
+            return STALE, "returned the buffer of an earlier call's output"
     return None
+
+
+def structural(out, args, earlier=()) -> tuple[str, str] | None:
+    """(failure name, why) when an output (a tensor, or a tuple whose tensors are checked)
+    is not a plain dense ``torch.Tensor`` (LAZY), shares storage with an input (ALIAS) or
+    with an ``earlier`` call's output (STALE: the same buffer returned again); else None."""
+    import torch
+
+    return _fault(out, args, [(x.device, *_span(x)) for e in earlier for x in _items(e)
+                              if type(x) is torch.Tensor])
+
+
+class _Bytes(NamedTuple):
+    """A CPU tensor's bytes in a mapping of their own, made back into a tensor after the
+    batch (:func:`_tensor`)."""
+
+    data: np.ndarray  # uint8
+    dtype: object
+    shape: tuple
+
+
+def _copy(t):
+    """A copy of tensor ``t``, made outside the clock. On the CPU: numpy copies its bytes into
+    memory mapped from the OS (``mmap``), so that no long-lived object of the copy lands in
+    the heap the code under test allocates from (a ``clone()``, or a ``torch.frombuffer``
+    tensor, kept per call moved the kernel's next output to fresh pages every call: 16 page
+    faults a call for a 64 KiB output, 1,024 for 4 MiB, as many as keeping the outputs)."""
+    import torch
+
+    t = t.detach()
+    nbytes = t.numel() * t.element_size()
+    if t.device.type == "cpu" and nbytes:
+        try:
+            src = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+            data = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+        except (TypeError, ValueError, RuntimeError, OSError):
+            pass  # a dtype numpy cannot see as bytes, or no mapping left: the heap's copy
+        else:
+            np.copyto(data, src)
+            return _Bytes(data, t.dtype, tuple(t.shape))
+    return t.clone()
+
+
+def _tensor(x):
+    """``x``, or the tensor a :class:`_Bytes` holds."""
+    if not isinstance(x, _Bytes):
+        return x
+    import torch
+
+    return torch.from_numpy(x.data).view(x.dtype).view(x.shape)
+
+
+class _Kept:
+    """What :func:`timed_calls` keeps of each output, outside the clock.
+
+    A clean output's tensors are copied and the kernel's own buffers released at once, so
+    the next call's allocations reuse them as in any loop (kept, they made the allocator
+    take fresh pages from the OS inside the clock: page faults, the guard's own price). An
+    output with a structural fault is kept itself, its fault put in ``faults``. STALE stays
+    as strong as when every output was kept: a weak reference to each released storage
+    tells whether the code under test still holds it, and a buffer still alive that comes
+    back is the same buffer returned again; one truly freed may be reused by anybody. The
+    reference is Python's, to the storage's Python object (torch keeps one per storage for
+    as long as the storage lives): a C++ weak reference would keep the storage's control
+    block in the kernel's heap, between its freed blocks.
+    """
+
+    def __init__(self, faults: dict):
+        self.faults = faults
+        self.live: list = []  # (weak reference, device, first byte, last byte) per storage
+
+    def keep(self, out, args):
+        import torch
+
+        self.live = [x for x in self.live if x[0]() is not None]
+        bad = _fault(out, args, [x[1:] for x in self.live])
+        items = _items(out)
+        for t in items:
+            if type(t) is torch.Tensor and t.layout == torch.strided and t.device.type != "meta":
+                self.live.append((weakref.ref(t.untyped_storage()), t.device, *_span(t)))
+        if bad is not None:
+            self.faults.setdefault(*bad)
+            return out
+        return _Copied(type(out) if isinstance(out, tuple | list) else None,
+                       [None if t is None else _copy(t) for t in items])
+
+    @staticmethod
+    def output(kept):
+        """The output that :meth:`keep` returned ``kept`` for, as tensors again."""
+        if not isinstance(kept, _Copied):
+            return kept
+        items = [_tensor(x) for x in kept.items]
+        if kept.container is None:
+            return items[0]
+        return items if kept.container is list else tuple(items)
+
+
+class _Copied(NamedTuple):
+    container: type | None  # list, tuple (or a subclass: a tuple), None for one tensor
+    items: list

@@ -1,0 +1,110 @@
+"""The guarded timer's own price (issue 35, item 4): what timed_calls keeps of each output.
+
+Before this change it kept every output itself until the checks, so each call's output took
+fresh memory inside the clock (a 4 MiB output: up to 1,024 minor page faults a call) and the
+kernel's freed buffers stayed out of reach. These failed then: the outputs stayed alive into
+the next calls, the structural faults were left to the callers, no copy existed. What must
+not change: a buffer the kernel still holds and returns again is STALE, a view of an input
+ALIAS, a subclass or a sparse tensor LAZY, and the copies hold the outputs' values."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from flashbench.timed import guard
+
+MIB4 = 1 << 20  # float32 elements: 4 MiB
+
+
+def _pool(n=MIB4, size=3, seed=5):
+    return guard.Pool(lambda s: (torch.randn(n, generator=torch.Generator().manual_seed(s)),),
+                      size, seed)
+
+
+def test_outputs_are_copies_and_the_kernels_buffers_are_released():
+    refs, outs = [], []
+
+    def kernel(x):
+        o = x * 2
+        refs.append(StorageWeakRef(o.untyped_storage()))
+        outs.append(o.clone())  # the values, held apart from the kernel's buffer
+        return o
+
+    batch = guard.timed_calls(kernel, _pool(), samples=6, warmup=1)
+    assert not batch.faults
+    assert all(r.expired() for r in refs)  # nothing keeps the kernel's outputs alive
+    for kept, want in zip(batch.outputs, outs[1:], strict=True):
+        assert type(kept) is torch.Tensor and torch.equal(kept, want)
+
+
+def test_each_output_is_released_before_the_next_call_starts():
+    """Its memory is the allocator's again when the next call allocates (whether the heap
+    then reuses it is glibc's affair: scripts/speed_price.py counts the page faults)."""
+    refs, alive = [], []
+
+    def kernel(x):
+        alive.append(sum(not r.expired() for r in refs))
+        o = x * 2
+        refs.append(StorageWeakRef(o.untyped_storage()))
+        return o
+
+    guard.timed_calls(kernel, _pool(), samples=6, warmup=2)
+    assert alive == [0] * 8, alive  # kept until the checks: 2, 2, 3, 4, ... alive
+
+
+@pytest.mark.parametrize("returned", [lambda c: c, lambda c: c[:-1], lambda c: c.detach()],
+                         ids=["itself", "a view", "detached"])
+def test_a_buffer_the_kernel_still_holds_is_stale_when_it_comes_back(returned):
+    """The harness holds no output: the kernel's cache alone keeps the storage alive."""
+    cache = {}
+
+    def memo(x):
+        key = x.data_ptr()
+        if key not in cache:
+            cache[key] = x * 2
+        return returned(cache[key])  # the same storage, maybe another tensor object
+
+    batch = guard.timed_calls(memo, _pool(1000), samples=6, warmup=0)
+    assert guard.STALE in batch.faults, batch.faults
+
+
+def test_structural_faults_are_named_and_the_faulty_output_kept_itself():
+    class Lazy(torch.Tensor):
+        pass
+
+    alias = guard.timed_calls(lambda x: x[1:], _pool(1000), samples=3, warmup=0)
+    assert guard.ALIAS in alias.faults and all(o._base is not None for o in alias.outputs)
+    lazy = guard.timed_calls(lambda x: (x * 2).as_subclass(Lazy), _pool(1000), 3, warmup=0)
+    assert guard.LAZY in lazy.faults and all(type(o) is Lazy for o in lazy.outputs)
+    for fn in (lambda x: x.to_sparse(), lambda x: torch.empty(x.shape, device="meta")):
+        sparse = guard.timed_calls(fn, _pool(1000), 3, warmup=0)
+        assert guard.LAZY in sparse.faults, sparse.faults
+
+
+def test_tuples_lists_and_none_keep_their_shape():
+    batch = guard.timed_calls(lambda x: (x + 1, None), _pool(100), 3, warmup=0)
+    assert not batch.faults
+    assert all(type(o) is tuple and o[1] is None and o[0].shape == (100,)
+               for o in batch.outputs)
+    listed = guard.timed_calls(lambda x: [x + 1, x - 1], _pool(100), 3, warmup=0)
+    assert not listed.faults and all(type(o) is list and len(o) == 2 for o in listed.outputs)
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e4m3fn]
+
+
+@settings(max_examples=40, deadline=None)
+@given(dims=st.lists(st.integers(0, 7), min_size=1, max_size=4),
+       dtype=st.sampled_from(DTYPES), transpose=st.booleans(), seed=st.integers(0, 2**31))
+def test_a_copy_holds_the_same_bits_in_memory_of_its_own(dims, dtype, transpose, seed):
+    x = torch.randn(dims, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    if transpose and x.dim() > 1:
+        x = x.transpose(0, -1)
+    c = guard._tensor(guard._copy(x))
+    assert type(c) is torch.Tensor and c.shape == x.shape and c.dtype == x.dtype
+    assert torch.equal(c.view(torch.uint8) if dtype.itemsize == 1 else c.float(),
+                       x.contiguous().view(torch.uint8) if dtype.itemsize == 1 else x.float())
+    if x.numel():
+        assert guard._fault(c, (x,), []) is None  # no storage shared with the original
