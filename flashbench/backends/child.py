@@ -60,6 +60,7 @@ class Server:
             except ImportError:  # no triton here: nothing to patch
                 pass
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.timing: dict | None = None  # the timed protocol's state, prepare to fetch
 
     def _load(self) -> dict:
         from flashbench.backends.declared import load
@@ -115,10 +116,12 @@ class Server:
         out = guarded(lambda: call_decode(fn, *t.values(), r["causal"], r["scale"]), t)
         return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
 
-    def _time(self, r: dict) -> dict:
-        """The guarded timer on the function (:mod:`flashbench.timed.guard`): a pool built
-        from ``r["seed"]``, ``r["samples"]`` timed calls; outputs with a structural fault
-        come back as None, the others as CPU copies of o, judged by the harness."""
+    def _prepare(self, r: dict) -> dict:
+        """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): a pool
+        built from ``r["seed"]``, ``r["warmup"]`` untimed calls. The harness then sends
+        ``stage`` (ready the next k calls' inputs, outside its clock), ``run`` (the k calls,
+        the device synchronised before the reply; the harness times the round trip),
+        ``null`` (the same round trip with no work) and ``fetch`` (the outputs)."""
         from flashbench.inputs.problem import Shape
         from flashbench.timed.attention import NoBackward, attention_maker, grad_maker, pass_call
 
@@ -142,14 +145,67 @@ class Server:
                 fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
                 **variant), direction)
         pool = guard.Pool(build, r["pool"], r["seed"])
+        self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
+                       "slots": [], "own_s": [], "faults": {}, "direction": direction,
+                       "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
         try:
-            batch = guard.timed_calls(call, pool, r["samples"], r["warmup"], self.device.type,
-                                      guard.l2_flusher(self.device.type), setup=setup)
+            for _ in range(r["warmup"]):
+                call(*self.timing["ready"](pool.next()[2]))
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
-        faults, outputs = dict(batch.faults), []
-        for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
-            bad = guard.structural(out, pool.slots[slot], batch.outputs[:j])
+        self._sync()
+        self.timing["threads"] = guard.thread_census()[0]
+        return {"device": self.device.type}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            guard._CLOCKS["torch.cuda.synchronize"][2]()
+
+    def _stage(self, r: dict) -> dict:
+        """The next calls' arguments, at most ``r["k"]`` and never past a refill (which
+        would change a staged call's inputs in place)."""
+        t = self.timing
+        for _ in range(min(r["k"], t["pool"].left_in_round())):
+            slot, seed, args = t["pool"].next()
+            t["staged"].append((slot, seed, t["ready"](args)))
+        self._sync()
+        return {"staged": len(t["staged"])}
+
+    def _run(self, r: dict) -> dict:
+        """The staged calls, each timed on this process's own clock too (the harness's
+        cross-check: a figure below the harness's own is a tampered clock)."""
+        t, own = self.timing, []
+        for slot, seed, args in t["staged"]:
+            tasks = guard.thread_census()[1]
+            t0 = guard._PERF()
+            out = t["call"](*args)
+            self._sync()
+            own.append(guard._PERF() - t0)
+            left = guard._new_threads(t["threads"], tasks)
+            if left is not None:
+                t["faults"].setdefault(guard.THREAD, left)
+            t["outputs"].append(out)
+            t["seeds"].append(seed)
+            t["slots"].append(slot)
+        t["staged"] = []
+        t["own_s"] += own
+        return {"own_s": own}
+
+    def _null(self, r: dict) -> dict:
+        if r.get("sync"):
+            self._sync()
+        return {}
+
+    def _fetch(self, r: dict) -> dict:
+        """CPU copies of the outputs (None where a structural check failed), the content
+        seed of each call, this process's own times and the faults it saw."""
+        t = self.timing
+        faults, outputs, direction = t["faults"], [], t["direction"]
+        patched = guard.tampered_clocks()
+        if patched:
+            faults.setdefault(guard.CLOCK, f"{', '.join(patched)} replaced during the run")
+        for j, (out, slot) in enumerate(zip(t["outputs"], t["slots"], strict=True)):
+            bad = guard.structural(out, t["pool"].slots[slot], t["outputs"][:j])
             if bad is not None:
                 faults.setdefault(*bad)
                 outputs.append(None)
@@ -163,8 +219,9 @@ class Server:
                 continue
             copies = [o.detach().cpu().clone() for o in items]
             outputs.append(copies[0] if direction == "fwd" else copies)
-        return {"samples_s": batch.samples_s, "host_s": batch.host_s, "seeds": batch.seeds,
-                "outputs": outputs, "faults": faults, "device": self.device.type}
+        self.timing = None
+        return {"own_s": t["own_s"], "seeds": t["seeds"], "outputs": outputs,
+                "faults": faults, "device": self.device.type}
 
     def _grads(self, r: dict) -> dict:
         fn = self._fn(FORWARD)

@@ -87,6 +87,11 @@ def render_text(report: dict) -> str:
             notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}")
         if r.reason:
             notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
+        if r.worker_median_s is not None:
+            notes.append(f"{r.backend} on {r.case}: its worker's own clock says "
+                         f"{r.worker_median_s * 1e3:.3g} ms a call (median; a cross-check "
+                         f"only: the times above are the harness's, {r.calls_per_request} "
+                         "call(s) a request)")
     clocks = sorted({r.clock for r in report["rows"] if r.clock})
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               "verdict: " + ("PASS" if report["passed"] else "FAIL")]

@@ -2,8 +2,8 @@
 
 :func:`time_backend` times one backend on one :class:`SpeedCase` with the guarded timer
 (:mod:`flashbench.timed`): flashbench's and torch's kernels in this process, a user's kernel
-in its worker process (:func:`flashbench.backends.worker.time_in_worker`: the loop runs there,
-the outputs come back and are judged here, the batch bounded by this process's wall clock).
+in its worker process (:func:`flashbench.measure.speedworker.time_in_worker`: the calls
+run there, timed by this process's clock per request; the outputs are judged here).
 :class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
 checksum against the first call on the same input, and random query rows against the float64
 reference (inside the shipped band's tolerance, or by the baseline rule).
@@ -283,24 +283,32 @@ class SpeedRow:
     baseline: str | None = None
     floor_s: float | None = None
     checked: int = 0
+    worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
+    calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
 
 
 def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofline,
-             clock: str, checked: int) -> SpeedRow:
-    """The row of a timed batch: statistics, throughput and the roofline floor's verdict."""
+             clock: str, checked: int, floor_samples=None) -> SpeedRow:
+    """The row of a timed batch: statistics, throughput and the roofline floor's verdict
+    (on ``floor_samples`` where given: a worker's calls timed through a pipe, each the
+    least it can have taken)."""
     floor = roofline_floor(case, roof)
-    fast = [t for t in samples if t < FLOOR_MARGIN * floor]
+    judged = samples if floor_samples is None else floor_samples
+    fast = [t for t in judged if t < FLOOR_MARGIN * floor]
     if fast and FLOOR not in failures:
-        failures = {**failures, FLOOR: f"{len(fast)} of {len(samples)} calls took under "
+        failures = {**failures, FLOOR: f"{len(fast)} of {len(judged)} calls took under "
                     f"{FLOOR_MARGIN:g} x {floor:.3g} s, the least this machine can do "
                     f"(fastest {min(fast):.3g} s)"}
     med = statistics.median(samples)
     p10, p90 = np.percentile(samples, [10, 90]) if len(samples) > 1 else (med, med)
-    tf = case.flops() / med * 1e-12
+    # a median of 0 s (a worker's request no slower than the empty one): no rate to print
+    tf = case.flops() / med * 1e-12 if med > 0 else None
+    gbs = case.bytes() / med * 1e-9 if med > 0 else None
     return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal, case.direction,
                     backend, variant=None if case.variant is None else case.variant.label(),
                     status="FAIL" if failures else "PASS", clock=clock, samples_s=list(samples),
                     failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
-                    tflops=tf, gbs=case.bytes() / med * 1e-9, floor_s=floor, checked=checked,
-                    peak_fraction=(case.bytes() / med * 1e-9 / roof.copy_gbs
-                                   if case.direction == "decode" else tf / roof.peak(case.dtype)))
+                    tflops=tf, gbs=gbs, floor_s=floor, checked=checked,
+                    peak_fraction=None if med <= 0 else (
+                        gbs / roof.copy_gbs if case.direction == "decode"
+                        else tf / roof.peak(case.dtype)))
