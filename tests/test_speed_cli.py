@@ -47,3 +47,20 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
             rc = exc.code
         err = capsys.readouterr().err
         assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):
+    """Every backend interpreted (Triton on a CPU) or not applicable: exit 2, one line on
+    stderr with the reasons; --json still prints the table. Before: exit 0."""
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the Triton kernel is timed on a GPU: nothing to refuse
+    rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "triton"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "nothing was timed" in err[0], err
+    assert "triton" in err[0] and "interpreter" in err[0]
+    rc = main(["speed", "--quiet", "--json", "--shape", "1x1x32x16", "--backend", "triton"])
+    out = capsys.readouterr()
+    assert rc == 2 and json.loads(out.out)["rows"][0]["status"] == "not timed"
+    assert len(out.err.strip().splitlines()) == 1
