@@ -64,3 +64,21 @@ def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):
     out = capsys.readouterr()
     assert rc == 2 and json.loads(out.out)["rows"][0]["status"] == "not timed"
     assert len(out.err.strip().splitlines()) == 1
+
+
+def test_each_row_names_the_peak_it_is_judged_against(capsys):
+    """fp8 rows used the bf16 peak without saying so; now a row names its peak: its own
+    dtype's matmul, the fp8 torch._scaled_mm peak where measured (GPU), or the stand-in."""
+    from flashbench.inputs import Shape
+    from flashbench.measure.speed import Roofline, SpeedCase, row_from
+
+    roof = Roofline({"bf16": 900.0, "fp8": 1800.0}, 4000.0, "fixed",
+                    {"fp8": "fp8 e4m3 torch._scaled_mm"})
+    case = SpeedCase(Shape(1, 8, 1024, 1024, 128), "fp8")
+    row = row_from(case, "k", [1e-3] * 10, {}, roof, "test", 10)
+    assert row.peak == "fp8 e4m3 torch._scaled_mm"
+    assert row.floor_s == max(case.flops() / 1800e12, case.bytes() / 4000e9)
+    assert Roofline({"bf16": 900.0}, 1.0, "x").peak_used("fp8") == \
+        "bf16 matmul (none measured in fp8)"
+    rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "torch-naive"])
+    assert rc == 0 and "% peak and the floor are of: fp32: fp32 matmul" in capsys.readouterr().out

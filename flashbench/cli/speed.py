@@ -94,7 +94,9 @@ def render_text(report: dict) -> str:
                          f"only: the times above are the harness's, {r.calls_per_request} "
                          "call(s) a request)")
     clocks = sorted({r.clock for r in report["rows"] if r.clock})
+    peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
+              *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
               "verdict: " + ("PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
 

@@ -22,6 +22,7 @@ from flashbench.inputs.problem import Shape
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
+           "fp8_peak_tflops",
            "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
@@ -84,9 +85,39 @@ class Roofline:
     tflops: dict
     copy_gbs: float
     how: str
+    peak_how: dict = field(default_factory=dict)  # dtype -> which peak stands for it
 
     def peak(self, dtype: str) -> float:
         return self.tflops.get(dtype, max(self.tflops.values()))
+
+    def peak_used(self, dtype: str) -> str:
+        """Which measured peak a row of ``dtype`` is judged against, in words."""
+        if dtype in self.peak_how:
+            return self.peak_how[dtype]
+        if dtype in self.tflops:
+            return f"{dtype} matmul"
+        return f"{max(self.tflops, key=self.tflops.get)} matmul (none measured in {dtype})"
+
+
+def fp8_peak_tflops(n: int = 8192) -> float | None:
+    """Measured e4m3 x e4m3 -> bf16 ``torch._scaled_mm`` TFLOP/s (n^3, CUDA events, L2
+    flushed, median of 20: :func:`flashbench.measure.timing.device_seconds`); None where
+    torch or the device has no fp8 matmul (before compute capability 8.9)."""
+    import torch
+
+    if not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability() < (8, 9):
+        return None
+    from flashbench.measure.timing import device_seconds
+
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda")
+    try:
+        seconds = device_seconds(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                          out_dtype=torch.bfloat16))
+    except (RuntimeError, TypeError):  # this torch build's _scaled_mm refuses: no peak
+        return None
+    return 2.0 * n**3 / seconds * 1e-12
 
 
 def _best_time(fn, repeats: int = 10) -> float:
@@ -113,10 +144,18 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     if device == "cuda":
         from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
 
-        peaks = {d: matmul_peak_tflops(d if d in ("fp16", "bf16", "fp32") else "bf16")
-                 for d in dict.fromkeys(dtypes)}
+        peaks, how = {}, {}
+        for d in dict.fromkeys(dtypes):
+            fp8 = fp8_peak_tflops() if d.startswith("fp8") else None
+            if fp8 is not None:
+                peaks[d], how[d] = fp8, "fp8 e4m3 torch._scaled_mm"
+                continue
+            mm = d if d in ("fp16", "bf16", "fp32") else "bf16"
+            peaks[d] = matmul_peak_tflops(mm)
+            if mm != d:
+                how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
         return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
-                        "8192^3 torch.matmul; 2 GiB device copy")
+                        "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy", how)
     n, peaks = 1024, {}
     for d in dict.fromkeys(["fp32", *dtypes]):
         a = torch.randn(n, n).to(_torch_dtype(d))
@@ -283,6 +322,7 @@ class SpeedRow:
     baseline: str | None = None
     floor_s: float | None = None
     checked: int = 0
+    peak: str | None = None  # which measured peak % peak and the floor are of
     worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
     calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
 
@@ -309,6 +349,8 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
                     status="FAIL" if failures else "PASS", clock=clock, samples_s=list(samples),
                     failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
                     tflops=tf, gbs=gbs, floor_s=floor, checked=checked,
+                    peak="copy bandwidth" if case.direction == "decode"
+                    else roof.peak_used(case.dtype),
                     peak_fraction=None if med <= 0 else (
                         gbs / roof.copy_gbs if case.direction == "decode"
                         else tf / roof.peak(case.dtype)))
