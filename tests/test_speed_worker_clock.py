@@ -112,3 +112,45 @@ def test_proc_readings_of_this_process():
     assert cpu_s(os.getpid()) is None or cpu_s(os.getpid()) > 0
     assert os_threads(os.getpid()) is None or os_threads(os.getpid()) >= 1
     assert cpu_s(2**31 - 1) is None and os_threads(2**31 - 1) is None
+
+
+DECODE = textwrap.dedent('''
+    from flashbench.backends.decode import get_decode_backend
+
+    _NAIVE = get_decode_backend("torch-naive")
+
+    def good(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        return _NAIVE.timed_fn(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal)
+
+    good.flashbench_kind = "decode"
+    _SEEN = {}
+
+    def memo(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        key = (q.data_ptr(), k_cache.data_ptr())
+        if key not in _SEEN:
+            _SEEN[key] = good(q, k_cache, v_cache, cache_seqlens, block_table, causal)
+        return _SEEN[key].clone()
+
+    memo.flashbench_kind = "decode"
+''')
+
+
+def test_a_users_decode_function_is_timed_in_its_worker_and_judged(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Before: its row said "not timed" (the worker took forward requests only)."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbdec.py").write_text(DECODE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc = main(["speed", "--quiet", "--json", "--seed", "3", "--decode", "--decode-case",
+               "2x4/2x1x32:300,17:p16", "--backend", "fbdec:good", "--backend", "fbdec:memo"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    good, memo = rows["fbdec:good"], rows["fbdec:memo"]
+    assert rc == 1 and good["status"] == "PASS", (good["failures"], good["reason"])
+    assert good["checked"] >= 10 and good["worker_median_s"] > 0 and good["gbs"] > 0
+    assert "harness's host clock" in good["clock"]
+    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo["failures"]
+    sys.modules.pop("fbdec", None)

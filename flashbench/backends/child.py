@@ -125,9 +125,11 @@ class Server:
         from flashbench.inputs.problem import Shape
         from flashbench.timed.attention import NoBackward, attention_maker, grad_maker, pass_call
 
+        direction = r.get("direction", "fwd")
+        if direction == "decode":
+            return self._prepare_pool(r, *self._decode_pool(r))
         fn = self._fn(FORWARD)
         declared = self._load()
-        direction = r.get("direction", "fwd")
         variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
         shape = Shape.parse(r["shape"])
         if direction == "fwd":
@@ -144,15 +146,31 @@ class Server:
             setup, call = pass_call(lambda q, k, v: call_forward(
                 fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
                 **variant), direction)
-        pool = guard.Pool(build, r["pool"], r["seed"])
-        self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
-                       "slots": [], "own_s": [], "faults": {}, "direction": direction,
-                       "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
         try:
-            for _ in range(r["warmup"]):
-                call(*self.timing["ready"](pool.next()[2]))
+            return self._prepare_pool(r, build, setup, call)
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
+
+    def _decode_pool(self, r: dict):
+        """(build, setup, call) of a decode function on ``r["shape"]``, a decode case's
+        spec: the inputs as speed --decode hands them (:mod:`flashbench.measure.speeddecode`,
+        imported here, in the worker, to build the same pool as the harness's own)."""
+        from flashbench.measure.decode import DecodeCase
+        from flashbench.measure.speeddecode import DecodeSpeedCase, _inputs
+
+        fn = self._fn(DECODE)
+        case = DecodeCase.parse(r["shape"], causal=r["causal"], dist=r.get("dist", "normal"))
+        build = _inputs(DecodeSpeedCase(case, r["dtype"]), self.device.type)
+        return build, None, lambda *a: call_decode(fn, *a, r["causal"])
+
+    def _prepare_pool(self, r: dict, build, setup, call) -> dict:
+        pool = guard.Pool(build, r["pool"], r["seed"])
+        self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
+                       "slots": [], "own_s": [], "faults": {},
+                       "direction": r.get("direction", "fwd"),
+                       "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
+        for _ in range(r["warmup"]):
+            call(*self.timing["ready"](pool.next()[2]))
         self._sync()
         self.timing["threads"] = guard.thread_census()[0]
         return {"device": self.device.type}
@@ -210,7 +228,8 @@ class Server:
                 faults.setdefault(*bad)
                 outputs.append(None)
                 continue
-            items = (out[0],) if direction == "fwd" and isinstance(out, tuple | list) else (
+            items = (out[0],) if direction in ("fwd", "decode") and isinstance(
+                out, tuple | list) else (
                 out if isinstance(out, tuple | list) else (out,))
             if not all(isinstance(o, torch.Tensor) for o in items):
                 bad = next(o for o in items if not isinstance(o, torch.Tensor))
@@ -218,7 +237,7 @@ class Server:
                 outputs.append(None)
                 continue
             copies = [o.detach().cpu().clone() for o in items]
-            outputs.append(copies[0] if direction == "fwd" else copies)
+            outputs.append(copies[0] if direction in ("fwd", "decode") else copies)
         self.timing = None
         return {"own_s": t["own_s"], "seeds": t["seeds"], "outputs": outputs,
                 "faults": faults, "device": self.device.type}
