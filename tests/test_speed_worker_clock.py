@@ -103,7 +103,8 @@ def test_a_correct_kernel_passes_on_the_harness_clock(kernels, roof):
     row = time_backend(CASE, kernels["good"], roof, seed=5)
     assert row.status == "PASS" and not row.failures, row.failures
     assert row.calls_per_request >= 1 and row.worker_median_s > 0
-    assert len(row.samples_s) == 10 and row.checked == 3 + 10 * row.calls_per_request
+    # 3 calls choose k; then 10 requests of up to k calls (a request stops at a refill)
+    assert len(row.samples_s) == 10 and 13 <= row.checked <= 3 + 10 * row.calls_per_request
 
 
 def test_proc_readings_of_this_process():
