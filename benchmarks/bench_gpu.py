@@ -77,7 +77,7 @@ def fresh_pass(b, shape, dtype, causal, direction, device="cuda"):
     def bwd(do, q, k, v, o, causal):
         return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
-    return FreshCalls(shape, bwd, make, tol=TOL, causal=causal, want=_dq_of_do)
+    return FreshCalls(shape, bwd, make, tol=TOL, causal=causal, want=_dq_of_do, fresh=0)
 
 
 def _dq_of_do(args, r, causal):
@@ -166,7 +166,7 @@ def fresh_fp8(forward_fp8, quantize, key_major, shape, causal, device="cuda"):
         return forward_fp8(q8, k8, v8, qd, kd, vd, causal=causal)
 
     return FreshCalls(shape, fn, make, tol=5e-2, bank_scale=FP8_BANK, want=_dequantised_row,
-                      causal=causal)
+                      fresh=4, causal=causal)  # k's descale: every score rescaled
 
 
 def _dequantised_row(args, r, causal):

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import scipy.special
 
 
 class Benchmark:
@@ -90,69 +91,96 @@ class FreshCalls:
 
     ``POOL`` argument tuples (never one twice in a row) from seeds drawn per run
     (``make(seed)``: numpy arrays or torch tensors; default the float64
-    ``qkv(spec, seed=)``); each call takes the next tuple and
-    first overwrites one row (axis -2) of its first array with values of a bank drawn in setup
-    (N(0, ``bank_scale``^2))
-    (the same arrays, new contents: a cache keyed on addresses, ``id()`` or a fingerprint
-    returns a stale row), then keeps a copy of that row of the output (``pick``). ``stage``
-    (optional) brings arguments derived from the first (a forward's o and lse) up to date
-    for the new row. :meth:`verify` (the suite's teardown, outside the clock) recomputes every
-    kept row (``want(args, row, **kwargs)`` on float64 arguments; default the attention row
-    from the commit's ``reference.attention``) and raises :class:`KernelFailed` naming the
-    first row off by more than ``tol`` x max(1, the row's largest value). docs/speed.md.
+    ``qkv(spec, seed=)``). Each call takes the next tuple, overwrites one row (axis -2) of
+    its first array with values of a bank drawn in setup (N(0, ``bank_scale``^2)) and
+    rewrites the whole argument ``fresh`` (default 1, k) as its setup contents x a factor
+    in [0.5, 2) drawn per call (one multiply, no allocation): every output row changes, so
+    a cache keyed on addresses, ``id()``, a fingerprint or a row's contents is stale.
+    ``fresh=None`` (bandwidth-bound suites, where the rewrite would cost as much as the
+    call) keeps the one new row. ``stage`` (optional) brings arguments derived from the
+    first (a forward's o and lse) up to date for the new row. The call keeps a copy of its
+    output's new row and :data:`EXTRA` random others (``pick(out, rows)``). :meth:`verify`
+    (teardown, outside the clock) replays each call's exact inputs and recomputes the kept
+    rows (``want(args, row, **kwargs)`` on float64 arguments; default
+    :func:`attention_row`), raising :class:`KernelFailed` for the first row off by more
+    than ``tol`` x max(1, the row's largest value). docs/speed.md.
     """
 
     POOL, BANK = 2, 61  # coprime: a (slot, row values) pair returns after 122 calls; a
     # cache keyed on a slot hits from the third call on, as the review's first pair makes it
+    FACTORS = 59  # per-call factors of the ``fresh`` argument (coprime with BANK and POOL)
+    EXTRA, EXTRA_BANK = 2, 53  # rows checked beside the new one, drawn in setup
 
     def __init__(self, spec: str, fn, make=None, tol: float = 1e-9, *, want=None, pick=None,
-                 stage=None, bank_scale: float = 1.0, **kwargs):
+                 stage=None, bank_scale: float = 1.0, fresh: int | None = 1, **kwargs):
         rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
         self.fn, self.kwargs, self.tol, self.i, self.kept = fn, kwargs, tol, 0, []
-        self.want, self.stage = want or attention_row, stage
-        self.pick = pick or (lambda out, r: (out[0] if isinstance(out, tuple | list)
-                                             else out)[..., r, :])
+        self.want, self.stage, self.fresh = want or attention_row, stage, fresh
+        self.pick = pick or (lambda out, rows: (out[0] if isinstance(out, tuple | list)
+                                                else out)[..., rows, :])
         make = make or (lambda seed: qkv(spec, seed=seed))
         self.slots = [make(int(s)) for s in rng.integers(2**31, size=self.POOL)]
         q = self.slots[0][0]
         self.bank = rng.standard_normal((self.BANK, q.shape[-1])) * bank_scale
         self.rows = rng.integers(q.shape[-2], size=self.BANK)
-        self.copy = np.array
+        self.extra = rng.integers(q.shape[-2], size=(self.EXTRA_BANK, self.EXTRA))
+        self.factors = [float(c) for c in rng.uniform(0.5, 2.0, self.FACTORS)]
+        self.copy, self.mul = np.array, np.multiply
         if not isinstance(q, np.ndarray):  # torch tensors: the bank in q's dtype and device
             import torch
 
             self.bank = torch.from_numpy(self.bank).to(dtype=q.dtype, device=q.device)
-            self.copy = torch.clone
+            self.copy, self.mul = torch.clone, torch.mul
+        self.written = sorted({int(r) for r in self.rows})  # rows the bank overwrites
+        self.base = [None if fresh is None else self.copy(s[fresh]) for s in self.slots]
+        first = self.base if fresh == 0 else [s[0] for s in self.slots]
+        self.original = [self.copy(f[..., self.written, :]) for f in first]
 
     def __call__(self):
         i = self.i
         self.i = i + 1
-        args = self.slots[i % self.POOL]
+        slot = i % self.POOL
+        args, base = self.slots[slot], self.base[slot]
         r = self.rows[i % self.BANK]
-        args[0][..., r, :] = self.bank[i % self.BANK]
+        if self.fresh == 0:  # the new row goes into the setup contents, then all is scaled
+            base[..., r, :] = self.bank[i % self.BANK]
+            self.mul(base, self.factors[i % self.FACTORS], out=args[0])
+        else:
+            args[0][..., r, :] = self.bank[i % self.BANK]
+            if self.fresh is not None:
+                self.mul(base, self.factors[i % self.FACTORS], out=args[self.fresh])
         if self.stage is not None:
             self.stage(args, r, **self.kwargs)
         out = self.fn(*args, **self.kwargs)
-        self.kept.append((i, self.copy(self.pick(out, r))))
+        rows = [int(r), *(int(x) for x in self.extra[i % self.EXTRA_BANK])]
+        self.kept.append((i, rows, self.copy(self.pick(out, rows))))
 
     def verify(self) -> None:
         def f64(x):
             return x if isinstance(x, np.ndarray) else x.detach().double().cpu().numpy()
 
-        slots = {}  # each slot in float64 once; a kept call's rows are set on it below
-        for i, got in self.kept:
-            if i % self.POOL not in slots:
-                slots[i % self.POOL] = [f64(t).copy() for t in self.slots[i % self.POOL]]
-            args = slots[i % self.POOL]
-            r = int(self.rows[i % self.BANK])
-            args[0][..., r, :] = f64(self.bank[i % self.BANK])
-            want = self.want(args, r, **self.kwargs)
-            err = np.abs(f64(got) - want).max()
-            if not err <= self.tol * max(1.0, float(np.abs(want).max())):
-                raise KernelFailed(f"timed call {i}: row {r} of its output is stale or "
-                                   f"wrong (max abs error {err:.3g} > {self.tol:g} x "
-                                   f"max(1, its largest value) against the float64 "
-                                   f"reference of the inputs it was given)")
+        state = {}  # slot -> (its other arguments in float64, the first array as set up)
+        for i, rows, got in self.kept:
+            slot = i % self.POOL
+            if slot not in state:
+                args = self.slots[slot]
+                first = self.copy(self.base[slot] if self.fresh == 0 else args[0])
+                first[..., self.written, :] = self.original[slot]  # undo every call's row
+                state[slot] = ([f64(t).copy() for t in args], first)
+            args, first = state[slot]
+            first[..., self.rows[i % self.BANK], :] = self.bank[i % self.BANK]
+            factor = self.factors[i % self.FACTORS]  # each call's inputs, bit for bit
+            args[0] = f64(self.mul(first, factor) if self.fresh == 0 else first)
+            if self.fresh not in (None, 0):
+                args[self.fresh] = f64(self.mul(self.base[slot], factor))
+            for j, r in enumerate(rows):
+                want = self.want(args, r, **self.kwargs)
+                err = np.abs(f64(got)[..., j, :] - want).max()
+                if not err <= self.tol * max(1.0, float(np.abs(want).max())):
+                    raise KernelFailed(
+                        f"timed call {i}: row {r} of its output is stale or wrong (max abs "
+                        f"error {err:.3g} > {self.tol:g} x max(1, its largest value) against "
+                        f"the float64 reference of the inputs it was given)")
         self.kept = []
 
 
@@ -165,16 +193,24 @@ def verify(suite) -> None:
 
 
 def attention_row(args, r: int, causal=False, block=None, **variant):
-    """Row ``r`` of attention(q, k, v) from the commit's ``reference.attention`` on that one
-    query row (its keys cut at the causal diagonal, so a window keeps its place), the k, v
-    heads repeated for grouped queries: [..., H, dv]."""
-    attention = need("reference", "attention")
+    """Row ``r`` of attention(q, k, v) in float64 on that one query row (its keys cut at
+    the causal diagonal, so a window keeps its place), the k, v heads repeated for grouped
+    queries: [..., H, dv]. Plain and causal rows are computed here, by scipy's softmax, not
+    by the commit's reference (which TimeAttention times: a change that broke the reference
+    would otherwise check itself); a variant's (window, softcap, sinks) by the commit's
+    ``reference.attention``."""
     q, k, v = args[:3]
     see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
     if q.shape[-3] != k.shape[-3]:  # grouped k, v heads: repeat them to q's heads
         k, v = (np.repeat(x, q.shape[-3] // k.shape[-3], axis=-3) for x in (k, v))
-    want = attention(q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :], **variant)
-    return want[0][..., 0, :]
+    if variant:
+        attention = need("reference", "attention")
+        want = attention(q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :], **variant)
+        return want[0][..., 0, :]
+    if see <= 0:  # a query row before every key: no key visible, a zero row
+        return np.zeros((*q.shape[:-2], v.shape[-1]))
+    s = np.einsum("...d,...nd->...n", q[..., r, :], k[..., :see, :]) / np.sqrt(q.shape[-1])
+    return np.einsum("...n,...nd->...d", scipy.special.softmax(s, axis=-1), v[..., :see, :])
 
 
 def timed_backend(name: str):

@@ -197,3 +197,29 @@ def test_a_skipped_setup_stays_a_skip_in_teardown(monkeypatch):
     with pytest.raises(NotImplementedError):
         suite.setup(256, 1024, "fp64", "online")
     suite.teardown(256, 1024, "fp64", "online")  # no AttributeError
+
+
+def test_the_attention_rows_are_checked_against_an_independent_float64_computation(monkeypatch):
+    """A commit whose reference.attention is wrong AND timed by TimeAttention: the rows are
+    checked by scipy's softmax in benchmarks/common, not by the thing timed. Before this
+    change the check called the commit's own reference.attention and passed."""
+    import flashbench.reference as reference
+
+    right = reference.attention
+
+    def broken(q, k, v, **kw):  # scores off by a factor: a wrong softmax temperature
+        return right(q * 1.5, k, v, **kw)
+
+    monkeypatch.setattr(reference, "attention", broken)
+    args = ("1x2x64x64x16", "fp64", True, "one-shot")
+    suite = TimeAttention()
+    suite.setup(*args)
+    for _ in range(3):
+        suite.time_attention(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
+    monkeypatch.setattr(reference, "attention", right)
+    suite.setup(*args)
+    for _ in range(3):
+        suite.time_attention(*args)
+    suite.teardown(*args)  # the commit's reference, right: passes

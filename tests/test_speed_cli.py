@@ -47,3 +47,38 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
             rc = exc.code
         err = capsys.readouterr().err
         assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):
+    """Every backend interpreted (Triton on a CPU) or not applicable: exit 2, one line on
+    stderr with the reasons; --json still prints the table. Before: exit 0."""
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the Triton kernel is timed on a GPU: nothing to refuse
+    rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "triton"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "nothing was timed" in err[0], err
+    assert "triton" in err[0] and "interpreter" in err[0]
+    rc = main(["speed", "--quiet", "--json", "--shape", "1x1x32x16", "--backend", "triton"])
+    out = capsys.readouterr()
+    assert rc == 2 and json.loads(out.out)["rows"][0]["status"] == "not timed"
+    assert len(out.err.strip().splitlines()) == 1
+
+
+def test_each_row_names_the_peak_it_is_judged_against(capsys):
+    """fp8 rows used the bf16 peak without saying so; now a row names its peak: its own
+    dtype's matmul, the fp8 torch._scaled_mm peak where measured (GPU), or the stand-in."""
+    from flashbench.inputs import Shape
+    from flashbench.measure.speed import Roofline, SpeedCase, row_from
+
+    roof = Roofline({"bf16": 900.0, "fp8": 1800.0}, 4000.0, "fixed",
+                    {"fp8": "fp8 e4m3 torch._scaled_mm"})
+    case = SpeedCase(Shape(1, 8, 1024, 1024, 128), "fp8")
+    row = row_from(case, "k", [1e-3] * 10, {}, roof, "test", 10)
+    assert row.peak == "fp8 e4m3 torch._scaled_mm"
+    assert row.floor_s == max(case.flops() / 1800e12, case.bytes() / 4000e9)
+    assert Roofline({"bf16": 900.0}, 1.0, "x").peak_used("fp8") == \
+        "bf16 matmul (none measured in fp8)"
+    rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "torch-naive"])
+    assert rc == 0 and "% peak and the floor are of: fp32: fp32 matmul" in capsys.readouterr().out

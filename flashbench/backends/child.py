@@ -60,6 +60,7 @@ class Server:
             except ImportError:  # no triton here: nothing to patch
                 pass
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.timing: dict | None = None  # the timed protocol's state, prepare to fetch
 
     def _load(self) -> dict:
         from flashbench.backends.declared import load
@@ -115,16 +116,20 @@ class Server:
         out = guarded(lambda: call_decode(fn, *t.values(), r["causal"], r["scale"]), t)
         return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
 
-    def _time(self, r: dict) -> dict:
-        """The guarded timer on the function (:mod:`flashbench.timed.guard`): a pool built
-        from ``r["seed"]``, ``r["samples"]`` timed calls; outputs with a structural fault
-        come back as None, the others as CPU copies of o, judged by the harness."""
+    def _prepare(self, r: dict) -> dict:
+        """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): a pool
+        built from ``r["seed"]``, ``r["warmup"]`` untimed calls. The harness then sends
+        ``stage`` (ready the next k calls' inputs, outside its clock), ``run`` (the k calls,
+        the device synchronised before the reply; the harness times the round trip),
+        ``null`` (the same round trip with no work) and ``fetch`` (the outputs)."""
         from flashbench.inputs.problem import Shape
         from flashbench.timed.attention import NoBackward, attention_maker, grad_maker, pass_call
 
+        direction = r.get("direction", "fwd")
+        if direction == "decode":
+            return self._prepare_pool(r, *self._decode_pool(r))
         fn = self._fn(FORWARD)
         declared = self._load()
-        direction = r.get("direction", "fwd")
         variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
         shape = Shape.parse(r["shape"])
         if direction == "fwd":
@@ -141,20 +146,90 @@ class Server:
             setup, call = pass_call(lambda q, k, v: call_forward(
                 fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
                 **variant), direction)
-        pool = guard.Pool(build, r["pool"], r["seed"])
         try:
-            batch = guard.timed_calls(call, pool, r["samples"], r["warmup"], self.device.type,
-                                      guard.l2_flusher(self.device.type), setup=setup)
+            return self._prepare_pool(r, build, setup, call)
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
-        faults, outputs = dict(batch.faults), []
-        for j, (out, slot) in enumerate(zip(batch.outputs, batch.slots, strict=True)):
-            bad = guard.structural(out, pool.slots[slot], batch.outputs[:j])
+
+    def _decode_pool(self, r: dict):
+        """(build, setup, call) of a decode function on ``r["shape"]``, a decode case's
+        spec: the inputs as speed --decode hands them (:mod:`flashbench.measure.speeddecode`,
+        imported here, in the worker, to build the same pool as the harness's own)."""
+        from flashbench.measure.decode import DecodeCase
+        from flashbench.measure.speeddecode import DecodeSpeedCase, _inputs
+
+        fn = self._fn(DECODE)
+        case = DecodeCase.parse(r["shape"], causal=r["causal"], dist=r.get("dist", "normal"))
+        build = _inputs(DecodeSpeedCase(case, r["dtype"]), self.device.type)
+        return build, None, lambda *a: call_decode(fn, *a, r["causal"])
+
+    def _prepare_pool(self, r: dict, build, setup, call) -> dict:
+        pool = guard.Pool(build, r["pool"], r["seed"])
+        self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
+                       "slots": [], "own_s": [], "faults": {},
+                       "direction": r.get("direction", "fwd"),
+                       "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
+        for _ in range(r["warmup"]):
+            call(*self.timing["ready"](pool.next()[2]))
+        self._sync()
+        self.timing["threads"] = guard.thread_census()[0]
+        return {"device": self.device.type}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            guard._CLOCKS["torch.cuda.synchronize"][2]()
+
+    def _stage(self, r: dict) -> dict:
+        """The next calls' arguments, at most ``r["k"]`` and never past a refill (which
+        would change a staged call's inputs in place)."""
+        t = self.timing
+        for _ in range(min(r["k"], t["pool"].left_in_round())):
+            slot, seed, args = t["pool"].next()
+            t["staged"].append((slot, seed, t["ready"](args)))
+        self._sync()
+        return {"staged": len(t["staged"])}
+
+    def _run(self, r: dict) -> dict:
+        """The staged calls, each timed on this process's own clock too (the harness's
+        cross-check: a figure below the harness's own is a tampered clock)."""
+        t, own = self.timing, []
+        for slot, seed, args in t["staged"]:
+            tasks = guard.thread_census()[1]
+            t0 = guard._PERF()
+            out = t["call"](*args)
+            self._sync()
+            own.append(guard._PERF() - t0)
+            left = guard._new_threads(t["threads"], tasks)
+            if left is not None:
+                t["faults"].setdefault(guard.THREAD, left)
+            t["outputs"].append(out)
+            t["seeds"].append(seed)
+            t["slots"].append(slot)
+        t["staged"] = []
+        t["own_s"] += own
+        return {"own_s": own}
+
+    def _null(self, r: dict) -> dict:
+        if r.get("sync"):
+            self._sync()
+        return {}
+
+    def _fetch(self, r: dict) -> dict:
+        """CPU copies of the outputs (None where a structural check failed), the content
+        seed of each call, this process's own times and the faults it saw."""
+        t = self.timing
+        faults, outputs, direction = t["faults"], [], t["direction"]
+        patched = guard.tampered_clocks()
+        if patched:
+            faults.setdefault(guard.CLOCK, f"{', '.join(patched)} replaced during the run")
+        for j, (out, slot) in enumerate(zip(t["outputs"], t["slots"], strict=True)):
+            bad = guard.structural(out, t["pool"].slots[slot], t["outputs"][:j])
             if bad is not None:
                 faults.setdefault(*bad)
                 outputs.append(None)
                 continue
-            items = (out[0],) if direction == "fwd" and isinstance(out, tuple | list) else (
+            items = (out[0],) if direction in ("fwd", "decode") and isinstance(
+                out, tuple | list) else (
                 out if isinstance(out, tuple | list) else (out,))
             if not all(isinstance(o, torch.Tensor) for o in items):
                 bad = next(o for o in items if not isinstance(o, torch.Tensor))
@@ -162,9 +237,10 @@ class Server:
                 outputs.append(None)
                 continue
             copies = [o.detach().cpu().clone() for o in items]
-            outputs.append(copies[0] if direction == "fwd" else copies)
-        return {"samples_s": batch.samples_s, "host_s": batch.host_s, "seeds": batch.seeds,
-                "outputs": outputs, "faults": faults, "device": self.device.type}
+            outputs.append(copies[0] if direction in ("fwd", "decode") else copies)
+        self.timing = None
+        return {"own_s": t["own_s"], "seeds": t["seeds"], "outputs": outputs,
+                "faults": faults, "device": self.device.type}
 
     def _grads(self, r: dict) -> dict:
         fn = self._fn(FORWARD)

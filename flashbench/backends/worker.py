@@ -30,7 +30,7 @@ from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all",
-           "worker_of", "time_in_worker"]
+           "worker_of"]
 
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
@@ -85,6 +85,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.stopped: str | None = None  # why later calls are not run (a time-out)
         self.saw_interpreter = False  # a call launched a Triton kernel interpreted
+        self.round_trip_s = 0.0  # the last call's, from sent to the reply read (speedworker)
 
     def interpreted(self) -> bool:
         """Whether any call so far ran a Triton kernel under the interpreter."""
@@ -146,12 +147,15 @@ class Worker:
         limit = time_limit()
         deadline = time.monotonic() + limit
         try:
-            self.proc.stdin.write(_pack(request))
+            frame = _pack(request)
+            sent = time.perf_counter()
+            self.proc.stdin.write(frame)
             self.proc.stdin.flush()
             deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)
             body = None if head is None else _read(fd, _HEADER.unpack(head)[0], deadline)
+            self.round_trip_s = time.perf_counter() - sent  # this process's clock: the pipe's
         except (EOFError, BrokenPipeError):
             status = _ended(self.proc, deadline)
             self.close()
@@ -189,25 +193,6 @@ def worker_of(backend) -> Worker | None:
     None for a backend that runs in this process."""
     args = getattr(backend.fn, "args", None) or (None,)
     return args[0] if isinstance(args[0], Worker) else None
-
-
-def time_in_worker(worker: Worker, shape: str, dtype: str, causal: bool, seed: int,
-                   samples: int, warmup: int, pool: int, direction: str = "fwd",
-                   variant: dict | None = None) -> dict:
-    """The guarded timer run in ``worker`` (:meth:`flashbench.backends.child.Server._time`) on
-    inputs it rebuilds from ``seed``: per call time, content seed and a CPU copy of o (of
-    (dq, dk, dv) for ``direction`` "bwd", (o, dq, dk, dv) for "fwdbwd"; None where a
-    structural check failed), the faults it saw, its device. ``variant``: the window,
-    softcap, sinks keywords each call gets (the function declared taking them). The time
-    limit covers the whole batch: the per-call limit x (samples + warm-up + 2)."""
-    limit = time_limit()
-    set_time_limit(min(86400.0, limit * (samples + warmup + 2)))
-    try:
-        return worker.call({"op": "time", "shape": shape, "dtype": dtype, "causal": causal,
-                            "seed": seed, "samples": samples, "warmup": warmup, "pool": pool,
-                            "direction": direction, "variant": variant or {}})
-    finally:
-        set_time_limit(limit)
 
 
 def close_all() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import sys
 from dataclasses import asdict
 
 from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
@@ -88,8 +89,15 @@ def render_text(report: dict) -> str:
             notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}")
         if r.reason:
             notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
+        if r.worker_median_s is not None:
+            notes.append(f"{r.backend} on {r.case}: its worker's own clock says "
+                         f"{r.worker_median_s * 1e3:.3g} ms a call (median; a cross-check "
+                         f"only: the times above are the harness's, {r.calls_per_request} "
+                         "call(s) a request)")
     clocks = sorted({r.clock for r in report["rows"] if r.clock})
+    peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
+              *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
               "verdict: " + ("PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
 
@@ -135,9 +143,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
         report = run_speed([DecodeSpeedCase(c, d) for c in cases for d in dtypes], backends,
                            run_seed, args.samples, args.warmup, args.baseline,
                            progress=not args.quiet)
-    if args.json:
-        return emit({**report, "rows": [asdict(r) for r in report["rows"]]}, render_text, True)
-    return emit(report, render_text, False)
+    return _emit(args, report)
 
 
 def run(args) -> int:
@@ -172,10 +178,21 @@ def run(args) -> int:
         backends = [get_backend(n) for n in names]
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)
-    if args.json:
-        report = {**report, "rows": [asdict(r) for r in report["rows"]]}
-        return emit(report, render_text, True)
-    return emit(report, render_text, False)
+    return _emit(args, report)
+
+
+def _emit(args, report: dict) -> int:
+    """The report (text, or --json), and the exit status; 2 with one line on stderr when
+    no row was timed (every backend unavailable, not applicable, or interpreted): the
+    table, its reasons included, is still printed, --json or not."""
+    rows = report["rows"]
+    status = (emit({**report, "rows": [asdict(r) for r in rows]}, render_text, True)
+              if args.json else emit(report, render_text, False))
+    if rows and all(r.status == "not timed" for r in rows):
+        why = "; ".join(dict.fromkeys(f"{r.backend}: {r.reason}" for r in rows))
+        print(f"flashbench speed: nothing was timed: {why}", file=sys.stderr)
+        return 2
+    return status
 
 
 __all__ = ["add_parser", "run", "render_text", "CHECK_DTYPES"]

@@ -2,8 +2,8 @@
 
 :func:`time_backend` times one backend on one :class:`SpeedCase` with the guarded timer
 (:mod:`flashbench.timed`): flashbench's and torch's kernels in this process, a user's kernel
-in its worker process (:func:`flashbench.backends.worker.time_in_worker`: the loop runs there,
-the outputs come back and are judged here, the batch bounded by this process's wall clock).
+in its worker process (:func:`flashbench.measure.speedworker.time_in_worker`: the calls
+run there, timed by this process's clock per request; the outputs are judged here).
 :class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
 checksum against the first call on the same input, and random query rows against the float64
 reference (inside the shipped band's tolerance, or by the baseline rule).
@@ -22,7 +22,8 @@ from flashbench.inputs.problem import Shape
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU"]
+           "fp8_peak_tflops", "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES",
+           "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -30,6 +31,8 @@ MIN_SAMPLES = 10
 # the clock a row's times were read from, as the row says it (forward, backward and decode)
 CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
 CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
+CLOCK_WORKER = ("the harness's host clock: each request's round trip to the kernel's worker "
+                "less the empty request's median ({null:.3g} s), over its calls (up to {k})")
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,39 @@ class Roofline:
     tflops: dict
     copy_gbs: float
     how: str
+    peak_how: dict = field(default_factory=dict)  # dtype -> which peak stands for it
 
     def peak(self, dtype: str) -> float:
         return self.tflops.get(dtype, max(self.tflops.values()))
+
+    def peak_used(self, dtype: str) -> str:
+        """Which measured peak a row of ``dtype`` is judged against, in words."""
+        if dtype in self.peak_how:
+            return self.peak_how[dtype]
+        if dtype in self.tflops:
+            return f"{dtype} matmul"
+        return f"{max(self.tflops, key=self.tflops.get)} matmul (none measured in {dtype})"
+
+
+def fp8_peak_tflops(n: int = 8192) -> float | None:
+    """Measured e4m3 x e4m3 -> bf16 ``torch._scaled_mm`` TFLOP/s (n^3, CUDA events, L2
+    flushed, median of 20: :func:`flashbench.measure.timing.device_seconds`); None where
+    torch or the device has no fp8 matmul (before compute capability 8.9)."""
+    import torch
+
+    if not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability() < (8, 9):
+        return None
+    from flashbench.measure.timing import device_seconds
+
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda")
+    try:
+        seconds = device_seconds(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                          out_dtype=torch.bfloat16))
+    except (RuntimeError, TypeError):  # this torch build's _scaled_mm refuses: no peak
+        return None
+    return 2.0 * n**3 / seconds * 1e-12
 
 
 def _best_time(fn, repeats: int = 10) -> float:
@@ -116,10 +149,18 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     if device == "cuda":
         from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
 
-        peaks = {d: matmul_peak_tflops(d if d in ("fp16", "bf16", "fp32") else "bf16")
-                 for d in dict.fromkeys(dtypes)}
+        peaks, how = {}, {}
+        for d in dict.fromkeys(dtypes):
+            fp8 = fp8_peak_tflops() if d.startswith("fp8") else None
+            if fp8 is not None:
+                peaks[d], how[d] = fp8, "fp8 e4m3 torch._scaled_mm"
+                continue
+            mm = d if d in ("fp16", "bf16", "fp32") else "bf16"
+            peaks[d] = matmul_peak_tflops(mm)
+            if mm != d:
+                how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
         return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
-                        "8192^3 torch.matmul; 2 GiB device copy")
+                        "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy", how)
     n, peaks = 1024, {}
     for d in dict.fromkeys(["fp32", *dtypes]):
         a = torch.randn(n, n).to(_torch_dtype(d))
@@ -286,24 +327,35 @@ class SpeedRow:
     baseline: str | None = None
     floor_s: float | None = None
     checked: int = 0
+    peak: str | None = None  # which measured peak % peak and the floor are of
+    worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
+    calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
 
 
 def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofline,
-             clock: str, checked: int) -> SpeedRow:
-    """The row of a timed batch: statistics, throughput and the roofline floor's verdict."""
+             clock: str, checked: int, floor_samples=None) -> SpeedRow:
+    """The row of a timed batch: statistics, throughput and the roofline floor's verdict
+    (on ``floor_samples`` where given: a worker's calls timed through a pipe, each the
+    least it can have taken)."""
     floor = roofline_floor(case, roof)
-    fast = [t for t in samples if t < FLOOR_MARGIN * floor]
+    judged = samples if floor_samples is None else floor_samples
+    fast = [t for t in judged if t < FLOOR_MARGIN * floor]
     if fast and FLOOR not in failures:
-        failures = {**failures, FLOOR: f"{len(fast)} of {len(samples)} calls took under "
+        failures = {**failures, FLOOR: f"{len(fast)} of {len(judged)} calls took under "
                     f"{FLOOR_MARGIN:g} x {floor:.3g} s, the least this machine can do "
                     f"(fastest {min(fast):.3g} s)"}
     med = statistics.median(samples)
     p10, p90 = np.percentile(samples, [10, 90]) if len(samples) > 1 else (med, med)
-    tf = case.flops() / med * 1e-12
+    # a median of 0 s (a worker's request no slower than the empty one): no rate to print
+    tf = case.flops() / med * 1e-12 if med > 0 else None
+    gbs = case.bytes() / med * 1e-9 if med > 0 else None
     return SpeedRow(case.label(), case.shape.spec(), case.dtype, case.causal, case.direction,
                     backend, variant=None if case.variant is None else case.variant.label(),
                     status="FAIL" if failures else "PASS", clock=clock, samples_s=list(samples),
                     failures=dict(failures), median_s=med, p10_s=float(p10), p90_s=float(p90),
-                    tflops=tf, gbs=case.bytes() / med * 1e-9, floor_s=floor, checked=checked,
-                    peak_fraction=(case.bytes() / med * 1e-9 / roof.copy_gbs
-                                   if case.direction == "decode" else tf / roof.peak(case.dtype)))
+                    tflops=tf, gbs=gbs, floor_s=floor, checked=checked,
+                    peak="copy bandwidth" if case.direction == "decode"
+                    else roof.peak_used(case.dtype),
+                    peak_fraction=None if med <= 0 else (
+                        gbs / roof.copy_gbs if case.direction == "decode"
+                        else tf / roof.peak(case.dtype)))

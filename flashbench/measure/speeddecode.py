@@ -134,8 +134,8 @@ class DecodeJudge:
 
 def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, warmup: int,
                 device: str):
-    """The row of a decode ``backend`` on ``case``; a user's decode function (its worker) is
-    not yet timed (its row says so)."""
+    """The row of a decode ``backend`` on ``case``; a user's decode function in its worker,
+    timed by the harness's clock (:func:`_in_worker`)."""
     from flashbench.backends.worker import worker_of
     from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, SpeedRow, row_from
     from flashbench.timed.attention import MAX_SLOTS, MIN_SLOTS
@@ -151,12 +151,12 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
     if backend.interpreted():
         return untimed("not timed", "runs under the Triton interpreter here: its speed means "
                        "nothing, so it is never timed")
+    size = max(MIN_SLOTS, min(MAX_SLOTS, samples // 3))
     if worker_of(backend) is not None:
-        return untimed("not timed", "a user's decode function is not yet timed by speed "
-                       "(flashbench check --decode judges its accuracy)")
+        return _in_worker(case, backend, roof, seed, samples, warmup, size, untimed)
     dev = "cuda" if device == "cuda" and "cuda" in getattr(backend, "devices", ("cuda",)) \
         else "cpu"
-    pool = Pool(_inputs(case, dev), max(MIN_SLOTS, min(MAX_SLOTS, samples // 3)), seed)
+    pool = Pool(_inputs(case, dev), size, seed)
     try:
         batch = timed_calls(lambda *a: backend.timed_fn(*a, causal=case.causal), pool, samples,
                             warmup, device=dev, flush=l2_flusher(dev))
@@ -172,3 +172,37 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
             faults.setdefault(*bad)
     return row_from(case, backend.name, batch.samples_s, faults, roof,
                     CLOCK_GPU if dev == "cuda" else CLOCK_CPU, len(batch.outputs))
+
+
+def _in_worker(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, warmup: int,
+               size: int, untimed):
+    """A user's decode function timed in its worker by the harness's clock
+    (:mod:`flashbench.measure.speedworker`), its outputs judged here as the built-ins'."""
+    from flashbench.backends.outputs import raised
+    from flashbench.backends.tensors import BackendFailed, BackendUnavailable
+    from flashbench.backends.worker import worker_of
+    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, row_from
+    from flashbench.measure.speedrun import worker_row
+    from flashbench.measure.speedworker import time_in_worker
+
+    try:
+        reply = time_in_worker(worker_of(backend), case.case.spec(), case.dtype, case.causal,
+                               seed, samples, warmup, size, "decode", dist=case.case.dist)
+    except BackendUnavailable as exc:
+        return untimed("not timed", str(exc))
+    except BackendFailed as exc:
+        return untimed("FAIL", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
+        return untimed("FAIL", raised(exc))
+    if reply.get("interpreted"):
+        return untimed("not timed", "its calls ran a Triton kernel under the interpreter: "
+                       "its speed means nothing")
+    faults, judge = dict(reply["faults"]), DecodeJudge(case)
+    for out, content in zip(reply["outputs"], reply["seeds"], strict=True):
+        bad = None if out is None else judge.judge(content, out)
+        if bad is not None:
+            faults.setdefault(*bad)
+    row = row_from(case, backend.name, reply["samples_s"], faults, roof,
+                   CLOCK_GPU if reply["device"] == "cuda" else CLOCK_CPU,
+                   len(reply["outputs"]), reply["floor_samples_s"])
+    return worker_row(row, reply)

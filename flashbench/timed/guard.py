@@ -30,13 +30,14 @@ import numpy as np
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
            "l2_flusher", "wall_ns", "L2_FLUSH_BYTES",
-           "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "CHECKS"]
+           "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
 STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
     "stale", "wrong", "lazy type", "aliases an input", "thread left running",
     "below the roofline floor", "clock tampered")
-CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK)
+OUTSIDE = "work outside the timed call"  # a worker's CPU or device busy while it idles
+CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK, OUTSIDE)
 
 # captured at import, before any kernel's module is imported (the worker imports this first)
 _CLOCKS = {"time.perf_counter": (time, "perf_counter", time.perf_counter),
@@ -158,6 +159,11 @@ class Pool:
             order[0], order[-1] = order[-1], order[0]
         self._order = order
         self.rounds += 1
+
+    def left_in_round(self) -> int:
+        """Calls before the next refill: arguments readied ahead of that many calls are
+        still the contents their seeds say when the calls run."""
+        return len(self._order) or self.size
 
     def next(self) -> tuple[int, int, tuple]:
         """(slot, content seed, arguments) of the next call; refills happen here, never

@@ -1,0 +1,187 @@
+"""A user's kernel timed by the harness's own clock: prepare / stage / run / fetch.
+
+The worker process (:class:`flashbench.backends.child.Server`) builds the pool from the run's
+seed and warms up (``prepare``); then, per sample, it readies the next k calls' inputs
+(``stage``, outside the clock) and runs them (``run``). The clock that counts is this
+process's, which never runs user code: a request's round trip, less the median round trip of
+an empty request sent interleaved on the same pipe (``null``), over k. The worker's own
+figure comes back beside it only as a cross-check (claiming less than the harness saw:
+**clock tampered**). Read from /proc by this process: the worker's OS threads around each
+request (more: **thread left running**) and its CPU time (``utime + stime``) before and
+after; CPU spent while it should be idle, after a reply (settle pauses at random requests
+and after the last) or readying inputs more than running them: **work outside the timed
+call**. ``fetch`` returns the outputs, judged here. Guarantees and limits: docs/speed.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+
+from flashbench.timed.guard import CLOCK, OUTSIDE, THREAD, Pool
+
+__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "cpu_s", "os_threads"]
+
+REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
+NULLS_UNDER = 10  # ... and this many empty requests' round trips (their noise is then small)
+MAX_K = 64
+SETTLES = 3  # idle pauses after random run requests (and one after the last)
+CLOCK_RATIO = 0.5  # the worker's own median per call under this x the harness's: tampered
+_TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def cpu_s(pid: int) -> float | None:
+    """The process's CPU time (utime + stime of all its threads, /proc/<pid>/stat), seconds;
+    None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * _TICK
+
+
+def os_threads(pid: int) -> int | None:
+    """The process's OS threads (/proc/<pid>/task), None where there is no /proc."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+
+
+class _Clocked:
+    """Requests to one worker, each round trip timed on this process's clock."""
+
+    def __init__(self, worker, limit_per_call: float):
+        self.worker, self.limit = worker, limit_per_call
+        self.pid = worker.proc.pid
+
+    def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
+        """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
+        x the per-call limit, + 2."""
+        from flashbench.backends.worker import set_time_limit, time_limit
+
+        saved = time_limit()
+        set_time_limit(min(86400.0, self.limit * (calls + 2)))
+        try:
+            reply = self.worker.call(request)
+            return self.worker.round_trip_s, reply
+        finally:
+            set_time_limit(saved)
+
+
+def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
+    """Stage and run up to k calls (the worker stops at its pool's next refill): (the run's
+    round trip, the worker's own time of each call); CPU time of each step into ``cpu``."""
+    c0 = cpu_s(w.pid)
+    w.ask(k, op="stage", k=k)
+    c1 = cpu_s(w.pid)
+    rt, reply = w.ask(k, op="run")
+    c2 = cpu_s(w.pid)
+    if None not in (c0, c1, c2):
+        cpu["stage"] += c1 - c0
+        cpu["run"] += c2 - c1
+    return rt, reply["own_s"]
+
+
+def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
+                   warmup: int, pool: int, direction: str = "fwd",
+                   variant: dict | None = None, dist: str = "normal") -> dict:
+    """``samples`` timed requests of the kernel in ``worker`` (module docstring): per call
+    times (harness clock, s), the content seed of each call (replayed here from ``seed``, not
+    taken from the worker), the outputs, faults, the worker's own median, k, the null round
+    trip's median, the device. ``direction`` "decode": ``shape`` is a decode case's spec
+    (``dist`` its distribution), the function a decode function. BackendFailed /
+    BackendUnavailable as the worker raises them."""
+    from flashbench.backends.worker import time_limit
+
+    w = _Clocked(worker, time_limit())
+    mirror = Pool(lambda s: (), pool, seed)  # the worker's pool's content seeds, replayed
+    device = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
+          warmup=warmup, pool=pool, direction=direction, variant=variant or {},
+                   dist=dist)[1]["device"]
+    threads0 = os_threads(w.pid)
+    cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
+    nulls = [w.ask(op="null")[0] for _ in range(3)]
+    first = min(_calls(w, 1, cpu)[0] for _ in range(3)) - min(nulls)  # load only adds
+    span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
+    k = max(1, min(MAX_K, math.ceil(span / max(first, 1e-7))))
+    rng = np.random.default_rng()  # OS entropy: the worker cannot know where pauses fall
+    settle_at = set(rng.choice(samples, min(SETTLES, samples), replace=False).tolist())
+    settle_at.add(samples - 1)
+    runs, own, faults, idle_wall = [], [], {}, 0.0
+    for i in range(samples):
+        nulls.append(w.ask(op="null")[0])
+        before = os_threads(w.pid)
+        rt, mine = _calls(w, k, cpu)
+        runs.append((rt, len(mine)))
+        own.append(sum(mine) / len(mine))
+        after = os_threads(w.pid)
+        if None not in (threads0, after) and after > max(threads0, before):
+            faults.setdefault(THREAD, f"{after - max(threads0, before)} new OS thread(s) in "
+                              f"the worker after a timed request (/proc/{w.pid}/task, read "
+                              "by the harness)")
+        if i in settle_at:
+            idle_wall += _settle(w, rt, device, cpu, faults)
+    null = statistics.median(nulls)
+    per_call = [max(rt - null, 0.0) / n for rt, n in runs]
+    # the floor's judge: less the FASTEST empty round trip, so that a request's own pipe
+    # latency never makes an honest call look faster than it ran
+    fastest = [max(rt - min(nulls), 0.0) / n for rt, n in runs]
+    calls = 3 + sum(n for _, n in runs)
+    reply = w.ask(calls, op="fetch")[1]
+    seeds = [mirror.next()[1] for _ in range(warmup + calls)][warmup:]
+    faults = {**reply["faults"], **faults}
+    _judge_cpu(cpu, idle_wall, faults, direction)
+    own_med = statistics.median(own)
+    _judge_clock(own_med, statistics.median(per_call), nulls, k, faults)
+    return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
+            "outputs": reply["outputs"], "faults": faults, "device": reply["device"],
+            "own_median_s": own_med, "k": k, "null_s": null, "interpreted": worker.interpreted()}
+
+
+def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> float:
+    """An idle pause after a run's reply: the worker's CPU time over it (work finished
+    after the reply), and on a GPU an empty request that synchronises the device (work
+    left on it); returns the pause's length, s."""
+    pause = min(0.5, max(0.1, 2 * rt))
+    c0 = cpu_s(w.pid)
+    time.sleep(pause)
+    c1 = cpu_s(w.pid)
+    if None not in (c0, c1):
+        cpu["idle"] += c1 - c0
+    if device != "cuda":
+        return pause
+    sync, _ = w.ask(op="null", sync=True)
+    plain, _ = w.ask(op="null")
+    if sync - plain > max(1e-3, 0.5 * rt):
+        faults.setdefault(OUTSIDE, f"the device was still busy {sync - plain:.3g} s after "
+                          "a timed request's reply")
+    return pause
+
+
+def _judge_clock(own: float, ours: float, nulls: list, k: int, faults: dict) -> None:
+    """The worker's own median time a call under :data:`CLOCK_RATIO` x the harness's, by
+    more than the empty requests' spread (p10-p90) could explain: clock tampered."""
+    p10, p90 = np.percentile(nulls, [10, 90])
+    if own < CLOCK_RATIO * ours and (ours - own) * k > 2 * (p90 - p10) + 1e-4:
+        faults.setdefault(CLOCK, f"the worker's own clock says {own:.4g} s a call, the "
+                          f"harness's {ours:.4g} s (round trip less the empty request's, "
+                          f"over {k} call(s))")
+
+
+def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str) -> None:
+    """CPU while the worker should be idle over 2 ticks + 10 % of the idle time, or more
+    CPU readying inputs than running the calls (+ 2 ticks; not for "bwd", whose forward is
+    readied with its inputs): work outside the timed call."""
+    if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
+                          f"{idle_wall:.3g} s of idle pauses after its replies "
+                          "(/proc/<pid>/stat, read by the harness)")
+    elif direction != "bwd" and cpu["stage"] > cpu["run"] + 2 * _TICK:
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
+                          f"inputs, more than the {cpu['run']:.3g} s of the timed calls")

@@ -1,0 +1,157 @@
+"""A user's kernel timed by the harness's own clock (prepare / stage / run / fetch,
+:mod:`flashbench.measure.speedworker`). Before this change the worker timed its own calls
+and the harness believed them: ``liar`` (its worker's clock patched to run at 0.3x) PASSED
+with 0.3x its time, and ``backlog`` (a thread started at import finishes each call after the
+reply) was caught only where its time fell below the roofline floor."""
+
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.backends import get_backend, user
+from flashbench.inputs import Shape
+from flashbench.measure.speed import SpeedCase, measure_roofline
+from flashbench.measure.speedrun import time_backend
+from flashbench.measure.speedworker import cpu_s, os_threads
+from flashbench.timed import guard
+
+KERNELS = textwrap.dedent('''
+    import queue
+    import threading
+    import time
+
+    import torch
+
+    import flashbench.timed.guard as guard
+
+    def _attn(q, k, v):
+        s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return (torch.softmax(s, -1) @ v.double()).to(q.dtype)
+
+    def good(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v)
+
+    def _slow(q, k, v):  # 3x the work: well above the roofline floor even at 0.3x
+        for _ in range(2):
+            _attn(q, k, v)
+        return _attn(q, k, v)
+
+    _REAL, _START = guard._PERF, []
+
+    def _slowed():  # this process's clock, running at 0.3x from the first reading
+        now = _REAL()
+        _START.append(now) if not _START else None
+        return _START[0] + 0.3 * (now - _START[0])
+
+    def liar(q, k, v, causal=False, scale=None):
+        guard._PERF = _slowed  # the worker's private clock reference
+        return _slow(q, k, v)
+
+    _WORK = queue.Queue()
+
+    def _loop():
+        while True:
+            q, k, v, o = _WORK.get()
+            time.sleep(0.005)  # let the reply go first
+            o.copy_(_slow(q, k, v))
+
+    threading.Thread(target=_loop, daemon=True).start()  # at import: no new thread later
+
+    def backlog(q, k, v, causal=False, scale=None):
+        """Returns at once; a thread started at import fills o after the reply."""
+        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+        _WORK.put((q.clone(), k.clone(), v.clone(), o))
+        return o
+''')
+CASE = SpeedCase(Shape(1, 4, 256, 256, 64), "fp32")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    where = tmp_path_factory.mktemp("kernels")
+    (where / "fbclock.py").write_text(KERNELS)
+    sys.path.insert(0, str(where))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(where))  # the worker's import path (harness_path)
+        with user.session(120):
+            yield {n: get_backend(f"fbclock:{n}") for n in ("good", "liar", "backlog")}
+    sys.path.remove(str(where))
+    sys.modules.pop("fbclock", None)
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return measure_roofline("cpu", ["fp32"])
+
+
+def test_a_worker_that_slows_its_own_clock_gets_the_harness_time_and_fails(kernels, roof):
+    row = time_backend(CASE, kernels["liar"], roof, seed=5)
+    assert row.status == "FAIL" and guard.CLOCK in row.failures, row.failures
+    assert "the harness's" in row.failures[guard.CLOCK]
+    # the row's times are the harness's: well above what the worker claimed
+    assert row.median_s > 1.5 * row.worker_median_s
+    assert "harness's host clock" in row.clock
+
+
+def test_work_finished_by_a_thread_after_the_reply_fails_by_name(kernels, roof):
+    row = time_backend(CASE, kernels["backlog"], roof, seed=5)
+    assert row.status == "FAIL" and guard.OUTSIDE in row.failures, row.failures
+
+
+def test_a_correct_kernel_passes_on_the_harness_clock(kernels, roof):
+    row = time_backend(CASE, kernels["good"], roof, seed=5)
+    assert row.status == "PASS" and not row.failures, row.failures
+    assert row.calls_per_request >= 1 and row.worker_median_s > 0
+    # 3 calls choose k; then 10 requests of up to k calls (a request stops at a refill)
+    assert len(row.samples_s) == 10 and 13 <= row.checked <= 3 + 10 * row.calls_per_request
+
+
+def test_proc_readings_of_this_process():
+    import os
+
+    assert cpu_s(os.getpid()) is None or cpu_s(os.getpid()) > 0
+    assert os_threads(os.getpid()) is None or os_threads(os.getpid()) >= 1
+    assert cpu_s(2**31 - 1) is None and os_threads(2**31 - 1) is None
+
+
+DECODE = textwrap.dedent('''
+    from flashbench.backends.decode import get_decode_backend
+
+    _NAIVE = get_decode_backend("torch-naive")
+
+    def good(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        return _NAIVE.timed_fn(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal)
+
+    good.flashbench_kind = "decode"
+    _SEEN = {}
+
+    def memo(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+        key = (q.data_ptr(), k_cache.data_ptr())
+        if key not in _SEEN:
+            _SEEN[key] = good(q, k_cache, v_cache, cache_seqlens, block_table, causal)
+        return _SEEN[key].clone()
+
+    memo.flashbench_kind = "decode"
+''')
+
+
+def test_a_users_decode_function_is_timed_in_its_worker_and_judged(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Before: its row said "not timed" (the worker took forward requests only)."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbdec.py").write_text(DECODE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc = main(["speed", "--quiet", "--json", "--seed", "3", "--decode", "--decode-case",
+               "2x4/2x1x32:300,17:p16", "--backend", "fbdec:good", "--backend", "fbdec:memo"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    good, memo = rows["fbdec:good"], rows["fbdec:memo"]
+    assert rc == 1 and good["status"] == "PASS", (good["failures"], good["reason"])
+    assert good["checked"] >= 10 and good["worker_median_s"] > 0 and good["gbs"] > 0
+    assert "harness's host clock" in good["clock"]
+    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo["failures"]
+    sys.modules.pop("fbdec", None)
