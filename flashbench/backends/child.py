@@ -152,15 +152,13 @@ class Server:
             raise BackendUnavailable(str(exc)) from None
 
     def _decode_pool(self, r: dict):
-        """(build, setup, call) of a decode function on ``r["shape"]``, a decode case's
-        spec: the inputs as speed --decode hands them (:mod:`flashbench.measure.speeddecode`,
-        imported here, in the worker, to build the same pool as the harness's own)."""
-        from flashbench.measure.decode import DecodeCase
-        from flashbench.measure.speeddecode import DecodeSpeedCase, _inputs
+        """(build, setup, call) of a decode function on the case ``r["decode"]`` (its
+        parameters as plain data): the inputs as speed --decode hands them, built by the same
+        :func:`flashbench.timed.decode.decode_maker` as the harness's own pool."""
+        from flashbench.timed.decode import decode_maker
 
         fn = self._fn(DECODE)
-        case = DecodeCase.parse(r["shape"], causal=r["causal"], dist=r.get("dist", "normal"))
-        build = _inputs(DecodeSpeedCase(case, r["dtype"]), self.device.type)
+        build = decode_maker(r["decode"], r["dtype"], self.device.type)
         return build, None, lambda *a: call_decode(fn, *a, r["causal"])
 
     def _prepare_pool(self, r: dict, build, setup, call) -> dict:

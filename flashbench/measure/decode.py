@@ -28,7 +28,6 @@ from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.backends.decode import DECODE_HEAD_DIMS, decode_head_dims_problem
 from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
-from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.bandjudge import DecodeBands
@@ -41,7 +40,6 @@ from flashbench.measure.records import (
     Unavailable,
     accuracy_record,
     attempt,
-    handed,
     with_note,
 )
 from flashbench.reference.decode import sequence_cache
@@ -215,16 +213,11 @@ def decode_bytes(case: DecodeCase, itemsize: int) -> int:
 
 def handed_decode(prec: Precision, inputs) -> list:
     """Fresh torch copies of a case's inputs for one backend call: q, k_cache, v_cache in
-    ``prec``, rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32,
-    twice: docs/decode.md), cache_seqlens and block_table (or None) as int32."""
-    import torch
+    ``prec``, rounded by NumPy first, cache_seqlens and block_table (or None) as int32
+    (:func:`flashbench.timed.decode.hand_decode`, the one place, speed's pools too)."""
+    from flashbench.timed.decode import hand_decode
 
-    q, k, v, lens, table = inputs
-    ints = [None if x is None else torch.tensor(x, dtype=torch.int32) for x in (lens, table)]
-    if absorbed_inputs(inputs):  # V handed as a view of K's first dv columns, as FlashMLA's
-        tq, tk = handed(prec, *(caller_inputs(prec, x) for x in (q, k)))
-        return [tq, tk, tk[..., :v.shape[-1]], *ints]
-    return [*handed(prec, *(caller_inputs(prec, x) for x in (q, k, v))), *ints]
+    return hand_decode(prec, inputs, absorbed_inputs(inputs))
 
 
 def band_edge(case: DecodeCase, dtype: str) -> float | None:

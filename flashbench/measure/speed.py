@@ -23,7 +23,7 @@ from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
            "fp8_peak_tflops", "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES",
-           "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER"]
+           "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -359,3 +359,11 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
                     peak_fraction=None if med <= 0 else (
                         gbs / roof.copy_gbs if case.direction == "decode"
                         else tf / roof.peak(case.dtype)))
+
+
+def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
+    """A user kernel's row names the harness's clock, k, and the worker's own figure."""
+    if reply is not None:
+        row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"])
+        row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
+    return row

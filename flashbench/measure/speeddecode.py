@@ -57,17 +57,11 @@ class DecodeSpeedCase:
 
 
 def _inputs(case: DecodeSpeedCase, device: str):
-    """``make(seed)``: the handed (rounded) torch inputs of the case on ``device``."""
-    from flashbench.inputs.precision import get_precision
-    from flashbench.measure.decode import decode_inputs, handed_decode
+    """``make(seed)``: the handed (rounded) torch inputs of the case on ``device`` (the same
+    maker a user's worker builds its pool with)."""
+    from flashbench.timed.decode import decode_maker, decode_params
 
-    prec = get_precision(case.dtype)
-
-    def make(seed: int) -> tuple:
-        return tuple(None if t is None else t.to(device)
-                     for t in handed_decode(prec, decode_inputs(case.case, seed)))
-
-    return make
+    return decode_maker(decode_params(case.case), case.dtype, device)
 
 
 class DecodeJudge:
@@ -181,13 +175,14 @@ def _in_worker(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, wa
     from flashbench.backends.outputs import raised
     from flashbench.backends.tensors import BackendFailed, BackendUnavailable
     from flashbench.backends.worker import worker_of
-    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, row_from
-    from flashbench.measure.speedrun import worker_row
+    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, row_from, worker_row
     from flashbench.measure.speedworker import time_in_worker
+    from flashbench.timed.decode import decode_params
 
     try:
         reply = time_in_worker(worker_of(backend), case.case.spec(), case.dtype, case.causal,
-                               seed, samples, warmup, size, "decode", dist=case.case.dist)
+                               seed, samples, warmup, size, "decode", dist=case.case.dist,
+                               decode=decode_params(case.case))
     except BackendUnavailable as exc:
         return untimed("not timed", str(exc))
     except BackendFailed as exc:

@@ -15,13 +15,13 @@ import sys
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
-    CLOCK_WORKER,
     Judge,
     Roofline,
     SpeedCase,
     SpeedRow,
     measure_roofline,
     row_from,
+    worker_row,
 )
 from flashbench.timed.attention import (
     NoBackward,
@@ -32,7 +32,7 @@ from flashbench.timed.attention import (
 )
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 
-__all__ = ["time_backend", "run_speed", "worker_row", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER"]
+__all__ = ["time_backend", "run_speed"]
 
 
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
@@ -135,14 +135,6 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
     return worker_row(row_from(case, backend.name, times, faults, roof,
                                CLOCK_GPU if where == "cuda" else CLOCK_CPU, checked,
                                None if reply is None else reply["floor_samples_s"]), reply)
-
-
-def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
-    """A user kernel's row names the harness's clock, k, and the worker's own figure."""
-    if reply is not None:
-        row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"])
-        row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
-    return row
 
 
 def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRow | None:

@@ -90,12 +90,14 @@ def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
 
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
                    warmup: int, pool: int, direction: str = "fwd",
-                   variant: dict | None = None, dist: str = "normal") -> dict:
+                   variant: dict | None = None, dist: str = "normal",
+                   decode: dict | None = None) -> dict:
     """``samples`` timed requests of the kernel in ``worker`` (module docstring): per call
     times (harness clock, s), the content seed of each call (replayed here from ``seed``, not
     taken from the worker), the outputs, faults, the worker's own median, k, the null round
-    trip's median, the device. ``direction`` "decode": ``shape`` is a decode case's spec
-    (``dist`` its distribution), the function a decode function. BackendFailed /
+    trip's median, the device. ``direction`` "decode": ``shape`` is a decode case's spec,
+    ``decode`` its parameters (:func:`flashbench.timed.decode.decode_params`), the function a
+    decode function. BackendFailed /
     BackendUnavailable as the worker raises them."""
     from flashbench.backends.worker import time_limit
 
@@ -103,7 +105,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     mirror = Pool(lambda s: (), pool, seed)  # the worker's pool's content seeds, replayed
     device = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
           warmup=warmup, pool=pool, direction=direction, variant=variant or {},
-                   dist=dist)[1]["device"]
+                   dist=dist, decode=decode or {})[1]["device"]
     threads0 = os_threads(w.pid)
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
     nulls = [w.ask(op="null")[0] for _ in range(3)]
