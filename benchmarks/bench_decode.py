@@ -207,7 +207,7 @@ class TimeMergeStates(Benchmark):
             rng = np.random.default_rng(seed)
             return rng.standard_normal((16, 8, 32, 4, 128)), rng.standard_normal((16, 8, 32, 4)) * 3
 
-        self.call = FreshCalls("", merge, make, tol=1e-12, want=merged_row, fresh=None)
+        self.call = FreshCalls("", merge, make, tol=1e-12, want=merged_row)
 
     def time_merge_states(self):
         self.call()

@@ -62,7 +62,7 @@ def fresh_pass(b, shape, dtype, causal, direction, device="cuda"):
         return b.prepare(*_randn(s, dt, torch, seed, device), device=device)
 
     if direction == "fwd":
-        return FreshCalls(shape, b.timed_fn, inputs, tol=TOL, causal=causal)
+        return FreshCalls(shape, b.timed_fn, inputs, tol=TOL, causal=causal, fresh=1)  # k
 
     def make(seed):
         leaves = tuple(t.detach().requires_grad_(True) for t in inputs(seed))

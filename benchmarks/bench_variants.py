@@ -119,7 +119,7 @@ class TimeVariantReference(Benchmark):
     def setup(self, shape, dtype, variant, impl):
         fn = need("reference", "attention" if impl == "one-shot" else "online_attention")
         need("inputs.variant", "Variant")  # commits without the variants skip
-        self.call = FreshCalls(shape, fn, **self.KEYWORDS[variant])
+        self.call = FreshCalls(shape, fn, fresh=1, **self.KEYWORDS[variant])  # k
 
     def time_attention(self, shape, dtype, variant, impl):
         self.call()

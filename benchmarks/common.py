@@ -93,12 +93,14 @@ class FreshCalls:
     (``make(seed)``: numpy arrays or torch tensors; default the float64
     ``qkv(spec, seed=)``). Each call takes the next tuple, overwrites one row (axis -2) of
     its first array with values of a bank drawn in setup (N(0, ``bank_scale``^2)) and
-    rewrites the whole argument ``fresh`` (default 1, k) as its setup contents x a factor
+    rewrites the whole argument ``fresh`` (k is 1) as its setup contents x a factor
     in [0.5, 2) drawn per call (one multiply, no allocation): every output row changes, so
     a cache keyed on addresses, ``id()``, a fingerprint or a row's contents is stale.
-    ``fresh=None`` (bandwidth-bound suites, where the rewrite would cost as much as the
-    call) keeps the one new row. ``stage`` (optional) brings arguments derived from the
-    first (a forward's o and lse) up to date for the new row. The call keeps a copy of its
+    ``fresh=None`` (the default: bandwidth-bound suites, where the rewrite would cost as much
+    as the call) keeps the one new row; every compute-bound suite names its ``fresh``
+    argument in its setup, so asv starts a new series where the timed work changed.
+    ``stage`` (optional) brings arguments derived from the first (a forward's o and lse) up
+    to date for the new row. The call keeps a copy of its
     output's new row and :data:`EXTRA` random others (``pick(out, rows)``). :meth:`verify`
     (teardown, outside the clock) replays each call's exact inputs and recomputes the kept
     rows (``want(args, row, **kwargs)`` on float64 arguments; default
@@ -112,7 +114,7 @@ class FreshCalls:
     EXTRA, EXTRA_BANK = 2, 53  # rows checked beside the new one, drawn in setup
 
     def __init__(self, spec: str, fn, make=None, tol: float = 1e-9, *, want=None, pick=None,
-                 stage=None, bank_scale: float = 1.0, fresh: int | None = 1, **kwargs):
+                 stage=None, bank_scale: float = 1.0, fresh: int | None = None, **kwargs):
         rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
         self.fn, self.kwargs, self.tol, self.i, self.kept = fn, kwargs, tol, 0, []
         self.want, self.stage, self.fresh = want or attention_row, stage, fresh

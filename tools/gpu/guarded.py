@@ -78,8 +78,7 @@ def guarded_call(fn, case, roof, seed: int, make=None, judge_make=None,
     aliasing no input, shape, ``out_dtype`` (default the case's), finite, the checksum of the
     first call on the same contents, 8 rows against float64; a time under half ``roof``'s floor
     fails. The row in gpu_bench's fields (``samples_s`` only when every check passed)."""
-    from flashbench.measure.speed import row_from
-    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU
+    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, row_from
     from flashbench.timed import Pool, structural, timed_calls
     from flashbench.timed.attention import pool_size
     from flashbench.timed.guard import l2_flusher
