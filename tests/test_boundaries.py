@@ -48,10 +48,13 @@ def test_no_private_name_crosses_a_module_boundary():
     assert crossing == []
 
 
-def test_measure_returns_records_and_renders_no_table():
-    """No module of flashbench.measure imports tabulate (lazily or not): the CLI renders
-    (flashbench.cli.check_tables, check_view, decode). It failed on measure/check.py."""
-    found = [f"{path.name}:{line}: {module}" for path in sorted((PACKAGE / "measure").glob("*.py"))
+def test_measure_bands_and_review_return_records_and_render_no_table():
+    """No module of flashbench.measure, bands or review imports tabulate (lazily or not): the
+    CLI renders (flashbench.cli.check_tables, check_view, bands_tables, review_markdown). It
+    failed on measure/check.py, bands/render.py and review/render.py."""
+    found = [f"{path.relative_to(PACKAGE)}:{line}: {module}"
+             for room in ("measure", "bands", "review")
+             for path in sorted((PACKAGE / room).glob("*.py"))
              for line, module, _ in _imports(path) if module.split(".")[0] == "tabulate"]
     assert found == []
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from flashbench.cli.review_markdown import render_markdown
 from flashbench.history.suites import role
 from flashbench.review.ab import Point
 from flashbench.review.model import Review
-from flashbench.review.render import render_markdown
 from flashbench.review.rules import for_information, track_rows
 
 ACC = "bench_accuracy.TrackAccuracy."

@@ -9,10 +9,10 @@ import scipy
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from flashbench.cli.review_markdown import render_markdown, to_json
 from flashbench.review.ab import Point
 from flashbench.review.model import Review, Row
 from flashbench.review.paired import Paired, decide, family_prior, look_level, paired_rows, settle
-from flashbench.review.render import render_markdown, to_json
 from flashbench.review.rules import (
     accuracy_rule,
     coverage_row,

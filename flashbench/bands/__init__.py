@@ -2,7 +2,7 @@
 
 - :mod:`flashbench.bands.measure`: :func:`measure_bands` -> :class:`Band` records
   (measuring only).
-- :mod:`flashbench.bands.render`: the lecture's table, a DataFrame, JSON.
+- the lecture's table, a DataFrame, JSON: rendered by :mod:`flashbench.cli.bands_tables`.
 - :mod:`flashbench.bands.table`: the shipped tolerance table and
   :func:`~flashbench.bands.table.tolerance` (also ``flashbench.tolerance``).
 - Over history: :mod:`flashbench.history.bands`. Command line: ``flashbench bands``.

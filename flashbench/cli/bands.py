@@ -82,7 +82,7 @@ def _refuse_big(args) -> None:
 
 
 def run(args) -> int:
-    from flashbench.bands.render import legend, render_table, to_json
+    from flashbench.cli.bands_tables import legend, render_table, to_json
 
     target = output_file(args.json, "--json", args.force)
     for option in ("dtype", "n", "dist", "kernels"):

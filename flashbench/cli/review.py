@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from flashbench.review import Options, render_markdown, run_review, to_json
+    from flashbench.cli.review_markdown import render_markdown, to_json
+    from flashbench.review import Options, run_review
 
     target = output_file(args.output, "--output", args.force)
     opts = Options(base=args.base, head=args.head, reuse=args.reuse, results=args.results,

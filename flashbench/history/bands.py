@@ -9,7 +9,7 @@ other quantities) say what they hold in their parameters:
 - :func:`widened`: cells whose band's upper edge (max or p99) rose since the previous
   commit by more than ``min_change`` (relative); :func:`widened_markdown` lists them.
 - :func:`latest_bands`: the latest commit's bands as records that
-  :func:`flashbench.bands.render.render_table` prints.
+  :func:`flashbench.cli.bands_tables.render_table` prints.
 The report draws these rows with :func:`flashbench.history.plots.plot_bands`.
 """
 
@@ -118,7 +118,7 @@ def widened_markdown(history: pd.DataFrame, min_change: float = 0.01) -> str:
 
 def latest_bands(history: pd.DataFrame) -> list[dict]:
     """The latest commit's bands (per machine and cpu: the most recent machine's), as
-    records for :func:`flashbench.bands.render.render_table`: kernel, dtype, n, dist,
+    records for :func:`flashbench.cli.bands_tables.render_table`: kernel, dtype, n, dist,
     causal, tensor "o" and "lse", versus "fp64", abs_/rel_ p50 / p99 / max, ratios,
     eps (the registry's), commit, machine."""
     from flashbench.inputs.precision import PRECISIONS

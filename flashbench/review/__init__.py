@@ -8,14 +8,13 @@ once per commit (:mod:`~flashbench.review.rules`, the band: :mod:`~flashbench.re
 ``--reuse``: stored asv results, weaker evidence (:mod:`~flashbench.review.stored`).
 Every row carries a reason code and its sample count; exit status 0 nothing regressed,
 1 regressed or failed in head, 2 could not decide, 3 the review itself failed
-(:mod:`~flashbench.review.model`). The whole method: docs/review.md.
+(:mod:`~flashbench.review.model`); rendered as Markdown and JSON by
+:mod:`flashbench.cli.review_markdown`. The whole method: docs/review.md.
 """
 
 from flashbench.review.model import ERROR, OK, REASONS, REGRESSED, UNDECIDED, Review, Row
 from flashbench.review.options import DEFAULT_BUDGET, QUICK_BUDGET, Options
-from flashbench.review.render import render_markdown, to_json
 from flashbench.review.run import Interrupted, run_review
 
-__all__ = ["run_review", "Options", "Review", "Row", "Interrupted", "render_markdown",
-           "to_json", "REASONS", "OK", "REGRESSED", "UNDECIDED", "ERROR", "DEFAULT_BUDGET",
-           "QUICK_BUDGET"]
+__all__ = ["run_review", "Options", "Review", "Row", "Interrupted", "REASONS", "OK", "REGRESSED",
+           "UNDECIDED", "ERROR", "DEFAULT_BUDGET", "QUICK_BUDGET"]

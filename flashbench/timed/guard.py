@@ -29,8 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
-           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES",
-           "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
+           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
 STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
