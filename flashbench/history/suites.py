@@ -2,7 +2,6 @@
 
 The rest of :mod:`flashbench.history` reads what a result says about itself (name, unit,
 parameters such as ``shape``); this module adds what names and old results cannot say:
-
 - :data:`ACCURACY`: the accuracy tracks (forward, gradients, FP8, attention variants,
   bands, decode) and the metric each records; :data:`MAIN_METRIC` the one plotted and
   tabled (max |O - O_fp64|), :data:`ACCURACY_LABELS` the parameters that label its rows;

@@ -29,7 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
-           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS", "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
+           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
+           "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
 STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
@@ -83,8 +84,7 @@ def tampered_clocks() -> list[str]:
 
 
 def thread_census() -> tuple[frozenset, int | None]:
-    """(idents of the live Python threads, the process's OS thread count from /proc, or None
-    where there is no /proc)."""
+    """(live Python threads' idents, OS threads in /proc/self/task or None without /proc)."""
     idents = frozenset(t.ident for t in threading.enumerate() if t.is_alive())
     try:
         tasks = len(os.listdir("/proc/self/task"))
