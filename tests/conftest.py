@@ -1,8 +1,18 @@
 import os
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+# One thread a pool (BLAS, OpenMP: numpy's and torch's) in every test process, set before
+# numpy or torch loads; pytest-xdist's workers inherit it. scripts/test.sh runs 3 workers
+# on 2 CPUs, each with a thread per CPU: oversubscribed, OpenMP's waiting threads spin
+# (the bands' models already run single-threaded for that reason, bands/measure.py). A
+# variable already set stands. The names: flashbench.review.worker_client.THREAD_VARIABLES
+# (not imported here: it loads numpy).
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # "ci" (the default): the same examples on every run (derandomize), so a submission's
 # CI sees what passed before it; "explore" draws new examples each run, for hunting
