@@ -6,9 +6,11 @@
 # a CPU idle: on this 2-CPU machine 3 workers took 511 s of tests at 1.92 CPUs busy, 2
 # workers 576 s (one run each, one after the other). The slow tests (real asv runs,
 # reviews in throw-away clones, the browser test) start first (tests/conftest.py), so the
-# fast ones fill the workers' tails. Extra arguments go to pytest (`-m "not slow"` for the
-# fast ones alone). pytest's own exit status is returned: 5 (no tests collected) fails
-# like any other error.
+# fast ones fill the workers' tails. Each test process keeps one thread a BLAS/OpenMP pool
+# (tests/conftest.py): a thread per CPU in each of 3 workers oversubscribed the CPUs and
+# spun (user CPU -32% on the benchmark set-up tests). Extra arguments go to pytest
+# (`-m "not slow"` for the fast ones alone). pytest's own exit status is returned: 5 (no
+# tests collected) fails like any other error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test

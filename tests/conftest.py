@@ -1,8 +1,18 @@
 import os
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+# One thread a pool (BLAS, OpenMP: numpy's and torch's) in every test process, set before
+# numpy or torch loads; pytest-xdist's workers inherit it. scripts/test.sh runs 3 workers
+# on 2 CPUs, each with a thread per CPU: oversubscribed, OpenMP's waiting threads spin
+# (the bands' models already run single-threaded for that reason, bands/measure.py). A
+# variable already set stands. The names: flashbench.review.worker_client.THREAD_VARIABLES
+# (not imported here: it loads numpy).
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # "ci" (the default): the same examples on every run (derandomize), so a submission's
 # CI sees what passed before it; "explore" draws new examples each run, for hunting
@@ -16,6 +26,13 @@ settings.register_profile(
     "explore", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Bands measured on the fly (flashbench.bands.case.cached_band) are cached under
+# $FLASHBENCH_CACHE, default ~/.cache/flashbench: a test that gives a command a private HOME
+# (its own ~/.asv-machine.json) measured them again, tens of seconds a case of fp8 or
+# gradients. Every test shares the one cache of the user running pytest; the tests of the
+# cache itself set FLASHBENCH_CACHE to a folder of their own.
+os.environ.setdefault("FLASHBENCH_CACHE", os.path.expanduser("~/.cache/flashbench"))
 
 
 def _cuda_available() -> bool:
