@@ -184,6 +184,28 @@ def test_a_call_faster_than_the_roofline_floor_fails_the_row():
     assert edge.status == "PASS"
 
 
+def test_a_floor_verdict_is_confirmed_against_the_peaks_measured_again():
+    """A peak first measured while the machine was busy is too low and its floor too high:
+    before a row fails the floor, the peaks are measured again and the higher kept, so an
+    honest call passes and a cache hit still fails (this module's tricks test once failed a
+    correct kernel on a 0.023 TFLOP/s peak measured under load)."""
+    busy = CASE.flops() / 0.001e12  # the floor of a 0.001 TFLOP/s peak: far too high
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return Roofline({"fp32": 0.1}, 10.0, "now")
+
+    roof = Roofline({"fp32": 0.001}, 10.0, "busy", measure=measure)
+    honest = row_from(CASE, "k", [busy / 20] * 10, {}, roof, "test", 10)
+    assert honest.status == "PASS" and calls == [1] and roof.tflops["fp32"] == 0.1
+    cached = row_from(CASE, "k", [2e-5] * 10, {}, roof, "test", 10)
+    assert cached.status == "FAIL" and guard.FLOOR in cached.failures
+    kept = Roofline({"fp32": 0.5}, 10.0, "quiet", measure=measure)
+    row_from(CASE, "k", [2e-5] * 10, {}, kept, "test", 10)
+    assert kept.tflops["fp32"] == 0.5  # the higher peak is kept: the floor never falls
+
+
 def test_the_pool_refills_in_place_and_never_repeats_a_slot_twice_in_a_row():
     made = []
     pool = guard.Pool(lambda s: (made.append(s) or __import__("numpy").full(3, s % 1000),),
