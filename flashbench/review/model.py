@@ -61,6 +61,8 @@ REASONS = {
     "still-failing": "failed in base and in head: already failing at base (not compared)",
     "coverage-lost": "measured in base, skipped or gone in head",
     "coverage-gained": "measured in head, not in base",
+    "base-refused": "base's code replaced a function both sides share (numpy's, torch's, the "
+                    "timer's): the worker refused base, so nothing of head can be compared",
     "not-measured": "measured in neither commit (skipped, not applicable or gone; never "
                     "failed in head)",
 }

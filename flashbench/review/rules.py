@@ -9,6 +9,7 @@ import math
 
 from flashbench.history.suites import accuracy_metric, role, rule_limit
 from flashbench.review.model import Row
+from flashbench.review.worker_guard import REFUSED
 
 BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 25)
 
@@ -179,6 +180,8 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
     if judged is None:
         return None
     verdict, reason = judged
+    if reason == "coverage-gained" and base_status == FAILED_STATUS and REFUSED in base_reason:
+        verdict, reason = "not compared", "base-refused"  # the worker could not time base
     detail = f"base {base_status}, head {head_status}"
     why = (head_reason if reason in ("coverage-lost", "failed", "still-failing")
            else base_reason or head_reason)
@@ -186,7 +189,7 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
         detail += f": {why}"
     return Row(kind=kind, benchmark=benchmark, params=params, unit=unit, verdict=verdict,
                reason=reason, detail=detail, regression=reason == "failed",
-               undecided=reason == "coverage-lost")
+               undecided=reason in ("coverage-lost", "base-refused"))
 
 
 def for_information(rows: list[Row]) -> list[Row]:
