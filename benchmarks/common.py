@@ -183,7 +183,14 @@ class FreshCalls:
                         f"timed call {i}: row {r} of its output is stale or wrong (max abs "
                         f"error {err:.3g} > {self.tol:g} x max(1, its largest value) against "
                         f"the float64 reference of the inputs it was given)")
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the kept calls; the live contents become what the next replay starts from (a
+        GPU suite's calls live on across asv's samples: :func:`prepared`)."""
         self.kept = []
+        first = self.base if self.fresh == 0 else [s[0] for s in self.slots]
+        self.original = [self.copy(f[..., self.written, :]) for f in first]
 
 
 def verify(suite) -> None:
@@ -320,7 +327,7 @@ def prepared(key: tuple, build):
         fn()
         torch.cuda.synchronize()
         if isinstance(fn, FreshCalls):
-            fn.kept = []
+            fn.forget()
         _PREPARED[key] = fn
     return _PREPARED[key]
 

@@ -12,8 +12,9 @@ default review), then prints one table:
   TimeStreamBlock at block=64), grows by ``size``: a probe commit that doubles the loop
   is timed against base (alternating fresh processes, fastest of 3 calls each), which
   gives the loop's share of that call. Every timing whose call runs the loop (the
-  affected set, ``--affected``: TimeStreamBlock, streamed TimeAttention, TimeModels'
-  flash_model) grows in proportion to its own loop share; the others are untouched.
+  affected set, ``--affected``: TimeStreamBlock, streamed TimeAttention and
+  TimeVariantReference, TimeModels' flash_model) grows in proportion to its own loop
+  share; the others are untouched.
 
 Per size: reviews; detected (reviews with "slower" on every affected timing);
 false alarms (reviews with "slower" on an untouched timing, or on any timing of the
@@ -47,7 +48,8 @@ from flashbench.infra.git import git  # (GitError where git fails)
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMINGS = r"\.time_"  # every time_ benchmark (the timing suites)
-AFFECTED = (r"TimeStreamBlock|TimeAttention.*impl='streamed'|TimeModels.*model='flash_model'")
+AFFECTED = (r"TimeStreamBlock|TimeAttention.*impl='streamed'|TimeModels.*model='flash_model'"
+            r"|TimeVariantReference.*impl='streamed'")  # every suite whose call runs the loop
 CHOSEN = r"TimeStreamBlock.*block=64\)"  # the chosen timing's row, as name(params)
 PROBE = """
 import time

@@ -144,6 +144,26 @@ def test_the_gpu_suites_pool_and_check_run_on_cpu_tensors(direction):
         call.verify()
 
 
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_a_gpu_suites_calls_checked_sample_after_sample_pass_an_honest_kernel(direction):
+    """A GPU suite's FreshCalls lives on across asv's samples (``prepared``: built and warmed
+    once, verified in each sample's teardown). The rows earlier samples wrote stay in the
+    inputs: the replay starts from them, not from the setup's contents (a row checked beside
+    the new one that an earlier sample had written was replayed wrong, a correct kernel
+    failed). A short N makes the checked rows hit earlier-written ones."""
+    from benchmarks.bench_gpu import fresh_pass
+    from benchmarks.common import timed_backend
+
+    call = fresh_pass(timed_backend("torch-sdpa"), "1x2x8x16", "fp32", False, direction,
+                      device="cpu")
+    call()  # the warm-up, as prepared() makes it
+    call.forget()
+    for _ in range(6):  # six samples of three calls, each verified in its teardown
+        for _ in range(3):
+            call()
+        call.verify()
+
+
 def _memo_ptr(fn):
     cache = {}
 

@@ -96,10 +96,11 @@ class Roofline:
     def again(self) -> bool:
         """Measure the peaks again now and keep the higher of each: a peak first measured
         while the machine was busy is too low, its floor too high (a correct kernel would
-        fail it). False where this roofline cannot be measured again (a fixed one)."""
+        fail it). Once a run (on a GPU it is seconds of matmuls); False where this roofline
+        cannot be measured again (a fixed one, or measured again already)."""
         if self.measure is None:
             return False
-        new = self.measure()
+        new, self.measure = self.measure(), None
         self.tflops = {d: max(t, new.tflops.get(d, t)) for d, t in self.tflops.items()}
         self.copy_gbs = max(self.copy_gbs, new.copy_gbs)
         return True

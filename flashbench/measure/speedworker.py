@@ -76,12 +76,15 @@ class _Clocked:
 
 def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
     """Stage and run up to k calls (the worker stops at its pool's next refill): (the run's
-    round trip, the worker's own time of each call); CPU time of each step into ``cpu``."""
+    round trip, the worker's own time of each call); CPU time of each step into ``cpu`` (the
+    pool's refill, input making, in a request of its own: counted in neither)."""
+    w.ask(op="refill")
     c0 = cpu_s(w.pid)
     w.ask(k, op="stage", k=k)
     c1 = cpu_s(w.pid)
     rt, reply = w.ask(k, op="run")
     c2 = cpu_s(w.pid)
+    w.ask(k, op="collect")  # outputs checked, copied, released: outside the round trip
     if None not in (c0, c1, c2):
         cpu["stage"] += c1 - c0
         cpu["run"] += c2 - c1

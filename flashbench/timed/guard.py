@@ -3,13 +3,12 @@
 - :class:`Pool`: inputs built before the clock, every content drawn from the run's seed;
   slots cycle in a fresh order each round (never one slot twice in a row) and between rounds
   half of them are refilled IN PLACE (same address, new contents), so a cache keyed on a
-  pointer or ``id()`` returns stale data, while the others repeat (a contents cache then
-  hits and falls below the roofline floor).
+  pointer or ``id()`` returns stale data (a contents cache hits: below the roofline floor).
 - :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
   when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
   ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
   the threads each call left running; after each call, outside the clock, the output's
-  structure is checked and a copy kept, the kernel's buffers released (:class:`_Kept`).
+  structure is checked and a copy kept, the kernel's buffers released (:class:`Kept`).
 - :func:`structural`: an output's own faults (lazy, not dense, aliases an input, an earlier
   call's buffer). Values: :mod:`flashbench.measure.speed`. Guarantees and limits: docs/speed.md.
 """
@@ -29,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
-           "l2_flusher", "wall_ns", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
+           "l2_flusher", "Kept", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
            "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
@@ -48,11 +47,6 @@ _PERF = time.perf_counter
 _WALL_NS = time.monotonic_ns
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 _FLUSH: dict = {}
-
-
-def wall_ns() -> int:
-    """The harness's second clock (time.monotonic_ns as captured at import), nanoseconds."""
-    return _WALL_NS()
 
 
 def l2_flusher(device: str) -> Callable[[], object] | None:
@@ -164,11 +158,16 @@ class Pool:
         still the contents their seeds say when the calls run."""
         return len(self._order) or self.size
 
-    def next(self) -> tuple[int, int, tuple]:
-        """(slot, content seed, arguments) of the next call; refills happen here, never
-        inside a timed window."""
+    def refill(self) -> None:
+        """Start the next round (half the slots refilled) where this one is spent: apart from
+        :meth:`next`, so a worker makes new inputs in a request of their own."""
         if not self._order:
             self._new_round()
+
+    def next(self) -> tuple[int, int, tuple]:
+        """(slot, content seed, arguments) of the next call; refills happen here (or in
+        :meth:`refill`), never inside a timed window."""
+        self.refill()
         i = self._order.pop(0)
         self._last = i
         return i, self.seeds[i], self.slots[i]
@@ -200,7 +199,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     around the same span as a bound (a device time above it is a tampered clock). On "cpu":
     the host clock. Nothing about an output is judged inside the window; after it, its
     structure is checked (:func:`structural`, against the earlier outputs still alive), a
-    copy kept and the call's own buffers released before the next call (:class:`_Kept`).
+    copy kept and the call's own buffers released before the next call (:class:`Kept`).
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -221,7 +220,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         sync()
     faults: dict = {}
     times, host, seeds, slots, outputs = [], [], [], [], []
-    kept = _Kept(faults)
+    kept = Kept(faults)
     wall0 = _WALL_NS()
     for _ in range(samples):
         slot, seed, raw = pool.next()
@@ -350,19 +349,16 @@ def _tensor(x):
     return torch.from_numpy(x.data).view(x.dtype).view(x.shape)
 
 
-class _Kept:
-    """What :func:`timed_calls` keeps of each output, outside the clock.
+class Kept:
+    """What :func:`timed_calls` (and a user's worker) keeps of each output, outside the clock.
 
     A clean output's tensors are copied and the kernel's own buffers released at once, so
-    the next call's allocations reuse them as in any loop (kept, they made the allocator
-    take fresh pages from the OS inside the clock: page faults, the guard's own price). An
-    output with a structural fault is kept itself, its fault put in ``faults``. STALE stays
-    as strong as when every output was kept: a weak reference to each released storage
-    tells whether the code under test still holds it, and a buffer still alive that comes
-    back is the same buffer returned again; one truly freed may be reused by anybody. The
-    reference is Python's, to the storage's Python object (torch keeps one per storage for
-    as long as the storage lives): a C++ weak reference would keep the storage's control
-    block in the kernel's heap, between its freed blocks.
+    the next call's allocations reuse them as in any loop (kept, they took fresh pages from
+    the OS inside the clock). An output with a structural fault is kept itself, its fault put
+    in ``faults`` (:meth:`clean` False). STALE stays as strong as when every output was kept:
+    a weak reference (Python's, to the storage's Python object) to each released storage
+    tells whether the code under test still holds it, and one still alive that comes back is
+    the same buffer returned again; one truly freed may be reused by anybody.
     """
 
     def __init__(self, faults: dict):
@@ -383,6 +379,10 @@ class _Kept:
             return out
         return _Copied(type(out) if isinstance(out, tuple | list) else None,
                        [None if t is None else _copy(t) for t in items])
+
+    @staticmethod
+    def clean(kept) -> bool:
+        return isinstance(kept, _Copied)
 
     @staticmethod
     def output(kept):
