@@ -6,7 +6,6 @@ import math
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -137,16 +136,13 @@ def test_torchs_own_lazy_wrap_of_manual_seed_is_not_blamed_on_a_side():
     whole-suite review "failed", found by the review-power study, 2026-12-03). The watch now
     starts after the library's own lazy changes."""
     pytest.importorskip("torch")
-    guard = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker_guard.py"
-    code = textwrap.dedent(f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("worker_guard", {str(guard)!r})
-        g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
+    code = textwrap.dedent("""
+        import flashbench.review.worker_guard as g
         import torch
-        before = g.entry_points({{}})
+        before = g.entry_points({})
         import torch._dynamo
-        assert g.changed(before, g.entry_points({{}})) == [], g.changed(before, g.entry_points({{}}))
+        assert g.changed(before, g.entry_points({})) == [], g.changed(before, g.entry_points({}))
         torch.manual_seed = lambda s: None  # a side's own replacement is still caught
-        assert g.changed(before, g.entry_points({{}})) == ["torch.manual_seed"]
+        assert g.changed(before, g.entry_points({})) == ["torch.manual_seed"]
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
