@@ -103,6 +103,9 @@ class Backend(Implementation):
     # cu_seqlens_k, causal=, **variant) -> (o [total_q, H, dv], lse [H, total_q]); None: none
     varlen: Callable | None = None
     varlen_grad: bool = False  # whether torch.autograd runs through ``varlen`` (its backward)
+    # the bare packed op, o only (what ``flashbench speed --varlen`` times); None: ``varlen``
+    # itself (its lse is the op's own, no stand-in computed inside the timed call)
+    varlen_timed: Callable | None = None
 
     def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
         """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),

@@ -27,8 +27,8 @@ from flashbench.inputs.problem import Shape
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.headdim import HEAD_DIMS, head_dims_problem
 
-__all__ = ["BACKENDS", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS", "SDPA_GPU_DTYPES",
-           "SDPA_GQA", "get_backend", "available_backends", "resolve_backends"]
+__all__ = ["BACKENDS", "per_sequence", "TRITON_HEAD_DIMS", "TRITON_FP8_HEAD_DIMS",
+           "SDPA_GPU_DTYPES", "SDPA_GQA", "get_backend", "available_backends", "resolve_backends"]
 
 # every d (and dv) the Triton kernels take, padded to a compiled width (kernels.headdim)
 TRITON_HEAD_DIMS = TRITON_FP8_HEAD_DIMS = HEAD_DIMS
@@ -50,6 +50,30 @@ def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
     from flashbench.kernels.triton_variants import triton_varlen_attention
 
     return triton_varlen_attention(q, k, v, cu_q, cu_k, causal=causal, scale=scale, **variant)
+
+
+def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    """A packed batch through a dense backend callable, one call per sequence (what a packed
+    batch costs without a varlen kernel: the torch peers' packed path). ``dense`` returns o
+    or (o, lse); so does this: o [total_q, H, dv], lse [H, total_q]. An empty sequence
+    contributes nothing (it has no rows)."""
+    cu_q, cu_k = ([int(x) for x in (c.tolist() if hasattr(c, "tolist") else c)]
+                  for c in (cu_q, cu_k))
+    outs, lses = [], []
+    for a, b, c, d in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True):
+        if b == a:
+            continue
+        qi, ki, vi = (t[lo:hi].transpose(0, 1).unsqueeze(0)
+                      for t, lo, hi in ((q, a, b), (k, c, d), (v, c, d)))
+        out = dense(qi, ki, vi, causal=causal, scale=scale, **variant)
+        o, lse = out if isinstance(out, tuple) else (out, None)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(None if lse is None else lse[0])
+    o = (torch.cat(outs) if outs else
+         q.new_zeros((0, q.shape[1], v.shape[-1])))
+    if lses and lses[0] is None:
+        return o
+    return o, (torch.cat(lses, dim=-1) if lses else q.new_zeros((q.shape[1], 0)))
 
 
 def _triton(q, k, v, causal=False, scale=None, **variant):
@@ -108,7 +132,9 @@ def _sdpa(kernel: str | None, description: str, devices=("cpu", "cuda")) -> Back
         timed=partial(tp.sdpa_output, kernel=kernel), peer=True, devices=devices,
         gqa=kernel in SDPA_GQA, differentiable=True, origin="torch",
         default_on=("cpu", "cuda") if kernel is None else ("cuda",),
-        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",), grad_variants=("window",))
+        gpu_dtypes=SDPA_GPU_DTYPES.get(kernel), variants=("window",), grad_variants=("window",),
+        varlen=partial(per_sequence, partial(tp.sdpa_attention, kernel=kernel)),
+        varlen_timed=partial(per_sequence, partial(tp.sdpa_output, kernel=kernel)))
 
 
 BACKENDS: dict[str, Backend] = {

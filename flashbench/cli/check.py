@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 
 from flashbench.cli.common import (
@@ -11,6 +10,7 @@ from flashbench.cli.common import (
     distinct,
     emit,
     finite,
+    lengths,
     parse_shape,
     positive_int,
     progress_printer,
@@ -21,17 +21,6 @@ from flashbench.cli.common import (
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
-
-
-def _lengths(text: str):
-    """--varlen: a list or a seeded distribution (flashbench.inputs.lengths), drawn in run()."""
-    from flashbench.inputs.lengths import parse_lengths
-
-    try:
-        return parse_lengths(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
 
 # what --decode does not read: forward options (a decode case is --decode-case's)
 FORWARD_ONLY = ("--shape", "--kv-heads", "--window", "--softcap", "--sinks", "--varlen",
@@ -66,7 +55,7 @@ def add_parser(sub) -> None:
     c.add_argument("--sinks", action="store_true",
                    help="attention sinks: one seeded N(0, 1) logit per query head in each "
                    "row's softmax denominator (gpt-oss)")
-    c.add_argument("--varlen", type=_lengths, metavar="SPEC",
+    c.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed variable-length batch (FlashAttention's varlen layout), "
                    "queries and keys alike, with each shape's H, Hkv and d (default 1x2x64: "
                    "H=2, d=64), forward and backward. SPEC: N1,N2,... the lengths (0 "

@@ -25,6 +25,17 @@ def parse_shape(text: str) -> Shape:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def lengths(text: str):
+    """--varlen: a list or a seeded distribution (flashbench.inputs.lengths), drawn later
+    with the command's seed (check's --seed, speed's run seed)."""
+    from flashbench.inputs.lengths import parse_lengths
+
+    try:
+        return parse_lengths(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def finite(lo: float, hi: float, lo_open: bool = False):
     """An argument type: a finite float in [lo, hi] ((lo, hi] with ``lo_open``)."""
 

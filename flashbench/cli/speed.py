@@ -6,7 +6,7 @@ import secrets
 import sys
 from dataclasses import asdict
 
-from flashbench.cli.common import distinct, emit, finite, parse_shape, positive_int, seed
+from flashbench.cli.common import distinct, emit, finite, lengths, parse_shape, positive_int, seed
 from flashbench.cli.common import softcap as _softcap
 from flashbench.cli.common import window as _window
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
                    help="logit softcap C > 0: scores become C tanh(s / C)")
     s.add_argument("--sinks", action="store_true",
                    help="attention sinks: one N(0, 1) logit per query head from the run's seed")
+    s.add_argument("--varlen", type=lengths, metavar="SPEC",
+                   help="a packed batch (FlashAttention's varlen layout) of these lengths, as "
+                   "check --varlen takes them (a list, or uniform:LO-HI:COUNT, "
+                   "lognormal:MEDIAN:SIGMA:COUNT drawn from the run's seed); --shape gives H "
+                   "and d (default 1x8x1024x64's); the forward pass, no variant")
     s.add_argument("--decode", action="store_true",
                    help="decode over a KV cache instead, as check --decode: GB/s of the cache "
                    "read and %% of this run's copy bandwidth (the decode backends)")
@@ -167,9 +172,15 @@ def run(args) -> int:
     causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
     run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
     if args.decode or args.decode_case:
+        if args.varlen is not None:
+            raise ValueError("speed --decode does not read --varlen: a decode case's "
+                             "lengths are given with --decode-case")
         return _decode(args, dtypes, causals, run_seed)
-    cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
-             for s in shapes for d in dtypes for c in causals]
+    if args.varlen is not None:
+        cases = _packed(args, shapes, dtypes, causals, run_seed)
+    else:
+        cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
+                 for s in shapes for d in dtypes for c in causals]
     names = resolve_backends(args.backend)
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
@@ -179,6 +190,29 @@ def run(args) -> int:
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)
     return _emit(args, report)
+
+
+def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
+    """--varlen's cases: each shape's H, Hkv, d, dv over the lengths (drawn from the run's
+    seed when a distribution), B = their count and N = the longest, as check sets them."""
+    from dataclasses import replace
+
+    from flashbench.measure.footprint import too_big
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.timed.attention import packed_shape
+
+    given = [o for o, on in (("--window", args.window), ("--softcap", args.softcap),
+                             ("--sinks", args.sinks), ("--pass", args.direction != "fwd")) if on]
+    if given:
+        raise ValueError(f"speed --varlen does not read {', '.join(given)}: a packed batch is "
+                         "timed forward, without a variant (check --varlen judges them)")
+    lens = tuple(args.varlen.draw(run_seed))
+    n = max(lens)
+    refusal = too_big([packed_shape(lens, s) for s in shapes])
+    if refusal is not None:
+        raise ValueError(refusal)
+    return [SpeedCase(replace(s, B=len(lens), Nq=n, Nk=n), d, c, "fwd", None, lens)
+            for s in dict.fromkeys(shapes) for d in dtypes for c in causals]
 
 
 def _emit(args, report: dict) -> int:

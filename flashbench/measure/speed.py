@@ -14,7 +14,7 @@ than :data:`FLOOR_MARGIN` x the roofline floor fails the row.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,8 +22,8 @@ from flashbench.inputs.problem import Shape
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "fp8_peak_tflops", "row_from", "FLOOR_MARGIN", "CHECK_ROWS", "MIN_SAMPLES",
-           "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
+           "fp8_peak_tflops", "band_tolerance", "row_from", "FLOOR_MARGIN", "CHECK_ROWS",
+           "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -45,10 +45,15 @@ class SpeedCase:
     causal: bool = False
     direction: str = "fwd"
     variant: object = None  # a flashbench.inputs.variant.Variant (window, softcap, sinks)
+    varlen: tuple | None = None  # a packed batch's lengths (shape: B = count, N = longest)
 
     def flops(self) -> float:
         """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS); a
-        window counts only the pairs it leaves visible."""
+        window counts only the pairs it leaves visible; a packed batch, its sequences'."""
+        if self.varlen is not None:  # each sequence's, as a batch of one (empty: none)
+            s = self.shape
+            return sum(replace(self, varlen=None, shape=Shape(1, s.H, n, n, s.d, s.dv, Hkv=s.Hkv))
+                       .flops() for n in self.varlen if n > 0)
         direction = {"fwdbwd": "fwd+bwd"}.get(self.direction, self.direction)
         full = self.shape.flops(self.causal, direction)
         if self.variant is None:
@@ -67,20 +72,22 @@ class SpeedCase:
 
     def bytes(self) -> int:
         """Bytes the pass must move at least: a forward reads q, k, v and writes o once; a
-        backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both."""
-        from flashbench.timed.attention import torch_dtype as _torch_dtype
+        backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both (a packed
+        batch: its rows, B = 1 and N the total)."""
+        from flashbench.timed.attention import packed_shape, torch_dtype
 
-        s = self.shape
+        s = self.shape if self.varlen is None else packed_shape(self.varlen, self.shape)
         qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
         kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
         per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
         per["fwdbwd"] = per["fwd"] + per["bwd"]
-        return _torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
+        return torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
 
     def label(self) -> str:
         mask = f" {self.variant.label()}" if self.variant is not None else (
             " causal" if self.causal else "")
-        return f"{self.shape.spec()} {self.dtype}{mask} {self.direction}"
+        packed = "" if self.varlen is None else f" varlen {','.join(map(str, self.varlen))}"
+        return f"{self.shape.spec()} {self.dtype}{mask}{packed} {self.direction}"
 
 
 @dataclass
@@ -195,7 +202,7 @@ def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
                case.bytes() / (roof.copy_gbs * 1e9))
 
 
-def _band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
+def band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
     """The max-abs tolerance of the shipped band table for the case (the flash model's
     measured edge x 2), or None where the table does not cover it (then: the baseline rule)."""
     from flashbench.bands.table import tolerance
@@ -250,7 +257,7 @@ class Judge:
                 sm = numerics.standard_model(qi, ki, vi, self.case.dtype)[0][..., 0, :]
             err = max(err, float(np.abs(got[..., i, :] - ref).max()))
             std = max(std, float(np.abs(np.asarray(sm, np.float64) - ref).max()))
-        limit = _band_tolerance(self.case, nq, nk)
+        limit = band_tolerance(self.case, nq, nk)
         if limit is not None and err <= limit:
             return None  # inside the flash model's band
         verdict = baseline_rule(err, std, self.case.dtype)
@@ -284,16 +291,18 @@ class Judge:
                        f"{self.case.variant.label()}: max abs error {err:.3g}, "
                        f"{verdict.ratio:.3g}x the baseline rule's limit")
 
+    def want(self) -> tuple:
+        s = self.case.shape
+        return s.B, s.H, s.Nq, s.head_dim_v
+
     def judge(self, content: int, out) -> tuple[str, str] | None:
         """None, or (failure name, why) for one timed call's output on input ``content``."""
         import torch
 
-        o = out[0] if isinstance(out, tuple | list) else out
-        s = self.case.shape
-        want = (s.B, s.H, s.Nq, s.head_dim_v)
-        from flashbench.timed.attention import torch_dtype as _torch_dtype
+        from flashbench.timed.attention import torch_dtype
 
-        dtype = _torch_dtype(self.out_dtype)
+        o = out[0] if isinstance(out, tuple | list) else out
+        want, dtype = self.want(), torch_dtype(self.out_dtype)
         if tuple(o.shape) != want or o.dtype != dtype:
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
         if not bool(torch.isfinite(o).all()):

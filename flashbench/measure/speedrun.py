@@ -27,8 +27,10 @@ from flashbench.timed.attention import (
     NoBackward,
     attention_maker,
     grad_maker,
+    packed_shape,
     pass_call,
     pool_size,
+    varlen_maker,
 )
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 
@@ -40,7 +42,13 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
     """Faults plus the first value fault of the outputs (None: judged elsewhere as faulty)."""
     from flashbench.measure.speedgrad import GradJudge
 
-    judge = Judge(case, attention_maker(case.shape, case.dtype, "cpu"), seed, out_dtype)
+    if case.varlen is not None:  # a packed batch: its forward alone (cli.speed refuses more)
+        from flashbench.measure.speedvarlen import PackedJudge
+
+        judge = PackedJudge(case, varlen_maker(case.varlen, case.shape, case.dtype), seed,
+                            out_dtype)
+    else:
+        judge = Judge(case, attention_maker(case.shape, case.dtype, "cpu"), seed, out_dtype)
     grads = GradJudge(case, grad_maker(case.shape, case.dtype, "cpu"), seed)
     faults = dict(faults)
     for out, content in zip(outputs, seeds, strict=True):
@@ -61,8 +69,14 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
     from flashbench.backends.tensors import expand_kv
 
     dev = backend.device(device)
-    size = pool_size(case.shape, case.dtype, samples)
-    if case.direction == "fwd":
+    size = pool_size(case.shape if case.varlen is None else packed_shape(case.varlen, case.shape),
+                     case.dtype, samples)
+    if case.varlen is not None:  # a packed batch: q, k, v, cu_seqlens as FlashAttention's
+        from flashbench.measure.speedvarlen import packed_call
+
+        pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type), size, seed)
+        setup, call = None, packed_call(backend, case)
+    elif case.direction == "fwd":
         make = attention_maker(case.shape, case.dtype, dev.type)
         pool = Pool(lambda s: backend.prepare(*make(s), device=dev), size, seed)
         setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
@@ -97,7 +111,9 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                         variant=None if case.variant is None else case.variant.label())
 
     reason = backend.unavailable_for(case.shape, case.dtype) or backend.not_applicable(
-        case.variant, grad=case.direction != "fwd")
+        case.variant, grad=case.direction != "fwd") or (
+        "not applicable: it takes no packed (varlen) batch"
+        if case.varlen is not None and backend.varlen is None else None)
     if reason is not None:
         return untimed("not timed", reason)
     if backend.interpreted():

@@ -7,8 +7,9 @@ from __future__ import annotations
 from flashbench.inputs.precision import get_precision
 from flashbench.inputs.problem import Shape
 
-__all__ = ["attention_maker", "grad_maker", "pass_call", "NoBackward", "pool_size",
-           "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES", "torch_dtype"]
+__all__ = ["attention_maker", "varlen_maker", "packed_shape", "grad_maker", "pass_call",
+           "NoBackward", "pool_size", "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES",
+           "torch_dtype"]
 
 PASSES = ("fwd", "bwd", "fwdbwd")  # what a timed call runs: forward, backward, both
 
@@ -37,6 +38,35 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu"):
     def make(seed: int) -> tuple:
         g = torch.Generator().manual_seed(int(seed))
         return tuple(torch.randn(d, generator=g).to(dt).to(device) for d in dims)
+
+    return make
+
+
+def packed_shape(lengths, shape: Shape) -> Shape:
+    """The packed batch of ``lengths`` as one sequence of all its rows: B = 1, Nq = Nk = the
+    total, ``shape``'s heads and head dims (what sizes its pool and counts its bytes)."""
+    total = sum(int(n) for n in lengths)
+    return Shape(1, shape.H, total, total, shape.d, shape.dv, Hkv=shape.Hkv)
+
+
+def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu"):
+    """``make(seed) -> (q, k, v, cu_seqlens)``: a packed batch in FlashAttention's varlen
+    layout, q [total, H, d], k [total, Hkv, d], v [total, Hkv, dv] in ``dtype`` on
+    ``device``, N(0, 1) from a CPU generator seeded with ``seed`` (identical in every
+    process); cu_seqlens int32 [len + 1] on ``device``, the same for every seed."""
+    import torch
+
+    dt = torch_dtype(dtype)
+    total = sum(int(n) for n in lengths)
+    dims = ((total, shape.H, shape.d), (total, shape.kv_heads, shape.d),
+            (total, shape.kv_heads, shape.head_dim_v))
+    cu = torch.tensor([0, *torch.tensor([int(n) for n in lengths]).cumsum(0).tolist()],
+                      dtype=torch.int32)
+
+    def make(seed: int) -> tuple:
+        g = torch.Generator().manual_seed(int(seed))
+        return (*(torch.randn(d, generator=g).to(dt).to(device) for d in dims),
+                cu.clone().to(device))
 
     return make
 

@@ -1,0 +1,75 @@
+"""``flashbench speed --varlen``: a packed batch (FlashAttention's varlen layout), timed and judged.
+
+:func:`packed_call` is the timed call, a backend's bare packed op on q, k, v and cu_seqlens
+from the pool (:func:`flashbench.timed.attention.varlen_maker`); :class:`PackedJudge` checks
+each timed o [total, H, dv] as :class:`~flashbench.measure.speed.Judge` checks a dense one
+(structure, checksum), its random rows each against the float64 reference over its own
+sequence's keys: inside the band table's tolerance at that sequence's length, else by the
+baseline rule (the same-dtype standard attention of that row). docs/speed.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashbench.measure.speed import CHECK_ROWS, Judge, band_tolerance
+from flashbench.timed.guard import WRONG
+
+__all__ = ["packed_call", "PackedJudge"]
+
+
+def packed_call(backend, case):
+    """``call(q, k, v, cu) -> o``: ``backend``'s bare packed op (``varlen_timed``, else
+    ``varlen``'s o), queries and keys cut at the same cu_seqlens. No max_seqlen is given:
+    a kernel that wants it reads cu_seqlens (Triton's: a host read, inside its time)."""
+    if backend.varlen_timed is not None:
+        op = backend.varlen_timed
+    else:
+        def op(*args, **kwargs):
+            return backend.varlen(*args, **kwargs)[0]
+    return lambda q, k, v, cu: op(q, k, v, cu, cu, causal=case.causal)
+
+
+class PackedJudge(Judge):
+    """:class:`~flashbench.measure.speed.Judge` of a packed case: ``make(seed)`` gives
+    (q, k, v, cu_seqlens); o is [total, H, dv]."""
+
+    def want(self) -> tuple:
+        s = self.case.shape
+        return sum(self.case.varlen), s.H, s.head_dim_v
+
+    def _reference_check(self, content: int, o) -> tuple[str, str] | None:
+        from flashbench import numerics, reference
+        from flashbench.accuracy import baseline_rule
+
+        q, k, v, cu = self.make(content)
+        q, k, v = (t.double().numpy() for t in (q, k, v))
+        cu = cu.cpu().numpy().astype(np.int64)
+        total, group = q.shape[0], q.shape[1] // k.shape[1]
+        got = o.detach().cpu().double().numpy()
+        rows = np.sort(self.rng.choice(total, min(total, CHECK_ROWS), replace=False))
+        bad = []
+        for i in rows:
+            seq = int(np.searchsorted(cu, i, side="right")) - 1
+            start, n = int(cu[seq]), int(cu[seq + 1] - cu[seq])
+            see = i - start + 1 if self.case.causal else n
+            qi = q[i:i + 1].transpose(1, 0, 2)[None]  # [1, H, 1, d]
+            ki, vi = (np.repeat(t[start:start + see].transpose(1, 0, 2)[None], group, axis=1)
+                      for t in (k, v))
+            ref = reference.attention(qi, ki, vi)[0][0, :, 0, :]
+            sm = np.asarray(numerics.standard_model(qi, ki, vi, self.case.dtype)[0],
+                            np.float64)[0, :, 0, :]
+            err = float(np.abs(got[i] - ref).max())
+            limit = band_tolerance(self.case, n, n)
+            if limit is not None and err <= limit:
+                continue
+            verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
+            if not verdict.passed:
+                bad.append((int(i), seq, n, err, limit, verdict.ratio))
+        if not bad:
+            return None
+        i, seq, n, err, limit, ratio = bad[0]
+        band = f"above the band's tolerance {limit:.3g} and " if limit is not None else ""
+        return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
+                       f"of their sequences: row {i} (sequence {seq}, length {n}) max abs error "
+                       f"{err:.3g}, {band}{ratio:.3g}x the baseline rule's limit")

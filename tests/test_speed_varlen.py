@@ -1,0 +1,133 @@
+"""``flashbench speed --varlen`` (issue 35: the options of check where they apply, varlen
+among them): a packed batch in FlashAttention's layout timed on fresh inputs, every timed o
+judged row by row against the float64 reference of its own sequence. Before this change
+`speed --varlen` was refused by argparse (exit 2) and torch's peers had no packed path."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench import reference
+from flashbench.backends import Backend, get_backend
+from flashbench.backends.registry import per_sequence
+from flashbench.cli import main
+from flashbench.inputs import Shape
+from flashbench.kernels import torch_peers as tp
+from flashbench.measure.speed import SpeedCase, measure_roofline
+from flashbench.measure.speedrun import time_backend
+from flashbench.timed import guard
+from flashbench.timed.attention import packed_shape
+
+LENGTHS = (40, 0, 17, 9)
+SHAPE = Shape(len(LENGTHS), 2, 40, 40, 16)  # B = the count, N = the longest, as speed sets
+
+
+@pytest.fixture(scope="module")
+def roof():
+    return measure_roofline("cpu", ["fp32"])
+
+
+def _packed(name, timed):
+    """A backend whose bare packed op is ``timed`` (q, k, v, cu_q, cu_k, causal=)."""
+    return Backend(name, tp.sdpa_attention, name, ("fp32",), origin="user", varlen=timed,
+                   varlen_timed=timed)
+
+
+def test_rows_time_the_packed_peer_and_name_what_cannot_run(capsys):
+    rc = main(["speed", "--varlen", ",".join(map(str, LENGTHS)), "--shape", "1x2x8x16",
+               "--causal", "both", "--backend", "torch-sdpa", "--backend", "torch-naive",
+               "--backend", "triton", "--seed", "5", "--json", "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"]
+    rows = {(r["backend"], r["causal"]): r for r in report["rows"]}
+    for causal in (False, True):
+        sdpa = rows["torch-sdpa", causal]
+        assert sdpa["status"] == "PASS" and sdpa["checked"] == len(sdpa["samples_s"]) >= 10
+        assert "varlen 40,0,17,9" in sdpa["case"] and sdpa["shape"] == "4x2x40x40x16"
+        case = SpeedCase(SHAPE, "fp32", causal, "fwd", None, LENGTHS)
+        assert sdpa["tflops"] == pytest.approx(case.flops() / sdpa["median_s"] * 1e-12)
+        naive = rows["torch-naive", causal]
+        assert naive["status"] == "not timed" and "packed (varlen)" in naive["reason"]
+        if not torch.cuda.is_available():
+            assert rows["triton", causal]["status"] == "not timed"
+            assert "interpreter" in rows["triton", causal]["reason"]
+
+
+def test_flops_and_bytes_are_the_sequences_not_the_padded_batch():
+    dense = [SpeedCase(Shape(1, 2, n, n, 16), "fp32", True) for n in LENGTHS if n]
+    packed = SpeedCase(SHAPE, "fp32", True, "fwd", None, LENGTHS)
+    assert packed.flops() == pytest.approx(sum(c.flops() for c in dense))
+    assert packed.flops() < SpeedCase(SHAPE, "fp32", True).flops()  # no padding counted
+    assert packed.bytes() == 4 * 66 * 2 * 16 * 4  # q, k, v, o: 66 rows, 2 heads, d 16, fp32
+    assert packed_shape(LENGTHS, SHAPE) == Shape(1, 2, 66, 66, 16)
+
+
+def _ignores_causal(q, k, v, cu_q, cu_k, causal=False):
+    return per_sequence(tp.sdpa_output, q, k, v, cu_q, cu_k, causal=False)
+
+
+def _one_sequence(q, k, v, cu_q, cu_k, causal=False):
+    """The whole packed batch as one sequence: each row sees the other sequences' keys."""
+    return tp.sdpa_output(*(t.transpose(0, 1)[None] for t in (q, k, v)),
+                          causal=causal)[0].transpose(0, 1)
+
+
+_SEEN: dict = {}
+
+
+def _memo_on_address(q, k, v, cu_q, cu_k, causal=False):
+    """Right on the first contents of each slot, then stale: a cache keyed on q's address
+    (the pool refills its slots in place)."""
+    key = q.data_ptr()
+    if key not in _SEEN:
+        _SEEN[key] = per_sequence(tp.sdpa_output, q, k, v, cu_q, cu_k, causal=causal)
+    return _SEEN[key].clone()
+
+
+@pytest.mark.parametrize("fn, causal, expected", [(_ignores_causal, True, guard.WRONG),
+                                                  (_one_sequence, False, guard.WRONG),
+                                                  (_memo_on_address, False, guard.STALE)])
+def test_a_wrong_or_memoised_packed_kernel_fails_by_name(roof, fn, causal, expected):
+    case = SpeedCase(SHAPE, "fp32", causal, "fwd", None, LENGTHS)
+    row = time_backend(case, _packed(fn.__name__, fn), roof, seed=7, samples=12)
+    assert row.status == "FAIL" and expected in row.failures, row.failures
+    good = time_backend(case, get_backend("torch-sdpa"), roof, seed=7, samples=12)
+    assert good.status == "PASS" and not good.failures, good.failures
+
+
+@settings(max_examples=15)
+@given(lengths=st.lists(st.integers(0, 33), min_size=1, max_size=4).filter(any),
+       heads=st.sampled_from([(2, 2), (4, 2), (2, 1)]), causal=st.booleans(),
+       d=st.sampled_from([8, 16]))
+def test_the_peers_packed_path_is_the_float64_reference_per_sequence(lengths, heads, causal, d):
+    """torch-sdpa's packed path (one call per sequence, empty ones skipped, grouped heads)
+    against flashbench's float64 varlen reference, in fp32."""
+    h, hkv = heads
+    total = sum(lengths)
+    g = torch.Generator().manual_seed(total * 31 + d)
+    q, k, v = (torch.randn(total, n, d, generator=g, dtype=torch.float64)
+               for n in (h, hkv, hkv))
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    o, lse = get_backend("torch-sdpa").varlen(*(t.float() for t in (q, k, v)), cu, cu,
+                                               causal=causal)
+    ref_o, ref_lse = reference.varlen_attention(q.numpy(), k.numpy(), v.numpy(), cu, cu,
+                                                causal=causal)
+    assert o.shape == (total, h, d) and lse.shape == (h, total)
+    assert np.abs(o.double().numpy() - ref_o).max() < 1e-5
+    assert np.abs(lse.double().numpy() - ref_lse).max() < 1e-5
+
+
+@pytest.mark.parametrize("argv", [["--pass", "bwd"], ["--window", "2,0"], ["--sinks"],
+                                  ["--decode"], ["--shape", "1x2x8x16"]])
+def test_what_a_packed_speed_does_not_read_is_refused_with_one_line(capsys, argv):
+    varlen = "0,0" if argv == ["--shape", "1x2x8x16"] else "5,6"  # only empty sequences
+    try:
+        rc = main(["speed", "--quiet", "--varlen", varlen, *argv])
+    except SystemExit as exc:  # argparse's refusal of a bad --varlen
+        rc = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
