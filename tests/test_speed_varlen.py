@@ -131,3 +131,86 @@ def test_what_a_packed_speed_does_not_read_is_refused_with_one_line(capsys, argv
         rc = exc.code
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
+
+
+USER_KERNELS = '''
+import torch
+
+
+def _dense(q, k, v, causal):
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        n, m = s.shape[-2:]
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _each(q, k, v, cu, causal):
+    """Per sequence, as FlashAttention's varlen does (empty sequences: no rows)."""
+    c = cu.tolist()
+    return torch.cat([_dense(*(t[a:b].transpose(0, 1) for t in (q, k, v)), causal)
+                      .transpose(0, 1) for a, b in zip(c[:-1], c[1:])])
+
+
+def good(q, k, v, causal=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+         max_seqlen_k=None):
+    assert max_seqlen_q == int(cu_seqlens_q.diff().max())
+    return _each(q, k, v, cu_seqlens_q, causal)
+
+
+def across(q, k, v, causal=False, cu_seqlens_q=None, **_):
+    """Every row sees every sequence's keys: the mask between sequences forgotten."""
+    return _dense(*(t.transpose(0, 1) for t in (q, k, v)), causal).transpose(0, 1)
+
+
+_SEEN = {}
+
+
+def memo(q, k, v, causal=False, cu_seqlens_q=None, **_):
+    key = q.data_ptr()
+    if key not in _SEEN:
+        _SEEN[key] = _each(q, k, v, cu_seqlens_q, causal)
+    return _SEEN[key].clone()
+
+
+def dense_only(q, k, v, causal=False):
+    return _dense(q, k, v, causal)
+
+
+for _f in (good, across, memo):
+    _f.flashbench_varlen = True
+    _f.flashbench_dtypes = ("fp32",)
+'''
+
+
+@pytest.fixture
+def user_kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbpacked.py").write_text(USER_KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the workers find it too
+
+
+def test_a_users_packed_function_is_checked_and_timed_in_its_worker(user_kernels, capsys):
+    """flashbench_varlen = True: called with FlashAttention's varlen keywords in its worker
+    (k, v expanded to q's heads: it declares no GQA). check --varlen judges it (the wrong one
+    FAILs, one without a packed path is not applicable); speed --varlen times it by the
+    harness's clock and judges every timed o: the memoised one STALE, the one that lets rows
+    see other sequences WRONG. Before this change a user's function had no packed path."""
+    rc = main(["check", "--varlen", "40,0,17,9", "--shape", "1x4/2x8x16", "--dtype", "fp32",
+               "--causal", "on", "--backend", "fbpacked:good", "--backend", "fbpacked:across",
+               "--backend", "fbpacked:dense_only", "--json", "--quiet"])
+    by = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["backends"]
+          if r["backend"].startswith("fbpacked")}
+    assert rc == 1 and by["fbpacked:good"]["passed"], by["fbpacked:good"]
+    assert not by["fbpacked:across"]["passed"]
+    assert "packed (varlen)" in by["fbpacked:dense_only"]["skipped"]
+    rc = main(["speed", "--varlen", "40,0,17,9", "--shape", "1x4/2x8x16", "--causal", "on",
+               "--backend", "fbpacked:good", "--backend", "fbpacked:memo", "--backend",
+               "fbpacked:across", "--seed", "3", "--json", "--quiet"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    good = rows["fbpacked:good"]
+    assert good["status"] == "PASS" and good["checked"] >= len(good["samples_s"]) >= 10
+    assert "worker" in good["clock"] and good["calls_per_request"] >= 1
+    assert guard.STALE in rows["fbpacked:memo"]["failures"], rows["fbpacked:memo"]
+    assert guard.WRONG in rows["fbpacked:across"]["failures"], rows["fbpacked:across"]
+    assert rc == 1

@@ -20,11 +20,13 @@ from flashbench.backends.declared import (
     FORWARD,
     call_decode,
     call_forward,
+    call_varlen,
     check_kind,
 )
 from flashbench.backends.outputs import (
     checked_decode_output,
     checked_output,
+    checked_packed_output,
     guarded,
     modified_inputs,
     raised,
@@ -110,6 +112,25 @@ class Server:
         mask = variant_of(r["causal"], **variant) if variant else r["causal"]
         return _reply(checked_output(out, *t.values(), mask, r["scale"]))
 
+    def _packed_fn(self):
+        """The function, when it declared a packed path (flashbench_varlen)."""
+        fn = self._fn(FORWARD)
+        if not self._load()["varlen"]:
+            raise BackendFailed(f"{self.spec} declares no packed path (flashbench_varlen = "
+                                "True)")
+        return fn
+
+    def _varlen(self, r: dict) -> dict:
+        fn = self._packed_fn()
+        t = self._tensors(r, ("q", "k", "v", "cu_q", "cu_k"))
+        variant = r.get("variant") or {}
+        out = guarded(lambda: call_varlen(fn, *t.values(), r["causal"], r["scale"],
+                                          **variant), t)
+        mask = variant_of(r["causal"], **variant) if variant else r["causal"]
+        checked = checked_packed_output(out, *t.values(), mask, r["scale"])
+        return {**_reply(checked), "stand_in": None if checked.own_lse else
+                checked[1].detach().cpu().clone()}
+
     def _decode(self, r: dict) -> dict:
         fn = self._fn(DECODE)
         t = self._tensors(r, DECODE_INPUTS)
@@ -132,6 +153,8 @@ class Server:
         declared = self._load()
         variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
         shape = Shape.parse(r["shape"])
+        if r.get("varlen"):  # a packed batch, its forward (speed --varlen)
+            return self._prepare_pool(r, *self._packed_pool(r, shape, declared))
         if direction == "fwd":
             make = attention_maker(shape, r["dtype"], self.device.type)
 
@@ -150,6 +173,23 @@ class Server:
             return self._prepare_pool(r, build, setup, call)
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
+
+    def _packed_pool(self, r: dict, shape, declared: dict):
+        """(build, setup, call) of a packed case: the pool of
+        :func:`flashbench.timed.attention.varlen_maker` from the run's seed (k, v expanded
+        to q's heads for a function without GQA), the longest length read once, here."""
+        from flashbench.timed.attention import varlen_maker
+
+        fn, lengths = self._packed_fn(), [int(n) for n in r["varlen"]]
+        make = varlen_maker(lengths, shape, r["dtype"], self.device.type)
+        longest = (max(lengths), max(lengths))
+
+        def build(seed):
+            q, k, v, cu = make(seed)
+            return (q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), cu)
+
+        return build, None, lambda q, k, v, cu: call_varlen(
+            fn, q, k, v, cu, cu, r["causal"], longest=longest, **(r.get("variant") or {}))
 
     def _decode_pool(self, r: dict):
         """(build, setup, call) of a decode function on the case ``r["decode"]`` (its

@@ -19,7 +19,7 @@ from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
-           "check_kind", "call_forward", "call_decode"]
+           "check_kind", "call_forward", "call_varlen", "call_decode"]
 
 DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends.record)
 FORWARD, DECODE = "forward", "decode"  # the values of a function's flashbench_kind
@@ -82,6 +82,21 @@ def call_forward(fn, q, k, v, causal=False, scale=None, **variant):
     return fn(q, k, v, **_keywords(causal, scale), **variant)
 
 
+def call_varlen(fn, q, k, v, cu_q, cu_k, causal=False, scale=None, longest=None, **variant):
+    """A packed batch, FlashAttention's varlen keywords: ``fn(q, k, v, causal=, [scale=,]
+    cu_seqlens_q=, cu_seqlens_k=, max_seqlen_q=, max_seqlen_k=, **variant)``, cu_seqlens int32
+    tensors on q's device. ``longest``: (max_seqlen_q, max_seqlen_k) when known (a timed
+    call's, read once before the clock); None: read from cu_seqlens here, on the host."""
+    import torch
+
+    cu_q, cu_k = (c.to(device=q.device, dtype=torch.int32) if isinstance(c, torch.Tensor)
+                  else torch.tensor(c, dtype=torch.int32, device=q.device) for c in (cu_q, cu_k))
+    if longest is None:
+        longest = tuple(int(c.diff().max()) if c.numel() > 1 else 0 for c in (cu_q, cu_k))
+    return fn(q, k, v, **_keywords(causal, scale), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+              max_seqlen_q=int(longest[0]), max_seqlen_k=int(longest[1]), **variant)
+
+
 def call_decode(fn, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
                 scale=None):
     """``fn(q, k_cache, v_cache, cache_seqlens, block_table, causal=, [scale=])``."""
@@ -105,8 +120,9 @@ def load(spec: str):
     """(function, declared) for ``"module:function"``, imported in this process (the
     worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
     kind, dtypes, head_dims, gqa, differentiable, variants, dv (``flashbench_dv = True``:
-    it takes v with a head dim dv != d, DeepSeek's 192 / 128). BackendFailed with the
-    reason otherwise."""
+    it takes v with a head dim dv != d, DeepSeek's 192 / 128), varlen
+    (``flashbench_varlen = True``: it takes packed batches, :func:`call_varlen`).
+    BackendFailed with the reason otherwise."""
     module_name, attr = parse_spec(spec)
     try:
         obj = importlib.import_module(module_name)
@@ -123,4 +139,5 @@ def load(spec: str):
                  "gqa": bool(getattr(obj, "flashbench_gqa", False)),
                  "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
                  "variants": list(_declared(obj, "flashbench_variants", (), _variants)),
-                 "dv": bool(getattr(obj, "flashbench_dv", False))}
+                 "dv": bool(getattr(obj, "flashbench_dv", False)),
+                 "varlen": bool(getattr(obj, "flashbench_varlen", False))}

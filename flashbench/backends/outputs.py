@@ -23,7 +23,8 @@ from flashbench.kernels.torch_decode import decode_lse
 from flashbench.kernels.torch_peers import reference_lse
 from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable
 
-__all__ = ["BackendOutput", "checked_output", "checked_decode_output", "snapshot",
+__all__ = ["BackendOutput", "checked_output", "checked_packed_output", "checked_decode_output",
+           "snapshot",
            "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]
 
 INPUTS_MODIFIED = "modified its inputs in place"
@@ -177,6 +178,39 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
             raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
                                 f"that see keys (the float64 reference is finite there)")
     return BackendOutput(o, lse, own_lse)
+
+
+def checked_packed_output(out, q, k, v, cu_q, cu_k, causal=False, scale=None) -> BackendOutput:
+    """(o [total_q, H, dv], lse [H, total_q]) from a packed call's return value: each sequence
+    checked as :func:`checked_output` checks a batch of one (shape, dtype, finiteness, an LSE
+    of -inf only on rows that see no key; the stand-in LSE where none was returned);
+    BackendFailed naming the sequence otherwise."""
+    return _checking(_checked_packed, out, q, k, v, cu_q, cu_k, causal, scale)
+
+
+def _checked_packed(out, q, k, v, cu_q, cu_k, causal, scale) -> BackendOutput:
+    o, lse = _unpack(out)
+    want = (q.shape[0], q.shape[1], v.shape[-1])
+    if not isinstance(o, torch.Tensor) or tuple(o.shape) != want:
+        raise BackendFailed(f"returned o as {_describe(o)}; expected [total_q, H, dv] = {want}")
+    if lse is not None and (not isinstance(lse, torch.Tensor)
+                            or tuple(lse.shape) != (want[1], want[0])):
+        raise BackendFailed(f"returned lse as {_describe(lse)}; expected [H, total_q] = "
+                            f"{(want[1], want[0])}")
+    cu_q, cu_k = ([int(x) for x in (c.tolist() if hasattr(c, "tolist") else c)]
+                  for c in (cu_q, cu_k))
+    lses = []
+    for i, (a, b, c, d) in enumerate(zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:],
+                                         strict=True)):
+        dense = [t[lo:hi].transpose(0, 1)[None] for t, lo, hi in ((o, a, b), (q, a, b),
+                                                                   (k, c, d), (v, c, d))]
+        given = dense[0] if lse is None else (dense[0], lse[None, :, a:b])
+        try:
+            lses.append(_checked(given, *dense[1:], causal, scale, None, True)[1][0])
+        except BackendFailed as exc:
+            raise BackendFailed(f"sequence {i} (rows {a}..{b - 1}): {exc}") from None
+    stand_in = q.new_zeros((want[1], 0), dtype=torch.float32)
+    return BackendOutput(o, torch.cat(lses, dim=-1) if lses else stand_in, lse is not None)
 
 
 def checked_decode_output(out, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,

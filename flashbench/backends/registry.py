@@ -22,6 +22,7 @@ import torch
 
 from flashbench import reference
 from flashbench.backends import user
+from flashbench.backends.outputs import BackendOutput
 from flashbench.backends.record import TORCH_FLOATS, VARIANTS, Backend, always_available
 from flashbench.inputs.problem import Shape
 from flashbench.kernels import torch_peers as tp
@@ -59,7 +60,7 @@ def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant
     contributes nothing (it has no rows)."""
     cu_q, cu_k = ([int(x) for x in (c.tolist() if hasattr(c, "tolist") else c)]
                   for c in (cu_q, cu_k))
-    outs, lses = [], []
+    outs, lses, own = [], [], True
     for a, b, c, d in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True):
         if b == a:
             continue
@@ -67,13 +68,15 @@ def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant
                       for t, lo, hi in ((q, a, b), (k, c, d), (v, c, d)))
         out = dense(qi, ki, vi, causal=causal, scale=scale, **variant)
         o, lse = out if isinstance(out, tuple) else (out, None)
+        own = own and getattr(out, "own_lse", True)  # a stand-in stays one (never judged)
         outs.append(o[0].transpose(0, 1))
         lses.append(None if lse is None else lse[0])
     o = (torch.cat(outs) if outs else
          q.new_zeros((0, q.shape[1], v.shape[-1])))
     if lses and lses[0] is None:
         return o
-    return o, (torch.cat(lses, dim=-1) if lses else q.new_zeros((q.shape[1], 0)))
+    lse = torch.cat(lses, dim=-1) if lses else q.new_zeros((q.shape[1], 0))
+    return BackendOutput(o, lse, own)
 
 
 def _triton(q, k, v, causal=False, scale=None, **variant):

@@ -84,6 +84,25 @@ def _forward(worker, q, k, v, causal=False, scale=None, **variant):
                                       scale=scale, variant=variant)), q.device)
 
 
+def _varlen(worker, expand: bool, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
+    """The packed accuracy callable: the function's packed path run in its worker on copies
+    (k, v expanded to q's heads for a function without GQA), cu_seqlens as int32 tensors."""
+    import torch
+
+    from flashbench.kernels.validate import expand_kv
+
+    if expand:
+        k, v = expand_kv(q, k, v)
+    cu = {n: torch.as_tensor(c).to(torch.int32) for n, c in (("cu_q", cu_q), ("cu_k", cu_k))}
+    from flashbench.backends.outputs import BackendOutput
+
+    reply = worker.call(request("varlen", {"q": q, "k": k, "v": v, **cu}, causal=causal,
+                                scale=scale, variant=variant))
+    own = reply["lse"] is not None  # else the stand-in LSE: shown, never judged
+    return BackendOutput(reply["o"].to(q.device),
+                         (reply["lse"] if own else reply["stand_in"]).to(q.device), own)
+
+
 def _grads(worker, expand: bool, q, k, v, do, causal=False):
     """(dq, dk, dv): autograd through the function, in its worker."""
     reply = worker.call({"op": "grads", "q": q, "k": k, "v": v, "do": do, "causal": causal,
@@ -147,6 +166,8 @@ def _make(spec: str, name: str, origin: str, worker, declared: dict):
                    if declared["differentiable"] else None,
                    ran_interpreted=worker.interpreted,
                    variants=tuple(declared.get("variants", ())),
+                   varlen=partial(_varlen, worker, not declared["gqa"])
+                   if declared.get("varlen") else None,
                    lse="the function's own when it returns (o, lse); o alone: judged on o",
                    own_lse=True, origin=origin,
                    limits=None if declared.get("dv") else _same_head_dims)

@@ -65,12 +65,17 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
     return faults, len(outputs)
 
 
+def _pool(case: SpeedCase, samples: int) -> int:
+    """Slots of the case's pool (a packed batch: sized by its rows, not the padded shape)."""
+    shape = case.shape if case.varlen is None else packed_shape(case.varlen, case.shape)
+    return pool_size(shape, case.dtype, samples)
+
+
 def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, device: str):
     from flashbench.backends.tensors import expand_kv
 
     dev = backend.device(device)
-    size = pool_size(case.shape if case.varlen is None else packed_shape(case.varlen, case.shape),
-                     case.dtype, samples)
+    size = _pool(case, samples)
     if case.varlen is not None:  # a packed batch: q, k, v, cu_seqlens as FlashAttention's
         from flashbench.measure.speedvarlen import packed_call
 
@@ -129,8 +134,8 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                                                                warmup, device)
         else:
             reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
-                                   samples, warmup, pool_size(case.shape, case.dtype, samples),
-                                   case.direction, case.kwargs())
+                                   samples, warmup, _pool(case, samples), case.direction,
+                                   case.kwargs(), varlen=case.varlen)
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
             faults = dict(reply["faults"])

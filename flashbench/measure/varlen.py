@@ -123,6 +123,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 records.append(failed)
                 continue
             o, lse = out
+            own_lse = getattr(out, "own_lse", backend.own_lse)  # False: a stand-in (unjudged)
             out = (o.detach().cpu().double().numpy(), lse.detach().cpu().double().numpy())
             if out[0].shape != ref[0].shape or out[1].shape != ref[1].shape:
                 records.append(Failed(case, name, dtype, f"returned o {out[0].shape}, lse "
@@ -130,7 +131,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                                       f"{ref[1].shape}", peer=backend.peer))
                 continue
             records.append(accuracy_record(case, name, prec, out, std, ref, fallback=flash,
-                                           peer=backend.peer, bands=bands))
+                                           own_lse=own_lse, peer=backend.peer, bands=bands))
     return records
 
 
