@@ -64,12 +64,22 @@ install() {
         *.no-index) case "$value" in 1|true|yes|on) args+=(--no-index) ;; esac ;;
       esac
     done < <("$VPY" -m pip config list 2>/dev/null)
-    "$VPY" -m uv pip install -q --python "$VPY" --compile-bytecode \
+    "$VPY" -m uv pip install -q --python "$VPY" "${COMPILE[@]}" \
       --index-strategy unsafe-best-match "${args[@]}" "$@" && return 0
     echo "setup: uv failed; pip instead" >&2
   fi
-  "$VPY" -m pip install -q "$@"
+  "$VPY" -m pip install -q "${PIP_COMPILE[@]}" "$@"
 }
+# Bytecode: compiled at install (all 12,000 modules: ~40 s of CPU here), since
+# PYTHONDONTWRITEBYTECODE (set on these machines) would have every process compile what it
+# imports anew. FLASHBENCH_LAZY_BYTECODE=1 (scripts/test.sh) installs without it: the test
+# run then writes the bytecode of the ~2,200 modules it imports, once.
+COMPILE=(--compile-bytecode)
+PIP_COMPILE=()
+if [ "${FLASHBENCH_LAZY_BYTECODE:-0}" = 1 ]; then
+  COMPILE=()
+  PIP_COMPILE=(--no-compile)
+fi
 TORCH=()
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
