@@ -124,11 +124,9 @@ def _variant(args, shape, causal: bool, run_seed: int):
 
 def _decode(args, dtypes, causals, run_seed: int) -> int:
     """--decode: check --decode's cases (or --decode-case's) on the decode backends."""
-    from flashbench.backends import user
     from flashbench.backends.decode import get_decode_backend, resolve_decode_backends
     from flashbench.measure.decode import DecodeCase, default_decode_cases
     from flashbench.measure.speeddecode import DecodeSpeedCase
-    from flashbench.measure.speedrun import run_speed
 
     given = [o for o, on in (("--shape", args.shape), ("--window", args.window),
                              ("--softcap", args.softcap), ("--sinks", args.sinks),
@@ -139,23 +137,14 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
     cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
              if args.decode_case else
              [c for c in default_decode_cases() if c.causal in causals])
-    names = resolve_decode_backends(args.backend)
-    if args.baseline is not None and args.baseline not in names:
-        raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
-                         f"{names}")
-    with user.session(args.timeout):
-        backends = [get_decode_backend(n) for n in names]
-        report = run_speed([DecodeSpeedCase(c, d) for c in cases for d in dtypes], backends,
-                           run_seed, args.samples, args.warmup, args.baseline,
-                           progress=not args.quiet)
-    return _emit(args, report)
+    return _timed(args, [DecodeSpeedCase(c, d) for c in cases for d in dtypes],
+                  resolve_decode_backends(args.backend), get_decode_backend, run_seed)
 
 
 def run(args) -> int:
-    from flashbench.backends import get_backend, resolve_backends, user
+    from flashbench.backends import get_backend, resolve_backends
     from flashbench.measure.footprint import too_big
     from flashbench.measure.speed import MIN_SAMPLES, SpeedCase
-    from flashbench.measure.speedrun import run_speed
 
     if args.samples < MIN_SAMPLES:
         raise ValueError(f"--samples must be >= {MIN_SAMPLES} (a spread needs them), "
@@ -181,14 +170,21 @@ def run(args) -> int:
     else:
         cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
                  for s in shapes for d in dtypes for c in causals]
-    names = resolve_backends(args.backend)
+    return _timed(args, cases, resolve_backends(args.backend), get_backend, run_seed)
+
+
+def _timed(args, cases, names, get, run_seed: int) -> int:
+    """The speed run of ``cases`` on the backends ``names`` (``get`` makes each), the report
+    emitted; --baseline must be one of them."""
+    from flashbench.backends import user
+    from flashbench.measure.speedrun import run_speed
+
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
                          f"{names}")
     with user.session(args.timeout):
-        backends = [get_backend(n) for n in names]
-        report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
-                           args.baseline, progress=not args.quiet)
+        report = run_speed(cases, [get(n) for n in names], run_seed, args.samples,
+                           args.warmup, args.baseline, progress=not args.quiet)
     return _emit(args, report)
 
 
