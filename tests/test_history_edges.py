@@ -93,22 +93,29 @@ def test_an_inf_read_from_a_results_file_is_non_finite(tmp_path):
 
 def test_a_report_interrupted_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     """history --out writes each file whole: a run that fails while plotting leaves the
-    previous report's files as they were, and no half-written file or staging folder."""
+    previous report's files as they were, and no half-written file or staging folder.
+    (A small results folder: what is checked does not depend on its size; the failing
+    run has staged the CSVs and errors.png when plot_tflops fails.)"""
     from flashbench.history import report
 
-    root = one_real_results_file(tmp_path / "results")
+    root = tiny_results(tmp_path / "results")
     out = tmp_path / "out"
     report.build_report(root, out)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert "report.md" in before and "results.csv" in before
 
-    def broken(*args, **kwargs):
+    staged = []
+
+    def broken(points, df, path):
+        staged.extend(sorted(p.name for p in Path(path).parent.iterdir()))
         raise RuntimeError("interrupted while plotting")
 
     monkeypatch.setattr(report, "plot_tflops", broken)
     with pytest.raises(RuntimeError, match="interrupted"):
         report.build_report(root, out)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"errors.png", "tflops.png", "results.csv"} <= set(before)
+    assert {"errors.png", "results.csv"} <= set(staged)  # written, then left unmoved
     assert after == before
     assert not [p for p in out.iterdir() if p.is_dir()]
 

@@ -44,8 +44,8 @@ def test_nothing_reaches_into_a_study_or_into_tests_and_no_test_loads_a_file_by_
             if folder == "tests" and path.name != "test_layout.py" and \
                     "spec_from_file_location" in text:
                 bad.append(f"{where}: loads a module by file path")
-            if folder == "studies":
-                continue
+            if folder == "studies" or ("studies" not in text and "defects" not in text):
+                continue  # (no import of either can be in a file that never names it)
             for node in ast.walk(ast.parse(text)):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

@@ -1,6 +1,6 @@
 """scripts/slurm_asv.sbatch submitted to a real single-node Slurm (tests/slurm_cluster.py):
-a throw-away copy of this project (its working tree, 3 commits) behind a local bare
-remote; ``sbatch --array=0-1`` runs REAL asv over the 3 commits, shared by the two tasks,
+a throw-away copy of this project (its working tree, 2 commits) behind a local bare
+remote; ``sbatch --array=0-1`` runs REAL asv over the 2 commits, shared by the two tasks,
 then the publish job (``--dependency=afterany``) writes the site and the history report.
 Then the faults, with the fake asv (tests/fanout_fake_asv.py): a failing task while the
 other pushes and the publish job after it, two pushes racing, a task cancelled midway
@@ -86,8 +86,10 @@ def outputs(tmp_path: Path, job: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_real_asv_on_a_real_slurm_array_then_publish(slurm, tmp_path):  # noqa: F811
-    remote, _, commits = project(tmp_path)
-    env = job_env(tmp_path, remote, FLASHBENCH_MAX_COMMITS="3", FLASHBENCH_SITE_LAST="3",
+    # 2 commits, one a task (each commit's real asv run imports the suites and torch:
+    # most of this test's CPU); the faults test below shares 4 and 2 among 2 tasks
+    remote, _, commits = project(tmp_path, commits=2)
+    env = job_env(tmp_path, remote, FLASHBENCH_MAX_COMMITS="2", FLASHBENCH_SITE_LAST="2",
                   FLASHBENCH_ASV_ARGS="--bench TimeSoftmax --quick --launch-method forkserver "
                                       "-E existing:python3")
     array = slurm.sbatch("--array=0-1", str(SBATCH), env=env, cwd=tmp_path)

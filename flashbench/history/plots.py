@@ -70,8 +70,12 @@ class _Series:
     def draw(self, ax, sub: pd.DataFrame, y: str, order: dict) -> list:
         lines = []
         keys = [*IDENTITY, "benchmark", "params"]
-        for _, g in sub.groupby(keys, observed=True, dropna=False, sort=True):
-            g = by_commit(g, order)
+        # the columns a line needs, put in history order once: each group keeps that
+        # order (a sort per line of every column cost most of a report's plotting time)
+        cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
+                                          "commit", y]) if c in sub]
+        for _, g in by_commit(sub[cols], order).groupby(keys, observed=True, dropna=False,
+                                                         sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
             kernel = kernel if isinstance(kernel, str) else None
             dtype = g["dtype"].iloc[0] if "dtype" in g else None
@@ -104,7 +108,7 @@ class _Series:
 
 
 def _spans(ax, sub: pd.DataFrame, order: dict, labels: dict) -> None:
-    fg.machine_spans(ax, fg.spans_of(by_commit(sub, order), labels))
+    fg.machine_spans(ax, fg.spans_of(by_commit(sub[[*IDENTITY, "commit"]], order), labels))
 
 
 def errors_figure(df: pd.DataFrame):
