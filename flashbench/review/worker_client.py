@@ -195,12 +195,18 @@ class Worker:
                     stream.close()
 
 
+# the suites listed by a fresh process that only imports them (a worker's guard would
+# first import torch._dynamo: seconds of CPU for a process that runs no benchmark)
+LISTING = ("import json, sys; sys.path.insert(0, {here!r}); import worker_process as w; "
+           "print(json.dumps({{'benchmarks': w.Suites({root!r}).describe()}}))")
+
+
 def _script(args: list, tree: Path, log: Path, timeout: float, threads: int | None = None
             ) -> tuple[dict | None, str]:
-    """worker_process.py ``args`` run in ``tree``: (its last line's JSON or None, why)."""
+    """``python args`` run in ``tree``: (its last line's JSON or None, why)."""
     with open(log, "a") as err:
         try:
-            r = subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=tree,
+            r = subprocess.run([sys.executable, *map(str, args)], cwd=tree,
                                env=_env(Path(tree), threads), stdout=subprocess.PIPE,
                                stderr=err, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -214,15 +220,15 @@ def _script(args: list, tree: Path, log: Path, timeout: float, threads: int | No
 def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
                 timeout: float, threads: int | None = None) -> dict:
     """One fresh-process peak-memory measurement (bytes) of a grid point."""
-    reply, why = _script(["peakmem", bench_dir, name, index], tree, log, timeout, threads)
+    reply, why = _script([SCRIPT, "peakmem", bench_dir, name, index], tree, log, timeout,
+                         threads)
     return reply or {"status": "failed", "reason": why}
 
 
 def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
     """Today's benchmarks, discovered by a fresh process on the working tree itself."""
-    reply, why = _script(["list", bench_dir], root, log, START_TIMEOUT)
+    code = LISTING.format(here=str(SCRIPT.parent), root=str(Path(bench_dir).resolve()))
+    reply, why = _script(["-c", code], root, log, START_TIMEOUT)
     if reply is None:
-        raise WorkerError(f"listing the benchmarks failed: {why}")
-    if "error" in reply:
-        raise WorkerError(f"the benchmarks in {bench_dir} do not import: {reply['error']}")
+        raise WorkerError(f"the benchmarks in {bench_dir} do not import: {why}")
     return reply["benchmarks"]

@@ -3,13 +3,11 @@
 ``serve`` imports *today's* suites once against each commit's tree and keeps the two sets
 of modules apart (:class:`Sides`), so base and head run in one process and its own speed
 cancels in each round's ratio (docs/review.md); requests and replies are JSON lines
-(:func:`serve`). ``peakmem`` measures one fresh-process peak memory; ``list`` lists the
-suites. It imports nothing of flashbench (the base commit may not have this code): only
-the suites do.
+(:func:`serve`). ``peakmem`` measures one fresh-process peak memory. It imports nothing of
+flashbench (the base commit may not have this code): only the suites do.
 
     python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker_process.py peakmem BENCHMARK_DIR NAME I
-    python worker_process.py list BENCHMARK_DIR
 """
 
 import functools
@@ -235,8 +233,8 @@ def _top_level_names(tree: str) -> set:
     return names
 
 
-def _guard():
-    """worker_guard.py (loaded by path, once)."""
+def entry_points() -> dict:
+    """numpy's, torch's, time's callables and this script's timer (worker_guard.py, by path)."""
     if not GUARD:
         import importlib.util
 
@@ -244,12 +242,7 @@ def _guard():
                                                       os.path.join(HERE, "worker_guard.py"))
         GUARD["module"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(GUARD["module"])
-    return GUARD["module"]
-
-
-def entry_points() -> dict:
-    """numpy's, torch's, time's callables and this script's timer (worker_guard.py)."""
-    return _guard().entry_points({f"worker_process.{n}": globals()[n] for n in (
+    return GUARD["module"].entry_points({f"worker_process.{n}": globals()[n] for n in (
         "_sample", "_call", "time_point", "pair_point")})
 
 
@@ -359,16 +352,6 @@ def serve(root: str, trees: dict, out) -> int:
     return 0
 
 
-def listing(root: str, out) -> int:
-    """``list``: Suites.describe, unguarded (nothing runs; settling torch costs seconds)."""
-    try:
-        reply = {"benchmarks": Suites(root).describe()}
-    except BaseException as exc:  # the suites do not import
-        reply = {"error": _guard().discovery_error(exc, _reason(exc))}
-    out.write(json.dumps(reply) + "\n")
-    return 0
-
-
 def peak_rss() -> float:
     """This process's peak resident set size in bytes: Linux's VmHWM (ru_maxrss keeps the
     parent's peak from before exec); elsewhere asv's own get_maxrss."""
@@ -406,8 +389,6 @@ def main(argv: list) -> int:
     sys.stdout = sys.stderr
     if len(argv) >= 3 and argv[0] == "serve" and all("=" in a for a in argv[2:]):
         return serve(os.path.abspath(argv[1]), dict(a.split("=", 1) for a in argv[2:]), out)
-    if len(argv) == 2 and argv[0] == "list":
-        return listing(os.path.abspath(argv[1]), out)
     if len(argv) == 4 and argv[0] == "peakmem":
         return peakmem(argv[1], argv[2], int(argv[3]), out)
     sys.stderr.write(next(part for part in __doc__.split("\n\n")
