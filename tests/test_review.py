@@ -186,8 +186,9 @@ def test_two_timing_workers_sample_at_once(project):
     """--jobs 2 (with --threads 1): two worker processes, each on a CPU of its own, each
     holding both commits; the verdicts are those of one worker."""
     _, _, c = project
-    r = review(project, c["base"], c["slow"], "--bench", CHEAP, "--budget", "40", "--json",
-               "--jobs", "2", "--factor", WIDE)
+    # TimeAttention alone: two comparisons per worker, streamed and one-shot
+    r = review(project, c["base"], c["slow"], "--bench", r"TimeAttention.*1024x1024x64",
+               "--budget", "30", "--json", "--jobs", "2", "--factor", WIDE)
     if len(os.sched_getaffinity(0)) < 2:
         assert r.returncode == 2 and "needs 2 CPUs" in r.stderr, r.stderr
         return
