@@ -64,11 +64,9 @@ def tree(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def worker(tree):
-    """One worker for the module's requests on ``tree`` (each start imports the guard's
-    torch._dynamo: seconds of CPU), held as two sides and pinned as ``--threads 1`` pins
-    a review's; requests name no side: the first. A test that kills it leaves it restarted."""
-    w = Worker("base", {"base": tree, "head": tree}, tree / "benchmarks", tree / "w.log", 1,
-               lane_cpus(1)[0]).start()
+    """One worker for the module's one-sided requests (each start imports the guard's
+    torch._dynamo: seconds of CPU); a test that kills it leaves it restarted."""
+    w = Worker("base", {"base": tree}, tree / "benchmarks", tree / "w.log").start()
     yield w
     w.stop()
 
@@ -142,9 +140,9 @@ def test_each_timing_worker_gets_cpus_of_its_own(monkeypatch):
             bad.check()
 
 
-def test_the_worker_can_be_pinned_to_one_cpu(worker):
+def test_the_worker_can_be_pinned_to_one_cpu(tree, tmp_path):
     """With --threads N, the timing worker runs on the last N CPUs; without --threads
-    it is not pinned (``worker`` was started with lane_cpus(1)'s CPUs)."""
+    it is not pinned."""
     import os
 
     allowed = sorted(os.sched_getaffinity(0))
@@ -154,10 +152,16 @@ def test_the_worker_can_be_pinned_to_one_cpu(worker):
         assert cpus is None  # nothing to choose: one CPU
         return
     assert cpus == frozenset(allowed[-1:])
-    assert worker.cpus == cpus and os.sched_getaffinity(worker.proc.pid) == cpus
-    for side in ("base", "head"):
-        assert worker.ask(side=side, op="track", name="suite.Things.track_value",
-                          index=0)["value"] == 10.0
+    w = Worker("timing", {"base": tree, "head": tree}, tree / "benchmarks",
+               tmp_path / "w.log", 1, cpus)
+    try:
+        w.start()
+        assert os.sched_getaffinity(w.proc.pid) == cpus
+        for side in ("base", "head"):
+            assert w.ask(side=side, op="track", name="suite.Things.track_value",
+                         index=0)["value"] == 10.0
+    finally:
+        w.stop()
 
 
 # --------------------------------------- both commits in one process (modules kept apart)
