@@ -374,6 +374,37 @@ def test_peak_memory_is_the_fresh_processs_own(tree, tmp_path):
     del big
 
 
+def test_listing_is_a_workers_and_imports_no_guard(tree, tmp_path):
+    """list_suites lists what a serving worker lists, from a process that only imports
+    the suites: before, a worker's guard imported torch._dynamo first (~2 s of CPU per
+    review). A suite module records what its import found; a broken suite is named."""
+    import importlib.util
+
+    from flashbench.review.worker_client import WorkerError, list_suites
+
+    bench = tmp_path / "listed" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "__init__.py").write_text("")
+    (bench / "suite.py").write_text(textwrap.dedent(SUITE) + textwrap.dedent(f"""
+        import sys
+        with open({str(tmp_path / "seen")!r}, "w") as f:
+            f.write(str("torch._dynamo" in sys.modules))
+        """))
+    listed = list_suites(bench.parent, bench, tmp_path / "l.log")
+    w = Worker("listing", {"tree": bench.parent}, bench, tmp_path / "w.log").start()
+    try:
+        assert listed == w.ask(op="list")["benchmarks"]
+    finally:
+        w.stop()
+    if importlib.util.find_spec("torch"):  # the serving worker's guard imported it first
+        assert (tmp_path / "seen").read_text() == "True"
+    list_suites(bench.parent, bench, tmp_path / "l.log")  # the listing process alone
+    assert (tmp_path / "seen").read_text() == "False"
+    (bench / "suite.py").write_text("import no_such_module\n")
+    with pytest.raises(WorkerError, match="do not import: exit 1 .*no_such_module"):
+        list_suites(bench.parent, bench, tmp_path / "l.log")
+
+
 def test_script_alone_prints_usage():
     script = Path(__file__).resolve().parents[1] / "flashbench" / "review" / "worker_process.py"
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
