@@ -62,9 +62,11 @@ def tree(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def worker(tree, tmp_path):
-    w = Worker("base", {"base": tree}, tree / "benchmarks", tmp_path / "w.log").start()
+@pytest.fixture(scope="module")
+def worker(tree):
+    """One worker for the module's one-sided requests (each start imports the guard's
+    torch._dynamo: seconds of CPU); a test that kills it leaves it restarted."""
+    w = Worker("base", {"base": tree}, tree / "benchmarks", tree / "w.log").start()
     yield w
     w.stop()
 
@@ -233,108 +235,107 @@ def two_sided(tmp_path_factory):
     return bench, _commit_tree(top / "base", 1.0), _commit_tree(top / "head", 2.0)
 
 
-def test_one_process_runs_each_commits_own_code(two_sided, tmp_path):
+@pytest.fixture(scope="module")
+def both(two_sided):
+    """One worker holding base and head for the module's two-sided requests."""
+    bench, base, head = two_sided
+    w = Worker("timing", {"base": base, "head": head}, bench, bench.parent / "w.log").start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="module")
+def with_broken(two_sided):
+    """One worker holding base and a head whose flashbench does not import."""
+    bench, base, _ = two_sided
+    broken = _commit_tree(bench.parent.parent / "broken", 3.0, broken=True)
+    w = Worker("timing", {"base": base, "head": broken}, bench,
+               bench.parent / "b.log").start()
+    yield w
+    w.stop()
+
+
+def test_one_process_runs_each_commits_own_code(both):
     """Base and head share one process (a process's own speed cancels in each round's
     ratio) yet each request runs its own commit's modules: imports at load time, imports
     inside the call (first made under either side), and the working directory."""
-    bench, base, head = two_sided
-    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
-    try:
-        assert w.errors == {}
+    w = both
+    assert w.errors == {}
 
-        def track(side, name):
-            r = w.ask(side=side, op="track", name=f"suite.{name}", index=0)
-            assert r["status"] == "ok", r
-            return r["value"]
+    def track(side, name):
+        r = w.ask(side=side, op="track", name=f"suite.{name}", index=0)
+        assert r["status"] == "ok", r
+        return r["value"]
 
-        assert [track(s, "track_commit") for s in ("base", "head", "head", "base")] == [
-            1.0, 2.0, 2.0, 1.0]
-        assert track("head", "track_lazy") == 20.0  # first imported under head
-        assert track("base", "track_lazy") == 10.0  # then under base: base's own file
-        assert track("head", "track_lazy") == 20.0
-        assert track("base", "track_pid") == track("head", "track_pid") == w.proc.pid
-        # a child process (peak memory tracks measure in one) imports that commit's too
-        assert track("head", "track_child_process_imports_the_commit") == 2.0
-        assert track("base", "track_child_process_imports_the_commit") == 1.0
-        assert track("base", "track_cwd_is_the_tree") == 1.0
-        assert track("head", "track_cwd_is_the_tree") == 1.0
-        timed = w.ask(side="head", op="time", name="suite.track_commit", index=0, number=0,
-                      samples=1)
-        assert timed["status"] == "ok"
-        with pytest.raises(Exception, match="no side 'other'"):
-            w.ask(side="other", op="track", name="suite.track_commit", index=0)
-    finally:
-        w.stop()
+    assert [track(s, "track_commit") for s in ("base", "head", "head", "base")] == [
+        1.0, 2.0, 2.0, 1.0]
+    assert track("head", "track_lazy") == 20.0  # first imported under head
+    assert track("base", "track_lazy") == 10.0  # then under base: base's own file
+    assert track("head", "track_lazy") == 20.0
+    assert track("base", "track_pid") == track("head", "track_pid") == w.proc.pid
+    # a child process (peak memory tracks measure in one) imports that commit's too
+    assert track("head", "track_child_process_imports_the_commit") == 2.0
+    assert track("base", "track_child_process_imports_the_commit") == 1.0
+    assert track("base", "track_cwd_is_the_tree") == 1.0
+    assert track("head", "track_cwd_is_the_tree") == 1.0
+    timed = w.ask(side="head", op="time", name="suite.track_commit", index=0, number=0,
+                  samples=1)
+    assert timed["status"] == "ok"
+    with pytest.raises(Exception, match="no side 'other'"):
+        w.ask(side="other", op="track", name="suite.track_commit", index=0)
 
 
-def test_a_pair_interleaves_both_commits_samples_abba(two_sided, tmp_path):
+def test_a_pair_interleaves_both_commits_samples_abba(two_sided, both, with_broken):
     """op "pair": both sides set up, one warm-up call each, then samples alternating
     A B B A A B ..., each run with its own commit's modules."""
-    bench, base, head = two_sided
+    bench = two_sided[0]
     log = bench / "calls.log"
     log.unlink(missing_ok=True)
-    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
-    try:
-        r = w.ask_pair(("head", "base"), name="suite.time_sleep_by_commit", index=0,
-                       number=2, samples=3)
-        assert r["status"] == "ok" and r["number"] == 2, r
-        assert len(r["base"]) == len(r["head"]) == 3
-        assert 1.5 < min(r["head"]) / min(r["base"]) < 2.5  # each its own commit's code
-        assert log.read_text().split() == (["2", "1"] + ["2"] * 2 + ["1"] * 4 + ["2"] * 4
-                                           + ["1"] * 2)  # warm-ups, then H B B H H B
-        skipped = w.ask_pair(("base", "head"), name="suite.NotInHead.time_nothing",
-                             index=0, number=1, samples=1)
-        assert (skipped["status"], skipped["side"]) == ("skipped", "head"), skipped
-        assert "not in this commit" in skipped["reason"]
-        with pytest.raises(Exception, match="a pair needs two"):
-            w.ask_pair(("base", "base"), name="suite.time_sleep_by_commit", index=0,
-                       number=1, samples=1)
-        with pytest.raises(Exception, match="calibrated number"):
-            w.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
-                       number=0, samples=1)
-    finally:
-        w.stop()
-    broken = _commit_tree(tmp_path / "broken", 3.0, broken=True)
-    w = Worker("timing", {"base": base, "head": broken}, bench, tmp_path / "b.log").start()
-    try:
-        r = w.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
-                       number=1, samples=1)
-        assert (r["status"], r["side"]) == ("failed", "head")
-        assert "this commit is broken" in r["reason"]
-    finally:
-        w.stop()
+    w = both
+    r = w.ask_pair(("head", "base"), name="suite.time_sleep_by_commit", index=0,
+                   number=2, samples=3)
+    assert r["status"] == "ok" and r["number"] == 2, r
+    assert len(r["base"]) == len(r["head"]) == 3
+    assert 1.5 < min(r["head"]) / min(r["base"]) < 2.5  # each its own commit's code
+    assert log.read_text().split() == (["2", "1"] + ["2"] * 2 + ["1"] * 4 + ["2"] * 4
+                                       + ["1"] * 2)  # warm-ups, then H B B H H B
+    skipped = w.ask_pair(("base", "head"), name="suite.NotInHead.time_nothing",
+                         index=0, number=1, samples=1)
+    assert (skipped["status"], skipped["side"]) == ("skipped", "head"), skipped
+    assert "not in this commit" in skipped["reason"]
+    with pytest.raises(Exception, match="a pair needs two"):
+        w.ask_pair(("base", "base"), name="suite.time_sleep_by_commit", index=0,
+                   number=1, samples=1)
+    with pytest.raises(Exception, match="calibrated number"):
+        w.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
+                   number=0, samples=1)
+    r = with_broken.ask_pair(("base", "head"), name="suite.time_sleep_by_commit", index=0,
+                             number=1, samples=1)
+    assert (r["status"], r["side"]) == ("failed", "head")
+    assert "this commit is broken" in r["reason"]
 
 
-def test_a_two_sided_worker_that_dies_is_restarted_with_both_sides(two_sided, tmp_path):
-    bench, base, head = two_sided
-    w = Worker("timing", {"base": base, "head": head}, bench, tmp_path / "w.log").start()
-    try:
-        first = w.proc.pid
-        w.proc.kill()
-        w.proc.wait()
-        assert w.ask(side="head", op="track", name="suite.track_commit", index=0)[
-            "value"] == 2.0  # restarted for the request
-        assert w.proc.pid != first
-        assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
-            "value"] == 1.0
-    finally:
-        w.stop()
+def test_a_two_sided_worker_that_dies_is_restarted_with_both_sides(both):
+    w = both
+    first = w.proc.pid
+    w.proc.kill()
+    w.proc.wait()
+    assert w.ask(side="head", op="track", name="suite.track_commit", index=0)[
+        "value"] == 2.0  # restarted for the request
+    assert w.proc.pid != first
+    assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
+        "value"] == 1.0
 
 
-def test_a_commit_whose_suites_do_not_import_fails_only_its_side(two_sided, tmp_path):
-    bench, base, _ = two_sided
-    broken = _commit_tree(tmp_path / "broken", 3.0, broken=True)
-    w = Worker("timing", {"base": base, "head": broken}, bench, tmp_path / "w.log").start()
-    try:
-        assert list(w.errors) == ["head"]  # issue 36 (12): it names the cause, not discovery
-        assert w.errors["head"] == ("its flashbench failed to import: ImportError: this commit "
-                                    "is broken")
-        r = w.ask(side="head", op="track", name="suite.track_commit", index=0)
-        assert r["status"] == "failed" and "this commit is broken" in r["reason"]
-        assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
-            "value"] == 1.0
-    finally:
-        w.stop()
+def test_a_commit_whose_suites_do_not_import_fails_only_its_side(with_broken):
+    w = with_broken
+    assert list(w.errors) == ["head"]  # issue 36 (12): it names the cause, not discovery
+    assert w.errors["head"] == ("its flashbench failed to import: ImportError: this commit "
+                                "is broken")
+    r = w.ask(side="head", op="track", name="suite.track_commit", index=0)
+    assert r["status"] == "failed" and "this commit is broken" in r["reason"]
+    assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
+        "value"] == 1.0
 
 
 def test_a_closed_worker_is_never_started_again(tree, tmp_path):
@@ -371,6 +372,33 @@ def test_peak_memory_is_the_fresh_processs_own(tree, tmp_path):
     assert r["status"] == "ok"
     assert 200 * 2**20 < r["value"] < 400 * 2**20, r
     del big
+
+
+def test_listing_is_a_workers_and_imports_no_guard(tree, worker, tmp_path):
+    """list_suites lists what a serving worker lists, from a process that only imports
+    the suites: before, it was a worker, whose guard imported torch._dynamo first (~2 s
+    of CPU per review; this test's last suite saw it imported). A broken suite is named."""
+    from flashbench.review.worker_client import WorkerError, list_suites
+
+    assert list_suites(tree, tree / "benchmarks", tmp_path / "l.log") == worker.ask(
+        op="list")["benchmarks"]
+    bench = tmp_path / "listed" / "benchmarks"
+    bench.mkdir(parents=True)
+    (bench / "__init__.py").write_text("")
+    (bench / "suite.py").write_text(textwrap.dedent(f"""
+        import sys
+        with open({str(tmp_path / "seen")!r}, "w") as f:
+            f.write(str("torch._dynamo" in sys.modules))
+
+        def track_one():
+            return 1.0
+        """))
+    assert [b["name"] for b in list_suites(bench.parent, bench, tmp_path / "l.log")] == [
+        "suite.track_one"]
+    assert (tmp_path / "seen").read_text() == "False"
+    (bench / "suite.py").write_text("import no_such_module\n")
+    with pytest.raises(WorkerError, match="do not import: exit 1 .*no_such_module"):
+        list_suites(bench.parent, bench, tmp_path / "l.log")
 
 
 def test_script_alone_prints_usage():

@@ -58,68 +58,54 @@ def _tree(root, text):
     return root
 
 
-@pytest.fixture
-def sides(tmp_path):
-    bench = tmp_path / "today" / "benchmarks"
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    """One worker holding an honest base and every head (each head a side of its own, as
+    base and head are in a review): each start imports the guard's torch._dynamo."""
+    tmp = tmp_path_factory.mktemp("speed")
+    bench = tmp / "today" / "benchmarks"
     bench.mkdir(parents=True)
     (bench / "__init__.py").write_text("")
     (bench / "suite.py").write_text(textwrap.dedent(SUITE))
-
-    def start(head: str):
-        trees = {"base": _tree(tmp_path / f"base-{head}", HONEST),
-                 "head": _tree(tmp_path / f"head-{head}", CHEATS.get(head, HONEST))}
-        return Worker("timing", trees, bench, tmp_path / f"{head}.log").start()
-
-    return start
+    trees = {"base": _tree(tmp / "base", HONEST), "honest": _tree(tmp / "honest", HONEST),
+             **{head: _tree(tmp / head, text) for head, text in CHEATS.items()}}
+    worker = Worker("timing", trees, bench, tmp / "w.log").start()
+    yield worker
+    worker.stop()
 
 
-def test_a_head_that_memoises_on_id_fails_the_pair_and_base_stays_ok(sides):
-    w = sides("memo")
-    try:
-        r = w.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=4,
-                       samples=3)
-        assert (r["status"], r["side"]) == ("failed", "head"), r
-        assert "stale or wrong output" in r["reason"]
-        ok = w.ask(side="base", op="time", name="suite.Fresh.time_call", index=0, number=4,
+def test_a_head_that_memoises_on_id_fails_the_pair_and_base_stays_ok(w):
+    r = w.ask_pair(("base", "memo"), name="suite.Fresh.time_call", index=0, number=4,
                    samples=3)
-        assert ok["status"] == "ok", ok
-    finally:
-        w.stop()
-    honest = sides("honest")
-    try:
-        r = honest.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=4,
-                            samples=3)
-        assert r["status"] == "ok", r
-    finally:
-        honest.stop()
+    assert (r["status"], r["side"]) == ("failed", "memo"), r
+    assert "stale or wrong output" in r["reason"]
+    ok = w.ask(side="base", op="time", name="suite.Fresh.time_call", index=0, number=4,
+               samples=3)
+    assert ok["status"] == "ok", ok
+    r = w.ask_pair(("base", "honest"), name="suite.Fresh.time_call", index=0, number=4,
+                   samples=3)
+    assert r["status"] == "ok", r
 
 
-def test_a_head_that_patches_numpy_at_import_is_refused_by_name(sides):
-    w = sides("numpy")
-    try:
-        assert "head" in w.errors and "numpy.sum" in w.errors["head"], w.errors
-        base = w.ask(side="base", op="track", name="suite.track_numpy_sum", index=0)
-        assert base == {"status": "ok", "value": 3.0}  # the original was put back
-        head = w.ask(side="head", op="track", name="suite.track_numpy_sum", index=0)
-        assert head["status"] == "failed" and "numpy.sum" in head["reason"]
-    finally:
-        w.stop()
+def test_a_head_that_patches_numpy_at_import_is_refused_by_name(w):
+    assert "numpy" in w.errors and "numpy.sum" in w.errors["numpy"], w.errors
+    assert not {"base", "honest", "memo"} & set(w.errors), w.errors  # the others import
+    base = w.ask(side="base", op="track", name="suite.track_numpy_sum", index=0)
+    assert base == {"status": "ok", "value": 3.0}  # the original was put back
+    head = w.ask(side="numpy", op="track", name="suite.track_numpy_sum", index=0)
+    assert head["status"] == "failed" and "numpy.sum" in head["reason"]
 
 
-def test_a_call_that_patches_the_clock_refuses_its_side_from_then_on(sides):
-    w = sides("clock")
-    try:
-        assert w.ask(side="base", op="track", name="suite.track_patches_the_clock",
-                     index=0)["status"] == "ok"
-        r = w.ask(side="head", op="track", name="suite.track_patches_the_clock", index=0)
-        assert r["status"] == "failed" and "time.perf_counter" in r["reason"], r
-        r = w.ask_pair(("base", "head"), name="suite.Fresh.time_call", index=0, number=2,
-                       samples=2)
-        assert (r["status"], r["side"]) == ("failed", "head")
-        assert w.ask(side="base", op="track", name="suite.track_numpy_sum",
-                     index=0)["status"] == "ok"
-    finally:
-        w.stop()
+def test_a_call_that_patches_the_clock_refuses_its_side_from_then_on(w):
+    assert w.ask(side="base", op="track", name="suite.track_patches_the_clock",
+                 index=0)["status"] == "ok"
+    r = w.ask(side="clock", op="track", name="suite.track_patches_the_clock", index=0)
+    assert r["status"] == "failed" and "time.perf_counter" in r["reason"], r
+    r = w.ask_pair(("base", "clock"), name="suite.Fresh.time_call", index=0, number=2,
+                   samples=2)
+    assert (r["status"], r["side"]) == ("failed", "clock")
+    assert w.ask(side="base", op="track", name="suite.track_numpy_sum",
+                 index=0)["status"] == "ok"
 
 
 CHEAT = '''

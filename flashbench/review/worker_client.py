@@ -195,30 +195,40 @@ class Worker:
                     stream.close()
 
 
+# the suites listed by a fresh process that only imports them (a worker's guard would
+# first import torch._dynamo: seconds of CPU for a process that runs no benchmark)
+LISTING = ("import json, sys; sys.path.insert(0, {here!r}); import worker_process as w; "
+           "print(json.dumps({{'benchmarks': w.Suites({root!r}).describe()}}))")
+
+
+def _script(args: list, tree: Path, log: Path, timeout: float, threads: int | None = None
+            ) -> tuple[dict | None, str]:
+    """``python args`` run in ``tree``: (its last line's JSON or None, why)."""
+    with open(log, "a") as err:
+        try:
+            r = subprocess.run([sys.executable, *map(str, args)], cwd=tree,
+                               env=_env(Path(tree), threads), stdout=subprocess.PIPE,
+                               stderr=err, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {timeout:.0f} s"
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        return None, f"exit {r.returncode} ({_tail(log)})"
+    return json.loads(lines[-1]), ""
+
+
 def peak_memory(tree: Path, bench_dir: Path, name: str, index: int, log: Path,
                 timeout: float, threads: int | None = None) -> dict:
     """One fresh-process peak-memory measurement (bytes) of a grid point."""
-    with open(log, "a") as err:
-        try:
-            r = subprocess.run([sys.executable, str(SCRIPT), "peakmem", str(bench_dir), name,
-                                str(index)], cwd=tree, env=_env(Path(tree), threads),
-                               stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        return {"status": "failed", "reason": f"exit {r.returncode} ({_tail(log)})"}
-    return json.loads(lines[-1])
+    reply, why = _script([SCRIPT, "peakmem", bench_dir, name, index], tree, log, timeout,
+                         threads)
+    return reply or {"status": "failed", "reason": why}
 
 
 def list_suites(root: Path, bench_dir: Path, log: Path) -> list[dict]:
-    """Today's benchmarks, discovered by a worker on the working tree itself."""
-    w = Worker("working-tree", {"working-tree": root}, bench_dir, log)
-    try:
-        w.start()
-        if w.errors:
-            why = next(iter(w.errors.values()))
-            raise WorkerError(f"the benchmarks in {bench_dir} do not import: {why}")
-        return w.ask(timeout=START_TIMEOUT, op="list")["benchmarks"]
-    finally:
-        w.stop()
+    """Today's benchmarks, discovered by a fresh process on the working tree itself."""
+    code = LISTING.format(here=str(SCRIPT.parent), root=str(Path(bench_dir).resolve()))
+    reply, why = _script(["-c", code], root, log, START_TIMEOUT)
+    if reply is None:
+        raise WorkerError(f"the benchmarks in {bench_dir} do not import: {why}")
+    return reply["benchmarks"]
