@@ -330,7 +330,8 @@ def test_the_interpreter_skips_only_the_overflow_checks_it_would_drop(monkeypatc
         builder.options = before
 
 
-def test_an_interpreted_helper_patches_triton_language_once_a_launch(monkeypatch):
+def test_an_interpreted_helper_patches_triton_language_once_a_launch(monkeypatch,
+                                                                      working_interpreter):
     """Triton's interpreted twin of a jitted helper (tl.max, tl.sum, the kernels' own)
     patches triton.language on every call, nothing of it undone within the launch; a
     launch patches it once a function and runs the later calls directly (half the
