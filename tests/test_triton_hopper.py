@@ -3,6 +3,8 @@ tensors (compiled on a GPU): each against the float64 reference by the baseline 
 band rule, and bitwise against today's kernel on the same tiles (same recurrence, same
 block order); the persistent grid over tile counts that do not divide its programs."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -77,6 +79,13 @@ def test_property_variant_is_bitwise_todays_kernel(nq, nk, d, causal, dtype, bm,
     assert torch.equal(lse, rlse)
 
 
+@functools.cache
+def _todays_kernel(causal):
+    """Today's kernel on the persistent-grid case: the same for every program count."""
+    q, k, v = qkv(1, 5, 80, 80, 16, seed=3)
+    return triton_forward.forward(q, k, v, causal=causal, config=cfg(16, 16))[:2]
+
+
 @pytest.mark.parametrize("programs", [1, 2, 5, 64])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_persistent_grid_computes_every_tile_once(programs, causal, monkeypatch):
@@ -86,7 +95,7 @@ def test_persistent_grid_computes_every_tile_once(programs, causal, monkeypatch)
     q, k, v = qkv(1, 5, 80, 80, 16, seed=3)
     o, lse, _ = triton_hopper.forward(q, k, v, causal=causal, kernel="persistent",
                                       tiles=(16, 16))
-    ro, rlse, _ = triton_forward.forward(q, k, v, causal=causal, config=cfg(16, 16))
+    ro, rlse = _todays_kernel(causal)
     assert torch.equal(o, ro) and torch.equal(lse, rlse)
 
 

@@ -328,3 +328,32 @@ def test_the_interpreter_skips_only_the_overflow_checks_it_would_drop(monkeypatc
         assert builder.options.sanitize_overflow is True  # its asserts would run: kept
     finally:
         builder.options = before
+
+
+def test_an_interpreted_helper_patches_triton_language_once_a_launch(monkeypatch,
+                                                                      working_interpreter):
+    """Triton's interpreted twin of a jitted helper (tl.max, tl.sum, the kernels' own)
+    patches triton.language on every call, nothing of it undone within the launch; a
+    launch patches it once a function and runs the later calls directly (half the
+    interpreted forward's time): the same bits as patching on every call."""
+    from triton.runtime import interpreter as ti
+
+    from flashbench.kernels import interpreter
+
+    patched, patch = [], ti._patch_lang
+    monkeypatch.setattr(ti, "_patch_lang", lambda fn: patched.append(fn) or patch(fn))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 70, 16, generator=g) for _ in range(3))
+    tiles = Config.of(BLOCK_M=16, BLOCK_N=16)
+    once = triton_forward.forward(q, k, v, causal=True, config=tiles)[:2]
+    assert len(patched) > 1 and len(patched) == len(set(patched))  # the launch + helpers
+
+    class Never(set):  # the memo of patched helpers forgets: Triton's own every-call patch
+        def __contains__(self, fn):
+            return False
+
+    monkeypatch.setattr(interpreter, "_PATCHED_FOR", Never())
+    patched.clear()
+    every = triton_forward.forward(q, k, v, causal=True, config=tiles)[:2]
+    assert len(patched) > 5 * len(set(patched))  # helpers called once a key block or more
+    assert all(torch.equal(a, b) for a, b in zip(once, every, strict=True))

@@ -55,10 +55,27 @@ def skip_discarded_overflow_checks() -> None:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
 
 
+_PATCHED_FOR: set[Callable] = set()  # helpers whose language patch stands in this launch
+
+
 def _call_interpreted(self, *args, **kwargs):
     # Stands in for JITFunction.__call__ during an interpreted launch: a jitted helper
-    # called from interpreted code runs as its interpreted twin.
-    return twin(self.fn)(*args, **kwargs)
+    # called from interpreted code runs as its interpreted twin. Triton's twin patches
+    # triton.language on every call (inspect.getmembers of 4 modules: most of the
+    # interpreter's time in kernels that call tl.max / tl.sum per key block) and nothing
+    # undoes it within the launch, so a helper's later calls run its rewritten function
+    # directly, with the same error wrapping.
+    found = twin(self.fn)
+    rewrite = getattr(found, "rewrite", None)
+    if self.fn not in _PATCHED_FOR or rewrite is None:
+        _PATCHED_FOR.add(self.fn)
+        return found(*args, **kwargs)
+    from triton.runtime.errors import InterpreterError
+
+    try:
+        return rewrite()(*args, **kwargs)
+    except Exception as e:
+        raise InterpreterError(repr(e)) from e
 
 
 def language_objects() -> list:
@@ -97,10 +114,12 @@ def jitted_helpers_interpreted():
     with _LOCK, _language_restored():
         original = JITFunction.__dict__["__call__"]
         JITFunction.__call__ = _call_interpreted
+        _PATCHED_FOR.clear()
         try:
             yield
         finally:
             JITFunction.__call__ = original
+            _PATCHED_FOR.clear()
 
 
 # ---------------------------------------------- a user's kernels (TRITON_INTERPRET=1)
