@@ -5,6 +5,8 @@ reference, the precision models and the Triton decode kernel (interpreted on CPU
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench.inputs.kvcache import make_decode, value_cache
 from flashbench.kernels import triton_decode as TD
@@ -129,3 +131,23 @@ def test_the_gpu_session_plans_the_head_dims_and_the_absorbed_decode():
         assert any("attn_fwd" in x and dims in x for x in sigs), dims
     assert any("decode_split" in x and "ABSORBED=True" in x and "D_QK=576" in x for x in sigs)
     assert gpu_decode.mla_bytes(16, 8192) == 2 * (16 * 8192 * 576 + 16 * 128 * (576 + 512))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_decode_plan_shapes_are_those_of_the_drawn_inputs(data):
+    """The decode plan lays out its check cases' tensors without drawing them
+    (tools/gpu/decode.check_shapes): the shapes decode_inputs draws, for contiguous and
+    paged caches, ragged lengths (0 included), GQA and a value head dim of its own."""
+    from flashbench.measure.decode import DecodeCase, decode_inputs
+    from tools.gpu import decode as gpu_decode
+
+    B = data.draw(st.integers(1, 3))
+    Hkv = data.draw(st.sampled_from([1, 2]))
+    d = data.draw(st.sampled_from([8, 16]))
+    case = DecodeCase(B, Hkv * data.draw(st.integers(1, 2)), Hkv, data.draw(st.integers(1, 2)),
+                      d, tuple(data.draw(st.lists(st.integers(0, 40), min_size=B, max_size=B))),
+                      data.draw(st.sampled_from([None, 4, 16])), causal=False,
+                      dv=data.draw(st.sampled_from([d, 8])))
+    drawn = tuple(None if x is None else tuple(x.shape) for x in decode_inputs(case))
+    assert gpu_decode.check_shapes(case) == drawn

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from flashbench import reference as R
 from flashbench.inputs import Shape
@@ -484,22 +482,3 @@ def test_the_fp8_rows_time_through_the_guard(monkeypatch):
     row = gb.time_fp8(t, 1.0, {})
     assert "tflops" not in row and "not counted" in row["skipped"]
 
-
-@settings(max_examples=40, deadline=None)
-@given(st.data())
-def test_decode_plan_shapes_are_those_of_the_drawn_inputs(data):
-    """The decode plan lays out its check cases' tensors without drawing them
-    (tools/gpu/decode.check_shapes): the shapes decode_inputs draws, for contiguous and
-    paged caches, ragged lengths (0 included), GQA and a value head dim of its own."""
-    from flashbench.measure.decode import DecodeCase, decode_inputs
-    from tools.gpu import decode as gpu_decode
-
-    B = data.draw(st.integers(1, 3))
-    Hkv = data.draw(st.sampled_from([1, 2]))
-    d = data.draw(st.sampled_from([8, 16]))
-    case = DecodeCase(B, Hkv * data.draw(st.integers(1, 2)), Hkv, data.draw(st.integers(1, 2)),
-                      d, tuple(data.draw(st.lists(st.integers(0, 40), min_size=B, max_size=B))),
-                      data.draw(st.sampled_from([None, 4, 16])), causal=False,
-                      dv=data.draw(st.sampled_from([d, 8])))
-    drawn = tuple(None if x is None else tuple(x.shape) for x in decode_inputs(case))
-    assert gpu_decode.check_shapes(case) == drawn
