@@ -5,6 +5,8 @@ reference, the precision models and the Triton decode kernel (interpreted on CPU
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench.inputs.kvcache import make_decode, value_cache
 from flashbench.kernels import triton_decode as TD
@@ -116,21 +118,36 @@ def test_decode_backends_take_the_absorbed_form_as_a_view():
         assert o.shape == (2, 1, 16, 512) and np.abs(n64(o) - ref).max() <= 1e-5, name
 
 
-@pytest.mark.slow  # the plan replays every GPU launch on meta tensors: about a minute here
 def test_the_gpu_session_plans_the_head_dims_and_the_absorbed_decode():
     """The quick GPU plan holds the forward at d = 80, 96, 192/128 (fixed config, one
-    compilation each) and the absorbed MLA decode; mla_bytes counts each cache row once."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    compilation each) and the absorbed MLA decode; mla_bytes counts each cache row once.
+    In this process: the plan's lines are what ``--plan`` prints (its subprocess, the
+    command end to end: test_gpu_bench.py)."""
+    from tools.gpu import bench as gpu_bench
+    from tools.gpu import decode as gpu_decode
 
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "tools.gpu.bench", "--quick", "--plan"],
-                         capture_output=True, text=True, cwd=root, timeout=600)
-    assert out.returncode == 0, out.stderr
-    sigs = [x for x in out.stdout.splitlines() if x.startswith("signature ")]
+    sigs = [x for x in gpu_bench.record_plan(True).lines() if x.startswith("signature ")]
     for dims in ("D_QK=80, D_V=80", "D_QK=96, D_V=96", "D_QK=192, D_V=128"):
         assert any("attn_fwd" in x and dims in x for x in sigs), dims
     assert any("decode_split" in x and "ABSORBED=True" in x and "D_QK=576" in x for x in sigs)
-    from tools.gpu import decode as gpu_decode
     assert gpu_decode.mla_bytes(16, 8192) == 2 * (16 * 8192 * 576 + 16 * 128 * (576 + 512))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_decode_plan_shapes_are_those_of_the_drawn_inputs(data):
+    """The decode plan lays out its check cases' tensors without drawing them
+    (tools/gpu/decode.check_shapes): the shapes decode_inputs draws, for contiguous and
+    paged caches, ragged lengths (0 included), GQA and a value head dim of its own."""
+    from flashbench.measure.decode import DecodeCase, decode_inputs
+    from tools.gpu import decode as gpu_decode
+
+    B = data.draw(st.integers(1, 3))
+    Hkv = data.draw(st.sampled_from([1, 2]))
+    d = data.draw(st.sampled_from([8, 16]))
+    case = DecodeCase(B, Hkv * data.draw(st.integers(1, 2)), Hkv, data.draw(st.integers(1, 2)),
+                      d, tuple(data.draw(st.lists(st.integers(0, 40), min_size=B, max_size=B))),
+                      data.draw(st.sampled_from([None, 4, 16])), causal=False,
+                      dv=data.draw(st.sampled_from([d, 8])))
+    drawn = tuple(None if x is None else tuple(x.shape) for x in decode_inputs(case))
+    assert gpu_decode.check_shapes(case) == drawn

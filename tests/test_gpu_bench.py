@@ -17,18 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
 
 
-def _script(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tools.gpu.bench", *args],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-
-
 def _gpu_bench():
     from tools.gpu import bench
 
     return bench
 
 
-def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger(tmp_path):
+def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger(tmp_path,
+                                                                       capsys):
     # DESIGN.md's command, by its path and from another folder: scripts/gpu_bench.py runs
     # tools.gpu.bench
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), "--quick",
@@ -59,18 +55,24 @@ def test_quick_plan_fits_the_compile_budget_and_the_full_plan_is_larger(tmp_path
     assert fp8 and all("FP8=True" in x and "O:*bf16" in x for x in fp8)
     assert any("HEAD_DIM=128" in x and "CAUSAL=True" in x for x in fp8)
     assert any("HEAD_DIM=128" in x and "CAUSAL=False" in x for x in fp8)
-    full = _script("--plan")  # the full plan: more compilations, the same last line
-    assert full.returncode == 0, full.stderr
-    m_full = re.fullmatch(r"compiles: (\d+)", full.stdout.splitlines()[-1])
+    # the full plan: more compilations, the same last line (in this process: main() is
+    # what the command above ran)
+    gb = _gpu_bench()
+    capsys.readouterr()
+    assert gb.main(["--plan"]) == 0
+    m_full = re.fullmatch(r"compiles: (\d+)", capsys.readouterr().out.splitlines()[-1])
     assert m_full and int(m_full[1]) > n
 
 
 @NO_GPU
-def test_bench_refuses_without_a_gpu_and_compile_needs_plan():
-    r = _script("--quick")
-    assert r.returncode == 2 and "no CUDA GPU" in r.stderr and "--plan" in r.stderr
-    r = _script("--compile")
-    assert r.returncode == 2 and "--compile goes with --plan" in r.stderr
+def test_bench_refuses_without_a_gpu_and_compile_needs_plan(capsys):
+    gb = _gpu_bench()  # main() in this process: the command's __main__ is sys.exit(main())
+    assert gb.main(["--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "--plan" in err
+    with pytest.raises(SystemExit) as exc:
+        gb.main(["--compile"])
+    assert exc.value.code == 2 and "--compile goes with --plan" in capsys.readouterr().err
 
 
 def test_timed_output_check_catches_a_wrong_output():
@@ -479,3 +481,4 @@ def test_the_fp8_rows_time_through_the_guard(monkeypatch):
                                                                          cheat=True))
     row = gb.time_fp8(t, 1.0, {})
     assert "tflops" not in row and "not counted" in row["skipped"]
+

@@ -72,8 +72,11 @@ def test_each_commit_is_recorded_with_its_own_flashbench(clone, tmp_path):
     from flashbench.history import load_results
 
     out = tmp_path / "results"
+    # TimeSoftmax at N = 1024 only (asv selects parameter sets by regex): a CPU suite that
+    # records samples, without the 16k rows' draws
     r = run(clone, "--machine", "nvidia-test-gpu", "--out", str(out), "--bench",
-            "bench_probe.track_probe|TimeSoftmax|bench_gpu", "-a", "repeat=3", "HEAD~2..HEAD")
+            r"bench_probe.track_probe|TimeSoftmax.time_softmax\(256, 1024,|bench_gpu", "-a",
+            "repeat=3", "HEAD~2..HEAD")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 of 2 commits recorded" in r.stdout
     files = sorted((out / "nvidia-test-gpu").glob("*-existing-*.json"))
@@ -90,11 +93,25 @@ def test_each_commit_is_recorded_with_its_own_flashbench(clone, tmp_path):
     df = load_results(out)
     soft = df[(df["benchmark"] == "bench_reference.TimeSoftmax.time_softmax")
               & (df["status"] == "ok")]
-    assert len(soft) == 2 * 4 and soft["samples"].map(len).ge(3).all()  # samples kept
+    assert len(soft) == 2 * 2 and soft["samples"].map(len).ge(3).all()  # samples kept
+    assert set(soft["params"].astype(str).str.extract(r"N=(\d+)")[0]) == {"1024"}
     assert set(df["machine"]) == {"nvidia-test-gpu"}
     assert not list(tmp_path.glob(".gpu-history-*"))  # private folders gone
     # kernels unchanged between the two commits: said so
     assert "compiled kernels reused" in r.stdout
+
+
+def refused(clone, capsys, *args) -> str:
+    """main() in this process (the command's __main__ is sys.exit(main()); its real runs are
+    the tests around): exit status 2, the one line it wrote to stderr."""
+    from tools.gpu import history as mod
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--repo", str(clone), *args])
+    out = capsys.readouterr()
+    assert exc.value.code == 2, out.out + out.err
+    return out.err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -105,17 +122,16 @@ def test_each_commit_is_recorded_with_its_own_flashbench(clone, tmp_path):
     (["--machine", "a/b", "HEAD"], "(a name, not a path)"),
     (["--machine", "m"], "name at least one commit"),
 ])
-def test_bad_input_is_refused_with_one_line(clone, tmp_path, args, message):
-    r = run(clone, "--out", str(tmp_path / "results"), *args, timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_bad_input_is_refused_with_one_line(clone, tmp_path, capsys, args, message):
+    err = refused(clone, capsys, "--out", str(tmp_path / "results"), *args)
+    assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "results").exists()
 
 
-def test_out_that_is_a_file_is_refused(clone, tmp_path):
+def test_out_that_is_a_file_is_refused(clone, tmp_path, capsys):
     (tmp_path / "results").write_text("")
-    r = run(clone, "--out", str(tmp_path / "results"), "--machine", "m", "HEAD", timeout=60)
-    assert r.returncode == 2 and "is a file, not a results folder" in r.stderr
+    err = refused(clone, capsys, "--out", str(tmp_path / "results"), "--machine", "m", "HEAD")
+    assert "is a file, not a results folder" in err
 
 
 @pytest.mark.slow

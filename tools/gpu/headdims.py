@@ -34,10 +34,12 @@ def shapes(sizes) -> list[Shape]:
 
 
 def _tensors(s: Shape, device, seed: int = 0):
-    g = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
-    return [torch.randn(s.B, h, n, w, device=device, dtype=torch.bfloat16, generator=g)
-            for h, n, w in ((s.H, s.Nq, s.d), (s.kv_heads, s.Nk, s.d),
-                            (s.kv_heads, s.Nk, s.head_dim_v))]
+    sizes = [(s.B, h, n, w) for h, n, w in ((s.H, s.Nq, s.d), (s.kv_heads, s.Nk, s.d),
+                                             (s.kv_heads, s.Nk, s.head_dim_v))]
+    if device == "meta":  # planning: no values (randn on meta would import torch._dynamo)
+        return [torch.empty(x, device="meta", dtype=torch.bfloat16) for x in sizes]
+    g = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(x, device=device, dtype=torch.bfloat16, generator=g) for x in sizes]
 
 
 def replay() -> None:

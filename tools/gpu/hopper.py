@@ -37,11 +37,12 @@ PEERS = ("sdpa-cudnn", "sdpa-flash")
 
 
 def _inputs(shape: Shape, device, seed: int):
-    g = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
-    return tuple(torch.randn(shape.B, h, n, shape.d, device=device, dtype=torch.bfloat16,
-                             generator=g)
-                 for h, n in ((shape.H, shape.Nq), (shape.kv_heads, shape.Nk),
-                              (shape.kv_heads, shape.Nk)))
+    s = shape
+    sizes = [(s.B, h, n, s.d) for h, n in ((s.H, s.Nq), (s.kv_heads, s.Nk), (s.kv_heads, s.Nk))]
+    if device == "meta":  # planning: no values (randn on meta would import torch._dynamo)
+        return tuple(torch.empty(s, device="meta", dtype=torch.bfloat16) for s in sizes)
+    g = torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(s, device=device, dtype=torch.bfloat16, generator=g) for s in sizes)
 
 
 def _calls():

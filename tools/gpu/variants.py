@@ -54,13 +54,13 @@ def check_cases() -> list[Case]:
 
 
 def _tensors(shape: Shape, device, packed: bool = False, seed: int = 0):
-    g = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
-    sizes = ((shape.H, shape.Nq), (shape.kv_heads, shape.Nk), (shape.kv_heads, shape.Nk))
-    if packed:
-        return [torch.randn(n, h, shape.d, device=device, dtype=torch.bfloat16, generator=g)
-                for h, n in sizes]
-    return [torch.randn(shape.B, h, n, shape.d, device=device, dtype=torch.bfloat16,
-                        generator=g) for h, n in sizes]
+    sizes = [(n, h, shape.d) if packed else (shape.B, h, n, shape.d)
+             for h, n in ((shape.H, shape.Nq), (shape.kv_heads, shape.Nk),
+                          (shape.kv_heads, shape.Nk))]
+    if device == "meta":  # planning: no values (randn on meta would import torch._dynamo)
+        return [torch.empty(x, device="meta", dtype=torch.bfloat16) for x in sizes]
+    g = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(x, device=device, dtype=torch.bfloat16, generator=g) for x in sizes]
 
 
 def replay() -> None:
