@@ -66,17 +66,8 @@ def test_time_and_memory_suites_record_the_problem():
     assert "1x1x8192x8192x64" in PeakmemBackward.params[0]
     assert PeakmemBackward.track_peak_memory.unit == "bytes"
     assert not [n for n in dir(PeakmemBackward) if n.startswith("peakmem_")]
-
-
-def test_peak_memory_of_the_backward_is_measured_in_a_fresh_process():
-    """The one-shot backward's [N, N] matrices (32 MiB each at N = 2048: S, P, dS,
-    partly in place) show in the child's peak; the streamed backward has none."""
-    suite, args = PeakmemBackward(), ["1x1x2048x2048x64", "fp64", False]
-    peaks = {}
-    for impl in ("one-shot", "streamed"):
-        suite.setup(*args, impl, "bwd")
-        peaks[impl] = suite.track_peak_memory(*args, impl, "bwd")
-    assert peaks["one-shot"] - peaks["streamed"] > 32 * 2**20, peaks
+    # that the one-shot backward's [N, N] matrices show in its peak and the streamed one's
+    # do not: tests/test_benchmarks.py, VALUE_CHECKS, on the grid's own measurements
 
 
 def test_a_failed_backward_fails_the_track_instead_of_skipping():

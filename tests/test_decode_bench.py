@@ -44,13 +44,21 @@ def test_a_failed_decode_kernel_fails_its_track():
 
 
 def test_timings_set_up_and_run():
+    """Every backend's timed call runs and its outputs check (teardown). On a small case of
+    the same structure as TIME_CASES (grouped heads, several new tokens, ragged paged
+    cache): whether a call runs and is right does not depend on the cache's size; the
+    set-up of every real grid point is test_benchmarks' (test_at_head_...[bench_decode])."""
+    case = "2x4/2x2x32:300,77:p16"
+    assert bd._case(case).spec() == case
     t = bd.TimeDecodeCPU()
     for backend in t.params[0]:
-        t.setup(backend, bd.TIME_CASES[1])
-        t.time_decode(backend, bd.TIME_CASES[1])
+        t.setup(backend, case)
+        t.time_decode(backend, case)
+        t.teardown(backend, case)
     m = bd.TimeMergeStates()
     m.setup()
     m.time_merge_states()
+    m.teardown()
 
 
 def _gpu_decode():
