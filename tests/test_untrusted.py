@@ -197,12 +197,12 @@ def test_prints_reach_the_stderr_the_harness_has_now(kernels, capfd):
     assert "hello from the kernel" in err and "imported and printing at import time" in err
 
 
-def _whoami(kernels, monkeypatch, capsys, start):
+def _whoami(kernels, monkeypatch, capsys, start, *others):
     monkeypatch.setenv("FLASHBENCH_WORKER_START", start)
     monkeypatch.setenv("WHOAMI", str(kernels / "who"))
-    rc, report = check(capsys, "--backend", "fbuntrusted:whoami", "--backend",
-                       "fbuntrusted:parricide", "--backend", "fbuntrusted:good")
+    rc, report = check(capsys, "--only", "fbuntrusted:whoami", *others)
     assert rc == 0 and all(r["passed"] for r in report["backends"])
+    assert {r["backend"] for r in report["backends"]} == {"fbuntrusted:whoami", *others}
     return {tuple(map(int, line.split())) for line in (kernels / "who").read_text().split("\n")
             if line}
 
@@ -216,7 +216,8 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
 
     from flashbench.backends import zygote
 
-    who = _whoami(kernels, monkeypatch, capsys, "fork")
+    who = _whoami(kernels, monkeypatch, capsys, "fork", "fbuntrusted:parricide",
+                  "fbuntrusted:good")
     ((pid, ppid, sid),) = who
     assert ppid not in (os.getpid(), 1) and sid == pid
     assert zygote.zygote().proc.pid != ppid  # the one parricide killed was replaced
@@ -224,8 +225,10 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
     rc, report = check(capsys, "--backend", "fbuntrusted:good")
     assert rc == 0 and rows(report, "fbuntrusted:good")[0]["passed"]
     (kernels / "who").unlink()
+    # FLASHBENCH_WORKER_START=spawn: as before (whoami alone: each spawned worker pays
+    # python and torch, and the zygote is not involved)
     ((pid, ppid, sid),) = _whoami(kernels, monkeypatch, capsys, "spawn")
-    assert ppid == os.getpid() and sid == pid  # FLASHBENCH_WORKER_START=spawn: as before
+    assert ppid == os.getpid() and sid == pid
 
 
 def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels, capsys):
@@ -242,23 +245,44 @@ def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels,
     assert rc == 1
 
 
-def test_a_kernel_next_to_the_working_folder_is_found(kernels):
+@pytest.fixture(scope="module")
+def real_process(tmp_path_factory):
+    """One ``python -m flashbench.cli check`` as CI runs it (a process of its own), in the
+    folder that holds fbuntrusted.py, with nothing on PYTHONPATH: a correct kernel and one
+    that calls sys.exit (two tests read it: a real process costs seconds of CPU)."""
+    import os
+
+    folder = tmp_path_factory.mktemp("real")
+    (folder / "fbuntrusted.py").write_text(KERNELS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape",
+                           "1x1x32x16", "--dtype", "fp32", "--causal", "off", "--dist",
+                           "normal", "--quiet", "--only", "fbuntrusted:good",
+                           "fbuntrusted:exits"], cwd=folder, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def _verdict(stdout: str, kernel: str) -> str:
+    """The verdict of ``kernel``'s (first) row in the compact text view."""
+    line = next(ln for ln in stdout.splitlines() if ln.split()[:1] == [kernel])
+    return next(w for w in line.split() if w in ("PASS", "FAIL"))
+
+
+def test_a_kernel_next_to_the_working_folder_is_found(real_process):
     """``flashbench check --backend mod:fn`` run in the folder that holds mod.py, with
     nothing on PYTHONPATH: the worker imports it as ``python -m`` would (that folder
-    first on sys.path)."""
-    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
-                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
-                        "--backend", "fbuntrusted:good"], cwd=kernels, capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout[-2000:] + r.stderr
+    first on sys.path). Before: FAIL, cannot import fbuntrusted:good."""
+    r = real_process
+    assert _verdict(r.stdout, "fbuntrusted:good") == "PASS", r.stdout[-2000:] + r.stderr
+    assert "cannot import" not in r.stdout
 
 
 def test_the_zygote_never_initialises_cuda():
     """The zygote imports what every worker needs, among it the backend registry, whose
     import calls torch.cuda.is_available(): with the zygote's environment (the NVML
     check) no call initialises CUDA, so workers forked from it may use the GPU; without
-    it the recorder sees cudaGetDeviceCount (the control)."""
+    it the recorder sees cudaGetDeviceCount (the control: the registry's import run again
+    in the same process without that variable; one python and torch, not two)."""
     import os
 
     from cuda_recorder import RECORDER
@@ -266,16 +290,20 @@ def test_the_zygote_never_initialises_cuda():
     from flashbench.backends.zygote import zygote_env
 
     code = RECORDER + textwrap.dedent("""
+        import importlib, os
         from flashbench.backends.zygote import preload
         preload()
+        print(json.dumps(calls))
+        del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        import flashbench.backends.registry as registry
+        importlib.reload(registry)
         print(json.dumps(calls))
     """)
     env = zygote_env()
     assert env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
-    unsafe = {k: v for k, v in env.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
-    got = [json.loads(subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,
-                                     text=True, check=True, cwd=os.getcwd()).stdout)
-           for e in (env, unsafe)]
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, cwd=os.getcwd()).stdout
+    got = [json.loads(line) for line in out.splitlines()]
     assert got[0] == [] and "cudaGetDeviceCount" in got[1]
 
 
@@ -305,15 +333,12 @@ def test_gradients_of_a_kernel_that_changes_its_inputs_fail(kernels, capsys):
     assert rc == 1
 
 
-def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(kernels):
+def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(real_process):
     """Probe 3 as CI sees it: a separate process, exit status 1 and a RESULT line."""
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
-                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
-                        "--backend", "fbuntrusted:exits"], capture_output=True, text=True,
-                       env={**__import__("os").environ, "PYTHONPATH": f"{kernels}:"
-                            + ":".join(p for p in sys.path if p)}, timeout=300)
+    r = real_process
     assert r.returncode == 1, r.stderr
     assert "RESULT: FAIL" in r.stdout and "called sys.exit(0)" in r.stdout
+    assert _verdict(r.stdout, "fbuntrusted:exits") == "FAIL"
 
 
 TRITON_KERNELS = textwrap.dedent('''

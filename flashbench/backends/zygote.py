@@ -135,9 +135,11 @@ class _Zygote:
 
     def close(self) -> None:
         self.sock.close()  # the zygote reads the end and exits ...
+        if _stopped(self.proc.pid):  # ... unless a kernel stopped it: never waited for
+            self.proc.kill()
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # ... unless it was stopped
+        except subprocess.TimeoutExpired:  # (stopped since, or stuck)
             self.proc.kill()
             self.proc.wait()
 
