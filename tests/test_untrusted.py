@@ -99,6 +99,11 @@ KERNELS = textwrap.dedent('''
         os.closerange(3, 4096)  # the protocol pipes among them
         time.sleep(3600)
 
+    def zygote_interprets(q, k, v, causal=False, scale=None):
+        with open(f"/proc/{os.getppid()}/maps") as f:
+            assert "libtriton" in f.read(), "the zygote did not import Triton"
+        return _attn(q, k, v, causal, scale)
+
     def parricide(q, k, v, causal=False, scale=None):
         if _zygote_parent():
             os.kill(os.getppid(), 9)
@@ -231,6 +236,25 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
     assert ppid == os.getpid() and sid == pid
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the interpreter: CPU")
+def test_a_zygote_of_interpreting_workers_imported_tritons_interpreter(kernels, capsys,
+                                                                        monkeypatch):
+    """Workers on a CPU run with TRITON_INTERPRET=1 and patch Triton's interpreter first
+    thing: their zygote imported it (0.2 s of CPU a worker; before, each worker did). A
+    worker of another TRITON_INTERPRET gets a zygote of its own mode (Triton's import
+    decorates triton.language's helpers for the mode of that moment)."""
+    from flashbench.backends import zygote
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rc, report = check(capsys, "--only", "fbuntrusted:zygote_interprets")
+    assert rc == 0 and zygote.zygote().interpret == "1", report["backends"]
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    rc, report = check(capsys, "--only", "fbuntrusted:zygote_interprets")
+    (row,) = rows(report, "fbuntrusted:zygote_interprets")
+    assert "the zygote did not import Triton" in row["failed"]
+    assert rc == 1 and zygote.zygote().interpret == "0"
+
+
 def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels, capsys):
     """A kernel that sends its worker's parent (the zygote) SIGSTOP: the next worker starts
     from a new zygote at once. A kernel that closes its pipes and sleeps: FAIL after the
@@ -301,6 +325,7 @@ def test_the_zygote_never_initialises_cuda():
     """)
     env = zygote_env()
     assert env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    env["TRITON_INTERPRET"] = "1"  # a CPU machine's zygote: Triton's interpreter imported
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True, cwd=os.getcwd()).stdout
     got = [json.loads(line) for line in out.splitlines()]
