@@ -221,8 +221,10 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
 
     from flashbench.backends import zygote
 
+    # on a CPU the workers interpret Triton: their zygote imported its interpreter
+    cpu = () if __import__("torch").cuda.is_available() else ("fbuntrusted:zygote_interprets",)
     who = _whoami(kernels, monkeypatch, capsys, "fork", "fbuntrusted:parricide",
-                  "fbuntrusted:good")
+                  "fbuntrusted:good", *cpu)
     ((pid, ppid, sid),) = who
     assert ppid not in (os.getpid(), 1) and sid == pid
     assert zygote.zygote().proc.pid != ppid  # the one parricide killed was replaced
@@ -236,23 +238,36 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
     assert ppid == os.getpid() and sid == pid
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the interpreter: CPU")
-def test_a_zygote_of_interpreting_workers_imported_tritons_interpreter(kernels, capsys,
-                                                                        monkeypatch):
+def test_a_worker_of_another_triton_mode_gets_a_zygote_of_its_own(monkeypatch):
     """Workers on a CPU run with TRITON_INTERPRET=1 and patch Triton's interpreter first
-    thing: their zygote imported it (0.2 s of CPU a worker; before, each worker did). A
-    worker of another TRITON_INTERPRET gets a zygote of its own mode (Triton's import
-    decorates triton.language's helpers for the mode of that moment)."""
-    from flashbench.backends import zygote
+    thing, so their zygote imported it (0.2 s of CPU a worker; before, each worker did:
+    the forked-workers test's zygote_interprets reads libtriton in its parent's maps).
+    Triton's import decorates triton.language's helpers for the mode of that moment: a
+    worker of another mode gets a zygote of its own; None asks for whichever is there."""
+    import os
 
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    rc, report = check(capsys, "--only", "fbuntrusted:zygote_interprets")
-    assert rc == 0 and zygote.zygote().interpret == "1", report["backends"]
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    rc, report = check(capsys, "--only", "fbuntrusted:zygote_interprets")
-    (row,) = rows(report, "fbuntrusted:zygote_interprets")
-    assert "the zygote did not import Triton" in row["failed"]
-    assert rc == 1 and zygote.zygote().interpret == "0"
+    from flashbench.backends import zygote as z
+
+    class Proc:
+        pid = os.getpid()  # running, never stopped
+
+        def poll(self):
+            return None
+
+    class Zygote:  # the selection alone: no process started
+        def __init__(self, interpret=""):
+            self.interpret, self.proc, self.closed = interpret, Proc(), False
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(z, "_Zygote", Zygote)
+    monkeypatch.setattr(z, "_ZYGOTES", [])
+    one = z.zygote("1")
+    assert z.zygote("1") is one and z.zygote() is one and not one.closed
+    zero = z.zygote("0")
+    assert zero.interpret == "0" and one.closed and z.zygote() is zero
+    assert z.zygote("").interpret == "" and zero.closed
 
 
 def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels, capsys):
