@@ -122,12 +122,27 @@ def test_kv_heads_applies_to_given_shapes_and_checks_them(capsys):
     assert rc == 0 and {r["case"] for r in report["exactness"]} == {
         "normal B=1 H=4 Hkv=2 Nq=64 Nk=64 d=32", "normal B=1 H=8 Hkv=2 Nq=40 Nk=40 d=16"}
     assert all(r["passed"] for r in report["exactness"])
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x6x8x16",
-                        "--kv-heads", "4"], capture_output=True, text=True)
-    assert r.returncode == 2 and "Hkv=4 must divide the query heads H=6" in r.stderr
+    r = refused_in_a_process("check", "--shape", "1x6x8x16", "--kv-heads", "4")
+    assert "Hkv=4 must divide the query heads H=6" in r.stderr
     r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--kv-heads", "0"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "must be an integer >= 1" in r.stderr
+
+
+# flashbench.cli.main in a process of its own; prints its status and whether torch was loaded
+MAIN = "import sys\nfrom flashbench.cli import main\nrc = main(sys.argv[1:])\n" \
+       "print(rc, 'torch' in sys.modules)"
+
+
+def refused_in_a_process(*argv):
+    """``main(argv)`` in a fresh process: asserts exit 2 with one line on stderr, refused
+    before torch was imported (its import is 2 s of CPU: failed before, the shape's
+    checks ran after the backends' import)."""
+    r = subprocess.run([sys.executable, "-c", MAIN, *argv], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    return r
 
 
 def test_grouped_shape_spec_reaches_every_backend(capsys):
@@ -142,6 +157,19 @@ def test_grouped_shape_spec_reaches_every_backend(capsys):
     assert rc == 0 and report["passed"]
 
 
+def test_a_check_without_backends_never_imports_torch(tmp_path):
+    """The exactness and the flash model are NumPy's: ``check --no-backends`` in a fresh
+    process runs without torch (2 s of CPU to import). Before: torch was imported for the
+    registry, the report's versions and the records' lookups."""
+    r = subprocess.run([sys.executable, "-c", MAIN, "check", "--shape", "1x1x8x16", "--dtype",
+                        "fp32", "bf16", "--no-backends", "--quiet", "--json", "--save",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    report, status = r.stdout.rsplit("\n", 2)[:2]
+    assert status == "0 False", (r.stdout[-300:], r.stderr)
+    meta = json.loads(report)["meta"]
+    assert meta["torch"] == __import__("torch").__version__  # read from its metadata
+
+
 def test_a_case_too_big_for_memory_is_refused_before_allocating():
     r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape",
                         "1x1x1000000x64"], capture_output=True, text=True, timeout=60)
@@ -149,6 +177,8 @@ def test_a_case_too_big_for_memory_is_refused_before_allocating():
     assert len(r.stderr.strip().splitlines()) == 1
     assert "shape 1x1x1000000x1000000x64 needs about 32.0 TB" in r.stderr
     assert "available" in r.stderr
+    r = refused_in_a_process("check", "--shape", "1x1x1000000x64")  # before torch, too
+    assert "needs about 32.0 TB" in r.stderr
 
 
 def test_memory_estimate_formula_and_refusal():

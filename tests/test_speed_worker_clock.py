@@ -115,6 +115,22 @@ def test_proc_readings_of_this_process():
     assert cpu_s(2**31 - 1) is None and os_threads(2**31 - 1) is None
 
 
+def test_two_ticks_readying_inputs_are_within_the_margin():
+    """/proc's CPU times are whole ticks; 2 ticks readying inputs and none running a tiny
+    decode case summed as float seconds came to more than 2 x 0.01 (0.05 - 0.03), and a
+    correct kernel FAILed "work outside the timed call" on a loaded machine (failed
+    before); work well beyond the readings' noise still fails (the margin's model:
+    tests/test_speed_cpu_readings.py)."""
+    from flashbench.measure.speedworker import _TICK, _judge_cpu
+
+    for ticks, fails in ((2, False), (30, True)):
+        for start in (3, 5, 8, 9, 1000):
+            faults = {}
+            stage = (start + ticks) * _TICK - start * _TICK
+            _judge_cpu({"idle": 0.0, "stage": stage, "run": 0.0}, 1.0, faults, "fwd")
+            assert (guard.OUTSIDE in faults) == fails, (ticks, start, stage)
+
+
 DECODE = textwrap.dedent('''
     from flashbench.backends.decode import get_decode_backend
 

@@ -99,6 +99,11 @@ KERNELS = textwrap.dedent('''
         os.closerange(3, 4096)  # the protocol pipes among them
         time.sleep(3600)
 
+    def zygote_interprets(q, k, v, causal=False, scale=None):
+        with open(f"/proc/{os.getppid()}/maps") as f:
+            assert "libtriton" in f.read(), "the zygote did not import Triton"
+        return _attn(q, k, v, causal, scale)
+
     def parricide(q, k, v, causal=False, scale=None):
         if _zygote_parent():
             os.kill(os.getppid(), 9)
@@ -197,12 +202,12 @@ def test_prints_reach_the_stderr_the_harness_has_now(kernels, capfd):
     assert "hello from the kernel" in err and "imported and printing at import time" in err
 
 
-def _whoami(kernels, monkeypatch, capsys, start):
+def _whoami(kernels, monkeypatch, capsys, start, *others):
     monkeypatch.setenv("FLASHBENCH_WORKER_START", start)
     monkeypatch.setenv("WHOAMI", str(kernels / "who"))
-    rc, report = check(capsys, "--backend", "fbuntrusted:whoami", "--backend",
-                       "fbuntrusted:parricide", "--backend", "fbuntrusted:good")
+    rc, report = check(capsys, "--only", "fbuntrusted:whoami", *others)
     assert rc == 0 and all(r["passed"] for r in report["backends"])
+    assert {r["backend"] for r in report["backends"]} == {"fbuntrusted:whoami", *others}
     return {tuple(map(int, line.split())) for line in (kernels / "who").read_text().split("\n")
             if line}
 
@@ -216,7 +221,10 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
 
     from flashbench.backends import zygote
 
-    who = _whoami(kernels, monkeypatch, capsys, "fork")
+    # on a CPU the workers interpret Triton: their zygote imported its interpreter
+    cpu = () if __import__("torch").cuda.is_available() else ("fbuntrusted:zygote_interprets",)
+    who = _whoami(kernels, monkeypatch, capsys, "fork", "fbuntrusted:parricide",
+                  "fbuntrusted:good", *cpu)
     ((pid, ppid, sid),) = who
     assert ppid not in (os.getpid(), 1) and sid == pid
     assert zygote.zygote().proc.pid != ppid  # the one parricide killed was replaced
@@ -224,8 +232,42 @@ def test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the
     rc, report = check(capsys, "--backend", "fbuntrusted:good")
     assert rc == 0 and rows(report, "fbuntrusted:good")[0]["passed"]
     (kernels / "who").unlink()
+    # FLASHBENCH_WORKER_START=spawn: as before (whoami alone: each spawned worker pays
+    # python and torch, and the zygote is not involved)
     ((pid, ppid, sid),) = _whoami(kernels, monkeypatch, capsys, "spawn")
-    assert ppid == os.getpid() and sid == pid  # FLASHBENCH_WORKER_START=spawn: as before
+    assert ppid == os.getpid() and sid == pid
+
+
+def test_a_worker_of_another_triton_mode_gets_a_zygote_of_its_own(monkeypatch):
+    """Workers on a CPU run with TRITON_INTERPRET=1 and patch Triton's interpreter first
+    thing, so their zygote imported it (0.2 s of CPU a worker; before, each worker did:
+    the forked-workers test's zygote_interprets reads libtriton in its parent's maps).
+    Triton's import decorates triton.language's helpers for the mode of that moment: a
+    worker of another mode gets a zygote of its own; None asks for whichever is there."""
+    import os
+
+    from flashbench.backends import zygote as z
+
+    class Proc:
+        pid = os.getpid()  # running, never stopped
+
+        def poll(self):
+            return None
+
+    class Zygote:  # the selection alone: no process started
+        def __init__(self, interpret=""):
+            self.interpret, self.proc, self.closed = interpret, Proc(), False
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(z, "_Zygote", Zygote)
+    monkeypatch.setattr(z, "_ZYGOTES", [])
+    one = z.zygote("1")
+    assert z.zygote("1") is one and z.zygote() is one and not one.closed
+    zero = z.zygote("0")
+    assert zero.interpret == "0" and one.closed and z.zygote() is zero
+    assert z.zygote("").interpret == "" and zero.closed
 
 
 def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels, capsys):
@@ -242,23 +284,44 @@ def test_a_kernel_that_stops_the_zygote_or_closes_its_pipes_fails_alone(kernels,
     assert rc == 1
 
 
-def test_a_kernel_next_to_the_working_folder_is_found(kernels):
+@pytest.fixture(scope="module")
+def real_process(tmp_path_factory):
+    """One ``python -m flashbench.cli check`` as CI runs it (a process of its own), in the
+    folder that holds fbuntrusted.py, with nothing on PYTHONPATH: a correct kernel and one
+    that calls sys.exit (two tests read it: a real process costs seconds of CPU)."""
+    import os
+
+    folder = tmp_path_factory.mktemp("real")
+    (folder / "fbuntrusted.py").write_text(KERNELS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape",
+                           "1x1x32x16", "--dtype", "fp32", "--causal", "off", "--dist",
+                           "normal", "--quiet", "--only", "fbuntrusted:good",
+                           "fbuntrusted:exits"], cwd=folder, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def _verdict(stdout: str, kernel: str) -> str:
+    """The verdict of ``kernel``'s (first) row in the compact text view."""
+    line = next(ln for ln in stdout.splitlines() if ln.split()[:1] == [kernel])
+    return next(w for w in line.split() if w in ("PASS", "FAIL"))
+
+
+def test_a_kernel_next_to_the_working_folder_is_found(real_process):
     """``flashbench check --backend mod:fn`` run in the folder that holds mod.py, with
     nothing on PYTHONPATH: the worker imports it as ``python -m`` would (that folder
-    first on sys.path)."""
-    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
-                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
-                        "--backend", "fbuntrusted:good"], cwd=kernels, capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert r.returncode == 0 and "RESULT: PASS" in r.stdout, r.stdout[-2000:] + r.stderr
+    first on sys.path). Before: FAIL, cannot import fbuntrusted:good."""
+    r = real_process
+    assert _verdict(r.stdout, "fbuntrusted:good") == "PASS", r.stdout[-2000:] + r.stderr
+    assert "cannot import" not in r.stdout
 
 
 def test_the_zygote_never_initialises_cuda():
     """The zygote imports what every worker needs, among it the backend registry, whose
     import calls torch.cuda.is_available(): with the zygote's environment (the NVML
     check) no call initialises CUDA, so workers forked from it may use the GPU; without
-    it the recorder sees cudaGetDeviceCount (the control)."""
+    it the recorder sees cudaGetDeviceCount (the control: the registry's import run again
+    in the same process without that variable; one python and torch, not two)."""
     import os
 
     from cuda_recorder import RECORDER
@@ -266,16 +329,21 @@ def test_the_zygote_never_initialises_cuda():
     from flashbench.backends.zygote import zygote_env
 
     code = RECORDER + textwrap.dedent("""
+        import importlib, os
         from flashbench.backends.zygote import preload
         preload()
+        print(json.dumps(calls))
+        del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        import flashbench.backends.registry as registry
+        importlib.reload(registry)
         print(json.dumps(calls))
     """)
     env = zygote_env()
     assert env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
-    unsafe = {k: v for k, v in env.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
-    got = [json.loads(subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,
-                                     text=True, check=True, cwd=os.getcwd()).stdout)
-           for e in (env, unsafe)]
+    env["TRITON_INTERPRET"] = "1"  # a CPU machine's zygote: Triton's interpreter imported
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, cwd=os.getcwd()).stdout
+    got = [json.loads(line) for line in out.splitlines()]
     assert got[0] == [] and "cudaGetDeviceCount" in got[1]
 
 
@@ -305,15 +373,12 @@ def test_gradients_of_a_kernel_that_changes_its_inputs_fail(kernels, capsys):
     assert rc == 1
 
 
-def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(kernels):
+def test_sys_exit_in_a_real_process_gives_a_table_and_exit_1(real_process):
     """Probe 3 as CI sees it: a separate process, exit status 1 and a RESULT line."""
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--shape", "1x1x32x16",
-                        "--dtype", "fp32", "--causal", "off", "--dist", "normal", "--quiet",
-                        "--backend", "fbuntrusted:exits"], capture_output=True, text=True,
-                       env={**__import__("os").environ, "PYTHONPATH": f"{kernels}:"
-                            + ":".join(p for p in sys.path if p)}, timeout=300)
+    r = real_process
     assert r.returncode == 1, r.stderr
     assert "RESULT: FAIL" in r.stdout and "called sys.exit(0)" in r.stdout
+    assert _verdict(r.stdout, "fbuntrusted:exits") == "FAIL"
 
 
 TRITON_KERNELS = textwrap.dedent('''

@@ -6,8 +6,9 @@ and never runs a user's code, so every worker forked from it starts as clean as 
 one, with its own process, session and pipes. Messages are JSON over a SEQPACKET socket;
 a worker's pipes and the harness's stderr travel as file descriptors; the zygote, the
 workers' parent, reports their exit statuses. It imports torch and the worker's side
-(:mod:`flashbench.backends.child`), never triton (which reads ``TRITON_INTERPRET`` at
-import: each worker gets its own environment before it imports anything more).
+(:mod:`flashbench.backends.child`); Triton (whose import decorates triton.language's
+helpers for the ``TRITON_INTERPRET`` of that moment) only where its workers interpret
+(``TRITON_INTERPRET=1``, a CPU machine: 0.2 s a worker spared), a zygote per mode.
 """
 
 from __future__ import annotations
@@ -44,19 +45,24 @@ def forking() -> bool:
             and hasattr(socket, "SOCK_SEQPACKET"))
 
 
-def zygote() -> _Zygote:
-    """This process's zygote, started (again) where there is none alive."""
-    if not _ZYGOTES or _ZYGOTES[0].proc.poll() is not None or _stopped(_ZYGOTES[0].proc.pid):
+def zygote(interpret: str | None = None) -> _Zygote:
+    """This process's zygote, started (again) where there is none alive or where its
+    ``TRITON_INTERPRET`` is not ``interpret`` (the workers'; "" unset, None: any)."""
+    z = _ZYGOTES[0] if _ZYGOTES else None
+    if (z is None or z.proc.poll() is not None or _stopped(z.proc.pid)
+            or interpret not in (None, z.interpret)):
         _close_zygote()
-        _ZYGOTES.append(_Zygote())
+        _ZYGOTES.append(_Zygote(os.environ.get("TRITON_INTERPRET", "") if interpret is None
+                                else interpret))
     return _ZYGOTES[0]
 
 
 def start_worker(spec: str, env: dict) -> _Forked:
-    """A worker for ``spec`` forked from the zygote; a zygote found dead (a kernel may kill
-    its worker's parent) is replaced once, so that never fails another kernel."""
+    """A worker for ``spec`` forked from the zygote of its TRITON_INTERPRET; a zygote found
+    dead (a kernel may kill its worker's parent) is replaced once, so that never fails
+    another kernel."""
     for _ in range(2):
-        forked = zygote().fork(spec, env)
+        forked = zygote(env.get("TRITON_INTERPRET", "")).fork(spec, env)
         if forked is not None:
             return forked
         _close_zygote()
@@ -76,12 +82,15 @@ class _Zygote:
     (SEQPACKET JSON messages, the worker's pipes and stderr passed as file descriptors)
     and reports its exit status when asked (the zygote is its parent)."""
 
-    def __init__(self):
+    def __init__(self, interpret: str = ""):
+        self.interpret = interpret  # its TRITON_INTERPRET ("" unset): its workers' too
+        env = {k: v for k, v in zygote_env().items() if k != "TRITON_INTERPRET"}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "flashbench.backends.worker", "--zygote",
-                 str(theirs.fileno())], pass_fds=[theirs.fileno()], env=zygote_env(),
+                 str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                env={**env, "TRITON_INTERPRET": interpret} if interpret else env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             ours.close()
@@ -135,9 +144,11 @@ class _Zygote:
 
     def close(self) -> None:
         self.sock.close()  # the zygote reads the end and exits ...
+        if _stopped(self.proc.pid):  # ... unless a kernel stopped it: never waited for
+            self.proc.kill()
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # ... unless it was stopped
+        except subprocess.TimeoutExpired:  # (stopped since, or stuck)
             self.proc.kill()
             self.proc.wait()
 
@@ -197,10 +208,20 @@ class _Forked:
 
 
 def preload() -> None:
-    """What every worker imports, once (never triton: it reads TRITON_INTERPRET at import)."""
+    """What every worker imports, once: torch, the worker's side and, where the workers
+    interpret (TRITON_INTERPRET=1, this zygote's mode), Triton's interpreter and
+    flashbench's fixes to it, which each worker applies first thing."""
     import torch  # noqa: F401
 
     from flashbench.backends import child  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        try:
+            import triton.runtime.interpreter  # noqa: F401
+
+            import flashbench.kernels.interpreter  # noqa: F401
+        except ImportError:  # no triton here: nothing to preload
+            pass
 
 
 def main(fd: int, serve: Callable[[str], None]) -> None:

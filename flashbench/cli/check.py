@@ -190,10 +190,8 @@ def run(args) -> int:
                              "packed batch or streaming block; a decode case is given with "
                              "--decode-case)")
         return decode.run(args)
-    from flashbench.backends import resolve_backends
     from flashbench.cli.check_view import save_target
     from flashbench.measure.footprint import too_big
-    from flashbench.measure.run import run_check
 
     args.dist = distinct(args.dist, "--dist", "check")
     spec = args.varlen
@@ -201,9 +199,11 @@ def run(args) -> int:
         args.varlen = spec.draw(args.seed)
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
-    if refusal is not None:
+    if refusal is not None:  # refused before torch is imported (2 s of CPU)
         raise ValueError(refusal)
-    backends = chosen_backends(args, resolve_backends)
+    from flashbench.measure.run import run_check
+
+    backends = chosen_backends(args, _resolve)
     saved = save_target(args.save)  # checked before the work
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, say=progress_printer(not args.quiet),
@@ -215,6 +215,13 @@ def run(args) -> int:
                                     "lengths": list(args.varlen)}
     text = _render(report, saved, args.tables)  # the tables are saved with --json too
     return emit(report, lambda r: text, args.json)
+
+
+def _resolve(names):
+    """The backend registry's selection (imported here: --no-backends never loads torch)."""
+    from flashbench.backends import resolve_backends
+
+    return resolve_backends(names)
 
 
 def _render(report: dict, saved, tables: bool) -> str:

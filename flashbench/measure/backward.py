@@ -254,8 +254,6 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
     ``models(prec)`` -> (the standard backward's dq, dk, dv; a callable giving the flash
     model's), ``why_not(backend, dtype)`` -> why it does not run here or None,
     ``run(backend, prec)`` -> its (dq, dk, dv); ``where`` ends the progress lines."""
-    from flashbench.backends import get_backend
-
     records: list[GradAccuracy | Unavailable | Failed] = []
     precs = (get_precision(d) for d in dtypes)  # the door: names become Precisions, once
     for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
@@ -267,6 +265,8 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                 records.append(_grad_accuracy(case, name, prec, flash(), std, ref, flash,
                                               bands=bands))
                 continue
+            from flashbench.backends import get_backend  # torch: the flash model needs none
+
             backend = get_backend(name)
             if dtype not in backend.dtypes or not backend.differentiable:
                 continue  # not applicable: no record

@@ -92,8 +92,6 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
-    from flashbench.backends import get_backend
-
     q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
     kw, variant = case.kwargs(seed), case.variant(seed)
     ref = reference.attention(q, k, v, **kw) if ref is None else ref
@@ -115,6 +113,8 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
                     streamed_vs_oneshot_o=error_stats(out[0], std[0], prec),
                     streamed_vs_oneshot_lse=error_stats(out[1], std[1], prec)))
                 continue
+            from flashbench.backends import get_backend  # torch: the flash model needs none
+
             backend = get_backend(name)
             if dtype not in backend.dtypes:
                 continue  # not applicable: no record

@@ -16,7 +16,10 @@ backward, and returns the report (the CLI renders it: :mod:`flashbench.cli.check
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import platform
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -65,12 +68,20 @@ def run_check(cases: Sequence[Case] | None = None,
     backends' forward is not judged (``check --pass bwd``; the exactness and the flash
     model still are, as yardsticks).
     """
-    from flashbench.backends import user
-
     precs = [get_precision(d) for d in dtypes]  # the door: names become Precisions, once
-    with user.session(time_limit):
+    with _session(backends, time_limit):
         return _run(cases, precs, seed, block, backends, say or _silent, backward_cases,
                     forward)
+
+
+def _session(backends, time_limit):
+    """The user backends' session (their workers' time limit and end); none without
+    backends, so that a check of the flash model alone never imports torch."""
+    if not backends:
+        return contextlib.nullcontext()
+    from flashbench.backends import user
+
+    return user.session(time_limit)
 
 
 def _silent(msg: str) -> None:
@@ -167,10 +178,21 @@ def overall_passed(report: dict) -> bool:
 
 
 def _meta(seed: int, block: int, dtypes: list[Precision]) -> dict:
-    import torch
-
     return {"seed": seed, "block": block, "dtypes": [p.name for p in dtypes],
             "exact_tol": EXACT_TOL,
             "python": platform.python_version(), "numpy": np.__version__,
-            "torch": torch.__version__, "machine": platform.node(),
+            "torch": _torch_version(), "machine": platform.node(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def _torch_version() -> str:
+    """torch's version, read from its metadata where the check did not import it (a check
+    of the flash model alone: the import is 2 s of CPU)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # a source build: ask torch itself
+        import torch
+
+        return torch.__version__
