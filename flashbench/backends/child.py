@@ -214,6 +214,13 @@ class Server:
         self.timing["kept"] = guard.Kept(self.timing["faults"])
         return {"device": self.device.type}
 
+    def _flush(self, n: int) -> None:
+        """``n`` L2 flushes, each synchronised (on a GPU; nothing on a CPU)."""
+        flush = guard.l2_flusher(self.device.type) if n > 0 else None
+        for _ in range(n if flush is not None else 0):
+            flush()
+            self._sync()
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             guard._CLOCKS["torch.cuda.synchronize"][2]()
@@ -239,16 +246,12 @@ class Server:
         between the calls: the threads are counted once around them, the outputs checked,
         copied and released by :meth:`_collect`, a request of its own."""
         t, own = self.timing, []
-        flush = guard.l2_flusher(self.device.type)  # as the harness's own timer: L2 cold
-        if flush is not None:  # as many flushes as the empty requests make (calls may be fewer)
-            for _ in range(max(0, r.get("flushes", 0) - len(t["staged"]))):
-                flush()
-                self._sync()
+        # L2 cold as the harness's own timer: a flush before each call, and as many flushes
+        # as the empty requests make (a run may hold fewer calls than k)
+        self._flush(r.get("flushes", 0) - len(t["staged"]))
         tasks = guard.thread_census()[1]
         for slot, seed, args in t["staged"]:
-            if flush is not None:
-                flush()
-                self._sync()
+            self._flush(1)
             t0 = guard._PERF()
             out = t["call"](*args)
             self._sync()
@@ -278,10 +281,7 @@ class Server:
         """An empty request; ``flushes``: the L2 flushes (each synchronised) a run request
         of that many calls makes on a GPU, so that its round trip less this one is the calls'
         alone."""
-        flush = guard.l2_flusher(self.device.type) if r.get("flushes") else None
-        for _ in range(r.get("flushes", 0) if flush is not None else 0):
-            flush()
-            self._sync()
+        self._flush(r.get("flushes", 0))
         if r.get("sync"):
             self._sync()
         return {}

@@ -24,8 +24,7 @@ from flashbench.kernels.torch_peers import reference_lse
 from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable
 
 __all__ = ["BackendOutput", "checked_output", "checked_packed_output", "checked_decode_output",
-           "snapshot",
-           "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]
+           "snapshot", "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]
 
 INPUTS_MODIFIED = "modified its inputs in place"
 
@@ -197,18 +196,19 @@ def _checked_packed(out, q, k, v, cu_q, cu_k, causal, scale) -> BackendOutput:
                             or tuple(lse.shape) != (want[1], want[0])):
         raise BackendFailed(f"returned lse as {_describe(lse)}; expected [H, total_q] = "
                             f"{(want[1], want[0])}")
-    cu_q, cu_k = ([int(x) for x in (c.tolist() if hasattr(c, "tolist") else c)]
-                  for c in (cu_q, cu_k))
+    from flashbench.inputs.variant import check_cu_pair
+    from flashbench.reference.varlen import sequences
+
     lses = []
-    for i, (a, b, c, d) in enumerate(zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:],
-                                         strict=True)):
-        dense = [t[lo:hi].transpose(0, 1)[None] for t, lo, hi in ((o, a, b), (q, a, b),
-                                                                   (k, c, d), (v, c, d))]
-        given = dense[0] if lse is None else (dense[0], lse[None, :, a:b])
+    for i, (qs, ks) in enumerate(sequences(*check_cu_pair(cu_q, cu_k, q.shape[0],
+                                                          k.shape[0]))):
+        dense = [t[s].transpose(0, 1)[None] for t, s in ((o, qs), (q, qs), (k, ks), (v, ks))]
+        given = dense[0] if lse is None else (dense[0], lse[None, :, qs])
         try:
             lses.append(_checked(given, *dense[1:], causal, scale, None, True)[1][0])
         except BackendFailed as exc:
-            raise BackendFailed(f"sequence {i} (rows {a}..{b - 1}): {exc}") from None
+            raise BackendFailed(f"sequence {i} (rows {qs.start}..{qs.stop - 1}): {exc}") \
+                from None
     stand_in = q.new_zeros((want[1], 0), dtype=torch.float32)
     return BackendOutput(o, torch.cat(lses, dim=-1) if lses else stand_in, lse is not None)
 

@@ -107,13 +107,20 @@ class Backend(Implementation):
     # itself (its lse is the op's own, no stand-in computed inside the timed call)
     varlen_timed: Callable | None = None
 
-    def not_applicable(self, variant: Variant | None, grad: bool = False) -> str | None:
-        """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks),
-        else why not: a backend never runs without a variant it was asked for."""
+    def not_applicable(self, variant: Variant | None, grad: bool = False,
+                       packed: bool = False) -> str | None:
+        """None when it (``grad``: its backward) takes ``variant`` (window, softcap, sinks)
+        and, ``packed``, a packed batch; else why not: a backend never runs without a
+        variant it was asked for, nor pads a packed batch."""
         missing = [] if variant is None else variant.missing(
             self.grad_variants if grad else self.variants)
-        return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
-               f"{' or '.join(missing)}" if missing else None
+        if missing:
+            return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
+                   f"{' or '.join(missing)}"
+        if packed and not (self.varlen_grad if grad else self.varlen is not None):
+            return f"not applicable: {'its backward' if grad else 'it'} takes no packed " \
+                   "(varlen) batch"
+        return None
     # (q, k, v, do, causal) -> (dq, dk, dv) where the gradients are computed elsewhere (a
     # user's function: in its worker process); None: autograd through ``timed`` here
     grads: Callable | None = None

@@ -55,24 +55,23 @@ def _triton_varlen(q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
 
 def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant):
     """A packed batch through a dense backend callable, one call per sequence (what a packed
-    batch costs without a varlen kernel: the torch peers' packed path). ``dense`` returns o
-    or (o, lse); so does this: o [total_q, H, dv], lse [H, total_q]. An empty sequence
-    contributes nothing (it has no rows)."""
-    cu_q, cu_k = ([int(x) for x in (c.tolist() if hasattr(c, "tolist") else c)]
-                  for c in (cu_q, cu_k))
+    batch costs without a varlen kernel: the torch peers' packed path; the float64 side's is
+    :func:`flashbench.reference.varlen.per_sequence`). ``dense`` returns o or (o, lse); so
+    does this: o [total_q, H, dv], lse [H, total_q]. An empty sequence has no rows."""
+    from flashbench.inputs.variant import check_cu_pair
+    from flashbench.reference.varlen import sequences
+
     outs, lses, own = [], [], True
-    for a, b, c, d in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True):
-        if b == a:
+    for qs, ks in sequences(*check_cu_pair(cu_q, cu_k, q.shape[0], k.shape[0])):
+        if qs.start == qs.stop:
             continue
-        qi, ki, vi = (t[lo:hi].transpose(0, 1).unsqueeze(0)
-                      for t, lo, hi in ((q, a, b), (k, c, d), (v, c, d)))
-        out = dense(qi, ki, vi, causal=causal, scale=scale, **variant)
+        out = dense(*(t[s].transpose(0, 1).unsqueeze(0) for t, s in ((q, qs), (k, ks), (v, ks))),
+                    causal=causal, scale=scale, **variant)
         o, lse = out if isinstance(out, tuple) else (out, None)
         own = own and getattr(out, "own_lse", True)  # a stand-in stays one (never judged)
         outs.append(o[0].transpose(0, 1))
         lses.append(None if lse is None else lse[0])
-    o = (torch.cat(outs) if outs else
-         q.new_zeros((0, q.shape[1], v.shape[-1])))
+    o = torch.cat(outs) if outs else q.new_zeros((0, q.shape[1], v.shape[-1]))
     if lses and lses[0] is None:
         return o
     lse = torch.cat(lses, dim=-1) if lses else q.new_zeros((q.shape[1], 0))

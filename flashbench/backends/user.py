@@ -89,13 +89,12 @@ def _varlen(worker, expand: bool, q, k, v, cu_q, cu_k, causal=False, scale=None,
     (k, v expanded to q's heads for a function without GQA), cu_seqlens as int32 tensors."""
     import torch
 
+    from flashbench.backends.outputs import BackendOutput
     from flashbench.kernels.validate import expand_kv
 
     if expand:
         k, v = expand_kv(q, k, v)
     cu = {n: torch.as_tensor(c).to(torch.int32) for n, c in (("cu_q", cu_q), ("cu_k", cu_k))}
-    from flashbench.backends.outputs import BackendOutput
-
     reply = worker.call(request("varlen", {"q": q, "k": k, "v": v, **cu}, causal=causal,
                                 scale=scale, variant=variant))
     own = reply["lse"] is not None  # else the stand-in LSE: shown, never judged

@@ -116,9 +116,7 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                         variant=None if case.variant is None else case.variant.label())
 
     reason = backend.unavailable_for(case.shape, case.dtype) or backend.not_applicable(
-        case.variant, grad=case.direction != "fwd") or (
-        "not applicable: it takes no packed (varlen) batch"
-        if case.varlen is not None and backend.varlen is None else None)
+        case.variant, grad=case.direction != "fwd", packed=case.varlen is not None)
     if reason is not None:
         return untimed("not timed", reason)
     if backend.interpreted():

@@ -68,11 +68,8 @@ def _why_not(backend, case: Case, dtype: str, seed: int, grad: bool = False) -> 
     """None when ``backend`` (``grad``: its backward) runs this packed case in ``dtype``
     here, else why: its own reason, the variant, no packed path, or the interpreter's
     limit (on the scores of the sequences, H * sum n^2)."""
-    takes = backend.varlen_grad if grad else backend.varlen is not None
     reason = (backend.unavailable_for(case.shape, dtype)
-              or backend.not_applicable(case.variant(seed), grad=grad)
-              or (None if takes else f"not applicable: {'its backward' if grad else 'it'} "
-                  "takes no packed (varlen) batch"))
+              or backend.not_applicable(case.variant(seed), grad=grad, packed=True))
     scores = case.shape.H * sum(n * n for n in case.varlen)
     if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
         reason = INTERPRETER_TOO_SLOW
