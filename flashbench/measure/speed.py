@@ -84,10 +84,13 @@ class SpeedCase:
         return torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
 
     def label(self) -> str:
-        mask = f" {self.variant.label()}" if self.variant is not None else (
-            " causal" if self.causal else "")
-        packed = "" if self.varlen is None else f" varlen {','.join(map(str, self.varlen))}"
-        return f"{self.shape.spec()} {self.dtype}{mask}{packed} {self.direction}"
+        mask = f" {self.variant.label()}" if self.variant else " causal" * self.causal
+        s = self.shape  # a packed batch: its lengths and heads, never the padded shape
+        what = s.spec() if self.varlen is None else (
+            f"varlen {','.join(map(str, self.varlen))} H={s.H}"
+            f"{'' if s.kv_heads == s.H else f'/{s.kv_heads}'} d={s.d}"
+            f"{'' if s.head_dim_v == s.d else f'/{s.head_dim_v}'}")
+        return f"{what} {self.dtype}{mask} {self.direction}"
 
 
 @dataclass
