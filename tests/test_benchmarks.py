@@ -168,6 +168,16 @@ def test_peak_memory_child_imports_no_torch():
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
 
 
+def test_peak_memory_child_runs_without_numpys_huge_page_advice_unless_the_user_says(
+        monkeypatch):
+    from benchmarks.common import peak_memory_env
+
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    assert peak_memory_env()["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    assert peak_memory_env()["NUMPY_MADVISE_HUGEPAGE"] == "1"
+
+
 def test_peak_memory_child_skips_or_fails_with_the_reason():
     from benchmarks.common import peak_memory
 
