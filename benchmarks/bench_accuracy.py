@@ -14,8 +14,8 @@ kernel is a failure in the history, never a gap. Units, rules, the interpreter:
 docs/asv.md ("Suites").
 """
 
+from .common import BACKEND_DTYPES, need, record_or_raise, shape_of
 from .common import known_dtypes as _known
-from .common import need, record_or_raise, shape_of
 from .common import record_field as _field
 
 KERNELS = ["flash_model", "torch-naive", "torch-sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
@@ -26,14 +26,11 @@ DISTS = ["normal"]
 
 
 def _not_applicable() -> list[tuple]:
-    """Grid points whose backend does not take the dtype (from the backend registry):
-    asv's ``skip_params`` skips them without running setup, and says so."""
-    try:
-        backends = need("backends", "BACKENDS")
-    except NotImplementedError:
-        return []
-    return [(k, d, c, s, dist) for k in KERNELS if k in backends for d in DTYPES
-            if d not in backends[k].dtypes for c in (False, True) for s in SHAPES
+    """Grid points whose backend does not take the dtype (common.BACKEND_DTYPES, the
+    registry's, literal): asv's ``skip_params`` skips them without running setup, and
+    says so."""
+    return [(k, d, c, s, dist) for k in KERNELS if k in BACKEND_DTYPES for d in DTYPES
+            if d not in BACKEND_DTYPES[k] for c in (False, True) for s in SHAPES
             for dist in DISTS]
 
 

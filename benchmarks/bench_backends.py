@@ -9,15 +9,16 @@ only where it is compiled for a GPU (bench_gpu): under the interpreter its speed
 nothing and is never recorded; sdpa-efficient and sdpa-cudnn exist only on a GPU.
 
 The grid is literal (asv addresses a grid point by its index, for every commit); a
-point a backend does not take (a dtype, a device) is declared in ``skip_params`` from
-the registry; a backend unavailable on this machine skips from setup with its reason.
+point a backend does not take (a dtype) is declared in ``skip_params`` from
+common.BACKEND_DTYPES (the registry's, literal: this module imports no torch); a backend
+unavailable on this machine skips from setup with its reason.
 Shapes are ``BxH[/Hkv]xNqxNkxd`` (:meth:`flashbench.inputs.Shape.spec`).
 """
 
 from .common import (
+    BACKEND_DTYPES,
     Benchmark,
     FreshCalls,
-    need,
     qkv,
     shape_of,
     timed_backend,
@@ -34,15 +35,11 @@ _WARM = set()  # grid points already run once in this process (asv reruns setup 
 
 
 def _not_applicable() -> list[tuple]:
-    """Grid points whose backend does not take the dtype or CPU tensors (registry)."""
-    try:
-        registry = need("backends", "BACKENDS")
-    except NotImplementedError:
-        return []
-    return [(b, d, s, c) for b in BACKENDS if b in registry for d in DTYPES
-            if d not in registry[b].dtypes or "cpu" not in getattr(registry[b], "devices",
-                                                                    ("cpu",))
-            for s in SHAPES for c in CAUSAL]
+    """Grid points whose backend does not take the dtype (common.BACKEND_DTYPES, the
+    registry's, literal); every backend listed takes CPU tensors (tests/test_benchmarks.py
+    holds both to the registry)."""
+    return [(b, d, s, c) for b in BACKENDS if b in BACKEND_DTYPES for d in DTYPES
+            if d not in BACKEND_DTYPES[b] for s in SHAPES for c in CAUSAL]
 
 
 class TimeCPUBackend(Benchmark):

@@ -18,6 +18,9 @@ import numpy as np
 
 from . import calls
 from .common import (
+    BACKEND_DTYPES,
+    BACKWARD_ON_GPU_ONLY,
+    NO_BACKWARD,
     Benchmark,
     FreshCalls,
     need,
@@ -37,13 +40,11 @@ DISTS = ["normal"]
 
 
 def _not_applicable() -> list[tuple]:
-    """Grid points whose backend does not take the dtype or has no backward here."""
-    try:
-        backends = need("backends", "BACKENDS")
-    except NotImplementedError:
-        return []
-    return [(k, d, c, s, dist) for k in KERNELS if k in backends for d in DTYPES
-            if d not in backends[k].dtypes or not getattr(backends[k], "differentiable", False)
+    """Grid points whose backend does not take the dtype or has no backward anywhere
+    (common.BACKEND_DTYPES, NO_BACKWARD: the registry's, literal); flex's backward exists
+    only on a GPU: setup skips it elsewhere, with that reason."""
+    return [(k, d, c, s, dist) for k in KERNELS if k in BACKEND_DTYPES for d in DTYPES
+            if d not in BACKEND_DTYPES[k] or k in NO_BACKWARD
             for c in (False, True) for s in SHAPES for dist in DISTS]
 
 
@@ -73,6 +74,11 @@ class TrackGradAccuracy:
         """The record, or skip (Unavailable, older commits) or FAIL (a Failed record:
         the backward raised or returned no valid gradients)."""
         rec = results.get((kernel, dtype, causal, shape))
+        if rec is None and kernel in BACKWARD_ON_GPU_ONLY and "missing" not in results:
+            backend = need("backends", "BACKENDS").get(kernel)
+            if backend is not None and not getattr(backend, "differentiable", False):
+                raise NotImplementedError(f"{kernel} has no backward on this machine "
+                                          "(only on a CUDA GPU)")
         if rec is None:
             rec = results.get("missing", f"no gradient record for {kernel} {dtype} in this "
                                          "commit")

@@ -7,7 +7,8 @@ head, ``varlen 512,1000,77``: a packed batch of three sequences with the shape's
 d); :data:`VARIANTS` maps it to the keywords of flashbench.measure's ``Case``. Accuracy
 comes from flashbench.measure (``measure_accuracy``, ``measure_varlen``) in setup_cache,
 as in bench_accuracy; a kernel that does not take a variant is declared in skip_params
-(from the backend registry), never skipped from setup. Commits without the variants skip.
+(:data:`NOT_TAKEN`, literal, held to the registry by a test), never skipped from setup.
+Commits without the variants skip.
 Units (errors unitless; baseline ratio <= 2; band ratio <= 1, against the band of the flash
 model run with the variant, NaN where not judged by it; seconds per call): docs/asv.md.
 """
@@ -22,22 +23,15 @@ DTYPES = ["fp32", "fp16", "bf16"]
 SHAPES = ["1x2x1024x1024x64"]
 
 
+# (kernel, variant) pairs that do not apply: a backend without the variant's keyword or
+# without a packed-batch entry (``Backend.varlen``); literal, so that importing this module
+# imports no torch (tests/test_variants_check.py holds it to the registry)
+NOT_TAKEN = [("torch-naive", "varlen 512,1000,77")]
+
+
 def _not_applicable() -> list[tuple]:
-    """(kernel, variant) pairs the registry says do not apply: a backend without the
-    variant's keyword or without a packed-batch entry (``Backend.varlen``)."""
-    try:
-        backends = need("backends", "BACKENDS")
-    except NotImplementedError:
-        return []
-    out = []
-    for kernel in KERNELS[1:]:
-        b = backends.get(kernel)
-        for name, kw in VARIANTS.items():
-            takes = getattr(b, "varlen", None) if "varlen" in kw else all(
-                key in getattr(b, "variants", ()) for key in kw if key != "causal")
-            if not takes:
-                out += [(kernel, d, name, s) for d in DTYPES for s in SHAPES]
-    return out
+    """:data:`NOT_TAKEN` at every dtype and shape, for asv's ``skip_params``."""
+    return [(kernel, d, name, s) for kernel, name in NOT_TAKEN for d in DTYPES for s in SHAPES]
 
 
 class TrackVariantAccuracy:

@@ -46,6 +46,21 @@ NEW_HOME = {"precision": "inputs.precision", "validation": "inputs.validation",
             "check": "measure.check", "machine": "infra.machine"}
 
 
+# What each registry backend takes, literal, so that importing a suite imports no torch
+# (flashbench.backends loads it: ~1.1 s of CPU in every asv discovery, forkserver and review
+# listing): the dtypes (``Backend.dtypes``) and whether it has a backward anywhere
+# (``Backend.differentiable``; flex's exists only on a GPU, so its points are decided in
+# setup). tests/test_benchmarks.py holds this equal to the registry. An older commit's
+# backend that does not take a point skips from setup ("no record"), as before.
+TORCH_FLOATS = ("fp32", "fp16", "bf16")
+BACKEND_DTYPES = {"torch-naive": TORCH_FLOATS, "torch-sdpa": TORCH_FLOATS,
+                  "sdpa-flash": TORCH_FLOATS, "sdpa-efficient": TORCH_FLOATS,
+                  "sdpa-cudnn": TORCH_FLOATS, "sdpa-math": TORCH_FLOATS,
+                  "triton": TORCH_FLOATS, "triton-fp8": ("fp8",), "flex": TORCH_FLOATS}
+NO_BACKWARD = ("triton-fp8",)
+BACKWARD_ON_GPU_ONLY = ("flex",)
+
+
 def need(module, *names: str):
     """Import ``flashbench.<module>`` (and attributes), or skip the benchmark.
 

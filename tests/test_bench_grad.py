@@ -22,10 +22,29 @@ def test_grid_is_the_registry():
     assert bench_grad.DTYPES == [d for d in GRAD_DTYPES if d != "fp64"]
     assert bench_grad.KERNELS == ["flash_model", *[b for b in BACKENDS if b != "reference"]]
     declared = {(k, d) for k, d, *_ in TrackGradAccuracy.skip_params}
+    # what no machine runs is declared; flex's backward (a GPU's only) is decided in setup
+    gpu_only = set(bench_grad.BACKWARD_ON_GPU_ONLY)
     assert declared == {(k, d) for k in bench_grad.KERNELS if k in BACKENDS
                         for d in bench_grad.DTYPES
-                        if d not in BACKENDS[k].dtypes or not BACKENDS[k].differentiable}
+                        if d not in BACKENDS[k].dtypes
+                        or (not BACKENDS[k].differentiable and k not in gpu_only)}
     assert ("triton", "fp16") not in declared and ("torch-naive", "tf32") in declared
+
+
+def test_a_backward_only_a_gpu_has_skips_from_setup_saying_so():
+    """flex's points are not declared (its backward exists on a GPU): on a machine whose
+    registry says it has none, setup skips with that reason, never "no record"."""
+    from flashbench.backends import BACKENDS
+
+    suite = TrackGradAccuracy()
+    if BACKENDS["flex"].differentiable:
+        pytest.skip("flex has a backward on this machine: its points are measured")
+    with pytest.raises(NotImplementedError, match="flex has no backward on this machine "
+                                                  r"\(only on a CUDA GPU\)"):
+        suite.setup({}, "flex", "fp32", False, "s", "normal")
+    with pytest.raises(NotImplementedError, match="lacks"):  # an older commit: its reason
+        suite.setup({"missing": "this commit lacks flashbench.x"}, "flex", "fp32", False, "s",
+                    "normal")
 
 
 def test_suite_reads_records_and_skips_with_the_reason():

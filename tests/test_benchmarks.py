@@ -83,6 +83,37 @@ def test_accuracy_grid_is_the_registry():
                        for d in bench_accuracy.DTYPES if d not in BACKENDS[k].dtypes}
 
 
+def test_the_literal_backend_table_is_the_registry():
+    """common.BACKEND_DTYPES (what the suites' skip_params are built from without importing
+    torch) is the registry's: every backend's dtypes; no backward anywhere for NO_BACKWARD,
+    one only with a GPU for BACKWARD_ON_GPU_ONLY; bench_backends' backends take CPU tensors."""
+    import torch
+
+    from benchmarks import bench_backends, common
+    from flashbench.backends import BACKENDS
+
+    assert common.BACKEND_DTYPES == {n: b.dtypes for n, b in BACKENDS.items()
+                                     if n != "reference"}
+    assert common.NO_BACKWARD == tuple(n for n in common.BACKEND_DTYPES
+                                       if not BACKENDS[n].differentiable
+                                       and n not in common.BACKWARD_ON_GPU_ONLY)
+    gpu = torch.cuda.is_available()
+    assert all(BACKENDS[n].differentiable == gpu for n in common.BACKWARD_ON_GPU_ONLY)
+    assert all("cpu" in BACKENDS[b].devices for b in bench_backends.BACKENDS)
+
+
+def test_loading_every_suite_imports_no_torch():
+    """asv imports every suite in each discovery, forkserver and review listing: none
+    loads torch (~1.1 s of CPU each); a suite imports it in setup, where it measures."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib, pathlib\n"
+            "for p in sorted(pathlib.Path(sys.argv[1], 'benchmarks').glob('bench_*.py')):\n"
+            "    importlib.import_module('benchmarks.' + p.stem)\n"
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
+                       cwd="/")
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
 def test_accuracy_suite_reads_records_and_older_dicts():
     suite = TrackAccuracy()
     with pytest.raises(NotImplementedError, match="interpreter"):
