@@ -31,20 +31,23 @@ def test_grid_is_the_registry():
     assert ("triton", "fp16") not in declared and ("torch-naive", "tf32") in declared
 
 
-def test_a_backward_only_a_gpu_has_skips_from_setup_saying_so():
-    """flex's points are not declared (its backward exists on a GPU): on a machine whose
-    registry says it has none, setup skips with that reason, never "no record"."""
+def test_a_backward_only_a_gpu_has_skips_from_setup_saying_so(monkeypatch):
+    """flex's points are not declared (its backward exists on a GPU): where the registry
+    says it has none, setup_cache records that reason and setup skips with it (never
+    "no record"), in a grid point's process that imports no torch."""
     from flashbench.backends import BACKENDS
 
-    suite = TrackGradAccuracy()
     if BACKENDS["flex"].differentiable:
         pytest.skip("flex has a backward on this machine: its points are measured")
+    monkeypatch.setattr(bench_grad, "KERNELS", ["flex"])
+    results = TrackGradAccuracy().setup_cache()
+    assert {k for k in results if k != "missing"} == {
+        ("flex", d, c, s) for d in ("fp32", "fp16", "bf16") for c in (False, True)
+        for s in bench_grad.SHAPES}
     with pytest.raises(NotImplementedError, match="flex has no backward on this machine "
                                                   r"\(only on a CUDA GPU\)"):
-        suite.setup({}, "flex", "fp32", False, "s", "normal")
-    with pytest.raises(NotImplementedError, match="lacks"):  # an older commit: its reason
-        suite.setup({"missing": "this commit lacks flashbench.x"}, "flex", "fp32", False, "s",
-                    "normal")
+        TrackGradAccuracy().setup(results, "flex", "fp32", False, bench_grad.SHAPES[0],
+                                  "normal")
 
 
 def test_suite_reads_records_and_skips_with_the_reason():

@@ -112,6 +112,12 @@ def test_loading_every_suite_imports_no_torch():
     r = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
                        cwd="/")
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    # asv's forkserver (argv "run_server") imports torch once, for the grid points it forks
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.argv[1:] = ['run_server']; "
+                        "sys.path.insert(0, '.'); import benchmarks; "
+                        "print('torch' in sys.modules)"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
 
 
 def test_accuracy_suite_reads_records_and_older_dicts():
