@@ -21,6 +21,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from once_per_run import once_per_run
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -129,23 +130,29 @@ def review(project, *args, process=False, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def unchanged(project):
+def unchanged(project, tmp_path_factory, worker_id):
     """One review of a docs-only head (``HEAD``, checked out, with an uncommitted edit
     under flashbench/ and --allow-dirty), at the default factor: its timings, its peak
-    memory and its note on the edit are three tests' evidence."""
-    repo, _, c = project
-    git(repo, "checkout", "-q", c["same"])
-    target = repo / "flashbench" / "reference" / "oneshot.py"
-    original = target.read_text()
-    target.write_text(original + "\n# an edit that review would not measure\n")
-    try:
-        # 30 s: every comparison calibrated and looked at several times (the 60 s before
-        # ran to its end only on a machine loaded several times over)
-        return review(project, c["base"], "HEAD", "--allow-dirty", "--bench",
-                      f"{CHEAP}|{PEAKMEM_1024}", "--budget", "30", "--json", "--all")
-    finally:
-        target.write_text(original)
-        git(repo, "checkout", "-q", "main")
+    memory and its note on the edit are three tests' evidence; one review a run, whichever
+    workers run them (conftest.once_per_run)."""
+    def run():
+        repo, _, c = project
+        git(repo, "checkout", "-q", c["same"])
+        target = repo / "flashbench" / "reference" / "oneshot.py"
+        original = target.read_text()
+        target.write_text(original + "\n# an edit that review would not measure\n")
+        try:
+            # 30 s: every comparison calibrated and looked at several times (the 60 s
+            # before ran to its end only on a machine loaded several times over)
+            r = review(project, c["base"], "HEAD", "--allow-dirty", "--bench",
+                       f"{CHEAP}|{PEAKMEM_1024}", "--budget", "30", "--json", "--all")
+        finally:
+            target.write_text(original)
+            git(repo, "checkout", "-q", "main")
+        return [list(r.args), r.returncode, r.stdout, r.stderr]
+
+    return subprocess.CompletedProcess(*once_per_run(tmp_path_factory, worker_id,
+                                                     "review-unchanged", run))
 
 
 def rows(r):
