@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 # One thread a pool (BLAS, OpenMP: numpy's and torch's) in every test process, set before
 # numpy or torch loads; pytest-xdist's workers inherit it. scripts/test.sh runs 3 workers
@@ -99,3 +100,24 @@ def working_interpreter():
         pytest.skip(f"Triton {triton.__version__}'s interpreter fails on numpy "
                     f"{np.__version__} ({KNOWN_INTERPRETER_DEFECT}); the compiled kernel is "
                     "what runs here")
+
+
+@pytest.fixture(scope="session")
+def committed_report(tmp_path_factory, worker_id):
+    """``flashbench history results --out DIR`` on the project's committed asv history, run
+    once a test run (tests/once_per_run.py; two test files read it, 7 s of CPU each):
+    (the command's exit status, DIR). The tests only read DIR."""
+    from once_per_run import once_per_run
+
+    def run():
+        from flashbench.cli import main
+
+        out = tmp_path_factory.getbasetemp().parent / "committed-report"
+        if worker_id == "master":
+            out = tmp_path_factory.mktemp("committed-report")
+        rc = main(["history", str(Path(__file__).resolve().parents[1] / "results"), "--out",
+                   str(out), "--force"])
+        return [rc, str(out)]
+
+    rc, out = once_per_run(tmp_path_factory, worker_id, "committed-report", run)
+    return rc, Path(out)

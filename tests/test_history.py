@@ -393,11 +393,9 @@ def test_suite_names_appear_only_in_history_suites():
 
 
 @pytest.mark.slow
-def test_history_cli_on_the_committed_results(tmp_path):
-    from flashbench.cli import main
-
+def test_history_cli_on_the_committed_results(committed_report):
     assert any(RESULTS.glob("*/*.json")), "results/ holds the project's asv history"
-    rc = main(["history", str(RESULTS), "--out", str(tmp_path)])
+    rc, tmp_path = committed_report  # `flashbench history results --out DIR`
     assert rc == 0
     report = (tmp_path / "report.md").read_text()
     for heading in ("## Accuracy bands", "## Throughput", "## Steps"):

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 from flashbench.history.answer import answer, compact, machine_labels, narrow
-from flashbench.history.report import build_report
 from flashbench.history.steps import steps
 from flashbench.history.summaries import error_bands
 
@@ -59,13 +58,15 @@ def test_narrow_tables_hold_no_nan_and_split_rows_by_the_parameters_they_have():
     assert compact("not asv's (spelling") == "not asv's (spelling"
 
 
-def test_the_report_on_the_committed_results_opens_with_the_answer(tmp_path):
+def test_the_report_on_the_committed_results_opens_with_the_answer(committed_report):
     """Failed before: report.md opened with the bands table, up to 408 characters wide,
     with 'nan' cells; that 40 tracks lay outside their band was not said."""
-    text = build_report(RESULTS, tmp_path / "report")
+    rc, out = committed_report  # `flashbench history results --out DIR` (build_report)
+    assert rc == 0
+    text = (out / "report.md").read_text()
     head = text.splitlines()[:12]
     assert any(line == "## The answer" for line in head)
-    bands = pd.read_csv(tmp_path / "report" / "error_bands.csv")
+    bands = pd.read_csv(out / "error_bands.csv")
     outside = int((bands["inside"].astype(str) == "False").sum())
     judged = int(bands["inside"].notna().sum())
     assert f"**{outside} of {judged}** accuracy tracks" in text
