@@ -50,15 +50,38 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` run first (scripts/test.sh runs every test in one run: the
-    long ones start early and the fast ones fill the parallel workers' tails). Tests
-    marked ``gpu`` skip with reason "no GPU" where torch sees no CUDA device."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    """Tests marked ``slow`` run first on every worker (scripts/test.sh runs every test in
+    one run: the long ones start early and the fast ones fill the parallel workers' tails).
+    Tests marked ``gpu`` skip with reason "no GPU" where torch sees no CUDA device."""
+    items[:] = slow_first_on_each_worker(
+        items, getattr(config, "workerinput", {}).get("workercount", 1))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _cuda_available():
         skip = pytest.mark.skip(reason="no GPU")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def slow_first_on_each_worker(items: list, workers: int) -> list:
+    """``items`` reordered so that each pytest-xdist worker opens with its share of the slow
+    tests. Work stealing first sends worker k the k-th contiguous share of the list (sizes
+    n // W, then the rest split evenly) and later steals from a queue's end: with every
+    slow test at the front, one worker held them all and the waiting ones (real Slurm,
+    SIGTERM, reviews with a wall-clock budget) ran last, the CPUs 1.5 of 2 busy in the
+    last minute. The slow tests are dealt to the shares in turn, fast ones fill them."""
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    sizes, left = [], len(items)
+    for k in range(workers):
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    shares = [slow[k::workers] for k in range(workers)]
+    out = []
+    for share, size in zip(shares, sizes, strict=True):
+        take = max(size - len(share), 0)
+        out += share + fast[:take]
+        fast = fast[take:]
+    return out + fast
 
 
 @pytest.fixture
