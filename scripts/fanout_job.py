@@ -2,7 +2,8 @@
 results branch that every machine shares.
 
     python scripts/fanout_job.py [--machine NAME] [--rev HEAD] [--max-commits 10]
-        [--results-branch asv-results] [--remote origin] [--shard I/N] [--retries 8]
+        [--results-branch asv-results] [--remote origin] [--shard I/N] [--run-id ID]
+        [--retries 8]
         [--asv "python -m asv"] [-- ASV_RUN_ARGS...]
     python scripts/fanout_job.py --report-missing [--rev HEAD] [--max-commits 10] ...
 
@@ -13,7 +14,10 @@ machine to measure, by .github/workflows/asv.yml and scripts/slurm_asv.sbatch al
    flashbench derives from the hardware) and fetches the results branch;
 2. the new commits: the last --max-commits first-parent commits of --rev without a
    results file of this machine on the results branch; with --shard I/N, every N-th
-   of them from the I-th (a Slurm array splitting one machine kind's commits);
+   of them from the I-th (a Slurm array splitting one machine kind's commits), of the
+   commits new when the run began: results another shard of the same run (--run-id,
+   default the Slurm array's or GitHub run's id) pushed meanwhile still count as new,
+   so a late task's share does not shift;
 3. ``asv run --machine NAME HASHFILE:<file> ASV_RUN_ARGS`` (results into
    results/NAME/, as asv.conf.json says); in an existing environment (``-E existing``,
    ``--python=same``: asv refuses a commit range there) one ``asv run --set-commit-hash
@@ -102,12 +106,44 @@ def measured(repo: Path, tip: str | None, folder: str) -> set[str]:
     return {Path(n).name.split("-", 1)[0] for n in names if n.endswith(".json")}
 
 
+RUN_TRAILER = "Fanout-Run:"  # the push's message: "Fanout-Run: ID shard I/N"
+
+
+def run_id() -> str | None:
+    """What the jobs of one run share: a Slurm array's job id, a GitHub Actions run's id
+    (FLASHBENCH_RUN_ID first, to choose it)."""
+    for name in ("FLASHBENCH_RUN_ID", "SLURM_ARRAY_JOB_ID", "GITHUB_RUN_ID"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def run_results(repo: Path, tip: str | None, folder: str, run: str | None) -> set[str]:
+    """The 8-digit commits whose results in ``folder`` the shards of run ``run`` pushed
+    (found by their pushes' trailer): commits that were new when the run began."""
+    if tip is None or run is None:
+        return set()
+    pushes = git("log", "--format=%H", "--fixed-strings", f"--grep={RUN_TRAILER} {run} shard ",
+                 tip, "--", f"{folder}/", cwd=repo).split()
+    found = set()
+    for push in pushes:
+        names = git("diff-tree", "--no-commit-id", "--name-only", "-r", "--root", push, "--",
+                    f"{folder}/", cwd=repo).splitlines()
+        found |= {Path(n).name.split("-", 1)[0] for n in names if n.endswith(".json")}
+    return found
+
+
 def new_commits(repo: Path, rev: str, count: int, tip: str | None, folder: str,
-                shard: tuple[int, int]) -> list[str]:
-    """Oldest first: commits of ``rev`` without a results file in ``folder`` at ``tip``."""
+                shard: tuple[int, int], run: str | None = None) -> list[str]:
+    """Oldest first: this shard's commits of ``rev`` without a results file in ``folder``
+    at ``tip``. The shards split the commits new when their run began (what the run's own
+    pushes added does not count): a task that starts after another shard of its run
+    pushed keeps its share (else the split shifts: a commit measured twice, another never;
+    seen on a real Slurm array under load), and a requeued task skips what it pushed."""
     have = measured(repo, tip, folder)
-    todo = [c for c in last_commits(repo, rev, count) if c[:8] not in have]
-    return todo[shard[0]::shard[1]]
+    began = have - (run_results(repo, tip, folder, run) if shard[1] > 1 else set())
+    share = [c for c in last_commits(repo, rev, count) if c[:8] not in began][shard[0]::shard[1]]
+    return [c for c in share if c[:8] not in have]
 
 
 def report_missing(repo: Path, rev: str, count: int, tip: str | None, results: str) -> int:
@@ -256,7 +292,8 @@ def run(args) -> int:
     folder = results / machine
     rel = folder.relative_to(repo).as_posix()
     tip = fetch_tip(repo, args.remote, args.results_branch)
-    todo = new_commits(repo, args.rev, args.max_commits, tip, rel, args.shard)
+    run_of = args.run_id or run_id()
+    todo = new_commits(repo, args.rev, args.max_commits, tip, rel, args.shard, run_of)
     if not todo:
         say(f"{machine}: no new commit in the last {args.max_commits} of {args.rev}")
         return 0
@@ -279,6 +316,8 @@ def run(args) -> int:
         return 1 if rc else 0
     message = (f"results: {machine}: {len(todo)} commit(s) {todo[0][:8]}..{todo[-1][:8]}"
                + (f" (shard {args.shard[0]}/{args.shard[1]})" if args.shard[1] > 1 else ""))
+    if run_of is not None and args.shard[1] > 1:
+        message += f"\n\n{RUN_TRAILER} {run_of} shard {args.shard[0]}/{args.shard[1]}"
     pushed = push(repo, files, args.remote, args.results_branch, message, args.retries,
                   args.retry_delay, args.push_delay)
     say(f"pushed {pushed[:12]} to {args.results_branch} ({len(files)} file(s))" if pushed
@@ -304,6 +343,8 @@ def main(argv=None) -> int:
     p.add_argument("--results-branch", default="asv-results")
     p.add_argument("--remote", default="origin")
     p.add_argument("--shard", type=shard, default=(0, 1), help="I/N: this job's share")
+    p.add_argument("--run-id", help="what the shards of one run share (default: "
+                   "$FLASHBENCH_RUN_ID, $SLURM_ARRAY_JOB_ID or $GITHUB_RUN_ID)")
     p.add_argument("--retries", type=int, default=8)
     p.add_argument("--retry-delay", type=float, default=2.0, help="first pause, seconds")
     p.add_argument("--push-delay", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -145,6 +145,27 @@ def test_two_jobs_at_once_lose_and_mix_nothing(upstream, tmp_path):
         ("cpu-c", c) for c in [*commits, new])
 
 
+def test_a_shard_that_starts_after_its_sibling_pushed_keeps_its_share(upstream, tmp_path):
+    """The shards of one run split the commits new when the run began: shard 1 starting
+    after shard 0 pushed (a busy cluster) measured the commit left over by the shifted
+    split before (here: none, commit 1 lost); a requeued shard 0 finds its own work done."""
+    remote, work = upstream
+    commits = sh("git", "rev-list", "--reverse", "main", cwd=work).split()
+    repo = clone(remote, tmp_path / "array")
+    open(tmp_path / "asv.log", "w").close()
+    finish(start(repo, "cpu-d", tmp_path, "--shard", "0/2", "--run-id", "77"))
+    late, = finish(start(repo, "cpu-d", tmp_path, "--shard", "1/2", "--run-id", "77"))
+    again, = finish(start(repo, "cpu-d", tmp_path, "--shard", "0/2", "--run-id", "77"))
+    runs = [line.split()[1:] for line in (tmp_path / "asv.log").read_text().splitlines()]
+    assert runs == [commits[0::2], commits[1::2]], (runs, late)
+    assert "no new commit" in again
+    body = sh("git", "log", "-1", "--format=%B", BRANCH, cwd=remote)
+    assert "Fanout-Run: 77 shard 1/2" in body
+    # another run (a new array) sees everything measured
+    rerun, = finish(start(repo, "cpu-d", tmp_path, "--shard", "1/2", "--run-id", "78"))
+    assert "no new commit" in rerun
+
+
 def test_bad_usage_is_refused(tmp_path):
     r = subprocess.run([sys.executable, str(JOB), "--shard", "2/2"], capture_output=True,
                        text=True, cwd=tmp_path)
