@@ -16,10 +16,13 @@ cd "$(dirname "$0")/.."
 FLASHBENCH_LAZY_BYTECODE=1 bash scripts/setup.sh --test
 # the bytecode of what the tests import, written once (setup compiled none: 32 s of CPU for
 # 12,000 modules, ~3,000 of them used: 12 s), by two processes (one a CPU) before the test
-# workers would race to compile the same modules
+# workers would race to compile the same modules; torch.compile's (dynamo, inductor, sympy,
+# networkx: ~1,000 modules, 3.4 s of CPU a process that compiles them) was left to the
+# workers and the review workers that import it first
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -c "import torch, triton, flashbench.cli, flashbench.backends, \
-flashbench.measure.run, flashbench.review.run" &
+flashbench.measure.run, flashbench.review.run, torch._dynamo, torch._inductor.compile_fx, \
+torch.nn.attention.flex_attention" &
 .venv/bin/python -c "import numpy, pandas, scipy.stats, statsmodels.api, matplotlib.pyplot, \
 hypothesis, asv_runner, flashbench.history"
 wait $!
