@@ -62,37 +62,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _group(item) -> str:
-    """What must stay on one worker: a test module's tests that share a module-scoped
-    fixture (a clone, a review, a Slurm cluster, an asv run: built once per worker that
-    runs one); any other test alone."""
-    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    if any(d.scope == "module" for ds in defs.values() for d in ds):
-        return item.nodeid.split("::")[0]
-    return item.nodeid
-
-
 def slow_first_on_each_worker(items: list, workers: int) -> list:
     """``items`` reordered so that each pytest-xdist worker opens with its share of the slow
     tests. Work stealing first sends worker k the k-th contiguous share of the list (sizes
     n // W, then the rest split evenly) and later steals from a queue's end: with every
     slow test at the front, one worker held them all and the waiting ones (real Slurm,
     SIGTERM, reviews with a wall-clock budget) ran last, the CPUs 1.5 of 2 busy in the
-    last minute. The slow tests go to the shares in groups (:func:`_group`: a module's
-    tests that share a module fixture stay together, so it is built once), largest group
-    first to the share with the fewest; fast ones fill the shares."""
+    last minute. The slow tests are dealt to the shares in turn, fast ones fill them."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     fast = [item for item in items if not item.get_closest_marker("slow")]
-    groups: dict[str, list] = {}
-    for item in slow:
-        groups.setdefault(_group(item), []).append(item)
-    shares = [[] for _ in range(workers)]
-    for group in sorted(groups.values(), key=len, reverse=True):  # stable: file order
-        min(shares, key=len).extend(group)
     sizes, left = [], len(items)
     for k in range(workers):
         sizes.append(left // (workers - k))
         left -= sizes[-1]
+    shares = [slow[k::workers] for k in range(workers)]
     out = []
     for share, size in zip(shares, sizes, strict=True):
         take = max(size - len(share), 0)

@@ -29,22 +29,16 @@ def test_the_value_is_computed_once_and_read_by_every_other_worker(tmp_path):
 
 
 def test_each_worker_opens_with_its_share_of_the_slow_tests():
-    from types import SimpleNamespace
+    from types import SimpleNamespace as Item
 
     from conftest import slow_first_on_each_worker
 
-    def item(name, slow, module_fixture=False):
-        defs = {"f": [SimpleNamespace(scope="module" if module_fixture else "function")]}
-        return SimpleNamespace(
-            nodeid=f"tests/{name[0]}.py::{name}", _fixtureinfo=SimpleNamespace(
-                name2fixturedefs=defs),
-            get_closest_marker=lambda m, s=slow: object() if s else None)
+    def item(name, slow):
+        return Item(name=name, get_closest_marker=lambda m, s=slow: object() if s else None)
 
-    items = ([item(f"f{i}", False) for i in range(8)] + [item(f"s{i}", True) for i in range(3)]
-             + [item(f"m{i}", True, module_fixture=True) for i in range(2)])
-    got = [i.name for i in slow_first_on_each_worker(
-        [SimpleNamespace(**vars(i), name=i.nodeid.split("::")[1]) for i in items], 3)]
-    assert sorted(got) == sorted(i.nodeid.split("::")[1] for i in items)  # none lost
-    # xdist's first shares: 4, 4 and 5 items; the two tests sharing a module fixture stay
-    # together and open the first share, each other share opens with slow tests
-    assert got[:3] == ["m0", "m1", "f0"] and got[4:6] == ["s0", "s2"] and got[8] == "s1"
+    items = [item(f"f{i}", False) for i in range(8)] + [item(f"s{i}", True) for i in range(3)]
+    got = [i.name for i in slow_first_on_each_worker(items, 3)]
+    assert sorted(got) == sorted(i.name for i in items)  # nothing lost or repeated
+    # xdist's first shares: 3, 4, 4 items; each opens with one slow test
+    assert got[0] == "s0" and got[3] == "s1" and got[7] == "s2"
+    assert [i.name for i in slow_first_on_each_worker(items, 1)][:3] == ["s0", "s1", "s2"]
