@@ -9,6 +9,7 @@ from flashbench import numerics
 from flashbench import reference as R
 from flashbench.accuracy import error_stats, judge
 from flashbench.kernels import attention, configs, triton_forward
+from flashbench.kernels.headdim import config_width
 from flashbench.kernels.launch import Config, _spec, planning
 
 COMBOS = [(d, dt) for d in triton_forward.HEAD_DIMS for dt in ("fp16", "bf16", "fp32")]
@@ -40,8 +41,9 @@ def test_every_autotune_config_on_a_ragged_causal_shape(d, dtype, nq, nk):
     qn, kn, vn = _np_expanded(*(t.cpu().double() for t in (q, k, v)))
     ref = R.attention(qn, kn, vn, causal=True)
     std = numerics.standard_model(qn, kn, vn, dtype, causal=True)
-    tried = dict.fromkeys([*configs.candidates(d, TORCH[dtype]),
-                           configs.fixed_config(d, TORCH[dtype])])
+    width = config_width(d)  # the tables are per compiled width, as the launch reads them
+    tried = dict.fromkeys([*configs.candidates(width, TORCH[dtype]),
+                           configs.fixed_config(width, TORCH[dtype])])
     for cfg in tried:
         o, lse, used = triton_forward.forward(q, k, v, causal=True, config=cfg)
         assert used == cfg
