@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 
 from flashbench.history.suites import accuracy_metric, role, rule_limit
+from flashbench.infra.libwatch import REFUSED
 from flashbench.review.model import Row
-from flashbench.review.worker_guard import REFUSED
 
 BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 25)
 

@@ -26,7 +26,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
 WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
-GUARD = {}  # "module": worker_guard, loaded on first use
+GUARD = {}  # "module": flashbench/infra/libwatch.py, loaded by path on first use
 
 
 def _reason(exc: BaseException) -> str:
@@ -234,12 +234,12 @@ def _top_level_names(tree: str) -> set:
 
 
 def entry_points() -> dict:
-    """numpy's, torch's, time's callables and this script's timer (worker_guard.py, by path)."""
+    """numpy's, torch's, time's callables and this script's timer (infra/libwatch.py, by path)."""
     if not GUARD:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("worker_guard",
-                                                      os.path.join(HERE, "worker_guard.py"))
+        spec = importlib.util.spec_from_file_location(
+            "libwatch", os.path.join(os.path.dirname(HERE), "infra", "libwatch.py"))
         GUARD["module"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(GUARD["module"])
     return GUARD["module"].entry_points({f"worker_process.{n}": globals()[n] for n in (
@@ -274,7 +274,7 @@ class Sides:
         self.entry = entry_points()
 
     def refuse_changes(self, side: str, before: dict, when: str) -> str | None:
-        """Refuse ``side`` when its code replaced a shared function (worker_guard.refusal)."""
+        """Refuse ``side`` when its code replaced a shared function (libwatch.refusal)."""
         why = GUARD["module"].refusal(before, entry_points(), when, globals())
         if why is not None:
             self.errors[side] = why
