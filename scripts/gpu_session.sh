@@ -3,19 +3,21 @@
 #
 #   bash scripts/gpu_session.sh OUTDIR [--dry-run]
 #
-# Phases (limit in seconds; the whole capped by $GPU_SESSION_BUDGET, default 540 = 9 min;
-# a phase that runs out is stopped and the next still runs; what the budget cannot reach
-# is "not run"):
+# Phases, in this order (limit in seconds; the whole capped by $GPU_SESSION_BUDGET, default
+# 540 = 9 min; a phase that runs out is stopped and the next still runs; what the budget
+# cannot reach is "not run"; GPU_SESSION_PHASES="tests findings ..." runs only those, so a
+# window splits over device calls: docs/gpu.md has the two calls of a 15-minute window):
 #   wheels     60  asv, asv_runner, yyjson from ./wheels (scripts/gpu_wheels.sh)
-#   variants  150  tools.gpu.bench --quick --variants-only: the Hopper variants (triton_hopper)
-#                  beside today's kernel, sdpa-cudnn and sdpa-flash, outputs checked
-#                  (precompiled in 8 processes first): which variant, how fast, against cuDNN
-#   tests     100  the GPU correctness tests: compiled kernel, every config, fork safety
-#                  (asv's forkserver; user kernels' workers forked from the zygote)
+#   tests     100  the GPU correctness tests: compiled kernel, every config and head dim,
+#                  fork safety (asv's forkserver; user kernels' workers forked from the zygote)
 #   findings   45  tools/gpu/findings.py: exp2 vs float64 on the device, the fp32 case,
 #                  the slowed head's true cost
 #   fp8_d256   40  the triton-fp8 d=256 ragged causal GQA tests, verbose
-#   history   230  tools/gpu/history.py over COMMITS (below), each its own flashbench
+#   variants  150  tools.gpu.bench --quick --variants-only: the Hopper variants (triton_hopper)
+#                  beside today's kernel, sdpa-cudnn and sdpa-flash, outputs checked
+#                  (precompiled in 8 processes first): which variant, how fast, against cuDNN
+#   history   400  tools/gpu/history.py over COMMITS (below; HEAD first), each its own
+#                  flashbench (one commit of bench_gpu took over 200 s on the H200)
 #   review_noop 100, review_slow 100: flashbench review --bench bench_gpu --factor 1.05
 #                  against a README-only head (expect exit 0) and a head whose d=128
 #                  autotune space is one small config (expect exit 1: slower)
@@ -27,8 +29,8 @@
 # Exit status: 0 every phase as expected, 1 some phase not, 2 usage, 3 no GPU.
 set -u
 usage="usage: bash scripts/gpu_session.sh OUTDIR [--dry-run]   (env: PYTHON, FLASHBENCH_WHEELS,
-  GPU_SESSION_BUDGET, GPU_SESSION_COMMITS, GPU_SESSION_TESTS, GPU_SESSION_WORKERS,
-  GPU_SESSION_LAUNCH)"
+  GPU_SESSION_BUDGET, GPU_SESSION_PHASES, GPU_SESSION_COMMITS, GPU_SESSION_TESTS,
+  GPU_SESSION_WORKERS, GPU_SESSION_LAUNCH)"
 DRY=0
 [ "${2:-}" = "--dry-run" ] && DRY=1
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ] ||
@@ -39,13 +41,14 @@ fi
 # shellcheck source=tools/gpu/common.sh
 source "$(dirname "$0")/../tools/gpu/common.sh"
 gpu_start gpu_session "$1" "${GPU_SESSION_BUDGET:-540}"
-# main's commits that changed flashbench/kernels (git log -- flashbench/kernels), most
-# recent first, so that a cut budget still spans the history:
+cd "$REPO" || exit 2
+# the commit checked out (today's kernels: the first point of every GPU series), then main's
+# commits that changed flashbench/kernels (git log -- flashbench/kernels), most recent
+# first, so that a cut budget still spans the history:
 #   011b6e4 CUDA causal mask built once per shape   5e46b2a the Triton backward
 #   5992dcc FP8 in the GPU run (triton_fp8 used)    f2db96a kernels review findings
 #   7c31a4a interpreted launch restores triton.language
-COMMITS=${GPU_SESSION_COMMITS:-011b6e4 5e46b2a 5992dcc f2db96a 7c31a4a}
-cd "$REPO" || exit 2
+COMMITS=${GPU_SESSION_COMMITS:-$(git rev-parse --short=7 HEAD) 011b6e4 5e46b2a 5992dcc f2db96a 7c31a4a}
 
 if [ $DRY -eq 0 ] &&
    ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -61,14 +64,6 @@ gpu_machine
 
 # -- wheels: asv into a private target, never the system
 gpu_wheels
-
-# -- the Hopper variants first: the answer a cut window most needs (docs/gpu.md)
-if [ $DRY -eq 1 ]; then
-  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only --plan
-else
-  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only \
-    --out "$OUT/gpu-results"
-fi
 
 # -- correctness on the GPU
 XDIST=()
@@ -87,11 +82,19 @@ phase findings 45 0 "$PY" -m tools.gpu.findings --out "$OUT/findings" "${DRYFLAG
 phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:cacheprovider \
   -q -rA --tb=short tests/test_gpu_kernel.py -k "fp8 and 256"
 
+# -- the Hopper variants (docs/gpu.md): their first figures came 2026-12-04
+if [ $DRY -eq 1 ]; then
+  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only --plan
+else
+  phase variants 150 0 "$PY" -m tools.gpu.bench --quick --variants-only \
+    --out "$OUT/gpu-results"
+fi
+
 # -- asv history of the commits, on this machine's name
 MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/history.log" | tail -1)
 say "history: machine $MACHINE, commits $COMMITS"
 # shellcheck disable=SC2086  # COMMITS is a list
-phase history 230 0 "$PY" -m tools.gpu.history --machine "$MACHINE" --out "$OUT/results" \
+phase history 400 0 "$PY" -m tools.gpu.history --machine "$MACHINE" --out "$OUT/results" \
   --launch-method "${GPU_SESSION_LAUNCH:-forkserver}" --precompile "$([ $DRY -eq 1 ] && echo 0 || echo 8)" \
   $COMMITS
 

@@ -3,7 +3,9 @@
 #   say TEXT...                    prints a line and appends it to OUT/summary.txt
 #   phase NAME LIMIT EXPECT CMD... runs CMD with a time limit (capped by the budget left),
 #                                  output to OUT/NAME.log, one summary line; FAILED=1 when
-#                                  its exit status is not EXPECT
+#                                  its exit status is not EXPECT; a NAME not in
+#                                  $GPU_SESSION_PHASES (where set: a window split over
+#                                  several device calls) is skipped and says so
 #   gpu_machine                    OUT/machine.txt: torch/Triton/CUDA versions, nvidia-smi
 #   gpu_wheels                     asv, asv_runner, yyjson from $WHEELS into a private
 #                                  target (PYTHONPATH), unless asv is importable already
@@ -32,6 +34,9 @@ say() { echo "$*" | tee -a "$SUMMARY"; }
 phase() {
   local name=$1 limit=$2 expect=$3 left t0 rc status
   shift 3
+  if [ -n "${GPU_SESSION_PHASES:-}" ] && [[ " $GPU_SESSION_PHASES " != *" $name "* ]]; then
+    say "$name: skipped (not in GPU_SESSION_PHASES)"; return
+  fi
   left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$left" -lt 20 ]; then
     say "$name: not run (budget of ${BUDGET}s spent)"; FAILED=1; return
