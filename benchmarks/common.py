@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import scipy.special
 
+from . import floor
+
 
 class Benchmark:
     """Timing knobs written once (numpy's benchmarks/common.py habit).
@@ -120,7 +122,8 @@ class FreshCalls:
     (teardown, outside the clock) replays each call's exact inputs and recomputes the kept
     rows (``want(args, row, **kwargs)`` on float64 arguments; default
     :func:`attention_row`), raising :class:`KernelFailed` for the first row off by more
-    than ``tol`` x max(1, the row's largest value). docs/speed.md.
+    than ``tol`` x max(1, the row's largest value); then the fastest call against this
+    machine's floor (:mod:`benchmarks.floor`: faster than its own matmul fails). docs/speed.md.
     """
 
     POOL, BANK = 2, 61  # coprime: a (slot, row values) pair returns after 122 calls; a
@@ -148,6 +151,9 @@ class FreshCalls:
 
             self.bank = torch.from_numpy(self.bank).to(dtype=q.dtype, device=q.device)
             self.copy, self.mul = torch.clone, torch.mul
+        self.work = floor.work(spec, self.slots[0], kwargs)  # None: not judged
+        self.dtype = None if isinstance(q, np.ndarray) else q.dtype
+        self.fastest = float("inf")  # the fastest call, on the suites' own clock
         self.written = sorted({int(r) for r in self.rows})  # rows the bank overwrites
         self.base = [None if fresh is None else self.copy(s[fresh]) for s in self.slots]
         first = self.base if fresh == 0 else [s[0] for s in self.slots]
@@ -168,7 +174,9 @@ class FreshCalls:
                 self.mul(base, self.factors[i % self.FACTORS], out=args[self.fresh])
         if self.stage is not None:
             self.stage(args, r, **self.kwargs)
+        t0 = floor.clock()
         out = self.fn(*args, **self.kwargs)
+        self.fastest = min(self.fastest, floor.clock() - t0)
         rows = [int(r), *(int(x) for x in self.extra[i % self.EXTRA_BANK])]
         self.kept.append((i, rows, self.copy(self.pick(out, rows))))
 
@@ -198,6 +206,10 @@ class FreshCalls:
                         f"timed call {i}: row {r} of its output is stale or wrong (max abs "
                         f"error {err:.3g} > {self.tol:g} x max(1, its largest value) against "
                         f"the float64 reference of the inputs it was given)")
+        if self.kept and self.work is not None:
+            why = floor.too_fast(self.fastest, *self.work, dtype=self.dtype)
+            if why is not None:
+                raise KernelFailed(f"faster than this machine can go: {why}")
         self.forget()
 
     def forget(self) -> None:

@@ -2,6 +2,7 @@
 a kernel that caches on an address, id() or a fingerprint fails the benchmark. Before this
 change the suites timed one set of inputs and never read an output: these caches passed."""
 
+import numpy as np
 import pytest
 
 from benchmarks.bench_backends import TimeCPUBackend
@@ -243,3 +244,58 @@ def test_the_attention_rows_are_checked_against_an_independent_float64_computati
     for _ in range(3):
         suite.time_attention(*args)
     suite.teardown(*args)  # the commit's reference, right: passes
+
+
+class _LazyRows:
+    """A lazy output: each row is computed when it is read (after the suite's clock)."""
+
+    def __init__(self, q, k, v, causal):
+        self.q, self.k, self.v, self.causal = q.copy(), k.copy(), v.copy(), causal
+        self.shape = (*q.shape[:-1], v.shape[-1])
+
+    def __getitem__(self, index):
+        from benchmarks.common import attention_row
+
+        rows = index[-2]
+        return np.stack([attention_row((self.q, self.k, self.v), int(r), causal=self.causal)
+                         for r in rows], axis=-2)
+
+
+def test_a_lazy_output_is_faster_than_the_machine_and_fails_in_teardown():
+    """Right on every row the suite reads, computed when read: the row checks pass, and the
+    call itself took microseconds for work this machine's own matmul needs milliseconds for
+    (benchmarks/floor.py). An honest kernel on the same grid point passes."""
+    args = ("1x2x512x512x64", "fp64", True, "one-shot")
+    suite = TimeAttention()
+    suite.setup(*args)
+    assert suite.call.work is not None  # judged: an attention shape on CPU arrays
+    for _ in range(3):
+        suite.time_attention(*args)
+    suite.teardown(*args)  # honest
+    suite.setup(*args)
+    suite.call.fn = lambda q, k, v, causal: _LazyRows(q, k, v, causal)
+    for _ in range(3):
+        suite.time_attention(*args)
+    with pytest.raises(KernelFailed, match="faster than this machine can go: its fastest "
+                                           "call took .* a cached or lazy answer"):
+        suite.teardown(*args)
+
+
+def test_the_floor_judges_what_it_can_bound_and_nothing_else():
+    """The floor's work: the forward's FLOPs over the visible pairs and q, k, v read once;
+    nothing for a window (it skips keys), a case that is not an attention shape (decode,
+    merge, softmax) or arrays not laid out as the shape says."""
+    from benchmarks import floor
+
+    q, k, v = (np.zeros((1, 2, 4, 8)) for _ in range(3))
+    flops, nbytes = floor.work("1x2x4x4x8", (q, k, v), {"causal": False})
+    assert flops == 2 * 2 * (8 + 8) * 16 and nbytes == 3 * q.nbytes
+    assert floor.work("1x2x4x4x8", (q, k, v), {"causal": True})[0] == 2 * 2 * 16 * 10
+    assert floor.work("1x2x4x4x8", (q, k, v), {"causal": True, "window": (1, 0)}) is None
+    assert floor.work("", (q, k, v), {}) is None
+    assert floor.work("2x4/2x2x32:300,77:p16", (q, k, v), {}) is None
+    assert floor.work("1x2x8x8x8", (q, k, v), {}) is None  # q holds 4 rows, not 8
+    assert floor.too_fast(1.0, flops, nbytes) is None
+    why = floor.too_fast(1e-12, 1e9, 1e6)
+    assert why.startswith("its fastest call took 1e-12 s, under 0.5 x")
+    assert (512, None) in floor._ROOFS and (1024, None) in floor._ROOFS  # confirmed, once
