@@ -153,6 +153,12 @@ class FreshCalls:
             self.copy, self.mul = torch.clone, torch.mul
         self.work = floor.work(spec, self.slots[0], kwargs)  # None: not judged
         self.dtype = None if isinstance(q, np.ndarray) else q.dtype
+        self.device = "cpu" if isinstance(q, np.ndarray) else q.device.type
+        self.sync = None  # a GPU's calls are clocked from an idle device to an idle device
+        if self.device == "cuda":
+            import torch
+
+            self.sync = torch.cuda.synchronize
         self.fastest = float("inf")  # the fastest call, on the suites' own clock
         self.written = sorted({int(r) for r in self.rows})  # rows the bank overwrites
         self.base = [None if fresh is None else self.copy(s[fresh]) for s in self.slots]
@@ -174,8 +180,12 @@ class FreshCalls:
                 self.mul(base, self.factors[i % self.FACTORS], out=args[self.fresh])
         if self.stage is not None:
             self.stage(args, r, **self.kwargs)
+        if self.sync is not None:
+            self.sync()
         t0 = floor.clock()
         out = self.fn(*args, **self.kwargs)
+        if self.sync is not None:
+            self.sync()
         self.fastest = min(self.fastest, floor.clock() - t0)
         rows = [int(r), *(int(x) for x in self.extra[i % self.EXTRA_BANK])]
         self.kept.append((i, rows, self.copy(self.pick(out, rows))))
@@ -207,7 +217,8 @@ class FreshCalls:
                         f"error {err:.3g} > {self.tol:g} x max(1, its largest value) against "
                         f"the float64 reference of the inputs it was given)")
         if self.kept and self.work is not None:
-            why = floor.too_fast(self.fastest, *self.work, dtype=self.dtype)
+            why = floor.too_fast(self.fastest, *self.work, dtype=self.dtype,
+                                 device=self.device)
             if why is not None:
                 raise KernelFailed(f"faster than this machine can go: {why}")
         self.forget()

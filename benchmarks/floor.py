@@ -10,9 +10,12 @@ arguments' own dtype where they are 16-bit: this Xeon's AMX makes bf16 8x fp32) 
 copy bandwidth of a cache-resident 4 MiB array, whichever is longer. A call under
 :data:`MARGIN` x the floor is confirmed against 1024^3 matmuls measured then (a 512^3 one
 may read low), and fails its grid point (``KernelFailed`` in teardown): no honest kernel
-beats the machine's own matmul, a cached or lazy answer does. Not judged: a window
-(which skips keys), decode and merge calls, and device tensors (their host clock stops
-before the device does; the GPU suites' floor: tools/gpu/guarded.py). docs/speed.md.
+beats the machine's own matmul, a cached or lazy answer does. On a GPU (the bench_gpu
+suites) the call is clocked from an idle device to the device synchronised again, and the
+floor is the device's: its bf16 and fp16 4096^3 matmuls (8192^3 to confirm) and a 256 MiB
+device copy, host-clocked around a synchronisation, x 2 for fp8 arguments (Hopper's and
+Blackwell's dense fp8 rate). Not judged: a window (which skips keys), decode and merge
+calls, V laid out key-major (the fp8 suite). docs/speed.md.
 """
 
 import re
@@ -38,20 +41,45 @@ def _best(fn, repeats: int = 3) -> float:
     return best
 
 
-def roofline(n: int, half=None) -> tuple[float, float]:
-    """(the fastest n^3 matmul's FLOP/s, a 4 MiB copy's bytes/s), measured once a process."""
-    key = (n, half)
+def roofline(n: int, half=None, device: str = "cpu") -> tuple[float, float]:
+    """(the fastest n^3 matmul's FLOP/s, a copy's bytes/s), measured once a process."""
+    key = (n, half, device)
     if key not in _ROOFS:
-        rng = np.random.default_rng(0)
-        mats = [rng.standard_normal((n, n)).astype(t) for t in (np.float64, np.float32)]
-        torch = sys.modules.get("torch")  # measured where the suite loaded it, never imported
-        if torch is not None:
-            mats += [torch.from_numpy(mats[1]).to(t) for t in (torch.float32, half) if t]
-        peak = max(2.0 * n**3 / _best(lambda a=a: a @ a) for a in mats)
-        src = np.ones(2**19)
-        dst = np.empty_like(src)
-        _ROOFS[key] = (peak, 2.0 * src.nbytes / _best(lambda: np.copyto(dst, src)))
+        _ROOFS[key] = _host_roofline(n, half) if device == "cpu" else _device_roofline(n, device)
     return _ROOFS[key]
+
+
+def _host_roofline(n: int, half) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    mats = [rng.standard_normal((n, n)).astype(t) for t in (np.float64, np.float32)]
+    torch = sys.modules.get("torch")  # measured where the suite loaded it, never imported
+    if torch is not None:
+        mats += [torch.from_numpy(mats[1]).to(t) for t in (torch.float32, half) if t]
+    peak = max(2.0 * n**3 / _best(lambda a=a: a @ a) for a in mats)
+    src = np.ones(2**19)  # 4 MiB: cache-resident, the faster (the looser floor)
+    dst = np.empty_like(src)
+    return peak, 2.0 * src.nbytes / _best(lambda: np.copyto(dst, src))
+
+
+def _device_roofline(n: int, device: str) -> tuple[float, float]:
+    torch = sys.modules["torch"]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def synced(fn):
+        def run():
+            fn()
+            sync()
+        sync()
+        return run
+
+    g = torch.Generator(device=device).manual_seed(0)
+    peaks = []
+    for dt in (torch.bfloat16, torch.float16):
+        a = torch.randn(n, n, device=device, generator=g).to(dt)
+        peaks.append(2.0 * n**3 / _best(synced(lambda a=a: a @ a)))
+    src = torch.empty(2**26, device=device)  # 256 MiB
+    dst = torch.empty_like(src)
+    return max(peaks), 2.0 * src.numel() * 4 / _best(synced(lambda: dst.copy_(src)))
 
 
 def work(spec: str, args, kwargs: dict):
@@ -61,8 +89,6 @@ def work(spec: str, args, kwargs: dict):
     if m is None or not set(kwargs) <= JUDGED_KEYWORDS or len(args) < 3:
         return None
     q, k, v = args[:3]
-    if getattr(getattr(q, "device", None), "type", "cpu") != "cpu":
-        return None
     b, h = int(m[1]), int(m[2])
     nq = int(m[4])
     nk, d = (int(m[5]), int(m[6])) if m[5] else (nq, int(m[6]))
@@ -76,15 +102,20 @@ def work(spec: str, args, kwargs: dict):
     return 2.0 * b * h * (d + dv) * pairs, float(nbytes)
 
 
-def too_fast(seconds: float, flops: float, nbytes: float, dtype=None) -> str | None:
+def too_fast(seconds: float, flops: float, nbytes: float, dtype=None,
+             device: str = "cpu") -> str | None:
     """Why a call of ``seconds`` is faster than this machine can go, else None."""
     torch = sys.modules.get("torch")
     half = dtype if torch is not None and dtype in (torch.float16, torch.bfloat16) else None
-    for n in (512, 1024):  # the second only to confirm
-        peak, bandwidth = roofline(n, half)
+    fp8 = torch is not None and "float8" in str(dtype)
+    sizes = (512, 1024) if device == "cpu" else (4096, 8192)
+    for n in sizes:  # the second only to confirm
+        peak, bandwidth = roofline(n, half, device)
+        peak *= 2.0 if fp8 else 1.0
         floor = max(flops / peak, nbytes / bandwidth)
         if seconds >= MARGIN * floor:
             return None
     return (f"its fastest call took {seconds:.3g} s, under {MARGIN:g} x {floor:.3g} s, the "
             f"least this machine can do ({flops:.3g} FLOPs at {peak:.3g} FLOP/s, its fastest "
-            f"1024^3 matmul; {nbytes:.3g} bytes at {bandwidth:.3g} B/s): a cached or lazy answer")
+            f"{n}^3 matmul{' x 2 for fp8' if fp8 else ''}; {nbytes:.3g} bytes at "
+            f"{bandwidth:.3g} B/s): a cached or lazy answer")
