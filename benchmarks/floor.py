@@ -45,8 +45,12 @@ def roofline(n: int, half=None, device: str = "cpu") -> tuple[float, float]:
     """(the fastest n^3 matmul's FLOP/s, a copy's bytes/s), measured once a process."""
     key = (n, half, device)
     if key not in _ROOFS:
-        _ROOFS[key] = _host_roofline(n, half) if device == "cpu" else _device_roofline(n, device)
+        _ROOFS[key] = _measure(n, half, device)
     return _ROOFS[key]
+
+
+def _measure(n: int, half, device: str) -> tuple[float, float]:
+    return _host_roofline(n, half) if device == "cpu" else _device_roofline(n, device)
 
 
 def _host_roofline(n: int, half) -> tuple[float, float]:
@@ -84,7 +88,8 @@ def _device_roofline(n: int, device: str) -> tuple[float, float]:
 
 def work(spec: str, args, kwargs: dict):
     """(FLOPs, bytes) a call must at least do, or None where it is not judged (the module
-    docstring); ``args[:3]`` are q, k, v as the suite passes them."""
+    docstring). ``args[:3]`` are q, k and v as the suites pass them, or arrays of their
+    sizes (a backward's dO in q's place): the bytes count three such arrays read once."""
     m = _SPEC.match(spec or "")
     if m is None or not set(kwargs) <= JUDGED_KEYWORDS or len(args) < 3:
         return None
@@ -108,9 +113,10 @@ def too_fast(seconds: float, flops: float, nbytes: float, dtype=None,
     torch = sys.modules.get("torch")
     half = dtype if torch is not None and dtype in (torch.float16, torch.bfloat16) else None
     fp8 = torch is not None and "float8" in str(dtype)
-    sizes = (512, 1024) if device == "cpu" else (4096, 8192)
-    for n in sizes:  # the second only to confirm
-        peak, bandwidth = roofline(n, half, device)
+    small, large = (512, 1024) if device == "cpu" else (4096, 8192)
+    for n in (small, large):  # the second only to confirm, measured anew (never a cached
+        # peak read low on a busy machine)
+        peak, bandwidth = roofline(n, half, device) if n == small else _measure(n, half, device)
         peak *= 2.0 if fp8 else 1.0
         floor = max(flops / peak, nbytes / bandwidth)
         if seconds >= MARGIN * floor:

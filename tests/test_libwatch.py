@@ -50,34 +50,88 @@ def test_torchs_own_lazy_wrap_of_manual_seed_is_not_blamed_on_a_side():
     """)
 
 
-def test_a_replacement_a_librarys_own_import_then_wraps_is_still_the_sides(tmp_path):
-    """A side that replaces a function which a library's own import then wraps (as
-    torch._dynamo wraps torch.manual_seed) is blamed: only a change of an untouched
-    function is the library's. A stand-in library that wraps math.sqrt when imported."""
+def test_only_a_librarys_named_changes_are_its_own(tmp_path):
+    """A stand-in library that wraps math.sqrt when imported (as torch._dynamo wraps
+    torch.manual_seed): that named change is the library's; a side that replaced math.sqrt
+    before the import is still blamed, and so is any other change made while the library
+    imported (code a side slips into that import: a finder, a thread)."""
     (tmp_path / "wrapping_lib.py").write_text(textwrap.dedent("""
         import math
         _inner = math.sqrt
         def sqrt(x):
             return _inner(x)
         math.sqrt = sqrt
+        if getattr(math, "ALSO", False):
+            math.floor = lambda x: 0
     """))
-    _run("""
+    head = """
         import math
         import flashbench.infra.libwatch as g
-        g.LIBRARY_OWN = ("wrapping_lib",)
+        g.LIBRARY_OWN = {"wrapping_lib": ("math.sqrt",)}
         before = g.entry_points({})
+    """
+    _run(head + """
         import wrapping_lib
         assert g.changed(before, g.entry_points({})) == []
     """, cwd=tmp_path)
-    _run("""
-        import math
-        import flashbench.infra.libwatch as g
-        g.LIBRARY_OWN = ("wrapping_lib",)
-        before = g.entry_points({})
+    _run(head + """
         math.sqrt = lambda x: 0.0  # replaced, then wrapped by the library's import
         import wrapping_lib
         assert g.changed(before, g.entry_points({})) == ["math.sqrt"]
     """, cwd=tmp_path)
+    _run(head + """
+        math.ALSO = True
+        import wrapping_lib
+        assert g.changed(before, g.entry_points({})) == ["math.floor"]
+    """, cwd=tmp_path)
+
+
+def test_swapped_code_a_swapped_module_and_odd_keys_are_caught_not_crashed():
+    """A replacement by a function's code (numpy's dispatcher's implementation, the worker's
+    own timer), the module itself swapped in sys.modules (by another module or a non-module),
+    and a non-string key in a module's namespace: refused, put back, no crash."""
+    _run("""
+        import gc, sys, types
+        import numpy as np
+        import flashbench.infra.libwatch as g
+
+        def fake(*a, **k):
+            return 0
+
+        def timer():
+            pass
+
+        own = {"worker_process._sample": timer}
+        before = g.entry_points(own)
+        impl = np.linalg.solve._implementation
+        code = impl.__code__
+        impl.__code__ = fake.__code__
+        timer.__code__ = fake.__code__
+        assert g.changed(before, g.entry_points(own)) == ["numpy.linalg.solve",
+                                                          "worker_process._sample"]
+        assert g.refusal(before, g.entry_points(own), "its import", {})
+        assert impl.__code__ is code and g.changed(before, g.entry_points(own)) == []
+        real = sys.modules["gc"]
+        for stand_in in (types.ModuleType("gc"), 5):
+            sys.modules["gc"] = stand_in
+            assert "gc.<module>" in g.changed(before, g.entry_points(own))
+            g.refusal(before, g.entry_points(own), "its import", {})
+            assert sys.modules["gc"] is real
+        vars(np)[1] = print
+        assert g.changed(before, g.entry_points(own)) == []
+    """)
+
+
+def test_a_tree_holding_a_shared_librarys_name_is_refused(tmp_path):
+    """A side's tree with numpy.py or a torch/ folder at its top would be that side's numpy
+    (its tree is first on the path), the suites' own checks included."""
+    from flashbench.infra.libwatch import refuse_shadows
+
+    refuse_shadows(str(tmp_path))  # nothing shadowed
+    (tmp_path / "numpy.py").write_text("")
+    (tmp_path / "torch").mkdir()
+    with pytest.raises(ValueError, match="its tree holds numpy.py, torch, named as a library"):
+        refuse_shadows(str(tmp_path))
 
 
 def test_a_library_imported_past_the_watch_is_refused():

@@ -343,6 +343,21 @@ def test_a_commit_whose_suites_do_not_import_fails_only_its_side(with_broken):
         "value"] == 1.0
 
 
+def test_a_commit_whose_tree_shadows_a_shared_library_is_refused(two_sided):
+    """A head whose tree holds numpy.py would have its own numpy under the suites' checks
+    (its tree is first on the path): refused by name; base is measured as before."""
+    bench, base, _ = two_sided
+    shadow = _commit_tree(bench.parent.parent / "shadow", 4.0)
+    (shadow / "numpy.py").write_text("def dot(a, b):\n    return 0\n")
+    w = Worker("timing", {"base": base, "head": shadow}, bench, bench.parent / "s.log").start()
+    try:
+        assert list(w.errors) == ["head"] and "its tree holds numpy.py" in w.errors["head"]
+        assert w.ask(side="base", op="track", name="suite.track_commit", index=0)[
+            "value"] == 1.0
+    finally:
+        w.stop()
+
+
 def test_a_closed_worker_is_never_started_again(tree, tmp_path):
     """After close() (the review ending, or interrupted, while a sampling thread still
     runs) a request raises instead of starting a new process."""

@@ -1,44 +1,69 @@
 """Which shared functions a process's untrusted code replaced: the review worker's watch.
 
-The review's worker runs both commits in one process (loaded by path by
-``review/worker_process.py``), so a side whose code replaces a function of numpy, torch,
-``time`` or of the worker's own timer would change the other side's numbers. The worker
-snapshots these entry points before each side loads and after every request, refuses (by
-name) a side that replaced one, and puts the original back. Imports nothing of flashbench.
-
-A library first imported by a side is watched from the moment its own import completes: an
-import hook (:class:`_Finder`, first on ``sys.meta_path`` from the first snapshot on)
-records its functions then, before the side's code can touch them, so nothing is imported
-ahead of need (torch and torch._dynamo, imported up front before, cost ~2.9 s of CPU a
-worker, also for numpy-only suites). A library's own lazy changes (torch._dynamo wraps
-torch.manual_seed when first imported) are the library's: accepted where the function was
-untouched when that import began. A watched library imported past the hook is refused.
+The review's worker (``review/worker_process.py``, which loads this file by path) runs both
+commits in one process: a side that replaces a function of numpy, torch, ``time`` or the
+worker's own timer would change the other side's numbers. The worker snapshots these entry
+points (the object, and a Python function's code and defaults, and what it wraps) before
+each side loads and after every request, refuses a side that replaced one by name, and puts
+the original back. A library a side imports first is recorded when its own import completes
+(an import hook, :class:`_Finder`), so nothing is imported ahead of need; a library's own
+lazy changes named in :data:`LIBRARY_OWN` are the library's. A library imported past the
+hook, a swapped module and a tree that would shadow a library are refused. A tripwire, not a
+wall: what it cannot see, docs/review.md. Imports nothing of flashbench.
 """
 
 import sys
+import threading
+import types
 
 # the shared libraries whose public callables a side may not replace
 GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "scipy.special", "torch",
                    "torch.nn.functional", "torch.cuda", "torch.autograd", "time", "gc", "math")
 # imports that replace their own library's entry points (flex_attention's first call imports
-# torch._dynamo): what they change is the library's, not the side's that imported them
-LIBRARY_OWN = ("torch._dynamo",)
+# torch._dynamo), with the names each is known to replace: only those changes are the
+# library's, never the side's that imported it
+LIBRARY_OWN = {"torch._dynamo": ("torch.manual_seed",)}
 REFUSED = "replaced what the other side shares"  # the words of a refusal (review/rules.py)
+PAST = " (imported past the watch)"
+MODULE = "<module>"  # the entry of a guarded module object itself
 
-LOADED: dict = {}  # "module.name": the object when its module's import completed
+LOADED: dict = {}  # "module.name": its entry point when its module's import completed
 ACCEPTED: dict = {}  # "module.name": (before, after) a LIBRARY_OWN import changed it
-_DEPTH = [0]  # watched imports in progress (a library imports its own submodules)
+_DEPTH = threading.local()  # watched imports in progress in this thread
+
+
+def _attr(obj, name: str):
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - an object whose attribute lookup raises: no such part
+        return None
+
+
+def _entry(obj) -> tuple:
+    """(obj, its code, defaults, keyword defaults, the function it wraps (numpy's dispatchers'
+    ``_implementation``, ``__wrapped__``) and that one's code): any of them swapped is a
+    replacement."""
+    inner = _attr(obj, "_implementation")
+    inner = _attr(obj, "__wrapped__") if inner is None else inner
+    return (obj, _attr(obj, "__code__"), _attr(obj, "__defaults__"),
+            _attr(obj, "__kwdefaults__"), inner, _attr(inner, "__code__"))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _callables() -> dict:
     found = {}
     for mod in GUARDED_MODULES:
         m = sys.modules.get(mod)
-        if m is None:
+        if not isinstance(m, types.ModuleType):  # not imported, or replaced by a non-module
             continue
+        found[f"{mod}.{MODULE}"] = (m,)  # the module itself: a side may not swap it either
         for name, obj in list(vars(m).items()):  # not getattr: no lazy import starts here
-            if not name.startswith("_") and callable(obj) and not isinstance(obj, type(sys)):
-                found[f"{mod}.{name}"] = obj
+            if (isinstance(name, str) and not name.startswith("_") and callable(obj)
+                    and not isinstance(obj, types.ModuleType)):
+                found[f"{mod}.{name}"] = _entry(obj)
     return found
 
 
@@ -56,21 +81,22 @@ class _Loader:
 
     def exec_module(self, module) -> None:
         own = _callables() if self.name in LIBRARY_OWN else None
-        _DEPTH[0] += 1
+        _DEPTH.n = getattr(_DEPTH, "n", 0) + 1
         try:
             self.loader.exec_module(module)
         finally:
-            _DEPTH[0] -= 1
+            _DEPTH.n -= 1
             module.__loader__ = self.loader  # the library sees its own loader again
             if getattr(module, "__spec__", None) is not None:
                 module.__spec__.loader = self.loader
         if own is not None:
-            for name, obj in _callables().items():
-                if name in own and own[name] is not obj:
-                    ACCEPTED[name] = (own[name], obj)
-        if _DEPTH[0] == 0:  # the outermost watched import is complete: no side code ran yet
-            for name, obj in _callables().items():
-                LOADED.setdefault(name, obj)
+            now = _callables()
+            for name in LIBRARY_OWN[self.name]:
+                if name in own and name in now and not _same(own[name], now[name]):
+                    ACCEPTED[name] = (own[name], now[name])
+        if _DEPTH.n == 0:  # the outermost watched import is complete
+            for name, entry in _callables().items():
+                LOADED.setdefault(name, entry)
 
 
 class _Finder:
@@ -96,12 +122,31 @@ FINDER = _Finder()
 
 
 def entry_points(own: dict) -> dict:
-    """{"module.name": object} of the public callables of :data:`GUARDED_MODULES` imported
-    now, plus ``own`` (the worker's timing functions by name); the watch of later imports
-    starts with the first call."""
+    """{"module.name": entry point} of the public callables of :data:`GUARDED_MODULES`
+    imported now, plus ``own`` (the worker's timing functions by name); the watch of later
+    imports starts with the first call (and the hook is put back first if a side took it
+    off)."""
     if FINDER not in sys.meta_path:
         sys.meta_path.insert(0, FINDER)
-    return {**_callables(), **own}
+    return {**_callables(), **{name: _entry(fn) for name, fn in own.items()}}
+
+
+def refuse_shadows(tree: str) -> None:
+    """ValueError where ``tree`` holds a module or package named as a shared library
+    (``numpy.py``, ``torch/``): first on the path, it would be that side's numpy, also the
+    suites' own checks'."""
+    import os
+
+    tops = {m.partition(".")[0] for m in GUARDED_MODULES}
+    try:
+        entries = os.listdir(tree)
+    except OSError:
+        return
+    found = sorted(e for e in entries if e.removesuffix(".py") in tops
+                   and (e.endswith(".py") or os.path.isdir(os.path.join(tree, e))))
+    if found:
+        raise ValueError(f"its tree holds {', '.join(found)}, named as a library both sides "
+                         "share (it would shadow it for the suites too)")
 
 
 def _base(before: dict) -> dict:
@@ -109,33 +154,48 @@ def _base(before: dict) -> dict:
 
 
 def changed(before: dict, now: dict) -> list:
-    """Names whose object is not what ``before`` (or, for a library imported since, its
-    import) left: replaced, or deleted from a module still imported (a LIBRARY_OWN import's
-    change of an untouched function is not one); and every name of a watched module imported
-    past the hook. Sorted."""
+    """Names whose entry point is not what ``before`` (or, for a library imported since, its
+    import) left: replaced (or its code swapped), or deleted from a module still imported (a
+    LIBRARY_OWN import's named change of an untouched function is not one); and each watched
+    module imported past the hook. Sorted."""
     def library_own(n):
-        was, became = ACCEPTED.get(n, (None, None))
-        return was is base[n] and became is now[n]
+        was, became = ACCEPTED.get(n, ((), ()))
+        return _same(was, base[n]) and _same(became, now[n])
 
     base = _base(before)
-    names = [n for n, obj in base.items()
-             if (n in now and now[n] is not obj and not library_own(n))
+    names = [n for n, entry in base.items()
+             if (n in now and not _same(now[n], entry) and not library_own(n))
              or (n not in now and n.rpartition(".")[0] in sys.modules)]
     seen = {n.rpartition(".")[0] for n in base}
-    names += sorted({f"{n.rpartition('.')[0]} (imported past the watch)" for n in now
-                     if n.rpartition(".")[0] not in seen})
+    names += sorted({n.rpartition(".")[0] + PAST for n in now if n.rpartition(".")[0] not in seen})
     return sorted(names)
 
 
 def restore(before: dict, names, own_globals: dict) -> None:
-    """Put back the objects of ``names`` (the worker's own functions into ``own_globals``)."""
+    """Put back the entry points of ``names`` (the worker's own functions into
+    ``own_globals``); a module imported past the watch is dropped, with its submodules."""
     base = _base(before)
-    for name in (n for n in names if n in base):
+    for name in names:
+        if name.endswith(PAST):
+            mod = name[:-len(PAST)]
+            for m in [m for m in sys.modules if m == mod or m.startswith(mod + ".")]:
+                del sys.modules[m]
+            continue
+        if name not in base:
+            continue
         mod, _, attr = name.rpartition(".")
+        if attr == MODULE:
+            sys.modules[mod] = base[name][0]
+            continue
+        obj, code, defaults, kwdefaults, inner, inner_code = base[name]
+        if code is not None:  # a swapped code object or defaults go back too
+            obj.__code__, obj.__defaults__, obj.__kwdefaults__ = code, defaults, kwdefaults
+        if inner_code is not None:
+            inner.__code__ = inner_code
         if mod == "worker_process":
-            own_globals[attr] = base[name]
-        elif mod in sys.modules:
-            setattr(sys.modules[mod], attr, base[name])
+            own_globals[attr] = obj
+        elif isinstance(sys.modules.get(mod), types.ModuleType):
+            setattr(sys.modules[mod], attr, obj)
 
 
 def refusal(before: dict, now: dict, when: str, own_globals: dict) -> str | None:

@@ -12,6 +12,7 @@ flashbench (the base commit may not have this code): only the suites do.
 
 import functools
 import gc
+import importlib.util
 import itertools
 import json
 import math
@@ -172,9 +173,8 @@ def pair_point(sides: "Sides", req: dict) -> dict:
     number = int(req.get("number") or 0)
     if number <= 0:
         return {"error": "a pair needs the calibrated number of calls per sample"}
-    for side in order:
-        if side in sides.errors:
-            return {"status": "failed", "side": side, "reason": sides.errors[side]}
+    for side in [s for s in order if s in sides.errors]:
+        return {"status": "failed", "side": side, "reason": sides.errors[side]}
     prepared = {}
     side = order[0]
     try:
@@ -218,31 +218,30 @@ def track_point(suites: Suites, req: dict) -> dict:
 
 
 def _top_level_names(tree: str) -> set:
-    """What ``import NAME`` finds at the top of ``tree``: packages and modules."""
-    names = set()
+    """What ``import NAME`` finds at the top of ``tree``, but a library both sides share."""
     try:
         entries = os.listdir(tree)
     except OSError:
-        return names
-    for entry in entries:
-        path = os.path.join(tree, entry)
-        if entry.endswith(".py") and os.path.isfile(path):
-            names.add(entry[:-3])
-        elif entry.isidentifier() and os.path.isfile(os.path.join(path, "__init__.py")):
-            names.add(entry)
-    return names
+        return set()
+    names = {e[:-3] for e in entries if e.endswith(".py") and os.path.isfile(os.path.join(tree, e))}
+    names |= {e for e in entries if e.isidentifier()
+              and os.path.isfile(os.path.join(tree, e, "__init__.py"))}
+    return names - {m.partition(".")[0] for m in _guard().GUARDED_MODULES}
 
 
-def entry_points() -> dict:
-    """numpy's, torch's, time's callables and this script's timer (infra/libwatch.py, by path)."""
+def _guard():
+    """flashbench/infra/libwatch.py, loaded by path once (the harness's, whatever a side holds)."""
     if not GUARD:
-        import importlib.util
-
         spec = importlib.util.spec_from_file_location(
             "libwatch", os.path.join(os.path.dirname(HERE), "infra", "libwatch.py"))
         GUARD["module"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(GUARD["module"])
-    return GUARD["module"].entry_points({f"worker_process.{n}": globals()[n] for n in (
+    return GUARD["module"]
+
+
+def entry_points() -> dict:
+    """numpy's, torch's, time's callables and this script's timer (libwatch)."""
+    return _guard().entry_points({f"worker_process.{n}": globals()[n] for n in (
         "_sample", "_call", "time_point", "pair_point")})
 
 
@@ -267,6 +266,7 @@ class Sides:
             self.use(side)
             before = entry_points()
             try:
+                _guard().refuse_shadows(self.trees[side])  # its own numpy would be the suites'
                 self.suites[side] = Suites(root, importer=False)
             except BaseException as exc:  # this commit's suites do not import
                 self.errors[side] = GUARD["module"].discovery_error(exc, _reason(exc))
