@@ -44,16 +44,19 @@ def test_every_autotune_config_on_a_ragged_causal_shape(d, dtype, nq, nk):
     width = config_width(d)  # the tables are per compiled width, as the launch reads them
     tried = dict.fromkeys([*configs.candidates(width, TORCH[dtype]),
                            configs.fixed_config(width, TORCH[dtype])])
+    failed = []  # every config's failure, not only the first (a GPU window is short)
     for cfg in tried:
         o, lse, used = triton_forward.forward(q, k, v, causal=True, config=cfg)
         assert used == cfg
         if dtype == "fp32":
-            assert error_stats(o, ref[0])["max_abs"] <= 1e-5, cfg.label()
-            assert error_stats(lse, ref[1])["max_abs"] <= 1e-5, cfg.label()
+            errors = (error_stats(o, ref[0])["max_abs"], error_stats(lse, ref[1])["max_abs"])
+            if max(errors) > 1e-5:
+                failed.append((cfg.label(), "o, lse max abs", errors))
         else:
             j = judge((o, lse), std, ref, dtype)
-            assert j["o"]["verdict"].passed, (cfg.label(), j["o"]["verdict"])
-            assert j["lse"]["verdict"].passed, (cfg.label(), j["lse"]["verdict"])
+            failed += [(cfg.label(), t, j[t]["verdict"]) for t in ("o", "lse")
+                       if not j[t]["verdict"].passed]
+    assert not failed, f"{len(failed)} of {len(tried)} configs: {failed}"
 
 
 FP8_DIMS = [32, 64, 128, 256]
@@ -73,14 +76,19 @@ def test_every_fp8_config_on_a_ragged_causal_shape(d, nq, nk):
     ref = R.attention(qn, kn, vn, causal=True)
     std = numerics.standard_model(qn, kn, vn, "fp8", causal=True)
     q, k, v = (t.to("cuda", torch.float32) for t in (q64, k64, v64))
-    for cfg in configs.candidates(d, torch.float8_e4m3fn):
+    failed, tried = [], configs.candidates(d, torch.float8_e4m3fn)
+    for cfg in tried:  # every config's failure, not only the first (a GPU window is short)
         o, lse = triton_fp8.triton_attention_fp8(q, k, v, causal=True, config=cfg)
         j = judge((o, lse), std, ref, "fp8")
-        assert j["o"]["verdict"].passed and j["lse"]["verdict"].passed, (cfg.label(), j)
+        failed += [(cfg.label(), t, j[t]["verdict"]) for t in ("o", "lse")
+                   if not j[t]["verdict"].passed]
         bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
         model = numerics.fp8.flash_fp8(qn, kn, vn, "fp8", block=bn, block_q=bm, causal=True)
         diff, own = error_stats(o, model[0]), error_stats(model[0], ref[0])
-        assert diff["rmse"] <= 0.1 * own["rmse"], (cfg.label(), diff["rmse"], own["rmse"])
+        if diff["rmse"] > 0.1 * own["rmse"]:
+            failed.append((cfg.label(), "o off the fp8 flash model (rmse, its own)",
+                           (diff["rmse"], own["rmse"])))
+    assert not failed, f"{len(failed)} of {len(tried)} configs: {failed}"
 
 
 @pytest.mark.gpu
