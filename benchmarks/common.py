@@ -146,19 +146,17 @@ class FreshCalls:
         self.extra = rng.integers(q.shape[-2], size=(self.EXTRA_BANK, self.EXTRA))
         self.factors = [float(c) for c in rng.uniform(0.5, 2.0, self.FACTORS)]
         self.copy, self.mul = np.array, np.multiply
+        # the floor's work (None: not judged), the arguments' torch dtype and device; a GPU's
+        # calls are clocked from an idle device to an idle device (``sync``)
+        self.work = floor.work(spec, self.slots[0], kwargs)
+        self.dtype, self.device, self.sync = None, "cpu", None
         if not isinstance(q, np.ndarray):  # torch tensors: the bank in q's dtype and device
             import torch
 
             self.bank = torch.from_numpy(self.bank).to(dtype=q.dtype, device=q.device)
             self.copy, self.mul = torch.clone, torch.mul
-        self.work = floor.work(spec, self.slots[0], kwargs)  # None: not judged
-        self.dtype = None if isinstance(q, np.ndarray) else q.dtype
-        self.device = "cpu" if isinstance(q, np.ndarray) else q.device.type
-        self.sync = None  # a GPU's calls are clocked from an idle device to an idle device
-        if self.device == "cuda":
-            import torch
-
-            self.sync = torch.cuda.synchronize
+            self.dtype, self.device = q.dtype, q.device.type
+            self.sync = torch.cuda.synchronize if self.device == "cuda" else None
         self.fastest = float("inf")  # the fastest call, on the suites' own clock
         self.written = sorted({int(r) for r in self.rows})  # rows the bank overwrites
         self.base = [None if fresh is None else self.copy(s[fresh]) for s in self.slots]

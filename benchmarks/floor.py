@@ -28,7 +28,7 @@ clock = time.perf_counter  # the suites' own reference, taken when they load
 MARGIN = 0.5  # as flashbench speed's FLOOR_MARGIN: a peak read on a busy machine is low
 JUDGED_KEYWORDS = {"causal", "block", "softcap", "sinks"}  # none of these skips work
 _SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)(?:x(\d+))?x(\d+)(?:/(\d+))?$")
-_ROOFS: dict = {}  # (matmul size, 16-bit torch dtype or None) -> (FLOP/s, bytes/s)
+_ROOFS: dict = {}  # (matmul size, 16-bit torch dtype or None, device) -> (FLOP/s, B/s)
 
 
 def _best(fn, repeats: int = 3) -> float:
