@@ -16,26 +16,41 @@ PY=${PYTHON:-python3}
 TEST=0
 [ "${1:-}" = "--test" ] && TEST=1
 # Debian's packages for the tests (as root) install in the background, beside pip.
+# FLASHBENCH_APT_STATUS=FILE (scripts/test.sh): this script does not wait for them; the
+# install's exit status goes to FILE when it ends ("0" at once when nothing is installed),
+# its log to FILE.log, and the caller waits (scripts/test.sh: beside its bytecode step).
 APT_PID=
+APT_STATUS=${FLASHBENCH_APT_STATUS:-}
+APT_LOG=${APT_STATUS:+$APT_STATUS.log}
+APT_LOG=${APT_LOG:-/tmp/flashbench-apt.$$.log}
+[ -z "$APT_STATUS" ] || rm -f "$APT_STATUS"
 if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
     || ! command -v chromedriver >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
     || ! command -v slurmctld >/dev/null 2>&1; }; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian's chromium, chromium-driver (the browser test), shellcheck" \
       "and slurmctld, slurmd, slurm-client, munge (the test Slurm)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        chromium chromium-driver shellcheck slurmctld slurmd slurm-client munge; } \
-        >/tmp/flashbench-apt.$$.log 2>&1 &
+    {
+      rc=0
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+          chromium chromium-driver shellcheck slurmctld slurmd slurm-client munge; } \
+          >"$APT_LOG" 2>&1 || rc=$?
+      if [ -n "$APT_STATUS" ]; then
+        echo "$rc" > "$APT_STATUS.tmp" && mv "$APT_STATUS.tmp" "$APT_STATUS"
+      fi
+      exit "$rc"
+    } &
     APT_PID=$!
   else
     echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" \
       "slurmctld slurmd slurm-client munge" >&2
   fi
 fi
+[ -n "$APT_PID" ] || [ -z "$APT_STATUS" ] || echo 0 > "$APT_STATUS"
 wait_apt() {
-  [ -n "$APT_PID" ] || return 0
+  [ -n "$APT_PID" ] && [ -z "$APT_STATUS" ] || return 0
   if ! wait "$APT_PID"; then
-    tail -n 20 "/tmp/flashbench-apt.$$.log" >&2
+    tail -n 20 "$APT_LOG" >&2
     echo "setup: apt-get install failed" >&2
     exit 1
   fi

@@ -13,7 +13,10 @@
 # tests collected) fails like any other error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FLASHBENCH_LAZY_BYTECODE=1 bash scripts/setup.sh --test
+# Debian's packages (the browser, Slurm and shellcheck tests) install beside the bytecode
+# step and ruff: setup leaves them to finish there, and the tests start once they have
+APT_STATUS=$(mktemp -u /tmp/flashbench-apt.XXXXXX)
+FLASHBENCH_APT_STATUS=$APT_STATUS FLASHBENCH_LAZY_BYTECODE=1 bash scripts/setup.sh --test
 # the bytecode of what the tests import, written once (setup compiled none: 32 s of CPU for
 # 12,000 modules, ~3,000 of them used: 12 s), by two processes (one a CPU) before the test
 # workers would race to compile the same modules; torch.compile's (dynamo, inductor, sympy,
@@ -28,6 +31,14 @@ hypothesis, asv_runner, flashbench.history"
 wait $!
 echo "== ruff check"
 .venv/bin/ruff check .
+[ -s "$APT_STATUS" ] || echo "== waiting for Debian's packages (log: $APT_STATUS.log)"
+until [ -s "$APT_STATUS" ]; do sleep 0.2; done
+if [ "$(cat "$APT_STATUS")" != 0 ]; then
+  tail -n 20 "$APT_STATUS.log" >&2
+  echo "setup: apt-get install failed" >&2
+  exit 1
+fi
+rm -f "$APT_STATUS" "$APT_STATUS.log"
 echo "== tests (slow ones first: asv runs, reviews, browser)"
 CPUS=$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
 WORKERS=${FLASHBENCH_TEST_WORKERS:-$((CPUS + 1))}
