@@ -18,12 +18,13 @@ TEST=0
 # Debian's packages for the tests (as root) install in the background, beside pip.
 # FLASHBENCH_APT_STATUS=FILE (scripts/test.sh): this script does not wait for them; the
 # install's exit status goes to FILE when it ends ("0" at once when nothing is installed),
-# its log to FILE.log, and the caller waits (scripts/test.sh: beside its bytecode step).
+# its log to FILE.log, its process id to FILE.pid, and the caller waits (scripts/test.sh:
+# beside its bytecode step).
 APT_PID=
 APT_STATUS=${FLASHBENCH_APT_STATUS:-}
 APT_LOG=${APT_STATUS:+$APT_STATUS.log}
 APT_LOG=${APT_LOG:-/tmp/flashbench-apt.$$.log}
-[ -z "$APT_STATUS" ] || rm -f "$APT_STATUS"
+[ -z "$APT_STATUS" ] || rm -f "$APT_STATUS" "$APT_STATUS.pid"
 if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
     || ! command -v chromedriver >/dev/null 2>&1 || ! command -v shellcheck >/dev/null 2>&1 \
     || ! command -v slurmctld >/dev/null 2>&1; }; then
@@ -41,6 +42,7 @@ if [ "$TEST" = 1 ] && { ! command -v chromium >/dev/null 2>&1 \
       exit "$rc"
     } &
     APT_PID=$!
+    [ -z "$APT_STATUS" ] || echo "$APT_PID" > "$APT_STATUS.pid"
   else
     echo "setup: the tests need: sudo apt-get install chromium chromium-driver shellcheck" \
       "slurmctld slurmd slurm-client munge" >&2

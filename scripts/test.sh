@@ -32,13 +32,20 @@ wait $!
 echo "== ruff check"
 .venv/bin/ruff check .
 [ -s "$APT_STATUS" ] || echo "== waiting for Debian's packages (log: $APT_STATUS.log)"
-until [ -s "$APT_STATUS" ]; do sleep 0.2; done
+until [ -s "$APT_STATUS" ]; do
+  # an install killed before it could write its status: not waited for forever
+  if [ -s "$APT_STATUS.pid" ] && ! kill -0 "$(cat "$APT_STATUS.pid")" 2>/dev/null &&
+     [ ! -s "$APT_STATUS" ]; then
+    echo 1 > "$APT_STATUS"
+  fi
+  sleep 0.2
+done
 if [ "$(cat "$APT_STATUS")" != 0 ]; then
   tail -n 20 "$APT_STATUS.log" >&2
   echo "setup: apt-get install failed" >&2
   exit 1
 fi
-rm -f "$APT_STATUS" "$APT_STATUS.log"
+rm -f "$APT_STATUS" "$APT_STATUS.log" "$APT_STATUS.pid"
 echo "== tests (slow ones first: asv runs, reviews, browser)"
 CPUS=$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
 WORKERS=${FLASHBENCH_TEST_WORKERS:-$((CPUS + 1))}
