@@ -10,6 +10,10 @@
 #   wheels     60  asv, asv_runner, yyjson from ./wheels (scripts/gpu_wheels.sh)
 #   tests     100  the GPU correctness tests: compiled kernel, every config and head dim,
 #                  fork safety (asv's forkserver; user kernels' workers forked from the zygote)
+#   speed     200  tools/gpu/speed.sh: flashbench speed on the device (built-in rows, the same
+#                  kernels as a user's through the worker, fp8, fwd+bwd, decode, softcap)
+#   speed_tests 120 the speed guard's GPU tests (side stream, freed memory, the worker's L2
+#                  flush, the timed paths on CUDA tensors)
 #   findings   45  tools/gpu/findings.py: exp2 vs float64 on the device, the fp32 case,
 #                  the slowed head's true cost
 #   fp8_d256   40  the triton-fp8 d=256 ragged causal GQA tests, verbose
@@ -77,6 +81,14 @@ phase tests 100 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/pytest.xml" -m "gpu or not slow" $TESTS
 DRYFLAG=()
 [ $DRY -eq 1 ] && DRYFLAG=(--dry-run)
+# -- flashbench speed on the device (issue 35): never run on a GPU before 2026-12-04
+phase speed 200 0 bash tools/gpu/speed.sh "$OUT/speed" "${DRYFLAG[@]}"
+SPEED_TESTS="tests/test_tricks.py tests/test_speed_cli.py tests/test_speed_worker_flush.py
+  tests/test_speed_worker_clock.py tests/test_speed_passes.py tests/test_timed_guard.py
+  tests/test_timing.py tests/test_decode_untrusted.py"
+# shellcheck disable=SC2086  # a list of paths
+phase speed_tests 120 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+  --junitxml="$OUT/speed-pytest.xml" -m "gpu or not slow" $SPEED_TESTS
 phase findings 45 0 "$PY" -m tools.gpu.findings --out "$OUT/findings" "${DRYFLAG[@]}"
 # exit 1 expected while the finding is open; 5 (nothing selected) would say the tests moved
 phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:cacheprovider \

@@ -92,7 +92,9 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status), "parent", torch.cuda.is_initialized())
 """
-    env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONPATH": str(ROOT)}
+    # the root first, then what the caller's path holds (the GPU session's asv wheels)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONPATH": path}
     r = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")],
                        capture_output=True, text=True, env=env, cwd="/", timeout=300)
     assert r.returncode == 0 and r.stdout.split()[-4:] == ["child", "0", "parent", "False"], \

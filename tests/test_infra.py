@@ -38,6 +38,20 @@ def test_an_asv_process_gets_a_private_tmpdir_removed_after(tmp_path):
     assert folder != os.environ.get("TMPDIR") and not os.path.exists(folder)
 
 
+def test_an_echoed_asv_process_streams_its_lines_timed_and_still_returns_them(tmp_path):
+    """tools/gpu/history.py echoes asv's progress into its log as it comes (a run cut by
+    the GPU session's time limit used to leave nothing of its progress)."""
+    import io
+
+    echo = io.StringIO()
+    r = run_asv_process([sys.executable, "-c", "import sys; print('one', flush=True); "
+                         "print('two', file=sys.stderr, flush=True); print('three')"], tmp_path, echo=echo)
+    assert r.returncode == 0 and r.stdout.split() == ["one", "two", "three"]
+    lines = echo.getvalue().splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == ["one", "two", "three"]
+    assert all(line.startswith("[") and line.split("]")[0].endswith("s") for line in lines)
+
+
 def test_last_words_is_the_last_line_that_says_something():
     assert last_words("first\n  the error  \n\n  \n") == "the error"
     assert last_words("") == "no output"

@@ -79,13 +79,27 @@ def end_session(sid: int, grace: float = 3.0) -> None:
             sig = signal.SIGKILL
 
 
-def run_in_session(cmd: list[str], cwd, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_in_session(cmd: list[str], cwd, env: dict | None = None, echo=None
+                   ) -> subprocess.CompletedProcess:
     """Run ``cmd`` (stdout and stderr captured) as the leader of a new session, and end
-    every process of that session when it returns or when anything interrupts it."""
+    every process of that session when it returns or when anything interrupts it.
+    ``echo``: a text stream that also gets each line of stdout as it comes, prefixed with
+    the seconds since the start (stderr then joins stdout): the progress of a long run
+    survives its interruption."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE if echo is None else subprocess.STDOUT,
+                            text=True, start_new_session=True)
     try:
-        out, err = proc.communicate()
+        if echo is None:
+            out, err = proc.communicate()
+        else:
+            out, err, t0 = [], "", time.monotonic()
+            for line in proc.stdout:
+                out.append(line)
+                echo.write(f"[{time.monotonic() - t0:6.1f}s] {line}")
+                echo.flush()
+            out = "".join(out)
+            proc.wait()
     except BaseException:
         try:
             proc.kill()
@@ -94,19 +108,20 @@ def run_in_session(cmd: list[str], cwd, env: dict | None = None) -> subprocess.C
         end_session(proc.pid)
         proc.wait()
         for stream in (proc.stdout, proc.stderr):
-            stream.close()
+            if stream is not None:
+                stream.close()
         raise
     end_session(proc.pid)  # anything asv left behind
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def run_asv_process(cmd: list[str], cwd, env: dict | None = None
+def run_asv_process(cmd: list[str], cwd, env: dict | None = None, echo=None
                     ) -> subprocess.CompletedProcess:
     """:func:`run_in_session` with a private TMPDIR, removed after (module docstring)."""
     tmp = tempfile.mkdtemp(prefix="flashbench-asv-")  # short: asv puts a socket in it
     try:
         return run_in_session(cmd, cwd, {**(os.environ if env is None else env),
-                                         "TMPDIR": tmp})
+                                         "TMPDIR": tmp}, echo)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -209,7 +209,7 @@ def run_commit(commit: str, args, repo: Path, out: Path, say, fresh: bool = True
         if args.precompile and fresh:
             say(f"{commit[:8]} precompile ({args.precompile} processes): "
                 f"{precompile(tree, args.precompile, env)}")
-        r = run_asv_process(cmd, repo, env)
+        r = run_asv_process(cmd, repo, env, echo=sys.stdout)  # progress, timed, in the log
         (work / "asv.log").write_text(r.stdout + r.stderr)
         written = sorted(results.glob(f"{args.machine}/{commit[:8]}-*.json"))
         if not written:

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU session's phase "speed" (scripts/gpu_session.sh): `flashbench speed` on the device,
+# every row's timed outputs checked, a JSON report per run under OUTDIR:
+#   fwd     4x16x4096x128 bf16, causal and not: triton, sdpa-flash, sdpa-cudnn, and the same
+#           triton and sdpa-flash as a user's kernels (tools/gpu/userkernels.py: a worker
+#           process, the harness's clock less the empty requests', the worker's L2 flush)
+#   fp8     the same shape in e4m3 on triton-fp8: the % peak against the fp8 matmul peak
+#   fwdbwd  forward + backward, causal: triton, sdpa-flash, and both as a user's
+#   decode  a paged GQA cache of 8 sequences, 256 to 32768 keys, on the decode backends
+#           (GB/s of the cache read against the run's copy bandwidth)
+#   softcap 2x16/4x4096x128 bf16, causal, softcap 30: triton and torch-naive
+#
+#   bash tools/gpu/speed.sh OUTDIR [--dry-run]   (--dry-run: small CPU cases, no GPU)
+# Exit status: 0 every run exited 0, 1 some run did not (its .err says why), 2 usage.
+set -u
+if [ $# -lt 1 ] || [ -z "$1" ]; then
+  echo "usage: bash tools/gpu/speed.sh OUTDIR [--dry-run]" >&2
+  exit 2
+fi
+OUT=$1
+DRY=0
+[ "${2:-}" = "--dry-run" ] && DRY=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT" || exit 2
+FAILED=0
+SEED=${GPU_SPEED_SEED:-20261204}
+U=tools.gpu.userkernels
+
+# run NAME ARGS...: flashbench speed ARGS --json > OUT/NAME.json, its stderr in OUT/NAME.err
+run() {
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  "$PY" -m flashbench.cli speed --json --seed "$SEED" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  rc=$?
+  [ "$rc" -eq 0 ] || FAILED=1
+  echo "$name: exit $rc in $(( $(date +%s) - t0 ))s: flashbench speed $*"
+}
+
+if [ $DRY -eq 1 ]; then
+  S=1x2x256x64
+  run fwd --shape $S --dtype bf16 --causal both --backend sdpa-flash --backend "$U:sdpa_flash"
+  run fwdbwd --shape $S --dtype bf16 --causal on --pass fwdbwd --backend sdpa-flash \
+    --backend "$U:sdpa_flash"
+  run decode --decode --decode-case 2x4x1x64:100,37 --backend torch-naive
+  exit $FAILED
+fi
+
+# the kernels these runs launch are the quick plan's (tools/gpu/bench.py): compiled in 8
+# processes first, into the session's TRITON_CACHE_DIR
+t0=$(date +%s)
+"$PY" -c "from tools.gpu import bench; e = bench.precompile(True, 8); print('errors:', e) if e else None"
+echo "precompile: $(( $(date +%s) - t0 ))s"
+S=4x16x4096x128
+run fwd --shape $S --dtype bf16 --causal both --backend triton --backend sdpa-flash \
+  --backend sdpa-cudnn --backend "$U:triton" --backend "$U:sdpa_flash"
+run fp8 --shape $S --dtype fp8 --causal both --backend triton-fp8
+run fwdbwd --shape $S --dtype bf16 --causal on --pass fwdbwd --backend triton \
+  --backend sdpa-flash --backend "$U:triton" --backend "$U:sdpa_flash"
+run decode --decode --dtype bf16 --decode-case 8x32/8x1x128:32768,16384,8192,4096,2048,1024,512,256:p256
+run softcap --shape 2x16/4x4096x128 --dtype bf16 --causal on --softcap 30 --backend triton \
+  --backend torch-naive
+exit $FAILED
