@@ -85,7 +85,7 @@ DRYFLAG=()
 phase speed 200 0 bash tools/gpu/speed.sh "$OUT/speed" "${DRYFLAG[@]}"
 SPEED_TESTS="tests/test_tricks.py tests/test_speed_cli.py tests/test_speed_worker_flush.py
   tests/test_speed_worker_clock.py tests/test_speed_passes.py tests/test_timed_guard.py
-  tests/test_timing.py tests/test_decode_untrusted.py"
+  tests/test_timing.py tests/test_decode_untrusted.py tests/test_gpu_suites.py"
 # shellcheck disable=SC2086  # a list of paths
 phase speed_tests 120 0 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/speed-pytest.xml" -m "gpu or not slow" $SPEED_TESTS

@@ -8,7 +8,8 @@
 #                                  several device calls) is skipped and says so
 #   gpu_machine                    OUT/machine.txt: torch/Triton/CUDA versions, nvidia-smi
 #   gpu_wheels                     asv, asv_runner, yyjson from $WHEELS into a private
-#                                  target (PYTHONPATH), unless asv is importable already
+#                                  target (PYTHONPATH), unless asv is importable already;
+#                                  whatever GPU_SESSION_PHASES names (every call needs it)
 # shellcheck shell=bash
 
 gpu_start() {
@@ -61,7 +62,8 @@ gpu_wheels() {
   if "$PY" -c "import asv, asv_runner, yyjson" 2>/dev/null; then
     say "wheels: asv already importable"
   elif ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    phase wheels 60 0 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    # every device call needs asv: never skipped by GPU_SESSION_PHASES
+    GPU_SESSION_PHASES="" phase wheels 60 0 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target "$site" "$WHEELS"/*.whl
     export PYTHONPATH="$PYTHONPATH:$site"
   else
