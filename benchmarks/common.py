@@ -246,16 +246,20 @@ def attention_row(args, r: int, causal=False, block=None, **variant):
     ``reference.attention``."""
     q, k, v = args[:3]
     see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
-    if q.shape[-3] != k.shape[-3]:  # grouped k, v heads: repeat them to q's heads
-        k, v = (np.repeat(x, q.shape[-3] // k.shape[-3], axis=-3) for x in (k, v))
+    h, hkv = q.shape[-3], k.shape[-3]
     if variant:
+        k, v = (x[..., :see, :] for x in (k, v))
+        if h != hkv:  # grouped k, v heads: repeated to q's heads (the reference's layout)
+            k, v = (np.repeat(x, h // hkv, axis=-3) for x in (k, v))
         attention = need("reference", "attention")
-        want = attention(q[..., r:r + 1, :], k[..., :see, :], v[..., :see, :], **variant)
-        return want[0][..., 0, :]
+        return attention(q[..., r:r + 1, :], k, v, **variant)[0][..., 0, :]
     if see <= 0:  # a query row before every key: no key visible, a zero row
         return np.zeros((*q.shape[:-2], v.shape[-1]))
-    s = np.einsum("...d,...nd->...n", q[..., r, :], k[..., :see, :]) / np.sqrt(q.shape[-1])
-    return np.einsum("...n,...nd->...d", scipy.special.softmax(s, axis=-1), v[..., :see, :])
+    # grouped k, v heads read in place: q's heads as (kv head, group), no repeated copy
+    qr = q[..., r, :].reshape(*q.shape[:-3], hkv, h // hkv, q.shape[-1])
+    s = np.einsum("...gd,...nd->...gn", qr, k[..., :see, :]) / np.sqrt(q.shape[-1])
+    o = np.einsum("...gn,...nd->...gd", scipy.special.softmax(s, axis=-1), v[..., :see, :])
+    return o.reshape(*q.shape[:-2], v.shape[-1])
 
 
 def timed_backend(name: str):

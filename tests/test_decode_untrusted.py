@@ -31,9 +31,10 @@ KERNELS = textwrap.dedent('''
     def _decode(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
         np64 = lambda t: None if t is None else t.cpu().numpy().copy()
         o, lse = reference.decode_attention(
-            *(t.double().numpy() for t in (q, k_cache, v_cache)), np64(cache_seqlens),
+            *(t.double().cpu().numpy() for t in (q, k_cache, v_cache)), np64(cache_seqlens),
             np64(block_table), causal=causal)
-        return torch.from_numpy(o).to(q.dtype), torch.from_numpy(lse).float()
+        return (torch.from_numpy(o).to(device=q.device, dtype=q.dtype),
+                torch.from_numpy(lse).float().to(q.device))
 
 
     @decode

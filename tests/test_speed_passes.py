@@ -192,7 +192,7 @@ def test_a_kernel_that_ignores_its_variant_fails_as_wrong(kernels, roof):
 def test_decode_rows_report_cache_bandwidth_against_the_copy_peak(capsys):
     """On main `speed --decode` exited 2 (no such option)."""
     rc, report = _speed(capsys, "--decode", "--decode-case", "2x4/2x1x32:300,17:p16",
-                        "--backend", "torch-naive")
+                        "--backend", "torch-naive", "--dtype", "fp32")  # 4-byte items below
     (row,) = report["rows"]
     assert rc == 0 and row["status"] == "PASS" and row["direction"] == "decode", row
     assert row["checked"] == len(row["samples_s"]) >= 10

@@ -131,6 +131,23 @@ def test_two_ticks_readying_inputs_are_within_the_margin():
             assert (guard.OUTSIDE in faults) == fails, (ticks, start, stage)
 
 
+def test_on_a_gpu_readying_inputs_is_not_weighed_against_the_calls_cpu():
+    """On an H200 an honest Triton forward in a user's worker FAILed "work outside the timed
+    call": 0.4 s of CPU readying its inputs against 0.14 s running its calls, whose CPU is
+    launches and synchronisation waits, not the device's work. On a GPU that comparison is
+    not made; CPU while the worker should be idle still fails there."""
+    from flashbench.measure.speedworker import _judge_cpu
+
+    readings = {"idle": 0.0, "stage": 0.4, "run": 0.14, "pairs": 5, "nulls": 10, "null": 0.0}
+    for device, fails in (("cpu", True), ("cuda", False)):
+        faults = {}
+        _judge_cpu(dict(readings), 1.0, faults, "fwd", device)
+        assert (guard.OUTSIDE in faults) == fails, device
+    faults = {}
+    _judge_cpu({**readings, "idle": 0.5}, 1.0, faults, "fwd", "cuda")
+    assert guard.OUTSIDE in faults and "idle pauses" in faults[guard.OUTSIDE]
+
+
 DECODE = textwrap.dedent('''
     from flashbench.backends.decode import get_decode_backend
 

@@ -54,7 +54,7 @@ TRICKS = textwrap.dedent('''
         return _ID[key].clone()
 
     def memo_contents(q, k, v, causal=False, scale=None):
-        key = hash(q.flatten()[:64].numpy().tobytes())  # a cheap fingerprint of the contents
+        key = hash(q.flatten()[:64].cpu().numpy().tobytes())  # a cheap fingerprint of the contents
         if key not in _HASH:
             _HASH[key] = _attn(q, k, v)
         return _HASH[key]

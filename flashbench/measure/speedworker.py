@@ -155,7 +155,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     reply = w.ask(calls, op="fetch")[1]
     seeds = [mirror.next()[1] for _ in range(warmup + calls)][warmup:]
     faults = {**reply["faults"], **faults}
-    _judge_cpu(cpu, idle_wall, faults, direction)
+    _judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
     _judge_clock(own_med, statistics.median(per_call), nulls, k, faults)
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
@@ -212,14 +212,18 @@ def staging_allowance(cpu: dict) -> float:
     return per_request * pairs + reading_noise(pairs + nulls)
 
 
-def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str) -> None:
+def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
+               device: str = "cpu") -> None:
     """CPU while the worker should be idle over 2 ticks + 10 % of the idle time, or more
     CPU readying inputs than running the calls (beyond :func:`staging_allowance`; not "bwd",
-    whose forward is readied with its inputs): work outside the timed call."""
+    whose forward is readied with its inputs; not on a GPU, where a call's CPU time is its
+    launches and a synchronisation's wait, not its work: on an H200 an honest Triton forward
+    ran 0.14 s of CPU against 0.4 s readying its inputs): work outside the timed call."""
     if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
         faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
                           f"{idle_wall:.3g} s of idle pauses after its replies "
                           "(/proc/<pid>/stat, read by the harness)")
-    elif direction != "bwd" and cpu["stage"] > cpu["run"] + staging_allowance(cpu):
+    elif (direction != "bwd" and device != "cuda"
+          and cpu["stage"] > cpu["run"] + staging_allowance(cpu)):
         faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
                           f"inputs, more than the {cpu['run']:.3g} s of the timed calls")

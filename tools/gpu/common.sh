@@ -74,5 +74,9 @@ gpu_wheels() {
 
 gpu_machine() {
   { "$PY" -c "import flashbench.measure.timing as t, json; print(json.dumps(t.gpu_state(), indent=1))"
-    nvidia-smi || true; } > "$OUT/machine.txt" 2>&1
+    nvidia-smi || true
+    # the thread settings the CPU-side checks run with (an image may set OMP_NUM_THREADS)
+    echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} nproc=$(nproc)"
+    "$PY" -c "import torch; print('torch threads', torch.get_num_threads())"
+  } > "$OUT/machine.txt" 2>&1
 }
