@@ -20,11 +20,12 @@
 #   variants  150  tools.gpu.bench --quick --variants-only: the Hopper variants (triton_hopper)
 #                  beside today's kernel, sdpa-cudnn and sdpa-flash, outputs checked
 #                  (precompiled in 8 processes first): which variant, how fast, against cuDNN
-#   history   400  tools/gpu/history.py over COMMITS (below; HEAD first), each its own
-#                  flashbench (one commit of bench_gpu took over 200 s on the H200)
 #   review_noop 100, review_slow 100: flashbench review --bench bench_gpu --factor 1.05
 #                  against a README-only head (expect exit 0) and a head whose d=128
-#                  autotune space is one small config (expect exit 1: slower)
+#                  autotune space is one small config (expect exit 1: slower); before the
+#                  history, so that both decide in their bounded time
+#   history   400  tools/gpu/history.py over COMMITS (below; HEAD first), each its own
+#                  flashbench (one commit of bench_gpu took over 200 s on the H200)
 #   gpu_bench 200  tools.gpu.bench --quick (last: its figures exist from 2026-11-30)
 # Everything goes under OUTDIR: summary.txt, a log per phase, machine.txt, pytest.xml,
 # findings/, results/ (asv results: commit them into results/), gpu-results/ (reviews'
@@ -103,14 +104,6 @@ else
     --out "$OUT/gpu-results"
 fi
 
-# -- asv history of the commits, on this machine's name
-MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/history.log" | tail -1)
-say "history: machine $MACHINE, commits $COMMITS"
-# shellcheck disable=SC2086  # COMMITS is a list
-phase history 400 0 "$PY" -m tools.gpu.history --machine "$MACHINE" --out "$OUT/results" \
-  --launch-method "${GPU_SESSION_LAUNCH:-forkserver}" --precompile "$([ $DRY -eq 1 ] && echo 0 || echo 8)" \
-  $COMMITS
-
 # -- the review on the GPU: a no-op head and a slowed head, same run, decided
 BASE=$(git rev-parse HEAD)
 mkdir -p "$OUT/gpu-results"
@@ -153,6 +146,14 @@ if [ -n "$SLOWED" ]; then
     "$BASE" "$SLOWED" --bench bench_gpu --factor 1.05 --budget "$RB" --json \
     --output "$OUT/gpu-results/review-slow.json"
 fi
+
+# -- asv history of the commits, on this machine's name
+MACHINE=$("$PY" -m flashbench.infra.machine 2>>"$OUT/history.log" | tail -1)
+say "history: machine $MACHINE, commits $COMMITS"
+# shellcheck disable=SC2086  # COMMITS is a list
+phase history 400 0 "$PY" -m tools.gpu.history --machine "$MACHINE" --out "$OUT/results" \
+  --launch-method "${GPU_SESSION_LAUNCH:-forkserver}" --precompile "$([ $DRY -eq 1 ] && echo 0 || echo 8)" \
+  $COMMITS
 
 # -- the quick benchmark, last
 if [ $DRY -eq 1 ]; then
