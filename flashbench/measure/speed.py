@@ -244,11 +244,9 @@ class Judge:
         if self.case.variant is not None:
             return self._variant_check(q, k, v, o)
         nq, nk = q.shape[-2], k.shape[-2]
-        group = q.shape[1] // k.shape[1]
-        k, v = (np.repeat(t, group, axis=1) for t in (k, v))
+        k, v = (np.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))
         rows = np.sort(self.rng.choice(nq, min(nq, CHECK_ROWS), replace=False))
-        got = o.detach().cpu().double().numpy()
-        err, seen = 0.0, []
+        got, err, seen = o.detach().cpu().double().numpy(), 0.0, []
         for i in rows:
             see = i + nk - nq + 1 if self.case.causal else nk
             if see <= 0:  # no key visible: the reference row is zeros, as is the model's
