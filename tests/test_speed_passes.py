@@ -24,7 +24,7 @@ KERNELS = textwrap.dedent('''
         s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
         if causal:
             n, m = s.shape[-2:]
-            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool, device=s.device).triu(m - n + 1), float("-inf"))
         return torch.softmax(s, -1) @ v
 
     def no_grad(q, k, v, causal=False, scale=None):

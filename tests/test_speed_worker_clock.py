@@ -60,7 +60,7 @@ KERNELS = textwrap.dedent('''
 
     def backlog(q, k, v, causal=False, scale=None):
         """Returns at once; a thread started at import fills o after the reply."""
-        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
         _WORK.put((q.clone(), k.clone(), v.clone(), o))
         return o
 ''')

@@ -60,7 +60,7 @@ TRICKS = textwrap.dedent('''
         return _HASH[key]
 
     def background(q, k, v, causal=False, scale=None):
-        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+        o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
 
         def work():
             time.sleep(0.05)
@@ -96,7 +96,8 @@ TRICKS = textwrap.dedent('''
         key = tuple(q.shape)
         if key not in _SUITE:
             g = torch.Generator().manual_seed(0)
-            qs, ks, vs = (torch.randn(t.shape, generator=g).to(t.dtype) for t in (q, k, v))
+            qs, ks, vs = (torch.randn(t.shape, generator=g).to(t.device, t.dtype)
+                          for t in (q, k, v))
             _SUITE[key] = _attn(qs, ks, vs)
         return _SUITE[key].clone()
 
