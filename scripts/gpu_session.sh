@@ -35,7 +35,7 @@
 set -u
 usage="usage: bash scripts/gpu_session.sh OUTDIR [--dry-run]   (env: PYTHON, FLASHBENCH_WHEELS,
   GPU_SESSION_BUDGET, GPU_SESSION_PHASES, GPU_SESSION_COMMITS, GPU_SESSION_TESTS,
-  GPU_SESSION_WORKERS, GPU_SESSION_LAUNCH)"
+  GPU_SESSION_SPEED_TESTS, GPU_SESSION_WORKERS, GPU_SESSION_LAUNCH)"
 DRY=0
 [ "${2:-}" = "--dry-run" ] && DRY=1
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "${1:-}" ] || [ "${1#-}" != "$1" ] ||
@@ -85,12 +85,15 @@ DRYFLAG=()
 [ $DRY -eq 1 ] && DRYFLAG=(--dry-run)
 # -- flashbench speed on the device (issue 35): never run on a GPU before 2026-12-04
 phase speed 200 0 bash tools/gpu/speed.sh "$OUT/speed" "${DRYFLAG[@]}"
-SPEED_TESTS="tests/test_tricks.py tests/test_speed_cli.py tests/test_speed_worker_flush.py
-  tests/test_speed_worker_clock.py tests/test_speed_passes.py tests/test_timed_guard.py
-  tests/test_timing.py tests/test_decode_untrusted.py tests/test_gpu_suites.py"
+SPEED_TESTS=${GPU_SESSION_SPEED_TESTS:-tests/test_tricks.py tests/test_speed_cli.py
+  tests/test_speed_worker_flush.py tests/test_speed_worker_clock.py tests/test_speed_passes.py
+  tests/test_timed_guard.py tests/test_timing.py tests/test_decode_untrusted.py
+  tests/test_gpu_suites.py}
+# (--dry-run: the GPU tests alone, which skip: the others run in the test suite already)
+SPEED_MARK=$([ $DRY -eq 1 ] && echo "gpu" || echo "gpu or not slow")
 # shellcheck disable=SC2086  # a list of paths
 phase speed_tests 120 0 env OMP_NUM_THREADS=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
-  --junitxml="$OUT/speed-pytest.xml" -m "gpu or not slow" $SPEED_TESTS
+  --junitxml="$OUT/speed-pytest.xml" -m "$SPEED_MARK" $SPEED_TESTS
 phase findings 45 0 "$PY" -m tools.gpu.findings --out "$OUT/findings" "${DRYFLAG[@]}"
 # exit 1 expected while the finding is open; 5 (nothing selected) would say the tests moved
 phase fp8_d256 40 "$([ $DRY -eq 1 ] && echo 0 || echo 1)" "$PY" -m pytest -p no:cacheprovider \

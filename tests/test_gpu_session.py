@@ -46,6 +46,15 @@ def test_the_history_commits_changed_the_kernels():
         assert any(h.startswith(c) for h in changed), c
 
 
+def test_the_speed_tests_phase_names_test_files_that_exist():
+    """The phase runs a default list the dry run replaces (GPU_SESSION_SPEED_TESTS): a file
+    renamed away would cost a GPU window its phase."""
+    text = SCRIPT.read_text()
+    default = re.search(r"SPEED_TESTS=\$\{GPU_SESSION_SPEED_TESTS:-([^}]*)\}", text)
+    files = default[1].split()
+    assert len(files) >= 5 and all((ROOT / f).is_file() for f in files), files
+
+
 def test_a_window_split_over_calls_runs_only_the_phases_named(tmp_path):
     """GPU_SESSION_PHASES: the phases named run, the others say "skipped" and fail nothing
     (the window of 2026-12-04 ran out in one call before the reviews)."""
@@ -70,7 +79,8 @@ def test_dry_run_walks_every_phase(tmp_path):
     commits = script_commits()[:1]
     env = {**os.environ, "HOME": str(home), "PYTHON": sys.executable,
            "GPU_SESSION_COMMITS": " ".join(commits),
-           "GPU_SESSION_TESTS": "tests/test_gpu_suites.py -k grid", "GPU_SESSION_WORKERS": "1"}
+           "GPU_SESSION_TESTS": "tests/test_gpu_suites.py -k grid", "GPU_SESSION_WORKERS": "1",
+           "GPU_SESSION_SPEED_TESTS": "tests/test_tricks.py"}  # its GPU tests, which skip
     out = tmp_path / "out"
 
     def status():
@@ -82,8 +92,8 @@ def test_dry_run_walks_every_phase(tmp_path):
                        text=True, env=env, timeout=900)
     summary = (out / "summary.txt").read_text()
     assert r.returncode == 0, summary
-    for name in ("variants", "tests", "findings", "fp8_d256", "history", "review_noop",
-                 "review_slow", "gpu_bench"):
+    for name in ("variants", "tests", "speed", "speed_tests", "findings", "fp8_d256",
+                 "history", "review_noop", "review_slow", "gpu_bench"):
         assert re.search(rf"^{name}: ok in \d+s of \d+s", summary, re.M), name
     assert "every phase as expected" in summary
     results = sorted((out / "results").glob("*/*-existing-*.json"))
@@ -94,6 +104,9 @@ def test_dry_run_walks_every_phase(tmp_path):
     for review in ("noop", "slow"):
         data = json.loads((out / "gpu-results" / f"review-{review}.json").read_text())
         assert data["factor"] == 1.05 and data["status"] == 0
+    speed = json.loads((out / "speed" / "fwd.json").read_text())  # the user path's row too
+    assert {(r["backend"], r["status"]) for r in speed["rows"]} == {
+        ("sdpa-flash", "PASS"), ("tools.gpu.userkernels:sdpa_flash", "PASS")}
     slow = (out / "slow.configs.py").read_text()
     assert "128: (_c(64, 32, 4, 2),)," in slow  # the slowed head's one small d=128 config
     assert status() == before  # the heads never touched the working tree

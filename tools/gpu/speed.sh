@@ -42,10 +42,8 @@ run() {
 
 if [ $DRY -eq 1 ]; then
   S=1x2x256x64
-  run fwd --shape $S --dtype bf16 --causal both --backend sdpa-flash --backend "$U:sdpa_flash"
-  run fwdbwd --shape $S --dtype bf16 --causal on --pass fwdbwd --backend sdpa-flash \
-    --backend "$U:sdpa_flash"
-  run decode --decode --decode-case 2x4x1x64:100,37 --backend torch-naive
+  # one run: the script's plumbing and the user path (the passes and decode have tests)
+  run fwd --shape $S --dtype bf16 --backend sdpa-flash --backend "$U:sdpa_flash"
   exit $FAILED
 fi
 
