@@ -87,8 +87,7 @@ DRYFLAG=()
 phase speed 200 0 bash tools/gpu/speed.sh "$OUT/speed" "${DRYFLAG[@]}"
 SPEED_TESTS=${GPU_SESSION_SPEED_TESTS:-tests/test_tricks.py tests/test_speed_cli.py
   tests/test_speed_worker_flush.py tests/test_speed_worker_clock.py tests/test_speed_passes.py
-  tests/test_timed_guard.py tests/test_timing.py tests/test_decode_untrusted.py
-  tests/test_gpu_suites.py}
+  tests/test_timed_guard.py tests/test_timing.py tests/test_decode_untrusted.py}
 # (--dry-run: the GPU tests alone, which skip: the others run in the test suite already)
 SPEED_MARK=$([ $DRY -eq 1 ] && echo "gpu" || echo "gpu or not slow")
 # shellcheck disable=SC2086  # a list of paths
