@@ -225,6 +225,10 @@ def test_failures_map_to_their_statuses(monkeypatch, capsys):
              (subprocess.CalledProcessError(1, ["asv"]), 3, "failed"),
              (RuntimeError("asv run wrote no results"), 3, "failed: asv run"),
              (ValueError("bad\nvalue"), 3, "internal error"),  # not raised by flashbench
+             # a dependency missing (torch in a Python without it): the install, not a bug
+             (ModuleNotFoundError("No module named 'torch'", name="torch"), 3,
+              "failed: this Python cannot import 'torch', which flashbench needs"),
+             (ModuleNotFoundError("no flashbench.x", name="flashbench.x"), 3, "internal error"),
              (KeyboardInterrupt(), 130, "interrupted (SIGINT)")]
     for exc, status, text in cases:
         monkeypatch.setattr(review_cli, "run", fail(exc))

@@ -6,8 +6,9 @@ This module assembles them and owns the error handling of every subcommand, so t
 status means one thing everywhere: 0 and 1 are the subcommand's own answers; 2 is input
 flashbench refused itself (argparse errors; a ValueError or TypeError from a ``raise`` in
 its own code), or review's "could not decide"; 3 is the tool's own failure (OSError,
-subprocess errors, RuntimeError), a bug ("internal error", any other exception: never 1)
-or, quietly, a closed output pipe; SIGINT / SIGTERM give 128 + the signal number. Each
+subprocess errors, RuntimeError, a dependency that cannot be imported), a bug ("internal
+error", any other exception: never 1) or, quietly, a closed output pipe; SIGINT / SIGTERM
+give 128 + the signal number. Each
 error but the closed pipe is one line on stderr, no traceback; every 3 but the closed pipe
 saves its traceback to a file and names it (:func:`save_traceback`). The contract in
 full: docs/check.md ("Exit statuses, every subcommand").
@@ -121,6 +122,13 @@ def main(argv=None) -> int:
         return BAD_INPUT
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
         print(f"{name}: failed: {_line(exc)} ({save_traceback(exc, name)})", file=sys.stderr)
+        return ERROR
+    except ModuleNotFoundError as exc:
+        if (exc.name or "flashbench").partition(".")[0] == "flashbench":
+            return _internal(name, exc)  # a module of flashbench's own: a bug
+        print(f"{name}: failed: this Python cannot import {exc.name!r}, which flashbench needs "
+              "(install flashbench with its dependencies: bash scripts/setup.sh, README.md) "
+              f"({save_traceback(exc, name)})", file=sys.stderr)
         return ERROR
     except Exception as exc:
         return _internal(name, exc)
