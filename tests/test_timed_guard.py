@@ -108,3 +108,25 @@ def test_a_copy_holds_the_same_bits_in_memory_of_its_own(dims, dtype, transpose,
                        x.contiguous().view(torch.uint8) if dtype.itemsize == 1 else x.float())
     if x.numel():
         assert guard._fault(c, (x,), []) is None  # no storage shared with the original
+
+
+def test_inputs_drawn_on_the_device_are_the_cpu_draws_on_a_cpu_and_repeat():
+    """The harness's own rows draw their inputs where they run (on a GPU: its generator,
+    hundreds of times faster than the CPU draws that took a quarter of a speed run on an
+    H200); a worker's stay CPU draws, rebuilt by the harness. On a CPU both are the same
+    bits; on any device a seed gives the same inputs twice."""
+    from flashbench.inputs import Shape
+    from flashbench.timed.attention import attention_maker, grad_maker
+
+    shape = Shape(1, 4, 8, 12, 16, Hkv=2)
+    for maker in (attention_maker, grad_maker):
+        here = maker(shape, "bf16", "cpu", "cpu")(7)
+        there = maker(shape, "bf16", "cpu", "device")(7)
+        assert all(torch.equal(a, b) for a, b in zip(here, there, strict=True))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    make = attention_maker(shape, "bf16", device, "device")
+    assert all(torch.equal(a, b) for a, b in zip(make(3), make(3), strict=True))
+    assert not torch.equal(make(3)[0], make(4)[0])
+    with pytest.raises(ValueError, match="draw must be"):
+        attention_maker(shape, "bf16", "cpu", "gpu")
+

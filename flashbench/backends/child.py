@@ -156,7 +156,8 @@ class Server:
         if r.get("varlen"):  # a packed batch, its forward (speed --varlen)
             return self._prepare_pool(r, *self._packed_pool(r, shape, declared))
         if direction == "fwd":
-            make = attention_maker(shape, r["dtype"], self.device.type)
+            # CPU draws: the harness rebuilds these inputs in its own process to judge them
+            make = attention_maker(shape, r["dtype"], self.device.type, "cpu")
 
             def build(seed):
                 q, k, v = make(seed)
@@ -165,7 +166,7 @@ class Server:
             setup, call = None, lambda q, k, v: call_forward(fn, q, k, v, r["causal"],
                                                              **variant)
         else:  # gradients of the Hkv-head k, v; expanded in the graph without GQA
-            build = grad_maker(shape, r["dtype"], self.device.type)
+            build = grad_maker(shape, r["dtype"], self.device.type, "cpu")  # as above
             setup, call = pass_call(lambda q, k, v: call_forward(
                 fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
                 **variant), direction)

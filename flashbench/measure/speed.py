@@ -224,7 +224,7 @@ def _checksum(o) -> tuple[float, float]:
 class Judge:
     """Judges the timed outputs of one case, outside the clock (module docstring).
 
-    ``make(seed)``: the pool's input maker (CPU), to rebuild any call's inputs; ``seed``: the
+    ``make(seed)``: the pool's input maker, to rebuild any call's inputs; ``seed``: the
     run's (the inputs' contents; the rows checked are drawn from fresh OS entropy, never from
     a seed a kernel's worker is sent, so a kernel cannot compute only the rows checked).
     """
@@ -240,7 +240,7 @@ class Judge:
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
 
-        q, k, v = (t.double().numpy() for t in self.make(content))
+        q, k, v = (t.double().cpu().numpy() for t in self.make(content))
         if self.case.variant is not None:
             return self._variant_check(q, k, v, o)
         nq, nk = q.shape[-2], k.shape[-2]

@@ -27,7 +27,7 @@ def _sums(grads) -> tuple[float, ...]:
 
 
 class GradJudge:
-    """Judges one case's timed gradients. ``make(seed) -> (q, k, v, do)`` on the CPU
+    """Judges one case's timed gradients. ``make(seed) -> (q, k, v, do)``, the pool's maker
     (:func:`flashbench.timed.attention.grad_maker`); ``seed``: the run's (the rows checked
     are drawn from fresh OS entropy, as Judge's)."""
 
@@ -41,7 +41,7 @@ class GradJudge:
         from flashbench import numerics, reference
         from flashbench.accuracy import gradient_floor, gradient_rule
 
-        q, k, v, do = (t.double().numpy() for t in self.make(content))
+        q, k, v, do = (t.double().cpu().numpy() for t in self.make(content))
         mask = self.case.causal if self.case.variant is None else self.case.variant
         ref = reference.attention_grad(q, k, v, do, causal=mask)[:3]  # dsinks: not timed
         std = numerics.standard_model_grad(q, k, v, do, self.case.dtype, causal=mask)[:3]
@@ -70,16 +70,17 @@ class GradJudge:
 
         from flashbench.timed.attention import torch_dtype as _torch_dtype
 
-        q, k, v, _ = self.make(content)
+        s = self.case.shape  # q's, k's, v's shapes (not rebuilt per call to read them)
+        shapes = ((s.B, s.H, s.Nq, s.d), (s.B, s.kv_heads, s.Nk, s.d),
+                  (s.B, s.kv_heads, s.Nk, s.head_dim_v))
         dtype = _torch_dtype(self.case.dtype)
         if len(grads) != 3:
             return WRONG, f"{len(grads)} gradients, expected dq, dk, dv"
-        for name, g, x in zip(GRADS, grads, (q, k, v), strict=True):
+        for name, g, want in zip(GRADS, grads, shapes, strict=True):
             if not isinstance(g, torch.Tensor):
                 return WRONG, f"{name} is {type(g).__name__}, not a tensor"
-            if tuple(g.shape) != tuple(x.shape) or g.dtype != dtype:
-                return WRONG, f"{name} is {g.dtype} {tuple(g.shape)}, expected {dtype} " \
-                              f"{tuple(x.shape)}"
+            if tuple(g.shape) != want or g.dtype != dtype:
+                return WRONG, f"{name} is {g.dtype} {tuple(g.shape)}, expected {dtype} {want}"
             if not bool(torch.isfinite(g).all()):
                 return WRONG, f"{name} holds non-finite values for finite inputs"
         total = _sums(grads)

@@ -38,8 +38,10 @@ __all__ = ["time_backend", "run_speed"]
 
 
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
-            out_dtype: str | None) -> tuple[dict, int]:
-    """Faults plus the first value fault of the outputs (None: judged elsewhere as faulty)."""
+            out_dtype: str | None, drawn_on: str = "cpu") -> tuple[dict, int]:
+    """Faults plus the first value fault of the outputs (None: judged elsewhere as faulty).
+    ``drawn_on``: where the inputs were drawn (the harness's own rows: their device; a
+    worker's: the CPU), so that they are rebuilt bit for bit."""
     from flashbench.measure.speedgrad import GradJudge
 
     if case.varlen is not None:  # a packed batch: its forward alone (cli.speed refuses more)
@@ -48,8 +50,9 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
         judge = PackedJudge(case, varlen_maker(case.varlen, case.shape, case.dtype), seed,
                             out_dtype)
     else:
-        judge = Judge(case, attention_maker(case.shape, case.dtype, "cpu"), seed, out_dtype)
-    grads = GradJudge(case, grad_maker(case.shape, case.dtype, "cpu"), seed)
+        judge = Judge(case, attention_maker(case.shape, case.dtype, drawn_on, "device"), seed,
+                      out_dtype)
+    grads = GradJudge(case, grad_maker(case.shape, case.dtype, drawn_on, "device"), seed)
     faults = dict(faults)
     for out, content in zip(outputs, seeds, strict=True):
         if out is None:
@@ -82,12 +85,12 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
         pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type), size, seed)
         setup, call = None, packed_call(backend, case)
     elif case.direction == "fwd":
-        make = attention_maker(case.shape, case.dtype, dev.type)
+        make = attention_maker(case.shape, case.dtype, dev.type, "device")  # _judged's too
         pool = Pool(lambda s: backend.prepare(*make(s), device=dev), size, seed)
         setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
                                                              **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
-        pool = Pool(grad_maker(case.shape, case.dtype, dev.type), size, seed)
+        pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed)
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
             q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
             **case.kwargs()), case.direction)
@@ -150,7 +153,8 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         from flashbench.backends.outputs import raised
 
         return untimed("FAIL", raised(exc))
-    faults, checked = _judged(case, seed, outputs, seeds, faults, backend.out_dtype)
+    faults, checked = _judged(case, seed, outputs, seeds, faults, backend.out_dtype,
+                              where if reply is None else "cpu")
     return worker_row(row_from(case, backend.name, times, faults, roof,
                                CLOCK_GPU if where == "cuda" else CLOCK_CPU, checked,
                                None if reply is None else reply["floor_samples_s"]), reply)

@@ -25,21 +25,31 @@ def torch_dtype(dtype: str):
     return getattr(torch, get_precision(dtype).torch_name)
 
 
-def attention_maker(shape: Shape, dtype: str, device: str = "cpu"):
+def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
     """``make(seed) -> (q, k, v)``: torch tensors [B, H, Nq, d], [B, Hkv, Nk, d],
-    [B, Hkv, Nk, dv] in ``dtype`` on ``device``, N(0, 1) from a CPU generator seeded with
-    ``seed`` (identical in every process)."""
+    [B, Hkv, Nk, dv] in ``dtype`` on ``device``, N(0, 1) from a generator seeded with
+    ``seed``. ``draw``: "cpu", a CPU generator (identical in every process: the harness
+    rebuilds a worker's inputs), or "device", one on ``device`` (identical within a process,
+    hundreds of times faster on a GPU: the harness's own rows, whose pool and checks share
+    its process; on an H200 the CPU draws were a quarter of a speed run)."""
     import torch
 
     dt = torch_dtype(dtype)
     dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
             (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
+    on = _drawn_on(device, draw)
 
     def make(seed: int) -> tuple:
-        g = torch.Generator().manual_seed(int(seed))
-        return tuple(torch.randn(d, generator=g).to(dt).to(device) for d in dims)
+        g = torch.Generator(device=on).manual_seed(int(seed))
+        return tuple(torch.randn(d, generator=g, device=on).to(dt).to(device) for d in dims)
 
     return make
+
+
+def _drawn_on(device: str, draw: str) -> str:
+    if draw not in ("cpu", "device"):
+        raise ValueError(f"draw must be 'cpu' or 'device', got {draw!r}")
+    return device if draw == "device" else "cpu"
 
 
 def packed_shape(lengths, shape: Shape) -> Shape:
@@ -71,19 +81,20 @@ def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu"):
     return make
 
 
-def grad_maker(shape: Shape, dtype: str, device: str = "cpu"):
+def grad_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
     """``make(seed) -> (q, k, v, do)``: :func:`attention_maker`'s q, k, v and the output
-    gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second CPU generator seeded
-    with ``seed + 1`` (identical in every process)."""
+    gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second generator seeded with
+    ``seed + 1``, drawn where ``draw`` says (as :func:`attention_maker`)."""
     import torch
 
-    qkv = attention_maker(shape, dtype, device)
+    qkv = attention_maker(shape, dtype, device, draw)
     dt = torch_dtype(dtype)
     dims = (shape.B, shape.H, shape.Nq, shape.head_dim_v)
+    on = _drawn_on(device, draw)
 
     def make(seed: int) -> tuple:
-        g = torch.Generator().manual_seed(int(seed) + 1)
-        return (*qkv(seed), torch.randn(dims, generator=g).to(dt).to(device))
+        g = torch.Generator(device=on).manual_seed(int(seed) + 1)
+        return (*qkv(seed), torch.randn(dims, generator=g, device=on).to(dt).to(device))
 
     return make
 
