@@ -68,11 +68,10 @@ class GradJudge:
         """None, or (failure name, why) for one timed call's (dq, dk, dv) on ``content``."""
         import torch
 
+        from flashbench.timed.attention import qkv_shapes
         from flashbench.timed.attention import torch_dtype as _torch_dtype
 
-        s = self.case.shape  # q's, k's, v's shapes (not rebuilt per call to read them)
-        shapes = ((s.B, s.H, s.Nq, s.d), (s.B, s.kv_heads, s.Nk, s.d),
-                  (s.B, s.kv_heads, s.Nk, s.head_dim_v))
+        shapes = qkv_shapes(self.case.shape)  # not the inputs rebuilt per call to read them
         dtype = _torch_dtype(self.case.dtype)
         if len(grads) != 3:
             return WRONG, f"{len(grads)} gradients, expected dq, dk, dv"

@@ -7,9 +7,9 @@ from __future__ import annotations
 from flashbench.inputs.precision import get_precision
 from flashbench.inputs.problem import Shape
 
-__all__ = ["attention_maker", "varlen_maker", "packed_shape", "grad_maker", "pass_call",
-           "NoBackward", "pool_size", "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS", "PASSES",
-           "torch_dtype"]
+__all__ = ["attention_maker", "qkv_shapes", "varlen_maker", "packed_shape", "grad_maker",
+           "pass_call", "NoBackward", "pool_size", "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS",
+           "PASSES", "torch_dtype"]
 
 PASSES = ("fwd", "bwd", "fwdbwd")  # what a timed call runs: forward, backward, both
 
@@ -34,16 +34,20 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "
     its process; on an H200 the CPU draws were a quarter of a speed run)."""
     import torch
 
-    dt = torch_dtype(dtype)
-    dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
-            (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
-    on = _drawn_on(device, draw)
+    dt, dims, on = torch_dtype(dtype), qkv_shapes(shape), _drawn_on(device, draw)
 
     def make(seed: int) -> tuple:
         g = torch.Generator(device=on).manual_seed(int(seed))
         return tuple(torch.randn(d, generator=g, device=on).to(dt).to(device) for d in dims)
 
     return make
+
+
+def qkv_shapes(shape: Shape) -> tuple:
+    """The shapes of q, k, v: [B, H, Nq, d], [B, Hkv, Nk, d], [B, Hkv, Nk, dv] (and of
+    their gradients dq, dk, dv)."""
+    return ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
+            (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
 
 
 def _drawn_on(device: str, draw: str) -> str:

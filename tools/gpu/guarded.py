@@ -9,20 +9,14 @@ import torch
 
 def device_maker(shape, dtype: str, device: str):
     """``make(seed) -> (q, k, v)``: N(0, 1) in ``dtype`` drawn on ``device`` by a generator
-    seeded with ``seed`` (a GPU draws an 8192^2-token pool slot in milliseconds, where the CPU
-    maker of flashbench speed takes about a second); the same seed gives the same tensors, so
-    the judge rebuilds any call's inputs (``.cpu()``)."""
-    from flashbench.timed.attention import torch_dtype as _torch_dtype
+    seeded with ``seed`` (a GPU draws an 8192^2-token pool slot in milliseconds, a CPU
+    generator in about a second): flashbench speed's own rows' maker
+    (``attention_maker(..., draw="device")``); the same seed gives the same tensors, so the
+    judge rebuilds any call's inputs (``.cpu()``)."""
+    from flashbench.timed.attention import attention_maker
 
-    dt = _torch_dtype(dtype)
-    dims = ((shape.B, shape.H, shape.Nq, shape.d), (shape.B, shape.kv_heads, shape.Nk, shape.d),
-            (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v))
-
-    def make(seed: int) -> tuple:
-        g = torch.Generator(device=device).manual_seed(int(seed) % 2**63)
-        return tuple(torch.randn(d, device=device, generator=g).to(dt) for d in dims)
-
-    return make
+    drawn = attention_maker(shape, dtype, device, "device")  # flashbench speed's own rows'
+    return lambda seed: drawn(int(seed) % 2**63)
 
 
 def _rows_judge():
