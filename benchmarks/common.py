@@ -64,7 +64,8 @@ BACKWARD_ON_GPU_ONLY = ("flex",)
 
 
 def need(module, *names: str):
-    """Import ``flashbench.<module>`` (and attributes), or skip the benchmark.
+    """Import ``flashbench.<module>`` (and attributes), or skip the benchmark where this
+    commit lacks them (NotImplementedError); a commit whose module does not import fails.
 
     ``module`` is a name or a tuple of alternative names, tried in order: the first
     that has every attribute wins (``need(("measure", "check"), "measure_accuracy")``
@@ -77,7 +78,12 @@ def need(module, *names: str):
         try:
             mod = importlib.import_module(f"flashbench.{name}")
             attrs = [getattr(mod, n) for n in names]
-        except (ImportError, AttributeError) as exc:
+        except ModuleNotFoundError as exc:
+            if not _absent(exc, f"flashbench.{name}"):
+                raise  # a module it imports is missing: this commit is broken, not older
+            errors.append(str(exc))
+            continue
+        except AttributeError as exc:
             errors.append(str(exc))
             continue
         if not names:
@@ -85,6 +91,14 @@ def need(module, *names: str):
         return attrs[0] if len(attrs) == 1 else attrs
     where = " or ".join(f"flashbench.{m}" for m in alternatives)
     raise NotImplementedError(f"this commit lacks {where}: {'; '.join(errors)}")
+
+
+def _absent(exc: ModuleNotFoundError, module: str) -> bool:
+    """Whether ``exc`` says ``module`` (or a package above it, below flashbench) is not in
+    this commit; any other missing module, or an import that raises, fails the benchmark:
+    a head whose flashbench cannot import is broken ("failed"), not skipped."""
+    parts = module.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
 
 
 def shape_of(spec: str):

@@ -47,6 +47,30 @@ def test_need_finds_a_moved_function_at_either_location():
         need(("a", "b"), "x")
 
 
+def test_need_fails_a_commit_whose_module_does_not_import(tmp_path):
+    """A module the commit has but cannot import (a missing dependency of its own, a name
+    its import lacks) fails the benchmark: a broken head is "failed", not "lacks" (skip)."""
+    pkg = tmp_path / "flashbench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reference.py").write_text("import flashbench_no_such_helper\n")
+    (pkg / "other.py").write_text("")
+    (pkg / "inputs.py").write_text("from flashbench.other import attention\n")
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in f.__module__]\n"
+            "from benchmarks.common import need\n"
+            "for name in ('reference', 'inputs', 'no_such_module'):\n"
+            "    try:\n        need(name, 'x')\n"
+            "    except Exception as e:\n        print(type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, check=True)
+    missing, unimportable, absent = r.stdout.splitlines()
+    assert missing == "ModuleNotFoundError No module named 'flashbench_no_such_helper'"
+    assert unimportable.startswith("ImportError cannot import name 'attention' from "
+                                   "'flashbench.other'")
+    assert absent.startswith("NotImplementedError this commit lacks flashbench.no_such_module")
+
+
 def test_need_finds_an_old_commits_module_at_its_old_path(tmp_path):
     """An old commit's installed flashbench (here a stand-in with ``measure_grad.py`` and
     ``machine.py`` at the top, no ``measure`` or ``infra`` package) is still measured:

@@ -81,6 +81,9 @@ def project(tmp_path_factory):
     c["same"] = commit("docs", ("README.md", "# flashbench", "# flashbench (unchanged code)"))
     c["broken"] = commit("broken", ("flashbench/reference/streaming.py", MARKER,
                                     "    raise RuntimeError('broken on purpose')\n" + MARKER))
+    c["unimportable"] = commit("unimportable", ("flashbench/__init__.py", '__version__ = "',
+                                                 'import flashbench_no_such_helper  # noqa\n'
+                                                 '__version__ = "'))
     c["renamed"] = commit("rename", ("flashbench/reference/oneshot.py", "def online_attention(",
                                      "def online_attention_renamed("),
                           ("flashbench/reference/oneshot.py", '"online_attention",',
@@ -243,6 +246,20 @@ def test_broken_head_is_a_regression(project):
     failed = [line for line in r.stdout.splitlines() if "| failed " in line]
     assert len(failed) == 2 and all(STREAMED in line and "broken on purpose" in line
                                     and "**REGRESSION**" in line for line in failed)
+
+
+def test_a_head_whose_flashbench_does_not_import_fails_by_name(project):
+    """The suites import flashbench lazily (``need`` in setup): a head whose own import
+    fails is a failure in head (exit 1) named once, never "coverage lost" (exit 2, which
+    a pull request's gate lets through)."""
+    _, _, c = project
+    r = review(project, c["base"], c["unimportable"], "--bench", STREAMED_ONLY, "--budget",
+               "20", "--factor", WIDE)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION: 2 result(s) failed in head" in r.stdout
+    assert (f"- problem: head {c['unimportable'][:8]}: its flashbench failed to import: "
+            "ModuleNotFoundError: No module named 'flashbench_no_such_helper'") in r.stdout
+    assert "COVERAGE LOST" not in r.stdout
 
 
 def test_peak_memory_is_one_value_per_commit(unchanged):

@@ -66,8 +66,8 @@ def header(review: Review) -> list[str]:
     for note in review.notes:
         lines += ["", f"> {note}"]
     lines += ["", f"**{review.summary()}**", ""]
-    for problem in review.problems:
-        lines.append(f"- could not decide: {problem}")
+    for problem in review.problems:  # undecided by itself; a head's failure regressed above
+        lines.append(f"- problem: {problem}")
     return lines
 
 

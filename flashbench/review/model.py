@@ -108,7 +108,7 @@ class Review:
     false_alarm_rate: float | None = None
     budget: float | None = None
     notes: list[str] = field(default_factory=list)  # header lines (dirty tree, evidence)
-    problems: list[str] = field(default_factory=list)  # could not decide: why
+    problems: list[str] = field(default_factory=list)  # a side or the review: why
     rows: list[Row] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the review
 

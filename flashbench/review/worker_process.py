@@ -1,10 +1,9 @@
 """The review's measuring process: a standalone script that holds both commits' code.
 
-``serve`` imports *today's* suites once against each commit's tree and keeps the two sets
-of modules apart (:class:`Sides`), so base and head run in one process and its own speed
-cancels in each round's ratio (docs/review.md); requests and replies are JSON lines
-(:func:`serve`). ``peakmem`` measures one fresh-process peak memory. It imports nothing of
-flashbench (the base commit may not have this code): only the suites do.
+``serve`` imports *today's* suites once per commit's tree, keeping the modules apart
+(:class:`Sides`): base and head share one process, whose speed cancels in each round's ratio
+(docs/review.md); JSON lines in and out (:func:`serve`). ``peakmem`` measures one
+fresh-process peak memory. No flashbench is imported here (a base may lack it): the suites do.
 
     python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker_process.py peakmem BENCHMARK_DIR NAME I
@@ -268,6 +267,7 @@ class Sides:
             try:
                 _guard().refuse_shadows(self.trees[side])  # its own numpy would be the suites'
                 self.suites[side] = Suites(root, importer=False)
+                _guard().import_own(self.trees[side])
             except BaseException as exc:  # this commit's suites do not import
                 self.errors[side] = GUARD["module"].discovery_error(exc, _reason(exc))
             self.refuse_changes(side, before, "its import")
