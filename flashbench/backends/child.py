@@ -34,7 +34,7 @@ from flashbench.backends.outputs import (
 )
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
-from flashbench.timed import guard  # its clocks are captured before any user module loads
+from flashbench.timed import guard, threads  # clocks captured before any user module loads
 
 __all__ = ["Server", "raised"]
 
@@ -259,7 +259,8 @@ class Server:
             own.append(guard._PERF() - t0)
             t["ran"].append((out, slot, seed))
             del out
-        left = guard._new_threads(t["threads"], tasks)
+        threads.joined(tasks)  # inside the round trip: the harness's clock counts the wait
+        left = threads.new_threads(t["threads"], tasks)
         if left is not None:
             t["faults"].setdefault(guard.THREAD, left)
         t["staged"] = []

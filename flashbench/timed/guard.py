@@ -16,9 +16,7 @@
 from __future__ import annotations
 
 import mmap
-import os
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -26,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+
+from flashbench.timed.threads import joined, new_threads, thread_census
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
            "l2_flusher", "Kept", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
@@ -75,28 +75,6 @@ _capture_event_clock()
 def tampered_clocks() -> list[str]:
     """Names of the clock functions that are no longer the ones captured at import."""
     return [name for name, (owner, attr, fn) in _CLOCKS.items() if getattr(owner, attr) is not fn]
-
-
-def thread_census() -> tuple[frozenset, int | None]:
-    """(live Python threads' idents, OS threads in /proc/self/task or None without /proc)."""
-    idents = frozenset(t.ident for t in threading.enumerate() if t.is_alive())
-    try:
-        tasks = len(os.listdir("/proc/self/task"))
-    except OSError:
-        tasks = None
-    return idents, tasks
-
-
-def _new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
-    """A Python thread alive that the harness did not have before the first call (warm-up
-    included), or more OS threads than just before this call; else None."""
-    new = [t for t in threading.enumerate() if t.is_alive() and t.ident not in harness]
-    if new:
-        return f"{len(new)} new Python thread(s) alive after the call ({new[0].name})"
-    tasks = thread_census()[1]
-    if tasks is not None and tasks_before is not None and tasks > tasks_before:
-        return f"{tasks - tasks_before} new OS thread(s) alive after the call (/proc/self/task)"
-    return None
 
 
 def _overwrite(dst, src) -> None:
@@ -234,6 +212,7 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
             t0 = _PERF()
             start.record()
             out = call(*args)
+            joined(tasks)
             sync()
             end.record()
             end.synchronize()
@@ -242,10 +221,11 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         else:
             t0 = _PERF()
             out = call(*args)
+            joined(tasks)
             t1 = _PERF()
             times.append(t1 - t0)
         host.append(t1 - t0)
-        left = _new_threads(harness, tasks)
+        left = new_threads(harness, tasks)
         if left is not None:
             faults.setdefault(THREAD, left)
         seeds.append(seed)
