@@ -78,7 +78,7 @@ def render_text(report: dict) -> str:
     roof = m["roofline"]
     lines = [f"flashbench speed  seed {m['seed']}  device {m['device']}  {m['samples']} timed "
              f"calls per row after {m['warmup']} warm-up",
-             "peak (this run): " + ", ".join(f"{d} matmul {v:.3g} TFLOP/s"
+             "peak: " + ", ".join(f"{d} matmul {v:.3g} TFLOP/s"
                                              for d, v in roof["matmul_tflops"].items())
              + f", copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
              f"speedup: against {m['baseline']}", "",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from flashbench.inputs.problem import Shape
+from flashbench.measure.peaks import best_peaks
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
@@ -149,15 +150,10 @@ def fp8_peak_tflops(n: int = 8192) -> float | None:
 
 
 def _best_time(fn, repeats: int = 10) -> float:
-    import time
+    import timeit
 
     fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timeit.repeat(fn, repeat=repeats, number=1))
 
 
 def measure_roofline(device: str, dtypes) -> Roofline:
@@ -193,9 +189,10 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     src = torch.empty(16 * 1024**2).normal_()
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
+    peaks, gbs, _ = best_peaks(peaks, gbs)
     return Roofline(peaks, gbs, "host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; "
-                    "measured again before a floor verdict",
-                    measure=lambda: measure_roofline(device, dtypes))
+                    "the best this machine has measured (measure.peaks); measured again "
+                    "before a floor verdict", measure=lambda: measure_roofline(device, dtypes))
 
 
 def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
