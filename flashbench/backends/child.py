@@ -232,10 +232,11 @@ class Server:
         return {}
 
     def _stage(self, r: dict) -> dict:
-        """The next calls' arguments, at most ``r["k"]`` and never past a refill (which
-        would change a staged call's inputs in place)."""
+        """The next calls' arguments, at most ``r["k"]``, never past a refill (which would
+        change a staged call's inputs in place) nor from returning contents into new ones
+        (a request is timed as one: a contents cache's hits are not averaged with misses)."""
         t = self.timing
-        for _ in range(min(r["k"], t["pool"].left_in_round())):
+        for _ in range(min(r["k"], t["pool"].left_in_group())):
             slot, seed, args = t["pool"].next()
             t["staged"].append((slot, seed, t["ready"](args)))
         self._sync()

@@ -1,9 +1,10 @@
 """The guarded timer: timed calls that the code under test cannot make look faster.
 
 - :class:`Pool`: inputs built before the clock, every content drawn from the run's seed;
-  slots cycle in a fresh order each round (never one slot twice in a row) and between rounds
-  half of them are refilled IN PLACE (same address, new contents), so a cache keyed on a
-  pointer or ``id()`` returns stale data (a contents cache hits: below the roofline floor).
+  between rounds half the slots are refilled IN PLACE (same address, new contents): a cache
+  keyed on a pointer or ``id()`` returns stale data; a round hands out the returning contents
+  first, then the new ones (a worker's request never mixes them: a contents cache's hits
+  land whole under the roofline floor).
 - :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
   when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
   ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
@@ -114,6 +115,7 @@ class Pool:
         self._order: list[int] = []
         self._last = -1
         self.rounds = 0
+        self.used = [False] * self.size  # whether a slot's contents went to a call already
 
     def _draw(self) -> int:
         return int(self._rng.integers(0, 2**62))
@@ -124,17 +126,32 @@ class Pool:
                 s = self._draw()
                 for dst, src in zip(self.slots[i], self.make(s), strict=True):
                     _overwrite(dst, src)
-                self.seeds[i] = s
-        order = [int(i) for i in self._rng.permutation(self.size)]
-        if order[0] == self._last:
-            order[0], order[-1] = order[-1], order[0]
-        self._order = order
+                self.seeds[i], self.used[i] = s, False
+        perm = [int(i) for i in self._rng.permutation(self.size)]
+        seen = [i for i in perm if self.used[i]]  # returning contents first, then new ones
+        new = [i for i in perm if not self.used[i]]
+        first = seen or new
+        if first[0] == self._last:  # never one slot twice in a row
+            if len(first) > 1:
+                first[0], first[1] = first[1], first[0]
+            else:
+                seen, new = new, seen
+        self._order = seen + new
         self.rounds += 1
 
     def left_in_round(self) -> int:
         """Calls before the next refill: arguments readied ahead of that many calls are
         still the contents their seeds say when the calls run."""
         return len(self._order) or self.size
+
+    def left_in_group(self) -> int:
+        """Calls before the next refill or the switch from returning contents to new ones:
+        a request of that many is all one or all the other, so that a contents cache's hits
+        are not averaged with its misses (they fall under the roofline floor)."""
+        self.refill()
+        first = self.used[self._order[0]]
+        return next((n for n, i in enumerate(self._order) if self.used[i] != first),
+                    len(self._order))
 
     def refill(self) -> None:
         """Start the next round (half the slots refilled) where this one is spent: apart from
@@ -147,7 +164,7 @@ class Pool:
         :meth:`refill`), never inside a timed window."""
         self.refill()
         i = self._order.pop(0)
-        self._last = i
+        self._last, self.used[i] = i, True
         return i, self.seeds[i], self.slots[i]
 
 
