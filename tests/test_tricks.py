@@ -397,3 +397,17 @@ def test_a_row_caching_kernel_fails_the_asv_suite():
     for _ in range(6):
         suite.time_attention(*args)
     suite.teardown(*args)  # the honest kernel passes
+
+
+def test_a_wrong_output_names_its_worst_row(tricks, roof):
+    """The WRONG verdict names the row whose error is largest among those checked, not all
+    the checked rows as if each were off."""
+    def odd_rows_off(q, k, v, causal=False, scale=None):
+        o = tricks.good(q, k, v)
+        o[..., 1::2, :] += 1.0
+        return o
+
+    row = time_backend(CASE, _in_process(odd_rows_off, "odd"), roof, seed=7)
+    why = row.failures[guard.WRONG]
+    worst = int(why.split(" at row ")[1].split()[0])
+    assert worst % 2 == 1 and "checked" in why, why

@@ -243,16 +243,18 @@ class Judge:
         nq, nk = q.shape[-2], k.shape[-2]
         k, v = (np.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))
         rows = np.sort(self.rng.choice(nq, min(nq, CHECK_ROWS), replace=False))
-        got, err, seen = o.detach().cpu().double().numpy(), 0.0, []
+        got, errs, seen = o.detach().cpu().double().numpy(), {}, []
         for i in rows:
             see = i + nk - nq + 1 if self.case.causal else nk
             if see <= 0:  # no key visible: the reference row is zeros, as is the model's
-                err = max(err, float(np.abs(got[..., i, :]).max()))
+                errs[int(i)] = float(np.abs(got[..., i, :]).max())
                 continue
             qi, ki, vi = q[..., i:i + 1, :], k[..., :see, :], v[..., :see, :]
             ref = reference.attention(qi, ki, vi)[0][..., 0, :]
-            err = max(err, float(np.abs(got[..., i, :] - ref).max()))
+            errs[int(i)] = float(np.abs(got[..., i, :] - ref).max())
             seen.append((qi, ki, vi, ref))
+        worst = max(errs, key=errs.get)
+        err = errs[worst]
         limit = band_tolerance(self.case, nq, nk)
         if limit is not None and err <= limit:
             return None  # inside the flash model's band (the yardstick below not needed)
@@ -267,8 +269,8 @@ class Judge:
                if limit is not None else "") + (
             f"{verdict.ratio:.3g}x the baseline rule's limit (same-dtype standard attention "
             f"{std:.3g})")
-        return WRONG, (f"rows {list(map(int, rows))} off the float64 reference: max abs "
-                       f"error {err:.3g}, {why}")
+        return WRONG, (f"off the float64 reference: max abs error {err:.3g} at row {worst} "
+                       f"(of rows {list(errs)}, checked), {why}")
 
     def _variant_check(self, q, k, v, o) -> tuple[str, str] | None:
         """Rows against the variant's float64 reference by the baseline rule, the yardstick
@@ -282,14 +284,14 @@ class Judge:
                                                 causal=self.case.variant)[0], np.float64)
         rows = np.sort(self.rng.choice(q.shape[-2], min(q.shape[-2], CHECK_ROWS),
                                        replace=False))
-        got = o.detach().cpu().double().numpy()[..., rows, :]
-        err = float(np.abs(got - ref[..., rows, :]).max())
+        diff = np.abs(o.detach().cpu().double().numpy()[..., rows, :] - ref[..., rows, :])
+        err, worst = float(diff.max()), int(rows[np.unravel_index(diff.argmax(), diff.shape)[-2]])
         verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
         if verdict.passed:
             return None
-        return WRONG, (f"rows {list(map(int, rows))} off the float64 reference of "
-                       f"{self.case.variant.label()}: max abs error {err:.3g}, "
-                       f"{verdict.ratio:.3g}x the baseline rule's limit")
+        return WRONG, (f"off the float64 reference of {self.case.variant.label()}: max abs "
+                       f"error {err:.3g} at row {worst} (of rows {list(map(int, rows))}, "
+                       f"checked), {verdict.ratio:.3g}x the baseline rule's limit")
 
     def want(self) -> tuple:
         s = self.case.shape
