@@ -11,11 +11,13 @@ never "nan", for values not recorded. More: docs/history.md ("report.md").
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
 from flashbench.history.summaries import identities, parse_params
 
+FAR_PCT = 1.0  # outside its band by more than this (%): counted apart, listed first
 FOLD = 60  # parameter texts longer than this (characters) are folded into a label
 
 
@@ -126,15 +128,20 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
     lines = ["## The answer", "", f"- Newest commit per machine: {_newest(df, labels)}."]
     judged = bands[bands["inside"].notna()] if not bands.empty else bands
     out = judged[judged["inside"].eq(False)] if not judged.empty else judged
+    if len(out):  # the farthest first (a failed or non-finite latest value before all)
+        out = out.assign(change_pct=100 * (out["latest"] / out["band_hi"].where(
+            out["latest"] > out["band_hi"], out["band_lo"]) - 1))
+        far = out["change_pct"].abs().fillna(np.inf)
+        out = out.assign(_far=far).sort_values("_far", ascending=False, kind="stable")
+        big = int((far > FAR_PCT).sum())
     lines.append(f"- Outside its band: **{len(out)} of {len(judged)}** accuracy tracks "
                  "(latest value outside [band_lo, band_hi], the range of the earlier "
                  "commits' values; tracks with one commit are not judged)"
-                 + (":" if len(out) else "."))
+                 + (f"; **{big}** of them by more than {FAR_PCT:g}% or not a number, "
+                    "listed first, the farthest first:" if len(out) else "."))
     if len(out):
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
-                                 zip(out["band_lo"], out["band_hi"], strict=True)],
-                           change_pct=100 * (out["latest"] / out["band_hi"].where(
-                               out["latest"] > out["band_hi"], out["band_lo"]) - 1))
+                                 zip(out["band_lo"], out["band_hi"], strict=True)])
         cols = [c for c in ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist",
                             "variant", "metric", "band", "latest", "change_pct",
                             "latest_status", "latest_commit") if c in shown
