@@ -744,3 +744,16 @@ def test_history_cli_reads_several_folders_and_names_shared_machines(tmp_path, c
     trend = pd.read_csv(out / "throughput.csv")
     assert len(trend) == 2 * 2 and set(trend["cpu"]) == {"CPU A", "CPU B"}
     assert (out / "errors.png").exists() and (out / "tflops.png").exists()
+
+
+def test_machine_spans_follow_runs_of_commits_not_each_machines_extremes():
+    """Failed before: one span per machine from its first to its last commit, so a machine
+    that measured commits inside another's range was drawn over it, and the other's later
+    points sat under its label."""
+    from flashbench.history.figure import spans_of
+
+    frame = pd.DataFrame({"machine": ["a"] * 5 + ["b"] * 3, "cpu": ["A"] * 5 + ["B"] * 3,
+                          "x": [0, 1, 2, 5, 7, 3, 4, 7]})
+    labels = {("a", "A"): "M1", ("b", "B"): "M2"}
+    assert spans_of(frame, labels) == [("M1", 0, 2), ("M2", 3, 4), ("M1", 5, 5),
+                                       ("M1 M2", 7, 7)]

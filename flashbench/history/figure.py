@@ -84,12 +84,22 @@ def machine_spans(ax, spans: list[tuple[str, float, float]]) -> None:
 
 
 def spans_of(frame: pd.DataFrame, machine_label: dict) -> list[tuple[str, float, float]]:
-    """(label, first x, last x) of each (machine, cpu) in ``frame`` (columns machine, cpu,
-    x)."""
-    out = []
-    for (m, c), g in frame.groupby(["machine", "cpu"], dropna=False, sort=False):
-        key = (m, c if isinstance(c, str) else None)
-        out.append((machine_label.get(key, str(m)), float(g["x"].min()), float(g["x"].max())))
+    """(label, first x, last x) of each run of commits measured by the same machines
+    (columns machine, cpu, x), in x order: machines whose commits interleave get a span per
+    run ("M2" between two "M3" spans; "M2 M3" where both measured the same commits), never
+    one span over the other's commits."""
+    who: dict = {}
+    for m, c, x in zip(frame["machine"], frame["cpu"], frame["x"], strict=True):
+        if x == x:
+            key = (m, c if isinstance(c, str) else None)
+            who.setdefault(float(x), set()).add(machine_label.get(key, str(m)))
+    out: list = []
+    for x in sorted(who):
+        label = " ".join(sorted(who[x]))
+        if out and out[-1][0] == label:
+            out[-1] = (label, out[-1][1], x)
+        else:
+            out.append((label, x, x))
     return out
 
 
