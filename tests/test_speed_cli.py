@@ -41,6 +41,16 @@ def test_text_names_the_clock_the_peak_and_the_verdict(capsys):
     assert "timing torch-naive" in out.err  # the progress line
 
 
+def test_only_times_just_the_backends_named(capsys):
+    """--only as check takes it (a user's function alone brings no defaults; failed before:
+    "unrecognized arguments"); with --backend it is refused."""
+    rc = main(["speed", "--shape", "1x1x32x16", "--only", "torch-naive", "--json", "--quiet"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 0 and [r["backend"] for r in rows] == ["torch-naive"]
+    rc = main(["speed", "--quiet", "--only", "torch-naive", "--backend", "torch-sdpa"])
+    assert rc == 2 and "contradict" in capsys.readouterr().err
+
+
 def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
                  ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],

@@ -160,8 +160,8 @@ def jsonable(x):
 def chosen_backends(args, resolve) -> list:
     """The backends ``--backend`` names (``resolve(names)``; its default when none), none
     with ``--no-backends``; both given: ValueError."""
-    only = getattr(args, "only", None)
-    if args.no_backends and (args.backend or only):
+    only, none = getattr(args, "only", None), getattr(args, "no_backends", False)
+    if none and (args.backend or only):
         raise ValueError(f"{'--only' if only else '--backend'} and --no-backends contradict "
                          "each other")
     if only and args.backend:
@@ -170,7 +170,7 @@ def chosen_backends(args, resolve) -> list:
     if only:  # exactly these (a user's function alone brings no defaults)
         only = list(dict.fromkeys(only))
         return [n for n in resolve(only) if n in only]
-    return [] if args.no_backends else resolve(args.backend)
+    return [] if none else resolve(args.backend)
 
 
 def progress_printer(enabled: bool) -> Callable[[str], None]:

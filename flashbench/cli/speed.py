@@ -6,7 +6,16 @@ import secrets
 import sys
 from dataclasses import asdict
 
-from flashbench.cli.common import distinct, emit, finite, lengths, parse_shape, positive_int, seed
+from flashbench.cli.common import (
+    chosen_backends,
+    distinct,
+    emit,
+    finite,
+    lengths,
+    parse_shape,
+    positive_int,
+    seed,
+)
 from flashbench.cli.common import softcap as _softcap
 from flashbench.cli.common import window as _window
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
@@ -54,6 +63,9 @@ def add_parser(sub) -> None:
     s.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a registry backend or entry point, or package.module:function (your "
                    "kernel, timed in its worker process); repeatable. Default: as check's")
+    s.add_argument("--only", nargs="+", metavar="NAME|MODULE:FUNCTION",
+                   help="time just these backends (as --backend takes them), none of the "
+                   "defaults: your kernel alone, or beside the one peer you name")
     s.add_argument("--baseline", metavar="NAME",
                    help="the backend speedups are against (default: the fastest torch peer)")
     s.add_argument("--samples", type=positive_int, default=10,
@@ -138,7 +150,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
              if args.decode_case else
              [c for c in default_decode_cases() if c.causal in causals])
     return _timed(args, [DecodeSpeedCase(c, d) for c in cases for d in dtypes],
-                  resolve_decode_backends(args.backend), get_decode_backend, run_seed)
+                  chosen_backends(args, resolve_decode_backends), get_decode_backend, run_seed)
 
 
 def run(args) -> int:
@@ -170,7 +182,7 @@ def run(args) -> int:
     else:
         cases = [SpeedCase(s, d, c, args.direction, _variant(args, s, c, run_seed))
                  for s in shapes for d in dtypes for c in causals]
-    return _timed(args, cases, resolve_backends(args.backend), get_backend, run_seed)
+    return _timed(args, cases, chosen_backends(args, resolve_backends), get_backend, run_seed)
 
 
 def _timed(args, cases, names, get, run_seed: int) -> int:
