@@ -243,3 +243,13 @@ def test_the_asv_tracks_record_the_band_ratio():
     grad.rec = measure_gradients(case, ["fp16"], ["flash_model"])[0]
     assert grad.track_dv_band_ratio({}, "flash_model", "fp16", True, "s", "normal") \
         == grad.rec.dv_band_ratio <= 1
+
+
+def test_a_gross_band_failure_is_called_a_wrong_result_not_a_precision_loss():
+    """Failed before: a wrong scale (7.7e6x the band's edge) was 'likely the O accumulator
+    kept in the dtype'; a rounding defect's FAIL keeps its likely causes."""
+    from flashbench.accuracy.bandrule import GROSS, likely_cause
+
+    assert "beyond any rounding point" in likely_cause("o", 7.7e6)
+    assert likely_cause("o", GROSS / 2).startswith("likely the O accumulator")
+    assert likely_cause("o") == likely_cause("o", None)

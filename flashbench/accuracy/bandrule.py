@@ -125,8 +125,16 @@ LIKELY_CAUSES = {
 }
 
 
-def likely_cause(tensor: str) -> str:
-    """What a band FAIL on ``tensor`` most likely means, with the defect table's link."""
+GROSS = 100.0  # a band ratio above this is no rounding point: the result itself is wrong
+
+
+def likely_cause(tensor: str, ratio: float | None = None) -> str:
+    """What a band FAIL on ``tensor`` most likely means, with the defect table's link; at a
+    band ratio (``ratio``) above :data:`GROSS`, no precision defect reaches that far."""
+    if ratio is not None and ratio > GROSS:
+        return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
+                "(the scale, the mask or its alignment, the softmax, the inputs' layout), not "
+                f"a precision loss ({DEFECT_TABLE})")
     return f"likely {LIKELY_CAUSES.get(tensor, 'a rounding point moved to the dtype')} " \
            f"({DEFECT_TABLE})"
 
@@ -148,6 +156,6 @@ def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
     if not band.passed:
         return (f"band rule FAIL, baseline rule PASS: {band_text}, though within "
                 f"the baseline ({base_text}): more error than a correct flash kernel shows; "
-                f"{likely_cause(tensor)}")
+                f"{likely_cause(tensor, band.ratio)}")
     return (f"baseline rule FAIL, band rule PASS: {base_text}, though within the band "
             f"({band_text})")

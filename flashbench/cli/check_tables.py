@@ -184,8 +184,8 @@ def band_notes(rows, sources: bool = True) -> list[str]:
             failed = [t for t, b in (verdicts or {}).items()
                       if isinstance(b, dict) and b.get("passed") is False]
             out += [f"   {label} {r['dtype']} {r['case']}: band rule FAIL on "
-                    f"{t.upper() if t in ('o', 'lse') else t}: {likely_cause(t)}"
-                    for t in failed]
+                    f"{t.upper() if t in ('o', 'lse') else t}: "
+                    f"{likely_cause(t, verdicts[t].get('ratio'))}" for t in failed]
     if not sources:
         return out
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}

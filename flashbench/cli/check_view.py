@@ -63,7 +63,8 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
     for t in tensors:
         b = band.get(t)
         if isinstance(b, dict) and b.get("passed") is False:
-            out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: {likely_cause(t)}")
+            out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
+                       f"{likely_cause(t, b.get('ratio'))}")
     if r.get("baseline_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")
