@@ -284,6 +284,7 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     for trick, name in EXPECTED.items():
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])
+        assert rows[trick]["speedup"] is None  # a FAIL's time is no speed (385x once)
 
 
 GPU_TRICKS = textwrap.dedent('''

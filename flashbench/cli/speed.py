@@ -107,11 +107,11 @@ def render_text(report: dict) -> str:
         if r.reason:
             notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
         if r.worker_median_s is not None:
-            notes.append(f"{r.backend} on {r.case}: its worker's own clock says "
-                         f"{r.worker_median_s * 1e3:.3g} ms a call (median; a cross-check "
-                         f"only: the times above are the harness's, {r.calls_per_request} "
-                         "call(s) a request)")
-    clocks = sorted({r.clock for r in report["rows"] if r.clock})
+            notes.append(f"{r.backend} on {r.case}: clock: {r.clock}; n counts its timed "
+                         "requests, p10-p90 spreads their times a call; its worker's own "
+                         f"clock says {r.worker_median_s * 1e3:.3g} ms a call (median; a "
+                         "cross-check only)")
+    clocks = sorted({r.clock for r in report["rows"] if r.clock and r.worker_median_s is None})
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),

@@ -190,7 +190,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
-            if base is not None and r.median_s:
+            if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none
                 r.speedup, r.baseline = base.median_s / r.median_s, base.backend
         rows += case_rows
     passed = all(r.status != "FAIL" for r in rows)
