@@ -746,6 +746,20 @@ def test_history_cli_reads_several_folders_and_names_shared_machines(tmp_path, c
     assert (out / "errors.png").exists() and (out / "tflops.png").exists()
 
 
+def test_history_cli_says_a_skipped_file_in_one_line(tmp_path, capsys):
+    """Failed before: Python's warning format, the harness's source path and line under
+    each skipped file's message."""
+    a = tiny_results(tmp_path / "a")
+    (a / "m" / "broken.json").write_text('{"version": 2, "results": {"a": [1,')
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ResultsWarning)
+        rc, _, err = run_cli(["history", str(a), "--out", str(tmp_path / "out")], capsys)
+    lines = [line for line in err.splitlines() if "broken.json" in line]
+    assert rc == 0 and len(lines) == 1, err
+    assert lines[0].startswith("flashbench history: warning: ") and "not valid JSON" in lines[0]
+    assert "report.py" not in err and "load_results(" not in err
+
+
 def test_machine_spans_follow_runs_of_commits_not_each_machines_extremes():
     """Failed before: one span per machine from its first to its last commit, so a machine
     that measured commits inside another's range was drawn over it, and the other's later

@@ -41,8 +41,23 @@ def _distinct(dirs: list[str]) -> list[str]:
 
 
 def run(args) -> int:
+    import warnings
+
+    from flashbench.history import ResultsWarning
     from flashbench.history.report import build_report
 
+    shown = warnings.showwarning
+
+    def show(message, category, *rest, **kw):  # a skipped file: one line, no source line
+        if issubclass(category, ResultsWarning):
+            print(f"flashbench history: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *rest, **kw)
+
     dirs = _distinct(args.results_dir)
-    print(build_report(dirs[0] if len(dirs) == 1 else dirs, args.out, force=args.force))
+    warnings.showwarning = show
+    try:
+        print(build_report(dirs[0] if len(dirs) == 1 else dirs, args.out, force=args.force))
+    finally:
+        warnings.showwarning = shown
     return 0
