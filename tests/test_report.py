@@ -49,12 +49,13 @@ def test_the_answer_lists_the_farthest_outside_first_and_counts_them_apart():
     base = {"kernel": "triton", "dtype": "bf16", "causal": False}
     tiny = [frame([1e-3, 1e-3, 1e-3 * (1 + 1e-6)], "a.TrackAccuracy.track_o_max_abs",
                   base | {"dtype": d}) for d in ("fp16", "fp32")]
-    far = frame([2e-3, 2e-3, 1.6e-3], "a.TrackAccuracy.track_o_max_abs", base)
+    far = frame([2e-3, 2e-3, 1.6e-3], "a.TrackAccuracy.track_o_max_abs", base | {"N": 256})
     df = pd.concat([*tiny, far])
     text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df), listed=1))
     assert "**3 of 3** accuracy tracks" in text and "**1** of them by more than 1%" in text
     rows = [line for line in text.splitlines() if line.startswith("| M1")]
     assert len(rows) == 1 and "bf16" in rows[0] and "-20" in rows[0], rows
+    assert "N=256" in rows[0]  # a parameter no column shows is not dropped
 
 
 def test_narrow_tables_hold_no_nan_and_split_rows_by_the_parameters_they_have():

@@ -121,6 +121,13 @@ def _newest(df: pd.DataFrame, labels: dict) -> str:
     return ", ".join(parts)
 
 
+def _other(label, named) -> str:
+    """The parameters of ``label`` no column shows (``N=256 stat='p50'``): without them
+    rows of one suite read alike."""
+    values = parse_params(label) or {}
+    return " ".join(f"{k}={v!r}" for k, v in values.items() if k not in named) or None
+
+
 def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
            labels: dict, listed: int = 12) -> list[str]:
     """The report's first section: what changed, what lies outside its band (counted and
@@ -140,14 +147,16 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                  + (f"; **{big}** of them by more than {FAR_PCT:g}% or not a number, "
                     "listed first, the farthest first:" if len(out) else "."))
     if len(out):
+        named = ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist", "variant")
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
-                                 zip(out["band_lo"], out["band_hi"], strict=True)])
-        cols = [c for c in ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist",
-                            "variant", "metric", "band", "latest", "change_pct",
+                                 zip(out["band_lo"], out["band_hi"], strict=True)],
+                           other=[_other(p, named) for p in out.get("params", [""] * len(out))])
+        cols = [c for c in (*named, "other", "metric", "band", "latest", "change_pct",
                             "latest_status", "latest_commit") if c in shown
-                and (c != "latest_status" or shown[c].ne("ok").any())]
+                and (c != "latest_status" or shown[c].ne("ok").any())
+                and (c != "other" or shown[c].notna().any())]
         lines += ["", *narrow(shown[cols].head(listed), labels,
-                              optional=("shape", "dist", "variant"), floatfmt=".4g")]
+                              optional=("shape", "dist", "variant", "other"), floatfmt=".4g")]
         if len(out) > listed:
             lines.append(f"\n... and {len(out) - listed} more: error_bands.csv, rows with "
                          "inside False.")
