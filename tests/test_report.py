@@ -214,3 +214,18 @@ def test_an_infinite_accuracy_value_is_not_drawn():
              for y in np.asarray(line.get_ydata(), float)]
     assert drawn and np.isfinite(drawn).all()
     assert all(np.isfinite(ax.get_ylim()).all() for ax in fig.axes)
+
+
+def test_a_log_panel_spanning_under_two_powers_of_ten_gets_more_than_one_label():
+    """Failed before: a panel from 0.0035 to 0.09 (over 30x, one power of ten inside) was
+    labelled "0.01" alone."""
+    from flashbench.history.figure import pyplot, tick_labels, visible_tick_labels
+
+    fig, ax = pyplot().subplots()
+    ax.plot([0, 1], [0.0035, 0.09])
+    ax.set_yscale("log")
+    ax.set_ylim(0.003, 0.095)
+    tick_labels(ax)
+    shown = visible_tick_labels(ax)
+    pyplot().close(fig)
+    assert len(shown) >= 3, shown

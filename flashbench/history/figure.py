@@ -145,7 +145,8 @@ def tick_labels(ax) -> None:
 
     lo, hi = ax.get_ylim()
     if ax.get_yscale() == "log":
-        if hi / lo < 30:
+        decades = np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) + 1  # powers of 10 inside
+        if hi / lo < 30 or decades < 2:  # 0.0035-0.09 showed "0.01" alone
             ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
