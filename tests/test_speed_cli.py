@@ -51,6 +51,17 @@ def test_only_times_just_the_backends_named(capsys):
     assert rc == 2 and "contradict" in capsys.readouterr().err
 
 
+def test_the_default_set_leaves_out_backends_that_take_no_dtype_asked(capsys):
+    """backends.md: triton-fp8 joins when fp8 is asked for; an fp32 run listed it as 'not
+    timed: takes fp8, not fp32'. Named with --backend, such a row still says why."""
+    main(["speed", "--shape", "1x1x32x16", "--json", "--quiet", "--samples", "10"])
+    names = {r["backend"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert "triton-fp8" not in names and "torch-naive" in names
+    main(["speed", "--shape", "1x1x32x16", "--json", "--quiet", "--backend", "triton-fp8"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["backend"], r["status"]) for r in rows] == [("triton-fp8", "not timed")]
+
+
 def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
                  ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],

@@ -194,9 +194,14 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
                          f"{names}")
+    backends = [get(n) for n in names]
+    if not (args.backend or args.only):  # the defaults: none that takes no dtype asked for
+        asked = {c.dtype for c in cases}
+        backends = [b for b in backends if getattr(b, "dtypes", None) is None
+                    or asked & set(b.dtypes) or b.name == args.baseline]
     with user.session(args.timeout):
-        report = run_speed(cases, [get(n) for n in names], run_seed, args.samples,
-                           args.warmup, args.baseline, progress=not args.quiet)
+        report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
+                           args.baseline, progress=not args.quiet)
     return _emit(args, report)
 
 
