@@ -47,24 +47,32 @@ def test_need_finds_a_moved_function_at_either_location():
         need(("a", "b"), "x")
 
 
-def test_need_fails_a_commit_whose_module_does_not_import(tmp_path):
-    """A module the commit has but cannot import (a missing dependency of its own, a name
-    its import lacks) fails the benchmark: a broken head is "failed", not "lacks" (skip)."""
+def _need_in_stand_in(tmp_path, modules: dict, body: str) -> list[str]:
+    """``body``'s printed lines, run in a process whose flashbench is a stand-in package
+    under ``tmp_path`` holding ``modules`` ({name: source}); asv installs a commit's
+    flashbench, never editable, so the editable install's finder is taken out."""
     pkg = tmp_path / "flashbench"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "reference.py").write_text("import flashbench_no_such_helper\n")
-    (pkg / "other.py").write_text("")
-    (pkg / "inputs.py").write_text("from flashbench.other import attention\n")
+    for name, source in modules.items():
+        (pkg / f"{name}.py").write_text(source)
     code = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
             "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in f.__module__]\n"
-            "from benchmarks.common import need\n"
-            "for name in ('reference', 'inputs', 'no_such_module'):\n"
-            "    try:\n        need(name, 'x')\n"
-            "    except Exception as e:\n        print(type(e).__name__, e)\n")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)],
-                       capture_output=True, text=True, check=True)
-    missing, unimportable, absent = r.stdout.splitlines()
+            "from benchmarks.common import need\n" + body)
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_need_fails_a_commit_whose_module_does_not_import(tmp_path):
+    """A module the commit has but cannot import (a missing dependency of its own, a name
+    its import lacks) fails the benchmark: a broken head is "failed", not "lacks" (skip)."""
+    lines = _need_in_stand_in(
+        tmp_path, {"reference": "import flashbench_no_such_helper\n", "other": "",
+                   "inputs": "from flashbench.other import attention\n"},
+        "for name in ('reference', 'inputs', 'no_such_module'):\n"
+        "    try:\n        need(name, 'x')\n"
+        "    except Exception as e:\n        print(type(e).__name__, e)\n")
+    missing, unimportable, absent = lines
     assert missing == "ModuleNotFoundError No module named 'flashbench_no_such_helper'"
     assert unimportable.startswith("ImportError cannot import name 'attention' from "
                                    "'flashbench.other'")
@@ -75,21 +83,13 @@ def test_need_finds_an_old_commits_module_at_its_old_path(tmp_path):
     """An old commit's installed flashbench (here a stand-in with ``measure_grad.py`` and
     ``machine.py`` at the top, no ``measure`` or ``infra`` package) is still measured:
     ``need`` falls back to the old path by its own table (NEW_HOME), with no import hook."""
-    old = tmp_path / "flashbench"
-    old.mkdir()
-    (old / "__init__.py").write_text("")
-    (old / "measure_grad.py").write_text("def measure_gradients():\n    pass\n")
-    (old / "machine.py").write_text("def register():\n    pass\n")
-    code = ("import sys; sys.path[:0] = sys.argv[1:3]\n"  # (asv installs it, never editable)
-            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in f.__module__]\n"
-            "from benchmarks.common import need\n"
-            "print(need('measure_grad', 'measure_gradients').__module__,"
-            " need('machine', 'register').__module__)\n"
-            "try:\n    need('measure_grad', 'no_such_function')\n"
-            "except NotImplementedError as e:\n    print('skip', e)\n")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT)],
-                       capture_output=True, text=True, check=True)
-    found, skip = r.stdout.splitlines()
+    found, skip = _need_in_stand_in(
+        tmp_path, {"measure_grad": "def measure_gradients():\n    pass\n",
+                   "machine": "def register():\n    pass\n"},
+        "print(need('measure_grad', 'measure_gradients').__module__,"
+        " need('machine', 'register').__module__)\n"
+        "try:\n    need('measure_grad', 'no_such_function')\n"
+        "except NotImplementedError as e:\n    print('skip', e)\n")
     assert found == "flashbench.measure_grad flashbench.machine"
     assert skip.startswith("skip this commit lacks flashbench.measure.backward or "
                            "flashbench.measure_grad")

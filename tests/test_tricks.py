@@ -297,15 +297,6 @@ GPU_TRICKS = textwrap.dedent('''
     def good(q, k, v, causal=False, scale=None):
         return _attn(q, k, v)
 
-    def good_threads(q, k, v, causal=False, scale=None):
-        """Correct: the heads computed by a thread pool that is shut down (joined) before
-        it returns (its threads may stay listed in /proc a moment longer)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(2) as pool:
-            heads = list(pool.map(lambda h: _attn(q[:, h], k[:, h], v[:, h]),
-                                  range(q.shape[1])))
-        return torch.stack(heads, 1)
 
     _SIDE = []
 

@@ -1,8 +1,8 @@
 """The best peaks this machine has shown: a CPU's matmul and copy peaks measured while other
 processes load it come out low (4.6x low under two busy loops on 2 CPUs), the roofline floor
 (FLOPs or bytes over the peak) too high, and a correct kernel fails it. A CPU's roofline
-uses the higher of this run's peak and the best remembered for the same processor, CPU
-count, torch thread count and torch version (``$FLASHBENCH_CACHE/peaks.json``).
+uses the higher of this run's peak and the best remembered for the same host, CPU count,
+torch thread count and torch version (``$FLASHBENCH_CACHE/peaks.json``).
 """
 
 from __future__ import annotations
@@ -18,22 +18,11 @@ PEAKS_FILE = "peaks.json"
 COPY = "copy GB/s"
 
 
-def _processor() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _key(what: str) -> str:
     import torch
 
-    return (f"{_processor()} | {os.cpu_count()} CPUs | {torch.get_num_threads()} threads | "
-            f"torch {torch.__version__} | {what}")
+    return (f"{platform.node()} ({platform.machine()}) | {os.cpu_count()} CPUs | "
+            f"{torch.get_num_threads()} threads | torch {torch.__version__} | {what}")
 
 
 def best_peaks(tflops: dict, copy_gbs: float) -> tuple[dict, float, bool]:
