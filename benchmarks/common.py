@@ -75,15 +75,16 @@ def need(module, *names: str):
     alternatives = tuple(n for name in alternatives for n in (NEW_HOME.get(name), name) if n)
     errors = []
     for name in alternatives:
-        try:
+        try:  # any other failure of the import (one that raises) fails the benchmark
             mod = importlib.import_module(f"flashbench.{name}")
-            attrs = [getattr(mod, n) for n in names]
         except ModuleNotFoundError as exc:
             if not _absent(exc, f"flashbench.{name}"):
                 raise  # a module it imports is missing: this commit is broken, not older
             errors.append(str(exc))
             continue
-        except AttributeError as exc:
+        try:
+            attrs = [getattr(mod, n) for n in names]
+        except AttributeError as exc:  # a name this commit's module does not have
             errors.append(str(exc))
             continue
         if not names:

@@ -251,5 +251,7 @@ def test_a_gross_band_failure_is_called_a_wrong_result_not_a_precision_loss():
     from flashbench.accuracy.bandrule import GROSS, likely_cause
 
     assert "beyond any rounding point" in likely_cause("o", 7.7e6)
+    for defect in (311, 2289, 2717, 553, 36_690):  # docs/check.md's precision defects
+        assert likely_cause("o", defect).startswith("likely the O accumulator")
     assert likely_cause("o", GROSS / 2).startswith("likely the O accumulator")
     assert likely_cause("o") == likely_cause("o", None)

@@ -68,14 +68,16 @@ def test_need_fails_a_commit_whose_module_does_not_import(tmp_path):
     its import lacks) fails the benchmark: a broken head is "failed", not "lacks" (skip)."""
     lines = _need_in_stand_in(
         tmp_path, {"reference": "import flashbench_no_such_helper\n", "other": "",
-                   "inputs": "from flashbench.other import attention\n"},
-        "for name in ('reference', 'inputs', 'no_such_module'):\n"
+                   "inputs": "from flashbench.other import attention\n",
+                   "numerics": "x = __import__('numpy').float_\n"},  # NumPy 2 removed it
+        "for name in ('reference', 'inputs', 'numerics', 'no_such_module'):\n"
         "    try:\n        need(name, 'x')\n"
         "    except Exception as e:\n        print(type(e).__name__, e)\n")
-    missing, unimportable, absent = lines
+    missing, unimportable, attribute, absent = lines
     assert missing == "ModuleNotFoundError No module named 'flashbench_no_such_helper'"
     assert unimportable.startswith("ImportError cannot import name 'attention' from "
                                    "'flashbench.other'")
+    assert attribute.startswith("AttributeError") and "float_" in attribute
     assert absent.startswith("NotImplementedError this commit lacks flashbench.no_such_module")
 
 

@@ -771,3 +771,17 @@ def test_machine_spans_follow_runs_of_commits_not_each_machines_extremes():
     labels = {("a", "A"): "M1", ("b", "B"): "M2"}
     assert spans_of(frame, labels) == [("M1", 0, 2), ("M2", 3, 4), ("M1", 5, 5),
                                        ("M1 M2", 7, 7)]
+
+
+def test_machines_that_take_turns_are_not_labelled_over_each_other():
+    """40 commits measured by two machines in turn: 40 spans, a label at most every 8% of
+    the axis (before the change that split spans into runs, 40 labels would overlap)."""
+    from flashbench.history.figure import machine_spans, pyplot
+
+    fig, ax = pyplot().subplots()
+    machine_spans(ax, [("M1" if x % 2 else "M2", x, x) for x in range(40)])
+    labels = [t for t in ax.texts if t.get_text()]
+    xs = [t.get_position()[0] for t in labels]
+    pyplot().close(fig)
+    assert 1 < len(labels) <= 13
+    assert all(b - a >= 0.08 * 40 for a, b in zip(xs, xs[1:], strict=False))

@@ -57,6 +57,11 @@ def test_the_default_set_leaves_out_backends_that_take_no_dtype_asked(capsys):
     main(["speed", "--shape", "1x1x32x16", "--json", "--quiet", "--samples", "10"])
     names = {r["backend"] for r in json.loads(capsys.readouterr().out)["rows"]}
     assert "triton-fp8" not in names and "torch-naive" in names
+    # a user's function alone brings the defaults, filtered the same way
+    main(["speed", "--shape", "1x1x32x16", "--json", "--quiet", "--backend",
+          "flashbench.reference:attention"])
+    names = {r["backend"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert "triton-fp8" not in names and "torch-naive" in names
     main(["speed", "--shape", "1x1x32x16", "--json", "--quiet", "--backend", "triton-fp8"])
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["backend"], r["status"]) for r in rows] == [("triton-fp8", "not timed")]

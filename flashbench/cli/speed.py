@@ -195,10 +195,10 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
                          f"{names}")
     backends = [get(n) for n in names]
-    if not (args.backend or args.only):  # the defaults: none that takes no dtype asked for
-        asked = {c.dtype for c in cases}
-        backends = [b for b in backends if getattr(b, "dtypes", None) is None
-                    or asked & set(b.dtypes) or b.name == args.baseline]
+    named = {*args.backend, *(args.only or ()), args.baseline}
+    asked = {c.dtype for c in cases}  # the defaults: none that takes no dtype asked for
+    backends = [b for b in backends if b.name in named or getattr(b, "dtypes", None) is None
+                or asked & set(b.dtypes)]
     with user.session(args.timeout):
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)

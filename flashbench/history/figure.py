@@ -73,12 +73,19 @@ def machine_spans(ax, spans: list[tuple[str, float, float]]) -> None:
     from matplotlib.transforms import blended_transform_factory
 
     where = blended_transform_factory(ax.transData, ax.transAxes)
-    for i, (label, lo, hi) in enumerate(sorted(spans, key=lambda s: s[1])):
+    spans = sorted(spans, key=lambda s: s[1])
+    # a label at most every 8% of the axis: machines that took turns commit by commit are
+    # named where there is room, not printed over each other
+    gap, named = 0.08 * (max(s[2] for s in spans) - min(s[1] for s in spans) + 1), -1e300
+    for i, (label, lo, hi) in enumerate(spans):
         if i % 2:
             ax.axvspan(lo - 0.5, hi + 0.5, color="0.9", zorder=0, lw=0)
         if i:
             ax.axvline(lo - 0.5, color="0.4", linestyle="--", lw=0.8, zorder=1)
-        ax.text((lo + hi) / 2, 0.97, label, transform=where, ha="center", va="top",
+        if (lo + hi) / 2 - named < gap:
+            continue
+        named = (lo + hi) / 2
+        ax.text(named, 0.97, label, transform=where, ha="center", va="top",
                 fontsize=6, color="0.2", zorder=5,
                 bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
 

@@ -159,7 +159,8 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     own_med = statistics.median(own)
     # against the harness's p10, not its median: load only stretches a round trip (its
     # median once read 2.1x an honest worker's own median on a busy machine)
-    _judge_clock(own_med, float(np.percentile(per_call, 10)), nulls, k, faults)
+    _judge_clock(own_med, float(np.percentile(per_call, 10)), nulls,
+                 statistics.median(n for _, n in runs), faults)  # calls a request held
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
             "outputs": reply["outputs"], "faults": faults, "device": reply["device"],
             "own_median_s": own_med, "k": k, "null_s": null, "interpreted": worker.interpreted()}
@@ -185,7 +186,7 @@ def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> flo
     return pause
 
 
-def _judge_clock(own: float, ours: float, nulls: list, k: int, faults: dict) -> None:
+def _judge_clock(own: float, ours: float, nulls: list, k: float, faults: dict) -> None:
     """The worker's own median time a call under :data:`CLOCK_RATIO` x the harness's
     (``ours``: its p10 a call), by more than the empty requests' spread (p10-p90) could
     explain: clock tampered."""
@@ -193,7 +194,7 @@ def _judge_clock(own: float, ours: float, nulls: list, k: int, faults: dict) -> 
     if own < CLOCK_RATIO * ours and (ours - own) * k > 2 * (p90 - p10) + 1e-4:
         faults.setdefault(CLOCK, f"the worker's own clock says {own:.4g} s a call, the "
                           f"harness's p10 {ours:.4g} s (round trip less the empty request's, "
-                          f"over {k} call(s))")
+                          f"over {k:g} call(s) a request)")
 
 
 def reading_noise(pairs: int) -> float:

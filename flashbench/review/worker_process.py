@@ -3,7 +3,7 @@
 ``serve`` imports *today's* suites once per commit's tree, keeping the modules apart
 (:class:`Sides`): base and head share one process, whose speed cancels in each round's ratio
 (docs/review.md); JSON lines in and out (:func:`serve`). ``peakmem`` measures one
-fresh-process peak memory. No flashbench is imported here (a base may lack it): the suites do.
+fresh-process peak memory. Only each side's own flashbench is imported (libwatch.import_own).
 
     python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker_process.py peakmem BENCHMARK_DIR NAME I
