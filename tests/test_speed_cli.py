@@ -88,8 +88,10 @@ def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):
     if torch.cuda.is_available():
         return  # the Triton kernel is timed on a GPU: nothing to refuse
     rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "triton"])
-    err = capsys.readouterr().err.strip().splitlines()
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "nothing was timed" in err[0], err
+    assert "verdict: nothing timed (exit 2)" in out.out  # it said "verdict: PASS"
     assert "triton" in err[0] and "interpreter" in err[0]
     rc = main(["speed", "--quiet", "--json", "--shape", "1x1x32x16", "--backend", "triton"])
     out = capsys.readouterr()
@@ -114,3 +116,45 @@ def test_each_row_names_the_peak_it_is_judged_against(capsys):
     rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "torch-naive",
                "--dtype", "fp32"])
     assert rc == 0 and "% peak and the floor are of: fp32: fp32 matmul" in capsys.readouterr().out
+
+
+FP8_KERNEL = """
+import torch
+
+def attention(q, k, v, causal=False, scale=None):
+    s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:  # bottom-right aligned
+        n, m = s.shape[-2:]
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+    return (torch.softmax(s, -1) @ v.double()).to(q.dtype)  # o in q's dtype: fp8
+
+attention.flashbench_dtypes = ("fp8",)
+"""
+
+
+def test_a_users_fp8_kernel_is_judged_and_timed(tmp_path, monkeypatch, capsys):
+    """Failed before: its fp8 output could not be checked ('isfinite' has no fp8 kernel in
+    torch): check FAILed it, speed failed whole (exit 3); and the CPU's fp8 peak, an
+    emulated matmul, put the floor above an honest kernel."""
+    (tmp_path / "fbfp8.py").write_text(FP8_KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["speed", "--shape", "1x2x64x32", "--dtype", "fp8", "--only", "fbfp8:attention",
+               "--json", "--quiet"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 0 and [r["status"] for r in rows] == ["PASS"], rows
+    rc = main(["check", "--shape", "1x2x64x32", "--dtype", "fp8", "--only", "fbfp8:attention",
+               "--json"])
+    records = [r for r in json.loads(capsys.readouterr().out)["backends"]
+               if r.get("backend") == "fbfp8:attention"]
+    assert rc == 0 and records and all(r["passed"] for r in records), records
+
+
+def test_a_named_kernel_that_takes_no_dtype_asked_is_said_skipped(tmp_path, monkeypatch,
+                                                                  capsys):
+    """Failed before: a kernel declaring bf16 alone, checked in fp32, left no line at all
+    and the run ended 'RESULT: PASS' as if it had been judged."""
+    (tmp_path / "fbbf16.py").write_text(FP8_KERNEL.replace('("fp8",)', '("bf16",)'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    main(["check", "--shape", "1x2x64x32", "--dtype", "fp32", "--only", "fbbf16:attention"])
+    out = capsys.readouterr().out
+    assert "fbbf16:attention skipped" in out and "takes bf16, not fp32" in out, out

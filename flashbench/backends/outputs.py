@@ -24,7 +24,7 @@ from flashbench.kernels.torch_peers import reference_lse
 from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable
 
 __all__ = ["BackendOutput", "checked_output", "checked_packed_output", "checked_decode_output",
-           "snapshot", "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED"]
+           "snapshot", "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED", "finite"]
 
 INPUTS_MODIFIED = "modified its inputs in place"
 
@@ -111,8 +111,13 @@ def _odd(x: torch.Tensor, what: str) -> None:
                             "the CPU or the inputs' device (a tensor with values)")
 
 
+def finite(x: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite(x)``, fp8 included (torch has no isfinite for float8 types)."""
+    return torch.isfinite(x.float() if x.is_floating_point() and x.element_size() == 1 else x)
+
+
 def _nonfinite(x: torch.Tensor) -> int:
-    return int(x.numel() - torch.isfinite(x).sum().item())
+    return int(x.numel() - finite(x).sum().item())
 
 
 def checked_output(out, q, k, v, causal: bool = False, scale: float | None = None,
@@ -161,7 +166,7 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
     if tuple(lse.shape) != want[:3]:
         raise BackendFailed(f"returned lse of shape {tuple(lse.shape)}; expected [B, H, Nq] "
                             f"= {want[:3]}")
-    if all(bool(torch.isfinite(t).all()) for t in (q, k, v)):
+    if all(bool(finite(t).all()) for t in (q, k, v)):
         bad = _nonfinite(o)
         if bad:
             raise BackendFailed(f"returned {bad} non-finite value(s) (inf or NaN) in o, of "
@@ -241,9 +246,9 @@ def _checked_decode(out, q, k_cache, v_cache, cache_seqlens, block_table, causal
         raise BackendFailed(f"returned lse that is not a tensor [B, H, Nq] = {(B, H, nq)}")
     else:
         _odd(lse, "lse")
-    if all(bool(torch.isfinite(t).all()) for t in (q, k_cache, v_cache)):
-        if not bool(torch.isfinite(o).all()):
-            raise BackendFailed(f"returned {int((~torch.isfinite(o)).sum())} non-finite value(s) "
+    if all(bool(finite(t).all()) for t in (q, k_cache, v_cache)):
+        if not bool(finite(o).all()):
+            raise BackendFailed(f"returned {_nonfinite(o)} non-finite value(s) "
                                 f"in o for finite inputs")
         lens = cache_seqlens.to(lse.device).long()[:, None, None]
         i = torch.arange(nq, device=lse.device)[None, None, :]

@@ -57,9 +57,9 @@ def add_parser(sub) -> None:
                    "row's softmax denominator (gpt-oss)")
     c.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed variable-length batch (FlashAttention's varlen layout), "
-                   "queries and keys alike, with each shape's H, Hkv and d (default 1x2x64: "
-                   "H=2, d=64), forward and backward. SPEC: N1,N2,... the lengths (0 "
-                   "allowed); uniform:LO-HI:COUNT, COUNT lengths uniform in LO..HI; "
+                   "queries and keys alike, with each shape's H, Hkv and d (--shape BxHxNxd, "
+                   "its N unused; default H=2, d=64), forward and backward. SPEC: N1,N2,... "
+                   "the lengths (0 allowed); uniform:LO-HI:COUNT, COUNT lengths uniform in LO..HI; "
                    "lognormal:MEDIAN:SIGMA:COUNT, round(exp(N(ln MEDIAN, SIGMA^2))); "
                    "distributions draw with --seed (numpy default_rng(seed + 3)) and the "
                    "header prints the lengths drawn")

@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
     s.add_argument("--causal", choices=["both", "on", "off"], default="off")
     s.add_argument("--window", type=_window, metavar="L,R",
-                   help="sliding window, as check takes it (query i sees keys i-L..i+R)")
+                   help="sliding window, as check takes it (query i sees keys "
+                   "i + Nk - Nq - L .. i + Nk - Nq + R: bottom-right aligned)")
     s.add_argument("--softcap", type=_softcap, metavar="C",
                    help="logit softcap C > 0: scores become C tanh(s / C)")
     s.add_argument("--sinks", action="store_true",
@@ -115,7 +116,9 @@ def render_text(report: dict) -> str:
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
-              "verdict: " + ("PASS" if report["passed"] else "FAIL")]
+              "verdict: " + ("nothing timed (exit 2)" if report["rows"] and all(
+                  r.status == "not timed" for r in report["rows"])
+                  else "PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from flashbench.measure.records import (
     Unavailable,
     accuracy_record,
     attempt,
+    not_taken,
     with_note,
 )
 from flashbench.reference.decode import sequence_cache
@@ -267,7 +268,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                     bands[(name, dtype)] = error_stats(model()[0], rounded)["max_abs"]
                 continue
             backend = get_decode_backend(name)
-            if dtype not in backend.dtypes:
+            if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = backend.unavailable_for(case.d, dtype)
             if reason is None and backend.head_dims == DECODE_HEAD_DIMS:  # the Triton decode

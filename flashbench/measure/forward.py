@@ -36,6 +36,7 @@ from flashbench.measure.records import (
     accuracy_record,
     attempt,
     handed,
+    not_taken,
     private,
     unavailable_reason,
     with_note,
@@ -116,8 +117,9 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
             from flashbench.backends import get_backend  # torch: the flash model needs none
 
             backend = get_backend(name)
-            if dtype not in backend.dtypes:
-                continue  # not applicable: no record
+            if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
+                records += not_taken(case, name, dtype, backend)
+                continue
             reason = unavailable_reason(backend, case.shape, dtype)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))

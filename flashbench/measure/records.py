@@ -25,7 +25,7 @@ from flashbench.measure.bandjudge import CaseBands, combine
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "INTERPRETER_NOTE",
            "LSE_NOT_RETURNED", "LSE_STAND_IN", "Case", "Exactness", "Accuracy", "Unavailable",
            "Failed", "interpreter_too_slow", "unavailable_reason", "with_note", "attempt",
-           "accuracy_record", "private", "handed"]
+           "not_taken", "accuracy_record", "private", "handed"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -197,6 +197,15 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     if reason is None and interpreter_too_slow(backend, shape):
         reason = INTERPRETER_TOO_SLOW
     return reason
+
+
+def not_taken(case, name: str, dtype: str, backend) -> list:
+    """No record where ``backend`` does not take ``dtype`` (not applicable), but a user's
+    kernel, which the user named, is said to be skipped and why (it was dropped silently,
+    and a run whose only kernel took no dtype asked for ended "RESULT: PASS")."""
+    if getattr(backend, "origin", None) != "user":
+        return []
+    return [Unavailable(case, name, dtype, f"takes {', '.join(backend.dtypes)}, not {dtype}")]
 
 
 def with_note(reason: str, backend, dtype: str) -> str:

@@ -108,7 +108,7 @@ class DecodeJudge:
         want, dtype = (c.B, c.Nq, c.H, c.dv), _torch_dtype(self.case.dtype)
         if tuple(o.shape) != want or o.dtype != dtype:
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
-        if not bool(torch.isfinite(o).all()):
+        if not bool(torch.isfinite(o.double()).all()):
             return WRONG, "o holds non-finite values for finite inputs"
         x = o.detach().double()
         total = (float(x.sum()), float(x.abs().sum()))

@@ -36,6 +36,7 @@ from flashbench.measure.records import (
     accuracy_record,
     attempt,
     handed,
+    not_taken,
 )
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
@@ -104,7 +105,8 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                     streamed_vs_oneshot_lse=error_stats(flash[1], std[1], prec)))
                 continue
             backend = get_backend(name)
-            if dtype not in backend.dtypes:
+            if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = _why_not(backend, case, dtype, seed)
             if reason is not None:
