@@ -54,7 +54,9 @@ KERNELS = textwrap.dedent('''
         while True:
             q, k, v, o = _WORK.get()
             time.sleep(0.005)  # let the reply go first
-            o.copy_(_slow(q, k, v))
+            for _ in range(4):  # tens of ms a call: /proc's 10 ms ticks see it in a pause
+                _slow(q, k, v)  # (a request holds 1-2 calls since returning contents and
+            o.copy_(_slow(q, k, v))  # new ones are timed in requests of their own)
 
     threading.Thread(target=_loop, daemon=True).start()  # at import: no new thread later
 

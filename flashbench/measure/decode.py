@@ -269,7 +269,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 continue
             backend = get_decode_backend(name)
             if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
-                records += not_taken(case, name, dtype, backend)
+                records += not_taken(case, name, dtype, backend, dtypes)
                 continue
             reason = backend.unavailable_for(case.d, dtype)
             if reason is None and backend.head_dims == DECODE_HEAD_DIMS:  # the Triton decode

@@ -199,11 +199,12 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     return reason
 
 
-def not_taken(case, name: str, dtype: str, backend) -> list:
+def not_taken(case, name: str, dtype: str, backend, asked) -> list:
     """No record where ``backend`` does not take ``dtype`` (not applicable), but a user's
-    kernel, which the user named, is said to be skipped and why (it was dropped silently,
-    and a run whose only kernel took no dtype asked for ended "RESULT: PASS")."""
-    if getattr(backend, "origin", None) != "user":
+    kernel that takes none of the dtypes ``asked`` (the run's precisions) is said to be
+    skipped and why (it was dropped silently, and such a run ended "RESULT: PASS")."""
+    names = {getattr(p, "name", p) for p in asked}
+    if getattr(backend, "origin", None) != "user" or names & set(backend.dtypes):
         return []
     return [Unavailable(case, name, dtype, f"takes {', '.join(backend.dtypes)}, not {dtype}")]
 
