@@ -188,11 +188,12 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     src = torch.empty(16 * 1024**2).normal_()
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
-    peaks, gbs, _ = best_peaks(peaks, gbs)
+    peaks, gbs, raised = best_peaks(peaks, gbs)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
-    return Roofline(peaks, gbs, "host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the "
-                    "best this machine has measured (measure.peaks); measured again before a "
-                    "floor verdict", {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 "
+    how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
+           "has measured (measure.peaks" + (": this run measured less" if raised else "")
+           + "); measured again before a floor verdict")
+    return Roofline(peaks, gbs, how, {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 "
                                       "TFLOP/s)" for d, m in fp8.items()},
                     measure=lambda: measure_roofline(device, dtypes))
 
@@ -213,10 +214,6 @@ def band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
         return tolerance(case.dtype, nk, causal=case.causal, nq=nq)
     except ValueError:
         return None
-
-
-def _checksum(o) -> tuple[float, float]:
-    return float((x := o.detach().double()).sum()), float(x.abs().sum())
 
 
 class Judge:
@@ -308,9 +305,10 @@ class Judge:
         want, dtype = self.want(), torch_dtype(self.out_dtype)
         if tuple(o.shape) != want or o.dtype != dtype:
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
-        if not bool(torch.isfinite(o.double()).all()):  # fp8 has no isfinite of its own
+        x = o.detach().double()  # once, for both (fp8 has no isfinite of its own)
+        if not bool(torch.isfinite(x).all()):
             return WRONG, "o holds non-finite values for finite inputs"
-        total = _checksum(o)
+        total = float(x.sum()), float(x.abs().sum())
         if content in self.first:
             first = self.first[content]
             tol = 8 * torch.finfo(o.dtype).eps * max(first[1], 1e-30)
