@@ -130,3 +130,55 @@ def test_inputs_drawn_on_the_device_are_the_cpu_draws_on_a_cpu_and_repeat():
     with pytest.raises(ValueError, match="draw must be"):
         attention_maker(shape, "bf16", "cpu", "gpu")
 
+
+
+def _set(i, value):
+    def write(x):
+        x[i] = value(x)
+    return write
+
+
+WRITES = {  # one change to an input, as a kernel could make it (on a float64 copy)
+    "one element": _set(1, lambda x: x[1] + 1),
+    "sign bit of a zero": _set(0, lambda x: -0.0 if x[0] == 0 else -x[0]),
+    "zeroed": lambda x: x.zero_(),
+    "scaled": lambda x: x.mul_(2),
+    "two elements swapped": lambda x: x[:2].copy_(x[:2].flip(0).clone()),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                              torch.float8_e4m3fn, torch.int32]),
+       n=st.integers(3, 300), write=st.sampled_from(sorted(WRITES)), arg=st.integers(0, 2),
+       seed=st.integers(0, 2**31))
+def test_a_kernel_that_writes_into_an_input_is_named_after_the_calls(dtype, n, write, arg,
+                                                                     seed):
+    """Pool.modified names the argument a kernel changed (any change of its bits, so that
+    a zero's sign or a swap counts); a kernel that only reads leaves it None."""
+    def make(s):
+        g = torch.Generator().manual_seed(s)
+        return tuple((torch.randn(n, generator=g) * 4).to(dtype) for _ in range(3))
+
+    pool = guard.Pool(make, 3, seed)
+    guard.timed_calls(lambda q, k, v: (q.float() + k.float() + v.float()), pool, 4, warmup=1)
+    assert pool.modified() is None
+    before = pool.slots[0][arg].clone()
+    pool.used[0] = True
+    x = before.double()
+    WRITES[write](x)
+    pool.slots[0][arg].copy_(x.to(dtype))
+    if torch.equal(before.view(torch.uint8), pool.slots[0][arg].view(torch.uint8)):
+        return  # the write changed no bit (a swap of equal values, a zero already negative)
+    said = pool.modified()
+    assert said is not None and said.startswith(f"{'qkv'[arg]} in 1 of"), said
+
+
+def test_timed_calls_names_an_input_written_into():
+    def kernel(q):
+        o = q * 2
+        q.add_(1)
+        return o
+
+    batch = guard.timed_calls(kernel, _pool(n=64, size=4), samples=6, warmup=1)
+    assert guard.MODIFIED in batch.faults and batch.faults[guard.MODIFIED].startswith("q in ")

@@ -128,6 +128,13 @@ TRICKS = textwrap.dedent('''
             return _CALLS[-1]
         return _CALLS[-1].clone()
 
+    def scratch_in_input(q, k, v, causal=False, scale=None):
+        """The right answer, then k's buffer used as scratch space (an allocation saved):
+        a later call on the same contents reads what it left there."""
+        o = _attn(q, k, v)
+        k.mul_(0.5)
+        return o
+
     def gc_scan(q, k, v, causal=False, scale=None):
         """Any float tensor of o's shape that the harness holds (an expected output)."""
         want = (*q.shape[:3], v.shape[-1])
@@ -145,6 +152,7 @@ EXPECTED = {
     "patch_perf_counter": guard.CLOCK, "patch_monotonic_ns": guard.CLOCK,
     "patch_event": guard.CLOCK, "seed_special": guard.WRONG, "warmup_detect": guard.STALE,
     "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
+    "scratch_in_input": guard.MODIFIED,
 }
 # the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
 # under the roofline floor, small enough for a fast test

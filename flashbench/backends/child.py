@@ -35,6 +35,7 @@ from flashbench.backends.outputs import (
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
 from flashbench.timed import guard, threads  # clocks captured before any user module loads
+from flashbench.timed.pool import names_for
 
 __all__ = ["Server", "raised"]
 
@@ -203,7 +204,8 @@ class Server:
         return build, None, lambda *a: call_decode(fn, *a, r["causal"])
 
     def _prepare_pool(self, r: dict, build, setup, call) -> dict:
-        pool = guard.Pool(build, r["pool"], r["seed"])
+        pool = guard.Pool(build, r["pool"], r["seed"], names_for(
+            r.get("direction", "fwd"), r.get("varlen") is not None))
         self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
                        "slots": [], "own_s": [], "faults": {}, "ran": [],
                        "direction": r.get("direction", "fwd"),
@@ -298,6 +300,9 @@ class Server:
         if patched:
             faults.setdefault(guard.CLOCK, f"{', '.join(patched)} replaced during the run")
         self._collect(r)
+        changed = t["pool"].modified()
+        if changed is not None:
+            faults.setdefault(guard.MODIFIED, changed)
         for kept in t["outputs"]:
             if not guard.Kept.clean(kept):  # its structural fault is in faults already
                 outputs.append(None)

@@ -134,6 +134,7 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
     from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, SpeedRow, row_from
     from flashbench.timed.attention import MAX_SLOTS, MIN_SLOTS
     from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
+    from flashbench.timed.pool import names_for
 
     def untimed(status, reason):
         return SpeedRow(case.label(), case.case.spec(), case.dtype, case.causal, "decode",
@@ -150,7 +151,7 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
         return _in_worker(case, backend, roof, seed, samples, warmup, size, untimed)
     dev = "cuda" if device == "cuda" and "cuda" in getattr(backend, "devices", ("cuda",)) \
         else "cpu"
-    pool = Pool(_inputs(case, dev), size, seed)
+    pool = Pool(_inputs(case, dev), size, seed, names_for("decode"))
     try:
         batch = timed_calls(lambda *a: backend.timed_fn(*a, causal=case.causal), pool, samples,
                             warmup, device=dev, flush=l2_flusher(dev))

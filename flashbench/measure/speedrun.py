@@ -33,6 +33,7 @@ from flashbench.timed.attention import (
     varlen_maker,
 )
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
+from flashbench.timed.pool import names_for
 
 __all__ = ["time_backend", "run_speed"]
 
@@ -82,7 +83,8 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
     if case.varlen is not None:  # a packed batch: q, k, v, cu_seqlens as FlashAttention's
         from flashbench.measure.speedvarlen import packed_call
 
-        pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type), size, seed)
+        pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type), size, seed,
+                    names_for("fwd", varlen=True))
         setup, call = None, packed_call(backend, case)
     elif case.direction == "fwd":
         make = attention_maker(case.shape, case.dtype, dev.type, "device")  # _judged's too
@@ -90,7 +92,8 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
         setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
                                                              **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
-        pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed)
+        pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed,
+                    names_for(case.direction))
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
             q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
             **case.kwargs()), case.direction)

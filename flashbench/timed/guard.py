@@ -1,10 +1,8 @@
 """The guarded timer: timed calls that the code under test cannot make look faster.
 
-- :class:`Pool`: inputs built before the clock, every content drawn from the run's seed;
-  between rounds half the slots are refilled IN PLACE (same address, new contents): a cache
-  keyed on a pointer or ``id()`` returns stale data; a round hands out the returning contents
-  first, then the new ones (a worker's request never mixes them: a contents cache's hits
-  land whole under the roofline floor).
+- :class:`~flashbench.timed.pool.Pool` (re-exported): inputs built before the clock, refilled
+  in place between rounds, each slot fingerprinted when filled (a kernel that writes into its
+  inputs: **modified its inputs in place**, read after the calls).
 - :func:`timed_calls`: warm-up, then one clock reading pair per call with the clocks captured
   when this module was imported (a patched ``time.perf_counter``, ``time.monotonic_ns`` or
   ``torch.cuda.Event.elapsed_time`` is named), the whole batch's wall time on a second clock,
@@ -21,23 +19,25 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from flashbench.timed.pool import Pool
 from flashbench.timed.threads import joined, new_threads, thread_census
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
            "l2_flusher", "Kept", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
-           "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "CHECKS"]
+           "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "MODIFIED", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
 STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
     "stale", "wrong", "lazy type", "aliases an input", "thread left running",
     "below the roofline floor", "clock tampered")
 OUTSIDE = "work outside the timed call"  # a worker's CPU or device busy while it idles
-CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK, OUTSIDE)
+MODIFIED = "modified its inputs in place"  # as check names it (backends.outputs)
+CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK, OUTSIDE, MODIFIED)
 
 # captured at import, before any kernel's module is imported (the worker imports this first)
 _CLOCKS = {"time.perf_counter": (time, "perf_counter", time.perf_counter),
@@ -76,96 +76,6 @@ _capture_event_clock()
 def tampered_clocks() -> list[str]:
     """Names of the clock functions that are no longer the ones captured at import."""
     return [name for name, (owner, attr, fn) in _CLOCKS.items() if getattr(owner, attr) is not fn]
-
-
-def _overwrite(dst, src) -> None:
-    """dst's contents become src's, at dst's address (torch tensor or numpy array; None, an
-    absent argument such as a contiguous cache's block table, stays None)."""
-    if dst is None:
-        return
-    if hasattr(dst, "copy_"):
-        dst.copy_(src)
-    else:
-        dst[...] = src
-
-
-@dataclass
-class Pool:
-    """Slots of call arguments (tuples of tensors or arrays) for timed calls.
-
-    ``make(content_seed)`` builds one slot's arguments; every content has its own seed, drawn
-    from ``seed`` (the run's), so a checker rebuilds the exact inputs of any call from
-    :attr:`seeds`. ``size`` >= 2 slots.
-    """
-
-    make: Callable[[int], tuple]
-    size: int
-    seed: int
-    slots: list = field(default_factory=list, init=False)
-    seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
-
-    def __post_init__(self):
-        if self.size < 2:
-            raise ValueError(f"a pool needs at least 2 slots, got {self.size}")
-        self._rng = np.random.default_rng(self.seed)
-        for _ in range(self.size):
-            s = self._draw()
-            self.slots.append(self.make(s))
-            self.seeds.append(s)
-        self._order: list[int] = []
-        self._last = -1
-        self.rounds = 0
-        self.used = [False] * self.size  # whether a slot's contents went to a call already
-
-    def _draw(self) -> int:
-        return int(self._rng.integers(0, 2**62))
-
-    def _new_round(self) -> None:
-        if self.rounds:  # refill half of the slots in place: same addresses, new contents
-            for i in self._rng.choice(self.size, max(1, self.size // 2), replace=False):
-                s = self._draw()
-                for dst, src in zip(self.slots[i], self.make(s), strict=True):
-                    _overwrite(dst, src)
-                self.seeds[i], self.used[i] = s, False
-        perm = [int(i) for i in self._rng.permutation(self.size)]
-        seen = [i for i in perm if self.used[i]]  # returning contents first, then new ones
-        new = [i for i in perm if not self.used[i]]
-        first = seen or new
-        if first[0] == self._last:  # never one slot twice in a row
-            if len(first) > 1:
-                first[0], first[1] = first[1], first[0]
-            else:
-                seen, new = new, seen
-        self._order = seen + new
-        self.rounds += 1
-
-    def left_in_round(self) -> int:
-        """Calls before the next refill: arguments readied ahead of that many calls are
-        still the contents their seeds say when the calls run."""
-        return len(self._order) or self.size
-
-    def left_in_group(self) -> int:
-        """Calls before the next refill or the switch from returning contents to new ones:
-        a request of that many is all one or all the other, so that a contents cache's hits
-        are not averaged with its misses (they fall under the roofline floor)."""
-        self.refill()
-        first = self.used[self._order[0]]
-        return next((n for n, i in enumerate(self._order) if self.used[i] != first),
-                    len(self._order))
-
-    def refill(self) -> None:
-        """Start the next round (half the slots refilled) where this one is spent: apart from
-        :meth:`next`, so a worker makes new inputs in a request of their own."""
-        if not self._order:
-            self._new_round()
-
-    def next(self) -> tuple[int, int, tuple]:
-        """(slot, content seed, arguments) of the next call; refills happen here (or in
-        :meth:`refill`), never inside a timed window."""
-        self.refill()
-        i = self._order.pop(0)
-        self._last, self.used[i] = i, True
-        return i, self.seeds[i], self.slots[i]
 
 
 @dataclass
@@ -254,6 +164,9 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     patched = tampered_clocks()
     if patched:
         faults.setdefault(CLOCK, f"{', '.join(patched)} replaced during the run")
+    changed = pool.modified()
+    if changed is not None:
+        faults.setdefault(MODIFIED, changed)
     if cuda and any(t > h * 1.05 + 1e-4 for t, h in zip(times, host, strict=True)):
         faults.setdefault(CLOCK, "device time above the host's time of the same call")
     if sum(host) > wall * 1.05 + 1e-3:

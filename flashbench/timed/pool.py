@@ -1,0 +1,167 @@
+"""The pool of a timed run's inputs: slots built before the clock, refilled in place.
+
+Every slot's contents come from a content seed drawn from the run's seed, so a checker
+rebuilds any call's inputs; between rounds half the slots get new contents at the same
+address (a cache keyed on a pointer or ``id()`` returns stale data); a round hands out the
+returning contents first, then the new ones. Each slot's contents are fingerprinted when
+filled, so that a kernel writing into its inputs is named after the calls
+(:meth:`Pool.modified`), not only through the wrong outputs it causes later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Pool", "fingerprint", "names_for", "NAMES"]
+
+# a slot's arguments by what the pool feeds (the names :meth:`Pool.modified` says)
+NAMES = {"fwd": ("q", "k", "v"), "grad": ("q", "k", "v", "do"),
+         "varlen": ("q", "k", "v", "cu_seqlens"),
+         "decode": ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")}
+
+
+def names_for(direction: str, varlen: bool = False) -> tuple:
+    """The argument names of a pool feeding ``direction`` (fwd, bwd, fwdbwd, decode)."""
+    if varlen:
+        return NAMES["varlen"]
+    return NAMES.get(direction, NAMES["grad"])
+
+
+def _overwrite(dst, src) -> None:
+    """dst's contents become src's, at dst's address (torch tensor or numpy array; None, an
+    absent argument such as a contiguous cache's block table, stays None)."""
+    if dst is None:
+        return
+    if hasattr(dst, "copy_"):
+        dst.copy_(src)
+    else:
+        dst[...] = src
+
+
+def fingerprint(x) -> tuple | None:
+    """Two integer sums of an array's bits (all its words, every second word), None for
+    what is not an array: any write that changes a value changes them but by a collision of
+    both (a cheap stand-in for a copy of the pool: one read of it, no memory)."""
+    if x is None or not hasattr(x, "shape"):
+        return None
+    if hasattr(x, "element_size"):  # a torch tensor, on its own device
+        import torch
+
+        words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        flat = x.detach().contiguous().reshape(-1).view(words[x.element_size()])
+        return (str(x.dtype), tuple(x.shape), int(flat.sum(dtype=torch.int64)),
+                int(flat[::2].sum(dtype=torch.int64)))
+    flat = np.ascontiguousarray(x).reshape(-1)
+    flat = flat.view(f"u{flat.itemsize}") if flat.itemsize in (1, 2, 4, 8) else flat
+    return (str(x.dtype), tuple(x.shape), int(flat.sum(dtype=np.uint64)),
+            int(flat[::2].sum(dtype=np.uint64)))
+
+
+@dataclass
+class Pool:
+    """Slots of call arguments (tuples of tensors or arrays) for timed calls.
+
+    ``make(content_seed)`` builds one slot's arguments; every content has its own seed, drawn
+    from ``seed`` (the run's), so a checker rebuilds the exact inputs of any call from
+    :attr:`seeds`. ``size`` >= 2 slots. ``names``: the arguments' names in what
+    :meth:`modified` says (default q, k, v, then by position).
+    """
+
+    make: Callable[[int], tuple]
+    size: int
+    seed: int
+    names: tuple = NAMES["fwd"]
+    slots: list = field(default_factory=list, init=False)
+    seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
+
+    def __post_init__(self):
+        if self.size < 2:
+            raise ValueError(f"a pool needs at least 2 slots, got {self.size}")
+        self._rng = np.random.default_rng(self.seed)
+        self.prints: list = []  # each slot's fingerprints, taken when it was filled
+        for _ in range(self.size):
+            s = self._draw()
+            self.slots.append(self.make(s))
+            self.seeds.append(s)
+            self.prints.append(self._prints(self.slots[-1]))
+        self._order: list[int] = []
+        self._last = -1
+        self.rounds = 0
+        self.used = [False] * self.size  # whether a slot's contents went to a call already
+
+    @staticmethod
+    def _prints(slot) -> list:
+        return [fingerprint(x) for x in slot]
+
+    def _draw(self) -> int:
+        return int(self._rng.integers(0, 2**62))
+
+    def _new_round(self) -> None:
+        if self.rounds:  # refill half of the slots in place: same addresses, new contents
+            for i in self._rng.choice(self.size, max(1, self.size // 2), replace=False):
+                s = self._draw()
+                for dst, src in zip(self.slots[i], self.make(s), strict=True):
+                    _overwrite(dst, src)
+                self.seeds[i], self.used[i] = s, False
+                self.prints[i] = self._prints(self.slots[i])
+        perm = [int(i) for i in self._rng.permutation(self.size)]
+        seen = [i for i in perm if self.used[i]]  # returning contents first, then new ones
+        new = [i for i in perm if not self.used[i]]
+        first = seen or new
+        if first[0] == self._last:  # never one slot twice in a row
+            if len(first) > 1:
+                first[0], first[1] = first[1], first[0]
+            else:
+                seen, new = new, seen
+        self._order = seen + new
+        self.rounds += 1
+
+    def left_in_round(self) -> int:
+        """Calls before the next refill: arguments readied ahead of that many calls are
+        still the contents their seeds say when the calls run."""
+        return len(self._order) or self.size
+
+    def left_in_group(self) -> int:
+        """Calls before the next refill or the switch from returning contents to new ones:
+        a request of that many is all one or all the other, so that a contents cache's hits
+        are not averaged with its misses (they fall under the roofline floor)."""
+        self.refill()
+        first = self.used[self._order[0]]
+        return next((n for n, i in enumerate(self._order) if self.used[i] != first),
+                    len(self._order))
+
+    def refill(self) -> None:
+        """Start the next round (half the slots refilled) where this one is spent: apart from
+        :meth:`next`, so a worker makes new inputs in a request of their own."""
+        if not self._order:
+            self._new_round()
+
+    def next(self) -> tuple[int, int, tuple]:
+        """(slot, content seed, arguments) of the next call; refills happen here (or in
+        :meth:`refill`), never inside a timed window."""
+        self.refill()
+        i = self._order.pop(0)
+        self._last, self.used[i] = i, True
+        return i, self.seeds[i], self.slots[i]
+
+    def modified(self) -> str | None:
+        """None when every slot handed to a call still holds the contents it was filled
+        with (fingerprints: :func:`fingerprint`), else which arguments changed, in words
+        (read after the timed calls, outside the clock)."""
+        changed: dict[str, int] = {}
+        for i, slot in enumerate(self.slots):
+            if not self.used[i]:
+                continue
+            for j, (x, was) in enumerate(zip(slot, self.prints[i], strict=True)):
+                if fingerprint(x) != was:
+                    name = self.names[j] if j < len(self.names) else f"argument {j + 1}"
+                    changed[name] = changed.get(name, 0) + 1
+        if not changed:
+            return None
+        used = sum(self.used)
+        which = ", ".join(f"{name} in {n} of {used}" for name, n in changed.items())
+        return (f"{which} pool inputs handed to its calls since they were filled (each "
+                "fingerprinted when filled, compared after the timed calls)")
