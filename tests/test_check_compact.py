@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -62,6 +63,11 @@ def test_compact_view_has_one_line_per_kernel_and_case_and_result_last(tiny):
             assert ("PASS" in ln or "FAIL" in ln) and any(
                 f" {t} {d} " in ln for t in ("O", "LSE", "dq", "dk", "dv")
                 for d in ("fp32", "bf16"))
+            # the ratio and its rule's limit: a PASS's within it (a bare "2x O fp32 1.26"
+            # read as over the limit)
+            m = re.search(r" (2x|3x|band) \S+ \S+ ([\d.]+) of ([\d.]+)", ln)
+            assert m and float(m[3]) == {"2x": 2, "3x": 3, "band": 1}[m[1]], ln
+            assert ("PASS" not in ln) or float(m[2]) <= float(m[3]), ln
 
 
 def test_the_five_tables_are_saved_and_named_and_printed_with_tables(tiny, tmp_path):

@@ -5,6 +5,7 @@ huge, tiny and non-finite values into one-line errors (exit 2)."""
 
 import contextlib
 import io
+import json
 from unittest import mock
 
 import pytest
@@ -141,3 +142,40 @@ def test_huge_counts_are_one_line_errors(argv):
     dimension exceeded")."""
     status, err = _run(argv, {})
     assert status == 2 and len(err.strip().splitlines()) == 1, err
+
+
+NARROW = '''
+import torch
+
+
+def fp16_only(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                            scale=scale)
+
+
+fp16_only.flashbench_dtypes = ("fp16",)
+'''
+
+
+@pytest.mark.parametrize("how", ["--only", "--backend"])
+def test_a_check_that_judged_none_of_the_kernels_named_exits_2(tmp_path, monkeypatch,
+                                                                capsys, how):
+    """A kernel declared for fp16 alone, named in an fp32 check: the flash model's PASS
+    answers nothing asked; before, RESULT read PASS and the exit was 0. Named beside a
+    kernel that is judged, it is a skip like any other (the answer is the judged one's)."""
+    (tmp_path / "fbnarrow.py").write_text(NARROW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["check", "--shape", "1x2x32x16", "--causal", "off", "--pass", "fwd", "--quiet",
+            "--save", str(tmp_path)]
+    assert main([*base, "--dtype", "fp32", how, "fbnarrow:fp16_only"]) == 2
+    out, err = capsys.readouterr()
+    assert "RESULT: NOTHING JUDGED (exit 2)" in out and "takes fp16, not fp32" in err
+    assert main([*base, "--dtype", "fp32", "--json", how, "fbnarrow:fp16_only"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["unjudged"] == {"fbnarrow:fp16_only": "takes fp16, not fp32"}
+    assert main([*base, "--dtype", "fp16", how, "fbnarrow:fp16_only"]) == 0
+    assert "RESULT: PASS" in capsys.readouterr().out
+    both = [*base, "--dtype", "fp32", "--backend", "fbnarrow:fp16_only", "--backend",
+            "torch-naive"]
+    assert main(both) == 0
+    assert "RESULT: PASS" in capsys.readouterr().out

@@ -158,7 +158,9 @@ def test_statuses_mean_one_thing(place, monkeypatch, command, data):
     assert "internal error" not in err and "Traceback" not in err, (argv, err)
     if status == 2:
         lines = [line for line in err.splitlines() if "warning:" not in line]
-        assert len(lines) == 1 and "error" in lines[0], (argv, err)
+        assert len(lines) == 1 and ("error" in lines[0] or (  # or check's, docs/check.md
+            "no case judged the kernels named" in lines[0] and "NOTHING JUDGED" in out
+            or "unjudged" in out)), (argv, err)
     if "--force" not in argv:
         for name in ("bands.json", "review.md", "report.md"):
             assert (place / "mine" / name).read_text() == USER_TEXT, (argv, name)

@@ -11,6 +11,7 @@ from flashbench.cli.common import (
     emit,
     finite,
     lengths,
+    mark_unjudged,
     parse_shape,
     positive_int,
     progress_printer,
@@ -213,6 +214,7 @@ def run(args) -> int:
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}
+    mark_unjudged(args, report, report["backends"] + (report.get("gradients") or []))
     text = _render(report, saved, args.tables)  # the tables are saved with --json too
     return emit(report, lambda r: text, args.json)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from flashbench.cli.common import result_line
 from flashbench.measure.backward import GRADS
 from flashbench.measure.records import EXACT_TOL
 from flashbench.numerics.backward import GRAD_DTYPES
@@ -90,7 +91,7 @@ def render_tables(report: dict) -> str:
         out.append(f"   {backend} FAIL ({note}): {', '.join(where)}")
     if report.get("grad_cases"):
         out += ["", *_gradient_tables(report)]
-    out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
+    out += ["", result_line(report)]
     return "\n".join(out)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.accuracy.bandrule import DEFECT_TABLE, likely_cause
+from flashbench.cli.common import result_line
 
 __all__ = ["render_compact", "save_target", "SAVE_NAME", "WIDTH"]
 
@@ -47,10 +48,11 @@ def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float
         ratio = r.get(f"{t}_ratio")
         if ratio is not None and not (t == "lse" and r.get("lse_note")):
             vs = f" vs {against}" if against else ""
-            out.append((ratio / limit, f"{limit:g}x {name} {r['dtype']} {ratio:.2f}{vs}"))
+            out.append((ratio / limit,
+                        f"{limit:g}x {name} {r['dtype']} {ratio:.2f} of {limit:g}{vs}"))
         band = r.get(f"{t}_band_ratio")
         if band is not None:
-            out.append((band, f"band {name} {r['dtype']} {band:.2f}"))
+            out.append((band, f"band {name} {r['dtype']} {band:.2f} of 1"))
     return out
 
 
@@ -150,8 +152,8 @@ def render_compact(report: dict, saved: str | None = None) -> str:
                      f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
     out += ["", "Counted toward RESULT: the float64 exactness, the flash model, flashbench's "
             "kernels and yours.",
-            "worst ratio: the largest over the dtypes, relative to its rule's limit (rule tensor "
-            "dtype ratio);",
+            "worst ratio: the rule nearest its limit over the dtypes (rule tensor dtype ratio "
+            "of limit; PASS iff ratio <= limit);",
             f"{BASELINE_FACTOR:g}x / {GRAD_FACTOR:g}x: max |err| vs float64 over the same-dtype "
             "standard model's (forward / gradients); band: PASS <= 1."]
     fwd, grads = report["dtypes"] + report["backends"], report.get("gradients") or []
@@ -169,5 +171,5 @@ def render_compact(report: dict, saved: str | None = None) -> str:
     if saved:
         out += ["", f"The five tables (every number, every rule's ratio): {saved} "
                 "(--tables prints them here)"]
-    out += ["", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
+    out += ["", *_fold(result_line(report))]
     return "\n".join(out)

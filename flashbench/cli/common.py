@@ -185,11 +185,39 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
     return say
 
 
+def mark_unjudged(args, report: dict, rows: list) -> None:
+    """``report["unjudged"]``: {name: why} of each kernel ``--only`` or ``--backend`` named
+    that no record of ``rows`` judged (each skipped, or none at all), when that is every one
+    named: the question asked went unanswered, whatever the yardsticks said (exit 2)."""
+    named = list(dict.fromkeys([*(getattr(args, "only", None) or ()), *args.backend]))
+    whys: dict[str, list] = {n: [] for n in named}
+    for r in rows:
+        name = r.get("backend") or r.get("kernel")
+        if name in whys:
+            whys[name].append(r.get("skipped"))
+    if named and all(None not in w for w in whys.values()):
+        report["unjudged"] = {n: "; ".join(dict.fromkeys(w)) or "no case took it"
+                              for n, w in whys.items()}
+
+
+def result_line(report: dict) -> str:
+    """The RESULT line of a check report: PASS, FAIL, or NOTHING JUDGED (exit 2)."""
+    unjudged = report.get("unjudged")
+    if unjudged:
+        return ("RESULT: NOTHING JUDGED (exit 2): no case judged the kernels named: "
+                + "; ".join(f"{n}: {why}" for n, why in unjudged.items()))
+    return "RESULT: " + ("PASS" if report["passed"] else "FAIL")
+
+
 def emit(report: dict, render, as_json: bool) -> int:
-    """Print ``report`` as JSON or as ``render(report)``; the exit status: 0 when it passed."""
+    """Print ``report`` as JSON or as ``render(report)``; the exit status: 2 when none of the
+    kernels named was judged (:func:`mark_unjudged`), else 0 when it passed, 1 when not."""
     if as_json:
         json.dump(jsonable(report), sys.stdout, indent=1)
         print()
     else:
         print(render(report))
+    if report.get("unjudged"):
+        print(f"flashbench check: {result_line(report).split(': ', 2)[2]}", file=sys.stderr)
+        return 2
     return 0 if report["passed"] else 1

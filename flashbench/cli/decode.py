@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from flashbench.cli.common import chosen_backends, emit, progress_printer
+from flashbench.cli.common import (
+    chosen_backends,
+    emit,
+    mark_unjudged,
+    progress_printer,
+    result_line,
+)
 
 __all__ = ["run", "render_decode", "decode_cases"]
 
@@ -65,7 +71,7 @@ def render_decode(report: dict) -> str:
     out += band_notes([{**r, "band": r.get("band_rule")} for r in report["rows"] if "o" in r],
                        sources=False)
     out += ["   (peer): torch's attention on the gathered cache, judged for information",
-            *dict.fromkeys(notes), "", "RESULT: " + ("PASS" if report["passed"] else "FAIL")]
+            *dict.fromkeys(notes), "", result_line(report)]
     return "\n".join(out)
 
 
@@ -82,4 +88,5 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=progress_printer(not args.quiet), time_limit=args.timeout)
+    mark_unjudged(args, report, report["rows"])
     return emit(report, render_decode, args.json)
