@@ -202,7 +202,8 @@ def test_a_users_packed_function_is_checked_and_timed_in_its_worker(user_kernels
     by = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["backends"]
           if r["backend"].startswith("fbpacked")}
     assert rc == 1 and by["fbpacked:good"]["passed"], by["fbpacked:good"]
-    assert not by["fbpacked:across"]["passed"]
+    assert not by["fbpacked:across"]["passed"] and "worst_at" not in by["fbpacked:good"]
+    assert by["fbpacked:across"]["worst_at"].startswith("worst in sequence "), by
     assert "packed (varlen)" in by["fbpacked:dense_only"]["skipped"]
     rc = main(["speed", "--varlen", "40,0,17,9", "--shape", "1x4/2x8x16", "--causal", "on",
                "--backend", "fbpacked:good", "--backend", "fbpacked:memo", "--backend",
@@ -214,3 +215,22 @@ def test_a_users_packed_function_is_checked_and_timed_in_its_worker(user_kernels
     assert guard.STALE in rows["fbpacked:memo"]["failures"], rows["fbpacked:memo"]
     assert guard.WRONG in rows["fbpacked:across"]["failures"], rows["fbpacked:across"]
     assert rc == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=6).filter(any),
+       data=st.data())
+def test_a_packed_fail_names_the_sequence_its_worst_error_is_in(lengths, data):
+    """check --varlen's FAIL says which sequence (its index, length, packed rows) holds the
+    worst error: one sequence's rows off by far more than the rest's rounding."""
+    from flashbench.measure.varlen import worst_sequence
+
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    bad = data.draw(st.sampled_from([i for i, n in enumerate(lengths) if n]))
+    rng = np.random.default_rng(len(lengths))
+    ref = rng.standard_normal((int(cu[-1]), 2, 4))
+    o = ref + 1e-7 * rng.standard_normal(ref.shape)
+    o[cu[bad]:cu[bad + 1], 1] += 0.5
+    said = worst_sequence(o, ref, cu)
+    assert said.startswith(f"worst in sequence {bad} of {len(lengths)} (length "
+                           f"{lengths[bad]}, packed rows {cu[bad]}-{cu[bad + 1] - 1})"), said

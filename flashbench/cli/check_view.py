@@ -40,6 +40,10 @@ def _fold(line: str, indent: int = 6) -> list[str]:
     return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
 
 
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if x < 100 else f"{x:.3g}"
+
+
 def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float, str]]:
     """(share of the rule's limit, "rule tensor ratio") for every judged ratio of a record."""
     out = []
@@ -49,10 +53,10 @@ def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float
         if ratio is not None and not (t == "lse" and r.get("lse_note")):
             vs = f" vs {against}" if against else ""
             out.append((ratio / limit,
-                        f"{limit:g}x {name} {r['dtype']} {ratio:.2f} of {limit:g}{vs}"))
+                        f"{limit:g}x {name} {r['dtype']} {_ratio(ratio)} of {limit:g}{vs}"))
         band = r.get(f"{t}_band_ratio")
         if band is not None:
-            out.append((band, f"band {name} {r['dtype']} {band:.2f} of 1"))
+            out.append((band, f"band {name} {r['dtype']} {_ratio(band)} of 1"))
     return out
 
 
@@ -70,6 +74,8 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
     if r.get("baseline_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")
+    if r.get("worst_at"):
+        out.append(f"{r['dtype']}: {r['worst_at']}")
     return out
 
 

@@ -122,6 +122,8 @@ class Accuracy:
     else {"o" or "lse": what that ratio is against}: "flash_model" where the standard
     model overflowed (:func:`flashbench.accuracy.baseline_rule`).
     ``note``: a FAIL's likely cause flashbench knows of (:data:`INTERPRETER_NOTE`).
+    ``worst_at``: a packed batch's FAIL, where its worst O error is (the sequence, its length
+    and packed rows).
     """
 
     case: Case
@@ -146,6 +148,7 @@ class Accuracy:
     band_passed: bool | None = None
     band: dict | None = None
     disagreement: str | None = None
+    worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""

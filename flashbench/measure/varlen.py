@@ -17,6 +17,7 @@ judge the flash model and every backend whose packed path is differentiable
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -41,7 +42,8 @@ from flashbench.measure.records import (
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
 __all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen",
-           "varlen_grad_output", "varlen_backward_exactness", "measure_varlen_gradients"]
+           "varlen_grad_output", "varlen_backward_exactness", "measure_varlen_gradients",
+           "worst_sequence"]
 
 # ``flashbench check --variants`` and the asv variant suite: the Case fields of each variant
 # (the models' sliding window, Gemma 2's softcap, gpt-oss's sinks, a packed batch)
@@ -129,9 +131,26 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                                       f"{out[1].shape}; expected {ref[0].shape}, "
                                       f"{ref[1].shape}", peer=backend.peer))
                 continue
-            records.append(accuracy_record(case, name, prec, out, std, ref, fallback=flash,
-                                           own_lse=own_lse, peer=backend.peer, bands=bands))
+            rec = accuracy_record(case, name, prec, out, std, ref, fallback=flash,
+                                  own_lse=own_lse, peer=backend.peer, bands=bands)
+            records.append(rec if rec.passed else replace(
+                rec, worst_at=worst_sequence(out[0], ref[0], cu)))
     return records
+
+
+def worst_sequence(o, ref_o, cu) -> str:
+    """Where a packed output's largest |error| against the float64 reference lies: the
+    sequence (its index, length and packed rows) and its max |err|, beside the other
+    sequences' largest (a kernel that lets rows see past their sequence's end, or drops
+    one, is wrong in some sequences only)."""
+    cu = [int(x) for x in cu]
+    worst = [float(np.abs(o[a:b] - ref_o[a:b]).max()) if b > a else 0.0
+             for a, b in zip(cu, cu[1:], strict=False)]
+    s = int(np.argmax(worst))
+    others = max((w for i, w in enumerate(worst) if i != s), default=0.0)
+    return (f"worst in sequence {s} of {len(worst)} (length {cu[s + 1] - cu[s]}, packed rows "
+            f"{cu[s]}-{cu[s + 1] - 1}): max |err| {worst[s]:.3g}; the other sequences' "
+            f"largest {others:.3g}")
 
 
 def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
