@@ -255,3 +255,17 @@ def test_a_gross_band_failure_is_called_a_wrong_result_not_a_precision_loss():
         assert likely_cause("o", defect).startswith("likely the O accumulator")
     assert likely_cause("o", GROSS / 2).startswith("likely the O accumulator")
     assert likely_cause("o") == likely_cause("o", None)
+
+
+@pytest.mark.parametrize("tensor", ["o", "lse", "dq", "dk", "dv"])
+def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
+    """At fp32 the flash model keeps everything in fp32: a kernel that left the sink out of
+    its fp32 LSE (22,702x the edge) read "likely ... kept in the dtype" before; it is a wrong
+    result now, and a small fp32 FAIL names the fp32 causes (tf32 matmuls)."""
+    from flashbench.accuracy.bandrule import likely_cause
+
+    for dtype in ("fp32", "fp64"):
+        assert "beyond any rounding point at " + dtype in likely_cause(tensor, 22_702, dtype)
+        small = likely_cause(tensor, 1.6, dtype)
+        assert "tf32" in small and "kept in" not in small, small
+    assert "beyond any rounding point" not in likely_cause(tensor, 22_702, "bf16")

@@ -129,21 +129,35 @@ LIKELY_CAUSES = {
 # defects of docs/check.md's table reach 36,690x (l kept in fp16), so at 16 bits a wrong
 # scale (1e3-1e4x) is not told from them by its ratio alone; at fp32 it reads 7.7e6x
 GROSS = 1e5
+# at fp32 and wider the flash model keeps everything in fp32 already: no "kept in the
+# dtype" defect exists, and the less accurate correct forms reach 1.5x (P = exp(S - LSE)
+# from an fp32 LSE) or a few x (tf32 matmuls); a sink left out of an fp32 LSE read 22,702x
+GROSS_WIDE = 100.0
+WIDE = ("fp32", "fp64")
+WIDE_CAUSE = ("matmul inputs rounded below fp32 (tf32: Triton's and cuBLAS's default for "
+              "fp32 on a GPU; input_precision=\"ieee\" keeps fp32), or P = exp(S - LSE) with "
+              "an fp32 LSE (1.3-1.5x)")
 
 
-def likely_cause(tensor: str, ratio: float | None = None) -> str:
+def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = None) -> str:
     """What a band FAIL on ``tensor`` most likely means, with the defect table's link; at a
-    band ratio (``ratio``) above :data:`GROSS`, no precision defect reaches that far."""
-    if ratio is not None and ratio > GROSS:
-        return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
-                "(the scale, the mask or its alignment, the softmax, the inputs' layout), not "
-                f"a precision loss ({DEFECT_TABLE})")
+    band ratio (``ratio``) above :data:`GROSS` (:data:`GROSS_WIDE` for an fp32 or fp64
+    ``dtype``), no precision defect reaches that far: a wrong result."""
+    wide = dtype in WIDE
+    if ratio is not None and ratio > (GROSS_WIDE if wide else GROSS):
+        return (f"{ratio:.3g}x the band's edge is beyond any rounding point"
+                f"{' at ' + dtype if wide else ''}: a wrong result (the scale, the mask or "
+                "its alignment, the softmax, a sink or the inputs' layout), not a precision "
+                f"loss ({DEFECT_TABLE})")
+    if wide:
+        return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
     return f"likely {LIKELY_CAUSES.get(tensor, 'a rounding point moved to the dtype')} " \
            f"({DEFECT_TABLE})"
 
 
 def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
-                   baseline_limit: float, band: BandVerdict) -> str | None:
+                   baseline_limit: float, band: BandVerdict,
+                   dtype: str | None = None) -> str | None:
     """One line saying which rule failed and why where the two disagree on ``tensor``, else
     None. ``baseline_ratio``: kernel max error / the same-dtype standard's; ``baseline_limit``
     its factor (2 forward, 3 gradients)."""
@@ -159,6 +173,6 @@ def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
     if not band.passed:
         return (f"band rule FAIL, baseline rule PASS: {band_text}, though within "
                 f"the baseline ({base_text}): more error than a correct flash kernel shows; "
-                f"{likely_cause(tensor, band.ratio)}")
+                f"{likely_cause(tensor, band.ratio, dtype)}")
     return (f"baseline rule FAIL, band rule PASS: {base_text}, though within the band "
             f"({band_text})")

@@ -186,7 +186,7 @@ def band_notes(rows, sources: bool = True) -> list[str]:
                       if isinstance(b, dict) and b.get("passed") is False]
             out += [f"   {label} {r['dtype']} {r['case']}: band rule FAIL on "
                     f"{t.upper() if t in ('o', 'lse') else t}: "
-                    f"{likely_cause(t, verdicts[t].get('ratio'))}" for t in failed]
+                    f"{likely_cause(t, verdicts[t].get('ratio'), r['dtype'])}" for t in failed]
     if not sources:
         return out
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}

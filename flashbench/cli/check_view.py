@@ -70,7 +70,7 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
         b = band.get(t)
         if isinstance(b, dict) and b.get("passed") is False:
             out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
-                       f"{likely_cause(t, b.get('ratio'))}")
+                       f"{likely_cause(t, b.get('ratio'), r['dtype'])}")
     if r.get("baseline_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")

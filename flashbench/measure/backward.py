@@ -172,7 +172,7 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR)
+    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR, prec.name)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
 

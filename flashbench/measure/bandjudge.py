@@ -104,17 +104,19 @@ class DecodeBands(CaseBands):
         return super().judge(prec, out, tensors) if prec.name in BAND_DTYPES else None
 
 
-def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float) -> dict:
+def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
+            dtype: str | None = None) -> dict:
     """Record fields from both rules: ``baseline`` {tensor: (ratio, passed)} and ``band``
     {tensor: BandVerdict}: ``<t>_band_ratio``, ``band`` (verdicts as dicts),
     ``baseline_passed``, ``band_passed``, ``passed`` (both) and ``disagreement`` (one line
     per tensor where the rules disagree, joined; None where they agree). ``band`` None:
-    the band rule was not applied (inputs not drawn from the case's distribution)."""
+    the band rule was not applied (inputs not drawn from the case's distribution); ``dtype``
+    the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`)."""
     if band is None:
         base_ok = all(p for _, p in baseline.values())
         return {"baseline_passed": base_ok, "passed": base_ok}
     fields = {f"{t}_band_ratio": v.ratio for t, v in band.items()}
-    lines = [rules_disagree(t, baseline[t][1], baseline[t][0], limit, v)
+    lines = [rules_disagree(t, baseline[t][1], baseline[t][0], limit, v, dtype)
              for t, v in band.items() if t in baseline]
     lines = [x for x in lines if x]
     base_ok = all(p for _, p in baseline.values())

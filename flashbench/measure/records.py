@@ -264,7 +264,8 @@ def accuracy_record(case: Case, kernel: str, prec: Precision, out, std, ref, fal
         del verdicts["lse"]
     judged = ("o",) if note is not None else ("o", "lse")
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
-                    None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR)
+                    None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR,
+                    prec.name)
     return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
