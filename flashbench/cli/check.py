@@ -214,7 +214,7 @@ def run(args) -> int:
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}
-    mark_unjudged(args, report, report["backends"] + (report.get("gradients") or []))
+    mark_unjudged(args, report, (report.get("backends") or []) + (report.get("gradients") or []))
     text = _render(report, saved, args.tables)  # the tables are saved with --json too
     return emit(report, lambda r: text, args.json)
 

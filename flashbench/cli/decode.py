@@ -88,5 +88,5 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=progress_printer(not args.quiet), time_limit=args.timeout)
-    mark_unjudged(args, report, report["rows"])
+    mark_unjudged(args, report, report.get("rows") or [])
     return emit(report, render_decode, args.json)
