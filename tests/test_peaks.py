@@ -30,3 +30,18 @@ def test_an_unreadable_peaks_file_is_replaced(tmp_path, monkeypatch):
     (tmp_path / PEAKS_FILE).write_text("{not json")
     assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False)
     assert list(json.loads((tmp_path / PEAKS_FILE).read_text()).values()) == [40.0, 0.2]
+
+
+def test_a_precision_slower_than_fp32_is_floored_by_the_fastest_matmul(tmp_path, monkeypatch):
+    """A CPU's fp16 matmul ran at 0.001 TFLOP/s, so torch's own SDPA in fp16 (fp32 inside)
+    failed "below the roofline floor" (404 % of the fp16 peak): a kernel may compute in
+    any precision, and each precision's peak is now the fastest matmul measured."""
+    from flashbench.measure.roofline import measure_roofline
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    roof = measure_roofline("cpu", ["fp16", "bf16", "fp32"])
+    best = max(roof.tflops.values())
+    assert roof.tflops["fp16"] == roof.tflops["bf16"] == best
+    for d in ("fp16", "bf16"):
+        if roof.peak_used(d) != f"{d} matmul":  # its own was the slower (torch on a CPU)
+            assert "a kernel may compute in" in roof.peak_used(d), roof.peak_used(d)

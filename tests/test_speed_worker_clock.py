@@ -8,6 +8,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashbench.backends import get_backend, user
 from flashbench.inputs import Shape
@@ -188,5 +190,27 @@ def test_a_users_decode_function_is_timed_in_its_worker_and_judged(tmp_path, mon
     assert rc == 1 and good["status"] == "PASS", (good["failures"], good["reason"])
     assert good["checked"] >= 10 and good["worker_median_s"] > 0 and good["gbs"] > 0
     assert "harness's host clock" in good["clock"]
-    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo["failures"]
+    assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], {k: v for k, v in memo.items()}
     sys.modules.pop("fbdec", None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(work=st.floats(2e-4, 0.05), delays=st.lists(st.floats(0, 0.03), min_size=10,
+                                                   max_size=10),
+       honest_at=st.integers(0, 9), slow=st.floats(0.05, 0.45))
+def test_a_slowed_clock_is_told_from_a_busy_machine_request_by_request(work, delays,
+                                                                       honest_at, slow):
+    """Per request, the worker's claim against the harness's round trip less the fastest
+    empty one: one undisturbed request clears an honest worker however busy the others
+    were (the old rule, fastest against fastest beside the empty requests' p10-p90, let
+    a 0.3x clock pass in 7 runs of 8 under load); a clock at ``slow`` x reads low in every
+    request and is named."""
+    from flashbench.measure.speedworker import _clock_fault
+
+    nulls = [2e-4 + d / 10 for d in delays] + [2e-4] * 3  # empty round trips, busy too
+    delays[honest_at] = 0.0
+    runs = [(2e-4 + work + d, 1) for d in delays]  # (round trip, calls)
+    honest = [work + d / 3 for d in delays]  # the worker is preempted too, now and then
+    assert _clock_fault(runs, honest, nulls) is None
+    said = _clock_fault(runs, [slow * work] * 10, nulls)
+    assert said is not None and "in all 10 timed requests" in said

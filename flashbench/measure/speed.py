@@ -7,7 +7,8 @@ run there, timed by this process's clock per request; the outputs are judged her
 :class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
 checksum against the first call on the same input, and random query rows against the float64
 reference (inside the shipped band's tolerance, or by the baseline rule).
-:func:`measure_roofline` gives the same run's matmul peak and copy bandwidth; a call faster
+:func:`~flashbench.measure.roofline.measure_roofline` (re-exported) gives the same run's matmul
+peak and copy bandwidth; a call faster
 than :data:`FLOOR_MARGIN` x the roofline floor fails the row.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from flashbench.inputs.problem import Shape
-from flashbench.measure.peaks import best_peaks
+from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofline
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
@@ -92,110 +93,6 @@ class SpeedCase:
             f"{'' if s.kv_heads == s.H else f'/{s.kv_heads}'} d={s.d}"
             f"{'' if s.head_dim_v == s.d else f'/{s.head_dim_v}'}")
         return f"{what} {self.dtype}{mask} {self.direction}"
-
-
-@dataclass
-class Roofline:
-    """The same run's measured peaks: matmul TFLOP/s per precision, copy GB/s (1e9 B/s)."""
-
-    tflops: dict
-    copy_gbs: float
-    how: str
-    peak_how: dict = field(default_factory=dict)  # dtype -> which peak stands for it
-    measure: object = field(default=None, repr=False, compare=False)  # () -> a new Roofline
-
-    def again(self) -> bool:
-        """Measure the peaks again now and keep the higher of each: a peak first measured
-        while the machine was busy is too low, its floor too high (a correct kernel would
-        fail it). Once a run (on a GPU it is seconds of matmuls); False where this roofline
-        cannot be measured again (a fixed one, or measured again already)."""
-        if self.measure is None:
-            return False
-        new, self.measure = self.measure(), None
-        self.tflops = {d: max(t, new.tflops.get(d, t)) for d, t in self.tflops.items()}
-        self.copy_gbs = max(self.copy_gbs, new.copy_gbs)
-        return True
-
-    def peak(self, dtype: str) -> float:
-        return self.tflops.get(dtype, max(self.tflops.values()))
-
-    def peak_used(self, dtype: str) -> str:
-        """Which measured peak a row of ``dtype`` is judged against, in words."""
-        if dtype in self.peak_how:
-            return self.peak_how[dtype]
-        if dtype in self.tflops:
-            return f"{dtype} matmul"
-        return f"{max(self.tflops, key=self.tflops.get)} matmul (none measured in {dtype})"
-
-
-def fp8_peak_tflops(n: int = 8192) -> float | None:
-    """Measured e4m3 x e4m3 -> bf16 ``torch._scaled_mm`` TFLOP/s (n^3, CUDA events, L2
-    flushed, median of 20: :func:`flashbench.measure.timing.device_seconds`); None where
-    torch or the device has no fp8 matmul (before compute capability 8.9)."""
-    import torch
-
-    if not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability() < (8, 9):
-        return None
-    from flashbench.measure.timing import device_seconds
-
-    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
-    one = torch.ones((), device="cuda")
-    try:
-        seconds = device_seconds(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                                          out_dtype=torch.bfloat16))
-    except (RuntimeError, TypeError):  # this torch build's _scaled_mm refuses: no peak
-        return None
-    return 2.0 * n**3 / seconds * 1e-12
-
-
-def _best_time(fn, repeats: int = 10) -> float:
-    import timeit
-
-    return min(timeit.repeat(fn, repeat=repeats + 1, number=1)[1:])  # the first: warm-up
-
-
-def measure_roofline(device: str, dtypes) -> Roofline:
-    """Matmul TFLOP/s of each dtype and copy GB/s measured now on ``device``: on a GPU by
-    :mod:`flashbench.measure.timing` (CUDA events, L2 flushed, medians); on a CPU the best of
-    10 host-timed 1024^3 torch.matmul / 64 MiB copies (a busy machine must not raise floors)."""
-    import torch
-
-    from flashbench.timed.attention import torch_dtype as _torch_dtype
-
-    if device == "cuda":
-        from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
-
-        peaks, how = {}, {}
-        for d in dict.fromkeys(dtypes):
-            fp8 = fp8_peak_tflops() if d.startswith("fp8") else None
-            if fp8 is not None:
-                peaks[d], how[d] = fp8, "fp8 e4m3 torch._scaled_mm"
-                continue
-            mm = d if d in ("fp16", "bf16", "fp32") else "bf16"
-            peaks[d] = matmul_peak_tflops(mm)
-            if mm != d:
-                how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
-        return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
-                        "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy; "
-                        "measured again before a floor verdict", how,
-                        measure=lambda: measure_roofline(device, dtypes))
-    n, peaks = 1024, {}
-    for d in dict.fromkeys(["fp32", *(d for d in dtypes if not d.startswith("fp8"))]):
-        a = torch.randn(n, n).to(_torch_dtype(d))
-        peaks[d] = 2.0 * n**3 / _best_time(lambda a=a: a @ a) * 1e-12
-    fp8 = {d: max(peaks, key=peaks.get) for d in dtypes if d.startswith("fp8")}  # emulated
-    src = torch.empty(16 * 1024**2).normal_()
-    dst = torch.empty_like(src)
-    gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
-    peaks, gbs, raised = best_peaks(peaks, gbs)
-    peaks.update({d: peaks[m] for d, m in fp8.items()})
-    how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
-           "has measured (measure.peaks" + (": this run measured less" if raised else "")
-           + "); measured again before a floor verdict")
-    return Roofline(peaks, gbs, how, {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 "
-                                      "TFLOP/s)" for d, m in fp8.items()},
-                    measure=lambda: measure_roofline(device, dtypes))
 
 
 def roofline_floor(case: SpeedCase, roof: Roofline) -> float:

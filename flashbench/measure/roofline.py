@@ -1,0 +1,140 @@
+"""The same run's roofline: matmul peaks per precision and copy bandwidth, measured now.
+
+On a GPU by :mod:`flashbench.measure.timing` (CUDA events, L2 flushed); on a CPU the best of
+10 host-timed 1024^3 matmuls and 64 MiB copies, raised to the best this machine has shown
+(:mod:`flashbench.measure.peaks`). A precision's peak is the fastest matmul a kernel of it
+may use (its arithmetic may be wider or run on other units than its inputs' dtype):
+:mod:`flashbench.measure.speed` judges the floor and % peak against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flashbench.measure.peaks import best_peaks
+
+__all__ = ["Roofline", "measure_roofline", "fp8_peak_tflops"]
+
+
+@dataclass
+class Roofline:
+    """The same run's measured peaks: matmul TFLOP/s per precision, copy GB/s (1e9 B/s)."""
+
+    tflops: dict
+    copy_gbs: float
+    how: str
+    peak_how: dict = field(default_factory=dict)  # dtype -> which peak stands for it
+    measure: object = field(default=None, repr=False, compare=False)  # () -> a new Roofline
+
+    def again(self) -> bool:
+        """Measure the peaks again now and keep the higher of each: a peak first measured
+        while the machine was busy is too low, its floor too high (a correct kernel would
+        fail it). Once a run (on a GPU it is seconds of matmuls); False where this roofline
+        cannot be measured again (a fixed one, or measured again already)."""
+        if self.measure is None:
+            return False
+        new, self.measure = self.measure(), None
+        self.tflops = {d: max(t, new.tflops.get(d, t)) for d, t in self.tflops.items()}
+        self.copy_gbs = max(self.copy_gbs, new.copy_gbs)
+        return True
+
+    def peak(self, dtype: str) -> float:
+        return self.tflops.get(dtype, max(self.tflops.values()))
+
+    def peak_used(self, dtype: str) -> str:
+        """Which measured peak a row of ``dtype`` is judged against, in words."""
+        if dtype in self.peak_how:
+            return self.peak_how[dtype]
+        if dtype in self.tflops:
+            return f"{dtype} matmul"
+        return f"{max(self.tflops, key=self.tflops.get)} matmul (none measured in {dtype})"
+
+
+def fp8_peak_tflops(n: int = 8192) -> float | None:
+    """Measured e4m3 x e4m3 -> bf16 ``torch._scaled_mm`` TFLOP/s (n^3, CUDA events, L2
+    flushed, median of 20: :func:`flashbench.measure.timing.device_seconds`); None where
+    torch or the device has no fp8 matmul (before compute capability 8.9)."""
+    import torch
+
+    if not hasattr(torch, "_scaled_mm") or torch.cuda.get_device_capability() < (8, 9):
+        return None
+    from flashbench.measure.timing import device_seconds
+
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda")
+    try:
+        seconds = device_seconds(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                          out_dtype=torch.bfloat16))
+    except (RuntimeError, TypeError):  # this torch build's _scaled_mm refuses: no peak
+        return None
+    return 2.0 * n**3 / seconds * 1e-12
+
+
+def _best_time(fn, repeats: int = 10) -> float:
+    import timeit
+
+    return min(timeit.repeat(fn, repeat=repeats + 1, number=1)[1:])  # the first: warm-up
+
+
+def measure_roofline(device: str, dtypes) -> Roofline:
+    """Matmul TFLOP/s of each dtype and copy GB/s measured now on ``device``: on a GPU by
+    :mod:`flashbench.measure.timing` (CUDA events, L2 flushed, medians); on a CPU the best of
+    10 host-timed 1024^3 torch.matmul / 64 MiB copies (a busy machine must not raise floors)."""
+    import torch
+
+    from flashbench.timed.attention import torch_dtype as _torch_dtype
+
+    if device == "cuda":
+        from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
+
+        peaks, how = {}, {}
+        for d in dict.fromkeys(dtypes):
+            fp8 = fp8_peak_tflops() if d.startswith("fp8") else None
+            if fp8 is not None:
+                peaks[d], how[d] = fp8, "fp8 e4m3 torch._scaled_mm"
+                continue
+            mm = d if d in ("fp16", "bf16", "fp32") else "bf16"
+            peaks[d] = matmul_peak_tflops(mm)
+            if mm != d:
+                how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
+            if mm == "fp32":  # an fp32 kernel's dots may run as tf32 on the tensor cores
+                tensor = matmul_peak_tflops("bf16")
+                if tensor > peaks[d]:
+                    peaks[d], how[d] = tensor, ("bf16 matmul (the tensor cores: an fp32 "
+                                                "kernel's tf32 dots run there)")
+        return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
+                        "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy; "
+                        "measured again before a floor verdict", how,
+                        measure=lambda: measure_roofline(device, dtypes))
+    peaks = {}
+    for d in dict.fromkeys(["fp32", *(d for d in dtypes if not d.startswith("fp8"))]):
+        # another precision first at 256^3: where it is far below fp32 (a CPU's fp16 matmul
+        # ran 2 s a 1024^3 call) the fastest stands for it, and 20 s of matmuls are spared
+        for n, repeats in ((256, 3), (1024, 10)) if d != "fp32" else ((1024, 10),):
+            a = torch.randn(n, n).to(_torch_dtype(d))
+            peaks[d] = 2.0 * n**3 / _best_time(lambda a=a: a @ a, repeats) * 1e-12
+            if peaks[d] < 0.5 * peaks["fp32"]:
+                break
+    fp8 = {d: max(peaks, key=peaks.get) for d in dtypes if d.startswith("fp8")}  # emulated
+    src = torch.empty(16 * 1024**2).normal_()
+    dst = torch.empty_like(src)
+    gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
+    peaks, gbs, raised = best_peaks(peaks, gbs)
+    peaks.update({d: peaks[m] for d, m in fp8.items()})
+    # a kernel may compute in any precision (fp16 inputs, fp32 arithmetic): the floor is of
+    # the fastest matmul measured (a CPU's fp16 matmul, 0.001 TFLOP/s here, failed torch's
+    # own SDPA "below the roofline floor")
+    fastest = max(peaks, key=peaks.get)
+    slower = {d: peaks[d] for d in dtypes if d in peaks and d not in fp8
+              and peaks[d] < peaks[fastest]}
+    how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
+           "has measured (measure.peaks" + (": this run measured less" if raised else "")
+           + "); measured again before a floor verdict")
+    used = {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 TFLOP/s)"
+            for d, m in fp8.items()}
+    for d, own in slower.items():
+        peaks[d] = peaks[fastest]
+        used[d] = (f"{fastest} matmul (faster here than {d}'s own, {own:.3g} TFLOP/s: a "
+                   f"kernel may compute in {fastest})")
+    return Roofline(peaks, gbs, how, used, measure=lambda: measure_roofline(device, dtypes))
