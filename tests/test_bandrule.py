@@ -259,13 +259,16 @@ def test_a_gross_band_failure_is_called_a_wrong_result_not_a_precision_loss():
 
 @pytest.mark.parametrize("tensor", ["o", "lse", "dq", "dk", "dv"])
 def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
-    """At fp32 the flash model keeps everything in fp32: a kernel that left the sink out of
-    its fp32 LSE (22,702x the edge) read "likely ... kept in the dtype" before; it is a wrong
-    result now, and a small fp32 FAIL names the fp32 causes (tf32 matmuls)."""
-    from flashbench.accuracy.bandrule import likely_cause
+    """At fp32 the flash model keeps everything in fp32: "kept in the dtype" cannot be the
+    cause, yet every FAIL read so before. An fp32 FAIL names the narrower roundings inside a
+    kernel (tf32, fp16 accumulators: 1,410x the edge) and, past 100x, a wrong result beside
+    them (a sink left out of an fp32 LSE read 22,702x); past GROSS it is a wrong result."""
+    from flashbench.accuracy.bandrule import GROSS, likely_cause
 
     for dtype in ("fp32", "fp64"):
-        assert "beyond any rounding point at " + dtype in likely_cause(tensor, 22_702, dtype)
-        small = likely_cause(tensor, 1.6, dtype)
-        assert "tf32" in small and "kept in" not in small, small
-    assert "beyond any rounding point" not in likely_cause(tensor, 22_702, "bf16")
+        for ratio in (1.2, 1_410, 22_702):
+            said = likely_cause(tensor, ratio, dtype)
+            assert "tf32" in said and "fp16 or bf16" in said and "kept in the dtype" \
+                not in said and "wrong result" in said, said
+        assert "beyond any rounding point" in likely_cause(tensor, 2 * GROSS, dtype)
+    assert "tf32" not in likely_cause(tensor, 22_702, "bf16")

@@ -115,8 +115,8 @@ DEFECT_TABLE = "docs/check.md#what-each-rule-can-see"
 LIKELY_CAUSES = {
     "o": "the O accumulator kept in the dtype between key blocks, P rounded to a coarser "
          "dtype, scores stored in the dtype, or P = exp(S - LSE) with an fp32 LSE (each row "
-         "scaled by the LSE's rounding: 1.3x the softmax form's error, 1.5x a flash kernel's "
-         "at fp32 N=4096)",
+         "scaled by the LSE's rounding: its error 1.3x the softmax form's, 1.5x a flash "
+         "kernel's at fp32 N=4096)",
     "lse": "the running max, rescale factor or l kept in the dtype, the LSE rounded to the "
            "dtype, or an LSE in base 2",
     "dq": "the dQ accumulator kept in the dtype between key blocks",
@@ -129,27 +129,27 @@ LIKELY_CAUSES = {
 # defects of docs/check.md's table reach 36,690x (l kept in fp16), so at 16 bits a wrong
 # scale (1e3-1e4x) is not told from them by its ratio alone; at fp32 it reads 7.7e6x
 GROSS = 1e5
-# at fp32 and wider the flash model keeps everything in fp32 already: no "kept in the
-# dtype" defect exists, and the less accurate correct forms reach 1.5x (P = exp(S - LSE)
-# from an fp32 LSE) or a few x (tf32 matmuls); a sink left out of an fp32 LSE read 22,702x
-GROSS_WIDE = 100.0
+# at fp32 and wider no "kept in the dtype" defect exists (the flash model keeps everything
+# in fp32 there); the causes are narrower roundings inside an fp32 kernel: tf32 matmul inputs,
+# an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
+# or the exp(S - LSE) form; a wrong result can read as small (a sink left out: 22,702x)
 WIDE = ("fp32", "fp64")
-WIDE_CAUSE = ("matmul inputs rounded below fp32 (tf32: Triton's and cuBLAS's default for "
-              "fp32 on a GPU; input_precision=\"ieee\" keeps fp32), or P = exp(S - LSE) with "
-              "an fp32 LSE (1.3-1.5x)")
+WIDE_CAUSE = ("a narrower rounding inside the kernel: matmul inputs rounded to tf32 (Triton's "
+              "and cuBLAS's default for fp32 on a GPU; input_precision=\"ieee\" keeps fp32), "
+              "an accumulator, P or the scores kept in fp16 or bf16, or P = exp(S - LSE) with an "
+              "fp32 LSE (about 1.1-1.5x the band's edge); above about 100x it may as well be a "
+              "wrong result (a sink left out of the LSE read 22,702x)")
 
 
 def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = None) -> str:
     """What a band FAIL on ``tensor`` most likely means, with the defect table's link; at a
-    band ratio (``ratio``) above :data:`GROSS` (:data:`GROSS_WIDE` for an fp32 or fp64
-    ``dtype``), no precision defect reaches that far: a wrong result."""
-    wide = dtype in WIDE
-    if ratio is not None and ratio > (GROSS_WIDE if wide else GROSS):
-        return (f"{ratio:.3g}x the band's edge is beyond any rounding point"
-                f"{' at ' + dtype if wide else ''}: a wrong result (the scale, the mask or "
-                "its alignment, the softmax, a sink or the inputs' layout), not a precision "
-                f"loss ({DEFECT_TABLE})")
-    if wide:
+    band ratio (``ratio``) above :data:`GROSS`, no precision defect reaches that far: a wrong
+    result. An fp32 or fp64 ``dtype`` has causes of its own (:data:`WIDE_CAUSE`)."""
+    if ratio is not None and ratio > GROSS:
+        return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
+                "(the scale, the mask or its alignment, the softmax, a sink, the inputs' "
+                f"layout, an LSE in another base), not a precision loss ({DEFECT_TABLE})")
+    if dtype in WIDE:
         return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
     return f"likely {LIKELY_CAUSES.get(tensor, 'a rounding point moved to the dtype')} " \
            f"({DEFECT_TABLE})"
