@@ -210,10 +210,12 @@ class Server:
                        "slots": [], "own_s": [], "faults": {}, "ran": [],
                        "direction": r.get("direction", "fwd"),
                        "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
+        # the harness's threads before any call: a thread a warm-up call left alive is no
+        # excuse (and a later thread may reuse its ident)
+        self.timing["threads"] = guard.thread_census()[0]
         for _ in range(r["warmup"]):
             call(*self.timing["ready"](pool.next()[2]))
         self._sync()
-        self.timing["threads"] = guard.thread_census()[0]
         self.timing["kept"] = guard.Kept(self.timing["faults"])
         return {"device": self.device.type}
 
@@ -258,11 +260,19 @@ class Server:
             self._flush(1)
             t0 = guard._PERF()
             out = t["call"](*args)
+            alive = threads.python_left(t["threads"])  # before the wait (threads.joined)
             self._sync()
             own.append(guard._PERF() - t0)
+            if alive is not None:
+                t["faults"].setdefault(guard.THREAD, alive)
             t["ran"].append((out, slot, seed))
             del out
-        threads.joined(tasks)  # inside the round trip: the harness's clock counts the wait
+        # inside the round trip, and in this clock's figure too: the harness's counts the
+        # wait, and a wait longer than the calls read as a slowed clock
+        t0 = guard._PERF()
+        threads.joined(tasks)
+        if own:
+            own[-1] += guard._PERF() - t0
         left = threads.new_threads(t["threads"], tasks)
         if left is not None:
             t["faults"].setdefault(guard.THREAD, left)
