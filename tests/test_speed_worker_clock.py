@@ -214,3 +214,35 @@ def test_a_slowed_clock_is_told_from_a_busy_machine_request_by_request(work, del
     assert _clock_fault(runs, honest, nulls) is None
     said = _clock_fault(runs, [slow * work] * 10, nulls)
     assert said is not None and "in all 10 timed requests" in said
+
+
+SLOW = '''
+import time
+
+import torch
+
+
+def slow(q, k, v, causal=False, scale=None):
+    time.sleep(1.3)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                            scale=scale)
+'''
+
+
+def test_speed_holds_a_call_to_the_per_call_limit_given(tmp_path, monkeypatch, capsys):
+    """--timeout 1 and a kernel taking 1.3 s a call: it PASSed before (a request of k calls
+    may run (k + 2) x the limit), and a kernel stopped in its first request read "the
+    per-call time limit of 5 s". Now it FAILs, saying the limit as given."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbslow.py").write_text(SLOW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc = main(["speed", "--quiet", "--json", "--shape", "1x2x32x16", "--causal", "off",
+               "--dtype", "fp32", "--only", "fbslow:slow", "--timeout", "1"])
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert "exceeded the per-call time limit of 1 s (--timeout)" in row["reason"], row
+    sys.modules.pop("fbslow", None)

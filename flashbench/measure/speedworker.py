@@ -65,15 +65,35 @@ class _Clocked:
     def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
         x the per-call limit, + 2."""
+        from flashbench.backends.tensors import BackendFailed
         from flashbench.backends.worker import set_time_limit, time_limit
 
         saved = time_limit()
-        set_time_limit(min(86400.0, self.limit * (calls + 2)))
+        allowed = min(86400.0, self.limit * (calls + 2))
+        set_time_limit(allowed)
         try:
             reply = self.worker.call(request)
             return self.worker.round_trip_s, reply
+        except BackendFailed as exc:
+            if "per-call time limit" not in str(exc):
+                raise
+            raise BackendFailed(  # the limit as the user gave it, not the request's
+                f"exceeded the per-call time limit of {self.limit:g} s (--timeout): a "
+                f"request of {calls} call(s) ran past {allowed:g} s; its worker was stopped"
+            ) from None
         finally:
             set_time_limit(saved)
+
+    def over_limit(self, runs: list, null: float) -> None:
+        """BackendFailed where a request's calls took more than the per-call limit each
+        (the harness's clock: round trip less the fastest empty one, over its calls); a
+        request may run to (calls + 2) x the limit before it is stopped."""
+        from flashbench.backends.tensors import BackendFailed
+
+        worst = max((rt - null) / n for rt, n in runs)
+        if worst > self.limit:
+            raise BackendFailed(f"exceeded the per-call time limit of {self.limit:g} s "
+                                f"(--timeout): a call took {worst:.3g} s (the harness's clock)")
 
 
 def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
@@ -120,7 +140,11 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
     gpu = device == "cuda"
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
-    first = min(_calls(w, 1, cpu)[0] for _ in range(3)) - min(nulls)  # load only adds
+    tries = []
+    for _ in range(3):
+        tries.append((_calls(w, 1, cpu)[0], 1))
+        w.over_limit(tries[-1:], min(nulls))
+    first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
     k = max(1, min(MAX_K, math.ceil(span / max(first, 1e-7))))
     rng = np.random.default_rng()  # OS entropy: the worker cannot know where pauses fall
@@ -147,6 +171,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
                               "by the harness)")
         if i in settle_at:
             idle_wall += _settle(w, rt, device, cpu, faults)
+    w.over_limit(runs, min(nulls))
     null = statistics.median(nulls)
     per_call = [max(rt - null, 0.0) / n for rt, n in runs]
     # the floor's judge: less the FASTEST empty round trip, so that a request's own pipe
