@@ -230,3 +230,40 @@ def test_a_given_shape_runs_only_the_cases_asked_for(capsys):
                "--no-backends", "--json", "--quiet"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and {r["case"].split()[0] for r in report["dtypes"]} == {"normal"}
+
+
+SUBCLASS = '''
+import torch
+
+
+class Lazy(torch.Tensor):
+    pass
+
+
+def _o(q, k, v, causal):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def lazy(q, k, v, causal=False, scale=None):
+    return _o(q, k, v, causal).as_subclass(Lazy)
+
+
+def parameter(q, k, v, causal=False, scale=None):
+    return torch.nn.Parameter(_o(q, k, v, causal), requires_grad=False)
+'''
+
+
+def test_a_tensor_subclass_output_fails_check_by_name(tmp_path, monkeypatch, capsys):
+    """check said a subclass output 'raised UnpicklingError: Weights only load failed ...'
+    (ten lines, ANSI escapes, advice to load unsafely: the worker could not send it back),
+    and passed an nn.Parameter that speed called a lazy type. Both FAIL as speed says."""
+    (tmp_path / "fbsubclass.py").write_text(SUBCLASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc, report = check_json(capsys, "--shape", "1x2x32x16", "--causal", "off", "--only",
+                            "fbsubclass:lazy", "fbsubclass:parameter", "--pass", "fwd")
+    failed = {r["backend"]: r["failed"] for r in report["backends"]}
+    assert rc == 1 and set(failed) == {"fbsubclass:lazy", "fbsubclass:parameter"}, failed
+    for name, kind in (("lazy", "fbsubclass.Lazy"), ("parameter", "Parameter")):
+        assert kind in failed[f"fbsubclass:{name}"] and "not a plain torch.Tensor" in \
+            failed[f"fbsubclass:{name}"] and "Unpickling" not in failed[f"fbsubclass:{name}"]

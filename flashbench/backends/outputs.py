@@ -102,7 +102,12 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _odd(x: torch.Tensor, what: str) -> None:
     """BackendFailed for a tensor flashbench cannot read values from: sparse or other
-    non-strided layouts, the meta device (no values), a tensor subclass's storage."""
+    non-strided layouts, the meta device (no values), a tensor subclass (its values can be
+    computed when read, and a worker cannot send it: torch refused to unpickle one)."""
+    if type(x) is not torch.Tensor:
+        raise BackendFailed(f"returned {what} as a {type(x).__module__}.{type(x).__qualname__}"
+                            ", not a plain torch.Tensor (a subclass can compute when it is "
+                            "read; return torch.Tensor values)")
     if x.layout != torch.strided:
         raise BackendFailed(f"returned {what} as a {x.layout} tensor; expected a dense "
                             "(strided) torch tensor")

@@ -198,8 +198,10 @@ def _fault(out, args, spans) -> tuple[str, str] | None:
         if type(t) is not torch.Tensor:
             return LAZY, f"returned a {type(t).__module__}.{type(t).__qualname__}, not a " \
                          "plain torch.Tensor (a subclass can compute when it is read)"
-        if t.layout != torch.strided or t.device.type == "meta":
-            return LAZY, f"returned a {t.layout} tensor on {t.device.type}: no dense values"
+        if t.device.type == "meta":
+            return LAZY, "returned a tensor on the meta device: it holds no values"
+        if t.layout != torch.strided:
+            return LAZY, f"returned a {t.layout} tensor: no dense values"
         lo, hi = _span(t)
         for a in args:
             if isinstance(a, torch.Tensor) and a.device == t.device:
