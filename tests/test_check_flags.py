@@ -175,6 +175,9 @@ def test_a_check_that_judged_none_of_the_kernels_named_exits_2(tmp_path, monkeyp
     assert report["unjudged"] == {"fbnarrow:fp16_only": "takes fp16, not fp32"}
     assert main([*base, "--dtype", "fp16", how, "fbnarrow:fp16_only"]) == 0
     assert "RESULT: PASS" in capsys.readouterr().out
+    # its gradients: not declared differentiable, which is said (it read "no case took it")
+    assert main([*base, "--dtype", "fp16", "--pass", "bwd", how, "fbnarrow:fp16_only"]) == 2
+    assert "fn.flashbench_differentiable = True" in capsys.readouterr().err
     both = [*base, "--dtype", "fp32", "--backend", "fbnarrow:fp16_only", "--backend",
             "torch-naive"]
     assert main(both) == 0

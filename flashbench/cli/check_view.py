@@ -173,7 +173,7 @@ def render_compact(report: dict, saved: str | None = None) -> str:
                 "their FAILs do not count toward RESULT.", *peers[1:]]
     skips = _skips(report["backends"], "backend") + _skips(grads, "kernel")
     if skips:
-        out += ["", "Not run on this machine:", *skips]
+        out += ["", "Not run (not applicable, or not available here):", *skips]
     if saved:
         out += ["", f"The five tables (every number, every rule's ratio): {saved} "
                 "(--tables prints them here)"]

@@ -36,6 +36,7 @@ from flashbench.measure.records import (
     Unavailable,
     attempt,
     handed,
+    not_taken,
     private,
     unavailable_reason,
 )
@@ -45,6 +46,8 @@ __all__ = ["GRADS", "default_backward_cases", "grad_output", "BackwardExactness"
            "judge_gradients"]
 
 GRADS = ("dq", "dk", "dv")
+NOT_DIFFERENTIABLE = ("not applicable: its forward is not declared differentiable (set "
+                      "fn.flashbench_differentiable = True to judge its gradients)")
 
 
 def default_backward_cases() -> list[Case]:
@@ -268,8 +271,13 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
             from flashbench.backends import get_backend  # torch: the flash model needs none
 
             backend = get_backend(name)
-            if dtype not in backend.dtypes or not backend.differentiable:
-                continue  # not applicable: no record
+            if dtype not in backend.dtypes:
+                records += not_taken(case, name, dtype, backend, dtypes)
+                continue
+            if not backend.differentiable:  # not applicable: a user's is told why
+                if backend.origin == "user":
+                    records.append(Unavailable(case, name, dtype, NOT_DIFFERENTIABLE))
+                continue
             reason = why_not(backend, dtype)
             if reason is not None:
                 records.append(Unavailable(case, name, dtype, reason))
