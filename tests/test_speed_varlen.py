@@ -232,8 +232,9 @@ def test_a_packed_fail_names_the_sequence_its_worst_error_is_in(lengths, data):
     o = ref + 1e-7 * rng.standard_normal(ref.shape)
     o[cu[bad]:cu[bad + 1], 1] += 0.5
     said = worst_sequence(o, ref, cu)
-    assert said.startswith(f"worst in sequence {bad} of {len(lengths)} (length "
-                           f"{lengths[bad]}, packed rows {cu[bad]}-{cu[bad + 1] - 1})"), said
+    assert said.startswith(f"worst in sequence {bad + 1} of {len(lengths)} (index {bad}, "
+                           f"length {lengths[bad]}, packed rows {cu[bad]}-{cu[bad + 1] - 1})"), \
+        said
 
 
 @settings(max_examples=60, deadline=None)

@@ -83,5 +83,6 @@ class PackedJudge(Judge):
         i, seq, n, err, limit, ratio = bad[0]
         band = f"above the band's tolerance {limit:.3g} and " if limit is not None else ""
         return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
-                       f"of their sequences: row {i} (sequence {seq}, length {n}) max abs error "
-                       f"{err:.3g}, {band}{ratio:.3g}x the baseline rule's limit")
+                       f"of their sequences: row {i} (sequence index {seq} of {len(cu) - 1}, "
+                       f"length {n}) max abs error {err:.3g}, {band}{ratio:.3g}x the baseline "
+                       "rule's limit")

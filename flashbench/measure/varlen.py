@@ -148,9 +148,9 @@ def worst_sequence(o, ref_o, cu) -> str:
              for a, b in zip(cu, cu[1:], strict=False)]
     s = int(np.argmax(worst))
     others = max((w for i, w in enumerate(worst) if i != s), default=0.0)
-    return (f"worst in sequence {s} of {len(worst)} (length {cu[s + 1] - cu[s]}, packed rows "
-            f"{cu[s]}-{cu[s + 1] - 1}): max |err| {worst[s]:.3g}; the other sequences' "
-            f"largest {others:.3g}")
+    return (f"worst in sequence {s + 1} of {len(worst)} (index {s}, length "
+            f"{cu[s + 1] - cu[s]}, packed rows {cu[s]}-{cu[s + 1] - 1}): max |err| "
+            f"{worst[s]:.3g}; the other sequences' largest {others:.3g}")
 
 
 def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
