@@ -246,3 +246,17 @@ def test_speed_holds_a_call_to_the_per_call_limit_given(tmp_path, monkeypatch, c
     assert rc == 1 and row["status"] == "FAIL", row
     assert "exceeded the per-call time limit of 1 s (--timeout)" in row["reason"], row
     sys.modules.pop("fbslow", None)
+
+
+def test_a_forward_function_timed_as_decode_is_refused_in_flashbenchs_words(kernels, capsys):
+    """It read "raised BackendFailed: ... declares no decode signature": the kernel raised
+    nothing; flashbench refused it (as check --decode says it)."""
+    import json
+
+    from flashbench.cli import main
+
+    rc = main(["speed", "--quiet", "--json", "--decode", "--decode-case", "1x2x1x16:8",
+               "--dtype", "fp32", "--only", "fbclock:good"])
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert row["reason"].startswith("fbclock:good declares no decode signature"), row

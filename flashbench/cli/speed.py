@@ -147,7 +147,8 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
                              ("--softcap", args.softcap), ("--sinks", args.sinks),
                              ("--pass", args.direction != "fwd")) if on]
     if given:
-        raise ValueError(f"speed --decode does not read {', '.join(given)}: a decode case is "
+        raise ValueError(f"speed --decode does not read {', '.join(given)}: a decode step is "
+                         "a forward over a KV cache (no backward, no variant), its case "
                          "given with --decode-case")
     cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
              if args.decode_case else

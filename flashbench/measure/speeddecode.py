@@ -157,8 +157,13 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
                             warmup, device=dev, flush=l2_flusher(dev))
     except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
         from flashbench.backends.outputs import raised
+        from flashbench.backends.tensors import BackendFailed, BackendUnavailable
 
-        return untimed("FAIL", raised(exc))
+        if isinstance(exc, BackendUnavailable):
+            return untimed("not timed", str(exc))
+        # flashbench's own verdict on the backend (a user's function of the wrong kind) is
+        # said as it is, not as something the kernel raised
+        return untimed("FAIL", str(exc) if isinstance(exc, BackendFailed) else raised(exc))
     faults, judge = dict(batch.faults), DecodeJudge(case)
     for j, (out, slot, content) in enumerate(zip(batch.outputs, batch.slots, batch.seeds,
                                                  strict=True)):
