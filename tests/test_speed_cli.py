@@ -15,6 +15,8 @@ def test_json_rows_carry_times_throughput_and_verdicts(capsys):
                "--json", "--quiet"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] and report["meta"]["seed"] == 4
+    host = report["meta"]["host"]  # what the times were measured beside
+    assert host["cpus"] >= 1 and host["torch_threads"] >= 1 and "load_end" in host
     timed = [r for r in report["rows"] if r["status"] == "PASS"]
     # two torch peers x causal on/off, and on a GPU the compiled Triton kernel too
     assert len(timed) == (6 if torch.cuda.is_available() else 4)
@@ -115,7 +117,9 @@ def test_each_row_names_the_peak_it_is_judged_against(capsys):
         "bf16 matmul (none measured in fp8)"
     rc = main(["speed", "--quiet", "--shape", "1x1x32x16", "--backend", "torch-naive",
                "--dtype", "fp32"])
-    assert rc == 0 and "% peak and the floor are of: fp32: fp32 matmul" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert rc == 0 and "% peak and the floor are of: fp32: fp32 matmul" in out
+    assert "\nhost: " in out and " CPUs, torch " in out
 
 
 FP8_KERNEL = """

@@ -86,14 +86,29 @@ def _fmt(x, unit="", scale=1.0, digits=3):
     return "-" if x is None else f"{x * scale:.{digits}g}{unit}"
 
 
+def _host(host: dict | None) -> list[str]:
+    """The CPUs, torch's threads and the load around the run: on a busy CPU the same
+    kernel's median moved from 0.2 to 69 ms between runs, and the report said nothing."""
+    if not host:
+        return []
+    load = [x for x in (host.get("load"), host.get("load_end")) if x is not None]
+    line = f"host: {host['cpus']} CPUs, torch {host['torch_threads']} threads"
+    if load:
+        line += (f", 1-minute load average {load[0]:.2f} at the start, {load[-1]:.2f} at the "
+                 "end")
+        if max(load) > 0.75 * host["cpus"]:
+            line += " (a busy machine: times scatter, run again on an idle one to compare)"
+    return [line]
+
+
 def render_text(report: dict) -> str:
     m = report["meta"]
     roof = m["roofline"]
     lines = [f"flashbench speed  seed {m['seed']}  device {m['device']}  {m['samples']} timed "
-             f"calls per row after {m['warmup']} warm-up",
-             "peak: " + ", ".join(f"{d} matmul {v:.3g} TFLOP/s"
-                                             for d, v in roof["matmul_tflops"].items())
-             + f", copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
+             f"calls per row after {m['warmup']} warm-up", *_host(m.get("host")),
+             "peak (TFLOP/s of the matmul each dtype's rows are judged against, named below): "
+             + ", ".join(f"{d} {v:.3g}" for d, v in roof["matmul_tflops"].items())
+             + f"; copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
              f"speedup: against {m['baseline']}", "",
              "| case | backend | verdict | median ms | p10-p90 ms | n | TFLOP/s | GB/s "
              "| % peak | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -10,6 +10,7 @@ row says so).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from flashbench.measure.speed import (
@@ -177,6 +178,8 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    host = {"cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(), "torch_threads": torch.get_num_threads(), "load": _load()}
     roof = measure_roofline(device, [c.dtype for c in cases])
     by_name = {b.name: b for b in backends}
     rows = []
@@ -198,7 +201,16 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
         rows += case_rows
     passed = all(r.status != "FAIL" for r in rows)
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,
+            "host": {**host, "load_end": _load()},
             "roofline": {"matmul_tflops": roof.tflops, "copy_gbs": roof.copy_gbs,
                          "how": roof.how},
             "baseline": baseline or "the fastest torch peer that passed"}
     return {"meta": meta, "rows": rows, "passed": passed}
+
+
+def _load() -> float | None:
+    """The 1-minute load average (runnable processes), None where the OS has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
