@@ -130,3 +130,18 @@ def test_the_exactness_max_alone_equals_error_stats_max(n, seed, odd):
         out[rng.integers(n)] = float(odd)
     full, alone = error_stats(out, ref), error_stats(out, ref, max_only=True)
     assert alone["max_abs"] == full["max_abs"] and set(alone) <= set(full)
+
+
+def test_a_variant_cases_band_fail_names_the_variant_among_its_causes():
+    """A kernel that ignored --window read only "likely the O accumulator kept in the dtype
+    ..."; a case with a window, softcap or sinks names them too."""
+    from flashbench.cli.check_view import _causes
+
+    rec = {"dtype": "bf16", "baseline_passed": False, "band": {"o": {"passed": False,
+                                                                    "ratio": 337.0}}}
+    for case, named in (("normal B=1 H=2 Nq=128 Nk=128 d=32 window=(16,0)", "window"),
+                        ("normal B=1 H=2 Nq=64 Nk=64 d=32 softcap=30 sinks", "softcap and sinks")):
+        said = " ".join(_causes({**rec, "case": case}, ("o",)))
+        assert f"the case's {named} not applied" in said, said
+    plain = " ".join(_causes({**rec, "case": "normal B=1 H=2 Nq=64 Nk=64 d=32"}, ("o",)))
+    assert "not applied" not in plain

@@ -66,11 +66,14 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
         return [f"{r['dtype']}: {r['note']}"]
     out = []
     band = r.get("band") if isinstance(r.get("band"), dict) else {}
+    variant = [v for v in ("window", "softcap", "sinks") if v in r["case"]]
     for t in tensors:
         b = band.get(t)
         if isinstance(b, dict) and b.get("passed") is False:
+            also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
+                    "applies it (docs/variants.md)") if variant else ""
             out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
-                       f"{likely_cause(t, b.get('ratio'), r['dtype'])}")
+                       f"{likely_cause(t, b.get('ratio'), r['dtype'])}{also}")
     if r.get("baseline_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")
