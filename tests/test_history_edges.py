@@ -195,3 +195,25 @@ def test_every_accuracy_track_suite_is_read_as_accuracy():
                         if not ACCURACY.search(name):
                             missed.append(name)
     assert not missed, missed
+
+
+@pytest.mark.parametrize("window", [(256, 0), (1024, 0), (16, 16)])
+def test_a_windowed_variants_flops_count_only_its_visible_pairs(window):
+    """history's TFLOP/s of TimeVariantReference's "causal window=(256,0)" counted every
+    4096 x 4096 pair (16x the work done; its causal column read False): now the pairs its
+    mask leaves visible, as speed counts them."""
+    from flashbench.history.summaries import problem
+    from flashbench.inputs import Shape
+    from flashbench.inputs.variant import variant_of
+    from flashbench.measure.speed import SpeedCase
+
+    label = f"causal window=({window[0]},{window[1]})"
+    got = problem("bench_variants.TimeVariantReference.time_variant",
+                  f"shape='1x1x4096x4096x64', dtype='fp64', variant='{label}', impl='streamed'")
+    shape = Shape(1, 1, 4096, 4096, 64)
+    want = SpeedCase(shape, "fp64", True, "fwd", variant_of(True, window=window)).flops()
+    assert got[3] is True and got[6] == pytest.approx(want, rel=1e-12)
+    plain = problem("bench_variants.TimeVariantReference.time_variant",
+                    "shape='1x1x4096x4096x64', dtype='fp64', variant='softcap=30', "
+                    "impl='streamed'")
+    assert plain[3] is False and plain[6] == shape.flops(False, "fwd")

@@ -16,6 +16,7 @@ from :mod:`flashbench.history.suites`.
 from __future__ import annotations
 
 import ast
+import re
 
 import numpy as np
 import pandas as pd
@@ -258,8 +259,27 @@ def problem(benchmark: str, label) -> tuple | None:
     backend = params[column] if column else benchmark.rsplit(".", 1)[-1]
     used.add(column)
     variant = ", ".join(f"{k}={v!r}" for k, v in params.items() if k not in used)
+    causal, flops = _masked(shape, causal, direction, params.get("variant"))
     return (backend, dtype if isinstance(dtype, str) else None, shape.label(), causal,
-            direction, variant, shape.flops(causal, direction))
+            direction, variant, flops)
+
+
+def _masked(shape: Shape, causal: bool, direction: str, variant) -> tuple[bool, float]:
+    """(causal, FLOPs) of a case whose ``variant`` parameter (a label such as "causal
+    window=(256,0)") may mask it: the pairs its window and causal mask leave visible, as
+    speed counts them (every N x N pair was counted: a window of 256 in 4096 read 16x the
+    TFLOP/s it did)."""
+    if not isinstance(variant, str):
+        return causal, shape.flops(causal, direction)
+    window = re.search(r"window=\((-?\d+),\s*(-?\d+)\)", variant)
+    causal = causal or "causal" in variant.split()
+    if window is None:
+        return causal, shape.flops(causal, direction)
+    from flashbench.inputs.variant import variant_of
+
+    seen = variant_of(causal, window=(int(window[1]), int(window[2]))).visible_pairs(
+        shape.Nq, shape.Nk)
+    return causal, shape.flops(False, direction) * seen / (shape.Nq * shape.Nk)
 
 
 def _timings(df: pd.DataFrame) -> np.ndarray:
