@@ -217,3 +217,22 @@ def test_a_windowed_variants_flops_count_only_its_visible_pairs(window):
                     "shape='1x1x4096x4096x64', dtype='fp64', variant='softcap=30', "
                     "impl='streamed'")
     assert plain[3] is False and plain[6] == shape.flops(False, "fwd")
+
+
+def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
+    """The decode merge study's rows (partials, lse_dtype) and the decode tracks' case read
+    as duplicates with empty kernels in report.md's accuracy tables: an "other" column
+    holds those parameters now, as the answer's table does."""
+    from pathlib import Path
+
+    from flashbench.history.answer import other_params
+    from flashbench.history.report import build_report
+
+    assert other_params("dtype='bf16', partials='fp16', lse_dtype='fp32'") == \
+        "partials='fp16' lse_dtype='fp32'"
+    assert other_params("kernel='flex', dtype='fp16'") is None
+    results = Path(__file__).resolve().parents[1] / "results"
+    build_report(results, tmp_path / "r")
+    text = (tmp_path / "r" / "report.md").read_text()
+    accuracy = text.split("## Accuracy bands", 1)[1].split("\n## ", 1)[0]
+    assert "partials='bf16' lse_dtype='fp32'" in accuracy and "| other " in accuracy

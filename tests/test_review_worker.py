@@ -617,3 +617,50 @@ def test_workers_run_without_numpys_huge_page_advice_unless_the_user_says(monkey
     assert _env(Path("/tmp"))[HUGEPAGE_VARIABLE] == "0"
     monkeypatch.setenv(HUGEPAGE_VARIABLE, "1")
     assert _env(Path("/tmp"))[HUGEPAGE_VARIABLE] == "1"
+
+
+def test_a_hanging_request_is_awaited_aloud_and_bounded_by_what_its_point_took(
+        tmp_path, monkeypatch):
+    """A head whose timed call hung kept a --quick review silent for 18 minutes (each
+    request may run 2 x the suite's timeout + 60 s). Now a line a minute says what is
+    awaited, and once a point has answered, its next request may run 20 x its calls at
+    the slowest call seen (at least 60 s)."""
+    import subprocess
+    import sys
+
+    from flashbench.review import run as review_run
+    from flashbench.review import worker_client
+    from flashbench.review.ab import Point
+    from flashbench.review.worker_client import Worker
+
+    monkeypatch.setattr(worker_client, "WAIT_LINE_S", 0.2)
+    w = Worker("timing", {}, tmp_path, tmp_path / "w.log")
+    lines = []
+    w.say = lines.append
+    w.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        reply = w.ask(timeout=0.9, side="head", op="time", name="bench.TimeX.time_x")
+    finally:
+        w.stop()
+    assert reply == {"status": "failed", "reason": "timed out after 1 s"}
+    assert len(lines) >= 2 and lines[0].startswith("still waiting on head of "
+                                                   "bench.TimeX.time_x after 0 s"), lines
+
+    asked = []
+
+    class Fake:
+        def ask(self, timeout, side, **request):
+            asked.append(timeout)
+            return {"status": "ok", "number": 10, "samples": [0.003, 0.004]}
+
+        ask_pair = None
+
+    lane = review_run._lane(Fake())
+    point = Point("bench.TimeX.time_x", 0, "x", "time", "seconds", 600.0)
+    from types import SimpleNamespace as plan
+
+    lane.measure(point, "base", plan(number=0, per_block=1, warmup=False))
+    lane.measure(point, "head", plan(number=1000, per_block=3, warmup=False))
+    lane.measure(point, "head", plan(number=10, per_block=1, warmup=True))
+    assert asked == [1260.0, min(1260.0, 20 * 0.004 * 1000 * 5), 60.0]

@@ -20,6 +20,9 @@ from flashbench.history.summaries import identities, parse_params
 FAR_PCT = 1.0  # outside its band by more than this (%): counted apart, listed first
 FOLD = 60  # parameter texts longer than this (characters) are folded into a label
 
+# the parameters the accuracy tables show as columns (the others: "other")
+SHOWN = ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist", "variant")
+
 
 def compact(label):
     """asv's parameter text in few characters: text values bare, others as name=value
@@ -121,7 +124,7 @@ def _newest(df: pd.DataFrame, labels: dict) -> str:
     return ", ".join(parts)
 
 
-def _other(label, named) -> str:
+def other_params(label, named=SHOWN) -> str | None:
     """The parameters of ``label`` no column shows (``N=256 stat='p50'``): without them
     rows of one suite read alike."""
     values = parse_params(label) or {}
@@ -147,10 +150,11 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                  + (f"; **{big}** of them by more than {FAR_PCT:g}% or not a number, "
                     "listed first, the farthest first:" if len(out) else "."))
     if len(out):
-        named = ("machine", "cpu", "kernel", "dtype", "causal", "shape", "dist", "variant")
+        named = SHOWN
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
                                  zip(out["band_lo"], out["band_hi"], strict=True)],
-                           other=[_other(p, named) for p in out.get("params", [""] * len(out))])
+                           other=[other_params(p, named)
+                                  for p in out.get("params", [""] * len(out))])
         cols = [c for c in (*named, "other", "metric", "band", "latest", "change_pct",
                             "latest_status", "latest_commit") if c in shown
                 and (c != "latest_status" or shown[c].ne("ok").any())

@@ -20,7 +20,14 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from flashbench.history.answer import answer, compact, fold_legend, machine_labels, narrow
+from flashbench.history.answer import (
+    answer,
+    compact,
+    fold_legend,
+    machine_labels,
+    narrow,
+    other_params,
+)
 from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
@@ -199,8 +206,11 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     unit = f"{units[0]}, unitless" if len(units) == 1 else MAIN_METRIC
     folded: dict = {}
     acc_cols = ["machine", "cpu", "kernel", "dtype", "causal", "shape", "dist", "variant",
-                "commits", "band_lo", "band_hi", "latest", "inside", "o_ratio", "lse_ratio",
-                "o_band", "lse_band"]
+                "other", "commits", "band_lo", "band_hi", "latest", "inside", "o_ratio",
+                "lse_ratio", "o_band", "lse_band"]
+    if not main.empty and "params" in main:  # a study's parameters (partials, lse_dtype, a
+        # decode case) no column shows: without them its rows read as duplicates
+        main = main.assign(other=[other_params(p) for p in main["params"]])
     trend_cols = [c for c in trend.columns if c != "latest_commit"]
     lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
@@ -212,7 +222,7 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
               *narrow(_without_empty(main[[c for c in acc_cols if c in main]],
                                      ["o_ratio", "lse_ratio", "o_band", "lse_band"])
                       if not main.empty else main, labels,
-                      optional=("shape", "dist", "variant"), fold=("variant",),
+                      optional=("shape", "dist", "variant", "other"), fold=("variant",),
                       legend=folded),
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "
                  "seeds; bands.png)", "", widened_markdown(band_rows)]

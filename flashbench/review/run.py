@@ -140,7 +140,7 @@ def _tracks_at_once(workers: dict, tracks: list[Point], log) -> dict:
 
 
 def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dict,
-                   bench_dir: Path, review: Review) -> list[Worker]:
+                   bench_dir: Path, review: Review, log) -> list[Worker]:
     """The timing workers (one per ``--jobs``, each holding both commits), started at once
     (each imports the suites twice: 10-20 s), with the header's notes on how they ran."""
     cpus = lane_cpus(opts.threads, opts.jobs)
@@ -149,6 +149,7 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
                for i, lane in enumerate(cpus)]
     for w in workers:
         stack.callback(w.close)
+        w.say = lambda text, w=w: log(f"review: {w.label} worker: {text}")
     with ThreadPoolExecutor(len(workers)) as pool:
         for future in [pool.submit(w.start) for w in workers]:
             future.result()
@@ -170,16 +171,33 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
 
 
 def _lane(w: Worker) -> Lane:
-    """A sampler's lane that asks worker ``w``."""
+    """A sampler's lane that asks worker ``w``. A request may run 2 x the suite's timeout
+    + 60 s (1,260 s for timeout = 600) until its point has answered once; then 20 x the
+    calls it asks for at the slowest call seen so far, at least 60 s: a head hanging where
+    base answered in 0.3 s kept a --quick review silent for 18 minutes."""
+    slowest: dict = {}  # (name, index) -> the slowest call answered, s
+
+    def timed(point: Point, calls: int, ask) -> dict:
+        key, full = (point.name, point.index), 2 * point.timeout + 60
+        seen = slowest.get(key)
+        reply = ask(full if seen is None else min(full, max(60.0, 20 * seen * calls)))
+        per_call = [t for v in reply.values() if isinstance(v, list) for t in v
+                    if isinstance(t, float | int)]
+        if reply.get("status") == "ok" and per_call:
+            slowest[key] = max(seen or 0.0, *per_call)
+        return reply
 
     def measure(point: Point, side: str, plan) -> dict:
-        return w.ask(timeout=2 * point.timeout + 60, side=side, op="time", name=point.name,
-                     index=point.index, number=plan.number, samples=plan.per_block,
-                     warmup=plan.warmup)
+        calls = max(plan.number, 1) * (plan.per_block + 2)  # + a warm-up, a calibration's
+        return timed(point, calls, lambda t: w.ask(
+            timeout=t, side=side, op="time", name=point.name, index=point.index,
+            number=plan.number, samples=plan.per_block, warmup=plan.warmup))
 
     def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
-        return w.ask_pair(order, timeout=2 * point.timeout + 60, name=point.name,
-                          index=point.index, number=plan.number, samples=plan.per_block)
+        calls = 2 * max(plan.number, 1) * (plan.per_block + 1)  # + one untimed call a side
+        return timed(point, calls, lambda t: w.ask_pair(
+            order, timeout=t, name=point.name, index=point.index, number=plan.number,
+            samples=plan.per_block))
 
     return Lane(measure, measure_pair)
 
@@ -198,7 +216,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                         opts.bench)
         trees = {side: session.worktree(side, commit)
                  for side, commit in (("base", review.base), ("head", review.head))}
-        workers = _start_workers(opts, session, stack, trees, bench_dir, review)
+        workers = _start_workers(opts, session, stack, trees, bench_dir, review, log)
         by_type = {t: [p for p in points if p.type == t] for t in ("track", "peakmemory", "time")}
         for p in points:
             if p.type not in by_type:

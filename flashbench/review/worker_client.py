@@ -12,11 +12,13 @@ import os
 import select
 import subprocess
 import sys
+import time
 from contextlib import suppress
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("worker_process.py")
 START_TIMEOUT = 300.0  # importing the suites (torch, triton) on a busy machine
+WAIT_LINE_S = 60.0  # a progress line this often while one request is awaited
 
 
 class WorkerError(RuntimeError):
@@ -92,6 +94,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
         self.closed = False  # close()d: requests raise instead of restarting the process
+        self.say = None  # (text) -> None: a line a minute while a request is awaited
 
     def start(self) -> Worker:
         self.stop()
@@ -154,7 +157,7 @@ class Worker:
             self.proc.stdin.flush()
         except OSError:
             pass  # it died; the read below sees the end
-        reply = self._read(timeout)
+        reply = self._awaited(request, timeout)
         if reply is None:
             why = (f"timed out after {timeout:.0f} s" if self.proc.poll() is None
                    else f"worker died ({_tail(self.log)})")
@@ -163,6 +166,24 @@ class Worker:
         if "error" in reply:
             raise WorkerError(f"the {self.label} worker: {reply['error']}")
         return reply
+
+    def _awaited(self, request: dict, timeout: float | None) -> dict | None:
+        """The reply, read within ``timeout`` s; every WAIT_LINE_S s without one, a line to
+        :attr:`say` (a hanging head kept a review silent for 18 minutes)."""
+        if self.say is None or timeout is None:
+            return self._read(timeout)
+        start = time.monotonic()
+        while True:
+            chunk = max(0.0, min(WAIT_LINE_S, timeout - (time.monotonic() - start)))
+            t0 = time.monotonic()
+            reply = self._read(chunk)
+            waited = time.monotonic() - start
+            if (reply is not None or waited >= timeout or self.proc.poll() is not None
+                    or time.monotonic() - t0 < chunk - 0.05):  # an end of file, not a wait
+                return reply
+            what = request.get("name") or request.get("op")
+            self.say(f"still waiting on {request.get('side') or 'both sides'} of {what} "
+                     f"after {waited:.0f} s (stopped as failed at {timeout:.0f} s)")
 
     def close(self) -> None:
         """Stop the process for good: a request made after this (a sampling thread still
