@@ -170,15 +170,17 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
     return workers
 
 
-def _lane(w: Worker) -> Lane:
+def _lane(w: Worker, budget: float = float("inf")) -> Lane:
     """A sampler's lane that asks worker ``w``. A request may run 2 x the suite's timeout
-    + 60 s (1,260 s for timeout = 600) until its point has answered once; then 20 x the
-    calls it asks for at the slowest call seen so far, at least 60 s: a head hanging where
-    base answered in 0.3 s kept a --quick review silent for 18 minutes."""
+    + 60 s (1,260 s for timeout = 600), and at most twice the review's ``budget`` (at
+    least 120 s), until its point has answered once; then 20 x the calls it asks for at the
+    slowest call seen so far, at least 60 s: a head hanging where base answered in 0.3 s
+    kept a --quick review (budget 60 s) silent for 18 minutes."""
     slowest: dict = {}  # (name, index) -> the slowest call answered, s
 
     def timed(point: Point, calls: int, ask) -> dict:
-        key, full = (point.name, point.index), 2 * point.timeout + 60
+        key = (point.name, point.index)
+        full = min(2 * point.timeout + 60, max(120.0, 2 * budget))
         seen = slowest.get(key)
         reply = ask(full if seen is None else min(full, max(60.0, 20 * seen * calls)))
         per_call = [t for v in reply.values() if isinstance(v, list) for t in v
@@ -251,7 +253,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             q_look = look_level()
             log(f"review: sampling {len(timed)} timing comparison(s), budget "
                 f"{opts.seconds:.0f} s")
-            sampler = Sampler([_lane(w) for w in workers], opts.seconds, opts.factor, q_look,
+            sampler = Sampler([_lane(w, opts.seconds) for w in workers], opts.seconds,
+                              opts.factor, q_look,
                               log=lambda text: log("review: " + text))
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
