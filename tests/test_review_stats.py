@@ -843,3 +843,18 @@ def test_band_ratio_tracks_go_through_the_track_rows_and_the_table(band_limits):
     assert (rows[1].verdict, rows[1].regression) == ("same", False)
     text = render_markdown(_review(rows))
     assert "outside band" in text and "`outside-band`: a band ratio" in text
+
+
+def test_rows_measured_in_head_alone_are_not_counted_as_compared():
+    """An old base reviewed against main read "nothing regressed across 24 compared
+    results" where 16 were measured in head alone; an ambiguous review now says what
+    decides it."""
+    ok = Row("time", "b.time_x", "", "seconds", "same", "below-factor")
+    new = Row("time", "b.time_new", "", "seconds", "coverage gained", "coverage-gained")
+    said = _review([ok, new, new]).summary()
+    assert said.startswith("OK: nothing regressed across 1 compared results (2 more "
+                           "measured in head alone)"), said
+    open_row = Row("time", "b.time_y", "", "seconds", "ambiguous", "ratio-only",
+                   undecided=True)
+    said = _review([ok, open_row]).summary()
+    assert "UNDECIDED: 1 result(s) ambiguous (more rounds decide: a larger --budget" in said

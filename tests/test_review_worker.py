@@ -667,3 +667,19 @@ def test_a_hanging_request_is_awaited_aloud_and_bounded_by_what_its_point_took(
     review_run._lane(Fake(), 60.0).measure(point, "base", plan(number=0, per_block=1,
                                                                warmup=False))
     assert asked[-1] == 120.0  # a first request: at most twice the budget (--quick: 60 s)
+
+
+def test_a_syntax_error_in_a_side_names_its_file_and_line(monkeypatch):
+    """A head with a missing colon read "setup: SyntaxError: expected ':'", no file, no
+    line: the reason now says where."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "flashbench"
+                                    / "review"))  # the worker's script, as it runs
+    worker = importlib.import_module("worker_process")
+    try:
+        compile("def f(:\n    pass\n", "/tree/flashbench/reference/oneshot.py", "exec")
+    except SyntaxError as exc:
+        said = worker._reason(exc)
+    assert said.startswith("SyntaxError: ") and said.endswith(
+        "(/tree/flashbench/reference/oneshot.py, line 1)"), said

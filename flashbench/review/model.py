@@ -156,13 +156,19 @@ class Review:
                 parts.append(f"NOT MEASURED: {unmeasured} timing(s), the sampling budget "
                              "ran out (measure them with --bench PATTERN or --budget SECONDS)")
             if open_rows:
-                parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous")
+                parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous (more rounds "
+                             "decide: a larger --budget SECONDS, or --bench PATTERN on "
+                             "them alone)")
             if self.problems:
                 parts.append(f"{len(self.problems)} problem(s) below")
             text = "; ".join(parts)
         else:
-            compared = sum(r.reason != "not-measured" for r in self.rows)
-            return f"OK: nothing regressed across {compared} compared results{apart}; exit 0"
+            compared = sum(r.reason not in ("not-measured", "coverage-gained")
+                           for r in self.rows)
+            gained = sum(r.reason == "coverage-gained" for r in self.rows)
+            new = f" ({gained} more measured in head alone)" if gained else ""
+            return (f"OK: nothing regressed across {compared} compared results{new}{apart}; "
+                    "exit 0")
         return f"{text}{apart}; exit {self.status}"
 
     def sort(self) -> None:

@@ -29,9 +29,9 @@ WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its s
 GUARD = {}  # "module": flashbench/infra/libwatch.py, loaded by path on first use
 
 
-def _reason(exc: BaseException) -> str:
-    lines = traceback.format_exception_only(type(exc), exc)
-    return lines[-1].strip()[:500]
+def _reason(exc: BaseException) -> str:  # a SyntaxError's place too: its text has none
+    at = f" ({exc.filename}, line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()[:500] + at
 
 
 class Suites:
