@@ -101,3 +101,33 @@ def test_stale_sessions_are_pruned_live_ones_kept(repo):
     with Session(repo) as s:
         assert [str(p) for p in s.pruned] == [folder] and len(worktrees(repo)) == 1
     assert not any((repo / ".asv" / "review").iterdir())
+
+
+def test_a_head_whose_suites_differ_from_todays_is_told_they_were_not_reviewed(tmp_path):
+    """Reviewing a head that renamed TimeSoftmax measured the old suite on both sides and
+    said nothing: the header now names head's benchmarks/ changes as not reviewed."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from flashbench.review.run import _dirty_notes
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=t", *args],
+                              cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q", "-b", "main")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bench_x.py").write_text("class TimeSoftmax:\n    pass\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("checkout", "-qb", "head")
+    (tmp_path / "benchmarks" / "bench_x.py").write_text("class TimeSoftmaxRows:\n    pass\n")
+    git("commit", "-qam", "rename")
+    head = git("rev-parse", "HEAD").strip()
+    git("checkout", "-q", "main")
+    notes = _dirty_notes(SimpleNamespace(allow_dirty=False), tmp_path, head)
+    assert any("Head's benchmarks/ differ from the suites that ran" in n
+               and "benchmarks/bench_x.py" in n for n in notes), notes
+    git("checkout", "-q", "head")
+    assert not any("differ from the suites" in n for n in
+                   _dirty_notes(SimpleNamespace(allow_dirty=False), tmp_path, head))

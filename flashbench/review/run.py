@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from flashbench.infra.git import checked_out, resolve
+from flashbench.infra.git import checked_out, git, resolve
 from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler, every
 from flashbench.review.asvrun import project
@@ -75,6 +75,14 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     elif any(f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
         notes.append("benchmarks/ has uncommitted edits: today's suites, edits included, "
                      "ran against both commits (as asv does).")
+    changed = git("diff", "--name-only", head, "--", "benchmarks", cwd=root).split()
+    if changed:  # head's own suites differ from the ones run: say so (a renamed suite was
+        # measured under its old name on both sides, and nothing said it)
+        notes.append(f"Head's benchmarks/ differ from the suites that ran (today's: this "
+                     f"working tree's) in {len(changed)} file(s), "
+                     f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: what "
+                     "head changes there was not reviewed (check head out to run its "
+                     "suites).")
     return notes
 
 
