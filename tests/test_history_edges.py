@@ -236,3 +236,17 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
     text = (tmp_path / "r" / "report.md").read_text()
     accuracy = text.split("## Accuracy bands", 1)[1].split("\n## ", 1)[0]
     assert "partials='bf16' lse_dtype='fp32'" in accuracy and "| other " in accuracy
+    # a run slower across the board (tflops.png's red band) is named by the throughput
+    # table too: a latest value from one read -88 % there with no note
+    from flashbench.history.load import load_results
+    from flashbench.history.plots import commit_order, loaded_runs
+    from flashbench.history.summaries import throughput_points
+
+    df = load_results([results])
+    order = commit_order(df)
+    at = {x: c for c, x in order.items()}
+    loaded = loaded_runs(throughput_points(df), order)
+    throughput = text.split("## Throughput", 1)[1].split("\n## ", 1)[0]
+    assert bool(loaded) == ("**Runs slower across the board**" in throughput)
+    for xs in loaded.values():
+        assert all(f"`{str(at[x])[:8]}`" in throughput for x in xs)

@@ -32,6 +32,7 @@ from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
     commit_order,
+    loaded_runs,
     plot_bands,
     plot_errors,
     plot_rule_ratios,
@@ -104,6 +105,24 @@ def _machines(df: pd.DataFrame) -> list[str]:
         lines.append(f"- machine name `{machine}` holds results of {len(g)} processors "
                      f"({cpus}): every summary keeps them apart (column cpu)")
     return lines
+
+
+def _loaded_note(points: pd.DataFrame, df: pd.DataFrame, labels: dict) -> list[str]:
+    """The runs slower across the board (:func:`~flashbench.history.plots.loaded_runs`),
+    named beside the throughput table: a latest value from one read -88 % with no note."""
+    if points.empty:
+        return []
+    order = commit_order(df)
+    at = {x: c for c, x in order.items()}
+    loaded = loaded_runs(points, order)
+    if not loaded:
+        return []
+    runs = "; ".join(f"{labels.get(key, key[0])} at "
+                     + ", ".join(f"`{str(at[x])[:8]}`" for x in xs)
+                     for key, xs in loaded.items())
+    return ["", f"**Runs slower across the board** (median TFLOP/s under 75% of each series' "
+            f"usual: a loaded machine, not the code; red bands in tflops.png): {runs}. A "
+            "latest value from such a run, and its change_pct, read that load."]
 
 
 def peak_tables(points: pd.DataFrame, df: pd.DataFrame) -> list[str]:
@@ -232,7 +251,8 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
               "TFLOP/s, change_pct latest against first in %. latest_pct_peak: % of the "
               "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "
-              "other parameters. Per point: throughput_points in flashbench.history.", "",
+              "other parameters, and a window's pairs. Per point: throughput_points in "
+              "flashbench.history.", *_loaded_note(points, df, labels), "",
               *narrow(_without_empty(trend[trend_cols].assign(variant=trend["variant"].map(compact))
                                      if "variant" in trend else trend[trend_cols],
                                      ["latest_pct_peak"])
