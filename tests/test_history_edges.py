@@ -232,8 +232,10 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
         "partials='fp16' lse_dtype='fp32'"
     assert other_params("kernel='flex', dtype='fp16'") is None
     results = Path(__file__).resolve().parents[1] / "results"
-    build_report(results, tmp_path / "r")
+    (tmp_path / "empty").mkdir()  # a folder holding no results: said, not only named
+    build_report([results, tmp_path / "empty"], tmp_path / "r")
     text = (tmp_path / "r" / "report.md").read_text()
+    assert f"- skipped `{tmp_path / 'empty'}`: no asv results in it" in text
     accuracy = text.split("## Accuracy bands", 1)[1].split("\n## ", 1)[0]
     assert "partials='bf16' lse_dtype='fp32'" in accuracy and "| other " in accuracy
     # a run slower across the board (tflops.png's red band) is named by the throughput

@@ -148,7 +148,10 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                  "(latest value outside [band_lo, band_hi], the range of the earlier "
                  "commits' values; tracks with one commit are not judged)"
                  + (f"; **{big}** of them by more than {FAR_PCT:g}% or not a number, "
-                    "listed first, the farthest first:" if len(out) else "."))
+                    "listed first, the farthest first (change_pct: the latest value against "
+                    "the band edge it passed, in %; an error grows worse upwards, so a "
+                    "positive change_pct is more error than ever before, a negative one "
+                    "less):" if len(out) else "."))
     if len(out):
         named = SHOWN
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in

@@ -162,6 +162,11 @@ def build_report(results_dir, out, force: bool = False) -> str:
     df = load_results(roots if len(roots) > 1 else roots[0])
     if not (df["status"] == "ok").any():
         raise ValueError(f"no results in {where}")
+    files = [Path(str(f)) for f in df["file"].astype(object).unique()]
+    for root in roots:  # a folder that gave nothing is said, not only named in the title
+        if not any(f.is_relative_to(root) for f in files):
+            df.attrs["skipped_files"].append((str(root), "no asv results in it (a results "
+                                              "folder holds MACHINE/COMMIT-ENV.json files)"))
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / MARKER).write_text("A report written by `flashbench history`; the next one "
