@@ -85,7 +85,8 @@ def narrow(table: pd.DataFrame, labels: dict, optional=(), fold=(), legend: dict
            floatfmt: str = ".3g") -> list[str]:
     """``table`` as Markdown lines: machines as labels, ``fold`` columns folded (into
     ``legend``), one table per set of ``optional`` columns the rows hold (each without the
-    others), empty cells for values not recorded."""
+    others, and without a column no row of it holds), empty cells for values not
+    recorded."""
     if table.empty:
         return ["_none recorded_"]
     table = _fold(_with_machine(table, labels), fold, {} if legend is None else legend)
@@ -98,6 +99,7 @@ def narrow(table: pd.DataFrame, labels: dict, optional=(), fold=(), legend: dict
     for has in dict.fromkeys(pattern):
         part = table[(pattern == has).to_numpy()].drop(columns=[c for c in present
                                                                 if c not in has])
+        part = part.loc[:, part.notna().any().to_numpy()]  # no column empty in every row
         if len(dict.fromkeys(pattern)) > 1:
             lines += [f"Rows with {', '.join(has) or 'none of ' + ', '.join(present)}:", ""]
         lines += [_render(part, floatfmt), ""]

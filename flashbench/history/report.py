@@ -246,7 +246,8 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
               *narrow(_without_empty(main[[c for c in acc_cols if c in main]],
                                      ["o_ratio", "lse_ratio", "o_band", "lse_band"])
                       if not main.empty else main, labels,
-                      optional=("shape", "dist", "variant", "other"), fold=("variant",),
+                      optional=("shape", "dist", "variant", "other"),
+                      fold=("variant", "other"),
                       legend=folded),
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "
                  "seeds; bands.png)", "", widened_markdown(band_rows)]
