@@ -83,7 +83,7 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
 
 
 def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
-           peers: bool) -> list[str]:
+           peers: bool, width: int = 47) -> list[str]:
     """One line per kernel and case (worst over dtypes), and the counted FAILs' causes."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -99,7 +99,7 @@ def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
         verdict = "PASS" if not failed and not bad else "FAIL"
         if bad and not failed:
             verdict = _rule(bad)
-        out += _fold(f"  {kernel:<16} {case:<47} {verdict:<11} {worst}")
+        out += _fold(f"  {kernel:<16} {case:<{width}} {verdict:<11} {worst}")
         why = [f"{r['dtype']}: {r['failed']}" for r in failed]
         if not peers:
             why += [c for r in bad for c in _causes(r, tensors)]
@@ -142,9 +142,13 @@ def _block(fwd: list[dict], grads: list[dict], peers: bool) -> list[str]:
     for rows, key, tensors, limit, what in (
             (fwd, "backend", ("o", "lse"), BASELINE_FACTOR, "case (forward)"),
             (grads, "kernel", ("dq", "dk", "dv"), GRAD_FACTOR, "case (gradients)")):
-        lines = _lines(rows, key, tensors, limit, peers)
+        # the case column as wide as its longest case, to what a line of WIDTH leaves for
+        # the worst ratio (a variant's case, 60-70 characters, pushed it to a line of its own)
+        width = min(max([47, *(len(r["case"]) for r in rows)]), WIDTH - 55)
+        lines = _lines(rows, key, tensors, limit, peers, width)
         if lines:
-            out += ["", f"  {'kernel':<16} {what:<47} {'verdict':<11} worst ratio", *lines]
+            out += ["", f"  {'kernel':<16} {what:<{width}} {'verdict':<11} worst ratio",
+                    *lines]
     return out
 
 
