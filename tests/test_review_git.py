@@ -129,5 +129,8 @@ def test_a_head_whose_suites_differ_from_todays_is_told_they_were_not_reviewed(t
     assert any("Head's benchmarks/ differ from the suites that ran" in n
                and "benchmarks/bench_x.py" in n for n in notes), notes
     git("checkout", "-q", "head")
-    assert not any("differ from the suites" in n for n in
-                   _dirty_notes(SimpleNamespace(allow_dirty=False), tmp_path, head))
+    (tmp_path / "benchmarks" / "bench_x.py").write_text("class Edited:\n    pass\n")
+    notes = _dirty_notes(SimpleNamespace(allow_dirty=True), tmp_path, head)
+    # head checked out: its uncommitted edits are said, and nothing of head's suites
+    assert any("Uncommitted edits were NOT measured" in n for n in notes), notes
+    assert not any("differ from the suites" in n for n in notes), notes

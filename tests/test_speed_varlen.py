@@ -254,3 +254,5 @@ def test_every_sequence_of_a_packed_output_has_a_checked_row(lengths, seed):
     assert len(rows) >= min(int(cu[-1]), 8)
     for a, b in zip(cu[:-1], cu[1:], strict=True):
         assert b == a or ((rows >= a) & (rows < b)).any(), (a, b, rows)
+    many = np.arange(0, 3 * 1000 + 1, 3)  # 1,000 sequences of 3: a random 64 of them
+    assert len(judge._rows(many, int(many[-1]))) == 64

@@ -144,6 +144,9 @@ WRITES = {  # one change to an input, as a kernel could make it (on a float64 co
     "zeroed": lambda x: x.zero_(),
     "scaled": lambda x: x.mul_(2),
     "two elements swapped": lambda x: x[:2].copy_(x[:2].flip(0).clone()),
+    "two elements two apart swapped": lambda x: x.index_copy_(0, torch.tensor([0, 2]),
+                                                              x[[2, 0]].clone()),
+    "reversed (a layout change in place)": lambda x: x.copy_(x.flip(0).clone()),
 }
 
 
@@ -155,7 +158,8 @@ WRITES = {  # one change to an input, as a kernel could make it (on a float64 co
 def test_a_kernel_that_writes_into_an_input_is_named_after_the_calls(dtype, n, write, arg,
                                                                      seed):
     """Pool.modified names the argument a kernel changed (any change of its bits, so that
-    a zero's sign or a swap counts); a kernel that only reads leaves it None."""
+    a zero's sign, a swap or a reordering counts: two plain sums missed every reordering
+    that kept each word's index parity); a kernel that only reads leaves it None."""
     def make(s):
         g = torch.Generator().manual_seed(s)
         return tuple((torch.randn(n, generator=g) * 4).to(dtype) for _ in range(3))

@@ -133,7 +133,7 @@ GROSS = 1e5
 # in fp32 there); the causes are narrower roundings inside an fp32 kernel: tf32 matmul inputs,
 # an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
 # or the exp(S - LSE) form; a wrong result can read as small (a sink left out: 22,702x)
-WIDE = ("fp32", "fp64")
+WIDE = ("fp32", "tf32", "fp64")  # tf32: inputs rounded, everything else fp32
 WIDE_CAUSE = ("a narrower rounding inside the kernel: matmul inputs rounded to tf32 (Triton's "
               "and cuBLAS's default for fp32 on a GPU; input_precision=\"ieee\" keeps fp32), "
               "an accumulator, P or the scores kept in fp16 or bf16, or P = exp(S - LSE) with an "

@@ -39,6 +39,7 @@ from flashbench.measure.records import (
     not_taken,
     private,
     unavailable_reason,
+    users,
 )
 
 __all__ = ["GRADS", "default_backward_cases", "grad_output", "BackwardExactness",
@@ -275,7 +276,7 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                 records += not_taken(case, name, dtype, backend, dtypes)
                 continue
             if not backend.differentiable:  # not applicable: a user's is told why
-                if backend.origin == "user":
+                if users(backend):
                     records.append(Unavailable(case, name, dtype, NOT_DIFFERENTIABLE))
                 continue
             reason = why_not(backend, dtype)

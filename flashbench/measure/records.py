@@ -25,7 +25,7 @@ from flashbench.measure.bandjudge import CaseBands, combine
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "INTERPRETER_NOTE",
            "LSE_NOT_RETURNED", "LSE_STAND_IN", "Case", "Exactness", "Accuracy", "Unavailable",
            "Failed", "interpreter_too_slow", "unavailable_reason", "with_note", "attempt",
-           "not_taken", "accuracy_record", "private", "handed"]
+           "not_taken", "users", "accuracy_record", "private", "handed"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -202,12 +202,18 @@ def unavailable_reason(backend, shape: Shape, dtype: str) -> str | None:
     return reason
 
 
+def users(backend) -> bool:
+    """Whether ``backend`` is a user's (module:function or an installed entry point), not
+    flashbench's or torch's: its skips are said, since the user asked for it."""
+    return getattr(backend, "origin", None) not in (None, "flashbench", "torch")
+
+
 def not_taken(case, name: str, dtype: str, backend, asked) -> list:
     """No record where ``backend`` does not take ``dtype`` (not applicable), but a user's
     kernel that takes none of the dtypes ``asked`` (the run's precisions) is said to be
     skipped and why (it was dropped silently, and such a run ended "RESULT: PASS")."""
     names = {getattr(p, "name", p) for p in asked}
-    if getattr(backend, "origin", None) != "user" or names & set(backend.dtypes):
+    if not users(backend) or names & set(backend.dtypes):
         return []
     return [Unavailable(case, name, dtype, f"takes {', '.join(backend.dtypes)}, not {dtype}")]
 

@@ -25,6 +25,7 @@ class Roofline:
     how: str
     peak_how: dict = field(default_factory=dict)  # dtype -> which peak stands for it
     measure: object = field(default=None, repr=False, compare=False)  # () -> a new Roofline
+    floor: dict = field(default_factory=dict)  # dtype -> the floor's peak, where not its own
 
     def again(self) -> bool:
         """Measure the peaks again now and keep the higher of each: a peak first measured
@@ -35,11 +36,18 @@ class Roofline:
             return False
         new, self.measure = self.measure(), None
         self.tflops = {d: max(t, new.tflops.get(d, t)) for d, t in self.tflops.items()}
+        self.floor = {d: max(t, new.floor.get(d, t)) for d, t in self.floor.items()}
         self.copy_gbs = max(self.copy_gbs, new.copy_gbs)
         return True
 
     def peak(self, dtype: str) -> float:
+        """The peak % peak is of."""
         return self.tflops.get(dtype, max(self.tflops.values()))
+
+    def floor_peak(self, dtype: str) -> float:
+        """The peak the roofline floor is of: the fastest matmul a kernel of ``dtype`` may
+        use (an fp32 row's on a GPU: the tensor cores', where its tf32 dots run)."""
+        return max(self.floor.get(dtype, 0.0), self.peak(dtype))
 
     def peak_used(self, dtype: str) -> str:
         """Which measured peak a row of ``dtype`` is judged against, in words."""
@@ -88,7 +96,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     if device == "cuda":
         from flashbench.measure.timing import copy_bandwidth_gbs, matmul_peak_tflops
 
-        peaks, how = {}, {}
+        peaks, how, floor = {}, {}, {}
         for d in dict.fromkeys(dtypes):
             fp8 = fp8_peak_tflops() if d.startswith("fp8") else None
             if fp8 is not None:
@@ -98,15 +106,19 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             peaks[d] = matmul_peak_tflops(mm)
             if mm != d:
                 how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
-            if mm == "fp32":  # an fp32 kernel's dots may run as tf32 on the tensor cores
-                tensor = matmul_peak_tflops("bf16")
-                if tensor > peaks[d]:
-                    peaks[d], how[d] = tensor, ("bf16 matmul (the tensor cores: an fp32 "
-                                                "kernel's tf32 dots run there)")
+        if "fp32" in peaks:  # an fp32 kernel's dots may run as tf32 on the tensor cores:
+            try:  # its floor is of them (its % peak stays of the fp32 matmul)
+                tensor = peaks.get("bf16") or matmul_peak_tflops("bf16")
+            except RuntimeError:  # a device without a bf16 matmul: fp32's own
+                tensor = 0.0
+            if tensor > peaks["fp32"]:
+                floor["fp32"] = tensor
+                how["fp32"] = (f"fp32 matmul; the floor of the bf16 matmul, {tensor:.3g} "
+                               "TFLOP/s (the tensor cores, where a kernel's tf32 dots run)")
         return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
                         "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy; "
                         "measured again before a floor verdict", how,
-                        measure=lambda: measure_roofline(device, dtypes))
+                        measure=lambda: measure_roofline(device, dtypes), floor=floor)
     peaks = {}
     for d in dict.fromkeys(["fp32", *(d for d in dtypes if not d.startswith("fp8"))]):
         # another precision first at 256^3: where it is far below fp32 (a CPU's fp16 matmul

@@ -98,7 +98,7 @@ class SpeedCase:
 def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
     """Seconds a call cannot beat: FLOPs over the case precision's measured matmul peak, or
     bytes over the copy bandwidth, whichever is longer."""
-    return max(case.flops() / (roof.peak(case.dtype) * 1e12),
+    return max(case.flops() / (roof.floor_peak(case.dtype) * 1e12),
                case.bytes() / (roof.copy_gbs * 1e9))
 
 

@@ -75,14 +75,16 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
     elif any(f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
         notes.append("benchmarks/ has uncommitted edits: today's suites, edits included, "
                      "ran against both commits (as asv does).")
-    changed = git("diff", "--name-only", head, "--", "benchmarks", cwd=root).split()
-    if changed:  # head's own suites differ from the ones run: say so (a renamed suite was
+    tree = checked_out(root)
+    changed = [] if tree in (None, head) else git("diff", "--name-only", tree, head, "--",
+                                                  "benchmarks", cwd=root).split()
+    if changed:  # head's suites differ from the ones run: say so (a renamed suite was
         # measured under its old name on both sides, and nothing said it)
-        notes.append(f"Head's benchmarks/ differ from the suites that ran (today's: this "
-                     f"working tree's) in {len(changed)} file(s), "
-                     f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: what "
-                     "head changes there was not reviewed (check head out to run its "
-                     "suites).")
+        notes.append(f"Head's benchmarks/ differ from the suites that ran (this working "
+                     f"tree's, at {tree[:8]}) in {len(changed)} file(s), "
+                     f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: the "
+                     "suites as head defines them were not run (check head out to run "
+                     "them).")
     return notes
 
 
@@ -179,33 +181,40 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
 
 
 def _lane(w: Worker, budget: float = float("inf")) -> Lane:
-    """A sampler's lane that asks worker ``w``. A request may run 2 x the suite's timeout
-    + 60 s (1,260 s for timeout = 600), and at most twice the review's ``budget`` (at
-    least 120 s), until its point has answered once; then 20 x the calls it asks for at the
-    slowest call seen so far, at least 60 s: a head hanging where base answered in 0.3 s
-    kept a --quick review (budget 60 s) silent for 18 minutes."""
-    slowest: dict = {}  # (name, index) -> the slowest call answered, s
+    """A sampler's lane that asks worker ``w``. A side's first request of a point may run 2
+    x the suite's timeout + 60 s (1,260 s for timeout = 600), at most twice the review's
+    ``budget`` and at least 120 s (its setup and first compile included); later ones 3 x
+    the longest request of that side so far, or 20 x the calls asked for at its slowest
+    call so far, at least 60 s: a head hanging where base answered in 0.3 s kept a --quick
+    review (budget 60 s) silent for 18 minutes."""
+    slowest: dict = {}  # (name, index, side) -> its slowest call answered, s
+    longest: dict = {}  # (name, index, side) -> its longest request answered, s
 
-    def timed(point: Point, calls: int, ask) -> dict:
-        key = (point.name, point.index)
-        full = min(2 * point.timeout + 60, max(120.0, 2 * budget))
-        seen = slowest.get(key)
-        reply = ask(full if seen is None else min(full, max(60.0, 20 * seen * calls)))
-        per_call = [t for v in reply.values() if isinstance(v, list) for t in v
-                    if isinstance(t, float | int)]
-        if reply.get("status") == "ok" and per_call:
-            slowest[key] = max(seen or 0.0, *per_call)
+    def timed(point: Point, sides, calls: int, ask) -> dict:
+        keys = [(point.name, point.index, side) for side in sides]
+        limit = min(2 * point.timeout + 60, max(120.0, 2 * budget))
+        if all(k in slowest for k in keys):
+            limit = min(limit, max(60.0, 3 * max(longest[k] for k in keys),
+                                   20 * calls * max(slowest[k] for k in keys)))
+        start = time.monotonic()
+        reply = ask(limit)
+        wall = time.monotonic() - start
+        for key in keys if reply.get("status") == "ok" else ():
+            times = reply.get(key[2]) if len(keys) > 1 else reply.get("samples")
+            if times:
+                slowest[key] = max(slowest.get(key, 0.0), *times)
+                longest[key] = max(longest.get(key, 0.0), wall)
         return reply
 
     def measure(point: Point, side: str, plan) -> dict:
         calls = max(plan.number, 1) * (plan.per_block + 2)  # + a warm-up, a calibration's
-        return timed(point, calls, lambda t: w.ask(
+        return timed(point, (side,), calls, lambda t: w.ask(
             timeout=t, side=side, op="time", name=point.name, index=point.index,
             number=plan.number, samples=plan.per_block, warmup=plan.warmup))
 
     def measure_pair(point: Point, order: tuple[str, str], plan) -> dict:
         calls = 2 * max(plan.number, 1) * (plan.per_block + 1)  # + one untimed call a side
-        return timed(point, calls, lambda t: w.ask_pair(
+        return timed(point, order, calls, lambda t: w.ask_pair(
             order, timeout=t, name=point.name, index=point.index, number=plan.number,
             samples=plan.per_block))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Pool", "fingerprint", "names_for", "NAMES"]
+__all__ = ["Pool", "fingerprint", "names_for", "NAMES", "CHUNK"]
 
 # a slot's arguments by what the pool feeds (the names :meth:`Pool.modified` says)
 NAMES = {"fwd": ("q", "k", "v"), "grad": ("q", "k", "v", "do"),
@@ -41,23 +41,39 @@ def _overwrite(dst, src) -> None:
         dst[...] = src
 
 
+CHUNK = 1 << 20  # words summed at a time: the fingerprint's memory, 8 MiB of int64 at most
+
+
 def fingerprint(x) -> tuple | None:
-    """Two integer sums of an array's bits (all its words, every second word), None for
-    what is not an array: any write that changes a value changes them but by a collision of
-    both (a cheap stand-in for a copy of the pool: one read of it, no memory)."""
+    """The dtype, shape and two integer sums of an array's bits (its words, and its words
+    weighted by their position), None for what is not an array: any write that changes a
+    value, or moves one (a transpose in place, two rows swapped), changes them but by a
+    collision. Summed a chunk at a time, so it costs a read of the array and a few MiB
+    (a copy of the pool would double its memory)."""
     if x is None or not hasattr(x, "shape"):
         return None
     if hasattr(x, "element_size"):  # a torch tensor, on its own device
         import torch
 
         words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-        flat = x.detach().contiguous().reshape(-1).view(words[x.element_size()])
-        return (str(x.dtype), tuple(x.shape), int(flat.sum(dtype=torch.int64)),
-                int(flat[::2].sum(dtype=torch.int64)))
+        flat = x.detach().reshape(-1).view(words[x.element_size()]) if x.is_contiguous() \
+            else x.detach().contiguous().reshape(-1).view(words[x.element_size()])
+        total, weighted = 0, 0
+        for i in range(0, flat.numel(), CHUNK):
+            w = flat[i:i + CHUNK].to(torch.int64)
+            at = torch.arange(i, i + len(w), device=w.device, dtype=torch.int64)
+            total += int(w.sum())
+            weighted += int((w * (at % 65521 + 1)).sum())
+        return str(x.dtype), tuple(x.shape), total, weighted
     flat = np.ascontiguousarray(x).reshape(-1)
     flat = flat.view(f"u{flat.itemsize}") if flat.itemsize in (1, 2, 4, 8) else flat
-    return (str(x.dtype), tuple(x.shape), int(flat.sum(dtype=np.uint64)),
-            int(flat[::2].sum(dtype=np.uint64)))
+    total, weighted = 0, 0
+    for i in range(0, flat.size, CHUNK):
+        w = flat[i:i + CHUNK].astype(np.uint64)
+        total += int(w.sum(dtype=np.uint64))
+        weighted += int((w * (np.arange(i, i + len(w), dtype=np.uint64) % 65521 + 1))
+                        .sum(dtype=np.uint64))
+    return str(x.dtype), tuple(x.shape), total, weighted
 
 
 @dataclass
