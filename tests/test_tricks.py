@@ -87,9 +87,10 @@ TRICKS = textwrap.dedent('''
         return o
 
     def background_quick(q, k, v, causal=False, scale=None):
-        """The work on a thread it never joins, started at once: it finished inside the
-        timer's 50 ms wait for joined threads and passed (in a worker it read as a slowed
-        clock, the wait being outside the worker's own figure)."""
+        """The work on a thread it never joins, started at once: it finishes inside the
+        timer's 50 ms wait for a call's threads, which is inside the call's time (torch's
+        own compiled kernels leave such a thread: flex's ThreadPoolExecutor-1_0). In a
+        worker it read as a slowed clock: the wait was outside the worker's own figure."""
         o = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
         threading.Thread(target=lambda: o.copy_(_attn(q, k, v)), daemon=True).start()
         return o
@@ -160,7 +161,7 @@ EXPECTED = {
     "patch_perf_counter": guard.CLOCK, "patch_monotonic_ns": guard.CLOCK,
     "patch_event": guard.CLOCK, "seed_special": guard.WRONG, "warmup_detect": guard.STALE,
     "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
-    "scratch_in_input": guard.MODIFIED, "background_quick": guard.THREAD,
+    "scratch_in_input": guard.MODIFIED,
 }
 # the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
 # under the roofline floor, small enough for a fast test
@@ -287,7 +288,7 @@ def test_a_round_hands_out_returning_contents_before_new_ones(size):
 def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     args = ["speed", "--shape", "1x4x256x64", "--dtype", "fp32", "--json", "--quiet",
             "--seed", "11", "--backend", "fbtricks:good", "--baseline", "fbtricks:good",
-            "--backend", "fbtricks:good_threads"]
+            "--backend", "fbtricks:good_threads", "--backend", "fbtricks:background_quick"]
     for trick in sorted(EXPECTED):
         args += ["--backend", f"fbtricks:{trick}"]
     rc = main(args)
@@ -301,7 +302,9 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])
         assert rows[trick]["speedup"] is None  # a FAIL's time is no speed (385x once)
-    assert guard.CLOCK not in rows["background_quick"]["failures"]  # it touched no clock
+    # work a thread finishes inside the wait is timed: no trick, and no clock was touched
+    # (a thread still alive after the wait would be left running)
+    assert set(rows["background_quick"]["failures"]) <= {guard.THREAD}, rows["background_quick"]
 
 
 GPU_TRICKS = textwrap.dedent('''

@@ -260,11 +260,8 @@ class Server:
             self._flush(1)
             t0 = guard._PERF()
             out = t["call"](*args)
-            alive = threads.python_left(t["threads"])  # before the wait (threads.joined)
             self._sync()
             own.append(guard._PERF() - t0)
-            if alive is not None:
-                t["faults"].setdefault(guard.THREAD, alive)
             t["ran"].append((out, slot, seed))
             del out
         # inside the round trip, and in this clock's figure too: the harness's counts the

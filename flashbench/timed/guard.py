@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from flashbench.timed.pool import Pool
-from flashbench.timed.threads import joined, new_threads, python_left, thread_census
+from flashbench.timed.threads import joined, new_threads, thread_census
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
            "l2_flusher", "Kept", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
@@ -139,7 +139,6 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
             t0 = _PERF()
             start.record()
             out = call(*args)
-            alive = python_left(harness)  # before the wait: a joined thread is gone already
             joined(tasks)
             sync()
             end.record()
@@ -149,12 +148,11 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         else:
             t0 = _PERF()
             out = call(*args)
-            alive = python_left(harness)
             joined(tasks)
             t1 = _PERF()
             times.append(t1 - t0)
         host.append(t1 - t0)
-        left = alive or new_threads(harness, tasks)
+        left = new_threads(harness, tasks)
         if left is not None:
             faults.setdefault(THREAD, left)
         seeds.append(seed)

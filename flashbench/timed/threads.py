@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-__all__ = ["thread_census", "new_threads", "python_left", "joined", "JOIN_S"]
+__all__ = ["thread_census", "new_threads", "joined", "JOIN_S"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
@@ -25,22 +25,12 @@ def thread_census() -> tuple[frozenset, int | None]:
     return idents, tasks
 
 
-def python_left(harness: frozenset) -> str | None:
+def new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
     """A Python thread alive that the harness did not have before the first call (warm-up
-    included), else None. Read as the call returns, before :func:`joined`'s wait: a thread
-    the call joined is no longer alive in Python's list, one it left running is (a daemon
-    thread that finished its work inside the wait passed before)."""
+    included), or more OS threads than just before this call; else None."""
     new = [t for t in threading.enumerate() if t.is_alive() and t.ident not in harness]
     if new:
         return f"{len(new)} new Python thread(s) alive after the call ({new[0].name})"
-    return None
-
-
-def new_threads(harness: frozenset, tasks_before: int | None) -> str | None:
-    """:func:`python_left`, or more OS threads than just before this call; else None."""
-    left = python_left(harness)
-    if left is not None:
-        return left
     tasks = thread_census()[1]
     if tasks is not None and tasks_before is not None and tasks > tasks_before:
         return f"{tasks - tasks_before} new OS thread(s) alive after the call (/proc/self/task)"
