@@ -134,19 +134,26 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
     peaks, gbs, raised = best_peaks(peaks, gbs)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
-    # a kernel may compute in any precision (fp16 inputs, fp32 arithmetic): the floor is of
-    # the fastest matmul measured (a CPU's fp16 matmul, 0.001 TFLOP/s here, failed torch's
-    # own SDPA "below the roofline floor")
+    # a kernel may compute in fp32 whatever its inputs, and in any precision at all: % peak
+    # of the faster of its own matmul and fp32's (a CPU's fp16 matmul, 0.001 TFLOP/s here,
+    # failed torch's own SDPA "below the roofline floor"), the floor of the fastest measured
     fastest = max(peaks, key=peaks.get)
-    slower = {d: peaks[d] for d in dtypes if d in peaks and d not in fp8
-              and peaks[d] < peaks[fastest]}
     how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
            "has measured (measure.peaks" + (": this run measured less" if raised else "")
            + "); measured again before a floor verdict")
     used = {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 TFLOP/s)"
             for d, m in fp8.items()}
-    for d, own in slower.items():
-        peaks[d] = peaks[fastest]
-        used[d] = (f"{fastest} matmul (faster here than {d}'s own, {own:.3g} TFLOP/s: a "
-                   f"kernel may compute in {fastest})")
-    return Roofline(peaks, gbs, how, used, measure=lambda: measure_roofline(device, dtypes))
+    floor = {}
+    for d in (d for d in dict.fromkeys(dtypes) if d in peaks and d not in fp8):
+        own = peaks[d]
+        if own < peaks["fp32"]:
+            peaks[d] = peaks["fp32"]
+            used[d] = (f"fp32 matmul (faster here than {d}'s own, {own:.3g} TFLOP/s: a "
+                       "kernel may compute in fp32)")
+        if peaks[fastest] > peaks[d]:
+            floor[d] = peaks[fastest]
+            used[d] = (used.get(d, f"{d} matmul") + f"; the floor of the {fastest} matmul, "
+                       f"{peaks[fastest]:.3g} TFLOP/s (the fastest measured here)")
+    return Roofline(peaks, gbs, how, used, measure=lambda: measure_roofline(device, dtypes),
+                    floor=floor)
+
