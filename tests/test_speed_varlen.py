@@ -256,3 +256,32 @@ def test_every_sequence_of_a_packed_output_has_a_checked_row(lengths, seed):
         assert b == a or ((rows >= a) & (rows < b)).any(), (a, b, rows)
     many = np.arange(0, 3 * 1000 + 1, 3)  # 1,000 sequences of 3: a random 64 of them
     assert len(judge._rows(many, int(many[-1]))) == 64
+
+
+def test_a_packed_gradient_fail_names_its_sequence(monkeypatch):
+    """check --varlen named the sequence of a forward FAIL only; a packed backward wrong in
+    its last sequence alone (a user's function has no packed backward: a registry entry
+    here, whose gradients are the float64 ones with the last sequence's scaled by 1.5) has
+    its gradients' FAIL named there too."""
+    from dataclasses import replace
+
+    from flashbench.backends.registry import BACKENDS
+    from flashbench.measure import varlen as vl
+    from flashbench.measure.records import Case
+
+    def wrong_last(backend, q, k, v, do, cu, prec, kw):
+        grads = reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw)[:3]
+        last = int(cu[-2])
+        return tuple(torch.from_numpy(np.concatenate([g[:last], 1.5 * g[last:]])).float()
+                     for g in grads)
+
+    monkeypatch.setattr(vl, "_varlen_autograd", wrong_last)
+    monkeypatch.setitem(BACKENDS, "last-scaled", replace(
+        get_backend("torch-naive"), name="last-scaled", varlen_grad=True, peer=False))
+    case = Case(Shape(4, 2, 40, 40, 16), "normal", False, varlen=(40, 0, 17, 9))
+    recs = vl.measure_varlen_gradients(case, ["fp32"], ["flash_model", "last-scaled"])
+    bad = [r for r in recs if getattr(r, "kernel", None) == "last-scaled"]
+    assert bad and not bad[0].passed, recs
+    assert "in sequence 4 of 4 (index 3, length 9, packed rows 57-65)" in bad[0].worst_at, \
+        bad[0].worst_at
+    assert all(r.worst_at is None for r in recs if getattr(r, "passed", False))

@@ -133,6 +133,7 @@ class GradAccuracy:
     band_passed: bool | None = None
     band: dict | None = None
     disagreement: str | None = None
+    worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()

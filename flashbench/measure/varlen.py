@@ -195,7 +195,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
     import functools
 
-    from flashbench.measure.backward import judge_gradients
+    from flashbench.measure.backward import GRADS, judge_gradients
     from flashbench.measure.bandjudge import CaseBands
 
     if inputs is None:
@@ -214,8 +214,21 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
                     numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=prec, block=block,
                     **kw)[:3]))
 
-    return judge_gradients(
+    got: dict = {}  # (kernel, dtype) -> its gradients, float64: where a FAIL's error is
+
+    def run(backend, prec):
+        grads = _varlen_autograd(backend, q, k, v, do, cu, prec, kw)
+        got[backend.name, prec.name] = [g.detach().cpu().double().numpy() for g in grads]
+        return grads
+
+    records = judge_gradients(
         case, dtypes, kernels, models,
-        lambda backend, dtype: _why_not(backend, case, dtype, seed, grad=True),
-        lambda backend, prec: _varlen_autograd(backend, q, k, v, do, cu, prec, kw),
+        lambda backend, dtype: _why_not(backend, case, dtype, seed, grad=True), run,
         bands, ref, say, where=" varlen")
+    for i, r in enumerate(records):  # the worst gradient's sequence, as the forward's O
+        grads = got.get((getattr(r, "kernel", None), r.dtype))
+        if grads is not None and getattr(r, "passed", True) is False:
+            t = max(range(3), key=lambda j: getattr(r, f"{GRADS[j]}_ratio"))
+            where = worst_sequence(grads[t], ref[t], cu)
+            records[i] = replace(r, worst_at=f"{GRADS[t]}: {where}")
+    return records
