@@ -260,3 +260,53 @@ def test_a_forward_function_timed_as_decode_is_refused_in_flashbenchs_words(kern
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert rc == 1 and row["status"] == "FAIL", row
     assert row["reason"].startswith("fbclock:good declares no decode signature"), row
+
+
+HONEST = '''
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+_POOL = ThreadPoolExecutor(max_workers=2)  # its threads start at the first submit
+
+
+def numpy_attn(q, k, v, causal=False, scale=None):
+    qn, kn, vn = (t.double().numpy() for t in (q, k, v))
+    s = qn @ kn.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return torch.from_numpy((p / p.sum(-1, keepdims=True)) @ vn).to(q.dtype)
+
+
+def pooled(q, k, v, causal=False, scale=None):
+    def head(h):
+        return torch.nn.functional.scaled_dot_product_attention(q[:, h:h + 1], k[:, h:h + 1],
+                                                                v[:, h:h + 1])
+    return torch.cat([f.result() for f in [_POOL.submit(head, h)
+                                           for h in range(q.shape[1])]], dim=1)
+'''
+
+
+def test_honest_kernels_that_keep_threads_idle_pass_in_their_worker(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Two honest kernels a probe found failing: NumPy's OpenBLAS (2 threads) spun through
+    the idle pauses ("work outside the timed call": 0.4 s of CPU in 0.4 s), and a module's
+    ThreadPoolExecutor, whose threads start at the first submit, in the warm-up ("thread
+    left running"). The workers run with OPENBLAS_THREAD_TIMEOUT=4, and count their threads
+    after the warm-up."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbhonest.py").write_text(HONEST)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # the tests' one thread hides the spin
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    rc = main(["speed", "--quiet", "--json", "--shape", "1x2x256x64", "--causal", "off",
+               "--dtype", "fp32", "--only", "fbhonest:numpy_attn", "fbhonest:pooled"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rc == 0 and all(r["status"] == "PASS" for r in rows.values()), \
+        {n: r["failures"] for n, r in rows.items()}
+    sys.modules.pop("fbhonest", None)

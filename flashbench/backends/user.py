@@ -46,12 +46,15 @@ def broken(reason: str, *args, **kwargs):
 def _failing(name: str, description: str, origin: str, reason: str):
     """A backend whose every call fails with ``reason`` (the check reports it as FAIL).
 
-    It declares every variant and a packed path, so that a check with ``--window``,
-    ``--softcap``, ``--sinks`` or ``--varlen`` calls it and FAILs it by name, never
-    "not applicable" (a PASS for a kernel that never ran)."""
+    It declares every variant, a packed path and a backward, so that a check with
+    ``--window``, ``--softcap``, ``--sinks``, ``--varlen`` or ``--pass bwd`` calls it and
+    FAILs it by name, never "not applicable" (a PASS for a kernel that never ran; --pass
+    bwd read "its forward is not declared differentiable" for a module that did not
+    import)."""
     fail = partial(broken, reason)
     return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
-                   origin=origin, variants=VARIANTS, varlen=fail)
+                   origin=origin, variants=VARIANTS, varlen=fail, differentiable=True,
+                   grad_variants=VARIANTS, varlen_grad=True, grads=fail)
 
 
 @functools.cache

@@ -25,7 +25,13 @@ import subprocess
 import sys
 import time
 
-from flashbench.backends.zygote import STARTUP_LIMIT, forking, harness_path, start_worker
+from flashbench.backends.zygote import (
+    IDLE_ENV,
+    STARTUP_LIMIT,
+    forking,
+    harness_path,
+    start_worker,
+)
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
@@ -94,7 +100,7 @@ class Worker:
     def _start(self) -> None:
         import torch
 
-        env = dict(os.environ)
+        env = {**IDLE_ENV, **os.environ}  # (a spawned worker: as the zygote's)
         env["PYTHONPATH"] = harness_path()
         if "TRITON_INTERPRET" not in env and not torch.cuda.is_available():
             env["TRITON_INTERPRET"] = "1"  # the only way a Triton kernel runs on a CPU

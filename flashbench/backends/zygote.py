@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 from flashbench.kernels.validate import BackendFailed
 
-__all__ = ["STARTUP_LIMIT", "START_ENV", "forking", "zygote", "start_worker", "zygote_env",
-           "harness_path", "preload", "main"]
+__all__ = ["STARTUP_LIMIT", "START_ENV", "IDLE_ENV", "forking", "zygote", "start_worker",
+           "zygote_env", "harness_path", "preload", "main"]
 
 STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 ANSWER_LIMIT = 30.0  # seconds for the zygote's answer to a fork or a status request
@@ -158,10 +158,17 @@ def harness_path() -> str:
     return os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
 
 
+# OpenBLAS's threads sleep at once after a call instead of spinning (a kernel's own setting
+# wins): numpy's BLAS spun through the harness's idle pauses, 0.4 s of CPU in 0.4 s, and an
+# honest NumPy kernel read "work outside the timed call"
+IDLE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
 def zygote_env() -> dict:
     """The zygote's environment: the harness's, its sys.path as PYTHONPATH (as a worker's),
-    and the NVML CUDA check. Each worker gets the harness's own back."""
-    return {**os.environ, "PYTHONPATH": harness_path(), **NVML_CHECK}
+    the NVML CUDA check, and :data:`IDLE_ENV` where the harness sets none. Each worker gets
+    the harness's own back (OpenBLAS read IDLE_ENV when the zygote imported numpy)."""
+    return {**IDLE_ENV, **os.environ, "PYTHONPATH": harness_path(), **NVML_CHECK}
 
 
 def _stopped(pid: int) -> bool:
