@@ -200,12 +200,15 @@ def mark_unjudged(args, report: dict, rows: list) -> None:
                               for n, w in whys.items()}
 
 
+def _unjudged(report: dict) -> str:
+    return "no case judged the kernels named: " + "; ".join(
+        f"{n}: {why}" for n, why in report["unjudged"].items())
+
+
 def result_line(report: dict) -> str:
     """The RESULT line of a check report: PASS, FAIL, or NOTHING JUDGED (exit 2)."""
-    unjudged = report.get("unjudged")
-    if unjudged:
-        return ("RESULT: NOTHING JUDGED (exit 2): no case judged the kernels named: "
-                + "; ".join(f"{n}: {why}" for n, why in unjudged.items()))
+    if report.get("unjudged"):
+        return f"RESULT: NOTHING JUDGED (exit 2): {_unjudged(report)}"
     return "RESULT: " + ("PASS" if report["passed"] else "FAIL")
 
 
@@ -218,6 +221,6 @@ def emit(report: dict, render, as_json: bool) -> int:
     else:
         print(render(report))
     if report.get("unjudged"):
-        print(f"flashbench check: {result_line(report).split(': ', 2)[2]}", file=sys.stderr)
+        print(f"flashbench check: {_unjudged(report)}", file=sys.stderr)
         return 2
     return 0 if report["passed"] else 1

@@ -31,6 +31,12 @@ def _g(x) -> str:
     return "n/a" if x is None else f"{x:.2e}"
 
 
+def _ratio(r: dict, tensor: str) -> str:
+    """A baseline ratio; "(floor)" where it is above 2 and passed (the + eps/4)."""
+    x = r[f"{tensor}_ratio"]
+    return f"{x:.2f}" + (" (floor)" if x > 2 and r.get("baseline_passed") else "")
+
+
 def render_decode(report: dict) -> str:
     """The decode report as terminal tables, each headed by what it measures."""
     from flashbench.cli.check_tables import band_cell, band_notes, verdict_cell
@@ -60,12 +66,9 @@ def render_decode(report: dict) -> str:
             notes.append(f"   {r['kernel']} {r['dtype']} {kind} ({why}): {r['case']}")
             continue
         lse = "n/a" if r.get("lse_ratio") is None else (
-            f"{r['lse_ratio']:.2f}" + (" (stand-in)" if r.get("lse_note") else "")
-            + (" (floor)" if r["lse_ratio"] > 2 and r.get("baseline_passed") else ""))
+            _ratio(r, "lse") + (" (stand-in)" if r.get("lse_note") else ""))
         rows.append([r["case"], r["kernel"], r["dtype"], _g(r["o"]["max_abs"]),
-                     _g(r["o_standard"]["max_abs"]), f"{r['o_ratio']:.2f}" + (
-                         " (floor)" if r["o_ratio"] > 2 and r.get("baseline_passed") else ""),
-                     lse,
+                     _g(r["o_standard"]["max_abs"]), _ratio(r, "o"), lse,
                      band_cell(r, "o"), band_cell(r, "lse"), _g(r.get("band_err")),
                      _g(r.get("band")), verdict_cell(r)])
     out.append(tabulate(rows, headers=["case", "kernel", "dtype", "O max", "std O max",

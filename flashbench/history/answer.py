@@ -155,12 +155,10 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                     "positive change_pct is more error than ever before, a negative one "
                     "less):" if len(out) else "."))
     if len(out):
-        named = SHOWN
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
                                  zip(out["band_lo"], out["band_hi"], strict=True)],
-                           other=[other_params(p, named)
-                                  for p in out.get("params", [""] * len(out))])
-        cols = [c for c in (*named, "other", "metric", "band", "latest", "change_pct",
+                           other=[other_params(p) for p in out.get("params", [""] * len(out))])
+        cols = [c for c in (*SHOWN, "other", "metric", "band", "latest", "change_pct",
                             "latest_status", "latest_commit") if c in shown
                 and (c != "latest_status" or shown[c].ne("ok").any())
                 and (c != "other" or shown[c].notna().any())]

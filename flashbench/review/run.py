@@ -187,23 +187,22 @@ def _lane(w: Worker, budget: float = float("inf")) -> Lane:
     the longest request of that side so far, or 20 x the calls asked for at its slowest
     call so far, at least 60 s: a head hanging where base answered in 0.3 s kept a --quick
     review (budget 60 s) silent for 18 minutes."""
-    slowest: dict = {}  # (name, index, side) -> its slowest call answered, s
-    longest: dict = {}  # (name, index, side) -> its longest request answered, s
+    seen: dict = {}  # (name, index, side) -> (its slowest call, its longest request), s
 
     def timed(point: Point, sides, calls: int, ask) -> dict:
         keys = [(point.name, point.index, side) for side in sides]
         limit = min(2 * point.timeout + 60, max(120.0, 2 * budget))
-        if all(k in slowest for k in keys):
-            limit = min(limit, max(60.0, 3 * max(longest[k] for k in keys),
-                                   20 * calls * max(slowest[k] for k in keys)))
+        if all(k in seen for k in keys):
+            call, request = (max(seen[k][i] for k in keys) for i in (0, 1))
+            limit = min(limit, max(60.0, 3 * request, 20 * calls * call))
         start = time.monotonic()
         reply = ask(limit)
         wall = time.monotonic() - start
         for key in keys if reply.get("status") == "ok" else ():
             times = reply.get(key[2]) if len(keys) > 1 else reply.get("samples")
             if times:
-                slowest[key] = max(slowest.get(key, 0.0), *times)
-                longest[key] = max(longest.get(key, 0.0), wall)
+                call, request = seen.get(key, (0.0, 0.0))
+                seen[key] = (max(call, *times), max(request, wall))
         return reply
 
     def measure(point: Point, side: str, plan) -> dict:
