@@ -302,9 +302,11 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])
         assert rows[trick]["speedup"] is None  # a FAIL's time is no speed (385x once)
-    # work a thread finishes inside the wait is timed: no trick, and no clock was touched
-    # (a thread still alive after the wait would be left running)
-    assert set(rows["background_quick"]["failures"]) <= {guard.THREAD}, rows["background_quick"]
+    # work a thread finishes inside the wait is timed: no trick, and no clock was touched;
+    # a thread still alive after the wait (a loaded machine) is left running, its output
+    # then maybe unfinished (wrong), never a tampered clock
+    quick = rows["background_quick"]["failures"]
+    assert guard.CLOCK not in quick and (not quick or guard.THREAD in quick), quick
 
 
 GPU_TRICKS = textwrap.dedent('''
