@@ -12,6 +12,7 @@ import pytest
 from flashbench.review.worker_client import Worker, lane_cpus, peak_memory
 
 SUITE = '''
+import os
 import time
 
 
@@ -32,16 +33,17 @@ class Things:
         return 10.0 * n
 
 
-COUNT = []
+COUNT = os.path.join(os.path.dirname(__file__), "long_calls.txt")  # a timing runs in a child
 
 
 def time_long():
-    COUNT.append(1)
+    with open(COUNT, "a") as f:
+        f.write("1")
     time.sleep(0.03)
 
 
 def track_long_calls():
-    return float(len(COUNT))
+    return float(os.path.getsize(COUNT)) if os.path.exists(COUNT) else 0.0
 
 
 def time_broken():

@@ -95,6 +95,7 @@ class Worker:
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
         self.closed = False  # close()d: requests raise instead of restarting the process
         self.say = None  # (text) -> None: a line a minute while a request is awaited
+        self.per_point = (False, "")  # (a process per timing request?, why), on start
 
     def start(self) -> Worker:
         self.stop()
@@ -119,6 +120,7 @@ class Worker:
         if "error" in first:
             raise WorkerError(f"the {self.label} worker: {first['error']}")
         self.errors = dict(first.get("errors") or {})
+        self.per_point = first.get("process") == "request", str(first.get("why") or "")
         return self
 
     def _read(self, timeout: float | None) -> dict | None:

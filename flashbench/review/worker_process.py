@@ -26,7 +26,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
 WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
-GUARD = {}  # "module": flashbench/infra/libwatch.py, loaded by path on first use
+GUARD = {}  # "module": flashbench/infra/libwatch.py, loaded by path on first use (_load)
 
 
 def _reason(exc: BaseException) -> str:  # a SyntaxError's place too: its text has none
@@ -63,8 +63,8 @@ class Suites:
                         "not_applicable": [i for i, v in enumerate(values) if v in skips]})
         return out
 
-    def prepare(self, name: str, index: int):
-        """Set up one grid point; returns (benchmark, None) or (None, reply)."""
+    def prepare(self, name: str, index: int, setup: bool = True):
+        """Set up a grid point (``setup`` False: its setup_cache only): (b, None), (None, reply)."""
         b = self.benchmarks.get(name)
         if b is None:
             return None, {"status": "missing", "reason": f"no benchmark {name} here"}
@@ -86,8 +86,8 @@ class Suites:
                 return None, {"status": state, "reason": value}
             b.set_cache(value)
         try:
-            for setup in b._setups:
-                setup(*b._build_params())
+            for step in b._setups if setup else ():
+                step(*b._build_params())
         except NotImplementedError as exc:
             return None, {"status": "skipped", "reason": _reason(exc)}
         except Exception as exc:
@@ -228,14 +228,17 @@ def _top_level_names(tree: str) -> set:
     return names - {m.partition(".")[0] for m in _guard().GUARDED_MODULES}
 
 
-def _guard():
-    """flashbench/infra/libwatch.py, loaded by path once (the harness's, whatever a side holds)."""
-    if not GUARD:
-        spec = importlib.util.spec_from_file_location(
-            "libwatch", os.path.join(os.path.dirname(HERE), "infra", "libwatch.py"))
-        GUARD["module"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(GUARD["module"])
-    return GUARD["module"]
+def _load(name: str, *path: str):
+    """A standalone module of flashbench/, loaded by path once (whatever a side holds)."""
+    if name not in GUARD:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "..", *path))
+        GUARD[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(GUARD[name])
+    return GUARD[name]
+
+
+def _guard():  # flashbench/infra/libwatch.py
+    return _load("module", "infra", "libwatch.py")
 
 
 def entry_points() -> dict:
@@ -269,13 +272,13 @@ class Sides:
                 self.suites[side] = Suites(root, importer=False)
                 _guard().import_own(self.trees[side])
             except BaseException as exc:  # this commit's suites do not import
-                self.errors[side] = GUARD["module"].discovery_error(exc, _reason(exc))
+                self.errors[side] = _guard().discovery_error(exc, _reason(exc))
             self.refuse_changes(side, before, "its import")
         self.entry = entry_points()
 
     def refuse_changes(self, side: str, before: dict, when: str) -> str | None:
         """Refuse ``side`` when its code replaced a shared function (libwatch.refusal)."""
-        why = GUARD["module"].refusal(before, entry_points(), when, globals())
+        why = _guard().refusal(before, entry_points(), when, globals())
         if why is not None:
             self.errors[side] = why
         return why
@@ -295,8 +298,7 @@ class Sides:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".")
                        not in self.trees.values()]
         sys.path.insert(0, self.trees[side])
-        # processes the suites start (peak memory tracks measure in a child) import this
-        # side's flashbench too
+        # processes the suites start (peak memory tracks) import this side's flashbench too
         os.environ["PYTHONPATH"] = os.pathsep.join([self.trees[side]] + self.pythonpath)
         os.chdir(self.trees[side])
         self.active = side
@@ -332,23 +334,21 @@ class Sides:
 
 def serve(root: str, trees: dict, out) -> int:
     """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
-    "pid", "errors": {side: why}}``. Ops: ``list``, ``time``, ``pair``, ``track``,
-    ``exit``. A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
+    "pid", "errors": {side: why}, "process", "why"}``. Ops: ``list``, ``time``, ``pair``,
+    ``track``, ``exit``; timings in a process per request where it forks (infra/pointfork).
+    A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
     (skip_params), "missing" or "failed" (the error's last line in ``reason``)."""
+    fork, why = (points := _load("points", "infra", "pointfork.py")).wanted()
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
         out.write(json.dumps({"error": "cannot load the suites: " + _reason(exc)}) + "\n")
         out.flush()
         return 1
-    out.write(json.dumps({"ready": True, "pid": os.getpid(), "errors": sides.errors}) + "\n")
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "errors": sides.errors,
+                          "process": "request" if fork else "one", "why": why}) + "\n")
     out.flush()
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req.get("op") == "exit":
-            break
-        out.write(json.dumps(sides.answer(req)) + "\n")
-        out.flush()
+    points.relay(sides, fork, sys.stdin, out, entry_points)
     return 0
 
 
