@@ -28,6 +28,7 @@ whether the targets of the review-power issue are met.
     python -m studies.review_power --reviews 2 --sizes 1.3 \\
         --bench "TimeAttention.*1024x1024x64" --budget 60          # a small look
     python -m studies.review_power --summarize DIR                 # the table of --save DIR
+    python -m studies.review_power --processes request one ...     # both timing processes
 
 Run it on a quiet machine: the figures are the machine's as much as the review's.
 """
@@ -153,7 +154,8 @@ def make_commits(repo: Path, sizes: list[float], threads: int | None) -> tuple[d
     return commits, note
 
 
-def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, float]:
+def review(repo: Path, home: Path, base: str, head: str, args, process: str | None = None
+           ) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "flashbench.cli", "review", base, head, "--json", "--bench",
            args.bench]
     if args.budget:
@@ -165,8 +167,10 @@ def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, fl
     if args.jobs:
         cmd += ["--jobs", str(args.jobs)]
     t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True,
-                       env={**os.environ, "HOME": str(home)})
+    env = {**os.environ, "HOME": str(home)}
+    if process:  # the worker's timing process (flashbench/infra/pointfork.py)
+        env["FLASHBENCH_REVIEW_PROCESS"] = process
+    r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - t0
     if r.returncode not in (0, 1, 2) or not r.stdout.strip():
         raise RuntimeError(f"review exited {r.returncode}: {r.stderr.strip()[-500:]}")
@@ -175,7 +179,7 @@ def review(repo: Path, home: Path, base: str, head: str, args) -> tuple[dict, fl
 
 def score(label: str, docs: list[tuple[dict, float]], affected, chosen) -> dict:
     rows = [[x for x in doc["rows"] if x["kind"] == "time"] for doc, _ in docs]
-    noop = label == "no-op"
+    noop = label.split()[0] == "no-op"
     hit = [x for x in sum(rows, []) if affected(x)]
 
     def detected(rs):
@@ -207,9 +211,10 @@ def summarize(folder: Path, affected, chosen) -> list[dict]:
 
     docs: dict[str, list] = {}
     for path in sorted(folder.glob("*.json")):
-        m = re.fullmatch(r"(no-op|[0-9.]+x)-([0-9]+)\.json", path.name)
+        m = re.fullmatch(r"(no-op|[0-9.]+x)(?:@(request|one))?-([0-9]+)\.json", path.name)
         if not m:
             continue
+        label = m[1] + (f" @{m[2]}" if m[2] else "")
         try:
             doc = json.loads(path.read_text())
             rows = doc["rows"]
@@ -219,9 +224,9 @@ def summarize(folder: Path, affected, chosen) -> list[dict]:
         if not isinstance(rows, list):
             print(f"review_power: skipped {path}: no rows", file=sys.stderr)
             continue
-        docs.setdefault(m[1], []).append((doc, float(doc.get("power_wall_s")
+        docs.setdefault(label, []).append((doc, float(doc.get("power_wall_s")
                                                       or doc.get("seconds") or 0.0)))
-    order = sorted(docs, key=lambda label: (label != "no-op", label))
+    order = sorted(docs, key=lambda label: (not label.startswith("no-op"), label))
     return [score(label, docs[label], affected, chosen) for label in order]
 
 
@@ -241,16 +246,14 @@ def table(results: list[dict]) -> str:
 
 
 def targets(results: list[dict], args) -> list[str]:
-    by = {r["size"]: r for r in results}
     out = []
-    if "no-op" in by:
-        r = by["no-op"]
-        out.append(f"no-op: {r['false_alarms']}/{r['reviews']} reviews with a 'slower' verdict "
-                   "(target: none in 10 of 10)")
-    for label, r in by.items():
-        if label == "no-op":
+    for r in results:
+        label = r["size"]
+        if label.split()[0] == "no-op":
+            out.append(f"{label}: {r['false_alarms']}/{r['reviews']} reviews with a 'slower' "
+                       "verdict (target: none in 10 of 10)")
             continue
-        size = float(label.rstrip("x"))
+        size = float(label.split()[0].rstrip("x"))
         if size >= 1.3:
             out.append(f"{label}: detected in {r['detected']}/{r['reviews']}, untouched timings "
                        f"called slower in {r['false_alarms']} (target: every review, none)")
@@ -279,7 +282,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, help="review --threads")
     p.add_argument("--jobs", type=int, help="review --jobs (timing workers at once)")
     p.add_argument("--workdir", help="where to clone (default: a temporary folder, removed)")
-    p.add_argument("--save", help="a folder to write each review's JSON to (<size>-<i>.json)")
+    p.add_argument("--processes", nargs="+", choices=["request", "one"],
+                   help="the worker's timing processes, each review of each size run under "
+                        "each in turn (FLASHBENCH_REVIEW_PROCESS; default: the machine's)")
+    p.add_argument("--save", help="a folder to write each review's JSON to "
+                                  "(<size>[@<process>]-<i>.json)")
     p.add_argument("--summarize", metavar="DIR",
                    help="print the table of the reviews saved in DIR (--save) and stop")
     args = p.parse_args(argv)
@@ -310,21 +317,23 @@ def main(argv=None) -> int:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
         commits, note = make_commits(repo, args.sizes, args.threads)
         print(note, file=sys.stderr, flush=True)
-        labels = ([] if args.no_noop else ["no-op"]) + [f"{s:g}x" for s in args.sizes]
-        docs = {label: [] for label in labels}
-        for i in range(args.reviews):  # sizes interleaved: drift of the machine hits all
-            for label in labels:
-                doc, seconds = review(repo, home, commits["base"], commits[label], args)
-                docs[label].append((doc, seconds))
+        sizes = ([] if args.no_noop else ["no-op"]) + [f"{s:g}x" for s in args.sizes]
+        runs = [(size, mode) for size in sizes for mode in args.processes or [None]]
+        name = {run: run[0] + (f" @{run[1]}" if run[1] else "") for run in runs}
+        docs = {run: [] for run in runs}
+        for i in range(args.reviews):  # sizes and processes interleaved: drift hits all
+            for size, mode in runs:
+                doc, seconds = review(repo, home, commits["base"], commits[size], args, mode)
+                docs[size, mode].append((doc, seconds))
                 if args.save:
                     out = Path(args.save)
                     out.mkdir(parents=True, exist_ok=True)
-                    (out / f"{label}-{i + 1}.json").write_text(
+                    (out / f"{size}{f'@{mode}' if mode else ''}-{i + 1}.json").write_text(
                         json.dumps({**doc, "power_wall_s": seconds}, indent=1))
                 slower = sum(x["verdict"] == "slower" for x in doc["rows"])
-                print(f"[{label} {i + 1}/{args.reviews}] exit {doc['status']}, {slower} slower, "
-                      f"{seconds:.0f} s", file=sys.stderr, flush=True)
-        results = [score(label, docs[label], affected, chosen) for label in labels]
+                print(f"[{name[size, mode]} {i + 1}/{args.reviews}] exit {doc['status']}, "
+                      f"{slower} slower, {seconds:.0f} s", file=sys.stderr, flush=True)
+        results = [score(name[run], docs[run], affected, chosen) for run in runs]
     return report(f"same-run A/B reviews of commits on {commits['base'][:8]}, --bench "
                   f"{args.bench!r}{f', --budget {args.budget:g}' if args.budget else ''}"
                   f"{', --quick' if args.quick else ''}"

@@ -51,6 +51,24 @@ def test_summarize_scores_saved_reviews_and_skips_what_is_not_one(tmp_path, caps
     assert power.main(["--summarize", str(tmp_path / "empty")]) == 2
 
 
+def test_summarize_keeps_each_timing_process_apart(tmp_path, capsys):
+    """--processes request one: a size's reviews under each process are scored apart."""
+    power = _power()
+    streamed = "impl='streamed'"
+    _save(tmp_path, "1.3x@request-1.json", [_row("TimeAttention", streamed, "slower", 1.3)],
+          100)
+    _save(tmp_path, "1.3x@one-1.json", [_row("TimeAttention", streamed, "same", 1.05)], 90)
+    _save(tmp_path, "no-op@one-1.json", [_row("TimeAttention", streamed, "slower", 1.2)], 90)
+    assert power.main(["--summarize", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = {c[1]: c for c in ([x.strip() for x in line.split("|")] for line in out.splitlines()
+                              if line.startswith("| "))}
+    assert rows["1.3x @request"][3] == "1/1" and rows["1.3x @one"][3] == "0/1"
+    assert rows["no-op @one"][4] == "1/1"
+    assert "- no-op @one: 1/1 reviews with a 'slower' verdict" in out
+    assert "- 1.3x @request: detected in 1/1" in out
+
+
 def test_the_slowdown_edits_still_find_the_streaming_loop():
     """review_power.py and the slow review tests slow stream_attention by editing its loop:
     a change of that loop must fail here, in the fast tests, not after a study started."""
