@@ -338,7 +338,7 @@ class Server:
         q, k, v = leaves
         if r["expand"]:
             k, v = expand_kv(q, k, v)
-        out = call_forward(fn, q, k, v, r["causal"])
+        out = call_forward(fn, q, k, v, r["causal"], **(r.get("variant") or {}))
         o = out[0] if isinstance(out, tuple | list) else out
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
             what = "not differentiable" if isinstance(o, torch.Tensor) else "not a tensor"

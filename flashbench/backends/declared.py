@@ -119,7 +119,8 @@ def _head_dims(value) -> tuple[int, ...] | None:
 def load(spec: str):
     """(function, declared) for ``"module:function"``, imported in this process (the
     worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
-    kind, dtypes, head_dims, gqa, differentiable, variants, dv (``flashbench_dv = True``:
+    kind, dtypes, head_dims, gqa, differentiable, variants, grad_variants (those of them its
+    backward takes: default all), dv (``flashbench_dv = True``:
     it takes v with a head dim dv != d, DeepSeek's 192 / 128), varlen
     (``flashbench_varlen = True``: it takes packed batches, :func:`call_varlen`).
     BackendFailed with the reason otherwise."""
@@ -133,11 +134,16 @@ def load(spec: str):
     if not callable(obj):
         raise BackendFailed(f"{spec} is a {type(obj).__name__}, not a function")
     head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
+    variants = _declared(obj, "flashbench_variants", (), _variants)
+    grad_variants = _declared(obj, "flashbench_grad_variants", variants, _variants)
+    if not set(grad_variants) <= set(variants):
+        raise BackendFailed(f"its flashbench_grad_variants {grad_variants!r} names a variant "
+                            f"its forward does not take (flashbench_variants {variants!r})")
     return obj, {"kind": _declared(obj, "flashbench_kind", FORWARD, _kind),
                  "dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
                  "head_dims": None if head_dims is None else list(head_dims),
                  "gqa": bool(getattr(obj, "flashbench_gqa", False)),
                  "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
-                 "variants": list(_declared(obj, "flashbench_variants", (), _variants)),
+                 "variants": list(variants), "grad_variants": list(grad_variants),
                  "dv": bool(getattr(obj, "flashbench_dv", False)),
                  "varlen": bool(getattr(obj, "flashbench_varlen", False))}

@@ -105,10 +105,11 @@ def _varlen(worker, expand: bool, q, k, v, cu_q, cu_k, causal=False, scale=None,
                          (reply["lse"] if own else reply["stand_in"]).to(q.device), own)
 
 
-def _grads(worker, expand: bool, q, k, v, do, causal=False):
-    """(dq, dk, dv): autograd through the function, in its worker."""
+def _grads(worker, expand: bool, q, k, v, do, causal=False, **variant):
+    """(dq, dk, dv): autograd through the function, in its worker (with the variant's
+    keywords: those its backward takes, ``flashbench_grad_variants``)."""
     reply = worker.call({"op": "grads", "q": q, "k": k, "v": v, "do": do, "causal": causal,
-                         "expand": expand})
+                         "expand": expand, "variant": variant})
     return tuple(reply["grads"])
 
 
@@ -168,6 +169,8 @@ def _make(spec: str, name: str, origin: str, worker, declared: dict):
                    if declared["differentiable"] else None,
                    ran_interpreted=worker.interpreted,
                    variants=tuple(declared.get("variants", ())),
+                   grad_variants=tuple(declared.get("grad_variants", ()))
+                   if declared["differentiable"] else (),
                    varlen=partial(_varlen, worker, not declared["gqa"])
                    if declared.get("varlen") else None,
                    lse="the function's own when it returns (o, lse); o alone: judged on o",

@@ -185,7 +185,7 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
     (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
-    user's function: in its worker; no variant). BackendFailed when the call changed its
+    user's function: in its worker, with them too). BackendFailed when the call changed its
     q, k, v or dO."""
     import torch
 
@@ -197,7 +197,7 @@ def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     grad_o = handed(prec, caller_inputs(prec, do))[0]
     saved = snapshot(*given, grad_o)
     if backend.grads is not None:
-        grads = backend.grads(*given, grad_o, causal=causal)
+        grads = backend.grads(*given, grad_o, causal=causal, **variant_kwargs(variant))
     else:
         leaves = [t.requires_grad_(True) for t in given]
         out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
