@@ -200,6 +200,31 @@ def test_tflops_plot_marks_a_machine_change_and_a_loaded_run():
     assert len({ln.get_label() for ln in ax.get_lines() if ln.get_marker() == "o"}) >= 1
 
 
+def test_tflops_plot_tells_a_variant_from_the_plain_case():
+    """Failed before: in one panel the streamed reference with a window and without it were
+    drawn alike (one colour, one marker, one line style), so a reader took the window's
+    series for the plain kernel's. A variant's markers are hollow, named in the legend."""
+    from flashbench.history.plots import tflops_figure
+    from flashbench.history.summaries import throughput_points
+
+    parts = []
+    for variant, seconds in (("causal", 0.02), ("causal window=(256,0)", 0.005)):
+        df = frame([seconds, seconds], "bench_variants.TimeVariantReference.time_variant",
+                   {"shape": "1x1x1024x1024x64", "dtype": "fp64", "variant": variant,
+                    "impl": "streamed"}, unit="seconds")
+        parts.append(df.assign(commit=[f"{i:040d}" for i in range(2)], type="time",
+                               date=pd.date_range("2026-01-01", periods=2, tz="UTC"),
+                               file=[f"{variant}{i}" for i in range(2)]))
+    df = pd.concat(parts, ignore_index=True)
+    fig = tflops_figure(throughput_points(df), df)
+    ax = next(a for a in fig.axes if a.get_visible())
+    faces = sorted(str(ln.get_markerfacecolor()) for ln in ax.get_lines()
+                   if ln.get_marker() not in (None, "None", ""))
+    assert len(faces) == 2 and faces.count("white") == 1, faces
+    legend_texts = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    assert "hollow marker: a window, softcap or sinks" in legend_texts
+
+
 def test_an_infinite_accuracy_value_is_not_drawn():
     """Failed before: errors.png and rules.png kept rows with status ok whatever their value,
     so one Infinity (asv stores what a benchmark returned) stretched a log axis to inf."""

@@ -10,6 +10,7 @@ matplotlib figure (for the tests); ``plot_*`` save it. More: docs/history.md ("P
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -56,10 +57,14 @@ def _dtype_order(dtypes) -> list[str]:
     return known + sorted(d for d in dtypes if d not in known)
 
 
+VARIED = re.compile(r"window|softcap|sinks")  # a series' other parameters name a variant
+
+
 class _Series:
     """Draws a panel's series: one line per (machine, cpu, benchmark, params), so never
     two settings on one line; colour by kernel, marker by dtype, causal dashed, peers
-    thin, studies dash-dot. Collects the legends: kernels, dtypes, line styles."""
+    thin, studies dash-dot, a variant's markers hollow. Collects the legends: kernels,
+    dtypes, line styles."""
 
     def __init__(self, kernels, kernel_col: str = "kernel", study: str = "study"):
         self.colours, self.kernel_col, self.study = fg.kernel_colours(kernels), kernel_col, study
@@ -73,7 +78,7 @@ class _Series:
         # the columns a line needs, put in history order once: each group keeps that
         # order (a sort per line of every column cost most of a report's plotting time)
         cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
-                                          "commit", y]) if c in sub]
+                                          "variant", "commit", y]) if c in sub]
         for _, g in by_commit(sub[cols], order).groupby(keys, observed=True, dropna=False,
                                                          sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
@@ -86,9 +91,12 @@ class _Series:
                 g["causal"].iloc[0] in (True, False) else False
             peer = fg.is_peer(kernel)
             style = "-." if kernel is None else "--" if causal else "-"
+            varied = "variant" in g and bool(VARIED.search(str(g["variant"].iloc[0])))
             line = ax.plot(g["x"], g[y], color=self.colours.get(kernel, "k"), marker=marker,
                            markersize=3, lw=0.8 if peer else 1.3, alpha=0.6 if peer else 1,
-                           linestyle=style)[0]
+                           linestyle=style, markerfacecolor="white" if varied else None)[0]
+            if varied:
+                self.styles.setdefault("hollow marker: a window, softcap or sinks", line)
             name = kernel or self.study
             self.kernels.setdefault(name + (" (peer: information only)" if peer else ""),
                                     line)
