@@ -35,8 +35,13 @@ from flashbench.backends.zygote import (
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
-__all__ = ["DEFAULT_TIME_LIMIT", "Worker", "time_limit", "set_time_limit", "close_all",
-           "worker_of"]
+__all__ = ["DEFAULT_TIME_LIMIT", "Worker", "OverLimit", "time_limit", "set_time_limit",
+           "close_all", "worker_of"]
+
+
+class OverLimit(BackendFailed):
+    """A call ran past the time limit and its worker was stopped (a FAIL like any other)."""
+
 
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
@@ -174,8 +179,8 @@ class Worker:
             self.close()
             self.stopped = (f"not run: an earlier call exceeded the per-call time limit of "
                             f"{limit:g} s (--timeout)")
-            raise BackendFailed(f"exceeded the per-call time limit of {limit:g} s "
-                                f"(--timeout); its worker was stopped")
+            raise OverLimit(f"exceeded the per-call time limit of {limit:g} s "
+                            f"(--timeout); its worker was stopped")
         reply = _unpack(body)
         self.saw_interpreter = self.saw_interpreter or bool(reply.get("interpreted"))
         if "failed" in reply:
