@@ -225,3 +225,21 @@ def test_a_hung_request_ends_with_the_worker(tmp_path, monkeypatch):
             return
         time.sleep(0.1)
     pytest.fail(f"the hung request's process {child} outlived its worker")
+
+
+def test_review_process_option_reaches_the_worker_and_refuses_others(tmp_path, monkeypatch):
+    from flashbench.review import Options
+
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    root = _tree(tmp_path)
+    w = Worker("timing", {"base": root}, root / "benchmarks", root / "w.log",
+               process="one").start()
+    try:
+        assert w.per_point == (False, "--process one")
+        assert _time(w, "time_state")["status"] == "ok"
+        pid = w.proc.pid
+    finally:
+        w.stop()
+    assert [int(p) for p, _ in _lines(root, "state")] == [pid]  # timed in the worker itself
+    with pytest.raises(ValueError, match="process must be 'request' or 'one'"):
+        Options(process="fork").check()

@@ -46,6 +46,11 @@ def add_parser(sub) -> None:
                    help="same-run: timing worker processes sampling at once (default 1); "
                    "needs --threads, and jobs x threads CPUs: each worker is pinned to its "
                    "own (on a 2-CPU machine: --jobs 2 --threads 1)")
+    r.add_argument("--process", choices=["request", "one"], default=None,
+                   help="same-run: where timings run: a process per request, forked from "
+                   "the worker (the allocator as in asv's processes; the default on a CPU "
+                   "machine) or the worker's own (more decisive, but blind to a change's "
+                   "fresh-allocation cost; the default on a GPU machine)")
     r.add_argument("--allow-dirty", action="store_true",
                    help="review the committed HEAD although flashbench/ or benchmarks/ have "
                    "uncommitted edits (the header says they were not measured)")
@@ -66,7 +71,7 @@ def run(args) -> int:
                    quick=args.quick, existing=args.existing, factor=args.factor,
                    acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
                    machine=args.machine, allow_dirty=args.allow_dirty,
-                   threads=args.threads, jobs=args.jobs)
+                   threads=args.threads, jobs=args.jobs, process=args.process)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
     if target is not None:

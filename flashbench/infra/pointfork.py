@@ -23,10 +23,11 @@ TIMING_OPS = ("time", "pair")  # accuracy tracks are deterministic: they stay in
 
 
 def wanted() -> tuple[bool, str]:
-    """(fork per timing request?, why), from ``$FLASHBENCH_REVIEW_PROCESS`` or the machine."""
+    """(fork per timing request?, why): ``$FLASHBENCH_REVIEW_PROCESS`` (review --process sets
+    it) or the machine's default."""
     asked = os.environ.get(ENV, "")
     if asked in ("request", "one"):
-        return asked == "request", f"{ENV}={asked}"
+        return asked == "request", f"--process {asked}"
     if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return False, "this system has no fork"
     if os.path.exists("/dev/nvidiactl"):

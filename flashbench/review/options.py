@@ -37,6 +37,7 @@ class Options:
     allow_dirty: bool = False
     threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
     jobs: int = 1  # same-run: timing workers sampling at once, each on CPUs of its own
+    process: str | None = None  # same-run: "request", "one" (None: the machine's, pointfork)
 
     def check(self) -> None:
         """ValueError/TypeError naming the option and what it accepts."""
@@ -54,6 +55,8 @@ class Options:
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not (
                 1 <= self.jobs <= 1024):
             raise ValueError(f"jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.process not in (None, "request", "one"):
+            raise ValueError(f"process must be 'request' or 'one', got {self.process!r}")
         if self.jobs > 1 and not self.reuse:
             lane_cpus(self.threads, self.jobs)  # each worker needs CPUs of its own
         if self.results is not None and not Path(self.results).is_dir():

@@ -155,7 +155,8 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
     (each imports the suites twice: 10-20 s), with the header's notes on how they ran."""
     cpus = lane_cpus(opts.threads, opts.jobs)
     workers = [Worker("timing" if i == 0 else f"timing-{i + 1}", trees, bench_dir,
-                      session.folder / f"worker{i + 1 if i else ''}.log", opts.threads, lane)
+                      session.folder / f"worker{i + 1 if i else ''}.log", opts.threads, lane,
+                      opts.process)
                for i, lane in enumerate(cpus)]
     for w in workers:
         stack.callback(w.close)
@@ -175,10 +176,11 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
     review.notes.append(
         "Each timing request (a grid point's setup, untimed calls, samples and teardown) "
         "ran in a process of its own, forked from the worker: its calls meet the allocator "
-        "as in asv's process for that point, not after earlier requests' frees."
+        "as in asv's process for that point, not after earlier requests' frees "
+        "(--process one: the worker's own, more decisive, blind to that)."
         if per_point else f"Every timing ran in the worker's own process ({why}): glibc's "
         "allocator thresholds, raised by earlier requests' frees, can hide the cost "
-        "of a change's fresh large allocations (docs/review.md).")
+        "of a change's fresh large allocations (--process request; docs/review.md).")
     pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]
     if pinned:  # a refused pin unsets it
         where = "; ".join(", ".join(map(str, sorted(c))) for c in pinned)

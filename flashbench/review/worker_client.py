@@ -26,14 +26,17 @@ class WorkerError(RuntimeError):
 
 
 HUGEPAGE_VARIABLE = "NUMPY_MADVISE_HUGEPAGE"
+PROCESS_VARIABLE = "FLASHBENCH_REVIEW_PROCESS"  # flashbench/infra/pointfork.py's ENV
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
-def _env(tree: Path | None, threads: int | None = None) -> dict:
+def _env(tree: Path | None, threads: int | None = None, process: str | None = None) -> dict:
     """The workers' environment; ``tree`` first on PYTHONPATH (None: the worker puts each
-    side's tree first on sys.path itself)."""
+    side's tree first on sys.path itself); ``process``: where timings run (pointfork)."""
     env = dict(os.environ)
+    if process:
+        env[PROCESS_VARIABLE] = process
     if threads:  # the measured code's thread pools (BLAS, OpenMP: numpy and torch)
         env.update({name: str(threads) for name in THREAD_VARIABLES})
     if tree is not None:
@@ -87,9 +90,10 @@ class Worker:
     are answered "failed")."""
 
     def __init__(self, label: str, trees: dict[str, Path], bench_dir: Path, log: Path,
-                 threads: int | None = None, cpus: frozenset[int] | None = None):
+                 threads: int | None = None, cpus: frozenset[int] | None = None,
+                 process: str | None = None):
         self.label, self.trees, self.bench_dir, self.log = label, dict(trees), bench_dir, log
-        self.threads = threads
+        self.threads, self.process = threads, process
         self.cpus = cpus  # pinned to these CPUs (None: wherever the OS schedules it)
         self.proc: subprocess.Popen | None = None
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
@@ -104,7 +108,7 @@ class Worker:
             try:
                 self.proc = subprocess.Popen(
                     [sys.executable, str(SCRIPT), "serve", str(self.bench_dir), *sides],
-                    cwd=next(iter(self.trees.values())), env=_env(None, self.threads),
+                    cwd=next(iter(self.trees.values())), env=_env(None, self.threads, self.process),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                     bufsize=1)
             except OSError as exc:
