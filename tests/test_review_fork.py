@@ -116,13 +116,23 @@ def _time(w, name, **kw):
                  **kw)
 
 
-@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="a GPU machine times in one process")
-def test_the_default_on_this_machine_is_a_process_per_request(tmp_path, monkeypatch):
+def test_the_default_is_a_process_per_request_but_on_a_gpu_machine(tmp_path, monkeypatch):
+    from flashbench.infra import pointfork
+
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    real = os.path.exists
+    gpu = any(real(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version"))
     w = _worker(_tree(tmp_path), monkeypatch)
     try:
-        assert w.per_point == (True, "a process per timing request")
+        assert w.per_point == pointfork.wanted() == (
+            (False, "a GPU machine: a CUDA context does not cross a fork") if gpu
+            else (True, "a process per timing request"))
     finally:
         w.stop()
+    monkeypatch.setattr(os.path, "exists", lambda p: p == "/dev/nvidiactl" or real(p))
+    assert pointfork.wanted() == (False, "a GPU machine: a CUDA context does not cross a fork")
+    monkeypatch.setenv("FLASHBENCH_REVIEW_PROCESS", "request")
+    assert pointfork.wanted() == (True, "--process request")
 
 
 @pytest.mark.parametrize("process", ["request", "one"])

@@ -30,7 +30,7 @@ def wanted() -> tuple[bool, str]:
         return asked == "request", f"--process {asked}"
     if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return False, "this system has no fork"
-    if os.path.exists("/dev/nvidiactl"):
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version")):
         return False, "a GPU machine: a CUDA context does not cross a fork"
     return True, "a process per timing request"
 
