@@ -98,3 +98,19 @@ def test_a_backward_variant_the_forward_does_not_take_is_refused_by_name(user):
     assert isinstance(rec, Failed)
     assert "flashbench_grad_variants ('sinks',) names a variant its forward does not take" \
         in rec.reason
+
+
+def test_speed_times_a_user_backward_under_a_variant_and_fails_a_wrong_one(user, capsys):
+    """flashbench speed --pass bwd --softcap: the honest backward is timed and PASSes, the
+    one that leaves the softcap out FAILs by the gradient rule (before: "not applicable")."""
+    from flashbench.cli import main
+
+    code = main(["speed", "--only", f"{user}:honest", f"{user}:capless", "--pass", "bwd",
+                 "--softcap", "5", "--shape", "1x1x64x64x16", "--dtype", "fp32", "--causal",
+                 "off", "--json"])
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    verdicts = {r["backend"]: r["status"] for r in out["rows"]}
+    assert verdicts == {f"{user}:honest": "PASS", f"{user}:capless": "FAIL"}, verdicts
+    assert code == 1
