@@ -66,6 +66,11 @@ def time_lazy():
     import lazymod  # noqa: F401  (the tree's: asv's discovery imports all of benchmarks/)
 
 
+def time_lazy_fails():
+    import lazymod  # noqa: F401
+    raise RuntimeError("fails after its import")
+
+
 def time_dies():
     os._exit(3)
 
@@ -189,6 +194,21 @@ def test_what_a_request_imported_the_worker_imports_after_it(tmp_path, monkeypat
     pids = [int(p) for (p,) in _lines(root, "imported")]
     # the first child, then the worker under each side (one tree here, as two commits)
     assert len(pids) == 3 and pids[0] != worker_pid and pids[1:] == [worker_pid] * 2
+
+
+def test_nothing_is_learned_from_a_request_that_failed(tmp_path, monkeypatch):
+    """A failed request's imports stay in its process (a side refused there, or code that
+    broke half-way, is no model for the worker)."""
+    root = _tree(tmp_path)
+    w = _worker(root, monkeypatch)
+    try:
+        for _ in range(2):
+            assert _time(w, "time_lazy_fails")["status"] == "failed"
+        worker_pid = w.proc.pid
+    finally:
+        w.stop()
+    pids = [int(p) for (p,) in _lines(root, "imported")]
+    assert len(pids) == 2 and worker_pid not in pids  # each child imported it, never the worker
 
 
 def test_setup_cache_is_computed_once_for_every_request(tmp_path, monkeypatch):

@@ -124,10 +124,12 @@ def relay(sides, fork: bool, lines, out, entry_points) -> None:
         if req.get("op") == "exit":
             break
         if fork and req.get("op") in TIMING_OPS:
+            refused = set(sides.errors)
             reply, imported = ask(sides, req)
             out.write(json.dumps(reply) + "\n")
             out.flush()
-            learn(sides, imported, entry_points)
+            if reply.get("status") == "ok" and set(sides.errors) == refused:
+                learn(sides, imported, entry_points)  # nothing from a request that failed
             continue
         out.write(json.dumps(sides.answer(req)) + "\n")
         out.flush()
