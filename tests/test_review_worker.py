@@ -191,6 +191,11 @@ def track_pid():
     return float(os.getpid())
 
 
+def track_ppid():
+    import os
+    return float(os.getppid())
+
+
 def track_child_process_imports_the_commit():
     import subprocess
     import sys
@@ -279,7 +284,9 @@ def test_one_process_runs_each_commits_own_code(both):
     assert track("head", "track_lazy") == 20.0  # first imported under head
     assert track("base", "track_lazy") == 10.0  # then under base: base's own file
     assert track("head", "track_lazy") == 20.0
-    assert track("base", "track_pid") == track("head", "track_pid") == w.proc.pid
+    # each request in a process of its own, forked from the one worker both sides share
+    assert track("base", "track_ppid") == track("head", "track_ppid") == w.proc.pid
+    assert track("base", "track_pid") != track("head", "track_pid")
     # a child process (peak memory tracks measure in one) imports that commit's too
     assert track("head", "track_child_process_imports_the_commit") == 2.0
     assert track("base", "track_child_process_imports_the_commit") == 1.0

@@ -1,48 +1,70 @@
-"""A process per timing request: the review's worker forks one for each.
+"""A process per request: the review's worker forks one for each timing and track.
 
-The worker holds both commits' imported suites and runs no grid point itself; each timing
-request (a grid point's setup, its untimed calls, its samples and teardown) runs in a child
-forked from it, so its calls meet the allocator as in asv's own process for that point.
-glibc raises its mmap and trim thresholds after large frees: in one long-lived process every
-earlier request's frees had raised them, and a head adding fresh 512 KB temporaries read
-1.07x where asv's processes see 1.13-1.34x (docs/review.md, "One process per request").
-What a child imported the worker imports after it (:func:`learn`), so later children start
-with it. Standalone (the worker loads it by path); Linux. Not on a machine with a GPU: a
-CUDA context does not cross a fork, and one per request would cost each a second or more.
+The worker holds both commits' imported suites and runs none of their code itself; each
+request (a grid point's setup, its untimed calls, its samples and teardown; a suite's
+setup_cache, whose value comes back pickled, as asv passes it) runs in a child forked from
+it, so its calls meet the allocator as in asv's own process for that point. glibc raises
+its mmap and trim thresholds after large frees: in one long-lived process every earlier
+request's frees had raised them, and a head adding fresh 512 KB temporaries read 1.07x
+where asv's processes see 1.13-1.34x (docs/review.md, "One process per request"). What a
+child's side imported the worker imports after it (:func:`learn`), before it replies. A
+child leads a process group, killed when it ends. Standalone (the worker loads it by path);
+Linux. Not with a GPU: a CUDA context does not cross a fork.
 """
 
 import ctypes
 import importlib
 import json
 import os
+import pickle
 import signal
+import struct
 import sys
 
-ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per timing request, "one": none
-TIMING_OPS = ("time", "pair")  # accuracy tracks are deterministic: they stay in the worker
+ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per request, "one": none
+FORKED_OPS = ("time", "pair", "track")
+_SIZE = struct.Struct("<Q")
+CHILD = [None]  # the running child's pid: its process group is killed with the worker
 
 
 def wanted() -> tuple[bool, str]:
-    """(fork per timing request?, why): ``$FLASHBENCH_REVIEW_PROCESS`` (review --process sets
-    it) or the machine's default."""
+    """(fork per request?, why): ``$FLASHBENCH_REVIEW_PROCESS`` (review --process sets it)
+    or the machine's default."""
     asked = os.environ.get(ENV, "")
     if asked in ("request", "one"):
         return asked == "request", f"--process {asked}"
+    note = f" ({ENV}={asked!r} is neither 'request' nor 'one': ignored)" if asked else ""
     if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
-        return False, "this system has no fork"
+        return False, "this system has no fork" + note
     if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version")):
-        return False, "a GPU machine: a CUDA context does not cross a fork"
-    return True, "a process per timing request"
+        return False, "a GPU machine: a CUDA context does not cross a fork" + note
+    return True, "a process per timing request" + note
 
 
-def _loaded(sides) -> set:
-    """Every module loaded here: the shared ones and each side's own (put aside or not)."""
-    return set(sys.modules).union(*(set(m) for m in sides.modules.values()))
+def _on_term(signum, frame) -> None:
+    """The worker stopped (a request past its limit): its child's whole group goes too."""
+    if CHILD[0] is not None:
+        try:
+            os.killpg(CHILD[0], signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(128 + signum)
 
 
-def _child(sides, req: dict, parent: int, out: int) -> None:
-    """Answer ``req`` on the pipe ``out`` and exit; killed with the worker (a hung call is
-    ended by stopping the worker)."""
+def _own(sides, side: str) -> set:
+    """The modules of ``side``'s own tree loaded now (in sys.modules or put aside)."""
+    names = set(sys.modules) if side == sides.active else set(sides.modules.get(side, ()))
+    return {n for n in names if sides._owned(n)}
+
+
+def _loaded(sides) -> dict:
+    return {"shared": {n for n in sys.modules if not sides._owned(n)},
+            **{side: _own(sides, side) for side in sides.trees}}
+
+
+def _child(work, sides, parent: int, out: int) -> None:
+    """Run ``work()`` -> (reply, extra) and send (reply, extra, the modules each side
+    imported) pickled on ``out``; exit without the parent's exit handlers."""
     status = 0
     try:
         try:
@@ -51,11 +73,14 @@ def _child(sides, req: dict, parent: int, out: int) -> None:
             pass
         if os.getppid() != parent:  # the worker ended before the line above
             os._exit(1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         before = _loaded(sides)
-        reply = sides.answer(req)
-        reply = dict(reply, errors=sides.errors, imported=sorted(_loaded(sides) - before))
-        with os.fdopen(out, "w") as pipe:
-            pipe.write(json.dumps(reply) + "\n")
+        reply, extra = work()
+        after = _loaded(sides)
+        body = pickle.dumps((reply, extra, sides.errors,
+                             {k: sorted(after[k] - before[k]) for k in after}))
+        with os.fdopen(out, "wb") as pipe:
+            pipe.write(_SIZE.pack(len(body)) + body)
     except BaseException:  # the worker says this request's process died, and why
         import traceback
 
@@ -66,70 +91,132 @@ def _child(sides, req: dict, parent: int, out: int) -> None:
         os._exit(status)
 
 
-def ask(sides, req: dict) -> tuple[dict, list]:
-    """(the reply of ``req`` answered in a child, the modules the child imported). A suite's
-    setup_cache is computed here first, once a review (asv: once a run), for every child."""
-    for side in [req.get("side")] if req.get("side") else req.get("order") or []:
-        if side in sides.suites and side not in sides.errors:
-            sides.use(side)
-            sides.suites[side].prepare(req.get("name"), req.get("index"), setup=False)
+def forked(sides, work) -> tuple[dict, object, dict]:
+    """(reply, extra, imported) of ``work()`` run in a child (a process group of its own,
+    killed when the child is reaped: a pool the request's code left behind goes with it)."""
     read, write = os.pipe()
     sys.stderr.flush()
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(read)
-        _child(sides, req, parent, write)
+        os.setpgid(0, 0)
+        _child(work, sides, parent, write)
+    CHILD[0] = pid
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # it did so itself, or already ended
+        pass
     os.close(write)
-    with os.fdopen(read) as pipe:
-        line = pipe.readline()
+    with os.fdopen(read, "rb") as pipe:  # a length first: a grandchild may hold the pipe
+        head = pipe.read(_SIZE.size)
+        size = _SIZE.unpack(head)[0] if len(head) == _SIZE.size else 0
+        body = pipe.read(size) if size else b""
+        body = body if size and len(body) == size else b""  # cut short: it died writing
     _, status = os.waitpid(pid, 0)
-    if not line:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    CHILD[0] = None
+    if not body:
         how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exited with status {os.WEXITSTATUS(status)}")
-        return {"status": "failed", "reason": f"worker died (the request's process {how})"}, []
-    reply = json.loads(line)
-    sides.errors.update(reply.pop("errors", None) or {})  # a side refused there
-    return reply, reply.pop("imported", None) or []
+        return {"status": "failed", "reason": f"worker died (the request's process {how})"}, \
+            None, {}
+    reply, extra, errors, imported = pickle.loads(body)
+    sides.errors.update(errors)  # a side refused there
+    return reply, extra, imported
 
 
-def learn(sides, names: list, entry_points) -> None:
-    """Import ``names`` here, where later children find them: the shared ones once, a side's
-    own under each side (a side whose import replaces a shared function is refused, as at
-    its first import). A name that does not import is left to the children."""
-    names = [n for n in names if not n.startswith("__") and n not in sys.modules]
-    own = [n for n in names if sides._owned(n)]
-    for name in [n for n in names if not sides._owned(n)]:
-        try:
-            importlib.import_module(name)
-        except BaseException:  # noqa: B036 (a module's import may even exit)
-            pass
-    for side in [s for s in sides.trees if s not in sides.errors] if own else []:
+def _caches(sides, req: dict) -> None:
+    """Compute a suite's setup_cache in a child, once a review (asv: once a run), its value
+    kept here for every later child; a side whose setup_cache changed a shared library is
+    refused there, as in a request."""
+    for side in [req.get("side")] if req.get("side") else req.get("order") or []:
+        if side not in sides.suites or side in sides.errors:
+            continue
+        suites = sides.suites[side]
+        b = suites.benchmarks.get(req.get("name"))
+        if b is None or b._setup_cache is None or b.setup_cache_key in suites.caches:
+            continue
+
+        def work(side=side, suites=suites, key=b.setup_cache_key):
+            sides.use(side)
+            suites.prepare(req.get("name"), req.get("index"), setup=False)
+            sides.refuse_changes(side, sides.entry, "its setup_cache")
+            try:
+                return {}, pickle.dumps(suites.caches[key])
+            except Exception as exc:  # asv pickles the value too
+                return {}, pickle.dumps(("failed", f"setup_cache: its value does not "
+                                                   f"pickle: {type(exc).__name__}: {exc}"))
+
+        reply, value, _ = forked(sides, work)
+        suites.caches[b.setup_cache_key] = pickle.loads(value) if value else (
+            "failed", "setup_cache: " + str(reply.get("reason")))
+
+
+def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
+    """Import here what a child imported, so later children start with it: the shared
+    modules, and each side's own under that side only. A change to a shared function
+    refuses the sides of the request (put back, as at a first import); a name that does
+    not import is left to the children."""
+    def load(names):
+        for name in names:
+            if not name.startswith("__") and name not in sys.modules:
+                try:
+                    importlib.import_module(name)
+                except BaseException:  # noqa: B036 (a module's import may even exit)
+                    pass
+
+    load(imported.get("shared", ()))
+    for side in sides_asked:
+        why = sides.refuse_changes(side, sides.entry, "an import of its request")
+        if why:  # put back; every side of the request refused, as the child could not tell
+            for other in sides_asked:
+                sides.errors.setdefault(other, why)
+            return
+    for side in [s for s in sides.trees if imported.get(s) and s not in sides.errors]:
         before = entry_points()
         sides.use(side)
-        for name in own:
-            try:
-                importlib.import_module(name)
-            except BaseException:  # noqa: B036
-                pass
+        load(imported[side])
         sides.refuse_changes(side, before, "its import")
     sides.entry = entry_points()
 
 
+def _threads() -> int:
+    """This process's threads (native ones too: an OpenMP pool is not Python's)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
 def relay(sides, fork: bool, lines, out, entry_points) -> None:
-    """Answer each JSON request line on ``out`` until ``exit``: where ``fork``, a timing in
-    a process of its own (:func:`ask`), then :func:`learn` what it imported."""
+    """Answer each JSON request line on ``out`` until ``exit``: where ``fork``, a timing or
+    a track in a process of its own (:func:`forked`), having learnt what it imported."""
+    if fork:
+        signal.signal(signal.SIGTERM, _on_term)
+    at_start = _threads()  # the libraries' own pools at import (OpenBLAS's survives a fork)
     for line in lines:
         req = json.loads(line)
         if req.get("op") == "exit":
             break
-        if fork and req.get("op") in TIMING_OPS:
+        threads = _threads()
+        if fork and req.get("op") in FORKED_OPS and threads > at_start:  # a thread started
+            # since (a GNU OpenMP pool after a parallel op): a child could hang on it
+            reply = dict(sides.answer(req), unforked=f"the worker held {threads} threads, "
+                         f"{threads - at_start} started after its imports")
+        elif fork and req.get("op") in FORKED_OPS:
+            _caches(sides, req)
             refused = set(sides.errors)
-            reply, imported = ask(sides, req)
-            out.write(json.dumps(reply) + "\n")
-            out.flush()
+            reply, _, imported = forked(sides, lambda req=req: (sides.answer(req), None))
+            asked = [s for s in [req.get("side"), *(req.get("order") or [])] if s]
             if reply.get("status") == "ok" and set(sides.errors) == refused:
-                learn(sides, imported, entry_points)  # nothing from a request that failed
-            continue
-        out.write(json.dumps(sides.answer(req)) + "\n")
+                learn(sides, imported, entry_points, asked)  # nothing from a failed request
+        else:
+            reply = sides.answer(req)
+        out.write(json.dumps(reply) + "\n")
         out.flush()

@@ -285,6 +285,9 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
+        for w in [w for w in workers if w.unforked][:1]:
+            review.notes.append(f"Some requests ran in the {w.label} worker's own process, "
+                                f"not one of their own: {w.unforked} (a fork could hang).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
 

@@ -100,6 +100,8 @@ class Worker:
         self.closed = False  # close()d: requests raise instead of restarting the process
         self.say = None  # (text) -> None: a line a minute while a request is awaited
         self.per_point = (False, "")  # (a process per timing request?, why), on start
+        self.unforked = None  # why a request meant for a child was answered in the worker
+        self.ended = False  # the last read met the end of the worker's output
 
     def start(self) -> Worker:
         self.stop()
@@ -133,6 +135,7 @@ class Worker:
             return None
         line = self.proc.stdout.readline()
         if not line:
+            self.ended = True
             return None
         try:
             return json.loads(line)
@@ -163,14 +166,18 @@ class Worker:
             self.proc.stdin.flush()
         except OSError:
             pass  # it died; the read below sees the end
+        self.ended = False
         reply = self._awaited(request, timeout)
         if reply is None:
-            why = (f"timed out after {timeout:.0f} s" if self.proc.poll() is None
-                   else f"worker died ({_tail(self.log)})")
+            if not self.ended and self.proc.poll() is None:
+                why = f"timed out after {timeout or 0:.0f} s"
+            else:  # its end of file may come before the exit status is seen
+                why = f"worker died ({_tail(self.log)})"
             self.stop()
             return {"status": "failed", "reason": why}
         if "error" in reply:
             raise WorkerError(f"the {self.label} worker: {reply['error']}")
+        self.unforked = self.unforked or reply.pop("unforked", None)
         return reply
 
     def _awaited(self, request: dict, timeout: float | None) -> dict | None:

@@ -335,7 +335,7 @@ class Sides:
 def serve(root: str, trees: dict, out) -> int:
     """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
     "pid", "errors": {side: why}, "process", "why"}``. Ops: ``list``, ``time``, ``pair``,
-    ``track``, ``exit``; timings in a process per request where it forks (infra/pointfork).
+    ``track``, ``exit``; timings and tracks in a process each where it forks (infra/pointfork).
     A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
     (skip_params), "missing" or "failed" (the error's last line in ``reason``)."""
     fork, why = (points := _load("points", "infra", "pointfork.py")).wanted()
