@@ -194,17 +194,22 @@ def test_state_does_not_carry_from_request_to_request(tmp_path, monkeypatch):
     assert len(set(pids)) == 3 and worker_pid not in pids
 
 
-def test_what_a_request_imported_the_worker_imports_after_it(tmp_path, monkeypatch):
-    """A suite's lazy import costs one child (and the worker, once): torch-sdpa's round went
-    1.34 s -> 0.59 s (0.39-0.48 s in one process) once the worker held what it imported."""
+def _requests(tmp_path, monkeypatch, name: str, calls: int, status: str = "ok"):
+    """(the tree, the worker's pid) after ``calls`` timing requests of ``name``."""
     root = _tree(tmp_path)
     w = _worker(root, monkeypatch)
     try:
-        for _ in range(3):
-            assert _time(w, "time_lazy")["status"] == "ok"
-        worker_pid = w.proc.pid
+        for _ in range(calls):
+            assert _time(w, name)["status"] == status
+        return root, w.proc.pid
     finally:
         w.stop()
+
+
+def test_what_a_request_imported_the_worker_imports_after_it(tmp_path, monkeypatch):
+    """A suite's lazy import costs one child (and the worker, once): torch-sdpa's round went
+    1.34 s -> 0.59 s (0.39-0.48 s in one process) once the worker held what it imported."""
+    root, worker_pid = _requests(tmp_path, monkeypatch, "time_lazy", 3)
     pids = [int(p) for (p,) in _lines(root, "imported")]
     # the first child, then the worker, under the side that asked alone
     assert len(pids) == 2 and pids[0] != worker_pid and pids[1] == worker_pid
@@ -213,26 +218,13 @@ def test_what_a_request_imported_the_worker_imports_after_it(tmp_path, monkeypat
 def test_nothing_is_learned_from_a_request_that_failed(tmp_path, monkeypatch):
     """A failed request's imports stay in its process (a side refused there, or code that
     broke half-way, is no model for the worker)."""
-    root = _tree(tmp_path)
-    w = _worker(root, monkeypatch)
-    try:
-        for _ in range(2):
-            assert _time(w, "time_lazy_fails")["status"] == "failed"
-        worker_pid = w.proc.pid
-    finally:
-        w.stop()
+    root, worker_pid = _requests(tmp_path, monkeypatch, "time_lazy_fails", 2, "failed")
     pids = [int(p) for (p,) in _lines(root, "imported")]
     assert len(pids) == 2 and worker_pid not in pids  # each child imported it, never the worker
 
 
 def test_setup_cache_is_computed_once_for_every_request(tmp_path, monkeypatch):
-    root = _tree(tmp_path)
-    w = _worker(root, monkeypatch)
-    try:
-        for _ in range(3):
-            assert _time(w, "Cached.time_cached")["status"] == "ok"
-    finally:
-        w.stop()
+    root, _ = _requests(tmp_path, monkeypatch, "Cached.time_cached", 3)
     assert len(_lines(root, "setup_cache")) == 1
     assert _lines(root, "cached") == [["2.0"]] * 3
 
