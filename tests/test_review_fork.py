@@ -143,7 +143,7 @@ def test_the_default_is_a_process_per_request_but_on_a_gpu_machine(tmp_path, mon
     gpu = any(real(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version"))
     w = _worker(_tree(tmp_path), monkeypatch)
     try:
-        assert w.per_point == pointfork.wanted() == (
+        assert w.per_request == pointfork.wanted() == (
             (False, "a GPU machine: a CUDA context does not cross a fork") if gpu
             else (True, "a process per timing request"))
     finally:
@@ -271,7 +271,7 @@ def test_review_process_option_reaches_the_worker_and_refuses_others(tmp_path, m
     w = Worker("timing", {"base": root}, root / "benchmarks", root / "w.log",
                process="one").start()
     try:
-        assert w.per_point == (False, "--process one")
+        assert w.per_request == (False, "--process one")
         assert _time(w, "time_state")["status"] == "ok"
         pid = w.proc.pid
     finally:

@@ -129,11 +129,16 @@ def forked(sides, work) -> tuple[dict, object, dict]:
     return reply, extra, imported
 
 
+def _sides_of(req: dict) -> list:
+    """The sides a request runs: its ``side``, or a pair's ``order``."""
+    return [req["side"]] if req.get("side") else list(req.get("order") or [])
+
+
 def _caches(sides, req: dict) -> None:
     """Compute a suite's setup_cache in a child, once a review (asv: once a run), its value
     kept here for every later child; a side whose setup_cache changed a shared library is
     refused there, as in a request."""
-    for side in [req.get("side")] if req.get("side") else req.get("order") or []:
+    for side in _sides_of(req):
         if side not in sides.suites or side in sides.errors:
             continue
         suites = sides.suites[side]
@@ -213,9 +218,8 @@ def relay(sides, fork: bool, lines, out, entry_points) -> None:
             _caches(sides, req)
             refused = set(sides.errors)
             reply, _, imported = forked(sides, lambda req=req: (sides.answer(req), None))
-            asked = [s for s in [req.get("side"), *(req.get("order") or [])] if s]
             if reply.get("status") == "ok" and set(sides.errors) == refused:
-                learn(sides, imported, entry_points, asked)  # nothing from a failed request
+                learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
         else:
             reply = sides.answer(req)
         out.write(json.dumps(reply) + "\n")

@@ -172,13 +172,13 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
          "CPUs of its own; every round of a comparison ran in the process that calibrated "
          "it, base and head one at a time, each") + " (each commit's modules kept apart, "
         "swapped in before each block): a process's own speed moves both sides alike.")
-    per_point, why = workers[0].per_point
+    per_request, why = workers[0].per_request
     review.notes.append(
         "Each timing request (a grid point's setup, untimed calls, samples and teardown) "
         "ran in a process of its own, forked from the worker: its calls meet the allocator "
         "as in asv's process for that point, not after earlier requests' frees "
         "(--process one: the worker's own, more decisive, blind to that)."
-        if per_point else f"Every timing ran in the worker's own process ({why}): glibc's "
+        if per_request else f"Every timing ran in the worker's own process ({why}): glibc's "
         "allocator thresholds, raised by earlier requests' frees, can hide the cost "
         "of a change's fresh large allocations (--process request; docs/review.md).")
     pinned = [c for c, w in zip(cpus, workers, strict=True) if c and w.cpus]

@@ -99,7 +99,7 @@ class Worker:
         self.errors: dict[str, str] = {}  # discovery failed in these sides: why
         self.closed = False  # close()d: requests raise instead of restarting the process
         self.say = None  # (text) -> None: a line a minute while a request is awaited
-        self.per_point = (False, "")  # (a process per timing request?, why), on start
+        self.per_request = (False, "")  # (a process per timing request?, why), on start
         self.unforked = None  # why a request meant for a child was answered in the worker
         self.ended = False  # the last read met the end of the worker's output
 
@@ -126,7 +126,7 @@ class Worker:
         if "error" in first:
             raise WorkerError(f"the {self.label} worker: {first['error']}")
         self.errors = dict(first.get("errors") or {})
-        self.per_point = first.get("process") == "request", str(first.get("why") or "")
+        self.per_request = first.get("process") == "request", str(first.get("why") or "")
         return self
 
     def _read(self, timeout: float | None) -> dict | None:

@@ -26,7 +26,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == HERE:
 
 SAMPLE_SECONDS = 0.010  # one timing sample lasts at least this long
 WARMUP_BELOW = 0.2  # a call cheaper than this gets an untimed call before its samples
-GUARD = {}  # "module": flashbench/infra/libwatch.py, loaded by path on first use (_load)
+LOADED = {}  # the harness's standalone modules (libwatch, pointfork), loaded by path (_load)
 
 
 def _reason(exc: BaseException) -> str:  # a SyntaxError's place too: its text has none
@@ -230,15 +230,15 @@ def _top_level_names(tree: str) -> set:
 
 def _load(name: str, *path: str):
     """A standalone module of flashbench/, loaded by path once (whatever a side holds)."""
-    if name not in GUARD:
+    if name not in LOADED:
         spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "..", *path))
-        GUARD[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(GUARD[name])
-    return GUARD[name]
+        LOADED[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(LOADED[name])
+    return LOADED[name]
 
 
 def _guard():  # flashbench/infra/libwatch.py
-    return _load("module", "infra", "libwatch.py")
+    return _load("libwatch", "infra", "libwatch.py")
 
 
 def entry_points() -> dict:
@@ -338,7 +338,7 @@ def serve(root: str, trees: dict, out) -> int:
     ``track``, ``exit``; timings and tracks in a process each where it forks (infra/pointfork).
     A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
     (skip_params), "missing" or "failed" (the error's last line in ``reason``)."""
-    fork, why = (points := _load("points", "infra", "pointfork.py")).wanted()
+    fork, why = (points := _load("pointfork", "infra", "pointfork.py")).wanted()
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
