@@ -149,6 +149,21 @@ def refuse_shadows(tree: str) -> None:
                          "share (it would shadow it for the suites too)")
 
 
+def top_level_names(tree: str) -> set:
+    """What ``import NAME`` finds at the top of ``tree`` (its own modules), but a library
+    both sides share."""
+    import os
+
+    try:
+        entries = os.listdir(tree)
+    except OSError:
+        return set()
+    names = {e[:-3] for e in entries if e.endswith(".py") and os.path.isfile(os.path.join(tree, e))}
+    names |= {e for e in entries if e.isidentifier()
+              and os.path.isfile(os.path.join(tree, e, "__init__.py"))}
+    return names - {m.partition(".")[0] for m in GUARDED_MODULES}
+
+
 def import_own(tree: str) -> None:
     """Import ``tree``'s flashbench where it holds one: the suites import it lazily (in
     setup), so a commit whose flashbench does not import is named once, at discovery
@@ -202,8 +217,12 @@ def restore(before: dict, names, own_globals: dict) -> None:
             obj.__code__, obj.__defaults__, obj.__kwdefaults__ = code, defaults, kwdefaults
         if inner_code is not None:
             inner.__code__ = inner_code
-        if mod == "worker_process":
-            own_globals[attr] = obj
+        if mod.partition(".")[0] == "worker_process":  # its function, or a class's method
+            owner = mod.partition(".")[2]
+            if owner:
+                setattr(own_globals[owner], attr, obj)
+            else:
+                own_globals[attr] = obj
         elif isinstance(sys.modules.get(mod), types.ModuleType):
             setattr(sys.modules[mod], attr, obj)
 

@@ -6,10 +6,11 @@ setup_cache, whose value comes back pickled, as asv passes it) runs in a child f
 it, so its calls meet the allocator as in asv's own process for that point. glibc raises
 its mmap and trim thresholds after large frees: in one long-lived process every earlier
 request's frees had raised them, and a head adding fresh 512 KB temporaries read 1.07x
-where asv's processes see 1.13-1.34x (docs/review.md, "One process per request"). What a
-child's side imported the worker imports after it (:func:`learn`), before it replies. A
-child leads a process group, killed when it ends. Standalone (the worker loads it by path);
-Linux. Not with a GPU: a CUDA context does not cross a fork.
+where asv's processes see 1.13-1.34x (docs/review.md, "One process per request"). A pair's
+two sides run in a process each (:class:`ForkedLane`), taking turns. What a child's side
+imported the worker imports after it (:func:`learn`), before it replies. A child leads a
+process group, killed when it ends. Standalone (the worker loads it by path); Linux. Not
+with a GPU: a CUDA context does not cross a fork.
 """
 
 import ctypes
@@ -24,7 +25,8 @@ import sys
 ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per request, "one": none
 FORKED_OPS = ("time", "pair", "track")
 _SIZE = struct.Struct("<Q")
-CHILD = [None]  # the running child's pid: its process group is killed with the worker
+CHILDREN = set()  # the running children's pids: each one's process group goes with the worker
+PIPES = set()  # the worker's ends of its children's pipes: a later child closes them
 
 
 def wanted() -> tuple[bool, str]:
@@ -42,13 +44,17 @@ def wanted() -> tuple[bool, str]:
 
 
 def _on_term(signum, frame) -> None:
-    """The worker stopped (a request past its limit): its child's whole group goes too."""
-    if CHILD[0] is not None:
-        try:
-            os.killpg(CHILD[0], signal.SIGKILL)
-        except OSError:
-            pass
+    """The worker stopped (a request past its limit): its children's whole groups go too."""
+    for pid in list(CHILDREN):
+        _kill(pid)
     os._exit(128 + signum)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _own(sides, side: str) -> set:
@@ -62,11 +68,19 @@ def _loaded(sides) -> dict:
             **{side: _own(sides, side) for side in sides.trees}}
 
 
-def _child(work, sides, parent: int, out: int) -> None:
-    """Run ``work()`` -> (reply, extra) and send (reply, extra, the modules each side
-    imported) pickled on ``out``; exit without the parent's exit handlers."""
-    status = 0
-    try:
+def _spawn() -> tuple[int, int, int]:
+    """Fork a child leading a process group of its own: (pid, read fd, write fd) of two
+    pipes, the child's request pipe and its reply pipe (each end its own side's). In the
+    child the pid is 0 and it dies with the worker (PR_SET_PDEATHSIG)."""
+    to_child, from_child = os.pipe(), os.pipe()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        for fd in (to_child[1], from_child[0], *PIPES):  # another child's end: its EOF is
+            os.close(fd)  # its worker's (or its own) ending, not this child's
+        PIPES.clear()
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -74,14 +88,50 @@ def _child(work, sides, parent: int, out: int) -> None:
         if os.getppid() != parent:  # the worker ended before the line above
             os._exit(1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        before = _loaded(sides)
-        reply, extra = work()
-        after = _loaded(sides)
-        body = pickle.dumps((reply, extra, sides.errors,
-                             {k: sorted(after[k] - before[k]) for k in after}))
-        with os.fdopen(out, "wb") as pipe:
-            pipe.write(_SIZE.pack(len(body)) + body)
-    except BaseException:  # the worker says this request's process died, and why
+        return 0, to_child[0], from_child[1]
+    CHILDREN.add(pid)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # it did so itself, or already ended
+        pass
+    os.close(to_child[0])
+    os.close(from_child[1])
+    PIPES.update((from_child[0], to_child[1]))
+    return pid, from_child[0], to_child[1]
+
+
+def _send(pipe, obj) -> None:
+    body = pickle.dumps(obj)
+    pipe.write(_SIZE.pack(len(body)) + body)
+    pipe.flush()
+
+
+def _receive(pipe):
+    """The next length-prefixed message (a length first: a grandchild may hold the pipe),
+    or None where the child died before or while writing it."""
+    head = pipe.read(_SIZE.size)
+    size = _SIZE.unpack(head)[0] if len(head) == _SIZE.size else 0
+    body = pipe.read(size) if size else b""
+    return pickle.loads(body) if size and len(body) == size else None
+
+
+def _reap(pid: int) -> str:
+    """Wait for the child, kill its group (a pool its code left behind goes with it), and
+    say how it ended."""
+    _, status = os.waitpid(pid, 0)
+    _kill(pid)
+    CHILDREN.discard(pid)
+    return (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+            else f"exited with status {os.WEXITSTATUS(status)}")
+
+
+def _exit_child(run) -> None:
+    """Run ``run()`` in a child, then leave without the parent's exit handlers (status 1
+    and its traceback on stderr, where it raised: the worker says the process died)."""
+    status = 0
+    try:
+        run()
+    except BaseException:
         import traceback
 
         traceback.print_exc()
@@ -91,42 +141,117 @@ def _child(work, sides, parent: int, out: int) -> None:
         os._exit(status)
 
 
+def _imported(sides, before: dict) -> dict:
+    after = _loaded(sides)
+    return {k: sorted(after[k] - before[k]) for k in after}
+
+
 def forked(sides, work) -> tuple[dict, object, dict]:
     """(reply, extra, imported) of ``work()`` run in a child (a process group of its own,
     killed when the child is reaped: a pool the request's code left behind goes with it)."""
-    read, write = os.pipe()
-    sys.stderr.flush()
-    parent = os.getpid()
-    pid = os.fork()
+    pid, read, write = _spawn()
     if pid == 0:
         os.close(read)
-        os.setpgid(0, 0)
-        _child(work, sides, parent, write)
-    CHILD[0] = pid
-    try:
-        os.setpgid(pid, pid)
-    except OSError:  # it did so itself, or already ended
-        pass
+
+        def run():
+            before = _loaded(sides)
+            reply, extra = work()
+            with os.fdopen(write, "wb") as pipe:
+                _send(pipe, (reply, extra, sides.errors, _imported(sides, before)))
+        _exit_child(run)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:  # a length first: a grandchild may hold the pipe
-        head = pipe.read(_SIZE.size)
-        size = _SIZE.unpack(head)[0] if len(head) == _SIZE.size else 0
-        body = pipe.read(size) if size else b""
-        body = body if size and len(body) == size else b""  # cut short: it died writing
-    _, status = os.waitpid(pid, 0)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    CHILD[0] = None
-    if not body:
-        how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-               else f"exited with status {os.WEXITSTATUS(status)}")
+    PIPES.difference_update((read, write))
+    with os.fdopen(read, "rb") as pipe:
+        got = _receive(pipe)
+    how = _reap(pid)
+    if got is None:
         return {"status": "failed", "reason": f"worker died (the request's process {how})"}, \
             None, {}
-    reply, extra, errors, imported = pickle.loads(body)
+    reply, extra, errors, imported = got
     sides.errors.update(errors)  # a side refused there
     return reply, extra, imported
+
+
+def _attempt(fn) -> tuple:
+    """("ok", fn()) or ("raised", the exception: itself where it pickles)."""
+    try:
+        return "ok", fn()
+    except Exception as exc:
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return "raised", exc
+
+
+class ForkedLane:
+    """One side of a pair in a process of its own, forked from the worker as the other
+    side's is (``make(sides, side, req, number)``, the worker's Lane, runs there): each
+    side's grid point meets the allocator as in asv's process for it. In one process the
+    side set up second read 1.3x slower (TimeMergeStates: 16 MB inputs, from the heap
+    once the first side's frees had raised glibc's mmap threshold), an order effect that
+    widened every round (docs/review.md, "One process per request"). The processes take
+    turns, one sample at a time; the idle one waits on its pipe."""
+
+    def __init__(self, sides, side: str, req: dict, number: int, make):
+        self.sides, self.side, self.args, self.make = sides, side, (req, number), make
+        self.pid, self.imported = None, {}
+
+    def open(self) -> dict | None:
+        pid, read, write = _spawn()
+        if pid == 0:
+            _exit_child(lambda: self._serve(os.fdopen(read, "rb"), os.fdopen(write, "wb")))
+        self.pid, self.replies, self.asks = pid, os.fdopen(read, "rb"), os.fdopen(write, "wb")
+        return self._ask(None)
+
+    def sample(self) -> float:
+        return self._ask(b"s")
+
+    def close(self) -> str | None:
+        """Its teardown's failure, or a change its calls made to a shared function."""
+        if self.pid is None:
+            return None
+        try:
+            failed, errors, self.imported = self._ask(b"c")
+            self.sides.errors.update(errors)  # a side refused there
+        except Exception as exc:
+            failed = f"{type(exc).__name__}: {exc}"
+        finally:
+            PIPES.difference_update((self.replies.fileno(), self.asks.fileno()))
+            self.replies.close()
+            self.asks.close()
+            self.pid = None
+        return failed
+
+    def _ask(self, op: bytes | None):
+        if op is not None:
+            try:
+                self.asks.write(op)
+                self.asks.flush()
+            except OSError:  # it died: the reply's absence says so
+                pass
+        got = _receive(self.replies)
+        if got is None:
+            pid, self.pid = self.pid, None
+            raise ChildProcessError(f"worker died (the {self.side} side's process "
+                                    f"{_reap(pid)})")
+        if op == b"c":
+            _reap(self.pid)
+        kind, value = got
+        if kind == "raised":
+            raise value
+        return value
+
+    def _serve(self, asks, replies) -> None:
+        sides = self.sides
+        before = _loaded(sides)
+        lane = self.make(sides, self.side, *self.args)
+        _send(replies, _attempt(lane.open))
+        while asks.read(1) == b"s":
+            _send(replies, _attempt(lane.sample))
+        failed = lane.close() or sides.refuse_changes(self.side, sides.entry,
+                                                      "a call of its code")
+        _send(replies, ("ok", (failed, sides.errors, _imported(sides, before))))
 
 
 def _sides_of(req: dict) -> list:
@@ -199,9 +324,26 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def relay(sides, fork: bool, lines, out, entry_points) -> None:
+def _in_lanes(sides, req: dict, make) -> tuple[dict, dict]:
+    """(reply, imported) of a pair whose sides each run in a process of their own."""
+    lanes = []
+
+    def lane(*args):
+        lanes.append(ForkedLane(*args, make))
+        return lanes[-1]
+
+    reply = sides.answer(req, lane=lane)
+    imported = {}
+    for one in lanes:
+        for key, names in one.imported.items():
+            imported[key] = sorted({*imported.get(key, ()), *names})
+    return reply, imported
+
+
+def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
     """Answer each JSON request line on ``out`` until ``exit``: where ``fork``, a timing or
-    a track in a process of its own (:func:`forked`), having learnt what it imported."""
+    a track in a process of its own (:func:`forked`), a pair's sides in one each
+    (:class:`ForkedLane`, running ``make``), having learnt what they imported."""
     if fork:
         signal.signal(signal.SIGTERM, _on_term)
     at_start = _threads()  # the libraries' own pools at import (OpenBLAS's survives a fork)
@@ -217,7 +359,10 @@ def relay(sides, fork: bool, lines, out, entry_points) -> None:
         elif fork and req.get("op") in FORKED_OPS:
             _caches(sides, req)
             refused = set(sides.errors)
-            reply, _, imported = forked(sides, lambda req=req: (sides.answer(req), None))
+            if req.get("op") == "pair":
+                reply, imported = _in_lanes(sides, req, make)
+            else:
+                reply, _, imported = forked(sides, lambda req=req: (sides.answer(req), None))
             if reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
         else:

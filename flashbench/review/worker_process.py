@@ -162,44 +162,61 @@ def time_point(suites: Suites, req: dict) -> dict:
     return _run(suites, req, measure, skips=False)
 
 
-def pair_point(sides: "Sides", req: dict) -> dict:
+class Lane:
+    """One side of a pair: set up with an untimed call (:meth:`open`), samples of ``number``
+    calls, its teardown (:meth:`close`). Each in a process of its own: pointfork.ForkedLane."""
+
+    def __init__(self, sides: "Sides", side: str, req: dict, number: int):
+        self.sides, self.side, self.req, self.number, self.b = sides, side, req, number, None
+
+    def open(self) -> dict | None:
+        """None, or the failure that ends the pair (naming this side)."""
+        sides, side = self.sides, self.side
+        sides.use(side)
+        b, reply = sides.suites[side].prepare(self.req["name"], self.req["index"])
+        if b is None:
+            return dict(reply, side=side)
+        self.b, self.call, self.timer = b, *_call(b)
+        _sample(self.call, 1, self.timer)  # it may not replace a shared function
+        why = sides.refuse_changes(side, sides.entry, "a call of its code")
+        return None if why is None else {"status": "failed", "side": side, "reason": why}
+
+    def sample(self) -> float:
+        self.sides.use(self.side)
+        return _sample(self.call, self.number, self.timer) / self.number
+
+    def close(self) -> str | None:
+        """Its teardown's failure (its outputs failed the suite's check), or None."""
+        self.sides.use(self.side)
+        return None if self.b is None else self.sides.suites[self.side].teardown(self.b)
+
+
+def pair_point(sides: "Sides", req: dict, lane=Lane) -> dict:
     """Both sides' calls of one grid point (op "pair"): one untimed call each, then
-    samples in ABBA order, each side's modules put back before its sample. Reply: each
-    side's per-call seconds; a failure names its ``side``."""
-    order = list(req.get("order") or [])
+    samples in ABBA order, each side's modules put back before its sample (``lane``: how a
+    side runs). Reply: each side's per-call seconds; a failure names its ``side``."""
+    order, number = list(req.get("order") or []), int(req.get("number") or 0)
     if len(order) != 2 or len(set(order)) != 2 or not set(order) <= set(sides.trees):
         return {"error": f"a pair needs two of this worker's sides, got {order!r}"}
-    number = int(req.get("number") or 0)
     if number <= 0:
         return {"error": "a pair needs the calibrated number of calls per sample"}
     for side in [s for s in order if s in sides.errors]:
         return {"status": "failed", "side": side, "reason": sides.errors[side]}
-    prepared = {}
-    side = order[0]
+    lanes, side = {}, order[0]
     try:
         for side in order:
-            sides.use(side)
-            b, reply = sides.suites[side].prepare(req["name"], req["index"])
-            if b is None:
-                return dict(reply, side=side)
-            prepared[side] = (b, *_call(b))
-        for side in order:  # one untimed call each; it may not replace a shared function
-            sides.use(side)
-            _, call, timer = prepared[side]
-            _sample(call, 1, timer)
-            if sides.refuse_changes(side, sides.entry, "a call of its code"):
-                return {"status": "failed", "side": side, "reason": sides.errors[side]}
+            lanes[side] = lane(sides, side, req, number)
+            opened = lanes[side].open()
+            if opened is not None:
+                return opened
         samples = {s: [] for s in order}
         for k in range(max(1, int(req.get("samples", 1)))):
             for side in order if k % 2 == 0 else order[::-1]:
-                sides.use(side)
-                _, call, timer = prepared[side]
-                samples[side].append(_sample(call, number, timer) / number)
+                samples[side].append(lanes[side].sample())
     except Exception as exc:
         return {"status": "failed", "side": side, "reason": _reason(exc)}
     finally:
-        failed = {s: sides.use(s) or sides.suites[s].teardown(b)
-                  for s, (b, _, _) in prepared.items()}
+        failed = {s: one.close() for s, one in lanes.items()}
     for side in [s for s in order if failed.get(s)]:  # its outputs failed the suite's check
         return {"status": "failed", "side": side, "reason": failed[side]}
     return {"status": "ok", "number": number, **samples}
@@ -214,18 +231,6 @@ def track_point(suites: Suites, req: dict) -> dict:
             return {"status": "failed", "reason": f"track returned {value!r}, not a number"}
 
     return _run(suites, req, measure)
-
-
-def _top_level_names(tree: str) -> set:
-    """What ``import NAME`` finds at the top of ``tree``, but a library both sides share."""
-    try:
-        entries = os.listdir(tree)
-    except OSError:
-        return set()
-    names = {e[:-3] for e in entries if e.endswith(".py") and os.path.isfile(os.path.join(tree, e))}
-    names |= {e for e in entries if e.isidentifier()
-              and os.path.isfile(os.path.join(tree, e, "__init__.py"))}
-    return names - {m.partition(".")[0] for m in _guard().GUARDED_MODULES}
 
 
 def _load(name: str, *path: str):
@@ -244,7 +249,8 @@ def _guard():  # flashbench/infra/libwatch.py
 def entry_points() -> dict:
     """numpy's, torch's, time's callables and this script's timer (libwatch)."""
     return _guard().entry_points({f"worker_process.{n}": globals()[n] for n in (
-        "_sample", "_call", "time_point", "pair_point")})
+        "_sample", "_call", "time_point", "pair_point")} | {
+        f"worker_process.Lane.{n}": vars(Lane)[n] for n in ("open", "sample", "close")})
 
 
 class Sides:
@@ -258,11 +264,10 @@ class Sides:
 
         self.trees = {side: os.path.abspath(tree) for side, tree in trees.items()}
         self.tops = {os.path.basename(os.path.normpath(root))} | {
-            name for tree in self.trees.values() for name in _top_level_names(tree)}
+            name for tree in self.trees.values() for name in _guard().top_level_names(tree)}
         self.modules = {side: {} for side in self.trees}
         self.pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        self.suites, self.errors = {}, {}
-        self.active = None
+        self.suites, self.errors, self.active = {}, {}, None
         update_sys_path(root)
         for side in self.trees:
             self.use(side)
@@ -303,8 +308,8 @@ class Sides:
         os.chdir(self.trees[side])
         self.active = side
 
-    def answer(self, req: dict) -> dict:
-        reply = self._answer(req)
+    def answer(self, req: dict, lane=None) -> dict:  # lane: how a pair's sides run
+        reply = self._answer(req, lane or Lane)
         ran = req.get("order") or [req.get("side")]  # a pair's later change: its first side's
         for side in [s for s in ran if s in self.trees and s not in self.errors]:
             if self.refuse_changes(side, self.entry, "a call of its code"):
@@ -312,32 +317,29 @@ class Sides:
         self.entry = entry_points()  # modules imported by the calls join the watch
         return reply
 
-    def _answer(self, req: dict) -> dict:
+    def _answer(self, req: dict, lane) -> dict:
         if req.get("op") == "pair":
-            return pair_point(self, req)
+            return pair_point(self, req, lane)
         side = req.get("side")
         if side not in self.trees:
-            return {"error": f"no side {side!r} in this worker (it has "
-                             f"{', '.join(self.trees)})"}
+            return {"error": f"no side {side!r} in this worker (it has {', '.join(self.trees)})"}
         if side in self.errors:
             return {"status": "failed", "reason": self.errors[side]}
         self.use(side)
         op, suites = req.get("op"), self.suites[side]
         if op == "list":
             return {"benchmarks": suites.describe()}
-        if op == "time":
-            return time_point(suites, req)
-        if op == "track":
-            return track_point(suites, req)
+        if op in ("time", "track"):
+            return (time_point if op == "time" else track_point)(suites, req)
         return {"error": f"unknown op {op!r}"}
 
 
 def serve(root: str, trees: dict, out) -> int:
-    """One JSON reply line on ``out`` per request line on stdin, after ``{"ready": true,
-    "pid", "errors": {side: why}, "process", "why"}``. Ops: ``list``, ``time``, ``pair``,
-    ``track``, ``exit``; timings and tracks in a process each where it forks (infra/pointfork).
-    A reply's ``status``: "ok", "skipped" (NotImplementedError), "not-applicable"
-    (skip_params), "missing" or "failed" (the error's last line in ``reason``)."""
+    """A JSON reply line on ``out`` per request line on stdin, after ``{"ready": true, "pid",
+    "errors": {side: why}, "process", "why"}``. Ops: ``list``, ``time``, ``pair``, ``track``,
+    ``exit`` (where it forks, each timing in a process of its own: infra/pointfork). Reply
+    ``status``: "ok", "skipped" (NotImplementedError), "not-applicable" (skip_params),
+    "missing", "failed" (the error's last line in ``reason``)."""
     fork, why = (points := _load("pointfork", "infra", "pointfork.py")).wanted()
     try:
         sides = Sides(root, trees)
@@ -348,7 +350,7 @@ def serve(root: str, trees: dict, out) -> int:
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "errors": sides.errors,
                           "process": "request" if fork else "one", "why": why}) + "\n")
     out.flush()
-    points.relay(sides, fork, sys.stdin, out, entry_points)
+    points.relay(sides, fork, sys.stdin, out, entry_points, Lane)
     return 0
 
 
@@ -357,14 +359,11 @@ def peak_rss() -> float:
     parent's peak from before exec); elsewhere asv's own get_maxrss."""
     try:
         with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    from asv_runner.benchmarks._maxrss import get_maxrss
+            return next(float(line.split()[1]) * 1024.0 for line in f if line[:6] == "VmHWM:")
+    except (OSError, StopIteration):
+        from asv_runner.benchmarks._maxrss import get_maxrss
 
-    return float(get_maxrss())
+        return float(get_maxrss())
 
 
 def peakmem(root: str, name: str, index: int, out) -> int:
