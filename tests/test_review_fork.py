@@ -474,3 +474,36 @@ def test_a_pairs_processes_and_pools_end_with_it(tmp_path, monkeypatch):
     assert len(pools) >= 2 and all(_gone(pid) for pid in pools)
     (hanging,) = [int(p) for (p,) in _lines(root, "hangs")]
     assert _gone(hanging)
+
+
+def test_a_side_that_blinds_the_watch_and_shaves_its_samples_is_clock_tampered(
+        tmp_path, monkeypatch):
+    """Head's code, in its own process, disables the watch there and makes the pair's
+    sampler claim a tenth of each sample's time: the worker's clock, which no side's code
+    runs beside, reads each round trip, and the side is refused as clock tampered."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    trees = _two_trees(tmp_path, {
+        "base": "import time\n\n\ndef run():\n    time.sleep(0.002)\n",
+        "head": """
+            import sys
+            import time
+
+
+            def run():
+                time.sleep(0.002)
+                main = sys.modules["__main__"]
+                main.LOADED["libwatch"].refusal = lambda *args, **kwargs: None
+                real = main.Lane.sample
+                main.Lane.sample = lambda self: real(self) / 10
+            """})
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=5,
+                          samples=2)
+        honest = w.ask_pair(("head", "base"), name="suite.time_helper", index=0, number=5,
+                            samples=2)
+    finally:
+        w.stop()
+    assert pair["status"] == "failed" and pair["side"] == "head", pair
+    assert "clock tampered" in pair["reason"] and "under 0.8x in all 11 tries" in pair["reason"]
+    assert honest["status"] == "failed" and honest["side"] == "head"  # it does so every time

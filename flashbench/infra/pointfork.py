@@ -21,12 +21,17 @@ import pickle
 import signal
 import struct
 import sys
+import time
 
 ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per request, "one": none
 FORKED_OPS = ("time", "pair", "track")
 _SIZE = struct.Struct("<Q")
 CHILDREN = set()  # the running children's pids: each one's process group goes with the worker
 PIPES = set()  # the worker's ends of its children's pipes: a later child closes them
+CLOCK_RATIO = 0.8  # a pair's sample timed under this x its round trip on the worker's clock..
+CONFIRM = 10  # ... in this many samples more of its side: clock tampered (ForkedLane.sample)
+SLACK = 1e-3  # s: a sample's allowance for the worker's wake-up (a sample lasts 10 ms or more)
+_WALL = time.perf_counter  # the worker's clock, taken before any side's code is imported
 
 
 def wanted() -> tuple[bool, str]:
@@ -195,7 +200,7 @@ class ForkedLane:
 
     def __init__(self, sides, side: str, req: dict, number: int, make):
         self.sides, self.side, self.args, self.make = sides, side, (req, number), make
-        self.pid, self.imported = None, {}
+        self.pid, self.imported, self.null = None, {}, None
 
     def open(self) -> dict | None:
         pid, read, write = _spawn()
@@ -205,7 +210,29 @@ class ForkedLane:
         return self._ask(None)
 
     def sample(self) -> float:
-        return self._ask(b"s")
+        """One sample's per-call seconds, as its process timed it, cross-checked against the
+        worker's clock: a sample's calls timed at under :data:`CLOCK_RATIO` of its round trip
+        here, less the fastest empty round trip and :data:`SLACK`, are suspect, and the side
+        samples again, up to :data:`CONFIRM` times, until one agrees (that one is kept);
+        none: **clock tampered**. Its process's code may patch anything there, the watch
+        included; never this process's clock. A lie is bounded to about 1 / CLOCK_RATIO."""
+        if self.null is None:  # a pipe's latency: the fastest of 3 empty round trips
+            self.null = min(self._trip(b"n")[1] for _ in range(3))
+        calls, tries = self.args[1], []
+        for _ in range(1 + CONFIRM):
+            claim, trip = self._trip(b"s")
+            if claim * calls + SLACK >= CLOCK_RATIO * (trip - self.null):
+                return claim
+            tries.append((claim * calls, trip - self.null))
+        raise RuntimeError(
+            f"clock tampered: the {self.side} side's samples took {min(t for _, t in tries):.4g}"
+            f" s or more on the worker's clock and claimed {max(c for c, _ in tries):.4g} s at"
+            f" most, under {CLOCK_RATIO:g}x in all {len(tries)} tries")
+
+    def _trip(self, op: bytes) -> tuple:
+        start = _WALL()
+        got = self._ask(op)
+        return got, _WALL() - start
 
     def close(self) -> str | None:
         """Its teardown's failure, or a change its calls made to a shared function."""
@@ -247,8 +274,8 @@ class ForkedLane:
         before = _loaded(sides)
         lane = self.make(sides, self.side, *self.args)
         _send(replies, _attempt(lane.open))
-        while asks.read(1) == b"s":
-            _send(replies, _attempt(lane.sample))
+        while (op := asks.read(1)) in (b"s", b"n"):  # a sample, or an empty request
+            _send(replies, _attempt(lane.sample) if op == b"s" else ("ok", None))
         failed = lane.close() or sides.refuse_changes(self.side, sides.entry,
                                                       "a call of its code")
         _send(replies, ("ok", (failed, sides.errors, _imported(sides, before))))
