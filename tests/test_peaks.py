@@ -2,6 +2,7 @@
 machine is busy never raises the floor above what the machine has shown it can do."""
 
 import json
+import os
 
 import torch
 
@@ -10,17 +11,18 @@ from flashbench.measure.peaks import PEAKS_FILE, best_peaks
 
 def test_a_low_peak_is_raised_to_the_best_remembered(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
-    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False)
+    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False, [])
     # measured while two busy loops shared the CPUs: 4.6x low
-    assert best_peaks({"fp32": 0.043}, 9.0) == ({"fp32": 0.2}, 40.0, True)
+    assert best_peaks({"fp32": 0.043}, 9.0) == ({"fp32": 0.2}, 40.0, True, [])
     assert best_peaks({"fp32": 0.3, "bf16": 0.9}, 50.0) == ({"fp32": 0.3, "bf16": 0.9}, 50.0,
-                                                            False)
-    assert best_peaks({"fp32": 0.1}, 1.0)[:2] == ({"fp32": 0.3}, 50.0)
+                                                            False, [])
+    # a remembered peak stands for at most 5x this run's (copy: 50 GB/s remembered, 1 now)
+    assert best_peaks({"fp32": 0.1}, 1.0) == ({"fp32": 0.3}, 5.0, True, ["copy GB/s"])
     # another torch thread count is another machine for its peak
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1 if threads > 1 else 2)
-        assert best_peaks({"fp32": 0.05}, 5.0) == ({"fp32": 0.05}, 5.0, False)
+        assert best_peaks({"fp32": 0.05}, 5.0) == ({"fp32": 0.05}, 5.0, False, [])
     finally:
         torch.set_num_threads(threads)
 
@@ -28,7 +30,7 @@ def test_a_low_peak_is_raised_to_the_best_remembered(tmp_path, monkeypatch):
 def test_an_unreadable_peaks_file_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
     (tmp_path / PEAKS_FILE).write_text("{not json")
-    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False)
+    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False, [])
     assert list(json.loads((tmp_path / PEAKS_FILE).read_text()).values()) == [40.0, 0.2]
 
 
@@ -53,3 +55,76 @@ def test_a_precision_slower_than_fp32_is_floored_by_the_fastest_matmul(tmp_path,
     # the remembered best being kept), never bf16's
     assert roof.peak_used("fp32").startswith("fp32 matmul")
     assert roof.peak("fp32") <= alone.peak("fp32") and alone.peak_used("fp32") == "fp32 matmul"
+
+
+def _tampered(path, factor: float) -> None:
+    known = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v * factor for k, v in known.items()}))
+
+
+def test_a_peaks_file_raised_by_code_under_test_lowers_no_floor(tmp_path, monkeypatch):
+    """A kernel's worker runs as the same user: raising the remembered peaks a millionfold
+    took the roofline floor to about 0 (a memoising kernel then PASSed, in that run and in
+    every later one). The file is read once a process, before any worker starts, and a
+    remembered peak stands for at most 5x the run's own, said in the roofline's note."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False, [])
+    _tampered(tmp_path / PEAKS_FILE, 1e6)  # during this run: never read again here
+    assert best_peaks({"fp32": 0.19}, 39.0) == ({"fp32": 0.2}, 40.0, True, [])
+    _tampered(tmp_path / PEAKS_FILE, 1e6)
+    later = subprocess.run(  # a later run reads the tampered file: capped at 5x its own
+        [sys.executable, "-c", "from flashbench.measure.roofline import measure_roofline\n"
+         "r = measure_roofline('cpu', ['fp32'])\nprint(r.peak('fp32'), r.copy_gbs)\n"
+         "print(r.how)"], capture_output=True, text=True, check=True)
+    peak, copy = map(float, later.stdout.splitlines()[0].split())
+    assert peak < 100 and copy < 10_000  # 5x its own (here about 0.2 and 40), not 2e11
+    assert "remembered fp32, copy GB/s over 5x this run's: capped there" in later.stdout
+
+
+def test_a_peaks_file_that_breaks_the_parser_is_replaced(tmp_path, monkeypatch):
+    """100,000 "[" made json raise RecursionError: every later speed run failed, exit 3."""
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    (tmp_path / PEAKS_FILE).write_text("[" * 100_000)
+    assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False, [])
+    assert sorted(json.loads((tmp_path / PEAKS_FILE).read_text()).values()) == [0.2, 40.0]
+
+
+POISON = '''
+import json
+import os
+from pathlib import Path
+
+import torch
+
+PATH = Path(os.environ["FLASHBENCH_CACHE"]) / "peaks.json"
+PATH.write_text(json.dumps({k: v * 1e6 for k, v in json.loads(PATH.read_text()).items()}))
+(PATH.parent / "poisoned").write_text(str(os.getpid()))
+
+
+def attn(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+'''
+
+
+def test_speed_reads_the_peaks_before_a_kernel_can_raise_them(tmp_path, monkeypatch, capsys):
+    """A kernel whose import raises peaks.json a millionfold (in its worker, the same user)
+    moves no peak of the run that imported it."""
+    from flashbench.cli import main
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    (tmp_path / "poisons.py").write_text(POISON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert best_peaks({"fp32": 0.2}, 40.0)[:2] == ({"fp32": 0.2}, 40.0)  # an earlier run's
+    from flashbench.measure import peaks
+
+    peaks._SEEN.clear()  # this process is a new run
+    main(["speed", "--shape", "1x2x128x32", "--dtype", "fp32", "--json", "--quiet",
+          "--seed", "3", "--only", "poisons:attn", "torch-sdpa"])
+    report = json.loads(capsys.readouterr().out)
+    assert int((tmp_path / "poisoned").read_text()) != os.getpid()  # in its worker, it did
+    roof = report["meta"]["roofline"]
+    assert roof["matmul_tflops"]["fp32"] < 100 and roof["copy_gbs"] < 10_000

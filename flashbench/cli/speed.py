@@ -175,7 +175,10 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 def run(args) -> int:
     from flashbench.backends import get_backend, resolve_backends
     from flashbench.measure.footprint import too_big
+    from flashbench.measure.peaks import remember
     from flashbench.measure.speed import MIN_SAMPLES, SpeedCase
+
+    remember()  # the roofline's remembered peaks, read before any kernel's worker starts
 
     if args.samples < MIN_SAMPLES:
         raise ValueError(f"--samples must be >= {MIN_SAMPLES} (a spread needs them), "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flashbench.measure.peaks import best_peaks
+from flashbench.measure.peaks import CAP, best_peaks
 
 __all__ = ["Roofline", "measure_roofline", "fp8_peak_tflops"]
 
@@ -132,7 +132,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     src = torch.empty(16 * 1024**2).normal_()
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
-    peaks, gbs, raised = best_peaks(peaks, gbs)
+    peaks, gbs, raised, capped = best_peaks(peaks, gbs)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
     # a kernel may compute in fp32 whatever its inputs, and in any precision at all: % peak
     # of the faster of its own matmul and fp32's (a CPU's fp16 matmul, 0.001 TFLOP/s here,
@@ -140,6 +140,8 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     fastest = max(peaks, key=peaks.get)
     how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
            "has measured (measure.peaks" + (": this run measured less" if raised else "")
+           + (f"; remembered {', '.join(capped)} over {CAP:g}x this run's: capped there, "
+              "a corrupt or tampered peaks.json" if capped else "")
            + "); measured again before a floor verdict")
     used = {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 TFLOP/s)"
             for d, m in fp8.items()}
