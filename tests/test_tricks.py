@@ -427,3 +427,37 @@ def test_a_wrong_output_names_its_worst_row(tricks, roof):
     why = row.failures[guard.WRONG]
     worst = int(why.split(" at row ")[1].split()[0])
     assert worst % 2 == 1 and "checked" in why, why
+
+
+OPT_OUT = textwrap.dedent('''
+    import torch
+
+    from flashbench.backends import child
+
+    _handle = child.Server.handle
+    child.Server.handle = lambda self, request: {**_handle(self, request), "interpreted": True}
+
+
+    def zeros(q, k, v, causal=False, scale=None):
+        return torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+
+
+    def right(q, k, v, causal=False, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+''')
+
+
+def test_a_worker_that_claims_the_interpreter_is_still_judged(tmp_path, monkeypatch, capsys):
+    """A kernel's worker said every call ran a Triton kernel interpreted: its row read "not
+    timed", its outputs never judged, and a wrong kernel got "verdict: PASS", exit 0 (a
+    fresh-eyes probe, 2026-12-05). The outputs are judged all the same."""
+    (tmp_path / "optout.py").write_text(OPT_OUT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["speed", "--shape", "1x2x128x32", "--dtype", "fp32", "--json", "--quiet",
+               "--seed", "5", "--only", "optout:zeros", "optout:right"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    wrong, right = rows["optout:zeros"], rows["optout:right"]
+    assert rc == 1 and wrong["status"] == "FAIL" and guard.WRONG in wrong["failures"], wrong
+    assert "judged all the same, failed" in wrong["reason"] and wrong["speedup"] is None
+    assert right["status"] == "not timed" and right["checked"] > 0, right
+    assert "(its outputs were judged: right)" in right["reason"]

@@ -256,6 +256,13 @@ class SpeedRow:
     calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
 
 
+def interpreted(faults: dict) -> str:
+    """The reason of a row whose calls ran a Triton kernel interpreted (its worker says so)."""
+    return ("its calls ran a Triton kernel under the interpreter: its speed means nothing"
+            + ("; its outputs, judged all the same, failed" if faults else
+               " (its outputs were judged: right)"))
+
+
 def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofline,
              clock: str, checked: int, floor_samples=None) -> SpeedRow:
     """The row of a timed batch: statistics, throughput and the roofline floor's verdict

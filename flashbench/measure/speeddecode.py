@@ -181,7 +181,7 @@ def _in_worker(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, wa
     from flashbench.backends.outputs import raised
     from flashbench.backends.tensors import BackendFailed, BackendUnavailable
     from flashbench.backends.worker import worker_of
-    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, row_from, worker_row
+    from flashbench.measure.speed import CLOCK_CPU, CLOCK_GPU, interpreted, row_from, worker_row
     from flashbench.measure.speedworker import time_in_worker
     from flashbench.timed.decode import decode_params
 
@@ -195,14 +195,15 @@ def _in_worker(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, wa
         return untimed("FAIL", str(exc))
     except Exception as exc:  # noqa: BLE001 - a kernel's failure on this case is its row's
         return untimed("FAIL", raised(exc))
-    if reply.get("interpreted"):
-        return untimed("not timed", "its calls ran a Triton kernel under the interpreter: "
-                       "its speed means nothing")
     faults, judge = dict(reply["faults"]), DecodeJudge(case)
     for out, content in zip(reply["outputs"], reply["seeds"], strict=True):
         bad = None if out is None else judge.judge(content, out)
         if bad is not None:
             faults.setdefault(*bad)
+    if reply.get("interpreted"):  # its outputs judged all the same (its worker's claim)
+        row = untimed("FAIL" if faults else "not timed", interpreted(faults))
+        row.failures, row.checked = dict(faults), len(reply["outputs"])
+        return row
     row = row_from(case, backend.name, reply["samples_s"], faults, roof,
                    CLOCK_GPU if reply["device"] == "cuda" else CLOCK_CPU,
                    len(reply["outputs"]), reply["floor_samples_s"])

@@ -20,6 +20,7 @@ from flashbench.measure.speed import (
     Roofline,
     SpeedCase,
     SpeedRow,
+    interpreted,
     measure_roofline,
     row_from,
     worker_row,
@@ -144,9 +145,6 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
             faults = dict(reply["faults"])
-            if reply.get("interpreted"):
-                return untimed("not timed", "its calls ran a Triton kernel under the "
-                               "interpreter: its speed means nothing")
     except BackendUnavailable as exc:
         return untimed("not timed", str(exc))
     except NoBackward as exc:
@@ -159,6 +157,10 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         return untimed("FAIL", raised(exc))
     faults, checked = _judged(case, seed, outputs, seeds, faults, backend.out_dtype,
                               where if reply is None else "cpu")
+    if reply is not None and reply.get("interpreted"):  # its outputs are judged all the same:
+        row = untimed("FAIL" if faults else "not timed", interpreted(faults))  # (a claim
+        row.failures, row.checked = dict(faults), checked  # of its worker's, untrusted)
+        return row
     return worker_row(row_from(case, backend.name, times, faults, roof,
                                CLOCK_GPU if where == "cuda" else CLOCK_CPU, checked,
                                None if reply is None else reply["floor_samples_s"]), reply)
