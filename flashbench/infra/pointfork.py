@@ -1,16 +1,12 @@
 """A process per request: the review's worker forks one for each timing and track.
 
 The worker holds both commits' imported suites and runs none of their code itself; each
-request (a grid point's setup, its untimed calls, its samples and teardown; a suite's
-setup_cache, whose value comes back pickled, as asv passes it) runs in a child forked from
-it, so its calls meet the allocator as in asv's own process for that point. glibc raises
-its mmap and trim thresholds after large frees: in one long-lived process every earlier
-request's frees had raised them, and a head adding fresh 512 KB temporaries read 1.07x
-where asv's processes see 1.13-1.34x (docs/review.md, "One process per request"). A pair's
-two sides run in a process each (:class:`ForkedLane`), taking turns. What a child's side
-imported the worker imports after it (:func:`learn`), before it replies. A child leads a
-process group, killed when it ends. Standalone (the worker loads it by path); Linux. Not
-with a GPU: a CUDA context does not cross a fork.
+request (a grid point's setup, calls and teardown; a setup_cache, its value pickled back)
+runs in a child forked from it, so its calls meet the allocator as in asv's own process
+(glibc's mmap threshold, raised by earlier frees: docs/review.md, "One process per
+request"); a pair's two sides run in a process each (:class:`ForkedLane`), taking turns.
+The worker imports what a child imported (:func:`learn`). A child leads a process group,
+killed when it ends. Standalone (loaded by path); Linux; not with a GPU (CUDA and fork).
 """
 
 import ctypes
@@ -74,9 +70,8 @@ def _loaded(sides) -> dict:
 
 
 def _spawn() -> tuple[int, int, int]:
-    """Fork a child leading a process group of its own: (pid, read fd, write fd) of two
-    pipes, the child's request pipe and its reply pipe (each end its own side's). In the
-    child the pid is 0 and it dies with the worker (PR_SET_PDEATHSIG)."""
+    """Fork a child leading a process group of its own, dying with the worker: (pid, read
+    fd, write fd), each side's ends of a request pipe and a reply pipe (pid 0: the child)."""
     to_child, from_child = os.pipe(), os.pipe()
     sys.stderr.flush()
     parent = os.getpid()
@@ -121,8 +116,7 @@ def _receive(pipe):
 
 
 def _reap(pid: int) -> str:
-    """Wait for the child, kill its group (a pool its code left behind goes with it), and
-    say how it ended."""
+    """Wait for the child, kill its group (a pool its code left goes too): how it ended."""
     _, status = os.waitpid(pid, 0)
     _kill(pid)
     CHILDREN.discard(pid)
@@ -131,8 +125,7 @@ def _reap(pid: int) -> str:
 
 
 def _exit_child(run) -> None:
-    """Run ``run()`` in a child, then leave without the parent's exit handlers (status 1
-    and its traceback on stderr, where it raised: the worker says the process died)."""
+    """``run()``, then exit without the parent's exit handlers (1 and a traceback: raised)."""
     status = 0
     try:
         run()
@@ -152,8 +145,7 @@ def _imported(sides, before: dict) -> dict:
 
 
 def forked(sides, work) -> tuple[dict, object, dict]:
-    """(reply, extra, imported) of ``work()`` run in a child (a process group of its own,
-    killed when the child is reaped: a pool the request's code left behind goes with it)."""
+    """(reply, extra, imported) of ``work()`` run in a child."""
     pid, read, write = _spawn()
     if pid == 0:
         os.close(read)
@@ -191,12 +183,10 @@ def _attempt(fn) -> tuple:
 
 class ForkedLane:
     """One side of a pair in a process of its own, forked from the worker as the other
-    side's is (``make(sides, side, req, number)``, the worker's Lane, runs there): each
-    side's grid point meets the allocator as in asv's process for it. In one process the
-    side set up second read 1.3x slower (TimeMergeStates: 16 MB inputs, from the heap
-    once the first side's frees had raised glibc's mmap threshold), an order effect that
-    widened every round (docs/review.md, "One process per request"). The processes take
-    turns, one sample at a time; the idle one waits on its pipe."""
+    side's is (``make(sides, side, req, number)``, the worker's Lane, runs there), so each
+    side's grid point meets the allocator as in asv's process (in one process the side set
+    up second read 1.3x slower: docs/review.md). They take turns, a sample at a time; the
+    idle one waits on its pipe."""
 
     def __init__(self, sides, side: str, req: dict, number: int, make):
         self.sides, self.side, self.args, self.make = sides, side, (req, number), make
@@ -210,12 +200,9 @@ class ForkedLane:
         return self._ask(None)
 
     def sample(self) -> float:
-        """One sample's per-call seconds, as its process timed it, cross-checked against the
-        worker's clock: a sample's calls timed at under :data:`CLOCK_RATIO` of its round trip
-        here, less the fastest empty round trip and :data:`SLACK`, are suspect, and the side
-        samples again, up to :data:`CONFIRM` times, until one agrees (that one is kept);
-        none: **clock tampered**. Its process's code may patch anything there, the watch
-        included; never this process's clock. A lie is bounded to about 1 / CLOCK_RATIO."""
+        """A sample's per-call seconds as its process timed it, under :data:`CLOCK_RATIO` of
+        its round trip on the worker's clock (less an empty one's and :data:`SLACK`): again,
+        up to :data:`CONFIRM` times, until one agrees; none: **clock tampered**."""
         if self.null is None:  # a pipe's latency: the fastest of 3 empty round trips
             self.null = min(self._trip(b"n")[1] for _ in range(3))
         calls, tries = self.args[1], []
