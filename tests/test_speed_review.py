@@ -49,6 +49,8 @@ CHEATS = {
             "    if id(x) not in _M:\n        _M[id(x)] = 2 * float(x[0])\n    return _M[id(x)]\n",
     "numpy": "import numpy\nnumpy.sum = lambda *a, **k: 0.0\n" + HONEST,
     "clock": HONEST.replace("None", "'clock'"),
+    "urandom": "import os\nos.urandom = lambda n: bytes(n)\n" + HONEST,
+    "rng": "import numpy.random\nnumpy.random.default_rng = lambda *a: None\n" + HONEST,
 }
 
 
@@ -94,6 +96,18 @@ def test_a_head_that_patches_numpy_at_import_is_refused_by_name(w):
     assert base == {"status": "ok", "value": 3.0}  # the original was put back
     head = w.ask(side="numpy", op="track", name="suite.track_numpy_sum", index=0)
     assert head["status"] == "failed" and "numpy.sum" in head["reason"]
+
+
+def test_a_head_that_fixes_the_suites_seeds_at_import_is_refused_by_name(w):
+    """Where the suites draw each run's seeds (os.urandom, numpy.random) is watched: a
+    head that made os.urandom constant had every request's inputs known in advance, and
+    precomputed them (all rows "faster", exit 0: a probe, 2026-12-05)."""
+    assert "os.urandom" in w.errors["urandom"], w.errors
+    assert "numpy.random.default_rng" in w.errors["rng"], w.errors
+    assert not {"base", "honest", "memo"} & set(w.errors), w.errors
+    r = w.ask_pair(("base", "honest"), name="suite.Fresh.time_call", index=0, number=4,
+                   samples=3)
+    assert r["status"] == "ok", r  # both put back for the others
 
 
 def test_a_call_that_patches_the_clock_refuses_its_side_from_then_on(w):

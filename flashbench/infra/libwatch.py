@@ -17,8 +17,11 @@ import threading
 import types
 
 # the shared libraries whose public callables a side may not replace
-GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "scipy.special", "torch",
-                   "torch.nn.functional", "torch.cuda", "torch.autograd", "time", "gc", "math")
+# (os, random, secrets and numpy.random: where the suites draw each run's seeds; a head that
+# made os.urandom constant had every request's inputs known in advance: a probe, 2026-12-05)
+GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "scipy.special",
+                   "torch", "torch.nn.functional", "torch.cuda", "torch.autograd", "time",
+                   "gc", "math", "os", "random", "secrets")
 # imports that replace their own library's entry points (flex_attention's first call imports
 # torch._dynamo), with the names each is known to replace: only those changes are the
 # library's, never the side's that imported it
@@ -214,7 +217,10 @@ def restore(before: dict, names, own_globals: dict) -> None:
             continue
         obj, code, defaults, kwdefaults, inner, inner_code = base[name]
         if code is not None:  # a swapped code object or defaults go back too
-            obj.__code__, obj.__defaults__, obj.__kwdefaults__ = code, defaults, kwdefaults
+            try:
+                obj.__code__, obj.__defaults__, obj.__kwdefaults__ = code, defaults, kwdefaults
+            except (AttributeError, TypeError):  # a compiled function's: never swapped
+                pass
         if inner_code is not None:
             inner.__code__ = inner_code
         if mod.partition(".")[0] == "worker_process":  # its function, or a class's method
