@@ -421,11 +421,15 @@ def test_a_pairs_side_whose_process_dies_is_named(tmp_path, monkeypatch, process
     try:
         pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
                           samples=2)
+        # the worker goes on: later pairs (each a new pipe, maybe the dead one's numbers)
+        later = [w.ask_pair(("head", "base"), name="suite.time_state", index=0, number=1,
+                            samples=1) for _ in range(3)]
     finally:
         w.stop()
     if process == "request":
         assert pair == {"status": "failed", "side": "head", "reason": "ChildProcessError: "
                         "worker died (the head side's process exited with status 3)"}
+        assert [r["status"] for r in later] == ["ok"] * 3, later
     else:
         assert pair["status"] == "failed" and "side" not in pair
 

@@ -189,8 +189,8 @@ class ForkedLane:
     idle one waits on its pipe."""
 
     def __init__(self, sides, side: str, req: dict, number: int, make):
-        self.sides, self.side, self.args, self.make = sides, side, (req, number), make
-        self.pid, self.imported, self.null = None, {}, None
+        self.sides, self.side, self.req, self.number, self.make = sides, side, req, number, make
+        self.pid, self.imported, self.null, self.replies, self.asks = None, {}, None, None, None
 
     def open(self) -> dict | None:
         pid, read, write = _spawn()
@@ -205,12 +205,12 @@ class ForkedLane:
         up to :data:`CONFIRM` times, until one agrees; none: **clock tampered**."""
         if self.null is None:  # a pipe's latency: the fastest of 3 empty round trips
             self.null = min(self._trip(b"n")[1] for _ in range(3))
-        calls, tries = self.args[1], []
+        tries = []
         for _ in range(1 + CONFIRM):
             claim, trip = self._trip(b"s")
-            if claim * calls + SLACK >= CLOCK_RATIO * (trip - self.null):
+            if claim * self.number + SLACK >= CLOCK_RATIO * (trip - self.null):
                 return claim
-            tries.append((claim * calls, trip - self.null))
+            tries.append((claim * self.number, trip - self.null))
         raise RuntimeError(
             f"clock tampered: the {self.side} side's samples took {min(t for _, t in tries):.4g}"
             f" s or more on the worker's clock and claimed {max(c for c, _ in tries):.4g} s at"
@@ -222,19 +222,23 @@ class ForkedLane:
         return got, _WALL() - start
 
     def close(self) -> str | None:
-        """Its teardown's failure, or a change its calls made to a shared function."""
-        if self.pid is None:
+        """Its teardown's failure, or a change its calls made to a shared function (None
+        where its process died: the pair failed then). Its pipes are closed either way (a
+        number left in PIPES would be closed by a later child, maybe its own pipe's)."""
+        if self.replies is None:
             return None
+        failed = None
         try:
-            failed, errors, self.imported = self._ask(b"c")
-            self.sides.errors.update(errors)  # a side refused there
+            if self.pid is not None:
+                failed, errors, self.imported = self._ask(b"c")
+                self.sides.errors.update(errors)  # a side refused there
         except Exception as exc:
             failed = f"{type(exc).__name__}: {exc}"
         finally:
             PIPES.difference_update((self.replies.fileno(), self.asks.fileno()))
             self.replies.close()
             self.asks.close()
-            self.pid = None
+            self.replies = self.asks = self.pid = None
         return failed
 
     def _ask(self, op: bytes | None):
@@ -259,7 +263,7 @@ class ForkedLane:
     def _serve(self, asks, replies) -> None:
         sides = self.sides
         before = _loaded(sides)
-        lane = self.make(sides, self.side, *self.args)
+        lane = self.make(sides, self.side, self.req, self.number)
         _send(replies, _attempt(lane.open))
         while (op := asks.read(1)) in (b"s", b"n"):  # a sample, or an empty request
             _send(replies, _attempt(lane.sample) if op == b"s" else ("ok", None))

@@ -174,10 +174,10 @@ def _start_workers(opts: Options, session: Session, stack: ExitStack, trees: dic
         "swapped in before each block): a process's own speed moves both sides alike.")
     per_request, why = workers[0].per_request
     review.notes.append(
-        "Each timing request (a grid point's setup, untimed calls, samples and teardown) "
-        "ran in a process of its own, forked from the worker: its calls meet the allocator "
-        "as in asv's process for that point, not after earlier requests' frees "
-        "(--process one: the worker's own, more decisive, blind to that)."
+        "Each timing request (a grid point's setup, untimed calls, samples and teardown; a "
+        "pair's sides one each) ran in a process of its own, forked from the worker: its "
+        "calls meet the allocator as in asv's process for that point, not after earlier "
+        "frees, a pair's samples checked on the worker's clock (--process one: neither)."
         if per_request else f"Every timing ran in the worker's own process ({why}): glibc's "
         "allocator thresholds, raised by earlier requests' frees, can hide the cost "
         "of a change's fresh large allocations (--process request; docs/review.md).")
