@@ -125,3 +125,33 @@ def test_a_refused_base_makes_the_review_undecided_not_coverage_gained():
                          base_reason="ValueError: boom")
     assert (fixed.verdict, fixed.reason, fixed.undecided) == ("coverage gained",
                                                               "coverage-gained", False)
+
+
+def test_a_base_that_failed_beside_head_but_runs_alone_is_undecided(tmp_path):
+    """A probe's head killed base's requests (or made them raise) from its import in the
+    worker: base's rows read "coverage gained", exit 0, and a 2x slower head merged. A
+    timing base failed beside head is asked again of base alone, in a worker that never
+    imported head: ok there, the row is undecided (exit 2); a base broken on its own (a
+    benchmark head fixed) stays coverage gained."""
+    from types import SimpleNamespace
+
+    from flashbench.review.ab import Point
+    from flashbench.review.rules import coverage_row
+    from flashbench.review.run import _base_alone
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "suite.py").write_text(
+        "def time_fine():\n    pass\n\n\ndef time_broken():\n    raise ValueError('boom')\n")
+    points = [Point(f"suite.{n}", 0, "", "time", "seconds") for n in ("time_fine",
+                                                                     "time_broken")]
+    rows = [coverage_row("time", p.name, "", "seconds", "failed", "ok",
+                         base_reason="worker died (the request's process killed by signal 9)")
+            for p in points]
+    _base_alone(rows, points, tmp_path, tmp_path / "benchmarks", tmp_path,
+                SimpleNamespace(threads=None, process=None))
+    fine, broken = rows
+    assert (fine.verdict, fine.reason, fine.undecided) == (
+        "not compared", "base-failed-beside-head", True), fine
+    assert "base alone, in a worker that never imported head: ok" in fine.detail
+    assert (broken.reason, broken.undecided) == ("coverage-gained", False)

@@ -858,3 +858,16 @@ def test_rows_measured_in_head_alone_are_not_counted_as_compared():
                    undecided=True)
     said = _review([ok, open_row]).summary()
     assert "UNDECIDED: 1 result(s) ambiguous (more rounds decide: a larger --budget" in said
+
+
+def test_a_base_not_compared_is_said_apart_from_ambiguous_rows():
+    """A refused base, or one that failed beside head and ran alone, read "UNDECIDED: n
+    result(s) ambiguous (more rounds decide ...)": no budget decides them."""
+    ok = Row("time", "b.time_x", "", "seconds", "same", "below-factor")
+    rows = [Row("time", f"b.time_{n}", "", "seconds", "not compared", reason, undecided=True)
+            for n, reason in (("a", "base-refused"), ("b", "base-failed-beside-head"))]
+    review = _review([ok, *rows])
+    said = review.summary()
+    assert said.startswith("BASE NOT COMPARED: 2 result(s) base could not give beside head"), \
+        said
+    assert "ambiguous" not in said and review.status == 2

@@ -264,7 +264,7 @@ def test_bench_selects_names_or_grid_points_of_stored_rows():
 DRIVER = r"""
 import signal, sys
 from flashbench.infra.asv import run_in_session
-from flashbench.review.run import _signals_raise
+from flashbench.infra.interrupts import signals_raise
 
 folder = sys.argv[1]
 # like asv: a child in a process group of its own (asv's benchmark server), with a
@@ -276,7 +276,7 @@ script = (
     "open(\"{f}/grandchild\", \"w\").write(str(p.pid)); "
     "open(\"{f}/group\", \"w\").write(str(os.getpid())); time.sleep(300)' & "
     "wait").format(f=folder)
-with _signals_raise():
+with signals_raise():
     run_in_session(["bash", "-c", script], ".")
 """
 

@@ -12,9 +12,10 @@ Every row carries a reason code and its sample count; exit status 0 nothing regr
 :mod:`flashbench.cli.review_markdown`. The whole method: docs/review.md.
 """
 
+from flashbench.infra.interrupts import Interrupted
 from flashbench.review.model import ERROR, OK, REASONS, REGRESSED, UNDECIDED, Review, Row
 from flashbench.review.options import DEFAULT_BUDGET, QUICK_BUDGET, Options
-from flashbench.review.run import Interrupted, run_review
+from flashbench.review.run import run_review
 
 __all__ = ["run_review", "Options", "Review", "Row", "Interrupted", "REASONS", "OK", "REGRESSED",
            "UNDECIDED", "ERROR", "DEFAULT_BUDGET", "QUICK_BUDGET"]

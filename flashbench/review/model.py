@@ -63,6 +63,8 @@ REASONS = {
     "coverage-gained": "measured in head, not in base",
     "base-refused": "base's code replaced a function both sides share (numpy's, torch's, the "
                     "timer's): the worker refused base, so nothing of head can be compared",
+    "base-failed-beside-head": "base failed beside head and ran ok alone, in a worker that "
+                               "never imported head: head's code may have broken it",
     "not-measured": "measured in neither commit (skipped, not applicable or gone; never "
                     "failed in head)",
 }
@@ -136,7 +138,9 @@ class Review:
         regressions = [r for r in self.rows if r.regression]
         lost = sum(r.reason == "coverage-lost" for r in self.rows)
         unmeasured = sum(r.reason == "budget-unmeasured" for r in self.rows)
-        open_rows = sum(r.undecided for r in self.rows) - lost - unmeasured
+        apart_base = sum(r.reason in ("base-refused", "base-failed-beside-head")
+                         for r in self.rows if r.undecided)
+        open_rows = sum(r.undecided for r in self.rows) - lost - unmeasured - apart_base
         apart = "".join(f"; {part}" for part in self.apart())
         if regressions:
             failed = sum(r.reason == "failed" for r in regressions)
@@ -147,8 +151,9 @@ class Review:
             if failed:
                 parts.append(f"{failed} result(s) failed in head")
             text = f"REGRESSION: {' and '.join(parts)} ({' and '.join(kinds)})"
-        elif lost or unmeasured or open_rows or self.problems:
-            parts = []
+        elif lost or unmeasured or open_rows or apart_base or self.problems:
+            parts = [f"BASE NOT COMPARED: {apart_base} result(s) base could not give beside "
+                     "head (its rows say why)"] if apart_base else []
             if lost:
                 parts.append(f"COVERAGE LOST: {lost} result(s) measured in base but not "
                              "in head")

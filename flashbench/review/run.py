@@ -9,14 +9,13 @@ processes are gone.
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 from flashbench.infra.git import checked_out, git, resolve
+from flashbench.infra.interrupts import signals_raise
 from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler, every
 from flashbench.review.asvrun import project
@@ -30,33 +29,6 @@ from flashbench.review.rules import for_information, track_rows
 from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
 from flashbench.review.stored import review_stored
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT arrived; the review cleaned up and stops."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextmanager
-def _signals_raise():
-    """SIGTERM/SIGINT raise :class:`Interrupted` (main thread only), so every ``with``
-    and ``finally`` below runs: workers stopped, worktrees removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
@@ -102,7 +74,7 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                          "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
     notes = _dirty_notes(opts, root, head)
-    with _signals_raise():
+    with signals_raise():
         if opts.reuse:
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
                                    log)
@@ -285,11 +257,32 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
+        _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
         for w in [w for w in workers if w.unforked][:1]:
             review.notes.append(f"Some requests ran in the {w.label} worker's own process, "
                                 f"not one of their own: {w.unforked} (a fork could hang).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
+
+
+def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:
+    """A timing or track head gave and base failed beside it is asked of base alone, in a
+    worker that never imported head: ok there, head's code may have broken base (a probe's
+    head killed base's requests, or made them raise: "coverage gained", exit 0): undecided."""
+    where = {(p.name, p.params): p for p in points if p.type in ("time", "track")}
+    gained = [(r, where[r.benchmark, r.params]) for r in rows if r.reason == "coverage-gained"
+              and r.detail.startswith("base failed") and (r.benchmark, r.params) in where]
+    alone = Worker("base-alone", {"base": tree}, bench_dir, folder / "base-alone.log",
+                   opts.threads, process=opts.process) if gained else None
+    try:
+        for r, p in gained:
+            if alone.ask(side="base", op=p.type, name=p.name, index=p.index, number=0,
+                         samples=1, timeout=2 * p.timeout + 60).get("status") == "ok":
+                r.verdict, r.reason, r.undecided = "not compared", "base-failed-beside-head", True
+                r.detail += "; base alone, in a worker that never imported head: ok"
+    finally:
+        if alone is not None:
+            alone.stop()
 
 
 def _prior_note(prior) -> str:
