@@ -84,6 +84,8 @@ def project(tmp_path_factory):
     c["unimportable"] = commit("unimportable", ("flashbench/__init__.py", '__version__ = "',
                                                  'import flashbench_no_such_helper  # noqa\n'
                                                  '__version__ = "'))
+    c["edits_base"] = commit("edits base", ("flashbench/__init__.py", '__version__ = "',
+                                            EDITS_OTHER + '__version__ = "'))
     c["renamed"] = commit("rename", ("flashbench/reference/oneshot.py", "def online_attention(",
                                      "def online_attention_renamed("),
                           ("flashbench/reference/oneshot.py", '"online_attention",',
@@ -101,6 +103,19 @@ def project(tmp_path_factory):
     home = tmp / "home"
     home.mkdir()
     return repo, home, c
+
+
+# head's import (in the worker both sides share) writes into the other checkout's files
+EDITS_OTHER = """import os as _os
+
+_mine = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+for _other in _os.listdir(_os.path.dirname(_mine)):
+    _path = _os.path.join(_os.path.dirname(_mine), _other, "flashbench", "reference",
+                          "oneshot.py")
+    if _os.path.join(_os.path.dirname(_mine), _other) != _mine and _os.path.isfile(_path):
+        with open(_path, "a") as _f:
+            _f.write("# head was here\\n")
+"""
 
 
 def review(project, *args, process=False, timeout=900):
@@ -433,3 +448,15 @@ def test_stale_session_is_pruned_and_bad_arguments_refused_before_any_run(projec
     assert len(worktrees(repo)) == 1 and not sessions(repo)  # the stale one went too
     r = review(project, "origin/mian", c["slow"])
     assert r.returncode == 2 and "'origin/mian' is not a commit" in r.stderr
+
+
+def test_a_head_that_edits_base_s_checkout_is_a_problem(project):
+    """A probe's head (2026-12-05) appended a slowdown to base's checked-out reference from
+    its import in the worker: "faster", exit 0. The review's checkouts are compared with
+    their commits after it ran: an edit is a problem, exit 2, and names the file."""
+    _, _, c = project
+    r = review(project, c["base"], c["edits_base"], "--bench", STREAMED_ONLY, "--budget",
+               "20", "--factor", WIDE)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert ("base's checkout was edited while the review ran "
+            "(flashbench/reference/oneshot.py)") in r.stdout, r.stdout

@@ -258,6 +258,10 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
+        for side, tree in trees.items():  # a side's code wrote into a commit's own files
+            if edited := git("diff", "--name-only", cwd=tree).split():
+                review.problems.append(f"{side}'s checkout was edited while the review ran "
+                                       f"({', '.join(edited[:3])}): no verdict here stands")
         for w in [w for w in workers if w.unforked][:1]:
             review.notes.append(f"Some requests ran in the {w.label} worker's own process, "
                                 f"not one of their own: {w.unforked} (a fork could hang).")
