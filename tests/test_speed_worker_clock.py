@@ -310,3 +310,51 @@ def test_honest_kernels_that_keep_threads_idle_pass_in_their_worker(tmp_path, mo
     assert rc == 0 and all(r["status"] == "PASS" for r in rows.values()), \
         {n: r["failures"] for n, r in rows.items()}
     sys.modules.pop("fbhonest", None)
+
+
+SLOW_NULL = '''
+import time
+
+import torch
+
+from flashbench.backends import child
+
+_null = child.Server._null
+
+
+def _slowed(self, r):
+    time.sleep(0.015)
+    return _null(self, r)
+
+
+child.Server._null = _slowed
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    """Every call computed, and lasting 20 ms."""
+    t0 = time.perf_counter()
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    time.sleep(max(0.0, 0.020 - (time.perf_counter() - t0)))
+    return o
+'''
+
+
+def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(tmp_path,
+                                                                         monkeypatch, capsys):
+    """A probe's module (2026-12-05) made its worker's empty request sleep 15 ms: the
+    harness subtracts that round trip from every timed request, and a kernel of 20 ms a call
+    read 8.8 ms (PASS, 2.3x "faster" than itself). An empty request now counts at most 3x
+    its cost before the module was imported in the worker, + 1 ms."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbslownull.py").write_text(SLOW_NULL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    main(["speed", "--quiet", "--json", "--shape", "1x2x128x32", "--causal", "off",
+          "--dtype", "fp32", "--seed", "5", "--only", "fbslownull:fwd"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["median_s"] > 0.017, row  # 20 ms a call, less at most ~2 ms a request
+    assert "an empty request counted at most" in row["clock"]
+    sys.modules.pop("fbslownull", None)

@@ -14,6 +14,7 @@ than :data:`FLOOR_MARGIN` x the roofline floor fails the row.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -297,6 +298,9 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
 def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     """A user kernel's row names the harness's clock, k, and the worker's own figure."""
     if reply is not None:
-        row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"])
+        row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"]) + (
+            f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
+            "before the kernel's module was imported, + 1 ms)"
+            if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
         row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
     return row
