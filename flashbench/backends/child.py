@@ -232,8 +232,9 @@ class Server:
             guard._CLOCKS["torch.cuda.synchronize"][2]()
 
     def _refill(self, r: dict) -> dict:
-        """New inputs where the pool's round is spent (the harness's work: not the stage's)."""
-        self.timing["pool"].refill()
+        """New inputs where the pool's round is spent (the harness's work: not the stage's),
+        drawn with the harness's ``salt`` (its copy of the pool uses it alike)."""
+        self.timing["pool"].refill(r.get("salt"))
         return {}
 
     def _stage(self, r: dict) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import statistics
 import time
 
@@ -95,11 +96,13 @@ class _Clocked:
                                 f"(--timeout): a call took {worst:.3g} s (the harness's clock)")
 
 
-def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
+def _calls(w: _Clocked, k: int, cpu: dict, mirror: Pool, seeds: list) -> tuple[float, list]:
     """Stage and run up to k calls (the worker stops at its pool's next refill): (the run's
     round trip, the worker's own time of each call); CPU time of each step into ``cpu`` (the
     pool's refill, input making, in a request of its own: counted in neither)."""
-    w.ask(op="refill")
+    salt = secrets.randbits(62)  # a new round's contents: unknown to the worker till now
+    mirror.refill(salt)  # this process's copy of the pool, in step: it decides the round
+    w.ask(op="refill", salt=salt)
     c0 = cpu_s(w.pid)
     w.ask(k, op="stage", k=k)
     c1 = cpu_s(w.pid)
@@ -110,6 +113,7 @@ def _calls(w: _Clocked, k: int, cpu: dict) -> tuple[float, list]:
         cpu["stage"] += c1 - c0
         cpu["run"] += c2 - c1
         cpu["pairs"] = cpu.get("pairs", 0) + 1
+    seeds += [mirror.next()[1] for _ in reply["own_s"]]  # the calls' contents, replayed here
     return rt, reply["own_s"]
 
 
@@ -129,10 +133,13 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
 
     w = _Clocked(worker, time_limit())
     mirror = Pool(lambda s: (), pool, seed)  # the worker's pool's content seeds, replayed
+    seeds: list = []  # each timed call's content seed, in order
     device = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
                    warmup=warmup, pool=pool, direction=direction, variant=variant or {},
                    dist=dist, decode=decode or {},
                    varlen=None if varlen is None else list(varlen))[1]["device"]
+    for _ in range(warmup):  # the warm-up's calls, in the copy too
+        mirror.next()
     threads0 = os_threads(w.pid)
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
@@ -141,7 +148,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):
-        tries.append((_calls(w, 1, cpu)[0], 1))
+        tries.append((_calls(w, 1, cpu, mirror, seeds)[0], 1))
         w.over_limit(tries[-1:], min(nulls))
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
@@ -160,7 +167,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
             cpu["nulls"] = cpu.get("nulls", 0) + 1
         before = os_threads(w.pid)
-        rt, mine = _calls(w, k, cpu)
+        rt, mine = _calls(w, k, cpu, mirror, seeds)
         runs.append((rt, len(mine)))
         own.append(sum(mine) / len(mine))
         after = os_threads(w.pid)
@@ -188,13 +195,12 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     for _ in range(CONFIRM):
         if _clock_fault(clocked, claimed, nulls) is None:
             break
-        rt, mine = _calls(w, k, cpu)
+        rt, mine = _calls(w, k, cpu, mirror, seeds)
         clocked.append((rt, len(mine)))
         claimed.append(sum(mine) / len(mine))
     w.over_limit(clocked, least)  # every timed request, the confirming ones too
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
-    seeds = [mirror.next()[1] for _ in range(warmup + calls)][warmup:]
     faults = {**reply["faults"], **faults}
     _judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)

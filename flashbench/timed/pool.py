@@ -92,6 +92,9 @@ class Pool:
     names: tuple = NAMES["fwd"]
     slots: list = field(default_factory=list, init=False)
     seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
+    # round -> a salt its refill's seeds are drawn with (:meth:`refill`): sent by the harness
+    # with each refill, so a worker's pool holds no future contents its kernel could compute
+    salts: dict = field(default_factory=dict, init=False)
 
     def __post_init__(self):
         if self.size < 2:
@@ -116,6 +119,8 @@ class Pool:
         return int(self._rng.integers(0, 2**62))
 
     def _new_round(self) -> None:
+        if self.rounds in self.salts:  # drawn from here on with the harness's new entropy
+            self._rng = np.random.default_rng([self.seed, self.salts[self.rounds]])
         if self.rounds:  # refill half of the slots in place: same addresses, new contents
             for i in self._rng.choice(self.size, max(1, self.size // 2), replace=False):
                 s = self._draw()
@@ -149,10 +154,13 @@ class Pool:
         return next((n for n, i in enumerate(self._order) if self.used[i] != first),
                     len(self._order))
 
-    def refill(self) -> None:
+    def refill(self, salt: int | None = None) -> None:
         """Start the next round (half the slots refilled) where this one is spent: apart from
-        :meth:`next`, so a worker makes new inputs in a request of their own."""
+        :meth:`next`, so a worker makes new inputs in a request of their own. ``salt``: the
+        new round's seeds are drawn with it (:attr:`salts`)."""
         if not self._order:
+            if salt is not None:
+                self.salts[self.rounds] = salt
             self._new_round()
 
     def next(self) -> tuple[int, int, tuple]:
