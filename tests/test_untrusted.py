@@ -510,3 +510,53 @@ def test_the_time_limit_counts_the_kernel_not_the_workers_start(kernels, capsys)
     --timeout clock: a quick kernel passes a 1 s limit that its worker's start exceeds."""
     rc, report = check(capsys, "--timeout", "1", "--backend", "fbuntrusted:good")
     assert rc == 0 and all(r["passed"] for r in rows(report, "fbuntrusted:good"))
+
+
+DAEMON = '''
+import os
+import time
+
+import torch
+
+if os.fork() == 0:  # a daemon: double fork and a session of its own (no group kill reaches)
+    os.setsid()
+    if os.fork() == 0:
+        with open(os.environ["DAEMON_PID"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+
+
+def attn(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+'''
+
+
+def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    """A probe's kernel (2026-12-05) left a setsid'd daemon at import, which stopped the
+    harness while the peers were timed (the kernel 7.7x "faster"), or rewrote --json after
+    the harness exited. The harness is its descendants' subreaper: the daemon is found,
+    killed before any timing, and the run FAILs naming it."""
+    import json
+    import os
+    import time
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbdaemon.py").write_text(DAEMON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+    rc = main(["speed", "--quiet", "--json", "--shape", "1x2x128x32", "--causal", "off",
+               "--dtype", "fp32", "--seed", "5", "--only", "fbdaemon:attn"])
+    report = json.loads(capsys.readouterr().out)
+    pid = int((tmp_path / "daemon.pid").read_text())
+    assert rc == 1 and not report["passed"], report["meta"]
+    assert any(s.startswith(f"pid {pid}: ") and "left by a kernel's import" in s
+               for s in report["meta"]["strays"]), report["meta"]["strays"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}"), f"the daemon {pid} lives on"
+    sys.modules.pop("fbdaemon", None)

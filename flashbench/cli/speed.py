@@ -129,6 +129,8 @@ def render_text(report: dict) -> str:
                          "cross-check only)")
     clocks = sorted({r.clock for r in report["rows"] if r.clock and r.worker_median_s is None})
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
+    notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
+              "run is suspect (backends.strays)" for s in m.get("strays", ())]
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
               "verdict: " + ("nothing timed (exit 2)" if report["rows"] and all(
@@ -173,12 +175,21 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 
 
 def run(args) -> int:
-    from flashbench.backends import get_backend, resolve_backends
-    from flashbench.measure.footprint import too_big
+    from flashbench.backends.strays import adopt
     from flashbench.measure.peaks import remember
-    from flashbench.measure.speed import MIN_SAMPLES, SpeedCase
 
     remember()  # the roofline's remembered peaks, read before any kernel's worker starts
+    adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
+    try:
+        return _run(args)
+    finally:
+        adopt(False)
+
+
+def _run(args) -> int:
+    from flashbench.backends import get_backend, resolve_backends
+    from flashbench.measure.footprint import too_big
+    from flashbench.measure.speed import MIN_SAMPLES, SpeedCase
 
     if args.samples < MIN_SAMPLES:
         raise ValueError(f"--samples must be >= {MIN_SAMPLES} (a spread needs them), "
@@ -211,6 +222,7 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     """The speed run of ``cases`` on the backends ``names`` (``get`` makes each), the report
     emitted; --baseline must be one of them."""
     from flashbench.backends import user
+    from flashbench.backends.strays import sweep
     from flashbench.measure.speedrun import run_speed
 
     if args.baseline is not None and args.baseline not in names:
@@ -224,6 +236,10 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     with user.session(args.timeout):
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)
+    left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
+    if left:
+        report["meta"]["strays"] += left
+        report["passed"] = False
     return _emit(args, report)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from flashbench.backends.strays import sweep
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -184,10 +185,11 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             else os.cpu_count(), "torch_threads": torch.get_num_threads(), "load": _load()}
     roof = measure_roofline(device, [c.dtype for c in cases])
     by_name = {b.name: b for b in backends}
-    rows = []
+    rows, strays = [], [f"{s} (left by a kernel's import)" for s in sweep()]
     for case in cases:
         case_rows = []
         for b in backends:
+            strays += [f"{s} (found before timing {b.name} on {case.label()})" for s in sweep()]
             if progress:
                 print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
             if case.direction == "decode":
@@ -201,8 +203,10 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none
                 r.speedup, r.baseline = base.median_s / r.median_s, base.backend
         rows += case_rows
-    passed = all(r.status != "FAIL" for r in rows)
+    strays += [f"{s} (found after the last timing)" for s in sweep()]
+    passed = all(r.status != "FAIL" for r in rows) and not strays
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,
+            "strays": strays,  # processes a kernel left running, killed: the run FAILs
             "host": {**host, "load_end": _load()},
             "roofline": {"matmul_tflops": roof.tflops, "copy_gbs": roof.copy_gbs,
                          "how": roof.how},
