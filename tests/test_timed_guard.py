@@ -186,3 +186,21 @@ def test_timed_calls_names_an_input_written_into():
 
     batch = guard.timed_calls(kernel, _pool(n=64, size=4), samples=6, warmup=1)
     assert guard.MODIFIED in batch.faults and batch.faults[guard.MODIFIED].startswith("q in ")
+
+
+def test_a_non_tensor_output_is_not_called_a_lazy_subclass():
+    """A kernel returning a numpy array read "(a subclass can compute when it is read)": a
+    probe (2026-12-05) found that misleading; a subclass of torch.Tensor still reads so."""
+    import numpy as np
+
+    from flashbench.timed.guard import LAZY, structural
+
+    q = torch.zeros(2, 3)
+    name, why = structural(np.zeros((2, 3)), (q,))
+    assert name == LAZY and "numpy.ndarray" in why and "subclass" not in why, why
+
+    class Lazy(torch.Tensor):
+        pass
+
+    name, why = structural(torch.zeros(2, 3).as_subclass(Lazy), (q,))
+    assert name == LAZY and "a subclass can compute when it is read" in why, why

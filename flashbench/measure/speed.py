@@ -216,9 +216,10 @@ class Judge:
         for other, sums in self.first.items():
             if sums == total and other != content:
                 self.first[content] = total
-                self.verdicts[content] = (STALE, "returned the output of an earlier, different "
-                                                 "input (a cache keyed on something but the "
-                                                 "contents)")
+                self.verdicts[content] = (STALE, "returned exactly the output of an earlier, "
+                                                 "different input (a cache keyed on something "
+                                                 "but the contents, or an output that does not "
+                                                 "depend on its input)")
                 return self.verdicts[content]
         self.first[content] = total
         self.verdicts[content] = self._reference_check(content, o)

@@ -194,8 +194,10 @@ def _fault(out, args, spans) -> tuple[str, str] | None:
         if t is None:
             continue
         if type(t) is not torch.Tensor:
+            why = ("a subclass can compute when it is read" if isinstance(t, torch.Tensor)
+                   else "what it returns is read as torch tensors")
             return LAZY, f"returned a {type(t).__module__}.{type(t).__qualname__}, not a " \
-                         "plain torch.Tensor (a subclass can compute when it is read)"
+                         f"plain torch.Tensor ({why})"
         if t.device.type == "meta":
             return LAZY, "returned a tensor on the meta device: it holds no values"
         if t.layout != torch.strided:
