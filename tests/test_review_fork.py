@@ -511,3 +511,36 @@ def test_a_side_that_blinds_the_watch_and_shaves_its_samples_is_clock_tampered(
     assert pair["status"] == "failed" and pair["side"] == "head", pair
     assert "clock tampered" in pair["reason"] and "under 0.8x in all 11 tries" in pair["reason"]
     assert honest["status"] == "failed" and honest["side"] == "head"  # it does so every time
+
+
+def test_a_side_whose_import_starts_a_thread_in_the_worker_is_refused(tmp_path, monkeypatch):
+    """A probe's head (2026-12-05) started an idle thread when the worker imported its
+    module: from then on every request ran in the worker itself (a fork beside a thread can
+    hang), which hid the allocator cost the process per request is for ("same", exit 0).
+    Now the side whose own import started the thread is refused, and base is timed."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    trees = _two_trees(tmp_path, {
+        "base": "def run():\n    pass\n",
+        "head": """
+            import threading
+            import time
+
+            threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+
+
+            def run():
+                pass
+            """})
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        first = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)  # its child imports helper; the worker learns it after
+        later = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)
+        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+    finally:
+        w.stop()
+    assert first["status"] == "ok", first
+    assert later["status"] == "failed" and "started 1 thread(s)" in later["reason"], later
+    assert base["status"] == "ok", base

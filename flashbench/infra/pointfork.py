@@ -325,9 +325,13 @@ def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
                 sides.errors.setdefault(other, why)
             return
     for side in [s for s in sides.trees if imported.get(s) and s not in sides.errors]:
-        before = entry_points()
+        before, threads = entry_points(), _threads()
         sides.use(side)
         load(imported[side])
+        if (more := _threads() - threads) > 0:  # later forks would hang on it, or run here
+            sides.errors[side] = (f"its import started {more} thread(s) in the review's "
+                                  "worker, which forks a process per request (a thread "
+                                  "does not cross a fork)")
         sides.refuse_changes(side, before, "its import")
     sides.entry = entry_points()
 
