@@ -384,11 +384,16 @@ def test_a_side_imports_only_what_its_own_request_imported(tmp_path, monkeypatch
 
 def test_a_worker_holding_threads_answers_in_itself_and_says_so(tmp_path, monkeypatch):
     """A fork from a process running a thread it did not have after its imports (torch's
-    OpenMP pool after a parallel op, here a module's thread the worker learnt) hung the
-    child on its first parallel op: such a request is answered in the worker, and said."""
-    root = _tree(tmp_path, SUITE + "\n\ndef time_threaded():\n    import threadmod  # noqa\n")
-    (root / "threadmod.py").write_text("import threading, time\nthreading.Thread("
-                                       "target=time.sleep, args=(600,), daemon=True).start()\n")
+    OpenMP pool after a parallel op, here a shared module's thread the worker learnt: a
+    side's own module that does so is refused, below) hung the child on its first parallel
+    op: such a request is answered in the worker, and said."""
+    root = _tree(tmp_path / "tree", SUITE + "\n\ndef time_threaded():\n    import threadmod  # noqa\n")
+    shared = tmp_path / "shared"  # on PYTHONPATH: a library both sides share, not a side's
+    shared.mkdir()
+    (shared / "threadmod.py").write_text("import threading, time\nthreading.Thread("
+                                         "target=time.sleep, args=(600,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shared), os.environ.get(
+        "PYTHONPATH", "")]).rstrip(os.pathsep))
     w = _worker(root, monkeypatch)
     try:
         assert _time(w, "time_threaded")["status"] == "ok"  # forked; the worker learns it
