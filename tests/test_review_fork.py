@@ -549,3 +549,50 @@ def test_a_side_whose_import_starts_a_thread_in_the_worker_is_refused(tmp_path, 
     assert first["status"] == "ok", first
     assert later["status"] == "failed" and "started 1 thread(s)" in later["reason"], later
     assert base["status"] == "ok", base
+
+
+DAEMON_AT_IMPORT = """
+import os
+import time
+
+if os.fork() == 0:  # a daemon: double fork, a session of its own (no group kill reaches it)
+    os.setsid()
+    if os.fork() == 0:
+        with open(os.environ["DAEMON_PID"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+
+
+def run():
+    pass
+"""
+
+
+def test_a_side_whose_import_leaves_a_process_in_the_worker_is_refused(tmp_path,
+                                                                        monkeypatch):
+    """A probe's head (2026-12-05) left CPU burners at import in the worker (a double fork:
+    no process group of the worker's reaches them), spinning while base's requests ran:
+    long calls "faster", exit 0. The worker is its descendants' subreaper: what a side's
+    import left is killed, and that side refused; base is timed."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n", "head": DAEMON_AT_IMPORT})
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        first = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)  # its child imports helper: that daemon ends with it
+        later = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)  # the worker imported helper after the first
+        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+        daemon = int((tmp_path / "daemon.pid").read_text())
+        assert _gone(daemon), f"the daemon {daemon} lives on"
+    finally:
+        w.stop()
+    assert first["status"] == "ok", first
+    # its child's daemon (re-parented here) and the worker's own import's: both head's
+    assert later["status"] == "failed" and "left 2 process(es) running" in later["reason"], \
+        later
+    assert base["status"] == "ok", base

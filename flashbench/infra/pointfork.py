@@ -4,30 +4,34 @@ The worker holds both commits' imported suites and runs none of their code itsel
 request (a grid point's setup, calls and teardown; a setup_cache, its value pickled back)
 runs in a child forked from it, so its calls meet the allocator as in asv's own process
 (glibc's mmap threshold, raised by earlier frees: docs/review.md, "One process per
-request"); a pair's two sides run in a process each (:class:`ForkedLane`), taking turns.
+request"); a pair's two sides run in a process each (forklane.ForkedLane), taking turns.
 The worker imports what a child imported (:func:`learn`). A child leads a process group,
 killed when it ends. Standalone (loaded by path); Linux; not with a GPU (CUDA and fork).
 """
 
 import ctypes
 import importlib
+import importlib.util
 import json
 import os
 import pickle
 import signal
-import struct
 import sys
-import time
 
 ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per request, "one": none
 FORKED_OPS = ("time", "pair", "track")
-_SIZE = struct.Struct("<Q")
-CHILDREN = set()  # the running children's pids: each one's process group goes with the worker
-PIPES = set()  # the worker's ends of its children's pipes: a later child closes them
-CLOCK_RATIO = 0.8  # a pair's sample timed under this x its round trip on the worker's clock..
-CONFIRM = 10  # ... in this many samples more of its side: clock tampered (ForkedLane.sample)
-SLACK = 1e-3  # s: a sample's allowance for the worker's wake-up (a sample lasts 10 ms or more)
-_WALL = time.perf_counter  # the worker's clock, taken before any side's code is imported
+
+
+def _sibling(name: str):
+    """A standalone module beside this one, loaded by path (as the worker loads this one)."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+forklane = _sibling("forklane")  # the fork plumbing, a pair's sides (its clock taken now)
 
 
 def wanted() -> tuple[bool, str]:
@@ -44,232 +48,44 @@ def wanted() -> tuple[bool, str]:
     return True, "a process per timing request" + note
 
 
-def _on_term(signum, frame) -> None:
-    """The worker stopped (a request past its limit): its children's whole groups go too."""
-    for pid in list(CHILDREN):
-        _kill(pid)
-    os._exit(128 + signum)
-
-
-def _kill(pid: int) -> None:
+def adopt() -> None:
+    """Make the worker its descendants' subreaper: a daemon a side's import leaves (a double
+    fork) is re-parented here, where :func:`_left` finds it, not to init."""
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
         pass
 
 
-def _own(sides, side: str) -> set:
-    """The modules of ``side``'s own tree loaded now (in sys.modules or put aside)."""
-    names = set(sys.modules) if side == sides.active else set(sides.modules.get(side, ()))
-    return {n for n in names if sides._owned(n)}
-
-
-def _loaded(sides) -> dict:
-    return {"shared": {n for n in sys.modules if not sides._owned(n)},
-            **{side: _own(sides, side) for side in sides.trees}}
-
-
-def _spawn() -> tuple[int, int, int]:
-    """Fork a child leading a process group of its own, dying with the worker: (pid, read
-    fd, write fd), each side's ends of a request pipe and a reply pipe (pid 0: the child)."""
-    to_child, from_child = os.pipe(), os.pipe()
-    sys.stderr.flush()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        os.setpgid(0, 0)
-        for fd in (to_child[1], from_child[0], *PIPES):  # another child's end: its EOF is
-            os.close(fd)  # its worker's (or its own) ending, not this child's
-        PIPES.clear()
+def _left(sides, blamed: list) -> None:
+    """Kill the processes re-parented to the worker that no request is (zombies reaped),
+    and refuse the ``blamed`` sides, whose imports ran since the last look: a probe's head
+    left CPU burners at import that spun while base's requests ran (all rows "faster")."""
+    stray = []
+    for name in [n for n in os.listdir("/proc") if n.isdigit() and int(n) not in forklane.CHILDREN]:
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != parent:  # the worker ended before the line above
-            os._exit(1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        return 0, to_child[0], from_child[1]
-    CHILDREN.add(pid)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:  # it did so itself, or already ended
-        pass
-    os.close(to_child[0])
-    os.close(from_child[1])
-    PIPES.update((from_child[0], to_child[1]))
-    return pid, from_child[0], to_child[1]
-
-
-def _send(pipe, obj) -> None:
-    body = pickle.dumps(obj)
-    pipe.write(_SIZE.pack(len(body)) + body)
-    pipe.flush()
-
-
-def _receive(pipe):
-    """The next length-prefixed message (a length first: a grandchild may hold the pipe),
-    or None where the child died before or while writing it."""
-    head = pipe.read(_SIZE.size)
-    size = _SIZE.unpack(head)[0] if len(head) == _SIZE.size else 0
-    body = pipe.read(size) if size else b""
-    return pickle.loads(body) if size and len(body) == size else None
-
-
-def _reap(pid: int) -> str:
-    """Wait for the child, kill its group (a pool its code left goes too): how it ended."""
-    _, status = os.waitpid(pid, 0)
-    _kill(pid)
-    CHILDREN.discard(pid)
-    return (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-            else f"exited with status {os.WEXITSTATUS(status)}")
-
-
-def _exit_child(run) -> None:
-    """``run()``, then exit without the parent's exit handlers (1 and a traceback: raised)."""
-    status = 0
-    try:
-        run()
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        status = 1
-    finally:
-        sys.stderr.flush()
-        os._exit(status)
-
-
-def _imported(sides, before: dict) -> dict:
-    after = _loaded(sides)
-    return {k: sorted(after[k] - before[k]) for k in after}
-
-
-def forked(sides, work) -> tuple[dict, object, dict]:
-    """(reply, extra, imported) of ``work()`` run in a child."""
-    pid, read, write = _spawn()
-    if pid == 0:
-        os.close(read)
-
-        def run():
-            before = _loaded(sides)
-            reply, extra = work()
-            with os.fdopen(write, "wb") as pipe:
-                _send(pipe, (reply, extra, sides.errors, _imported(sides, before)))
-        _exit_child(run)
-    os.close(write)
-    PIPES.difference_update((read, write))
-    with os.fdopen(read, "rb") as pipe:
-        got = _receive(pipe)
-    how = _reap(pid)
-    if got is None:
-        return {"status": "failed", "reason": f"worker died (the request's process {how})"}, \
-            None, {}
-    reply, extra, errors, imported = got
-    sides.errors.update(errors)  # a side refused there
-    return reply, extra, imported
-
-
-def _attempt(fn) -> tuple:
-    """("ok", fn()) or ("raised", the exception: itself where it pickles)."""
-    try:
-        return "ok", fn()
-    except Exception as exc:
-        try:
-            pickle.dumps(exc)
-        except Exception:
-            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
-        return "raised", exc
-
-
-class ForkedLane:
-    """One side of a pair in a process of its own, forked from the worker as the other
-    side's is (``make(sides, side, req, number)``, the worker's Lane, runs there), so each
-    side's grid point meets the allocator as in asv's process (in one process the side set
-    up second read 1.3x slower: docs/review.md). They take turns, a sample at a time; the
-    idle one waits on its pipe."""
-
-    def __init__(self, sides, side: str, req: dict, number: int, make):
-        self.sides, self.side, self.req, self.number, self.make = sides, side, req, number, make
-        self.pid, self.imported, self.null, self.replies, self.asks = None, {}, None, None, None
-
-    def open(self) -> dict | None:
-        pid, read, write = _spawn()
-        if pid == 0:
-            _exit_child(lambda: self._serve(os.fdopen(read, "rb"), os.fdopen(write, "wb")))
-        self.pid, self.replies, self.asks = pid, os.fdopen(read, "rb"), os.fdopen(write, "wb")
-        return self._ask(None)
-
-    def sample(self) -> float:
-        """A sample's per-call seconds as its process timed it, under :data:`CLOCK_RATIO` of
-        its round trip on the worker's clock (less an empty one's and :data:`SLACK`): again,
-        up to :data:`CONFIRM` times, until one agrees; none: **clock tampered**."""
-        if self.null is None:  # a pipe's latency: the fastest of 3 empty round trips
-            self.null = min(self._trip(b"n")[1] for _ in range(3))
-        tries = []
-        for _ in range(1 + CONFIRM):
-            claim, trip = self._trip(b"s")
-            if claim * self.number + SLACK >= CLOCK_RATIO * (trip - self.null):
-                return claim
-            tries.append((claim * self.number, trip - self.null))
-        raise RuntimeError(
-            f"clock tampered: the {self.side} side's samples took {min(t for _, t in tries):.4g}"
-            f" s or more on the worker's clock and claimed {max(c for c, _ in tries):.4g} s at"
-            f" most, under {CLOCK_RATIO:g}x in all {len(tries)} tries")
-
-    def _trip(self, op: bytes) -> tuple:
-        start = _WALL()
-        got = self._ask(op)
-        return got, _WALL() - start
-
-    def close(self) -> str | None:
-        """Its teardown's failure, or a change its calls made to a shared function (None
-        where its process died: the pair failed then). Its pipes are closed either way (a
-        number left in PIPES would be closed by a later child, maybe its own pipe's)."""
-        if self.replies is None:
-            return None
-        failed = None
-        try:
-            if self.pid is not None:
-                failed, errors, self.imported = self._ask(b"c")
-                self.sides.errors.update(errors)  # a side refused there
-        except Exception as exc:
-            failed = f"{type(exc).__name__}: {exc}"
-        finally:
-            PIPES.difference_update((self.replies.fileno(), self.asks.fileno()))
-            self.replies.close()
-            self.asks.close()
-            self.replies = self.asks = self.pid = None
-        return failed
-
-    def _ask(self, op: bytes | None):
-        if op is not None:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) != os.getpid():
+            continue
+        if fields[0] != "Z":  # alive: its group (never the worker's own), then itself
+            if int(fields[2]) not in forklane.ENDED:  # a request's group, killed: dying
+                stray.append(int(name))
+            if int(fields[2]) not in (0, 1, os.getpgid(0)):
+                forklane.kill_group(int(fields[2]))
             try:
-                self.asks.write(op)
-                self.asks.flush()
-            except OSError:  # it died: the reply's absence says so
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
                 pass
-        got = _receive(self.replies)
-        if got is None:
-            pid, self.pid = self.pid, None
-            raise ChildProcessError(f"worker died (the {self.side} side's process "
-                                    f"{_reap(pid)})")
-        if op == b"c":
-            _reap(self.pid)
-        kind, value = got
-        if kind == "raised":
-            raise value
-        return value
-
-    def _serve(self, asks, replies) -> None:
-        sides = self.sides
-        before = _loaded(sides)
-        lane = self.make(sides, self.side, self.req, self.number)
-        _send(replies, _attempt(lane.open))
-        while (op := asks.read(1)) in (b"s", b"n"):  # a sample, or an empty request
-            _send(replies, _attempt(lane.sample) if op == b"s" else ("ok", None))
-        failed = lane.close() or sides.refuse_changes(self.side, sides.entry,
-                                                      "a call of its code")
-        _send(replies, ("ok", (failed, sides.errors, _imported(sides, before))))
+        try:
+            os.waitpid(int(name), 0)
+        except ChildProcessError:
+            pass
+    for side in blamed if stray else ():
+        sides.errors.setdefault(side, f"its import left {len(stray)} process(es) running "
+                                      "in the review's worker (killed)")
 
 
 def _sides_of(req: dict) -> list:
@@ -299,7 +115,7 @@ def _caches(sides, req: dict) -> None:
                 return {}, pickle.dumps(("failed", f"setup_cache: its value does not "
                                                    f"pickle: {type(exc).__name__}: {exc}"))
 
-        reply, value, _ = forked(sides, work)
+        reply, value, _ = forklane.forked(sides, work)
         suites.caches[b.setup_cache_key] = pickle.loads(value) if value else (
             "failed", "setup_cache: " + str(reply.get("reason")))
 
@@ -328,6 +144,7 @@ def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
         before, threads = entry_points(), _threads()
         sides.use(side)
         load(imported[side])
+        _left(sides, [side])
         if (more := _threads() - threads) > 0:  # later forks would hang on it, or run here
             sides.errors[side] = (f"its import started {more} thread(s) in the review's "
                                   "worker, which forks a process per request (a thread "
@@ -348,15 +165,15 @@ def _threads() -> int:
 
 def _in_lanes(sides, req: dict, make) -> tuple[dict, dict]:
     """(reply, imported) of a pair whose sides each run in a process of their own."""
-    lanes = []
+    opened = []
 
     def lane(*args):
-        lanes.append(ForkedLane(*args, make))
-        return lanes[-1]
+        opened.append(forklane.ForkedLane(*args, make))
+        return opened[-1]
 
     reply = sides.answer(req, lane=lane)
     imported = {}
-    for one in lanes:
+    for one in opened:
         for key, names in one.imported.items():
             imported[key] = sorted({*imported.get(key, ()), *names})
     return reply, imported
@@ -364,10 +181,11 @@ def _in_lanes(sides, req: dict, make) -> tuple[dict, dict]:
 
 def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
     """Answer each JSON request line on ``out`` until ``exit``: where ``fork``, a timing or
-    a track in a process of its own (:func:`forked`), a pair's sides in one each
-    (:class:`ForkedLane`, running ``make``), having learnt what they imported."""
+    a track in a process of its own (forklane.forked), a pair's sides in one each
+    (forklane.ForkedLane, running ``make``), having learnt what they imported."""
     if fork:
-        signal.signal(signal.SIGTERM, _on_term)
+        signal.signal(signal.SIGTERM, forklane.on_term)
+    _left(sides, list(sides.trees))  # the sides' imports, before the first request
     at_start = _threads()  # the libraries' own pools at import (OpenBLAS's survives a fork)
     for line in lines:
         req = json.loads(line)
@@ -384,7 +202,7 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
             if req.get("op") == "pair":
                 reply, imported = _in_lanes(sides, req, make)
             else:
-                reply, _, imported = forked(sides, lambda req=req: (sides.answer(req), None))
+                reply, _, imported = forklane.forked(sides, lambda r=req: (sides.answer(r), None))
             if reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
         else:

@@ -164,7 +164,7 @@ def time_point(suites: Suites, req: dict) -> dict:
 
 class Lane:
     """One side of a pair: set up with an untimed call (:meth:`open`), samples of ``number``
-    calls, its teardown (:meth:`close`). Each in a process of its own: pointfork.ForkedLane."""
+    calls, its teardown (:meth:`close`). Each in a process of its own: forklane.ForkedLane."""
 
     def __init__(self, sides: "Sides", side: str, req: dict, number: int):
         self.sides, self.side, self.req, self.number, self.b = sides, side, req, number, None
@@ -341,6 +341,7 @@ def serve(root: str, trees: dict, out) -> int:
     ``status``: "ok", "skipped" (NotImplementedError), "not-applicable" (skip_params),
     "missing", "failed" (the error's last line in ``reason``)."""
     fork, why = (points := _load("pointfork", "infra", "pointfork.py")).wanted()
+    points.adopt()  # a daemon a side's import leaves comes back to the worker (pointfork)
     try:
         sides = Sides(root, trees)
     except BaseException as exc:  # asv_runner itself failed
