@@ -155,3 +155,20 @@ def test_a_base_that_failed_beside_head_but_runs_alone_is_undecided(tmp_path):
         "not compared", "base-failed-beside-head", True), fine
     assert "base alone, in a worker that never imported head: ok" in fine.detail
     assert (broken.reason, broken.undecided) == ("coverage-gained", False)
+
+
+@pytest.mark.parametrize("why", [
+    "its import left 2 process(es) running in the review's worker (killed)",
+    "its import started 1 thread(s) in the review's worker, which forks a process per "
+    "request (a thread does not cross a fork)"])
+def test_a_base_refused_for_what_its_import_left_is_undecided_even_when_head_failed(why):
+    """A probe's head left burners at import in the worker: both sides refused (which one's
+    import it was is not known), every row "already failing at base", exit 0. A base refused
+    for what its import left in the worker is "not compared", undecided, whatever head did."""
+    from flashbench.review.rules import coverage_row
+
+    for head in ("failed", "ok"):
+        row = coverage_row("time", "bench_x.TimeX.time_x", "n=1", "seconds", "failed", head,
+                           base_reason=why, head_reason=why)
+        assert (row.verdict, row.reason, row.undecided) == ("not compared", "base-refused",
+                                                            True), row

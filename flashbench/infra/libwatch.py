@@ -27,6 +27,8 @@ GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "scipy.
 # library's, never the side's that imported it
 LIBRARY_OWN = {"torch._dynamo": ("torch.manual_seed",)}
 REFUSED = "replaced what the other side shares"  # the words of a refusal (review/rules.py)
+# ... and of a side refused for what its import left running in the worker (pointfork)
+LEFT_IN_WORKER = ("process(es) running in the review's worker", "thread(s) in the review's worker")
 PAST = " (imported past the watch)"
 MODULE = "<module>"  # the entry of a guarded module object itself
 

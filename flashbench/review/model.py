@@ -61,8 +61,8 @@ REASONS = {
     "still-failing": "failed in base and in head: already failing at base (not compared)",
     "coverage-lost": "measured in base, skipped or gone in head",
     "coverage-gained": "measured in head, not in base",
-    "base-refused": "base's code replaced a function both sides share (numpy's, torch's, the "
-                    "timer's): the worker refused base, so nothing of head can be compared",
+    "base-refused": "the worker refused base (its code replaced a function both sides share, "
+                    "or an import left a process or thread in the worker): nothing compared",
     "base-failed-beside-head": "base failed beside head and ran ok alone, in a worker that "
                                "never imported head: head's code may have broken it",
     "not-measured": "measured in neither commit (skipped, not applicable or gone; never "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from flashbench.history.suites import accuracy_metric, role, rule_limit
-from flashbench.infra.libwatch import REFUSED
+from flashbench.infra.libwatch import LEFT_IN_WORKER, REFUSED
 from flashbench.review.model import Row
 
 BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 25)
@@ -180,7 +180,8 @@ def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status:
     if judged is None:
         return None
     verdict, reason = judged
-    if reason == "coverage-gained" and base_status == FAILED_STATUS and REFUSED in base_reason:
+    if reason in ("coverage-gained", "still-failing") and base_status == FAILED_STATUS and any(
+            why in base_reason for why in (REFUSED, *LEFT_IN_WORKER)):
         verdict, reason = "not compared", "base-refused"  # the worker could not time base
     detail = f"base {base_status}, head {head_status}"
     why = (head_reason if reason in ("coverage-lost", "failed", "still-failing")
