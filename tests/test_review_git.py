@@ -134,3 +134,9 @@ def test_a_head_whose_suites_differ_from_todays_is_told_they_were_not_reviewed(t
     # head checked out: its uncommitted edits are said, and nothing of head's suites
     assert any("Uncommitted edits were NOT measured" in n for n in notes), notes
     assert not any("differ from the suites" in n for n in notes), notes
+    # ... and, base given, that the suites that ran are head's own, changed since base (a
+    # probe's head timed a private one-pass function under the public name: no note, exit 0)
+    base = git("rev-parse", "main").strip()
+    notes = _dirty_notes(SimpleNamespace(allow_dirty=True), tmp_path, head, base)
+    assert any(n.startswith("The suites that ran are head's own, changed since base in "
+                            "benchmarks/bench_x.py") for n in notes), notes

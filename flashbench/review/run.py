@@ -31,7 +31,7 @@ from flashbench.review.stored import review_stored
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
-def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
+def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None) -> list[str]:
     notes = []
     if checked_out(root) == head:
         files = dirty_files(root)
@@ -57,6 +57,11 @@ def _dirty_notes(opts: Options, root: Path, head: str) -> list[str]:
                      f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: the "
                      "suites as head defines them were not run (check head out to run "
                      "them).")
+    elif base and (own := git("diff", "--name-only", base, head, "--", "benchmarks",
+                              cwd=root).split()):  # head checked out: its own suites ran
+        notes.append(f"The suites that ran are head's own, changed since base in "
+                     f"{', '.join(own[:3])}{' ...' if len(own) > 3 else ''}: both commits "
+                     "were timed as head's benchmarks/ define it (read that diff too).")
     return notes
 
 
@@ -73,7 +78,7 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                          "GPU (a long call's two sides would meet different contention); "
                          "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
-    notes = _dirty_notes(opts, root, head)
+    notes = _dirty_notes(opts, root, head, base)
     with signals_raise():
         if opts.reuse:
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
@@ -277,7 +282,7 @@ def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -
     gained = [(r, where[r.benchmark, r.params]) for r in rows if r.reason == "coverage-gained"
               and r.detail.startswith("base failed") and (r.benchmark, r.params) in where]
     alone = Worker("base-alone", {"base": tree}, bench_dir, folder / "base-alone.log",
-                   opts.threads, process=opts.process) if gained else None
+                   opts.threads, process=opts.process)  # started by its first request
     try:
         for r, p in gained:
             if alone.ask(side="base", op=p.type, name=p.name, index=p.index, number=0,
@@ -285,8 +290,7 @@ def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -
                 r.verdict, r.reason, r.undecided = "not compared", "base-failed-beside-head", True
                 r.detail += "; base alone, in a worker that never imported head: ok"
     finally:
-        if alone is not None:
-            alone.stop()
+        alone.stop()
 
 
 def _prior_note(prior) -> str:
