@@ -50,11 +50,10 @@ def _command(pid: int) -> str:
 
 def _known() -> set[int]:
     """The zygotes' and the workers' own processes (each leads a session of its own)."""
-    from flashbench.backends.worker import _WORKERS
-    from flashbench.backends.zygote import _ZYGOTES
+    from flashbench.backends.worker import worker_pids
+    from flashbench.backends.zygote import zygote_pids
 
-    return {p.pid for p in [*(z.proc for z in _ZYGOTES), *(w.proc for w in _WORKERS)]
-            if p is not None}
+    return {*worker_pids(), *zygote_pids()}
 
 
 def sweep() -> list[str]:

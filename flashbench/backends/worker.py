@@ -37,7 +37,7 @@ from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
 __all__ = ["DEFAULT_TIME_LIMIT", "Worker", "OverLimit", "time_limit", "set_time_limit",
-           "close_all", "worker_of"]
+           "close_all", "worker_of", "worker_pids"]
 
 
 class OverLimit(BackendFailed):
@@ -46,6 +46,11 @@ class OverLimit(BackendFailed):
 
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
+
+
+def worker_pids() -> list[int]:
+    """The running workers' own processes (backends.strays leaves them alone)."""
+    return [w.proc.pid for w in _WORKERS if w.proc is not None]
 _HEADER = struct.Struct("<Q")
 
 

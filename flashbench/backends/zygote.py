@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 from flashbench.kernels.validate import BackendFailed
 
-__all__ = ["STARTUP_LIMIT", "START_ENV", "IDLE_ENV", "forking", "zygote", "start_worker",
-           "zygote_env", "harness_path", "preload", "main"]
+__all__ = ["STARTUP_LIMIT", "START_ENV", "IDLE_ENV", "forking", "zygote", "zygote_pids",
+           "start_worker", "zygote_env", "harness_path", "preload", "main"]
 
 STARTUP_LIMIT = 120.0  # seconds for a worker's own start (python, torch), before any call
 ANSWER_LIMIT = 30.0  # seconds for the zygote's answer to a fork or a status request
@@ -37,6 +37,11 @@ ANSWER_LIMIT = 30.0  # seconds for the zygote's answer to a fork or a status req
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 START_ENV = "FLASHBENCH_WORKER_START"  # "spawn": a fresh process per worker
 _ZYGOTES: list[_Zygote] = []
+
+
+def zygote_pids() -> list[int]:
+    """The zygotes' own processes (backends.strays leaves them alone)."""
+    return [z.proc.pid for z in _ZYGOTES if z.proc is not None]
 
 
 def forking() -> bool:
