@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import pytest
+from daemon_code import DAEMON
 
 from flashbench.review.worker_client import Worker
 
@@ -551,23 +552,7 @@ def test_a_side_whose_import_starts_a_thread_in_the_worker_is_refused(tmp_path, 
     assert base["status"] == "ok", base
 
 
-DAEMON_AT_IMPORT = """
-import os
-import time
-
-if os.fork() == 0:  # a daemon: double fork, a session of its own (no group kill reaches it)
-    os.setsid()
-    if os.fork() == 0:
-        with open(os.environ["DAEMON_PID"], "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(120)
-    os._exit(0)
-os.wait()
-
-
-def run():
-    pass
-"""
+DAEMON_AT_IMPORT = DAEMON + "\n\ndef run():\n    pass\n"
 
 
 def test_a_side_whose_import_leaves_a_process_in_the_worker_is_refused(tmp_path,

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from daemon_code import DAEMON
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -512,25 +513,13 @@ def test_the_time_limit_counts_the_kernel_not_the_workers_start(kernels, capsys)
     assert rc == 0 and all(r["passed"] for r in rows(report, "fbuntrusted:good"))
 
 
-DAEMON = '''
-import os
-import time
-
+KERNEL_WITH_DAEMON = DAEMON + """
 import torch
-
-if os.fork() == 0:  # a daemon: double fork and a session of its own (no group kill reaches)
-    os.setsid()
-    if os.fork() == 0:
-        with open(os.environ["DAEMON_PID"], "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(120)
-    os._exit(0)
-os.wait()
 
 
 def attn(q, k, v, causal=False, scale=None):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-'''
+"""
 
 
 def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypatch, capsys):
@@ -544,7 +533,7 @@ def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypa
 
     from flashbench.cli import main
 
-    (tmp_path / "fbdaemon.py").write_text(DAEMON)
+    (tmp_path / "fbdaemon.py").write_text(KERNEL_WITH_DAEMON)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
