@@ -217,6 +217,11 @@ def time_sleep_by_commit():  # head (VALUE 2) sleeps twice as long; every call l
     time.sleep(0.015 * flashbench.VALUE)  # long enough that load adds little
 
 
+def track_colorsys_hooked():  # a shared module imported first in a call
+    import colorsys
+    return float(getattr(colorsys, "HOOKED", 0.0))
+
+
 class NotInHead:
     def setup(self):
         if flashbench.VALUE == 2.0:
@@ -365,6 +370,61 @@ def test_a_commit_whose_tree_shadows_a_shared_library_is_refused(two_sided):
             "value"] == 1.0
     finally:
         w.stop()
+
+
+HOOKING_IMPORT = """
+import importlib.abc
+import importlib.machinery
+import sys
+
+
+class Hooked(importlib.abc.MetaPathFinder):  # colorsys, marked (or slowed) wherever imported
+    def find_spec(self, name, path=None, target=None):
+        if name != "colorsys":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+
+        class Loader(importlib.abc.Loader):
+            def exec_module(self, module):
+                real.exec_module(module)
+                module.HOOKED = 1.0
+
+        spec.loader = Loader()
+        return spec
+
+
+sys.meta_path.insert(0, Hooked())
+VALUE = 5.0
+"""
+
+
+def test_a_finder_one_side_adds_never_imports_the_others_modules(two_sided):
+    """A head whose import puts a finder on sys.meta_path that hooks a shared module (one
+    base imports lazily, in its calls) slowed base's calls: "faster", exit 0 (a probe,
+    2026-12-05). Each side's finders are its own (libwatch.Importers): base's calls, and
+    the worker's own import of what a call imported, never go through head's finder, first
+    or second; head's own calls do."""
+    bench, base, _ = two_sided
+    hooking = _commit_tree(bench.parent.parent / "hooking", 5.0)
+    (hooking / "flashbench" / "__init__.py").write_text(HOOKING_IMPORT)
+
+    def hooked(w, side):
+        r = w.ask(side=side, op="track", name="suite.track_colorsys_hooked", index=0)
+        assert r["status"] == "ok", r
+        return r["value"]
+
+    for first in ("head", "base"):
+        w = Worker("timing", {"base": base, "head": hooking}, bench,
+                   bench.parent / f"hook-{first}.log", process="request").start()
+        try:
+            assert w.errors == {} and w.per_request[0]
+            if first == "head":
+                assert hooked(w, "head") == 1.0  # its finder works for its own calls
+            assert hooked(w, "base") == 0.0
+            assert hooked(w, "base") == 0.0  # imported in the worker since, through none
+        finally:
+            w.stop()
 
 
 def test_a_closed_worker_is_never_started_again(tree, tmp_path):

@@ -126,6 +126,33 @@ class _Finder:
 FINDER = _Finder()
 
 
+class Importers:
+    """Each side's own import machinery: ``sys.meta_path``, ``sys.path_hooks`` and the path
+    importer cache, swapped by :meth:`use` as the worker swaps the sides' modules. A finder
+    one side's code adds is never asked for the other side's lazily imported modules (a head
+    whose import hooked what base imported in its calls slowed base: a probe, 2026-12-05);
+    key None is the libraries' own, under which shared modules are imported for all."""
+
+    def __init__(self):
+        if FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, FINDER)
+        self.saved, self.active = {}, None
+        self.saved[None] = self.now()
+
+    @staticmethod
+    def now() -> tuple:
+        return list(sys.meta_path), list(sys.path_hooks), dict(sys.path_importer_cache)
+
+    def use(self, key) -> None:
+        if key == self.active:
+            return
+        self.saved[self.active] = self.now()
+        meta, hooks, cache = self.saved.get(key, self.saved[None])
+        sys.meta_path, sys.path_hooks, sys.path_importer_cache = list(meta), list(hooks), dict(
+            cache)  # new objects: a list a side kept a hold of is no longer the process's
+        self.active = key
+
+
 def entry_points(own: dict) -> dict:
     """{"module.name": entry point} of the public callables of :data:`GUARDED_MODULES`
     imported now, plus ``own`` (the worker's timing functions by name); the watch of later

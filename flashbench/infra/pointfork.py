@@ -133,6 +133,7 @@ def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
                 except BaseException:  # noqa: B036 (a module's import may even exit)
                     pass
 
+    sides.imports.use(None)  # a shared module through no side's finder (libwatch.Importers)
     load(imported.get("shared", ()))
     for side in sides_asked:
         why = sides.refuse_changes(side, sides.entry, "an import of its request")

@@ -73,8 +73,7 @@ class Suites:
         if tuple(b._current_params) in {tuple(s) for s in b._skip_tuples}:
             return None, {"status": "not-applicable", "reason": "declared by skip_params"}
         if b._setup_cache is not None:
-            key = b.setup_cache_key
-            if key not in self.caches:
+            if (key := b.setup_cache_key) not in self.caches:
                 try:
                     self.caches[key] = ("ok", b.do_setup_cache())
                 except NotImplementedError as exc:
@@ -257,8 +256,8 @@ def entry_points() -> dict:
 class Sides:
     """Each commit's copy of the suites and of the modules they import: a module named at
     the top of a tree (flashbench, the benchmarks package) is a side's, the rest (numpy,
-    torch) is shared. :meth:`use` swaps them in ``sys.modules`` and puts the side's tree
-    first on ``sys.path``, on ``PYTHONPATH`` and as the working directory."""
+    torch) is shared. :meth:`use` swaps them in ``sys.modules``, and the side's finders
+    (libwatch.Importers), and puts its tree first on the path and as the working directory."""
 
     def __init__(self, root: str, trees: dict):
         from asv_runner._aux import update_sys_path
@@ -268,7 +267,7 @@ class Sides:
             name for tree in self.trees.values() for name in _guard().top_level_names(tree)}
         self.modules = {side: {} for side in self.trees}
         self.pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        self.suites, self.errors, self.active = {}, {}, None
+        self.suites, self.errors, self.active, self.imports = {}, {}, None, _guard().Importers()
         update_sys_path(root)
         for side in self.trees:
             self.use(side)
@@ -292,6 +291,7 @@ class Sides:
         return name != "__main__" and name.partition(".")[0] in self.tops
 
     def use(self, side: str) -> None:
+        self.imports.use(side)
         if side == self.active:
             return
         owned = [n for n in list(sys.modules) if self._owned(n)]
