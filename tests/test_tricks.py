@@ -144,6 +144,17 @@ TRICKS = textwrap.dedent('''
         k.mul_(0.5)
         return o
 
+    def good_lse(q, k, v, causal=False, scale=None):
+        s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return _attn(q, k, v), torch.logsumexp(s, -1).float()
+
+    def lse_wrong_shape(q, k, v, causal=False, scale=None):
+        """o right, an LSE of [B, H] (what a caller that reads it would index past)."""
+        return _attn(q, k, v), torch.zeros(q.shape[:2])
+
+    def lse_nan(q, k, v, causal=False, scale=None):
+        return _attn(q, k, v), torch.full(q.shape[:3], float("nan"))
+
     def gc_scan(q, k, v, causal=False, scale=None):
         """Any float tensor of o's shape that the harness holds (an expected output)."""
         want = (*q.shape[:3], v.shape[-1])
@@ -162,6 +173,7 @@ EXPECTED = {
     "patch_event": guard.CLOCK, "seed_special": guard.WRONG, "warmup_detect": guard.STALE,
     "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
     "scratch_in_input": guard.MODIFIED,
+    "lse_wrong_shape": guard.WRONG, "lse_nan": guard.WRONG,  # speed read o alone, 2026-12-05
 }
 # the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
 # under the roofline floor, small enough for a fast test
@@ -206,6 +218,33 @@ def test_each_trick_fails_by_name_under_the_guarded_timer(tricks, roof, trick):
         setattr(owner, name, fn)
     good = time_backend(CASE, _in_process(tricks.good, "good"), roof, seed=7)
     assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_an_lse_is_judged_in_each_layout_minus_inf_only_where_o_is_zero():
+    """Dense [B, H, Nq], packed [H, total_q] and decode [B, H, Nq] (o [B, Nq, H, dv]): an LSE
+    of -inf passes on a row whose o is zero (a row that sees no key), not elsewhere."""
+    from flashbench.measure.speed import Judge, lse_fault
+    from flashbench.measure.speedvarlen import PackedJudge
+
+    o = torch.ones(2, 3, 5, 4)
+    o[1, 2, 4] = 0
+    lse = torch.zeros(2, 3, 5)
+    lse[1, 2, 4] = -torch.inf
+    assert lse_fault(o, (2, 3, 5), lambda: Judge.lse_rows(o == 0)) is None  # o alone
+    assert lse_fault((o, lse), (2, 3, 5), lambda: Judge.lse_rows(o == 0)) is None
+    lse[0, 0, 0] = -torch.inf
+    fault = lse_fault((o, lse), (2, 3, 5), lambda: Judge.lse_rows(o == 0))
+    assert fault[0] == guard.WRONG and "1 NaN, +inf, or -inf" in fault[1], fault
+    assert lse_fault((o, lse, lse), (2, 3, 5), lambda: None)[1].startswith("returned a tuple of 3")
+    assert "expected a floating tensor (2, 3, 5)" in lse_fault(
+        (o, lse.long()), (2, 3, 5), lambda: None)[1]
+    packed = torch.ones(7, 3, 4)  # [total_q, H, dv]
+    packed[6, 1] = 0
+    plse = torch.zeros(3, 7)
+    plse[1, 6] = -torch.inf
+    assert lse_fault((packed, plse), (3, 7), lambda: PackedJudge.lse_rows(packed == 0)) is None
+    plse[2, 6] = -torch.inf
+    assert lse_fault((packed, plse), (3, 7), lambda: PackedJudge.lse_rows(packed == 0))
 
 
 def test_a_kernel_that_joins_its_threads_passes(tricks, roof):
@@ -288,7 +327,8 @@ def test_a_round_hands_out_returning_contents_before_new_ones(size):
 def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     args = ["speed", "--shape", "1x4x256x64", "--dtype", "fp32", "--json", "--quiet",
             "--seed", "11", "--backend", "fbtricks:good", "--baseline", "fbtricks:good",
-            "--backend", "fbtricks:good_threads", "--backend", "fbtricks:background_quick"]
+            "--backend", "fbtricks:good_threads", "--backend", "fbtricks:background_quick",
+            "--backend", "fbtricks:good_lse"]
     for trick in sorted(EXPECTED):
         args += ["--backend", f"fbtricks:{trick}"]
     rc = main(args)
@@ -298,6 +338,7 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     assert rc == 1 and good["status"] == "PASS", (good["failures"], good["reason"])
     assert rows["good"]["speedup"] == 1.0 and rows["good"]["median_s"] > 0
     assert rows["good_threads"]["status"] == "PASS", rows["good_threads"]["failures"]
+    assert rows["good_lse"]["status"] == "PASS", rows["good_lse"]["failures"]
     for trick, name in EXPECTED.items():
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])

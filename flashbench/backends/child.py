@@ -316,17 +316,16 @@ class Server:
             if not guard.Kept.clean(kept):  # its structural fault is in faults already
                 outputs.append(None)
                 continue
-            out = guard.Kept.output(kept)
-            items = (out[0],) if direction in ("fwd", "decode") and isinstance(
-                out, tuple | list) else (
-                out if isinstance(out, tuple | list) else (out,))
-            if not all(isinstance(o, torch.Tensor) for o in items):
+            out = guard.Kept.output(kept)  # a forward's (o, lse): both, judged there
+            items = tuple(out) if isinstance(out, tuple | list) else (out,)
+            if not all(o is None or isinstance(o, torch.Tensor) for o in items):
                 bad = next(o for o in items if not isinstance(o, torch.Tensor))
                 faults.setdefault(guard.WRONG, f"returned {type(bad).__name__}, not a tensor")
                 outputs.append(None)
                 continue
-            copies = [o.detach().cpu().clone() for o in items]
-            outputs.append(copies[0] if direction in ("fwd", "decode") else copies)
+            copies = [None if o is None else o.detach().cpu().clone() for o in items]
+            outputs.append(copies if direction not in ("fwd", "decode") else (
+                tuple(copies) if isinstance(out, tuple | list) else copies[0]))
         self.timing = None
         return {"own_s": t["own_s"], "seeds": t["seeds"], "outputs": outputs,
                 "faults": faults, "device": self.device.type}

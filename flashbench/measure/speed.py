@@ -4,12 +4,12 @@
 (:mod:`flashbench.timed`): flashbench's and torch's kernels in this process, a user's kernel
 in its worker process (:func:`flashbench.measure.speedworker.time_in_worker`: the calls
 run there, timed by this process's clock per request; the outputs are judged here).
-:class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness, a
-checksum against the first call on the same input, and random query rows against the float64
-reference (inside the shipped band's tolerance, or by the baseline rule).
-:func:`~flashbench.measure.roofline.measure_roofline` (re-exported) gives the same run's matmul
-peak and copy bandwidth; a call faster
-than :data:`FLOOR_MARGIN` x the roofline floor fails the row.
+:class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness (the
+LSE's too: :func:`lse_fault`), a checksum against the first call on the same input, and
+random query rows against the float64 reference (inside the shipped band's tolerance, or by
+the baseline rule). :func:`~flashbench.measure.roofline.measure_roofline` (re-exported) gives
+the same run's matmul peak and copy bandwidth; a call faster than :data:`FLOOR_MARGIN` x the
+roofline floor fails the row.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofl
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "fp8_peak_tflops", "band_tolerance", "row_from", "FLOOR_MARGIN", "CHECK_ROWS",
-           "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
+           "fp8_peak_tflops", "band_tolerance", "row_from", "lse_fault", "FLOOR_MARGIN",
+           "CHECK_ROWS", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -114,6 +114,34 @@ def band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
         return None
 
 
+def lse_fault(out, want: tuple, zero_rows) -> tuple[str, str] | None:
+    """(WRONG, why) when a timed call's return value is a pair whose LSE is not a floating
+    tensor of shape ``want``, or holds NaN, +inf, or -inf on a row whose o is not all zeros
+    (a row that sees no key has o = 0 and LSE -inf: DESIGN.md); None for o alone or an LSE
+    that passes. ``zero_rows()``: o's all-zero rows, laid out as the LSE."""
+    import torch
+
+    if not isinstance(out, tuple | list):
+        return None
+    if len(out) != 2:
+        return WRONG, f"returned a {type(out).__name__} of {len(out)} item(s); expected o or " \
+                      "(o, lse)"
+    lse = out[1]
+    if lse is None:
+        return None
+    if (type(lse) is not torch.Tensor or not lse.is_floating_point()
+            or tuple(lse.shape) != tuple(want)):
+        got = (f"a {lse.dtype} tensor {tuple(lse.shape)}" if isinstance(lse, torch.Tensor)
+               else f"a {type(lse).__name__}")
+        return WRONG, f"lse is {got}, expected a floating tensor {tuple(want)}"
+    x = lse.detach().float()
+    bad = torch.isnan(x) | torch.isposinf(x) | (torch.isneginf(x) & ~zero_rows().to(x.device))
+    if bool(bad.any()):
+        return WRONG, (f"lse holds {int(bad.sum())} NaN, +inf, or -inf value(s) on rows whose o "
+                       "is not zero (only a row that sees no key has LSE -inf)")
+    return None
+
+
 class Judge:
     """Judges the timed outputs of one case, outside the clock (module docstring).
 
@@ -193,6 +221,14 @@ class Judge:
         s = self.case.shape
         return s.B, s.H, s.Nq, s.head_dim_v
 
+    def lse_want(self) -> tuple:  # [B, H, Nq]
+        return self.want()[:3]
+
+    @staticmethod
+    def lse_rows(zeros):
+        """o's all-zero rows (``zeros``: o == 0) laid out as the LSE."""
+        return zeros.all(-1)
+
     def judge(self, content: int, out) -> tuple[str, str] | None:
         """None, or (failure name, why) for one timed call's output on input ``content``."""
         import torch
@@ -206,6 +242,8 @@ class Judge:
         x = o.detach().double()  # once, for both (fp8 has no isfinite of its own)
         if not bool(torch.isfinite(x).all()):
             return WRONG, "o holds non-finite values for finite inputs"
+        if (bad := lse_fault(out, self.lse_want(), lambda: self.lse_rows(x == 0))) is not None:
+            return bad
         total = float(x.sum()), float(x.abs().sum())
         if content in self.first:
             first = self.first[content]

@@ -111,6 +111,11 @@ class DecodeJudge:
         if not bool(torch.isfinite(o.double()).all()):
             return WRONG, "o holds non-finite values for finite inputs"
         x = o.detach().double()
+        from flashbench.measure.speed import lse_fault
+
+        bad = lse_fault(out, (c.B, c.H, c.Nq), lambda: (x == 0).all(-1).permute(0, 2, 1))
+        if bad is not None:  # o is [B, Nq, H, dv]; its LSE [B, H, Nq]
+            return bad
         total = (float(x.sum()), float(x.abs().sum()))
         if content in self.first:
             tol = 8 * torch.finfo(dtype).eps * max(self.first[content][1], 1e-30)

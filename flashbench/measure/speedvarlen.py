@@ -41,6 +41,13 @@ class PackedJudge(Judge):
         s = self.case.shape
         return sum(self.case.varlen), s.H, s.head_dim_v
 
+    def lse_want(self) -> tuple:  # [H, total_q]
+        return self.want()[1], self.want()[0]
+
+    @staticmethod
+    def lse_rows(zeros):
+        return zeros.all(-1).transpose(0, 1)
+
     def _rows(self, cu, total: int):
         """A random row of every non-empty sequence, then random rows up to
         :data:`CHECK_ROWS` in all: uniform rows alone left a short sequence unchecked (a
