@@ -179,3 +179,45 @@ def test_an_fp32_rows_floor_is_of_the_tensor_cores_and_its_percent_of_its_own_pe
     assert roofline_floor(case, roof) == max(case.flops() / 900e12, case.bytes() / 4000e9)
     row = row_from(case, "k", [case.flops() / 120e12] * 10, {}, roof, "test", 10)
     assert row.status == "PASS" and row.peak_fraction == pytest.approx(2.0)
+
+
+HONEST = """
+import torch
+
+
+def good(q, k, v, causal=False, scale=None):
+    s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return (torch.softmax(s, -1) @ v.double()).to(q.dtype)
+"""
+
+
+def test_openmp_threads_set_to_spin_do_not_fail_an_honest_kernel(tmp_path):
+    """Under OMP_WAIT_POLICY=active an honest kernel FAILed "work outside the timed call":
+    torch's OpenMP threads spun in its worker between requests (0.21 s of CPU in 0.3 s of
+    idle pauses). The setting is unset for the run, harness and workers alike, and the
+    report says so."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from flashbench.review.worker_client import THREAD_VARIABLES
+    from flashbench.timed.threads import without_spinning
+
+    env = {"OMP_WAIT_POLICY": "Active", "GOMP_SPINCOUNT": "100", "KMP_BLOCKTIME": "infinite"}
+    notes = without_spinning(env)
+    assert env == {"GOMP_SPINCOUNT": "100"} and "OMP_WAIT_POLICY=Active" in notes[0], notes
+    assert without_spinning({"OMP_WAIT_POLICY": "passive"}) == []
+    (tmp_path / "fbhonest.py").write_text(HONEST)
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    env.update(OMP_WAIT_POLICY="active", OMP_NUM_THREADS="2",  # a pool of threads that spins
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "speed", "--shape",
+                        "1x4x256x64", "--dtype", "fp32", "--only", "fbhonest:good", "--json",
+                        "--quiet", "--seed", "3"], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    report = json.loads(r.stdout)
+    rows = report["rows"]
+    assert r.returncode == 0 and [x["status"] for x in rows] == ["PASS"], (rows, r.stderr[-2000:])
+    assert "OMP_WAIT_POLICY=active" in report["meta"]["environment"][0]

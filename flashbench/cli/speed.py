@@ -131,6 +131,7 @@ def render_text(report: dict) -> str:
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
               "run is suspect (backends.strays)" for s in m.get("strays", ())]
+    notes += [f"environment: {e}" for e in m.get("environment", ())]
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
               "verdict: " + ("nothing timed (exit 2)" if report["rows"] and all(
@@ -177,7 +178,9 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 def run(args) -> int:
     from flashbench.backends.strays import adopt
     from flashbench.measure.peaks import remember
+    from flashbench.timed.threads import without_spinning
 
+    args.environment = without_spinning()  # before torch's OpenMP reads them (timed.threads)
     remember()  # the roofline's remembered peaks, read before any kernel's worker starts
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
     try:
@@ -237,6 +240,7 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
+    report["meta"]["environment"] = list(getattr(args, "environment", ()))
     if left:
         report["meta"]["strays"] += left
         report["passed"] = False

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-__all__ = ["thread_census", "new_threads", "joined", "JOIN_S"]
+__all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
@@ -47,3 +47,22 @@ def joined(tasks_before: int | None) -> None:
     deadline = _PERF() + JOIN_S
     while (thread_census()[1] or 0) > tasks_before and _PERF() < deadline:
         time.sleep(1e-4)
+
+
+# OpenMP settings that keep a pool's threads spinning between calls, and libgomp's default
+# spin (GOMP_SPINCOUNT, its iterations) that the worker's idle check tolerates
+SPINNING = {"OMP_WAIT_POLICY": lambda v: v.strip().lower() == "active",
+            "GOMP_SPINCOUNT": lambda v: not v.strip().isdigit() or int(v) > 300_000,
+            "KMP_BLOCKTIME": lambda v: v.strip().lower() in ("infinite", "infinity")}
+
+
+def without_spinning(environ=os.environ) -> list[str]:
+    """Remove from ``environ`` the settings of :data:`SPINNING` that spin: each one's
+    threads, busy while a kernel's worker idles between requests, read as **work outside the
+    timed call** (an honest kernel FAILed under OMP_WAIT_POLICY=active). Called before torch
+    is imported, so the harness's own kernels run as the workers do. A sentence for each."""
+    dropped = [f"{name}={environ.pop(name)}" for name, spins in SPINNING.items()
+               if name in environ and spins(environ[name])]
+    return [f"unset for this run: {', '.join(dropped)} (OpenMP threads that spin between "
+            "calls are indistinguishable from work a kernel leaves running; libgomp's "
+            "default spin applies, the same for every kernel)"] if dropped else []
