@@ -128,9 +128,10 @@ class FreshCalls:
     rewrites the whole argument ``fresh`` (k is 1) as its setup contents x a factor
     in [0.5, 2) drawn per call (one multiply, no allocation): every output row changes, so
     a cache keyed on addresses, ``id()``, a fingerprint or a row's contents is stale.
-    ``fresh=None`` (the default: bandwidth-bound suites, where the rewrite would cost as much
-    as the call) keeps the one new row; every compute-bound suite names its ``fresh``
-    argument in its setup, so asv starts a new series where the timed work changed.
+    ``fresh=None`` (the default) keeps the one new row alone: no suite uses it (a cache
+    that recomputed only the changed rows of TimeSoftmax and TimeMergeStates was right and
+    faster); every suite names its ``fresh`` argument in its setup, so asv starts a new
+    series where the timed work changed.
     ``stage`` (optional) brings arguments derived from the first (a forward's o and lse) up
     to date for the new row. The call keeps a copy of its
     output's new row and :data:`EXTRA` random others (``pick(out, rows)``). :meth:`verify`
