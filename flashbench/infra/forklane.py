@@ -2,7 +2,8 @@
 the review's worker leading a process group of its own and dying with the worker
 (:func:`forked`), length-prefixed pickles over its pipes, and a pair's side run in a
 process of its own, taking turns with the other's and cross-checked on the worker's clock
-(:class:`ForkedLane`). Standalone (loaded by path, by pointfork); Linux.
+(:class:`ForkedLane`; in the worker's own process: :class:`ClockedLane`). Standalone
+(loaded by path, by pointfork); Linux.
 """
 
 import ctypes
@@ -161,6 +162,46 @@ def _attempt(fn) -> tuple:
         return "raised", exc
 
 
+def confirmed(trip, number: int, side: str, null: float) -> float:
+    """The per-call seconds a sample claims (``trip()``: (claim, its time on the worker's
+    clock)), where the claim's ``number`` calls are at least :data:`CLOCK_RATIO` of that time
+    (less ``null``, an empty trip's, and :data:`SLACK`): sampled again up to :data:`CONFIRM`
+    times until one agrees; none: **clock tampered**."""
+    tries = []
+    for _ in range(1 + CONFIRM):
+        claim, took = trip()
+        if claim * number + SLACK >= CLOCK_RATIO * (took - null):
+            return claim
+        tries.append((claim * number, took - null))
+    raise RuntimeError(
+        f"clock tampered: the {side} side's samples took {min(t for _, t in tries):.4g}"
+        f" s or more on the worker's clock and claimed {max(c for c, _ in tries):.4g} s at"
+        f" most, under {CLOCK_RATIO:g}x in all {len(tries)} tries")
+
+
+class ClockedLane:
+    """One side of a pair in the worker's own process (``--process one``, a GPU's default;
+    ``make(sides, side, req, number)``, the worker's Lane), each sample cross-checked on the
+    worker's clock as :class:`ForkedLane`'s are (:func:`confirmed`): a side that rebinds
+    the suites' timer, or reaches the clock's reading, cannot make its samples short."""
+
+    def __init__(self, sides, side: str, req: dict, number: int, make):
+        self.lane, self.side, self.number = make(sides, side, req, number), side, number
+
+    def open(self) -> dict | None:
+        return self.lane.open()
+
+    def sample(self) -> float:
+        def trip():
+            start = _WALL()
+            claim = self.lane.sample()
+            return claim, _WALL() - start
+        return confirmed(trip, self.number, self.side, 0.0)
+
+    def close(self) -> str | None:
+        return self.lane.close()
+
+
 class ForkedLane:
     """One side of a pair in a process of its own, forked from the worker as the other
     side's is (``make(sides, side, req, number)``, the worker's Lane, runs there), so each
@@ -180,21 +221,11 @@ class ForkedLane:
         return self._ask(None)
 
     def sample(self) -> float:
-        """A sample's per-call seconds as its process timed it, under :data:`CLOCK_RATIO` of
-        its round trip on the worker's clock (less an empty one's and :data:`SLACK`): again,
-        up to :data:`CONFIRM` times, until one agrees; none: **clock tampered**."""
+        """A sample's per-call seconds as its process timed it, cross-checked on the
+        worker's clock (:func:`confirmed`, less an empty round trip's)."""
         if self.null is None:  # a pipe's latency: the fastest of 3 empty round trips
             self.null = min(self._trip(b"n")[1] for _ in range(3))
-        tries = []
-        for _ in range(1 + CONFIRM):
-            claim, trip = self._trip(b"s")
-            if claim * self.number + SLACK >= CLOCK_RATIO * (trip - self.null):
-                return claim
-            tries.append((claim * self.number, trip - self.null))
-        raise RuntimeError(
-            f"clock tampered: the {self.side} side's samples took {min(t for _, t in tries):.4g}"
-            f" s or more on the worker's clock and claimed {max(c for c, _ in tries):.4g} s at"
-            f" most, under {CLOCK_RATIO:g}x in all {len(tries)} tries")
+        return confirmed(lambda: self._trip(b"s"), self.number, self.side, self.null)
 
     def _trip(self, op: bytes) -> tuple:
         start = _WALL()

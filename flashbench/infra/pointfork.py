@@ -186,6 +186,9 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
     (forklane.ForkedLane, running ``make``), having learnt what they imported."""
     if fork:
         signal.signal(signal.SIGTERM, forklane.on_term)
+
+    def clocked(*args):  # a pair's side in this process: its samples on the worker's clock
+        return forklane.ClockedLane(*args, make)
     _left(sides, list(sides.trees))  # the sides' imports, before the first request
     at_start = _threads()  # the libraries' own pools at import (OpenBLAS's survives a fork)
     for line in lines:
@@ -195,8 +198,9 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
         threads = _threads()
         if fork and req.get("op") in FORKED_OPS and threads > at_start:  # a thread started
             # since (a GNU OpenMP pool after a parallel op): a child could hang on it
-            reply = dict(sides.answer(req), unforked=f"the worker held {threads} threads, "
-                         f"{threads - at_start} started after its imports")
+            reply = dict(sides.answer(req, lane=clocked), unforked=(
+                f"the worker held {threads} threads, {threads - at_start} started after its "
+                "imports"))
         elif fork and req.get("op") in FORKED_OPS:
             _caches(sides, req)
             refused = set(sides.errors)
@@ -207,6 +211,6 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
             if reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
         else:
-            reply = sides.answer(req)
+            reply = sides.answer(req, lane=clocked)
         out.write(json.dumps(reply) + "\n")
         out.flush()
