@@ -208,7 +208,7 @@ class TimeMergeStates(Benchmark):
             return rng.standard_normal((16, 8, 32, 4, 128)), rng.standard_normal((16, 8, 32, 4)) * 3
 
         # the LSEs rescaled a call: every row's weights change (a cache of unchanged rows
-        # was right and faster); 0.2% of a call here (a new series, 2026-12-05)
+        # was right and faster); ~5% of a call here, side by side (a new series, 2026-12-05)
         self.call = FreshCalls("", merge, make, tol=1e-12, want=merged_row, fresh=1)  # lse
 
     def time_merge_states(self):
