@@ -427,6 +427,25 @@ def test_a_finder_one_side_adds_never_imports_the_others_modules(two_sided):
             w.stop()
 
 
+def test_a_side_whose_import_loads_a_shared_module_through_its_own_finder_is_refused(
+        two_sided):
+    """The same finder, and colorsys imported by head's own import: the hooked module was
+    the one both sides held (before, base's calls read it: 1.0). Now head is refused by
+    name at its import, the module is dropped, and base imports its own."""
+    bench, base, _ = two_sided
+    hooking = _commit_tree(bench.parent.parent / "hooking-at-import", 6.0)
+    (hooking / "flashbench" / "__init__.py").write_text(HOOKING_IMPORT + "import colorsys\n")
+    w = Worker("timing", {"base": base, "head": hooking}, bench,
+               bench.parent / "hook-import.log", process="request").start()
+    try:
+        assert list(w.errors) == ["head"], w.errors
+        assert "colorsys imported through a finder of its own" in w.errors["head"]
+        r = w.ask(side="base", op="track", name="suite.track_colorsys_hooked", index=0)
+        assert (r["status"], r["value"]) == ("ok", 0.0), r
+    finally:
+        w.stop()
+
+
 def test_a_closed_worker_is_never_started_again(tree, tmp_path):
     """After close() (the review ending, or interrupted, while a sampling thread still
     runs) a request raises instead of starting a new process."""

@@ -152,6 +152,53 @@ class Importers:
             cache)  # new objects: a list a side kept a hold of is no longer the process's
         self.active = key
 
+    def hooked(self, before, owned) -> str | None:
+        """Why the active side is refused when a shared module imported since ``before``
+        (names in sys.modules then; ``owned(name)``: a side's own) came through a finder of
+        its own: the libraries' finders (key None) find it elsewhere or with another kind of
+        loader. Both sides would hold that module (a head that wrapped a library's inner
+        module on the way in baked its change into what the watch records). A module only
+        the side's finders provide is its own business. None when it added no finder. The
+        modules found are dropped from sys.modules."""
+        own = [f for f in (*sys.meta_path, *sys.path_hooks)
+               if not any(f is g for g in (*self.saved[None][0], *self.saved[None][1]))]
+        if not own:
+            return None
+        new = sorted(n for n in set(sys.modules) - set(before) if not owned(n))
+        key, found = self.active, []
+        self.use(None)
+        try:
+            for name in new:
+                if _elsewhere(name, sys.modules.get(name)):
+                    found.append(name)
+        finally:
+            self.use(key)
+        for name in found:  # the other side imports its own copy, through the libraries'
+            sys.modules.pop(name, None)
+        return None if not found else (
+            f"its import {REFUSED}: {', '.join(found[:5])} imported through a finder of its "
+            "own (one side's finder may not load a module both sides hold)")
+
+
+def _elsewhere(name: str, module) -> bool:
+    """Whether the finders on ``sys.meta_path`` now (but the watch's) find ``module``'s name
+    with another origin or another kind of loader than the one it was loaded with."""
+    spec = getattr(module, "__spec__", None)
+    parent = sys.modules.get(name.rpartition(".")[0]) if "." in name else None
+    path = getattr(parent, "__path__", None)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if finder is FINDER or find is None:
+            continue
+        try:
+            ref = find(name, path, None)
+        except Exception:  # noqa: BLE001 - a finder that fails on this name: not it
+            continue
+        if ref is not None:
+            return spec is None or ref.origin != spec.origin or (
+                type(ref.loader) is not type(getattr(module, "__loader__", None)))
+    return False
+
 
 def entry_points(own: dict) -> dict:
     """{"module.name": entry point} of the public callables of :data:`GUARDED_MODULES`

@@ -142,7 +142,7 @@ def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
                 sides.errors.setdefault(other, why)
             return
     for side in [s for s in sides.trees if imported.get(s) and s not in sides.errors]:
-        before, threads = entry_points(), _threads()
+        before, threads, names = entry_points(), _threads(), set(sys.modules)
         sides.use(side)
         load(imported[side])
         _left(sides, [side])
@@ -150,7 +150,7 @@ def learn(sides, imported: dict, entry_points, sides_asked: list) -> None:
             sides.errors[side] = (f"its import started {more} thread(s) in the review's "
                                   "worker, which forks a process per request (a thread "
                                   "does not cross a fork)")
-        sides.refuse_changes(side, before, "its import")
+        sides.refuse_changes(side, before, "its import", names)
     sides.entry = entry_points()
 
 

@@ -1,9 +1,8 @@
 """The review's measuring process: a standalone script that holds both commits' code.
 
-``serve`` imports *today's* suites once per commit's tree, keeping the modules apart
-(:class:`Sides`): base and head share one process, whose speed cancels in each round's ratio
-(docs/review.md); JSON lines in and out (:func:`serve`). ``peakmem`` measures one
-fresh-process peak memory. Only each side's own flashbench is imported (libwatch.import_own).
+``serve``: today's suites once per commit's tree, kept apart (:class:`Sides`) in one process
+whose speed cancels in each round's ratio (docs/review.md); JSON lines in and out. ``peakmem``:
+a fresh process's peak memory. Only each side's own flashbench is imported (libwatch.import_own).
 
     python worker_process.py serve BENCHMARK_DIR SIDE=TREE [SIDE=TREE ...]
     python worker_process.py peakmem BENCHMARK_DIR NAME I
@@ -242,8 +241,7 @@ def _load(name: str, *path: str):
     return LOADED[name]
 
 
-def _guard():  # flashbench/infra/libwatch.py
-    return _load("libwatch", "infra", "libwatch.py")
+_guard = functools.partial(_load, "libwatch", "infra", "libwatch.py")  # infra/libwatch.py
 
 
 def entry_points() -> dict:
@@ -271,19 +269,22 @@ class Sides:
         update_sys_path(root)
         for side in self.trees:
             self.use(side)
-            before = entry_points()
+            before, names = entry_points(), set(sys.modules)
             try:
                 _guard().refuse_shadows(self.trees[side])  # its own numpy would be the suites'
                 self.suites[side] = Suites(root, importer=False)
                 _guard().import_own(self.trees[side])
             except BaseException as exc:  # this commit's suites do not import
                 self.errors[side] = _guard().discovery_error(exc, _reason(exc))
-            self.refuse_changes(side, before, "its import")
+            self.refuse_changes(side, before, "its import", names)
         self.entry = entry_points()
 
-    def refuse_changes(self, side: str, before: dict, when: str) -> str | None:
-        """Refuse ``side`` when its code replaced a shared function (libwatch.refusal)."""
-        if (why := _guard().refusal(before, entry_points(), when, globals())) is not None:
+    def refuse_changes(self, side: str, before: dict, when: str, names=None) -> str | None:
+        """Refuse ``side`` when its code replaced a shared function (libwatch.refusal), or
+        (``names``: sys.modules before its import) loaded a shared module (Importers.hooked)."""
+        why = _guard().refusal(before, entry_points(), when, globals()) or (
+            None if names is None else self.imports.hooked(names, self._owned))
+        if why is not None:
             self.errors[side] = why
         return why
 
@@ -300,8 +301,7 @@ class Sides:
         for name in owned:
             del sys.modules[name]
         sys.modules.update(self.modules[side])
-        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".")
-                       not in self.trees.values()]
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in self.trees.values()]
         sys.path.insert(0, self.trees[side])
         # processes the suites start (peak memory tracks) import this side's flashbench too
         os.environ["PYTHONPATH"] = os.pathsep.join([self.trees[side]] + self.pythonpath)
