@@ -339,17 +339,27 @@ def fwd(q, k, v, causal=False, scale=None):
 '''
 
 
-def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(tmp_path,
-                                                                         monkeypatch, capsys):
+CLAIMS_CUDA = """
+
+_prepare = child.Server._prepare
+child.Server._prepare = lambda self, r: {**_prepare(self, r), "device": "cuda"}
+"""
+
+
+@pytest.mark.parametrize("claims_cuda", [False, True])
+def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(
+        tmp_path, monkeypatch, capsys, claims_cuda):
     """A probe's module (2026-12-05) made its worker's empty request sleep 15 ms: the
     harness subtracts that round trip from every timed request, and a kernel of 20 ms a call
     read 8.8 ms (PASS, 2.3x "faster" than itself). An empty request now counts at most 3x
-    its cost before the module was imported in the worker, + 1 ms."""
+    its cost before the module was imported in the worker, + 1 ms. A second probe's worker
+    also said its device was "cuda" on this CPU machine, which lifted that cap (PASS, 2.5x):
+    the device is the harness's own now, and the claim fails the row by name."""
     import json
 
     from flashbench.cli import main
 
-    (tmp_path / "fbslownull.py").write_text(SLOW_NULL)
+    (tmp_path / "fbslownull.py").write_text(SLOW_NULL + (CLAIMS_CUDA if claims_cuda else ""))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     main(["speed", "--quiet", "--json", "--shape", "1x2x128x32", "--causal", "off",
@@ -357,4 +367,7 @@ def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(tmp_pat
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["median_s"] > 0.017, row  # 20 ms a call, less at most ~2 ms a request
     assert "an empty request counted at most" in row["clock"]
+    if claims_cuda:
+        assert row["status"] == "FAIL" and "said its device is 'cuda'" in row["failures"][
+            guard.CLOCK], row["failures"]
     sys.modules.pop("fbslownull", None)

@@ -117,6 +117,14 @@ def _calls(w: _Clocked, k: int, cpu: dict, mirror: Pool, seeds: list) -> tuple[f
     return rt, reply["own_s"]
 
 
+def _device() -> str:
+    """The device a kernel's worker runs on, as this process knows it (the worker picks
+    "cuda" where torch sees one: backends.child)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
                    warmup: int, pool: int, direction: str = "fwd",
                    variant: dict | None = None, dist: str = "normal",
@@ -134,10 +142,11 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     w = _Clocked(worker, time_limit())
     mirror = Pool(lambda s: (), pool, seed)  # the worker's pool's content seeds, replayed
     seeds: list = []  # each timed call's content seed, in order
-    device = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
-                   warmup=warmup, pool=pool, direction=direction, variant=variant or {},
-                   dist=dist, decode=decode or {},
-                   varlen=None if varlen is None else list(varlen))[1]["device"]
+    said = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
+                 warmup=warmup, pool=pool, direction=direction, variant=variant or {},
+                 dist=dist, decode=decode or {},
+                 varlen=None if varlen is None else list(varlen))[1]["device"]
+    device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
     for _ in range(warmup):  # the warm-up's calls, in the copy too
         mirror.next()
     threads0 = os_threads(w.pid)
@@ -157,6 +166,9 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     settle_at = set(rng.choice(samples, min(SETTLES, samples), replace=False).tolist())
     settle_at.add(samples - 1)
     runs, own, faults, idle_wall = [], [], {}, 0.0
+    if said != device:
+        faults[CLOCK] = (f"its worker said its device is {said!r}; this machine's is {device!r}"
+                         " (the harness's own torch.cuda.is_available())")
     for i in range(samples):
         if gpu and i == 0:
             nulls = []  # the calibration's (one flush each) do not match k calls' requests
@@ -208,7 +220,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     if why is not None:
         faults.setdefault(CLOCK, why)
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
-            "outputs": reply["outputs"], "faults": faults, "device": reply["device"],
+            "outputs": reply["outputs"], "faults": faults, "device": device,
             "own_median_s": own_med, "k": k, "null_s": null, "null_cap_s": cap,
             "interpreted": worker.interpreted()}
 
