@@ -131,6 +131,8 @@ def render_text(report: dict) -> str:
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
               "run is suspect (backends.strays)" for s in m.get("strays", ())]
+    notes += [f"FAIL: a file the harness runs from changed while kernels ran: {p}; every "
+              "verdict of this run is suspect (measure.planted)" for p in m.get("planted", ())]
     notes += [f"environment: {e}" for e in m.get("environment", ())]
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
@@ -178,10 +180,13 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 def run(args) -> int:
     from flashbench.backends.strays import adopt
     from flashbench.measure.peaks import remember
+    from flashbench.measure.planted import import_judges, snapshot
     from flashbench.timed.threads import without_spinning
 
     args.environment = without_spinning()  # before torch's OpenMP reads them (timed.threads)
     remember()  # the roofline's remembered peaks, read before any kernel's worker starts
+    import_judges()  # ... and what judges, whose files are then watched (measure.planted)
+    args.files = snapshot()
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
     try:
         return _run(args)
@@ -226,6 +231,7 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     emitted; --baseline must be one of them."""
     from flashbench.backends import user
     from flashbench.backends.strays import sweep
+    from flashbench.measure.planted import planted
     from flashbench.measure.speedrun import run_speed
 
     if args.baseline is not None and args.baseline not in names:
@@ -241,9 +247,10 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
                            args.baseline, progress=not args.quiet)
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
     report["meta"]["environment"] = list(getattr(args, "environment", ()))
+    report["meta"]["planted"] = planted(args.files) if hasattr(args, "files") else []
     if left:
         report["meta"]["strays"] += left
-        report["passed"] = False
+    report["passed"] = report["passed"] and not left and not report["meta"]["planted"]
     return _emit(args, report)
 
 

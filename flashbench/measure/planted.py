@@ -1,0 +1,118 @@
+"""What a kernel's code wrote into the files the harness runs from, while it ran.
+
+A kernel runs as the same user as the harness, so it can write where the harness reads: a
+probe's kernel (2026-12-05) wrote bytecode for ``flashbench/bands/table.py`` (a tolerance
+of 1e9; the source untouched, the bytecode dated as the source), which the harness imported
+after the kernel's worker started: a wrong kernel PASSed in that run and in every later one.
+``flashbench speed`` imports what judges before any worker starts (:func:`import_judges`)
+and compares, after the run, every file of the flashbench package and the bytecode of every
+module imported then (:func:`snapshot`, :func:`planted`): a source or data file changed, or
+bytecode that Python would not have written from its source (compiled again to compare),
+fails the run by name, and that bytecode is deleted, so that no later run imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import marshal
+import os
+import sys
+
+__all__ = ["JUDGES", "import_judges", "snapshot", "planted"]
+
+# what judges a speed run's outputs, imported before any kernel's code runs
+JUDGES = ("flashbench.measure.speedrun", "flashbench.measure.speedworker",
+          "flashbench.measure.speedgrad", "flashbench.measure.speedvarlen",
+          "flashbench.measure.speeddecode", "flashbench.measure.decode",
+          "flashbench.bands.table", "flashbench.bands.case", "flashbench.accuracy",
+          "flashbench.numerics", "flashbench.reference", "flashbench.backends.outputs",
+          "scipy.special")
+
+
+def import_judges() -> None:
+    """Import :data:`JUDGES` and read the shipped tolerance table they consult."""
+    for name in JUDGES:
+        importlib.import_module(name)
+    from flashbench.bands.table import load_table
+
+    load_table()
+
+
+def _key(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _package_files() -> list[str]:
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # flashbench/
+    return [os.path.join(folder, n) for folder, _, names in os.walk(top) for n in names]
+
+
+def _module_files() -> list[str]:
+    found = []
+    for module in list(sys.modules.values()):
+        source = getattr(module, "__file__", None)
+        if isinstance(source, str) and source.endswith(".py"):
+            found.append(source)
+            try:
+                found.append(importlib.util.cache_from_source(source))
+            except (ValueError, NotImplementedError):
+                pass
+    return found
+
+
+def snapshot() -> dict:
+    """{path: (inode, size, mtime, ctime) or None}: the flashbench package's files and the
+    source and bytecode of every module imported now."""
+    return {p: _key(p) for p in (*_package_files(), *_module_files())}
+
+
+def genuine(pyc: str) -> bool:
+    """Whether ``pyc`` is what Python writes from its source as it is now: its header (the
+    source's time and size, or hash) and its code, compared as code objects (which ignore
+    the file name a process imported it by)."""
+    try:
+        source = importlib.util.source_from_cache(pyc)
+        with open(pyc, "rb") as f:
+            data = f.read()
+        with open(source, "rb") as f:
+            text = f.read()
+        st = os.stat(source)
+        flags = int.from_bytes(data[4:8], "little")
+        header = (importlib.util.source_hash(text) if flags else
+                  (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                  + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+        if data[:4] != importlib.util.MAGIC_NUMBER or data[8:16] != header:
+            return False
+        level = pyc.rsplit(".opt-", 1)[1].split(".")[0] if ".opt-" in pyc else ""
+        return marshal.loads(data[16:]) == compile(text, source, "exec", dont_inherit=True,
+                                                   optimize=int(level) if level else -1)
+    except (OSError, ValueError, EOFError, TypeError, SyntaxError):
+        return False
+
+
+def planted(before: dict) -> list[str]:
+    """What changed since ``before`` (:func:`snapshot`): a sentence per file; bytecode that
+    is not its source's is deleted. A bytecode file Python wrote meanwhile (a module
+    imported for the first time) is its source's, and not named."""
+    now = {p: _key(p) for p in (*before, *_package_files())}
+    found = []
+    for path in sorted(p for p, key in now.items() if key != before.get(p)):
+        if path.endswith(".pyc"):
+            if now[path] is None or genuine(path):
+                continue
+            try:
+                os.remove(path)
+                found.append(f"{path}: bytecode that its source does not compile to "
+                             "(deleted)")
+            except OSError as exc:
+                found.append(f"{path}: bytecode that its source does not compile to, "
+                             f"not deleted ({exc.strerror}): delete it")
+        else:
+            found.append(f"{path}: {'removed' if now[path] is None else 'written'} during "
+                         "the run")
+    return found
