@@ -371,3 +371,43 @@ def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(
         assert row["status"] == "FAIL" and "said its device is 'cuda'" in row["failures"][
             guard.CLOCK], row["failures"]
     sys.modules.pop("fbslownull", None)
+
+
+SLOW_MEMO = '''
+import time
+
+import torch
+
+_SEEN = {}
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    """Right every call: 20 ms on contents it has not seen, 6 ms on those it has (a memo
+    padded well above the roofline floor, as a probe's was padded to 0.6x of it)."""
+    key = (float(q.reshape(-1)[::97].sum()), float(k.reshape(-1)[::97].sum()))
+    hit = key in _SEEN
+    o = _SEEN.setdefault(key, torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    time.sleep(0.006 if hit else 0.020)
+    return o.clone()
+'''
+
+
+def test_a_memo_of_returning_contents_does_not_lower_the_median(tmp_path, monkeypatch,
+                                                                capsys):
+    """A probe's content memo (2026-12-05), padded above the floor, read its hits' time on
+    the requests whose contents came back: its median fell between hit and miss (PASS, 2x
+    over sdpa). A row's times are now its requests on new contents alone."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbslowmemo.py").write_text(SLOW_MEMO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    main(["speed", "--quiet", "--json", "--shape", "1x2x64x32", "--causal", "off",
+          "--dtype", "fp32", "--seed", "5", "--only", "fbslowmemo:fwd"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["status"] == "PASS" and len(row["samples_s"]) >= 10, row
+    assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every one a miss's 20 ms
+    assert row["median_s"] > 0.019, row
+    sys.modules.pop("fbslowmemo", None)

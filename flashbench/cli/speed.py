@@ -124,7 +124,9 @@ def render_text(report: dict) -> str:
             notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
         if r.worker_median_s is not None:
             notes.append(f"{r.backend} on {r.case}: clock: {r.clock}; n counts its timed "
-                         "requests, p10-p90 spreads their times a call; its worker's own "
+                         "requests on new contents (those on returning contents are judged "
+                         "against the floor alone), p10-p90 spreads their times a call; its "
+                         "worker's own "
                          f"clock says {r.worker_median_s * 1e3:.3g} ms a call (median; a "
                          "cross-check only)")
     clocks = sorted({r.clock for r in report["rows"] if r.clock and r.worker_median_s is None})

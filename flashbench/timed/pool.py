@@ -154,6 +154,12 @@ class Pool:
         return next((n for n, i in enumerate(self._order) if self.used[i] != first),
                     len(self._order))
 
+    def next_is_new(self) -> bool:
+        """Whether the next call's contents were never handed to a call (a request of
+        :meth:`left_in_group` calls is all new or all returning)."""
+        self.refill()
+        return not self.used[self._order[0]]
+
     def refill(self, salt: int | None = None) -> None:
         """Start the next round (half the slots refilled) where this one is spent: apart from
         :meth:`next`, so a worker makes new inputs in a request of their own. ``salt``: the
