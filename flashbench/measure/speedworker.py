@@ -25,7 +25,7 @@ import numpy as np
 
 from flashbench.timed.guard import CLOCK, OUTSIDE, THREAD, Pool
 
-__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "cpu_s", "os_threads",
+__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "os_threads",
            "reading_noise", "staging_allowance"]
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
