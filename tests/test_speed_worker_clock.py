@@ -413,3 +413,68 @@ def test_a_memo_of_returning_contents_does_not_lower_the_median(tmp_path, monkey
     assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every one a miss's 20 ms
     assert row["median_s"] > 0.019, row
     sys.modules.pop("fbslowmemo", None)
+
+
+FORESEE = '''
+import sys
+import time
+import weakref
+
+import torch
+
+_SEEN, _SERVER = {}, []
+
+
+def _key(q, k):
+    return float(q.reshape(-1)[::97].sum()), float(k.reshape(-1)[::97].sum())
+
+
+def _attn(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def _foresee():
+    """When the worker releases an output (its collect, outside the clock): every slot of
+    its pool computed ahead, the contents of the coming requests included."""
+    if _SERVER and _SERVER[0].timing is not None:
+        for slot in _SERVER[0].timing["pool"].slots:
+            _SEEN.setdefault(_key(slot[0], slot[1]), _attn(*slot[:3]))
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    """Right every call: 6 ms on contents it computed before, 20 ms on others."""
+    if not _SERVER:  # the worker's Server, from the call's stack
+        f = sys._getframe()
+        while f is not None and not _SERVER:
+            if hasattr(f.f_locals.get("self"), "timing"):
+                _SERVER.append(f.f_locals["self"])
+            f = f.f_back
+    key = _key(q, k)
+    hit = key in _SEEN
+    o = _SEEN.setdefault(key, _attn(q, k, v)).clone()
+    time.sleep(0.006 if hit else 0.020)
+    weakref.finalize(o, _foresee)
+    return o
+'''
+
+
+def test_no_new_content_exists_in_the_worker_before_its_request(tmp_path, monkeypatch,
+                                                               capsys):
+    """A probe's kernel (2026-12-05) computed its worker's whole pool when an output was
+    released (a finalizer, run in the untimed collect): a round's new contents, filled at
+    the round's start, were there during the requests on returning contents, and every
+    timed call was a hit (PASS, 2.2x over sdpa). New contents are now filled by the
+    harness's request just before the request of their calls."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbforesee2.py").write_text(FORESEE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    main(["speed", "--quiet", "--json", "--shape", "1x2x64x32", "--causal", "off",
+          "--dtype", "fp32", "--seed", "5", "--only", "fbforesee2:fwd"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["status"] == "PASS" and len(row["samples_s"]) >= 10, row
+    assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every new content a miss
+    sys.modules.pop("fbforesee2", None)

@@ -232,9 +232,10 @@ class Server:
             guard._CLOCKS["torch.cuda.synchronize"][2]()
 
     def _refill(self, r: dict) -> dict:
-        """New inputs where the pool's round is spent (the harness's work: not the stage's),
-        drawn with the harness's ``salt`` (its copy of the pool uses it alike)."""
-        self.timing["pool"].refill(r.get("salt"))
+        """New inputs for the next request's calls where they are due (the harness's work:
+        not the stage's), drawn with the harness's ``salt``, at most ``k`` (its copy of the
+        pool does it alike): none exists here before the request of its calls."""
+        self.timing["pool"].refill(r.get("salt"), r.get("k"))
         return {}
 
     def _stage(self, r: dict) -> dict:

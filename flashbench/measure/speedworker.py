@@ -107,11 +107,11 @@ def _calls(w: _Clocked, k: int, cpu: dict, mirror: Pool, seeds: list,
     returning contents to new ones): (the run's round trip, the worker's own time of each
     call); CPU time of each step into ``cpu`` (the pool's refill, input making, in a request
     of its own: counted in neither); whether its contents were new, onto ``new``."""
-    salt = secrets.randbits(62)  # a new round's contents: unknown to the worker till now
-    mirror.refill(salt)  # this process's copy of the pool, in step: it decides the round
+    salt = secrets.randbits(62)  # the request's new contents: unknown to the worker till now
+    mirror.refill(salt, k)  # this process's copy of the pool, in step: it decides the round
     if new is not None:
         new.append(mirror.next_is_new())
-    w.ask(op="refill", salt=salt)
+    w.ask(op="refill", salt=salt, k=k)
     c0 = cpu_s(w.pid)
     w.ask(k, op="stage", k=k)
     c1 = cpu_s(w.pid)

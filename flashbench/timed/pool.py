@@ -92,9 +92,6 @@ class Pool:
     names: tuple = NAMES["fwd"]
     slots: list = field(default_factory=list, init=False)
     seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
-    # round -> a salt its refill's seeds are drawn with (:meth:`refill`): sent by the harness
-    # with each refill, so a worker's pool holds no future contents its kernel could compute
-    salts: dict = field(default_factory=dict, init=False)
 
     def __post_init__(self):
         if self.size < 2:
@@ -110,27 +107,27 @@ class Pool:
         self._last = -1
         self.rounds = 0
         self.used = [False] * self.size  # whether a slot's contents went to a call already
+        # filled in this round's refill and not yet handed out: new contents, made in the
+        # request of their own calls (a worker's kernel never sees them before: ``salt``)
+        self.fresh = [False] * self.size
+        self.pending: set = set()  # slots this round refills, not filled yet
 
     @staticmethod
     def _prints(slot) -> list:
         return [fingerprint(x) for x in slot]
 
-    def _draw(self) -> int:
-        return int(self._rng.integers(0, 2**62))
+    def _draw(self, rng=None) -> int:
+        return int((self._rng if rng is None else rng).integers(0, 2**62))
 
     def _new_round(self) -> None:
-        if self.rounds in self.salts:  # drawn from here on with the harness's new entropy
-            self._rng = np.random.default_rng([self.seed, self.salts[self.rounds]])
-        if self.rounds:  # refill half of the slots in place: same addresses, new contents
-            for i in self._rng.choice(self.size, max(1, self.size // 2), replace=False):
-                s = self._draw()
-                for dst, src in zip(self.slots[i], self.make(s), strict=True):
-                    _overwrite(dst, src)
-                self.seeds[i], self.used[i] = s, False
-                self.prints[i] = self._prints(self.slots[i])
+        """Half the slots chosen for new contents, filled when the calls reach them
+        (:meth:`refill`); the others' contents return first, in a random order."""
+        if self.rounds:
+            self.pending = {int(i) for i in self._rng.choice(self.size, max(1, self.size // 2),
+                                                              replace=False)}
         perm = [int(i) for i in self._rng.permutation(self.size)]
-        seen = [i for i in perm if self.used[i]]  # returning contents first, then new ones
-        new = [i for i in perm if not self.used[i]]
+        seen = [i for i in perm if i not in self.pending]  # returning contents, then new
+        new = [i for i in perm if i in self.pending]
         first = seen or new
         if first[0] == self._last:  # never one slot twice in a row
             if len(first) > 1:
@@ -140,41 +137,55 @@ class Pool:
         self._order = seen + new
         self.rounds += 1
 
+    def _kind(self, i: int) -> tuple:
+        return i in self.pending, self.used[i], self.fresh[i]
+
     def left_in_round(self) -> int:
         """Calls before the next refill: arguments readied ahead of that many calls are
         still the contents their seeds say when the calls run."""
         return len(self._order) or self.size
 
     def left_in_group(self) -> int:
-        """Calls before the next refill or the switch from returning contents to new ones:
-        a request of that many is all one or all the other, so that a contents cache's hits
-        are not averaged with its misses (they fall under the roofline floor)."""
-        self.refill()
-        first = self.used[self._order[0]]
-        return next((n for n, i in enumerate(self._order) if self.used[i] != first),
+        """Calls before the next new round, the switch from returning contents to new ones,
+        or slots not filled yet: a request of that many is all one kind, so that a contents
+        cache's hits are not averaged with its misses, and no call waits on a fill."""
+        if not self._order:
+            self._new_round()
+        first = self._kind(self._order[0])
+        return next((n for n, i in enumerate(self._order) if self._kind(i) != first),
                     len(self._order))
 
-    def next_is_new(self) -> bool:
-        """Whether the next call's contents were never handed to a call (a request of
-        :meth:`left_in_group` calls is all new or all returning)."""
-        self.refill()
-        return not self.used[self._order[0]]
-
-    def refill(self, salt: int | None = None) -> None:
-        """Start the next round (half the slots refilled) where this one is spent: apart from
-        :meth:`next`, so a worker makes new inputs in a request of their own. ``salt``: the
-        new round's seeds are drawn with it (:attr:`salts`)."""
+    def refill(self, salt: int | None = None, upto: int | None = None) -> None:
+        """Start the next round where this one is spent, and fill the next slots where they
+        are due for new contents: ``upto`` of them (None: all that are due), their seeds
+        drawn with the harness's ``salt`` (None: from the pool's own seed). A worker's pool
+        is refilled by the harness's request just before the request of the calls that use
+        the new contents, so that no call's new contents exist in the worker before it."""
         if not self._order:
-            if salt is not None:
-                self.salts[self.rounds] = salt
             self._new_round()
+        if self._order[0] not in self.pending:  # returning contents go first
+            return
+        rng = None if salt is None else np.random.default_rng([self.seed, salt])
+        due = [i for i in self._order if i in self.pending]
+        for i in due[:len(due) if upto is None else max(0, upto)]:
+            s = self._draw(rng)
+            for dst, src in zip(self.slots[i], self.make(s), strict=True):
+                _overwrite(dst, src)
+            self.seeds[i], self.used[i], self.fresh[i] = s, False, True
+            self.prints[i] = self._prints(self.slots[i])
+            self.pending.discard(i)
+
+    def next_is_new(self) -> bool:
+        """Whether the next call's contents were filled for it in this round's refill and
+        never handed to a call (a request of :meth:`left_in_group` calls is all one kind)."""
+        return bool(self._order) and self.fresh[self._order[0]]
 
     def next(self) -> tuple[int, int, tuple]:
         """(slot, content seed, arguments) of the next call; refills happen here (or in
         :meth:`refill`), never inside a timed window."""
         self.refill()
         i = self._order.pop(0)
-        self._last, self.used[i] = i, True
+        self._last, self.used[i], self.fresh[i] = i, True, False
         return i, self.seeds[i], self.slots[i]
 
     def modified(self) -> str | None:
