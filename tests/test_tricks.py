@@ -155,6 +155,10 @@ TRICKS = textwrap.dedent('''
     def lse_nan(q, k, v, causal=False, scale=None):
         return _attn(q, k, v), torch.full(q.shape[:3], float("nan"))
 
+    def lse_constant(q, k, v, causal=False, scale=None):
+        """o right, an LSE of the right shape and finite, and wrong: a probe's (2026-12-05)."""
+        return _attn(q, k, v), torch.full(q.shape[:3], 123.0)
+
     def gc_scan(q, k, v, causal=False, scale=None):
         """Any float tensor of o's shape that the harness holds (an expected output)."""
         want = (*q.shape[:3], v.shape[-1])
@@ -174,6 +178,7 @@ EXPECTED = {
     "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
     "scratch_in_input": guard.MODIFIED,
     "lse_wrong_shape": guard.WRONG, "lse_nan": guard.WRONG,  # speed read o alone, 2026-12-05
+    "lse_constant": guard.WRONG,
 }
 # the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
 # under the roofline floor, small enough for a fast test
@@ -556,3 +561,31 @@ def test_the_workers_pool_holds_no_future_input(tmp_path, monkeypatch, capsys):
     assert row["status"] == "PASS", row  # its outputs are right, hits or misses
     assert calls.count("miss") >= 4, calls.count("miss")  # a new content each new round
     sys.modules.pop("fbforesee", None)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("variant", [None, "window", "softcap"])
+def test_the_lse_is_judged_against_the_reference_and_the_flash_models_passes(dtype, variant):
+    """The flash model's own (o, lse) passes the judge, dense (causal) and under a variant;
+    the same with its LSE off by 0.05 fails as wrong (before, any finite LSE of the right
+    shape passed: a probe, 2026-12-05)."""
+    import numpy as np
+
+    from flashbench import numerics
+    from flashbench.inputs.variant import variant_of
+    from flashbench.measure.speed import Judge
+    from flashbench.timed.attention import attention_maker
+
+    var = {None: None, "window": variant_of(True, window=(32, 0)),
+           "softcap": variant_of(False, softcap=20.0)}[variant]
+    case = SpeedCase(Shape(1, 2, 128, 128, 32), dtype, var is None, "fwd", var)
+    make = attention_maker(case.shape, dtype, "cpu", "device")
+    for content in range(3):
+        q, k, v = make(content)
+        o, lse = numerics.flash_model(*(t.double().numpy() for t in (q, k, v)), dtype,
+                                      causal=True if var is None else var)
+        o = torch.from_numpy(np.asarray(o, np.float64)).to(q.dtype)
+        lse = torch.from_numpy(np.asarray(lse, np.float64)).float()
+        assert Judge(case, make, 3).judge(content, (o, lse)) is None
+        off = Judge(case, make, 3).judge(content, (o, lse + 0.05))
+        assert off is not None and off[0] == guard.WRONG and off[1].startswith("lse off"), off

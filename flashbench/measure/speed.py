@@ -103,13 +103,14 @@ def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
                case.bytes() / (roof.copy_gbs * 1e9))
 
 
-def band_tolerance(case: SpeedCase, nq: int, nk: int) -> float | None:
-    """The max-abs tolerance of the shipped band table for the case (the flash model's
-    measured edge x 2), or None where the table does not cover it (then: the baseline rule)."""
+def band_tolerance(case: SpeedCase, nq: int, nk: int, tensor: str = "o") -> float | None:
+    """The max-abs tolerance of the shipped band table for the case's ``tensor`` (the flash
+    model's measured edge x 2), or None where the table does not cover it (then: the
+    baseline rule)."""
     from flashbench.bands.table import tolerance
 
     try:
-        return tolerance(case.dtype, nk, causal=case.causal, nq=nq)
+        return tolerance(case.dtype, nk, causal=case.causal, nq=nq, tensor=tensor)
     except ValueError:
         return None
 
@@ -157,13 +158,13 @@ class Judge:
         self.first: dict = {}  # content seed -> checksum of the first checked output
         self.verdicts: dict = {}  # content seed -> None or (failure, why)
 
-    def _reference_check(self, content: int, o) -> tuple[str, str] | None:
+    def _reference_check(self, content: int, o, lse=None) -> tuple[str, str] | None:
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
 
         q, k, v = (t.double().cpu().numpy() for t in self.make(content))
         if self.case.variant is not None:
-            return self._variant_check(q, k, v, o)
+            return self._variant_check(q, k, v, o, lse)
         nq, nk = q.shape[-2], k.shape[-2]
         k, v = (np.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))
         rows = np.sort(self.rng.choice(nq, min(nq, CHECK_ROWS), replace=False))
@@ -174,21 +175,21 @@ class Judge:
                 errs[int(i)] = float(np.abs(got[..., i, :]).max())
                 continue
             qi, ki, vi = q[..., i:i + 1, :], k[..., :see, :], v[..., :see, :]
-            ref = reference.attention(qi, ki, vi)[0][..., 0, :]
-            errs[int(i)] = float(np.abs(got[..., i, :] - ref).max())
-            seen.append((qi, ki, vi, ref))
+            ref, ref_lse = reference.attention(qi, ki, vi)
+            errs[int(i)] = float(np.abs(got[..., i, :] - ref[..., 0, :]).max())
+            seen.append((int(i), qi, ki, vi, ref[..., 0, :], ref_lse[..., 0]))
         worst = max(errs, key=errs.get)
         err = errs[worst]
         limit = band_tolerance(self.case, nq, nk)
-        if limit is not None and err <= limit:
-            return None  # inside the flash model's band (the yardstick below not needed)
+        if limit is not None and err <= limit:  # inside the flash model's band
+            return self._lse_check(lse, seen, nq, nk)
         std = 0.0  # the same-dtype standard attention's error on the same rows
-        for qi, ki, vi, ref in seen:
+        for _, qi, ki, vi, ref, _ in seen:
             sm = numerics.standard_model(qi, ki, vi, self.case.dtype)[0][..., 0, :]
             std = max(std, float(np.abs(np.asarray(sm, np.float64) - ref).max()))
         verdict = baseline_rule(err, std, self.case.dtype)
-        if verdict.passed:
-            return None  # as accurate as plain same-dtype attention (torch-naive's kind)
+        if verdict.passed:  # as accurate as plain same-dtype attention (torch-naive's kind)
+            return self._lse_check(lse, seen, nq, nk)
         why = (f"above the band's tolerance {limit:.3g} (flashbench.tolerance) and "
                if limit is not None else "") + (
             f"{verdict.ratio:.3g}x the baseline rule's limit (same-dtype standard attention "
@@ -196,21 +197,58 @@ class Judge:
         return WRONG, (f"off the float64 reference: max abs error {err:.3g} at row {worst} "
                        f"(of rows {list(errs)}, checked), {why}")
 
-    def _variant_check(self, q, k, v, o) -> tuple[str, str] | None:
+    def _lse_check(self, lse, seen: list, nq: int, nk: int) -> tuple[str, str] | None:
+        """The returned LSE on the checked rows that see a key (``seen``: (row, its q, k, v,
+        reference o, reference LSE)) against the float64 reference's: inside the band's LSE
+        tolerance, or by the baseline rule (the same-dtype standard attention's LSE error);
+        None where the kernel returned none (o alone)."""
+        from flashbench import numerics
+        from flashbench.accuracy import baseline_rule
+
+        if lse is None or not seen:
+            return None
+        got = lse.detach().cpu().double().numpy()
+        errs = {i: float(np.abs(got[..., i] - ref_lse).max()) for i, *_, ref_lse in seen}
+        worst = max(errs, key=errs.get)
+        err, limit = errs[worst], band_tolerance(self.case, nq, nk, "lse")
+        if limit is not None and err <= limit:
+            return None
+        std = max(float(np.abs(np.asarray(numerics.standard_model(
+            qi, ki, vi, self.case.dtype)[1], np.float64)[..., 0] - ref_lse).max())
+            for _, qi, ki, vi, _, ref_lse in seen)
+        verdict = baseline_rule(err, std, self.case.dtype)
+        return None if verdict.passed else (WRONG, (
+            f"lse off the float64 reference: max abs error {err:.3g} at row {worst} (of rows "
+            f"{list(errs)}, checked), {verdict.ratio:.3g}x the baseline rule's limit "
+            f"(same-dtype standard attention {std:.3g})"))
+
+    def _variant_check(self, q, k, v, o, lse=None) -> tuple[str, str] | None:
         """Rows against the variant's float64 reference by the baseline rule, the yardstick
         the same-dtype standard attention's error over all rows (the band table does not
-        cover variants)."""
+        cover variants); the LSE too, on the rows that see a key, where one was returned."""
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
 
-        ref = reference.attention(q, k, v, causal=self.case.variant)[0]
-        sm = np.asarray(numerics.standard_model(q, k, v, self.case.dtype,
-                                                causal=self.case.variant)[0], np.float64)
+        ref, ref_lse = reference.attention(q, k, v, causal=self.case.variant)
+        sm, sm_lse = (np.asarray(x, np.float64) for x in numerics.standard_model(
+            q, k, v, self.case.dtype, causal=self.case.variant))
         rows = np.sort(self.rng.choice(q.shape[-2], min(q.shape[-2], CHECK_ROWS),
                                        replace=False))
         diff = np.abs(o.detach().cpu().double().numpy()[..., rows, :] - ref[..., rows, :])
         err, worst = float(diff.max()), int(rows[np.unravel_index(diff.argmax(), diff.shape)[-2]])
         verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
+        if verdict.passed and lse is not None:
+            seen = np.isfinite(ref_lse)
+            got = lse.detach().cpu().double().numpy()
+            gap = np.where(seen[..., rows], np.abs(got[..., rows] - ref_lse[..., rows]), 0.0)
+            gap = np.nan_to_num(gap, nan=np.inf)
+            lse_verdict = baseline_rule(float(gap.max()), float(np.where(
+                seen, np.abs(sm_lse - ref_lse), 0.0).max()), self.case.dtype)
+            if not lse_verdict.passed:
+                return WRONG, (f"lse off the float64 reference of "
+                               f"{self.case.variant.label()}: max abs error {gap.max():.3g} "
+                               f"(rows {list(map(int, rows))}, checked), "
+                               f"{lse_verdict.ratio:.3g}x the baseline rule's limit")
         if verdict.passed:
             return None
         return WRONG, (f"off the float64 reference of {self.case.variant.label()}: max abs "
@@ -244,11 +282,16 @@ class Judge:
             return WRONG, "o holds non-finite values for finite inputs"
         if (bad := lse_fault(out, self.lse_want(), lambda: self.lse_rows(x == 0))) is not None:
             return bad
-        total = float(x.sum()), float(x.abs().sum())
+        lse = out[1] if isinstance(out, tuple | list) and isinstance(out[1], torch.Tensor) \
+            else None
+        total = float(x.sum()), float(x.abs().sum()), (0.0 if lse is None else float(
+            torch.nan_to_num(lse.detach().double(), neginf=0.0).sum()))
         if content in self.first:
             first = self.first[content]
             tol = 8 * torch.finfo(o.dtype).eps * max(first[1], 1e-30)
-            if abs(total[0] - first[0]) > tol or abs(total[1] - first[1]) > tol:
+            lse_tol = 8 * 2.0 ** -23 * max(abs(first[2]), 1.0) * max(1, self.want()[2])
+            if (abs(total[0] - first[0]) > tol or abs(total[1] - first[1]) > tol
+                    or abs(total[2] - first[2]) > lse_tol):
                 return WRONG, "its checksum differs from the first checked call on the same input"
             return self.verdicts[content]
         for other, sums in self.first.items():
@@ -260,7 +303,7 @@ class Judge:
                                                  "depend on its input)")
                 return self.verdicts[content]
         self.first[content] = total
-        self.verdicts[content] = self._reference_check(content, o)
+        self.verdicts[content] = self._reference_check(content, o, lse)
         return self.verdicts[content]
 
 
