@@ -9,7 +9,6 @@ import os
 import py_compile
 import sys
 
-from flashbench.cli import main
 from flashbench.measure.planted import genuine
 
 # harmless here (one more name in the module), but not what its source compiles to
@@ -42,22 +41,33 @@ def fwd(q, k, v, causal=False, scale=None):
 '''
 
 
-def test_bytecode_a_kernel_plants_in_the_harness_fails_the_run_and_is_deleted(
-        tmp_path, monkeypatch, capsys):
-    import flashbench.bands.table as table
+def test_bytecode_a_kernel_plants_in_the_harness_fails_the_run_and_is_deleted(tmp_path):
+    """Run on a private copy of the package (a plant in the shared tree would be seen, and
+    deleted, by every other speed run at the same time: the tests' parallel ones too)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
 
+    import flashbench
+
+    copy = tmp_path / "harness"
+    shutil.copytree(Path(flashbench.__file__).parent, copy / "flashbench",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "fbplants.py").write_text(PLANTS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    rc = main(["speed", "--quiet", "--json", "--shape", "1x2x64x32", "--causal", "off",
-               "--dtype", "fp32", "--seed", "5", "--only", "fbplants:fwd"])
-    report = json.loads(capsys.readouterr().out)
-    pyc = importlib.util.cache_from_source(table.__file__)
-    assert rc == 1 and report["passed"] is False, report["meta"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(tmp_path)])}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "speed", "--quiet", "--json",
+                        "--shape", "1x2x64x32", "--causal", "off", "--dtype", "fp32", "--seed",
+                        "5", "--only", "fbplants:fwd"], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    report = json.loads(r.stdout)
+    source = copy / "flashbench" / "bands" / "table.py"
+    pyc = importlib.util.cache_from_source(str(source))
+    assert r.returncode == 1 and report["passed"] is False, (report["meta"], r.stderr[-2000:])
     (why,) = report["meta"]["planted"]
     assert why.startswith(pyc) and "does not compile to (deleted)" in why, why
     assert not os.path.exists(pyc) or genuine(pyc)  # no later run imports the plant
-    sys.modules.pop("fbplants", None)
+    assert [row["status"] for row in report["rows"]] == ["PASS"]  # its values are right
 
 
 def test_bytecode_python_writes_is_genuine_and_an_edited_one_is_not(tmp_path):
@@ -70,3 +80,19 @@ def test_bytecode_python_writes_is_genuine_and_an_edited_one_is_not(tmp_path):
     open(pyc, "wb").write(bytes(data))
     assert not genuine(pyc)
     assert not genuine(str(tmp_path / "__pycache__" / "absent.cpython-311.pyc"))
+
+
+def test_bytecode_removed_during_a_run_is_named(tmp_path):
+    """Python replaces bytecode, never removes it: a removal is a kernel's, or another run's
+    deletion of a plant (two runs at once share the package: the one that planted still
+    fails)."""
+    from flashbench.measure.planted import planted, snapshot
+
+    source = tmp_path / "gone.py"
+    source.write_text("X = 1\n")
+    pyc = py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)))
+    before = {**snapshot(), pyc: (1, 2, 3, 4)}  # present when the run began
+    assert planted({**snapshot(), pyc: None}) == []  # a bytecode file Python wrote meanwhile
+    os.remove(pyc)
+    (why,) = planted(before)
+    assert why.startswith(pyc) and "removed during the run" in why

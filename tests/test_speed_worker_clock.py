@@ -314,6 +314,24 @@ def test_honest_kernels_that_keep_threads_idle_pass_in_their_worker(tmp_path, mo
     sys.modules.pop("fbhonest", None)
 
 
+def _user_row(tmp_path, monkeypatch, capsys, module: str, source: str) -> dict:
+    """The one row of ``flashbench speed`` timing ``module``:fwd (written from ``source``) in
+    its worker, at 1x2x64x32 fp32 (1x2x128x32 for the empty-request test's kernel)."""
+    import json
+
+    from flashbench.cli import main
+
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    shape = "1x2x128x32" if module == "fbslownull" else "1x2x64x32"
+    main(["speed", "--quiet", "--json", "--shape", shape, "--causal", "off",
+          "--dtype", "fp32", "--seed", "5", "--only", f"{module}:fwd"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    sys.modules.pop(module, None)
+    return row
+
+
 SLOW_NULL = '''
 import time
 
@@ -357,22 +375,13 @@ def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(
     its cost before the module was imported in the worker, + 1 ms. A second probe's worker
     also said its device was "cuda" on this CPU machine, which lifted that cap (PASS, 2.5x):
     the device is the harness's own now, and the claim fails the row by name."""
-    import json
-
-    from flashbench.cli import main
-
-    (tmp_path / "fbslownull.py").write_text(SLOW_NULL + (CLAIMS_CUDA if claims_cuda else ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    main(["speed", "--quiet", "--json", "--shape", "1x2x128x32", "--causal", "off",
-          "--dtype", "fp32", "--seed", "5", "--only", "fbslownull:fwd"])
-    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    row = _user_row(tmp_path, monkeypatch, capsys, "fbslownull",
+                    SLOW_NULL + (CLAIMS_CUDA if claims_cuda else ""))
     assert row["median_s"] > 0.017, row  # 20 ms a call, less at most ~2 ms a request
     assert "an empty request counted at most" in row["clock"]
     if claims_cuda:
         assert row["status"] == "FAIL" and "said its device is 'cuda'" in row["failures"][
             guard.CLOCK], row["failures"]
-    sys.modules.pop("fbslownull", None)
 
 
 SLOW_MEMO = '''
@@ -399,20 +408,10 @@ def test_a_memo_of_returning_contents_does_not_lower_the_median(tmp_path, monkey
     """A probe's content memo (2026-12-05), padded above the floor, read its hits' time on
     the requests whose contents came back: its median fell between hit and miss (PASS, 2x
     over sdpa). A row's times are now its requests on new contents alone."""
-    import json
-
-    from flashbench.cli import main
-
-    (tmp_path / "fbslowmemo.py").write_text(SLOW_MEMO)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    main(["speed", "--quiet", "--json", "--shape", "1x2x64x32", "--causal", "off",
-          "--dtype", "fp32", "--seed", "5", "--only", "fbslowmemo:fwd"])
-    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    row = _user_row(tmp_path, monkeypatch, capsys, "fbslowmemo", SLOW_MEMO)
     assert row["status"] == "PASS" and len(row["samples_s"]) >= 10, row
     assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every one a miss's 20 ms
     assert row["median_s"] > 0.019, row
-    sys.modules.pop("fbslowmemo", None)
 
 
 FORESEE = '''
@@ -465,16 +464,6 @@ def test_no_new_content_exists_in_the_worker_before_its_request(tmp_path, monkey
     the round's start, were there during the requests on returning contents, and every
     timed call was a hit (PASS, 2.2x over sdpa). New contents are now filled by the
     harness's request just before the request of their calls."""
-    import json
-
-    from flashbench.cli import main
-
-    (tmp_path / "fbforesee2.py").write_text(FORESEE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    main(["speed", "--quiet", "--json", "--shape", "1x2x64x32", "--causal", "off",
-          "--dtype", "fp32", "--seed", "5", "--only", "fbforesee2:fwd"])
-    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    row = _user_row(tmp_path, monkeypatch, capsys, "fbforesee2", FORESEE)
     assert row["status"] == "PASS" and len(row["samples_s"]) >= 10, row
     assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every new content a miss
-    sys.modules.pop("fbforesee2", None)

@@ -103,6 +103,11 @@ def planted(before: dict) -> list[str]:
     found = []
     for path in sorted(p for p, key in now.items() if key != before.get(p)):
         if path.endswith(".pyc"):
+            if now[path] is None and before.get(path) is not None:
+                found.append(f"{path}: bytecode removed during the run (Python replaces its "
+                             "bytecode, never removes it: a kernel, or another run's check "
+                             "of a plant)")
+                continue
             if now[path] is None or genuine(path):
                 continue
             try:

@@ -33,7 +33,7 @@ def _rows_judge():
     from flashbench.timed.guard import WRONG
 
     class RowsJudge(Judge):
-        def _variant_check(self, q, k, v, o):
+        def _variant_check(self, q, k, v, o, lse=None):
             var = self.case.variant
             nq, nk = q.shape[-2], k.shape[-2]
             n, keys = min(nq, CHECK_ROWS), nk
@@ -45,12 +45,20 @@ def _rows_judge():
             else:
                 r0 = nq - n
             qs, ks, vs = q[..., r0:r0 + n, :], k[..., :keys, :], v[..., :keys, :]
-            ref = reference.attention(qs, ks, vs, causal=var)[0]
-            sm = np.asarray(numerics.standard_model(qs, ks, vs, self.case.dtype, causal=var)[0],
-                            np.float64)
+            ref, ref_lse = reference.attention(qs, ks, vs, causal=var)
+            sm, sm_lse = (np.asarray(x, np.float64) for x in numerics.standard_model(
+                qs, ks, vs, self.case.dtype, causal=var))
             got = o.detach().cpu().double().numpy()[..., r0:r0 + n, :]
             err = float(np.abs(got - ref).max())
             verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
+            if verdict.passed and lse is not None:  # the rows' LSE too, where one sees a key
+                seen = np.isfinite(ref_lse)
+                gap = np.nan_to_num(np.where(seen, np.abs(
+                    lse.detach().cpu().double().numpy()[..., r0:r0 + n] - ref_lse), 0.0),
+                    nan=np.inf)
+                verdict = baseline_rule(float(gap.max()), float(np.where(
+                    seen, np.abs(sm_lse - ref_lse), 0.0).max()), self.case.dtype)
+                err = float(gap.max())
             if verdict.passed:
                 return None
             return WRONG, (f"rows {r0}..{r0 + n - 1} off the float64 reference of "
