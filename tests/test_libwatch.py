@@ -147,3 +147,27 @@ def test_a_library_imported_past_the_watch_is_refused():
         names = g.changed(before, g.entry_points({}))
         assert "numpy (imported past the watch)" in names, names
     """)
+
+
+def test_a_side_that_adds_a_finder_which_finds_nothing_is_not_refused_for_its_libraries():
+    """A side's finder that finds nothing, then numpy's and torch's import: modules that put
+    another in their place (typing.io, torch.backends) or have no file were called "imported
+    through a finder of its own" and dropped (a fresh-eyes review, 2026-12-05)."""
+    pytest.importorskip("torch")
+    _run("""
+        import sys
+        import flashbench.infra.libwatch as g
+
+        class Nothing:
+            def find_spec(self, name, path=None, target=None):
+                return None
+
+        imports = g.Importers()
+        imports.use("head")
+        sys.meta_path.append(Nothing())
+        before = set(sys.modules)
+        import numpy, torch, typing
+        why = imports.hooked(before, lambda n: n.startswith("flashbench"))
+        assert why is None, why
+        assert "torch.backends" in sys.modules and "numpy" in sys.modules
+    """)

@@ -207,7 +207,9 @@ def test_openmp_threads_set_to_spin_do_not_fail_an_honest_kernel(tmp_path):
     env = {"OMP_WAIT_POLICY": "Active", "GOMP_SPINCOUNT": "100", "KMP_BLOCKTIME": "infinite"}
     notes = without_spinning(env)
     assert env == {"GOMP_SPINCOUNT": "100"} and "OMP_WAIT_POLICY=Active" in notes[0], notes
-    assert without_spinning({"OMP_WAIT_POLICY": "passive"}) == []
+    assert without_spinning({"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "10k"}) == []
+    assert "GOMP_SPINCOUNT=1M" in without_spinning({"GOMP_SPINCOUNT": "1M"})[0]
+    assert "GOMP_SPINCOUNT=INFINITE" in without_spinning({"GOMP_SPINCOUNT": "INFINITE"})[0]
     (tmp_path / "fbhonest.py").write_text(HONEST)
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}

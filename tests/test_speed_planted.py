@@ -96,3 +96,17 @@ def test_bytecode_removed_during_a_run_is_named(tmp_path):
     os.remove(pyc)
     (why,) = planted(before)
     assert why.startswith(pyc) and "removed during the run" in why
+
+
+def test_bytecode_python_writes_is_genuine_to_a_harness_run_with_optimisations(tmp_path):
+    """A plain .pyc is optimisation level 0 whatever the harness's own -O (a harness under
+    -O called its workers' bytecode of a module with an assert a plant, and deleted it)."""
+    import subprocess
+
+    source = tmp_path / "asserts.py"
+    source.write_text("def f(x):\n    assert x\n    return x\n")
+    pyc = py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)))
+    r = subprocess.run([sys.executable, "-O", "-c", "import sys; from flashbench.measure."
+                        "planted import genuine; print(genuine(sys.argv[1]))", pyc],
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "True", r.stderr[-2000:]

@@ -155,6 +155,13 @@ TRICKS = textwrap.dedent('''
     def lse_nan(q, k, v, causal=False, scale=None):
         return _attn(q, k, v), torch.full(q.shape[:3], float("nan"))
 
+    def none_output(q, k, v, causal=False, scale=None):
+        """Nothing computed, nothing returned (PASSed in its worker for a moment: 2026-12-05)."""
+        return None
+
+    def none_pair(q, k, v, causal=False, scale=None):
+        return None, torch.zeros(q.shape[:3])
+
     def lse_constant(q, k, v, causal=False, scale=None):
         """o right, an LSE of the right shape and finite, and wrong: a probe's (2026-12-05)."""
         return _attn(q, k, v), torch.full(q.shape[:3], 123.0)
@@ -178,7 +185,7 @@ EXPECTED = {
     "gc_scan": (guard.STALE, guard.WRONG),  # an earlier output or another input: what it finds
     "scratch_in_input": guard.MODIFIED,
     "lse_wrong_shape": guard.WRONG, "lse_nan": guard.WRONG,  # speed read o alone, 2026-12-05
-    "lse_constant": guard.WRONG,
+    "lse_constant": guard.WRONG, "none_output": guard.WRONG, "none_pair": guard.WRONG,
 }
 # the shape and dtype every trick is timed on: enough arithmetic that a cache hit lands far
 # under the roofline floor, small enough for a fast test

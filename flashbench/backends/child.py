@@ -319,8 +319,11 @@ class Server:
                 continue
             out = guard.Kept.output(kept)  # a forward's (o, lse): both, judged there
             items = tuple(out) if isinstance(out, tuple | list) else (out,)
-            if not all(o is None or isinstance(o, torch.Tensor) for o in items):
-                bad = next(o for o in items if not isinstance(o, torch.Tensor))
+            lse_slot = direction in ("fwd", "decode") and len(items) == 2  # (o, None): o alone
+            if not all(isinstance(o, torch.Tensor) or (o is None and lse_slot and j == 1)
+                       for j, o in enumerate(items)):
+                bad = next(o for j, o in enumerate(items) if not isinstance(o, torch.Tensor)
+                           and not (o is None and lse_slot and j == 1))
                 faults.setdefault(guard.WRONG, f"returned {type(bad).__name__}, not a tensor")
                 outputs.append(None)
                 continue

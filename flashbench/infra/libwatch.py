@@ -182,8 +182,12 @@ class Importers:
 
 def _elsewhere(name: str, module) -> bool:
     """Whether the finders on ``sys.meta_path`` now (but the watch's) find ``module``'s name
-    with another origin or another kind of loader than the one it was loaded with."""
+    with another origin or another kind of loader than the one it was loaded with. Only a
+    module loaded under its own name from a file is compared (a module that put another in
+    its place, torch.backends or typing.io, and a namespace package are not)."""
     spec = getattr(module, "__spec__", None)
+    if getattr(spec, "name", None) != name or not getattr(spec, "has_location", False):
+        return False
     parent = sys.modules.get(name.rpartition(".")[0]) if "." in name else None
     path = getattr(parent, "__path__", None)
     for finder in sys.meta_path:
@@ -195,7 +199,7 @@ def _elsewhere(name: str, module) -> bool:
         except Exception:  # noqa: BLE001 - a finder that fails on this name: not it
             continue
         if ref is not None:
-            return spec is None or ref.origin != spec.origin or (
+            return ref.origin != spec.origin or (
                 type(ref.loader) is not type(getattr(module, "__loader__", None)))
     return False
 

@@ -90,7 +90,7 @@ def genuine(pyc: str) -> bool:
             return False
         level = pyc.rsplit(".opt-", 1)[1].split(".")[0] if ".opt-" in pyc else ""
         return marshal.loads(data[16:]) == compile(text, source, "exec", dont_inherit=True,
-                                                   optimize=int(level) if level else -1)
+                                                   optimize=int(level) if level else 0)
     except (OSError, ValueError, EOFError, TypeError, SyntaxError):
         return False
 

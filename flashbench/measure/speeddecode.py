@@ -103,9 +103,11 @@ class DecodeJudge:
 
         from flashbench.timed.attention import torch_dtype as _torch_dtype
 
-        o = out[0] if isinstance(out, tuple | list) else out
+        o = out[0] if isinstance(out, tuple | list) and out else out
         c = self.case.case
         want, dtype = (c.B, c.Nq, c.H, c.dv), _torch_dtype(self.case.dtype)
+        if not isinstance(o, torch.Tensor):
+            return WRONG, f"returned {type(o).__name__} as o, not a tensor"
         if tuple(o.shape) != want or o.dtype != dtype:
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
         if not bool(torch.isfinite(o.double()).all()):

@@ -172,7 +172,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
     k = max(1, min(MAX_K, math.ceil(span / max(first, 1e-7))))
     rng = np.random.default_rng()  # OS entropy: the worker cannot know where pauses fall
-    settle_at = set(rng.choice(2 * samples, min(SETTLES, samples), replace=False).tolist())
+    settle_at = set(rng.choice(samples, min(SETTLES, samples), replace=False).tolist())
     runs, own, faults, idle_wall, new = [], [], {}, 0.0, []
     if said != device:
         faults[CLOCK] = (f"its worker said its device is {said!r}; this machine's is {device!r}"

@@ -190,7 +190,10 @@ def _fault(out, args, spans) -> tuple[str, str] | None:
     of earlier calls' outputs that are still alive."""
     import torch
 
-    for t in _items(out):
+    items = _items(out)
+    if not items or items[0] is None:  # (o, None) is o alone; None as o is no output
+        return WRONG, "returned no output (None as o)"
+    for t in items:
         if t is None:
             continue
         if type(t) is not torch.Tensor:

@@ -51,8 +51,19 @@ def joined(tasks_before: int | None) -> None:
 
 # OpenMP settings that keep a pool's threads spinning between calls, and libgomp's default
 # spin (GOMP_SPINCOUNT, its iterations) that the worker's idle check tolerates
+def _spins(count: str) -> bool:
+    """Whether a GOMP_SPINCOUNT (a number, maybe with a k, M, G or T suffix, or INFINITE)
+    spins longer than libgomp's default 300,000."""
+    v = count.strip().lower()
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}.get(v[-1:], 1)
+    try:
+        return v in ("infinite", "infinity") or float(v[:-1] if scale != 1 else v) * scale > 3e5
+    except ValueError:
+        return False  # not a setting libgomp reads
+
+
 SPINNING = {"OMP_WAIT_POLICY": lambda v: v.strip().lower() == "active",
-            "GOMP_SPINCOUNT": lambda v: not v.strip().isdigit() or int(v) > 300_000,
+            "GOMP_SPINCOUNT": _spins,
             "KMP_BLOCKTIME": lambda v: v.strip().lower() in ("infinite", "infinity")}
 
 
