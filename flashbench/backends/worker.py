@@ -46,12 +46,12 @@ class OverLimit(BackendFailed):
 
 _LIMIT = [DEFAULT_TIME_LIMIT]
 _WORKERS: list[Worker] = []
+_HEADER = struct.Struct("<Q")
 
 
 def worker_pids() -> list[int]:
     """The running workers' own processes (backends.strays leaves them alone)."""
     return [w.proc.pid for w in _WORKERS if w.proc is not None]
-_HEADER = struct.Struct("<Q")
 
 
 def set_time_limit(seconds: float) -> None:

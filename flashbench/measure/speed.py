@@ -286,12 +286,14 @@ class Judge:
             return bad
         lse = out[1] if isinstance(out, tuple | list) and isinstance(out[1], torch.Tensor) \
             else None
-        total = float(x.sum()), float(x.abs().sum()), (0.0 if lse is None else float(
-            torch.nan_to_num(lse.detach().double(), neginf=0.0).sum()))
+        y = (torch.zeros(1, dtype=torch.float64) if lse is None
+             else torch.nan_to_num(lse.detach().double(), neginf=0.0))  # -inf: a row unseen
+        total = float(x.sum()), float(x.abs().sum()), float(y.sum()), float(y.abs().sum())
         if content in self.first:
             first = self.first[content]
             tol = 8 * torch.finfo(o.dtype).eps * max(first[1], 1e-30)
-            lse_tol = 8 * 2.0 ** -23 * max(abs(first[2]), 1.0) * max(1, self.want()[2])
+            lse_tol = 8 * torch.finfo(torch.float32 if lse is None else lse.dtype).eps * max(
+                first[3], 1e-30)  # as o's: a few rounding steps of its whole
             if (abs(total[0] - first[0]) > tol or abs(total[1] - first[1]) > tol
                     or abs(total[2] - first[2]) > lse_tol):
                 return WRONG, "its checksum differs from the first checked call on the same input"

@@ -101,6 +101,7 @@ class DecodeJudge:
     def judge(self, content: int, out) -> tuple[str, str] | None:
         import torch
 
+        from flashbench.measure.speed import lse_fault
         from flashbench.timed.attention import torch_dtype as _torch_dtype
 
         o = out[0] if isinstance(out, tuple | list) and out else out
@@ -113,8 +114,6 @@ class DecodeJudge:
         if not bool(torch.isfinite(o.double()).all()):
             return WRONG, "o holds non-finite values for finite inputs"
         x = o.detach().double()
-        from flashbench.measure.speed import lse_fault
-
         bad = lse_fault(out, (c.B, c.H, c.Nq), lambda: (x == 0).all(-1).permute(0, 2, 1))
         if bad is not None:  # o is [B, Nq, H, dv]; its LSE [B, H, Nq]
             return bad

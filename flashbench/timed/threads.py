@@ -49,8 +49,6 @@ def joined(tasks_before: int | None) -> None:
         time.sleep(1e-4)
 
 
-# OpenMP settings that keep a pool's threads spinning between calls, and libgomp's default
-# spin (GOMP_SPINCOUNT, its iterations) that the worker's idle check tolerates
 def _spins(count: str) -> bool:
     """Whether a GOMP_SPINCOUNT (a number, maybe with a k, M, G or T suffix, or INFINITE)
     spins longer than libgomp's default 300,000."""
@@ -62,6 +60,8 @@ def _spins(count: str) -> bool:
         return False  # not a setting libgomp reads
 
 
+# OpenMP settings that keep a pool's threads spinning between calls (more than libgomp's
+# default spin, which the worker's idle check tolerates)
 SPINNING = {"OMP_WAIT_POLICY": lambda v: v.strip().lower() == "active",
             "GOMP_SPINCOUNT": _spins,
             "KMP_BLOCKTIME": lambda v: v.strip().lower() in ("infinite", "infinity")}
