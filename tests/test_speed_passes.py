@@ -251,3 +251,30 @@ def test_the_rows_checked_are_not_drawn_from_the_seed_a_worker_is_sent():
     for judge in (Judge, GradJudge):
         draws = {int(judge(CASE, None, 7).rng.integers(1 << 62)) for _ in range(4)}
         assert len(draws) == 4, judge.__name__
+
+
+def test_an_honest_backward_is_judged_as_check_judges_it():
+    """fp32 sdpa's backward at 1x2x64x32 failed the speed judge's gradient rule on 2 contents
+    in 200 (dq 3.4x and 4.0x the limit against the standard backward alone): ``check``
+    rescues such a gradient with the same-dtype flash model backward's error as the
+    yardstick, and the speed judge now does too; a gradient off by 1e-3 still fails."""
+    import numpy as np
+    import torch
+
+    from flashbench.measure.speedgrad import GradJudge
+    from flashbench.timed.attention import grad_maker
+
+    case = SpeedCase(Shape(1, 2, 64, 64, 32), "fp32", False, "bwd")
+    make = grad_maker(case.shape, "fp32")
+    for s in (10, 23):  # the two contents (and rows) that failed
+        q, k, v, do = make((s, s + 10**6))
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        grads = torch.autograd.grad(
+            torch.nn.functional.scaled_dot_product_attention(*leaves), leaves, do)
+        judge = GradJudge(case, make, 0)
+        judge.rng = np.random.default_rng(s)
+        assert judge.judge((s, s + 10**6), grads) is None
+        judge = GradJudge(case, make, 0)
+        judge.rng = np.random.default_rng(s)
+        off = (grads[0] + 1e-3 * grads[0].abs().max(), *grads[1:])
+        assert judge.judge((s, s + 10**6), off)[0] == guard.WRONG

@@ -11,7 +11,9 @@ import textwrap
 import pytest
 
 from flashbench.backends.child import Server
+from flashbench.measure.speedworker import harness_pool
 from flashbench.timed import guard
+from flashbench.timed.shared import share
 
 KERNEL = textwrap.dedent('''
     import torch
@@ -34,9 +36,14 @@ def server(tmp_path, monkeypatch):
 
 def test_each_call_follows_a_flush_and_the_empty_requests_match_a_full_run(server):
     srv, events = server
-    srv.handle({"op": "prepare", "shape": "1x2x16x16x8", "dtype": "fp32", "causal": False,
-                "seed": 3, "warmup": 1, "pool": 4, "direction": "fwd", "variant": {}})
-    staged = srv.handle({"op": "stage", "k": 3})["staged"]
+    pool = harness_pool("1x2x16x16x8", "fp32", 4, 3)
+    shared = share(pool)
+    try:
+        srv.handle({"op": "prepare", "shared": shared.spec(), "causal": False, "warmup": [0],
+                    "direction": "fwd", "variant": {}})
+    finally:
+        shared.unlink()
+    staged = srv.handle({"op": "stage", "slots": [1, 2, 3]})["staged"]
     events.clear()
     reply = srv.handle({"op": "run", "flushes": 5})
     assert "failed" not in reply and len(reply["own_s"]) == staged == 3

@@ -35,7 +35,6 @@ from flashbench.backends.outputs import (
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
 from flashbench.timed import guard, threads  # clocks captured before any user module loads
-from flashbench.timed.pool import names_for
 
 __all__ = ["Server", "raised"]
 
@@ -139,86 +138,73 @@ class Server:
         return _reply(checked_decode_output(out, *t.values(), r["causal"], r["scale"]))
 
     def _prepare(self, r: dict) -> dict:
-        """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): a pool
-        built from ``r["seed"]``, ``r["warmup"]`` untimed calls. The harness then sends
-        ``stage`` (ready the next k calls' inputs, outside its clock), ``run`` (the k calls,
-        the device synchronised before the reply; the harness times the round trip),
+        """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): the pool's
+        slots mapped from the harness's file (``r["shared"]``, :mod:`flashbench.timed.shared`:
+        the harness makes and writes every input; on a GPU each is copied to the device when
+        its call is readied), untimed calls on the slots ``r["warmup"]``. Then ``stage`` (the
+        given slots' calls readied, outside the clock), ``arm`` (a backward's dO, written by
+        the harness after the stage, copied to the device), ``run`` (the calls, the device
+        synchronised before the reply; the harness times the round trip), ``collect``,
         ``null`` (the same round trip with no work) and ``fetch`` (the outputs)."""
-        from flashbench.inputs.problem import Shape
-        from flashbench.timed.attention import NoBackward, attention_maker, grad_maker, pass_call
+        from flashbench.timed.attention import NoBackward, pass_call
+        from flashbench.timed.shared import attach
 
-        direction = r.get("direction", "fwd")
+        direction, variant = r.get("direction", "fwd"), r.get("variant") or {}
         if direction == "decode":
-            return self._prepare_pool(r, *self._decode_pool(r))
-        fn = self._fn(FORWARD)
-        declared = self._load()
-        variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
-        shape = Shape.parse(r["shape"])
-        if r.get("varlen"):  # a packed batch, its forward (speed --varlen)
-            return self._prepare_pool(r, *self._packed_pool(r, shape, declared))
-        if direction == "fwd":
-            # CPU draws: the harness rebuilds these inputs in its own process to judge them
-            make = attention_maker(shape, r["dtype"], self.device.type, "cpu")
-
-            def build(seed):
-                q, k, v = make(seed)
-                return (q, *expand_kv(q, k, v)) if not declared["gqa"] else (q, k, v)
-
+            fn = self._fn(DECODE)
+            setup, call = None, lambda *a: call_decode(fn, *a, r["causal"])
+        elif r.get("varlen"):  # a packed batch, its forward (speed --varlen)
+            fn, longest = self._packed_fn(), (max(r["varlen"]),) * 2
+            setup, call = None, lambda q, k, v, cu: call_varlen(
+                fn, q, k, v, cu, cu, r["causal"], longest=longest, **variant)
+        elif direction == "fwd":  # k, v as the harness made them: expanded where no GQA
+            fn = self._fn(FORWARD)
             setup, call = None, lambda q, k, v: call_forward(fn, q, k, v, r["causal"],
                                                              **variant)
         else:  # gradients of the Hkv-head k, v; expanded in the graph without GQA
-            build = grad_maker(shape, r["dtype"], self.device.type, "cpu")  # as above
+            fn, gqa = self._fn(FORWARD), self._load()["gqa"]
             setup, call = pass_call(lambda q, k, v: call_forward(
-                fn, q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), r["causal"],
-                **variant), direction)
+                fn, q, *(expand_kv(q, k, v) if not gqa else (k, v)), r["causal"], **variant),
+                direction)
+        shared = attach(r["shared"])
+        on_cpu = self.device.type == "cpu"
+        self.timing = t = {
+            "shared": shared, "call": call, "setup": setup, "late": r.get("late", 0),
+            "slots": shared if on_cpu else [tuple(None if x is None else x.to(self.device)
+                                                  for x in s) for s in shared],
+            "staged": [], "outputs": [], "own_s": [], "faults": {}, "ran": [],
+            "direction": direction, "names": tuple(r.get("names") or ())}
         try:
-            return self._prepare_pool(r, build, setup, call)
+            for i in r["warmup"]:
+                self._load_slot(i, 0, None)
+                call(*self._ready(i))
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
-
-    def _packed_pool(self, r: dict, shape, declared: dict):
-        """(build, setup, call) of a packed case: the pool of
-        :func:`flashbench.timed.attention.varlen_maker` from the run's seed (k, v expanded
-        to q's heads for a function without GQA), the longest length read once, here."""
-        from flashbench.timed.attention import varlen_maker
-
-        fn, lengths = self._packed_fn(), [int(n) for n in r["varlen"]]
-        make = varlen_maker(lengths, shape, r["dtype"], self.device.type)
-        longest = (max(lengths), max(lengths))
-
-        def build(seed):
-            q, k, v, cu = make(seed)
-            return (q, *(expand_kv(q, k, v) if not declared["gqa"] else (k, v)), cu)
-
-        return build, None, lambda q, k, v, cu: call_varlen(
-            fn, q, k, v, cu, cu, r["causal"], longest=longest, **(r.get("variant") or {}))
-
-    def _decode_pool(self, r: dict):
-        """(build, setup, call) of a decode function on the case ``r["decode"]`` (its
-        parameters as plain data): the inputs as speed --decode hands them, built by the same
-        :func:`flashbench.timed.decode.decode_maker` as the harness's own pool."""
-        from flashbench.timed.decode import decode_maker
-
-        fn = self._fn(DECODE)
-        build = decode_maker(r["decode"], r["dtype"], self.device.type)
-        return build, None, lambda *a: call_decode(fn, *a, r["causal"])
-
-    def _prepare_pool(self, r: dict, build, setup, call) -> dict:
-        pool = guard.Pool(build, r["pool"], r["seed"], names_for(
-            r.get("direction", "fwd"), r.get("varlen") is not None))
-        self.timing = {"pool": pool, "call": call, "staged": [], "outputs": [], "seeds": [],
-                       "slots": [], "own_s": [], "faults": {}, "ran": [],
-                       "direction": r.get("direction", "fwd"),
-                       "ready": (lambda a: a) if setup is None else (lambda a: setup(*a))}
-        for _ in range(r["warmup"]):
-            call(*self.timing["ready"](pool.next()[2]))
         self._sync()
         # the threads after the warm-up: a pool the kernel keeps, started at its first call
         # (a ThreadPoolExecutor starts its threads at the first submit), is no fault; one
         # counted before the warm-up failed such a kernel "thread left running"
-        self.timing["threads"] = guard.thread_census()[0]
-        self.timing["kept"] = guard.Kept(self.timing["faults"])
+        t["threads"] = guard.thread_census()[0]
+        t["kept"] = guard.Kept(t["faults"])
         return {"device": self.device.type}
+
+    def _load_slot(self, i: int, start: int, stop: int | None) -> None:
+        """On a GPU: the slot's arguments [start:stop] copied from the harness's pages."""
+        t = self.timing
+        if self.device.type != "cpu":
+            for dst, src in list(zip(t["slots"][i], t["shared"][i], strict=True))[start:stop]:
+                if dst is not None:
+                    dst.copy_(src)
+
+    def _ready(self, i: int) -> tuple:
+        """Slot i's call arguments: setup's (a backward's forward) on all but the late ones
+        (dO), which follow as they are (written by the harness after this)."""
+        t = self.timing
+        args = t["slots"][i]
+        if t["setup"] is None:
+            return args
+        n = len(args) - t["late"]
+        return (*t["setup"](*args[:n]), *args[n:])
 
     def _flush(self, n: int) -> None:
         """``n`` L2 flushes, each synchronised (on a GPU; nothing on a CPU)."""
@@ -231,23 +217,24 @@ class Server:
         if self.device.type == "cuda":
             guard._CLOCKS["torch.cuda.synchronize"][2]()
 
-    def _refill(self, r: dict) -> dict:
-        """New inputs for the next request's calls where they are due (the harness's work:
-        not the stage's), drawn with the harness's ``salt``, at most ``k`` (its copy of the
-        pool does it alike): none exists here before the request of its calls."""
-        self.timing["pool"].refill(r.get("salt"), r.get("k"))
-        return {}
-
     def _stage(self, r: dict) -> dict:
-        """The next calls' arguments, at most ``r["k"]``, never past a refill (which would
-        change a staged call's inputs in place) nor from returning contents into new ones
-        (a request is timed as one: a contents cache's hits are not averaged with misses)."""
+        """The calls of the slots ``r["slots"]`` readied (the harness chose them: its pool
+        decides the order, and it wrote their contents just before this request)."""
         t = self.timing
-        for _ in range(min(r["k"], t["pool"].left_in_group())):
-            slot, seed, args = t["pool"].next()
-            t["staged"].append((slot, seed, t["ready"](args)))
+        for i in r["slots"]:
+            self._load_slot(i, 0, len(t["slots"][i]) - t["late"])
+            t["staged"].append((i, self._ready(i)))
         self._sync()
         return {"staged": len(t["staged"])}
+
+    def _arm(self, r: dict) -> dict:
+        """A backward's late arguments (dO), written by the harness after the stage's
+        forwards, copied to the device (on a CPU the calls read the harness's pages)."""
+        t = self.timing
+        for i in r["slots"]:
+            self._load_slot(i, len(t["slots"][i]) - t["late"], None)
+        self._sync()
+        return {}
 
     def _run(self, r: dict) -> dict:
         """The staged calls, each timed on this process's own clock too (the harness's
@@ -259,13 +246,13 @@ class Server:
         # as the empty requests make (a run may hold fewer calls than k)
         self._flush(r.get("flushes", 0) - len(t["staged"]))
         tasks = guard.thread_census()[1]
-        for slot, seed, args in t["staged"]:
+        for slot, args in t["staged"]:
             self._flush(1)
             t0 = guard._PERF()
             out = t["call"](*args)
             self._sync()
             own.append(guard._PERF() - t0)
-            t["ran"].append((out, slot, seed))
+            t["ran"].append((out, slot))
             del out
         # inside the round trip, and in this clock's figure too: the harness's counts the
         # wait, and a wait longer than the calls read as a slowed clock
@@ -283,12 +270,20 @@ class Server:
     def _collect(self, r: dict) -> dict:
         """The last run's outputs checked (structure), copied and the kernel's buffers
         released (:class:`flashbench.timed.guard.Kept`), as the in-process guard does: kept
-        until the fetch, they made the next calls take fresh pages inside the clock."""
+        until the fetch, they made the next calls take fresh pages inside the clock. On a
+        GPU, each call's inputs compared with the harness's pages (on a CPU the harness
+        reads its own: :meth:`flashbench.timed.pool.Pool.modified`)."""
         t = self.timing
-        for out, slot, seed in t["ran"]:
-            t["outputs"].append(t["kept"].keep(out, t["pool"].slots[slot]))
-            t["seeds"].append(seed)
-            t["slots"].append(slot)
+        for out, slot in t["ran"]:
+            t["outputs"].append(t["kept"].keep(out, t["slots"][slot]))
+            if self.device.type != "cpu":
+                names = t["names"]
+                for j, (x, src) in enumerate(zip(t["slots"][slot], t["shared"][slot],
+                                                 strict=True)):
+                    if x is not None and not torch.equal(x.cpu(), src):
+                        name = names[j] if j < len(names) else f"argument {j + 1}"
+                        t["faults"].setdefault(guard.MODIFIED, f"{name} changed by a call "
+                                               "(compared with the harness's copy after it)")
         t["ran"] = []
         return {}
 
@@ -302,17 +297,14 @@ class Server:
         return {}
 
     def _fetch(self, r: dict) -> dict:
-        """CPU copies of the outputs (None where a structural check failed), the content
-        seed of each call, this process's own times and the faults it saw."""
+        """CPU copies of the outputs (None where a structural check failed), this process's
+        own times and the faults it saw (the calls' contents: the harness's own record)."""
         t = self.timing
         faults, outputs, direction = t["faults"], [], t["direction"]
         patched = guard.tampered_clocks()
         if patched:
             faults.setdefault(guard.CLOCK, f"{', '.join(patched)} replaced during the run")
         self._collect(r)
-        changed = t["pool"].modified()
-        if changed is not None:
-            faults.setdefault(guard.MODIFIED, changed)
         for kept in t["outputs"]:
             if not guard.Kept.clean(kept):  # its structural fault is in faults already
                 outputs.append(None)
@@ -331,8 +323,8 @@ class Server:
             outputs.append(copies if direction not in ("fwd", "decode") else (
                 tuple(copies) if isinstance(out, tuple | list) else copies[0]))
         self.timing = None
-        return {"own_s": t["own_s"], "seeds": t["seeds"], "outputs": outputs,
-                "faults": faults, "device": self.device.type}
+        return {"own_s": t["own_s"], "outputs": outputs, "faults": faults,
+                "device": self.device.type}
 
     def _grads(self, r: dict) -> dict:
         fn = self._fn(FORWARD)

@@ -193,7 +193,7 @@ def _in_worker(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, wa
 
     try:
         reply = time_in_worker(worker_of(backend), case.case.spec(), case.dtype, case.causal,
-                               seed, samples, warmup, size, "decode", dist=case.case.dist,
+                               seed, samples, warmup, size, "decode",
                                decode=decode_params(case.case))
     except BackendUnavailable as exc:
         return untimed("not timed", str(exc))

@@ -6,7 +6,8 @@ call on the same input (another input's gradients: stale), and, once per input, 
 (query rows of dq, key rows of dk and dv) against the float64 gradients
 (:func:`flashbench.reference.attention_grad`) by the gradient rule
 (:func:`flashbench.accuracy.gradient_rule`: the rows' error within 3x the same-dtype standard
-backward's error over the whole gradient plus the rounding floor). docs/speed.md.
+backward's error over the whole gradient plus the rounding floor, or, as ``check`` has it,
+within 3x the same-dtype flash model backward's). docs/speed.md.
 """
 
 from __future__ import annotations
@@ -45,8 +46,19 @@ class GradJudge:
         mask = self.case.causal if self.case.variant is None else self.case.variant
         ref = reference.attention_grad(q, k, v, do, causal=mask)[:3]  # dsinks: not timed
         std = numerics.standard_model_grad(q, k, v, do, self.case.dtype, causal=mask)[:3]
+        flash: list = []  # the flash model's gradients, made where a row fails the standard
+
+        def fallback(i: int) -> float:
+            """The same-dtype flash model backward's error over gradient i: check's
+            yardstick where a gradient fails against the standard alone (an honest fp32
+            sdpa backward failed 2 contents in 200 at 1x2x64x32 without it)."""
+            if not flash:
+                flash.extend(numerics.flash_model_grad(q, k, v, do, self.case.dtype,
+                                                       causal=mask)[:3])
+            return float(np.abs(np.asarray(flash[i], np.float64) - ref[i]).max())
+
         bad = []
-        for name, got, r, s in zip(GRADS, grads, ref, std, strict=True):
+        for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
             n = r.shape[-2]
             rows = np.sort(self.rng.choice(n, min(n, CHECK_ROWS), replace=False))
             got = got.detach().cpu().double().numpy()[..., rows, :]
@@ -54,8 +66,11 @@ class GradJudge:
             # of the standard backward may happen to round well)
             err = float(np.abs(got - r[..., rows, :]).max())
             std = float(np.abs(np.asarray(s, np.float64) - r).max())
-            verdict = gradient_rule(err, std, self.case.dtype,
-                                    floor=gradient_floor(r, self.case.dtype))
+            floor = gradient_floor(r, self.case.dtype)
+            verdict = gradient_rule(err, std, self.case.dtype, floor=floor)
+            if not verdict.passed:
+                verdict = gradient_rule(err, std, self.case.dtype, floor=floor,
+                                        fallback_error=fallback(i))
             if not verdict.passed:
                 bad.append(f"{name} rows {list(map(int, rows))}: {verdict.ratio:.3g}x the "
                            "gradient rule's limit")

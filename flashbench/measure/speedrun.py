@@ -29,6 +29,7 @@ from flashbench.measure.speed import (
 from flashbench.timed.attention import (
     NoBackward,
     attention_maker,
+    do_maker,
     grad_maker,
     packed_shape,
     pass_call,
@@ -72,6 +73,12 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
     return faults, len(outputs)
 
 
+def late_do(case: SpeedCase, device: str, draw: str):
+    """A backward pool's late argument, dO (:meth:`flashbench.timed.pool.Pool.arm`): drawn
+    after the call's forward ran; None for the other passes (their calls get it whole)."""
+    return do_maker(case.shape, case.dtype, device, draw) if case.direction == "bwd" else None
+
+
 def _pool(case: SpeedCase, samples: int) -> int:
     """Slots of the case's pool (a packed batch: sized by its rows, not the padded shape)."""
     shape = case.shape if case.varlen is None else packed_shape(case.varlen, case.shape)
@@ -96,7 +103,7 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
                                                              **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
         pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed,
-                    names_for(case.direction))
+                    names_for(case.direction), late=late_do(case, dev.type, "device"))
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
             q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
             **case.kwargs()), case.direction)
@@ -142,7 +149,7 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         else:
             reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
                                    samples, warmup, _pool(case, samples), case.direction,
-                                   case.kwargs(), varlen=case.varlen)
+                                   case.kwargs(), varlen=case.varlen, gqa=backend.gqa)
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
             faults = dict(reply["faults"])

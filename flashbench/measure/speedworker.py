@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from flashbench.timed.guard import CLOCK, OUTSIDE, THREAD, Pool
+from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "os_threads",
            "reading_noise", "staging_allowance"]
@@ -101,29 +101,69 @@ class _Clocked:
                                 f"(--timeout): a call took {worst:.3g} s (the harness's clock)")
 
 
-def _calls(w: _Clocked, k: int, cpu: dict, mirror: Pool, seeds: list,
+def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
            new: list | None = None) -> tuple[float, list]:
-    """Stage and run up to k calls (the worker stops at its pool's next refill or switch from
-    returning contents to new ones): (the run's round trip, the worker's own time of each
-    call); CPU time of each step into ``cpu`` (the pool's refill, input making, in a request
-    of its own: counted in neither); whether its contents were new, onto ``new``."""
-    salt = secrets.randbits(62)  # the request's new contents: unknown to the worker till now
-    mirror.refill(salt, k)  # this process's copy of the pool, in step: it decides the round
-    if new is not None:
-        new.append(mirror.next_is_new())
-    w.ask(op="refill", salt=salt, k=k)
+    """Up to k calls (never past a refill, nor from returning contents into new ones):
+    their new contents made and written here (:mod:`flashbench.timed.shared`), staged, a
+    backward's dO drawn and written after the stage (:meth:`Pool.arm`), run: (the run's round
+    trip, the worker's own time of each call). The worker's CPU from before the contents
+    were written to the stage's reply, over the arm, and over the run, into ``cpu``; whether
+    the contents were new, onto ``new``; each call's content seed onto ``seeds``."""
     c0 = cpu_s(w.pid)
-    w.ask(k, op="stage", k=k)
+    pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
+    if new is not None:
+        new.append(pool.next_is_new())
+    slots = [pool.next()[0] for _ in range(min(k, pool.left_in_group()))]
+    w.ask(len(slots), op="stage", slots=slots)
     c1 = cpu_s(w.pid)
-    rt, reply = w.ask(k, op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
+    if pool.late_n:  # dO exists from here: after the forwards the stage ran
+        pool.arm(secrets.randbits(62), slots)
+        w.ask(len(slots), op="arm", slots=slots)
     c2 = cpu_s(w.pid)
-    w.ask(k, op="collect")  # outputs checked, copied, released: outside the round trip
-    if None not in (c0, c1, c2):
+    rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
+    c3 = cpu_s(w.pid)
+    w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
+    if None not in (c0, c1, c2, c3):
         cpu["stage"] += c1 - c0
-        cpu["run"] += c2 - c1
+        cpu["arm"] = cpu.get("arm", 0.0) + c2 - c1
+        cpu["run"] += c3 - c2
         cpu["pairs"] = cpu.get("pairs", 0) + 1
-    seeds += [mirror.next()[1] for _ in reply["own_s"]]  # the calls' contents, replayed here
+    seeds += [pool.seeds[i] for i in slots]  # after arm: a backward's (contents, dO)
     return rt, reply["own_s"]
+
+
+def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = "fwd",
+                 decode: dict | None = None, varlen=None, gqa: bool = True) -> Pool:
+    """The pool of a worker's calls, made in this process from the run's seed (the worker
+    maps its slots: :func:`flashbench.timed.shared.share`): the inputs as the judges
+    rebuild them (CPU draws), k and v expanded to q's heads for a function without GQA
+    (``gqa`` False; a backward expands them in its graph), a backward's dO late."""
+    from flashbench.backends.tensors import expand_kv
+    from flashbench.inputs.problem import Shape
+    from flashbench.timed.attention import attention_maker, do_maker, grad_maker, varlen_maker
+    from flashbench.timed.decode import decode_maker
+    from flashbench.timed.pool import names_for
+
+    late = None
+    if direction == "decode":
+        make = decode_maker(decode, dtype, "cpu")
+    elif varlen is not None:
+        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu")
+
+        def make(s):
+            q, k, v, cu = packed(s)
+            return (q, *((k, v) if gqa else expand_kv(q, k, v)), cu)
+    elif direction == "fwd":
+        qkv = attention_maker(Shape.parse(shape), dtype, "cpu", "cpu")
+
+        def make(s):
+            q, k, v = qkv(s)
+            return (q, *((k, v) if gqa else expand_kv(q, k, v)))
+    else:
+        make = grad_maker(Shape.parse(shape), dtype, "cpu", "cpu")
+        if direction == "bwd":
+            late = do_maker(Shape.parse(shape), dtype, "cpu", "cpu")
+    return Pool(make, size, seed, names_for(direction, varlen is not None), late=late)
 
 
 def _device() -> str:
@@ -136,28 +176,40 @@ def _device() -> str:
 
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
                    warmup: int, pool: int, direction: str = "fwd",
-                   variant: dict | None = None, dist: str = "normal",
-                   decode: dict | None = None, varlen=None) -> dict:
+                   variant: dict | None = None, decode: dict | None = None, varlen=None,
+                   gqa: bool = True) -> dict:
     """``samples`` timed requests of the kernel in ``worker`` (module docstring): per call
     times (harness clock, s), the content seed of each call (replayed here from ``seed``, not
     taken from the worker), the outputs, faults, the worker's own median, k, the null round
     trip's median, the device. ``direction`` "decode": ``shape`` is a decode case's spec,
     ``decode`` its parameters (:func:`flashbench.timed.decode.decode_params`), the function a
     decode function. ``varlen``: a packed batch's lengths (its forward; ``shape`` gives
-    the heads and head dims). BackendFailed /
-    BackendUnavailable as the worker raises them."""
+    the heads and head dims). ``gqa``: whether the function takes k, v of fewer heads than
+    q (else they are expanded). BackendFailed / BackendUnavailable as the worker raises
+    them."""
     from flashbench.backends.worker import time_limit
+    from flashbench.timed.shared import share
 
     w = _Clocked(worker, time_limit())
-    mirror = Pool(lambda s: (), pool, seed)  # the worker's pool's content seeds, replayed
+    pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa)
+    shared = share(pool)
+    try:
+        return _timed(w, pool, shared, samples, warmup, direction, causal, variant, varlen)
+    finally:
+        shared.unlink()
+
+
+def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction: str,
+           causal: bool, variant: dict | None, varlen) -> dict:
+    """:func:`time_in_worker`'s requests on the shared ``pool``."""
     seeds: list = []  # each timed call's content seed, in order
-    said = w.ask(warmup + 1, op="prepare", shape=shape, dtype=dtype, causal=causal, seed=seed,
-                 warmup=warmup, pool=pool, direction=direction, variant=variant or {},
-                 dist=dist, decode=decode or {},
-                 varlen=None if varlen is None else list(varlen))[1]["device"]
+    warm = [pool.next()[0] for _ in range(warmup)]  # the warm-up's calls
+    said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
+                 late=pool.late_n, names=list(pool.names), causal=causal,
+                 direction=direction, variant=variant or {},
+                 varlen=None if varlen is None else [int(n) for n in varlen])[1]["device"]
+    shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
-    for _ in range(warmup):  # the warm-up's calls, in the copy too
-        mirror.next()
     threads0 = os_threads(w.pid)
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
@@ -166,7 +218,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):
-        tries.append((_calls(w, 1, cpu, mirror, seeds)[0], 1))
+        tries.append((_calls(w, 1, cpu, pool, seeds)[0], 1))
         w.over_limit(tries[-1:], min(nulls))
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
@@ -188,7 +240,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
             cpu["nulls"] = cpu.get("nulls", 0) + 1
         before = os_threads(w.pid)
-        rt, mine = _calls(w, k, cpu, mirror, seeds, new)
+        rt, mine = _calls(w, k, cpu, pool, seeds, new)
         runs.append((rt, len(mine)))
         own.append(sum(mine) / len(mine))
         after = os_threads(w.pid)
@@ -203,8 +255,8 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     # an empty request may cost no more than NULL_CAP x its cost before the kernel's module
     # was imported in the worker (+ NULL_SLACK): a module that slowed the worker's empty
     # requests by 15 ms had them subtracted from every timed one (2.3x faster, PASS)
-    cap = (math.inf if gpu or worker.trusted_null_s is None
-           else NULL_CAP * worker.trusted_null_s + NULL_SLACK)
+    trusted = w.worker.trusted_null_s
+    cap = math.inf if gpu or trusted is None else NULL_CAP * trusted + NULL_SLACK
     nulls = [min(t, cap) for t in nulls]
     null, least = statistics.median(nulls), min(nulls)
     per_call = [max(rt - null, 0.0) / n for (rt, n), fresh in zip(runs, new, strict=True)
@@ -219,13 +271,16 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     for _ in range(CONFIRM):
         if _clock_fault(clocked, claimed, nulls) is None:
             break
-        rt, mine = _calls(w, k, cpu, mirror, seeds)
+        rt, mine = _calls(w, k, cpu, pool, seeds)
         clocked.append((rt, len(mine)))
         claimed.append(sum(mine) / len(mine))
     w.over_limit(clocked, least)  # every timed request, the confirming ones too
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
     faults = {**reply["faults"], **faults}
+    changed = pool.modified()  # read here, in the pages the worker's calls were handed
+    if changed is not None:
+        faults.setdefault(MODIFIED, changed)
     _judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
     why = _clock_fault(clocked, claimed, nulls)
@@ -234,7 +289,7 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
             "outputs": reply["outputs"], "faults": faults, "device": device,
             "own_median_s": own_med, "k": k, "null_s": null, "null_cap_s": cap,
-            "interpreted": worker.interpreted()}
+            "interpreted": w.worker.interpreted()}
 
 
 def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> float:
@@ -304,15 +359,23 @@ def staging_allowance(cpu: dict) -> float:
 def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
                device: str = "cpu") -> None:
     """CPU while the worker should be idle over 2 ticks + 10 % of the idle time, or more
-    CPU readying inputs than running the calls (beyond :func:`staging_allowance`; not "bwd",
-    whose forward is readied with its inputs; not on a GPU, where a call's CPU time is its
-    launches and a synchronisation's wait, not its work: on an H200 an honest Triton forward
-    ran 0.14 s of CPU against 0.4 s readying its inputs): work outside the timed call."""
+    CPU readying the calls than running them (beyond :func:`staging_allowance`): from the
+    moment their new contents were written to the stage's reply (not "bwd", whose stage
+    runs the forward), or a backward's from the moment its dO was written to the run
+    (``arm``); not on a GPU, where a call's CPU time is its launches and a
+    synchronisation's wait, not its work (on an H200 an honest Triton forward ran 0.14 s of
+    CPU against 0.4 s readying its inputs): work outside the timed call."""
     if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
         faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
                           f"{idle_wall:.3g} s of idle pauses after its replies "
                           "(/proc/<pid>/stat, read by the harness)")
-    elif (direction != "bwd" and device != "cuda"
-          and cpu["stage"] > cpu["run"] + staging_allowance(cpu)):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
-                          f"inputs, more than the {cpu['run']:.3g} s of the timed calls")
+    elif device == "cuda":
+        return
+    elif direction != "bwd" and cpu["stage"] > cpu["run"] + staging_allowance(cpu):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU from the "
+                          "moment its inputs were written to their calls' start, more than "
+                          f"the {cpu['run']:.3g} s of the timed calls")
+    elif direction == "bwd" and cpu.get("arm", 0.0) > cpu["run"] + staging_allowance(cpu):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['arm']:.3g} s of CPU from the "
+                          "moment dO was written to the calls' start, more than the "
+                          f"{cpu['run']:.3g} s of the timed backward calls")

@@ -74,8 +74,9 @@ def flash_model_grad(q, k, v, do, dtype: str | Precision, block: int = 64, causa
     block = check_block(block)
     prec, q, k, v, do, variant, scale, sink = _inputs(q, k, v, do, dtype, causal, scale,
                                                       window, softcap, sinks, check_finite)
-    o, lse = flash_model(q, k, v, prec, block=block, causal=variant.causal, scale=scale,
-                         window=window, softcap=softcap, sinks=sinks)
+    # the variant as merged (a Variant given as ``causal`` carries its window and softcap:
+    # passing the arguments alone dropped them from O and LSE)
+    o, lse = flash_model(q, k, v, prec, block=block, causal=variant, scale=scale)
     compute = prec.compute
     o = np.asarray(o).astype(compute)  # O and dO as the kernel reads them from memory
     do = prec.stored(do)
@@ -104,8 +105,7 @@ def standard_model_grad(q, k, v, do, dtype: str | Precision, causal: bool = Fals
     grads = tuple(prec.store(g) for g in grads)
     if sink is None:
         return grads
-    o, lse = standard_model(q, k, v, prec, causal=variant.causal, scale=scale,
-                            window=window, softcap=softcap, sinks=sinks)
+    o, lse = standard_model(q, k, v, prec, causal=variant, scale=scale)  # merged, as above
     return (*grads, _sink_grad(prec, sink, lse, o, prec.stored(do)))
 
 

@@ -8,6 +8,7 @@ from flashbench.inputs.precision import get_precision
 from flashbench.inputs.problem import Shape
 
 __all__ = ["attention_maker", "qkv_shapes", "varlen_maker", "packed_shape", "grad_maker",
+           "do_maker",
            "pass_call", "NoBackward", "pool_size", "POOL_BYTES", "MIN_SLOTS", "MAX_SLOTS",
            "PASSES", "torch_dtype"]
 
@@ -87,18 +88,32 @@ def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu"):
 
 def grad_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
     """``make(seed) -> (q, k, v, do)``: :func:`attention_maker`'s q, k, v and the output
-    gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second generator seeded with
-    ``seed + 1``, drawn where ``draw`` says (as :func:`attention_maker`)."""
+    gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second generator, drawn where
+    ``draw`` says (as :func:`attention_maker`). ``seed``: an int (dO's generator seeded with
+    ``seed + 1``) or a pair (q, k, v's seed, dO's seed: a pool's content once its dO was
+    drawn after the forward, :meth:`flashbench.timed.pool.Pool.arm`)."""
+    qkv = attention_maker(shape, dtype, device, draw)
+    do = do_maker(shape, dtype, device, draw)
+
+    def make(seed) -> tuple:
+        s, d = (seed, int(seed) + 1) if isinstance(seed, int) else seed
+        return (*qkv(s), *do(d))
+
+    return make
+
+
+def do_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
+    """``make(seed) -> (do,)``: the output gradient dO of :func:`grad_maker` from its own
+    seed (a pool's late argument: :attr:`flashbench.timed.pool.Pool.late`)."""
     import torch
 
-    qkv = attention_maker(shape, dtype, device, draw)
     dt = torch_dtype(dtype)
     dims = (shape.B, shape.H, shape.Nq, shape.head_dim_v)
     on = _drawn_on(device, draw)
 
     def make(seed: int) -> tuple:
-        g = torch.Generator(device=on).manual_seed(int(seed) + 1)
-        return (*qkv(seed), torch.randn(dims, generator=g, device=on).to(dt).to(device))
+        g = torch.Generator(device=on).manual_seed(int(seed))
+        return (torch.randn(dims, generator=g, device=on).to(dt).to(device),)
 
     return make
 
@@ -124,20 +139,21 @@ def _graph(forward, q, k, v):
 
 def pass_call(forward, direction: str):
     """(setup, call) of one timed call of pass ``direction`` for ``forward(q, k, v) -> o``:
-    ``setup(q, k, v[, do])`` runs outside the clock, ``call(*setup(...))`` is timed.
+    ``setup(q, k, v)`` runs outside the clock, ``call(*setup(...)[, do])`` is timed.
 
-    "fwd": o. "bwd": the forward and its graph are built in setup; the call is
-    ``torch.autograd.grad`` of o with dO -> (dq, dk, dv). "fwdbwd": forward and backward
-    in the call -> (o, dq, dk, dv). Gradients are of the slot's own q, k, v (grouped-query
-    k, v: their Hkv heads)."""
+    "fwd": o. "bwd": the forward and its graph are built in ``setup(q, k, v) -> (o, q, k,
+    v)``, before dO exists (:meth:`flashbench.timed.pool.Pool.arm`); the call,
+    ``call(o, q, k, v, do)``, is ``torch.autograd.grad`` of o with dO -> (dq, dk, dv).
+    "fwdbwd": forward and backward in the call -> (o, dq, dk, dv). Gradients are of the
+    slot's own q, k, v (grouped-query k, v: their Hkv heads)."""
     import torch
 
     if direction == "fwd":
         return None, forward
     if direction == "bwd":
-        def setup(q, k, v, do):
+        def setup(q, k, v):
             o, leaves = _graph(forward, q, k, v)
-            return o, *leaves, do
+            return o, *leaves
 
         def call(o, q, k, v, do):
             return torch.autograd.grad(o, (q, k, v), do.to(o.dtype))

@@ -116,11 +116,18 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         sync = _CLOCKS["torch.cuda.synchronize"][2]
         elapsed = _CLOCKS["torch.cuda.Event.elapsed_time"][2]
     harness = thread_census()[0]
-    def ready(args):
-        return args if setup is None else setup(*args)
+    late = pool.late_n
+
+    def ready(slot, args):
+        """The call's arguments: setup's, then the pool's late ones drawn (after setup)."""
+        if setup is not None:
+            args = (*setup(*args[:len(args) - late]), *args[len(args) - late:])
+        pool.arm(None, [slot])
+        return args
 
     for _ in range(warmup):
-        call(*ready(pool.next()[2]))
+        slot, _, raw = pool.next()
+        call(*ready(slot, raw))
     if cuda:
         sync()
     faults: dict = {}
@@ -128,8 +135,9 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     kept = Kept(faults)
     wall0 = _WALL_NS()
     for _ in range(samples):
-        slot, seed, raw = pool.next()
-        args = ready(raw)
+        slot, _, raw = pool.next()
+        args = ready(slot, raw)
+        seed = pool.seeds[slot]  # after arm: (contents, dO) where dO came late
         tasks = thread_census()[1]
         if cuda:
             if flush is not None:

@@ -3,9 +3,12 @@
 Every slot's contents come from a content seed drawn from the run's seed, so a checker
 rebuilds any call's inputs; between rounds half the slots get new contents at the same
 address (a cache keyed on a pointer or ``id()`` returns stale data); a round hands out the
-returning contents first, then the new ones. Each slot's contents are fingerprinted when
-filled, so that a kernel writing into its inputs is named after the calls
-(:meth:`Pool.modified`), not only through the wrong outputs it causes later.
+returning contents first, then the new ones. A slot's late arguments (a backward's dO) are
+drawn after its call's setup ran (:meth:`Pool.arm`). Each slot's contents are fingerprinted
+when filled, and compared before they are written over and after the calls, so that a
+kernel writing into its inputs is named (:meth:`Pool.modified`), not only through the wrong
+outputs it causes later. A worker's pool is the harness's, in pages both map
+(:mod:`flashbench.timed.shared`).
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class Pool:
     size: int
     seed: int
     names: tuple = NAMES["fwd"]
+    # ``late(seed) -> tensors``: a slot's last arguments (a backward's dO), written by
+    # :meth:`arm` after its call's setup (the forward) ran, never before: see arm
+    late: Callable[[int], tuple] | None = None
     slots: list = field(default_factory=list, init=False)
     seeds: list = field(default_factory=list, init=False)  # seed of each slot's content now
 
@@ -111,6 +117,10 @@ class Pool:
         # request of their own calls (a worker's kernel never sees them before: ``salt``)
         self.fresh = [False] * self.size
         self.pending: set = set()  # slots this round refills, not filled yet
+        self.unarmed: set = set()  # slots refilled whose late arguments are not drawn yet
+        self.late_n = 0 if self.late is None else len(self.late(0))
+        self.changed: dict[str, int] = {}  # writes into inputs found before a refill
+        self.checked = 0  # used slots compared before a refill
 
     @staticmethod
     def _prints(slot) -> list:
@@ -167,13 +177,52 @@ class Pool:
             return
         rng = None if salt is None else np.random.default_rng([self.seed, salt])
         due = [i for i in self._order if i in self.pending]
-        for i in due[:len(due) if upto is None else max(0, upto)]:
-            s = self._draw(rng)
-            for dst, src in zip(self.slots[i], self.make(s), strict=True):
-                _overwrite(dst, src)
+        due = due[:len(due) if upto is None else max(0, upto)]
+        made = [(i, s, self.make(s)) for i, s in ((i, self._draw(rng)) for i in due)]
+        late = self.late_n  # drawn by arm, after the setup of the slot's call
+        for i, s, args in made:  # made first, then written: the writes follow each other
+            self._check(i)
+            early = len(args) - late
+            for j, (dst, src) in enumerate(zip(self.slots[i], args, strict=True)):
+                if j < early:
+                    _overwrite(dst, src)
+                elif dst is not None:
+                    dst.zero_() if hasattr(dst, "zero_") else dst.fill(0)
             self.seeds[i], self.used[i], self.fresh[i] = s, False, True
             self.prints[i] = self._prints(self.slots[i])
             self.pending.discard(i)
+            if late:
+                self.unarmed.add(i)
+
+    def arm(self, salt: int | None, slots) -> None:
+        """The late arguments (:attr:`late`) of ``slots`` where they are not drawn yet,
+        from the harness's ``salt`` (None: the pool's own seed): a slot's content seed
+        becomes (its seed, the late arguments' seed). Called after the calls' setup ran (a
+        backward's forward), so that nothing the setup ran could see what the timed call
+        will get (a forward that found dO precomputed the gradients: PASS, ~2x over sdpa,
+        2026-12-05)."""
+        due = [i for i in slots if i in self.unarmed]
+        if not due:
+            return
+        rng = None if salt is None else np.random.default_rng([self.seed, salt, 1])
+        made = [(i, d, self.late(d)) for i, d in ((i, self._draw(rng)) for i in due)]
+        for i, d, args in made:
+            for dst, src in zip(self.slots[i][-self.late_n:], args, strict=True):
+                _overwrite(dst, src)
+            self.seeds[i] = (self.seeds[i], d)
+            self.prints[i] = self._prints(self.slots[i])
+            self.unarmed.discard(i)
+
+    def _check(self, i: int) -> None:
+        """A used slot's inputs compared with their fingerprints before they are written
+        over (a write into an input found then is counted in :meth:`modified`)."""
+        if not self.used[i]:
+            return
+        for j, (x, was) in enumerate(zip(self.slots[i], self.prints[i], strict=True)):
+            if fingerprint(x) != was:
+                name = self.names[j] if j < len(self.names) else f"argument {j + 1}"
+                self.changed[name] = self.changed.get(name, 0) + 1
+        self.checked += 1
 
     def next_is_new(self) -> bool:
         """Whether the next call's contents were filled for it in this round's refill and
@@ -192,7 +241,7 @@ class Pool:
         """None when every slot handed to a call still holds the contents it was filled
         with (fingerprints: :func:`fingerprint`), else which arguments changed, in words
         (read after the timed calls, outside the clock)."""
-        changed: dict[str, int] = {}
+        changed, used = dict(self.changed), self.checked + sum(self.used)
         for i, slot in enumerate(self.slots):
             if not self.used[i]:
                 continue
@@ -202,7 +251,6 @@ class Pool:
                     changed[name] = changed.get(name, 0) + 1
         if not changed:
             return None
-        used = sum(self.used)
         which = ", ".join(f"{name} in {n} of {used}" for name, n in changed.items())
         return (f"{which} pool inputs handed to its calls since they were filled (each "
                 "fingerprinted when filled, compared after the timed calls)")
