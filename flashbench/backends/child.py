@@ -166,12 +166,16 @@ class Server:
             setup, call = pass_call(lambda q, k, v: call_forward(
                 fn, q, *(expand_kv(q, k, v) if not gqa else (k, v)), r["causal"], **variant),
                 direction)
-        shared = attach(r["shared"])
+        shared, late = attach(r["shared"]), r.get("late", 0)
         on_cpu = self.device.type == "cpu"
+
+        def own(j, n, x):  # the worker's copy of an argument: on a GPU all, on a CPU dO
+            return x if x is None or (on_cpu and j < n - late) else x.to(self.device,
+                                                                         copy=True)
+
         self.timing = t = {
-            "shared": shared, "call": call, "setup": setup, "late": r.get("late", 0),
-            "slots": shared if on_cpu else [tuple(None if x is None else x.to(self.device)
-                                                  for x in s) for s in shared],
+            "shared": shared, "call": call, "setup": setup, "late": late,
+            "slots": [tuple(own(j, len(s), x) for j, x in enumerate(s)) for s in shared],
             "staged": [], "outputs": [], "own_s": [], "faults": {}, "ran": [],
             "direction": direction, "names": tuple(r.get("names") or ())}
         try:
@@ -189,12 +193,14 @@ class Server:
         return {"device": self.device.type}
 
     def _load_slot(self, i: int, start: int, stop: int | None) -> None:
-        """On a GPU: the slot's arguments [start:stop] copied from the harness's pages."""
+        """The slot's arguments [start:stop] copied from the harness's pages where the
+        worker holds its own copy (on a GPU all; on a CPU a backward's dO: written by the
+        harness just before the run, its cache lines were the harness's core's, and an
+        honest backward read it 12-18% slower than one the worker had made itself)."""
         t = self.timing
-        if self.device.type != "cpu":
-            for dst, src in list(zip(t["slots"][i], t["shared"][i], strict=True))[start:stop]:
-                if dst is not None:
-                    dst.copy_(src)
+        for dst, src in list(zip(t["slots"][i], t["shared"][i], strict=True))[start:stop]:
+            if dst is not None and dst is not src:
+                dst.copy_(src)
 
     def _ready(self, i: int) -> tuple:
         """Slot i's call arguments: setup's (a backward's forward) on all but the late ones
@@ -229,7 +235,7 @@ class Server:
 
     def _arm(self, r: dict) -> dict:
         """A backward's late arguments (dO), written by the harness after the stage's
-        forwards, copied to the device (on a CPU the calls read the harness's pages)."""
+        forwards, copied into the worker's own buffers (:meth:`_load_slot`)."""
         t = self.timing
         for i in r["slots"]:
             self._load_slot(i, len(t["slots"][i]) - t["late"], None)
@@ -270,20 +276,20 @@ class Server:
     def _collect(self, r: dict) -> dict:
         """The last run's outputs checked (structure), copied and the kernel's buffers
         released (:class:`flashbench.timed.guard.Kept`), as the in-process guard does: kept
-        until the fetch, they made the next calls take fresh pages inside the clock. On a
-        GPU, each call's inputs compared with the harness's pages (on a CPU the harness
-        reads its own: :meth:`flashbench.timed.pool.Pool.modified`)."""
+        until the fetch, they made the next calls take fresh pages inside the clock. The
+        worker's own copies of a call's inputs (:meth:`_load_slot`) compared with the
+        harness's pages, which the harness reads itself (:meth:`flashbench.timed.pool.
+        Pool.modified`)."""
         t = self.timing
         for out, slot in t["ran"]:
             t["outputs"].append(t["kept"].keep(out, t["slots"][slot]))
-            if self.device.type != "cpu":
-                names = t["names"]
-                for j, (x, src) in enumerate(zip(t["slots"][slot], t["shared"][slot],
-                                                 strict=True)):
-                    if x is not None and not torch.equal(x.cpu(), src):
-                        name = names[j] if j < len(names) else f"argument {j + 1}"
-                        t["faults"].setdefault(guard.MODIFIED, f"{name} changed by a call "
-                                               "(compared with the harness's copy after it)")
+            names = t["names"]
+            for j, (x, src) in enumerate(zip(t["slots"][slot], t["shared"][slot],
+                                             strict=True)):
+                if x is not None and x is not src and not torch.equal(x.cpu(), src):
+                    name = names[j] if j < len(names) else f"argument {j + 1}"
+                    t["faults"].setdefault(guard.MODIFIED, f"{name} changed by a call "
+                                           "(compared with the harness's copy after it)")
         t["ran"] = []
         return {}
 
