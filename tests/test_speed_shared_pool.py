@@ -258,3 +258,76 @@ def test_a_full_ram_file_system_is_refused_up_front(monkeypatch, tmp_path):
     with pytest.raises(OSError, match="no room for the timed inputs"):
         sh._file(4096)
     assert not os.listdir(tmp_path)  # nothing left behind
+
+
+LATE_POOL = textwrap.dedent('''
+    import threading
+
+    import torch
+
+    _CALLS, _PARKED = [0], threading.Event()
+
+
+    def late_pool(q, k, v, causal=False, scale=None):
+        """Correct; at its 8th call (after the warm-up and k's calibration) its pool grows
+        by one thread that then waits for work (a ThreadPoolExecutor starts one when none
+        is idle)."""
+        _CALLS[0] += 1
+        if _CALLS[0] == 8:
+            threading.Thread(target=_PARKED.wait, daemon=True).start()
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+''')
+
+
+def test_a_pool_that_grows_after_the_warm_up_is_no_thread_left_running(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A kept ThreadPoolExecutor(16) that grew after the warm-up read "thread left running"
+    in 3 runs of 7 (a probe, 2026-12-05): any new thread alive after a reply failed the row.
+    A thread that stays idle is now no fault; one that ends or works after its call's reply
+    still is (the gallery's ``background``: tests/test_tricks.py)."""
+    (tmp_path / "fblatepool.py").write_text(LATE_POOL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--only", "fblatepool:late_pool")
+    row = rows["fblatepool:late_pool"]
+    assert rc == 0 and row["status"] == "PASS", row["failures"]
+    sys.modules.pop("fblatepool", None)
+
+
+def test_the_watch_tells_a_parked_thread_from_one_that_works_or_ends_after_the_reply():
+    import threading
+    import time
+
+    from flashbench.timed.threads import ThreadWatch
+
+    watch = ThreadWatch(os.getpid())
+    stop, go, done = threading.Event(), threading.Event(), threading.Event()
+    parked = threading.Thread(target=stop.wait, daemon=True)
+    parked.start()
+
+    def busy():
+        go.wait()
+        end = time.thread_time() + 0.08  # 8 ticks of CPU after the "reply"
+        while time.thread_time() < end:
+            pass
+        done.set()
+        stop.wait()
+
+    threading.Thread(target=busy, daemon=True).start()
+    watch.after_run()
+    assert watch.check() is None  # both idle since the reply
+    watch.after_run()
+    go.set()
+    done.wait()
+    why = watch.check()
+    assert why is not None and "of CPU after its call's reply" in why, why
+    watch.after_run()
+    assert watch.check() is None and watch.fault == why  # both idle again; the first kept
+    ends = threading.Event()
+    short = threading.Thread(target=ends.wait, daemon=True)
+    short.start()
+    watch.after_run()
+    ends.set()
+    short.join()
+    assert "ended after its call's reply" in watch.check()
+    stop.set()

@@ -185,10 +185,6 @@ class Server:
         except NoBackward as exc:
             raise BackendUnavailable(str(exc)) from None
         self._sync()
-        # the threads after the warm-up: a pool the kernel keeps, started at its first call
-        # (a ThreadPoolExecutor starts its threads at the first submit), is no fault; one
-        # counted before the warm-up failed such a kernel "thread left running"
-        t["threads"] = guard.thread_census()[0]
         t["kept"] = guard.Kept(t["faults"])
         return {"device": self.device.type}
 
@@ -245,8 +241,8 @@ class Server:
     def _run(self, r: dict) -> dict:
         """The staged calls, each timed on this process's own clock too (the harness's
         cross-check: a figure below the harness's own is a tampered clock). Nothing else runs
-        between the calls: the threads are counted once around them, the outputs checked,
-        copied and released by :meth:`_collect`, a request of its own."""
+        between the calls: the threads alive after them are the harness's to watch, the
+        outputs checked, copied and released by :meth:`_collect`, a request of its own."""
         t, own = self.timing, []
         # L2 cold as the harness's own timer: a flush before each call, and as many flushes
         # as the empty requests make (a run may hold fewer calls than k)
@@ -266,9 +262,7 @@ class Server:
         threads.joined(tasks)
         if own:
             own[-1] += guard._PERF() - t0
-        left = threads.new_threads(t["threads"], tasks)
-        if left is not None:
-            t["faults"].setdefault(guard.THREAD, left)
+        # the threads still alive now: the harness watches them (threads.ThreadWatch)
         t["staged"] = []
         t["own_s"] += own
         return {"own_s": own}

@@ -1,16 +1,16 @@
-"""A user's kernel timed by the harness's own clock: prepare / stage / run / fetch.
+"""A user's kernel timed by the harness's own clock: prepare / stage / arm / run / fetch.
 
-The worker process (:class:`flashbench.backends.child.Server`) builds the pool from the run's
-seed and warms up (``prepare``); then, per sample, it readies the next k calls' inputs
-(``stage``, outside the clock) and runs them (``run``). The clock that counts is this
-process's, which never runs user code: a request's round trip, less the median round trip of
-an empty request sent interleaved on the same pipe (``null``), over k. The worker's own
-figure comes back beside it only as a cross-check (claiming less than the harness saw:
-**clock tampered**). Read from /proc by this process: the worker's OS threads around each
-request (more: **thread left running**) and its CPU time (``utime + stime``) before and
-after; CPU spent while it should be idle, after a reply (settle pauses at random requests
-and after the last) or readying inputs more than running them: **work outside the timed
-call**. ``fetch`` returns the outputs, judged here. Guarantees and limits: docs/speed.md.
+This process makes the pool (:func:`harness_pool`) in pages the worker maps
+(:mod:`flashbench.timed.shared`) and writes each new content just before its request; the
+worker (:class:`flashbench.backends.child.Server`) warms up (``prepare``), readies the
+calls of the slots named (``stage``, outside the clock), takes a backward's dO written after
+that (``arm``) and runs them (``run``). The clock that counts is this process's, which never
+runs user code: a request's round trip, less the median empty round trip (``null``), over
+its calls; the worker's own figure is a cross-check (less: **clock tampered**). Read from
+/proc here: a thread newer than the warm-up that ends or works after a reply (**thread left
+running**: :class:`~flashbench.timed.threads.ThreadWatch`), and the worker's CPU while it
+should idle or more readying the calls than running them (**work outside the timed
+call**). ``fetch`` returns the outputs, judged here. Guarantees and limits: docs/speed.md.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import time
 import numpy as np
 
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
+from flashbench.timed.threads import ThreadWatch
 
-__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "os_threads",
+__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s",
            "reading_noise", "staging_allowance"]
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
@@ -53,14 +54,6 @@ def cpu_s(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) * _TICK
-
-
-def os_threads(pid: int) -> int | None:
-    """The process's OS threads (/proc/<pid>/task), None where there is no /proc."""
-    try:
-        return len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return None
 
 
 class _Clocked:
@@ -103,13 +96,15 @@ class _Clocked:
 
 
 def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
-           new: list | None = None) -> tuple[float, list]:
+           new: list | None = None, watch: ThreadWatch | None = None) -> tuple[float, list]:
     """Up to k calls (never past a refill, nor from returning contents into new ones):
     their new contents made and written here (:mod:`flashbench.timed.shared`), staged, a
     backward's dO drawn and written after the stage (:meth:`Pool.arm`), run: (the run's round
     trip, the worker's own time of each call). The worker's CPU from before the contents
     were written to the stage's reply, over the arm, and over the run, into ``cpu``; whether
     the contents were new, onto ``new``; each call's content seed onto ``seeds``."""
+    if watch is not None:
+        watch.check()
     c0 = cpu_s(w.pid)
     with _one_thread():
         pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
@@ -125,6 +120,8 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
     c2 = cpu_s(w.pid)
     rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
     c3 = cpu_s(w.pid)
+    if watch is not None:
+        watch.after_run()
     w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
     if None not in (c0, c1, c2, c3):
         cpu["stage"] += c1 - c0
@@ -228,7 +225,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
                  varlen=None if varlen is None else [int(n) for n in varlen])[1]["device"]
     shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
-    threads0 = os_threads(w.pid)
+    watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
@@ -236,7 +233,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):
-        tries.append((_calls(w, 1, cpu, pool, seeds)[0], 1))
+        tries.append((_calls(w, 1, cpu, pool, seeds, watch=watch)[0], 1))
         w.over_limit(tries[-1:], min(nulls))
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
@@ -257,15 +254,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
             cpu["nulls"] = cpu.get("nulls", 0) + 1
-        before = os_threads(w.pid)
-        rt, mine = _calls(w, k, cpu, pool, seeds, new)
+        rt, mine = _calls(w, k, cpu, pool, seeds, new, watch)
         runs.append((rt, len(mine)))
         own.append(sum(mine) / len(mine))
-        after = os_threads(w.pid)
-        if None not in (threads0, after) and after > max(threads0, before):
-            faults.setdefault(THREAD, f"{after - max(threads0, before)} new OS thread(s) in "
-                              f"the worker after a timed request (/proc/{w.pid}/task, read "
-                              "by the harness)")
         if i in settle_at:
             idle_wall += _settle(w, rt, device, cpu, faults)
         i += 1
@@ -289,10 +280,13 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     for _ in range(CONFIRM):
         if _clock_fault(clocked, claimed, nulls) is None:
             break
-        rt, mine = _calls(w, k, cpu, pool, seeds)
+        rt, mine = _calls(w, k, cpu, pool, seeds, watch=watch)
         clocked.append((rt, len(mine)))
         claimed.append(sum(mine) / len(mine))
     w.over_limit(clocked, least)  # every timed request, the confirming ones too
+    watch.check()  # the last request's threads
+    if watch.fault is not None:
+        faults.setdefault(THREAD, watch.fault)
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
     faults = {**reply["faults"], **faults}

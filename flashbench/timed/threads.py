@@ -1,6 +1,7 @@
 """The threads a timed call leaves behind (:mod:`flashbench.timed.guard`'s **thread left
-running**): a census of the process's threads, Python's and the OS's, and the wait, inside
-the timed window, for the threads a call joined to leave /proc.
+running**): a census of the process's threads, Python's and the OS's, the wait, inside the
+timed window, for the threads a call joined to leave /proc, and the harness's watch of a
+kernel worker's threads (:class:`ThreadWatch`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import os
 import threading
 import time
 
-__all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning"]
+__all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning",
+           "ThreadWatch", "thread_cpu"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
@@ -47,6 +49,65 @@ def joined(tasks_before: int | None) -> None:
     deadline = _PERF() + JOIN_S
     while (thread_census()[1] or 0) > tasks_before and _PERF() < deadline:
         time.sleep(1e-4)
+
+
+def thread_cpu(pid: int) -> dict[int, float] | None:
+    """{thread id: its CPU seconds (utime + stime, /proc/<pid>/task/<tid>/stat)} of a
+    process's threads; None where there is no /proc."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    tick, out = 1.0 / os.sysconf("SC_CLK_TCK"), {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) * tick
+    return out
+
+
+class ThreadWatch:
+    """A kernel worker's threads, read from /proc by the harness (user code cannot touch
+    it): a thread not there after the warm-up that is alive after a run's reply is watched
+    until the next stage, and is **left running** if it ends meanwhile or uses CPU (a
+    thread that finishes the call's work after the reply). One that stays idle is a pool
+    the kernel keeps, grown after the warm-up (a ``ThreadPoolExecutor`` starts a thread when
+    none is idle): no fault, and its work in later calls is inside their time. Before, any
+    new thread alive after a reply failed the row (a kept pool of 16 that grew: 3 runs in 7).
+    """
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        now = thread_cpu(pid)
+        self.base = set() if now is None else set(now)
+        self.marks: dict[int, float] = {}
+        self.fault: str | None = None  # the first thread left running, in words
+
+    def after_run(self) -> None:
+        """Right after a run's reply: the threads to watch, and their CPU now."""
+        now = thread_cpu(self.pid) or {}
+        self.marks = {t: c for t, c in now.items() if t not in self.base}
+
+    def check(self) -> str | None:
+        """Before the next stage (and before the fetch): why a watched thread was left
+        running, or None."""
+        if not self.marks:
+            return None
+        now, why = thread_cpu(self.pid) or {}, None
+        for tid, cpu in self.marks.items():
+            if tid not in now:
+                why = why or (f"a thread the kernel started (tid {tid}) ended after its "
+                              "call's reply: it ran past the call (/proc, read by the harness)")
+            elif now[tid] > cpu:
+                why = (f"a thread the kernel started (tid {tid}) used {now[tid] - cpu:.3g} s "
+                       "of CPU after its call's reply, outside the timed calls (/proc, read "
+                       "by the harness)")
+        self.marks = {}
+        self.fault = self.fault or why
+        return why
 
 
 def _spins(count: str) -> bool:
