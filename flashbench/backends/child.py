@@ -10,6 +10,7 @@ request to a decode function, or the reverse). See :mod:`flashbench.backends.wor
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
@@ -37,6 +38,8 @@ from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expan
 from flashbench.timed import guard, threads  # clocks captured before any user module loads
 
 __all__ = ["Server", "raised"]
+
+_MEMMOVE = ctypes.memmove  # before any kernel's module loads (Server._load_slot)
 
 
 def _reply(checked) -> dict:
@@ -140,8 +143,8 @@ class Server:
     def _prepare(self, r: dict) -> dict:
         """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): the pool's
         slots mapped from the harness's file (``r["shared"]``, :mod:`flashbench.timed.shared`:
-        the harness makes and writes every input; on a GPU each is copied to the device when
-        its call is readied), untimed calls on the slots ``r["warmup"]``. Then ``stage`` (the
+        the harness makes and writes every input; each is copied into the worker's own buffer
+        when its call is readied), untimed calls on the slots ``r["warmup"]``. Then ``stage`` (the
         given slots' calls readied, outside the clock), ``arm`` (a backward's dO, written by
         the harness after the stage, copied to the device), ``run`` (the calls, the device
         synchronised before the reply; the harness times the round trip), ``collect``,
@@ -166,16 +169,11 @@ class Server:
             setup, call = pass_call(lambda q, k, v: call_forward(
                 fn, q, *(expand_kv(q, k, v) if not gqa else (k, v)), r["causal"], **variant),
                 direction)
-        shared, late = attach(r["shared"]), r.get("late", 0)
-        on_cpu = self.device.type == "cpu"
-
-        def own(j, n, x):  # the worker's copy of an argument: on a GPU all, on a CPU dO
-            return x if x is None or (on_cpu and j < n - late) else x.to(self.device,
-                                                                         copy=True)
-
+        shared = attach(r["shared"])
         self.timing = t = {
-            "shared": shared, "call": call, "setup": setup, "late": late,
-            "slots": [tuple(own(j, len(s), x) for j, x in enumerate(s)) for s in shared],
+            "shared": shared, "call": call, "setup": setup, "late": r.get("late", 0),
+            "slots": [tuple(None if x is None else x.to(self.device, copy=True) for x in s)
+                      for s in shared],  # the worker's own copies: _load_slot
             "staged": [], "outputs": [], "own_s": [], "faults": {}, "ran": [],
             "direction": direction, "names": tuple(r.get("names") or ())}
         try:
@@ -189,13 +187,18 @@ class Server:
         return {"device": self.device.type}
 
     def _load_slot(self, i: int, start: int, stop: int | None) -> None:
-        """The slot's arguments [start:stop] copied from the harness's pages where the
-        worker holds its own copy (on a GPU all; on a CPU a backward's dO: written by the
-        harness just before the run, its cache lines were the harness's core's, and an
-        honest backward read it 12-18% slower than one the worker had made itself)."""
-        t = self.timing
+        """The slot's arguments [start:stop] copied from the harness's pages into the
+        worker's own buffers (same addresses every time; on a GPU, the device's). Read in
+        place, inputs the harness had just written came from its core's cache: an honest
+        backward ran 12-18% slower than on inputs the worker made itself, a forward's median
+        0.6-5 ms against 0.5-0.8 ms, by where the scheduler put the two processes. On a
+        CPU by ``ctypes.memmove``, taken before any kernel's module loaded: a kernel that
+        wrapped ``Tensor.copy_`` attended each new input as it was copied."""
+        t, cpu = self.timing, self.device.type == "cpu"
         for dst, src in list(zip(t["slots"][i], t["shared"][i], strict=True))[start:stop]:
-            if dst is not None and dst is not src:
+            if dst is not None and cpu:  # bytes moved: no torch op a kernel could hook
+                _MEMMOVE(dst.data_ptr(), src.data_ptr(), src.nbytes)
+            elif dst is not None:
                 dst.copy_(src)
 
     def _ready(self, i: int) -> tuple:
@@ -280,7 +283,7 @@ class Server:
             names = t["names"]
             for j, (x, src) in enumerate(zip(t["slots"][slot], t["shared"][slot],
                                              strict=True)):
-                if x is not None and x is not src and not torch.equal(x.cpu(), src):
+                if x is not None and not torch.equal(x.cpu(), src):
                     name = names[j] if j < len(names) else f"argument {j + 1}"
                     t["faults"].setdefault(guard.MODIFIED, f"{name} changed by a call "
                                            "(compared with the harness's copy after it)")
