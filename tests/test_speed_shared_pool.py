@@ -15,7 +15,8 @@ import torch
 
 from flashbench.cli import main
 from flashbench.inputs import Shape
-from flashbench.measure.speedworker import _judge_cpu, harness_pool
+from flashbench.measure.speedworker import _judge_cpu
+from flashbench.measure.workerpool import harness_pool
 from flashbench.timed import guard
 from flashbench.timed.attention import grad_maker
 from flashbench.timed.shared import attach, share
@@ -221,15 +222,23 @@ def test_the_worker_maps_the_harness_pages_and_their_name_goes():
     assert pool.modified() is not None
 
 
-def test_a_backwards_cpu_between_do_and_its_calls_is_work_outside_the_clock():
-    """The stage of a backward runs its forward (never weighed); the arm, from dO's write
-    to the run, holds no work of the kernel's: more CPU there than in the calls fails."""
-    readings = {"idle": 0.0, "stage": 3.0, "run": 1.0, "pairs": 10, "nulls": 10, "null": 0.0}
+def test_cpu_while_inputs_are_written_and_copied_is_weighed_against_copying():
+    """From the moment a request's inputs (a backward's dO too) are written to the end of
+    the worker's copies of them, the worker may spend :data:`COPY_FACTOR` x what copying as
+    many bytes costs the harness: more is work on the new inputs outside the clock. The
+    stage of a backward runs its forward: not weighed against the calls."""
+    from flashbench.measure.speedworker import COPY_FACTOR
+
+    readings = {"idle": 0.0, "stage": 3.0, "run": 1.0, "pairs": 10, "nulls": 10, "null": 0.0,
+                "copied": 100 * 2**20, "copy_s_per_byte": 1e-10}  # 0.0105 s to copy here
     faults = {}
-    _judge_cpu({**readings, "arm": 0.01}, 1.0, faults, "bwd")
+    _judge_cpu({**readings, "load": 0.03}, 1.0, faults, "bwd")
     assert faults == {}
-    _judge_cpu({**readings, "arm": 2.0}, 1.0, faults, "bwd")
-    assert guard.OUTSIDE in faults and "dO was written" in faults[guard.OUTSIDE]
+    _judge_cpu({**readings, "load": 0.5}, 1.0, faults, "bwd")
+    assert guard.OUTSIDE in faults and f"{COPY_FACTOR:g}x what copying" in faults[guard.OUTSIDE]
+    faults = {}
+    _judge_cpu({**readings, "load": 0.03}, 1.0, faults, "fwd")  # readying 3 s, running 1 s
+    assert guard.OUTSIDE in faults and "readying its calls" in faults[guard.OUTSIDE]
 
 
 def test_a_full_ram_file_system_is_refused_up_front(monkeypatch, tmp_path):

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from flashbench.backends.child import Server
-from flashbench.measure.speedworker import harness_pool
+from flashbench.measure.workerpool import harness_pool
 from flashbench.timed import guard
 from flashbench.timed.shared import share
 
@@ -43,6 +43,7 @@ def test_each_call_follows_a_flush_and_the_empty_requests_match_a_full_run(serve
                     "direction": "fwd", "variant": {}})
     finally:
         shared.unlink()
+    srv.handle({"op": "fill", "slots": [1, 2, 3]})
     staged = srv.handle({"op": "stage", "slots": [1, 2, 3]})["staged"]
     events.clear()
     reply = srv.handle({"op": "run", "flushes": 5})

@@ -143,12 +143,12 @@ class Server:
     def _prepare(self, r: dict) -> dict:
         """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): the pool's
         slots mapped from the harness's file (``r["shared"]``, :mod:`flashbench.timed.shared`:
-        the harness makes and writes every input; each is copied into the worker's own buffer
-        when its call is readied), untimed calls on the slots ``r["warmup"]``. Then ``stage`` (the
-        given slots' calls readied, outside the clock), ``arm`` (a backward's dO, written by
-        the harness after the stage, copied to the device), ``run`` (the calls, the device
-        synchronised before the reply; the harness times the round trip), ``collect``,
-        ``null`` (the same round trip with no work) and ``fetch`` (the outputs)."""
+        the harness makes and writes every input), untimed calls on the slots
+        ``r["warmup"]``. Then ``fill`` (the given slots' inputs copied into the worker's own
+        buffers), ``stage`` (their calls readied, outside the clock), ``fill`` of a
+        backward's dO (written by the harness after the stage), ``run`` (the calls, the
+        device synchronised before the reply; the harness times the round trip),
+        ``collect``, ``null`` (the same round trip with no work) and ``fetch``."""
         from flashbench.timed.attention import NoBackward, pass_call
         from flashbench.timed.shared import attach
 
@@ -227,17 +227,18 @@ class Server:
         decides the order, and it wrote their contents just before this request)."""
         t = self.timing
         for i in r["slots"]:
-            self._load_slot(i, 0, len(t["slots"][i]) - t["late"])
             t["staged"].append((i, self._ready(i)))
         self._sync()
         return {"staged": len(t["staged"])}
 
-    def _arm(self, r: dict) -> dict:
-        """A backward's late arguments (dO), written by the harness after the stage's
-        forwards, copied into the worker's own buffers (:meth:`_load_slot`)."""
+    def _fill(self, r: dict) -> dict:
+        """The inputs of the slots ``r["slots"]`` copied in (:meth:`_load_slot`): all but
+        the late ones before the stage, a backward's dO (``r["late"]``) after it, once the
+        harness has written it. A request of its own: its CPU is weighed against copying."""
         t = self.timing
         for i in r["slots"]:
-            self._load_slot(i, len(t["slots"][i]) - t["late"], None)
+            n = len(t["slots"][i]) - t["late"]
+            self._load_slot(i, n, None) if r.get("late") else self._load_slot(i, 0, n)
         self._sync()
         return {}
 

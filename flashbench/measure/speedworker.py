@@ -1,21 +1,21 @@
-"""A user's kernel timed by the harness's own clock: prepare / stage / arm / run / fetch.
+"""A user's kernel timed by the harness's own clock: prepare / fill / stage / run / fetch.
 
-This process makes the pool (:func:`harness_pool`) in pages the worker maps
-(:mod:`flashbench.timed.shared`) and writes each new content just before its request; the
-worker (:class:`flashbench.backends.child.Server`) warms up (``prepare``), readies the
-calls of the slots named (``stage``, outside the clock), takes a backward's dO written after
-that (``arm``) and runs them (``run``). The clock that counts is this process's, which never
-runs user code: a request's round trip, less the median empty round trip (``null``), over
-its calls; the worker's own figure is a cross-check (less: **clock tampered**). Read from
-/proc here: a thread newer than the warm-up that ends or works after a reply (**thread left
+This process makes the pool (:func:`~flashbench.measure.workerpool.harness_pool`) in pages
+the worker maps (:mod:`flashbench.timed.shared`) and writes each new content just before
+its request; the worker (:class:`flashbench.backends.child.Server`) warms up
+(``prepare``), copies the named slots' inputs into its own buffers (``fill``; a backward's
+dO in a second fill, written after the stage), readies their calls (``stage``, outside the
+clock) and runs them (``run``). The clock that counts is this process's, which never runs
+user code: a request's round trip, less the median empty round trip (``null``), over its
+calls; the worker's own figure is a cross-check (less: **clock tampered**). Read from /proc
+here: a thread newer than the warm-up that ends or works after a reply (**thread left
 running**: :class:`~flashbench.timed.threads.ThreadWatch`), and the worker's CPU while it
-should idle or more readying the calls than running them (**work outside the timed
-call**). ``fetch`` returns the outputs, judged here. Guarantees and limits: docs/speed.md.
+should idle, filling beyond the copies' cost or readying more than running (**work outside
+the timed call**). ``fetch`` returns the outputs, judged here. Limits: docs/speed.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import secrets
@@ -24,10 +24,11 @@ import time
 
 import numpy as np
 
+from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
 from flashbench.timed.threads import ThreadWatch
 
-__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s",
+__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "COPY_FACTOR",
            "reading_noise", "staging_allowance"]
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
@@ -42,6 +43,10 @@ NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its firs
 # 2026-12-05); those on returning contents are judged against the floor; at most NEW_TRIES
 # x samples requests in all
 NEW_TRIES = 4
+# a worker's copies of its calls' inputs may cost this many times the harness's own copies
+# of as many bytes (read from another core's cache they cost ~2x: the decode case
+# 4x8/2x1x128:4096 fp32 copied at 7 GB/s): more is work hidden in the copies
+COPY_FACTOR = 4.0
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
@@ -98,87 +103,42 @@ class _Clocked:
 def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
            new: list | None = None, watch: ThreadWatch | None = None) -> tuple[float, list]:
     """Up to k calls (never past a refill, nor from returning contents into new ones):
-    their new contents made and written here (:mod:`flashbench.timed.shared`), staged, a
-    backward's dO drawn and written after the stage (:meth:`Pool.arm`), run: (the run's round
-    trip, the worker's own time of each call). The worker's CPU from before the contents
-    were written to the stage's reply, over the arm, and over the run, into ``cpu``; whether
-    the contents were new, onto ``new``; each call's content seed onto ``seeds``."""
+    their new contents made and written here (:mod:`flashbench.timed.shared`), filled,
+    staged, a backward's dO drawn and written after the stage (:meth:`Pool.arm`) and filled,
+    run: (the run's round trip, the worker's own time of each call). The worker's CPU from
+    before the contents were written to the fills' replies, over the stage and over the run,
+    into ``cpu``; whether the contents were new, onto ``new``; each call's content seed onto
+    ``seeds``."""
     if watch is not None:
         watch.check()
     c0 = cpu_s(w.pid)
-    with _one_thread():
+    with one_thread():
         pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
     if new is not None:
         new.append(pool.next_is_new())
     slots = [pool.next()[0] for _ in range(min(k, pool.left_in_group()))]
-    w.ask(len(slots), op="stage", slots=slots)
+    w.ask(len(slots), op="fill", slots=slots)  # copied into the worker's own buffers
     c1 = cpu_s(w.pid)
-    if pool.late_n:  # dO exists from here: after the forwards the stage ran
-        with _one_thread():
-            pool.arm(secrets.randbits(62), slots)
-        w.ask(len(slots), op="arm", slots=slots)  # copied into the worker's own buffers
+    w.ask(len(slots), op="stage", slots=slots)
     c2 = cpu_s(w.pid)
-    rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
+    if pool.late_n:  # dO exists from here: after the forwards the stage ran
+        with one_thread():
+            pool.arm(secrets.randbits(62), slots)
+        w.ask(len(slots), op="fill", slots=slots, late=True)
     c3 = cpu_s(w.pid)
+    rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
+    c4 = cpu_s(w.pid)
     if watch is not None:
         watch.after_run()
     w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
-    if None not in (c0, c1, c2, c3):
-        cpu["stage"] += c1 - c0
-        cpu["arm"] = cpu.get("arm", 0.0) + c2 - c1
-        cpu["run"] += c3 - c2
+    if None not in (c0, c1, c2, c3, c4):
+        cpu["load"] = cpu.get("load", 0.0) + (c1 - c0) + (c3 - c2)
+        cpu["copied"] = cpu.get("copied", 0) + sum(nbytes(pool.slots[i]) for i in slots)
+        cpu["stage"] += c2 - c1
+        cpu["run"] += c4 - c3
         cpu["pairs"] = cpu.get("pairs", 0) + 1
     seeds += [pool.seeds[i] for i in slots]  # after arm: a backward's (contents, dO)
     return rt, reply["own_s"]
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """The harness's torch on one thread while it makes a worker's inputs: its pool's
-    threads spin a while after a parallel op (OpenMP's wait), on the CPUs the worker's calls
-    start on a moment later (an honest kernel's median read 0.9-4.5 ms against 0.6-0.9 ms)."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = "fwd",
-                 decode: dict | None = None, varlen=None, gqa: bool = True) -> Pool:
-    """The pool of a worker's calls, made in this process from the run's seed (the worker
-    maps its slots: :func:`flashbench.timed.shared.share`): the inputs as the judges
-    rebuild them (CPU draws), k and v expanded to q's heads for a function without GQA
-    (``gqa`` False; a backward expands them in its graph), a backward's dO late."""
-    from flashbench.backends.tensors import expand_kv
-    from flashbench.inputs.problem import Shape
-    from flashbench.timed.attention import attention_maker, do_maker, grad_maker, varlen_maker
-    from flashbench.timed.decode import decode_maker
-    from flashbench.timed.pool import names_for
-
-    late = None
-    if direction == "decode":
-        make = decode_maker(decode, dtype, "cpu")
-    elif varlen is not None:
-        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu")
-
-        def make(s):
-            q, k, v, cu = packed(s)
-            return (q, *((k, v) if gqa else expand_kv(q, k, v)), cu)
-    elif direction == "fwd":
-        qkv = attention_maker(Shape.parse(shape), dtype, "cpu", "cpu")
-
-        def make(s):
-            q, k, v = qkv(s)
-            return (q, *((k, v) if gqa else expand_kv(q, k, v)))
-    else:
-        make = grad_maker(Shape.parse(shape), dtype, "cpu", "cpu")
-        if direction == "bwd":
-            late = do_maker(Shape.parse(shape), dtype, "cpu", "cpu")
-    return Pool(make, size, seed, names_for(direction, varlen is not None), late=late)
 
 
 def _device() -> str:
@@ -226,7 +186,8 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
-    cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0}
+    cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0,  # and the copies' cost here, per byte
+           "copy_s_per_byte": copy_s_per_byte(nbytes(pool.slots[0]))}
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
     gpu = device == "cuda"
@@ -370,24 +331,28 @@ def staging_allowance(cpu: dict) -> float:
 
 def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
                device: str = "cpu") -> None:
-    """CPU while the worker should be idle over 2 ticks + 10 % of the idle time, or more
-    CPU readying the calls than running them (beyond :func:`staging_allowance`): from the
-    moment their new contents were written to the stage's reply (not "bwd", whose stage
-    runs the forward), or a backward's from the moment its dO was written to the run
-    (``arm``); not on a GPU, where a call's CPU time is its launches and a
-    synchronisation's wait, not its work (on an H200 an honest Triton forward ran 0.14 s of
-    CPU against 0.4 s readying its inputs): work outside the timed call."""
+    """CPU while the worker should be idle over 2 ticks + 10 % of the idle time; more CPU
+    from the moment a request's inputs were written to their copies' end (``load``, a
+    backward's dO too) than :data:`COPY_FACTOR` x what copying them costs this process; or
+    more CPU readying the calls (``stage``; not "bwd", whose stage runs the forward) than
+    running them (beyond :func:`staging_allowance`). Not the last two on a GPU, where a
+    call's CPU time is its launches and a synchronisation's wait, not its work (on an H200
+    an honest Triton forward ran 0.14 s of CPU against 0.4 s readying its inputs): work
+    outside the timed call."""
     if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
         faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
                           f"{idle_wall:.3g} s of idle pauses after its replies "
                           "(/proc/<pid>/stat, read by the harness)")
-    elif device == "cuda":
         return
+    if device == "cuda":
+        return
+    copying = COPY_FACTOR * cpu.get("copied", 0) * cpu.get("copy_s_per_byte", 0.0)
+    if cpu.get("load", 0.0) > copying + staging_allowance(cpu):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['load']:.3g} s of CPU from the "
+                          "moment its calls' inputs were written to their copies' end, more "
+                          f"than {COPY_FACTOR:g}x what copying their "
+                          f"{cpu['copied'] / 2**20:.3g} MiB costs the harness "
+                          f"({copying / COPY_FACTOR:.3g} s)")
     elif direction != "bwd" and cpu["stage"] > cpu["run"] + staging_allowance(cpu):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU from the "
-                          "moment its inputs were written to their calls' start, more than "
-                          f"the {cpu['run']:.3g} s of the timed calls")
-    elif direction == "bwd" and cpu.get("arm", 0.0) > cpu["run"] + staging_allowance(cpu):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['arm']:.3g} s of CPU from the "
-                          "moment dO was written to the calls' start, more than the "
-                          f"{cpu['run']:.3g} s of the timed backward calls")
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
+                          f"its calls, more than the {cpu['run']:.3g} s of the timed calls")
