@@ -338,5 +338,8 @@ def test_the_watch_tells_a_parked_thread_from_one_that_works_or_ends_after_the_r
     watch.after_run()
     ends.set()
     short.join()
+    deadline = time.monotonic() + 5  # an exited thread can stay listed in /proc a moment
+    while os.path.exists(f"/proc/self/task/{short.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert "ended after its call's reply" in watch.check()
     stop.set()
