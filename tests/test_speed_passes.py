@@ -280,12 +280,12 @@ def test_an_honest_backward_is_judged_as_check_judges_it():
         assert judge.judge((s, s + 10**6), off)[0] == guard.WRONG
 
 
-def test_an_honest_forward_is_judged_against_the_whole_outputs_yardsticks():
+def test_an_honest_forward_is_judged_against_yardsticks_a_matrix_product_rounds():
     """fp32 sdpa on one thread at 1x8x1024x64 failed the speed judge on 1 content in 400
     (5.79e-7 at row 788, above the band's 5.43e-7 and twice the standard attention of the
-    checked rows computed alone); over the whole output, as check computes it, the standard
-    attention's error on that row is 3.5e-7 and the kernel passes. A forward off by 2e-6
-    still fails."""
+    checked rows computed alone); on 64-row blocks around them, as a matrix product rounds
+    them (over the whole output the standard attention's error on that row is 3.5e-7), the
+    kernel passes. A forward off by 2e-6 still fails."""
     import numpy as np
     import torch
 

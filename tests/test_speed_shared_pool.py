@@ -343,3 +343,30 @@ def test_the_watch_tells_a_parked_thread_from_one_that_works_or_ends_after_the_r
         time.sleep(0.01)
     assert "ended after its call's reply" in watch.check()
     stop.set()
+
+
+def test_a_long_warm_up_fills_no_new_contents_before_the_worker_maps_them():
+    """Drawn from the pool, a warm-up of 25 calls on 16 slots started its second round:
+    7 slots held new contents from before prepare, and the first requests timed as new ran
+    on them (a review of this change)."""
+    from flashbench.measure.speedworker import warm_slots
+
+    pool = harness_pool("1x2x16x16x8", "fp32", 16, 3)
+    seeds = list(pool.seeds)
+    warm = warm_slots(pool, 25)
+    assert len(warm) == 25 and set(warm) == set(range(16))
+    assert pool.rounds == 0 and not any(pool.fresh) and pool.seeds == seeds
+
+
+def test_a_backwards_two_fills_a_request_are_allowed_for():
+    """A backward fills twice a request (its inputs, then dO): the per-request allowance
+    counts fills, not requests (an honest backward at --samples 200 read "work outside the
+    timed call": the fills' readings had begun before the harness's writes, and were
+    allowed one request's cost per pair)."""
+    readings = {"idle": 0.0, "stage": 0.0, "run": 1.0, "pairs": 100, "nulls": 100,
+                "null": 0.5, "copied": 0, "copy_s_per_byte": 0.0, "load": 1.2}
+    faults = {}
+    _judge_cpu({**readings, "fills": 200}, 1.0, faults, "bwd")
+    assert faults == {}
+    _judge_cpu({**readings, "fills": 100}, 1.0, faults, "bwd")  # counted as one a request
+    assert guard.OUTSIDE in faults

@@ -10,6 +10,7 @@ request to a decode function, or the reverse). See :mod:`flashbench.backends.wor
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 
@@ -39,7 +40,9 @@ from flashbench.timed import guard, threads  # clocks captured before any user m
 
 __all__ = ["Server", "raised"]
 
-_MEMMOVE = ctypes.memmove  # before any kernel's module loads (Server._load_slot)
+# before any kernel's module loads (Server._load_slot): a kernel may rebind either name
+_MEMMOVE, _COPY = ctypes.memmove, torch.Tensor.copy_
+_PLAIN = getattr(torch._C, "DisableTorchFunction", None)  # no __torch_function__ mode either
 
 
 def _reply(checked) -> dict:
@@ -193,13 +196,16 @@ class Server:
         backward ran 12-18% slower than on inputs the worker made itself, a forward's median
         0.6-5 ms against 0.5-0.8 ms, by where the scheduler put the two processes. On a
         CPU by ``ctypes.memmove``, taken before any kernel's module loaded: a kernel that
-        wrapped ``Tensor.copy_`` attended each new input as it was copied."""
+        wrapped ``Tensor.copy_`` attended each new input as it was copied (on a GPU by the
+        ``Tensor.copy_`` of import time, with no ``__torch_function__`` mode; a dispatcher
+        mode still sees it: docs/speed.md)."""
         t, cpu = self.timing, self.device.type == "cpu"
         for dst, src in list(zip(t["slots"][i], t["shared"][i], strict=True))[start:stop]:
             if dst is not None and cpu:  # bytes moved: no torch op a kernel could hook
                 _MEMMOVE(dst.data_ptr(), src.data_ptr(), src.nbytes)
-            elif dst is not None:
-                dst.copy_(src)
+            elif dst is not None:  # to the device: torch's own copy, as it was at import
+                with _PLAIN() if _PLAIN is not None else contextlib.nullcontext():
+                    _COPY(dst, src)
 
     def _ready(self, i: int) -> tuple:
         """Slot i's call arguments: setup's (a backward's forward) on all but the late ones

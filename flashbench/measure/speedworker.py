@@ -105,37 +105,39 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
     """Up to k calls (never past a refill, nor from returning contents into new ones):
     their new contents made and written here (:mod:`flashbench.timed.shared`), filled,
     staged, a backward's dO drawn and written after the stage (:meth:`Pool.arm`) and filled,
-    run: (the run's round trip, the worker's own time of each call). The worker's CPU from
-    before the contents were written to the fills' replies, over the stage and over the run,
-    into ``cpu``; whether the contents were new, onto ``new``; each call's content seed onto
-    ``seeds``."""
+    run: (the run's round trip, the worker's own time of each call). The worker's CPU over
+    the fills (from the end of the harness's writes: the worker's OpenMP threads may spin
+    while the harness draws), over the stage and over the run, into ``cpu``; whether the
+    contents were new, onto ``new``; each call's content seed onto ``seeds``."""
     if watch is not None:
         watch.check()
-    c0 = cpu_s(w.pid)
     with one_thread():
         pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
     if new is not None:
         new.append(pool.next_is_new())
     slots = [pool.next()[0] for _ in range(min(k, pool.left_in_group()))]
+    c0 = cpu_s(w.pid)
     w.ask(len(slots), op="fill", slots=slots)  # copied into the worker's own buffers
     c1 = cpu_s(w.pid)
     w.ask(len(slots), op="stage", slots=slots)
-    c2 = cpu_s(w.pid)
+    c2 = c3 = c4 = cpu_s(w.pid)
     if pool.late_n:  # dO exists from here: after the forwards the stage ran
         with one_thread():
             pool.arm(secrets.randbits(62), slots)
+        c3 = cpu_s(w.pid)
         w.ask(len(slots), op="fill", slots=slots, late=True)
-    c3 = cpu_s(w.pid)
+        c4 = cpu_s(w.pid)
     rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
-    c4 = cpu_s(w.pid)
+    c5 = cpu_s(w.pid)
     if watch is not None:
         watch.after_run()
     w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
-    if None not in (c0, c1, c2, c3, c4):
-        cpu["load"] = cpu.get("load", 0.0) + (c1 - c0) + (c3 - c2)
+    if None not in (c0, c1, c2, c3, c4, c5):
+        cpu["load"] = cpu.get("load", 0.0) + (c1 - c0) + (c4 - c3)
+        cpu["fills"] = cpu.get("fills", 0) + 1 + bool(pool.late_n)
         cpu["copied"] = cpu.get("copied", 0) + sum(nbytes(pool.slots[i]) for i in slots)
         cpu["stage"] += c2 - c1
-        cpu["run"] += c4 - c3
+        cpu["run"] += c5 - c4
         cpu["pairs"] = cpu.get("pairs", 0) + 1
     seeds += [pool.seeds[i] for i in slots]  # after arm: a backward's (contents, dO)
     return rt, reply["own_s"]
@@ -147,6 +149,13 @@ def _device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def warm_slots(pool: Pool, warmup: int) -> list[int]:
+    """The slots of the warm-up's calls: the first contents in turn, the pool's order
+    untouched (drawn from it, a warm-up longer than the pool started its second round and
+    filled new contents before the worker mapped them, timed later as new)."""
+    return [i % pool.size for i in range(warmup)]
 
 
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
@@ -178,7 +187,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
            causal: bool, variant: dict | None, varlen) -> dict:
     """:func:`time_in_worker`'s requests on the shared ``pool``."""
     seeds: list = []  # each timed call's content seed, in order
-    warm = [pool.next()[0] for _ in range(warmup)]  # the warm-up's calls
+    warm = warm_slots(pool, warmup)
     said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
                  late=pool.late_n, names=list(pool.names), causal=causal,
                  direction=direction, variant=variant or {},
@@ -318,13 +327,13 @@ def reading_noise(pairs: int) -> float:
     return _TICK * (2 + 4 * math.sqrt(max(pairs, 1) / 2))
 
 
-def staging_allowance(cpu: dict) -> float:
+def staging_allowance(cpu: dict, requests: str = "pairs") -> float:
     """CPU the stage requests may take beyond the runs with no kernel work in them: the
     empty requests' own CPU per request (unpickling, replying: the harness's code) times
     the stage requests, plus :func:`reading_noise` of the stage/run pairs and the empty
     requests. (A 2-tick margin flagged a correct decode under load: 0.02 s readying,
     0 s running, 13 pairs; a tiny kernel's staging costs more than its calls.)"""
-    pairs, nulls = cpu.get("pairs", 1), cpu.get("nulls", 0)
+    pairs, nulls = cpu.get(requests, 1), cpu.get("nulls", 0)  # or the fill requests
     per_request = cpu.get("null", 0.0) / nulls if nulls else 0.0
     return per_request * pairs + reading_noise(pairs + nulls)
 
@@ -347,10 +356,9 @@ def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
     if device == "cuda":
         return
     copying = COPY_FACTOR * cpu.get("copied", 0) * cpu.get("copy_s_per_byte", 0.0)
-    if cpu.get("load", 0.0) > copying + staging_allowance(cpu):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['load']:.3g} s of CPU from the "
-                          "moment its calls' inputs were written to their copies' end, more "
-                          f"than {COPY_FACTOR:g}x what copying their "
+    if cpu.get("load", 0.0) > copying + staging_allowance(cpu, "fills"):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['load']:.3g} s of CPU copying its "
+                          f"calls' inputs in, more than {COPY_FACTOR:g}x what copying their "
                           f"{cpu['copied'] / 2**20:.3g} MiB costs the harness "
                           f"({copying / COPY_FACTOR:.3g} s)")
     elif direction != "bwd" and cpu["stage"] > cpu["run"] + staging_allowance(cpu):
