@@ -1,13 +1,13 @@
 """A pool's slots in memory the harness and a kernel's worker both map.
 
 The harness writes every input a worker's calls get (:class:`flashbench.timed.pool.Pool`,
-its contents made in the harness's process); the worker maps the same pages and hands them
-to the kernel, so no code runs in the worker while contents are made (a kernel that wrapped
-``Tensor.copy_`` attended each new input as the worker's own refill wrote it, outside every
-clock: PASS, 1.86x over sdpa, 2026-12-05), and the harness reads the slots itself to see a
-write into an input. One file in /dev/shm (a RAM file system; the temporary directory
-where there is none), mapped with ``torch.from_file(shared=True)``, removed once both have
-mapped it.
+its contents made in the harness's process); the worker maps the same pages and copies each
+call's inputs from them into its own buffers, so no code runs in the worker while contents
+are made (a kernel that wrapped ``Tensor.copy_`` attended each new input as the worker's
+own refill wrote it, outside every clock: PASS, 1.86x over sdpa, 2026-12-05), and the
+harness reads the slots itself to see a write into an input. One file in /dev/shm (a RAM
+file system; the temporary directory where it has no room), mapped with
+``torch.from_file(shared=True)``, removed once both have mapped it.
 """
 
 from __future__ import annotations
