@@ -73,7 +73,7 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
     return faults, len(outputs)
 
 
-def late_do(case: SpeedCase, device: str, draw: str):
+def _late_do(case: SpeedCase, device: str, draw: str):
     """A backward pool's late argument, dO (:meth:`flashbench.timed.pool.Pool.arm`): drawn
     after the call's forward ran; None for the other passes (their calls get it whole)."""
     return do_maker(case.shape, case.dtype, device, draw) if case.direction == "bwd" else None
@@ -103,7 +103,7 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
                                                              **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
         pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed,
-                    names_for(case.direction), late=late_do(case, dev.type, "device"))
+                    names_for(case.direction), late=_late_do(case, dev.type, "device"))
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
             q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,
             **case.kwargs()), case.direction)

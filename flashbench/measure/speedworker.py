@@ -17,7 +17,6 @@ the timed call**). ``fetch`` returns the outputs, judged here. Limits: docs/spee
 from __future__ import annotations
 
 import math
-import os
 import secrets
 import statistics
 import time
@@ -26,7 +25,7 @@ import numpy as np
 
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
-from flashbench.timed.threads import ThreadWatch
+from flashbench.timed.threads import TICK, ThreadWatch, stat_cpu
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "COPY_FACTOR",
            "reading_noise", "staging_allowance"]
@@ -47,18 +46,13 @@ NEW_TRIES = 4
 # of as many bytes (read from another core's cache they cost ~2x: the decode case
 # 4x8/2x1x128:4096 fp32 copied at 7 GB/s): more is work hidden in the copies
 COPY_FACTOR = 4.0
-_TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+_TICK = TICK
 
 
 def cpu_s(pid: int) -> float | None:
     """The process's CPU time (utime + stime of all its threads, /proc/<pid>/stat), seconds;
     None where there is no /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) * _TICK
+    return stat_cpu(f"/proc/{pid}/stat")
 
 
 class _Clocked:

@@ -11,7 +11,7 @@ import threading
 import time
 
 __all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning",
-           "ThreadWatch", "thread_cpu"]
+           "ThreadWatch", "thread_cpu", "stat_cpu", "TICK"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
@@ -51,22 +51,28 @@ def joined(tasks_before: int | None) -> None:
         time.sleep(1e-4)
 
 
+TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
+
+
+def stat_cpu(path: str) -> float | None:
+    """utime + stime, seconds, of a /proc ``stat`` file (a process's: all its threads; or
+    one thread's, /proc/<pid>/task/<tid>/stat); None where it cannot be read."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * TICK
+
+
 def thread_cpu(pid: int) -> dict[int, float] | None:
-    """{thread id: its CPU seconds (utime + stime, /proc/<pid>/task/<tid>/stat)} of a
-    process's threads; None where there is no /proc."""
+    """{thread id: its CPU seconds} of a process's threads; None where there is no /proc."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    tick, out = 1.0 / os.sysconf("SC_CLK_TCK"), {}
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # it ended meanwhile
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) * tick
-    return out
+    cpu = {int(t): stat_cpu(f"/proc/{pid}/task/{t}/stat") for t in tids}
+    return {t: c for t, c in cpu.items() if c is not None}  # None: it ended meanwhile
 
 
 class ThreadWatch:
