@@ -36,7 +36,7 @@ from flashbench.backends.outputs import (
 )
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
-from flashbench.timed import guard, threads  # clocks captured before any user module loads
+from flashbench.timed import commit, guard, threads  # clocks captured before any user module loads
 
 __all__ = ["Server", "raised"]
 
@@ -275,7 +275,21 @@ class Server:
         # the threads still alive now: the harness watches them (threads.ThreadWatch)
         t["staged"] = []
         t["own_s"] += own
-        return {"own_s": own}
+        # each output's bits summed inside the harness's clock: one finished after this
+        # reply differs from its copy (timed.commit); as many sums as an empty request's
+        ran = t["ran"][len(t["ran"]) - len(own):]
+        if ran and t.get("blank") is None:
+            t["blank"] = commit.blank(ran[-1][0], self.device)
+        sums = [commit.checksums(out) for out, _ in ran]
+        self._sum_blanks(r.get("sums", 0) - len(ran))
+        return {"own_s": own, "sums": sums}
+
+    def _sum_blanks(self, n: int) -> None:
+        """``n`` calls' outputs summed (:func:`flashbench.timed.commit.blank`): an empty
+        request's, and a run's of fewer calls than k, as the harness asked."""
+        blank = (self.timing or {}).get("blank")
+        for _ in range(n if blank else 0):
+            commit.checksums(blank)
 
     def _collect(self, r: dict) -> dict:
         """The last run's outputs checked (structure), copied and the kernel's buffers
@@ -302,6 +316,7 @@ class Server:
         of that many calls makes on a GPU, so that its round trip less this one is the calls'
         alone."""
         self._flush(r.get("flushes", 0))
+        self._sum_blanks(r.get("sums", 0))
         if r.get("sync"):
             self._sync()
         return {}

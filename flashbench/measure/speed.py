@@ -391,7 +391,8 @@ def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     if reply is not None:
         row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"]) + (
             f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
-            "before the kernel's module was imported, + 1 ms)"
+            "before the kernel's module was imported, + 1 ms, + 2x this process's time to "
+            "sum k calls' outputs)"
             if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
         row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
     return row

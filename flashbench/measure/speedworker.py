@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
+from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
 from flashbench.timed.threads import TICK, ThreadWatch, stat_cpu
 
@@ -94,7 +95,7 @@ class _Clocked:
                                 f"(--timeout): a call took {worst:.3g} s (the harness's clock)")
 
 
-def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
+def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
            new: list | None = None, watch: ThreadWatch | None = None) -> tuple[float, list]:
     """Up to k calls (never past a refill, nor from returning contents into new ones):
     their new contents made and written here (:mod:`flashbench.timed.shared`), filled,
@@ -102,7 +103,8 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
     run: (the run's round trip, the worker's own time of each call). The worker's CPU over
     the fills (from the end of the harness's writes: the worker's OpenMP threads may spin
     while the harness draws), over the stage and over the run, into ``cpu``; whether the
-    contents were new, onto ``new``; each call's content seed onto ``seeds``."""
+    contents were new, onto ``new``; each call's content seed onto ``seeds``, its output's
+    sums at the reply onto ``said`` (:mod:`flashbench.timed.commit`)."""
     if watch is not None:
         watch.check()
     with one_thread():
@@ -121,7 +123,10 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list,
         c3 = cpu_s(w.pid)
         w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid)
-    rt, reply = w.ask(len(slots), op="run", flushes=k)  # on a GPU: k L2 flushes, as the nulls
+    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's
+    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=k)
+    sums = reply.get("sums")
+    said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
     c5 = cpu_s(w.pid)
     if watch is not None:
         watch.after_run()
@@ -181,6 +186,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
            causal: bool, variant: dict | None, varlen) -> dict:
     """:func:`time_in_worker`'s requests on the shared ``pool``."""
     seeds: list = []  # each timed call's content seed, in order
+    sums: list = []  # each call's output sums at its run's reply
     warm = warm_slots(pool, warmup)
     said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
                  late=pool.late_n, names=list(pool.names), causal=causal,
@@ -197,7 +203,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):
-        tries.append((_calls(w, 1, cpu, pool, seeds, watch=watch)[0], 1))
+        tries.append((_calls(w, 1, cpu, pool, seeds, sums, watch=watch)[0], 1))
         w.over_limit(tries[-1:], min(nulls))
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
@@ -213,12 +219,12 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         if gpu and i == 0:
             nulls = []  # the calibration's (one flush each) do not match k calls' requests
         c0 = cpu_s(w.pid)
-        nulls.append(w.ask(op="null", flushes=k)[0])
+        nulls.append(w.ask(op="null", flushes=k, sums=k)[0])
         c1 = cpu_s(w.pid)
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
             cpu["nulls"] = cpu.get("nulls", 0) + 1
-        rt, mine = _calls(w, k, cpu, pool, seeds, new, watch)
+        rt, mine = _calls(w, k, cpu, pool, seeds, sums, new, watch)
         runs.append((rt, len(mine)))
         own.append(sum(mine) / len(mine))
         if i in settle_at:
@@ -229,7 +235,8 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     # was imported in the worker (+ NULL_SLACK): a module that slowed the worker's empty
     # requests by 15 ms had them subtracted from every timed one (2.3x faster, PASS)
     trusted = w.worker.trusted_null_s
-    cap = math.inf if gpu or trusted is None else NULL_CAP * trusted + NULL_SLACK
+    cap = math.inf if gpu or trusted is None else (  # and up to 2x the sums it makes
+        NULL_CAP * trusted + NULL_SLACK + 2 * k * commit.checksum_s(commit.said_bytes(sums)))
     nulls = [min(t, cap) for t in nulls]
     null, least = statistics.median(nulls), min(nulls)
     per_call = [max(rt - null, 0.0) / n for (rt, n), fresh in zip(runs, new, strict=True)
@@ -244,7 +251,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     for _ in range(CONFIRM):
         if _clock_fault(clocked, claimed, nulls) is None:
             break
-        rt, mine = _calls(w, k, cpu, pool, seeds, watch=watch)
+        rt, mine = _calls(w, k, cpu, pool, seeds, sums, watch=watch)
         clocked.append((rt, len(mine)))
         claimed.append(sum(mine) / len(mine))
     w.over_limit(clocked, least)  # every timed request, the confirming ones too
@@ -254,6 +261,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
     faults = {**reply["faults"], **faults}
+    late = commit.changed_after_reply(sums, reply["outputs"])
+    if late is not None:
+        faults.setdefault(OUTSIDE, late)
     changed = pool.modified()  # read here, in the pages the worker's calls were handed
     if changed is not None:
         faults.setdefault(MODIFIED, changed)

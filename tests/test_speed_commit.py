@@ -1,0 +1,149 @@
+"""A user's kernel's outputs are committed at its run's reply (:mod:`flashbench.timed.commit`,
+issue 35): its worker sums each output's bits inside the harness's clock and the harness
+sums the copies it fetches. Before, a kernel that returned its output half done and
+finished it in the worker's ``collect`` (patched from its own module) PASSed on half the
+work (1x8x512x64 fp32: PASS at 13.7 ms against an honest 7.76 ms in the same run, under
+load; the deferred heads' cost on no clock)."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench.cli import main
+from flashbench.timed import commit, guard
+
+KERNELS = textwrap.dedent('''
+    import queue
+    import sys
+    import threading
+
+    import torch
+
+    _F = torch.nn.functional.scaled_dot_product_attention
+    _PENDING, _WORK = [], queue.Queue()
+
+
+    def honest(q, k, v, causal=False, scale=None):
+        return _F(q, k, v, is_causal=causal)
+
+
+    def in_collect(q, k, v, causal=False, scale=None):
+        """Half the heads in the call; the worker's collect, patched below, does the rest."""
+        o = torch.empty_like(q)
+        h = q.shape[1] // 2
+        o[:, :h] = _F(q[:, :h], k[:, :h], v[:, :h], is_causal=causal)
+        _PENDING.append((o[:, h:], q[:, h:], k[:, h:], v[:, h:], causal))
+        return o
+
+
+    _Server = sys.modules["flashbench.backends.child"].Server
+    _collect = _Server._collect
+
+
+    def _finishing_collect(self, r):
+        while _PENDING:
+            o, q, k, v, causal = _PENDING.pop()
+            o.copy_(_F(q, k, v, is_causal=causal))
+        return _collect(self, r)
+
+
+    _Server._collect = _finishing_collect
+
+
+    def _finisher():
+        while True:
+            o, q, k, v, causal = _WORK.get()
+            o.copy_(_F(q, k, v, is_causal=causal))
+
+
+    threading.Thread(target=_finisher, daemon=True).start()
+
+
+    def kept_thread(q, k, v, causal=False, scale=None):
+        """Half the heads in the call, the rest left to a thread started at import."""
+        o = torch.empty_like(q)
+        h = q.shape[1] // 2
+        o[:, :h] = _F(q[:, :h], k[:, :h], v[:, :h], is_causal=causal)
+        _WORK.put((o[:, h:], q[:, h:], k[:, h:], v[:, h:], causal))
+        return o
+''')
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbcommit.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    yield
+    sys.modules.pop("fbcommit", None)
+
+
+def _rows(capsys, *args):
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", *args])
+    return rc, {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+
+
+def test_an_output_finished_in_the_workers_collect_fails_by_name(kernels, capsys):
+    rc, rows = _rows(capsys, "--shape", "1x4x128x32", "--only", "fbcommit:in_collect",
+                     "fbcommit:honest")
+    late, honest = rows["fbcommit:in_collect"], rows["fbcommit:honest"]
+    assert honest["status"] == "PASS", honest["failures"]
+    assert rc == 1 and late["status"] == "FAIL", late
+    assert "changed after its run's reply" in late["failures"][guard.OUTSIDE], late["failures"]
+    assert guard.WRONG not in late["failures"]  # its values are right: only the time lies
+
+
+def test_an_output_a_kept_thread_finishes_after_the_reply_fails_by_name(kernels, capsys):
+    rc, rows = _rows(capsys, "--shape", "1x4x256x32", "--only", "fbcommit:kept_thread")
+    row = rows["fbcommit:kept_thread"]
+    assert rc == 1 and "changed after its run's reply" in row["failures"].get(
+        guard.OUTSIDE, ""), row["failures"]
+
+
+def test_an_honest_backward_passes_committed(kernels, capsys):
+    rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--pass", "bwd", "--only",
+                     "fbcommit:honest")
+    assert rc == 0 and rows["fbcommit:honest"]["status"] == "PASS", rows
+
+
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn]
+
+
+@settings(max_examples=40, deadline=None)
+@given(dims=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16), data=st.data())
+def test_a_checksum_is_exact_in_any_layout_and_moves_with_any_one_element(dims, dtype, seed,
+                                                                        data):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(dims, generator=g, dtype=torch.float64) * 100).to(dtype)
+    perm = data.draw(st.permutations(range(len(dims))))
+    strided = x.permute(perm).contiguous().permute(
+        [perm.index(i) for i in range(len(dims))])  # same values, other strides
+    assert commit.checksums(strided) == commit.checksums(x) == commit.checksums([x])
+    assert commit.checksums(x)[0][1] == x.nbytes
+    flat = x.clone().view(-1)
+    j = data.draw(st.integers(0, flat.numel() - 1))
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    bits = flat.view(ints[x.element_size()])
+    bits[j] ^= 1  # one bit of one element: its last
+    assert commit.checksums(flat.view(x.shape)) != commit.checksums(x)
+
+
+def test_what_is_not_a_plain_tensor_is_no_checksum_and_junk_sums_are_a_change():
+    o = torch.ones(2, 3)
+    assert commit.checksums((o, None)) == [[6 * int(torch.tensor(1.0).view(torch.int32)),
+                                           24], None]
+    said = [commit.checksums(o)]
+    assert commit.changed_after_reply(said, [o.clone()]) is None
+    assert commit.changed_after_reply(said, [None]) is None  # failed by structure already
+    assert "changed after" in commit.changed_after_reply(said, [o + 1])
+    assert "changed after" in commit.changed_after_reply([None], [o])  # a worker said none
+    assert "changed after" in commit.changed_after_reply(["junk"], [o])
+    assert "for 2 calls" in commit.changed_after_reply(said, [o, o])
+    assert commit.said_bytes([said[0], [[1, 96]], None, "junk"]) == 96
+    assert [b.shape for b in commit.blank((o, None, torch.ones(4)), "cpu")] == [(2, 3), (4,)]
