@@ -147,3 +147,66 @@ def test_what_is_not_a_plain_tensor_is_no_checksum_and_junk_sums_are_a_change():
     assert "for 2 calls" in commit.changed_after_reply(said, [o, o])
     assert commit.said_bytes([said[0], [[1, 96]], None, "junk"]) == 96
     assert [b.shape for b in commit.blank((o, None, torch.ones(4)), "cpu")] == [(2, 3), (4,)]
+
+
+SENDS_NONE = '''
+import torch
+
+from flashbench.backends import child
+
+_fetch = child.Server._fetch
+
+
+def _none(self, r):
+    reply = _fetch(self, r)
+    return {**reply, "outputs": [None] * len(reply["outputs"]), "faults": {}}
+
+
+child.Server._fetch = _none
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    return torch.empty_like(q)  # nothing computed
+'''
+
+EQUAL_SAYS_TRUE = '''
+import torch
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    torch.equal = lambda a, b: True
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    k.mul_(0.5)  # scratch in an input
+    return o
+'''
+
+
+@pytest.mark.parametrize("name, code, fault, why", [
+    ("fbsendsnone", SENDS_NONE, guard.WRONG, "call 1's output did not come back"),
+    ("fbequal", EQUAL_SAYS_TRUE, guard.MODIFIED, "k changed by a call")])
+def test_a_worker_that_patches_its_own_checks_fails_by_name(tmp_path, monkeypatch, capsys,
+                                                            name, code, fault, why):
+    """A red-team probe (2026-12-05): a module that patched its worker's fetch to send no
+    outputs and no faults PASSed with nothing computed (the harness took a worker's None for
+    its own structural fault, named elsewhere); one that set ``torch.equal`` to say True
+    wrote into k unseen (the worker's comparison is now the import-time op)."""
+    (tmp_path / f"{name}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--only", f"{name}:fwd")
+    row = rows[f"{name}:fwd"]
+    assert rc == 1 and row["failures"].get(fault, "").startswith(why), row["failures"]
+
+
+def test_what_a_worker_sends_is_one_output_per_call_and_none_is_a_named_fault():
+    o = torch.ones(2)
+    faults = {}
+    assert commit.received([o, (o, None)], 2, faults) == [o, (o, None)] and faults == {}
+    got = commit.received([o, "junk", (None, o)], 3, faults)
+    assert got == [o, None, None] and "call 2's output did not come back" in faults[guard.WRONG]
+    faults = {}
+    assert commit.received([o], 3, faults) == [o, None, None]
+    assert faults[guard.WRONG] == "its worker sent 1 outputs for 3 calls"
+    faults = {guard.LAZY: "named by the worker"}  # a fault named: the row fails on it
+    assert commit.received([None], 1, faults) == [None] and list(faults) == [guard.LAZY]
+    assert commit.received("junk", 1, {}) == [None]

@@ -110,3 +110,46 @@ def test_bytecode_python_writes_is_genuine_to_a_harness_run_with_optimisations(t
                         "planted import genuine; print(genuine(sys.argv[1]))", pyc],
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "True", r.stderr[-2000:]
+
+
+HOOK = '''
+import os
+
+import torch
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sitecustomize.py"),
+          "w") as f:
+    f.write("PLANTED = True\\n")  # harmless here; a probe's dropped every value check
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+'''
+
+
+def test_a_startup_hook_a_kernel_writes_on_the_import_path_fails_that_run_and_the_next(
+        tmp_path):
+    """A probe's kernel (2026-12-05) wrote ``sitecustomize.py`` beside itself, on the
+    harness's PYTHONPATH: every later ``flashbench speed`` imported it at start-up, before
+    flashbench, and its hook made the harness judge nothing (a kernel returning zeros
+    PASSed). The run that writes it fails by name, and so does every run that starts with
+    it (the file is the user's to delete)."""
+    import subprocess
+
+    (tmp_path / "fbhook.py").write_text(HOOK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, str(tmp_path)])}
+
+    def run():
+        r = subprocess.run([sys.executable, "-m", "flashbench.cli", "speed", "--quiet",
+                            "--json", "--shape", "1x2x64x32", "--dtype", "fp32", "--seed", "5",
+                            "--only", "fbhook:fwd"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+        return r.returncode, json.loads(r.stdout)
+
+    rc, report = run()
+    hook = str(tmp_path / "sitecustomize.py")
+    assert rc == 1 and report["meta"]["planted"] == [f"{hook}: written during the run"], \
+        report["meta"]
+    rc, report = run()
+    why = report["meta"]["planted"]
+    assert rc == 1 and why[0].startswith(f"{hook}: sitecustomize imported at this run's start"), why

@@ -40,9 +40,20 @@ from flashbench.timed import commit, guard, threads  # clocks captured before an
 
 __all__ = ["Server", "raised"]
 
-# before any kernel's module loads (Server._load_slot): a kernel may rebind either name
-_MEMMOVE, _COPY = ctypes.memmove, torch.Tensor.copy_
+# before any kernel's module loads (Server._load_slot, _collect): a kernel may rebind any
+# of these names (a module that set torch.equal to say True wrote into k unseen)
+_MEMMOVE, _COPY, _EQUAL = ctypes.memmove, torch.Tensor.copy_, torch.equal
 _PLAIN = getattr(torch._C, "DisableTorchFunction", None)  # no __torch_function__ mode either
+
+
+def _same(x, src) -> bool:
+    """The worker's buffer ``x`` holds the harness's page ``src`` (the import-time ops)."""
+    with _PLAIN() if _PLAIN is not None else contextlib.nullcontext():
+        if x.device.type != "cpu":
+            host = torch.empty_like(src)
+            _COPY(host, x)
+            x = host
+        return _EQUAL(x, src)
 
 
 def _reply(checked) -> dict:
@@ -280,16 +291,15 @@ class Server:
         ran = t["ran"][len(t["ran"]) - len(own):]
         if ran and t.get("blank") is None:
             t["blank"] = commit.blank(ran[-1][0], self.device)
-        sums = [commit.checksums(out) for out, _ in ran]
-        self._sum_blanks(r.get("sums", 0) - len(ran))
+        sums = self._sums([out for out, _ in ran], r.get("sums", 0) - len(ran))
         return {"own_s": own, "sums": sums}
 
-    def _sum_blanks(self, n: int) -> None:
-        """``n`` calls' outputs summed (:func:`flashbench.timed.commit.blank`): an empty
-        request's, and a run's of fewer calls than k, as the harness asked."""
+    def _sums(self, outs: list, blanks: int) -> list:
+        """The outputs' sums and ``blanks`` more calls' (:func:`flashbench.timed.commit.
+        blank`: an empty request's, a run's of fewer calls than k, as the harness asked)."""
         blank = (self.timing or {}).get("blank")
-        for _ in range(n if blank else 0):
-            commit.checksums(blank)
+        return commit.checksums_of(outs + [blank] * max(blanks, 0) if blank else outs)[
+            :len(outs)]
 
     def _collect(self, r: dict) -> dict:
         """The last run's outputs checked (structure), copied and the kernel's buffers
@@ -304,7 +314,7 @@ class Server:
             names = t["names"]
             for j, (x, src) in enumerate(zip(t["slots"][slot], t["shared"][slot],
                                              strict=True)):
-                if x is not None and not torch.equal(x.cpu(), src):
+                if x is not None and not _same(x, src):
                     name = names[j] if j < len(names) else f"argument {j + 1}"
                     t["faults"].setdefault(guard.MODIFIED, f"{name} changed by a call "
                                            "(compared with the harness's copy after it)")
@@ -316,7 +326,7 @@ class Server:
         of that many calls makes on a GPU, so that its round trip less this one is the calls'
         alone."""
         self._flush(r.get("flushes", 0))
-        self._sum_blanks(r.get("sums", 0))
+        self._sums([], r.get("sums", 0))
         if r.get("sync"):
             self._sync()
         return {}

@@ -8,7 +8,9 @@ after the kernel's worker started: a wrong kernel PASSed in that run and in ever
 and compares, after the run, every file of the flashbench package and the bytecode of every
 module imported then (:func:`snapshot`, :func:`planted`): a source or data file changed, or
 bytecode that Python would not have written from its source (compiled again to compare),
-fails the run by name, and that bytecode is deleted, so that no later run imports it.
+fails the run by name, and that bytecode is deleted, so that no later run imports it. So
+does a new importable name on the import path (``sitecustomize.py`` beside a kernel), and a
+start-up hook imported from outside the interpreter's folders (:func:`startup_hooks`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import marshal
 import os
 import sys
 
-__all__ = ["JUDGES", "import_judges", "snapshot", "planted"]
+__all__ = ["JUDGES", "import_judges", "snapshot", "planted", "startup_hooks"]
 
 # what judges a speed run's outputs, imported before any kernel's code runs
 JUDGES = ("flashbench.measure.speedrun", "flashbench.measure.speedworker",
@@ -65,10 +67,46 @@ def _module_files() -> list[str]:
     return found
 
 
+def _path_entries() -> list[str]:
+    """What Python could import by a new name from each folder on this process's sys.path:
+    its modules, extensions, .pth files, and packages' ``__init__.py`` (a kernel's run wrote
+    ``sitecustomize.py`` beside itself, on the harness's PYTHONPATH: every later run
+    imported it at start-up and judged nothing)."""
+    found = []
+    for folder in dict.fromkeys(p for p in sys.path if p and os.path.isdir(p)):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for n in names:
+            path = os.path.join(folder, n)
+            if n.endswith((".py", ".pth", ".so", ".pyc")):
+                found.append(path)
+            elif n != "__pycache__" and os.path.isfile(os.path.join(path, "__init__.py")):
+                found.append(os.path.join(path, "__init__.py"))
+    return found
+
+
+def startup_hooks() -> list[str]:
+    """``sitecustomize`` / ``usercustomize`` modules this process imported at start-up from
+    outside the interpreter's own folders: code that ran in the harness before it did."""
+    roots = tuple(os.path.join(os.path.realpath(p), "")
+                  for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, "/etc"})
+    found = []
+    for name in ("sitecustomize", "usercustomize"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str) and not os.path.realpath(path).startswith(roots):
+            found.append(f"{path}: {name} imported at this run's start, from outside the "
+                         "interpreter's folders (code that runs in the harness before it: "
+                         "a kernel of an earlier run may have written it)")
+    return found
+
+
 def snapshot() -> dict:
-    """{path: (inode, size, mtime, ctime) or None}: the flashbench package's files and the
-    source and bytecode of every module imported now."""
-    return {p: _key(p) for p in (*_package_files(), *_module_files())}
+    """{path: (inode, size, mtime, ctime) or None}: the flashbench package's files, the
+    source and bytecode of every module imported now, and every importable name on the
+    import path (:func:`_path_entries`)."""
+    return {p: _key(p) for p in (*_package_files(), *_module_files(), *_path_entries())}
 
 
 def genuine(pyc: str) -> bool:
@@ -99,8 +137,8 @@ def planted(before: dict) -> list[str]:
     """What changed since ``before`` (:func:`snapshot`): a sentence per file; bytecode that
     is not its source's is deleted. A bytecode file Python wrote meanwhile (a module
     imported for the first time) is its source's, and not named."""
-    now = {p: _key(p) for p in (*before, *_package_files())}
-    found = []
+    now = {p: _key(p) for p in (*before, *_package_files(), *_path_entries())}
+    found = startup_hooks()
     for path in sorted(p for p, key in now.items() if key != before.get(p)):
         if path.endswith(".pyc"):
             if now[path] is None and before.get(path) is not None:

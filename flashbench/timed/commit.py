@@ -12,30 +12,58 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["checksums", "blank", "said_bytes", "changed_after_reply", "checksum_s"]
+from flashbench.timed.guard import WRONG
+
+__all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
+           "changed_after_reply", "checksum_s"]
 
 _MASK = 0xFFFFFFFF
 
 
-def _bits(x) -> int:
+def _bits(x):
+    """The sum of tensor ``x``'s elements' bit patterns, a 0-d int64 tensor on its device
+    (wrapping: read mod 2**64)."""
     import torch
 
     ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     b = x.detach().view(ints[x.element_size()])  # same element size: any strides
     if x.element_size() < 8:
-        return int(b.sum(dtype=torch.int64))
-    return (int((b & _MASK).sum()) + (int((b >> 32).sum()) << 32)) % 2**64  # no overflow
+        return b.sum(dtype=torch.int64)
+    return (b & _MASK).sum() + ((b >> 32).sum() << 32)  # each half's sum without overflow
+
+
+def _plain(x) -> bool:
+    import torch
+
+    return (type(x) is torch.Tensor and x.layout == torch.strided
+            and x.element_size() in (1, 2, 4, 8) and x.device.type != "meta")
+
+
+def _items(out) -> tuple:
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
+def checksums_of(outs: list) -> list:
+    """:func:`checksums` of each output in ``outs``, read back from a device in one copy
+    (one synchronisation for all, not one per tensor)."""
+    import torch
+
+    found = [[_bits(x) if _plain(x) else None for x in _items(o)] for o in outs]
+    sums = [t for row in found for t in row if t is not None]
+    try:
+        values = iter(torch.stack(sums).tolist() if sums else [])
+    except RuntimeError:  # tensors on several devices
+        values = iter([int(t) for t in sums])
+    return [[None if t is None else [next(values) % 2**64, x.nbytes]
+             for t, x in zip(row, _items(o), strict=True)] for row, o in zip(found, outs,
+                                                                               strict=True)]
 
 
 def checksums(out) -> list:
     """Per tensor of a call's output (a tensor, or a tuple or list of them): [the sum of
-    its elements' bit patterns, its bytes]; None for anything else (a lazy or subclassed
-    output is failed by name elsewhere)."""
-    import torch
-
-    items = tuple(out) if isinstance(out, tuple | list) else (out,)
-    return [[_bits(x), x.nbytes] if type(x) is torch.Tensor and x.layout == torch.strided
-            and x.element_size() in (1, 2, 4, 8) else None for x in items]
+    its elements' bit patterns mod 2**64, its bytes]; None for anything else (a lazy or
+    subclassed output is failed by name elsewhere)."""
+    return checksums_of([out])[0]
 
 
 def blank(out, device) -> list:
@@ -43,9 +71,8 @@ def blank(out, device) -> list:
     an empty request sums them, as a run sums its calls' outputs)."""
     import torch
 
-    items = tuple(out) if isinstance(out, tuple | list) else (out,)
-    return [torch.zeros(x.shape, dtype=x.dtype, device=device) for x in items
-            if type(x) is torch.Tensor and x.layout == torch.strided]
+    return [torch.zeros(x.shape, dtype=x.dtype, device=device) for x in _items(out)
+            if _plain(x)]
 
 
 def _as_said(sums) -> list | None:
@@ -91,3 +118,30 @@ def checksum_s(nbytes: int) -> float:
         checksums(x)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def received(outputs, calls: int, faults: dict) -> list:
+    """The outputs a worker's fetch sent, one per call as the judges take them (None: none
+    to judge), with a fault set in ``faults`` where they leave a call unjudged and no fault
+    is named. A worker's None is its own claim that the output failed a structural check,
+    and its faults are its own: a module that patched the fetch to send None for every
+    output and no fault PASSed with nothing computed (1x4x1024x64, every pass, decode and
+    varlen; before this check)."""
+    import torch
+
+    got = list(outputs) if isinstance(outputs, list) else []
+    if len(got) != calls:
+        faults.setdefault(WRONG, f"its worker sent {len(got)} outputs for {calls} calls")
+        got = (got + [None] * calls)[:calls]
+
+    def plain(o) -> bool:
+        items = tuple(o) if isinstance(o, tuple | list) else (o,)
+        return bool(items) and all(isinstance(x, torch.Tensor) or (x is None and j > 0)
+                                   for j, x in enumerate(items))
+
+    got = [o if plain(o) else None for o in got]
+    if None in got and not faults:
+        faults[WRONG] = (f"call {got.index(None) + 1}'s output did not come back (its "
+                           "worker sent none, and named no fault)")
+    return got
+
