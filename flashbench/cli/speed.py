@@ -133,6 +133,8 @@ def render_text(report: dict) -> str:
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
               "run is suspect (backends.strays)" for s in m.get("strays", ())]
+    notes += [f"FAIL: {i}; every figure of this run is suspect (backends.strays)"
+              for i in m.get("interference", ())]
     notes += [f"FAIL: a file the harness runs from changed while kernels ran: {p}; every "
               "verdict of this run is suspect (measure.planted)" for p in m.get("planted", ())]
     notes += [f"environment: {e}" for e in m.get("environment", ())]

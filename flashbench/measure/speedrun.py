@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-from flashbench.backends.strays import sweep
+from flashbench.backends.strays import others_cpu, priority, sweep
+from flashbench.backends.worker import worker_of
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -38,6 +40,11 @@ from flashbench.timed.attention import (
 )
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 from flashbench.timed.pool import names_for
+from flashbench.timed.threads import TICK as _TICK
+
+# the harness's own rows: other processes of the run may use 2 ticks + 5% of their time
+# (a worker's OpenMP threads spin a while after its last request)
+INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
 
 __all__ = ["time_backend", "run_speed"]
 
@@ -193,6 +200,8 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     roof = measure_roofline(device, [c.dtype for c in cases])
     by_name = {b.name: b for b in backends}
     rows, strays = [], [f"{s} (left by a kernel's import)" for s in sweep()]
+    interference: list[str] = []
+    first = priority()
     for case in cases:
         case_rows = []
         for b in backends:
@@ -204,16 +213,32 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
 
                 case_rows.append(time_decode(case, b, roof, seed, samples, warmup, device))
             else:
+                own = worker_of(b) is None  # timed here: no other process of this run may run
+                c0, t0 = others_cpu(), time.perf_counter()
                 case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
+                used, wall = others_cpu() - c0, time.perf_counter() - t0
+                now = priority()
+                if own and now != first:
+                    back = "set back" if priority(first) == first else "not set back (the OS"\
+                        " refused)"
+                    interference.append(f"this process's scheduling priority was changed "
+                                        f"while {b.name} was timed on {case.label()} (nice, "
+                                        f"autogroup nice: {first} -> {now}): {back}")
+                if own and used > INTERFERENCE_TICKS * _TICK + INTERFERENCE * wall:
+                    interference.append(
+                        f"other processes of this run (a kernel's worker, or what it "
+                        f"started) used {used:.3g} s of CPU in the {wall:.3g} s {b.name} was "
+                        f"timed on {case.label()} (/proc): its times are not its own")
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
             if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none
                 r.speedup, r.baseline = base.median_s / r.median_s, base.backend
         rows += case_rows
     strays += [f"{s} (found after the last timing)" for s in sweep()]
-    passed = all(r.status != "FAIL" for r in rows) and not strays
+    passed = all(r.status != "FAIL" for r in rows) and not strays and not interference
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,
             "strays": strays,  # processes a kernel left running, killed: the run FAILs
+            "interference": interference,  # CPU of others while the harness timed: FAILs
             "host": {**host, "load_end": _load()},
             "roofline": {"matmul_tflops": roof.tflops, "copy_gbs": roof.copy_gbs,
                          "how": roof.how},
