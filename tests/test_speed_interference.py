@@ -12,6 +12,7 @@ import textwrap
 
 from flashbench.backends.strays import others_cpu
 from flashbench.cli import main
+from flashbench.timed import guard
 
 HOG = textwrap.dedent('''
     import os
@@ -72,3 +73,64 @@ def test_the_cpu_of_a_descendant_is_read_and_a_changed_priority_is_seen_and_set_
                          check=True).stdout.split()
     assert out[0] == "True"  # seen; set back where the OS lets this user lower a nice
     assert out[1] == ("True" if os.geteuid() == 0 else out[1])
+
+
+HELPER = textwrap.dedent('''
+    import os
+    import time
+
+    import torch
+
+    from flashbench.backends import child
+
+    _prepare, _stage, _HELPER = child.Server._prepare, child.Server._stage, {}
+
+
+    def _spin(s):
+        t = time.process_time()
+        while time.process_time() - t < s:
+            pass
+
+
+    def _forked_prepare(self, r):
+        ask, done = os.pipe(), os.pipe()
+        if os.fork() == 0:  # a helper: each stage's "work", on no reading of the worker's
+            while os.read(ask[0], 1):
+                _spin(0.03)
+                os.write(done[1], b"x")
+            os._exit(0)
+        _HELPER["pipes"] = (ask[1], done[0])
+        return _prepare(self, r)
+
+
+    def _waiting_stage(self, r):
+        ask, done = _HELPER["pipes"]
+        os.write(ask, b"x")
+        os.read(done, 1)  # waits, using no CPU
+        return _stage(self, r)
+
+
+    child.Server._prepare, child.Server._stage = _forked_prepare, _waiting_stage
+
+
+    def fwd(q, k, v, causal=False, scale=None):
+        _spin(0.03)  # the calls padded with as much CPU as was moved out of them
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+''')
+
+
+def test_work_a_forked_helper_does_while_the_stage_waits_fails_by_name(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A red-team probe (2026-12-05) forked a helper at prepare that computed each stage's
+    outputs while the stage waited on a pipe, its calls padded with CPU spinning: the
+    helper's CPU was on no reading of the worker's (/proc/<pid>/stat) and the stage was
+    weighed against the calls' CPU, which padding raises (PASS, 3.5x over its honest self).
+    The worker's descendants are read with it, and the stage against empty requests."""
+    (tmp_path / "fbhelper.py").write_text(HELPER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
+               "1x2x64x32", "--only", "fbhelper:fwd"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 1 and "readying its calls" in row["failures"].get(guard.OUTSIDE, ""), \
+        row["failures"]

@@ -94,27 +94,9 @@ def others_cpu() -> float:
     zygote, the workers and whatever they started. Read around the harness's own timings,
     where none of them should run (a probe's kernel forked busy processes at import and
     killed them at its first timed request: torch's peers read up to 20x slower)."""
-    if not os.path.isdir("/proc"):
-        return 0.0
-    parent, ticks = {}, {}
-    for n in os.listdir("/proc"):
-        if not n.isdigit():
-            continue
-        try:
-            with open(f"/proc/{n}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            parent[int(n)], ticks[int(n)] = int(fields[1]), int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    mine, me = set(), os.getpid()
-    for pid in parent:
-        seen, p = [], pid
-        while p in parent and p != me and p not in mine and len(seen) < 64:
-            seen.append(p)
-            p = parent[p]
-        if p == me or p in mine:
-            mine.update(seen)
-    return sum(ticks[p] for p in mine) / os.sysconf("SC_CLK_TCK")
+    from flashbench.timed.threads import descendants, stat_cpu
+
+    return sum(stat_cpu(f"/proc/{p}/stat") or 0.0 for p in descendants(os.getpid()))
 
 
 def priority(restore: tuple | None = None) -> tuple:

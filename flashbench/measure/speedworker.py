@@ -26,7 +26,7 @@ import numpy as np
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
-from flashbench.timed.threads import TICK, ThreadWatch, stat_cpu
+from flashbench.timed.threads import TICK, ThreadWatch, descendants, stat_cpu
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "COPY_FACTOR",
            "reading_noise", "staging_allowance"]
@@ -50,10 +50,15 @@ COPY_FACTOR = 4.0
 _TICK = TICK
 
 
-def cpu_s(pid: int) -> float | None:
-    """The process's CPU time (utime + stime of all its threads, /proc/<pid>/stat), seconds;
-    None where there is no /proc."""
-    return stat_cpu(f"/proc/{pid}/stat")
+def cpu_s(pid: int, family=()) -> float | None:
+    """The process's CPU time (utime + stime of all its threads, /proc/<pid>/stat, and of
+    the children it waited for), seconds, + that of the processes ``family`` (its
+    descendants, as :func:`_calls` last found them: a probe's worker forked a helper at
+    prepare that did each stage's work while the stage waited, on no reading); None where
+    there is no /proc."""
+    own = stat_cpu(f"/proc/{pid}/stat", children=True)
+    return None if own is None else own + sum(stat_cpu(f"/proc/{p}/stat", children=True)
+                                              or 0.0 for p in family)
 
 
 class _Clocked:
@@ -61,7 +66,7 @@ class _Clocked:
 
     def __init__(self, worker, limit_per_call: float):
         self.worker, self.limit = worker, limit_per_call
-        self.pid = worker.proc.pid
+        self.pid, self.family = worker.proc.pid, []  # its descendants: _calls finds them
 
     def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
@@ -107,27 +112,28 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     sums at the reply onto ``said`` (:mod:`flashbench.timed.commit`)."""
     if watch is not None:
         watch.check()
+    w.family = descendants(w.pid)  # a process it started before this request is read too
     with one_thread():
         pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
     if new is not None:
         new.append(pool.next_is_new())
     slots = [pool.next()[0] for _ in range(min(k, pool.left_in_group()))]
-    c0 = cpu_s(w.pid)
+    c0 = cpu_s(w.pid, w.family)
     w.ask(len(slots), op="fill", slots=slots)  # copied into the worker's own buffers
-    c1 = cpu_s(w.pid)
+    c1 = cpu_s(w.pid, w.family)
     w.ask(len(slots), op="stage", slots=slots)
-    c2 = c3 = c4 = cpu_s(w.pid)
+    c2 = c3 = c4 = cpu_s(w.pid, w.family)
     if pool.late_n:  # dO exists from here: after the forwards the stage ran
         with one_thread():
             pool.arm(secrets.randbits(62), slots)
-        c3 = cpu_s(w.pid)
+        c3 = cpu_s(w.pid, w.family)
         w.ask(len(slots), op="fill", slots=slots, late=True)
-        c4 = cpu_s(w.pid)
+        c4 = cpu_s(w.pid, w.family)
     # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's
     rt, reply = w.ask(len(slots), op="run", flushes=k, sums=k)
     sums = reply.get("sums")
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
-    c5 = cpu_s(w.pid)
+    c5 = cpu_s(w.pid, w.family)
     if watch is not None:
         watch.after_run()
     w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
@@ -218,9 +224,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     while sum(new) < samples and i < NEW_TRIES * samples:
         if gpu and i == 0:
             nulls = []  # the calibration's (one flush each) do not match k calls' requests
-        c0 = cpu_s(w.pid)
+        c0 = cpu_s(w.pid, w.family)
         nulls.append(w.ask(op="null", flushes=k, sums=k)[0])
-        c1 = cpu_s(w.pid)
+        c1 = cpu_s(w.pid, w.family)
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
             cpu["nulls"] = cpu.get("nulls", 0) + 1
@@ -276,6 +282,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     changed = pool.modified()  # read here, in the pages the worker's calls were handed
     if changed is not None:
         faults.setdefault(MODIFIED, changed)
+    cpu["null_wall"] = null  # what an empty request's own CPU may be, at most
     _judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
     why = _clock_fault(clocked, claimed, nulls)
@@ -292,9 +299,9 @@ def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> flo
     after the reply), and on a GPU an empty request that synchronises the device (work
     left on it); returns the pause's length, s."""
     pause = min(0.5, max(0.1, 2 * rt))
-    c0 = cpu_s(w.pid)
+    c0 = cpu_s(w.pid, w.family)
     time.sleep(pause)
-    c1 = cpu_s(w.pid)
+    c1 = cpu_s(w.pid, w.family)
     if None not in (c0, c1):
         cpu["idle"] += c1 - c0
     if device != "cuda":
@@ -347,7 +354,10 @@ def staging_allowance(cpu: dict, requests: str = "pairs") -> float:
     requests. (A 2-tick margin flagged a correct decode under load: 0.02 s readying,
     0 s running, 13 pairs; a tiny kernel's staging costs more than its calls.)"""
     pairs, nulls = cpu.get(requests, 1), cpu.get("nulls", 0)  # or the fill requests
-    per_request = cpu.get("null", 0.0) / nulls if nulls else 0.0
+    # at most the empty requests' median round trip: a probe's forked helper spun while they
+    # ran, raising the allowance of the stage whose work it did (/proc counts its CPU)
+    per_request = min(cpu.get("null", 0.0) / nulls, cpu.get("null_wall", math.inf)) \
+        if nulls else 0.0
     return per_request * pairs + reading_noise(pairs + nulls)
 
 
@@ -374,6 +384,8 @@ def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
                           f"calls' inputs in, more than {COPY_FACTOR:g}x what copying their "
                           f"{cpu['copied'] / 2**20:.3g} MiB costs the harness "
                           f"({copying / COPY_FACTOR:.3g} s)")
-    elif direction != "bwd" and cpu["stage"] > cpu["run"] + staging_allowance(cpu):
+    elif direction != "bwd" and cpu["stage"] > staging_allowance(cpu):
         faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
-                          f"its calls, more than the {cpu['run']:.3g} s of the timed calls")
+                          f"its calls (the timed calls {cpu['run']:.3g} s), more than its "
+                          f"empty requests' cost and the readings' noise "
+                          f"({staging_allowance(cpu):.3g} s): nothing is computed there")
