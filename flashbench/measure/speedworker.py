@@ -251,8 +251,8 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
                 if fresh] or [max(rt - null, 0.0) / n for rt, n in runs]  # NEW_TRIES spent
     # the floor's judge: less the FASTEST empty round trip, so that a request's own pipe
     # latency never makes an honest call look faster than it ran, and never more than the
-    # least before the kernel's module was imported: a module that slowed the empty requests
-    # by 1.5 ms (under the cap) read 60x this machine's peak, PASS
+    # least before the kernel's module was imported (a module may slow every empty request,
+    # the calibration's too: its calls would meet the floor sooner than they ran)
     before = getattr(w.worker, "trusted_least_s", None)
     least = min(nulls + ([] if before is None else [before + flushes]))
     fastest = [max(rt - least, 0.0) / n for rt, n in runs]
