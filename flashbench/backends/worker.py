@@ -104,7 +104,6 @@ class Worker:
         self.saw_interpreter = False  # a call launched a Triton kernel interpreted
         self.round_trip_s = 0.0  # the last call's, from sent to the reply read (speedworker)
         self.trusted_null_s: float | None = None  # an empty request's, before any user code
-        self.trusted_least_s: float | None = None  # the least of those
         self.trusted_flush_s = 0.0  # what an L2 flush adds to one, before any user code
 
     def interpreted(self) -> bool:
@@ -151,7 +150,7 @@ class Worker:
         for _ in range(4):  # and one L2 flush's (a GPU's; nothing on a CPU): the first makes
             self.call({"op": "null", "flushes": 1})  # its buffer
             flushed.append(self.round_trip_s)
-        self.trusted_null_s, self.trusted_least_s = statistics.median(trips), min(trips)
+        self.trusted_null_s = statistics.median(trips)
         self.trusted_flush_s = max(statistics.median(flushed[1:]) - self.trusted_null_s, 0.0)
 
     def close(self) -> None:

@@ -390,9 +390,9 @@ def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     """A user kernel's row names the harness's clock, k, and the worker's own figure."""
     if reply is not None:
         row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"]) + (
-            f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost, "
-            "a GPU's k L2 flushes too, before the kernel's module was imported, + 1 ms, + 2x "
-            "this process's time to sum k calls' outputs)"
+            f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
+            "before the kernel's module was imported, + 1 ms; on a GPU with its k L2 flushes, "
+            "+ 2x this process's time to sum k calls' outputs)"
             if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
         row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
     return row

@@ -67,6 +67,7 @@ class _Clocked:
     def __init__(self, worker, limit_per_call: float):
         self.worker, self.limit = worker, limit_per_call
         self.pid, self.family = worker.proc.pid, []  # its descendants: _calls finds them
+        self.pad = 0  # blank outputs a run and an empty request sum: k on a GPU, else none
 
     def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
@@ -129,8 +130,10 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         c3 = cpu_s(w.pid, w.family)
         w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
-    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's
-    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=k)
+    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's (on a CPU the
+    # sums' own jitter, padded, hid a memo's hits from the floor: there a call's time holds
+    # one read of its output)
+    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=w.pad)
     sums = reply.get("sums")
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
     c5 = cpu_s(w.pid, w.family)
@@ -206,6 +209,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
     gpu = device == "cuda"
+    w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):
@@ -214,6 +218,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
     span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
     k = max(1, min(MAX_K, math.ceil(span / max(first, 1e-7))))
+    w.pad = k if gpu else 0
     rng = np.random.default_rng()  # OS entropy: the worker cannot know where pauses fall
     settle_at = set(rng.choice(samples, min(SETTLES, samples), replace=False).tolist())
     runs, own, faults, idle_wall, new = [], [], {}, 0.0, []
@@ -225,7 +230,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         if gpu and i == 0:
             nulls = []  # the calibration's (one flush each) do not match k calls' requests
         c0 = cpu_s(w.pid, w.family)
-        nulls.append(w.ask(op="null", flushes=k, sums=k)[0])
+        nulls.append(w.ask(op="null", flushes=k, sums=w.pad)[0])
         c1 = cpu_s(w.pid, w.family)
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
@@ -240,21 +245,21 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     # an empty request may cost no more than NULL_CAP x its cost before the kernel's module
     # was imported in the worker (+ NULL_SLACK): a module that slowed the worker's empty
     # requests by 15 ms had them subtracted from every timed one (2.3x faster, PASS)
-    # (on a GPU with its k L2 flushes, measured then too) and up to 2x the sums it makes
+    # (on a GPU with its k L2 flushes, measured then too, and 2x its k sums at most)
     trusted = w.worker.trusted_null_s
     flushes = k * getattr(w.worker, "trusted_flush_s", 0.0) if gpu else 0.0
+    summing = 2 * k * commit.checksum_s(min(commit.said_bytes(sums),
+                                            4 * nbytes(pool.slots[0]))) if gpu else 0.0
     cap = math.inf if trusted is None else (NULL_CAP * (trusted + flushes) + NULL_SLACK
-                                            + 2 * k * commit.checksum_s(commit.said_bytes(sums)))
+                                            + summing)
     nulls = [min(t, cap) for t in nulls]
     null = statistics.median(nulls)
     per_call = [max(rt - null, 0.0) / n for (rt, n), fresh in zip(runs, new, strict=True)
                 if fresh] or [max(rt - null, 0.0) / n for rt, n in runs]  # NEW_TRIES spent
     # the floor's judge: less the FASTEST empty round trip, so that a request's own pipe
-    # latency never makes an honest call look faster than it ran, and never more than the
-    # least before the kernel's module was imported (a module may slow every empty request,
-    # the calibration's too: its calls would meet the floor sooner than they ran)
-    before = getattr(w.worker, "trusted_least_s", None)
-    least = min(nulls + ([] if before is None else [before + flushes]))
+    # latency never makes an honest call look faster than it ran (a module that slows its
+    # empty requests only brings its own calls nearer the floor)
+    least = min(nulls)
     fastest = [max(rt - least, 0.0) / n for rt, n in runs]
     # a suspected clock is timed again, up to CONFIRM requests, until one request agrees:
     # an honest worker on a saturated machine read under half in all 10 requests (1 run in

@@ -2,11 +2,11 @@
 its worker sums each output's bits before it replies, inside the harness's clock, and the
 harness sums the copies it fetches after. Before, nothing bound an output to the moment the
 clock stopped: a kernel that returned its output half done and finished it in the worker's
-``collect`` (patched from its module) PASSed, timed on half the work. An empty request sums
-as many bytes (the worker's :func:`blank` of the calls' outputs), so the round trip less the
-empty one stays the calls' alone. Exact: integer sums of the elements' bit patterns, mod
-2**64, in any order or layout, one read of each output; to match them after the reply an
-output must be its final bits at the reply (docs/speed.md, "What it guarantees")."""
+``collect`` (patched from its module) PASSed, timed on half the work. On a GPU an empty
+request sums as many outputs (the worker's :func:`blank` of them: their launches cancel); on a
+CPU a call's time holds one read of its output (padded, the sums' jitter hid a memo). Exact:
+integer sums of the elements' bit patterns, mod 2**64, in any order or layout, one read of
+each output; to match them after the reply an output must be its final bits at the reply."""
 
 from __future__ import annotations
 
