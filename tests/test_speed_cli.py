@@ -223,3 +223,15 @@ def test_openmp_threads_set_to_spin_do_not_fail_an_honest_kernel(tmp_path):
     rows = report["rows"]
     assert r.returncode == 0 and [x["status"] for x in rows] == ["PASS"], (rows, r.stderr[-2000:])
     assert "OMP_WAIT_POLICY=active" in report["meta"]["environment"][0]
+
+
+def test_a_users_decode_function_adds_to_the_default_decode_backends():
+    """A helper's probe (2026-12-05): ``speed --decode --backend mod:fn`` timed the user's
+    function alone (no torch peer: its speedup "-"), where the forward's adds it to the
+    defaults (docs/backends.md); a registry name still selects."""
+    from flashbench.backends.decode import resolve_decode_backends
+
+    defaults = resolve_decode_backends()
+    assert resolve_decode_backends(["fbmine:decode"]) == [*defaults, "fbmine:decode"]
+    assert resolve_decode_backends([defaults[0], "fbmine:decode"]) == [defaults[0],
+                                                                        "fbmine:decode"]

@@ -177,15 +177,17 @@ def get_decode_backend(name: str) -> DecodeBackend:
 
 
 def resolve_decode_backends(values=()) -> list[str]:
-    """The decode backends ``check --decode`` runs: those named (ValueError for an unknown
-    one; a user's is not started yet), else every registry backend whose ``default_on``
-    holds this machine's kind and every installed entry point."""
-    names = []
+    """The decode backends ``check --decode`` and ``speed --decode`` run: those named
+    (ValueError for an unknown one; a user's is not started yet), else every registry
+    backend whose ``default_on`` holds this machine's kind and every installed entry point;
+    a ``module:function`` adds to them, as the forward's ``--backend`` (before, it replaced
+    them: ``speed --decode --backend mod:fn`` timed no torch peer, its speedup "-")."""
+    names, specs = [], []
     for value in values:
         _user(value)
-        names.append(value)
+        (specs if ":" in value else names).append(value)
     if not names:
         machine = "cuda" if torch.cuda.is_available() else "cpu"
         names = [n for n, b in DECODE_BACKENDS.items() if machine in b.default_on]
         names += sorted(_entry_points())
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(names + specs))

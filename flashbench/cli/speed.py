@@ -135,7 +135,8 @@ def render_text(report: dict) -> str:
               "run is suspect (backends.strays)" for s in m.get("strays", ())]
     notes += [f"FAIL: {i}; every figure of this run is suspect (backends.strays)"
               for i in m.get("interference", ())]
-    notes += [f"FAIL: a file the harness runs from changed while kernels ran: {p}; every "
+    notes += ["FAIL: a file the harness runs from changed during this run (by a kernel, or "
+              f"any process of this user): {p}; every "
               "verdict of this run is suspect (measure.planted)" for p in m.get("planted", ())]
     notes += [f"environment: {e}" for e in m.get("environment", ())]
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),

@@ -15,7 +15,7 @@ import os
 import platform
 from pathlib import Path
 
-__all__ = ["best_peaks", "remember", "PEAKS_FILE", "CAP"]
+__all__ = ["best_peaks", "remember", "remembered", "PEAKS_FILE", "CAP"]
 
 PEAKS_FILE = "peaks.json"
 COPY = "copy GB/s"
@@ -55,24 +55,31 @@ def remember() -> dict:
     return _SEEN.setdefault(str(_path()), _read(_path()))
 
 
+def remembered() -> dict:
+    """{what: the best peak remembered for this machine} (dtype names, "copy GB/s")."""
+    prefix = _key("")
+    return {k[len(prefix):]: v for k, v in remember().items() if k.startswith(prefix)}
+
+
 def best_peaks(tflops: dict, copy_gbs: float) -> tuple[dict, float, bool, list]:
     """(matmul TFLOP/s per dtype, copy GB/s), each the higher of the measured one and the
     best remembered on this machine, but at most :data:`CAP` x the measured one; whether any
     remembered one was higher; and the names of those capped (the file remembered more
     than this machine can have shown: corrupt, or raised by code under test). The file is
     read once a process, before any kernel's worker starts (a kernel's later writes never
-    reach this run); the bests are written back (an unwritable cache skipped)."""
+    reach this run); the bests are written back, never the capped (an unwritable cache
+    skipped)."""
     path = _path()
     known = remember()
     best, raised, capped = {}, False, []
     for what, value in {**tflops, COPY: copy_gbs}.items():
         old = known.get(_key(what), 0.0)
-        if old > CAP * value:
-            capped.append(what)
+        known[_key(what)] = max(value, old)  # a capped run never lowers what is remembered
+        if old > CAP * value:  # (one busy run cut a remembered bf16 peak 50x, and the
+            capped.append(what)  # floors of every run after it)
             old = CAP * value
-        high = max(value, old)
-        raised |= high > value
-        known[_key(what)] = best[what] = high
+        best[what] = max(value, old)
+        raised |= best[what] > value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
