@@ -132,3 +132,28 @@ def test_speed_reads_the_peaks_before_a_kernel_can_raise_them(tmp_path, monkeypa
     assert int((tmp_path / "poisoned").read_text()) != os.getpid()  # in its worker, it did
     roof = report["meta"]["roofline"]
     assert roof["matmul_tflops"]["fp32"] < 100 and roof["copy_gbs"] < 10_000
+
+
+def test_a_remembered_peak_is_capped_against_the_one_thread_bound(tmp_path, monkeypatch):
+    """Under two busy loops a parallel bf16 matmul read 20x low: capped at 5x that, the
+    remembered peak fell and a correct bf16 kernel FAILed the floor (3 runs of 7). One
+    thread's matmul x the threads is an upper bound a busy CPU hardly lowers: the cap is
+    of it where it is higher."""
+    from flashbench.measure.roofline import _one_thread_bound
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    assert best_peaks({"fp32": 0.2, "bf16": 0.9}, 40.0)[0] == {"fp32": 0.2, "bf16": 0.9}
+    busy = {"fp32": 0.2, "bf16": 0.04}  # 22x low
+    assert best_peaks(busy, 40.0) == ({"fp32": 0.2, "bf16": 0.2}, 40.0, True, ["bf16"])
+    assert best_peaks(busy, 40.0, {"bf16": 0.5}) == ({"fp32": 0.2, "bf16": 0.9}, 40.0, True,
+                                                     [])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        bound = _one_thread_bound({"fp32": 0.1, "fp16": 1e-4})  # fp16: far below fp32's
+        assert set(bound) == {"fp32"} and bound["fp32"] > 0
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert _one_thread_bound({"fp32": 0.1}) == {}  # one thread: nothing to bound
+    finally:
+        torch.set_num_threads(threads)

@@ -61,9 +61,11 @@ def remembered() -> dict:
     return {k[len(prefix):]: v for k, v in remember().items() if k.startswith(prefix)}
 
 
-def best_peaks(tflops: dict, copy_gbs: float) -> tuple[dict, float, bool, list]:
+def best_peaks(tflops: dict, copy_gbs: float,
+               bounds: dict | None = None) -> tuple[dict, float, bool, list]:
     """(matmul TFLOP/s per dtype, copy GB/s), each the higher of the measured one and the
-    best remembered on this machine, but at most :data:`CAP` x the measured one; whether any
+    best remembered on this machine, but at most :data:`CAP` x the measured one (or its
+    ``bounds``, where higher: a precision's one-thread peak x the threads); whether any
     remembered one was higher; and the names of those capped (the file remembered more
     than this machine can have shown: corrupt, or raised by code under test). The file is
     read once a process, before any kernel's worker starts (a kernel's later writes never
@@ -75,9 +77,10 @@ def best_peaks(tflops: dict, copy_gbs: float) -> tuple[dict, float, bool, list]:
     for what, value in {**tflops, COPY: copy_gbs}.items():
         old = known.get(_key(what), 0.0)
         known[_key(what)] = max(value, old)  # a capped run never lowers what is remembered
-        if old > CAP * value:  # (one busy run cut a remembered bf16 peak 50x, and the
+        cap = CAP * max(value, (bounds or {}).get(what, 0.0))  # ``bounds``: a measured
+        if old > cap:  # upper bound (one busy run cut a remembered bf16 peak 50x, and the
             capped.append(what)  # floors of every run after it)
-            old = CAP * value
+            old = cap
         best[what] = max(value, old)
         raised |= best[what] > value
     try:

@@ -130,11 +130,13 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             peaks[d] = 2.0 * n**3 / _best_time(lambda a=a: a @ a, repeats) * 1e-12
             if peaks[d] < 0.5 * peaks["fp32"] and known.get(d, 0.0) < 0.5 * peaks["fp32"]:
                 break
+    single = _one_thread_bound(peaks)
+    bounds = {d: max(p, single.get(d, 0.0)) for d, p in peaks.items()}
     fp8 = {d: max(peaks, key=peaks.get) for d in dtypes if d.startswith("fp8")}  # emulated
     src = torch.empty(16 * 1024**2).normal_()
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
-    peaks, gbs, raised, capped = best_peaks(peaks, gbs)
+    peaks, gbs, raised, capped = best_peaks(peaks, gbs, bounds)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
     # a kernel may compute in fp32 whatever its inputs, and in any precision at all: % peak
     # of the faster of its own matmul and fp32's (a CPU's fp16 matmul, 0.001 TFLOP/s here,
@@ -159,6 +161,36 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             floor[d] = peaks[fastest]
             used[d] = (used.get(d, f"{d} matmul") + f"; the floor of the {fastest} matmul, "
                        f"{peaks[fastest]:.3g} TFLOP/s (the fastest measured here)")
+        if single.get(d, 0.0) > max(floor.get(d, 0.0), peaks[d]):
+            floor[d] = single[d]
+            used[d] = (used.get(d, f"{d} matmul") + f"; the floor of one thread's x the "
+                       f"threads, {single[d]:.3g} TFLOP/s (a busy CPU slows a parallel "
+                       "matmul most)")
     return Roofline(peaks, gbs, how, used, measure=lambda: measure_roofline(device, dtypes),
                     floor=floor)
+
+
+def _one_thread_bound(peaks: dict) -> dict:
+    """{dtype: its 1024^3 matmul on one torch thread x the threads}, for the precisions at
+    least half fp32's: an upper bound of the parallel matmul that a busy CPU hardly lowers
+    (one thread waits for no other; under two busy loops a parallel bf16 matmul read 20x
+    low, and a correct bf16 kernel FAILed the floor 3 runs in 7). The floor is of it where
+    it is higher, and a remembered peak is capped at CAP x it (:mod:`.peaks`)."""
+    import torch
+
+    from flashbench.timed.attention import torch_dtype as _torch_dtype
+
+    threads = torch.get_num_threads()
+    if threads < 2:
+        return {}
+    bound = {}
+    torch.set_num_threads(1)
+    try:
+        for d, p in peaks.items():
+            if d == "fp32" or p >= 0.5 * peaks["fp32"]:
+                a = torch.randn(1024, 1024).to(_torch_dtype(d))
+                bound[d] = threads * 2.0 * 1024**3 / _best_time(lambda a=a: a @ a, 3) * 1e-12
+    finally:
+        torch.set_num_threads(threads)
+    return bound
 
