@@ -125,10 +125,13 @@ def test_a_checksum_is_exact_in_any_layout_and_moves_with_any_one_element(dims, 
     strided = x.permute(perm).contiguous().permute(
         [perm.index(i) for i in range(len(dims))])  # same values, other strides
     assert commit.checksums(strided) == commit.checksums(x) == commit.checksums([x])
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    # a GPU worker's sums (torch's, wrapping) are the CPU's (numpy's, exact), mod 2**64
+    assert int(commit._device_bits(strided.view(ints[x.element_size()]))) % 2**64 == \
+        commit.checksums(x)[0][0]
     assert commit.checksums(x)[0][1] == x.nbytes
     flat = x.clone().view(-1)
     j = data.draw(st.integers(0, flat.numel() - 1))
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     bits = flat.view(ints[x.element_size()])
     bits[j] ^= 1  # one bit of one element: its last
     assert commit.checksums(flat.view(x.shape)) != commit.checksums(x)
