@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 # One thread a pool (BLAS, OpenMP: numpy's and torch's) in every test process, set before
@@ -144,3 +145,21 @@ def committed_report(tmp_path_factory, worker_id):
 
     rc, out = once_per_run(tmp_path_factory, worker_id, "committed-report", run)
     return rc, Path(out)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """``write(name, code)``: a user's kernel module ``name`` in ``tmp_path``, importable
+    here and by the workers (PYTHONPATH); forgotten after the test."""
+    names = []
+
+    def write(name: str, code: str) -> None:
+        (tmp_path / f"{name}.py").write_text(code)
+        names.append(name)
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+

@@ -6,7 +6,6 @@ work; a red-team probe that deferred all of it there read PASS, 169% of peak, 8.
 sdpa (1x4x1024x64 fp32, its calls padded above the roofline floor)."""
 
 import json
-import sys
 import textwrap
 
 import pytest
@@ -75,12 +74,8 @@ KERNELS = textwrap.dedent('''
 
 
 @pytest.fixture
-def kernels(tmp_path, monkeypatch):
-    (tmp_path / "fbcommit.py").write_text(KERNELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    yield
-    sys.modules.pop("fbcommit", None)
+def kernels(user_module):
+    user_module("fbcommit", KERNELS)
 
 
 def _rows(capsys, *args):
@@ -187,15 +182,13 @@ def fwd(q, k, v, causal=False, scale=None):
 @pytest.mark.parametrize("name, code, fault, why", [
     ("fbsendsnone", SENDS_NONE, guard.WRONG, "call 1's output did not come back"),
     ("fbequal", EQUAL_SAYS_TRUE, guard.MODIFIED, "k changed by a call")])
-def test_a_worker_that_patches_its_own_checks_fails_by_name(tmp_path, monkeypatch, capsys,
-                                                            name, code, fault, why):
+def test_a_worker_that_patches_its_own_checks_fails_by_name(user_module, capsys, name, code,
+                                                            fault, why):
     """A red-team probe (2026-12-05): a module that patched its worker's fetch to send no
     outputs and no faults PASSed with nothing computed (the harness took a worker's None for
     its own structural fault, named elsewhere); one that set ``torch.equal`` to say True
     wrote into k unseen (the worker's comparison is now the import-time op)."""
-    (tmp_path / f"{name}.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    user_module(name, code)
     rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--only", f"{name}:fwd")
     row = rows[f"{name}:fwd"]
     assert rc == 1 and row["failures"].get(fault, "").startswith(why), row["failures"]

@@ -30,10 +30,8 @@ HOG = textwrap.dedent('''
 
 
 def test_a_process_a_kernel_keeps_busy_while_the_peers_are_timed_fails_the_run(
-        tmp_path, monkeypatch, capsys):
-    (tmp_path / "fbhog.py").write_text(HOG)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+        user_module, capsys):
+    user_module("fbhog", HOG)
     rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
                "1x4x256x64", "--samples", "40", "--only", "fbhog:fwd", "torch-sdpa"])
     report = json.loads(capsys.readouterr().out)
@@ -42,10 +40,8 @@ def test_a_process_a_kernel_keeps_busy_while_the_peers_are_timed_fails_the_run(
     assert why.startswith("other processes of this run") and "torch-sdpa was timed" in why
 
 
-def test_an_honest_run_has_no_interference(tmp_path, monkeypatch, capsys):
-    (tmp_path / "fbquiet.py").write_text(HOG.replace("os.fork() == 0", "False"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+def test_an_honest_run_has_no_interference(user_module, capsys):
+    user_module("fbquiet", HOG.replace("os.fork() == 0", "False"))
     rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
                "1x2x128x32", "--only", "fbquiet:fwd", "torch-sdpa"])
     report = json.loads(capsys.readouterr().out)
@@ -119,16 +115,13 @@ HELPER = textwrap.dedent('''
 ''')
 
 
-def test_work_a_forked_helper_does_while_the_stage_waits_fails_by_name(tmp_path, monkeypatch,
-                                                                      capsys):
+def test_work_a_forked_helper_does_while_the_stage_waits_fails_by_name(user_module, capsys):
     """A red-team probe (2026-12-05) forked a helper at prepare that computed each stage's
     outputs while the stage waited on a pipe, its calls padded with CPU spinning: the
     helper's CPU was on no reading of the worker's (/proc/<pid>/stat) and the stage was
     weighed against the calls' CPU, which padding raises (PASS, 3.5x over its honest self).
     The worker's descendants are read with it, and the stage against empty requests."""
-    (tmp_path / "fbhelper.py").write_text(HELPER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    user_module("fbhelper", HELPER)
     rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
                "1x2x64x32", "--only", "fbhelper:fwd"])
     (row,) = json.loads(capsys.readouterr().out)["rows"]
