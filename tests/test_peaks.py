@@ -157,3 +157,17 @@ def test_a_remembered_peak_is_capped_against_the_one_thread_bound(tmp_path, monk
         assert _one_thread_bound({"fp32": 0.1}) == {}  # one thread: nothing to bound
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_peak_measured_again_higher_takes_its_own_words():
+    """A helper's hunt (2026-12-05): after a floor verdict measured bf16 again, higher, the
+    note still said bf16 was judged against "fp32 matmul (faster here than bf16's own, 0.0211
+    ...)" under a header of bf16 0.867, and rows timed before kept the older % peak (the run's
+    rows are put on its last peaks at its end: measure.speedrun)."""
+    from flashbench.measure.roofline import Roofline
+
+    stale = "fp32 matmul (faster here than bf16's own, 0.0211 TFLOP/s)"
+    roof = Roofline({"fp32": 0.24, "bf16": 0.24}, 50.0, "how", {"bf16": stale},
+                    measure=lambda: Roofline({"fp32": 0.2, "bf16": 0.87}, 40.0, "how"))
+    assert roof.again() and roof.peak("bf16") == 0.87 and roof.peak("fp32") == 0.24
+    assert roof.peak_used("bf16") == "bf16 matmul" and roof.copy_gbs == 50.0
