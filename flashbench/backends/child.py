@@ -289,7 +289,7 @@ class Server:
         # each output's bits summed inside the harness's clock: one finished after this
         # reply differs from its copy (timed.commit); as many sums as an empty request's
         ran = t["ran"][len(t["ran"]) - len(own):]
-        if ran and t.get("blank") is None:
+        if ran and r.get("sums") and t.get("blank") is None:  # padding asked for (a GPU)
             t["blank"] = commit.blank(ran[-1][0], self.device)
         sums = self._sums([out for out, _ in ran], r.get("sums", 0) - len(ran))
         return {"own_s": own, "sums": sums}

@@ -96,7 +96,8 @@ def others_cpu() -> float:
     killed them at its first timed request: torch's peers read up to 20x slower)."""
     from flashbench.timed.threads import descendants, stat_cpu
 
-    return sum(stat_cpu(f"/proc/{p}/stat") or 0.0 for p in descendants(os.getpid()))
+    return sum(stat_cpu(f"/proc/{p}/stat", children=True) or 0.0  # a reaped one's too
+               for p in descendants(os.getpid()))
 
 
 def priority(restore: tuple | None = None) -> tuple:

@@ -76,10 +76,12 @@ def best_peaks(tflops: dict, copy_gbs: float,
     best, raised, capped = {}, False, []
     for what, value in {**tflops, COPY: copy_gbs}.items():
         old = known.get(_key(what), 0.0)
-        known[_key(what)] = max(value, old)  # a capped run never lowers what is remembered
-        cap = CAP * max(value, (bounds or {}).get(what, 0.0))  # ``bounds``: a measured
-        if old > cap:  # upper bound (one busy run cut a remembered bf16 peak 50x, and the
-            capped.append(what)  # floors of every run after it)
+        # a capped run never lowers what is remembered: one busy run cut a remembered bf16
+        # peak 50x, and the floors of every run after it
+        known[_key(what)] = max(value, old)
+        cap = CAP * max(value, (bounds or {}).get(what, 0.0))
+        if old > cap:
+            capped.append(what)
             old = cap
         best[what] = max(value, old)
         raised |= best[what] > value

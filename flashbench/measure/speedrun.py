@@ -189,6 +189,26 @@ def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRo
     return min(peers, key=lambda r: r.median_s) if peers else None
 
 
+def _alone(interference: list, first: tuple, time_row, case, b, *args):
+    """``time_row(case, b, *args)``, the harness's own row, with what else this run's
+    processes did meanwhile onto ``interference``: their CPU (/proc) over 2 ticks + 5% of
+    the row's time, or this process's priority changed from ``first`` (set back)."""
+    c0, t0 = others_cpu(), time.perf_counter()
+    row = time_row(case, b, *args)
+    used, wall = others_cpu() - c0, time.perf_counter() - t0
+    now = priority()
+    if now != first:
+        back = "set back" if priority(first) == first else "not set back (the OS refused)"
+        interference.append(f"this process's scheduling priority was changed while {b.name} "
+                            f"was timed on {case.label()} (nice, autogroup nice: {first} -> "
+                            f"{now}): {back}")
+    if used > INTERFERENCE_TICKS * _TICK + INTERFERENCE * wall:
+        interference.append(f"other processes of this run (a kernel's worker, or what it "
+                            f"started) used {used:.3g} s of CPU in the {wall:.3g} s {b.name} "
+                            f"was timed on {case.label()} (/proc): its times are not its own")
+    return row
+
+
 def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
               baseline: str | None = None, progress: bool = True) -> dict:
     """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed."""
@@ -209,26 +229,14 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             if progress:
                 print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
             if case.direction == "decode":
-                from flashbench.measure.speeddecode import time_decode
-
-                case_rows.append(time_decode(case, b, roof, seed, samples, warmup, device))
+                from flashbench.measure.speeddecode import time_decode as time_row
             else:
-                own = worker_of(b) is None  # timed here: no other process of this run may run
-                c0, t0 = others_cpu(), time.perf_counter()
-                case_rows.append(time_backend(case, b, roof, seed, samples, warmup, device))
-                used, wall = others_cpu() - c0, time.perf_counter() - t0
-                now = priority()
-                if own and now != first:
-                    back = "set back" if priority(first) == first else "not set back (the OS"\
-                        " refused)"
-                    interference.append(f"this process's scheduling priority was changed "
-                                        f"while {b.name} was timed on {case.label()} (nice, "
-                                        f"autogroup nice: {first} -> {now}): {back}")
-                if own and used > INTERFERENCE_TICKS * _TICK + INTERFERENCE * wall:
-                    interference.append(
-                        f"other processes of this run (a kernel's worker, or what it "
-                        f"started) used {used:.3g} s of CPU in the {wall:.3g} s {b.name} was "
-                        f"timed on {case.label()} (/proc): its times are not its own")
+                time_row = time_backend
+            if worker_of(b) is not None:  # a user's: timed by the harness's clock
+                case_rows.append(time_row(case, b, roof, seed, samples, warmup, device))
+            else:  # timed here: no other process of the run may run meanwhile
+                case_rows.append(_alone(interference, first, time_row, case, b, roof, seed,
+                                        samples, warmup, device))
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
             if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none

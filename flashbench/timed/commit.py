@@ -152,7 +152,7 @@ def received(outputs, calls: int, faults: dict) -> list:
         got = (got + [None] * calls)[:calls]
 
     def plain(o) -> bool:
-        items = tuple(o) if isinstance(o, tuple | list) else (o,)
+        items = _items(o)
         return bool(items) and all(isinstance(x, torch.Tensor) or (x is None and j > 0)
                                    for j, x in enumerate(items))
 
