@@ -379,8 +379,10 @@ def test_a_module_that_slows_the_empty_requests_cannot_shorten_its_calls(
     the device is the harness's own now, and the claim fails the row by name."""
     row = _user_row(tmp_path, monkeypatch, capsys, "fbslownull",
                     SLOW_NULL + (CLAIMS_CUDA if claims_cuda else ""))
-    assert row["median_s"] > 0.017, row  # 20 ms a call, less at most ~2 ms a request
-    assert "an empty request counted at most" in row["clock"]
+    # 20 ms a call, less at most the cap a request (about 2 ms here; more where the tests'
+    # own load slowed the worker's first empty requests: 16.9 ms read in one CI run)
+    cap = float(row["clock"].split("an empty request counted at most ")[1].split(" s")[0])
+    assert cap < 0.008 and row["median_s"] > 0.020 - cap - 5e-4, (cap, row)
     if claims_cuda:
         assert row["status"] == "FAIL" and "said its device is 'cuda'" in row["failures"][
             guard.CLOCK], row["failures"]
