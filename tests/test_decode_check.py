@@ -162,18 +162,29 @@ def test_check_decode_judges_by_both_rules(capsys, user_module, tmp_path, monkey
 
 def test_a_ratio_above_2_that_passes_says_it_is_within_the_floor(capsys):
     """The table read "LSE ratio 3.02 ... PASS" under a header saying <= 2 x the standard's
-    + eps/4: a passing ratio above 2 is marked (floor), and the header says what it means."""
+    + eps/4: a passing ratio above 2 is marked (floor), and the header says what it means.
+    Which real row lands above 2 depends on the processor's rounding (the split model's
+    causal LSE at seed 0 read 3.02 on a Xeon, 1.47 on an AMD EPYC), so the run's own rows
+    are checked as they come and a passing and a failing row are then set above 2."""
     import re
 
-    rc = main(["check", "--decode", "--decode-case", "1x2x2x32:50", "--dtype", "fp32",
-               "--quiet", "--only", "torch-naive"])
+    from flashbench.cli.decode import render_decode
+
+    args = ["check", "--decode", "--decode-case", "1x2x2x32:50", "--dtype", "fp32", "--quiet",
+            "--only", "torch-naive"]
+    rc = main(args)
     out = capsys.readouterr().out
     assert rc == 0 and "((floor): above 2, within the + eps/4" in out
-    marked = 0
     for line in out.splitlines():
         if line.rstrip().endswith("PASS") and " fp32 " in line:  # the ratios' table
             for m in re.finditer(r" (\d+\.\d\d)(?![\de])( \(floor\))?", line):
-                if float(m[1]) > 2:
-                    assert m[2], line
-                    marked += 1
-    assert marked >= 1  # seed 0: the split model's causal LSE ratio is above 2
+                assert float(m[1]) <= 2 or m[2], line
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    passing, failing = (dict(r) for r in report["rows"][:2])
+    passing["lse_ratio"] = 3.02
+    failing.update(o_ratio=3.25, baseline_passed=False, passed=False)
+    report["rows"] = [passing, failing]
+    lines = render_decode(report).splitlines()
+    assert any("3.02 (floor)" in line for line in lines)
+    assert any(" 3.25 " in line + " " and "(floor)" not in line for line in lines)
