@@ -1,6 +1,6 @@
 """A user's kernel's outputs are committed at its run's reply (:mod:`flashbench.timed.commit`,
-issue 35): its worker sums each output's bits inside the harness's clock and the harness
-sums the copies it fetches. Before, a kernel that returned its output half done and
+issue 35): on a CPU the harness reads and sums each output in the worker's memory at the
+reply (elsewhere the worker sums it inside the clock), and sums the copies it fetches. Before, a kernel that returned its output half done and
 finished it in the worker's ``collect`` (patched from its own module) PASSed on half the
 work; a red-team probe that deferred all of it there read PASS, 169% of peak, 8.81x over
 sdpa (1x4x1024x64 fp32, its calls padded above the roofline floor)."""
@@ -70,6 +70,21 @@ KERNELS = textwrap.dedent('''
         o[:, :h] = _F(q[:, :h], k[:, :h], v[:, :h], is_causal=causal)
         _WORK.put((o[:, h:], q[:, h:], k[:, h:], v[:, h:], causal))
         return o
+
+
+    _commit = sys.modules["flashbench.timed.commit"]
+    _where, _MISPLACED = _commit.where, set()
+
+
+    def misplaced(q, k, v, causal=False, scale=None):
+        """Half the heads in the call, the rest in collect, and its place at the reply said
+        to be an address the harness cannot read."""
+        o = in_collect(q, k, v, causal)
+        _MISPLACED.add(id(o))
+        return o
+
+
+    _commit.where = lambda out: [[8, 4, [1], [1]]] if id(out) in _MISPLACED else _where(out)
 ''')
 
 
@@ -91,6 +106,55 @@ def test_an_output_finished_in_the_workers_collect_fails_by_name(kernels, capsys
     assert rc == 1 and late["status"] == "FAIL", late
     assert "changed after its run's reply" in late["failures"][guard.OUTSIDE], late["failures"]
     assert guard.WRONG not in late["failures"]  # its values are right: only the time lies
+
+
+def test_a_worker_that_misplaces_its_outputs_at_the_reply_fails_by_name(kernels, capsys):
+    """On a CPU the harness reads each output where the worker's reply places it, its
+    process stopped meanwhile; a place it cannot read is no place to hide the work."""
+    rc, rows = _rows(capsys, "--shape", "1x4x128x32", "--only", "fbcommit:misplaced")
+    row = rows["fbcommit:misplaced"]
+    assert rc == 1 and "not where its worker placed it" in row["failures"].get(
+        guard.OUTSIDE, ""), row["failures"]
+
+
+def test_the_harness_reads_a_workers_tensors_where_it_says_stopped_and_lets_it_go_on():
+    """:class:`commit.MemoryReader`: another process's tensors (strided, a tuple, a tail of
+    bytes past whole words) summed from its memory as :func:`commit.checksums` sums them
+    in place; the process stopped while read and running after; a place past the limit, or
+    unmapped, is None."""
+    import subprocess
+    import sys
+
+    code = textwrap.dedent('''
+        import json, sys, torch
+        from flashbench.timed import commit
+        g = torch.Generator().manual_seed(7)
+        a = torch.randn(3, 5, 7, generator=g).transpose(0, 2)  # strided
+        b = torch.randn(13, generator=g).half()  # 26 bytes: a tail past 3 words
+        print(json.dumps([commit.where((a, b)), commit.checksums((a, b))]), flush=True)
+        for line in sys.stdin:
+            print("awake", flush=True)
+    ''')
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        placed, expected = json.loads(proc.stdout.readline())
+        reader = commit.MemoryReader.of(proc.pid)
+        assert reader is not None  # Linux, a process of this user
+        assert reader.sums([placed], 1, 2**20) == [expected]
+        with open(f"/proc/{proc.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] != "T"  # continued
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "awake\n"
+        assert reader.sums([placed], 1, 64) == [None]  # 420 bytes past a 64-byte limit
+        unmapped = [[8, 4, [2], [1]], placed[1]]
+        assert reader.sums([unmapped, "junk"], 2, 2**20) == [None, None]
+        assert reader.sums([placed], 2, 2**20) == [None, None]  # not one place a call
+    finally:
+        proc.kill()
+        proc.wait()
+    assert commit.MemoryReader.of(proc.pid) is None  # gone: the worker sums instead
 
 
 def test_an_output_a_kept_thread_finishes_after_the_reply_fails_by_name(kernels, capsys):
@@ -134,13 +198,14 @@ def test_a_checksum_is_exact_in_any_layout_and_moves_with_any_one_element(dims, 
 
 def test_what_is_not_a_plain_tensor_is_no_checksum_and_junk_sums_are_a_change():
     o = torch.ones(2, 3)
-    assert commit.checksums((o, None)) == [[6 * int(torch.tensor(1.0).view(torch.int32)),
-                                           24], None]
+    one = int(torch.tensor(1.0).view(torch.int32))  # 24 bytes: three words of two ones
+    assert commit.checksums((o, None)) == [[3 * (one + (one << 32)), 24], None]
+    assert commit.checksums(torch.ones(3))[0][0] == one + (one << 32) + one  # tail padded
     said = [commit.checksums(o)]
     assert commit.changed_after_reply(said, [o.clone()]) is None
     assert commit.changed_after_reply(said, [None]) is None  # failed by structure already
     assert "changed after" in commit.changed_after_reply(said, [o + 1])
-    assert "changed after" in commit.changed_after_reply([None], [o])  # a worker said none
+    assert "not where its worker placed it" in commit.changed_after_reply([None], [o])
     assert "changed after" in commit.changed_after_reply(["junk"], [o])
     assert "for 2 calls" in commit.changed_after_reply(said, [o, o])
     assert commit.said_bytes([said[0], [[1, 96]], None, "junk"]) == 96

@@ -286,9 +286,12 @@ class Server:
         # the threads still alive now: the harness watches them (threads.ThreadWatch)
         t["staged"] = []
         t["own_s"] += own
-        # each output's bits summed inside the harness's clock: one finished after this
-        # reply differs from its copy (timed.commit); as many sums as an empty request's
+        # each output committed at this reply (timed.commit): on a CPU where it lies, which
+        # the harness reads; else its bits summed inside the harness's clock, as many sums
+        # as an empty request's
         ran = t["ran"][len(t["ran"]) - len(own):]
+        if r.get("where"):
+            return {"own_s": own, "where": [commit.where(out) for out, _ in ran]}
         if ran and r.get("sums") and t.get("blank") is None:  # padding asked for (a GPU)
             t["blank"] = commit.blank(ran[-1][0], self.device)
         sums = self._sums([out for out, _ in ran], r.get("sums", 0) - len(ran))

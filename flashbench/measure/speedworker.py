@@ -68,6 +68,7 @@ class _Clocked:
         self.worker, self.limit = worker, limit_per_call
         self.pid, self.family = worker.proc.pid, []  # its descendants: _calls finds them
         self.pad = 0  # blank outputs a run and an empty request sum: k on a GPU, else none
+        self.reader = None  # a CPU worker's: its outputs read by this process at each reply
 
     def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
@@ -130,11 +131,11 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         c3 = cpu_s(w.pid, w.family)
         w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
-    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's (on a CPU the
-    # sums' own jitter, padded, hid a memo's hits from the floor: there a call's time holds
-    # one read of its output)
-    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=w.pad)
-    sums = reply.get("sums")
+    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
+    # outputs read from the worker's memory at once (timed.commit.MemoryReader)
+    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=w.pad, where=bool(w.reader))
+    sums = reply.get("sums") if w.reader is None else w.reader.sums(
+        reply.get("where"), len(slots), 4 * nbytes(pool.slots[0]) + 2**20)
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
     c5 = cpu_s(w.pid, w.family)
     if watch is not None:
@@ -210,6 +211,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
     gpu = device == "cuda"
     w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
+    w.reader = None if gpu else commit.MemoryReader.of(w.pid)
     nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
     tries = []
     for _ in range(3):

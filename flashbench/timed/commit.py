@@ -5,47 +5,62 @@ clock stopped: a kernel that returned its output half done and finished it in th
 ``collect`` (patched from its module) PASSed, timed on half the work. On a GPU an empty
 request sums as many outputs (the worker's :func:`blank` of them: their launches cancel); on a
 CPU a call's time holds one read of its output (padded, the sums' jitter hid a memo). Exact:
-integer sums of the elements' bit patterns, mod 2**64, in any order or layout, one read of
-each output; to match them after the reply an output must be its final bits at the reply."""
+the output's bytes in logical order summed as 64-bit words, mod 2**64, the same in any
+layout, one read of each output; to match them after the reply an output must be its final
+bits at the reply."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 from flashbench.timed.guard import WRONG
 
 __all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
-           "changed_after_reply", "checksum_s"]
+           "changed_after_reply", "checksum_s", "where", "MemoryReader"]
 
 _MASK = 0xFFFFFFFF
+_INTS: dict = {}  # element size -> torch's integer dtype of that size, filled at first use
 
 
 def _bits(x):
-    """The sum of tensor ``x``'s elements' bit patterns: on a CPU a Python int (numpy, on
-    this thread: torch's sum woke the worker's sleeping OpenMP threads for each output, 0.4
-    ms a call of 1.9), elsewhere a 0-d int64 tensor on its device (wrapping); both read mod
-    2**64, and the same for the same bits."""
-    import torch
+    """The checksum of tensor ``x``: its bytes in logical (C) order, zero-padded to a whole
+    number of 8-byte words, summed as unsigned 64-bit words. On a CPU a Python int (numpy,
+    on this thread: torch's sum woke the worker's sleeping OpenMP threads for each output,
+    0.4 ms a call of 1.9; one element at a time widened to int64 it took 32 us for 512 KiB
+    here, word by word 8 us), elsewhere a 0-d int64 tensor on its device (wrapping); both
+    read mod 2**64, and the same for the same values in any layout."""
+    if not _INTS:
+        import torch
 
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    b = x.detach().view(ints[x.element_size()])  # same element size: any strides
-    if b.device.type == "cpu":
-        import numpy as np
+        _INTS.update({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64})
+    b = x.detach().view(_INTS[x.element_size()])  # same element size: any strides
+    if b.device.type != "cpu":
+        return _device_bits(b)
+    return _word_sum(b.numpy())
 
-        a = b.numpy()
-        if x.element_size() < 8:
-            return int(a.sum(dtype=np.int64))
-        return int((a & _MASK).sum(dtype=np.uint64)) + (int((a >> 32).sum()) << 32)
-    return _device_bits(b)
+
+def _word_sum(a) -> int:
+    """:func:`_bits` of numpy array ``a``, any strides (a copy where not C-contiguous)."""
+    import numpy as np
+
+    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    whole = raw.size - raw.size % 8
+    total = int(raw[:whole].view(np.uint64).sum(dtype=np.uint64)) if whole else 0
+    return total + int.from_bytes(raw[whole:].tobytes(), "little")
 
 
 def _device_bits(b):
-    """:func:`_bits` by torch, of ``b`` (the bits as integers): a 0-d int64 tensor."""
+    """:func:`_bits` by torch, of ``b`` (any tensor: its bytes are read): a 0-d int64
+    tensor."""
     import torch
 
-    if b.element_size() < 8:
-        return b.sum(dtype=torch.int64)
-    return (b & _MASK).sum() + ((b >> 32).sum() << 32)  # each half's sum without overflow
+    raw = b.contiguous().reshape(-1).view(torch.uint8)
+    if raw.numel() % 8:
+        raw = torch.cat([raw, raw.new_zeros(8 - raw.numel() % 8)])
+    words = raw.view(torch.int64)
+    return (words & _MASK).sum() + ((words >> 32).sum() << 32)  # each half's without overflow
 
 
 def _plain(x) -> bool:
@@ -76,10 +91,91 @@ def checksums_of(outs: list) -> list:
                                                                                strict=True)]
 
 
+def where(out) -> list:
+    """Per tensor of a call's output: where a CPU tensor's elements lie in this process,
+    [address, element size, shape, strides in elements]; None for any other (a device's, or
+    not a plain tensor). Nothing is read: the harness reads them (:class:`MemoryReader`)."""
+    return [[x.data_ptr(), x.element_size(), list(x.shape), list(x.stride())]
+            if _plain(x) and x.device.type == "cpu" else None for x in _items(out)]
+
+
+class MemoryReader:
+    """A CPU worker's outputs read by the harness from the worker's memory
+    (``/proc/<pid>/mem``) as soon as its run's reply arrives, its process group stopped
+    meanwhile (SIGSTOP, then SIGCONT): what they held at the reply, summed here, outside the
+    clock. Summed by the worker inside the clock, the first read of an output that had left
+    the core's caches cost 45-75 us a request here (1x4x256x64 fp32: 0.70-0.84 ms a call of
+    0.55-0.59 on the worker's own clock, 0.58-0.61 before the sums). :meth:`of` gives None
+    where this process may not read the worker's memory (the worker sums inside the clock)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    @classmethod
+    def of(cls, pid: int) -> MemoryReader | None:
+        try:
+            os.close(os.open(f"/proc/{pid}/mem", os.O_RDONLY))
+        except OSError:
+            return None
+        return cls(pid)
+
+    def sums(self, said, calls: int, limit: int) -> list:
+        """Per call, what :func:`checksums` gives of the outputs the worker's reply placed
+        (``said``: a :func:`where` per call), read now; a call's entry None where the reply
+        is not that, or a tensor spans more than ``limit`` bytes or cannot be read."""
+        if not isinstance(said, list) or len(said) != calls:
+            return [None] * calls
+        try:
+            os.killpg(self.pid, signal.SIGSTOP)  # its own session: the group is its own
+        except OSError:
+            pass  # ended: nothing of it to read, each read below fails
+        try:
+            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+        except OSError:
+            fd = None
+        try:
+            return [self._call(fd, placed, limit) for placed in said]
+        finally:
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.killpg(self.pid, signal.SIGCONT)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _call(fd, placed, limit: int) -> list | None:
+        try:
+            return [None if t is None else _read_sum(fd, *t, limit) for t in placed]
+        except (TypeError, ValueError, OverflowError, OSError):  # not what where() gives
+            return None
+
+
+def _read_sum(fd, address: int, size: int, shape: list, strides: list, limit: int) -> list:
+    """[:func:`_bits`, bytes] of the tensor at ``address`` in the memory open as ``fd``."""
+    import numpy as np
+
+    if fd is None or size not in (1, 2, 4, 8) or any(n < 0 for n in shape) or \
+            any(st < 0 for st in strides) or len(shape) != len(strides):
+        raise ValueError("not a tensor's place")
+    count = int(np.prod(shape, dtype=object)) if shape else 1
+    if count == 0:
+        return [0, 0]
+    span = size * (1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True)))
+    if max(span, count * size) > limit:
+        raise ValueError("more bytes than the case's outputs")
+    data = os.pread(fd, span, address)
+    if len(data) != span:
+        raise OSError("a short read")
+    a = np.lib.stride_tricks.as_strided(np.frombuffer(data, dtype=f"u{size}"), shape,
+                                        [st * size for st in strides])
+    return [_word_sum(a) % 2**64, count * size]
+
+
 def checksums(out) -> list:
-    """Per tensor of a call's output (a tensor, or a tuple or list of them): [the sum of
-    its elements' bit patterns mod 2**64, its bytes]; None for anything else (a lazy or
-    subclassed output is failed by name elsewhere)."""
+    """Per tensor of a call's output (a tensor, or a tuple or list of them): [its bytes in
+    logical order summed as 64-bit words, mod 2**64; its bytes]; None for anything else (a
+    lazy or subclassed output is failed by name elsewhere)."""
     return checksums_of([out])[0]
 
 
@@ -108,14 +204,18 @@ def said_bytes(said: list) -> int:
 
 
 def changed_after_reply(said: list, outputs: list) -> str | None:
-    """Why the fetched ``outputs`` (None: failed by structure) are not what the worker
-    summed at its replies (``said``, one per call, in order), or None."""
+    """Why the fetched ``outputs`` (None: failed by structure) are not what was summed at
+    their runs' replies (``said``, one per call, in order; by the worker, or read from its
+    memory by the harness), or None."""
     if len(said) != len(outputs):
         return (f"its worker summed {len(said)} calls' outputs at its replies, for "
                 f"{len(outputs)} calls")
     for i, (sums, out) in enumerate(zip(said, outputs, strict=True)):
         if out is None:
             continue
+        if sums is None:
+            return (f"call {i + 1}'s output was not where its worker placed it at its run's "
+                    "reply, or could not be read or summed there")
         if _as_said(sums) != checksums(out):
             return (f"call {i + 1}'s output changed after its run's reply (the sum of its "
                     "bits at the reply and in the copy fetched after differ): its work went "
