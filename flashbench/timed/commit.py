@@ -1,13 +1,13 @@
 """A user's kernel's outputs committed at its run's reply (:mod:`flashbench.measure.speedworker`):
-its worker sums each output's bits before it replies, inside the harness's clock, and the
-harness sums the copies it fetches after. Before, nothing bound an output to the moment the
-clock stopped: a kernel that returned its output half done and finished it in the worker's
-``collect`` (patched from its module) PASSed, timed on half the work. On a GPU an empty
-request sums as many outputs (the worker's :func:`blank` of them: their launches cancel); on a
-CPU a call's time holds one read of its output (padded, the sums' jitter hid a memo). Exact:
-the output's bytes in logical order summed as 64-bit words, mod 2**64, the same in any
-layout, one read of each output; to match them after the reply an output must be its final
-bits at the reply."""
+on a CPU the harness reads each output from the worker's memory as the reply arrives, the
+worker stopped meanwhile (:class:`MemoryReader`: nothing read inside the clock); on a GPU, or
+where that memory cannot be read, the worker sums each output before it replies, inside the
+clock, and an empty request sums as many (the worker's :func:`blank` of them: their launches
+cancel). The harness sums the copies it fetches after. Before, nothing bound an output to the
+moment the clock stopped: a kernel that returned its output half done and finished it in the
+worker's ``collect`` (patched from its module) PASSed, timed on half the work. Exact: the
+output's bytes in logical order summed as 64-bit words, mod 2**64, the same in any layout;
+to match them after the reply an output must be its final bits at the reply."""
 
 from __future__ import annotations
 
