@@ -189,6 +189,8 @@ def test_a_checksum_is_exact_in_any_layout_and_moves_with_any_one_element(dims, 
     assert int(commit._device_bits(strided.view(ints[x.element_size()]))) % 2**64 == \
         commit.checksums(x)[0][0]
     assert commit.checksums(x)[0][1] == x.nbytes
+    tail = x.reshape(-1).repeat(9)[1:1 + 8 * x.numel()]  # whole words, at an offset of one
+    assert int(commit._device_bits(tail)) % 2**64 == commit.checksums(tail)[0][0]
     flat = x.clone().view(-1)
     j = data.draw(st.integers(0, flat.numel() - 1))
     bits = flat.view(ints[x.element_size()])

@@ -57,8 +57,8 @@ def _device_bits(b):
     import torch
 
     raw = b.contiguous().reshape(-1).view(torch.uint8)
-    if raw.numel() % 8:
-        raw = torch.cat([raw, raw.new_zeros(8 - raw.numel() % 8)])
+    if raw.numel() % 8 or raw.storage_offset() % 8:  # a copy, zero-padded, 8-byte aligned
+        raw = torch.cat([raw, raw.new_zeros(-raw.numel() % 8)])
     words = raw.view(torch.int64)
     return (words & _MASK).sum() + ((words >> 32).sum() << 32)  # each half's without overflow
 
