@@ -117,13 +117,25 @@ def test_a_worker_that_misplaces_its_outputs_at_the_reply_fails_by_name(kernels,
         guard.OUTSIDE, ""), row["failures"]
 
 
-def test_the_harness_reads_a_workers_tensors_where_it_says_stopped_and_lets_it_go_on():
+@pytest.mark.parametrize("own_group", [True, False])
+def test_the_harness_reads_a_workers_tensors_where_it_says_stopped_and_lets_it_go_on(
+        own_group, monkeypatch):
     """:class:`commit.MemoryReader`: another process's tensors (strided, a tuple, a tail of
     bytes past whole words) summed from its memory as :func:`commit.checksums` sums them
-    in place; the process stopped while read and running after; a place past the limit, or
-    unmapped, is None."""
+    in place; the process stopped while read (a worker in a process group of its own, or
+    one that left it) and running after; a place past the limit, or unmapped, is None."""
     import subprocess
     import sys
+
+    states = []
+    read_sum = commit._read_sum
+
+    def watched(fd, *args):
+        with open(f"/proc/{proc.pid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+        return read_sum(fd, *args)
+
+    monkeypatch.setattr(commit, "_read_sum", watched)
 
     code = textwrap.dedent('''
         import json, sys, torch
@@ -136,12 +148,13 @@ def test_the_harness_reads_a_workers_tensors_where_it_says_stopped_and_lets_it_g
             print("awake", flush=True)
     ''')
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=own_group)
     try:
         placed, expected = json.loads(proc.stdout.readline())
         reader = commit.MemoryReader.of(proc.pid)
         assert reader is not None  # Linux, a process of this user
         assert reader.sums([placed], 1, 2**20) == [expected]
+        assert states == ["T", "T"]  # stopped while each tensor was read
         with open(f"/proc/{proc.pid}/stat") as f:
             assert f.read().rsplit(")", 1)[1].split()[0] != "T"  # continued
         proc.stdin.write("go\n")

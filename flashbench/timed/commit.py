@@ -125,10 +125,7 @@ class MemoryReader:
         is not that, or a tensor spans more than ``limit`` bytes or cannot be read."""
         if not isinstance(said, list) or len(said) != calls:
             return [None] * calls
-        try:
-            os.killpg(self.pid, signal.SIGSTOP)  # its own session: the group is its own
-        except OSError:
-            pass  # ended: nothing of it to read, each read below fails
+        self._send(signal.SIGSTOP)
         try:
             fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
         except OSError:
@@ -138,10 +135,16 @@ class MemoryReader:
         finally:
             if fd is not None:
                 os.close(fd)
+            self._send(signal.SIGCONT)
+
+    def _send(self, sig: int) -> None:
+        """``sig`` to the worker's process group (its own session's: what it started there
+        too) and to the worker itself (a worker that left that group is still stopped)."""
+        for send in (os.killpg, os.kill):
             try:
-                os.killpg(self.pid, signal.SIGCONT)
+                send(self.pid, sig)
             except OSError:
-                pass
+                pass  # no such group, or the worker ended: each read then fails
 
     @staticmethod
     def _call(fd, placed, limit: int) -> list | None:
