@@ -283,7 +283,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     faults = {**({str(n): str(why) for n, why in said.items()} if isinstance(said, dict)
                  else {}), **faults}
     outputs = commit.received(reply.get("outputs"), calls, faults)  # None: failed, named
-    late = commit.changed_after_reply(sums, outputs)
+    late = commit.changed_after_reply(sums, outputs, read=w.reader is not None)
     if late is not None:
         faults.setdefault(OUTSIDE, late)
     changed = pool.modified()  # read here, in the pages the worker's calls were handed

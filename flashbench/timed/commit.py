@@ -18,7 +18,8 @@ import time
 from flashbench.timed.guard import WRONG
 
 __all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
-           "changed_after_reply", "checksum_s", "where", "MemoryReader"]
+           "changed_after_reply", "checksum_s", "where", "MemoryReader", "digests",
+           "MAX_TENSORS", "MAX_RUNS"]
 
 _MASK = 0xFFFFFFFF
 _INTS: dict = {}  # element size -> torch's integer dtype of that size, filled at first use
@@ -31,14 +32,18 @@ def _bits(x):
     0.4 ms a call of 1.9; one element at a time widened to int64 it took 32 us for 512 KiB
     here, word by word 8 us), elsewhere a 0-d int64 tensor on its device (wrapping); both
     read mod 2**64, and the same for the same values in any layout."""
+    b = x.detach().view(_ints()[x.element_size()])  # same element size: any strides
+    if b.device.type != "cpu":
+        return _device_bits(b)
+    return _word_sum(b.numpy())
+
+
+def _ints() -> dict:
     if not _INTS:
         import torch
 
         _INTS.update({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64})
-    b = x.detach().view(_INTS[x.element_size()])  # same element size: any strides
-    if b.device.type != "cpu":
-        return _device_bits(b)
-    return _word_sum(b.numpy())
+    return _INTS
 
 
 def _word_sum(a) -> int:
@@ -102,11 +107,12 @@ def where(out) -> list:
 class MemoryReader:
     """A CPU worker's outputs read by the harness from the worker's memory
     (``/proc/<pid>/mem``) as soon as its run's reply arrives, its process group stopped
-    meanwhile (SIGSTOP, then SIGCONT): what they held at the reply, summed here, outside the
-    clock. Summed by the worker inside the clock, the first read of an output that had left
-    the core's caches cost 45-75 us a request here (1x4x256x64 fp32: 0.70-0.84 ms a call of
-    0.55-0.59 on the worker's own clock, 0.58-0.61 before the sums). :meth:`of` gives None
-    where this process may not read the worker's memory (the worker sums inside the clock)."""
+    meanwhile (SIGSTOP, then SIGCONT): what they held at the reply, digested here
+    (:func:`_digest`), outside the clock. Summed by the worker inside the clock, the first
+    read of an output that had left the core's caches cost 45-75 us a request here
+    (1x4x256x64 fp32: 0.70-0.84 ms a call of 0.55-0.59 on the worker's own clock, 0.58-0.61
+    before the sums). :meth:`of` gives None where this process may not read the worker's
+    memory (the worker sums inside the clock)."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -120,12 +126,13 @@ class MemoryReader:
         return cls(pid)
 
     def sums(self, said, calls: int, limit: int) -> list:
-        """Per call, what :func:`checksums` gives of the outputs the worker's reply placed
+        """Per call, what :func:`digests` gives of the outputs the worker's reply placed
         (``said``: a :func:`where` per call), read now; a call's entry None where the reply
-        is not that, or a tensor spans more than ``limit`` bytes or cannot be read."""
+        is not that, or a tensor holds more than ``limit`` bytes or cannot be read."""
         if not isinstance(said, list) or len(said) != calls:
             return [None] * calls
         self._send(signal.SIGSTOP)
+        self._stopped()
         try:
             fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
         except OSError:
@@ -136,6 +143,24 @@ class MemoryReader:
             if fd is not None:
                 os.close(fd)
             self._send(signal.SIGCONT)
+
+    def _stopped(self, wait_s: float = 0.05) -> bool:
+        """Whether every thread of the worker has stopped, waited for up to ``wait_s``: a
+        signal takes hold when each thread next runs in the kernel (a sleeping one is woken
+        to stop: a reader's test caught it running)."""
+        end = time.perf_counter() + wait_s
+        while True:
+            try:
+                tasks = os.listdir(f"/proc/{self.pid}/task")
+                states = []
+                for tid in tasks:
+                    with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                return False  # ended, or no /proc: each read then fails
+            if all(state in "tTZX" for state in states) or time.perf_counter() > end:
+                return all(state in "tTZX" for state in states)
+            time.sleep(0)
 
     def _send(self, sig: int) -> None:
         """``sig`` to the worker's process group (its own session's: what it started there
@@ -149,13 +174,43 @@ class MemoryReader:
     @staticmethod
     def _call(fd, placed, limit: int) -> list | None:
         try:
-            return [None if t is None else _read_sum(fd, *t, limit) for t in placed]
+            if len(placed) > MAX_TENSORS:  # the harness reads at most that many a call
+                return None
+            return [None if t is None else _read_digest(fd, *t, limit) for t in placed]
         except (TypeError, ValueError, OverflowError, OSError):  # not what where() gives
             return None
 
 
-def _read_sum(fd, address: int, size: int, shape: list, strides: list, limit: int) -> list:
-    """[:func:`_bits`, bytes] of the tensor at ``address`` in the memory open as ``fd``."""
+MAX_TENSORS = 16  # tensors of one call's output the harness reads (o, lse; dq, dk, dv)
+MAX_RUNS = 2**16  # reads of one tensor that spans more than the limit (a view of a larger
+# buffer: its rows read apart)
+
+
+def _digest(a) -> list:
+    """[the first 16 bytes of the SHA-256 of numpy array ``a``'s bytes in logical order, as
+    an int; its bytes]: a linear sum of words could be matched after the reply by a kernel
+    that knew it (a red-team probe, 2026-12-05: bf16 zeros at the reply, the true output
+    after it, 16 near-zero elements' bits rewritten, within the accuracy rule, so that the
+    words summed to 0 again: PASS, 4.2x over its honest self)."""
+    import hashlib
+
+    import numpy as np
+
+    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return [int.from_bytes(hashlib.sha256(memoryview(raw)).digest()[:16], "big"), raw.size]
+
+
+def digests(out) -> list:
+    """:func:`_digest` of each plain tensor of a fetched output (CPU copies), None for any
+    other: what :class:`MemoryReader` gives of the same bytes."""
+    return [_digest(x.detach().view(_ints()[x.element_size()]).numpy()) if _plain(x)
+            and x.device.type == "cpu" else None for x in _items(out)]
+
+
+def _read_digest(fd, address: int, size: int, shape: list, strides: list, limit: int) -> list:
+    """:func:`_digest` of the tensor at ``address`` in the memory open as ``fd``: one read
+    of its span, or where that is over ``limit`` bytes (a view of a larger buffer), one
+    read of each row along its last dimension."""
     import numpy as np
 
     if fd is None or size not in (1, 2, 4, 8) or any(n < 0 for n in shape) or \
@@ -163,16 +218,34 @@ def _read_sum(fd, address: int, size: int, shape: list, strides: list, limit: in
         raise ValueError("not a tensor's place")
     count = int(np.prod(shape, dtype=object)) if shape else 1
     if count == 0:
-        return [0, 0]
-    span = size * (1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True)))
-    if max(span, count * size) > limit:
+        return [_digest(np.zeros(0, np.uint8))[0], 0]
+    if count * size > limit:
         raise ValueError("more bytes than the case's outputs")
-    data = os.pread(fd, span, address)
-    if len(data) != span:
+    span = size * (1 + sum((n - 1) * st for n, st in zip(shape, strides, strict=True)))
+    if span <= limit:
+        return _digest(_strided(_pread(fd, span, address), size, shape, strides))
+    last_n, last_st = shape[-1], strides[-1]  # over the limit: a tensor of >= 1 dimension
+    run = size * (1 + (last_n - 1) * last_st)
+    if run > limit or count // last_n > MAX_RUNS:
+        raise ValueError("spread too thin to read")
+    rows = [_strided(_pread(fd, run, address + size * sum(
+        i * st for i, st in zip(at, strides, strict=False))), size, [last_n], [last_st])
+        for at in np.ndindex(*shape[:-1])]
+    return _digest(np.stack(rows).reshape(shape))
+
+
+def _pread(fd, n: int, address: int) -> bytes:
+    data = os.pread(fd, n, address)
+    if len(data) != n:
         raise OSError("a short read")
-    a = np.lib.stride_tricks.as_strided(np.frombuffer(data, dtype=f"u{size}"), shape,
-                                        [st * size for st in strides])
-    return [_word_sum(a) % 2**64, count * size]
+    return data
+
+
+def _strided(data: bytes, size: int, shape: list, strides: list):
+    import numpy as np
+
+    return np.lib.stride_tricks.as_strided(np.frombuffer(data, dtype=f"u{size}"), shape,
+                                           [st * size for st in strides])
 
 
 def checksums(out) -> list:
@@ -206,10 +279,10 @@ def said_bytes(said: list) -> int:
                 for c in calls), default=0)
 
 
-def changed_after_reply(said: list, outputs: list) -> str | None:
+def changed_after_reply(said: list, outputs: list, read: bool = False) -> str | None:
     """Why the fetched ``outputs`` (None: failed by structure) are not what was summed at
-    their runs' replies (``said``, one per call, in order; by the worker, or read from its
-    memory by the harness), or None."""
+    their runs' replies (``said``, one per call, in order): by the worker, or (``read``)
+    digests of what the harness read from its memory (:class:`MemoryReader`); or None."""
     if len(said) != len(outputs):
         return (f"its worker summed {len(said)} calls' outputs at its replies, for "
                 f"{len(outputs)} calls")
@@ -219,10 +292,10 @@ def changed_after_reply(said: list, outputs: list) -> str | None:
         if sums is None:
             return (f"call {i + 1}'s output was not where its worker placed it at its run's "
                     "reply, or could not be read or summed there")
-        if _as_said(sums) != checksums(out):
-            return (f"call {i + 1}'s output changed after its run's reply (the sum of its "
-                    "bits at the reply and in the copy fetched after differ): its work went "
-                    "on after the clock stopped")
+        if _as_said(sums) != (digests(out) if read else checksums(out)):
+            return (f"call {i + 1}'s output changed after its run's reply (its bytes at the "
+                    "reply and in the copy fetched after differ): its work went on after "
+                    "the clock stopped")
     return None
 
 
