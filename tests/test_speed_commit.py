@@ -155,20 +155,20 @@ def test_the_harness_reads_a_workers_tensors_where_it_says_stopped_and_lets_it_g
         placed, expected, wide, rows = json.loads(proc.stdout.readline())
         reader = commit.MemoryReader.of(proc.pid)
         assert reader is not None  # Linux, a process of this user
-        assert reader.sums([placed], 1, 2**20) == [expected]
+        assert reader.read([placed], 1, 2**20) == [expected]
         assert states == ["T", "T"]  # stopped while each tensor was read
-        assert reader.sums([wide], 1, 2**10) == [rows]  # over 1 KiB apart: row by row
-        assert reader.sums([placed * 9], 1, 2**20) == [None]  # 18 tensors: over 16 a call
+        assert reader.read([wide], 1, 2**10) == [rows]  # over 1 KiB apart: row by row
+        assert reader.read([placed * 9], 1, 2**20) == [None]  # 18 tensors: over 16 a call
         with open(f"/proc/{proc.pid}/stat") as f:
             assert f.read().rsplit(")", 1)[1].split()[0] != "T"  # continued
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "awake\n"
-        assert reader.sums([placed], 1, 64) == [None]  # 420 bytes past a 64-byte limit
-        assert reader.sums([wide], 1, 48) == [None]  # rows of 12 bytes, 72 in all
+        assert reader.read([placed], 1, 64) == [None]  # 420 bytes past a 64-byte limit
+        assert reader.read([wide], 1, 48) == [None]  # rows of 12 bytes, 72 in all
         unmapped = [[8, 4, [2], [1]], placed[1]]
-        assert reader.sums([unmapped, "junk"], 2, 2**20) == [None, None]
-        assert reader.sums([placed], 2, 2**20) == [None, None]  # not one place a call
+        assert reader.read([unmapped, "junk"], 2, 2**20) == [None, None]
+        assert reader.read([placed], 2, 2**20) == [None, None]  # not one place a call
     finally:
         proc.kill()
         proc.wait()

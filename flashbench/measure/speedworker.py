@@ -134,7 +134,7 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
     # outputs read from the worker's memory at once (timed.commit.MemoryReader)
     rt, reply = w.ask(len(slots), op="run", flushes=k, sums=w.pad, where=bool(w.reader))
-    sums = reply.get("sums") if w.reader is None else w.reader.sums(
+    sums = reply.get("sums") if w.reader is None else w.reader.read(
         reply.get("where"), len(slots), 4 * nbytes(pool.slots[0]) + 2**20)
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
     c5 = cpu_s(w.pid, w.family)

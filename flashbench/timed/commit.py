@@ -125,7 +125,7 @@ class MemoryReader:
             return None
         return cls(pid)
 
-    def sums(self, said, calls: int, limit: int) -> list:
+    def read(self, said, calls: int, limit: int) -> list:
         """Per call, what :func:`digests` gives of the outputs the worker's reply placed
         (``said``: a :func:`where` per call), read now; a call's entry None where the reply
         is not that, or a tensor holds more than ``limit`` bytes or cannot be read."""
