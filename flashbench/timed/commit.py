@@ -50,7 +50,7 @@ def _word_sum(a) -> int:
     """:func:`_bits` of numpy array ``a``, any strides (a copy where not C-contiguous)."""
     import numpy as np
 
-    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    raw = _bytes(a)
     whole = raw.size - raw.size % 8
     total = int(raw[:whole].view(np.uint64).sum(dtype=np.uint64)) if whole else 0
     return total + int.from_bytes(raw[whole:].tobytes(), "little")
@@ -144,22 +144,21 @@ class MemoryReader:
                 os.close(fd)
             self._send(signal.SIGCONT)
 
-    def _stopped(self, wait_s: float = 0.05) -> bool:
-        """Whether every thread of the worker has stopped, waited for up to ``wait_s``: a
-        signal takes hold when each thread next runs in the kernel (a sleeping one is woken
-        to stop: a reader's test caught it running)."""
+    def _stopped(self, wait_s: float = 0.05) -> None:
+        """Until every thread of the worker has stopped, for up to ``wait_s``: a signal
+        takes hold when each thread next runs in the kernel (a sleeping one is woken to
+        stop: a reader's test caught it running)."""
         end = time.perf_counter() + wait_s
-        while True:
+        while time.perf_counter() <= end:
             try:
-                tasks = os.listdir(f"/proc/{self.pid}/task")
                 states = []
-                for tid in tasks:
+                for tid in os.listdir(f"/proc/{self.pid}/task"):
                     with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
                         states.append(f.read().rsplit(")", 1)[1].split()[0])
             except OSError:
-                return False  # ended, or no /proc: each read then fails
-            if all(state in "tTZX" for state in states) or time.perf_counter() > end:
-                return all(state in "tTZX" for state in states)
+                return  # ended, or no /proc: each read then fails
+            if all(state in "tTZX" for state in states):
+                return
             time.sleep(0)
 
     def _send(self, sig: int) -> None:
@@ -186,6 +185,13 @@ MAX_RUNS = 2**16  # reads of one tensor that spans more than the limit (a view o
 # buffer: its rows read apart)
 
 
+def _bytes(a):
+    """Numpy array ``a``'s bytes in logical order (a copy where not C-contiguous)."""
+    import numpy as np
+
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
 def _digest(a) -> list:
     """[the first 16 bytes of the SHA-256 of numpy array ``a``'s bytes in logical order, as
     an int; its bytes]: a linear sum of words could be matched after the reply by a kernel
@@ -194,9 +200,7 @@ def _digest(a) -> list:
     words summed to 0 again: PASS, 4.2x over its honest self)."""
     import hashlib
 
-    import numpy as np
-
-    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    raw = _bytes(a)
     return [int.from_bytes(hashlib.sha256(memoryview(raw)).digest()[:16], "big"), raw.size]
 
 
