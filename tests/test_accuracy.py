@@ -217,3 +217,19 @@ def test_a_one_key_window_judges_the_flash_models_gradients_against_themselves()
         assert not ref[i].any() and not std[i].any() and flash[i].any()
         j = judge_gradient(flash[i], std[i], ref[i], "fp32", fallback=flash[i])
         assert j["verdict"].passed and j["verdict"].yardstick == "flash_model"
+
+
+def test_a_verdict_in_words_says_its_yardstick_and_limit_not_a_share_of_it():
+    """speed's messages said "2.5x the baseline rule's limit" for a ratio of 2.5 to the
+    standard's error: 1.25x the 2x rule's limit. The words now name the yardstick and the
+    limit the ratio is read against."""
+    from flashbench.accuracy import gradient_rule
+
+    v = baseline_rule(2.5e-7, 1e-7, "fp32", floor=1e-9)
+    assert not v.passed
+    assert v.words() == ("2.5x the same-dtype standard's error 1e-07 (PASS iff at most 2x it "
+                         "+ 1e-09)")
+    rescued = gradient_rule(5e-7, 1e-7, "fp32", floor=0.0, fallback_error=2e-7)
+    assert rescued.passed and rescued.yardstick == "flash_model"
+    assert rescued.words().startswith("2.5x the same-dtype flash model's error 2e-07 (PASS "
+                                      "iff at most 3x it")

@@ -31,6 +31,14 @@ KERNELS = textwrap.dedent('''
         return _F(q, k, v, is_causal=causal)
 
 
+    def honest_grad(q, k, v, causal=False, scale=None):
+        """sdpa's math form, for the backward: torch's CPU flash backward at fp32 (an
+        approximate exp) is beyond the gradient rule and its band on 8 contents in 20,000 at
+        1x2x64x32 (docs/speed.md); this form on none of 40,000."""
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            return _F(q, k, v, is_causal=causal)
+
+
     def in_collect(q, k, v, causal=False, scale=None):
         """Half the heads in the call; the worker's collect, patched below, does the rest."""
         o = torch.empty_like(q)
@@ -188,8 +196,8 @@ def test_an_output_a_kept_thread_finishes_after_the_reply_fails_by_name(kernels,
 
 def test_an_honest_backward_passes_committed(kernels, capsys):
     rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--pass", "bwd", "--only",
-                     "fbcommit:honest")
-    assert rc == 0 and rows["fbcommit:honest"]["status"] == "PASS", rows
+                     "fbcommit:honest_grad")
+    assert rc == 0 and rows["fbcommit:honest_grad"]["status"] == "PASS", rows
 
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn]

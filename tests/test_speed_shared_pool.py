@@ -99,8 +99,12 @@ KERNELS = textwrap.dedent('''
         return _Precomputed.apply(q, k, v, o.detach(), *grads)
 
 
-    def honest(q, k, v, causal=False, scale=None):
-        return _F(q, k, v)
+    def honest_grad(q, k, v, causal=False, scale=None):
+        """sdpa's math form, for the backward: torch's CPU flash backward at fp32 (an
+        approximate exp) is beyond the gradient rule and its band on 8 contents in 20,000 at
+        1x2x64x32 (docs/speed.md); this form on none of 40,000."""
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            return _F(q, k, v, is_causal=causal)
 
 
     def scribble_do(q, k, v, causal=False, scale=None):
@@ -136,8 +140,8 @@ def test_a_kernel_that_wraps_the_pools_writes_never_sees_a_new_input(kernels, ca
 
 def test_a_backwards_forward_finds_no_do_to_precompute_with(kernels, capsys):
     rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--pass", "bwd",
-                     "--only", "fbshared:peek_do", "fbshared:honest")
-    peek, honest = rows["fbshared:peek_do"], rows["fbshared:honest"]
+                     "--only", "fbshared:peek_do", "fbshared:honest_grad")
+    peek, honest = rows["fbshared:peek_do"], rows["fbshared:honest_grad"]
     assert honest["status"] == "PASS", honest["failures"]
     # it finds the slot's dO tensor, all zeros for new contents when its forward runs: the
     # gradients it precomputed are wrong for the dO its timed call then gets

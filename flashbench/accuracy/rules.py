@@ -57,6 +57,18 @@ class BaselineVerdict(Verdict):
     passed: bool
     yardstick: str = "standard"
 
+    def words(self) -> str:
+        """The ratio in words, with what it is against and the limit: "4.7x the same-dtype
+        standard's error 3.24e-07 (PASS iff at most 3x it + 1.19e-07)" (the ratio is not
+        a share of the limit: 2.5 fails the 2x rule by 1.25x)."""
+        against = {"standard": "the same-dtype standard's error",
+                   "flash_model": "the same-dtype flash model's error"}.get(
+            self.yardstick, f"the {self.yardstick}'s error")
+        yard = self.standard_error if self.yardstick == "standard" else (
+            self.kernel_error / self.ratio if 0 < self.ratio < float("inf") else float("nan"))
+        return (f"{self.ratio:.3g}x {against} {yard:.3g} (PASS iff at most {self.factor:g}x it "
+                f"+ {self.floor:.3g})")
+
 
 def _error(value, name: str) -> float:
     value = float(value)

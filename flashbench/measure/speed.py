@@ -197,8 +197,7 @@ class Judge:
             return self._lse_check(lse, seen, nq, nk)
         why = (f"above the band's tolerance {limit:.3g} (flashbench.tolerance) and "
                if limit is not None else "") + (
-            f"{verdict.ratio:.3g}x the baseline rule's limit (same-dtype standard attention "
-            f"{std:.3g})")
+            f"by the baseline rule {verdict.words()}")
         return WRONG, (f"off the float64 reference: max abs error {err:.3g} at row {worst} "
                        f"(of rows {list(errs)}, checked), {why}")
 
@@ -224,8 +223,7 @@ class Judge:
         verdict = baseline_rule(err, std, self.case.dtype)
         return None if verdict.passed else (WRONG, (
             f"lse off the float64 reference: max abs error {err:.3g} at row {worst} (of rows "
-            f"{list(errs)}, checked), {verdict.ratio:.3g}x the baseline rule's limit "
-            f"(same-dtype standard attention {std:.3g})"))
+            f"{list(errs)}, checked), by the baseline rule {verdict.words()}"))
 
     def _variant_check(self, q, k, v, o, lse=None) -> tuple[str, str] | None:
         """Rows against the variant's float64 reference by the baseline rule, the yardstick
@@ -253,12 +251,12 @@ class Judge:
                 return WRONG, (f"lse off the float64 reference of "
                                f"{self.case.variant.label()}: max abs error {gap.max():.3g} "
                                f"(rows {list(map(int, rows))}, checked), "
-                               f"{lse_verdict.ratio:.3g}x the baseline rule's limit")
+                               f"by the baseline rule {lse_verdict.words()}")
         if verdict.passed:
             return None
         return WRONG, (f"off the float64 reference of {self.case.variant.label()}: max abs "
                        f"error {err:.3g} at row {worst} (of rows {list(map(int, rows))}, "
-                       f"checked), {verdict.ratio:.3g}x the baseline rule's limit")
+                       f"checked), by the baseline rule {verdict.words()}")
 
     def want(self) -> tuple:
         s = self.case.shape

@@ -90,12 +90,12 @@ class PackedJudge(Judge):
                 continue
             verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
             if not verdict.passed:
-                bad.append((int(i), seq, n, err, limit, verdict.ratio))
+                bad.append((int(i), seq, n, err, limit, verdict))
         if not bad:
             return None
-        i, seq, n, err, limit, ratio = bad[0]
+        i, seq, n, err, limit, verdict = bad[0]
         band = f"above the band's tolerance {limit:.3g} and " if limit is not None else ""
         return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
                        f"of their sequences: row {i} (sequence index {seq} of {len(cu) - 1}, "
-                       f"length {n}) max abs error {err:.3g}, {band}{ratio:.3g}x the baseline "
-                       "rule's limit")
+                       f"length {n}) max abs error {err:.3g}, {band}by the baseline rule "
+                       f"{verdict.words()}")

@@ -1,0 +1,87 @@
+"""Study: how often does speed's gradient judge fail an honest backward? (issue 35)
+
+Question: ``flashbench speed --pass bwd`` judges each content's timed (dq, dk, dv) on 8
+random rows by the gradient rule and, where the rows fail it, the whole gradient by the band
+rule (flashbench.measure.speedgrad.GradJudge). For honest fp32 backwards on CPU (torch's
+sdpa, whose flash kernel takes an approximate exp, and sdpa's math form), on CONTENTS random
+contents drawn as a speed run draws them: how many fail the gradient rule alone (the judge
+before 2026-12-06), and how many fail both rules (the judge now). The same rows are checked
+both ways. A speed row checks a few dozen contents, so 1 in 500 fails a run in about 20.
+Answer: docs/speed.md ("Passes").
+
+Usage: python -m studies.grad_judge_rate [--contents 20000] [--threads 1]
+       [--shape 1x2x64x32 ...] [--form flash math]
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import time
+
+import numpy as np
+import torch
+
+from flashbench.inputs import Shape
+from flashbench.measure.speed import SpeedCase
+from flashbench.measure.speedgrad import GradJudge
+from flashbench.timed.attention import grad_maker, pass_call
+
+SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _math(q, k, v):
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        return SDPA(q, k, v)
+
+
+FORMS = {"flash": SDPA, "math": _math}  # torch's own choice on CPU: its flash kernel
+
+
+def rates(shape: str, form: str, contents: int) -> dict:
+    """Contents failing the gradient rule alone and both rules, of ``contents`` drawn."""
+    case = SpeedCase(Shape.parse(shape), "fp32", False, "bwd")
+    make = grad_maker(case.shape, "fp32")
+    setup, call = pass_call(FORMS[form], "bwd")
+    rule, both = GradJudge(case, make, 0), GradJudge(case, make, 0)
+    rule.band = {}  # no band: the gradient rule alone
+    failed = {"rule": 0, "both": 0}
+    worst: list = []
+    for _ in range(contents):
+        content = (secrets.randbits(62), secrets.randbits(62))
+        q, k, v, do = make(content)
+        grads = call(*setup(q, k, v), do)
+        draw = secrets.randbits(64)  # the same rows for both judges
+        for name, judge in (("rule", rule), ("both", both)):
+            judge.rng = np.random.default_rng(draw)
+            judge.first, judge.verdicts = {}, {}
+            verdict = judge.judge(content, grads)
+            failed[name] += verdict is not None
+            if verdict is not None and name == "both":
+                worst.append(verdict[1].split(": ", 1)[1])
+    return {**failed, "examples": worst[:3]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
+    ap.add_argument("--contents", type=int, default=20000)
+    ap.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
+    ap.add_argument("--shape", nargs="+", default=["1x2x64x32", "1x2x128x64"])
+    ap.add_argument("--form", nargs="+", choices=sorted(FORMS), default=["flash", "math"])
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), fp32, not causal, "
+          f"{args.contents} contents a line")
+    print(f"{'shape':<12} {'form':<6} {'fail rule':>10} {'fail both':>10} {'s':>6}")
+    for shape in args.shape:
+        for form in args.form:
+            t0 = time.perf_counter()
+            r = rates(shape, form, args.contents)
+            print(f"{shape:<12} {form:<6} {r['rule']:>10} {r['both']:>10} "
+                  f"{time.perf_counter() - t0:>6.0f}")
+            for example in r["examples"]:
+                print(f"    {example[:200]}")
+
+
+if __name__ == "__main__":
+    main()
