@@ -94,8 +94,8 @@ class GradJudge:
         band's seeds, :func:`flashbench.bands.case.case_band`) for a gradient whose checked
         rows failed the gradient rule, or None where the case has no band (measured on the
         fly at most once per case, then cached). A max-error rule on a small gradient is
-        tail-heavy: torch's CPU fp32 backward (an approximate exp) failed it on 0.2% of
-        contents at 1x2x64x32 (36 of 20,000), every one inside the band (0.6-0.8 of it);
+        tail-heavy: torch's CPU fp32 backward (an approximate exp) failed it on 47 contents
+        of 20,000 at 1x2x64x32, 6 of them beyond the band too (studies/grad_judge_rate);
         any value off by more than rounding moves the RMSE of the whole gradient."""
         from flashbench.accuracy import error_stats
         from flashbench.accuracy.bandrule import band_rule
