@@ -10,7 +10,7 @@ both ways. A speed row checks a few dozen contents, so 1 in 500 fails a run in a
 Answer: docs/speed.md ("Passes").
 
 Usage: python -m studies.grad_judge_rate [--contents 20000] [--threads 1]
-       [--shape 1x2x64x32 ...] [--form flash math]
+       [--shape 1x2x64x32 ...] [--form flash math] [--dtype fp32] [--causal]
 """
 
 from __future__ import annotations
@@ -30,19 +30,20 @@ from flashbench.timed.attention import grad_maker, pass_call
 SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
-def _math(q, k, v):
+def _math(q, k, v, is_causal=False):
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        return SDPA(q, k, v)
+        return SDPA(q, k, v, is_causal=is_causal)
 
 
 FORMS = {"flash": SDPA, "math": _math}  # torch's own choice on CPU: its flash kernel
 
 
-def rates(shape: str, form: str, contents: int) -> dict:
+def rates(shape: str, form: str, contents: int, dtype: str = "fp32",
+          causal: bool = False) -> dict:
     """Contents failing the gradient rule alone and both rules, of ``contents`` drawn."""
-    case = SpeedCase(Shape.parse(shape), "fp32", False, "bwd")
-    make = grad_maker(case.shape, "fp32")
-    setup, call = pass_call(FORMS[form], "bwd")
+    case = SpeedCase(Shape.parse(shape), dtype, causal, "bwd")
+    make = grad_maker(case.shape, dtype)
+    setup, call = pass_call(lambda q, k, v: FORMS[form](q, k, v, is_causal=causal), "bwd")
     rule, both = GradJudge(case, make, 0), GradJudge(case, make, 0)
     rule.band = {}  # no band: the gradient rule alone
     failed = {"rule": 0, "both": 0}
@@ -68,15 +69,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
     ap.add_argument("--shape", nargs="+", default=["1x2x64x32", "1x2x128x64"])
     ap.add_argument("--form", nargs="+", choices=sorted(FORMS), default=["flash", "math"])
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--causal", action="store_true", help="bottom-right causal")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), fp32, not causal, "
-          f"{args.contents} contents a line")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.dtype}, "
+          f"{'causal' if args.causal else 'not causal'}, {args.contents} contents a line")
     print(f"{'shape':<12} {'form':<6} {'fail rule':>10} {'fail both':>10} {'s':>6}")
     for shape in args.shape:
         for form in args.form:
             t0 = time.perf_counter()
-            r = rates(shape, form, args.contents)
+            r = rates(shape, form, args.contents, args.dtype, args.causal)
             print(f"{shape:<12} {form:<6} {r['rule']:>10} {r['both']:>10} "
                   f"{time.perf_counter() - t0:>6.0f}")
             for example in r["examples"]:
