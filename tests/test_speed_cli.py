@@ -101,6 +101,19 @@ def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):
     assert len(out.err.strip().splitlines()) == 1
 
 
+def test_a_dtype_no_backend_takes_is_exit_2_not_an_empty_pass(capsys):
+    """Every default backend left out for its dtype: the run printed an empty table,
+    "verdict: PASS" and exited 0 (a red team, 2026-12-06); now exit 2, one line naming the
+    dtype and what the backends take."""
+    for argv in (["--shape", "1x2x64x32", "--dtype", "fp64"], ["--decode", "--dtype", "fp64"],
+                 ["--shape", "1x2x64x32", "--dtype", "tf32"]):
+        rc = main(["speed", "--quiet", "--seed", "1", *argv])
+        out = capsys.readouterr()
+        err = out.err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "nothing to time" in err[0], (argv, rc, err)
+        assert argv[-1] in err[0] and "fp32" in err[0] and "PASS" not in out.out
+
+
 def test_each_row_names_the_peak_it_is_judged_against(capsys):
     """fp8 rows used the bf16 peak without saying so; now a row names its peak: its own
     dtype's matmul, the fp8 torch._scaled_mm peak where measured (GPU), or the stand-in."""

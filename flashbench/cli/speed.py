@@ -141,7 +141,7 @@ def render_text(report: dict) -> str:
     notes += [f"environment: {e}" for e in m.get("environment", ())]
     lines += ["", *notes, *(f"clock: {c}" for c in clocks),
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
-              "verdict: " + ("nothing timed (exit 2)" if report["rows"] and all(
+              "verdict: " + ("nothing timed (exit 2)" if all(
                   r.status == "not timed" for r in report["rows"])
                   else "PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
@@ -242,11 +242,17 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not one of the backends timed: "
                          f"{names}")
-    backends = [get(n) for n in names]
+    built = [get(n) for n in names]
     named = {*args.backend, *(args.only or ()), args.baseline}
     asked = {c.dtype for c in cases}  # the defaults: none that takes no dtype asked for
-    backends = [b for b in backends if b.name in named or getattr(b, "dtypes", None) is None
+    backends = [b for b in built if b.name in named or getattr(b, "dtypes", None) is None
                 or asked & set(b.dtypes)]
+    if not backends:  # an empty run read "verdict: PASS", exit 0 (a red team, 2026-12-06)
+        takes = sorted({d for b in built for d in (getattr(b, "dtypes", None) or ())})
+        raise ValueError(f"nothing to time: no backend of this run takes "
+                         f"{', '.join(sorted(asked))} ({', '.join(names)} take "
+                         f"{', '.join(takes)}; --backend NAME or --only NAME keeps one, "
+                         "with the reason it is not timed)")
     with user.session(args.timeout):
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet)
@@ -289,7 +295,7 @@ def _emit(args, report: dict) -> int:
     rows = report["rows"]
     status = (emit({**report, "rows": [asdict(r) for r in rows]}, render_text, True)
               if args.json else emit(report, render_text, False))
-    if rows and all(r.status == "not timed" for r in rows):
+    if all(r.status == "not timed" for r in rows):  # none at all, too
         why = "; ".join(dict.fromkeys(f"{r.backend}: {r.reason}" for r in rows))
         print(f"flashbench speed: nothing was timed: {why}", file=sys.stderr)
         return 2
