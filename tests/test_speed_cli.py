@@ -248,3 +248,30 @@ def test_a_users_decode_function_adds_to_the_default_decode_backends():
     assert resolve_decode_backends(["fbmine:decode"]) == [*defaults, "fbmine:decode"]
     assert resolve_decode_backends([defaults[0], "fbmine:decode"]) == [defaults[0],
                                                                         "fbmine:decode"]
+
+
+def test_a_peers_fail_is_information_and_not_the_runs_verdict():
+    """Torch's own attention is judged by the same rules, and its FAIL shows, but as in
+    check it is not the run's verdict (torch-naive's twice-rounded bf16 scores failed an
+    honest run 1 in 12, exit 1); the same wrong function as flashbench's or yours fails it."""
+    import dataclasses
+
+    from flashbench.backends import Backend
+    from flashbench.cli.speed import render_text
+    from flashbench.inputs import Shape
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.measure.speedrun import run_speed
+
+    def off(q, k, v, causal=False, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v) * 1.01
+
+    case = SpeedCase(Shape(1, 2, 64, 64, 32), "fp32")
+    for peer in (True, False):
+        b = Backend("off", off, "off", ("fp32",), timed=off, peer=peer)
+        report = run_speed([case], [b], seed=3, progress=False)
+        (row,) = report["rows"]
+        assert row.status == "FAIL" and row.peer is peer, row.failures
+        assert report["passed"] is peer
+        text = render_text(report)
+        assert ("for information" in text) is peer and ("verdict: PASS" in text) is peer
+        assert dataclasses.asdict(row)["peer"] is peer

@@ -119,7 +119,9 @@ def render_text(report: dict) -> str:
                      f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
                      f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')} |")
         for name, why in r.failures.items():
-            notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}")
+            notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}" + (
+                " (torch's own attention: for information, as in check; not this run's "
+                "verdict)" if r.peer else ""))
         if r.reason:
             notes.append(f"{r.status} {r.backend} on {r.case}: {r.reason}")
         if r.worker_median_s is not None:

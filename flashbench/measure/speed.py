@@ -344,6 +344,9 @@ class SpeedRow:
     peak: str | None = None  # which measured peak % peak and the floor are of
     worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
     calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
+    # torch's own attention (Backend.peer): its FAIL is information, as in check, and not
+    # the run's verdict (torch-naive's S rounded twice in bf16 failed 1 run in 12)
+    peer: bool = False
 
 
 def interpreted(faults: dict) -> str:
