@@ -121,3 +121,24 @@ def test_a_user_backend_runs_the_variants_it_declares_and_no_other(tmp_path, mon
     from flashbench.backends.user import release
 
     release()  # the functions ran in a worker process of their own
+
+
+def test_the_naive_peers_timed_op_gives_rows_that_see_no_key_zeros():
+    """docs/backends.md: a row that sees no key gets o = 0. naive_output (what speed times)
+    left such rows NaN (softmax of -inf only); only the accuracy path zeroed them, so speed
+    judged the peer wrong ("non-finite values") where check passed it (a red team)."""
+    import torch
+
+    from flashbench.kernels.torch_peers import naive_attention, naive_output
+
+    g = torch.Generator().manual_seed(0)
+    for nq, nk, kw in ((128, 32, {"causal": True}), (96, 64, {"window": (8, 0)}),
+                       (64, 64, {"causal": True})):
+        q = torch.randn(1, 2, nq, 16, generator=g)
+        k, v = (torch.randn(1, 2, nk, 16, generator=g) for _ in range(2))
+        o = naive_output(q, k, v, **kw)
+        assert bool(torch.isfinite(o).all()), (nq, nk, kw)
+        want, lse = naive_attention(q, k, v, **kw)
+        assert torch.equal(o, want)
+        blind = torch.isneginf(lse)
+        assert bool((o[blind] == 0).all()) and (bool(blind.any()) is (nq != nk))

@@ -97,7 +97,18 @@ def naive_output(q, k, v, causal: bool = False, scale: float | None = None,
     variant = variant_of(causal, window, softcap, sinks)
     k, v = expand_kv(q, k, v)
     p = torch.softmax(_scores(q, k, _scale(q, scale), variant, q.dtype), dim=-1)
+    if _blind_rows(variant, q.shape[-2], k.shape[-2]):  # their softmax is NaN: o = 0 there
+        p = torch.nan_to_num(p, nan=0.0)  # (timed in speed, which read NaN as wrong)
     return torch.matmul(p[..., :k.shape[-2]], v)
+
+
+def _blind_rows(variant, nq: int, nk: int) -> bool:
+    """Whether some query row sees no key (and no sink): only the first or the last rows
+    can (Variant.key_range)."""
+    if variant.sinks is not None or not variant.masked or nq == 0:
+        return False
+    return any(lo >= hi for lo, hi in (variant.key_range(nq, nk, 0, 1),
+                                       variant.key_range(nq, nk, nq - 1, nq)))
 
 
 def naive_attention(q, k, v, causal: bool = False, scale: float | None = None,
