@@ -345,3 +345,52 @@ def test_an_honest_forward_is_judged_against_yardsticks_a_matrix_product_rounds(
         judge.rng = np.random.default_rng(content)  # the rows that failed
         bad = judge.judge(content, out)
         assert (bad if bad is None else bad[0]) == want, bad
+
+
+def test_a_kernel_wrong_on_its_last_row_fails_every_run(roof):
+    """A kernel's last (partial) block is where its bugs live: a forward that halved its
+    last query row PASSed 5 runs in 6, a backward that zeroed dq's or dv's last row 4 in 6
+    (8 random rows checked; a red team, 2026-12-06). The judges check the first and the
+    last rows too: every seed fails, dense, with a variant and backward."""
+    import torch
+
+    F = torch.nn.functional.scaled_dot_product_attention
+
+    def last_row_half(q, k, v, causal=False, scale=None, softcap=None):
+        o = F(q, k, v, is_causal=causal) if softcap is None else _capped(q, k, v, softcap)
+        return torch.cat([o[..., :-1, :], o[..., -1:, :] * 0.5], dim=-2)
+
+    def _capped(q, k, v, cap):
+        s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        return torch.softmax(cap * torch.tanh(s / cap), -1) @ v
+
+    class _LastDv(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return F(q, k, v)
+
+        @staticmethod
+        def backward(ctx, do):
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+                dq, dk, dv = torch.autograd.grad(F(*leaves), leaves, do)
+            dv = dv.clone()
+            dv[..., -1, :] = 0
+            return dq, dk, dv
+
+    def dv_last(q, k, v, causal=False, scale=None):
+        return _LastDv.apply(q, k, v)
+
+    from flashbench.inputs.variant import Variant
+
+    cases = [(SpeedCase(Shape(1, 2, 256, 256, 32), "fp32", True), last_row_half, {}),
+             (SpeedCase(Shape(1, 2, 256, 256, 32), "fp32", False,
+                        variant=Variant(softcap=30.0)), last_row_half, {"softcap"}),
+             (SpeedCase(Shape(1, 2, 64, 64, 32), "fp32", False, "bwd"), dv_last, set())]
+    for case, fn, variants in cases:
+        b = Backend(fn.__name__, fn, fn.__name__, ("fp32",), timed=fn, origin="user",
+                    differentiable=True, variants=frozenset(variants))
+        for seed in range(4):
+            row = time_backend(case, b, roof, seed=seed)
+            assert row.status == "FAIL" and guard.WRONG in row.failures, (case, seed, row)

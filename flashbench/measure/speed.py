@@ -26,7 +26,8 @@ from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
            "fp8_peak_tflops", "band_tolerance", "row_from", "lse_fault", "FLOOR_MARGIN",
-           "CHECK_ROWS", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
+           "CHECK_ROWS", "checked_rows", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER",
+           "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -115,6 +116,15 @@ def band_tolerance(case: SpeedCase, nq: int, nk: int, tensor: str = "o") -> floa
         return None
 
 
+def checked_rows(rng, n: int):
+    """The rows of n that a judge checks on one input: :data:`CHECK_ROWS` drawn from the
+    judge's own entropy (secret from the kernel), and the first and the last, where a
+    kernel's partial blocks lie (a kernel that halved its last row PASSed 5 runs in 6,
+    zeroing the last row of dq or dv 4 in 6: a red team, 2026-12-06); sorted, int64."""
+    drawn = rng.choice(n, min(n, CHECK_ROWS), replace=False)
+    return np.unique(np.concatenate([drawn, [0, n - 1]])).astype(np.int64)
+
+
 def lse_fault(out, want: tuple, zero_rows) -> tuple[str, str] | None:
     """(WRONG, why) when a timed call's return value is a pair whose LSE is not a floating
     tensor of shape ``want``, or holds NaN, +inf, or -inf on a row whose o is not all zeros
@@ -167,7 +177,7 @@ class Judge:
             return self._variant_check(q, k, v, o, lse)
         nq, nk = q.shape[-2], k.shape[-2]
         k, v = (np.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))
-        rows = np.sort(self.rng.choice(nq, min(nq, CHECK_ROWS), replace=False))
+        rows = checked_rows(self.rng, nq)
         got, errs, seen = o.detach().cpu().double().numpy(), {}, []
         for i in rows:
             see = i + nk - nq + 1 if self.case.causal else nk
@@ -235,8 +245,7 @@ class Judge:
         ref, ref_lse = reference.attention(q, k, v, causal=self.case.variant)
         sm, sm_lse = (np.asarray(x, np.float64) for x in numerics.standard_model(
             q, k, v, self.case.dtype, causal=self.case.variant))
-        rows = np.sort(self.rng.choice(q.shape[-2], min(q.shape[-2], CHECK_ROWS),
-                                       replace=False))
+        rows = checked_rows(self.rng, q.shape[-2])
         diff = np.abs(o.detach().cpu().double().numpy()[..., rows, :] - ref[..., rows, :])
         err, worst = float(diff.max()), int(rows[np.unravel_index(diff.argmax(), diff.shape)[-2]])
         verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)

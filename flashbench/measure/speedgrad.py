@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.measure.speed import CHECK_ROWS, SpeedCase
+from flashbench.measure.speed import SpeedCase, checked_rows
 from flashbench.timed.guard import STALE, WRONG
 
 __all__ = ["GradJudge"]
@@ -62,7 +62,7 @@ class GradJudge:
         bad = []
         for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
             n = r.shape[-2]
-            rows = np.sort(self.rng.choice(n, min(n, CHECK_ROWS), replace=False))
+            rows = checked_rows(self.rng, n)
             gradient = got.detach().cpu().double().numpy()
             got = gradient[..., rows, :]
             # the rows' error against the whole gradient's yardstick and floor (a few rows
