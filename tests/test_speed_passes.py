@@ -242,6 +242,21 @@ def test_a_decode_with_dv_below_d_passes_a_correct_kernel_and_counts_both_widths
     assert row.status == "PASS" and not row.failures, row.failures
 
 
+def test_a_causal_decode_counts_the_pairs_its_queries_see():
+    """64 queries on 100 cached keys, causal: 4,384 visible pairs, as the dense case of that
+    shape counts them; all 6,400 were counted (TFLOP/s 1.46x high, a red team)."""
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.speeddecode import DecodeSpeedCase
+
+    causal = DecodeSpeedCase(DecodeCase.parse("1x4x64x64:100"), "fp32")
+    dense = SpeedCase(Shape(1, 4, 64, 100, 64), "fp32", True)
+    assert causal.case.causal and causal.flops() == 2 * 4 * (64 + 64) * 4384
+    assert causal.flops() == pytest.approx(dense.flops())
+    two = DecodeSpeedCase(DecodeCase.parse("2x4x64x64:100,30"), "fp32")
+    assert two.flops() == 2 * 4 * 128 * (4384 + sum(min(30, i + 1 - 34) if i >= 34 else 0
+                                                     for i in range(64)))
+
+
 def test_the_rows_checked_are_not_drawn_from_the_seed_a_worker_is_sent():
     """Failed before: Judge and GradJudge drew their checked rows from the run's seed, which a
     user kernel's worker is sent: a kernel could compute only those 8 rows."""

@@ -41,10 +41,16 @@ class DecodeSpeedCase:
         return self.case
 
     def flops(self) -> float:
-        """2 x H x (d + dv) FLOPs per (query, cached key) pair (q.k over d, p.v over dv),
-        every key of a sequence counted."""
+        """2 x H x (d + dv) FLOPs per visible (query, cached key) pair (q.k over d, p.v over
+        dv): every key of a sequence, or with causal those each query row sees (bottom-right,
+        as a dense case counts them: the masked ones were counted, 1.46x high at 64 queries
+        on 100 keys; a red team, 2026-12-06)."""
+        from flashbench.inputs.variant import Variant
+
         c = self.case
-        return 2.0 * c.H * (c.d + c.dv) * c.Nq * sum(c.lens)
+        pairs = (sum(Variant(causal=True).visible_pairs(c.Nq, n) for n in c.lens)
+                 if c.causal else c.Nq * sum(c.lens))
+        return 2.0 * c.H * (c.d + c.dv) * pairs
 
     def bytes(self) -> int:
         from flashbench.measure.decode import decode_bytes
