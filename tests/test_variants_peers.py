@@ -142,3 +142,21 @@ def test_the_naive_peers_timed_op_gives_rows_that_see_no_key_zeros():
         assert torch.equal(o, want)
         blind = torch.isneginf(lse)
         assert bool((o[blind] == 0).all()) and (bool(blind.any()) is (nq != nk))
+
+
+def test_the_naive_peer_stores_its_scores_rounded_once():
+    """torch-naive's S is scale x q k^T rounded once to the dtype, as the standard model
+    stores it: (q @ k^T) * scale rounded it twice in bf16 and fp16, and speed judged an
+    honest run wrong 1 in 12 (a row 2.5-4.4x the standard's error; a red team)."""
+    import torch
+
+    from flashbench.kernels.torch_peers import naive_output
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 96, 48, generator=g).bfloat16()
+    k, v = (torch.randn(1, 4, 160, 48, generator=g).bfloat16() for _ in range(2))
+    scale = 48 ** -0.5
+    once = (q.float() @ k.float().transpose(-1, -2) * scale).bfloat16()
+    assert torch.equal(naive_output(q, k, v), torch.softmax(once, -1) @ v)
+    twice = (q @ k.transpose(-1, -2)) * scale
+    assert not torch.equal(torch.softmax(twice, -1) @ v, torch.softmax(once, -1) @ v)

@@ -54,7 +54,7 @@ def _scores(q, k, scale, causal, dtype):
     """Scaled scores in ``dtype``, softcapped and masked (``causal``: a bool or a Variant);
     with sinks, the sink logits appended as a last column (to drop after the softmax)."""
     variant = variant_of(causal)
-    s = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)) * scale
+    s = _scaled_product(q.to(dtype), k.to(dtype), scale)
     if variant.softcap is not None:
         s = variant.softcap * torch.tanh(s / variant.softcap)
     if variant.masked:
@@ -64,6 +64,18 @@ def _scores(q, k, scale, causal, dtype):
         sink = torch.tensor(variant.sinks, dtype=dtype, device=q.device)
         s = torch.cat([s, sink[:, None, None].expand(*s.shape[:-1], 1)], dim=-1)
     return s
+
+
+def _scaled_product(q, k, scale: float) -> torch.Tensor:
+    """scale x q k^T rounded once to the dtype, as the standard model stores S (baddbmm's
+    alpha scales the accumulator): ``(q @ k^T) * scale`` rounded it twice in bf16 and fp16,
+    and a row read 2.5-4.4x the standard model's error on about 1 input in 300 (a red team,
+    2026-12-06). q [..., Nq, d] and k [..., Nk, d] with the same leading dims."""
+    lead = q.shape[:-2]
+    q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
+    out = q3.new_empty(q3.shape[0], q3.shape[1], k3.shape[1])
+    return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=scale).reshape(
+        *lead, q3.shape[1], k3.shape[1])
 
 
 def reference_lse(q, k, v, causal: bool = False, scale: float | None = None) -> torch.Tensor:
