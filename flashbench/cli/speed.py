@@ -298,7 +298,7 @@ def _emit(args, report: dict) -> int:
     status = (emit({**report, "rows": [asdict(r) for r in rows]}, render_text, True)
               if args.json else emit(report, render_text, False))
     if all(r.status == "not timed" for r in rows):  # none at all, too
-        why = "; ".join(dict.fromkeys(f"{r.backend}: {r.reason}" for r in rows))
+        why = "; ".join(dict.fromkeys(f"{r.backend}: {r.reason}" for r in rows)) or "no rows"
         print(f"flashbench speed: nothing was timed: {why}", file=sys.stderr)
         return 2
     return status

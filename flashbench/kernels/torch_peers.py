@@ -72,7 +72,8 @@ def _scaled_product(q, k, scale: float) -> torch.Tensor:
     and a row read 2.5-4.4x the standard model's error on about 1 input in 300 (a red team,
     2026-12-06). q [..., Nq, d] and k [..., Nk, d] with the same leading dims."""
     lead = q.shape[:-2]
-    q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
+    n = math.prod(lead)  # not -1: an empty sequence (0 rows) leaves it ambiguous
+    q3, k3 = q.reshape(n, *q.shape[-2:]), k.reshape(n, *k.shape[-2:])
     out = q3.new_empty(q3.shape[0], q3.shape[1], k3.shape[1])
     return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=scale).reshape(
         *lead, q3.shape[1], k3.shape[1])

@@ -23,7 +23,7 @@ from flashbench.bands.decode import BAND_DTYPES, decode_band
 from flashbench.bands.measure import caller_inputs, storage_key
 from flashbench.inputs.precision import Precision
 
-__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline"]
+__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline", "band_tolerance"]
 
 
 class CaseBands:
@@ -155,3 +155,15 @@ def block_baseline(q, k, v, rows, err: float, dtype: str, causal: bool, block: i
                 for model in (numerics.standard_model, numerics.flash_model)]
         std, flash = max(std, errs[0]), max(flash, errs[1])
     return baseline_rule(err, std, dtype, fallback_error=flash), std
+
+
+def band_tolerance(case, nq: int, nk: int, tensor: str = "o") -> float | None:
+    """The max-abs tolerance of the shipped band table for a speed case's ``tensor`` (the
+    flash model's measured edge x 2), or None where the table does not cover it (then: the
+    baseline rule)."""
+    from flashbench.bands.table import tolerance
+
+    try:
+        return tolerance(case.dtype, nk, causal=case.causal, nq=nq, tensor=tensor)
+    except ValueError:
+        return None

@@ -25,7 +25,7 @@ from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofl
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "fp8_peak_tflops", "band_tolerance", "row_from", "lse_fault", "FLOOR_MARGIN",
+           "fp8_peak_tflops", "row_from", "lse_fault", "FLOOR_MARGIN",
            "CHECK_ROWS", "checked_rows", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER",
            "worker_row"]
 
@@ -104,23 +104,10 @@ def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
                case.bytes() / (roof.copy_gbs * 1e9))
 
 
-def band_tolerance(case: SpeedCase, nq: int, nk: int, tensor: str = "o") -> float | None:
-    """The max-abs tolerance of the shipped band table for the case's ``tensor`` (the flash
-    model's measured edge x 2), or None where the table does not cover it (then: the
-    baseline rule)."""
-    from flashbench.bands.table import tolerance
-
-    try:
-        return tolerance(case.dtype, nk, causal=case.causal, nq=nq, tensor=tensor)
-    except ValueError:
-        return None
-
-
 def checked_rows(rng, n: int):
-    """The rows of n that a judge checks on one input: :data:`CHECK_ROWS` drawn from the
-    judge's own entropy (secret from the kernel), and the first and the last, where a
-    kernel's partial blocks lie (a kernel that halved its last row PASSed 5 runs in 6,
-    zeroing the last row of dq or dv 4 in 6: a red team, 2026-12-06); sorted, int64."""
+    """The rows of n a judge checks on one input: :data:`CHECK_ROWS` drawn from its own
+    entropy, and the first and last, where a kernel's partial blocks lie (a kernel that
+    halved its last row PASSed 5 runs in 6: a red team, 2026-12-06); sorted, int64."""
     drawn = rng.choice(n, min(n, CHECK_ROWS), replace=False)
     return np.unique(np.concatenate([drawn, [0, n - 1]])).astype(np.int64)
 
@@ -171,6 +158,7 @@ class Judge:
     def _reference_check(self, content: int, o, lse=None) -> tuple[str, str] | None:
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
+        from flashbench.measure.bandjudge import band_tolerance
 
         q, k, v = (t.double().cpu().numpy() for t in self.make(content))
         if self.case.variant is not None:
@@ -201,8 +189,7 @@ class Judge:
         if not verdict.passed:  # the yardsticks as a matrix product rounds them (check's)
             from flashbench.measure.bandjudge import block_baseline
 
-            verdict = block_baseline(q, k, v, rows, err, self.case.dtype,
-                                     self.case.causal)[0]
+            verdict = block_baseline(q, k, v, rows, err, self.case.dtype, self.case.causal)[0]
         if verdict.passed:  # as accurate as plain same-dtype attention (torch-naive's kind)
             return self._lse_check(lse, seen, nq, nk)
         why = (f"above the band's tolerance {limit:.3g} (flashbench.tolerance) and "
@@ -218,6 +205,7 @@ class Judge:
         None where the kernel returned none (o alone)."""
         from flashbench import numerics
         from flashbench.accuracy import baseline_rule
+        from flashbench.measure.bandjudge import band_tolerance
 
         if lse is None or not seen:
             return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.measure.speed import CHECK_ROWS, Judge, band_tolerance
+from flashbench.measure.bandjudge import band_tolerance
+from flashbench.measure.speed import CHECK_ROWS, Judge
 from flashbench.timed.guard import WRONG
 
 __all__ = ["packed_call", "PackedJudge", "SEQUENCES"]
