@@ -287,3 +287,28 @@ def test_a_packed_gradient_fail_names_its_sequence(monkeypatch):
     assert "in sequence 4 of 4 (index 3, length 9, packed rows 57-65)" in bad[0].worst_at, \
         bad[0].worst_at
     assert all(r.worst_at is None for r in recs if getattr(r, "passed", False))
+
+
+def test_a_packed_rows_yardsticks_are_its_whole_sequences():
+    """A row beyond 2x its own row's standard error is judged against the same-dtype
+    standard model's error over its whole sequence (the flash model's as the second
+    yardstick, as check's): one row's was a noisy yardstick, and a per-sequence kernel that
+    rounded S twice failed 7 fp16 contents in 300 (2 now)."""
+    from flashbench import numerics
+    from flashbench.inputs import Shape
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.measure.speedvarlen import PackedJudge
+    from flashbench.timed.attention import varlen_maker
+
+    lens, shape = (100, 37, 2, 60), Shape(4, 4, 100, 100, 48, Hkv=2)
+    case = SpeedCase(shape, "fp16", False, "fwd", None, lens)
+    q, k, v, cu = (t.double().numpy() for t in varlen_maker(lens, shape, "fp16")(57))
+    judge = object.__new__(PackedJudge)
+    judge.case = case
+    qs = q[100:137].transpose(1, 0, 2)[None]
+    ks, vs = (np.repeat(t[100:137].transpose(1, 0, 2)[None], 2, axis=1) for t in (k, v))
+    ref = reference.attention(qs, ks, vs)[0]
+    std = float(np.abs(np.asarray(numerics.standard_model(qs, ks, vs, "fp16")[0]) - ref).max())
+    ok = judge._sequence_yardsticks(q, k, v, 100, 37, 2, 1.5 * std)
+    assert ok.passed and ok.standard_error == pytest.approx(std)
+    assert not judge._sequence_yardsticks(q, k, v, 100, 37, 2, 100 * std).passed
