@@ -1,12 +1,13 @@
 """Study: how often does speed's gradient judge fail an honest backward? (issue 35)
 
 Question: ``flashbench speed --pass bwd`` judges each content's timed (dq, dk, dv) on 8
-random rows by the gradient rule and, where the rows fail it, the whole gradient by the band
-rule (flashbench.measure.speedgrad.GradJudge). For honest fp32 backwards on CPU (torch's
-sdpa, whose flash kernel takes an approximate exp, and sdpa's math form), on CONTENTS random
-contents drawn as a speed run draws them: how many fail the gradient rule alone (the judge
-before 2026-12-06), and how many fail both rules (the judge now). The same rows are checked
-both ways. A speed row checks a few dozen contents, so 1 in 500 fails a run in about 20.
+random rows and the first and last by the gradient rule (3x the same-dtype standard
+backward's max error + floor, the flash model's as the fallback yardstick:
+flashbench.measure.speedgrad.GradJudge). For honest backwards on CPU (torch's sdpa, whose
+fp32 flash kernel takes an approximate exp, and sdpa's math form), on CONTENTS random
+contents drawn as a speed run draws them: how many does it judge wrong? A speed row checks
+6-13 contents, so 1 in 400 fails a run in about 30-70 (a torch peer's FAIL is information
+only; a user kernel's fails the run).
 Answer: docs/speed.md ("Passes").
 
 Usage: python -m studies.grad_judge_rate [--contents 20000] [--threads 1]
@@ -19,7 +20,6 @@ import argparse
 import secrets
 import time
 
-import numpy as np
 import torch
 
 from flashbench.inputs import Shape
@@ -40,27 +40,19 @@ FORMS = {"flash": SDPA, "math": _math}  # torch's own choice on CPU: its flash k
 
 def rates(shape: str, form: str, contents: int, dtype: str = "fp32",
           causal: bool = False) -> dict:
-    """Contents failing the gradient rule alone and both rules, of ``contents`` drawn."""
+    """Contents the judge fails, of ``contents`` drawn, and up to 3 of its messages."""
     case = SpeedCase(Shape.parse(shape), dtype, causal, "bwd")
     make = grad_maker(case.shape, dtype)
     setup, call = pass_call(lambda q, k, v: FORMS[form](q, k, v, is_causal=causal), "bwd")
-    rule, both = GradJudge(case, make, 0), GradJudge(case, make, 0)
-    rule.band = {}  # no band: the gradient rule alone
-    failed = {"rule": 0, "both": 0}
-    worst: list = []
+    judge, failed, examples = GradJudge(case, make, 0), 0, []
     for _ in range(contents):
         content = (secrets.randbits(62), secrets.randbits(62))
         q, k, v, do = make(content)
-        grads = call(*setup(q, k, v), do)
-        draw = secrets.randbits(64)  # the same rows for both judges
-        for name, judge in (("rule", rule), ("both", both)):
-            judge.rng = np.random.default_rng(draw)
-            judge.first, judge.verdicts = {}, {}
-            verdict = judge.judge(content, grads)
-            failed[name] += verdict is not None
-            if verdict is not None and name == "both":
-                worst.append(verdict[1].split(": ", 1)[1])
-    return {**failed, "examples": worst[:3]}
+        verdict = judge.judge(content, call(*setup(q, k, v), do))
+        failed += verdict is not None
+        if verdict is not None and len(examples) < 3:
+            examples.append(verdict[1].split(": ", 1)[1])
+    return {"failed": failed, "examples": examples}
 
 
 def main() -> None:
@@ -75,13 +67,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.dtype}, "
           f"{'causal' if args.causal else 'not causal'}, {args.contents} contents a line")
-    print(f"{'shape':<12} {'form':<6} {'fail rule':>10} {'fail both':>10} {'s':>6}")
+    print(f"{'shape':<12} {'form':<6} {'judged wrong':>12} {'s':>6}")
     for shape in args.shape:
         for form in args.form:
             t0 = time.perf_counter()
             r = rates(shape, form, args.contents, args.dtype, args.causal)
-            print(f"{shape:<12} {form:<6} {r['rule']:>10} {r['both']:>10} "
-                  f"{time.perf_counter() - t0:>6.0f}")
+            print(f"{shape:<12} {form:<6} {r['failed']:>12} {time.perf_counter() - t0:>6.0f}")
             for example in r["examples"]:
                 print(f"    {example[:200]}")
 

@@ -295,12 +295,12 @@ def test_an_honest_backward_is_judged_as_check_judges_it():
         assert judge.judge((s, s + 10**6), off)[0] == guard.WRONG
 
 
-def test_a_gradient_beyond_the_rule_on_one_element_is_judged_by_its_band():
-    """torch's CPU fp32 backward (an approximate exp) left single values beyond the gradient
-    rule (3x a max error) on 0.2% of 1x2x64x32 contents, the whole gradient inside its band
-    (36 of 20,000 contents failed; now 8, beyond the band too): a gradient whose checked
-    rows fail the rule passes where the whole of it is inside the band (check's second rule),
-    fails where no band is had, and a gradient off everywhere fails both."""
+def test_a_gradient_beyond_the_rule_on_one_row_fails_though_its_rmse_is_small():
+    """One value of dq 1.5x the gradient rule's limit on a checked row fails, though the
+    whole gradient's RMSE and 99th percentile stay inside its band: a rescue by the band
+    rule (tried on 2026-12-06 for torch's CPU fp32 backward, whose approximate exp puts a
+    row beyond the rule on about 1 content in 400 at 1x2x64x32) passed a bf16 dq whose last
+    row was 5% low; the rule alone judges, as check's first rule does."""
     import numpy as np
     import torch
 
@@ -317,22 +317,14 @@ def test_a_gradient_beyond_the_rule_on_one_element_is_judged_by_its_band():
                   numerics.flash_model_grad(q, k, v, do, "fp32")[0]]
     limit = 3 * max(float(np.abs(np.asarray(y, np.float64) - ref[0]).max())
                     for y in yardsticks) + gradient_floor(ref[0], "fp32")
-    row = int(np.sort(np.random.default_rng(0).choice(64, 8, replace=False))[0])
     best = [torch.from_numpy(np.asarray(r, np.float32)) for r in ref]  # rounded once
+    judge = GradJudge(case, make, 0)
+    assert judge.judge(content, best) is None
     spiked = best[0].clone()
-    spiked[0, 1, row, 5] += 1.5 * limit  # one value, on a row the judge checks
-
-    def judged(grads, band=None):
-        judge = GradJudge(case, make, 0)
-        judge.rng, judge.band = np.random.default_rng(0), band
-        return judge.judge(content, grads)
-
-    assert judged([spiked, *best[1:]]) is None
-    no_band = judged([spiked, *best[1:]], band={})
-    assert no_band[0] == guard.WRONG and "dq rows" in no_band[1], no_band
-    assert "band rule" not in no_band[1]
-    off = judged([best[0] + 1e-4, *best[1:]])
-    assert off[0] == guard.WRONG and "the whole dq" in off[1] and "band rule" in off[1], off
+    spiked[0, 1, 63, 5] += 1.5 * limit  # one value, on the last row (always checked)
+    judge = GradJudge(case, make, 0)
+    wrong = judge.judge(content, [spiked, *best[1:]])
+    assert wrong[0] == guard.WRONG and "dq rows" in wrong[1] and "PASS iff" in wrong[1], wrong
 
 
 def test_an_honest_forward_is_judged_against_yardsticks_a_matrix_product_rounds():

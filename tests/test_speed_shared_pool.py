@@ -101,8 +101,8 @@ KERNELS = textwrap.dedent('''
 
     def honest_grad(q, k, v, causal=False, scale=None):
         """sdpa's math form, for the backward: torch's CPU flash backward at fp32 (an
-        approximate exp) is beyond the gradient rule and its band on 8 contents in 20,000 at
-        1x2x64x32 (docs/speed.md); this form on none of 40,000."""
+        approximate exp) is beyond the gradient rule on about 1 content in 400 at 1x2x64x32
+        (docs/speed.md); this form on none of 40,000."""
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
             return _F(q, k, v, is_causal=causal)
 

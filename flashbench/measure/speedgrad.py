@@ -7,8 +7,7 @@ call on the same input (another input's gradients: stale), and, once per input, 
 (:func:`flashbench.reference.attention_grad`) by the gradient rule
 (:func:`flashbench.accuracy.gradient_rule`: the rows' error within 3x the same-dtype standard
 backward's error over the whole gradient plus the rounding floor, or, as ``check`` has it,
-within 3x the same-dtype flash model backward's), or, where the rows fail that, the whole
-gradient by the band rule (``check``'s second rule, :meth:`GradJudge._band`). docs/speed.md.
+within 3x the same-dtype flash model backward's). docs/speed.md.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ class GradJudge:
         self.rng = np.random.default_rng()  # fresh entropy: the rows checked are secret
         self.first: dict = {}
         self.verdicts: dict = {}
-        self.band: dict | None = None  # the case's gradient band, once asked ({}: none)
 
     def _reference_check(self, content: int, grads) -> tuple[str, str] | None:
         from flashbench import numerics, reference
@@ -63,8 +61,7 @@ class GradJudge:
         for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
             n = r.shape[-2]
             rows = checked_rows(self.rng, n)
-            gradient = got.detach().cpu().double().numpy()
-            got = gradient[..., rows, :]
+            got = got.detach().cpu().double().numpy()[..., rows, :]
             # the rows' error against the whole gradient's yardstick and floor (a few rows
             # of the standard backward may happen to round well)
             err = float(np.abs(got - r[..., rows, :]).max())
@@ -75,45 +72,12 @@ class GradJudge:
                 verdict = gradient_rule(err, std, self.case.dtype, floor=floor,
                                         fallback_error=fallback(i))
             if not verdict.passed:
-                band = self._band(name, gradient, r)
-                if band is not None and band.passed:  # a rounding point, not a wrong value
-                    continue
                 bad.append(f"{name} rows {list(map(int, rows))}: max abs error {err:.3g}, "
-                           f"{verdict.words()}" + (
-                               "" if band is None else f", the whole {name} {band.ratio:.3g}x "
-                               f"the band rule's limit ({band.stat})"))
+                           f"{verdict.words()}")
         if not bad:
             return None
-        rules = "the gradient rule" + (" and the band rule" if self.band else "")
-        return WRONG, (f"off the float64 gradients (flashbench.reference.attention_grad), by "
-                       f"{rules}: " + "; ".join(bad))
-
-    def _band(self, name: str, got, ref):
-        """The band rule (``check``'s second rule: the whole gradient's RMSE and 99th
-        percentile error against the same-dtype flash model backward's largest over the
-        band's seeds, :func:`flashbench.bands.case.case_band`) for a gradient whose checked
-        rows failed the gradient rule, or None where the case has no band (measured on the
-        fly at most once per case, then cached). A max-error rule on a small gradient is
-        tail-heavy: torch's CPU fp32 backward (an approximate exp) failed it on 47 contents
-        of 20,000 at 1x2x64x32, 6 of them beyond the band too (studies/grad_judge_rate);
-        any value off by more than rounding moves the RMSE of the whole gradient."""
-        from flashbench.accuracy import error_stats
-        from flashbench.accuracy.bandrule import band_rule
-        from flashbench.bands.case import case_band
-
-        c, v = self.case, self.case.variant
-        if self.band is None:
-            kw = {} if v is None else {"window": v.window, "softcap": v.softcap,
-                                       "sinks": v.sinks is not None}
-            try:
-                self.band = case_band(c.shape, "normal", c.causal if v is None else v.causal,
-                                      c.dtype, grad=True, **kw)
-            except ValueError:
-                self.band = {}
-        if not self.band:
-            return None
-        return band_rule(error_stats(got, ref), self.band["edges"][name], name, "normal",
-                         self.band["source"])
+        return WRONG, ("off the float64 gradients (flashbench.reference.attention_grad), by "
+                       "the gradient rule: " + "; ".join(bad))
 
     def judge(self, content: int, grads) -> tuple[str, str] | None:
         """None, or (failure name, why) for one timed call's (dq, dk, dv) on ``content``."""
