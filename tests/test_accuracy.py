@@ -229,6 +229,10 @@ def test_a_verdict_in_words_says_its_yardstick_and_limit_not_a_share_of_it():
     assert not v.passed
     assert v.words() == ("2.5x the same-dtype standard's error 1e-07 (PASS iff at most 2x it "
                          "+ 1e-09)")
+    tried = baseline_rule(7e-3, 1e-3, "bf16", floor=0.0, fallback_error=3e-3)
+    assert not tried.passed and tried.words() == (
+        "7x the same-dtype standard's error 0.001 (PASS iff at most 2x it + 0, or 2x the "
+        "same-dtype flash model's error 0.003 + 0)")  # 5.9e-3 would pass: both limits said
     rescued = gradient_rule(5e-7, 1e-7, "fp32", floor=0.0, fallback_error=2e-7)
     assert rescued.passed and rescued.yardstick == "flash_model"
     assert rescued.words().startswith("2.5x the same-dtype flash model's error 2e-07 (PASS "
