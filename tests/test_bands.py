@@ -394,3 +394,22 @@ def test_asv_suite_reads_its_cache():
     for stat, want in (("p50", 1.0), ("p99", 2.0), ("max", 3.0)):
         suite.setup(cache, "flash_model", "bf16", 256, "normal", False, stat)
         assert suite.track_o_abs(cache, "flash_model", "bf16", 256, "normal", False, stat) == want
+
+
+def test_a_grouped_query_band_draws_whole_groups_and_check_passes_the_flash_model():
+    """dk and dv of a grouped-query case sum over its group of query heads: a band drawn on
+    plain heads (what band_shape gave past 1,024 query rows) put the flash model's own GQA
+    dv at 1.99x its band at 1x16/2x256x256x64 bf16, and check FAILed it and the Triton
+    kernel (RESULT: FAIL for correct kernels)."""
+    from flashbench.bands.case import band_shape
+    from flashbench.cli import main
+    from flashbench.inputs import Shape
+
+    b = band_shape(Shape(1, 16, 256, 256, 64, Hkv=2))
+    assert (b.B, b.H, b.kv_heads) == (1, 8, 1)  # 1,024 rows: one whole group of 8
+    b = band_shape(Shape(2, 32, 128, 128, 64, Hkv=8))
+    assert b.H % 4 == 0 and b.H // b.kv_heads == 4 and b.H * 128 >= 1024
+    assert band_shape(Shape(1, 16, 256, 256, 64)).kv_heads == 4  # plain heads stay plain
+    rc = main(["check", "--shape", "1x16/2x256x64", "--dtype", "bf16", "--pass", "bwd",
+               "--causal", "off", "--no-backends", "--quiet", "--save", os.devnull])
+    assert rc == 0

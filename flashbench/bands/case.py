@@ -85,13 +85,18 @@ def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
 
 def band_shape(shape: Shape) -> Shape:
     """The problem a band seed draws for a case of ``shape``: the same Nq, Nk, d, dv; B = 1
-    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H; plain
-    heads, grouped-query heads being numerically the same)."""
+    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H), in
+    whole groups of a grouped-query case's query heads per key/value head: dk and dv sum over
+    the group (drawn as plain heads, the flash model's own GQA dk, dv read 1.84-1.99x their
+    band at 1x16/2x256x256x64 bf16, and check FAILed it and every correct kernel there)."""
     rows = shape.B * shape.H * shape.Nq
     if rows <= BAND_ROWS:
         return shape
+    group = shape.H // shape.kv_heads
     heads = min(shape.B * shape.H, -(-BAND_ROWS // shape.Nq))
-    return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv)
+    heads = -(-heads // group) * group
+    return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv,
+                 Hkv=heads // group if group > 1 else None)
 
 
 def band_seeds(shape: Shape) -> int:
@@ -325,8 +330,11 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
     if shipped is not None:
         return {"key": key, "source": "table", **shipped}
     plain = tuple(window) == (-1, -1) and softcap is None and not sinks and varlen is None
+    # a grouped-query band's file names the problem drawn (plain heads until 2026-12-06)
+    grouped = "" if shape.kv_heads == shape.H else f"|{band_shape(shape).label()}"
     return cached_band(key, band_seeds(shape),
-                       lambda: fingerprint() + ("" if plain else f"|{variant_fingerprint()}"),
+                       lambda: fingerprint() + ("" if plain else f"|{variant_fingerprint()}")
+                       + grouped,
                        lambda: measure_case_band(shape, dist, causal, prec, grad, **variant),
                        cache)
 

@@ -109,7 +109,7 @@ def checked_rows(rng, n: int):
     entropy, and the first and last, where a kernel's partial blocks lie (a kernel that
     halved its last row PASSed 5 runs in 6: a red team, 2026-12-06); sorted, int64."""
     drawn = rng.choice(n, min(n, CHECK_ROWS), replace=False)
-    return np.unique(np.concatenate([drawn, [0, n - 1]])).astype(np.int64)
+    return np.unique(np.concatenate([drawn, [0, n - 1]] if n else [drawn])).astype(np.int64)
 
 
 def lse_fault(out, want: tuple, zero_rows) -> tuple[str, str] | None:
