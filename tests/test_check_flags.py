@@ -182,3 +182,23 @@ def test_a_check_that_judged_none_of_the_kernels_named_exits_2(tmp_path, monkeyp
             "torch-naive"]
     assert main(both) == 0
     assert "RESULT: PASS" in capsys.readouterr().out
+
+
+def test_save_into_a_pipe_or_device_writes_into_it_and_leaves_it_one(tmp_path):
+    """`check --save /dev/null` as root renamed the tables over the device (a temporary
+    file, then os.replace): /dev/null became a file and every git command that read it as
+    its config failed. A target that is not a regular file is written into."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "tables.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    rc = main(["check", "--shape", "1x1x16x16", "--dtype", "fp32", "--no-backends",
+               "--quiet", "--save", str(fifo)])
+    reader.join(timeout=20)
+    assert rc == 0 and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert got and "float64" in got[0] and not list(tmp_path.glob(".*.tmp"))

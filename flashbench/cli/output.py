@@ -45,7 +45,14 @@ def _umask() -> int:
 def write_atomically(target: Path, text: str, force: bool) -> None:
     """``text`` into ``target`` in one step (a temporary file beside it, then a rename);
     without ``force`` never over a file that appeared meanwhile (FileExistsError naming
-    where the text is instead)."""
+    where the text is instead). A target that is not a regular file (``/dev/null``,
+    ``/dev/stdout``, a pipe) is written into, never renamed over: ``check --save
+    /dev/null`` run as root replaced the device with a file of tables, and every git
+    command that read /dev/null as its config failed after it."""
+    if target.exists() and not target.is_file() and not target.is_dir():
+        with open(target, "w") as f:
+            f.write(text)
+        return
     fd, tmp = tempfile.mkstemp(dir=target.absolute().parent, prefix=f".{target.name}.",
                                suffix=".tmp")
     try:
