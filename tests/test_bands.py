@@ -405,11 +405,13 @@ def test_a_grouped_query_band_draws_whole_groups_and_check_passes_the_flash_mode
     from flashbench.cli import main
     from flashbench.inputs import Shape
 
-    b = band_shape(Shape(1, 16, 256, 256, 64, Hkv=2))
+    b = band_shape(Shape(1, 16, 256, 256, 64, Hkv=2), grad=True)
     assert (b.B, b.H, b.kv_heads) == (1, 8, 1)  # 1,024 rows: one whole group of 8
-    b = band_shape(Shape(2, 32, 128, 128, 64, Hkv=8))
+    b = band_shape(Shape(2, 32, 128, 128, 64, Hkv=8), grad=True)
     assert b.H % 4 == 0 and b.H // b.kv_heads == 4 and b.H * 128 >= 1024
-    assert band_shape(Shape(1, 16, 256, 256, 64)).kv_heads == 4  # plain heads stay plain
+    assert band_shape(Shape(1, 16, 256, 256, 64), grad=True).kv_heads == 4  # plain stays
+    b = band_shape(Shape(1, 16, 256, 256, 64, Hkv=2))  # O's and LSE's: plain heads
+    assert (b.H, b.kv_heads) == (4, 4)
     rc = main(["check", "--shape", "1x16/2x256x64", "--dtype", "bf16", "--pass", "bwd",
                "--causal", "off", "--no-backends", "--quiet", "--save", str(tmp_path)])
     assert rc == 0

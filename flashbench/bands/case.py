@@ -83,16 +83,18 @@ def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
     return kw
 
 
-def band_shape(shape: Shape) -> Shape:
+def band_shape(shape: Shape, grad: bool = False) -> Shape:
     """The problem a band seed draws for a case of ``shape``: the same Nq, Nk, d, dv; B = 1
-    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H), in
-    whole groups of a grouped-query case's query heads per key/value head: dk and dv sum over
-    the group (drawn as plain heads, the flash model's own GQA dk, dv read 1.84-1.99x their
-    band at 1x16/2x256x256x64 bf16, and check FAILed it and every correct kernel there)."""
+    and as many heads as keep :data:`BAND_ROWS` query rows (at most the case's B * H); plain
+    heads for O and LSE (grouped-query heads are numerically the same), for a gradient band
+    (``grad``) whole groups of a grouped-query case's query heads per key/value head: dk and
+    dv sum over the group (drawn as plain heads, the flash model's own GQA dk, dv read
+    1.84-1.99x their band at 1x16/2x256x256x64 bf16, and check FAILed it and every correct
+    kernel there)."""
     rows = shape.B * shape.H * shape.Nq
     if rows <= BAND_ROWS:
         return shape
-    group = shape.H // shape.kv_heads
+    group = shape.H // shape.kv_heads if grad else 1
     heads = min(shape.B * shape.H, -(-BAND_ROWS // shape.Nq))
     heads = -(-heads // group) * group
     return Shape(1, heads, shape.Nq, shape.Nk, shape.d, shape.dv,
@@ -148,12 +150,12 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> 
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
-    need, limit = memory_needed(band_shape(shape), grad), memory_limit()
+    need, limit = memory_needed(band_shape(shape, grad), grad), memory_limit()
     if need > limit:
         raise ValueError(f"shape {shape.label()}: its band cannot be measured in memory here "
                          f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
                          f"a quarter of this machine's memory); judge a smaller shape")
-    b = band_shape(shape)
+    b = band_shape(shape, grad)
     flops = 2 * b.B * b.H * b.Nq * b.Nk * (b.d + b.head_dim_v) * (3 if grad else 1)
     if flops > MAX_SEED_FLOPS:
         raise ValueError(f"shape {shape.label()}: its band is too large to measure here "
@@ -167,7 +169,7 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
                 variant: dict) -> dict[str, dict]:
     variant = dict(variant)
     lengths = variant.pop("varlen")
-    shape = shape if lengths is not None else band_shape(shape)
+    shape = shape if lengths is not None else band_shape(shape, grad)
     kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
@@ -331,7 +333,8 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
         return {"key": key, "source": "table", **shipped}
     plain = tuple(window) == (-1, -1) and softcap is None and not sinks and varlen is None
     # a grouped-query band's file names the problem drawn (plain heads until 2026-12-06)
-    grouped = "" if shape.kv_heads == shape.H else f"|{band_shape(shape).label()}"
+    grouped = f"|{band_shape(shape, grad).label()}" if grad and shape.kv_heads != shape.H \
+        else ""
     return cached_band(key, band_seeds(shape),
                        lambda: fingerprint() + ("" if plain else f"|{variant_fingerprint()}")
                        + grouped,
