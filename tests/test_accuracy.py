@@ -233,6 +233,9 @@ def test_a_verdict_in_words_says_its_yardstick_and_limit_not_a_share_of_it():
     assert not tried.passed and tried.words() == (
         "7x the same-dtype standard's error 0.001 (PASS iff at most 2x it + 0, or 2x the "
         "same-dtype flash model's error 0.003 + 0)")  # 5.9e-3 would pass: both limits said
+    exact = gradient_rule(9.5e-7, 0.0, "fp32", floor=2.4e-7)  # a window (0, 0)'s dv
+    assert exact.words() == ("the same-dtype standard's error is 0 (PASS iff at most 3x it + "
+                             "2.4e-07)")
     rescued = gradient_rule(5e-7, 1e-7, "fp32", floor=0.0, fallback_error=2e-7)
     assert rescued.passed and rescued.yardstick == "flash_model"
     assert rescued.words().startswith("2.5x the same-dtype flash model's error 2e-07 (PASS "

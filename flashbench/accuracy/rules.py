@@ -70,8 +70,10 @@ class BaselineVerdict(Verdict):
         also = (f", or {self.factor:g}x the same-dtype flash model's error "
                 f"{self.fallback_error:.3g} + {self.floor:.3g}"
                 if self.yardstick == "standard" and self.fallback_error else "")
-        return (f"{self.ratio:.3g}x {against} {yard:.3g} (PASS iff at most {self.factor:g}x it "
-                f"+ {self.floor:.3g}{also})")
+        times = f"{self.ratio:.3g}x {against}" if self.ratio < float("inf") else \
+            f"{against} is"  # an exact yardstick: "infx" read as a typo
+        return (f"{times} {yard:.3g} (PASS iff at most {self.factor:g}x it + {self.floor:.3g}"
+                f"{also})")
 
 
 def _error(value, name: str) -> float:

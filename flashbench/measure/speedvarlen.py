@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.measure.bandjudge import band_tolerance
+from flashbench.measure.bandjudge import band_tolerance, block_baseline
 from flashbench.measure.speed import CHECK_ROWS, Judge
 from flashbench.timed.guard import WRONG
 
 __all__ = ["packed_call", "PackedJudge", "SEQUENCES"]
 
-BLOCK = 64  # rows of a sequence whose yardsticks judge a row (PackedJudge._sequence_yardsticks)
 SEQUENCES = 64  # sequences with a checked row in each judged output, at most
 
 
@@ -58,8 +57,8 @@ class PackedJudge(Judge):
         spans = [(a, b) for a, b in zip(cu[:-1], cu[1:], strict=True) if b > a]
         if len(spans) > SEQUENCES:  # thousands of sequences: a random 64 of them a call
             spans = [spans[i] for i in self.rng.choice(len(spans), SEQUENCES, replace=False)]
-        each = [int(self.rng.integers(a, b)) for a, b in spans]
-        each = sorted({*each, *(b - 1 for _, b in spans)})  # and each one's last row
+        each = sorted({*(int(self.rng.integers(a, b)) for a, b in spans),
+                       *(b - 1 for _, b in spans)})  # a random row and the last of each
         rest = np.setdiff1d(np.arange(total), each)
         more = self.rng.choice(rest, min(len(rest), max(CHECK_ROWS - len(each), 0)),
                                replace=False)
@@ -68,24 +67,13 @@ class PackedJudge(Judge):
     def _sequence_yardsticks(self, q, k, v, start: int, n: int, i: int, group: int,
                              err: float):
         """The baseline rule for row ``i``'s error ``err`` against the same-dtype standard
-        model's error over the 64 rows of its sequence around it (the flash model's as the
-        second yardstick, as check's): one row's own was a noisy yardstick (a per-sequence
-        kernel that rounded S twice failed 7 fp16 contents in 300; a red team, 2026-12-06);
-        64 rows bound the cost (a whole sequence of 2,048 rows, 8 heads: 6.5 s a row)."""
-        from flashbench import numerics, reference
-        from flashbench.accuracy import baseline_rule
-
-        r0 = start + (i - start) // BLOCK * BLOCK
-        r1, causal, dt = min(start + n, r0 + BLOCK), self.case.causal, self.case.dtype
-        stop = r1 if causal else start + n  # bottom-right: the block's last row sees to r1
-        qs = q[r0:r1].transpose(1, 0, 2)[None]
-        ks, vs = (np.repeat(t[start:stop].transpose(1, 0, 2)[None], group, axis=1)
-                  for t in (k, v))
-        ref = reference.attention(qs, ks, vs, causal=causal)[0]
-        std, flash = (float(np.abs(np.asarray(m(qs, ks, vs, dt, causal=causal)[0], np.float64)
-                                   - ref).max())
-                      for m in (numerics.standard_model, numerics.flash_model))
-        return baseline_rule(err, std, dt, fallback_error=flash)
+        and flash models' errors on the 64 rows of its sequence around it (block_baseline,
+        the dense judge's): one row's own was a noisy yardstick (a per-sequence kernel that
+        rounded S twice failed 7 fp16 contents in 300; a red team, 2026-12-06)."""
+        qs, ks, vs = (np.repeat(t[start:start + n].transpose(1, 0, 2)[None], r, axis=1)
+                      for t, r in ((q, 1), (k, group), (v, group)))
+        return block_baseline(qs, ks, vs, [i - start], err, self.case.dtype,
+                              self.case.causal)[0]
 
     def _reference_check(self, content: int, o, lse=None) -> tuple[str, str] | None:
         """o's rows against the float64 reference of their sequences (the LSE's values are
