@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.bandrule import DEFECT_TABLE
 from flashbench.cli import main
+from flashbench.cli.check import _band_refusal
 from flashbench.cli.check_view import SAVE_NAME, WIDTH, render_compact
+from flashbench.inputs.precision import get_precision
+from flashbench.inputs.problem import Shape
+from flashbench.measure.records import Case
 
 TINY = ["check", "--shape", "1x1x16x16", "--dtype", "fp32", "bf16", "--causal", "on",
         "--only", "torch-naive", "--quiet"]
@@ -115,6 +119,25 @@ def test_save_to_a_missing_folder_is_refused_before_the_work(tmp_path, capsys):
     assert main([*TINY, "--save", str(tmp_path / "no" / "t.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--save" in err[0] and "does not exist" in err[0]
+
+
+def test_a_band_too_large_to_measure_is_refused_before_the_work(capsys):
+    """MQA's gradient band draws a whole group of 32 heads on 4,096 keys (4.1e11 flops a
+    seed): the refusal came after 80 s of reference, forward band and yardsticks; now before
+    any (no progress line, nothing on stdout), with the band named. Only bands the check
+    needs are asked: none for fp64, no gradient band for fp8 (no backward model) or with
+    --pass fwd."""
+    flags = ["check", "--shape", "1x32/1x4096x64", "--dtype", "bf16", "--no-backends"]
+    assert main([*flags, "--pass", "bwd"]) == 2
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and "gradient band is too large to measure here" in err[0], err
+    assert "4.1e+11 flops a seed" in err[0] and out.out == ""
+    big = Case(Shape(1, 32, 4096, 4096, 64, Hkv=1), "normal", False)
+    assert "gradient band" in _band_refusal([get_precision("fp16")], [big], [big])
+    for dtype in ("fp64", "fp8"):
+        assert _band_refusal([get_precision(dtype)], [big], [big]) is None
+    assert _band_refusal([get_precision("bf16")], [big], ()) is None
 
 
 @settings(max_examples=40, deadline=None)

@@ -38,7 +38,7 @@ __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", 
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
            "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs",
-           "cached_band"]
+           "cached_band", "size_refusal"]
 
 CASE_SEEDS = 8  # seeds per band at least (studies/band_calibration.py: the edge of 8 seeds)
 BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
@@ -128,6 +128,27 @@ def memory_limit() -> int:
         return 4 << 30
 
 
+def size_refusal(shape: Shape, grad: bool = False) -> str | None:
+    """Why this machine cannot measure the band of a case of ``shape`` (its forward's, or
+    with ``grad`` its gradients'), or None where it can: a seed's memory over
+    :func:`memory_limit`, or its matmul work over :data:`MAX_SEED_FLOPS`. Cheap: ``flashbench
+    check`` asks it of every case before any work (a refusal after a minute's reference and
+    forward band, as a large grouped-query backward met, helps no one)."""
+    b = band_shape(shape, grad)
+    need, limit = memory_needed(b, grad), memory_limit()
+    if need > limit:
+        return (f"shape {shape.label()}: its band cannot be measured in memory here "
+                f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
+                f"a quarter of this machine's memory); judge a smaller shape")
+    flops = 2 * b.B * b.H * b.Nq * b.Nk * (b.d + b.head_dim_v) * (3 if grad else 1)
+    if flops > MAX_SEED_FLOPS:
+        what = "gradient band" if grad else "band"
+        return (f"shape {shape.label()}: its {what} is too large to measure here "
+                f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
+                f"{band_seeds(shape)} seeds); judge a shape with fewer query rows or keys")
+    return None
+
+
 def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> Precision:
     """The case's arguments checked (errors name them); returns the dtype's Precision."""
     if not isinstance(shape, Shape):
@@ -150,18 +171,9 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> 
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
-    need, limit = memory_needed(band_shape(shape, grad), grad), memory_limit()
-    if need > limit:
-        raise ValueError(f"shape {shape.label()}: its band cannot be measured in memory here "
-                         f"(about {need / 2**30:.1f} GiB a seed, limit {limit / 2**30:.1f} GiB, "
-                         f"a quarter of this machine's memory); judge a smaller shape")
-    b = band_shape(shape, grad)
-    flops = 2 * b.B * b.H * b.Nq * b.Nk * (b.d + b.head_dim_v) * (3 if grad else 1)
-    if flops > MAX_SEED_FLOPS:
-        raise ValueError(f"shape {shape.label()}: its band is too large to measure here "
-                         f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
-                         f"{band_seeds(shape)} seeds); judge a shape with fewer query rows "
-                         f"or keys")
+    refusal = size_refusal(shape, grad)
+    if refusal is not None:
+        raise ValueError(refusal)
     return prec
 
 

@@ -202,14 +202,17 @@ def run(args) -> int:
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:  # refused before torch is imported (2 s of CPU)
         raise ValueError(refusal)
+    backward = () if args.pass_ == "fwd" else _backward_cases(args, cases)
+    refusal = _band_refusal(args.dtype, cases, backward)
+    if refusal is not None:  # refused before a minute's reference and forward bands
+        raise ValueError(refusal)
     from flashbench.measure.run import run_check
 
     backends = chosen_backends(args, _resolve)
     saved = save_target(args.save)  # checked before the work
     report = run_check(cases, dtypes=args.dtype, seed=args.seed, block=args.block or 64,
                        backends=backends, say=progress_printer(not args.quiet),
-                       backward_cases=(() if args.pass_ == "fwd"
-                                       else _backward_cases(args, cases)),
+                       backward_cases=backward,
                        time_limit=args.timeout, forward=args.pass_ != "bwd")
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
@@ -217,6 +220,21 @@ def run(args) -> int:
     mark_unjudged(args, report, (report.get("backends") or []) + (report.get("gradients") or []))
     text = _render(report, saved, args.tables)  # the tables are saved with --json too
     return emit(report, lambda r: text, args.json)
+
+
+def _band_refusal(dtypes, cases, backward) -> str | None:
+    """Why a band this check needs cannot be measured here (the first case's, in order),
+    or None: the flash model's forward band of each case at each dtype but fp64 (judged
+    with --pass bwd too, as a yardstick), the gradient band of each backward case
+    (``backward``; None: the small default ones) at each dtype with a backward model."""
+    from flashbench import numerics
+    from flashbench.bands.case import size_refusal
+
+    banded = [p for p in dtypes if p.name != "fp64"]
+    graded = [p for p in banded if p.name in numerics.GRAD_DTYPES]
+    asks = [(c.shape, False) for c in cases if banded]
+    asks += [(c.shape, True) for c in (backward or ()) if graded]
+    return next((r for r in (size_refusal(*a) for a in dict.fromkeys(asks)) if r), None)
 
 
 def _resolve(names):
