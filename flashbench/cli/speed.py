@@ -101,6 +101,13 @@ def _host(host: dict | None) -> list[str]:
     return [line]
 
 
+def _busy(report: dict) -> set:
+    """(case, backend) of the rows timed while processes outside the run were busy."""
+    limit = report["meta"].get("outside_cpus")
+    return {(r.case, r.backend) for r in report["rows"] if limit is not None
+            and r.outside_cpus is not None and r.outside_cpus > limit}
+
+
 def render_text(report: dict) -> str:
     m = report["meta"]
     roof = m["roofline"]
@@ -113,11 +120,21 @@ def render_text(report: dict) -> str:
              "| case | backend | verdict | median ms | p10-p90 ms | n | TFLOP/s | GB/s "
              "| % peak | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
+    busy = _busy(report)
     for r in report["rows"]:
         spread = "-" if r.p10_s is None else f"{r.p10_s * 1e3:.3g}-{r.p90_s * 1e3:.3g}"
         lines.append(f"| {r.case} | {r.backend} | {r.status} | {_fmt(r.median_s, '', 1e3)} | "
                      f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
-                     f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')} |")
+                     f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')}"
+                     + (" (busy)" if r.speedup is not None and busy & {
+                         (r.case, r.backend), (r.case, r.baseline)} else "") + " |")
+        if (r.case, r.backend) in busy:
+            notes.append(f"busy: {r.backend} on {r.case}: processes outside this run kept "
+                         f"{r.outside_cpus:.2f} CPUs busy on average while it was timed "
+                         "(/proc/stat on this process's CPUs, less this run's own CPU): its "
+                         "times are not its kernel's alone, and a speedup it takes part in "
+                         "(marked busy) is no measured difference; time it again on an idle "
+                         "machine")
         for name, why in r.failures.items():
             notes.append(f"FAIL {r.backend} on {r.case}: {name}: {why}" + (
                 " (torch's own attention: for information, as in check; not this run's "

@@ -344,6 +344,8 @@ class SpeedRow:
     # torch's own attention (Backend.peer): its FAIL is information, as in check, and not
     # the run's verdict (torch-naive's S rounded twice in bf16 failed 1 run in 12)
     peer: bool = False
+    # CPUs that processes outside the run kept busy on average while it was timed (/proc)
+    outside_cpus: float | None = None
 
 
 def interpreted(faults: dict) -> str:

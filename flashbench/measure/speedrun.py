@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from flashbench.backends.strays import others_cpu, priority, sweep
+from flashbench.backends.strays import others_cpu, outside_cpu, priority, sweep
 from flashbench.backends.worker import worker_of
 from flashbench.measure.speed import (
     CLOCK_CPU,
@@ -45,8 +45,12 @@ from flashbench.timed.threads import TICK as _TICK
 # the harness's own rows: other processes of the run may use 2 ticks + 5% of their time
 # (a worker's OpenMP threads spin a while after its last request)
 INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
+# processes outside the run: a row timed while they kept more than this many CPUs busy on
+# average is marked busy (information: its times, and a speedup it takes part in, are not
+# the kernels' own; an identical kernel read 0.70-1.43x its twin under a bursty load)
+OUTSIDE_CPUS = 0.1
 
-__all__ = ["time_backend", "run_speed"]
+__all__ = ["time_backend", "run_speed", "OUTSIDE_CPUS"]
 
 
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
@@ -232,11 +236,16 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 from flashbench.measure.speeddecode import time_decode as time_row
             else:
                 time_row = time_backend
+            outside, t0 = outside_cpu(), time.perf_counter()
             if worker_of(b) is not None:  # a user's: timed by the harness's clock
-                case_rows.append(time_row(case, b, roof, seed, samples, warmup, device))
+                row = time_row(case, b, roof, seed, samples, warmup, device)
             else:  # timed here: no other process of the run may run meanwhile
-                case_rows.append(_alone(interference, first, time_row, case, b, roof, seed,
-                                        samples, warmup, device))
+                row = _alone(interference, first, time_row, case, b, roof, seed, samples,
+                             warmup, device)
+            used = outside_cpu(outside)
+            if used is not None and row.status != "not timed":  # 2 ticks: /proc's rounding
+                row.outside_cpus = max(0.0, used - 2 * _TICK) / (time.perf_counter() - t0)
+            case_rows.append(row)
         for r, b in zip(case_rows, backends, strict=True):
             r.peer = bool(getattr(b, "peer", False))
         base = _baseline(case_rows, by_name, baseline)
@@ -255,6 +264,9 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,
             "strays": strays,  # processes a kernel left running, killed: the run FAILs
             "interference": interference,  # CPU of others while the harness timed: FAILs
+            # a row's outside_cpus above it: "busy" (information, never FAIL); none on a GPU,
+            # whose clock reads the device (another process's kernels there: not in /proc)
+            "outside_cpus": OUTSIDE_CPUS if device == "cpu" else None,
             "host": {**host, "load_end": _load()},
             "roofline": {"matmul_tflops": roof.tflops, "copy_gbs": roof.copy_gbs,
                          "how": roof.how},

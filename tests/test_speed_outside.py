@@ -1,0 +1,109 @@
+"""Processes outside a speed run: their CPU on the run's CPUs is read around each row, and a
+row timed while they were busy says so, with every speedup it takes part in.
+
+Found 2026-12-06: under a bursty load (one process busy 0.8 s, idle 1.2 s, at random), a
+user's honest sdpa in its worker read 0.70-1.00x torch-sdpa's time, run to run, "verdict:
+PASS", and nothing said that the figures were not the kernels' own (the run's own processes
+were watched, `interference`; the rest of the machine was not)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flashbench.backends.strays import outside_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPINNER = """import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    pass
+"""
+
+
+def _cpu_of_child(seconds: float) -> tuple[float, float]:
+    """(what outside_cpu counted as the run's own while a child of this process spun for
+    ``seconds``, the child's own CPU as it reported it)."""
+    code = (f"import time, os\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+            "t = os.times()\nprint(t.user + t.system)\n")
+    before = outside_cpu()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    after = outside_cpu()
+    return after[1] - before[1], float(out)
+
+
+def _spinners(tmp_path, seconds: float, orphans: bool) -> list:
+    """A spinner pinned on each CPU of this process for ``seconds``: children of this
+    process (``orphans`` False), or orphans re-parented away from it (its parent exits)."""
+    script = tmp_path / "spinner.py"
+    script.write_text(SPINNER)
+    cpus = sorted(os.sched_getaffinity(0))
+    if not orphans:
+        return [subprocess.Popen([sys.executable, str(script), str(c), str(seconds)],
+                                 start_new_session=True) for c in cpus]
+    launch = ("import subprocess, sys\n"
+              f"for c in {cpus!r}:\n"
+              f"    print(subprocess.Popen([sys.executable, {str(script)!r}, str(c), "
+              f"'{seconds}'], start_new_session=True).pid)\n")
+    out = subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True,
+                         check=True).stdout
+    return [int(x) for x in out.split()]
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
+def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
+    """A child the run waited for counts as the run's (its whole CPU, to a tick); processes
+    outside the run (orphans, parented elsewhere) spinning on the run's CPUs are counted
+    outside, however busy other tests keep the machine."""
+    own, reported = _cpu_of_child(0.4)
+    assert own >= reported - 0.02 and reported > 0.2, (own, reported)
+    start = outside_cpu()
+    pids = _spinners(tmp_path, 1.2, orphans=True)
+    time.sleep(1.0)  # this process sleeps: the CPUs' busy time is (nearly) all the strangers'
+    used = outside_cpu(start)
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:  # still spinning, and no descendant of ours
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) != os.getpid()
+    assert used is not None and used > 0.5, used
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
+def test_a_row_timed_while_the_machine_was_busy_says_so_and_its_speedup_is_marked(tmp_path):
+    """A spinner on each of the run's CPUs, outside the run, for the whole run: every timed
+    row is "busy" (its outside_cpus above the limit), the speedups are marked, the notes
+    say why; the verdict is the kernels' (PASS, exit 0): load is no trick of theirs."""
+    spinners = _spinners(tmp_path, 120, orphans=False)  # outside the speed run's process
+    try:
+        args = ["speed", "--only", "torch-sdpa", "torch-naive", "--shape", "1x2x128x32",
+                "--causal", "off", "--seed", "4", "--quiet"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        text = subprocess.run([sys.executable, "-m", "flashbench.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        doc = subprocess.run([sys.executable, "-m", "flashbench.cli", *args, "--json"],
+                             env=env, capture_output=True, text=True, timeout=300,
+                             cwd=tmp_path)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    assert text.returncode == 0 and doc.returncode == 0, text.stdout + text.stderr
+    report = json.loads(doc.stdout)
+    limit = report["meta"]["outside_cpus"]
+    assert report["passed"] and limit == 0.1
+    rows = [r for r in report["rows"] if r["status"] == "PASS"]
+    assert len(rows) == 2 and all(r["outside_cpus"] > limit for r in rows), rows
+    table = [ln for ln in text.stdout.splitlines() if ln.startswith("| 1x2x128")]
+    assert len(table) == 2 and all(ln.endswith("(busy) |") for ln in table), table
+    notes = [ln for ln in text.stdout.splitlines() if ln.startswith("busy: ")]
+    assert len(notes) == 2 and "processes outside this run kept" in notes[0]
+    assert text.stdout.rstrip().endswith("verdict: PASS")
