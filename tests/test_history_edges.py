@@ -61,6 +61,49 @@ def test_the_same_folder_twice_is_read_once_with_a_warning(tmp_path, capsys):
     assert bands["commits"].eq(3).all()
 
 
+def test_one_folder_is_never_said_to_be_skipped(tmp_path, capsys):
+    """Probe (2026-12-06): every single-folder report's third line read "skipped `results`:
+    no asv results in it", under the count of the results it had read (one folder's file
+    paths are relative to it, and were tested as under it)."""
+    root = tiny_results(tmp_path / "results", commits=2)
+    rc, _, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    assert "skipped" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_copy_beside_its_folder_is_read_once_and_said(tmp_path, capsys):
+    """Probe (2026-12-06): `history results COPY` read every file twice, silently: 106
+    files, a zero noise estimate, 1,141 steps where the folder alone has 195. A results file
+    two folders hold byte for byte at the same machine/name.json is read from the first; the
+    report names the other folder and why."""
+    root = tiny_results(tmp_path / "results", commits=3)
+    copy = shutil.copytree(root, tmp_path / "copy")
+    rc, _, err = run_cli(["history", str(root), str(copy), "--out", str(tmp_path / "out")],
+                         capsys)
+    assert rc == 0 and f"{copy}: 3 of its results files are also in {root}, byte for " \
+        "byte: read once, from there" in err, err
+    assert pd.read_csv(tmp_path / "out" / "error_bands.csv")["commits"].eq(3).all()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "3 results files, 3 commits" in report and "no asv results in it" not in report
+    first = sorted((copy / "m").glob("*.json"))[0]  # a file that differs is read (one
+    first.write_text(first.read_text().replace("CPU A", "CPU B"))  # name, two processors)
+    with pytest.warns(Warning, match="2 of its results files are also in"):
+        frame = load_results([root, copy])
+    assert frame["file"].nunique() == 4 and set(frame["cpu"]) == {"CPU A", "CPU B"}
+
+
+def test_a_time_of_zero_or_less_is_named_and_left_out():
+    """Probe (2026-12-06): a timing of 0 s read "best inf TFLOP/s" and one of -0.01 s was
+    counted as a commit; an error of 0 stays a value (an exact kernel's)."""
+    from flashbench.history.summaries import finite_ok
+
+    times = synthetic([1e-3, 0.0, -0.01, 2e-3], "t.TimeX.time_fwd", {"kernel": "triton"})
+    times["type"] = "time"
+    assert finite_ok(times).tolist() == [True, False, False, True]
+    errors = synthetic([1e-3, 0.0], TRACK, BASE).assign(type="track")
+    assert finite_ok(errors).tolist() == [True, True]
+
+
 def test_a_failed_newest_commit_is_not_shown_as_the_previous_value():
     """Probe: 'latest' quietly showed the previous commit's value when the newest failed."""
     err = synthetic([1e-3, 1.1e-3, np.nan], TRACK, BASE)

@@ -41,11 +41,40 @@ def folders(path_or_paths) -> list[Path]:
     return roots
 
 
-def results_files(roots: list[Path]) -> list[tuple[int, Path]]:
-    """(folder index, path) of every ``<machine>/*.json`` results file, sorted per folder."""
-    return [(i, f) for i, root in enumerate(roots)  # by parts: Path's order, 10x faster
-            for f in sorted(root.glob("*/*.json"), key=lambda p: p.parts)
-            if f.name != "machine.json"]
+def results_files(roots: list[Path], twins: list | None = None) -> list[tuple[int, Path]]:
+    """(folder index, path) of every ``<machine>/*.json`` results file, sorted per folder;
+    a file that an earlier folder holds too, byte for byte at the same
+    ``<machine>/<name>.json``, is the same result: read from the first folder only, and
+    (its folder, the first's) appended to ``twins`` (a copy given beside its original was
+    read twice: every point doubled, the noise estimate at 0, 1,141 steps where there were
+    195). Files that differ are read (one machine name can hold several processors')."""
+    kept, first = [], {}
+    for i, root in enumerate(roots):
+        for f in sorted(root.glob("*/*.json"), key=lambda p: p.parts):  # parts: 10x faster
+            if f.name == "machine.json":
+                continue
+            key = f.parts[-2:]
+            if key in first and _same_bytes(f, first[key][1]):
+                if twins is not None:
+                    twins.append((i, first[key][0]))
+                continue
+            first.setdefault(key, (i, f))
+            kept.append((i, f))
+    return kept
+
+
+def _twin_lines(roots: list[Path], twins: list) -> list[tuple[str, str]]:
+    """One (folder, why) per folder whose files an earlier one holds (:func:`results_files`)."""
+    return [(str(roots[i]), f"{n} of its results files are also in {roots[j]}, byte for "
+             "byte: read once, from there")
+            for (i, j), n in pd.Series(twins, dtype=object).value_counts(sort=False).items()]
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def load_results(path_or_paths, jobs: int | None = None, cache=None,
@@ -71,7 +100,8 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     """
     roots = folders(path_or_paths)
     metas = [read_benchmarks(root) for root in roots]
-    files = results_files(roots)
+    twins: list = []
+    files = results_files(roots, twins)
     wheres = [cache_dir(root, cache) for root in roots]
     if not any(wheres):
         rows = parse(roots, metas, files, jobs)
@@ -96,8 +126,34 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
         warnings.warn(f"{what}: skipped: {why}", ResultsWarning, stacklevel=2)
     for note in rows.notes:
         warnings.warn(note, ResultsWarning, stacklevel=2)
+    twins = _twin_lines(roots, twins)
+    for what, why in twins:
+        warnings.warn(f"{what}: {why}", ResultsWarning, stacklevel=2)
     with gc_paused():
-        return assemble(rows, metas, samples)
+        frame = assemble(rows, metas, samples)
+    frame.attrs["skipped_files"] += twins
+    _unsized(frame)
+    return frame
+
+
+def _unsized(frame: pd.DataFrame) -> None:
+    """A warning naming the times and memory sizes of 0 or less (no measurement gives one:
+    an edited or broken file; left out of steps and trends, ``summaries.finite_ok``)."""
+    from flashbench.history.summaries import SIZED
+
+    if "type" not in frame.columns or frame.empty:
+        return
+    value = pd.to_numeric(frame["value"], errors="coerce")
+    bad = (frame["status"] == "ok") & frame["type"].isin(SIZED) & (value <= 0) & (
+        value > -float("inf"))  # -inf: named as not finite already
+    if bad.any():
+        rows = frame.loc[bad]
+        shown = ", ".join(f"{b} at {str(c)[:8]} ({v:g})" for b, c, v in zip(
+            rows["benchmark"].astype(object)[:5], rows["commit"].astype(object)[:5],
+            rows["value"][:5], strict=True))
+        warnings.warn(f"{int(bad.sum())} time or memory value(s) of 0 or less, which no "
+                      f"measurement gives: {shown}{' ...' if bad.sum() > 5 else ''}: left "
+                      "out of steps and trends", ResultsWarning, stacklevel=3)
 
 
 def refresh_cache(path_or_paths, cache=None, jobs: int | None = None) -> int:

@@ -163,8 +163,11 @@ def build_report(results_dir, out, force: bool = False) -> str:
     if not (df["status"] == "ok").any():
         raise ValueError(f"no results in {where}")
     files = [Path(str(f)) for f in df["file"].astype(object).unique()]
-    for root in roots:  # a folder that gave nothing is said, not only named in the title
-        if not any(f.is_relative_to(root) for f in files):
+    # a folder that gave nothing is said, not only named in the title (one folder: it
+    # gave the results above; its files' paths are relative to it, not under it)
+    said = {what for what, _ in df.attrs["skipped_files"]}  # its files read from another
+    for root in roots if len(roots) > 1 else ():
+        if str(root) not in said and not any(f.is_relative_to(root) for f in files):
             df.attrs["skipped_files"].append((str(root), "no asv results in it (a results "
                                               "folder holds MACHINE/COMMIT-ENV.json files)"))
     try:

@@ -115,11 +115,20 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
     return files.astype({"machine": object, "cpu": object})
 
 
+SIZED = ("time", "peakmemory", "memory")  # asv types whose values are > 0 when measured
+
+
 def finite_ok(df: pd.DataFrame) -> np.ndarray:
-    """Per row: status "ok" and a finite value. An infinite value (asv stores what a
-    benchmark returned; the load reports it) is left out of steps and trends: asv's step
-    solver grows without bound on one."""
-    return (df["status"] == "ok").to_numpy() & np.isfinite(df["value"].to_numpy(float))
+    """Per row: status "ok" and a finite value, and a time or memory size above 0. An
+    infinite value (asv stores what a benchmark returned; the load reports it) is left out
+    of steps and trends: asv's step solver grows without bound on one; so is a time of 0 s
+    or less (a results file's, edited or broken: it read "best inf TFLOP/s")."""
+    value = df["value"].to_numpy(float)
+    ok = (df["status"] == "ok").to_numpy() & np.isfinite(value)
+    if "type" in df.columns:
+        with np.errstate(invalid="ignore"):
+            ok &= ~df["type"].isin(SIZED).to_numpy() | (value > 0)
+    return ok
 
 
 def ok_rows(df: pd.DataFrame, benchmarks, columns: list[str]) -> pd.DataFrame:
