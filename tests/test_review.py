@@ -94,6 +94,17 @@ def project(tmp_path_factory):
                            "    online_attention_renamed,\n"),
                           ("flashbench/reference/__init__.py", '"online_attention",',
                            '"online_attention_renamed",'))
+    # a head's benchmarks/ drop a parameter value; another renames the function a
+    # benchmark calls (the benchmark follows): red team, 2026-12-06, both "OK", exit 0
+    c["dropped"] = commit("drop a value", ("benchmarks/bench_reference.py",
+                                           '["fp64"], ["one-shot", "online"])',
+                                           '["fp64"], ["one-shot"])'))
+    c["fn_renamed"] = commit("rename online_softmax",
+                             ("flashbench/reference/__init__.py", "\n__all__ = [",
+                              "\nstreamed_softmax = online_softmax  # renamed\n__all__ = ["),
+                             ("benchmarks/bench_reference.py",
+                              'need("reference", "online_softmax")',
+                              'need("reference", "streamed_softmax")'))
     early = {"GIT_AUTHOR_DATE": "2001-01-01T00:00:00", "GIT_COMMITTER_DATE": "2001-01-01T00:00:00"}
     c["sleepy"] = commit("rebased: sleep in softmax, authored long ago",
                          ("flashbench/reference/oneshot.py", "    x = check_rows(x)\n",
@@ -249,6 +260,40 @@ def test_unchanged_commit_is_never_slower(unchanged):
     got = [x for x in rows(r) if x["kind"] == "time"]
     assert len(got) == 6 and not [x for x in got if x["verdict"] == "slower"]
     assert all(x["samples"] >= 1 for x in got)
+
+
+def test_a_point_head_renamed_or_dropped_is_never_ok(project):
+    """Red team, 2026-12-06: with head checked out (its own benchmarks/ run on both sides),
+    a head that dropped TimeSoftmax's "online" value read "OK: nothing regressed", exit 0
+    (base's own suite measured that point); one that renamed the function the benchmark
+    calls made base skip under head's benchmark: "coverage gained", exit 0, and a 1.6x
+    slowdown on that path went unseen. Now base's own suites are listed beside the ones
+    that ran: "coverage lost" and "not compared" (asv's version changed), exit 2."""
+    repo, _, c = project
+    got = {}
+    for name in ("dropped", "fn_renamed"):
+        git(repo, "checkout", "-q", c[name])
+        try:
+            got[name] = review(project, c["base"], "HEAD", "--bench", r"TimeSoftmax.*N=1024,",
+                               "--budget", "20", "--json", "--factor", WIDE)
+        finally:
+            git(repo, "checkout", "-q", "main")
+    online = "impl='online'"
+    r = got["dropped"]
+    assert r.returncode == 2, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    (lost,) = [x for x in doc["rows"] if online in x["params"]]
+    assert lost["verdict"] == "coverage lost" and "in base's own benchmarks/" in lost["detail"]
+    assert "COVERAGE LOST: 1 result(s)" in doc["summary"]
+    r = got["fn_renamed"]
+    assert r.returncode == 2, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    (changed,) = [x for x in doc["rows"] if online in x["params"]]
+    assert changed["verdict"] == "not compared" and changed["reason"] == "benchmark-changed"
+    assert "head changed this benchmark (asv version" in changed["detail"], changed
+    assert "NOT COMPARED: 1 result(s)" in doc["summary"]
+    (same,) = [x for x in doc["rows"] if "impl='one-shot'" in x["params"]]  # still compared
+    assert same["verdict"] in ("same", "ambiguous") and same["samples"] >= 1
 
 
 def test_broken_head_is_a_regression(project):

@@ -845,6 +845,16 @@ def test_band_ratio_tracks_go_through_the_track_rows_and_the_table(band_limits):
     assert "outside band" in text and "`outside-band`: a band ratio" in text
 
 
+def test_a_row_failing_at_base_and_in_head_is_not_counted_as_compared():
+    """Red team, 2026-12-06: "nothing regressed across 6 compared results; 1 result(s)
+    already failing at base" where 5 were compared."""
+    ok = Row("time", "b.time_x", "", "seconds", "same", "below-factor")
+    still = Row("time", "b.time_y", "", "seconds", "already failing at base", "still-failing")
+    said = _review([ok, still]).summary()
+    assert said.startswith("OK: nothing regressed across 1 compared results;"), said
+    assert "1 result(s) already failing at base" in said
+
+
 def test_rows_measured_in_head_alone_are_not_counted_as_compared():
     """An old base reviewed against main read "nothing regressed across 24 compared
     results" where 16 were measured in head alone; an ambiguous review now says what

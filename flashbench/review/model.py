@@ -32,7 +32,9 @@ REASONS = {
     "not-significant": "the ratio passes the factor but asv's test finds no difference",
     "inside-run-to-run-range": "the head lies inside the range of earlier runs of base's "
                                "ancestors",
-    "benchmark-changed": "the benchmark's code differs between the two runs (asv version)",
+    "benchmark-changed": "the benchmark's code differs between base's and head's (asv "
+                         "version): not compared (same run: head's does not run on base, "
+                         "whose own benchmark measures the point)",
     # accuracy tracks
     "within-tolerance": "head within the tolerance of base and the band",
     "worse": "head's error exceeds base's by more than the tolerance",
@@ -59,7 +61,8 @@ REASONS = {
     "failed": "failed in head (it raised, or returned a wrong or non-numeric result), "
               "whatever base did",
     "still-failing": "failed in base and in head: already failing at base (not compared)",
-    "coverage-lost": "measured in base, skipped or gone in head",
+    "coverage-lost": "measured in base, skipped or gone in head (or in base's own benchmarks/ "
+                     "and not in the suites that ran: renamed or removed)",
     "coverage-gained": "measured in head, not in base",
     "base-refused": "the worker refused base (its code replaced a function both sides share, "
                     "or an import left a process or thread in the worker): nothing compared",
@@ -68,6 +71,12 @@ REASONS = {
     "not-measured": "measured in neither commit (skipped, not applicable or gone; never "
                     "failed in head)",
 }
+
+
+# the reasons of rows that compared nothing (either side without a value)
+UNCOMPARED = {"not-measured", "coverage-gained", "coverage-lost", "still-failing",
+              "not-comparable", "benchmark-changed", "base-refused", "base-failed-beside-head",
+              "budget-unmeasured", "failed"}
 
 
 @dataclass
@@ -136,11 +145,13 @@ class Review:
 
     def summary(self) -> str:
         regressions = [r for r in self.rows if r.regression]
-        lost = sum(r.reason == "coverage-lost" for r in self.rows)
+        lost = sum(r.reason == "coverage-lost" for r in self.rows if r.undecided)
+        changed = sum(r.reason == "benchmark-changed" for r in self.rows if r.undecided)
         unmeasured = sum(r.reason == "budget-unmeasured" for r in self.rows)
         apart_base = sum(r.reason in ("base-refused", "base-failed-beside-head")
                          for r in self.rows if r.undecided)
-        open_rows = sum(r.undecided for r in self.rows) - lost - unmeasured - apart_base
+        open_rows = sum(r.undecided for r in self.rows) - lost - changed - unmeasured \
+            - apart_base
         apart = "".join(f"; {part}" for part in self.apart())
         if regressions:
             failed = sum(r.reason == "failed" for r in regressions)
@@ -151,12 +162,16 @@ class Review:
             if failed:
                 parts.append(f"{failed} result(s) failed in head")
             text = f"REGRESSION: {' and '.join(parts)} ({' and '.join(kinds)})"
-        elif lost or unmeasured or open_rows or apart_base or self.problems:
+        elif lost or changed or unmeasured or open_rows or apart_base or self.problems:
             parts = [f"BASE NOT COMPARED: {apart_base} result(s) base could not give beside "
                      "head (its rows say why)"] if apart_base else []
             if lost:
                 parts.append(f"COVERAGE LOST: {lost} result(s) measured in base but not "
                              "in head")
+            if changed:
+                parts.append(f"NOT COMPARED: {changed} result(s) whose benchmark's code "
+                             "differs between base and head (compare them by hand: asv run "
+                             "each commit with its own benchmarks/)")
             if unmeasured:
                 parts.append(f"NOT MEASURED: {unmeasured} timing(s), the sampling budget "
                              "ran out (measure them with --bench PATTERN or --budget SECONDS)")
@@ -168,8 +183,9 @@ class Review:
                 parts.append(f"{len(self.problems)} problem(s) below")
             text = "; ".join(parts)
         else:
-            compared = sum(r.reason not in ("not-measured", "coverage-gained")
-                           for r in self.rows)
+            # not a standing failure, nor a row measured on one side or none (a review
+            # with one still failing at base read "across 6 compared results" for 5)
+            compared = sum(not set(r.reason.split(", ")) & UNCOMPARED for r in self.rows)
             gained = sum(r.reason == "coverage-gained" for r in self.rows)
             new = f" ({gained} more measured in head alone)" if gained else ""
             return (f"OK: nothing regressed across {compared} compared results{new}{apart}; "
