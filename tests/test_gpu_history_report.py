@@ -89,6 +89,25 @@ def test_plot_colours_tell_flashbench_kernels_from_torch_peers():
     assert peer[0] == peer[1] == peer[2] and not own[0] == own[1] == own[2]
 
 
+def test_a_kernel_and_a_dtype_look_the_same_in_every_plot():
+    """Red team, 2026-12-06: each plot numbered its own kernels and dtypes, so triton was
+    orange in errors.png and green in rules.png, and a circle meant fp32 in one plot and
+    bf16 in another. Now a kernel's colour and a dtype's marker do not depend on what else
+    a plot draws."""
+    from flashbench.history.figure import dtype_marker, kernel_colours
+
+    alone = kernel_colours({"triton", "sdpa-math"})
+    crowd = kernel_colours({"flash_model", "split_model", "triton", "triton-fp8", "torch-sdpa",
+                            "sdpa-math", "mine", None})
+    assert alone["triton"] == crowd["triton"] and alone["sdpa-math"] == crowd["sdpa-math"]
+    assert len({crowd[k] for k in ("flash_model", "split_model", "triton", "triton-fp8",
+                                   "mine")}) == 5
+    assert dtype_marker("bf16", {}) == dtype_marker("bf16", {"fp32": "s", "fp16": "D"})
+    assert len({dtype_marker(d, {}) for d in ("fp64", "fp32", "tf32", "fp16", "bf16",
+                                              "fp8", "fp8_e5m2")}) == 7
+    assert dtype_marker("int4", {}) not in {dtype_marker("fp32", {}), dtype_marker("bf16", {})}
+
+
 @pytest.mark.slow
 def test_site_lists_the_gpu_machine(gpu_tree, tmp_path):
     """asv publish over the committed CPU results and the GPU tree: the site's index

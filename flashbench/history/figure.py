@@ -33,16 +33,44 @@ def is_peer(kernel) -> bool:
     return isinstance(kernel, str) and kernel.startswith(PEER_PREFIXES)
 
 
+# each kernel's colour and each dtype's marker the same in every plot (each plot numbered
+# its own kernels and dtypes: triton was orange in errors.png and green in rules.png, a
+# circle fp32 in one and bf16 in another); names not listed follow, in sorted order
+OWN_ORDER = ("flash_model", "triton", "triton-fp8", "split_model", "standard_model",
+             "reference", "reference-split8")
+PEER_ORDER = ("torch-sdpa", "torch-naive", "sdpa-math", "sdpa-flash", "sdpa-efficient",
+              "sdpa-cudnn", "flex")
+DTYPE_MARKERS = dict(zip(("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp8_e5m2"),
+                         MARKERS, strict=False))
+
+
+def _ranked(names, order) -> list:
+    return [*[k for k in order if k in names], *sorted(k for k in names if k not in order)]
+
+
 def kernel_colours(kernels) -> dict:
-    """kernel -> colour: flashbench's kernels from tab10, peers in greys, a study black."""
+    """kernel -> colour: flashbench's kernels from tab10, peers in greys, a study black;
+    the known names keep one colour in every plot (:data:`OWN_ORDER`, :data:`PEER_ORDER`)."""
     plt = pyplot()
-    own = sorted(k for k in kernels if isinstance(k, str) and not is_peer(k))
-    peers = sorted(k for k in kernels if is_peer(k))
-    out = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(own)}
-    out.update({k: plt.get_cmap("Greys")(0.45 + 0.4 * i / max(1, len(peers) - 1))
-                for i, k in enumerate(peers)})
+    own = {k for k in kernels if isinstance(k, str) and not is_peer(k)}
+    peers = {k for k in kernels if is_peer(k)}
+    extra = sorted(own - set(OWN_ORDER))
+    out = {k: plt.get_cmap("tab10")((OWN_ORDER.index(k) if k in OWN_ORDER
+                                     else len(OWN_ORDER) + extra.index(k)) % 10) for k in own}
+    levels = _ranked(peers | set(PEER_ORDER), PEER_ORDER)
+    out.update({k: plt.get_cmap("Greys")(0.45 + 0.4 * levels.index(k) / (len(levels) - 1))
+                for k in peers})
     out[None] = (0, 0, 0, 1)
     return out
+
+
+def dtype_marker(dtype, taken: dict) -> str:
+    """The marker of ``dtype`` (:data:`DTYPE_MARKERS`; another: the next one ``taken``, the
+    markers handed out so far, has not used)."""
+    if dtype in DTYPE_MARKERS:
+        return DTYPE_MARKERS[dtype]
+    free = [m for m in MARKERS if m not in DTYPE_MARKERS.values() and m not in taken.values()]
+    return (free or list(MARKERS))[0]
 
 
 def grid(panels: int, cols: int, height: float = 2.5):

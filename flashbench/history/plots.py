@@ -85,8 +85,8 @@ class _Series:
             kernel = kernel if isinstance(kernel, str) else None
             dtype = g["dtype"].iloc[0] if "dtype" in g else None
             setting = dtype if isinstance(dtype, str) else "dtype not recorded"
-            marker = self.settings.setdefault(setting, fg.MARKERS[len(self.settings)
-                                                                  % len(fg.MARKERS)])
+            marker = self.settings.setdefault(setting, fg.dtype_marker(setting,
+                                                                       self.settings))
             causal = bool(g["causal"].iloc[0]) if "causal" in g and \
                 g["causal"].iloc[0] in (True, False) else False
             peer = fg.is_peer(kernel)

@@ -200,7 +200,7 @@ def confirmed(trip, number: int, side: str, null: float, pid: int | None = None)
     thread and the side's process (``pid``; None: the side ran in this thread) waited,
     runnable, for a CPU (the kernel's schedstat), but never less than the CPU time the
     side's process used meanwhile: on a machine busy with other processes, each trip's
-    wake-ups waited for a CPU and an honest TimeSoftmax call of 3.6 ms read 0.45x in all
+    wake-ups waited for a CPU and an honest softmax call of 3.6 ms read 0.45x in all
     11 tries ("failed in head", exit 1); a side that keeps threads busy to lengthen its
     waits spends their CPU, which counts."""
     tries = []
