@@ -221,6 +221,25 @@ def synthetic(values, benchmark, params, unit="seconds", machine="m", cpu="CPU A
                         | {k: [v] * n for k, v in params.items()})
 
 
+def test_a_step_where_the_benchmark_itself_changed_says_so():
+    """Red team, 2026-12-06: a +34.9% step of TimeBackward fell exactly where asv's version
+    of the benchmark changed (its own code), and was attributed to the kernel's code with
+    nothing said. A step across a version change reads code_changed, and report.md's steps
+    table marks its commit "*", with a line saying why."""
+    rng = np.random.default_rng(1)
+    level = np.r_[np.ones(12), 1.5 * np.ones(12)] * (1 + 0.005 * rng.standard_normal(24))
+    moved = synthetic(level, "b.moved", {"n": 1}).assign(version=["v1"] * 12 + ["v2"] * 12)
+    kernel = synthetic(level, "b.kernel", {"n": 2}).assign(version="v1")
+    found = steps(pd.concat([moved, kernel])).set_index("benchmark")
+    assert bool(found.loc["b.moved", "code_changed"])
+    assert not bool(found.loc["b.kernel", "code_changed"])
+    from flashbench.history.report import _steps
+
+    text = "\n".join(_steps(found.reset_index(), {}, {}))
+    assert "1 step(s) fall where the benchmark's own code changed" in text
+    assert sum("*" in line for line in text.splitlines() if line.startswith("|")) == 1
+
+
 def test_steps_find_a_level_change_and_ignore_noise():
     rng = np.random.default_rng(0)
     flat = 1.0 + 0.01 * rng.standard_normal(30)

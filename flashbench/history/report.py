@@ -198,6 +198,14 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
     if len(envs) == 1:
         table = table.drop(columns=["env"])
         head = [f"Environment of every step: `{envs[0]}`.", ""]
+    changed = table["code_changed"].fillna(False).astype(bool) if "code_changed" in table \
+        else pd.Series(False, index=table.index)
+    table = table.drop(columns=["code_changed"], errors="ignore")
+    if changed.any():  # where the benchmark itself changed (asv's version), said per row
+        table["commit"] = table["commit"] + np.where(changed, "*", "")
+        head += [f"{int(changed.sum())} step(s) fall where the benchmark's own code changed "
+                 "(asv's version differs across it; asv starts a new series there), their "
+                 "commit marked *: the step may be the benchmark's, not the kernel's.", ""]
     return [*head, *narrow(table.drop(columns=["unit"], errors="ignore"), labels,
                            fold=("params", "env"), legend=folded)]
 

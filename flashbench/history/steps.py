@@ -16,7 +16,7 @@ from flashbench.history.summaries import IDENTITY, codes, finite_ok, with_identi
 
 _WINDOW = 5  # points per median window of the step screen
 COLUMNS = [*IDENTITY, "env", "benchmark", "params", "commit", "date", "before", "after",
-           "change_pct", "noise", "unit"]
+           "change_pct", "noise", "unit", "code_changed"]
 
 
 def maybe_steps(x: np.ndarray, min_change: float) -> bool:
@@ -105,7 +105,10 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
     median screen (:func:`screen`) first drops series that cannot hold such a
     step, so long histories stay fast. Columns: machine, cpu, env, benchmark,
     params, commit (first commit at the new level), date, before, after,
-    change_pct, noise, unit. Only "ok" rows with a finite value count (an infinite one
+    change_pct, noise, unit, code_changed (True where asv's version of the benchmark, a
+    hash of its code, differs across the step: the benchmark changed there, not only the
+    code it measures; a probe found a +34.9% step so attributed with nothing said). Only
+    "ok" rows with a finite value count (an infinite one
     made asv's solver grow past 20 GB; :func:`~flashbench.history.summaries.finite_ok`).
     """
     key = [*IDENTITY, "env", "benchmark", "params"]
@@ -134,14 +137,18 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
         for (_, _, v0, _, e0), (l1, _, v1, _, e1) in itertools.pairwise(pieces):
             noise = max(e0, e1)
             if abs(v1 - v0) > noise and abs(v1 - v0) > min_change * abs(v0):
-                found.append((rows[first + l1], v0, v1, noise))
+                found.append((rows[first + l1], rows[first + l1 - 1], v0, v1, noise))
     if not found:
         return pd.DataFrame(columns=COLUMNS)
-    at, v0, v1, noise = (np.array(c) for c in zip(*found, strict=True))
+    at, prev, v0, v1, noise = (np.array(c) for c in zip(*found, strict=True))
     out = df.iloc[at][[c for c in [*key, "commit", "date", "unit"] if c in df.columns]]
     out = out.astype({c: object for c in out.columns if c != "date"})
     out["commit"] = out["commit"].map(lambda c: str(c)[:8])
     with np.errstate(divide="ignore"):
         change = np.where(v0 != 0, 100 * (v1 / np.where(v0 != 0, v0, 1) - 1), math.inf)
     out = out.assign(before=v0, after=v1, change_pct=change, noise=noise)
+    if "version" in df.columns:  # asv's hash of the benchmark's code, before and at the step
+        version = df["version"].astype(object).to_numpy()
+        out["code_changed"] = [isinstance(a, str) and isinstance(b, str) and a != b
+                               for a, b in zip(version[prev], version[at], strict=True)]
     return out.reindex(columns=COLUMNS).reset_index(drop=True)
