@@ -1,6 +1,7 @@
 """History on a new user's results (issue 24): one results file, a corrupt one beside it,
 the same folder twice, a failed newest commit, an inf error."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -281,6 +282,11 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
     assert f"- skipped `{tmp_path / 'empty'}`: no asv results in it" in text
     accuracy = text.split("## Accuracy bands", 1)[1].split("\n## ", 1)[0]
     assert "partials='bf16' lse_dtype='fp32'" in accuracy and "| other " in accuracy
+    # ... and name a study's rows so (red team, 2026-12-06: the merge study's rows, with no
+    # kernel, read as a failing kernel under "baseline rule passes at <= 2": 13.4)
+    study = [ln for ln in accuracy.splitlines() if "partials=" in ln]
+    assert study and all(re.search(r"\|\s*\(study\)\s*\|", ln) for ln in study), study[:2]
+    assert "a (study) row is a study's measurement, not a kernel's verdict" in accuracy
     # a run slower across the board (tflops.png's red band) is named by the throughput
     # table too: a latest value from one read -88 % there with no note
     from flashbench.history.load import load_results

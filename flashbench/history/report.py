@@ -246,12 +246,17 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     if not main.empty and "params" in main:  # a study's parameters (partials, lse_dtype, a
         # decode case) no column shows: without them its rows read as duplicates
         main = main.assign(other=[other_params(p) for p in main["params"]])
+        # a study's rows named so (the decode merge study's, with no kernel, read as a
+        # failing kernel under "baseline rule passes at <= 2": o_ratio 13.4)
+        main = main.assign(kernel=np.where(main["role"] == "study", "(study)",
+                                           main["kernel"].astype(object)))
     trend_cols = [c for c in trend.columns if c != "latest_commit"]
     lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
               "(baseline rule passes at <= 2); o_band / lse_band: the band rule's ratio "
-              "(passes at <= 1; both over commits: rules.png). Machines M1, ...: the "
+              "(passes at <= 1; both over commits: rules.png); a (study) row is a study's "
+              "measurement, not a kernel's verdict. Machines M1, ...: the "
               "answer's legend; p1, ...: the parameter legend below. All metrics, with "
               "p50 / p99 / max and the latest commit: error_bands.csv.", "",
               *narrow(_without_empty(main[[c for c in acc_cols if c in main]],

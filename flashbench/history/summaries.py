@@ -30,6 +30,7 @@ from flashbench.history.suites import (
     legacy_problem,
     legacy_shaped,
     matmul_peak,
+    role,
 )
 from flashbench.inputs.problem import PASS_FLOPS, Shape
 
@@ -176,12 +177,13 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     band_hi]; NA with one commit; False when latest_status is not "ok"), o_ratio /
     lse_ratio (latest baseline-rule ratio of the same combination: kernel error /
     same-dtype standard_model error, passes at <= 2), o_band / lse_band (latest band-rule
-    ratio, passes at <= 1; NaN before the band rule), unit.
+    ratio, passes at <= 1; NaN before the band rule), unit, role ("study" for a study's
+    result, "peer" for torch's own attention, None for flashbench's: suites.role).
     """
     labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
                         "latest_commit", "latest_status", "inside", "o_ratio", "lse_ratio",
-                        "o_band", "lse_band", "unit"]
+                        "o_band", "lse_band", "unit", "role"]
     hits = {b: m for b in names(df["benchmark"]) if isinstance(b, str)
             and (m := accuracy_metric(b))}
     every = with_identity(df)
@@ -207,6 +209,8 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     first = every[every.groupby("gid").cumcount() == 0].set_index("gid")
     for c in [*keys, *ACCURACY_LABELS]:
         bands[c] = first[c].astype(object) if c in first else None
+    bands["role"] = pd.Series([role(str(b), str(p)) for b, p in zip(  # by gid, as bands
+        first["benchmark"], first["params"], strict=True)], index=first.index, dtype=object)
     newest = every[last].set_index("gid").sort_index()  # in gid order, as bands
     bands["unit"] = newest["unit"].astype(object)
     status = newest["status"].astype(object).to_numpy()
