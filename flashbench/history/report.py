@@ -231,7 +231,7 @@ def _write_report(df, where: str, out: Path, stage: Path) -> str:
     machines = _machines(df)
     lines = [f"# flashbench history of `{where}`", "",
              f"{df['file'].nunique()} results files, {df['commit'].nunique()} commits, "
-             f"{len(labels)} machines; {len(df)} results: "
+             f"{len(labels)} machine{'s' * (len(labels) != 1)}; {len(df)} results: "
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
     for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
         lines.append(f"- skipped `{what}`: {why}")
