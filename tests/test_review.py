@@ -259,7 +259,9 @@ def test_unchanged_commit_is_never_slower(unchanged):
     assert r.returncode in (0, 2), r.stdout + r.stderr
     got = [x for x in rows(r) if x["kind"] == "time"]
     assert len(got) == 6 and not [x for x in got if x["verdict"] == "slower"]
-    assert all(x["samples"] >= 1 for x in got)
+    # a timing whose samples met the test suite's own load is not measured (machine-busy:
+    # forklane.confirmed), never failed nor slower
+    assert all(x["samples"] >= 1 or x["reason"] == "machine-busy" for x in got), got
 
 
 def test_a_point_head_renamed_or_dropped_is_never_ok(project):
@@ -293,7 +295,8 @@ def test_a_point_head_renamed_or_dropped_is_never_ok(project):
     assert "head changed this benchmark (asv version" in changed["detail"], changed
     assert "NOT COMPARED: 1 result(s)" in doc["summary"]
     (same,) = [x for x in doc["rows"] if "impl='one-shot'" in x["params"]]  # still compared
-    assert same["verdict"] in ("same", "ambiguous") and same["samples"] >= 1
+    assert (same["verdict"] in ("same", "ambiguous") and same["samples"] >= 1
+            or same["reason"] == "machine-busy"), same  # the test suite's own load
 
 
 def test_broken_head_is_a_regression(project):

@@ -49,6 +49,7 @@ INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
 # average is marked busy (information: its times, and a speedup it takes part in, are not
 # the kernels' own; an identical kernel read 0.70-1.43x its twin under a bursty load)
 OUTSIDE_CPUS = 0.1
+OUTSIDE_WALL = 0.5  # s: a shorter row is not judged (/proc/stat counts in 10 ms ticks)
 
 __all__ = ["time_backend", "run_speed", "OUTSIDE_CPUS"]
 
@@ -242,9 +243,9 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             else:  # timed here: no other process of the run may run meanwhile
                 row = _alone(interference, first, time_row, case, b, roof, seed, samples,
                              warmup, device)
-            used = outside_cpu(outside)
-            if used is not None and row.status != "not timed":  # 2 ticks: /proc's rounding
-                row.outside_cpus = max(0.0, used - 2 * _TICK) / (time.perf_counter() - t0)
+            used, wall = outside_cpu(outside), time.perf_counter() - t0
+            if used is not None and row.status != "not timed" and wall >= OUTSIDE_WALL:
+                row.outside_cpus = max(0.0, used - 2 * _TICK) / wall  # 2 ticks: rounding
             case_rows.append(row)
         for r, b in zip(case_rows, backends, strict=True):
             r.peer = bool(getattr(b, "peer", False))

@@ -21,6 +21,8 @@ REASONS = {
     "budget-exhausted": "the interval still straddles the factor when the time budget or "
                         "the sampling schedule ran out",
     "too-few-samples": "fewer paired rounds than a decision needs",
+    "machine-busy": "not measured: its samples fell short of the worker's clock only by "
+                    "their waits for a busy CPU (time it on a quieter machine)",
     "budget-unmeasured": "not measured: the sampling budget was spent before its calibration "
                          "(measure it with --bench PATTERN, or a larger --budget SECONDS)",
     # timings (stored results, --reuse)
@@ -76,7 +78,7 @@ REASONS = {
 # the reasons of rows that compared nothing (either side without a value)
 UNCOMPARED = {"not-measured", "coverage-gained", "coverage-lost", "still-failing",
               "not-comparable", "benchmark-changed", "base-refused", "base-failed-beside-head",
-              "budget-unmeasured", "failed"}
+              "budget-unmeasured", "failed", "machine-busy"}
 
 
 @dataclass
@@ -147,7 +149,8 @@ class Review:
         regressions = [r for r in self.rows if r.regression]
         lost = sum(r.reason == "coverage-lost" for r in self.rows if r.undecided)
         changed = sum(r.reason == "benchmark-changed" for r in self.rows if r.undecided)
-        unmeasured = sum(r.reason == "budget-unmeasured" for r in self.rows)
+        unmeasured = sum(r.reason in ("budget-unmeasured", "machine-busy")
+                         for r in self.rows if r.undecided)
         apart_base = sum(r.reason in ("base-refused", "base-failed-beside-head")
                          for r in self.rows if r.undecided)
         open_rows = sum(r.undecided for r in self.rows) - lost - changed - unmeasured \
@@ -174,7 +177,8 @@ class Review:
                              "each commit with its own benchmarks/)")
             if unmeasured:
                 parts.append(f"NOT MEASURED: {unmeasured} timing(s), the sampling budget "
-                             "ran out (measure them with --bench PATTERN or --budget SECONDS)")
+                             "ran out or the machine was too busy (their rows say which; "
+                             "--bench PATTERN, --budget SECONDS, or a quieter machine)")
             if open_rows:
                 parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous (more rounds "
                              "decide: a larger --budget SECONDS, or --bench PATTERN on "

@@ -15,6 +15,7 @@ BAND_RATIO = "band_ratio"  # a metric named so is the band rule's ratio (issue 2
 
 OK_STATUS = "ok"
 FAILED_STATUS = "failed"  # it raised (or the worker died, or timed out): asv's "failed"
+BUSY_STATUS = "busy"  # its samples could not be cross-checked on a busy machine
 MEMORY_UNIT = "bytes"
 
 
@@ -176,6 +177,10 @@ def track_rows(points, base: list[dict], head: list[dict], acc_tol: float, facto
 def coverage_row(kind: str, benchmark: str, params: str, unit: str, base_status: str,
                  head_status: str, base_reason: str = "", head_reason: str = "") -> Row | None:
     """The row for a grid point that does not have a value in both commits (or None)."""
+    if BUSY_STATUS in (base_status, head_status):  # forklane.MachineBusy: never "failed"
+        return Row(kind=kind, benchmark=benchmark, params=params, unit=unit,
+                   verdict="not measured", reason="machine-busy", undecided=True,
+                   detail=head_reason if head_status == BUSY_STATUS else base_reason)
     judged = judge_coverage(base_status, head_status)
     if judged is None:
         return None

@@ -297,39 +297,30 @@ def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -
 
 def _against_base_suites(review: Review, points: list[Point], root: Path, bench_dir: Path,
                          tree: Path, folder: Path, bench: str | None) -> None:
-    """Where the suites that ran differ from base's own benchmarks/: a grid point base's own
-    suites hold that they lack is "coverage lost" (renamed or removed in head: measured by
-    neither side; a probe's head dropped a parameter value and renamed a method: "OK",
-    exit 0), and a point whose code head changed (asv's version) and that base could not
-    run beside head is "not compared" (a head that renamed the function a benchmark calls
-    made base skip, "coverage gained", and hid a 1.6x slowdown: exit 0)."""
+    """Base's own suites beside those that ran, where they differ (docs/review.md,
+    "Coverage"): a point only base's hold is "coverage lost"; one whose code head changed
+    (asv's version) and that base could not run beside head, "not compared"."""
     rel = Path(bench_dir).resolve().relative_to(root.resolve())
     if not git("diff", "--name-only", review.base, "--", str(rel), cwd=root).split():
         return  # the suites that ran are base's own
     try:
         own = select(list_suites(tree, tree / rel, folder / "base-suites.log"), bench)
     except (RuntimeError, ValueError) as exc:  # none selected, or they do not import
-        review.notes.append(f"Base's own benchmarks/ could not be listed beside the suites "
-                            f"that ran ({str(exc)[:200]}): a benchmark head renamed or "
-                            "removed would go unseen.")
+        review.notes.append(f"Base's own benchmarks/ were not listed ({str(exc)[:200]}): a "
+                            "benchmark head renamed or removed would go unseen.")
         return
-    ran = {(p.name, p.params): p for p in points}
+    ran, rows = {(p.name, p.params): p for p in points}, review.rows
     for p in own:
-        now = ran.get((p.name, p.params))
-        if now is None:
-            review.rows.append(Row(kind=p.kind, benchmark=p.name, params=p.params,
-                                   unit=p.unit, verdict="coverage lost",
-                                   reason="coverage-lost", undecided=True,
-                                   detail="in base's own benchmarks/, not in the suites that "
-                                   "ran (renamed or removed in head, or its parameters "
-                                   "changed): measured by neither side here"))
+        if (now := ran.get((p.name, p.params))) is None:
+            rows.append(Row(p.kind, p.name, p.params, p.unit, "coverage lost", "coverage-lost",
+                            "in base's own benchmarks/, not in the suites that ran (renamed or "
+                            "removed in head): measured by neither side here", undecided=True))
         elif p.version and now.version and p.version != now.version:
-            for r in review.rows:
-                if (r.benchmark, r.params) == (p.name, p.params) \
-                        and r.reason == "coverage-gained":
-                    r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
-                    r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
-                                 f"-> {now.version[:8]}): base's own measures it")
+            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
+                      and r.reason == "coverage-gained"]:
+                r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
+                r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
+                             f"-> {now.version[:8]}): base's own measures it")
 
 
 def _prior_note(prior) -> str:

@@ -67,8 +67,7 @@ class Suites:
         b = self.benchmarks.get(name)
         if b is None:
             return None, {"status": "missing", "reason": f"no benchmark {name} here"}
-        if b.params:
-            b.set_param_idx(index)
+        b.set_param_idx(index) if b.params else None
         if tuple(b._current_params) in {tuple(s) for s in b._skip_tuples}:
             return None, {"status": "not-applicable", "reason": "declared by skip_params"}
         if b._setup_cache is not None:
@@ -212,8 +211,9 @@ def pair_point(sides: "Sides", req: dict, lane=Lane) -> dict:
         for k in range(max(1, int(req.get("samples", 1)))):
             for side in order if k % 2 == 0 else order[::-1]:
                 samples[side].append(lanes[side].sample())
-    except Exception as exc:
-        return {"status": "failed", "side": side, "reason": _reason(exc)}
+    except Exception as exc:  # forklane.MachineBusy: a busy machine, not measured
+        return {"status": "busy" if type(exc).__name__ == "MachineBusy" else "failed",
+                "side": side, "reason": _reason(exc)}
     finally:
         failed = {s: one.close() for s, one in lanes.items()}
     for side in [s for s in order if failed.get(s)]:  # its outputs failed the suite's check
