@@ -45,7 +45,8 @@ for _ in range(2):
     spinners.append(pid)
 ask_r, ask_w = os.pipe(); rep_r, rep_w = os.pipe()
 side = os.fork()
-if side == 0:
+if side == 0:  # its pipes' other ends closed: the worker's end ends it (no stray burner)
+    os.close(ask_w); os.close(rep_r)
     if mode == "threads":
         stop = []
         def burn():
@@ -67,6 +68,8 @@ if side == 0:
         os.write(rep_w, repr(claim).encode().ljust(32))
     os._exit(0)
 
+os.close(ask_r); os.close(rep_w)
+
 def trip():
     t0 = time.perf_counter()
     os.write(ask_w, b"s")
@@ -77,9 +80,9 @@ try:
     out = {"claim": fl.confirmed(trip, 1, "head", 0.0, side)}
 except RuntimeError as exc:  # forklane.MachineBusy is one too
     out = {"error": str(exc), "busy": type(exc).__name__ == "MachineBusy"}
-os.write(ask_w, b"x")
-for pid in spinners:
-    os.kill(pid, 9)
+finally:
+    for pid in [side, *spinners]:
+        os.kill(pid, 9)
 print(json.dumps(out))
 """
 

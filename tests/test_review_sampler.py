@@ -256,8 +256,9 @@ def test_budget_is_kept_and_covers_calibration():
     assert all(r.verdict == "not measured" and r.reason == "budget-unmeasured"
                and r.undecided and "not measured" in r.detail for r in unseen)
     review = Review("b", "h", "m", "c", "same-run A/B", 1.1, 0.02, rows=list(rows.values()))
-    assert ("NOT MEASURED: 3 timing(s), the sampling budget ran out (measure them with "
-            "--bench PATTERN or --budget SECONDS)") in review.summary()  # issue 36 (A)
+    assert ("NOT MEASURED: 3 timing(s), the sampling budget ran out or the machine was too "
+            "busy (their rows say which; --bench PATTERN, --budget SECONDS, or a quieter "
+            "machine)") in review.summary()  # issue 36 (A)
     # two comparisons' calibration (2 calls of 1 s, discarded) and round 1 (2 more):
     # the budget is spent after the second, nothing after
     assert m.now <= 2 * 4 * 1.1 + 0.5

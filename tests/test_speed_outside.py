@@ -65,7 +65,7 @@ def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
     outside the run (orphans, parented elsewhere) spinning on the run's CPUs are counted
     outside, however busy other tests keep the machine."""
     own, reported = _cpu_of_child(0.4)
-    assert own >= reported - 0.02 and reported > 0.2, (own, reported)
+    assert own >= reported - 0.02 and reported > 0.05, (own, reported)  # 0.18 under load
     start = outside_cpu()
     pids = _spinners(tmp_path, 1.2, orphans=True)
     time.sleep(1.0)  # this process sleeps: the CPUs' busy time is (nearly) all the strangers'
