@@ -47,7 +47,7 @@ from flashbench.timed.threads import TICK as _TICK
 INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
 # processes outside the run: a row timed while they kept more than this many CPUs busy on
 # average is marked busy (information: its times, and a speedup it takes part in, are not
-# the kernels' own; an identical kernel read 0.70-1.43x its twin under a bursty load)
+# the kernels' own; an identical kernel read 0.70-1.45x its twin under a bursty load)
 OUTSIDE_CPUS = 0.1
 OUTSIDE_WALL = 0.5  # s: a shorter row is not judged (/proc/stat counts in 10 ms ticks)
 
