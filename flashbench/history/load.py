@@ -139,13 +139,15 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
 def _unsized(frame: pd.DataFrame) -> None:
     """A warning naming the times and memory sizes of 0 or less (no measurement gives one:
     an edited or broken file; left out of steps and trends, ``summaries.finite_ok``)."""
-    from flashbench.history.summaries import SIZED
+    import numpy as np
 
-    if "type" not in frame.columns or frame.empty:
+    from flashbench.history.summaries import finite_ok
+
+    if frame.empty:
         return
-    value = pd.to_numeric(frame["value"], errors="coerce")
-    bad = (frame["status"] == "ok") & frame["type"].isin(SIZED) & (value <= 0) & (
-        value > -float("inf"))  # -inf: named as not finite already
+    # ok and finite (an infinite one is named as not finite already), yet not usable
+    bad = (frame["status"] == "ok").to_numpy() & np.isfinite(frame["value"].to_numpy(float)) \
+        & ~finite_ok(frame)
     if bad.any():
         rows = frame.loc[bad]
         shown = ", ".join(f"{b} at {str(c)[:8]} ({v:g})" for b, c, v in zip(
