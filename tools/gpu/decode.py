@@ -15,8 +15,9 @@ plan.)
 2. Speed: bf16, d=128, H=32 over Hkv=8, pages of 64 scattered in the pool, causal, every
    sequence at the cache length; Nq = 1 (and 4: speculative); triton and torch-sdpa (the
    full run adds flex, torch-naive, and cache lengths 8k and 128k). Every timed call gets a
-   cache from a pool and every output is checked (:func:`gpu_checks.guarded_decode`: structure,
-   checksums, 2 random sequences of each new cache against float64 by the baseline rule);
+   cache from a pool and every output is checked
+   (:func:`tools.gpu.checks.guarded_decode`: structure, checksums, 2 random sequences of
+   each new cache against float64 by the baseline rule);
    a time counts only if all passed. Times: 20 runs after 3 warm-ups, L2 flushed, CUDA
    events, the whole device synchronised; median with quartiles. GB/s =
    flashbench.measure.decode.decode_bytes (K and V rows read, q read, o written) / median;
@@ -137,7 +138,7 @@ def check_mla(o, q, k, lens, table, seq: int = 0) -> dict:
 def run_mla(quick: bool, copy_gbs: float, say) -> list[dict]:
     """The absorbed MLA decode timed (FlashMLA's form): bf16, one kv head of d = 576 shared
     by 128 query heads, V = the cache's first 512 columns (``v_cache=None, dv=512``), pages
-    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; timed by gpu_checks.guarded_decode
+    of 64, B = 16 and 64 at :func:`mla_cases`' lengths; timed by tools.gpu.checks.guarded_decode
     (a pool of 3 caches, every output checked: structure, checksums, 2 random sequences of
     each new cache against float64 by the baseline rule); GB/s = :func:`mla_bytes` / median;
     rows as :func:`run_timings`'."""

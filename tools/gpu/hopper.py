@@ -139,7 +139,7 @@ def run(peak: float, say) -> list[dict]:
 
 def _time_backward(backend, grad_call, causal, shape, peak, seed) -> dict:
     """One backward row: each timed call on a fresh dO, every call's gradients checked
-    outside the clock (gpu_checks.guarded_backward: structure, checksums, each dO's first
+    outside the clock (tools.gpu.checks.guarded_backward: structure, checksums, each dO's first
     gradients by the gradient rule on a sub-problem)."""
     from flashbench.measure.timing import tflops
     from tools.gpu.checks import guarded_backward

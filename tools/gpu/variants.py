@@ -155,7 +155,7 @@ def timing_rows(peak: float, say) -> list[dict]:
 
 def _time_backward(peak: float, say, seed: int) -> dict:
     """The backward with a causal (1024, 0) window: 2.5x the forward's visible FLOPs; each
-    timed call on a fresh dO, every call's gradients checked (gpu_checks.guarded_backward)."""
+    timed call on a fresh dO, every call's gradients checked (tools.gpu.checks.guarded_backward)."""
     from tools.gpu.checks import guarded_backward
 
     s = TIMED_SHAPE
