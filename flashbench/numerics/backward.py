@@ -27,6 +27,7 @@ from flashbench.inputs.validation import (
 )
 from flashbench.numerics.forward import flash_model, standard_model
 from flashbench.reference.oneshot import problem
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import masked_scores, safe_max, unnormalised_softmax
 from flashbench.reference.streaming_bwd import sink_grad, stream_attention_grad
 
@@ -127,8 +128,8 @@ def _standard_grad(q, k, v, do, sink, *, variant, scale, prec: Precision):
     if sink is not None:  # softmax over [S, sink]; the sink's column is dropped after
         l += np.exp(sink - safe_max(m))[..., None]
     store(np.divide(p, l, out=p, where=l != 0))  # P = T(softmax(S)), fp32 softmax
-    dv = sum_to(store(np.matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
-    ds = store(np.matmul(do, np.swapaxes(v, -1, -2)))  # dP = T(dO V^T)
+    dv = sum_to(store(matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
+    ds = store(matmul(do, np.swapaxes(v, -1, -2)))  # dP = T(dO V^T)
     ds -= np.einsum("...ij,...ij->...i", p, ds)[..., None]
     ds *= p
     del p
@@ -137,8 +138,8 @@ def _standard_grad(q, k, v, do, sink, *, variant, scale, prec: Precision):
         ds = store(ds * dcap)
     ds = op(ds)
     c = compute(scale)
-    dq = np.matmul(ds, k)
+    dq = matmul(ds, k)
     dq *= c
-    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+    dk = matmul(np.swapaxes(ds, -1, -2), q)
     dk *= c
     return sum_to(store(dq), q.shape), sum_to(store(dk), k.shape), dv

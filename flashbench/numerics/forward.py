@@ -22,6 +22,7 @@ from flashbench.inputs.validation import check_block, check_causal, grouped_quer
 from flashbench.inputs.variant import variant_of
 from flashbench.numerics import fp8
 from flashbench.reference.oneshot import problem
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import (
     log_sum_exp,
     masked_scores,
@@ -114,5 +115,5 @@ def _standard(q, k, v, *, variant, scale, sink, prec: Precision):
         l = l * np.exp(m - m_ref) + np.exp(sink - m_ref)
         m = m_new
     p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
-    o = np.matmul(prec.operand(p), v)
+    o = matmul(prec.operand(p), v)
     return prec.store(o), log_sum_exp(m, l)

@@ -27,6 +27,7 @@ from flashbench.inputs.precision import (
     round_to_fp8,
 )
 from flashbench.inputs.validation import check_block, check_causal, check_qkv, check_scale
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import (
     log_sum_exp,
     masked_scores,
@@ -158,5 +159,5 @@ def standard_fp8(q, k, v, dtype: str | Precision = "fp8", causal: bool = False,
     l = e.sum(axis=-1)
     p = np.divide(e, l[..., None], out=e, where=(l != 0)[..., None])  # softmax in fp32
     p8, dp = quantize(fp16.stored(p), prec)
-    o = np.matmul(p8, v8 * dv) * dp
+    o = matmul(p8, v8 * dv) * dp
     return prec.out.store(o), log_sum_exp(m, l)

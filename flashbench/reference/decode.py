@@ -26,6 +26,7 @@ from flashbench.inputs.kvcache import (
     value_cache,
 )
 from flashbench.inputs.validation import as_float_array, check_scale, split_heads
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import finish, masked_scores, safe_max
 
 __all__ = ["merge_states", "merge", "decode_attention", "decode_partials", "sequence_cache",
@@ -120,7 +121,7 @@ def _partials(q, k_cache, v_cache, lens, table, layout, bounds, causal, scale):
             tile = s[..., start:stop]
             m = tile.max(axis=-1)
             p = np.exp(tile - safe_max(m)[..., None])
-            o, lse = finish(np.matmul(p, v[..., start:stop, :]), m, p.sum(axis=-1))
+            o, lse = finish(matmul(p, v[..., start:stop, :]), m, p.sum(axis=-1))
             o_parts[i, b] = o.reshape(H, nq, dv)
             lse_parts[i, b] = lse.reshape(H, nq)
     return o_parts, lse_parts

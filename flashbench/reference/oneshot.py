@@ -30,6 +30,7 @@ from flashbench.inputs.validation import (
     sum_to,
 )
 from flashbench.inputs.variant import variant_of
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import (
     finish,
     masked_scores,
@@ -133,7 +134,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None,
 @grouped_query
 def _one_shot(q, k, v, *, variant, scale, sink):
     p, m = unnormalised_softmax(masked_scores(q, k, scale, variant))
-    return finish(np.matmul(p, v), m, p.sum(axis=-1), sink)
+    return finish(matmul(p, v), m, p.sum(axis=-1), sink)
 
 
 def online_attention(q, k, v, block: int = 64, causal: bool = False, scale: float | None = None,
@@ -192,14 +193,14 @@ def _one_shot_grad(q, k, v, do, sink, *, variant, scale):
     if sink is not None:  # the sink's term joins the denominator (shifted by the row max)
         l += np.exp(sink - safe_max(m))[..., None]
     p = np.divide(p, l, out=p, where=l != 0)  # rows that see no key: P = 0
-    dv = sum_to(np.matmul(np.swapaxes(p, -1, -2), do), v.shape)
-    ds = np.matmul(do, np.swapaxes(v, -1, -2))  # dP
+    dv = sum_to(matmul(np.swapaxes(p, -1, -2), do), v.shape)
+    ds = matmul(do, np.swapaxes(v, -1, -2))  # dP
     ds -= np.einsum("...ij,...ij->...i", ds, p)[..., None]
     ds *= p
     if dcap is not None:
         ds *= dcap
-    dq = sum_to(np.matmul(ds, k), q.shape) * scale
-    dk = sum_to(np.matmul(np.swapaxes(ds, -1, -2), q), k.shape) * scale
+    dq = sum_to(matmul(ds, k), q.shape) * scale
+    dk = sum_to(matmul(np.swapaxes(ds, -1, -2), q), k.shape) * scale
     return dq, dk, dv
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flashbench.inputs.variant import Variant, variant_of
+from flashbench.reference.products import matmul
 
 _CAUSAL = Variant(causal=True)
 
@@ -51,7 +52,7 @@ def masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | Var
     hidden entries set to -inf (``round_s`` models storing S, and each op of the softcap,
     in a lower precision)."""
     variant = variant_of(causal)
-    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    s = matmul(q, np.swapaxes(k, -1, -2))
     s *= s.dtype.type(scale)
     if round_s is not None:
         s = round_s(s)
@@ -97,7 +98,7 @@ def score_tile(q: np.ndarray, kt: np.ndarray, start: int, stop: int, rows: tuple
     [..., r1 - r0, stop - start] in q's dtype, softcapped, hidden entries set to -inf by
     assignment (hidden whatever the score, even inf or nan). ``kt`` is k transposed."""
     r0, r1 = rows
-    s = np.matmul(q[..., r0:r1, :], kt[..., start:stop])
+    s = matmul(q[..., r0:r1, :], kt[..., start:stop])
     s *= scale
     s = variant.cap(s)
     hidden = variant.hidden(q.shape[-2], kt.shape[-1], start, stop, r0, r1)
@@ -167,6 +168,6 @@ def stream_attention(
             o_r *= alpha[..., None]
         elif moved.any():
             o_r[moved] *= alpha[moved][:, None]
-        o_r += np.matmul(p if round_p is None else round_p(p), v[..., start:stop, :])
+        o_r += matmul(p if round_p is None else round_p(p), v[..., start:stop, :])
         m_r[...] = m_new
     return finish(o, m, l, sink)

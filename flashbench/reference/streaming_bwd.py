@@ -22,6 +22,7 @@ import numpy as np
 
 from flashbench.inputs.validation import sum_to
 from flashbench.inputs.variant import Variant, variant_of
+from flashbench.reference.products import matmul
 from flashbench.reference.streaming import key_blocks, safe_max, score_tile
 
 __all__ = ["stream_attention_grad", "sink_grad"]
@@ -94,18 +95,18 @@ def stream_attention_grad(
         p = np.exp(s, out=s)
         # -- dV_blk = P^T dO --
         p_op = p if round_op is None else round_op(p)
-        dv[..., start:stop, :] += sum_to(np.matmul(np.swapaxes(p_op, -1, -2), do_r),
+        dv[..., start:stop, :] += sum_to(matmul(np.swapaxes(p_op, -1, -2), do_r),
                                          v_b.shape)
         # -- dS = P * (dO V^T - D) --
-        ds = np.matmul(do_r, np.swapaxes(v_b, -1, -2))
+        ds = matmul(do_r, np.swapaxes(v_b, -1, -2))
         ds -= delta[..., r0:r1, None]
         ds *= p
         if dcap is not None:  # through the softcap: d(c tanh(x / c)) / dx
             ds *= dcap
         ds_op = ds if round_op is None else round_op(ds)
         # -- dQ += dS K_blk; dK_blk = dS^T Q --
-        dq[..., r0:r1, :] += np.matmul(ds_op, k_b)
-        dk[..., start:stop, :] += sum_to(np.matmul(np.swapaxes(ds_op, -1, -2), q_r), k_b.shape)
+        dq[..., r0:r1, :] += matmul(ds_op, k_b)
+        dk[..., start:stop, :] += sum_to(matmul(np.swapaxes(ds_op, -1, -2), q_r), k_b.shape)
     scale_c = compute(scale)
     dq *= scale_c
     dk *= scale_c
