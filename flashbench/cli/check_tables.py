@@ -160,7 +160,7 @@ def band_cell(r: dict, name: str) -> str:
 def verdict_cell(r: dict) -> str:
     """PASS, or FAIL naming the rule that failed (reports without the band rule: FAIL)."""
     if r["passed"]:
-        verdict = "PASS"
+        verdict = "PASS (band)" if r.get("baseline_draw") else "PASS"
     elif r.get("baseline_passed") is None or r.get("band_passed") is None:
         verdict = "FAIL"  # one rule only (older reports; hand-made inputs)
     else:

@@ -133,6 +133,7 @@ class GradAccuracy:
     band_passed: bool | None = None
     band: dict | None = None
     disagreement: str | None = None
+    baseline_draw: bool | None = None  # its gradient-rule FAIL not counted (bandjudge.combine)
     worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
 
     def as_dict(self) -> dict:
@@ -177,7 +178,14 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR, prec.name)
+    def draw() -> bool:  # the model fails the gradient rule too (asked only on a FAIL)
+        if kernel == "flash_model":
+            return True
+        return not all(judge_gradient(fallback()[i], s, r, prec, model=True)["verdict"].passed
+                       for i, (s, r) in enumerate(zip(std, ref, strict=True)))
+
+    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR, prec.name,
+                    draw=draw)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
 

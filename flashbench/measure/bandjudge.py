@@ -23,7 +23,7 @@ from flashbench.bands.decode import BAND_DTYPES, decode_band
 from flashbench.bands.measure import caller_inputs, storage_key
 from flashbench.inputs.precision import Precision
 
-__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline", "band_tolerance"]
+__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline", "band_tolerance", "DRAW"]
 
 
 class CaseBands:
@@ -104,14 +104,22 @@ class DecodeBands(CaseBands):
         return super().judge(prec, out, tensors) if prec.name in BAND_DTYPES else None
 
 
+DRAW = ("not counted: the baseline rule is a draw on this case (flashbench's own model of a "
+        "flash kernel, correct by construction, fails it here too); the band rule judged alone: ")
+
+
 def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
-            dtype: str | None = None) -> dict:
+            dtype: str | None = None, draw=None) -> dict:
     """Record fields from both rules: ``baseline`` {tensor: (ratio, passed)} and ``band``
     {tensor: BandVerdict}: ``<t>_band_ratio``, ``band`` (verdicts as dicts),
     ``baseline_passed``, ``band_passed``, ``passed`` (both) and ``disagreement`` (one line
     per tensor where the rules disagree, joined; None where they agree). ``band`` None:
     the band rule was not applied (inputs not drawn from the case's distribution); ``dtype``
-    the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`)."""
+    the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`). ``draw``: a
+    callable asked only where the baseline rule fails and the band rule passes, True when
+    the same-dtype flash model fails the baseline rule on the case too: the rule is a draw
+    there (a max over few values, docs/check.md), so ``passed`` is the band rule's and
+    ``baseline_draw`` says so."""
     if band is None:
         base_ok = all(p for _, p in baseline.values())
         return {"baseline_passed": base_ok, "passed": base_ok}
@@ -124,9 +132,13 @@ def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
     if not lines and base_ok != band_ok:  # they disagree on different tensors
         lines = [f"baseline rule {'PASS' if base_ok else 'FAIL'}, band rule "
                  f"{'PASS' if band_ok else 'FAIL'}"]
+    drawn = not base_ok and band_ok and draw is not None and bool(draw())
+    text = "; ".join(lines) or None
     return {**fields, "band": {t: v.as_dict() for t, v in band.items()},
-            "baseline_passed": base_ok, "band_passed": band_ok, "passed": base_ok and band_ok,
-            "disagreement": "; ".join(lines) or None}
+            "baseline_passed": base_ok, "band_passed": band_ok,
+            "passed": band_ok and (base_ok or drawn),
+            "disagreement": DRAW + (text or "") if drawn else text,
+            **({"baseline_draw": True} if drawn else {})}
 
 
 def block_baseline(q, k, v, rows, err: float, dtype: str, causal: bool, block: int = 64):

@@ -149,6 +149,7 @@ class Accuracy:
     band: dict | None = None
     disagreement: str | None = None
     worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
+    baseline_draw: bool | None = None  # its baseline FAIL not counted (bandjudge.combine)
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""
@@ -269,9 +270,16 @@ def accuracy_record(case: Case, kernel: str, prec: Precision, out, std, ref, fal
     if not shown:
         del verdicts["lse"]
     judged = ("o",) if note is not None else ("o", "lse")
+    def draw() -> bool:  # the model fails the baseline rule too (asked only on a FAIL)
+        if kernel == "flash_model":
+            return True
+        model = judge(fallback() if callable(fallback) else fallback, std, ref, prec,
+                      model=True) if fallback is not None else None
+        return model is not None and not all(model[t]["verdict"].passed for t in judged)
+
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
                     None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR,
-                    prec.name)
+                    prec.name, draw=draw)
     return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
