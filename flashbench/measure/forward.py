@@ -47,8 +47,13 @@ __all__ = ["default_cases", "exactness", "measure_accuracy"]
 
 
 def default_cases() -> list[Case]:
-    """Realistic shapes (H 2..8, N 1024..4096, d 64 and 128), normal and FA3-outlier inputs."""
+    """Realistic shapes (H 2..8, N 1024..4096, d 64 and 128), normal and FA3-outlier inputs,
+    and one small case of the edges a kernel gets wrong first: two batch elements,
+    grouped-query heads, fewer queries than keys under a causal mask (bottom-right aligned),
+    lengths no block divides (a red team, 2026-12-06: kernels that masked top-left, or read
+    batch 0's K and V for every batch element, PASSed the six square B = 1 cases)."""
     return [
+        Case(Shape(2, 4, 200, 333, 64, Hkv=2), "normal", True),
         Case(Shape(1, 2, 1024, 1024, 64), "normal", False),
         Case(Shape(1, 2, 1024, 1024, 64), "normal", True),
         Case(Shape(1, 4, 2048, 2048, 128), "normal", False),
