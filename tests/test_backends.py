@@ -369,3 +369,18 @@ def test_the_materialised_causal_mask_is_bottom_right_and_built_once():
     want = torch.tensor([[j <= i + 3 - 5 for j in range(3)] for i in range(5)])
     assert torch.equal(m, want) and not m[:2].any() and m[4].all()
     assert _lower_right_mask(5, 3, "cpu") is m
+
+
+def test_with_sinks_a_minus_inf_lse_is_wrong_on_every_row_and_the_message_says_why():
+    """A red team (2026-12-06): with sinks and a window no key passes, an LSE of -inf FAILed
+    (right) as "non-finite LSE value(s) on rows that see keys": those rows see none; they see
+    their sink, which the message now says."""
+    from flashbench.inputs.variant import Variant
+
+    q, k, v = qkv(1, 1, 1, 12, 4, 8)
+    variant = Variant(causal=True, sinks=(0.0,))
+    o = torch.zeros(1, 1, 12, 8, dtype=q.dtype)
+    lse = torch.full((1, 1, 12), float("-inf"))
+    with pytest.raises(BackendFailed,
+                       match=r"12 non-finite LSE .* \(with sinks each row sees its sink\)"):
+        checked_output((o, lse), q, k, v, causal=variant)

@@ -184,8 +184,10 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
             sees_nothing[torch.from_numpy(hidden.all(axis=1)).to(lse.device)] = True
         wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
         if bool(wrong.any()):
-            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
-                                f"that see keys (the float64 reference is finite there)")
+            seen = ("every row (with sinks each row sees its sink)" if variant.sinks is not None
+                    else "rows that see keys")
+            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on "
+                                f"{seen}: the float64 reference is finite there")
     return BackendOutput(o, lse, own_lse)
 
 
