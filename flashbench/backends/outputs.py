@@ -211,16 +211,15 @@ def _checked_packed(out, q, k, v, cu_q, cu_k, causal, scale) -> BackendOutput:
     from flashbench.inputs.variant import check_cu_pair
     from flashbench.reference.varlen import sequences
 
-    lses = []
-    for i, (qs, ks) in enumerate(sequences(*check_cu_pair(cu_q, cu_k, q.shape[0],
-                                                          k.shape[0]))):
+    lses, cu = [], check_cu_pair(cu_q, cu_k, q.shape[0], k.shape[0])
+    for i, (qs, ks) in enumerate(sequences(*cu)):
         dense = [t[s].transpose(0, 1)[None] for t, s in ((o, qs), (q, qs), (k, ks), (v, ks))]
         given = dense[0] if lse is None else (dense[0], lse[None, :, qs])
         try:
             lses.append(_checked(given, *dense[1:], causal, scale, None, True)[1][0])
         except BackendFailed as exc:
-            raise BackendFailed(f"sequence {i} (rows {qs.start}..{qs.stop - 1}): {exc}") \
-                from None
+            raise BackendFailed(f"sequence {i + 1} of {len(cu[0]) - 1} (index {i}, packed "
+                                f"rows {qs.start}-{qs.stop - 1}): {exc}") from None
     stand_in = q.new_zeros((want[1], 0), dtype=torch.float32)
     return BackendOutput(o, torch.cat(lses, dim=-1) if lses else stand_in, lse is not None)
 
