@@ -45,19 +45,22 @@ def _ratio(x: float) -> str:
 
 
 def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float, str]]:
-    """(share of the rule's limit, "rule tensor ratio") for every judged ratio of a record."""
+    """(share of the rule's limit, "rule tensor ratio") for every judged ratio of a record;
+    of a FAIL, the failed rules' alone (a band FAIL showed a passing "3x dq 3.58 of 3")."""
+    failed = not r.get("passed", True)
+    baseline = not r.get("baseline_draw") and not (failed and r.get("baseline_passed"))
+    band_shown = not (failed and r.get("band_passed"))
     out = []
     for t in tensors:
         name, against = _TENSORS[t], (r.get("yardsticks") or {}).get(t)
         ratio = r.get(f"{t}_ratio")
-        if ratio is not None and not (t == "lse" and r.get("lse_note")) \
-                and not r.get("baseline_draw"):  # not counted: a draw (bandjudge.DRAW)
+        if ratio is not None and not (t == "lse" and r.get("lse_note")) and baseline:
             vs = f" vs {against}" if against else ""
             floor = " (floor)" if ratio > limit and r.get("baseline_passed") and not vs else ""
             out.append((ratio / limit, f"{limit:g}x {name} {r['dtype']} {_ratio(ratio)} of "
                                        f"{limit:g}{vs}{floor}"))
         band = r.get(f"{t}_band_ratio")
-        if band is not None:
+        if band is not None and band_shown:
             out.append((band, f"band {name} {r['dtype']} {_ratio(band)} of 1"))
     return out
 
