@@ -178,11 +178,11 @@ def test_a_fail_shows_the_ratio_of_the_rule_that_failed():
     from flashbench.cli.check_view import _lines
 
     row = {"case": "normal B=1 H=2 Nq=32 Nk=32 d=128", "kernel": "k:x", "dtype": "fp32",
-           "dq_ratio": 3.58, "dk_ratio": 1.0, "dv_ratio": 1.0, "dq_band_ratio": 1.2,
+           "dq_ratio": 3.58, "dk_ratio": 1.0, "dv_ratio": 1.0, "dq_band_ratio": 1.1,
            "dk_band_ratio": 0.5, "dv_band_ratio": 0.5, "baseline_passed": True,
            "band_passed": False, "passed": False}
     line = _lines([row], "kernel", ("dq", "dk", "dv"), 3.0, peers=False)[0]
-    assert "FAIL (band)" in line and line.endswith("band dq fp32 1.20 of 1"), line
+    assert "FAIL (band)" in line and line.endswith("band dq fp32 1.10 of 1"), line
     ok = {**row, "dq_band_ratio": 0.9, "band_passed": True, "passed": True}
     line = _lines([ok], "kernel", ("dq", "dk", "dv"), 3.0, peers=False)[0]
     assert "PASS" in line and line.endswith("3x dq fp32 3.58 of 3 (floor)"), line
