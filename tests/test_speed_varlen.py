@@ -271,8 +271,8 @@ def test_a_packed_gradient_fail_names_its_sequence(monkeypatch):
     from flashbench.measure import varlen as vl
     from flashbench.measure.records import Case
 
-    def wrong_last(backend, q, k, v, do, cu, prec, kw):
-        grads = reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw)[:3]
+    def wrong_last(backend, q, k, v, do, cu, cu_k, prec, kw):
+        grads = reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **kw)[:3]
         last = int(cu[-2])
         return tuple(torch.from_numpy(np.concatenate([g[:last], 1.5 * g[last:]])).float()
                      for g in grads)

@@ -147,7 +147,7 @@ def test_a_packed_batch_is_judged_by_the_band_of_its_own_lengths():
     from tools import defects
 
     case = Case(Shape(1, 1, 1024, 1024, 64), "normal", varlen=(1024, 900))
-    q, k, v, cu = varlen_inputs(case, 0)
+    q, k, v, cu, _ = varlen_inputs(case, 0)
     prec = PRECISIONS["fp16"]
     ref = reference.varlen_attention(q, k, v, cu, cu)
     std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=prec)

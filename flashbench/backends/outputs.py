@@ -182,6 +182,8 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
         hidden = None if variant.sinks is not None else variant.hidden(nq, k.shape[-2])
         if hidden is not None:
             sees_nothing[torch.from_numpy(hidden.all(axis=1)).to(lse.device)] = True
+        if k.shape[-2] == 0 and variant.sinks is None:  # no key at all (a packed Q:0)
+            sees_nothing[:] = True
         wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
         if bool(wrong.any()):
             seen = ("every row (with sinks each row sees its sink)" if variant.sinks is not None

@@ -57,13 +57,20 @@ def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant
     """A packed batch through a dense backend callable, one call per sequence (what a packed
     batch costs without a varlen kernel: the torch peers' packed path; the float64 side's is
     :func:`flashbench.reference.varlen.per_sequence`). ``dense`` returns o or (o, lse); so
-    does this: o [total_q, H, dv], lse [H, total_q]. An empty sequence has no rows."""
+    does this: o [total_q, H, dv], lse [H, total_q]. An empty sequence has no rows; one with
+    queries and no key (``check --varlen 6:0``) gives them O = 0 and LSE = -inf, as the
+    reference does without sinks (no dense op takes zero keys)."""
     from flashbench.inputs.variant import check_cu_pair
     from flashbench.reference.varlen import sequences
 
     outs, lses, own = [], [], True
     for qs, ks in sequences(*check_cu_pair(cu_q, cu_k, q.shape[0], k.shape[0])):
         if qs.start == qs.stop:
+            continue
+        if ks.start == ks.stop and not variant.get("sinks"):
+            n = int(qs.stop - qs.start)
+            outs.append(q.new_zeros((n, q.shape[1], v.shape[-1])))
+            lses.append(n)  # its rows' LSE: -inf, made once the others' are known
             continue
         out = dense(*(t[s].transpose(0, 1).unsqueeze(0) for t, s in ((q, qs), (k, ks), (v, ks))),
                     causal=causal, scale=scale, **variant)
@@ -72,8 +79,10 @@ def per_sequence(dense, q, k, v, cu_q, cu_k, causal=False, scale=None, **variant
         outs.append(o[0].transpose(0, 1))
         lses.append(None if lse is None else lse[0])
     o = torch.cat(outs) if outs else q.new_zeros((0, q.shape[1], v.shape[-1]))
-    if lses and lses[0] is None:
+    if any(x is None for x in lses):
         return o
+    lses = [torch.full((q.shape[1], x), float("-inf"), device=q.device) if isinstance(x, int)
+            else x for x in lses]
     lse = torch.cat(lses, dim=-1) if lses else q.new_zeros((q.shape[1], 0))
     return BackendOutput(o, lse, own)
 

@@ -55,16 +55,18 @@ MAX_SEED_FLOPS = 1 << 38  # a band seed's matmul work at most (~10 s here): else
 
 def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad: bool = False,
              window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-             sinks: bool = False, varlen: tuple[int, ...] | None = None) -> str:
+             sinks: bool = False, varlen: tuple[int, ...] | None = None,
+             varlen_k: tuple[int, ...] | None = None) -> str:
     """The text key of a band: ``dtype|shape|dist|causal|fwd or bwd``, and with a variant
-    ``|window=(L,R) softcap=C sinks varlen=N1,N2`` (C exact: softcap 30 is not 30.5)."""
+    ``|window=(L,R) softcap=C sinks varlen=N1,N2`` (C exact: softcap 30 is not 30.5; key
+    lengths that differ: ``varlen=Q1:K1,N2``)."""
     name = dtype.name if isinstance(dtype, Precision) else dtype
     key = f"{name}|{shape.label()}|{dist}|{'causal' if causal else 'full'}|" \
           f"{'bwd' if grad else 'fwd'}"
     extra = ([f"window=({window[0]},{window[1]})"] if tuple(window) != (-1, -1) else []) + (
         [f"softcap={float(softcap)!r}"] if softcap is not None else []) + (
         ["sinks"] if sinks else []) + (
-        [f"varlen={','.join(map(str, varlen))}"] if varlen is not None else [])
+        [f"varlen={_pairs(varlen, varlen_k)}"] if varlen is not None else [])
     return f"{key}|{' '.join(extra)}" if extra else key
 
 
@@ -149,7 +151,14 @@ def size_refusal(shape: Shape, grad: bool = False) -> str | None:
     return None
 
 
-def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> Precision:
+def _pairs(varlen, varlen_k) -> str:
+    """Lengths as ``--varlen`` takes them: ``N`` where queries and keys agree, else ``Q:K``."""
+    keys = varlen if varlen_k is None else varlen_k
+    return ",".join(str(q) if q == k else f"{q}:{k}" for q, k in zip(varlen, keys, strict=True))
+
+
+def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen,
+           varlen_k=None) -> Precision:
     """The case's arguments checked (errors name them); returns the dtype's Precision."""
     if not isinstance(shape, Shape):
         raise TypeError(f"shape must be a flashbench.inputs.Shape, got {type(shape).__name__}")
@@ -168,6 +177,11 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> 
             or sum(varlen) < 1):
         raise ValueError(f"varlen must be a tuple of sequence lengths >= 0 (not all 0), "
                          f"got {varlen!r}")
+    if varlen_k is not None and (varlen is None or not isinstance(varlen_k, tuple) or len(
+            varlen_k) != len(varlen) or any(isinstance(n, bool) or not isinstance(n, int)
+                                            or n < 0 for n in varlen_k)):
+        raise ValueError(f"varlen_k must be a tuple of key lengths >= 0, one per sequence of "
+                         f"varlen {varlen!r}, got {varlen_k!r}")
     if grad and prec.name not in numerics.GRAD_DTYPES:
         raise ValueError(f"dtype {prec.name!r} has no backward model: no gradient band "
                          f"(dtypes with one: {[d for d in numerics.GRAD_DTYPES if d != 'fp64']})")
@@ -180,25 +194,25 @@ def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen) -> 
 def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
                 variant: dict) -> dict[str, dict]:
     variant = dict(variant)
-    lengths = variant.pop("varlen")
+    lengths, keys = variant.pop("varlen"), variant.pop("varlen_k", None)
     shape = shape if lengths is not None else band_shape(shape, grad)
     kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
     oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
     if lengths is not None:  # a packed batch: the flash model per sequence
-        *qkv, cu = make_varlen_qkv(lengths, shape, dist, seed)
+        *qkv, cu, cu_k = make_varlen_qkv(lengths, shape, dist, seed, keys)
         q, k, v = (caller_inputs(prec, x) for x in qkv)
         if grad:  # dO as the check's (measure.varlen.varlen_grad_output)
             do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
                 (sum(lengths), shape.H, shape.head_dim_v)))
-            ref = reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw)
-            out = per_sequence_grad(numerics.flash_model_grad, q, k, v, do, cu, cu,
+            ref = reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **kw)
+            out = per_sequence_grad(numerics.flash_model_grad, q, k, v, do, cu, cu_k,
                                     dtype=prec, block=block, **kw)
             names = BACKWARD
         else:
-            ref = reference.varlen_attention(q, k, v, cu, cu, **kw)
-            out = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec,
+            ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw)
+            out = per_sequence(numerics.flash_model, q, k, v, cu, cu_k, dtype=prec,
                                block=block, **kw)
             names = FORWARD
     elif not grad:
@@ -225,13 +239,16 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
 def measure_case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
                       grad: bool = False, seeds: int | None = None, block: int = 64, *,
                       window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-                      sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
+                      sinks: bool = False, varlen: tuple[int, ...] | None = None,
+                      varlen_k: tuple[int, ...] | None = None) -> dict:
     """Measure a band now (module docstring): ``{"key", "seeds", "source": "measured",
     "edges": {tensor: {stat: largest over seeds}}, "per_seed": {tensor: {stat: [...]}}}``.
     ``window``, ``softcap``, ``sinks`` (a bool: seeded logits, :func:`variant_kwargs`): the
     variant the flash model runs with; ``varlen``: a packed batch of these lengths with
-    ``shape``'s H, Hkv, d (:func:`flashbench.inputs.problem.make_varlen_qkv`)."""
-    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
+    ``shape``'s H, Hkv, d (:func:`flashbench.inputs.problem.make_varlen_qkv`), ``varlen_k``
+    its key lengths where they differ."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen,
+               "varlen_k": varlen_k}
     prec = _check(shape, dist, causal, dtype, grad, **variant)
     seeds = band_seeds(shape) if seeds is None else seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
@@ -332,12 +349,14 @@ def cached_band(key: str, seeds: int, prints: Callable[[], str], measure: Callab
 def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
               grad: bool = False, table: str | Path | None = None, cache: bool = True, *,
               window: tuple[int, int] = (-1, -1), softcap: float | None = None,
-              sinks: bool = False, varlen: tuple[int, ...] | None = None) -> dict:
+              sinks: bool = False, varlen: tuple[int, ...] | None = None,
+              varlen_k: tuple[int, ...] | None = None) -> dict:
     """The band of one case: the shipped table's entry (``source`` "table"), else the disk
     cache's or a new measurement (``source`` "measured"; module docstring). ``window``,
-    ``softcap``, ``sinks``, ``varlen``: the case's variant (:func:`measure_case_band`), in
-    the key."""
-    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen}
+    ``softcap``, ``sinks``, ``varlen``, ``varlen_k``: the case's variant
+    (:func:`measure_case_band`), in the key."""
+    variant = {"window": window, "softcap": softcap, "sinks": sinks, "varlen": varlen,
+               "varlen_k": varlen_k}
     prec = _check(shape, dist, causal, dtype, grad, **variant)
     key = band_key(shape, dist, causal, prec, grad, **variant)
     shipped = _table(None if table is None else str(table)).get(key)

@@ -58,9 +58,10 @@ def add_parser(sub) -> None:
                    "row's softmax denominator (gpt-oss)")
     c.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed variable-length batch (FlashAttention's varlen layout), "
-                   "queries and keys alike, with each shape's H, Hkv and d (--shape BxHxNxd, "
-                   "its N unused; default H=2, d=64), forward and backward. SPEC: N1,N2,... "
-                   "the lengths (0 allowed); uniform:LO-HI:COUNT, COUNT lengths uniform in LO..HI; "
+                   "with each shape's H, Hkv and d (--shape BxHxNxd, its N unused; default "
+                   "H=2, d=64), forward and backward. SPEC: N1,N2,... the lengths, queries "
+                   "and keys alike (0 allowed; an item Q:K: Q queries on K keys, causal "
+                   "bottom-right); uniform:LO-HI:COUNT, COUNT lengths uniform in LO..HI; "
                    "lognormal:MEDIAN:SIGMA:COUNT, round(exp(N(ln MEDIAN, SIGMA^2))); "
                    "distributions draw with --seed (numpy default_rng(seed + 3)) and the "
                    "header prints the lengths drawn")
@@ -129,9 +130,12 @@ def _cases(args):
         return cases
     from flashbench.inputs.problem import Shape
 
-    n = max(args.varlen)  # the shape's B, Nq, Nk: the batch and its longest sequence
+    keys = getattr(args, "varlen_k", None)  # Q:K items: the key lengths where they differ
+    # the shape's B, Nq, Nk: the batch and its longest sequence of queries, of keys
+    n, m = max(args.varlen), max(args.varlen if keys is None else keys)
     shapes = args.shape or [Shape(1, 2, 64, 64, 64)]
-    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=n), varlen=args.varlen)
+    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=max(m, 1)),
+                    varlen=args.varlen, varlen_k=keys)
             for s in dict.fromkeys(shapes)
             for c in {(c.dist, c.causal): c for c in cases}.values()]
 
@@ -197,7 +201,7 @@ def run(args) -> int:
     args.dist = distinct(args.dist, "--dist", "check")
     spec = args.varlen
     if spec is not None:  # the lengths: a list as given, a distribution drawn with --seed
-        args.varlen = spec.draw(args.seed)
+        args.varlen, args.varlen_k = spec.draw(args.seed), spec.keys
     cases = _cases(args)
     refusal = too_big([c.shape for c in cases])
     if refusal is not None:  # refused before torch is imported (2 s of CPU)

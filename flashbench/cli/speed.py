@@ -298,6 +298,10 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
     if given:
         raise ValueError(f"speed --varlen does not read {', '.join(given)}: a packed batch is "
                          "timed forward, without a variant (check --varlen judges them)")
+    if args.varlen.keys is not None:
+        raise ValueError(f"speed --varlen {args.varlen.text}: speed times packed batches of "
+                         "equal query and key lengths (one length per sequence); check "
+                         "--varlen judges Q:K items")
     lens = tuple(args.varlen.draw(run_seed))
     n = max(lens)
     refusal = too_big([packed_shape(lens, s) for s in shapes])

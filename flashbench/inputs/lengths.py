@@ -2,7 +2,10 @@
 
 ``flashbench check --varlen SPEC`` takes one of:
 
-- ``N1,N2,...``: these lengths (ints >= 0, not all 0);
+- ``N1,N2,...``: these lengths (ints >= 0, not all 0), queries and keys alike; an item
+  ``Q:K`` gives a sequence Q queries and K keys (``30:45,17,25:9``: a chunk of a prefill on
+  a cached prefix, causal aligned bottom-right), so a kernel that mixes ``cu_seqlens_q``
+  and ``cu_seqlens_k`` is seen;
 - ``uniform:LO-HI:COUNT``: COUNT lengths drawn uniformly from the ints LO..HI (inclusive);
 - ``lognormal:MEDIAN:SIGMA:COUNT``: COUNT lengths ``round(exp(N(ln MEDIAN, SIGMA^2)))``, the
   long-tailed mix of packed training data and serving prefills.
@@ -20,7 +23,8 @@ import numpy as np
 
 __all__ = ["LengthSpec", "parse_lengths", "SYNTAX", "MAX_COUNT", "MAX_TOTAL"]
 
-SYNTAX = "N1,N2,... or uniform:LO-HI:COUNT or lognormal:MEDIAN:SIGMA:COUNT"
+SYNTAX = ("N1,N2,... (an item Q:K: Q queries, K keys) or uniform:LO-HI:COUNT or "
+          "lognormal:MEDIAN:SIGMA:COUNT")
 MAX_COUNT = 4096  # sequences in one drawn batch
 MAX_TOTAL = 2 ** 31 - 1  # the packed batch's total length: cu_seqlens are int32
 
@@ -28,12 +32,14 @@ MAX_TOTAL = 2 ** 31 - 1  # the packed batch's total length: cu_seqlens are int32
 @dataclass(frozen=True)
 class LengthSpec:
     """A parsed ``--varlen`` spec: ``kind`` "list" (``params`` the lengths), "uniform"
-    (LO, HI) or "lognormal" (MEDIAN, SIGMA), ``count`` lengths."""
+    (LO, HI) or "lognormal" (MEDIAN, SIGMA), ``count`` lengths; ``keys``: a list's key
+    lengths where an item ``Q:K`` makes them differ from the query lengths (else None)."""
 
     text: str
     kind: str
     params: tuple
     count: int
+    keys: tuple[int, ...] | None = None
 
     @property
     def seeded(self) -> bool:
@@ -104,12 +110,18 @@ def parse_lengths(text: str) -> LengthSpec:
     """A ``--varlen`` spec (module docstring); ValueError naming what is wrong."""
     text = text.strip()
     kind, _, rest = text.partition(":")
-    if not rest:  # a list
-        lengths = tuple(_int(x.strip(), text, "each length", 0) for x in text.split(","))
+    if not rest or kind.strip().isdigit():  # a list (an item Q:K: queries and keys)
+        pairs = [x.strip().split(":") for x in text.split(",")]
+        if any(len(p) > 2 for p in pairs):
+            raise _bad(text, "an item is a length N or Q:K")
+        lengths = tuple(_int(p[0].strip(), text, "each length", 0) for p in pairs)
+        keys = tuple(_int(p[-1].strip(), text, "each key length", 0) for p in pairs)
         if not any(lengths):
-            raise _bad(text, "the lengths must not all be 0")
+            raise _bad(text, "the (query) lengths must not all be 0")
         _total(sum(lengths), text, "the lengths' total")
-        return LengthSpec(text, "list", lengths, len(lengths))
+        _total(sum(keys), text, "the key lengths' total")
+        return LengthSpec(text, "list", lengths, len(lengths),
+                          None if keys == lengths else keys)
     parts = rest.split(":")
     if kind == "uniform":
         if len(parts) != 2 or parts[0].count("-") != 1:

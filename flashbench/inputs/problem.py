@@ -151,17 +151,21 @@ def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float
     return q, k, v
 
 
-def make_varlen_qkv(lengths, shape: Shape, dist: str = "normal", seed: int = 0):
-    """A packed batch (FlashAttention's varlen layout) of sequences of ``lengths`` (queries
-    and keys alike) with ``shape``'s H, Hkv, d, dv: (q, k, v [total, heads, d] float64,
-    cu_seqlens int64 [len + 1]), drawn as one sequence of ``total`` rows by
-    :func:`make_qkv` and cut at cu_seqlens."""
+def make_varlen_qkv(lengths, shape: Shape, dist: str = "normal", seed: int = 0,
+                    key_lengths=None):
+    """A packed batch (FlashAttention's varlen layout) of sequences of ``lengths`` queries
+    and ``key_lengths`` keys (None: the same) with ``shape``'s H, Hkv, d, dv: (q [total_q,
+    H, d], k, v [total_k, Hkv, d or dv] float64, cu_seqlens_q, cu_seqlens_k int64 [len +
+    1]), drawn as one problem of total_q queries on total_k keys by :func:`make_qkv` and cut
+    at cu_seqlens (equal lengths: the same draw as one total x total problem)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    packed = Shape(1, shape.H, total, total, shape.d, shape.dv, Hkv=shape.Hkv)
+    keys = lengths if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
+    packed = Shape(1, shape.H, int(lengths.sum()), int(keys.sum()), shape.d, shape.dv,
+                   Hkv=shape.Hkv)
     q, k, v = (np.ascontiguousarray(np.swapaxes(x[0], 0, 1))
                for x in make_qkv(packed, dist, seed))
-    return q, k, v, np.concatenate([[0], np.cumsum(lengths)])
+    return (q, k, v, np.concatenate([[0], np.cumsum(lengths)]),
+            np.concatenate([[0], np.cumsum(keys)]))
 
 
 # Shapes that catch tail-block, mask-alignment and head-dim bugs.

@@ -45,7 +45,8 @@ class CaseBands:
             c = self.case
             self._bands[prec.name] = case_band(c.shape, c.dist, c.causal, prec, grad=self.grad,
                                                window=c.window, softcap=c.softcap,
-                                               sinks=c.sinks, varlen=c.varlen)
+                                               sinks=c.sinks, varlen=c.varlen,
+                                               varlen_k=c.varlen_k)
         return self._bands[prec.name]
 
     def reference(self, prec: Precision):
@@ -53,9 +54,10 @@ class CaseBands:
         if key not in self._refs:
             given = [caller_inputs(prec, x) for x in self.inputs]
             if self.case.varlen is not None:  # a packed batch [total, heads, d]
-                cu = np.concatenate([[0], np.cumsum(self.case.varlen)])
+                cu, cu_k = (np.concatenate([[0], np.cumsum(n)])
+                            for n in (self.case.varlen, self.case.key_lengths))
                 fn = reference.varlen_attention_grad if self.grad else reference.varlen_attention
-                self._refs[key] = fn(*given, cu, cu, **self.kwargs)[:3]
+                self._refs[key] = fn(*given, cu, cu_k, **self.kwargs)[:3]
             elif self.grad:
                 self._refs[key] = reference.attention_grad(*given, **self.kwargs)[:3]
             else:

@@ -58,6 +58,17 @@ class Case:
     softcap: float | None = None
     sinks: bool = False
     varlen: tuple[int, ...] | None = None  # a packed batch: these sequence lengths (q and k)
+    varlen_k: tuple[int, ...] | None = None  # its key lengths, where they differ (``Q:K``)
+
+    @property
+    def key_lengths(self) -> tuple[int, ...] | None:
+        """A packed batch's key lengths (its query lengths unless ``varlen_k``)."""
+        return self.varlen if self.varlen_k is None else self.varlen_k
+
+    def varlen_text(self) -> str:
+        """A packed batch's lengths as ``--varlen`` takes them (``30:45,17``)."""
+        return ",".join(str(q) if q == k else f"{q}:{k}"
+                        for q, k in zip(self.varlen, self.key_lengths, strict=True))
 
     def kwargs(self, seed: int = 0) -> dict:
         """The keywords every path takes for this case: causal, and the variant's where set
@@ -80,7 +91,7 @@ class Case:
         extra = Variant(window=self.window, softcap=self.softcap,
                         sinks=(0.0,) if self.sinks else None).label()
         shape = self.shape.label() if self.varlen is None else (
-            f"varlen {','.join(map(str, self.varlen))} H={self.shape.H} d={self.shape.d}")
+            f"varlen {self.varlen_text()} H={self.shape.H} d={self.shape.d}")
         return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
                 f"{'' if extra == 'full' else ' ' + extra}")
 

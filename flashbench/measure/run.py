@@ -122,12 +122,12 @@ def _add_records(report, records) -> None:
 
 
 def _run_varlen(report, case, dtypes, seed, block, backends, say) -> None:
-    q, k, v, cu = varlen_inputs(case, seed)
-    ref = reference.varlen_attention(q, k, v, cu, cu, **case.kwargs(seed))
+    q, k, v, cu, cu_k = varlen_inputs(case, seed)
+    ref = reference.varlen_attention(q, k, v, cu, cu_k, **case.kwargs(seed))
     report["exactness"] += [r.as_dict() for r in
-                            varlen_exactness(case, q, k, v, cu, ref, block, seed)]
+                            varlen_exactness(case, q, k, v, cu, cu_k, ref, block, seed)]
     _add_records(report, measure_varlen(case, dtypes, ["flash_model", *backends], seed, block,
-                                        say, inputs=(q, k, v, cu), ref=ref))
+                                        say, inputs=(q, k, v, cu, cu_k), ref=ref))
 
 
 def _run_gradients(report, cases, backward_cases, dtypes, seed, block, backends, say) -> None:
@@ -155,15 +155,15 @@ def _run_gradients(report, cases, backward_cases, dtypes, seed, block, backends,
 
 
 def _run_varlen_gradients(report, case, dtypes, seed, block, backends, say) -> None:
-    q, k, v, cu = varlen_inputs(case, seed)
+    q, k, v, cu, cu_k = varlen_inputs(case, seed)
     q, k, v, do = private(q, k, v, varlen_grad_output(case, seed))
-    ref = reference.varlen_attention_grad(q, k, v, do, cu, cu, **case.kwargs(seed))
+    ref = reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **case.kwargs(seed))
     report["grad_exactness"] += [r.as_dict() for r in
-                                 varlen_backward_exactness(case, q, k, v, do, cu, ref, block,
-                                                           seed)]
+                                 varlen_backward_exactness(case, q, k, v, do, cu, cu_k, ref,
+                                                           block, seed)]
     report["gradients"] += [r.as_dict() for r in measure_varlen_gradients(
         case, dtypes, ["flash_model", *backends], seed, block, say,
-        inputs=(q, k, v, do, cu), ref=ref)]
+        inputs=(q, k, v, do, cu, cu_k), ref=ref)]
 
 
 def overall_passed(report: dict) -> bool:

@@ -53,14 +53,15 @@ VARIANT_SET = {"causal window=(128,0)": {"causal": True, "window": (128, 0)},
 
 
 def varlen_inputs(case: Case, seed: int = 0):
-    """(q, k, v, cu_seqlens) of a varlen case: float64 [total, heads, d], int64 [B + 1]
-    (:func:`flashbench.inputs.problem.make_varlen_qkv`)."""
-    return make_varlen_qkv(case.varlen, case.shape, case.dist, seed)
+    """(q, k, v, cu_seqlens_q, cu_seqlens_k) of a varlen case: float64 [total, heads, d],
+    int64 [B + 1] (:func:`flashbench.inputs.problem.make_varlen_qkv`; the key lengths
+    ``case.varlen_k`` where they differ from the query lengths)."""
+    return make_varlen_qkv(case.varlen, case.shape, case.dist, seed, case.varlen_k)
 
 
-def varlen_exactness(case: Case, q, k, v, cu, ref, block: int, seed: int = 0):
+def varlen_exactness(case: Case, q, k, v, cu, cu_k, ref, block: int, seed: int = 0):
     """Streamed vs one-shot in float64, per sequence: O and LSE."""
-    o, lse = reference.online_varlen_attention(q, k, v, cu, cu, block=block,
+    o, lse = reference.online_varlen_attention(q, k, v, cu, cu_k, block=block,
                                                **case.kwargs(seed))
     diffs = {"attention O": error_stats(o, ref[0]), "attention LSE": error_stats(lse, ref[1])}
     return [Exactness(case, what, st["max_abs"], st["max_abs"] <= EXACT_TOL)
@@ -73,7 +74,8 @@ def _why_not(backend, case: Case, dtype: str, seed: int, grad: bool = False) -> 
     limit (on the scores of the sequences, H * sum n^2)."""
     reason = (backend.unavailable_for(case.shape, dtype)
               or backend.not_applicable(case.variant(seed), grad=grad, packed=True))
-    scores = case.shape.H * sum(n * n for n in case.varlen)
+    scores = case.shape.H * sum(n * m for n, m in zip(case.varlen, case.key_lengths,
+                                                       strict=True))
     if reason is None and backend.interpreted() and scores > INTERPRETER_LIMIT:
         reason = INTERPRETER_TOO_SLOW
     return reason
@@ -89,16 +91,16 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     from flashbench.backends import get_backend
     from flashbench.bands.measure import caller_inputs
 
-    q, k, v, cu = varlen_inputs(case, seed) if inputs is None else inputs
+    q, k, v, cu, cu_k = varlen_inputs(case, seed) if inputs is None else inputs
     kw = case.kwargs(seed)
-    ref = reference.varlen_attention(q, k, v, cu, cu, **kw) if ref is None else ref
+    ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw) if ref is None else ref
     records = []
     bands = CaseBands(case, (q, k, v), apply=band_rule, seed=seed)
     for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
         dtype = prec.name  # what records and backends (their declared dtypes) speak
-        std = per_sequence(numerics.standard_model, q, k, v, cu, cu, dtype=prec, **kw)
-        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu, dtype=prec, block=block,
-                             **kw)
+        std = per_sequence(numerics.standard_model, q, k, v, cu, cu_k, dtype=prec, **kw)
+        flash = per_sequence(numerics.flash_model, q, k, v, cu, cu_k, dtype=prec,
+                             block=block, **kw)
         for name in kernels:
             if name == "flash_model":
                 records.append(accuracy_record(
@@ -118,8 +120,8 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
             # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32)
             given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v)))
             given = [t.to(backend.device(t.device)) for t in given]
-            out, failed = attempt(case, name, dtype, backend, backend.varlen, *given, cu, cu,
-                                  what="raised", **kw)
+            out, failed = attempt(case, name, dtype, backend, backend.varlen, *given, cu,
+                                  cu_k, what="raised", **kw)
             if failed is not None:
                 records.append(failed)
                 continue
@@ -160,18 +162,19 @@ def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
         (sum(case.varlen), case.shape.H, case.shape.head_dim_v))
 
 
-def varlen_backward_exactness(case: Case, q, k, v, do, cu, ref, block: int, seed: int = 0):
+def varlen_backward_exactness(case: Case, q, k, v, do, cu, cu_k, ref, block: int,
+                              seed: int = 0):
     """Streamed (FlashAttention-2's recurrence per sequence) vs one-shot float64 gradients
     ``ref`` of a packed batch: :class:`~flashbench.measure.backward.BackwardExactness`
     records."""
     from flashbench.measure.backward import exactness_records
 
-    streamed = reference.online_varlen_attention_grad(q, k, v, do, cu, cu, block=block,
+    streamed = reference.online_varlen_attention_grad(q, k, v, do, cu, cu_k, block=block,
                                                       **case.kwargs(seed))
     return exactness_records(case, streamed, ref)
 
 
-def _varlen_autograd(backend, q, k, v, do, cu, prec: Precision, kw):
+def _varlen_autograd(backend, q, k, v, do, cu, cu_k, prec: Precision, kw):
     """dq, dk, dv of a backend's packed path: torch.autograd through ``backend.varlen`` on
     fresh copies of the inputs rounded to ``prec``."""
     import torch
@@ -181,7 +184,7 @@ def _varlen_autograd(backend, q, k, v, do, cu, prec: Precision, kw):
     given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v, do)))
     dev = backend.device(given[0].device)
     leaves = [t.to(dev).requires_grad_(True) for t in given[:3]]
-    o = backend.varlen(*leaves, cu, cu, **kw)[0]
+    o = backend.varlen(*leaves, cu, cu_k, **kw)[0]
     return torch.autograd.grad(o, leaves, given[3].to(o.dtype).to(o.device))
 
 
@@ -192,32 +195,32 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
                              ref=None, band_rule: bool = True):
     """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
     docstring): ``dtypes`` names or their Precisions, resolved once, here; ``inputs`` (q, k,
-    v, do, cu), ``ref`` their float64 (dq, dk, dv)."""
+    v, do, cu_seqlens_q, cu_seqlens_k), ``ref`` their float64 (dq, dk, dv)."""
     import functools
 
     from flashbench.measure.backward import GRADS, judge_gradients
     from flashbench.measure.bandjudge import CaseBands
 
     if inputs is None:
-        q, k, v, cu = varlen_inputs(case, seed)
-        inputs = (q, k, v, varlen_grad_output(case, seed), cu)
-    q, k, v, do, cu = inputs
+        q, k, v, cu, cu_k = varlen_inputs(case, seed)
+        inputs = (q, k, v, varlen_grad_output(case, seed), cu, cu_k)
+    q, k, v, do, cu, cu_k = inputs
     kw = case.kwargs(seed)
-    ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu, **kw) if ref is None
+    ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **kw) if ref is None
            else ref)[:3]
     bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
 
     def models(prec):  # the two backward models per sequence; the flash one when asked
-        return (per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu,
+        return (per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu_k,
                                   dtype=prec, **kw)[:3],
                 functools.cache(lambda: per_sequence_grad(
-                    numerics.flash_model_grad, q, k, v, do, cu, cu, dtype=prec, block=block,
-                    **kw)[:3]))
+                    numerics.flash_model_grad, q, k, v, do, cu, cu_k, dtype=prec,
+                    block=block, **kw)[:3]))
 
     got: dict = {}  # (kernel, dtype) -> its gradients, float64: where a FAIL's error is
 
     def run(backend, prec):
-        grads = _varlen_autograd(backend, q, k, v, do, cu, prec, kw)
+        grads = _varlen_autograd(backend, q, k, v, do, cu, cu_k, prec, kw)
         got[backend.name, prec.name] = [g.detach().cpu().double().numpy() for g in grads]
         return grads
 
@@ -229,6 +232,6 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
         grads = got.get((getattr(r, "kernel", None), r.dtype))
         if grads is not None and getattr(r, "passed", True) is False:
             t = max(range(3), key=lambda j: getattr(r, f"{GRADS[j]}_ratio"))
-            where = worst_sequence(grads[t], ref[t], cu)
+            where = worst_sequence(grads[t], ref[t], cu if t == 0 else cu_k)  # dk, dv: keys
             records[i] = replace(r, worst_at=f"{GRADS[t]}: {where}")
     return records

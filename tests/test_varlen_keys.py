@@ -1,0 +1,100 @@
+"""Packed batches whose sequences have fewer (or more) queries than keys: `--varlen Q:K`.
+A red team (2026-12-06): `check --varlen` drew queries and keys alike, so a packed kernel
+that cut K and V at `cu_seqlens_q` (or used `max_seqlen_q` for keys) PASSed every run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from flashbench.inputs.lengths import parse_lengths
+from flashbench.inputs.problem import Shape, make_qkv, make_varlen_qkv
+
+KERNELS = textwrap.dedent('''
+    import torch
+
+    def _seq(q, k, v, causal, scale):
+        nq, nk = q.shape[0], k.shape[0]
+        qh, kh, vh = (x.transpose(0, 1).double() for x in (q, k, v))
+        s = qh @ kh.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        if causal:  # bottom-right aligned within the sequence
+            i, j = torch.arange(nq)[:, None], torch.arange(nk)[None, :]
+            s = s.masked_fill(j > i + nk - nq, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+        return (p @ vh).nan_to_num(0.0).transpose(0, 1).to(q.dtype), lse.float()
+
+    def _packed(q, k, v, cu_q, cu_k, causal, scale):
+        cq, ck = cu_q.tolist(), cu_k.tolist()
+        got = [_seq(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], causal, scale)
+               for b in range(len(cq) - 1)]
+        return torch.cat([o for o, _ in got]), torch.cat([l for _, l in got], dim=-1)
+
+    def good(q, k, v, causal=False, scale=None, cu_seqlens_q=None, cu_seqlens_k=None,
+             max_seqlen_q=None, max_seqlen_k=None):
+        return _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+
+    def mixed(q, k, v, causal=False, scale=None, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=None, max_seqlen_k=None):
+        return _packed(q, k, v, cu_seqlens_q, cu_seqlens_q, causal, scale)  # keys cut as q
+
+    good.flashbench_varlen = mixed.flashbench_varlen = True
+''')
+
+
+def test_an_item_q_colon_k_gives_key_lengths_and_equal_ones_give_none():
+    spec = parse_lengths("30:45,17,25:9")
+    assert spec.draw() == (30, 17, 25) and spec.keys == (45, 17, 9)
+    assert parse_lengths("5:5,6").keys is None and parse_lengths("uniform:1-9:3").keys is None
+    for bad, why in (("1:2:3", "an item is a length N or Q:K"), ("0:5", "must not all be 0"),
+                     ("4:x", "each key length must be an int")):
+        with pytest.raises(ValueError, match=why):
+            parse_lengths(bad)
+
+
+def test_equal_lengths_draw_as_before_and_key_lengths_cut_k_and_v():
+    shape = Shape(1, 2, 1, 1, 16, Hkv=1)
+    q, k, v, cu, cu_k = make_varlen_qkv((3, 5), shape, "normal", 7)
+    dense = make_qkv(Shape(1, 2, 8, 8, 16, Hkv=1), "normal", 7)
+    assert np.array_equal(q, np.swapaxes(dense[0][0], 0, 1)) and np.array_equal(cu, cu_k)
+    q, k, v, cu, cu_k = make_varlen_qkv((3, 5), shape, "normal", 7, key_lengths=(6, 0))
+    assert q.shape[0] == 8 and k.shape[0] == v.shape[0] == 6
+    assert list(cu) == [0, 3, 8] and list(cu_k) == [0, 6, 6]
+
+
+def test_a_peers_packed_path_gives_a_sequence_with_no_key_zeros_and_minus_inf():
+    from flashbench.backends import get_backend
+
+    q, k, v = torch.randn(7, 2, 16), torch.randn(5, 2, 16), torch.randn(5, 2, 16)
+    cu_q, cu_k = torch.tensor([0, 4, 7]), torch.tensor([0, 0, 5])
+    o, lse = get_backend("torch-sdpa").varlen(q, k, v, cu_q, cu_k)
+    assert (o[:4] == 0).all() and torch.isneginf(lse[:, :4]).all()
+    assert torch.isfinite(lse[:, 4:]).all()
+
+
+def _check(tmp_path, *args):
+    (tmp_path / "pk.py").write_text(KERNELS)
+    r = subprocess.run([sys.executable, "-m", "flashbench.cli", *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    return r
+
+
+def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(tmp_path):
+    r = _check(tmp_path, "check", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype",
+               "fp32", "--pass", "fwd", "--only", "pk:good", "pk:mixed")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr
+    rows = json.loads(r.stdout)["backends"]
+    assert {(x["backend"], x["passed"]) for x in rows} == {("pk:good", True),
+                                                         ("pk:mixed", False)}
+    assert all(x["case"].split()[2] == "30:45,17,25:9,6:0" for x in rows)
+
+
+def test_speed_refuses_q_colon_k_by_name(tmp_path):
+    r = _check(tmp_path, "speed", "--varlen", "30:45,17", "--only", "torch-sdpa")
+    assert r.returncode == 2 and "Q:K" in r.stderr and "Traceback" not in r.stderr, r.stderr
