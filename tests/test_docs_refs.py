@@ -25,9 +25,13 @@ TICKED = re.compile(r"`([^`\n]+)`")
 
 @cache
 def tracked() -> tuple[str, ...]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    return tuple(out.split())
+    """git's files; outside a checkout (an sdist, an export), the tree's own files."""
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode == 0 and out.stdout.strip():
+        return tuple(out.stdout.split())
+    skip = {".git", ".venv", ".asv", "node_modules", "__pycache__"}
+    return tuple(str(f.relative_to(ROOT)) for f in ROOT.rglob("*")
+                 if f.is_file() and not skip & set(f.relative_to(ROOT).parts))
 
 
 def _ticked(pattern: re.Pattern) -> dict[str, str]:

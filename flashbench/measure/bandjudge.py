@@ -106,8 +106,8 @@ class DecodeBands(CaseBands):
         return super().judge(prec, out, tensors) if prec.name in BAND_DTYPES else None
 
 
-DRAW = ("not counted: the baseline rule is a draw on this case (flashbench's own model of a "
-        "flash kernel, correct by construction, fails it here too); the band rule judged alone: ")
+DRAW = ("not counted: the baseline rule is a draw on this case (the flash model is a correct "
+        "kernel by construction); its band rule judged alone: ")
 
 
 def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
@@ -118,10 +118,10 @@ def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
     per tensor where the rules disagree, joined; None where they agree). ``band`` None:
     the band rule was not applied (inputs not drawn from the case's distribution); ``dtype``
     the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`). ``draw``: a
-    callable asked only where the baseline rule fails and the band rule passes, True when
-    the same-dtype flash model fails the baseline rule on the case too: the rule is a draw
-    there (a max over few values, docs/check.md), so ``passed`` is the band rule's and
-    ``baseline_draw`` says so."""
+    callable asked only where the baseline rule fails and the band rule passes, True where
+    that failure is the rule's draw (the flash model's own record: a correct kernel by
+    construction; a max over few values, docs/check.md), so ``passed`` is the band rule's
+    and ``baseline_draw`` says so."""
     if band is None:
         base_ok = all(p for _, p in baseline.values())
         return {"baseline_passed": base_ok, "passed": base_ok}

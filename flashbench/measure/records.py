@@ -281,16 +281,13 @@ def accuracy_record(case: Case, kernel: str, prec: Precision, out, std, ref, fal
     if not shown:
         del verdicts["lse"]
     judged = ("o",) if note is not None else ("o", "lse")
-    def draw() -> bool:  # the model fails the baseline rule too (asked only on a FAIL)
-        if kernel == "flash_model":
-            return True
-        model = judge(fallback() if callable(fallback) else fallback, std, ref, prec,
-                      model=True) if fallback is not None else None
-        return model is not None and not all(model[t]["verdict"].passed for t in judged)
-
+    # the flash model's own baseline FAIL with its band passing is the rule's draw, not a
+    # defect (bandjudge.combine); a kernel keeps the fallback alone (within the factor of
+    # the model's own error): forgiving it more let one element 100x off through where
+    # zeros dilute the band's statistics (a review, 2026-12-06)
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
                     None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR,
-                    prec.name, draw=draw)
+                    prec.name, draw=(lambda: True) if kernel == "flash_model" else None)
     return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
