@@ -53,6 +53,7 @@ def test_an_item_q_colon_k_gives_key_lengths_and_equal_ones_give_none():
     assert spec.draw() == (30, 17, 25) and spec.keys == (45, 17, 9)
     assert parse_lengths("5:5,6").keys is None and parse_lengths("uniform:1-9:3").keys is None
     for bad, why in (("1:2:3", "an item is a length N or Q:K"), ("0:5", "must not all be 0"),
+                     ("5:0,3:0", "key lengths must not all be 0"),
                      ("4:x", "each key length must be an int")):
         with pytest.raises(ValueError, match=why):
             parse_lengths(bad)

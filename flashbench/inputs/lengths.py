@@ -118,6 +118,8 @@ def parse_lengths(text: str) -> LengthSpec:
         keys = tuple(_int(p[-1].strip(), text, "each key length", 0) for p in pairs)
         if not any(lengths):
             raise _bad(text, "the (query) lengths must not all be 0")
+        if not any(keys):
+            raise _bad(text, "the key lengths must not all be 0 (no query would see a key)")
         _total(sum(lengths), text, "the lengths' total")
         _total(sum(keys), text, "the key lengths' total")
         return LengthSpec(text, "list", lengths, len(lengths),
