@@ -77,7 +77,9 @@ WORKERS=${GPU_SESSION_WORKERS:-8}
 # (+ a user kernel's workers forked from the zygote, then running CUDA: passed on the H200
 # on 2026-12-04, 39 s)
 FORKED=tests/test_untrusted.py::test_workers_are_forked_each_in_its_own_session_and_a_kernel_cannot_stop_the_rest
-TESTS=${GPU_SESSION_TESTS:-tests/test_gpu_kernel.py tests/test_gpu_suites.py tests/test_triton.py $FORKED}
+# (+ the models' products summed in one order by the GPU host's own numpy and OpenBLAS:
+# tests/test_products.py, 10 s here; another core may choose its kernels otherwise)
+TESTS=${GPU_SESSION_TESTS:-tests/test_gpu_kernel.py tests/test_gpu_suites.py tests/test_triton.py tests/test_products.py $FORKED}
 # shellcheck disable=SC2086  # TESTS is a list of paths
 phase tests 100 0 env OMP_NUM_THREADS=1 "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
   --junitxml="$OUT/pytest.xml" -m "gpu or not slow" $TESTS
