@@ -382,7 +382,7 @@ def test_with_sinks_a_minus_inf_lse_is_wrong_on_every_row_and_the_message_says_w
     o = torch.zeros(1, 1, 12, 8, dtype=q.dtype)
     lse = torch.full((1, 1, 12), float("-inf"))
     with pytest.raises(BackendFailed,
-                       match=r"12 non-finite LSE .* \(with sinks each row sees its sink\)"):
+                       match=r"LSE value\(s\): 12 on every row \(with sinks each row sees its"):
         checked_output((o, lse), q, k, v, causal=variant)
 
 
@@ -399,3 +399,21 @@ def test_a_packed_outputs_bad_sequence_is_named_as_the_judges_name_it():
     with pytest.raises(BackendFailed, match=r"^sequence 3 of 3 \(index 2, packed rows 22-30\)"):
         checked_packed_output((o, lse), q, k, v, cu, cu)
     assert sum(lengths) == 31
+
+
+def test_a_decode_lse_of_plus_inf_on_an_empty_sequence_is_named_as_such():
+    """A red team (2026-12-06): +inf (FlashAttention-2's non-split path) or NaN as the LSE
+    of a length-0 sequence FAILed (right) "on rows that see keys": those rows see none."""
+    from flashbench.backends.outputs import checked_decode_output
+    from flashbench.inputs.kvcache import make_decode
+
+    q, k, v, lens, table = (torch.as_tensor(x) for x in
+                            make_decode(2, 4, 2, 1, 16, (0, 9), 16, seed=0))
+    o = torch.zeros(2, 1, 4, 16, dtype=q.dtype)
+    lse = torch.zeros(2, 4, 1)
+    lse[0] = float("inf")  # the empty sequence's 4 heads
+    with pytest.raises(BackendFailed, match=r": 4 \+inf or NaN on rows that see no key"):
+        checked_decode_output((o, lse), q, k, v, lens, table, False, None)
+    lse[0], lse[1, 0] = float("-inf"), float("nan")  # right there; NaN where keys are seen
+    with pytest.raises(BackendFailed, match=r": 1 on rows that see keys \(the float64"):
+        checked_decode_output((o, lse), q, k, v, lens, table, False, None)

@@ -173,6 +173,7 @@ def test_a_check_that_judged_none_of_the_kernels_named_exits_2(tmp_path, monkeyp
     assert main([*base, "--dtype", "fp32", "--json", how, "fbnarrow:fp16_only"]) == 2
     report = json.loads(capsys.readouterr().out)
     assert report["unjudged"] == {"fbnarrow:fp16_only": "takes fp16, not fp32"}
+    assert report["passed"] is None  # no verdict (it read true beside exit 2: a red team)
     assert main([*base, "--dtype", "fp16", how, "fbnarrow:fp16_only"]) == 0
     assert "RESULT: PASS" in capsys.readouterr().out
     # its gradients: not declared differentiable, which is said (it read "no case took it")

@@ -38,6 +38,14 @@ def lse_through_fp16(q, k_cache, v_cache, cache_seqlens, block_table=None, causa
     o, lse = triton_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal)
     return o, lse.half().float()  # the LSE stored through fp16: a defect
 lse_through_fp16.flashbench_kind = "decode"
+
+def whole_pages(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):
+    """Reads each sequence's last page whole where no causal mask hides its tail."""
+    if block_table is not None and not causal:
+        page = k_cache.shape[1]
+        cache_seqlens = (cache_seqlens + page - 1) // page * page
+    return good(q, k_cache, v_cache, cache_seqlens, block_table, causal)
+whole_pages.flashbench_kind = "decode"
 '''
 
 
@@ -188,3 +196,35 @@ def test_a_ratio_above_2_that_passes_says_it_is_within_the_floor(capsys):
     lines = render_decode(report).splitlines()
     assert any("3.02 (floor)" in line for line in lines)
     assert any(" 3.25 " in line + " " and "(floor)" not in line for line in lines)
+
+
+def test_a_case_with_more_rows_than_the_triton_decode_holds_skips_it(capsys, user_module):
+    """A red team (2026-12-06): 16 query heads on one kv head with 16 speculative tokens
+    (256 rows, the kernel holds 128) made the Triton decode raise, FAIL and set RESULT FAIL,
+    exit 1, beside a user's kernel that passed; now a skipped row naming the limit."""
+    rc = main(["check", "--decode", "--decode-case", "1x16/1x16x64:40:p16", "--causal", "on",
+               "--dtype", "fp32", "--json", "--quiet", "--backend", "triton",
+               "--backend", "fbuser_decode:good"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"], report
+    triton = [r for r in report["rows"] if r["kernel"] == "triton"]
+    assert triton and all("at most 128" in r.get("skipped", "") for r in triton), triton
+
+
+def test_the_defaults_hold_a_paged_cache_unmasked_whose_last_pages_end_mid_page(
+        capsys, user_module):
+    """A red team (2026-12-06): a kernel that read each last page whole where no causal
+    mask hid its tail PASSed the four default cases (each paged one causal); the fifth,
+    paged and not causal, FAILs it."""
+    from flashbench.measure.decode import default_decode_cases
+
+    edge = [c for c in default_decode_cases() if c.page_size and not c.causal
+            and any(n % c.page_size for n in c.lens)]
+    assert edge, "no default decode case is paged, unmasked and ragged"
+    c = edge[0]
+    spec = f"{c.B}x{c.H}/{c.Hkv}x{c.Nq}x{c.d}:{','.join(map(str, c.lens))}:p{c.page_size}"
+    for kernel, code in (("fbuser_decode:whole_pages", 1), ("fbuser_decode:good", 0)):
+        rc = main(["check", "--decode", "--decode-case", spec, "--causal", "off", "--dtype",
+                   "fp16", "--json", "--quiet", "--only", kernel])
+        report = json.loads(capsys.readouterr().out)
+        assert rc == code, (kernel, report)

@@ -122,7 +122,8 @@ def test_choose_splits():
     (dict(table=[[0, -3], [1, 2]]), r"block_table\[0, 1\] = -3"),
     (dict(lens=[33, 10]), r"cache_seqlens\[0\] = 33 is longer than its pages hold: 32"),
     (dict(lens=[30, 1]), r"cache_seqlens\[1\] = 1 is shorter than Nq = 2"),
-    (dict(heads=(32, 1), nq=8), r"32 x 8 query rows per kv head exceed the kernel's 128"),
+    (dict(heads=(32, 1), nq=8),
+     r"32 x 8 = 256 query rows per kv head: the Triton decode holds at most 128"),
 ])
 def test_bad_input_is_a_clear_error(change, match):
     page = change.get("page", 16)

@@ -29,15 +29,16 @@ from flashbench.backends.record import TORCH_FLOATS, Implementation, always_avai
 from flashbench.backends.registry import BACKENDS
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
-from flashbench.kernels.headdim import (  # the second re-exported for measure
+from flashbench.kernels.headdim import (  # the second and third re-exported for measure
     DECODE_HEAD_DIMS,
     decode_head_dims_problem,
+    decode_rows_problem,
 )
 from flashbench.kernels.validate import TORCH_DTYPES, BackendUnavailable
 
 __all__ = ["DecodeBackend", "DECODE_BACKENDS", "DECODE_GROUP", "get_decode_backend",
            "user_decode_backend", "resolve_decode_backends", "checked_decode_output", "KIND",
-           "DECODE_HEAD_DIMS", "decode_head_dims_problem"]
+           "DECODE_HEAD_DIMS", "decode_head_dims_problem", "decode_rows_problem"]
 
 DECODE_GROUP = "flashbench.decode_backends"
 KIND = DECODE  # the value of a user function's flashbench_kind attribute

@@ -184,13 +184,25 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
             sees_nothing[torch.from_numpy(hidden.all(axis=1)).to(lse.device)] = True
         if k.shape[-2] == 0 and variant.sinks is None:  # no key at all (a packed Q:0)
             sees_nothing[:] = True
-        wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~sees_nothing)
-        if bool(wrong.any()):
-            seen = ("every row (with sinks each row sees its sink)" if variant.sinks is not None
-                    else "rows that see keys")
-            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on "
-                                f"{seen}: the float64 reference is finite there")
+        seen = ("every row (with sinks each row sees its sink)" if variant.sinks is not None
+                else "rows that see keys")
+        _lse_finite_where_seen(lse, sees_nothing, seen)
     return BackendOutput(o, lse, own_lse)
+
+
+def _lse_finite_where_seen(lse, blind, seen: str = "rows that see keys") -> None:
+    """BackendFailed where an LSE is not finite on a row that sees a key, or is +inf or NaN
+    on one that sees none (the float64 reference's -inf there), each counted and named
+    apart (a length-0 sequence's +inf read "on rows that see keys": a red team)."""
+    odd = torch.isnan(lse) | torch.isposinf(lse)
+    on_seen = (odd | torch.isneginf(lse)) & ~blind
+    on_blind = odd & blind
+    parts = ([f"{int(on_seen.sum())} on {seen} (the float64 reference is finite there)"]
+             if bool(on_seen.any()) else []) + (
+        [f"{int(on_blind.sum())} +inf or NaN on rows that see no key (the float64 reference "
+         "is -inf there)"] if bool(on_blind.any()) else [])
+    if parts:
+        raise BackendFailed("returned non-finite LSE value(s): " + "; ".join(parts))
 
 
 def checked_packed_output(out, q, k, v, cu_q, cu_k, causal=False, scale=None) -> BackendOutput:
@@ -261,8 +273,5 @@ def _checked_decode(out, q, k_cache, v_cache, cache_seqlens, block_table, causal
         lens = cache_seqlens.to(lse.device).long()[:, None, None]
         i = torch.arange(nq, device=lse.device)[None, None, :]
         blind = (lens == 0) | ((lens - nq + i < 0) if causal else torch.zeros_like(i, dtype=bool))
-        wrong = torch.isnan(lse) | torch.isposinf(lse) | (torch.isneginf(lse) & ~blind)
-        if bool(wrong.any()):
-            raise BackendFailed(f"returned {int(wrong.sum())} non-finite LSE value(s) on rows "
-                                f"that see keys")
+        _lse_finite_where_seen(lse, blind.expand_as(lse))
     return BackendOutput(o, lse, own_lse)

@@ -198,6 +198,7 @@ def mark_unjudged(args, report: dict, rows: list) -> None:
     if named and all(None not in w for w in whys.values()):
         report["unjudged"] = {n: "; ".join(dict.fromkeys(w)) or "no case took it"
                               for n, w in whys.items()}
+        report["passed"] = None  # no verdict: --json said true beside exit 2 (a red team)
 
 
 def _unjudged(report: dict) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 __all__ = ["KERNEL_WIDTHS", "MAX_HEAD_DIM", "HEAD_DIMS", "MAX_ABSORBED_DV", "DECODE_HEAD_DIMS",
            "kernel_width", "config_width", "validate_head_dims", "head_dims_problem",
-           "decode_head_dims_problem", "dim_constexprs"]
+           "decode_head_dims_problem", "decode_rows_problem", "DECODE_MAX_ROWS",
+           "dim_constexprs"]
 
 KERNEL_WIDTHS = (16, 32, 64, 128, 256)
 MAX_HEAD_DIM = 256
@@ -64,6 +65,19 @@ def decode_head_dims_problem(d: int, dv: int, absorbed: bool,
                 f"to {MAX_ABSORBED_DV} and a q.k tail d - dv a multiple of 8 up to "
                 f"{MAX_HEAD_DIM} (DeepSeek: 576, 512)")
     return None
+
+
+DECODE_MAX_ROWS = 128  # G x Nq query rows one decode program holds (absorbed: in blocks)
+
+
+def decode_rows_problem(group: int, nq: int, kernel: str = "the Triton decode") -> str | None:
+    """Why the decode kernel cannot take (H / Hkv) x Nq query rows per kv head (None: it
+    can): one program holds them all, at most :data:`DECODE_MAX_ROWS`."""
+    if group * nq <= DECODE_MAX_ROWS:
+        return None
+    return (f"(H / Hkv) x Nq = {group} x {nq} = {group * nq} query rows per kv head: "
+            f"{kernel} holds at most {DECODE_MAX_ROWS} (fewer query heads per kv head or "
+            "fewer speculative tokens)")
 
 
 def validate_head_dims(d: int, dv: int | None = None, kernel: str = "the Triton kernel") -> None:

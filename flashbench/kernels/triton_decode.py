@@ -31,8 +31,10 @@ from flashbench.inputs.kvcache import (
 )
 from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels.headdim import (
+    DECODE_MAX_ROWS,
     HEAD_DIMS,
     decode_head_dims_problem,
+    decode_rows_problem,
     dim_constexprs,
     kernel_width,
 )
@@ -43,7 +45,7 @@ __all__ = ["triton_decode", "decode_forward", "choose_splits", "decode_config", 
            "SPLIT", "MERGE", "HEAD_DIMS", "DTYPES", "MAX_ROWS", "H200_SMS"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_ROWS = 128  # G x Nq query rows one program holds (absorbed MLA: per kv head, in blocks)
+MAX_ROWS = DECODE_MAX_ROWS  # G x Nq query rows one program holds (kernels/headdim.py)
 ABSORBED_BLOCK_M = 64  # query rows per program in the absorbed form (FlashMLA's 64 heads)
 H200_SMS = 132  # streaming multiprocessors of an H100/H200: the heuristic's default
 LOG2E = 1.4426950408889634
@@ -121,9 +123,9 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, causal, check, ab
     problem = decode_head_dims_problem(layout.d, layout.dv, absorbed)
     if problem is not None:
         raise ValueError(problem)
-    if layout.group * layout.Nq > MAX_ROWS:
-        raise ValueError(f"(H / Hkv) x Nq = {layout.group} x {layout.Nq} query rows per kv "
-                         f"head exceed the kernel's {MAX_ROWS}")
+    problem = decode_rows_problem(layout.group, layout.Nq)
+    if problem is not None:
+        raise ValueError(problem)
     tensors = [q, k_cache, v_cache, cache_seqlens] + ([] if block_table is None else [block_table])
     if len({t.device for t in tensors}) != 1:
         raise ValueError(f"all tensors must be on one device, got "

@@ -26,7 +26,11 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
-from flashbench.backends.decode import DECODE_HEAD_DIMS, decode_head_dims_problem
+from flashbench.backends.decode import (
+    DECODE_HEAD_DIMS,
+    decode_head_dims_problem,
+    decode_rows_problem,
+)
 from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
@@ -126,11 +130,16 @@ class DecodeCase:
 
 def default_decode_cases() -> list[DecodeCase]:
     """Small enough for the interpreted kernel on a CPU: one token and speculative Nq,
-    GQA to 8 and MQA, pages of 16 to 256 and a contiguous cache, ragged lengths."""
+    GQA to 8 and MQA, pages of 16 to 256 and a contiguous cache, ragged lengths, and a
+    paged cache without the causal mask (flash_attn_with_kvcache's default), whose last
+    pages end mid-page: there only the lengths hide the keys past them (a red team,
+    2026-12-06: a kernel that read whole last pages PASSed the four causal-or-contiguous
+    cases)."""
     return [DecodeCase(4, 8, 2, 1, 64, (1000, 517, 64, 1), 64),
             DecodeCase(2, 8, 1, 4, 64, (777, 2048), 16),
             DecodeCase(3, 16, 2, 16, 128, (300, 1200, 16), 256),
-            DecodeCase(2, 4, 4, 2, 64, (500, 3), None, causal=False)]
+            DecodeCase(2, 4, 4, 2, 64, (500, 3), None, causal=False),
+            DecodeCase(2, 4, 2, 1, 64, (37, 21), 16, causal=False)]
 
 
 def decode_inputs(case: DecodeCase, seed: int = 0):
@@ -273,7 +282,8 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 continue
             reason = backend.unavailable_for(case.d, dtype)
             if reason is None and backend.head_dims == DECODE_HEAD_DIMS:  # the Triton decode
-                reason = decode_head_dims_problem(case.d, case.dv, case.absorbed)
+                reason = (decode_head_dims_problem(case.d, case.dv, case.absorbed)
+                          or decode_rows_problem(case.H // case.Hkv, case.Nq))
             if reason is None and backend.interpreted() and (
                     case.B * case.H * case.Nq * max(case.lens) > INTERPRETER_LIMIT):
                 reason = INTERPRETER_TOO_SLOW
