@@ -272,3 +272,17 @@ def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
                 not in said and "wrong result" in said, said
         assert "beyond any rounding point" in likely_cause(tensor, 2 * GROSS, dtype)
     assert "tf32" not in likely_cause(tensor, 22_702, "bf16")
+
+
+def test_a_band_fail_as_large_as_the_standard_models_names_the_materialised_form_first():
+    """A red team (2026-12-06): FlashAttention's own reference backward (autograd through
+    softmax in the dtype: the standard model's form, its 3x ratios about 1.00) FAILed the
+    band (right: more error than a flash kernel) and was told to look for a dQ accumulator
+    kept in the dtype, which it has not. A 16-bit max error within 0.85-1.2x the standard
+    model's names the materialised form first; a flash kernel's usual ratios do not."""
+    from flashbench.accuracy.bandrule import likely_cause
+
+    assert "materialised form" in likely_cause("dq", 1.15, "bf16", 1.0)
+    assert "materialised form" not in likely_cause("dq", 1.15, "bf16", 0.6)
+    assert "materialised form" not in likely_cause("dq", 1.15, "fp32", 1.0)
+    assert "wrong result" in likely_cause("dq", 1e6, "bf16", 1.0)

@@ -110,7 +110,7 @@ def test_a_counted_fail_names_its_likely_cause_folded_to_the_width(tiny):
     i = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("mine"))
     assert "FAIL (band)" in lines[i] and "band O bf16" in lines[i]
     assert "likely" in lines[i + 1] and "bf16 band rule FAIL on O" in lines[i + 1]
-    assert DEFECT_TABLE in " ".join(lines[i + 1:i + 4])
+    assert DEFECT_TABLE in " ".join(lines[i + 1:i + 6])
     peers = next(i for i, ln in enumerate(lines) if ln.startswith("Peers"))
     assert i < peers  # a user's kernel counts: above the peers
 

@@ -141,18 +141,29 @@ WIDE_CAUSE = ("a narrower rounding inside the kernel: matmul inputs rounded to t
               "wrong result (a sink left out of the LSE read 22,702x)")
 
 
-def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = None) -> str:
+STANDARD_LIKE = (0.85, 1.2)  # a 16-bit max error this near the standard model's: its form
+
+
+def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = None,
+                 standard_ratio: float | None = None) -> str:
     """What a band FAIL on ``tensor`` most likely means, with the defect table's link; at a
     band ratio (``ratio``) above :data:`GROSS`, no precision defect reaches that far: a wrong
-    result. An fp32 or fp64 ``dtype`` has causes of its own (:data:`WIDE_CAUSE`)."""
+    result. An fp32 or fp64 ``dtype`` has causes of its own (:data:`WIDE_CAUSE`). In 16
+    bits, a max error within :data:`STANDARD_LIKE` of the same-dtype standard model's
+    (``standard_ratio``) names the materialised form first (a red team, 2026-12-06:
+    FlashAttention's own reference backward was told to look for accumulators it has not)."""
     if ratio is not None and ratio > GROSS:
         return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
                 "(the scale, the mask or its alignment, the softmax, a sink, the inputs' "
                 f"layout, an LSE in another base), not a precision loss ({DEFECT_TABLE})")
     if dtype in WIDE:
         return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
-    return f"likely {LIKELY_CAUSES.get(tensor, 'a rounding point moved to the dtype')} " \
-           f"({DEFECT_TABLE})"
+    causes = LIKELY_CAUSES.get(tensor, "a rounding point moved to the dtype")
+    if standard_ratio is not None and STANDARD_LIKE[0] <= standard_ratio <= STANDARD_LIKE[1]:
+        return (f"likely the materialised form: S and P (dS) stored in the dtype, as the "
+                f"same-dtype standard model, whose max error it matches ({standard_ratio:.2f}x); "
+                f"a flash kernel keeps them in fp32; else {causes} ({DEFECT_TABLE})")
+    return f"likely {causes} ({DEFECT_TABLE})"
 
 
 def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
@@ -173,6 +184,6 @@ def rules_disagree(tensor: str, baseline_passed: bool, baseline_ratio: float,
     if not band.passed:
         return (f"band rule FAIL, baseline rule PASS: {band_text}, though within "
                 f"the baseline ({base_text}): more error than a correct flash kernel shows; "
-                f"{likely_cause(tensor, band.ratio, dtype)}")
+                f"{likely_cause(tensor, band.ratio, dtype, baseline_ratio)}")
     return (f"baseline rule FAIL, band rule PASS: {base_text}, though within the band "
             f"({band_text})")

@@ -78,7 +78,8 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
             also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
                     "applies it (docs/variants.md)") if variant else ""
             out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
-                       f"{likely_cause(t, b.get('ratio'), r['dtype'])}{also}")
+                       f"{likely_cause(t, b.get('ratio'), r['dtype'], r.get(f'{t}_ratio'))}"
+                       f"{also}")
     if r.get("baseline_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")
