@@ -240,6 +240,38 @@ def test_a_step_where_the_benchmark_itself_changed_says_so():
     assert sum("*" in line for line in text.splitlines() if line.startswith("|")) == 1
 
 
+def test_a_step_where_the_host_changed_says_so(tmp_path):
+    """A results commit of 2026-12-06 made the report's answer read "most [steps] at
+    e54f8144 (143)": those points came from another host under the same asv machine name
+    (os v1252 before, v1272 after), beside ~90 commits of code. A step whose points before
+    and after came from two hosts reads host_changed (the files' params, read for the steps'
+    files alone), the steps table marks its commit "+", and the answer counts them."""
+    import json
+
+    from flashbench.history.answer import answer
+    from flashbench.history.files import host_reader
+    from flashbench.history.report import _steps
+
+    for i in range(24):  # the files' params, as asv writes them: 12 on each host
+        (tmp_path / f"f{i}").write_text(json.dumps({
+            "version": 2, "commit_hash": f"{i:040d}", "env_name": "e", "date": 1,
+            "params": {"machine": "m", "os": "Linux v1252" if i < 12 else "Linux v1272",
+                       "ram": "24"}, "python": "3.11", "requirements": {},
+            "env_vars": {}, "result_columns": ["result"], "results": {},
+            "durations": {}}))
+    rng = np.random.default_rng(1)
+    level = np.r_[np.ones(12), 1.5 * np.ones(12)] * (1 + 0.005 * rng.standard_normal(24))
+    df = synthetic(level, "b.moved", {"n": 1})
+    found = steps(df, host=host_reader([tmp_path]))
+    assert list(found["host_changed"]) == [True]
+    assert steps(df, host=lambda f: "one host")["host_changed"].tolist() == [False]
+    assert steps(df)["host_changed"].isna().all()  # no reader: not known
+    text = "\n".join(_steps(found, {}, {}))
+    assert "1 step(s) fall where the results before and after came from two hosts" in text
+    assert "1 of them across a change of host" in "\n".join(
+        answer(df, pd.DataFrame(), found, {}))
+
+
 def test_steps_find_a_level_change_and_ignore_noise():
     rng = np.random.default_rng(0)
     flat = 1.0 + 0.01 * rng.standard_normal(30)

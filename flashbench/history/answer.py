@@ -175,10 +175,15 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
         suites = jumps["benchmark"].astype(object).str.rsplit(".", n=1).str[0]
         top = per_commit.index[0]
         at_top = suites[jumps["commit"].astype(object).str[:8] == top].value_counts()
+        moved = (jumps["host_changed"].astype(object).fillna(False).astype(bool)
+                 if "host_changed" in jumps else pd.Series(False, index=jumps.index))
+        at = jumps["commit"].astype(object).str[:8] == top
+        hosts = (f"; {int(moved[at].sum())} of them across a change of host under one "
+                 "machine name, marked + in the steps table" if moved[at].any() else "")
         lines.append(f"- Steps found (asv step detection, level changes >= 1%): "
                      f"**{len(jumps)}** at {len(per_commit)} commits; most at `{top}` "
                      f"({per_commit.iloc[0]}: "
-                     + ", ".join(f"{s} {n}" for s, n in at_top.items()) + "). "
+                     + ", ".join(f"{s} {n}" for s, n in at_top.items()) + f"{hosts}). "
                      "Per suite: " + ", ".join(f"{s} {n}" for s, n in
                                                suites.value_counts().items()) + ".")
     failed = df[df["status"] == "failed"]

@@ -90,6 +90,28 @@ def machine_facts(path: Path, data: dict) -> tuple[str, str | None]:
             cpu if isinstance(cpu, str) else None)
 
 
+def host_reader(roots: list[Path]):
+    """``host(file)``: the host a results file's ``params`` recorded (its os and ram; one
+    asv machine name can hold several hosts, whose BLAS may sum differently), ``file`` as
+    the frame names it (relative to the one folder, else a path); None where unreadable.
+    Each file read once, only when asked (the steps' files: history.steps)."""
+    seen: dict[str, str | None] = {}
+
+    def host(file: str) -> str | None:
+        if file not in seen:
+            path = roots[0] / file if len(roots) == 1 else Path(file)
+            try:
+                params = read_results_file(path).get("params")
+            except (OSError, ValueError):
+                params = None
+            facts = [params.get(k) for k in ("os", "ram")] if isinstance(params, dict) else []
+            seen[file] = (f"{facts[0]}, ram {facts[1]}"
+                          if any(isinstance(f, (str, int)) for f in facts) else None)
+        return seen[file]
+
+    return host
+
+
 def floats(items: list, where: str, notes: list) -> np.ndarray:
     """float64 array of recorded numbers (None -> NaN); anything else NaN, noted."""
     try:

@@ -29,6 +29,7 @@ from flashbench.history.answer import (
     other_params,
 )
 from flashbench.history.bands import band_history, widened_markdown
+from flashbench.history.files import host_reader
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
     commit_order,
@@ -178,7 +179,7 @@ def build_report(results_dir, out, force: bool = False) -> str:
     except OSError as exc:
         raise ValueError(f"--out {str(out)!r}: cannot write the report there: {exc}") from None
     try:
-        text = _write_report(df, where, out, stage)
+        text = _write_report(df, where, out, stage, host_reader(roots))
         for f in sorted(stage.iterdir(), key=lambda f: f.name == "report.md"):
             os.replace(f, out / f.name)  # each file whole; report.md, which names them, last
     finally:
@@ -198,22 +199,30 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
     if len(envs) == 1:
         table = table.drop(columns=["env"])
         head = [f"Environment of every step: `{envs[0]}`.", ""]
-    changed = table["code_changed"].fillna(False).astype(bool) if "code_changed" in table \
-        else pd.Series(False, index=table.index)
-    table = table.drop(columns=["code_changed"], errors="ignore")
+    changed, moved = (table[c].astype(object).fillna(False).astype(bool) if c in table
+                      else pd.Series(False, index=table.index)
+                      for c in ("code_changed", "host_changed"))
+    table = table.drop(columns=["code_changed", "host_changed"], errors="ignore")
     if changed.any():  # where the benchmark itself changed (asv's version), said per row
         table["commit"] = table["commit"] + np.where(changed, "*", "")
         head += [f"{int(changed.sum())} step(s) fall where the benchmark's own code changed "
                  "(asv's version differs across it; asv starts a new series there), their "
                  "commit marked *: the step may be the benchmark's, not the kernel's.", ""]
+    if moved.any():  # where the results before and after came from two hosts
+        table["commit"] = table["commit"] + np.where(moved, "+", "")
+        head += [f"{int(moved.sum())} step(s) fall where the results before and after came "
+                 "from two hosts under one machine name (their os or ram differ: another "
+                 "BLAS may sum in another order), their commit marked +: the step may be "
+                 "the host's, not the code's.", ""]
     return [*head, *narrow(table.drop(columns=["unit"], errors="ignore"), labels,
                            fold=("params", "env"), legend=folded)]
 
 
-def _write_report(df, where: str, out: Path, stage: Path) -> str:
-    """The report's files into ``stage`` (moved into ``out`` by the caller); its text."""
+def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
+    """The report's files into ``stage`` (moved into ``out`` by the caller); its text.
+    ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`)."""
     points = throughput_points(df)
-    bands, trend, jumps = error_bands(df), throughput(df, points), steps(df)
+    bands, trend, jumps = error_bands(df), throughput(df, points), steps(df, host=host)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
         stage / "results.csv", index=False)
     bands.to_csv(stage / "error_bands.csv", index=False)

@@ -16,7 +16,7 @@ from flashbench.history.summaries import IDENTITY, codes, finite_ok, with_identi
 
 _WINDOW = 5  # points per median window of the step screen
 COLUMNS = [*IDENTITY, "env", "benchmark", "params", "commit", "date", "before", "after",
-           "change_pct", "noise", "unit", "code_changed"]
+           "change_pct", "noise", "unit", "code_changed", "host_changed"]
 
 
 def maybe_steps(x: np.ndarray, min_change: float) -> bool:
@@ -94,7 +94,7 @@ def screen(values: np.ndarray, lengths: np.ndarray, min_change: float) -> np.nda
     return out
 
 
-def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
+def steps(df: pd.DataFrame, min_change: float = 0.01, host=None) -> pd.DataFrame:
     """Commits where a series' level moved beyond its noise.
 
     A series is one machine x cpu x env x benchmark x parameter combination,
@@ -110,6 +110,9 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
     code it measures; a probe found a +34.9% step so attributed with nothing said). Only
     "ok" rows with a finite value count (an infinite one
     made asv's solver grow past 20 GB; :func:`~flashbench.history.summaries.finite_ok`).
+    ``host``: a results file's host (``file`` -> text, None unknown), read for the steps'
+    files only; ``host_changed`` is True where the points before and after the step came
+    from two hosts under one machine name (else False; NA where a host is unknown).
     """
     key = [*IDENTITY, "env", "benchmark", "params"]
     df = with_identity(df)
@@ -151,4 +154,8 @@ def steps(df: pd.DataFrame, min_change: float = 0.01) -> pd.DataFrame:
         version = df["version"].astype(object).to_numpy()
         out["code_changed"] = [isinstance(a, str) and isinstance(b, str) and a != b
                                for a, b in zip(version[prev], version[at], strict=True)]
+    if host is not None and "file" in df.columns:  # a host's change read as the commit's
+        files = df["file"].astype(object).to_numpy()
+        hosts = [(host(files[p]), host(files[a])) for p, a in zip(prev, at, strict=True)]
+        out["host_changed"] = [None if a is None or b is None else a != b for a, b in hosts]
     return out.reindex(columns=COLUMNS).reset_index(drop=True)
