@@ -29,6 +29,7 @@ from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
+from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.inputs.variant import Variant
@@ -66,7 +67,7 @@ def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad
     extra = ([f"window=({window[0]},{window[1]})"] if tuple(window) != (-1, -1) else []) + (
         [f"softcap={float(softcap)!r}"] if softcap is not None else []) + (
         ["sinks"] if sinks else []) + (
-        [f"varlen={_pairs(varlen, varlen_k)}"] if varlen is not None else [])
+        [f"varlen={lengths_text(varlen, varlen_k)}"] if varlen is not None else [])
     return f"{key}|{' '.join(extra)}" if extra else key
 
 
@@ -149,12 +150,6 @@ def size_refusal(shape: Shape, grad: bool = False) -> str | None:
                 f"({flops:.1e} flops a seed on the CPU, limit {MAX_SEED_FLOPS:.1e}, "
                 f"{band_seeds(shape)} seeds); judge a shape with fewer query rows or keys")
     return None
-
-
-def _pairs(varlen, varlen_k) -> str:
-    """Lengths as ``--varlen`` takes them: ``N`` where queries and keys agree, else ``Q:K``."""
-    keys = varlen if varlen_k is None else varlen_k
-    return ",".join(str(q) if q == k else f"{q}:{k}" for q, k in zip(varlen, keys, strict=True))
 
 
 def _check(shape, dist, causal, dtype, grad, window, softcap, sinks, varlen,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from flashbench.history.steps import flagged
 from flashbench.history.summaries import identities, parse_params
 
 FAR_PCT = 1.0  # outside its band by more than this (%): counted apart, listed first
@@ -175,8 +176,7 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
         suites = jumps["benchmark"].astype(object).str.rsplit(".", n=1).str[0]
         top = per_commit.index[0]
         at_top = suites[jumps["commit"].astype(object).str[:8] == top].value_counts()
-        moved = (jumps["host_changed"].astype(object).fillna(False).astype(bool)
-                 if "host_changed" in jumps else pd.Series(False, index=jumps.index))
+        moved = flagged(jumps, "host_changed")
         at = jumps["commit"].astype(object).str[:8] == top
         hosts = (f"; {int(moved[at].sum())} of them across a change of host under one "
                  "machine name, marked + in the steps table" if moved[at].any() else "")

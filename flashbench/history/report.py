@@ -39,7 +39,7 @@ from flashbench.history.plots import (
     plot_rule_ratios,
     plot_tflops,
 )
-from flashbench.history.steps import steps
+from flashbench.history.steps import flagged, steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
 
@@ -199,9 +199,7 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
     if len(envs) == 1:
         table = table.drop(columns=["env"])
         head = [f"Environment of every step: `{envs[0]}`.", ""]
-    changed, moved = (table[c].astype(object).fillna(False).astype(bool) if c in table
-                      else pd.Series(False, index=table.index)
-                      for c in ("code_changed", "host_changed"))
+    changed, moved = flagged(table, "code_changed"), flagged(table, "host_changed")
     table = table.drop(columns=["code_changed", "host_changed"], errors="ignore")
     if changed.any():  # where the benchmark itself changed (asv's version), said per row
         table["commit"] = table["commit"] + np.where(changed, "*", "")

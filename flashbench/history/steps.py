@@ -19,6 +19,14 @@ COLUMNS = [*IDENTITY, "env", "benchmark", "params", "commit", "date", "before", 
            "change_pct", "noise", "unit", "code_changed", "host_changed"]
 
 
+def flagged(jumps: pd.DataFrame, column: str) -> pd.Series:
+    """A steps table's ``column`` (code_changed, host_changed) as booleans: True where it
+    is, False where it is False, unknown (NA) or absent."""
+    if column not in jumps:
+        return pd.Series(False, index=jumps.index)
+    return jumps[column].astype(object).fillna(False).astype(bool)
+
+
 def maybe_steps(x: np.ndarray, min_change: float) -> bool:
     """Cheap screen: could ``x`` hold a level change beyond its noise?
 

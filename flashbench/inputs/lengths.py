@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LengthSpec", "parse_lengths", "SYNTAX", "MAX_COUNT", "MAX_TOTAL"]
+__all__ = ["LengthSpec", "parse_lengths", "lengths_text", "SYNTAX", "MAX_COUNT", "MAX_TOTAL"]
 
 SYNTAX = ("N1,N2,... (an item Q:K: Q queries, K keys) or uniform:LO-HI:COUNT or "
           "lognormal:MEDIAN:SIGMA:COUNT")
@@ -66,6 +66,13 @@ class LengthSpec:
             raise ValueError(f"varlen {self.text!r} drew only lengths of 0 with seed {seed}: "
                              "raise its range or COUNT, or take another --seed")
         return lengths
+
+
+def lengths_text(lengths, keys=None) -> str:
+    """Lengths as ``--varlen`` takes them: ``N`` where a sequence's queries and keys agree,
+    else ``Q:K`` (``keys`` None: the same as ``lengths``)."""
+    keys = lengths if keys is None else keys
+    return ",".join(str(q) if q == k else f"{q}:{k}" for q, k in zip(lengths, keys, strict=True))
 
 
 def _bad(text: str, why: str) -> ValueError:

@@ -179,7 +179,7 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
     rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR, prec.name,
-                    draw=(lambda: True) if kernel == "flash_model" else None)  # (records.py)
+                    model=kernel == "flash_model")  # its draw alone is forgiven (records.py)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
 

@@ -111,17 +111,17 @@ DRAW = ("not counted: the baseline rule is a draw on this case (the flash model 
 
 
 def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
-            dtype: str | None = None, draw=None) -> dict:
+            dtype: str | None = None, model: bool = False) -> dict:
     """Record fields from both rules: ``baseline`` {tensor: (ratio, passed)} and ``band``
     {tensor: BandVerdict}: ``<t>_band_ratio``, ``band`` (verdicts as dicts),
     ``baseline_passed``, ``band_passed``, ``passed`` (both) and ``disagreement`` (one line
     per tensor where the rules disagree, joined; None where they agree). ``band`` None:
     the band rule was not applied (inputs not drawn from the case's distribution); ``dtype``
-    the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`). ``draw``: a
-    callable asked only where the baseline rule fails and the band rule passes, True where
-    that failure is the rule's draw (the flash model's own record: a correct kernel by
-    construction; a max over few values, docs/check.md), so ``passed`` is the band rule's
-    and ``baseline_draw`` says so."""
+    the likely causes' (:func:`~flashbench.accuracy.bandrule.likely_cause`). ``model``:
+    the flash model's own record, a correct kernel by construction: where its baseline
+    rule fails and its band rule passes, that failure is the rule's draw (a max over few
+    values, docs/check.md), so ``passed`` is the band rule's and ``baseline_draw`` says so;
+    a kernel's never is."""
     if band is None:
         base_ok = all(p for _, p in baseline.values())
         return {"baseline_passed": base_ok, "passed": base_ok}
@@ -134,7 +134,7 @@ def combine(baseline: dict, band: dict[str, BandVerdict] | None, limit: float,
     if not lines and base_ok != band_ok:  # they disagree on different tensors
         lines = [f"baseline rule {'PASS' if base_ok else 'FAIL'}, band rule "
                  f"{'PASS' if band_ok else 'FAIL'}"]
-    drawn = not base_ok and band_ok and draw is not None and bool(draw())
+    drawn = model and not base_ok and band_ok
     text = "; ".join(lines) or None
     return {**fields, "band": {t: v.as_dict() for t, v in band.items()},
             "baseline_passed": base_ok, "band_passed": band_ok,

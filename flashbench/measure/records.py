@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashbench.accuracy import BASELINE_FACTOR, judge
+from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision
 from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant
@@ -65,10 +66,6 @@ class Case:
         """A packed batch's key lengths (its query lengths unless ``varlen_k``)."""
         return self.varlen if self.varlen_k is None else self.varlen_k
 
-    def varlen_text(self) -> str:
-        """A packed batch's lengths as ``--varlen`` takes them (``30:45,17``)."""
-        return ",".join(str(q) if q == k else f"{q}:{k}"
-                        for q, k in zip(self.varlen, self.key_lengths, strict=True))
 
     def kwargs(self, seed: int = 0) -> dict:
         """The keywords every path takes for this case: causal, and the variant's where set
@@ -91,7 +88,8 @@ class Case:
         extra = Variant(window=self.window, softcap=self.softcap,
                         sinks=(0.0,) if self.sinks else None).label()
         shape = self.shape.label() if self.varlen is None else (
-            f"varlen {self.varlen_text()} H={self.shape.H} d={self.shape.d}")
+            f"varlen {lengths_text(self.varlen, self.varlen_k)} H={self.shape.H} "
+            f"d={self.shape.d}")
         return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
                 f"{'' if extra == 'full' else ' ' + extra}")
 
@@ -287,7 +285,7 @@ def accuracy_record(case: Case, kernel: str, prec: Precision, out, std, ref, fal
     # zeros dilute the band's statistics (a review, 2026-12-06)
     rules = combine({t: (verdicts[t].ratio, verdicts[t].passed) for t in judged},
                     None if bands is None else bands.judge(prec, out, judged), BASELINE_FACTOR,
-                    prec.name, draw=(lambda: True) if kernel == "flash_model" else None)
+                    prec.name, model=kernel == "flash_model")
     return Accuracy(case, kernel, prec.name, o=j["o"]["kernel"],
                     lse=j["lse"]["kernel"] if shown else None,
                     o_standard=j["o"]["standard"], lse_standard=j["lse"]["standard"],
