@@ -134,7 +134,7 @@ def _cases(args):
     # the shape's B, Nq, Nk: the batch and its longest sequence of queries, of keys
     n, m = max(args.varlen), max(args.varlen if keys is None else keys)
     shapes = args.shape or [Shape(1, 2, 64, 64, 64)]
-    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=max(m, 1)),
+    return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=m),
                     varlen=args.varlen, varlen_k=keys)
             for s in dict.fromkeys(shapes)
             for c in {(c.dist, c.causal): c for c in cases}.values()]
