@@ -116,12 +116,54 @@ def test_tolerance_measures_a_head_dim_the_table_lacks():
     assert tolerance("bf16", 256, d=64) == tolerance("bf16", 256)
     got = tolerance("bf16", 256, d=80)
     band = next(b for b in measure_bands(dtypes=["bf16"], ns=[256], dists=["normal"],
-                                         causal=[False], d=80)
+                                         causal=[False], d=80, seeds=64)  # the table's seeds
                 if b.kernel == "flash_model" and b.tensor == "o")
     assert got == band.abs_max * SAFETY and got != tolerance("bf16", 256)
     assert tolerance("bf16", 256, d=192, dv=128) > 0
     with pytest.raises(ValueError, match="d must be an int >= 1"):
         tolerance("bf16", 256, d=0)
+    with pytest.raises(ValueError, match="table is a table of d = 64"):
+        tolerance("bf16", 256, d=80, table="/nonexistent")
+
+
+def test_a_head_dims_tolerance_takes_any_n_and_reads_each_row_length(monkeypatch):
+    """Measured, not read: N past the table's 4,096 is taken; causal=True measures the row
+    lengths the table would read (its smallest N for the shortest rows), both masks."""
+    from flashbench import tolerance
+    from flashbench.bands import table
+
+    asked = []
+    monkeypatch.setattr(table, "_measured_edge", lambda *a: asked.append(a) or 1e-3)
+    assert tolerance("bf16", 8192, d=80) == 2e-3 and asked[-1][1] == 8192
+    asked.clear()
+    tolerance("bf16", 1000, causal=True, nq=900, d=80)
+    assert sorted({(a[1], a[3]) for a in asked}) == [
+        (m, c) for m in (101, 256, 1000) for c in (False, True)]
+    assert {a[-1] for a in asked if a[1] == 101} == {256}  # seeds: 4x below N = 256
+
+
+def test_a_head_dims_causal_tolerance_holds_a_square_causal_problem(monkeypatch):
+    """causal=True at another d is the envelope over the row lengths of the square problem,
+    as the table's: a correct kernel (the flash model) on 1x2x256x256x80 causal is within it.
+    Before: the band of rows seeing 3N/4..N keys alone, 16 seeds: 0.00424, under the flash
+    model's own 0.00465 (0.0085 against 0.00206 at N = 1024, a red team's). 16 seeds a cell
+    here (the table's 64 and 256: 24 s of CPU cold; the seeds are the test above's)."""
+    from flashbench import numerics, reference, tolerance
+    from flashbench.accuracy import error_stats
+    from flashbench.bands import table
+    from flashbench.bands.measure import caller_inputs
+    from flashbench.inputs.problem import make_qkv
+
+    monkeypatch.setattr(table, "_table_seeds", lambda n: 16)
+
+    q, k, v = (caller_inputs("bf16", x) for x in make_qkv(Shape(1, 2, 256, 256, 80), "normal",
+                                                         0))
+    err = error_stats(numerics.flash_model(q, k, v, "bf16", causal=True)[0],
+                      reference.attention(q, k, v, causal=True)[0])["max_abs"]
+    tol = tolerance("bf16", 256, causal=True, d=80)
+    assert err <= tol / 2, (err, tol)  # within the edge itself, before the safety factor
+    assert tol >= tolerance("bf16", 256, d=80)  # a causal edge: at least the non-causal
+    assert tolerance("bf16", 256, causal=True, nq=1, d=80) <= tol  # one row: 256 keys alone
 
 
 def test_bands_cli_takes_a_head_dim(capsys):

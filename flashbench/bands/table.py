@@ -9,8 +9,8 @@ is at least the non-causal cell's) and the safety factor :data:`SAFETY` that
 sums over: log-log interpolation between tabulated N, the smallest N's edge below it,
 ValueError above the largest; ``causal=True`` takes the largest edge over the row lengths
 its ``nq`` bottom-right rows see. Measured at d = 64; another head dim (``d``, ``dv``) is
-measured on the fly at exactly N (:func:`flashbench.bands.measure.measure_bands`, cached per
-process). No torch, no pandas: importing this module (``flashbench.tolerance``) is cheap.
+measured on the fly as the table measures its cells (kept in the bands' disk cache). No
+torch, no pandas: importing this module (``flashbench.tolerance``) is cheap.
 A test's use, the rules and why the factor is 2: docs/bands.md ("Tolerances for your
 tests").
 """
@@ -109,19 +109,16 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
     ``n``: a square problem) see ``n - nq + 1`` up to ``n`` keys, and the edge is the
     largest over that range. ``tensor``: "o" or "lse". ``table``: another table file
     (default: the shipped one). ``d``, ``dv``: the head dims, when not the table's d = 64:
-    the band is then measured on the fly at exactly ``n`` keys (its own seeds and
-    causal rows, :func:`flashbench.bands.measure.cell_shape`; ``nq`` and ``table`` are
-    not used), seconds the first time. ValueError for a dtype, N, dist, metric or tensor
-    the table does not cover.
+    the edges are then measured on the fly as the shipped table measured its own (its seeds
+    per cell, a causal cell's edge at least the non-causal one's, the envelope over the
+    row lengths ``nq`` gives, at the row lengths the table would read; ``table`` with them
+    is an error), seconds to a minute the first time (cached per process). ValueError for
+    a dtype, N, dist, metric or tensor the table does not cover.
     """
-    if (d, dv) not in ((None, None), (HEAD_DIM_TABLE, None), (HEAD_DIM_TABLE, HEAD_DIM_TABLE)):
-        _check_choice("metric", metric, list(TABLE_METRICS))
-        _check_choice("tensor", tensor, TENSORS)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {causal!r}")
-        edge = _measured_edge(dtype, n, dist, causal, tensor, TABLE_METRICS[metric],
-                              HEAD_DIM_TABLE if d is None else d, dv)
-        return edge * SAFETY
+    fly = (d, dv) not in ((None, None), (HEAD_DIM_TABLE, None), (HEAD_DIM_TABLE, HEAD_DIM_TABLE))
+    if fly and table is not None:
+        raise ValueError(f"table is a table of d = {HEAD_DIM_TABLE}: with d={d}, dv={dv} the "
+                         "edges are measured, not read (pass one or the other)")
     t = _load(None if table is None else str(table))
     _check_choice("dtype", dtype, t["dtypes"])
     _check_choice("dist", dist, t["dists"])
@@ -132,31 +129,51 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
     if causal not in t["causal"]:
         raise ValueError(f"causal={causal} is not in the table (it covers {t['causal']})")
     grid = sorted(t["n"])
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= grid[-1]:
+    top = math.inf if fly else grid[-1]  # measured at any N; the table reads only its own
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top:
         raise ValueError(f"n (keys per query row) must be an int in [1, {grid[-1]}] "
-                         f"(the table's N: {grid}), got {n!r}")
+                         f"(the table's N: {grid}), got {n!r}" if top == grid[-1] else
+                         f"n (keys per query row) must be an int >= 1, got {n!r}")
     if nq is not None and (isinstance(nq, bool) or not isinstance(nq, int) or nq < 1):
         raise ValueError(f"nq (query rows) must be an int >= 1 or None, got {nq!r}")
     low = max(1, n - (n if nq is None else nq) + 1) if causal else n
     points = [low, n, *(g for g in grid if low < g < n)]
     key, field = (dtype, dist, causal, tensor), TABLE_METRICS[metric]
+    if fly:  # at each row length the table reads: its N below the smallest, else the m keys
+        measured = sorted({max(m, grid[0]) for m in points})
+        return max(_measured_edge(dtype, m, dist, c, tensor, field,
+                                  HEAD_DIM_TABLE if d is None else d, dv, _table_seeds(m))
+                   for m in measured for c in {False, causal}) * SAFETY
     return max(_edge(t, key, field, m, grid) for m in points) * float(t["safety"])
 
 
-@lru_cache(maxsize=256)
+def _table_seeds(n: int) -> int:
+    """The seeds the shipped table measured a cell of ``n`` keys over (its ``seeds``: 64,
+    4x as many below N = 256, where cells are cheap: tools/data/make_tolerances.py)."""
+    return 256 if n < 256 else 64
+
+
 def _measured_edge(dtype: str, n: int, dist: str, causal: bool, tensor: str, field: str,
-                   d: int, dv: int | None) -> float:
-    """The flash model's band edge at head dims (d, dv), N = n, against float64."""
+                   d: int, dv: int | None, seeds: int) -> float:
+    """The flash model's band edge at head dims (d, dv), N = n, against float64, over
+    ``seeds`` seeds (the table's own cell, measured at another head dim), kept in memory and
+    in the bands' disk cache (:func:`flashbench.bands.case.cached_band`, keyed by the flash
+    models' fingerprint): measured once per machine, not once per process."""
+    from flashbench.bands.case import cached_band, fingerprint
     from flashbench.bands.measure import measure_bands
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (keys per query row) must be an int >= 1, got {n!r}")
     for name, x in (("d", d), ("dv", dv)):
         if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
             raise ValueError(f"{name} must be an int >= 1, got {x!r}")
-    bands = measure_bands(dtypes=[dtype], ns=[n], dists=[dist], causal=[causal], d=d, dv=dv)
-    return float(next(getattr(b, field) for b in bands
-                      if b.kernel == "flash_model" and b.tensor == tensor))
+    key = f"tolerance cell {dtype} n={n} {dist} causal={causal} d={d} dv={dv}"
+
+    def measure() -> dict:
+        bands = measure_bands(dtypes=[dtype], ns=[n], dists=[dist], causal=[causal], d=d,
+                              dv=dv, seeds=seeds)
+        return {"key": key, "edges": {b.tensor: {f: getattr(b, f) for f in TABLE_METRICS.values()}
+                                      for b in bands if b.kernel == "flash_model"}}
+
+    return float(cached_band(key, seeds, fingerprint, measure)["edges"][tensor][field])
 
 
 def build_table(bands, safety: float = SAFETY, command: str = "", meta: dict | None = None) -> dict:
