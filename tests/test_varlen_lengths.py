@@ -94,12 +94,16 @@ def test_the_check_judges_a_packed_batch_gradients_for_the_triton_kernel(capsys)
     report = json.loads(text)
     label = "normal varlen 40,0,17,1 H=2 d=16 causal window=(9,0) sinks"
     assert rc == 0 and report["passed"] and report["grad_cases"] == [label]
-    assert [r["what"] for r in report["grad_exactness"]] == ["dq", "dk", "dv"]
+    assert [r["what"] for r in report["grad_exactness"]] == ["dq", "dk", "dv", "dsinks"]
     assert all(r["rel"] <= 1e-12 for r in report["grad_exactness"])
     grads = {(r["kernel"], r["dtype"]): r for r in report["gradients"]}
     for dtype in ("fp32", "bf16"):
         assert grads["flash_model", dtype]["passed"] and grads["triton", dtype]["passed"]
         assert grads["triton", dtype]["dq_ratio"] < 3
+        # the sinks' gradient, summed over the sequences, judged by the gradient rule
+        dsinks = grads["triton", dtype]
+        assert "dsinks" in grads["flash_model", dtype] and dsinks["dsinks"]["max_abs"] <= \
+            3 * dsinks["dsinks_standard"]["max_abs"] + dsinks["dsinks_floor"]
     assert grads["torch-naive", "fp32"]["skipped"] == ("not applicable: its backward takes "
                                                        "no packed (varlen) batch")
     by_name = {(r["backend"], r["dtype"]): r for r in report["backends"]}

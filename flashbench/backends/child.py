@@ -20,6 +20,7 @@ from flashbench.backends.declared import (
     DECODE,
     DECODE_INPUTS,
     FORWARD,
+    as_declared,
     call_decode,
     call_forward,
     call_varlen,
@@ -120,13 +121,18 @@ class Server:
         """{name: the request's tensor on this worker's device, or None}: fresh per call."""
         return {n: None if r.get(n) is None else r[n].to(self.device) for n in names}
 
+    def _variant(self, r: dict, grad: bool = False) -> dict:
+        """The request's variant keywords as the function takes them (:func:`as_declared`)."""
+        return as_declared(self._load(), r.get("variant"), self.device, grad)
+
     def _forward(self, r: dict) -> dict:
         fn = self._fn(FORWARD)
         t = self._tensors(r, "qkv")
-        variant = r.get("variant") or {}  # window, softcap, sinks it declared taking
+        variant = self._variant(r)
         out = guarded(lambda: call_forward(fn, *t.values(), r["causal"], r["scale"],
                                            **variant), t)
-        mask = variant_of(r["causal"], **variant) if variant else r["causal"]
+        given = r.get("variant") or {}  # the mask from the request, not from what fn held
+        mask = variant_of(r["causal"], **given) if given else r["causal"]
         return _reply(checked_output(out, *t.values(), mask, r["scale"]))
 
     def _packed_fn(self):
@@ -140,10 +146,11 @@ class Server:
     def _varlen(self, r: dict) -> dict:
         fn = self._packed_fn()
         t = self._tensors(r, ("q", "k", "v", "cu_q", "cu_k"))
-        variant = r.get("variant") or {}
+        variant = self._variant(r)
         out = guarded(lambda: call_varlen(fn, *t.values(), r["causal"], r["scale"],
                                           **variant), t)
-        mask = variant_of(r["causal"], **variant) if variant else r["causal"]
+        given = r.get("variant") or {}
+        mask = variant_of(r["causal"], **given) if given else r["causal"]
         checked = checked_packed_output(out, *t.values(), mask, r["scale"])
         return {**_reply(checked), "stand_in": None if checked.own_lse else
                 checked[1].detach().cpu().clone()}
@@ -166,7 +173,7 @@ class Server:
         from flashbench.timed.attention import NoBackward, pass_call
         from flashbench.timed.shared import attach
 
-        direction, variant = r.get("direction", "fwd"), r.get("variant") or {}
+        direction, variant = r.get("direction", "fwd"), self._variant(r)
         if direction == "decode":
             fn = self._fn(DECODE)
             setup, call = None, lambda *a: call_decode(fn, *a, r["causal"])
@@ -372,15 +379,22 @@ class Server:
         q, k, v = leaves
         if r["expand"]:
             k, v = expand_kv(q, k, v)
-        out = call_forward(fn, q, k, v, r["causal"], **(r.get("variant") or {}))
+        variant = self._variant(r, grad=bool(r.get("dsinks")))
+        sinks = variant.get("sinks")
+        wrt = [*leaves, sinks] if isinstance(sinks, torch.Tensor) and sinks.requires_grad \
+            else leaves
+        out = call_forward(fn, q, k, v, r["causal"], **variant)
         o = out[0] if isinstance(out, tuple | list) else out
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
             what = "not differentiable" if isinstance(o, torch.Tensor) else "not a tensor"
             raise BackendFailed(f"declares flashbench_differentiable but its o is {what}")
-        grads = torch.autograd.grad(o, leaves, do.to(o.dtype), allow_unused=True)
+        grads = torch.autograd.grad(o, wrt, do.to(o.dtype), allow_unused=True)
         changed = modified_inputs((*leaves, do), saved)
         if changed is not None:
             raise BackendFailed(changed)
-        if any(g is None for g in grads):
+        if any(g is None for g in grads[:3]):
             raise BackendFailed("its o does not depend on all of q, k, v (autograd)")
+        if len(grads) > 3 and grads[3] is None:
+            raise BackendFailed("it declares flashbench_dsinks but its o does not depend on "
+                                "the sinks tensor it was given (autograd)")
         return {"grads": [g.detach().cpu().clone() for g in grads]}

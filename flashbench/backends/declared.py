@@ -19,7 +19,7 @@ from flashbench.inputs.precision import PRECISIONS
 from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
-           "check_kind", "call_forward", "call_varlen", "call_decode"]
+           "check_kind", "call_forward", "call_varlen", "call_decode", "as_declared"]
 
 DEFAULT_DTYPES = TORCH_FLOATS  # from the precision registry (flashbench.backends.record)
 FORWARD, DECODE = "forward", "decode"  # the values of a function's flashbench_kind
@@ -58,6 +58,12 @@ def _variants(value) -> tuple[str, ...]:
     if any(n not in VARIANTS for n in names):
         raise ValueError(names)
     return names
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(value)
+    return value
 
 
 def _kind(value) -> str:
@@ -103,6 +109,19 @@ def call_decode(fn, q, k_cache, v_cache, cache_seqlens, block_table=None, causal
     return fn(q, k_cache, v_cache, cache_seqlens, block_table, **_keywords(causal, scale))
 
 
+def as_declared(declared: dict, variant: dict | None, device, grad: bool = False) -> dict:
+    """The variant keywords (window, softcap, sinks it declared taking) as a function takes
+    them: one that declares ``flashbench_dsinks`` gets its sinks as a float32 [H] tensor on
+    ``device``, one that requires grad in a gradient call (``grad``: dsinks)."""
+    variant = dict(variant or {})
+    if variant.get("sinks") is not None and declared.get("dsinks"):
+        import torch
+
+        variant["sinks"] = torch.tensor(variant["sinks"], dtype=torch.float32,
+                                        device=device).requires_grad_(grad)
+    return variant
+
+
 def _keywords(causal, scale) -> dict:
     return {"causal": causal} if scale is None else {"causal": causal, "scale": scale}
 
@@ -120,7 +139,8 @@ def load(spec: str):
     """(function, declared) for ``"module:function"``, imported in this process (the
     worker's, :mod:`flashbench.backends.child`; or a timing's): ``declared`` holds
     kind, dtypes, head_dims, gqa, differentiable, variants, grad_variants (those of them its
-    backward takes: default all), dv (``flashbench_dv = True``:
+    backward takes: default all), dsinks (``flashbench_dsinks = True``: its sinks arrive as
+    a float32 [H] tensor, and its backward gives their gradient), dv (``flashbench_dv = True``:
     it takes v with a head dim dv != d, DeepSeek's 192 / 128), varlen
     (``flashbench_varlen = True``: it takes packed batches, :func:`call_varlen`).
     BackendFailed with the reason otherwise."""
@@ -139,11 +159,17 @@ def load(spec: str):
     if not set(grad_variants) <= set(variants):
         raise BackendFailed(f"its flashbench_grad_variants {grad_variants!r} names a variant "
                             f"its forward does not take (flashbench_variants {variants!r})")
+    differentiable = bool(getattr(obj, "flashbench_differentiable", False))
+    dsinks = _declared(obj, "flashbench_dsinks", False, _flag)
+    if dsinks and not (differentiable and "sinks" in grad_variants):
+        raise BackendFailed("it declares flashbench_dsinks but its backward takes no sinks "
+                            "(flashbench_differentiable = True and 'sinks' in "
+                            "flashbench_variants and flashbench_grad_variants)")
     return obj, {"kind": _declared(obj, "flashbench_kind", FORWARD, _kind),
                  "dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
                  "head_dims": None if head_dims is None else list(head_dims),
                  "gqa": bool(getattr(obj, "flashbench_gqa", False)),
-                 "differentiable": bool(getattr(obj, "flashbench_differentiable", False)),
+                 "differentiable": differentiable, "dsinks": dsinks,
                  "variants": list(variants), "grad_variants": list(grad_variants),
                  "dv": bool(getattr(obj, "flashbench_dv", False)),
                  "varlen": bool(getattr(obj, "flashbench_varlen", False))}

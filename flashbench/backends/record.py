@@ -99,6 +99,10 @@ class Backend(Implementation):
     gpu_dtypes: tuple[str, ...] | None = None  # what it takes on a GPU when less than dtypes
     variants: tuple[str, ...] = ()  # which of VARIANTS it takes (keywords of fn and timed)
     grad_variants: tuple[str, ...] = ()  # which of them its backward takes
+    # its backward gives the sinks' gradient: given sinks as a float32 [H] tensor that
+    # requires grad, autograd reaches it (flashbench's Triton, torch-naive; a user's function
+    # declares flashbench_dsinks = True); otherwise a case with sinks judges dq, dk, dv alone
+    dsinks: bool = False
     # packed variable-length batches: (q [total_q, H, d], k, v [total_k, Hkv, d], cu_seqlens_q,
     # cu_seqlens_k, causal=, **variant) -> (o [total_q, H, dv], lse [H, total_q]); None: none
     varlen: Callable | None = None

@@ -156,7 +156,8 @@ BACKENDS: dict[str, Backend] = {
                 own_lse=True, out_dtype="fp64", variants=VARIANTS, varlen=_reference_varlen),
         Backend("torch-naive", tp.naive_attention, "S and P materialised in the input dtype",
                 TORCH_FLOATS, timed=tp.naive_output, peer=True, gqa=False,
-                differentiable=True, origin="torch", variants=VARIANTS, grad_variants=VARIANTS),
+                differentiable=True, origin="torch", variants=VARIANTS, grad_variants=VARIANTS,
+                dsinks=True),
         _sdpa(None, "torch scaled_dot_product_attention, torch's own choice of kernel"),
         _sdpa("flash", "SDPA pinned to torch's flash kernel (sdpa_kernel FLASH_ATTENTION)"),
         _sdpa("efficient", "SDPA pinned to memory-efficient attention (EFFICIENT_ATTENTION)",
@@ -168,7 +169,7 @@ BACKENDS: dict[str, Backend] = {
                 _triton_unavailable, _triton_interpreted,
                 limits=_triton_limits, gqa=True, lse="the kernel's own (float32)",
                 own_lse=True, timed=_triton_output, differentiable=True, variants=VARIANTS,
-                grad_variants=VARIANTS, varlen=_triton_varlen, varlen_grad=True),
+                grad_variants=VARIANTS, varlen=_triton_varlen, varlen_grad=True, dsinks=True),
         Backend("triton-fp8", _triton_fp8, "flashbench's Triton FP8 forward (e4m3 q, k, v, "
                 "FlashAttention-3's block quantisation and incoherent processing, bf16 o)",
                 ("fp8",), _triton_unavailable, _triton_interpreted,

@@ -105,11 +105,12 @@ def _varlen(worker, expand: bool, q, k, v, cu_q, cu_k, causal=False, scale=None,
                          (reply["lse"] if own else reply["stand_in"]).to(q.device), own)
 
 
-def _grads(worker, expand: bool, q, k, v, do, causal=False, **variant):
+def _grads(worker, expand: bool, q, k, v, do, causal=False, dsinks=False, **variant):
     """(dq, dk, dv): autograd through the function, in its worker (with the variant's
-    keywords: those its backward takes, ``flashbench_grad_variants``)."""
+    keywords: those its backward takes, ``flashbench_grad_variants``); ``dsinks`` (a function
+    that declares ``flashbench_dsinks``, a case with sinks): (dq, dk, dv, dsinks)."""
     reply = worker.call({"op": "grads", "q": q, "k": k, "v": v, "do": do, "causal": causal,
-                         "expand": expand, "variant": variant})
+                         "expand": expand, "variant": variant, "dsinks": dsinks})
     return tuple(reply["grads"])
 
 
@@ -171,6 +172,7 @@ def _make(spec: str, name: str, origin: str, worker, declared: dict):
                    variants=tuple(declared.get("variants", ())),
                    grad_variants=tuple(declared.get("grad_variants", ()))
                    if declared["differentiable"] else (),
+                   dsinks=bool(declared.get("dsinks")),
                    varlen=partial(_varlen, worker, not declared["gqa"])
                    if declared.get("varlen") else None,
                    lse="the function's own when it returns (o, lse); o alone: judged on o",

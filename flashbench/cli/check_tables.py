@@ -11,7 +11,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from flashbench.cli.common import result_line
-from flashbench.measure.backward import GRADS
+from flashbench.measure.backward import DSINKS, GRADS
 from flashbench.measure.records import EXACT_TOL
 from flashbench.numerics.backward import GRAD_DTYPES
 
@@ -97,8 +97,8 @@ def render_tables(report: dict) -> str:
 
 def _gradient_tables(report: dict) -> list[str]:
     out = [f"4. Backward exactness in float64: streamed (FlashAttention-2's recurrence) vs "
-           f"one-shot; max |diff| / the gradients' scale (largest |dq|, |dk|, |dv|); PASS iff "
-           f"<= {EXACT_TOL:g}"]
+           f"one-shot; max |diff| / the gradients' scale (largest |dq|, |dk|, |dv|, |dsinks|); "
+           f"PASS iff <= {EXACT_TOL:g}"]
     if report.get("grad_cases_why"):
         out.append(f"   gradients judged on: {'; '.join(report['grad_cases'])} "
                    f"({report['grad_cases_why']})")
@@ -112,6 +112,11 @@ def _gradient_tables(report: dict) -> list[str]:
             "backward's (autograd of plain attention in the dtype); ratio = err / std;",
             "   floor = FlashAttention's gradient atol, 2 max |(g + 0.3) - 0.3 - g| in the "
             "dtype (about an ulp of the largest |g|), for dq/dk/dv"]
+    names = GRADS + ((DSINKS,) if any(DSINKS in r for r in report["gradients"]) else ())
+    if len(names) > 3:
+        out.append("   dsinks [H] (a case with sinks; kernels that give it: flashbench's Triton, "
+                   "torch-naive, a function declaring flashbench_dsinks): the gradient rule "
+                   "alone (a band has no dsinks); '-' where a kernel gives none")
     rows, skipped, failed, last = [], {}, {}, None
     for r in report["gradients"]:
         where = (r["case"], r["dtype"])
@@ -122,17 +127,19 @@ def _gradient_tables(report: dict) -> list[str]:
             failed.setdefault((r["kernel"], r["failed"], r.get("peer")), []).append(
                 f"{r['case']} {r['dtype']}")
             continue
-        cells = [c for g in GRADS for c in (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]),
-                                            _ratio(r, g))]
-        floors = "/".join(f"{r[f'{g}_floor']:.0e}" for g in GRADS)
+        cells = [c for g in names for c in (
+            (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]), _ratio(r, g)) if g in r
+            else ("-", "-", "-"))]
+        floors = "/".join(f"{r[f'{g}_floor']:.0e}" if g in r else "-" for g in names)
         bands = "/".join(band_cell(r, g) for g in GRADS)
         rows.append([*(("", "") if where == last else where), r["kernel"], *cells, floors,
                      bands, verdict_cell(r)])
         last = where
     if rows:
         out.append(tabulate(rows, headers=["case", "dtype", "kernel", *(
-            h for g in GRADS for h in (f"{g} err", f"{g} std", f"{g} ratio")), "floor",
-            "band dq/dk/dv", "verdict"]))
+            h for g in names for h in (f"{g} err", f"{g} std", f"{g} ratio")),
+            "floor" if len(names) == 3 else "floor dq/dk/dv/dsinks", "band dq/dk/dv",
+            "verdict"]))
         out += band_notes(report["gradients"])
     elif not skipped and not failed:  # every dtype asked is forward-only (fp8)
         out.append(f"   none: no dtype asked ({', '.join(report['meta']['dtypes'])}) has a "

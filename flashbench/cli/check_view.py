@@ -17,7 +17,7 @@ __all__ = ["render_compact", "save_target", "SAVE_NAME", "WIDTH"]
 
 SAVE_NAME = "flashbench-check.txt"  # the tables' file when --save names none or a folder
 WIDTH = 120  # no line of the compact view is longer: longer ones are folded
-_TENSORS = {"o": "O", "lse": "LSE", "dq": "dq", "dk": "dk", "dv": "dv"}
+_TENSORS = {"o": "O", "lse": "LSE", "dq": "dq", "dk": "dk", "dv": "dv", "dsinks": "dsinks"}
 
 
 def save_target(path: str | None) -> Path:
@@ -152,7 +152,7 @@ def _block(fwd: list[dict], grads: list[dict], peers: bool) -> list[str]:
     out = []
     for rows, key, tensors, limit, what in (
             (fwd, "backend", ("o", "lse"), BASELINE_FACTOR, "case (forward)"),
-            (grads, "kernel", ("dq", "dk", "dv"), GRAD_FACTOR, "case (gradients)")):
+            (grads, "kernel", ("dq", "dk", "dv", "dsinks"), GRAD_FACTOR, "case (gradients)")):
         # the case column as wide as its longest case, to what a line of WIDTH leaves for
         # the worst ratio (a variant's case, 60-70 characters, pushed it to a line of its own)
         width = min(max([47, *(len(r["case"]) for r in rows)]), WIDTH - 55)

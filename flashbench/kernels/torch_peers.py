@@ -50,9 +50,10 @@ def _scale(q, scale):
     return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
 
-def _scores(q, k, scale, causal, dtype):
+def _scores(q, k, scale, causal, dtype, sink_tensor=None):
     """Scaled scores in ``dtype``, softcapped and masked (``causal``: a bool or a Variant);
-    with sinks, the sink logits appended as a last column (to drop after the softmax)."""
+    with sinks, the sink logits appended as a last column (to drop after the softmax): from
+    ``sink_tensor`` where given (a tensor the caller passed as sinks: autograd reaches it)."""
     variant = variant_of(causal)
     s = _scaled_product(q.to(dtype), k.to(dtype), scale)
     if variant.softcap is not None:
@@ -61,7 +62,8 @@ def _scores(q, k, scale, causal, dtype):
         s = s.masked_fill(~visible(q.shape[-2], k.shape[-2], q.device, variant), float("-inf"))
     if variant.sinks is not None:
         variant.sink_logits(q.shape[1])  # [H]: checked against q's heads
-        sink = torch.tensor(variant.sinks, dtype=dtype, device=q.device)
+        sink = (torch.tensor(variant.sinks, dtype=dtype, device=q.device)
+                if sink_tensor is None else sink_tensor.to(dtype=dtype, device=q.device))
         s = torch.cat([s, sink[:, None, None].expand(*s.shape[:-1], 1)], dim=-1)
     return s
 
@@ -106,10 +108,15 @@ def _with_lse(o, q, k, v, causal, scale):
 
 def naive_output(q, k, v, causal: bool = False, scale: float | None = None,
                  window=(-1, -1), softcap=None, sinks=None):
-    """Materialised attention in the input dtype: S and P stored in q's dtype (o only)."""
-    variant = variant_of(causal, window, softcap, sinks)
+    """Materialised attention in the input dtype: S and P stored in q's dtype (o only);
+    differentiable in ``sinks`` too where they are a tensor (dsinks)."""
+    return _naive(q, k, v, variant_of(causal, window, softcap, sinks), scale,
+                  sinks if isinstance(sinks, torch.Tensor) else None)
+
+
+def _naive(q, k, v, variant, scale, sink_t):
     k, v = expand_kv(q, k, v)
-    p = torch.softmax(_scores(q, k, _scale(q, scale), variant, q.dtype), dim=-1)
+    p = torch.softmax(_scores(q, k, _scale(q, scale), variant, q.dtype, sink_t), dim=-1)
     if _blind_rows(variant, q.shape[-2], k.shape[-2]):  # their softmax is NaN: o = 0 there
         p = torch.nan_to_num(p, nan=0.0)  # (timed in speed, which read NaN as wrong)
     return torch.matmul(p[..., :k.shape[-2]], v)
@@ -129,7 +136,8 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None,
     """:func:`naive_output` and the separate fp32 LSE."""
     variant = variant_of(causal, window, softcap, sinks)
     validate_tensors(q, k, v, gqa=True, causal=variant.causal)
-    return _with_lse(naive_output(q, k, v, variant, scale), q, k, v, variant, scale)
+    o = _naive(q, k, v, variant, scale, sinks if isinstance(sinks, torch.Tensor) else None)
+    return _with_lse(o, q, k, v, variant, scale)
 
 
 # -- scaled_dot_product_attention -----------------------------------------------------

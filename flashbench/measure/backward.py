@@ -25,6 +25,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import GRAD_FACTOR, judge_gradient
+from flashbench.accuracy.rules import sinks_floor
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
@@ -42,11 +43,12 @@ from flashbench.measure.records import (
     users,
 )
 
-__all__ = ["GRADS", "default_backward_cases", "grad_output", "BackwardExactness",
+__all__ = ["GRADS", "DSINKS", "default_backward_cases", "grad_output", "BackwardExactness",
            "GradAccuracy", "backward_exactness", "exactness_records", "measure_gradients",
            "judge_gradients"]
 
 GRADS = ("dq", "dk", "dv")
+DSINKS = "dsinks"  # judged by the gradient rule where the case has sinks and a kernel gives it
 NOT_DIFFERENTIABLE = ("not applicable: its forward is not declared differentiable (set "
                       "fn.flashbench_differentiable = True to judge its gradients)")
 
@@ -106,6 +108,9 @@ class GradAccuracy:
     None when every ratio is against the standard backward; else {"dq" / "dk" / "dv":
     what that ratio is against}: "flash_model" (the same-dtype flash model backward)
     where the standard backward overflowed (:func:`flashbench.accuracy.baseline_rule`).
+    ``dsinks*``: with sinks, where the kernel gives dsinks (the flash model does), the
+    same fields for it, judged by the gradient rule alone (a band has no dsinks) and counted
+    in ``baseline_passed`` and ``passed``; None otherwise.
     """
 
     case: Case
@@ -135,6 +140,11 @@ class GradAccuracy:
     disagreement: str | None = None
     baseline_draw: bool | None = None  # its gradient-rule FAIL not counted (bandjudge.combine)
     worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
+    # a case with sinks, a kernel that gives dsinks [H]: its fields as dq's (gradient rule)
+    dsinks: dict | None = None
+    dsinks_standard: dict | None = None
+    dsinks_ratio: float | None = None
+    dsinks_floor: float | None = None
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
@@ -144,41 +154,52 @@ class GradAccuracy:
 def backward_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
                        ) -> list[BackwardExactness]:
     """Streamed (:func:`flashbench.reference.online_attention_grad`) vs one-shot ``ref``
-    (dq, dk, dv; a case with sinks has its dsinks held to the same by the tests)."""
+    (dq, dk, dv, and dsinks with sinks)."""
     kw = case.kwargs(seed)
     o, lse = reference.online_attention(q, k, v, block=block, **kw)
-    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)[:3]
+    streamed = reference.online_attention_grad(q, k, v, o, lse, do, block=block, **kw)
     return exactness_records(case, streamed, ref)
 
 
 def exactness_records(case: Case, streamed, ref) -> list[BackwardExactness]:
-    """:class:`BackwardExactness` of streamed against one-shot (dq, dk, dv), relative to the
-    gradients' scale (also for packed batches, :mod:`flashbench.measure.varlen`)."""
-    ref = ref[:3]
-    scale = max(float(np.abs(r).max(initial=0.0)) for r in ref)
+    """:class:`BackwardExactness` of streamed against one-shot (dq, dk, dv, and dsinks where
+    both give it: a case with sinks), relative to the gradients' scale (the largest of them;
+    also for packed batches, :mod:`flashbench.measure.varlen`)."""
+    names = _names(streamed, ref)
+    scale = max(float(np.abs(r).max(initial=0.0)) for r in ref[:len(names)])
     out = []
-    for what, a, b in zip(GRADS, streamed[:3], ref, strict=True):
+    for what, a, b in zip(names, streamed, ref, strict=False):  # dsinks where both have it
         diff = float(np.abs(a - b).max(initial=0.0))
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
         out.append(BackwardExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
     return out
 
 
+def _names(grads, ref) -> tuple[str, ...]:
+    """The gradients judged: dq, dk, dv, and dsinks where both ``grads`` and ``ref`` hold it
+    (a case with sinks, a kernel that gives it: :attr:`flashbench.backends.Backend.dsinks`)."""
+    return GRADS + ((DSINKS,) if len(grads) > 3 and len(ref) > 3 else ())
+
+
 def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, peer=False, *,
                    bands: CaseBands) -> GradAccuracy:
     """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
     yardstick where the standard backward overflowed; ``bands``: the case's band side
-    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``)."""
+    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``). dsinks (with sinks,
+    where the kernel gives it) has its own floor (:func:`~flashbench.accuracy.sinks_floor`)."""
     fields, baseline, yardsticks = {}, {}, {}
-    for i, (name, g, s, r) in enumerate(zip(GRADS, grads, std, ref, strict=True)):
+    names = _names(grads, ref)  # std holds dsinks wherever ref does (the models give it)
+    for i, (name, g, s, r) in enumerate(zip(names, grads[:len(names)], std[:len(names)],
+                                            ref[:len(names)], strict=True)):
+        floor = sinks_floor(r, prec) if name == DSINKS else None
         j = judge_gradient(g, s, r, prec, fallback=lambda i=i: fallback()[i],
-                           model=kernel == "flash_model")
+                           model=kernel == "flash_model", floor=floor)
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
         if j["verdict"].yardstick != "standard":
             yardsticks[name] = j["verdict"].yardstick
-    rules = combine(baseline, bands.judge(prec, grads, GRADS), GRAD_FACTOR, prec.name,
+    rules = combine(baseline, bands.judge(prec, grads[:3], GRADS), GRAD_FACTOR, prec.name,
                     model=kernel == "flash_model")  # its draw alone is forgiven (records.py)
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
@@ -187,8 +208,9 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     """dq, dk, dv of a differentiable backend: torch.autograd through its timed callable
     (here, on copies of the inputs; with the variant's keywords), or its own ``grads`` (a
-    user's function: in its worker, with them too). BackendFailed when the call changed its
-    q, k, v or dO."""
+    user's function: in its worker, with them too); and dsinks where the case has sinks and
+    the backend gives it (:attr:`~flashbench.backends.Backend.dsinks`: its sinks a float32
+    tensor that requires grad). BackendFailed when the call changed its q, k, v or dO."""
     import torch
 
     from flashbench.backends import BackendFailed, variant_kwargs
@@ -198,14 +220,21 @@ def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
     given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v)))
     grad_o = handed(prec, caller_inputs(prec, do))[0]
     saved = snapshot(*given, grad_o)
+    kw = variant_kwargs(variant)
+    dsinks = backend.dsinks and kw.get("sinks") is not None
     if backend.grads is not None:
-        grads = backend.grads(*given, grad_o, causal=causal, **variant_kwargs(variant))
+        grads = backend.grads(*given, grad_o, causal=causal, **kw,
+                              **({"dsinks": True} if dsinks else {}))
     else:
         leaves = [t.requires_grad_(True) for t in given]
-        out = backend.timed_fn(*backend.prepare(*leaves), causal=causal,
-                               **variant_kwargs(variant))
+        prepared = backend.prepare(*leaves)
+        if dsinks:
+            kw["sinks"] = torch.tensor(kw["sinks"], dtype=torch.float32,
+                                       device=prepared[0].device, requires_grad=True)
+        out = backend.timed_fn(*prepared, causal=causal, **kw)
         o = out[0] if isinstance(out, tuple) else out
-        grads = torch.autograd.grad(o, leaves, grad_o.to(o.dtype).to(o.device))
+        grads = torch.autograd.grad(o, [*leaves, kw["sinks"]] if dsinks else leaves,
+                                    grad_o.to(o.dtype).to(o.device))
     changed = modified_inputs((*given, grad_o), saved)
     if changed is not None:
         raise BackendFailed(changed)
@@ -234,14 +263,13 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     kw, variant = case.kwargs(seed), case.variant(seed)
     if ref is None:
         ref = reference.attention_grad(q, k, v, do, **kw)
-    ref = ref[:3]  # dsinks (with sinks) is not tabled
     bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
 
     def models(prec):
         # the flash model backward in this dtype: its own record, and the yardstick of the
         # ratios where the standard backward overflowed (computed once, when first asked)
-        return (numerics.standard_model_grad(q, k, v, do, prec, **kw)[:3], functools.cache(
-            lambda: numerics.flash_model_grad(q, k, v, do, prec, block=block, **kw)[:3]))
+        return (numerics.standard_model_grad(q, k, v, do, prec, **kw), functools.cache(
+            lambda: numerics.flash_model_grad(q, k, v, do, prec, block=block, **kw)))
 
     def why_not(backend, dtype):
         return (unavailable_reason(backend, case.shape, dtype)
@@ -258,9 +286,9 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                     ) -> list[GradAccuracy | Unavailable | Failed]:
     """The gradient records of ``kernels`` in each of ``dtypes`` that has a backward model
     (fp64 and fp8 left out), the loop the dense and the packed checks share:
-    ``models(prec)`` -> (the standard backward's dq, dk, dv; a callable giving the flash
-    model's), ``why_not(backend, dtype)`` -> why it does not run here or None,
-    ``run(backend, prec)`` -> its (dq, dk, dv); ``where`` ends the progress lines."""
+    ``models(prec)`` -> (the standard backward's dq, dk, dv[, dsinks]; a callable giving the
+    flash model's), ``why_not(backend, dtype)`` -> why it does not run here or None,
+    ``run(backend, prec)`` -> its (dq, dk, dv[, dsinks]); ``where`` ends the progress lines."""
     records: list[GradAccuracy | Unavailable | Failed] = []
     precs = (get_precision(d) for d in dtypes)  # the door: names become Precisions, once
     for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):

@@ -176,7 +176,8 @@ def varlen_backward_exactness(case: Case, q, k, v, do, cu, cu_k, ref, block: int
 
 def _varlen_autograd(backend, q, k, v, do, cu, cu_k, prec: Precision, kw):
     """dq, dk, dv of a backend's packed path: torch.autograd through ``backend.varlen`` on
-    fresh copies of the inputs rounded to ``prec``."""
+    fresh copies of the inputs rounded to ``prec``; and dsinks (summed over the sequences)
+    where the case has sinks and the backend gives it (``Backend.dsinks``)."""
     import torch
 
     from flashbench.bands.measure import caller_inputs
@@ -184,7 +185,11 @@ def _varlen_autograd(backend, q, k, v, do, cu, cu_k, prec: Precision, kw):
     given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v, do)))
     dev = backend.device(given[0].device)
     leaves = [t.to(dev).requires_grad_(True) for t in given[:3]]
-    o = backend.varlen(*leaves, cu, cu_k, **kw)[0]
+    if backend.dsinks and kw.get("sinks") is not None:
+        kw = {**kw, "sinks": torch.tensor(kw["sinks"], dtype=torch.float32, device=dev,
+                                          requires_grad=True)}
+        leaves.append(kw["sinks"])
+    o = backend.varlen(*leaves[:3], cu, cu_k, **kw)[0]
     return torch.autograd.grad(o, leaves, given[3].to(o.dtype).to(o.device))
 
 
@@ -195,7 +200,7 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
                              ref=None, band_rule: bool = True):
     """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
     docstring): ``dtypes`` names or their Precisions, resolved once, here; ``inputs`` (q, k,
-    v, do, cu_seqlens_q, cu_seqlens_k), ``ref`` their float64 (dq, dk, dv)."""
+    v, do, cu_seqlens_q, cu_seqlens_k), ``ref`` their float64 (dq, dk, dv[, dsinks])."""
     import functools
 
     from flashbench.measure.backward import GRADS, judge_gradients
@@ -206,16 +211,16 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
         inputs = (q, k, v, varlen_grad_output(case, seed), cu, cu_k)
     q, k, v, do, cu, cu_k = inputs
     kw = case.kwargs(seed)
-    ref = (reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **kw) if ref is None
-           else ref)[:3]
+    if ref is None:  # (dq, dk, dv[, dsinks])
+        ref = reference.varlen_attention_grad(q, k, v, do, cu, cu_k, **kw)
     bands = CaseBands(case, (q, k, v, do), grad=True, apply=band_rule, seed=seed)
 
     def models(prec):  # the two backward models per sequence; the flash one when asked
         return (per_sequence_grad(numerics.standard_model_grad, q, k, v, do, cu, cu_k,
-                                  dtype=prec, **kw)[:3],
+                                  dtype=prec, **kw),
                 functools.cache(lambda: per_sequence_grad(
                     numerics.flash_model_grad, q, k, v, do, cu, cu_k, dtype=prec,
-                    block=block, **kw)[:3]))
+                    block=block, **kw)))
 
     got: dict = {}  # (kernel, dtype) -> its gradients, float64: where a FAIL's error is
 
