@@ -253,28 +253,33 @@ def verify(suite) -> None:
         call.verify()
 
 
-def attention_row(args, r: int, causal=False, block=None, **variant):
-    """Row ``r`` of attention(q, k, v) in float64 on that one query row (its keys cut at
-    the causal diagonal, so a window keeps its place), the k, v heads repeated for grouped
-    queries: [..., H, dv]. Plain and causal rows are computed here, by scipy's softmax, not
-    by the commit's reference (which TimeAttention times: a change that broke the reference
-    would otherwise check itself); a variant's (window, softcap, sinks) by the commit's
-    ``reference.attention``."""
+def attention_row(args, r: int, causal=False, block=None, window=(-1, -1), softcap=None,
+                  sinks=None):
+    """Row ``r`` of attention(q, k, v) in float64 on that one query row, the k, v heads read
+    in place for grouped queries: [..., H, dv]. Computed here, by scipy's logsumexp, with
+    the variants' contract (DESIGN.md; window, softcap, sinks), never by the commit's
+    reference, which TimeAttention and TimeVariantReference time: a change that broke it
+    would otherwise check itself (one that dropped the softcap passed until 2026-12-06)."""
     q, k, v = args[:3]
-    see = r + k.shape[-2] - q.shape[-2] + 1 if causal else k.shape[-2]
-    h, hkv = q.shape[-3], k.shape[-3]
-    if variant:
-        k, v = (x[..., :see, :] for x in (k, v))
-        if h != hkv:  # grouped k, v heads: repeated to q's heads (the reference's layout)
-            k, v = (np.repeat(x, h // hkv, axis=-3) for x in (k, v))
-        attention = need("reference", "attention")
-        return attention(q[..., r:r + 1, :], k, v, **variant)[0][..., 0, :]
-    if see <= 0:  # a query row before every key: no key visible, a zero row
-        return np.zeros((*q.shape[:-2], v.shape[-1]))
+    h, hkv, nk = q.shape[-3], k.shape[-3], k.shape[-2]
+    diag = r + nk - q.shape[-2]  # the key on this row's bottom-right diagonal
+    left, right = window
+    lo = 0 if left < 0 else max(0, diag - left)
+    hi = nk if right < 0 else min(nk, diag + right + 1)
+    hi = min(hi, diag + 1) if causal else hi
     # grouped k, v heads read in place: q's heads as (kv head, group), no repeated copy
     qr = q[..., r, :].reshape(*q.shape[:-3], hkv, h // hkv, q.shape[-1])
-    s = np.einsum("...gd,...nd->...gn", qr, k[..., :see, :]) / np.sqrt(q.shape[-1])
-    o = np.einsum("...gn,...nd->...gd", scipy.special.softmax(s, axis=-1), v[..., :see, :])
+    s = np.einsum("...gd,...nd->...gn", qr, k[..., lo:max(lo, hi), :]) / np.sqrt(q.shape[-1])
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    if sinks is not None:  # a key with no value: it joins the denominator only
+        sink = np.broadcast_to(np.asarray(sinks, np.float64).reshape(hkv, h // hkv, 1),
+                               (*s.shape[:-1], 1))
+        s = np.concatenate([s, sink], axis=-1)
+    if s.shape[-1] == 0:  # a row that sees no key (nor a sink): a zero row
+        return np.zeros((*q.shape[:-2], v.shape[-1]))
+    p = np.exp(s - scipy.special.logsumexp(s, axis=-1, keepdims=True))[..., :max(0, hi - lo)]
+    o = np.einsum("...gn,...nd->...gd", p, v[..., lo:max(lo, hi), :])
     return o.reshape(*q.shape[:-2], v.shape[-1])
 
 

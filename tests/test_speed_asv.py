@@ -356,3 +356,28 @@ def test_the_device_floor_is_measured_around_a_synchronised_device(monkeypatch):
     assert floor.too_fast(0.4e-3, 1e9, 0, dtype=fp8, device="meta-test") is None  # 0.5 ms
     assert "x 2 for fp8" in floor.too_fast(0.2e-3, 1e9, 0, dtype=fp8, device="meta-test")
     assert measured == [4096, 8192, 8192]  # the small peak once, each confirmation anew
+
+
+@pytest.mark.parametrize("variant", ["softcap=30", "causal window=(256,0)", "sinks"])
+def test_a_variant_reference_that_drops_its_variant_fails_its_own_suite(monkeypatch, variant):
+    """The rows a variant suite checks are computed by the suite (benchmarks.common.
+    attention_row), not by the commit's reference.attention it times: a one-shot reference
+    that ignored the softcap passed its own check until 2026-12-06 (a red team)."""
+    from flashbench import reference
+
+    real = reference.attention
+
+    def dropped(q, k, v, causal=False, window=(-1, -1), softcap=None, sinks=None, **kw):
+        return real(q * 5.0 if softcap else q, k, v, causal=causal and window == (-1, -1),
+                    softcap=None, sinks=None, **kw)  # the variant left out
+
+    args = ("1x1x512x512x32", "fp64", variant, "one-shot")
+    suite = TimeVariantReference()
+    suite.setup(*args)
+    suite.time_attention(*args)
+    suite.teardown(*args)  # the real reference passes the suite's own rows
+    monkeypatch.setattr(reference, "attention", dropped)
+    suite.setup(*args)
+    suite.time_attention(*args)
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        suite.teardown(*args)
