@@ -415,3 +415,24 @@ def test_a_grouped_query_band_draws_whole_groups_and_check_passes_the_flash_mode
     rc = main(["check", "--shape", "1x16/2x256x64", "--dtype", "bf16", "--pass", "bwd",
                "--causal", "off", "--no-backends", "--quiet", "--save", str(tmp_path)])
     assert rc == 0
+
+
+def test_an_op_that_returns_no_lse_gets_no_lse_band_and_says_so(capsys):
+    """torch's peers return no LSE: their "LSE" is flashbench's stand-in, the same numbers for
+    each of them (a red team found torch-sdpa's and torch-naive's LSE bands identical)."""
+    said = []
+    bands = measure_bands(dtypes=["bf16"], ns=[64], dists=["normal"], causal=[False],
+                          seeds=2, kernels=["torch-sdpa", "triton"], say=said.append)
+    assert {(b.kernel, b.tensor) for b in bands if b.kernel != "standard_model"} == {
+        ("torch-sdpa", "o"), ("triton", "o"), ("triton", "lse")}
+    assert any("torch-sdpa: no LSE band (it returns no LSE" in s for s in said)
+
+
+def test_the_header_counts_the_rows_each_seed_draws(capsys):
+    """Whole heads of a cell's rows: N = 300 draws 3 heads of 75 rows (225), N = 1,000 one of
+    250; the header said 256."""
+    from flashbench.cli import main
+
+    assert main(["bands", "--quiet", "--n", "300", "1000", "--seeds", "1", "--dist", "normal",
+                 "--dtype", "bf16", "--causal", "off"]) == 0
+    assert "1 seeds x 225-250 query rows x d=64 per cell" in capsys.readouterr().out

@@ -114,8 +114,17 @@ def run(args) -> int:
     return 0
 
 
+def _rows_drawn(ns, causal) -> int | str:
+    """The query rows a seed draws per cell (whole heads of a cell's rows: 225 at N = 300,
+    :func:`~flashbench.bands.measure.cell_shape`), one number or their range."""
+    from flashbench.bands.measure import cell_shape
+
+    rows = {s.H * s.Nq for n in ns for c in causal for s in [cell_shape(n, causal=c)]}
+    return rows.pop() if len(rows) == 1 else f"{min(rows)}-{max(rows)}"
+
+
 def _measure(args, say):
-    from flashbench.bands.measure import HEAD_DIM, ROWS_PER_SEED, measure_bands
+    from flashbench.bands.measure import HEAD_DIM, measure_bands
     from flashbench.inputs.precision import get_precision
 
     # the door: each --dtype name becomes its Precision here, once (None: the default set)
@@ -128,7 +137,8 @@ def _measure(args, say):
                           seeds=args.seeds, kernels=args.kernels, versus=versus, say=say,
                           d=d, dv=dv)
     meta = {"seconds": time.perf_counter() - t0, "seeds": args.seeds,
-            "rows_per_seed": ROWS_PER_SEED, "head_dim": d if dv is None else f"{d}/{dv}",
+            "rows_per_seed": _rows_drawn(args.n, causal),
+            "head_dim": d if dv is None else f"{d}/{dv}",
             "dtypes": sorted({b.dtype for b in bands}), "n": list(args.n), "dists": args.dist,
             "causal": list(causal), "kernels": args.kernels, "versus": list(versus)}
     return bands, meta
