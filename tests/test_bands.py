@@ -436,3 +436,26 @@ def test_the_header_counts_the_rows_each_seed_draws(capsys):
     assert main(["bands", "--quiet", "--n", "300", "1000", "--seeds", "1", "--dist", "normal",
                  "--dtype", "bf16", "--causal", "off"]) == 0
     assert "1 seeds x 225-250 query rows x d=64 per cell" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--from-results", "results", "--n", "16"],
+                                  ["--from-results", "results", "--unrounded"],
+                                  ["--kernels", "standard_model", "--n", "16"],
+                                  ["--head-dim", "64/", "--n", "16"]],
+                         ids=["n-with-results", "unrounded-with-results", "standard-model",
+                              "head-dim-slash"])
+def test_options_that_cannot_mean_what_they_say_are_refused(args, capsys):
+    """Accepted and ignored before (a red team): --from-results read the suite's grid
+    whatever --n asked, --kernels standard_model printed nothing, 64/ read as 64."""
+    from flashbench.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    args = [str(root / a) if a == "results" else a for a in args]
+    try:
+        code = main(["bands", "--quiet", *args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert ("choose(s) a measurement" in err or "standard_model: its band" in err
+            or "must be D or D/DV" in err), err

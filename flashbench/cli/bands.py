@@ -50,13 +50,18 @@ def add_parser(sub) -> None:
                    help="head dims of the drawn problems (default 64; 80, 192/128: a band "
                    "measured at d = 80 is not d = 64's)")
     b.set_defaults(func=run)
+    MEASURE_DEFAULTS.update({a.dest: a.default for a in b._actions if a.dest in (
+        "dtype", "n", "dist", "causal", "seeds", "kernels", "unrounded", "head_dim")})
+
+
+MEASURE_DEFAULTS: dict = {}  # the measurement options' defaults (--from-results refuses others)
 
 
 def head_dims(text: str) -> tuple[int, int | None]:
     """``D`` or ``D/DV`` (the last field of a shape, DESIGN: ``192/128``) -> (d, dv)."""
-    d, _, dv = text.partition("/")
+    d, slash, dv = text.partition("/")
     try:
-        dims = int(d), (int(dv) if dv else None)
+        dims = int(d), (int(dv) if slash else None)  # "64/" is no D/DV
     except ValueError:
         raise argparse.ArgumentTypeError(f"head dim must be D or D/DV, integers, got {text!r}"
                                          ) from None
@@ -89,6 +94,18 @@ def run(args) -> int:
         setattr(args, option, distinct(getattr(args, option), f"--{option}", "bands"))
     if args.from_results is None:
         _refuse_big(args)
+    elif not Path(args.from_results).is_dir():
+        raise ValueError(f"--from-results {args.from_results}: not a folder of asv results")
+    else:  # what is read is the suite's grid: options that choose a measurement are refused
+        given = [f"--{o.replace('_', '-')}" for o in ("dtype", "n", "dist", "causal", "seeds",
+                                                     "kernels", "unrounded", "head_dim")
+                 if getattr(args, o) != MEASURE_DEFAULTS[o]]
+        if given:
+            raise ValueError(f"{', '.join(given)} choose(s) a measurement; --from-results "
+                             "prints the bands suite's own grid (TrackBands) as recorded")
+    if "standard_model" in args.kernels:
+        raise ValueError("--kernels standard_model: its band is measured beside every "
+                         "kernel's (the ratios' denominator); name flash_model or a backend")
     say = progress_printer(not args.quiet)
 
     if args.from_results is not None:
@@ -150,8 +167,6 @@ def _from_results(path):
     from flashbench.history import load_results
     from flashbench.history.bands import band_history, latest_bands
 
-    if not Path(path).is_dir():
-        raise ValueError(f"--from-results {path}: not a folder of asv results")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         df = load_results(path)
