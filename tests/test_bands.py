@@ -459,3 +459,11 @@ def test_options_that_cannot_mean_what_they_say_are_refused(args, capsys):
     err = capsys.readouterr().err
     assert ("choose(s) a measurement" in err or "standard_model: its band" in err
             or "must be D or D/DV" in err), err
+
+
+def test_a_kernel_that_takes_no_dtype_asked_says_so():
+    said = []
+    bands = measure_bands(dtypes=["tf32"], ns=[16], dists=["normal"], causal=[False], seeds=1,
+                          kernels=["triton"], say=said.append)
+    assert not [b for b in bands if b.kernel == "triton"]
+    assert any("triton tf32: skipped: it takes fp32, fp16, bf16" in s for s in said), said

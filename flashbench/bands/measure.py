@@ -227,6 +227,7 @@ def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
 
     backend = get_backend(name)
     if prec.name not in backend.dtypes:
+        say(f"  {name} {prec.name}: skipped: it takes {', '.join(backend.dtypes)}")
         return None
     reason = backend.unavailable()
     if reason is not None:
