@@ -303,13 +303,14 @@ def test_a_packed_rows_yardsticks_are_its_whole_sequences():
 
     lens, shape = (100, 37, 2, 60), Shape(4, 4, 100, 100, 48, Hkv=2)
     case = SpeedCase(shape, "fp16", False, "fwd", None, lens)
-    q, k, v, cu = (t.double().numpy() for t in varlen_maker(lens, shape, "fp16")(57))
+    q, k, v, cu, _ = (t.double().numpy() for t in varlen_maker(lens, shape, "fp16")(57))
     judge = object.__new__(PackedJudge)
     judge.case = case
     qs = q[100:137].transpose(1, 0, 2)[None]
     ks, vs = (np.repeat(t[100:137].transpose(1, 0, 2)[None], 2, axis=1) for t in (k, v))
     ref = reference.attention(qs, ks, vs)[0]
     std = float(np.abs(np.asarray(numerics.standard_model(qs, ks, vs, "fp16")[0]) - ref).max())
-    ok = judge._sequence_yardsticks(q, k, v, 100, 37, 120, 2, 1.5 * std)
+    ok = judge._sequence_yardsticks(q, k, v, (100, 37), (100, 37), 120, 2, 1.5 * std)
     assert ok.passed and ok.standard_error == pytest.approx(std)
-    assert not judge._sequence_yardsticks(q, k, v, 100, 37, 120, 2, 100 * std).passed
+    assert not judge._sequence_yardsticks(q, k, v, (100, 37), (100, 37), 120, 2,
+                                          100 * std).passed

@@ -96,6 +96,25 @@ def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(tmp_path):
     assert all(x["case"].split()[2] == "30:45,17,25:9,6:0" for x in rows)
 
 
-def test_speed_refuses_q_colon_k_by_name(tmp_path):
-    r = _check(tmp_path, "speed", "--varlen", "30:45,17", "--only", "torch-sdpa")
-    assert r.returncode == 2 and "Q:K" in r.stderr and "Traceback" not in r.stderr, r.stderr
+def test_speed_times_q_colon_k_and_fails_a_kernel_that_cuts_keys_at_the_queries(tmp_path):
+    """speed --varlen takes Q:K items (it refused them before): torch's packed path and an
+    honest user kernel PASS, one that cuts K, V at cu_seqlens_q FAILs by its timed outputs;
+    FLOPs count each sequence's Nq x Nk (bottom-right causal) pairs."""
+    from flashbench.measure.speed import SpeedCase
+
+    r = _check(tmp_path, "speed", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype",
+               "fp32", "--causal", "on", "--shape", "1x2x64x16", "--only", "torch-sdpa",
+               "pk:good", "pk:mixed")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert {(x["backend"], x["status"]) for x in rows} == {
+        ("torch-sdpa", "PASS"), ("pk:good", "PASS"), ("pk:mixed", "FAIL")}, rows
+    assert all(x["case"].startswith("varlen 30:45,17,25:9,6:0 H=2 d=16") for x in rows)
+    mixed = next(x for x in rows if x["backend"] == "pk:mixed")
+    assert "off the float64 reference of their sequences" in mixed["failures"]["wrong"]
+    assert "queries," in mixed["failures"]["wrong"] or "length 17" in mixed["failures"]["wrong"]
+    case = SpeedCase(Shape(4, 2, 30, 45, 16), "fp32", True, "fwd", None, (30, 17, 25, 6),
+                     (45, 17, 9, 0))
+    pairs = sum(nq * nk - nq * (nq - 1) // 2 if nk >= nq else nk * (nk + 1) // 2
+                for nq, nk in ((30, 45), (17, 17), (25, 9)))
+    assert case.flops() == pytest.approx(4 * 2 * 16 * pairs)

@@ -298,16 +298,13 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
     if given:
         raise ValueError(f"speed --varlen does not read {', '.join(given)}: a packed batch is "
                          "timed forward, without a variant (check --varlen judges them)")
-    if args.varlen.keys is not None:
-        raise ValueError(f"speed --varlen {args.varlen.text}: speed times packed batches of "
-                         "equal query and key lengths (one length per sequence); check "
-                         "--varlen judges Q:K items")
     lens = tuple(args.varlen.draw(run_seed))
-    n = max(lens)
-    refusal = too_big([packed_shape(lens, s) for s in shapes])
+    keys = args.varlen.keys  # Q:K items: the key lengths (a list's alone), else None
+    refusal = too_big([packed_shape(lens, s, keys) for s in shapes])
     if refusal is not None:
         raise ValueError(refusal)
-    return [SpeedCase(replace(s, B=len(lens), Nq=n, Nk=n), d, c, "fwd", None, lens)
+    return [SpeedCase(replace(s, B=len(lens), Nq=max(lens), Nk=max(keys or lens)), d, c, "fwd",
+                      None, lens, keys)
             for s in dict.fromkeys(shapes) for d in dtypes for c in causals]
 
 

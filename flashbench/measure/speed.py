@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.problem import Shape
 from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofline
 from flashbench.timed.guard import FLOOR, STALE, WRONG
@@ -50,14 +51,17 @@ class SpeedCase:
     direction: str = "fwd"
     variant: object = None  # a flashbench.inputs.variant.Variant (window, softcap, sinks)
     varlen: tuple | None = None  # a packed batch's lengths (shape: B = count, N = longest)
+    varlen_k: tuple | None = None  # its key lengths, where they differ (``Q:K`` items)
 
     def flops(self) -> float:
         """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS); a
         window counts only the pairs it leaves visible; a packed batch, its sequences'."""
         if self.varlen is not None:  # each sequence's, as a batch of one (empty: none)
             s = self.shape
-            return sum(replace(self, varlen=None, shape=Shape(1, s.H, n, n, s.d, s.dv, Hkv=s.Hkv))
-                       .flops() for n in self.varlen if n > 0)
+            return sum(replace(self, varlen=None, varlen_k=None,
+                               shape=Shape(1, s.H, n, m, s.d, s.dv, Hkv=s.Hkv)).flops()
+                       for n, m in zip(self.varlen, self.varlen_k or self.varlen, strict=True)
+                       if n > 0 and m > 0)
         direction = {"fwdbwd": "fwd+bwd"}.get(self.direction, self.direction)
         full = self.shape.flops(self.causal, direction)
         if self.variant is None:
@@ -80,7 +84,8 @@ class SpeedCase:
         batch: its rows, B = 1 and N the total)."""
         from flashbench.timed.attention import packed_shape, torch_dtype
 
-        s = self.shape if self.varlen is None else packed_shape(self.varlen, self.shape)
+        s = self.shape if self.varlen is None else packed_shape(self.varlen, self.shape,
+                                                                self.varlen_k)
         qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
         kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
         per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
@@ -91,7 +96,7 @@ class SpeedCase:
         mask = f" {self.variant.label()}" if self.variant else " causal" * self.causal
         s = self.shape  # a packed batch: its lengths and heads, never the padded shape
         what = s.spec() if self.varlen is None else (
-            f"varlen {','.join(map(str, self.varlen))} H={s.H}"
+            f"varlen {lengths_text(self.varlen, self.varlen_k)} H={s.H}"
             f"{'' if s.kv_heads == s.H else f'/{s.kv_heads}'} d={s.d}"
             f"{'' if s.head_dim_v == s.d else f'/{s.head_dim_v}'}")
         return f"{what} {self.dtype}{mask} {self.direction}"

@@ -64,7 +64,8 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
     if case.varlen is not None:  # a packed batch: its forward alone (cli.speed refuses more)
         from flashbench.measure.speedvarlen import PackedJudge
 
-        judge = PackedJudge(case, varlen_maker(case.varlen, case.shape, case.dtype), seed,
+        judge = PackedJudge(case, varlen_maker(case.varlen, case.shape, case.dtype,
+                                               keys=case.varlen_k), seed,
                             out_dtype)
     else:
         judge = Judge(case, attention_maker(case.shape, case.dtype, drawn_on, "device"), seed,
@@ -93,7 +94,8 @@ def _late_do(case: SpeedCase, device: str, draw: str):
 
 def _pool(case: SpeedCase, samples: int) -> int:
     """Slots of the case's pool (a packed batch: sized by its rows, not the padded shape)."""
-    shape = case.shape if case.varlen is None else packed_shape(case.varlen, case.shape)
+    shape = case.shape if case.varlen is None else packed_shape(case.varlen, case.shape,
+                                                                 case.varlen_k)
     return pool_size(shape, case.dtype, samples)
 
 
@@ -105,8 +107,8 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
     if case.varlen is not None:  # a packed batch: q, k, v, cu_seqlens as FlashAttention's
         from flashbench.measure.speedvarlen import packed_call
 
-        pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type), size, seed,
-                    names_for("fwd", varlen=True))
+        pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type,
+                                 case.varlen_k), size, seed, names_for("fwd", varlen=True))
         setup, call = None, packed_call(backend, case)
     elif case.direction == "fwd":
         make = attention_maker(case.shape, case.dtype, dev.type, "device")  # _judged's too
@@ -161,7 +163,8 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         else:
             reply = time_in_worker(worker, case.shape.spec(), case.dtype, case.causal, seed,
                                    samples, warmup, _pool(case, samples), case.direction,
-                                   case.kwargs(), varlen=case.varlen, gqa=backend.gqa)
+                                   case.kwargs(), varlen=case.varlen, gqa=backend.gqa,
+                                   varlen_k=case.varlen_k)
             times, seeds, outputs, where = (reply["samples_s"], reply["seeds"],
                                             reply["outputs"], reply["device"])
             faults = dict(reply["faults"])

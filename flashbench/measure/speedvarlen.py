@@ -23,20 +23,21 @@ SEQUENCES = 64  # sequences with a checked row in each judged output, at most
 
 
 def packed_call(backend, case):
-    """``call(q, k, v, cu) -> o``: ``backend``'s bare packed op (``varlen_timed``, else
-    ``varlen``'s o), queries and keys cut at the same cu_seqlens. No max_seqlen is given:
-    a kernel that wants it reads cu_seqlens (Triton's: a host read, inside its time)."""
+    """``call(q, k, v, cu_q, cu_k) -> o``: ``backend``'s bare packed op (``varlen_timed``,
+    else ``varlen``'s o), queries cut at cu_seqlens_q, keys at cu_seqlens_k. No max_seqlen
+    is given: a kernel that wants it reads cu_seqlens (Triton's: a host read, inside its
+    time)."""
     if backend.varlen_timed is not None:
         op = backend.varlen_timed
     else:
         def op(*args, **kwargs):
             return backend.varlen(*args, **kwargs)[0]
-    return lambda q, k, v, cu: op(q, k, v, cu, cu, causal=case.causal)
+    return lambda q, k, v, cu_q, cu_k: op(q, k, v, cu_q, cu_k, causal=case.causal)
 
 
 class PackedJudge(Judge):
     """:class:`~flashbench.measure.speed.Judge` of a packed case: ``make(seed)`` gives
-    (q, k, v, cu_seqlens); o is [total, H, dv]."""
+    (q, k, v, cu_seqlens_q, cu_seqlens_k); o is [total_q, H, dv]."""
 
     def want(self) -> tuple:
         s = self.case.shape
@@ -64,14 +65,17 @@ class PackedJudge(Judge):
                                replace=False)
         return np.unique(np.concatenate([each, more]).astype(np.int64))
 
-    def _sequence_yardsticks(self, q, k, v, start: int, n: int, i: int, group: int,
+    def _sequence_yardsticks(self, q, k, v, rows: tuple, keys: tuple, i: int, group: int,
                              err: float):
         """The baseline rule for row ``i``'s error ``err`` against the same-dtype standard
         and flash models' errors on the 64 rows of its sequence around it (block_baseline,
         the dense judge's): one row's own was a noisy yardstick (a per-sequence kernel that
-        rounded S twice failed 7 fp16 contents in 300; a red team, 2026-12-06)."""
-        qs, ks, vs = (np.repeat(t[start:start + n].transpose(1, 0, 2)[None], r, axis=1)
-                      for t, r in ((q, 1), (k, group), (v, group)))
+        rounded S twice failed 7 fp16 contents in 300; a red team, 2026-12-06). ``rows``,
+        ``keys``: the sequence's (start, length) in q and in k, v."""
+        (start, n), (kstart, nk) = rows, keys
+        qs, ks, vs = (np.repeat(t[a:a + m].transpose(1, 0, 2)[None], r, axis=1)
+                      for t, r, a, m in ((q, 1, start, n), (k, group, kstart, nk),
+                                         (v, group, kstart, nk)))
         return block_baseline(qs, ks, vs, [i - start], err, self.case.dtype,
                               self.case.causal)[0]
 
@@ -81,9 +85,9 @@ class PackedJudge(Judge):
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
 
-        q, k, v, cu = self.make(content)
+        q, k, v, cu, cu_k = self.make(content)
         q, k, v = (t.double().numpy() for t in (q, k, v))
-        cu = cu.cpu().numpy().astype(np.int64)
+        cu, cu_k = (c.cpu().numpy().astype(np.int64) for c in (cu, cu_k))
         total, group = q.shape[0], q.shape[1] // k.shape[1]
         got = o.detach().cpu().double().numpy()
         rows = self._rows(cu, total)
@@ -91,28 +95,38 @@ class PackedJudge(Judge):
         for i in rows:
             seq = int(np.searchsorted(cu, i, side="right")) - 1
             start, n = int(cu[seq]), int(cu[seq + 1] - cu[seq])
-            see = i - start + 1 if self.case.causal else n
+            kstart, nk = int(cu_k[seq]), int(cu_k[seq + 1] - cu_k[seq])
+            # bottom-right within its sequence: row i sees keys up to i - start + nk - n
+            see = min(nk, max(0, i - start + 1 + nk - n)) if self.case.causal else nk
+            if see == 0:  # a row that sees no key: O = 0 (the contract's)
+                err = float(np.abs(got[i]).max())
+                if err != 0.0:
+                    bad.append((int(i), seq, (n, nk), err, None,
+                                "a row that sees no key must be 0"))
+                continue
             qi = q[i:i + 1].transpose(1, 0, 2)[None]  # [1, H, 1, d]
-            ki, vi = (np.repeat(t[start:start + see].transpose(1, 0, 2)[None], group, axis=1)
-                      for t in (k, v))
+            ki, vi = (np.repeat(t[kstart:kstart + see].transpose(1, 0, 2)[None], group,
+                                axis=1) for t in (k, v))
             ref = reference.attention(qi, ki, vi)[0][0, :, 0, :]
             sm = np.asarray(numerics.standard_model(qi, ki, vi, self.case.dtype)[0],
                             np.float64)[0, :, 0, :]
             err = float(np.abs(got[i] - ref).max())
-            limit = band_tolerance(self.case, n, n)
+            limit = band_tolerance(self.case, n, nk)
             if limit is not None and err <= limit:
                 continue
             verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
             if not verdict.passed and not bad:  # the sequence's yardsticks, as check's (once
                 # a row is wrong by them, the verdict is: no more of their cost)
-                verdict = self._sequence_yardsticks(q, k, v, start, n, i, group, err)
+                verdict = self._sequence_yardsticks(q, k, v, (start, n), (kstart, nk), i,
+                                                    group, err)
             if not verdict.passed:
-                bad.append((int(i), seq, n, err, limit, verdict))
+                bad.append((int(i), seq, (n, nk), err, limit, verdict))
         if not bad:
             return None
-        i, seq, n, err, limit, verdict = bad[0]
+        i, seq, (n, nk), err, limit, verdict = bad[0]
+        length = f"length {n}" if n == nk else f"{n} queries, {nk} keys"
         band = f"above the band's tolerance {limit:.3g} and " if limit is not None else ""
+        why = verdict if isinstance(verdict, str) else f"by the baseline rule {verdict.words()}"
         return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
                        f"of their sequences: row {i} (sequence index {seq} of {len(cu) - 1}, "
-                       f"length {n}) max abs error {err:.3g}, {band}by the baseline rule "
-                       f"{verdict.words()}")
+                       f"{length}) max abs error {err:.3g}, {band}{why}")

@@ -170,38 +170,41 @@ def warm_slots(pool: Pool, warmup: int) -> list[int]:
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
                    warmup: int, pool: int, direction: str = "fwd",
                    variant: dict | None = None, decode: dict | None = None, varlen=None,
-                   gqa: bool = True) -> dict:
+                   gqa: bool = True, varlen_k=None) -> dict:
     """``samples`` timed requests of the kernel in ``worker`` (module docstring): per call
     times (harness clock, s), the content seed of each call (replayed here from ``seed``, not
     taken from the worker), the outputs, faults, the worker's own median, k, the null round
     trip's median, the device. ``direction`` "decode": ``shape`` is a decode case's spec,
     ``decode`` its parameters (:func:`flashbench.timed.decode.decode_params`), the function a
     decode function. ``varlen``: a packed batch's lengths (its forward; ``shape`` gives
-    the heads and head dims). ``gqa``: whether the function takes k, v of fewer heads than
-    q (else they are expanded). BackendFailed / BackendUnavailable as the worker raises
-    them."""
+    the heads and head dims), ``varlen_k`` its key lengths where they differ. ``gqa``:
+    whether the function takes k, v of fewer heads than q (else they are expanded).
+    BackendFailed / BackendUnavailable as the worker raises them."""
     from flashbench.backends.worker import time_limit
     from flashbench.timed.shared import share
 
     w = _Clocked(worker, time_limit())
-    pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa)
+    pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa, varlen_k)
     shared = share(pool)
     try:
-        return _timed(w, pool, shared, samples, warmup, direction, causal, variant, varlen)
+        return _timed(w, pool, shared, samples, warmup, direction, causal, variant,
+                      None if varlen is None else (varlen, varlen_k or varlen))
     finally:
         shared.unlink()
 
 
 def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction: str,
            causal: bool, variant: dict | None, varlen) -> dict:
-    """:func:`time_in_worker`'s requests on the shared ``pool``."""
+    """:func:`time_in_worker`'s requests on the shared ``pool``; ``varlen``: a packed batch's
+    (query lengths, key lengths), or None."""
     seeds: list = []  # each timed call's content seed, in order
     sums: list = []  # each call's output sums at its run's reply
     warm = warm_slots(pool, warmup)
     said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
                  late=pool.late_n, names=list(pool.names), causal=causal,
                  direction=direction, variant=variant or {},
-                 varlen=None if varlen is None else [int(n) for n in varlen])[1]["device"]
+                 varlen=None if varlen is None else [int(n) for n in varlen[0]],
+                 varlen_k=None if varlen is None else [int(n) for n in varlen[1]])[1]["device"]
     shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault

@@ -54,7 +54,8 @@ def one_thread():
 
 
 def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = "fwd",
-                 decode: dict | None = None, varlen=None, gqa: bool = True) -> Pool:
+                 decode: dict | None = None, varlen=None, gqa: bool = True,
+                 varlen_k=None) -> Pool:
     """The pool of a worker's calls, made in this process from the run's seed (the worker
     maps its slots: :func:`flashbench.timed.shared.share`): the inputs as the judges
     rebuild them (CPU draws), k and v expanded to q's heads for a function without GQA
@@ -69,11 +70,11 @@ def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = 
     if direction == "decode":
         make = decode_maker(decode, dtype, "cpu")
     elif varlen is not None:
-        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu")
+        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu", varlen_k)
 
         def make(s):
-            q, k, v, cu = packed(s)
-            return (q, *((k, v) if gqa else expand_kv(q, k, v)), cu)
+            q, k, v, cu_q, cu_k = packed(s)
+            return (q, *((k, v) if gqa else expand_kv(q, k, v)), cu_q, cu_k)
     elif direction == "fwd":
         qkv = attention_maker(Shape.parse(shape), dtype, "cpu", "cpu")
 

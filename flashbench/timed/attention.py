@@ -57,31 +57,39 @@ def _drawn_on(device: str, draw: str) -> str:
     return device if draw == "device" else "cpu"
 
 
-def packed_shape(lengths, shape: Shape) -> Shape:
-    """The packed batch of ``lengths`` as one sequence of all its rows: B = 1, Nq = Nk = the
-    total, ``shape``'s heads and head dims (what sizes its pool and counts its bytes)."""
+def packed_shape(lengths, shape: Shape, keys=None) -> Shape:
+    """The packed batch of ``lengths`` (``keys``: its key lengths where they differ) as one
+    sequence of all its rows: B = 1, Nq the queries' total, Nk the keys', ``shape``'s heads
+    and head dims (what sizes its pool and counts its bytes)."""
     total = sum(int(n) for n in lengths)
-    return Shape(1, shape.H, total, total, shape.d, shape.dv, Hkv=shape.Hkv)
+    total_k = total if keys is None else sum(int(n) for n in keys)
+    return Shape(1, shape.H, total, total_k, shape.d, shape.dv, Hkv=shape.Hkv)
 
 
-def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu"):
-    """``make(seed) -> (q, k, v, cu_seqlens)``: a packed batch in FlashAttention's varlen
-    layout, q [total, H, d], k [total, Hkv, d], v [total, Hkv, dv] in ``dtype`` on
-    ``device``, N(0, 1) from a CPU generator seeded with ``seed`` (identical in every
-    process); cu_seqlens int32 [len + 1] on ``device``, the same for every seed."""
+def _cu(lengths):
+    import torch
+
+    return torch.tensor([0, *torch.tensor([int(n) for n in lengths]).cumsum(0).tolist()],
+                        dtype=torch.int32)
+
+
+def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu", keys=None):
+    """``make(seed) -> (q, k, v, cu_seqlens_q, cu_seqlens_k)``: a packed batch in
+    FlashAttention's varlen layout, q [total_q, H, d], k [total_k, Hkv, d], v [total_k, Hkv,
+    dv] in ``dtype`` on ``device``, N(0, 1) from a CPU generator seeded with ``seed``
+    (identical in every process); the cu_seqlens int32 [len + 1] on ``device``, the same for
+    every seed (``keys``: the key lengths where they differ from ``lengths``)."""
     import torch
 
     dt = torch_dtype(dtype)
-    total = sum(int(n) for n in lengths)
-    dims = ((total, shape.H, shape.d), (total, shape.kv_heads, shape.d),
-            (total, shape.kv_heads, shape.head_dim_v))
-    cu = torch.tensor([0, *torch.tensor([int(n) for n in lengths]).cumsum(0).tolist()],
-                      dtype=torch.int32)
+    p = packed_shape(lengths, shape, keys)
+    dims = ((p.Nq, p.H, p.d), (p.Nk, p.kv_heads, p.d), (p.Nk, p.kv_heads, p.head_dim_v))
+    cu_q, cu_k = _cu(lengths), _cu(lengths if keys is None else keys)
 
     def make(seed: int) -> tuple:
         g = torch.Generator().manual_seed(int(seed))
         return (*(torch.randn(d, generator=g).to(dt).to(device) for d in dims),
-                cu.clone().to(device))
+                cu_q.clone().to(device), cu_k.clone().to(device))
 
     return make
 

@@ -22,7 +22,7 @@ __all__ = ["Pool", "fingerprint", "names_for", "NAMES", "CHUNK"]
 
 # a slot's arguments by what the pool feeds (the names :meth:`Pool.modified` says)
 NAMES = {"fwd": ("q", "k", "v"), "grad": ("q", "k", "v", "do"),
-         "varlen": ("q", "k", "v", "cu_seqlens"),
+         "varlen": ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"),
          "decode": ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")}
 
 
