@@ -178,8 +178,7 @@ class Server:
             fn = self._fn(DECODE)
             setup, call = None, lambda *a: call_decode(fn, *a, r["causal"])
         elif r.get("varlen"):  # a packed batch, its forward (speed --varlen)
-            fn = self._packed_fn()
-            longest = max(r["varlen"]), max(r.get("varlen_k") or r["varlen"])
+            fn, longest = self._packed_fn(), (max(r["varlen"]), max(r["varlen_k"]))
             setup, call = None, lambda q, k, v, cu_q, cu_k: call_varlen(
                 fn, q, k, v, cu_q, cu_k, r["causal"], longest=longest, **variant)
         elif direction == "fwd":  # k, v as the harness made them: expanded where no GQA

@@ -57,11 +57,9 @@ class SpeedCase:
         """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS); a
         window counts only the pairs it leaves visible; a packed batch, its sequences'."""
         if self.varlen is not None:  # each sequence's, as a batch of one (empty: none)
-            s = self.shape
-            return sum(replace(self, varlen=None, varlen_k=None,
-                               shape=Shape(1, s.H, n, m, s.d, s.dv, Hkv=s.Hkv)).flops()
-                       for n, m in zip(self.varlen, self.varlen_k or self.varlen, strict=True)
-                       if n > 0 and m > 0)
+            return sum(replace(self, varlen=None, varlen_k=None, shape=replace(
+                self.shape, B=1, Nq=n, Nk=m)).flops() for n, m in zip(
+                    self.varlen, self.varlen_k or self.varlen, strict=True) if n and m)
         direction = {"fwdbwd": "fwd+bwd"}.get(self.direction, self.direction)
         full = self.shape.flops(self.causal, direction)
         if self.variant is None:
@@ -84,8 +82,7 @@ class SpeedCase:
         batch: its rows, B = 1 and N the total)."""
         from flashbench.timed.attention import packed_shape, torch_dtype
 
-        s = self.shape if self.varlen is None else packed_shape(self.varlen, self.shape,
-                                                                self.varlen_k)
+        s = packed_shape(self.varlen, self.shape, self.varlen_k) if self.varlen else self.shape
         qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
         kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
         per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}

@@ -187,24 +187,22 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa, varlen_k)
     shared = share(pool)
     try:
-        return _timed(w, pool, shared, samples, warmup, direction, causal, variant,
-                      None if varlen is None else (varlen, varlen_k or varlen))
+        return _timed(w, pool, shared, samples, warmup, direction, causal, variant, {} if
+                      varlen is None else {"varlen": list(map(int, varlen)),
+                                           "varlen_k": list(map(int, varlen_k or varlen))})
     finally:
         shared.unlink()
 
 
 def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction: str,
-           causal: bool, variant: dict | None, varlen) -> dict:
-    """:func:`time_in_worker`'s requests on the shared ``pool``; ``varlen``: a packed batch's
-    (query lengths, key lengths), or None."""
+           causal: bool, variant: dict | None, packed: dict) -> dict:
+    """:func:`time_in_worker`'s requests on ``pool``; ``packed``: a packed batch's lengths."""
     seeds: list = []  # each timed call's content seed, in order
     sums: list = []  # each call's output sums at its run's reply
     warm = warm_slots(pool, warmup)
     said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
                  late=pool.late_n, names=list(pool.names), causal=causal,
-                 direction=direction, variant=variant or {},
-                 varlen=None if varlen is None else [int(n) for n in varlen[0]],
-                 varlen_k=None if varlen is None else [int(n) for n in varlen[1]])[1]["device"]
+                 direction=direction, variant=variant or {}, **packed)[1]["device"]
     shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
