@@ -1,6 +1,7 @@
 """The sinks' gradient (dsinks [H]) judged by `check --pass bwd --sinks`: flashbench's Triton,
-torch-naive and a user's function that declares ``flashbench_dsinks`` give it, the gradient
-rule judges it (3x the standard backward's error + :func:`flashbench.accuracy.sinks_floor`).
+torch-naive and a user's function that declares ``flashbench_dsinks`` give it; its error
+must stay within :func:`flashbench.accuracy.sinks_limit` (what the rounding of O and dO and
+an fp32 sum over the rows leave a correct kernel).
 
 Before 2026-12-06 the check judged dq, dk and dv alone under sinks: a backward whose dsinks
 was 1.5x the true one PASSed (docs/variants.md said so)."""
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flashbench.accuracy import sinks_floor
+from flashbench.accuracy import sinks_limit
 from flashbench.backends.user import release
 from flashbench.inputs import Shape
 from flashbench.measure import backward as MG
@@ -99,15 +100,15 @@ def _records(user, *names, dtypes=("fp32", "bf16")):
 def test_a_declared_dsinks_arrives_as_a_tensor_and_an_honest_one_passes(user):
     for rec in _records(user, "honest"):
         assert not isinstance(rec, Unavailable | Failed), rec
-        assert rec.passed and rec.dsinks is not None and rec.dsinks_ratio is not None, rec
-        assert rec.dsinks["max_abs"] <= 3 * rec.dsinks_standard["max_abs"] + rec.dsinks_floor
+        assert rec.passed and rec.dsinks_passed and rec.dsinks_ratio <= 1, rec
+        assert rec.dsinks["max_abs"] <= rec.dsinks_limit
 
 
 def test_a_dsinks_scaled_by_one_and_a_half_fails_by_name_with_dq_dk_dv_right(user):
     for rec in _records(user, "scaled"):
-        assert not rec.passed and rec.baseline_passed is False, rec
-        assert rec.dsinks_ratio > 3 and all(getattr(rec, f"{g}_ratio") < 3 for g in MG.GRADS)
-        assert "baseline rule FAIL on dsinks (no band judges it)" in rec.disagreement
+        assert not rec.passed and rec.dsinks_passed is False, rec
+        assert rec.baseline_passed and rec.band_passed  # dq, dk, dv are right
+        assert rec.dsinks_ratio > 1 and "dsinks max error" in rec.disagreement
 
 
 def test_a_declared_dsinks_the_output_does_not_depend_on_fails_by_name(user):
@@ -150,10 +151,18 @@ def test_the_built_in_kernels_give_dsinks_and_the_exactness_covers_it(working_in
     assert what == ["dq", "dk", "dv", "dsinks"]
 
 
-def test_the_floor_is_two_ulps_of_the_largest_dsinks_plus_0_3():
-    assert sinks_floor(np.array([0.05, -0.1]), "fp32") == 2 * 2.0 ** -23 * 2.0 ** -2
-    assert sinks_floor(np.array([1.8, 0.1]), "bf16") == 2 * 2.0 ** -7 * 2.0 ** 1
-    assert sinks_floor(np.array([-5.0]), "fp16") == 2 * 2.0 ** -10 * 2.0 ** 2
+def test_the_limit_is_the_rounding_spread_and_the_fp32_sum_of_the_worst_head():
+    """8 u sqrt(sum_rows P^2 sum_j (dO O)^2) + 2 sqrt(rows) u_fp32 sum_rows P |D|, per head:
+    computed by hand on a two-head, two-row problem."""
+    o = np.array([[[[1.0, 2.0], [0.5, -1.0]], [[3.0, 0.0], [1.0, 1.0]]]])  # [1, H=2, N=2, 2]
+    do = np.array([[[[1.0, -1.0], [2.0, 2.0]], [[0.5, 0.5], [-1.0, 1.0]]]])
+    lse = np.log(np.array([[[2.0, 4.0], [1.0, 8.0]]]))  # P_sink = e^0 / e^lse
+    p = 1 / np.exp(lse)[0]
+    terms = (do * o)[0]
+    want = [8 * 2.0 ** -8 * np.sqrt((p[h] ** 2 * (terms[h] ** 2).sum(-1)).sum())
+            + 2 * np.sqrt(2) * 2.0 ** -24 * (p[h] * np.abs(terms[h].sum(-1))).sum()
+            for h in range(2)]
+    assert sinks_limit(o, lse, do, [0.0, 0.0], "bf16") == pytest.approx(max(want), rel=1e-12)
 
 
 def test_the_tables_show_dsinks_columns_with_a_dash_where_a_kernel_gives_none(user, capsys):
@@ -165,22 +174,44 @@ def test_the_tables_show_dsinks_columns_with_a_dash_where_a_kernel_gives_none(us
     text = capsys.readouterr().out
     assert code == 0, text
     table = text[text.index("5. Gradients"):]
-    assert "dsinks err" in table and "floor dq/dk/dv/dsinks" in table
+    assert "dsinks err" in table and "dsinks limit" in table and "dsinks ratio" in table
     numbers = next(ln for ln in table.splitlines() if f"{user}:numbers" in ln)
-    assert " - " in numbers and "/-" in numbers
+    assert numbers.split()[-6:-3] == ["-", "-", "-"], numbers  # before floor, bands, verdict
     code = main(["check", "--shape", "1x2x24x40x16", "--pass", "bwd", "--causal", "on",
                  "--dtype", "fp32", "--quiet", "--tables", "--no-backends", "--json"])
     assert "dsinks" not in json.dumps(json.loads(capsys.readouterr().out)["gradients"])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(nq=st.integers(1, 48), nk=st.integers(1, 72), heads=st.sampled_from([(2, 2), (4, 2)]),
+@given(nq=st.integers(1, 300), nk=st.integers(1, 300), heads=st.sampled_from([(2, 2), (4, 2)]),
        causal=st.booleans(), dtype=st.sampled_from(["fp32", "fp16"]), seed=st.integers(0, 99))
-def test_property_triton_dsinks_within_the_rule(working_interpreter, nq, nk, heads, causal,
-                                                dtype, seed):
-    """flashbench's Triton dsinks (packed over rows, fp32 sums) passes the gradient rule over
-    shapes, GQA, masks, dtypes and seeds: the floor holds a correct kernel."""
+def test_property_triton_dsinks_within_its_limit(working_interpreter, nq, nk, heads, causal,
+                                                 dtype, seed):
+    """flashbench's Triton dsinks (fp32 sums over the rows) stays within the limit over
+    shapes, GQA, masks, dtypes and seeds (a 3x-the-standard rule FAILed it at 1x2x300x64
+    causal fp32: the standard's dsinks sums in float64)."""
     case = Case(Shape(1, heads[0], nq, nk, 16, Hkv=heads[1]), causal=causal, sinks=True)
     (rec,) = MG.measure_gradients(case, [dtype], ["triton"], seed=seed)
-    assert rec.dsinks is not None
-    assert rec.dsinks["max_abs"] <= 3 * rec.dsinks_standard["max_abs"] + rec.dsinks_floor, rec
+    assert rec.dsinks_passed and rec.dsinks["max_abs"] <= rec.dsinks_limit, rec
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_zero_or_halved_dsinks_fails_where_the_sinks_weigh_little(user, dtype, monkeypatch):
+    """1x4/2x512x64 non-causal: |dsinks| ~ 2e-2, under FlashAttention's atol (two ulps of
+    max |g| + 0.3) in 16-bit: a dsinks of 0 PASSed a 3x-the-standard rule with that floor."""
+    from flashbench.kernels import torch_peers
+
+    case = Case(Shape(1, 4, 512, 512, 64, Hkv=2), sinks=True)
+    real = torch_peers._naive
+    for factor in (0.0, 0.5):
+        def wrong(q, k, v, variant, scale, sink_t, f=factor):
+            if sink_t is not None:  # the sinks' gradient times f, the forward unchanged
+                sink_t = sink_t * f + (sink_t * (1 - f)).detach()
+            return real(q, k, v, variant, scale, sink_t)
+
+        monkeypatch.setattr(torch_peers, "_naive", wrong)
+        (rec,) = MG.measure_gradients(case, [dtype], ["torch-naive"])
+        assert rec.dsinks_passed is False and rec.dsinks_ratio > 1.5, (factor, rec)
+    monkeypatch.setattr(torch_peers, "_naive", real)
+    (rec,) = MG.measure_gradients(case, [dtype], ["torch-naive"])
+    assert rec.dsinks_passed, rec

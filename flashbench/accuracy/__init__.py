@@ -18,10 +18,10 @@ from flashbench.accuracy.rules import (
     gradient_rule,
     judge,
     judge_gradient,
-    sinks_floor,
+    sinks_limit,
 )
 
 __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BandVerdict", "band_rule", "rules_disagree",
            "METRICS", "REL_FLOOR", "error_stats", "to_numpy", "BASELINE_FACTOR", "GRAD_FACTOR",
            "BaselineVerdict", "baseline_rule", "gradient_floor", "gradient_rule", "judge",
-           "judge_gradient", "sinks_floor"]
+           "judge_gradient", "sinks_limit"]

@@ -222,7 +222,8 @@ def _draw(cell: Cell, seeds: Sequence[int], rows_per_seed: int, rows: int | None
 
 
 def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
-    """(o, lse) of backend ``name`` in ``prec`` as NumPy, or None (and why, via say)."""
+    """(o, lse, own: whether the LSE is the op's own) of backend ``name`` in ``prec`` as
+    NumPy, or None (and why, via say)."""
     from flashbench.backends import get_backend
 
     backend = get_backend(name)
@@ -238,8 +239,8 @@ def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
     from flashbench.backends.tensors import torch_dtype
 
     tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in inputs]
-    o, lse = backend(*tensors, causal=causal)
-    return to_numpy(o), to_numpy(lse)
+    out = backend(*tensors, causal=causal)  # what the call returned says whose LSE it is
+    return to_numpy(out[0]), to_numpy(out[1]), bool(getattr(out, "own_lse", backend.own_lse))
 
 
 def _seed_list(seeds) -> tuple[int, ...]:
@@ -324,10 +325,8 @@ def _measure_cell(cell, qkv, precs: Sequence[Precision], n_seeds, kernels, versu
             elif name != "standard_model":
                 got = _backend_output(name, prec, inputs, cell.causal, say)
                 if got is not None:
-                    outputs[name] = got
-                    from flashbench.backends import get_backend
-
-                    if not get_backend(name).own_lse and name not in stand_in:
+                    outputs[name] = got[:2]
+                    if not got[2] and name not in stand_in:
                         stand_in.add(name)
                         say(f"  {name}: no LSE band (it returns no LSE: flashbench's stand-in, "
                             "the same for every such op, is not its own)")

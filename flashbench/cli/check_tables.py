@@ -97,8 +97,8 @@ def render_tables(report: dict) -> str:
 
 def _gradient_tables(report: dict) -> list[str]:
     out = [f"4. Backward exactness in float64: streamed (FlashAttention-2's recurrence) vs "
-           f"one-shot; max |diff| / the gradients' scale (largest |dq|, |dk|, |dv|, |dsinks|); "
-           f"PASS iff <= {EXACT_TOL:g}"]
+           f"one-shot; max |diff| / the gradients' scale (largest |dq|, |dk|, |dv|; dsinks: "
+           f"its largest); PASS iff <= {EXACT_TOL:g}"]
     if report.get("grad_cases_why"):
         out.append(f"   gradients judged on: {'; '.join(report['grad_cases'])} "
                    f"({report['grad_cases_why']})")
@@ -112,11 +112,13 @@ def _gradient_tables(report: dict) -> list[str]:
             "backward's (autograd of plain attention in the dtype); ratio = err / std;",
             "   floor = FlashAttention's gradient atol, 2 max |(g + 0.3) - 0.3 - g| in the "
             "dtype (about an ulp of the largest |g|), for dq/dk/dv"]
-    names = GRADS + ((DSINKS,) if any(DSINKS in r for r in report["gradients"]) else ())
-    if len(names) > 3:
+    sinks = any(DSINKS in r for r in report["gradients"])
+    if sinks:
         out.append("   dsinks [H] (a case with sinks; kernels that give it: flashbench's Triton, "
-                   "torch-naive, a function declaring flashbench_dsinks): the gradient rule "
-                   "alone (a band has no dsinks); '-' where a kernel gives none")
+                   "torch-naive, a function declaring flashbench_dsinks): its max |err| within "
+                   "its limit, 8x the spread the rounding of O and dO to the dtype gives it + 2x "
+                   "an fp32 sum's over the rows (flashbench.accuracy.sinks_limit); ratio = err / "
+                   "limit (PASS <= 1); '-' where a kernel gives none")
     rows, skipped, failed, last = [], {}, {}, None
     for r in report["gradients"]:
         where = (r["case"], r["dtype"])
@@ -127,19 +129,21 @@ def _gradient_tables(report: dict) -> list[str]:
             failed.setdefault((r["kernel"], r["failed"], r.get("peer")), []).append(
                 f"{r['case']} {r['dtype']}")
             continue
-        cells = [c for g in names for c in (
-            (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]), _ratio(r, g)) if g in r
-            else ("-", "-", "-"))]
-        floors = "/".join(f"{r[f'{g}_floor']:.0e}" if g in r else "-" for g in names)
+        cells = [c for g in GRADS for c in (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]),
+                                            _ratio(r, g))]
+        cells += [(_g(r[DSINKS]["max_abs"]) if DSINKS in r else "-"), (
+            _g(r["dsinks_limit"]) if DSINKS in r else "-"), (
+            f"{r['dsinks_ratio']:.2g}" if DSINKS in r else "-")] if sinks else []
+        floors = "/".join(f"{r[f'{g}_floor']:.0e}" for g in GRADS)
         bands = "/".join(band_cell(r, g) for g in GRADS)
         rows.append([*(("", "") if where == last else where), r["kernel"], *cells, floors,
                      bands, verdict_cell(r)])
         last = where
     if rows:
         out.append(tabulate(rows, headers=["case", "dtype", "kernel", *(
-            h for g in names for h in (f"{g} err", f"{g} std", f"{g} ratio")),
-            "floor" if len(names) == 3 else "floor dq/dk/dv/dsinks", "band dq/dk/dv",
-            "verdict"]))
+            h for g in GRADS for h in (f"{g} err", f"{g} std", f"{g} ratio")),
+            *(("dsinks err", "dsinks limit", "dsinks ratio") if sinks else ()), "floor",
+            "band dq/dk/dv", "verdict"]))
         out += band_notes(report["gradients"])
     elif not skipped and not failed:  # every dtype asked is forward-only (fp8)
         out.append(f"   none: no dtype asked ({', '.join(report['meta']['dtypes'])}) has a "
@@ -171,7 +175,8 @@ def verdict_cell(r: dict) -> str:
     elif r.get("baseline_passed") is None or r.get("band_passed") is None:
         verdict = "FAIL"  # one rule only (older reports; hand-made inputs)
     else:
-        verdict = {(True, False): "FAIL (band)", (False, True): "FAIL (2x)"}.get(
+        verdict = {(True, False): "FAIL (band)", (False, True): "FAIL (2x)",
+                   (True, True): "FAIL (dsinks)"}.get(
             (r["baseline_passed"], r["band_passed"]), "FAIL (both)")
     return f"{verdict} (peer)" if r.get("peer") else verdict
 

@@ -54,6 +54,10 @@ def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float
     for t in tensors:
         name, against = _TENSORS[t], (r.get("yardsticks") or {}).get(t)
         ratio = r.get(f"{t}_ratio")
+        if t == "dsinks":  # its own limit, not the standard's (accuracy.sinks_limit)
+            if ratio is not None and not (failed and r.get("dsinks_passed")):
+                out.append((ratio, f"dsinks {r['dtype']} {_ratio(ratio)} of its limit"))
+            continue
         if ratio is not None and not (t == "lse" and r.get("lse_note")) and baseline:
             vs = f" vs {against}" if against else ""
             floor = " (floor)" if ratio > limit and r.get("baseline_passed") and not vs else ""
@@ -80,7 +84,7 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
             out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
                        f"{likely_cause(t, b.get('ratio'), r['dtype'], r.get(f'{t}_ratio'))}"
                        f"{also}")
-    if r.get("baseline_passed") is False or not out:
+    if r.get("baseline_passed") is False or r.get("dsinks_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")
     if r.get("worst_at"):
@@ -120,7 +124,7 @@ def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
 
 def _rule(bad: list[dict]) -> str:
     rules = {(r.get("baseline_passed"), r.get("band_passed")) for r in bad}
-    names = {(True, False): "band", (False, True): "2x"}
+    names = {(True, False): "band", (False, True): "2x", (True, True): "dsinks"}
     named = {names.get(x, "both") for x in rules}
     return f"FAIL ({'both' if len(named) > 1 else named.pop()})"
 

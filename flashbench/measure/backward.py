@@ -18,14 +18,15 @@ renders them, the asv gradient suite (benchmarks/bench_grad.py) tracks their num
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import GRAD_FACTOR, judge_gradient
-from flashbench.accuracy.rules import sinks_floor
+from flashbench.accuracy import GRAD_FACTOR, error_stats, judge_gradient
+from flashbench.accuracy.rules import sinks_limit
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
@@ -108,9 +109,10 @@ class GradAccuracy:
     None when every ratio is against the standard backward; else {"dq" / "dk" / "dv":
     what that ratio is against}: "flash_model" (the same-dtype flash model backward)
     where the standard backward overflowed (:func:`flashbench.accuracy.baseline_rule`).
-    ``dsinks*``: with sinks, where the kernel gives dsinks (the flash model does), the
-    same fields for it, judged by the gradient rule alone (a band has no dsinks) and counted
-    in ``baseline_passed`` and ``passed``; None otherwise.
+    ``dsinks*``: with sinks, where the kernel gives dsinks (the flash model does): its error,
+    the limit a correct kernel's stays within (:func:`flashbench.accuracy.sinks_limit`; no
+    band and no standard-backward ratio judges it), ``dsinks_passed``, counted in ``passed``;
+    None otherwise.
     """
 
     case: Case
@@ -140,11 +142,13 @@ class GradAccuracy:
     disagreement: str | None = None
     baseline_draw: bool | None = None  # its gradient-rule FAIL not counted (bandjudge.combine)
     worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
-    # a case with sinks, a kernel that gives dsinks [H]: its fields as dq's (gradient rule)
+    # a case with sinks, a kernel that gives dsinks [H]: its error stats, the standard
+    # backward's (information), the limit (accuracy.sinks_limit), error / limit, the verdict
     dsinks: dict | None = None
     dsinks_standard: dict | None = None
+    dsinks_limit: float | None = None
     dsinks_ratio: float | None = None
-    dsinks_floor: float | None = None
+    dsinks_passed: bool | None = None
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), **{k: v for k, v in asdict(self).items()
@@ -162,38 +166,31 @@ def backward_exactness(case: Case, q, k, v, do, ref, block: int, seed: int = 0
 
 
 def exactness_records(case: Case, streamed, ref) -> list[BackwardExactness]:
-    """:class:`BackwardExactness` of streamed against one-shot (dq, dk, dv, and dsinks where
-    both give it: a case with sinks), relative to the gradients' scale (the largest of them;
-    also for packed batches, :mod:`flashbench.measure.varlen`)."""
-    names = _names(streamed, ref)
-    scale = max(float(np.abs(r).max(initial=0.0)) for r in ref[:len(names)])
+    """:class:`BackwardExactness` of streamed against one-shot (dq, dk, dv, relative to the
+    gradients' scale, the largest |dq|, |dk|, |dv|; and dsinks where both give it, a case
+    with sinks, relative to its own largest; also for packed batches,
+    :mod:`flashbench.measure.varlen`)."""
+    grads = max(float(np.abs(r).max(initial=0.0)) for r in ref[:3])
+    both = len(streamed) > 3 and len(ref) > 3
     out = []
-    for what, a, b in zip(names, streamed, ref, strict=False):  # dsinks where both have it
+    for what, a, b in zip(GRADS + (DSINKS,) * both, streamed, ref, strict=False):
+        scale = float(np.abs(b).max(initial=0.0)) if what == DSINKS else grads
         diff = float(np.abs(a - b).max(initial=0.0))
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
         out.append(BackwardExactness(case, what, diff, scale, rel, rel <= EXACT_TOL))
     return out
 
 
-def _names(grads, ref) -> tuple[str, ...]:
-    """The gradients judged: dq, dk, dv, and dsinks where both ``grads`` and ``ref`` hold it
-    (a case with sinks, a kernel that gives it: :attr:`flashbench.backends.Backend.dsinks`)."""
-    return GRADS + ((DSINKS,) if len(grads) > 3 and len(ref) > 3 else ())
-
-
 def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, peer=False, *,
-                   bands: CaseBands) -> GradAccuracy:
+                   bands: CaseBands, dsinks_limit=None) -> GradAccuracy:
     """``fallback``: a callable giving the same-dtype flash model's (dq, dk, dv), the
     yardstick where the standard backward overflowed; ``bands``: the case's band side
-    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``). dsinks (with sinks,
-    where the kernel gives it) has its own floor (:func:`~flashbench.accuracy.sinks_floor`)."""
+    (:class:`~flashbench.measure.bandjudge.CaseBands`, ``grad=True``); ``dsinks_limit(prec)``:
+    dsinks' limit (with sinks), judged where the kernel gives dsinks (:func:`_dsinks`)."""
     fields, baseline, yardsticks = {}, {}, {}
-    names = _names(grads, ref)  # std holds dsinks wherever ref does (the models give it)
-    for i, (name, g, s, r) in enumerate(zip(names, grads[:len(names)], std[:len(names)],
-                                            ref[:len(names)], strict=True)):
-        floor = sinks_floor(r, prec) if name == DSINKS else None
+    for i, (name, g, s, r) in enumerate(zip(GRADS, grads[:3], std[:3], ref[:3], strict=True)):
         j = judge_gradient(g, s, r, prec, fallback=lambda i=i: fallback()[i],
-                           model=kernel == "flash_model", floor=floor)
+                           model=kernel == "flash_model")
         fields.update({name: j["kernel"], f"{name}_standard": j["standard"],
                        f"{name}_ratio": j["verdict"].ratio, f"{name}_floor": j["verdict"].floor})
         baseline[name] = (j["verdict"].ratio, j["verdict"].passed)
@@ -201,8 +198,27 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
             yardsticks[name] = j["verdict"].yardstick
     rules = combine(baseline, bands.judge(prec, grads[:3], GRADS), GRAD_FACTOR, prec.name,
                     model=kernel == "flash_model")  # its draw alone is forgiven (records.py)
+    if len(grads) > 3 and len(ref) > 3 and dsinks_limit is not None:
+        rules = _dsinks(fields, rules, prec, grads[3], std[3], ref[3], dsinks_limit(prec))
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
+
+
+def _dsinks(fields: dict, rules: dict, prec: Precision, got, std, ref, limit: float) -> dict:
+    """dsinks' fields (into ``fields``) and ``rules`` with its verdict: its max error within
+    ``limit`` (:func:`flashbench.accuracy.sinks_limit`), or FAIL saying so."""
+    err, std_err = error_stats(got, ref, prec), error_stats(std, ref, prec)
+    ratio = err["max_abs"] / limit if limit > 0 else (0.0 if err["max_abs"] == 0 else math.inf)
+    ok = bool(ratio <= 1.0)  # NaN fails
+    fields.update(dsinks=err, dsinks_standard=std_err, dsinks_limit=limit, dsinks_ratio=ratio,
+                  dsinks_passed=ok)
+    if ok:
+        return rules
+    line = (f"dsinks max error {err['max_abs']:.3g} is {ratio:.3g}x its limit {limit:.3g} (what "
+            "the rounding of O and dO and an fp32 sum over the rows leave a correct kernel; "
+            "docs/variants.md)")
+    return {**rules, "passed": False, "disagreement": "; ".join(
+        x for x in (rules.get("disagreement"), line) if x)}
 
 
 def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
@@ -278,17 +294,25 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     def run(backend, prec):  # BackendFailed: its inputs modified, its worker's verdict
         return _autograd(backend, q, k, v, do, prec, case.causal, variant)
 
-    return judge_gradients(case, dtypes, kernels, models, why_not, run, bands, ref, say)
+    def limit(prec):  # dsinks': from the reference of the inputs rounded as a kernel's
+        given = [caller_inputs(prec, x) for x in (q, k, v, do)]
+        return sinks_limit(*reference.attention(*given[:3], **kw), given[3], kw["sinks"],
+                           prec)
+
+    return judge_gradients(case, dtypes, kernels, models, why_not, run, bands, ref, say,
+                           dsinks_limit=functools.cache(limit) if kw.get("sinks") is not None
+                           else None)
 
 
 def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBands, ref,
-                    say: Callable[[str], None], where: str = ""
+                    say: Callable[[str], None], where: str = "", dsinks_limit=None
                     ) -> list[GradAccuracy | Unavailable | Failed]:
     """The gradient records of ``kernels`` in each of ``dtypes`` that has a backward model
     (fp64 and fp8 left out), the loop the dense and the packed checks share:
     ``models(prec)`` -> (the standard backward's dq, dk, dv[, dsinks]; a callable giving the
     flash model's), ``why_not(backend, dtype)`` -> why it does not run here or None,
-    ``run(backend, prec)`` -> its (dq, dk, dv[, dsinks]); ``where`` ends the progress lines."""
+    ``run(backend, prec)`` -> its (dq, dk, dv[, dsinks]); ``where`` ends the progress lines;
+    ``dsinks_limit(prec)``: with sinks, dsinks' limit (:func:`_dsinks`)."""
     records: list[GradAccuracy | Unavailable | Failed] = []
     precs = (get_precision(d) for d in dtypes)  # the door: names become Precisions, once
     for prec in (p for p in precs if p.name in numerics.GRAD_DTYPES and p.name != "fp64"):
@@ -298,7 +322,7 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
             if name == "flash_model":
                 say(f"  flash_model backward {dtype}{where}")
                 records.append(_grad_accuracy(case, name, prec, flash(), std, ref, flash,
-                                              bands=bands))
+                                              bands=bands, dsinks_limit=dsinks_limit))
                 continue
             from flashbench.backends import get_backend  # torch: the flash model needs none
 
@@ -321,5 +345,5 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                 records.append(failed)
                 continue
             records.append(_grad_accuracy(case, name, prec, grads, std, ref, flash, bands=bands,
-                                          peer=backend.peer))
+                                          peer=backend.peer, dsinks_limit=dsinks_limit))
     return records

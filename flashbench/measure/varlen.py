@@ -23,6 +23,8 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.accuracy.rules import sinks_limit
+from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.measure.bandjudge import CaseBands
@@ -89,8 +91,6 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     names or their Precisions, resolved once, here): both rules, the band that of the flash
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     from flashbench.backends import get_backend
-    from flashbench.bands.measure import caller_inputs
-
     q, k, v, cu, cu_k = varlen_inputs(case, seed) if inputs is None else inputs
     kw = case.kwargs(seed)
     ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw) if ref is None else ref
@@ -180,8 +180,6 @@ def _varlen_autograd(backend, q, k, v, do, cu, cu_k, prec: Precision, kw):
     where the case has sinks and the backend gives it (``Backend.dsinks``)."""
     import torch
 
-    from flashbench.bands.measure import caller_inputs
-
     given = handed(prec, *(caller_inputs(prec, x) for x in (q, k, v, do)))
     dev = backend.device(given[0].device)
     leaves = [t.to(dev).requires_grad_(True) for t in given[:3]]
@@ -229,13 +227,21 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
         got[backend.name, prec.name] = [g.detach().cpu().double().numpy() for g in grads]
         return grads
 
+    def limit(prec):  # dsinks', over every packed row: [H, total] as the dense [..., H, N]
+        given = [caller_inputs(prec, x) for x in (q, k, v, do)]
+        o, lse = reference.varlen_attention(*given[:3], cu, cu_k, **kw)
+        return sinks_limit(o.transpose(1, 0, 2), lse, given[3].transpose(1, 0, 2),
+                           kw["sinks"], prec)
+
     records = judge_gradients(
         case, dtypes, kernels, models,
         lambda backend, dtype: _why_not(backend, case, dtype, seed, grad=True), run,
-        bands, ref, say, where=" varlen")
+        bands, ref, say, where=" varlen",
+        dsinks_limit=functools.cache(limit) if kw.get("sinks") is not None else None)
     for i, r in enumerate(records):  # the worst gradient's sequence, as the forward's O
         grads = got.get((getattr(r, "kernel", None), r.dtype))
-        if grads is not None and getattr(r, "passed", True) is False:
+        if grads is not None and getattr(r, "passed", True) is False and (
+                r.baseline_passed is False or r.band_passed is False):  # not dsinks' alone
             t = max(range(3), key=lambda j: getattr(r, f"{GRADS[j]}_ratio"))
             where = worst_sequence(grads[t], ref[t], cu if t == 0 else cu_k)  # dk, dv: keys
             records[i] = replace(r, worst_at=f"{GRADS[t]}: {where}")
