@@ -102,7 +102,7 @@ def run(args) -> int:
                  if getattr(args, o) != MEASURE_DEFAULTS[o]]
         if given:
             raise ValueError(f"{', '.join(given)} choose(s) a measurement; --from-results "
-                             "prints the bands suite's own grid (TrackBands) as recorded")
+                             "prints the bands suite's own grid as recorded")
     if "standard_model" in args.kernels:
         raise ValueError("--kernels standard_model: its band is measured beside every "
                          "kernel's (the ratios' denominator); name flash_model or a backend")
