@@ -149,31 +149,42 @@ def gradient_floor(ref, dtype: str | Precision) -> float:
     return float(2 * np.abs(prec.stored(prec.stored(g + c) - c) - g).max())
 
 
-SINKS_ROUNDING, SINKS_SUM = 8.0, 2.0  # sinks_limit's multiples of its two scales
+SINKS_SPREAD, SINKS_SUM = 8.0, 2.0  # sinks_limit's multiples of its random and summed parts
 
 
-def sinks_limit(o, lse, do, sinks, dtype: str | Precision) -> float:
-    """The largest error a correct kernel's dsinks [H] (``-sum_rows P_sink D``, D =
-    rowsum(dO O), summed in fp32 over every row of a head) may carry: 8 x what the rounding
-    of O and dO to the dtype moves it by at random, ``u sqrt(sum_rows P_sink^2 sum_j
-    (dO O)^2)`` (u = eps / 2), plus 2 x the fp32 sum's, ``sqrt(rows) u_fp32 sum_rows P_sink
-    |D|``; the largest over heads. ``o``, ``lse``, ``do``: float64 [..., H, N, dv] / [...,
-    H, N] (the reference of the dtype-rounded inputs), ``sinks`` [H]. The standard
-    backward's dsinks is no yardstick (its max over H values is a draw, and it sums in
-    float64): against 3x it plus FlashAttention's atol a correct fp32 Triton dsinks FAILed
-    (1x2x300x64 causal, 6.8x) and a dsinks of 0 PASSed in bf16 (1x1x2048x64). Measured:
-    docs/variants.md."""
-    o, lse, do = (np.asarray(to_numpy(x), dtype=np.float64) for x in (o, lse, do))
-    heads = len(sinks)
+def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.ndarray:
+    """Per head, the largest error a correct kernel's dsinks (``-sum_rows P_sink D``, D =
+    rowsum(dO O), summed in fp32 over a head's rows) may carry against ``dsinks``, the float64
+    one of the dtype-rounded inputs: 8x its random spread, from O's error (the dtype's
+    rounding, u = eps / 2 of each element, and ``model``'s, the flash model's O against
+    ``ref``'s: the scores' rounding under large logits) and P_sink's (the LSE's: the model's
+    error and fp32's), ``sqrt(sum_rows P^2 sum_j dO^2 dO_err^2 + (P D dLSE)^2)``; plus 2x an
+    fp32 sum's over the rows, ``sqrt(rows) u_fp32 sum_rows P |D|``; plus the fp32 result's
+    own rounding (2 u_fp32 |dsinks|, and fp32's smallest normal). ``ref``, ``model``: (o,
+    lse) float64 [..., H, N, dv] / [..., H, N] (model None: no model term); ``do`` like o.
+    Per head: one limit for all heads let a head of a small sink be zeroed (a red team).
+    The standard backward's dsinks is no yardstick (a max over H values, summed in float64:
+    3x it plus FlashAttention's atol FAILed a correct fp32 dsinks and PASSed a zero one in
+    16-bit). Measured: docs/variants.md."""
+    (o, lse), do = (np.asarray(to_numpy(x), dtype=np.float64) for x in ref), to_numpy(do)
+    do = np.asarray(do, dtype=np.float64)
+    heads, u, u32 = len(sinks), get_precision(dtype).eps / 2, 2.0 ** -24
     p = np.exp(np.asarray(sinks, dtype=np.float64)[:, None] - lse)  # [..., H, N]
     p = np.where(np.isfinite(p), p, 0.0)
-    terms = do * o
-    rounding = np.sqrt((p ** 2 * (terms ** 2).sum(-1)).sum(-1).reshape(-1, heads).sum(0))
-    summed = (p * np.abs(terms.sum(-1))).sum(-1).reshape(-1, heads).sum(0)
-    rows = p.size // heads
-    u, u32 = get_precision(dtype).eps / 2, 2.0 ** -24
-    return float((SINKS_ROUNDING * u * rounding
-                  + SINKS_SUM * np.sqrt(rows) * u32 * summed).max(initial=0.0))
+    o_err2, lse_err2 = (u * o) ** 2, (u32 * np.where(np.isfinite(lse), lse, 0.0)) ** 2
+    if model is not None:
+        mo, ml = (np.asarray(to_numpy(x), dtype=np.float64) for x in model)
+        o_err2 = o_err2 + np.nan_to_num(mo - o) ** 2
+        lse_err2 = lse_err2 + np.nan_to_num(np.where(np.isfinite(lse), ml - lse, 0.0)) ** 2
+    d = (do * o).sum(-1)
+
+    def per_head(x):
+        return x.sum(-1).reshape(-1, heads).sum(0)
+
+    spread = np.sqrt(per_head(p ** 2 * ((do ** 2 * o_err2).sum(-1) + d ** 2 * lse_err2)))
+    summed = np.sqrt(p.size // heads) * u32 * per_head(p * np.abs(d))
+    own = 2 * u32 * np.abs(np.asarray(dsinks, dtype=np.float64)) + np.finfo(np.float32).tiny
+    return SINKS_SPREAD * spread + SINKS_SUM * summed + own
 
 
 def lse_floor(ref) -> float:

@@ -127,6 +127,9 @@ def parse_lengths(text: str) -> LengthSpec:
             raise _bad(text, "the (query) lengths must not all be 0")
         if not any(keys):
             raise _bad(text, "the key lengths must not all be 0 (no query would see a key)")
+        if not any(q and k for q, k in zip(lengths, keys, strict=True)):
+            raise _bad(text, "no sequence has both queries and keys (no query would see a "
+                       "key: every output row is 0, nothing to judge)")
         _total(sum(lengths), text, "the lengths' total")
         _total(sum(keys), text, "the key lengths' total")
         return LengthSpec(text, "list", lengths, len(lengths),

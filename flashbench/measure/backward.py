@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashbench import numerics, reference
-from flashbench.accuracy import GRAD_FACTOR, error_stats, judge_gradient
+from flashbench.accuracy import GRAD_FACTOR, error_stats, judge_gradient, to_numpy
 from flashbench.accuracy.rules import sinks_limit
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
@@ -146,8 +146,9 @@ class GradAccuracy:
     # backward's (information), the limit (accuracy.sinks_limit), error / limit, the verdict
     dsinks: dict | None = None
     dsinks_standard: dict | None = None
-    dsinks_limit: float | None = None
+    dsinks_limit: float | None = None  # the limit of its worst head (error / limit)
     dsinks_ratio: float | None = None
+    dsinks_head: int | None = None
     dsinks_passed: bool | None = None
 
     def as_dict(self) -> dict:
@@ -199,24 +200,27 @@ def _grad_accuracy(case, kernel, prec: Precision, grads, std, ref, fallback, pee
     rules = combine(baseline, bands.judge(prec, grads[:3], GRADS), GRAD_FACTOR, prec.name,
                     model=kernel == "flash_model")  # its draw alone is forgiven (records.py)
     if len(grads) > 3 and len(ref) > 3 and dsinks_limit is not None:
-        rules = _dsinks(fields, rules, prec, grads[3], std[3], ref[3], dsinks_limit(prec))
+        rules = _dsinks(fields, rules, prec, grads[3], std[3], *dsinks_limit(prec))
     return GradAccuracy(case, kernel, prec.name, peer=peer, yardsticks=yardsticks or None,
                         **fields, **rules)
 
 
-def _dsinks(fields: dict, rules: dict, prec: Precision, got, std, ref, limit: float) -> dict:
-    """dsinks' fields (into ``fields``) and ``rules`` with its verdict: its max error within
-    ``limit`` (:func:`flashbench.accuracy.sinks_limit`), or FAIL saying so."""
+def _dsinks(fields: dict, rules: dict, prec: Precision, got, std, limits, ref) -> dict:
+    """dsinks' fields (into ``fields``) and ``rules`` with its verdict: each head's error
+    against ``ref`` (the float64 dsinks of the dtype-rounded inputs) within its limit
+    (:func:`flashbench.accuracy.sinks_limit`), or FAIL saying which head."""
     err, std_err = error_stats(got, ref, prec), error_stats(std, ref, prec)
-    ratio = err["max_abs"] / limit if limit > 0 else (0.0 if err["max_abs"] == 0 else math.inf)
-    ok = bool(ratio <= 1.0)  # NaN fails
-    fields.update(dsinks=err, dsinks_standard=std_err, dsinks_limit=limit, dsinks_ratio=ratio,
-                  dsinks_passed=ok)
+    heads = np.abs(to_numpy(got).astype(np.float64) - ref) / limits
+    head = int(np.nanargmax(heads)) if np.isfinite(heads).any() else 0
+    ratio = float(heads[head]) if np.isfinite(heads).all() else math.inf
+    ok = bool(ratio <= 1.0)
+    fields.update(dsinks=err, dsinks_standard=std_err, dsinks_limit=float(limits[head]),
+                  dsinks_ratio=ratio, dsinks_head=head, dsinks_passed=ok)
     if ok:
         return rules
-    line = (f"dsinks max error {err['max_abs']:.3g} is {ratio:.3g}x its limit {limit:.3g} (what "
-            "the rounding of O and dO and an fp32 sum over the rows leave a correct kernel; "
-            "docs/variants.md)")
+    line = (f"dsinks of head {head} off by {abs(float(to_numpy(got)[head]) - ref[head]):.3g}, "
+            f"{ratio:.3g}x its limit {limits[head]:.3g} (what the rounding of O, dO and the "
+            "LSE and an fp32 sum over the rows leave a correct kernel; docs/variants.md)")
     return {**rules, "passed": False, "disagreement": "; ".join(
         x for x in (rules.get("disagreement"), line) if x)}
 
@@ -294,10 +298,11 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     def run(backend, prec):  # BackendFailed: its inputs modified, its worker's verdict
         return _autograd(backend, q, k, v, do, prec, case.causal, variant)
 
-    def limit(prec):  # dsinks': from the reference of the inputs rounded as a kernel's
+    def limit(prec):  # dsinks' per head, and its float64 of the inputs rounded as a kernel's
         given = [caller_inputs(prec, x) for x in (q, k, v, do)]
-        return sinks_limit(*reference.attention(*given[:3], **kw), given[3], kw["sinks"],
-                           prec)
+        truth = reference.attention_grad(*given, **kw)[3]
+        return sinks_limit(reference.attention(*given[:3], **kw), numerics.flash_model(
+            *given[:3], prec, block=block, **kw), given[3], kw["sinks"], truth, prec), truth
 
     return judge_gradients(case, dtypes, kernels, models, why_not, run, bands, ref, say,
                            dsinks_limit=functools.cache(limit) if kw.get("sinks") is not None

@@ -51,15 +51,16 @@ class PackedJudge(Judge):
         return zeros.all(-1).transpose(0, 1)
 
     def _rows(self, cu, total: int):
-        """A random row and the last row of every non-empty sequence (its partial block),
-        then random rows up to :data:`CHECK_ROWS` in all: uniform rows alone left a short
-        sequence unchecked (a kernel zeroing the last 2 of 302 rows passed at one seed in
-        two)."""
+        """A random row, the first (a causal ``Q:K`` sequence's with Q > K sees no key: a
+        kernel that gave it key 0 passed 2 runs in 3) and the last (its partial block) of
+        every non-empty sequence, then random rows up to :data:`CHECK_ROWS` in all: uniform
+        rows alone left a short sequence unchecked (a kernel zeroing the last 2 of 302 rows
+        passed at one seed in two)."""
         spans = [(a, b) for a, b in zip(cu[:-1], cu[1:], strict=True) if b > a]
         if len(spans) > SEQUENCES:  # thousands of sequences: a random 64 of them a call
             spans = [spans[i] for i in self.rng.choice(len(spans), SEQUENCES, replace=False)]
         each = sorted({*(int(self.rng.integers(a, b)) for a, b in spans),
-                       *(b - 1 for _, b in spans)})  # a random row and the last of each
+                       *(a for a, _ in spans), *(b - 1 for _, b in spans)})
         rest = np.setdiff1d(np.arange(total), each)
         more = self.rng.choice(rest, min(len(rest), max(CHECK_ROWS - len(each), 0)),
                                replace=False)

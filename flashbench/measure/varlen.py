@@ -229,9 +229,11 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
 
     def limit(prec):  # dsinks', over every packed row: [H, total] as the dense [..., H, N]
         given = [caller_inputs(prec, x) for x in (q, k, v, do)]
-        o, lse = reference.varlen_attention(*given[:3], cu, cu_k, **kw)
-        return sinks_limit(o.transpose(1, 0, 2), lse, given[3].transpose(1, 0, 2),
-                           kw["sinks"], prec)
+        truth = reference.varlen_attention_grad(*given, cu, cu_k, **kw)[3]
+        ref, model = (per_sequence(fn, *given[:3], cu, cu_k, **kw, **extra) for fn, extra in (
+            (reference.attention, {}), (numerics.flash_model, {"dtype": prec, "block": block})))
+        return sinks_limit(*((o.transpose(1, 0, 2), lse) for o, lse in (ref, model)),
+                           given[3].transpose(1, 0, 2), kw["sinks"], truth, prec), truth
 
     records = judge_gradients(
         case, dtypes, kernels, models,

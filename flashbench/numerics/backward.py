@@ -126,7 +126,8 @@ def _standard_grad(q, k, v, do, sink, *, variant, scale, prec: Precision):
     p, m = unnormalised_softmax(s)
     l = p.sum(axis=-1, keepdims=True)
     if sink is not None:  # softmax over [S, sink]; the sink's column is dropped after
-        l += np.exp(sink - safe_max(m))[..., None]
+        with np.errstate(over="ignore"):  # a sink e^709 above every score: P = 0, as it is
+            l += np.exp(sink - safe_max(m))[..., None]
     store(np.divide(p, l, out=p, where=l != 0))  # P = T(softmax(S)), fp32 softmax
     dv = sum_to(store(matmul(np.swapaxes(op(p), -1, -2), do)), v.shape)
     ds = store(matmul(do, np.swapaxes(v, -1, -2)))  # dP = T(dO V^T)

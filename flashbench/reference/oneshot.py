@@ -190,8 +190,9 @@ def _one_shot_grad(q, k, v, do, sink, *, variant, scale):
     dcap = None if variant.softcap is None else variant.cap_grad(s)
     p, m = unnormalised_softmax(s)
     l = p.sum(axis=-1, keepdims=True)
-    if sink is not None:  # the sink's term joins the denominator (shifted by the row max)
-        l += np.exp(sink - safe_max(m))[..., None]
+    if sink is not None:  # the sink's term joins the denominator (shifted by the row max;
+        with np.errstate(over="ignore"):  # a sink e^709 above every score: P = 0, as it is)
+            l += np.exp(sink - safe_max(m))[..., None]
     p = np.divide(p, l, out=p, where=l != 0)  # rows that see no key: P = 0
     dv = sum_to(matmul(np.swapaxes(p, -1, -2), do), v.shape)
     ds = matmul(do, np.swapaxes(v, -1, -2))  # dP
