@@ -7,9 +7,8 @@ run there, timed by this process's clock per request; the outputs are judged her
 :class:`Judge` checks each timed output outside the clock: shape, dtype, finiteness (the
 LSE's too: :func:`lse_fault`), a checksum against the first call on the same input, and
 random query rows against the float64 reference (inside the shipped band's tolerance, or by
-the baseline rule). :func:`~flashbench.measure.roofline.measure_roofline` (re-exported) gives
-the same run's matmul peak and copy bandwidth; a call faster than :data:`FLOOR_MARGIN` x the
-roofline floor fails the row.
+the baseline rule). :func:`~flashbench.measure.roofline.measure_roofline` (re-exported): the
+run's matmul peak and copy bandwidth; a call under FLOOR_MARGIN x the roofline floor FAILs.
 """
 
 from __future__ import annotations
@@ -54,8 +53,8 @@ class SpeedCase:
     varlen_k: tuple | None = None  # its key lengths, where they differ (``Q:K`` items)
 
     def flops(self) -> float:
-        """The pass's FLOPs: the backward 2.5x the forward's, both 3.5x (PASS_FLOPS); a
-        window counts only the pairs it leaves visible; a packed batch, its sequences'."""
+        """The pass's FLOPs (backward 2.5x the forward's, both 3.5x: PASS_FLOPS), of the
+        pairs a window leaves visible; a packed batch, its sequences'."""
         if self.varlen is not None:  # each sequence's, as a batch of one (empty: none)
             return sum(replace(self, varlen=None, varlen_k=None, shape=replace(
                 self.shape, B=1, Nq=n, Nk=m)).flops() for n, m in zip(
@@ -79,10 +78,11 @@ class SpeedCase:
     def bytes(self) -> int:
         """Bytes the pass must move at least: a forward reads q, k, v and writes o once; a
         backward reads q, k, v, o, dO and writes dq, dk, dv; fwdbwd, both (a packed
-        batch: its rows, B = 1 and N the total)."""
+        batch: its rows, B = 1 and N the total; keys of a sequence with no query unread)."""
         from flashbench.timed.attention import packed_shape, torch_dtype
-
-        s = packed_shape(self.varlen, self.shape, self.varlen_k) if self.varlen else self.shape
+        read = self.varlen_k and [k * (q > 0) for q, k in zip(self.varlen, self.varlen_k,
+                                                              strict=True)]
+        s = packed_shape(self.varlen, self.shape, read) if self.varlen else self.shape
         qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
         kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
         per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
@@ -100,8 +100,8 @@ class SpeedCase:
 
 
 def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
-    """Seconds a call cannot beat: FLOPs over the case precision's measured matmul peak, or
-    bytes over the copy bandwidth, whichever is longer."""
+    """Seconds a call cannot beat: FLOPs over the precision's measured matmul peak or bytes
+    over the copy bandwidth, the longer."""
     return max(case.flops() / (roof.floor_peak(case.dtype) * 1e12),
                case.bytes() / (roof.copy_gbs * 1e9))
 
