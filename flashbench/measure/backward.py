@@ -49,7 +49,7 @@ __all__ = ["GRADS", "DSINKS", "default_backward_cases", "grad_output", "Backward
            "judge_gradients"]
 
 GRADS = ("dq", "dk", "dv")
-DSINKS = "dsinks"  # judged by the gradient rule where the case has sinks and a kernel gives it
+DSINKS = "dsinks"  # judged against its own limit where the case has sinks and a kernel gives it
 NOT_DIFFERENTIABLE = ("not applicable: its forward is not declared differentiable (set "
                       "fn.flashbench_differentiable = True to judge its gradients)")
 

@@ -8,7 +8,7 @@ once at the end. :func:`standard_model_grad` is autograd of
 same-dtype yardstick of the gradient rule). Both take NumPy q [..., Nq, d], k [..., Nk, d],
 v [..., Nk, dv] (grouped-query and broadcast as in the reference), the output gradient do
 [..., Nq, dv] and a ``dtype`` in :data:`GRAD_DTYPES` (no fp8), and return ``(dq, dk, dv)``
-in T's storage dtype (with sinks ``(dq, dk, dv, dsinks)``); "fp64" rounds nothing and
+in T's storage dtype (with sinks ``(dq, dk, dv, dsinks)``, dsinks fp32); "fp64" rounds nothing and
 equals the reference's gradients. Every rounding point, step by step, with the variants and
 grouped-query heads: docs/backward.md ("Where a backward rounds").
 """
@@ -58,9 +58,12 @@ def _inputs(q, k, v, do, dtype: str | Precision, causal, scale, window, softcap,
 
 
 def _sink_grad(prec: Precision, sink, lse, o, do):
-    """dsinks [H] from the model's forward O, LSE, in the compute dtype, stored in T."""
-    return prec.store(sink_grad(sink, np.asarray(lse, np.float64), np.asarray(o, np.float64),
-                                np.asarray(do, np.float64)).astype(prec.compute))
+    """dsinks [H] from the model's forward O, LSE, summed in float64, stored in fp32 (the
+    sinks' own dtype, as a kernel returns it: stored in an fp16 T a dsinks of 2e-14 read 0);
+    fp64 rounds nothing."""
+    g = sink_grad(sink, np.asarray(lse, np.float64), np.asarray(o, np.float64),
+                  np.asarray(do, np.float64))
+    return g if prec.name == "fp64" else g.astype(np.float32).astype(np.float64)
 
 
 def flash_model_grad(q, k, v, do, dtype: str | Precision, block: int = 64, causal: bool = False,
