@@ -335,25 +335,12 @@ def known_dtypes(dtypes) -> list[str]:
     return [d for d in dtypes if d in registry]
 
 
-class _NotApplicable(dict):
-    """Every statistic NaN: asv keeps NaN as a point with no value (raising in a track
-    records a failure: only setup may skip)."""
-
-    def __missing__(self, key):
-        return float("nan")
-
-
 def record_field(rec, name):
     """A record's field: measure's dataclasses, or the dicts older commits returned. An
     LSE the kernel does not return (None: not judged, the record's lse_note says so) is
     not applicable: NotImplementedError with that note; so is a field this commit's
-    records lack (the band ratios before the band rule). A peer's stand-in LSE (flashbench's
-    float64 logsumexp rounded to fp32, the same for every peer: the check shows it for
-    information) is no measurement of that kernel: NaN, each of its statistics NaN (until
-    2026-12-06 every peer's LSE series read one constant of flashbench's)."""
-    note = (rec.get("lse_note") if isinstance(rec, dict) else getattr(rec, "lse_note", None))
-    if name.startswith("lse") and note and "stand-in" in note:
-        return _NotApplicable() if name == "lse" else float("nan")
+    records lack (the band ratios before the band rule). A peer's LSE is flashbench's
+    stand-in (float64 logsumexp rounded to fp32, one value for every peer: docs/asv.md)."""
     try:
         value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
     except (KeyError, AttributeError):

@@ -266,29 +266,6 @@ def test_an_lse_the_kernel_does_not_return_is_not_applicable():
             track(*args)
 
 
-def test_a_peers_stand_in_lse_is_no_point_of_its_series():
-    """A peer's LSE in the accuracy record is flashbench's stand-in (the same numbers for
-    every peer): its LSE tracks read NaN (no value), its O tracks its own; a kernel's own
-    LSE is tracked. Before 2026-12-06 five peers' series read one constant of flashbench's."""
-    import math
-
-    from flashbench.inputs import Shape
-    from flashbench.measure.forward import measure_accuracy
-    from flashbench.measure.records import Case
-
-    recs = {r.kernel: r for r in measure_accuracy(
-        Case(Shape(1, 2, 64, 64, 32)), ["bf16"], ["torch-naive", "torch-sdpa", "triton"])}
-    suite, args = TrackAccuracy(), ({}, "k", "bf16", False, "s", "normal")
-    for kernel in ("torch-naive", "torch-sdpa"):
-        suite.rec = recs[kernel]
-        assert recs[kernel].lse_ratio is not None  # shown by check, for information
-        assert math.isnan(suite.track_lse_max_abs(*args))
-        assert math.isnan(suite.track_lse_baseline_ratio(*args))
-        assert suite.track_o_max_abs(*args) > 0
-    suite.rec = recs["triton"]
-    assert suite.track_lse_max_abs(*args) > 0 and suite.track_lse_baseline_ratio(*args) > 0
-
-
 def test_backend_timings_resolve_their_backend_through_common(monkeypatch):
     """Finding 16: bench_backends (and bench_gpu) use common.timed_backend, written once."""
     from benchmarks import bench_backends, bench_gpu, common

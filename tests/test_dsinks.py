@@ -152,7 +152,7 @@ def test_the_built_in_kernels_give_dsinks_and_the_exactness_covers_it(working_in
 
 
 def test_the_limit_is_each_heads_spread_fp32_sum_and_rounding():
-    """Per head: 8 sqrt(sum_rows P^2 (sum_j dO^2 (u^2 O^2 + dO_model^2) + D^2 dLSE^2)) +
+    """Per head: 8 sqrt(sum_rows P^2 (sum_j dO^2 max(u^2 O^2 / 3, dO_model^2) + D^2 dLSE^2)) +
     2 sqrt(rows) u_fp32 sum_rows P |D| + 2 u_fp32 |dsinks| + fp32's tiny, by hand on a
     two-head, two-row problem (no model: its O and LSE errors 0)."""
     o = np.array([[[[1.0, 2.0], [0.5, -1.0]], [[3.0, 0.0], [1.0, 1.0]]]])  # [1, H=2, N=2, 2]
@@ -160,8 +160,8 @@ def test_the_limit_is_each_heads_spread_fp32_sum_and_rounding():
     lse = np.log(np.array([[[2.0, 4.0], [1.0, 8.0]]]))  # P_sink = e^0 / e^lse
     p, u, u32 = 1 / np.exp(lse)[0], 2.0 ** -8, 2.0 ** -24
     d = (do * o).sum(-1)[0]
-    want = [8 * np.sqrt((p[h] ** 2 * (((do[0, h] * u * o[0, h]) ** 2).sum(-1)
-                                      + d[h] ** 2 * (u32 * lse[0, h]) ** 2)).sum())
+    want = [8 * np.sqrt((p[h] ** 2 * (((do[0, h] * u * o[0, h]) ** 2).sum(-1) / 3
+                                      + d[h] ** 2 * (u32 * lse[0, h]) ** 2 / 3)).sum())
             + 2 * np.sqrt(2) * u32 * (p[h] * np.abs(d[h])).sum()
             + 2 * u32 * 0.5 + np.finfo(np.float32).tiny for h in range(2)]
     got = sinks_limit((o, lse), None, do, [0.0, 0.0], [0.5, -0.5], "bf16")
@@ -255,3 +255,4 @@ def test_large_logits_judge_dsinks_against_the_rounded_inputs_truth():
     tiny = Case(Shape(1, 2, 300, 100, 64), dist="large-logits", causal=True, sinks=True)
     (rec,) = MG.measure_gradients(tiny, ["fp32"], ["torch-naive"])
     assert rec.dsinks_passed, rec
+

@@ -64,6 +64,9 @@ def test_an_item_q_colon_k_gives_key_lengths_and_equal_ones_give_none():
     spec = parse_lengths("30:45,17,25:9")
     assert spec.draw() == (30, 17, 25) and spec.keys == (45, 17, 9)
     assert parse_lengths("5:5,6").keys is None and parse_lengths("uniform:1-9:3").keys is None
+    # a Q:K item after plain ones (read as a distribution's name before: a red team)
+    assert parse_lengths("1,1,1,40:2").keys == (1, 1, 1, 2)
+    assert parse_lengths("5,3:2").draw() == (5, 3)
     for bad, why in (("1:2:3", "an item is a length N or Q:K"), ("0:5", "must not all be 0"),
                      ("5:0,3:0", "key lengths must not all be 0"),
                      ("3:0,0:4", "no sequence has both queries and keys"),

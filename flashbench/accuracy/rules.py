@@ -156,7 +156,7 @@ def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.nda
     """Per head, the largest error a correct kernel's dsinks (``-sum_rows P_sink D``, D =
     rowsum(dO O), summed in fp32 over a head's rows) may carry against ``dsinks``, the float64
     one of the dtype-rounded inputs: 8x its random spread, from O's error (the dtype's
-    rounding, u = eps / 2 of each element, and ``model``'s, the flash model's O against
+    rounding, at most u = eps / 2 of each element, or ``model``'s, the flash model's O against
     ``ref``'s: the scores' rounding under large logits) and P_sink's (the LSE's: the model's
     error and fp32's), ``sqrt(sum_rows P^2 sum_j dO^2 dO_err^2 + (P D dLSE)^2)``; plus 2x an
     fp32 sum's over the rows, ``sqrt(rows) u_fp32 sum_rows P |D|``; plus the fp32 result's
@@ -171,11 +171,15 @@ def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.nda
     heads, u, u32 = len(sinks), get_precision(dtype).eps / 2, 2.0 ** -24
     p = np.exp(np.asarray(sinks, dtype=np.float64)[:, None] - lse)  # [..., H, N]
     p = np.where(np.isfinite(p), p, 0.0)
-    o_err2, lse_err2 = (u * o) ** 2, (u32 * np.where(np.isfinite(lse), lse, 0.0)) ** 2
+    # each element's error variance: rounding's (uniform, u |x| at most: u^2 x^2 / 3), or the
+    # flash model's own error where larger (it holds that rounding: not both, counted twice)
+    o_err2 = (u * o) ** 2 / 3
+    lse_err2 = (u32 * np.where(np.isfinite(lse), lse, 0.0)) ** 2 / 3
     if model is not None:
         mo, ml = (np.asarray(to_numpy(x), dtype=np.float64) for x in model)
-        o_err2 = o_err2 + np.nan_to_num(mo - o) ** 2
-        lse_err2 = lse_err2 + np.nan_to_num(np.where(np.isfinite(lse), ml - lse, 0.0)) ** 2
+        o_err2 = np.maximum(o_err2, np.nan_to_num(mo - o) ** 2)
+        lse_err2 = np.maximum(lse_err2, np.nan_to_num(np.where(np.isfinite(lse), ml - lse,
+                                                                0.0)) ** 2)
     d = (do * o).sum(-1)
 
     def per_head(x):

@@ -117,7 +117,8 @@ def parse_lengths(text: str) -> LengthSpec:
     """A ``--varlen`` spec (module docstring); ValueError naming what is wrong."""
     text = text.strip()
     kind, _, rest = text.partition(":")
-    if not rest or kind.strip().isdigit():  # a list (an item Q:K: queries and keys)
+    if not rest or kind.replace(",", "").strip().isdigit():  # a list (an item Q:K: its
+        # queries and keys; "1,1,40:2" as a list too: "1,1,40" before its first colon)
         pairs = [x.strip().split(":") for x in text.split(",")]
         if any(len(p) > 2 for p in pairs):
             raise _bad(text, "an item is a length N or Q:K")
