@@ -469,16 +469,14 @@ def test_a_kernel_that_takes_no_dtype_asked_says_so():
     assert any("triton tf32: skipped: it takes fp32, fp16, bf16" in s for s in said), said
 
 
-def test_a_users_function_that_returns_o_alone_gets_no_lse_band(tmp_path, monkeypatch):
+def test_a_users_function_that_returns_o_alone_gets_no_lse_band(user_module):
     """What the call returned decides (a user's backend record says own_lse for every
     function: its (o, lse) or o alone is known only once called; a fresh-eyes review)."""
     from flashbench.backends.user import release
 
-    (tmp_path / "fb_oonly.py").write_text(
-        "from flashbench.kernels.torch_peers import naive_attention\n"
-        "def fn(q, k, v, causal=False):\n"
-        "    return naive_attention(q, k, v, causal)[0]\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    user_module("fb_oonly", "from flashbench.kernels.torch_peers import naive_attention\n"
+                "def fn(q, k, v, causal=False):\n"
+                "    return naive_attention(q, k, v, causal)[0]\n")
     said = []
     try:
         bands = measure_bands(dtypes=["fp32"], ns=[16], dists=["normal"], causal=[False],

@@ -7,7 +7,6 @@ Before 2026-12-06 the check judged dq, dk and dv alone under sinks: a backward w
 was 1.5x the true one PASSed (docs/variants.md said so)."""
 
 import json
-import sys
 import textwrap
 
 import numpy as np
@@ -85,10 +84,8 @@ CASE = Case(SHAPE, causal=True, sinks=True)
 
 
 @pytest.fixture()
-def user(tmp_path, monkeypatch):
-    (tmp_path / "fb_dsinks.py").write_text(USER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "fb_dsinks", raising=False)
+def user(user_module):
+    user_module("fb_dsinks", USER)
     yield "fb_dsinks"
     release()
 
@@ -128,8 +125,8 @@ def test_a_dsinks_declared_without_sinks_in_the_backward_is_refused_by_name(user
     assert "declares flashbench_dsinks but its backward takes no sinks" in rec.reason
 
 
-def test_a_dsinks_declaration_that_is_not_a_bool_is_refused(user, tmp_path):
-    (tmp_path / "fb_dsinks.py").write_text(USER + "honest.flashbench_dsinks = 'yes'\n")
+def test_a_dsinks_declaration_that_is_not_a_bool_is_refused(user, user_module):
+    user_module("fb_dsinks", USER + "honest.flashbench_dsinks = 'yes'\n")
     (rec,) = _records(user, "honest", dtypes=("fp32",))
     assert isinstance(rec, Failed) and "flashbench_dsinks attribute 'yes' is not valid" \
         in rec.reason

@@ -1,7 +1,6 @@
 """A user's differentiable kernel is judged on its backward under the variants it declares
 (``flashbench_grad_variants``, default: every variant its forward takes), in its worker."""
 
-import sys
 import textwrap
 
 import pytest
@@ -65,10 +64,8 @@ SHAPE = Shape(1, 2, 24, 32, 16)
 
 
 @pytest.fixture()
-def user(tmp_path, monkeypatch):
-    (tmp_path / "fbuser_grads.py").write_text(USER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "fbuser_grads", raising=False)
+def user(user_module):
+    user_module("fbuser_grads", USER)
     yield "fbuser_grads"
     release()
 

@@ -158,7 +158,7 @@ def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.nda
     one of the dtype-rounded inputs: 8x its random spread, from O's error (the dtype's
     rounding, at most u = eps / 2 of each element, or ``model``'s, the flash model's O against
     ``ref``'s: the scores' rounding under large logits) and P_sink's (the LSE's: the model's
-    error and fp32's), ``sqrt(sum_rows P^2 sum_j dO^2 dO_err^2 + (P D dLSE)^2)``; plus 2x an
+    error or fp32's), ``sqrt(sum_rows P^2 (sum_j dO^2 O_err^2 + D^2 LSE_err^2))``; plus 2x an
     fp32 sum's over the rows, ``sqrt(rows) u_fp32 sum_rows P |D|``; plus the fp32 result's
     own rounding (2 u_fp32 |dsinks|, and fp32's smallest normal). ``ref``, ``model``: (o,
     lse) float64 [..., H, N, dv] / [..., H, N] (model None: no model term); ``do`` like o.
@@ -166,8 +166,7 @@ def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.nda
     The standard backward's dsinks is no yardstick (a max over H values, summed in float64:
     3x it plus FlashAttention's atol FAILed a correct fp32 dsinks and PASSed a zero one in
     16-bit). Measured: docs/variants.md."""
-    (o, lse), do = (np.asarray(to_numpy(x), dtype=np.float64) for x in ref), to_numpy(do)
-    do = np.asarray(do, dtype=np.float64)
+    o, lse, do = (np.asarray(to_numpy(x), dtype=np.float64) for x in (*ref, do))
     heads, u, u32 = len(sinks), get_precision(dtype).eps / 2, 2.0 ** -24
     p = np.exp(np.asarray(sinks, dtype=np.float64)[:, None] - lse)  # [..., H, N]
     p = np.where(np.isfinite(p), p, 0.0)

@@ -112,9 +112,8 @@ def tolerance(dtype: str, n: int, dist: str = "normal", metric: str = "max_abs",
     the edges are then measured on the fly as the shipped table measured its own (its seeds
     per cell, a causal cell's edge at least the non-causal one's, the envelope over the
     row lengths ``nq`` gives, at the row lengths the table would read; ``table`` with them
-    is an error), seconds to a minute the first time on a machine (the bands' disk
-    cache). ValueError for
-    a dtype, N, dist, metric or tensor the table does not cover.
+    is an error), seconds to a minute the first time on a machine (the bands' disk cache).
+    ValueError for a dtype, N, dist, metric or tensor the table does not cover.
     """
     fly = (d, dv) not in ((None, None), (HEAD_DIM_TABLE, None), (HEAD_DIM_TABLE, HEAD_DIM_TABLE))
     if fly and table is not None:

@@ -115,10 +115,11 @@ def _gradient_tables(report: dict) -> list[str]:
     sinks = any(DSINKS in r for r in report["gradients"])
     if sinks:
         out.append("   dsinks [H] (a case with sinks; kernels that give it: flashbench's Triton, "
-                   "torch-naive, a function declaring flashbench_dsinks): its max |err| within "
-                   "its limit, 8x the spread the rounding of O and dO to the dtype gives it + 2x "
-                   "an fp32 sum's over the rows (flashbench.accuracy.sinks_limit); ratio = err / "
-                   "limit (PASS <= 1); '-' where a kernel gives none")
+                   "torch-naive, a function declaring flashbench_dsinks): each head's |err| within "
+                   "its limit, 8x the spread O's and the LSE's errors give it (the dtype's "
+                   "rounding, or the flash model's own) + 2x an fp32 sum's over the rows "
+                   "(flashbench.accuracy.sinks_limit); limit and ratio = err / limit (PASS <= 1) "
+                   "of the worst head; '-' where a kernel gives none")
     rows, skipped, failed, last = [], {}, {}, None
     for r in report["gradients"]:
         where = (r["case"], r["dtype"])
@@ -131,9 +132,9 @@ def _gradient_tables(report: dict) -> list[str]:
             continue
         cells = [c for g in GRADS for c in (_g(r[g]["max_abs"]), _g(r[f"{g}_standard"]["max_abs"]),
                                             _ratio(r, g))]
-        cells += [(_g(r[DSINKS]["max_abs"]) if DSINKS in r else "-"), (
-            _g(r["dsinks_limit"]) if DSINKS in r else "-"), (
-            f"{r['dsinks_ratio']:.2g}" if DSINKS in r else "-")] if sinks else []
+        if sinks:
+            cells += ([_g(r[DSINKS]["max_abs"]), _g(r["dsinks_limit"]),
+                       f"{r['dsinks_ratio']:.2g}"] if DSINKS in r else ["-"] * 3)
         floors = "/".join(f"{r[f'{g}_floor']:.0e}" for g in GRADS)
         bands = "/".join(band_cell(r, g) for g in GRADS)
         rows.append([*(("", "") if where == last else where), r["kernel"], *cells, floors,
@@ -184,8 +185,10 @@ def verdict_cell(r: dict) -> str:
 def band_notes(rows, sources: bool = True) -> list[str]:
     """The band rule's legend and one line per record where the two rules disagree;
     ``sources``: and where the forward's bands came from."""
+    dsinks = " / (dsinks): its own limit" if any(r.get("dsinks_passed") is False
+                                                  for r in rows) else ""
     out = ["   band: the band rule's ratio (<= 1 passes); FAIL (2x) / (band) / (both): the "
-           "rule(s) that failed"]
+           f"rule(s) that failed{dsinks}"]
     from flashbench.accuracy.bandrule import likely_cause
 
     for r in rows:

@@ -91,6 +91,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     names or their Precisions, resolved once, here): both rules, the band that of the flash
     model per sequence on the same lengths (:mod:`flashbench.bands.case`)."""
     from flashbench.backends import get_backend
+
     q, k, v, cu, cu_k = varlen_inputs(case, seed) if inputs is None else inputs
     kw = case.kwargs(seed)
     ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw) if ref is None else ref
