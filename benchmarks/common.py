@@ -27,6 +27,12 @@ import scipy.special
 
 from . import floor
 
+try:  # raised inside a benchmark (after setup), asv records a skip (NaN) only for this one:
+    from asv_runner.benchmarks.mark import SkipNotImplemented  # any other error is a failure
+except ImportError:  # the suites imported without asv (tests, tools)
+    class SkipNotImplemented(NotImplementedError):
+        """asv_runner's: a benchmark that does not apply, raised after its setup."""
+
 
 class Benchmark:
     """Timing knobs written once (numpy's benchmarks/common.py habit).
@@ -338,17 +344,19 @@ def known_dtypes(dtypes) -> list[str]:
 def record_field(rec, name):
     """A record's field: measure's dataclasses, or the dicts older commits returned. An
     LSE the kernel does not return (None: not judged, the record's lse_note says so) is
-    not applicable: NotImplementedError with that note; so is a field this commit's
-    records lack (the band ratios before the band rule). A peer's LSE is flashbench's
+    not applicable: asv's SkipNotImplemented with that note (called from a track, after
+    setup: a plain NotImplementedError there is recorded as failed, null, as 30 band ratios
+    of cb3b56b9's run were); so is a field this commit's records lack (the band ratios
+    before the band rule). A peer's LSE is flashbench's
     stand-in (float64 logsumexp rounded to fp32, one value for every peer: docs/asv.md)."""
     try:
         value = rec[name] if isinstance(rec, dict) else getattr(rec, name)
     except (KeyError, AttributeError):
-        raise NotImplementedError(f"this commit records no {name}") from None
+        raise SkipNotImplemented(f"this commit records no {name}") from None
     if value is None and name.startswith("lse"):
-        raise NotImplementedError(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
+        raise SkipNotImplemented(f"{name}: LSE {getattr(rec, 'lse_note', 'not recorded')}")
     if value is None:
-        raise NotImplementedError(f"{name}: not recorded")
+        raise SkipNotImplemented(f"{name}: not recorded")
     return value
 
 
@@ -454,8 +462,8 @@ def peak_memory(module: str, factory: str, args: list, timeout: float) -> int:
     while its VmHWM reads 11 MiB): the forkserver's memory would come back in.
 
     The child's exit status 3 means this commit lacks what it measures
-    (NotImplementedError: asv skips); any other failure raises RuntimeError with the
-    child's last output (asv records a failure).
+    (SkipNotImplemented: asv skips, from a track as from setup); any other failure raises
+    RuntimeError with the child's last output (asv records a failure).
     """
     root = Path(__file__).resolve().parents[1]
     try:
@@ -466,7 +474,7 @@ def peak_memory(module: str, factory: str, args: list, timeout: float) -> int:
         raise RuntimeError(f"{module}.{factory}{tuple(args)}: the measured process ran "
                            f"past {timeout:g} s and was killed") from None
     if r.returncode == PEAK_EXIT_SKIP:
-        raise NotImplementedError(r.stderr.strip() or "this commit lacks what is measured")
+        raise SkipNotImplemented(r.stderr.strip() or "this commit lacks what is measured")
     lines = r.stdout.split()
     if r.returncode != 0 or len(lines) < 2 or lines[-2] != "VmHWM":
         raise RuntimeError(f"{module}.{factory}{tuple(args)}: the measured process exited "

@@ -110,3 +110,48 @@ def test_dry_run_walks_every_phase(tmp_path):
     slow = (out / "slow.configs.py").read_text()
     assert "128: (_c(64, 32, 4, 2),)," in slow  # the slowed head's one small d=128 config
     assert status() == before  # the heads never touched the working tree
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# records each call's arguments, one JSON list a line; runs nothing
+"$REAL_PYTHON" -c 'import json, sys; open(sys.argv[1], "a").write(json.dumps(sys.argv[2:]) + "\\n")' \\
+  "$FAKE_LOG" "$@"
+"""
+
+
+def test_the_device_speed_runs_are_commands_flashbench_takes(tmp_path, monkeypatch):
+    """tools/gpu/speed.sh's runs on the device (not its dry run), each read here as flashbench
+    reads it up to the timing or judging: a typo, an option the command does not take or a
+    case its memory check refuses would otherwise cost a run of the scarce GPU window (the
+    packed run's Q:K case was refused as 54.6 GB: its totals' square; now its own scores)."""
+    import flashbench.cli.check as check
+    import flashbench.cli.speed as speed
+    import flashbench.measure.run as run
+    from flashbench.cli import build_parser
+
+    fake, log = tmp_path / "python", tmp_path / "calls.jsonl"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "speed.sh"), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT,
+                       env={**os.environ, "PYTHON": str(fake), "REAL_PYTHON": sys.executable,
+                            "FAKE_LOG": str(log)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.findall(r"^(\w+): exit 0", r.stdout, re.M) == [
+        "fwd", "fp8", "fwdbwd", "decode", "softcap", "varlen", "dsinks"]
+
+    class Reached(Exception):
+        pass
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(speed, "_timed", reached)
+    monkeypatch.setattr(run, "run_check", reached)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    commands = [c[2:] for c in calls if c[:2] == ["-m", "flashbench.cli"]]
+    assert len(commands) == 7
+    for argv in commands:
+        args = build_parser().parse_args(argv)
+        with pytest.raises(Reached):
+            (speed._run if args.command == "speed" else check.run)(args)

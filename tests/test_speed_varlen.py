@@ -133,6 +133,31 @@ def test_what_a_packed_speed_does_not_read_is_refused_with_one_line(capsys, argv
     assert rc == 2 and len(err) == 1, err
 
 
+def test_many_short_sequences_are_sized_by_their_own_scores_not_the_totals_square(
+        monkeypatch, capsys):
+    """The memory check read a packed batch as one sequence of its totals: 32 sequences of
+    400-512 rows at H = 8 "needed" 42.7 GB and were refused on a 24 GB machine (the run
+    holds one sequence's scores at a time). Here 256 of them at H = 2, d = 16: 650 GB read
+    so; now the largest sequence's scores and the packed rows, as check --varlen's."""
+    import flashbench.cli.speed as speed
+
+    seen = []
+    monkeypatch.setattr(speed, "_timed", lambda args, cases, *rest: seen.append(cases) or 0)
+    rc = main(["speed", "--quiet", "--varlen", "uniform:400-512:256", "--shape", "1x2x512x16",
+               "--dtype", "fp32", "--seed", "3"])
+    assert rc == 0, capsys.readouterr().err
+    (cases,) = seen
+    assert cases[0].shape.B == 256 and cases[0].shape.Nq == max(cases[0].varlen) <= 512
+    # a sequence past any memory is still refused, with its figures, before anything runs
+    for cmd in ("speed", "check"):
+        rc = main([cmd, "--quiet", "--varlen", "10:100,20:20000000", "--shape", "1x64x1024x64",
+                   "--dtype", "fp32"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "a packed batch of 2 sequences (30 query rows over 20000100 keys) " \
+            "at H=64, d=64 needs about" in err, err
+    assert len(seen) == 1
+
+
 USER_KERNELS = '''
 import torch
 

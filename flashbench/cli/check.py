@@ -196,14 +196,15 @@ def run(args) -> int:
                              "--decode-case)")
         return decode.run(args)
     from flashbench.cli.check_view import save_target
-    from flashbench.measure.footprint import too_big
+    from flashbench.measure.footprint import packed_too_big, too_big
 
     args.dist = distinct(args.dist, "--dist", "check")
     spec = args.varlen
     if spec is not None:  # the lengths: a list as given, a distribution drawn with --seed
         args.varlen, args.varlen_k = spec.draw(args.seed), spec.keys
     cases = _cases(args)
-    refusal = too_big([c.shape for c in cases])
+    refusal = (too_big([c.shape for c in cases]) if spec is None else
+               packed_too_big([c.shape for c in cases], args.varlen, args.varlen_k))
     if refusal is not None:  # refused before torch is imported (2 s of CPU)
         raise ValueError(refusal)
     backward = () if args.pass_ == "fwd" else _backward_cases(args, cases)

@@ -289,9 +289,8 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
     seed when a distribution), B = their count and N = the longest, as check sets them."""
     from dataclasses import replace
 
-    from flashbench.measure.footprint import too_big
+    from flashbench.measure.footprint import packed_too_big
     from flashbench.measure.speed import SpeedCase
-    from flashbench.timed.attention import packed_shape
 
     given = [o for o, on in (("--window", args.window), ("--softcap", args.softcap),
                              ("--sinks", args.sinks), ("--pass", args.direction != "fwd")) if on]
@@ -300,7 +299,7 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
                          "timed forward, without a variant (check --varlen judges them)")
     lens = tuple(args.varlen.draw(run_seed))
     keys = args.varlen.keys  # Q:K items: the key lengths (a list's alone), else None
-    refusal = too_big([packed_shape(lens, s, keys) for s in shapes])
+    refusal = packed_too_big(shapes, lens, keys)  # each sequence's scores, not the totals'
     if refusal is not None:
         raise ValueError(refusal)
     return [SpeedCase(replace(s, B=len(lens), Nq=max(lens), Nk=max(keys or lens)), d, c, "fwd",

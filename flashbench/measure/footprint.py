@@ -16,8 +16,8 @@ from pathlib import Path
 
 from flashbench.inputs.problem import Shape
 
-__all__ = ["BYTES_PER_SCORE", "check_case_bytes", "decode_case_bytes", "available_bytes",
-           "too_big", "decode_too_big", "human"]
+__all__ = ["BYTES_PER_SCORE", "check_case_bytes", "decode_case_bytes", "packed_case_bytes",
+           "available_bytes", "too_big", "decode_too_big", "packed_too_big", "human"]
 
 BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (docs/backends.md)
 BYTES_PER_ROW_VALUE = 8 * 16  # float64, about 16 live [.., N, d] arrays (inputs, o, copies)
@@ -35,6 +35,23 @@ def check_case_bytes(shape: Shape) -> int:
     s = shape
     score_bytes = max(BYTES_PER_SCORE * s.B * s.H, 4 * 8) * s.Nq * s.Nk
     rows = s.B * s.H * (s.Nq + s.Nk) * max(s.d, s.head_dim_v)
+    return score_bytes + BYTES_PER_ROW_VALUE * rows
+
+
+def packed_case_bytes(packed: tuple) -> int:
+    """:func:`check_case_bytes` for a packed batch ``(shape, lengths, key lengths or None)``:
+    the reference, the models and the peers run a sequence at a time (:mod:`flashbench.
+    reference.varlen`), so the score term is the largest sequence's (the packed totals'
+    square read 32 sequences of ~450 rows at H = 8 as 42.7 GB; their padded batch, the
+    count x the longest's, grows with the count too), and the rows are the packed rows::
+
+        max(24 * H, 32) * max(Nq_i * Nk_i) + 128 * H * (sum Nq_i + sum Nk_i) * max(d, dv)
+    """
+    s, lens, keys = packed
+    keys = lens if keys is None else keys
+    pairs = [int(q) * int(k) for q, k in zip(lens, keys, strict=True)]
+    score_bytes = max(BYTES_PER_SCORE * s.H, 4 * 8) * max(pairs, default=0)
+    rows = s.H * (sum(map(int, lens)) + sum(map(int, keys))) * max(s.d, s.head_dim_v)
     return score_bytes + BYTES_PER_ROW_VALUE * rows
 
 
@@ -125,6 +142,22 @@ def too_big(shapes, available: int | None = None) -> str | None:
             f"(estimate: {BYTES_PER_SCORE} bytes per element of the B*H*Nq*Nk score "
             f"matrix, which the float64 reference materialises), but only "
             f"{human(available)} is available ({where}); try a smaller shape")
+
+
+def packed_too_big(shapes, lengths, keys=None, available: int | None = None) -> str | None:
+    """:func:`too_big` for packed batches of ``lengths`` (``keys``: the key lengths where they
+    differ) at each of ``shapes``' H and head dims (:func:`packed_case_bytes`)."""
+    items = [(s, tuple(lengths), None if keys is None else tuple(keys)) for s in shapes]
+    found = _first_too_big(items, packed_case_bytes, available)
+    if found is None:
+        return None
+    (shape, lens, ks), need, available, where = found
+    return (f"a packed batch of {len(lens)} sequences ({sum(lens)} query rows over "
+            f"{sum(ks or lens)} keys) at H={shape.H}, d={shape.d} needs about {human(need)} "
+            f"of memory for the check (estimate: {BYTES_PER_SCORE} bytes per score of each "
+            f"sequence's Nq x Nk, the float64 reference materialising one sequence at a "
+            f"time, {BYTES_PER_ROW_VALUE} per packed row value), but only {human(available)} "
+            f"is available ({where}); try fewer or shorter sequences")
 
 
 def decode_too_big(cases, available: int | None = None) -> str | None:

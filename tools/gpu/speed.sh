@@ -9,6 +9,14 @@
 #   decode  a paged GQA cache of 8 sequences, 256 to 32768 keys, on the decode backends
 #           (GB/s of the cache read against the run's copy bandwidth)
 #   softcap 1x16/4x2048x128 bf16, causal, softcap 30: triton and torch-naive
+#   varlen  a packed prefill with Q:K chunks (queries over longer keys, bottom-right causal)
+#           on triton's packed forward, beside triton's dense forward run above
+#   dsinks  `flashbench check --pass bwd --sinks` at 1x4/1x2048x128 bf16, causal: Triton's
+#           dsinks against its per-head limit in the dtype the interpreter gets wrong (the
+#           CPU's Triton takes ~300 x 300 only); OUTDIR/dsinks.json. The float64 reference
+#           and models are the cost: 17 s at 1x4/1x1024x128 on this 2-CPU machine, x4 here
+# (varlen and dsinks compile kernels the quick plan does not: last, so that a phase cut by
+# its limit loses them first)
 # (2026-12-04, an H200: 4x16x4096x128 took over 160 s for the fwd run's first 4 rows;
 # 2x16x2048x128, 4 rows: 74 s with the run's start, half of it (py-spy) judging outputs on
 # the CPU: inputs rebuilt, float64 rows, the same-dtype model, since made lazy.)
@@ -61,4 +69,12 @@ run fwdbwd --shape $S --dtype bf16 --causal on --pass fwdbwd --backend triton \
 run decode --decode --dtype bf16 --decode-case 8x32/8x1x128:32768,16384,8192,4096,2048,1024,512,256:p256
 run softcap --shape 1x16/4x2048x128 --dtype bf16 --causal on --softcap 30 --backend triton \
   --backend torch-naive
+run varlen --varlen 1024:4096,2048:2048,512:6144,4096:4096 --shape 1x16/4x1024x128 --dtype bf16 \
+  --causal on --backend triton
+t0=$(date +%s)
+"$PY" -m flashbench.cli check --pass bwd --sinks --shape 1x4/1x2048x128 --dtype bf16 \
+  --causal on --only triton --json > "$OUT/dsinks.json" 2> "$OUT/dsinks.err"
+rc=$?
+[ "$rc" -eq 0 ] || FAILED=1
+echo "dsinks: exit $rc in $(( $(date +%s) - t0 ))s: flashbench check --pass bwd --sinks"
 exit $FAILED
