@@ -23,6 +23,8 @@ from .common import (
     NO_BACKWARD,
     Benchmark,
     FreshCalls,
+    SkipNotImplemented,
+    TrackStandard,
     need,
     peak_memory,
     qkv,
@@ -118,7 +120,7 @@ class TrackGradAccuracy:
     def _band_ratio(self, name):
         value = getattr(self.rec, f"{name}_band_ratio", None)
         if value is None:
-            raise NotImplementedError(f"this commit records no {name} band ratio")
+            raise SkipNotImplemented(f"this commit records no {name} band ratio")
         return value
 
     def track_dq_band_ratio(self, results, kernel, dtype, causal, shape, dist):
@@ -135,6 +137,53 @@ class TrackGradAccuracy:
         return self._band_ratio("dv")
 
     track_dv_band_ratio.unit = "ratio"
+
+
+
+class TrackStandardBackward(TrackStandard):
+    """The standard backward's own error (common.TrackStandard), TrackGradAccuracy's inputs
+    (seed 0, its dO) and dtypes: the yardstick of its gradient ratios."""
+
+    params = (DTYPES, [False, True], SHAPES)
+
+    def setup_cache(self):
+        try:
+            make_qkv = need("inputs", "make_qkv")
+            grad_output = need("measure.backward", "grad_output")
+            attention_grad = need("reference", "attention_grad")
+            standard_model_grad = need("numerics", "standard_model_grad")
+            error_stats = need("accuracy", "error_stats")
+            get_precision = need("precision", "get_precision")
+        except NotImplementedError as exc:  # an older commit: every benchmark skips
+            return {"missing": str(exc)}
+        results = {}
+        for shape in SHAPES:
+            q, k, v = make_qkv(shape_of(shape), "normal", 0)
+            do = grad_output(shape_of(shape), 0)
+            for causal in (False, True):
+                ref = attention_grad(q, k, v, do, causal=causal)
+                for dtype in DTYPES:
+                    prec = get_precision(dtype)
+                    std = standard_model_grad(q, k, v, do, prec, causal=causal)
+                    results[(dtype, causal, shape)] = {
+                        t: error_stats(std[i], ref[i], prec)["max_abs"]
+                        for i, t in enumerate(("dq", "dk", "dv"))}
+        return results
+
+    def track_dq_max_abs(self, results, dtype, causal, shape):
+        return self.error("dq")
+
+    track_dq_max_abs.unit = "max |dq_standard_model - dq_fp64|"
+
+    def track_dk_max_abs(self, results, dtype, causal, shape):
+        return self.error("dk")
+
+    track_dk_max_abs.unit = "max |dk_standard_model - dk_fp64|"
+
+    def track_dv_max_abs(self, results, dtype, causal, shape):
+        return self.error("dv")
+
+    track_dv_max_abs.unit = "max |dv_standard_model - dv_fp64|"
 
 
 class TimeBackward(Benchmark):

@@ -331,6 +331,28 @@ def record_or_raise(rec, what: str):
     return rec
 
 
+class TrackStandard:
+    """The same-dtype standard model's own max abs error against float64, per dtype x causal
+    x shape: the yardstick of every kernel's baseline ratio (a suite's ``setup_cache``
+    returns {(dtype, causal, shape): {name: max abs error}}). A head that makes the standard
+    model worse makes every ratio "better" while no kernel changed (a red team's head
+    rounded fp32's standard O through fp16: ratios 0.8 -> 0.002, "OK", exit 0); tracked,
+    the standard's own error regresses ("worse") in the review and the history."""
+
+    param_names = ["dtype", "causal", "shape"]
+    timeout = 600
+
+    def setup(self, results, dtype, causal, shape):
+        found = results.get((dtype, causal, shape))
+        if found is None:
+            raise NotImplementedError(results.get("missing", f"no {dtype} standard model "
+                                                             "in this commit"))
+        self.errors = found
+
+    def error(self, name: str) -> float:
+        return self.errors[name]
+
+
 def known_dtypes(dtypes) -> list[str]:
     """The dtypes of ``dtypes`` this commit models (its registry, or numerics.DTYPES
     before the registry existed): older commits lack fp8."""

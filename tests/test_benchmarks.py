@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import bench_accuracy  # noqa: E402
 from benchmarks.bench_accuracy import TrackAccuracy  # noqa: E402
 from benchmarks.bench_gpu import TimeAttentionGPU  # noqa: E402
-from benchmarks.common import need  # noqa: E402
+from benchmarks.common import need, shape_of  # noqa: E402
 
 
 def test_asv_check_existing_environment():
@@ -255,6 +255,8 @@ def test_peak_memory_child_skips_or_fails_with_the_reason():
 
 
 def test_an_lse_the_kernel_does_not_return_is_not_applicable():
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
     from flashbench.inputs import Shape
     from flashbench.measure.records import LSE_NOT_RETURNED, Accuracy, Case
 
@@ -265,8 +267,6 @@ def test_an_lse_the_kernel_does_not_return_is_not_applicable():
     suite, args = TrackAccuracy(), ({}, "mine:fn", "fp32", False, "s", "normal")
     suite.rec = rec
     assert suite.track_o_max_abs(*args) == 1e-7
-    from asv_runner.benchmarks.mark import SkipNotImplemented
-
     for track in (suite.track_lse_max_abs, suite.track_lse_baseline_ratio):
         # raised in the track's body, not setup: asv skips it (NaN) only as its own class
         with pytest.raises(SkipNotImplemented, match="not returned by the kernel"):
@@ -275,6 +275,42 @@ def test_an_lse_the_kernel_does_not_return_is_not_applicable():
     with pytest.raises(SkipNotImplemented, match="records no o_band_ratio"):
         suite.rec = older
         suite.track_o_band_ratio(*args)
+
+
+@pytest.mark.parametrize("suite_name, fields", [
+    ("TrackStandardModel", ("o", "lse")), ("TrackStandardBackward", ("dq", "dk", "dv"))])
+def test_the_standard_models_own_error_is_tracked_and_a_worse_one_regresses(suite_name,
+                                                                           fields):
+    """A red team's head rounded fp32's standard O through fp16: every kernel's baseline
+    ratio read "better" (0.8 -> 0.002), "OK", exit 0, while the yardstick of the 2x rule had
+    become 350x worse. The standard model's (forward and backward) own error is now tracked,
+    the figure the records' ratios divide by, and the review judges it: worse regresses."""
+    from benchmarks import bench_accuracy, bench_grad
+    from flashbench.history.suites import accuracy_metric
+    from flashbench.measure import Case, measure_accuracy
+    from flashbench.measure.backward import measure_gradients
+    from flashbench.review.rules import row_kind, value_row
+
+    module, measure = ((bench_accuracy, measure_accuracy) if suite_name == "TrackStandardModel"
+                       else (bench_grad, measure_gradients))
+    suite = getattr(module, suite_name)()
+    results, shape = suite.setup_cache(), module.SHAPES[0]
+    records = measure(Case(shape_of(shape), "normal", True), ["fp32", "bf16"], ["flash_model"])
+    for dtype, rec in zip(("fp32", "bf16"), records, strict=True):
+        suite.setup(results, dtype, True, shape)
+        for field in fields:
+            track = getattr(suite, f"track_{field}_max_abs")
+            # the yardstick of every kernel's ratio at that dtype, as the records hold it
+            assert track(results, dtype, True, shape) == getattr(rec, f"{field}_standard")[
+                "max_abs"]
+            name = f"{module.__name__.split('.')[-1]}.{suite_name}.{track.__name__}"
+            assert accuracy_metric(name) == f"{field}_max_abs"
+            kind = row_kind(name, "track", track.unit)
+            row = value_row(kind, name, f"({dtype}, True)", track.unit, 2.5e-7, 8.8e-5, [],
+                            0.1, 1.05)
+            assert kind == "accuracy" and row.regression and row.verdict == "worse", row
+    with pytest.raises(NotImplementedError, match="no fp8_e4m3fnuz standard model"):
+        suite.setup(results, "fp8_e4m3fnuz", True, shape)
 
 
 def test_backend_timings_resolve_their_backend_through_common(monkeypatch):

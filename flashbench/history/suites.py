@@ -32,7 +32,8 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN
 
 ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
                       r"|TrackDecodeAccuracy|TrackDecodeMerge|TrackVariantAccuracy"
-                      r"|TrackMLADecodeAccuracy|TrackHeadDimAccuracy)"
+                      r"|TrackMLADecodeAccuracy|TrackHeadDimAccuracy|TrackStandardModel"
+                      r"|TrackStandardBackward)"
                       r"\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
