@@ -138,3 +138,18 @@ def test_a_packed_batch_reaches_kernels_rounded_once(monkeypatch):
     for t, x in zip(given, varlen_inputs(case)[:3], strict=True):
         want = torch.from_numpy(caller_inputs("fp16", x)).to(torch.float16)
         assert t.dtype == torch.float16 and torch.equal(t, want)
+
+
+def test_a_packed_cases_label_names_its_kv_heads_and_value_dim():
+    """`check --shape 1x4x1x192 --shape 1x4x1x192/128 --varlen 40,17` printed one label,
+    "varlen 40,17 H=4 d=192", for both cases (a red team, 2026-12-06): a FAIL at dv = 128
+    read as d = 192's, and table 3 grouped the two under one heading."""
+    from flashbench.inputs import Shape
+    from flashbench.measure.records import Case
+
+    cases = [Case(Shape(2, 4, 40, 40, 192, **kw), varlen=(40, 17))
+             for kw in ({}, {"dv": 128}, {"Hkv": 2}, {"dv": 128, "Hkv": 2})]
+    labels = [c.label() for c in cases]
+    assert labels[0] == "normal varlen 40,17 H=4 d=192"
+    assert labels[3] == "normal varlen 40,17 H=4 Hkv=2 d=192 dv=128"
+    assert len(set(labels)) == 4

@@ -87,9 +87,11 @@ class Case:
     def label(self) -> str:
         extra = Variant(window=self.window, softcap=self.softcap,
                         sinks=(0.0,) if self.sinks else None).label()
-        shape = self.shape.label() if self.varlen is None else (
-            f"varlen {lengths_text(self.varlen, self.varlen_k)} H={self.shape.H} "
-            f"d={self.shape.d}")
+        s = self.shape  # a packed batch's label names its heads and dims as a shape's does
+        shape = s.label() if self.varlen is None else (  # (1x4x1x192 and its /128 were one)
+            f"varlen {lengths_text(self.varlen, self.varlen_k)} H={s.H}"
+            f"{'' if s.Hkv is None else f' Hkv={s.Hkv}'} d={s.d}"
+            f"{'' if s.dv is None else f' dv={s.dv}'}")
         return (f"{self.dist} {shape}{' causal' if self.causal else ''}"
                 f"{'' if extra == 'full' else ' ' + extra}")
 
