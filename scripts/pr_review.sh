@@ -12,24 +12,27 @@
 # is only the commit under review. The
 # Markdown, under a verdict line, goes to $GITHUB_STEP_SUMMARY and to
 # $REVIEW_DIR/KIND.md (uploaded for the comment job). Exit status: 0 nothing regressed;
-# 1 slower or outside band (the check fails); 2 "could not decide": said in the verdict
+# 1 regressed (the check fails; the verdict line quotes the review's summary); 2 "could not decide": said in the verdict
 # line and a warning annotation, the check passes unless REVIEW_UNDECIDED=fail; 3 the
 # review itself failed (the check fails). $FLASHBENCH is the command (flashbench).
 #
 # comment: one comment on the pull request ($GITHUB_EVENT_PATH: a workflow_run event's
 # pull request, the number GitHub gives, never an artifact's), found by a hidden marker
-# among the comments of github-actions[bot] and edited in place, else created, holding
-# every DIR/*.md. A fork's pull request has none there: it gets the job summary only.
+# among the comments of github-actions[bot] and edited in place, else created: a section
+# per machine kind, each DIR/*.md replacing its kind's, the other kinds' kept (a run of
+# the GPU kinds alone keeps the CPU's verdict). A fork's pull request has none there: it
+# gets the job summary only. No report in DIR (no review job ran): no comment, exit 0.
 set -euo pipefail
 MARKER='<!-- flashbench-review -->'
 LIMIT=${REVIEW_COMMENT_LIMIT:-60000}  # bytes; a comment holds at most 65536 characters
 
-verdict() {  # status kind -> the line above the report
-  case "$1" in
+verdict() {  # status kind [the review's own summary line] -> the line above the report
+  local why=${3:+: $3}  # what regressed or stayed open, as the review says it (its words
+  case "$1" in          # for exit 1 were "slower or outside band" for an accuracy "worse")
     0) echo "### flashbench review on $2: nothing regressed (exit 0)" ;;
-    1) echo "### flashbench review on $2: slower or outside band (exit 1): the check fails" ;;
-    2) echo "### flashbench review on $2: could not decide (exit 2): see the ambiguous rows;" \
-         "more --budget may settle them" ;;
+    1) echo "### flashbench review on $2: regressed (exit 1): the check fails$why" ;;
+    2) echo "### flashbench review on $2: could not decide (exit 2)${why:-: see the" \
+         "ambiguous rows; more --budget may settle them}" ;;
     *) echo "### flashbench review on $2: the review itself failed (exit $1): the check fails" ;;
   esac
 }
@@ -66,8 +69,11 @@ review() {
   local status=0
   ${FLASHBENCH:-flashbench} review "$base" "$head" "$@" --output "$out/$kind.review.md" \
     >/dev/null 2>"$out/$kind.stderr" || status=$?
+  local said=""  # the report's bold summary line ("**REGRESSION: ...; exit 1**")
+  [ -s "$out/$kind.review.md" ] &&
+    said=$(sed -n 's/^\*\*\(.*\)\*\*$/\1/p' "$out/$kind.review.md" | head -n 1)
   {
-    verdict "$status" "$kind"
+    verdict "$status" "$kind" "$said"
     echo
     if [ -s "$out/$kind.review.md" ]; then
       cat "$out/$kind.review.md"
@@ -86,7 +92,8 @@ review() {
     2) echo "::warning title=flashbench review on $kind::could not decide (exit 2)"
        [ "${REVIEW_UNDECIDED:-pass}" = fail ] && return 2
        return 0 ;;
-    *) echo "::error title=flashbench review on $kind::$(verdict "$status" "$kind" | cut -c5-)"
+    *) echo "::error title=flashbench review on $kind::$(verdict "$status" "$kind" "$said" |
+         cut -c5-)"
        return "$status" ;;
   esac
 }
@@ -101,12 +108,38 @@ comment() {
   fi
   shopt -s nullglob
   local reports=("$dir"/*.md)
-  if [ "${#reports[@]}" = 0 ]; then
-    echo "pr_review: no review report in $dir: no comment" >&2
-    return 1
+  if [ "${#reports[@]}" = 0 ]; then  # a run whose review jobs did not run (another label)
+    echo "pr_review: no review report in $dir (no review job ran): no comment"
+    return 0
   fi
   body=$(mktemp)
-  { echo "$MARKER"; cat "${reports[@]}"; } > "$body"
+  : > "$body.old"
+  id=$(gh api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" \
+         --jq '.[] | {id, user: .user.login, body}' | python3 -c '
+import json, sys
+for line in sys.stdin:
+    c = json.loads(line)
+    if c["user"] == "github-actions[bot]" and c["body"].startswith(sys.argv[1]):
+        open(sys.argv[2], "w").write(c["body"])
+        print(c["id"])
+        break' "$MARKER" "$body.old")
+  # each kind's section ("### flashbench review on KIND: ...") replaces its own in the
+  # comment and the other kinds' stay: a run of the GPU kinds alone (the label
+  # "review-gpu") rewrote the comment without the CPU's verdict
+  python3 - "$MARKER" "$body.old" "${reports[@]}" > "$body" <<'EOF'
+import re, sys
+marker, old, *reports = sys.argv[1:]
+kind = re.compile(r"^### flashbench review on (\S+?):", re.M)
+def sections(text, name):
+    starts = [m.start() for m in kind.finditer(text)]
+    found = {kind.match(text, a)[1]: text[a:b].rstrip("\n") + "\n\n"
+             for a, b in zip(starts, starts[1:] + [len(text)])}
+    return found or ({name: text.rstrip("\n") + "\n\n"} if text.strip() else {})
+merged = sections(open(old).read().removeprefix(marker + "\n"), "earlier")
+for path in reports:
+    merged.update(sections(open(path).read(), path))
+sys.stdout.write(marker + "\n" + "".join(merged.values()))
+EOF
   if [ "$(wc -c < "$body")" -gt "$LIMIT" ]; then  # GitHub refuses a longer comment
     python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[:int(sys.argv[2])]
 sys.stdout.write(b.decode("utf-8", "ignore"))' "$body" "$LIMIT" > "$body.cut"  # whole characters
@@ -114,14 +147,6 @@ sys.stdout.write(b.decode("utf-8", "ignore"))' "$body" "$LIMIT" > "$body.cut"  #
       >> "$body.cut"
     mv "$body.cut" "$body"
   fi
-  id=$(gh api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" \
-         --jq '.[] | {id, user: .user.login, body}' | python3 -c '
-import json, sys
-for line in sys.stdin:
-    c = json.loads(line)
-    if c["user"] == "github-actions[bot]" and c["body"].startswith(sys.argv[1]):
-        print(c["id"])
-        break' "$MARKER")
   if [ -n "$id" ]; then
     gh api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$body" \
       >/dev/null
@@ -131,7 +156,7 @@ for line in sys.stdin:
       >/dev/null
     echo "pr_review: commented on pull request #$pr"
   fi
-  rm -f "$body"
+  rm -f "$body" "$body.old"
 }
 
 case "${1:-}" in

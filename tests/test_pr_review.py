@@ -28,6 +28,8 @@ if status == 3:
     print("flashbench review: failed: git worktree add failed", file=sys.stderr)
     sys.exit(3)
 text = "| benchmark | verdict |\\n|---|---|\\n| time_attention | " + os.environ["FAKE_ROW"] + " |\\n"
+if os.environ.get("FAKE_SUMMARY"):
+    text = "**" + os.environ["FAKE_SUMMARY"] + "**\\n\\n" + text
 open(args[args.index("--output") + 1], "w").write(text)
 print(text)
 sys.exit(status)
@@ -110,7 +112,7 @@ def review(pr, status: int, row: str = "same", **extra) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("status, shown, rc", [
     (0, "nothing regressed (exit 0)", 0),
-    (1, "slower or outside band (exit 1): the check fails", 1),
+    (1, "regressed (exit 1): the check fails", 1),
     (2, "could not decide (exit 2)", 0),
     (3, "the review itself failed (exit 3): the check fails", 3),
 ])
@@ -130,6 +132,23 @@ def test_review_step_summary_and_exit_status(pr, status, shown, rc):
     assert args[:3] == ["review", base, "HEAD"] and args[3:5] == ["--jobs", "2"]
     if status == 2:  # not hidden: a warning on the check, the verdict line above
         assert "::warning title=flashbench review on cpu-x86_64::could not decide" in r.stdout
+
+
+@pytest.mark.parametrize("status, summary, shown", [
+    (1, "REGRESSION: 2 result(s) got worse (accuracy); exit 1",
+     "regressed (exit 1): the check fails: REGRESSION: 2 result(s) got worse (accuracy)"),
+    (2, "NOT MEASURED: 3 timing(s), the sampling budget ran out or the machine was too busy",
+     "could not decide (exit 2): NOT MEASURED: 3 timing(s)")])
+def test_the_verdict_line_quotes_what_the_review_says(pr, status, summary, shown):
+    """A red team's heads: the line read "slower or outside band" over an accuracy "worse"
+    and over a head whose kernel failed; "see the ambiguous rows" over a timing not
+    measured. It now quotes the report's own summary line."""
+    _, _, _, tmp = pr
+    r = review(pr, status, FAKE_SUMMARY=summary)
+    line = (tmp / "summary.md").read_text().splitlines()[0]
+    assert line.startswith(f"### flashbench review on cpu-x86_64: {shown}"), line
+    if status == 1:
+        assert f"::error title=flashbench review on cpu-x86_64::{line[4:]}" in r.stdout
 
 
 def test_could_not_decide_fails_the_check_when_asked(pr):
@@ -189,6 +208,41 @@ def test_one_comment_edited_in_place(pr):
     assert [c.split()[2] if c.split()[1] == "--method" else "GET" for c in calls] == [
         "GET", "POST", "GET", "PATCH"]
     assert all("team/flashbench/issues/" in c for c in calls)
+
+
+def test_a_run_of_one_kind_keeps_the_other_kinds_sections(pr):
+    """A red team (2026-12-06): the label "review-gpu" runs the GPU kinds alone, and its
+    comment job rewrote the one comment without the CPU's verdict (a CPU regression gone
+    from the pull request). Each kind's section now replaces only its own."""
+    _, _, _, tmp = pr
+    review(pr, 1, row="slower 1.31x")
+    assert comment(pr, RUN).returncode == 0
+    out = tmp / "review-out"
+    (out / "cpu-x86_64.md").unlink()  # the label's run: a GPU kind's report alone
+    (out / "nvidia-h200.md").write_text("### flashbench review on nvidia-h200: nothing "
+                                        "regressed (exit 0)\n\n| gpu | same |\n")
+    r = comment(pr, RUN)
+    assert r.returncode == 0 and "updated comment 100" in r.stdout, r.stderr
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    cpu = body.index("### flashbench review on cpu-x86_64: regressed (exit 1)")
+    gpu = body.index("### flashbench review on nvidia-h200: nothing regressed")
+    assert body.startswith(MARKER + "\n") and cpu < gpu and "| slower 1.31x |" in body
+    (out / "nvidia-h200.md").write_text("### flashbench review on nvidia-h200: regressed "
+                                        "(exit 1)\n\n| gpu | slower |\n")
+    assert comment(pr, RUN).returncode == 0  # the kind's own section replaced, once
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert body.count("### flashbench review on nvidia-h200") == 1 and "| gpu | slower |" in body
+    assert "| slower 1.31x |" in body
+
+
+def test_a_run_without_a_review_job_comments_nothing_and_passes(pr):
+    """Another label (not "review-gpu") runs the review workflow with every job skipped: no
+    artifact; the comment job failed on it."""
+    _, _, _, tmp = pr
+    (tmp / "review-out").mkdir(exist_ok=True)
+    r = comment(pr, RUN)
+    assert r.returncode == 0 and "no review job ran" in r.stdout, r.stderr
+    assert not (tmp / "comments.json.calls").exists()
 
 
 def test_a_comment_too_long_for_github_is_cut_and_says_so(pr):

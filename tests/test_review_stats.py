@@ -570,6 +570,24 @@ def test_prior_needs_a_family_and_caps_agreeing_variances():
     assert scattered.d0 < 3  # variances 400x apart lend next to nothing
 
 
+def test_a_prior_never_holds_more_degrees_of_freedom_than_its_family():
+    """A red team's review: "variance prior 19.61% per round, 100.0 df, from 4 comparisons"
+    (4 variances of ~2 df whose scatter fell below its expectation: limma's moments read
+    that as d0 = infinity); its intervals were overconfident ("faster" 0.716 on identical
+    code). The prior's d0 is now at most the sum of its variances' df."""
+    from flashbench.review.prior import fit_prior
+
+    rng = np.random.default_rng(0)
+    capped = 0
+    for _ in range(200):
+        locations = _locations([0.2] * 4, 3, rng)
+        prior = fit_prior(locations)
+        total = sum(loc.vdf for loc in locations)
+        assert prior.d0 <= total + 1e-9, (prior, total)
+        capped += prior.d0 == pytest.approx(total)
+    assert capped > 20  # the moments' spread fell below its expectation that often
+
+
 def _family(rng, ratios, sds, rounds):
     pairs = []
     for i, (ratio, sd) in enumerate(zip(ratios, sds, strict=True)):

@@ -15,6 +15,8 @@ import ctypes
 import os
 import signal
 
+from flashbench.infra.cpuload import outside_cpu, tree_cpu
+
 __all__ = ["adopt", "sweep", "others_cpu", "priority", "outside_cpu"]
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -94,46 +96,7 @@ def others_cpu() -> float:
     zygote, the workers and whatever they started. Read around the harness's own timings,
     where none of them should run (a probe's kernel forked busy processes at import and
     killed them at its first timed request: torch's peers read up to 20x slower)."""
-    from flashbench.timed.threads import descendants, stat_cpu
-
-    return sum(stat_cpu(f"/proc/{p}/stat", children=True) or 0.0  # a reaped one's too
-               for p in descendants(os.getpid()))
-
-
-def _machine_cpu() -> float | None:
-    """CPU seconds the CPUs this process may run on have spent busy since boot (/proc/stat:
-    user, nice, system, irq, softirq, steal), None where unreadable."""
-    from flashbench.timed.threads import TICK
-
-    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    total = 0
-    try:
-        with open("/proc/stat") as f:
-            for line in f:
-                name, *v = line.split()
-                if not name.startswith("cpu") or name == "cpu":
-                    continue
-                if mine is None or int(name[3:]) in mine:
-                    total += sum(int(v[i]) for i in (0, 1, 2, 5, 6, 7))
-    except (OSError, ValueError, IndexError):
-        return None
-    return total * TICK
-
-
-def outside_cpu(start: tuple | None = None):
-    """What processes outside this run did on this process's CPUs: called bare, a reading
-    to pass back later; with it, the CPU seconds they used in between (the CPUs' busy time,
-    /proc/stat, less this process's, its descendants' and those reaped), None where
-    unreadable. A speed row timed while they ran (another job, a build) reads its kernel
-    slower, and a speedup against a row timed while they did not is not the kernels' own."""
-    t = os.times()
-    now = (_machine_cpu(), t.user + t.system + t.children_user + t.children_system
-           + others_cpu())
-    if start is None:
-        return now
-    if now[0] is None or start[0] is None:
-        return None
-    return max(0.0, (now[0] - start[0]) - (now[1] - start[1]))
+    return tree_cpu()  # a reaped one's too
 
 
 def priority(restore: tuple | None = None) -> tuple:

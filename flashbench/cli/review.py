@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from flashbench.cli.common import finite, machine_name, positive_int, regex
@@ -51,6 +52,11 @@ def add_parser(sub) -> None:
                    "the worker (the allocator as in asv's processes; the default on a CPU "
                    "machine) or the worker's own (more decisive, but blind to a change's "
                    "fresh-allocation cost; the default on a GPU machine)")
+    r.add_argument("--outside-limit", metavar="CPUS", type=_cpus, default=None,
+                   help="same-run: a timing sampled while processes outside the review kept "
+                   "more than CPUS CPUs busy on average is not judged ('not measured', "
+                   "machine-loaded); default $FLASHBENCH_OUTSIDE_LIMIT, else 0.25; inf "
+                   "judges whatever else runs")
     r.add_argument("--allow-dirty", action="store_true",
                    help="review the committed HEAD although flashbench/ or benchmarks/ have "
                    "uncommitted edits (the header says they were not measured)")
@@ -62,6 +68,19 @@ def add_parser(sub) -> None:
     r.set_defaults(func=run)
 
 
+def _cpus(text: str) -> float:
+    """--outside-limit's type: CPUs, >= 0, inf included."""
+    from flashbench.review.options import outside_limit
+
+    try:
+        return outside_limit(text, "it")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_cpus.__name__ = "CPUs"
+
+
 def run(args) -> int:
     from flashbench.cli.review_markdown import render_markdown, to_json
     from flashbench.review import Options, run_review
@@ -71,7 +90,8 @@ def run(args) -> int:
                    quick=args.quick, existing=args.existing, factor=args.factor,
                    acc_tol=args.acc_tol, budget=args.budget, bench=args.bench,
                    machine=args.machine, allow_dirty=args.allow_dirty,
-                   threads=args.threads, jobs=args.jobs, process=args.process)
+                   threads=args.threads, jobs=args.jobs, process=args.process,
+                   outside_limit=args.outside_limit)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
     if target is not None:

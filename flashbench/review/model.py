@@ -23,6 +23,9 @@ REASONS = {
     "too-few-samples": "fewer paired rounds than a decision needs",
     "machine-busy": "not measured: its samples fell short of the worker's clock only by "
                     "their waits for a busy CPU (time it on a quieter machine)",
+    "machine-loaded": "not judged: processes outside the review kept more CPUs busy on "
+                      "average than --outside-limit while it was sampled (its figures are "
+                      "shown; time it on a quieter machine)",
     "budget-unmeasured": "not measured: the sampling budget was spent before its calibration "
                          "(measure it with --bench PATTERN, or a larger --budget SECONDS)",
     # timings (stored results, --reuse)
@@ -149,7 +152,7 @@ class Review:
         regressions = [r for r in self.rows if r.regression]
         lost = sum(r.reason == "coverage-lost" for r in self.rows if r.undecided)
         changed = sum(r.reason == "benchmark-changed" for r in self.rows if r.undecided)
-        unmeasured = sum(r.reason in ("budget-unmeasured", "machine-busy")
+        unmeasured = sum(r.reason in ("budget-unmeasured", "machine-busy", "machine-loaded")
                          for r in self.rows if r.undecided)
         apart_base = sum(r.reason in ("base-refused", "base-failed-beside-head")
                          for r in self.rows if r.undecided)

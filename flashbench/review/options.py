@@ -4,6 +4,7 @@ and what ``--bench`` selects: grid points of today's suites, rows of stored resu
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,11 @@ QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outla
 MAX_BUDGET = 24 * 3600.0
 MAX_FACTOR = 10.0
 MAX_ACC_TOL = 10.0
+# same-run: a timing whose rounds ran while processes outside the review kept more CPUs
+# busy than this on average is not judged (a no-op head read 1.53x slower, exit 1, beside
+# a load of ~3 on 2 CPUs: a red team, 2026-12-06); FLASHBENCH_OUTSIDE_LIMIT sets the default
+OUTSIDE_LIMIT = 0.25
+OUTSIDE_ENV = "FLASHBENCH_OUTSIDE_LIMIT"
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Options:
     threads: int | None = None  # same-run: the measured code's thread pools (None: theirs)
     jobs: int = 1  # same-run: timing workers sampling at once, each on CPUs of its own
     process: str | None = None  # same-run: "request", "one" (None: the machine's, pointfork)
+    outside_limit: float | None = None  # CPUs (None: $FLASHBENCH_OUTSIDE_LIMIT, else 0.25)
 
     def check(self) -> None:
         """ValueError/TypeError naming the option and what it accepts."""
@@ -61,12 +68,34 @@ class Options:
             lane_cpus(self.threads, self.jobs)  # each worker needs CPUs of its own
         if self.results is not None and not Path(self.results).is_dir():
             raise ValueError(f"results folder {self.results!r} does not exist")
+        self.outside_cpus  # noqa: B018 (checked: the option's or the environment's)
+
+    @property
+    def outside_cpus(self) -> float:
+        """The --outside-limit in force: the option, else $FLASHBENCH_OUTSIDE_LIMIT, else
+        :data:`OUTSIDE_LIMIT` (``inf``: judge whatever else runs)."""
+        given, where = self.outside_limit, "outside_limit"
+        if given is None:
+            given, where = os.environ.get(OUTSIDE_ENV, OUTSIDE_LIMIT), OUTSIDE_ENV
+        return outside_limit(given, where)
 
     @property
     def seconds(self) -> float:
         if self.budget is not None:
             return float(self.budget)
         return QUICK_BUDGET if self.quick else DEFAULT_BUDGET
+
+
+def outside_limit(value, name: str = "--outside-limit") -> float:
+    """A limit in CPUs: a number >= 0, ``inf`` included (ValueError naming ``name``)."""
+    try:
+        limit = float(value)
+    except (TypeError, ValueError):
+        limit = math.nan
+    if isinstance(value, bool) or not limit >= 0:
+        raise ValueError(f"{name} must be a number of CPUs >= 0 (inf: judge whatever else "
+                         f"runs), got {value!r}")
+    return limit
 
 
 def _number(name: str, value, lo: float, hi: float, lo_open: bool = False) -> None:

@@ -41,7 +41,16 @@ class Paired:
     # the family's prior at that look (None: it rested on none); its row shows the
     # interval and prior the verdict rested on, whatever is fitted later
     decided_prior: Prior | None = None
+    # CPU seconds processes outside the review used while its blocks ran, over ``watched``
+    # seconds of them (ab.Sampler's ``load``; 0, 0: not read)
+    outside: float = 0.0
+    watched: float = 0.0
     _location: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def outside_cpus(self) -> float | None:
+        """CPUs processes outside the review kept busy on average while it was sampled."""
+        return self.outside / self.watched if self.watched > 0 else None
 
     @property
     def rounds(self) -> int:
@@ -116,8 +125,11 @@ def prior_text(prior: Prior | None) -> str:
             f"from {prior.family} comparisons")
 
 
-def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
-    """Final rows of the paired comparisons (after the last look)."""
+def paired_rows(pairs: list[Paired], factor: float, q_look: float,
+                outside_limit: float = math.inf) -> list[Row]:
+    """Final rows of the paired comparisons (after the last look); a verdict whose rounds
+    ran while processes outside the review kept more than ``outside_limit`` CPUs busy on
+    average is not measured ("machine-loaded"), its figures kept."""
     prior = family_prior(pairs)
     decisions = decide(pairs, factor, q_look, prior)
     selected = sum(1 for d in decisions if d and d[1] == "significant")
@@ -139,18 +151,27 @@ def paired_rows(pairs: list[Paired], factor: float, q_look: float) -> list[Row]:
         show = 1.0 - 2.0 * q_look if verdict in ("same", "not slower") else level
         lo, hi = loc.interval(show)
         n = p.rounds
+        detail = prior_text(used) + ("" if moderated or used is None
+                                     else ", not applied: its variance is not the family's")
+        busy = p.outside_cpus
+        if busy is not None and busy > outside_limit:
+            loaded = (f"processes outside the review kept {busy:.2f} CPUs busy on average "
+                      f"while it was sampled (limit {outside_limit:g}, --outside-limit)")
+            if verdict == "ambiguous":  # undecided anyway: the load is said
+                detail = f"{loaded}; {detail}"
+            else:
+                detail = f"{loaded}: read {verdict}, not judged; {detail}"
+                verdict, reason = "not measured", "machine-loaded"
         rows.append(Row(
             kind="time", benchmark=p.benchmark, params=p.params, unit=p.unit,
-            verdict=verdict, reason=reason,
-            detail=prior_text(used) + ("" if moderated or used is None
-                                       else ", not applied: its variance is not the family's"),
+            verdict=verdict, reason=reason, detail=detail,
             base=float(np.median(p.base[:n])) if n else None,
             head=float(np.median(p.head[:n])) if n else None,
             ratio=math.exp(loc.centre) if math.isfinite(loc.centre) else None,
             ci_low=math.exp(lo) if math.isfinite(lo) else None,
             ci_high=math.exp(hi) if math.isfinite(hi) else None,
             ci_level=show, samples=n, regression=verdict == "slower",
-            undecided=verdict == "ambiguous",
+            undecided=verdict in ("ambiguous", "not measured"),
             prior=used.describe() if moderated else None,
             log_ratios=[round(float(x), 7) for x in p.log_ratios()] if n else []))
     return rows

@@ -9,11 +9,13 @@ processes are gone.
 
 from __future__ import annotations
 
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
+from flashbench.infra.cpuload import outside_cpu
 from flashbench.infra.git import checked_out, git, resolve
 from flashbench.infra.interrupts import signals_raise
 from flashbench.infra.machine import gpu_model, identity
@@ -258,10 +260,11 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                 f"{opts.seconds:.0f} s")
             sampler = Sampler([_lane(w, opts.seconds) for w in workers], opts.seconds,
                               opts.factor, q_look,
-                              log=lambda text: log("review: " + text))
+                              log=lambda text: log("review: " + text), load=outside_cpu)
             pairs, coverage = sampler.run(timed)
-            review.rows += paired_rows(pairs, opts.factor, q_look) + coverage
+            review.rows += paired_rows(pairs, opts.factor, q_look, opts.outside_cpus) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
+            review.notes.append(_outside_note(pairs, opts.outside_cpus))
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
         _against_base_suites(review, points, root, bench_dir, trees["base"], session.folder,
                              opts.bench)
@@ -274,6 +277,20 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                                 f"not one of their own: {w.unforked} (a fork could hang).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
+
+
+def _outside_note(pairs, limit: float) -> str:
+    """The header's account of what processes outside the review did while it sampled."""
+    seen = [p.outside_cpus for p in pairs if p.outside_cpus is not None]
+    if not seen:
+        return ("Processes outside the review: not read (no /proc here): every timing was "
+                "judged whatever else ran.")
+    over = sum(x > limit for x in seen)
+    return (f"Processes outside the review kept {statistics.median(seen):.2f} CPUs busy on "
+            f"average while a timing was sampled (median over {len(seen)}, at most "
+            f"{max(seen):.2f}; /proc: the CPUs' busy time less the review's own processes'); "
+            f"above {limit:g} (--outside-limit) a timing is not judged: "
+            f"{over} of {len(seen)}.")
 
 
 def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:

@@ -10,8 +10,10 @@ import os
 import threading
 import time
 
+from flashbench.infra.cpuload import TICK, descendants, stat_cpu
+
 __all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning",
-           "ThreadWatch", "thread_cpu", "stat_cpu", "TICK"]
+           "ThreadWatch", "thread_cpu", "stat_cpu", "TICK", "descendants"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
@@ -49,46 +51,6 @@ def joined(tasks_before: int | None) -> None:
     deadline = _PERF() + JOIN_S
     while (thread_census()[1] or 0) > tasks_before and _PERF() < deadline:
         time.sleep(1e-4)
-
-
-TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
-
-
-def stat_cpu(path: str, children: bool = False) -> float | None:
-    """utime + stime, seconds, of a /proc ``stat`` file (a process's: all its threads; or
-    one thread's, /proc/<pid>/task/<tid>/stat), + cutime + cstime (its children it waited
-    for) where ``children``; None where it cannot be read."""
-    try:
-        with open(path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return sum(int(x) for x in fields[11:15 if children else 13]) * TICK
-
-
-def descendants(pid: int) -> list[int]:
-    """The live processes whose parents lead to ``pid`` (/proc; none where there is none)."""
-    parent = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for n in names:
-        if n.isdigit():
-            try:
-                with open(f"/proc/{n}/stat") as f:
-                    parent[int(n)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found: set[int] = set()
-    for p in parent:
-        chain = []
-        while p in parent and p != pid and p not in found and len(chain) < 64:
-            chain.append(p)
-            p = parent[p]
-        if p == pid or p in found:
-            found.update(chain)
-    return sorted(found)
 
 
 def thread_cpu(pid: int) -> dict[int, float] | None:

@@ -1,0 +1,92 @@
+"""CPU time from /proc: a process's (its threads', and its children's it waited for), a
+process tree's, the busy time of the CPUs this process may run on, and from these what
+processes *outside* a run used while it measured: the speed run marks a row timed while
+they kept a CPU busy, the review does not judge a timing whose rounds met them. Linux;
+elsewhere the readings are None (or nothing).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu"]
+
+TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
+
+
+def stat_cpu(path: str, children: bool = False) -> float | None:
+    """utime + stime, seconds, of a /proc ``stat`` file (a process's: all its threads; or
+    one thread's, /proc/<pid>/task/<tid>/stat), + cutime + cstime (its children it waited
+    for) where ``children``; None where it cannot be read."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return sum(int(x) for x in fields[11:15 if children else 13]) * TICK
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes whose parents lead to ``pid`` (/proc; none where there is none)."""
+    parent = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for n in names:
+        if n.isdigit():
+            try:
+                with open(f"/proc/{n}/stat") as f:
+                    parent[int(n)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: set[int] = set()
+    for p in parent:
+        chain = []
+        while p in parent and p != pid and p not in found and len(chain) < 64:
+            chain.append(p)
+            p = parent[p]
+        if p == pid or p in found:
+            found.update(chain)
+    return sorted(found)
+
+
+def tree_cpu(pid: int | None = None) -> float:
+    """CPU seconds the live descendants of ``pid`` (default this process) have used, each
+    with the children it reaped."""
+    return sum(stat_cpu(f"/proc/{p}/stat", children=True) or 0.0
+               for p in descendants(os.getpid() if pid is None else pid))
+
+
+def machine_cpu() -> float | None:
+    """CPU seconds the CPUs this process may run on have spent busy since boot (/proc/stat:
+    user, nice, system, irq, softirq, steal), None where unreadable."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    total = 0
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *v = line.split()
+                if not name.startswith("cpu") or name == "cpu":
+                    continue
+                if mine is None or int(name[3:]) in mine:
+                    total += sum(int(v[i]) for i in (0, 1, 2, 5, 6, 7))
+    except (OSError, ValueError, IndexError):
+        return None
+    return total * TICK
+
+
+def outside_cpu(start: tuple | None = None):
+    """What processes outside this run did on this process's CPUs: called bare, a reading
+    to pass back later; with it, the CPU seconds they used in between (the CPUs' busy time,
+    /proc/stat, less this process's, its descendants' and those reaped), None where
+    unreadable. A timing taken while they ran (another job, a build) reads slower, and a
+    comparison with one taken while they did not is not the code's own."""
+    t = os.times()
+    now = (machine_cpu(), t.user + t.system + t.children_user + t.children_system
+           + tree_cpu())
+    if start is None:
+        return now
+    if now[0] is None or start[0] is None:
+        return None
+    return max(0.0, (now[0] - start[0]) - (now[1] - start[1]))
