@@ -275,3 +275,19 @@ def test_a_peers_fail_is_information_and_not_the_runs_verdict():
         text = render_text(report)
         assert ("for information" in text) is peer and ("verdict: PASS" in text) is peer
         assert dataclasses.asdict(row)["peer"] is peer
+
+
+def test_a_rows_band_says_when_it_is_the_tables_d64_not_the_cases_head_dim():
+    """A red team (2026-12-06): `speed --shape 1x2x128x192/128` printed "above the band's
+    tolerance 3.13e-06 (flashbench.tolerance)": d = 64's edge, where the case's own (d = 192,
+    dv = 128) is 4.49e-06. The reason now names the table's head dim."""
+    from flashbench.inputs import Shape
+    from flashbench.measure.bandjudge import band_words
+    from flashbench.measure.speed import SpeedCase
+
+    def words(**kw):
+        return band_words(SpeedCase(Shape(1, 2, 128, 128, **kw), "fp32", True, "fwd"))
+
+    assert words(d=64) == words(d=64, dv=64) == "flashbench.tolerance"
+    assert words(d=192, dv=128).endswith("at d = 64: this case's d = 192/128")
+    assert words(d=80).endswith("this case's d = 80")

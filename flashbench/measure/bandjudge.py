@@ -23,7 +23,8 @@ from flashbench.bands.decode import BAND_DTYPES, decode_band
 from flashbench.bands.measure import caller_inputs, storage_key
 from flashbench.inputs.precision import Precision
 
-__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline", "band_tolerance", "DRAW"]
+__all__ = ["CaseBands", "DecodeBands", "combine", "block_baseline", "band_tolerance",
+           "band_words", "DRAW"]
 
 
 class CaseBands:
@@ -174,10 +175,22 @@ def block_baseline(q, k, v, rows, err: float, dtype: str, causal: bool, block: i
 def band_tolerance(case, nq: int, nk: int, tensor: str = "o") -> float | None:
     """The max-abs tolerance of the shipped band table for a speed case's ``tensor`` (the
     flash model's measured edge x 2), or None where the table does not cover it (then: the
-    baseline rule)."""
+    baseline rule). The table's head dim, d = 64, for every case: a band measured at the
+    case's own (``tolerance(..., d=)``) costs seconds to minutes on the CPU the first time,
+    inside a speed run; :func:`band_words` says so in a row's reason."""
     from flashbench.bands.table import tolerance
 
     try:
         return tolerance(case.dtype, nk, causal=case.causal, nq=nq, tensor=tensor)
     except ValueError:
         return None
+
+
+def band_words(case) -> str:
+    """Where a speed row's band tolerance comes from: the shipped table, and its d = 64 when
+    the case's head dims differ (a red team read "tolerance 3.13e-06 (flashbench.tolerance)"
+    for a 192/128 case whose own band is 4.49e-06)."""
+    s = case.shape
+    dims = f"{s.d}" if s.dv is None or s.dv == s.d else f"{s.d}/{s.dv}"
+    return ("flashbench.tolerance" if dims == "64" else
+            f"flashbench.tolerance's table, at d = 64: this case's d = {dims}")

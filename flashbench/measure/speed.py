@@ -160,7 +160,7 @@ class Judge:
     def _reference_check(self, content: int, o, lse=None) -> tuple[str, str] | None:
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
-        from flashbench.measure.bandjudge import band_tolerance
+        from flashbench.measure.bandjudge import band_tolerance, band_words
 
         q, k, v = (t.double().cpu().numpy() for t in self.make(content))
         if self.case.variant is not None:
@@ -194,7 +194,7 @@ class Judge:
             verdict = block_baseline(q, k, v, rows, err, self.case.dtype, self.case.causal)[0]
         if verdict.passed:  # as accurate as plain same-dtype attention (torch-naive's kind)
             return self._lse_check(lse, seen, nq, nk)
-        why = (f"above the band's tolerance {limit:.3g} (flashbench.tolerance) and "
+        why = (f"above the band's tolerance {limit:.3g} ({band_words(self.case)}) and "
                if limit is not None else "") + (
             f"by the baseline rule {verdict.words()}")
         return WRONG, (f"off the float64 reference: max abs error {err:.3g} at row {worst} "

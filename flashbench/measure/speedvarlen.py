@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashbench.measure.bandjudge import band_tolerance, block_baseline
+from flashbench.measure.bandjudge import band_tolerance, band_words, block_baseline
 from flashbench.measure.speed import CHECK_ROWS, Judge
 from flashbench.timed.guard import WRONG
 
@@ -126,7 +126,8 @@ class PackedJudge(Judge):
             return None
         i, seq, (n, nk), err, limit, verdict = bad[0]
         length = f"length {n}" if n == nk else f"{n} queries, {nk} keys"
-        band = f"above the band's tolerance {limit:.3g} and " if limit is not None else ""
+        band = (f"above the band's tolerance {limit:.3g} ({band_words(self.case)}) and "
+                if limit is not None else "")
         why = verdict if isinstance(verdict, str) else f"by the baseline rule {verdict.words()}"
         return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
                        f"of their sequences: row {i} (sequence index {seq} of {len(cu) - 1}, "
