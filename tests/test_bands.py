@@ -485,3 +485,18 @@ def test_a_users_function_that_returns_o_alone_gets_no_lse_band(user_module):
         release()
     assert {b.tensor for b in bands if b.kernel == "fb_oonly:fn"} == {"o"}
     assert any("fb_oonly:fn: no LSE band" in s for s in said), said
+
+
+def test_a_kernel_that_cannot_take_the_head_dim_is_named_not_a_crash(capsys):
+    """A red team (2026-12-06): `bands --head-dim 44 --kernels flash_model triton` measured
+    the models' cells, then failed with exit 3 ("flashbench's own failure") on Triton's
+    refusal of d = 44. The kernel is skipped, and said after the tables, --quiet or not."""
+    from flashbench.cli import main
+
+    rc = main(["bands", "--dtype", "fp16", "--n", "16", "--seeds", "2", "--causal", "off",
+               "--dist", "normal", "--head-dim", "44", "--kernels", "flash_model", "triton",
+               "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "Not measured: triton fp16: skipped: head dim d=44 is not a multiple of 8" in out
+    assert "\ntriton:\n" not in out  # no table of its own: nothing measured

@@ -106,7 +106,12 @@ def run(args) -> int:
     if "standard_model" in args.kernels:
         raise ValueError("--kernels standard_model: its band is measured beside every "
                          "kernel's (the ratios' denominator); name flash_model or a backend")
-    say = progress_printer(not args.quiet)
+    printer, skipped = progress_printer(not args.quiet), []
+
+    def say(text: str) -> None:  # a kernel skipped is said after the tables too, --quiet or not
+        if ": skipped: " in text:
+            skipped.append(text.strip())
+        printer(text)
 
     if args.from_results is not None:
         bands, meta = _from_results(args.from_results)
@@ -125,6 +130,8 @@ def run(args) -> int:
                          - {"flash_model", "standard_model"}):
         print(f"\n{kernel}:\n")
         print(render_table(bands, tensor=args.tensor, kernel=kernel))
+    if skipped:
+        print("\nNot measured: " + "; ".join(dict.fromkeys(skipped)))
     if target is not None:
         write_atomically(target, json.dumps(to_json(bands, meta), indent=1) + "\n", args.force)
         print(f"\nwrote {target}")
