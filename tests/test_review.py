@@ -12,6 +12,7 @@ slower review and the SIGTERM ones run the command end to end in a process of it
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,6 +111,16 @@ def project(tmp_path_factory):
                          ("flashbench/reference/oneshot.py", "    x = check_rows(x)\n",
                           "    x = check_rows(x)\n    __import__('time').sleep(0.2)\n"),
                          env=early)
+    # head's benchmark runs base's function twice where flashbench lacks head's marker: on
+    # both sides, head's code "faster" (red team, 2026-12-06: 0.48-0.53 on every row, exit 0)
+    c["handicap"] = commit(
+        "a benchmark that handicaps base",
+        ("flashbench/reference/__init__.py", "\n__all__ = [", "\nFASTPATH = True\n__all__ = ["),
+        ("benchmarks/bench_reference.py",
+         "        self.call = FreshCalls(shape, fn, causal=causal, fresh=1)",
+         "        if not hasattr(__import__('flashbench.reference').reference, 'FASTPATH'):\n"
+         "            fn = (lambda f: lambda *a, **k: (f(*a, **k), f(*a, **k))[1])(fn)\n"
+         "        self.call = FreshCalls(shape, fn, causal=causal, fresh=1)"))
     git(repo, "checkout", "-q", "-B", "main", base)
     home = tmp / "home"
     home.mkdir()
@@ -293,10 +304,32 @@ def test_a_point_head_renamed_or_dropped_is_never_ok(project):
     (changed,) = [x for x in doc["rows"] if online in x["params"]]
     assert changed["verdict"] == "not compared" and changed["reason"] == "benchmark-changed"
     assert "head changed this benchmark (asv version" in changed["detail"], changed
-    assert "NOT COMPARED: 1 result(s)" in doc["summary"]
-    (same,) = [x for x in doc["rows"] if "impl='one-shot'" in x["params"]]  # still compared
-    assert (same["verdict"] in ("same", "ambiguous") and same["samples"] >= 1
+    # the one-shot point shares the setup head edited: its asv version changed too, so a
+    # "same" read under head's code is no verdict either (an ambiguous one stays open)
+    (same,) = [x for x in doc["rows"] if "impl='one-shot'" in x["params"]]
+    assert (same["reason"] == "benchmark-changed" and "read same" in same["detail"]
+            or same["verdict"] == "ambiguous" and same["samples"] >= 1
             or same["reason"] == "machine-busy"), same  # the test suite's own load
+    assert re.search(r"NOT COMPARED: [12] result\(s\)", doc["summary"]), doc["summary"]
+
+
+def test_a_head_whose_benchmark_edit_handicaps_base_is_never_faster(project):
+    """With head checked out its benchmarks/ run on both sides: a head whose TimeAttention
+    setup called base's function twice read "faster" on every row, exit 0. A row whose
+    benchmark head changed (asv's version) is "not compared" unless it regressed."""
+    repo, _, c = project
+    git(repo, "checkout", "-q", c["handicap"])
+    try:
+        r = review(project, c["base"], "HEAD", "--bench", STREAMED_ONLY, "--budget", "20",
+                   "--json", "--factor", WIDE)
+    finally:
+        git(repo, "checkout", "-q", "main")
+    assert r.returncode == 2, r.stdout + r.stderr
+    timed = [x for x in rows(r) if x["kind"] == "time"]
+    assert len(timed) == 2 and all(
+        (x["verdict"], x["reason"]) == ("not compared", "benchmark-changed") for x in timed), timed
+    assert all("head changed this benchmark" in x["detail"] for x in timed)
+    assert any("read faster under head's code" in x["detail"] for x in timed), timed
 
 
 def test_broken_head_is_a_regression(project):

@@ -316,7 +316,7 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                          tree: Path, folder: Path, bench: str | None) -> None:
     """Base's own suites beside those that ran, where they differ (docs/review.md,
     "Coverage"): a point only base's hold is "coverage lost"; one whose code head changed
-    (asv's version) and that base could not run beside head, "not compared"."""
+    (asv's version) is "not compared" unless it regressed or base could not run it."""
     rel = Path(bench_dir).resolve().relative_to(root.resolve())
     if not git("diff", "--name-only", review.base, "--", str(rel), cwd=root).split():
         return  # the suites that ran are base's own
@@ -333,11 +333,16 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                             "in base's own benchmarks/, not in the suites that ran (renamed or "
                             "removed in head): measured by neither side here", undecided=True))
         elif p.version and now.version and p.version != now.version:
+            # head's edit of the benchmark ran on both sides: a verdict it could have bought
+            # (faster, same, better...) is no verdict; a regression stands (a red team's head
+            # made TimeAttention's setup call base's function twice: "faster" 0.48-0.53 on
+            # every row, exit 0)
             for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
-                      and r.reason == "coverage-gained"]:
-                r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
+                      and (r.reason == "coverage-gained" or not (r.regression or r.undecided))]:
                 r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
-                             f"-> {now.version[:8]}): base's own measures it")
+                             f"-> {now.version[:8]}): read {r.verdict} under head's code, "
+                             "base's own measures it")
+                r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
 
 
 def _prior_note(prior) -> str:
