@@ -335,7 +335,7 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
         elif p.version and now.version and p.version != now.version:
             # head's edit of the benchmark ran on both sides: a verdict it could have bought
             # (faster, same, better...) is no verdict; a regression stands (a red team's head
-            # made TimeAttention's setup call base's function twice: "faster" 0.48-0.53 on
+            # made a timing's setup call base's function twice: "faster" 0.48-0.53 on
             # every row, exit 0)
             for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
                       and (r.reason == "coverage-gained" or not (r.regression or r.undecided))]:
