@@ -257,6 +257,20 @@ def test_a_gross_band_failure_is_called_a_wrong_result_not_a_precision_loss():
     assert likely_cause("o") == likely_cause("o", None)
 
 
+def test_a_16_bit_fail_far_past_the_edge_names_a_wrong_result_beside_the_roundings():
+    """A red team (2026-12-06): 16 of 192 q.k columns dropped read 617x the O band's edge,
+    a 1/sqrt(dv) scale 538x, both "likely the O accumulator kept in the dtype..." alone:
+    past 100x a logic error is as likely as a rounding point, and is named too."""
+    from flashbench.accuracy.bandrule import AMBIGUOUS, likely_cause
+
+    for ratio in (617, 538, 36_690):
+        text = likely_cause("o", ratio, "bf16")
+        assert text.startswith("likely the O accumulator"), text
+        assert f"at {ratio:.3g}x the edge it may as well be a wrong result" in text, text
+    assert "wrong result" not in likely_cause("o", AMBIGUOUS / 2, "bf16")
+    assert "wrong result" not in likely_cause("lse", 3.0, "fp16")
+
+
 @pytest.mark.parametrize("tensor", ["o", "lse", "dq", "dk", "dv"])
 def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
     """At fp32 the flash model keeps everything in fp32: "kept in the dtype" cannot be the

@@ -129,6 +129,10 @@ LIKELY_CAUSES = {
 # defects of docs/check.md's table reach 36,690x (l kept in fp16), so at 16 bits a wrong
 # scale (1e3-1e4x) is not told from them by its ratio alone; at fp32 it reads 7.7e6x
 GROSS = 1e5
+# above this a 16-bit FAIL names a wrong result beside the precision defects: they reach
+# past it (O accumulated in bf16: hundreds), and so do logic errors (a red team's 16 of 192
+# q.k columns dropped: 617x, a 1/sqrt(dv) scale at 192/128: 538x, "likely the accumulator")
+AMBIGUOUS = 100.0
 # at fp32 and wider no "kept in the dtype" defect exists (the flash model keeps everything
 # in fp32 there); the causes are narrower roundings inside an fp32 kernel: tf32 matmul inputs,
 # an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
@@ -159,6 +163,9 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     if dtype in WIDE:
         return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
     causes = LIKELY_CAUSES.get(tensor, "a rounding point moved to the dtype")
+    if ratio is not None and ratio > AMBIGUOUS:  # a red team's dropped columns read 617x
+        causes += (f"; at {ratio:.3g}x the edge it may as well be a wrong result (the scale, "
+                   "the mask, columns or keys left out: a wrong scale reads 1e3-1e4x)")
     if standard_ratio is not None and STANDARD_LIKE[0] <= standard_ratio <= STANDARD_LIKE[1]:
         return (f"likely the materialised form: S and P (dS) stored in the dtype, as the "
                 f"same-dtype standard model, whose max error it matches ({standard_ratio:.2f}x); "
