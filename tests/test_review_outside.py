@@ -28,7 +28,7 @@ SLOWER = [0.42, 0.48, 0.39, 0.45, 0.44, 0.41, 0.47, 0.43]  # log head/base: a cl
 def _pair(outside: float, watched: float) -> Paired:
     p = Paired("bench_reference.TimeSoftmax.time_softmax", "N=1024", "seconds",
                base=[1e-3] * len(SLOWER), head=[1e-3 * math.exp(x) for x in SLOWER])
-    p.outside, p.watched = outside, watched
+    p.load.cpu, p.load.wall = outside, watched
     return p
 
 
@@ -68,10 +68,10 @@ def test_the_sampler_reads_the_load_around_each_comparisons_blocks():
     pairs, rows = sampler.run([Point("bench_x.TimeX.time_x", 0, "()", "time", "seconds")])
     (pair,) = pairs
     assert not rows and pair.rounds >= 3 and len(readings) >= 2
-    assert pair.outside > 0 and pair.watched > 0  # calibration and each step, 2 ticks less
+    assert pair.load.cpu > 0 and pair.load.wall > 0  # calibration and each step, 2 ticks less
     unread = Sampler([Lane(measure)], 5.0, 1.1, 0.05 / 6).run(
         [Point("bench_x.TimeX.time_x", 0, "()", "time", "seconds")])[0][0]
-    assert unread.outside_cpus is None
+    assert unread.load.cpus is None
 
 
 def test_the_limit_is_the_options_else_the_environments_else_a_quarter_cpu(monkeypatch):

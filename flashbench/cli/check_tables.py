@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from flashbench.bands.case import BAND_TOTAL_ROWS, CASE_SEEDS, MAX_SEEDS
 from flashbench.cli.common import result_line
 from flashbench.measure.backward import DSINKS, GRADS
 from flashbench.measure.records import EXACT_TOL
@@ -50,7 +51,8 @@ def render_tables(report: dict) -> str:
             "   ratio = kernel max |err| / standard max |err|; band = the largest over RMSE and "
             "p99 of kernel |err| / (multiplier x the band's edge),",
             "   |err| against the float64 reference of the dtype-rounded inputs, the band: the "
-            "flash model over 8 seeds of the same case (PASS at <= 1)",
+            f"flash model over {CASE_SEEDS} seeds of the same case, more for a small one "
+            f"({BAND_TOTAL_ROWS:,} query rows in all, at most {MAX_SEEDS} seeds; PASS at <= 1)",
             "   (peer): torch's own attention, judged for information; the RESULT counts "
             "the exactness, the flash model, flashbench's Triton kernel and users' kernels"]
     rows, skipped, failed = [], {}, {}

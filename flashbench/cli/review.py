@@ -70,10 +70,10 @@ def add_parser(sub) -> None:
 
 def _cpus(text: str) -> float:
     """--outside-limit's type: CPUs, >= 0, inf included."""
-    from flashbench.review.options import outside_limit
+    from flashbench.infra.cpuload import cpu_limit
 
     try:
-        return outside_limit(text, "it")
+        return cpu_limit(text, "it")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

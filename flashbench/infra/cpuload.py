@@ -7,9 +7,13 @@ elsewhere the readings are None (or nothing).
 
 from __future__ import annotations
 
+import math
 import os
+import time
+from dataclasses import dataclass
 
-__all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu"]
+__all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
+           "cpu_limit", "Load"]
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
 
@@ -90,3 +94,42 @@ def outside_cpu(start: tuple | None = None):
     if now[0] is None or start[0] is None:
         return None
     return max(0.0, (now[0] - start[0]) - (now[1] - start[1]))
+
+
+def cpu_limit(value, name: str) -> float:
+    """A limit in CPUs: a number >= 0, ``inf`` included (ValueError naming ``name``)."""
+    try:
+        limit = float(value)
+    except (TypeError, ValueError):
+        limit = math.nan
+    if isinstance(value, bool) or not limit >= 0:
+        raise ValueError(f"{name} must be a number of CPUs >= 0 (inf: judge whatever else "
+                         f"runs), got {value!r}")
+    return limit
+
+
+@dataclass
+class Load:
+    """What processes outside this run used over the intervals watched: ``cpu`` seconds of
+    theirs in ``wall`` seconds (:func:`outside_cpu` less two of /proc's ticks, its rounding,
+    an interval)."""
+
+    cpu: float = 0.0
+    wall: float = 0.0
+
+    @property
+    def cpus(self) -> float | None:
+        """CPUs they kept busy on average (None: nothing watched, or no /proc)."""
+        return self.cpu / self.wall if self.wall > 0 else None
+
+    @staticmethod
+    def start(read) -> tuple:
+        """A reading of ``read`` (:func:`outside_cpu`; None: not read) and the wall clock."""
+        return (None if read is None else read()), time.monotonic()
+
+    def add(self, read, start: tuple) -> None:
+        """The interval since ``start`` (:meth:`start`'s)."""
+        used = None if start[0] is None else read(start[0])
+        if used is not None:
+            self.cpu += max(0.0, used - 2 * TICK)
+            self.wall += time.monotonic() - start[1]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashbench.infra.cpuload import TICK
+from flashbench.infra.cpuload import Load
 from flashbench.review.model import Row
 from flashbench.review.paired import Paired, settle
 from flashbench.review.rules import coverage_row, row_kind
@@ -143,9 +143,7 @@ class Sampler:
         self.lanes = list(lanes)
         self.budget, self.factor, self.q_look = budget, factor, q_look
         self.clock, self.log = clock, log or (lambda text: None)
-        # infra.cpuload.outside_cpu: what processes outside the review used while each
-        # comparison's blocks ran, kept on its Paired (None: not read)
-        self.load = load
+        self.load = load  # infra.cpuload.outside_cpu, read around each comparison's blocks
         self.start = 0.0
         self.out_of_budget = False
         self._lock = threading.Lock()
@@ -228,23 +226,9 @@ class Sampler:
                 self._calibrated_all.notify_all()
         return True
 
-    def _reading(self) -> tuple:
-        """(load reading, wall time) at the start of a comparison's blocks."""
-        return (None if self.load is None else self.load()), time.monotonic()
-
-    def _watched(self, pair: Paired, start: tuple) -> None:
-        """What processes outside the review used since ``start`` (:meth:`_reading`), less
-        two of /proc's ticks (its rounding), added to ``pair``'s."""
-        if start[0] is None:
-            return
-        used = self.load(start[0])
-        if used is not None:
-            pair.outside += max(0.0, used - 2 * TICK)
-            pair.watched += time.monotonic() - start[1]
-
     def _calibrate(self, i: int, index: int, point: Point) -> None:
         lane = self.lanes[i]
-        t0, reading = self.clock(), self._reading()
+        t0, reading = self.clock(), Load.start(self.load)
         plan = Plan(point, Paired(point.name, point.params, point.unit), lane=i, order=index)
         base = lane.block(plan, "base")  # number 0: calibrates number and per_block
         head = (lane.calibrated(plan, "head") if base.get("status") == "ok"
@@ -256,7 +240,7 @@ class Sampler:
             except _Broken as broken:  # head's discarded first call
                 row = broken.row(plan)
             plan.spent = self.clock() - t0
-            self._watched(plan.pair, reading)
+            plan.pair.load.add(self.load, reading)
         else:
             row = point.coverage_row(base, head)
         with self._lock:
@@ -307,7 +291,7 @@ class Sampler:
                          "still open" + (f" in lane {i}" if len(self.lanes) > 1 else ""))
                 return False
             target, plan = step[0], step[4]
-        t0, reading = self.clock(), self._reading()
+        t0, reading = self.clock(), Load.start(self.load)
         try:
             opening = True
             while (plan.pair.rounds < target and plan.round_cost <= self._left()
@@ -321,7 +305,7 @@ class Sampler:
             return True
         finally:
             plan.spent += self.clock() - t0
-            self._watched(plan.pair, reading)
+            plan.pair.load.add(self.load, reading)
         if plan.pair.rounds < target:  # its rounds grew costlier than the budget left
             self.out_of_budget = True
             return False

@@ -23,9 +23,8 @@ REASONS = {
     "too-few-samples": "fewer paired rounds than a decision needs",
     "machine-busy": "not measured: its samples fell short of the worker's clock only by "
                     "their waits for a busy CPU (time it on a quieter machine)",
-    "machine-loaded": "not judged: processes outside the review kept more CPUs busy on "
-                      "average than --outside-limit while it was sampled (its figures are "
-                      "shown; time it on a quieter machine)",
+    "machine-loaded": "not judged: processes outside the review kept more CPUs busy than "
+                      "--outside-limit while it was sampled (time it on a quieter machine)",
     "budget-unmeasured": "not measured: the sampling budget was spent before its calibration "
                          "(measure it with --bench PATTERN, or a larger --budget SECONDS)",
     # timings (stored results, --reuse)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from flashbench.infra.cpuload import cpu_limit
 from flashbench.infra.machine import check_machine_name
 from flashbench.review.ab import Point
 from flashbench.review.worker_client import lane_cpus
@@ -20,11 +21,7 @@ QUICK_BUDGET = 60.0  # --quick: for a --bench selection (calibration alone outla
 MAX_BUDGET = 24 * 3600.0
 MAX_FACTOR = 10.0
 MAX_ACC_TOL = 10.0
-# same-run: a timing whose rounds ran while processes outside the review kept more CPUs
-# busy than this on average is not judged (a no-op head read 1.53x slower, exit 1, beside
-# a load of ~3 on 2 CPUs: a red team, 2026-12-06); FLASHBENCH_OUTSIDE_LIMIT sets the default
-OUTSIDE_LIMIT = 0.25
-OUTSIDE_ENV = "FLASHBENCH_OUTSIDE_LIMIT"
+OUTSIDE_LIMIT, OUTSIDE_ENV = 0.25, "FLASHBENCH_OUTSIDE_LIMIT"  # --outside-limit's default
 
 
 @dataclass
@@ -72,30 +69,16 @@ class Options:
 
     @property
     def outside_cpus(self) -> float:
-        """The --outside-limit in force: the option, else $FLASHBENCH_OUTSIDE_LIMIT, else
-        :data:`OUTSIDE_LIMIT` (``inf``: judge whatever else runs)."""
-        given, where = self.outside_limit, "outside_limit"
-        if given is None:
-            given, where = os.environ.get(OUTSIDE_ENV, OUTSIDE_LIMIT), OUTSIDE_ENV
-        return outside_limit(given, where)
+        """The --outside-limit in force: the option's, $FLASHBENCH_OUTSIDE_LIMIT's or 0.25."""
+        if self.outside_limit is None:
+            return cpu_limit(os.environ.get(OUTSIDE_ENV, OUTSIDE_LIMIT), OUTSIDE_ENV)
+        return cpu_limit(self.outside_limit, "outside_limit")
 
     @property
     def seconds(self) -> float:
         if self.budget is not None:
             return float(self.budget)
         return QUICK_BUDGET if self.quick else DEFAULT_BUDGET
-
-
-def outside_limit(value, name: str = "--outside-limit") -> float:
-    """A limit in CPUs: a number >= 0, ``inf`` included (ValueError naming ``name``)."""
-    try:
-        limit = float(value)
-    except (TypeError, ValueError):
-        limit = math.nan
-    if isinstance(value, bool) or not limit >= 0:
-        raise ValueError(f"{name} must be a number of CPUs >= 0 (inf: judge whatever else "
-                         f"runs), got {value!r}")
-    return limit
 
 
 def _number(name: str, value, lo: float, hi: float, lo_open: bool = False) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flashbench.infra.cpuload import Load
 from flashbench.review.model import Row
 from flashbench.review.prior import Prior, fit_prior
 from flashbench.review.stats import (
@@ -41,16 +42,8 @@ class Paired:
     # the family's prior at that look (None: it rested on none); its row shows the
     # interval and prior the verdict rested on, whatever is fitted later
     decided_prior: Prior | None = None
-    # CPU seconds processes outside the review used while its blocks ran, over ``watched``
-    # seconds of them (ab.Sampler's ``load``; 0, 0: not read)
-    outside: float = 0.0
-    watched: float = 0.0
+    load: Load = field(default_factory=Load)  # others' CPU while its blocks ran (ab.Sampler)
     _location: tuple = field(default=(), repr=False, compare=False)
-
-    @property
-    def outside_cpus(self) -> float | None:
-        """CPUs processes outside the review kept busy on average while it was sampled."""
-        return self.outside / self.watched if self.watched > 0 else None
 
     @property
     def rounds(self) -> int:
@@ -127,9 +120,8 @@ def prior_text(prior: Prior | None) -> str:
 
 def paired_rows(pairs: list[Paired], factor: float, q_look: float,
                 outside_limit: float = math.inf) -> list[Row]:
-    """Final rows of the paired comparisons (after the last look); a verdict whose rounds
-    ran while processes outside the review kept more than ``outside_limit`` CPUs busy on
-    average is not measured ("machine-loaded"), its figures kept."""
+    """Final rows of the paired comparisons (after the last look); a verdict sampled beside
+    more than ``outside_limit`` CPUs of others' load is not measured (machine-loaded)."""
     prior = family_prior(pairs)
     decisions = decide(pairs, factor, q_look, prior)
     selected = sum(1 for d in decisions if d and d[1] == "significant")
@@ -153,15 +145,11 @@ def paired_rows(pairs: list[Paired], factor: float, q_look: float,
         n = p.rounds
         detail = prior_text(used) + ("" if moderated or used is None
                                      else ", not applied: its variance is not the family's")
-        busy = p.outside_cpus
-        if busy is not None and busy > outside_limit:
-            loaded = (f"processes outside the review kept {busy:.2f} CPUs busy on average "
-                      f"while it was sampled (limit {outside_limit:g}, --outside-limit)")
-            if verdict == "ambiguous":  # undecided anyway: the load is said
-                detail = f"{loaded}; {detail}"
-            else:
-                detail = f"{loaded}: read {verdict}, not judged; {detail}"
-                verdict, reason = "not measured", "machine-loaded"
+        if (busy := p.load.cpus) is not None and busy > outside_limit:  # ambiguous: said
+            detail = (f"processes outside the review kept {busy:.2f} CPUs busy on average while "
+                      f"it was sampled (limit {outside_limit:g}, --outside-limit)" + ("; " if
+                      verdict == "ambiguous" else f": read {verdict}, not judged; ") + detail)
+            verdict, reason = (d if verdict == "ambiguous" else ("not measured", "machine-loaded"))
         rows.append(Row(
             kind="time", benchmark=p.benchmark, params=p.params, unit=p.unit,
             verdict=verdict, reason=reason, detail=detail,

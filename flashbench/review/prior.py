@@ -16,7 +16,6 @@ import numpy as np
 from scipy import special
 
 MAX_PRIOR_DF = 100.0  # d0 is capped: variances that agree perfectly lend no more than this
-# (nor more than the degrees of freedom of the variances the prior is fitted from, summed)
 MIN_FAMILY = 4  # fewer comparisons with a variance than this fit no prior
 OUTLIER_P = 1e-7  # a variance the prior explains with less chance than this is its own
 INITIAL_SHARE = 0.8  # the robust fit starts from the lower 80% of the family's variances
@@ -74,9 +73,8 @@ def _moments(pairs) -> tuple[float, float]:
     e = _centred_log_var(var, df)
     spread = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, df / 2.0)))
     d0 = min(2.0 * trigamma_inverse(spread), MAX_PRIOR_DF) if spread > 0 else MAX_PRIOR_DF
-    # never more degrees of freedom than the variances it is fitted from hold together: the
-    # pooled variance of a family with one true variance has their sum (a spread below its
-    # expectation is likely from 4 comparisons: d0 read 100 from 4 of 2 df, a red team)
+    # no more df than its variances hold together (a family of one true variance pools their
+    # sum): a spread below its expectation, likely from 4 of them, read d0 = 100 (a red team)
     d0 = min(d0, float(df.sum()))
     return float(np.exp(e.mean() + special.digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
 

@@ -281,16 +281,11 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
 
 def _outside_note(pairs, limit: float) -> str:
     """The header's account of what processes outside the review did while it sampled."""
-    seen = [p.outside_cpus for p in pairs if p.outside_cpus is not None]
-    if not seen:
-        return ("Processes outside the review: not read (no /proc here): every timing was "
-                "judged whatever else ran.")
-    over = sum(x > limit for x in seen)
-    return (f"Processes outside the review kept {statistics.median(seen):.2f} CPUs busy on "
-            f"average while a timing was sampled (median over {len(seen)}, at most "
-            f"{max(seen):.2f}; /proc: the CPUs' busy time less the review's own processes'); "
-            f"above {limit:g} (--outside-limit) a timing is not judged: "
-            f"{over} of {len(seen)}.")
+    seen = [p.load.cpus for p in pairs if p.load.cpus is not None]
+    return (f"Processes outside the review kept {statistics.median(seen):.2f} CPUs busy (median"
+            f" of {len(seen)} timings, at most {max(seen):.2f}; /proc): "
+            f"{sum(x > limit for x in seen)} above {limit:g} (--outside-limit), not judged."
+            if seen else "Processes outside the review: not read (no /proc): all judged.")
 
 
 def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:
@@ -333,10 +328,8 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                             "in base's own benchmarks/, not in the suites that ran (renamed or "
                             "removed in head): measured by neither side here", undecided=True))
         elif p.version and now.version and p.version != now.version:
-            # head's edit of the benchmark ran on both sides: a verdict it could have bought
-            # (faster, same, better...) is no verdict; a regression stands (a red team's head
-            # made a timing's setup call base's function twice: "faster" 0.48-0.53 on
-            # every row, exit 0)
+            # head's edit ran on both sides: what it could buy (faster, same...) is no verdict,
+            # a regression stands (docs/review.md, "Coverage": a setup that handicapped base)
             for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
                       and (r.reason == "coverage-gained" or not (r.regression or r.undecided))]:
                 r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
