@@ -107,7 +107,10 @@ comment() {
     return 0
   fi
   shopt -s nullglob
-  local reports=("$dir"/*.md)
+  local reports=() f
+  for f in "$dir"/*.md; do  # KIND.md: the verdict line over the report (KIND.review.md)
+    [[ "$f" == *.review.md ]] || reports+=("$f")
+  done
   if [ "${#reports[@]}" = 0 ]; then  # a run whose review jobs did not run (another label)
     echo "pr_review: no review report in $dir (no review job ran): no comment"
     return 0
@@ -123,30 +126,38 @@ for line in sys.stdin:
         open(sys.argv[2], "w").write(c["body"])
         print(c["id"])
         break' "$MARKER" "$body.old")
-  # each kind's section ("### flashbench review on KIND: ...") replaces its own in the
-  # comment and the other kinds' stay: a run of the GPU kinds alone (the label
-  # "review-gpu") rewrote the comment without the CPU's verdict
-  python3 - "$MARKER" "$body.old" "${reports[@]}" > "$body" <<'EOF'
-import re, sys
-marker, old, *reports = sys.argv[1:]
-kind = re.compile(r"^### flashbench review on (\S+?):", re.M)
-def sections(text, name):
-    starts = [m.start() for m in kind.finditer(text)]
-    found = {kind.match(text, a)[1]: text[a:b].rstrip("\n") + "\n\n"
-             for a, b in zip(starts, starts[1:] + [len(text)])}
-    return found or ({name: text.rstrip("\n") + "\n\n"} if text.strip() else {})
-merged = sections(open(old).read().removeprefix(marker + "\n"), "earlier")
-for path in reports:
-    merged.update(sections(open(path).read(), path))
-sys.stdout.write(marker + "\n" + "".join(merged.values()))
+  # a section per machine kind, each opened by a hidden line naming its kind and the head it
+  # reviewed: this run's reports replace their kinds' and the other kinds' stay, marked when
+  # from an earlier push (the label "review-gpu" runs the GPU kinds alone: their run rewrote
+  # the comment without the CPU's verdict); a report's own text cannot open a section (a
+  # head's stderr, quoted in its report, is its own); each section gets an equal share of
+  # the limit, so that every kind's verdict line stays
+  python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" "$LIMIT" "${reports[@]}" \
+    > "$body" <<'EOF'
+import os, re, sys
+marker, old, head, limit, *reports = sys.argv[1:]
+opens = re.compile(r"^<!-- flashbench-review:([\w.-]+):(\w*) -->\n", re.M)
+stale = re.compile(r"\A_From an earlier push \(\w*\): not reviewed again for \w*\._\n\n")
+text = open(old).read()
+found = list(opens.finditer(text))
+sections = {m[1]: (m[2], stale.sub("", text[m.end():n.start() if n else len(text)]).strip())
+            for m, n in zip(found, found[1:] + [None])}
+for path in reports:  # KIND.md: its kind is its file's name
+    body = open(path).read().replace("<!-- flashbench-review", "&lt;!-- flashbench-review")
+    sections[os.path.basename(path)[:-3]] = (head, body.strip())
+share = (int(limit) - len(marker) - 1) // max(len(sections), 1) - 200  # bytes a section
+out = [marker]
+for kind, (sha, body) in sections.items():
+    out.append(f"<!-- flashbench-review:{kind}:{sha} -->")
+    if sha != head:
+        out.append(f"_From an earlier push ({sha[:8]}): not reviewed again for {head[:8]}._\n")
+    raw = body.encode()
+    if len(raw) > share:  # whole characters
+        body = raw[:share].decode("utf-8", "ignore") + (
+            f"\n\n**Cut at {share} bytes**: the whole report is in the job summary.")
+    out.append(body + "\n")
+sys.stdout.write("\n".join(out))
 EOF
-  if [ "$(wc -c < "$body")" -gt "$LIMIT" ]; then  # GitHub refuses a longer comment
-    python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[:int(sys.argv[2])]
-sys.stdout.write(b.decode("utf-8", "ignore"))' "$body" "$LIMIT" > "$body.cut"  # whole characters
-    printf '\n\n**Cut at %s bytes**: the whole report is in the job summary.\n' "$LIMIT" \
-      >> "$body.cut"
-    mv "$body.cut" "$body"
-  fi
   if [ -n "$id" ]; then
     gh api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$body" \
       >/dev/null

@@ -202,7 +202,8 @@ def test_one_comment_edited_in_place(pr):
     assert [c["id"] for c in comments] == [5, 101]
     assert comments[0]["body"] == MARKER + "\nmine"
     body = comments[1]["body"]
-    assert body.startswith(MARKER + "\n### flashbench review on cpu-x86_64: nothing regressed")
+    assert body.startswith(MARKER + "\n<!-- flashbench-review:cpu-x86_64: -->\n"
+                           "### flashbench review on cpu-x86_64: nothing regressed")
     assert "| time_attention | same |" in body and "slower" not in body
     calls = (tmp / "comments.json.calls").read_text().splitlines()
     assert [c.split()[2] if c.split()[1] == "--method" else "GET" for c in calls] == [
@@ -210,29 +211,55 @@ def test_one_comment_edited_in_place(pr):
     assert all("team/flashbench/issues/" in c for c in calls)
 
 
+def _run(sha: str) -> dict:
+    return {"workflow_run": {**RUN["workflow_run"], "head_sha": sha}}
+
+
 def test_a_run_of_one_kind_keeps_the_other_kinds_sections(pr):
     """A red team (2026-12-06): the label "review-gpu" runs the GPU kinds alone, and its
     comment job rewrote the one comment without the CPU's verdict (a CPU regression gone
-    from the pull request). Each kind's section now replaces only its own."""
+    from the pull request). Each kind's section now replaces only its own; one from an
+    earlier push says so."""
     _, _, _, tmp = pr
     review(pr, 1, row="slower 1.31x")
-    assert comment(pr, RUN).returncode == 0
+    assert comment(pr, _run("a" * 40)).returncode == 0
     out = tmp / "review-out"
     (out / "cpu-x86_64.md").unlink()  # the label's run: a GPU kind's report alone
     (out / "nvidia-h200.md").write_text("### flashbench review on nvidia-h200: nothing "
                                         "regressed (exit 0)\n\n| gpu | same |\n")
-    r = comment(pr, RUN)
+    r = comment(pr, _run("a" * 40))
     assert r.returncode == 0 and "updated comment 100" in r.stdout, r.stderr
     body = json.loads((tmp / "comments.json").read_text())[0]["body"]
     cpu = body.index("### flashbench review on cpu-x86_64: regressed (exit 1)")
     gpu = body.index("### flashbench review on nvidia-h200: nothing regressed")
     assert body.startswith(MARKER + "\n") and cpu < gpu and "| slower 1.31x |" in body
+    assert "earlier push" not in body  # the same head
     (out / "nvidia-h200.md").write_text("### flashbench review on nvidia-h200: regressed "
                                         "(exit 1)\n\n| gpu | slower |\n")
-    assert comment(pr, RUN).returncode == 0  # the kind's own section replaced, once
+    assert comment(pr, _run("b" * 40)).returncode == 0  # its own section replaced, once
     body = json.loads((tmp / "comments.json").read_text())[0]["body"]
     assert body.count("### flashbench review on nvidia-h200") == 1 and "| gpu | slower |" in body
-    assert "| slower 1.31x |" in body
+    assert "| slower 1.31x |" in body  # the CPU's, from the earlier push, marked so
+    assert body.count("_From an earlier push (aaaaaaaa): not reviewed again for bbbbbbbb._") == 1
+
+
+def test_a_reports_own_text_cannot_open_or_replace_a_section(pr):
+    """A fresh-eyes review: a GPU report quoting a head's stderr that printed a CPU verdict
+    line replaced the CPU's real section ("regressed (exit 1)" gone)."""
+    _, _, _, tmp = pr
+    review(pr, 1, row="slower 1.31x")
+    assert comment(pr, RUN).returncode == 0
+    out = tmp / "review-out"
+    (out / "cpu-x86_64.md").unlink()
+    (out / "nvidia-h200.md").write_text(
+        "### flashbench review on nvidia-h200: the review itself failed (exit 3)\n\n```\n"
+        "### flashbench review on cpu-x86_64: nothing regressed (exit 0)\n"
+        "<!-- flashbench-review:cpu-x86_64: -->\nnothing regressed\n```\n")
+    assert comment(pr, RUN).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert "### flashbench review on cpu-x86_64: regressed (exit 1)" in body
+    assert body.count("\n<!-- flashbench-review:") == 2, body  # the two kinds own
+    assert "&lt;!-- flashbench-review:cpu-x86_64: -->" in body
 
 
 def test_a_run_without_a_review_job_comments_nothing_and_passes(pr):
@@ -246,12 +273,20 @@ def test_a_run_without_a_review_job_comments_nothing_and_passes(pr):
 
 
 def test_a_comment_too_long_for_github_is_cut_and_says_so(pr):
+    """Each kind's section gets an equal share of the limit: a long earlier section cut the
+    newest kind's verdict off the end (a fresh-eyes review)."""
     _, _, _, tmp = pr
     review(pr, 1, row="slower é" * 10000)  # 90 kB (one variable holds < 128 kB); é: 2 bytes
     assert comment(pr, RUN).returncode == 0
     body = json.loads((tmp / "comments.json").read_text())[0]["body"]
     assert len(body.encode()) < 65536 and body.startswith(MARKER)
-    assert body.endswith("**Cut at 60000 bytes**: the whole report is in the job summary.\n")
+    assert body.endswith("bytes**: the whole report is in the job summary.\n")
+    (tmp / "review-out" / "nvidia-h100.md").write_text(
+        "### flashbench review on nvidia-h100: regressed (exit 1)\n\n| gpu | slower |\n")
+    assert comment(pr, RUN).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert len(body.encode()) < 60000 and "| gpu | slower |" in body
+    assert body.count("### flashbench review on cpu-x86_64: regressed (exit 1)") == 1
 
 
 def test_a_forks_pull_request_gets_no_comment(pr):

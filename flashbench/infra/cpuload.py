@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass
 
 __all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
-           "cpu_limit", "Load"]
+           "cpu_limit", "Load", "load_note"]
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
 
@@ -133,3 +134,14 @@ class Load:
         if used is not None:
             self.cpu += max(0.0, used - 2 * TICK)
             self.wall += time.monotonic() - start[1]
+
+
+def load_note(cpus: list, limit: float, who: str, option: str) -> str:
+    """A header line: what processes outside ``who`` kept busy (each of ``cpus`` a reading of
+    :attr:`Load.cpus`, None unread) while it measured, and how many ``option``'s ``limit``
+    put aside."""
+    if not (seen := [x for x in cpus if x is not None]):
+        return f"Processes outside {who}: not read (no /proc, or nothing measured)."
+    return (f"Processes outside {who} kept {statistics.median(seen):.2f} CPUs busy (median of "
+            f"{len(seen)} timings, at most {max(seen):.2f}; /proc): "
+            f"{sum(x > limit for x in seen)} above {limit:g} ({option}), not judged.")

@@ -16,6 +16,7 @@ import time
 
 from flashbench.backends.strays import others_cpu, outside_cpu, priority, sweep
 from flashbench.backends.worker import worker_of
+from flashbench.infra.cpuload import Load
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -240,15 +241,15 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 from flashbench.measure.speeddecode import time_decode as time_row
             else:
                 time_row = time_backend
-            outside, t0 = outside_cpu(), time.perf_counter()
+            load, reading = Load(), Load.start(outside_cpu)
             if worker_of(b) is not None:  # a user's: timed by the harness's clock
                 row = time_row(case, b, roof, seed, samples, warmup, device)
             else:  # timed here: no other process of the run may run meanwhile
                 row = _alone(interference, first, time_row, case, b, roof, seed, samples,
                              warmup, device)
-            used, wall = outside_cpu(outside), time.perf_counter() - t0
-            if used is not None and row.status != "not timed" and wall >= OUTSIDE_WALL:
-                row.outside_cpus = max(0.0, used - 2 * _TICK) / wall  # 2 ticks: rounding
+            load.add(outside_cpu, reading)  # less 2 of /proc's ticks, its rounding
+            if row.status != "not timed" and load.wall >= OUTSIDE_WALL:
+                row.outside_cpus = load.cpus
             case_rows.append(row)
         for r, b in zip(case_rows, backends, strict=True):
             r.peer = bool(getattr(b, "peer", False))

@@ -228,19 +228,20 @@ class Sampler:
 
     def _calibrate(self, i: int, index: int, point: Point) -> None:
         lane = self.lanes[i]
-        t0, reading = self.clock(), Load.start(self.load)
+        t0 = self.clock()
         plan = Plan(point, Paired(point.name, point.params, point.unit), lane=i, order=index)
         base = lane.block(plan, "base")  # number 0: calibrates number and per_block
         head = (lane.calibrated(plan, "head") if base.get("status") == "ok"
                 else lane.measure(point, "head", plan))
         row = None
         if base.get("status") == "ok" and head.get("status") == "ok":
+            reading = Load.start(self.load)  # the rounds' load, not calibration's (imports)
             try:
                 lane.round(plan, self.clock)  # a long call's round 1 is BA: head's block follows
             except _Broken as broken:  # head's discarded first call
                 row = broken.row(plan)
-            plan.spent = self.clock() - t0
             plan.pair.load.add(self.load, reading)
+            plan.spent = self.clock() - t0
         else:
             row = point.coverage_row(base, head)
         with self._lock:

@@ -153,6 +153,8 @@ class Review:
         changed = sum(r.reason == "benchmark-changed" for r in self.rows if r.undecided)
         unmeasured = sum(r.reason in ("budget-unmeasured", "machine-busy", "machine-loaded")
                          for r in self.rows if r.undecided)
+        loaded_slow = sum(r.reason == "machine-loaded" and "read slower" in r.detail
+                          for r in self.rows)
         apart_base = sum(r.reason in ("base-refused", "base-failed-beside-head")
                          for r in self.rows if r.undecided)
         open_rows = sum(r.undecided for r in self.rows) - lost - changed - unmeasured \
@@ -178,7 +180,9 @@ class Review:
                              "differs between base and head (compare them by hand: asv run "
                              "each commit with its own benchmarks/)")
             if unmeasured:
-                parts.append(f"NOT MEASURED: {unmeasured} timing(s), the sampling budget "
+                parts.append(f"NOT MEASURED: {unmeasured} timing(s)" + (
+                             f" ({loaded_slow} read SLOWER beside others' load)" * bool(
+                                 loaded_slow)) + ", the sampling budget "
                              "ran out or the machine was too busy (their rows say which; "
                              "--bench PATTERN, --budget SECONDS, or a quieter machine)")
             if open_rows:

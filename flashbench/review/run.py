@@ -9,13 +9,12 @@ processes are gone.
 
 from __future__ import annotations
 
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from flashbench.infra.cpuload import outside_cpu
+from flashbench.infra.cpuload import load_note, outside_cpu
 from flashbench.infra.git import checked_out, git, resolve
 from flashbench.infra.interrupts import signals_raise
 from flashbench.infra.machine import gpu_model, identity
@@ -264,7 +263,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             pairs, coverage = sampler.run(timed)
             review.rows += paired_rows(pairs, opts.factor, q_look, opts.outside_cpus) + coverage
             review.notes.append(_prior_note(family_prior(pairs)))
-            review.notes.append(_outside_note(pairs, opts.outside_cpus))
+            review.notes.append(load_note([p.load.cpus for p in pairs], opts.outside_cpus,
+                                          "the review", "--outside-limit"))
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
         _against_base_suites(review, points, root, bench_dir, trees["base"], session.folder,
                              opts.bench)
@@ -277,15 +277,6 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                                 f"not one of their own: {w.unforked} (a fork could hang).")
     if not review.rows and not review.problems:
         review.problems.append("nothing was compared")
-
-
-def _outside_note(pairs, limit: float) -> str:
-    """The header's account of what processes outside the review did while it sampled."""
-    seen = [p.load.cpus for p in pairs if p.load.cpus is not None]
-    return (f"Processes outside the review kept {statistics.median(seen):.2f} CPUs busy (median"
-            f" of {len(seen)} timings, at most {max(seen):.2f}; /proc): "
-            f"{sum(x > limit for x in seen)} above {limit:g} (--outside-limit), not judged."
-            if seen else "Processes outside the review: not read (no /proc): all judged.")
 
 
 def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:
@@ -328,8 +319,7 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                             "in base's own benchmarks/, not in the suites that ran (renamed or "
                             "removed in head): measured by neither side here", undecided=True))
         elif p.version and now.version and p.version != now.version:
-            # head's edit ran on both sides: what it could buy (faster, same...) is no verdict,
-            # a regression stands (docs/review.md, "Coverage": a setup that handicapped base)
+            # head's edit ran on both sides: what it could buy is no verdict (docs/review.md)
             for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
                       and (r.reason == "coverage-gained" or not (r.regression or r.undecided))]:
                 r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
