@@ -144,15 +144,15 @@ class TrackStandardModel(TrackStandard):
                         for i, t in enumerate(("o", "lse"))}
         return results
 
-    def track_o_max_abs(self, results, dtype, causal, shape):
+    def track_standard_o_max_abs(self, results, dtype, causal, shape):
         return self.error("o")
 
-    track_o_max_abs.unit = "max |O_standard_model - O_fp64|"
+    track_standard_o_max_abs.unit = "max |O_standard_model - O_fp64|"
 
-    def track_lse_max_abs(self, results, dtype, causal, shape):
+    def track_standard_lse_max_abs(self, results, dtype, causal, shape):
         return self.error("lse")
 
-    track_lse_max_abs.unit = "max |LSE_standard_model - LSE_fp64|"
+    track_standard_lse_max_abs.unit = "max |LSE_standard_model - LSE_fp64|"
 
 
 FP8_DTYPES = ["fp8", "fp8_e5m2"]

@@ -170,20 +170,20 @@ class TrackStandardBackward(TrackStandard):
                         for i, t in enumerate(("dq", "dk", "dv"))}
         return results
 
-    def track_dq_max_abs(self, results, dtype, causal, shape):
+    def track_standard_dq_max_abs(self, results, dtype, causal, shape):
         return self.error("dq")
 
-    track_dq_max_abs.unit = "max |dq_standard_model - dq_fp64|"
+    track_standard_dq_max_abs.unit = "max |dq_standard_model - dq_fp64|"
 
-    def track_dk_max_abs(self, results, dtype, causal, shape):
+    def track_standard_dk_max_abs(self, results, dtype, causal, shape):
         return self.error("dk")
 
-    track_dk_max_abs.unit = "max |dk_standard_model - dk_fp64|"
+    track_standard_dk_max_abs.unit = "max |dk_standard_model - dk_fp64|"
 
-    def track_dv_max_abs(self, results, dtype, causal, shape):
+    def track_standard_dv_max_abs(self, results, dtype, causal, shape):
         return self.error("dv")
 
-    track_dv_max_abs.unit = "max |dv_standard_model - dv_fp64|"
+    track_standard_dv_max_abs.unit = "max |dv_standard_model - dv_fp64|"
 
 
 class TimeBackward(Benchmark):

@@ -286,7 +286,7 @@ def test_the_standard_models_own_error_is_tracked_and_a_worse_one_regresses(suit
     become 350x worse. The standard model's (forward and backward) own error is now tracked,
     the figure the records' ratios divide by, and the review judges it: worse regresses."""
     from benchmarks import bench_accuracy, bench_grad
-    from flashbench.history.suites import accuracy_metric
+    from flashbench.history.suites import MAIN_METRIC, accuracy_metric
     from flashbench.measure import Case, measure_accuracy
     from flashbench.measure.backward import measure_gradients
     from flashbench.review.rules import row_kind, value_row
@@ -299,12 +299,13 @@ def test_the_standard_models_own_error_is_tracked_and_a_worse_one_regresses(suit
     for dtype, rec in zip(("fp32", "bf16"), records, strict=True):
         suite.setup(results, dtype, True, shape)
         for field in fields:
-            track = getattr(suite, f"track_{field}_max_abs")
+            track = getattr(suite, f"track_standard_{field}_max_abs")
             # the yardstick of every kernel's ratio at that dtype, as the records hold it
             assert track(results, dtype, True, shape) == getattr(rec, f"{field}_standard")[
                 "max_abs"]
             name = f"{module.__name__.split('.')[-1]}.{suite_name}.{track.__name__}"
-            assert accuracy_metric(name) == f"{field}_max_abs"
+            # an accuracy track of its own metric: not the kernels' main one, max |O - O_fp64|
+            assert accuracy_metric(name) == f"standard_{field}_max_abs" != MAIN_METRIC
             kind = row_kind(name, "track", track.unit)
             row = value_row(kind, name, f"({dtype}, True)", track.unit, 2.5e-7, 8.8e-5, [],
                             0.1, 1.05)
