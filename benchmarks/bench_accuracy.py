@@ -115,34 +115,11 @@ class TrackAccuracy:
     track_lse_band_ratio.unit = "ratio"
 
 
-
 class TrackStandardModel(TrackStandard):
     """The forward standard model's own error (common.TrackStandard), TrackAccuracy's
     inputs (seed 0, N(0, 1)) and dtypes: the yardstick of its baseline ratios."""
 
     params = (DTYPES, [False, True], SHAPES)
-
-    def setup_cache(self):
-        try:
-            make_qkv = need("inputs", "make_qkv")
-            attention = need("reference", "attention")
-            standard_model = need("numerics", "standard_model")
-            error_stats = need("accuracy", "error_stats")
-            get_precision = need("precision", "get_precision")
-        except NotImplementedError as exc:  # an older commit: every benchmark skips
-            return {"missing": str(exc)}
-        results = {}
-        for shape in SHAPES:
-            q, k, v = make_qkv(shape_of(shape), "normal", 0)
-            for causal in (False, True):
-                ref = attention(q, k, v, causal=causal)
-                for dtype in _known(DTYPES):
-                    prec = get_precision(dtype)
-                    std = standard_model(q, k, v, prec, causal=causal)
-                    results[(dtype, causal, shape)] = {
-                        t: error_stats(std[i], ref[i], prec)["max_abs"]
-                        for i, t in enumerate(("o", "lse"))}
-        return results
 
     def track_standard_o_max_abs(self, results, dtype, causal, shape):
         return self.error("o")

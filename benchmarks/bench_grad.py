@@ -139,36 +139,13 @@ class TrackGradAccuracy:
     track_dv_band_ratio.unit = "ratio"
 
 
-
 class TrackStandardBackward(TrackStandard):
     """The standard backward's own error (common.TrackStandard), TrackGradAccuracy's inputs
     (seed 0, its dO) and dtypes: the yardstick of its gradient ratios."""
 
     params = (DTYPES, [False, True], SHAPES)
 
-    def setup_cache(self):
-        try:
-            make_qkv = need("inputs", "make_qkv")
-            grad_output = need("measure.backward", "grad_output")
-            attention_grad = need("reference", "attention_grad")
-            standard_model_grad = need("numerics", "standard_model_grad")
-            error_stats = need("accuracy", "error_stats")
-            get_precision = need("precision", "get_precision")
-        except NotImplementedError as exc:  # an older commit: every benchmark skips
-            return {"missing": str(exc)}
-        results = {}
-        for shape in SHAPES:
-            q, k, v = make_qkv(shape_of(shape), "normal", 0)
-            do = grad_output(shape_of(shape), 0)
-            for causal in (False, True):
-                ref = attention_grad(q, k, v, do, causal=causal)
-                for dtype in DTYPES:
-                    prec = get_precision(dtype)
-                    std = standard_model_grad(q, k, v, do, prec, causal=causal)
-                    results[(dtype, causal, shape)] = {
-                        t: error_stats(std[i], ref[i], prec)["max_abs"]
-                        for i, t in enumerate(("dq", "dk", "dv"))}
-        return results
+    grad = True
 
     def track_standard_dq_max_abs(self, results, dtype, causal, shape):
         return self.error("dq")

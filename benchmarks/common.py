@@ -333,14 +333,44 @@ def record_or_raise(rec, what: str):
 
 class TrackStandard:
     """The same-dtype standard model's own max abs error against float64, per dtype x causal
-    x shape: the yardstick of every kernel's baseline ratio (a suite's ``setup_cache``
-    returns {(dtype, causal, shape): {name: max abs error}}). A head that makes the standard
-    model worse makes every ratio "better" while no kernel changed (a red team's head
-    rounded fp32's standard O through fp16: ratios 0.8 -> 0.002, "OK", exit 0); tracked,
-    the standard's own error regresses ("worse") in the review and the history."""
+    x shape (``params``), seed 0, N(0, 1): the yardstick of every kernel's baseline ratio,
+    forward (``grad`` False: O, LSE) or backward (dq, dk, dv). A head that makes the
+    standard model worse makes every ratio "better" while no kernel changed (a red team's
+    head rounded fp32's standard O through fp16: ratios 0.8 -> 0.002, "OK", exit 0);
+    tracked, the standard's own error regresses ("worse") in the review and the history."""
 
     param_names = ["dtype", "causal", "shape"]
     timeout = 600
+    grad = False
+
+    def setup_cache(self):
+        try:
+            make_qkv, error_stats = need("inputs", "make_qkv"), need("accuracy", "error_stats")
+            get_precision = need("precision", "get_precision")
+            if self.grad:
+                grad_output = need("measure.backward", "grad_output")
+                truth, model = need("reference", "attention_grad"), need(
+                    "numerics", "standard_model_grad")
+            else:
+                truth, model = need("reference", "attention"), need("numerics", "standard_model")
+        except NotImplementedError as exc:  # an older commit: every benchmark skips
+            return {"missing": str(exc)}
+        names, (dtypes, causals, shapes) = ("dq", "dk", "dv") if self.grad else ("o", "lse"), \
+            self.params
+        results = {}
+        for shape in shapes:
+            inputs = make_qkv(shape_of(shape), "normal", 0)
+            if self.grad:
+                inputs = (*inputs, grad_output(shape_of(shape), 0))
+            for causal in causals:
+                ref = truth(*inputs, causal=causal)
+                for dtype in known_dtypes(dtypes):
+                    prec = get_precision(dtype)
+                    std = model(*inputs, prec, causal=causal)
+                    results[(dtype, causal, shape)] = {
+                        t: error_stats(std[i], ref[i], prec)["max_abs"]
+                        for i, t in enumerate(names)}
+        return results
 
     def setup(self, results, dtype, causal, shape):
         found = results.get((dtype, causal, shape))
