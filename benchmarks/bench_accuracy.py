@@ -121,6 +121,9 @@ class TrackStandardModel(TrackStandard):
 
     params = (DTYPES, [False, True], SHAPES)
 
+    def setup_cache(self):
+        return self.errors_of_standard()
+
     def track_standard_o_max_abs(self, results, dtype, causal, shape):
         return self.error("o")
 

@@ -144,8 +144,10 @@ class TrackStandardBackward(TrackStandard):
     (seed 0, its dO) and dtypes: the yardstick of its gradient ratios."""
 
     params = (DTYPES, [False, True], SHAPES)
-
     grad = True
+
+    def setup_cache(self):
+        return self.errors_of_standard()
 
     def track_standard_dq_max_abs(self, results, dtype, causal, shape):
         return self.error("dq")

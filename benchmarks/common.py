@@ -343,7 +343,10 @@ class TrackStandard:
     timeout = 600
     grad = False
 
-    def setup_cache(self):
+    def errors_of_standard(self) -> dict:
+        """{(dtype, causal, shape): {tensor: max abs error}}: each suite's ``setup_cache``
+        (one of its own: asv keys a cache by the function's file and line, so one inherited
+        setup_cache gave the backward's tracks the forward's cache, every value n/a)."""
         try:
             make_qkv, error_stats = need("inputs", "make_qkv"), need("accuracy", "error_stats")
             get_precision = need("precision", "get_precision")
