@@ -408,3 +408,20 @@ def test_at_head_nothing_skips_but_for_a_missing_gpu(suite):
     assert not wrong, f"{len(wrong)} benchmark(s) skip or fail at HEAD: {wrong}"
     if suite in VALUE_CHECKS:
         VALUE_CHECKS[suite](values, suite)
+
+
+def test_every_cached_suite_has_a_setup_cache_of_its_own():
+    """asv keys a setup_cache by its function's file and line: two suites inheriting one
+    share one cache, whichever ran first (the standard backward's tracks read the forward's
+    cache: every value n/a, an asv run of 2026-12-06 before any result was committed)."""
+    import importlib
+    import inspect
+
+    shared = []
+    for suite in SUITES:
+        module = importlib.import_module(f"benchmarks.{suite}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and hasattr(cls, "setup_cache") \
+                    and "setup_cache" not in vars(cls):
+                shared.append(f"{suite}.{name}")
+    assert not shared, f"suites whose setup_cache is inherited: {shared}"
