@@ -136,8 +136,8 @@ for line in sys.stdin:
     > "$body" <<'EOF'
 import os, re, sys
 marker, old, head, limit, *reports = sys.argv[1:]
-opens = re.compile(r"^<!-- flashbench-review:([\w.-]+):(\w*) -->\n", re.M)
-stale = re.compile(r"\A_From an earlier push \(\w*\): not reviewed again for \w*\._\n\n")
+opens = re.compile(r"^<!-- flashbench-review:([\w.-]+):(\w*) -->\r?\n", re.M)
+stale = re.compile(r"\A_From an earlier push \(\w*\)[^\n]*\n\s*")
 text = open(old).read()
 found = list(opens.finditer(text))
 sections = {m[1]: (m[2], stale.sub("", text[m.end():n.start() if n else len(text)]).strip())
@@ -145,18 +145,24 @@ sections = {m[1]: (m[2], stale.sub("", text[m.end():n.start() if n else len(text
 for path in reports:  # KIND.md: its kind is its file's name
     body = open(path).read().replace("<!-- flashbench-review", "&lt;!-- flashbench-review")
     sections[os.path.basename(path)[:-3]] = (head, body.strip())
-share = (int(limit) - len(marker) - 1) // max(len(sections), 1) - 200  # bytes a section
-out = [marker]
+def opening(kind, sha):
+    line = f"<!-- flashbench-review:{kind}:{sha} -->\n"
+    if sha != head:  # kept from a run of another head (or of an unknown one)
+        line += (f"_From an earlier push ({sha[:8] or 'unknown'})"
+                 + (f": not reviewed again for {head[:8]}" if head else "") + "._\n\n")
+    return line
+cut = "\n\n**Cut at {} bytes**: the whole report is in the job summary."
+spare = int(limit) - len(marker) - 1 - sum(
+    len(opening(k, sha).encode()) + len(cut) + 12 for k, (sha, _) in sections.items())
+share = max(spare // max(len(sections), 1), 0)  # bytes of report a section
+out = [marker + "\n"]
 for kind, (sha, body) in sections.items():
-    out.append(f"<!-- flashbench-review:{kind}:{sha} -->")
-    if sha != head:
-        out.append(f"_From an earlier push ({sha[:8]}): not reviewed again for {head[:8]}._\n")
     raw = body.encode()
-    if len(raw) > share:  # whole characters
-        body = raw[:share].decode("utf-8", "ignore") + (
-            f"\n\n**Cut at {share} bytes**: the whole report is in the job summary.")
-    out.append(body + "\n")
-sys.stdout.write("\n".join(out))
+    if len(raw) > share:  # whole characters, a code fence left open closed
+        body = raw[:share].decode("utf-8", "ignore")
+        body += "\n```" * (body.count("```") % 2) + cut.format(share)
+    out.append(opening(kind, sha) + body + "\n\n")
+sys.stdout.write("".join(out))
 EOF
   if [ -n "$id" ]; then
     gh api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$body" \

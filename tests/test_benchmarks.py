@@ -425,3 +425,25 @@ def test_every_cached_suite_has_a_setup_cache_of_its_own():
                     and "setup_cache" not in vars(cls):
                 shared.append(f"{suite}.{name}")
     assert not shared, f"suites whose setup_cache is inherited: {shared}"
+
+
+def test_the_standard_suites_version_covers_their_shared_computation(monkeypatch):
+    """asv's version hashes a track's, setup's and setup_cache's own source; the standard
+    models' computation lives in common.TrackStandard.errors_of_standard, so an edit there
+    started no new series and was no changed benchmark to the review (a fresh-eyes review).
+    Their version now hashes every method they run."""
+    from benchmarks.common import TrackStandard
+
+    def suite():
+        def track_x(self, results, dtype, causal, shape):
+            return self.error("o")
+
+        return type("Suite", (TrackStandard,), {"params": ([], [], []), "track_x": track_x})
+
+    before = suite().version
+
+    def errors_of_standard(self):  # another computation
+        return {}
+
+    monkeypatch.setattr(TrackStandard, "errors_of_standard", errors_of_standard)
+    assert suite().version != before

@@ -262,6 +262,24 @@ def test_a_reports_own_text_cannot_open_or_replace_a_section(pr):
     assert "&lt;!-- flashbench-review:cpu-x86_64: -->" in body
 
 
+def test_an_edited_comment_and_an_event_without_a_head_still_merge(pr):
+    """A comment GitHub's editor saved with CRLF line ends kept its sections (they were all
+    dropped); an event without the run's head marks a kept section "unknown", never "for ."."""
+    _, _, _, tmp = pr
+    old = ("<!-- flashbench-review -->\r\n<!-- flashbench-review:cpu-x86_64:" + "c" * 40 +
+           " -->\r\n### flashbench review on cpu-x86_64: regressed (exit 1)\r\n")
+    (tmp / "comments.json").write_text(json.dumps(
+        [{"id": 9, "user": "github-actions[bot]", "body": old}]))
+    out = tmp / "review-out"
+    out.mkdir(exist_ok=True)
+    (out / "nvidia-h200.md").write_text("### flashbench review on nvidia-h200: nothing "
+                                        "regressed (exit 0)\n")
+    assert comment(pr, RUN).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert "### flashbench review on cpu-x86_64: regressed (exit 1)" in body
+    assert "_From an earlier push (cccccccc)._" in body and "for ._" not in body
+
+
 def test_a_run_without_a_review_job_comments_nothing_and_passes(pr):
     """Another label (not "review-gpu") runs the review workflow with every job skipped: no
     artifact; the comment job failed on it."""
@@ -280,13 +298,26 @@ def test_a_comment_too_long_for_github_is_cut_and_says_so(pr):
     assert comment(pr, RUN).returncode == 0
     body = json.loads((tmp / "comments.json").read_text())[0]["body"]
     assert len(body.encode()) < 65536 and body.startswith(MARKER)
-    assert body.endswith("bytes**: the whole report is in the job summary.\n")
+    assert body.rstrip("\n").endswith("bytes**: the whole report is in the job summary.")
     (tmp / "review-out" / "nvidia-h100.md").write_text(
         "### flashbench review on nvidia-h100: regressed (exit 1)\n\n| gpu | slower |\n")
     assert comment(pr, RUN).returncode == 0
     body = json.loads((tmp / "comments.json").read_text())[0]["body"]
     assert len(body.encode()) < 60000 and "| gpu | slower |" in body
     assert body.count("### flashbench review on cpu-x86_64: regressed (exit 1)") == 1
+    # many kinds, one a long stderr in a code fence: every verdict line, the limit, the
+    # fence closed where it was cut
+    out = tmp / "review-out"
+    (out / "nvidia-h100.md").write_text("### flashbench review on nvidia-h100: the review "
+                                        "itself failed (exit 3)\n\n```\n" + "x\n" * 40000)
+    for i in range(30):
+        (out / f"kind-{i:02d}.md").write_text(f"### flashbench review on kind-{i:02d}: "
+                                              f"nothing regressed (exit 0)\n" + "y" * 5000)
+    assert comment(pr, RUN).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert len(body.encode()) <= 60000 and body.count("### flashbench review on kind-") == 30
+    h100 = body[body.index("nvidia-h100: the review"):body.index("kind-00: nothing")]
+    assert h100.count("```") == 2 and "**Cut at" in h100
 
 
 def test_a_forks_pull_request_gets_no_comment(pr):

@@ -172,3 +172,37 @@ def test_a_base_refused_for_what_its_import_left_is_undecided_even_when_head_fai
                            base_reason=why, head_reason=why)
         assert (row.verdict, row.reason, row.undecided) == ("not compared", "base-refused",
                                                             True), row
+
+
+def test_a_changed_benchmark_leaves_standing_failures_and_unmeasured_points_alone(tmp_path):
+    """A row of a benchmark head changed is "not compared" unless it regressed; a fresh-eyes
+    review found rows already failing at base, failing in both and measured by neither
+    turned "not compared" too (the summary's standing failures lost, NOT COMPARED inflated
+    by GPU-only points on a CPU). The row that could have been bought still is."""
+    from unittest import mock
+
+    from flashbench.review import run
+    from flashbench.review.ab import Point
+    from flashbench.review.model import Review
+    from flashbench.review.rules import coverage_row, value_row
+
+    name = "bench_accuracy.TrackAccuracy.track_o_baseline_ratio"
+    rows = [value_row("accuracy", name, "flash_model fp16", "ratio", 2.5, 2.5, [], 0.02, 1.1),
+            coverage_row("accuracy", name, "triton fp16", "ratio", "failed", "failed", "x", "x"),
+            coverage_row("accuracy", name, "sdpa-flash fp16", "ratio", "skipped", "skipped"),
+            value_row("accuracy", name, "flash_model bf16", "ratio", 0.5, 0.5, [], 0.02, 1.1),
+            value_row("accuracy", name, "triton bf16", "ratio", 0.5, 1.5, [], 0.02, 1.1)]
+    before = [(r.verdict, r.reason) for r in rows]
+    review = Review("b", "h", "m", "cpu", "same-run A/B", 1.1, 0.02, rows=rows)
+    points = [Point(name, i, r.params, "track", "ratio", version="new")
+              for i, r in enumerate(rows)]
+    with mock.patch.object(run, "git", return_value="benchmarks/bench_accuracy.py"), \
+            mock.patch.object(run, "list_suites", return_value=None), \
+            mock.patch.object(run, "select", return_value=[
+                Point(p.name, p.index, p.params, p.type, p.unit, version="old") for p in points]):
+        run._against_base_suites(review, points, tmp_path, tmp_path / "benchmarks", tmp_path,
+                                 tmp_path, None)
+    after = [(r.verdict, r.reason) for r in review.rows]
+    assert after[:3] == before[:3], after  # failing at base, in both, measured by neither
+    assert after[3] == ("not compared", "benchmark-changed")  # "same": bought, maybe
+    assert after[4] == before[4] and review.rows[4].regression  # a regression stands

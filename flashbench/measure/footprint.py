@@ -20,7 +20,11 @@ __all__ = ["BYTES_PER_SCORE", "check_case_bytes", "decode_case_bytes", "packed_c
            "available_bytes", "too_big", "decode_too_big", "packed_too_big", "human"]
 
 BYTES_PER_SCORE = 24  # peak bytes per element of [B, H, Nq, Nk] (docs/backends.md)
-BYTES_PER_ROW_VALUE = 8 * 16  # float64, about 16 live [.., N, d] arrays (inputs, o, copies)
+# float64, about 32 live [.., N, d] arrays: inputs, o, the gradients and dO of the backward
+# cases, copies per dtype (16 read 1.69 GB where a check of 96x8x64x128, its four default
+# dtypes forward and backward, peaked at 2.15 GB resident: a fresh-eyes review, 2026-12-06)
+BYTES_PER_ROW_VALUE = 8 * 32
+BYTES_PER_CACHE_VALUE = 8 * 16  # a decode cache's K and V values (one pass, no gradients)
 
 
 def check_case_bytes(shape: Shape) -> int:
@@ -30,7 +34,7 @@ def check_case_bytes(shape: Shape) -> int:
         max(24 * B * H, 32) * Nq * Nk      (score matrices: reference, models, torch
                                             peers; or the exactness test's float64
                                             softmax of one head, about 4 copies)
-      + 128 * B * H * (Nq + Nk) * max(d, dv)   (inputs, outputs and their copies)
+      + 256 * B * H * (Nq + Nk) * max(d, dv)   (inputs, outputs, gradients, copies)
     """
     s = shape
     score_bytes = max(BYTES_PER_SCORE * s.B * s.H, 4 * 8) * s.Nq * s.Nk
@@ -45,7 +49,7 @@ def packed_case_bytes(packed: tuple) -> int:
     square read 32 sequences of ~450 rows at H = 8 as 42.7 GB; their padded batch, the
     count x the longest's, grows with the count too), and the rows are the packed rows::
 
-        max(24 * H, 32) * max(Nq_i * Nk_i) + 128 * H * (sum Nq_i + sum Nk_i) * max(d, dv)
+        max(24 * H, 32) * max(Nq_i * Nk_i) + 256 * H * (sum Nq_i + sum Nk_i) * max(d, dv)
     """
     s, lens, keys = packed
     keys = lens if keys is None else keys
@@ -61,7 +65,7 @@ def decode_case_bytes(case) -> int:
     the decode's sizes: the scores of every query row over its cache, and the cache's
     keys (a contiguous cache holds B x the longest; a paged pool every page, 3 spare)::
 
-        24 * B * H * Nq * max(lens) + 128 * keys * Hkv * (d + d)
+        24 * B * H * Nq * max(lens) + 128 * keys * Hkv * (d + d)   (BYTES_PER_CACHE_VALUE)
     """
     longest = max(max(case.lens), 1)
     if case.page_size is None:
@@ -69,7 +73,7 @@ def decode_case_bytes(case) -> int:
     else:
         keys = (sum(-(-n // case.page_size) for n in case.lens) + 3) * case.page_size
     return (BYTES_PER_SCORE * case.B * case.H * case.Nq * longest
-            + BYTES_PER_ROW_VALUE * keys * case.Hkv * 2 * case.d)
+            + BYTES_PER_CACHE_VALUE * keys * case.Hkv * 2 * case.d)
 
 
 def _meminfo_available() -> int | None:
@@ -169,5 +173,5 @@ def decode_too_big(cases, available: int | None = None) -> str | None:
     case, need, available, where = found
     return (f"decode case {case.spec()} needs about {human(need)} of memory for the check "
             f"(estimate: {BYTES_PER_SCORE} bytes per score of each query row over its cache, "
-            f"{BYTES_PER_ROW_VALUE} per cached K and V value), but only {human(available)} "
+            f"{BYTES_PER_CACHE_VALUE} per cached K and V value), but only {human(available)} "
             f"is available ({where}); try shorter cache lengths or smaller pages")

@@ -320,8 +320,10 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                             "removed in head): measured by neither side here", undecided=True))
         elif p.version and now.version and p.version != now.version:
             # head's edit ran on both sides: what it could buy is no verdict (docs/review.md)
-            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)
-                      and (r.reason == "coverage-gained" or not (r.regression or r.undecided))]:
+            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params) and (
+                    r.reason == "coverage-gained" or not (r.regression or r.undecided or {
+                        "not-measured", "still-failing", "failing-at-base"} & set(
+                        r.reason.split(", "))))]:  # measured by neither, or failing at base
                 r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
                              f"-> {now.version[:8]}): read {r.verdict} under head's code, "
                              "base's own measures it")
