@@ -72,6 +72,12 @@ USER_MODULE = textwrap.dedent('''
         return _attn(q, k, v, causal, scale)
     takes_dv.flashbench_dv = True
 
+    def dims_dv(q, k, v, causal=False, scale=None):
+        assert {q.shape[-1], v.shape[-1]} <= {32, 64}, "a head dim it does not take"
+        return _attn(q, k, v, causal, scale)
+    dims_dv.flashbench_dv = True
+    dims_dv.flashbench_head_dims = (32, 64)
+
     NOT_A_FUNCTION = 3
 ''')
 
@@ -173,6 +179,20 @@ def test_dv_reaches_only_functions_that_declare_it(user_module, capsys):
     assert ran and all("o" in r and "skipped" not in r for r in ran)
     skipped = rows(report, "fbuser_kern:good_pair")
     assert skipped and all("declares no dv != d" in r["skipped"] for r in skipped)
+
+
+def test_declared_head_dims_bound_dv_too(user_module, capsys):
+    """A red team (2026-12-06): a function declaring head dims (64, 128) and dv was called at
+    128/40, a value head dim it never takes (a FAIL of its own making). d and dv each must be
+    one of them; the case is skipped with the reason."""
+    rc, report = check_json(capsys, "--shape", "1x2x32x64/16", "--shape", "1x2x32x64/32",
+                            "--causal", "off", "--dtype", "fp32", "--backend",
+                            "fbuser_kern:dims_dv")
+    ran = rows(report, "fbuser_kern:dims_dv")
+    skipped = [r for r in ran if "skipped" in r]
+    assert [r["skipped"] for r in skipped] == [
+        "head dim dv=16 is not one it takes (32, 64)"], skipped
+    assert [r for r in ran if "o" in r and "dv=32" in r["case"]], ran
 
 
 def test_timed_callable_is_the_bare_function(user_module):

@@ -74,7 +74,7 @@ class Backend(Implementation):
     ``timed``: the bare op timings call (same signature, o only; None means ``fn``).
     ``peer``: torch's implementations, judged for information only; flashbench's own
     kernel and users' kernels count in the check's verdict.
-    ``head_dims``: the head dims d it takes (None: any). ``limits(shape)``: any other
+    ``head_dims``: the head dims it takes, d and dv each (None: any). ``limits(shape)``: any other
     reason it cannot run a shape (None: it can).
     ``devices``: where it runs ("cpu", "cuda"). ``gqa``: takes k, v with Hkv < H heads
     itself (else :meth:`prepare` expands them). ``differentiable``: autograd flows
@@ -144,9 +144,10 @@ class Backend(Implementation):
             return f"takes {', '.join(self.gpu_dtypes)} on a GPU, not {dtype}"
         if shape is None:
             return None
-        if self.head_dims is not None and shape.d not in self.head_dims:
-            return (f"head dim d={shape.d} is not one it takes "
-                    f"({', '.join(map(str, self.head_dims))})")
+        for name, dim in (("d", shape.d), ("dv", shape.head_dim_v)):  # each a head dim it takes
+            if self.head_dims is not None and dim not in self.head_dims:  # (dv: 64/40 was
+                return (f"head dim {name}={dim} is not one it takes "  # called, and failed)
+                        f"({', '.join(map(str, self.head_dims))})")
         return None if self.limits is None else self.limits(shape)
 
     def device(self, given) -> torch.device:
