@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench.backends.strays import outside_cpu
+from flashbench.infra.cpuload import outside_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 

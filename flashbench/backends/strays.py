@@ -15,9 +15,9 @@ import ctypes
 import os
 import signal
 
-from flashbench.infra.cpuload import outside_cpu, tree_cpu
+from flashbench.infra.cpuload import tree_cpu
 
-__all__ = ["adopt", "sweep", "others_cpu", "priority", "outside_cpu"]
+__all__ = ["adopt", "sweep", "others_cpu", "priority"]
 
 PR_SET_CHILD_SUBREAPER = 36
 

@@ -14,9 +14,10 @@ import os
 import sys
 import time
 
-from flashbench.backends.strays import others_cpu, outside_cpu, priority, sweep
+from flashbench.backends.strays import others_cpu, priority, sweep
 from flashbench.backends.worker import worker_of
-from flashbench.infra.cpuload import Load
+from flashbench.infra.cpuload import TICK as _TICK
+from flashbench.infra.cpuload import Load, outside_cpu
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -41,7 +42,6 @@ from flashbench.timed.attention import (
 )
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 from flashbench.timed.pool import names_for
-from flashbench.timed.threads import TICK as _TICK
 
 # the harness's own rows: other processes of the run may use 2 ticks + 5% of their time
 # (a worker's OpenMP threads spin a while after its last request)

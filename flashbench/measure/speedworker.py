@@ -23,10 +23,11 @@ import time
 
 import numpy as np
 
+from flashbench.infra.cpuload import TICK, descendants, stat_cpu
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
-from flashbench.timed.threads import TICK, ThreadWatch, descendants, stat_cpu
+from flashbench.timed.threads import ThreadWatch
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "COPY_FACTOR",
            "reading_noise", "staging_allowance"]

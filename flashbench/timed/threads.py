@@ -10,10 +10,10 @@ import os
 import threading
 import time
 
-from flashbench.infra.cpuload import TICK, descendants, stat_cpu
+from flashbench.infra.cpuload import stat_cpu
 
 __all__ = ["thread_census", "new_threads", "joined", "JOIN_S", "SPINNING", "without_spinning",
-           "ThreadWatch", "thread_cpu", "stat_cpu", "TICK", "descendants"]
+           "ThreadWatch", "thread_cpu"]
 
 JOIN_S = 0.05  # a call's exited threads may stay in /proc this long (timed: joined)
 _PERF = time.perf_counter  # captured at import, before a kernel's module (guard imports this)
