@@ -9,7 +9,7 @@ that rule flags such a kernel in 1 run of 6 at 13 pairs, 3 of 4 at 40."""
 import numpy as np
 import pytest
 
-from flashbench.measure.speedworker import _TICK, staging_allowance
+from flashbench.measure.workerjudge import _TICK, staging_allowance
 
 
 def _readings(rng, pairs: int, request_s: float, stage_s: float, run_s: float) -> dict:

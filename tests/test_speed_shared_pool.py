@@ -15,7 +15,7 @@ import torch
 
 from flashbench.cli import main
 from flashbench.inputs import Shape
-from flashbench.measure.speedworker import _judge_cpu
+from flashbench.measure.workerjudge import judge_cpu as _judge_cpu
 from flashbench.measure.workerpool import harness_pool
 from flashbench.timed import guard
 from flashbench.timed.attention import grad_maker
@@ -231,7 +231,7 @@ def test_cpu_while_inputs_are_written_and_copied_is_weighed_against_copying():
     the worker's copies of them, the worker may spend :data:`COPY_FACTOR` x what copying as
     many bytes costs the harness: more is work on the new inputs outside the clock. The
     stage of a backward runs its forward: not weighed against the calls."""
-    from flashbench.measure.speedworker import COPY_FACTOR
+    from flashbench.measure.workerjudge import COPY_FACTOR
 
     readings = {"idle": 0.0, "stage": 3.0, "run": 1.0, "pairs": 10, "nulls": 10, "null": 0.0,
                 "copied": 100 * 2**20, "copy_s_per_byte": 1e-10}  # 0.0105 s to copy here

@@ -129,7 +129,8 @@ def test_two_ticks_readying_inputs_are_within_the_margin():
     correct kernel FAILed "work outside the timed call" on a loaded machine (failed
     before); work well beyond the readings' noise still fails (the margin's model:
     tests/test_speed_cpu_readings.py)."""
-    from flashbench.measure.speedworker import _TICK, _judge_cpu
+    from flashbench.measure.workerjudge import _TICK
+    from flashbench.measure.workerjudge import judge_cpu as _judge_cpu
 
     for ticks, fails in ((2, False), (30, True)):
         for start in (3, 5, 8, 9, 1000):
@@ -144,7 +145,7 @@ def test_on_a_gpu_readying_inputs_is_not_weighed_against_the_calls_cpu():
     call": 0.4 s of CPU readying its inputs against 0.14 s running its calls, whose CPU is
     launches and synchronisation waits, not the device's work. On a GPU that comparison is
     not made; CPU while the worker should be idle still fails there."""
-    from flashbench.measure.speedworker import _judge_cpu
+    from flashbench.measure.workerjudge import judge_cpu as _judge_cpu
 
     readings = {"idle": 0.0, "stage": 0.4, "run": 0.14, "pairs": 5, "nulls": 10, "null": 0.0}
     for device, fails in (("cpu", True), ("cuda", False)):
@@ -209,7 +210,7 @@ def test_a_slowed_clock_is_told_from_a_busy_machine_request_by_request(work, del
     were (the old rule, fastest against fastest beside the empty requests' p10-p90, let
     a 0.3x clock pass in 7 runs of 8 under load); a clock at ``slow`` x reads low in every
     request and is named."""
-    from flashbench.measure.speedworker import _clock_fault
+    from flashbench.measure.workerjudge import clock_fault as _clock_fault
 
     nulls = [2e-4 + d / 10 for d in delays] + [2e-4] * 3  # empty round trips, busy too
     delays[honest_at] = 0.0

@@ -14,10 +14,12 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import time
 
+from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import tree_cpu
 
-__all__ = ["adopt", "sweep", "others_cpu", "priority"]
+__all__ = ["adopt", "sweep", "escaped", "now_since_boot", "others_cpu", "priority", "said"]
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -91,6 +93,49 @@ def sweep() -> list[str]:
     return found
 
 
+def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
+    """This process's children, in any state (a zombie too), that are no zygote or worker
+    and sit outside this process's session: read while a worker lives, a process its
+    kernel's code double-forked (re-parented here, its subreaper: no reading of the
+    worker's tree counts its CPU). A red-team probe's helper (2026-12-06) computed each new
+    input while the harness wrote it and exited at the fetch: swept as a zombie, silently,
+    and the kernel read 31x faster than its honest twin, PASS. Each is killed; returned as
+    (those started after ``since``, a :func:`now_since_boot` reading, reaped; the others,
+    started before it by a kernel stopped since, left as zombies for the run's next call
+    without ``since``, which takes and reaps them all)."""
+    if not os.path.isdir("/proc"):
+        return [], []
+    me, mine, known = os.getpid(), os.getsid(0), _known()
+    found = [(int(n), st) for n in os.listdir("/proc") if n.isdigit() and int(n) not in known
+             and (st := _stat(int(n))) is not None and st[0] == me and st[2] != mine]
+    after, before = [], []
+    for pid, st in found:
+        said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else _command(pid))
+        ours = since is None or _started(pid) > since
+        (after if ours else before).append(said)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            if ours:
+                os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+    return after, before
+
+
+def now_since_boot() -> float:
+    """Seconds since boot (CLOCK_BOOTTIME: what /proc/<pid>/stat's start times count)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _started(pid: int) -> float:
+    """When ``pid`` started, seconds since boot, a clock tick early at most (inf: unread)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19]) * _TICK
+    except (OSError, IndexError, ValueError):
+        return float("inf")
+
+
 def others_cpu() -> float:
     """CPU seconds (user + system, /proc) that this process's descendants have used: the
     zygote, the workers and whatever they started. Read around the harness's own timings,
@@ -100,9 +145,13 @@ def others_cpu() -> float:
 
 
 def priority(restore: tuple | None = None) -> tuple:
-    """This process's (nice, autogroup nice) as the OS reports them now (None where it has
-    none); with ``restore``, set back to it first where it differs and the OS allows (a
-    probe's kernel set the harness's to 19 from its worker while torch's peers were timed)."""
+    """How the OS schedules this process now: (each distinct (nice, policy, its priority,
+    CPUs allowed) of its threads, sorted; the autogroup nice, None where it has none); with
+    ``restore`` (an earlier reading), each thread that differs set back to it first, where
+    the OS allows. A probe's kernel set the harness's nice to 19 from its worker while
+    torch's peers were timed; a red-team probe's (2026-12-06) pinned every harness thread to
+    one CPU, or to SCHED_IDLE, at its import: an honest sdpa read 5.5x faster than torch's,
+    PASS, and the header said "1 CPUs". ``flashbench speed`` reads it before any worker."""
     def group() -> int | None:
         try:
             with open("/proc/self/autogroup") as f:
@@ -110,13 +159,63 @@ def priority(restore: tuple | None = None) -> tuple:
         except (OSError, IndexError, ValueError):
             return None
 
+    tids = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir(
+        "/proc/self/task") else [0]
     if restore is not None:
+        for tid in tids:
+            _set_back(tid, restore[0])
         try:
-            os.setpriority(os.PRIO_PROCESS, 0, restore[0])
             if restore[1] is not None and group() != restore[1]:
                 with open("/proc/self/autogroup", "w") as f:
                     f.write(str(restore[1]))
         except OSError:
             pass
-    return os.getpriority(os.PRIO_PROCESS, 0), group()
+    return tuple(sorted({s for t in tids if (s := _scheduling(t)) is not None})), group()
 
+
+def _scheduling(tid: int) -> tuple | None:
+    """(nice, policy, priority, CPUs allowed as "0-3,8") of thread ``tid``; None where gone."""
+    try:
+        cpus = sorted(os.sched_getaffinity(tid)) if hasattr(os, "sched_getaffinity") else []
+        policy = os.sched_getscheduler(tid) if hasattr(os, "sched_getscheduler") else None
+        level = os.sched_getparam(tid).sched_priority if policy is not None else None
+        nice = os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError:
+        return None
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return nice, policy, level, ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _set_back(tid: int, first: tuple) -> None:
+    """Thread ``tid``'s scheduling set to the first of ``first``'s where it is none of them."""
+    now = _scheduling(tid)
+    if now is None or now in first or not first:
+        return
+    nice, policy, level, cpus = first[0]
+    try:
+        if hasattr(os, "sched_setaffinity") and now[3] != cpus:
+            os.sched_setaffinity(tid, {c for part in cpus.split(",") if part for c in range(
+                int(part.split("-")[0]), int(part.split("-")[-1]) + 1)})
+        if policy is not None and now[1:3] != (policy, level):
+            os.sched_setscheduler(tid, policy, os.sched_param(level))
+        if now[0] != nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError:
+        pass
+
+
+_POLICIES = {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR", 3: "SCHED_BATCH", 5: "SCHED_IDLE"}
+
+
+def said(state: tuple) -> str:
+    """A :func:`priority` reading in words: "threads: nice 0, SCHED_OTHER, CPUs 0-1;
+    autogroup nice 0"."""
+    threads = "; ".join(f"nice {n}, {_POLICIES.get(p, f'policy {p}')}"
+                        + (f" {level}" if level else "") + f", CPUs {cpus}"
+                        for n, p, level, cpus in state[0])
+    return f"threads: {threads or 'none read'}; autogroup nice {state[1]}"

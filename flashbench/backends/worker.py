@@ -167,9 +167,11 @@ class Worker:
         if self in _WORKERS:
             _WORKERS.remove(self)
 
-    def call(self, request: dict) -> dict:
-        """The child's reply to ``request``; BackendFailed when it times out or ends.
-        Replies ``{"failed": why}`` / ``{"unavailable": why}`` are raised as such."""
+    def call(self, request: dict, on_reply=None, most_bytes: int | None = None) -> dict:
+        """The child's reply to ``request``; BackendFailed when it times out or ends, or its
+        reply is longer than ``most_bytes``. Replies ``{"failed": why}`` / ``{"unavailable":
+        why}`` are raised as such. ``on_reply()`` runs as the reply's last byte is read,
+        before it is parsed (speedworker: the worker stopped there)."""
         if self.stopped is not None:
             raise BackendFailed(self.stopped)
         if self.proc is None or self.proc.poll() is not None:
@@ -185,8 +187,16 @@ class Worker:
             deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)
-            body = None if head is None else _read(fd, _HEADER.unpack(head)[0], deadline)
+            size = None if head is None else _HEADER.unpack(head)[0]
+            if size is not None and most_bytes is not None and size > most_bytes:
+                self.close()
+                self.stopped = (f"its worker's reply to a {request.get('op')!r} request was "
+                                f"{size} bytes (at most {most_bytes} are read); it was stopped")
+                raise BackendFailed(self.stopped)
+            body = None if head is None else _read(fd, size, deadline)
             self.round_trip_s = time.perf_counter() - sent  # this process's clock: the pipe's
+            if body is not None and on_reply is not None:
+                on_reply()
         except (EOFError, BrokenPipeError):
             status = _ended(self.proc, deadline)
             self.close()

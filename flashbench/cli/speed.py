@@ -202,7 +202,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 
 
 def run(args) -> int:
-    from flashbench.backends.strays import adopt
+    from flashbench.backends.strays import adopt, priority
     from flashbench.measure.peaks import remember
     from flashbench.measure.planted import import_judges, snapshot
     from flashbench.timed.threads import without_spinning
@@ -212,6 +212,7 @@ def run(args) -> int:
     import_judges()  # ... and what judges, whose files are then watched (measure.planted)
     args.files = snapshot()
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
+    args.scheduling = priority()  # before any kernel's worker: one may change it (speedrun)
     try:
         return _run(args)
     finally:
@@ -274,7 +275,8 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
                          "with the reason it is not timed)")
     with user.session(args.timeout):
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
-                           args.baseline, progress=not args.quiet)
+                           args.baseline, progress=not args.quiet,
+                           first=getattr(args, "scheduling", None))
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
     report["meta"]["environment"] = list(getattr(args, "environment", ()))
     report["meta"]["planted"] = planted(args.files) if hasattr(args, "files") else []

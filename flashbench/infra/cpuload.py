@@ -14,9 +14,18 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
-           "cpu_limit", "Load", "load_note"]
+           "cpu_limit", "Load", "load_note", "cpus_watched"]
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
+# the CPUs this process may run on as it starts (imported before any kernel's worker runs):
+# read at each reading instead, a kernel that changed the harness's affinity between two
+# readings added a CPU's busy time since boot to one (8114 CPUs busy on 2, a red team)
+_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def cpus_watched() -> frozenset:
+    """The CPUs :func:`machine_cpu` reads: this process's allowed ones at its start."""
+    return _CPUS if _CPUS is not None else frozenset(range(os.cpu_count() or 1))
 
 
 def stat_cpu(path: str, children: bool = False) -> float | None:
@@ -64,9 +73,9 @@ def tree_cpu(pid: int | None = None) -> float:
 
 
 def machine_cpu() -> float | None:
-    """CPU seconds the CPUs this process may run on have spent busy since boot (/proc/stat:
-    user, nice, system, irq, softirq, steal), None where unreadable."""
-    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    """CPU seconds the CPUs this process may run on (:func:`cpus_watched`) have spent busy
+    since boot (/proc/stat: user, nice, system, irq, softirq, steal), None where unreadable."""
+    mine = _CPUS
     total = 0
     try:
         with open("/proc/stat") as f:

@@ -14,10 +14,10 @@ import os
 import sys
 import time
 
-from flashbench.backends.strays import others_cpu, priority, sweep
-from flashbench.backends.worker import worker_of
+from flashbench.backends.strays import escaped, others_cpu, priority, said, sweep
+from flashbench.backends.worker import worker_of, worker_pids
 from flashbench.infra.cpuload import TICK as _TICK
-from flashbench.infra.cpuload import Load, outside_cpu
+from flashbench.infra.cpuload import Load, cpus_watched, outside_cpu
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -40,6 +40,7 @@ from flashbench.timed.attention import (
     pool_size,
     varlen_maker,
 )
+from flashbench.timed.commit import frozen
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 from flashbench.timed.pool import names_for
 
@@ -201,16 +202,11 @@ def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRo
 def _alone(interference: list, first: tuple, time_row, case, b, *args):
     """``time_row(case, b, *args)``, the harness's own row, with what else this run's
     processes did meanwhile onto ``interference``: their CPU (/proc) over 2 ticks + 5% of
-    the row's time, or this process's priority changed from ``first`` (set back)."""
+    the row's time, or this process's scheduling changed from ``first`` (set back)."""
     c0, t0 = others_cpu(), time.perf_counter()
     row = time_row(case, b, *args)
     used, wall = others_cpu() - c0, time.perf_counter() - t0
-    now = priority()
-    if now != first:
-        back = "set back" if priority(first) == first else "not set back (the OS refused)"
-        interference.append(f"this process's scheduling priority was changed while {b.name} "
-                            f"was timed on {case.label()} (nice, autogroup nice: {first} -> "
-                            f"{now}): {back}")
+    _rescheduled(interference, first, f"while {b.name} was timed on {case.label()}")
     if used > INTERFERENCE_TICKS * _TICK + INTERFERENCE * wall:
         interference.append(f"other processes of this run (a kernel's worker, or what it "
                             f"started) used {used:.3g} s of CPU in the {wall:.3g} s {b.name} "
@@ -218,23 +214,37 @@ def _alone(interference: list, first: tuple, time_row, case, b, *args):
     return row
 
 
+def _rescheduled(interference: list, first: tuple, when: str) -> None:
+    """Onto ``interference``: this process's scheduling (:func:`~flashbench.backends.strays.
+    priority`) changed from ``first``, ``when``; set back."""
+    now = priority()
+    if now != first:
+        back = "set back" if priority(first) == first else "not set back (the OS refused)"
+        interference.append(f"this process's scheduling was changed {when} ({said(first)} "
+                            f"-> {said(now)}): {back}")
+
+
 def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
-              baseline: str | None = None, progress: bool = True) -> dict:
-    """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed."""
+              baseline: str | None = None, progress: bool = True,
+              first: tuple | None = None) -> dict:
+    """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed.
+    ``first``: this process's scheduling before any kernel's worker started (strays.priority)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    host = {"cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(), "torch_threads": torch.get_num_threads(), "load": _load()}
+    interference: list[str] = []
+    first = priority() if first is None else first
+    _rescheduled(interference, first, "before the first timing (by a kernel's import)")
+    host = {"cpus": len(cpus_watched()), "torch_threads": torch.get_num_threads(),
+            "load": _load()}
     roof = measure_roofline(device, [c.dtype for c in cases])
     by_name = {b.name: b for b in backends}
     rows, strays = [], [f"{s} (left by a kernel's import)" for s in sweep()]
-    interference: list[str] = []
-    first = priority()
     for case in cases:
         case_rows = []
         for b in backends:
-            strays += [f"{s} (found before timing {b.name} on {case.label()})" for s in sweep()]
+            before = f"(found before timing {b.name} on {case.label()})"
+            strays += [f"{s} {before}" for s in sweep()]
             if progress:
                 print(f"speed: {case.label()}: timing {b.name} ...", file=sys.stderr, flush=True)
             if case.direction == "decode":
@@ -242,11 +252,17 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             else:
                 time_row = time_backend
             load, reading = Load(), Load.start(outside_cpu)
-            if worker_of(b) is not None:  # a user's: timed by the harness's clock
-                row = time_row(case, b, roof, seed, samples, warmup, device)
-            else:  # timed here: no other process of the run may run meanwhile
-                row = _alone(interference, first, time_row, case, b, roof, seed, samples,
-                             warmup, device)
+            mine = worker_of(b)
+            # every other kernel's worker stopped meanwhile: none can work, load the
+            # machine or leave a process that this row would be blamed for
+            with frozen(*(p for p in worker_pids() if mine is None or mine.proc is None
+                          or p != mine.proc.pid)):
+                strays += [f"{s} {before}" for s in escaped()[0]]  # none of this row's
+                if mine is not None:  # a user's: timed by the harness's clock
+                    row = time_row(case, b, roof, seed, samples, warmup, device)
+                else:  # timed here: no other process of the run may run meanwhile
+                    row = _alone(interference, first, time_row, case, b, roof, seed,
+                                 samples, warmup, device)
             load.add(outside_cpu, reading)  # less 2 of /proc's ticks, its rounding
             if row.status != "not timed" and load.wall >= OUTSIDE_WALL:
                 row.outside_cpus = load.cpus
@@ -263,7 +279,8 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             r.peak = "copy bandwidth" if r.direction == "decode" else roof.peak_used(r.dtype)
             r.peak_fraction = (r.gbs / roof.copy_gbs if r.direction == "decode"
                                else r.tflops / roof.peak(r.dtype))
-    strays += [f"{s} (found after the last timing)" for s in sweep()]
+    strays += [f"{s} (found after the last timing)" for s in sweep() + escaped()[0]]
+    _rescheduled(interference, first, "by the last timing")
     passed = all(r.status != "FAIL" or r.peer for r in rows) and not strays \
         and not interference
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,

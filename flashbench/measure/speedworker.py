@@ -23,20 +23,21 @@ import time
 
 import numpy as np
 
-from flashbench.infra.cpuload import TICK, descendants, stat_cpu
+from flashbench.backends.strays import escaped, now_since_boot
+from flashbench.infra.cpuload import descendants, stat_cpu
+from flashbench.measure.workerjudge import clock_fault, judge_cpu
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
 from flashbench.timed.threads import ThreadWatch
 
-__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s", "COPY_FACTOR",
-           "reading_noise", "staging_allowance"]
+__all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s",
+           "warm_slots", "REPLY_BYTES"]
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
 NULLS_UNDER = 10  # ... and this many empty requests' round trips (their noise is then small)
 MAX_K = 64
 SETTLES = 3  # idle pauses after random run requests (and one after the last)
-CLOCK_RATIO = 0.5  # the worker's own time under this x the harness's in every request: tampered
 CONFIRM = 20  # requests more, at most, before a suspected clock is called tampered
 NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its first + 1 ms
 # the row's times are its requests on new contents alone (a content memo padded to 0.6x the
@@ -44,11 +45,7 @@ NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its firs
 # 2026-12-05); those on returning contents are judged against the floor; at most NEW_TRIES
 # x samples requests in all
 NEW_TRIES = 4
-# a worker's copies of its calls' inputs may cost this many times the harness's own copies
-# of as many bytes (read from another core's cache they cost ~2x: the decode case
-# 4x8/2x1x128:4096 fp32 copied at 7 GB/s): more is work hidden in the copies
-COPY_FACTOR = 4.0
-_TICK = TICK
+REPLY_BYTES = 2**20  # a run's reply (where its outputs lie, or their sums) is read up to this
 
 
 def cpu_s(pid: int, family=()) -> float | None:
@@ -68,12 +65,13 @@ class _Clocked:
     def __init__(self, worker, limit_per_call: float):
         self.worker, self.limit = worker, limit_per_call
         self.pid, self.family = worker.proc.pid, []  # its descendants: _calls finds them
+        self.since = now_since_boot()  # its row's start: a process left later is its own
         self.pad = 0  # blank outputs a run and an empty request sum: k on a GPU, else none
         self.reader = None  # a CPU worker's: its outputs read by this process at each reply
 
-    def ask(self, calls: int = 1, **request) -> tuple[float, dict]:
+    def ask(self, calls: int = 1, on_reply=None, most_bytes=None, **request) -> tuple:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
-        x the per-call limit, + 2."""
+        x the per-call limit, + 2 (``on_reply``, ``most_bytes``: the worker's call's)."""
         from flashbench.backends.tensors import BackendFailed
         from flashbench.backends.worker import OverLimit, set_time_limit, time_limit
 
@@ -81,7 +79,7 @@ class _Clocked:
         allowed = min(86400.0, self.limit * (calls + 2))
         set_time_limit(allowed)
         try:
-            reply = self.worker.call(request)
+            reply = self.worker.call(request, on_reply, most_bytes)
             return self.worker.round_trip_s, reply
         except OverLimit:
             raise BackendFailed(  # the limit as the user gave it, not the request's
@@ -116,7 +114,7 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     if watch is not None:
         watch.check()
     w.family = descendants(w.pid)  # a process it started before this request is read too
-    with one_thread():
+    with one_thread(), commit.frozen(w.pid):  # the worker stopped while they are written
         pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
     if new is not None:
         new.append(pool.next_is_new())
@@ -127,14 +125,20 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     w.ask(len(slots), op="stage", slots=slots)
     c2 = c3 = c4 = cpu_s(w.pid, w.family)
     if pool.late_n:  # dO exists from here: after the forwards the stage ran
-        with one_thread():
+        with one_thread(), commit.frozen(w.pid):
             pool.arm(secrets.randbits(62), slots)
         c3 = cpu_s(w.pid, w.family)
         w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
     # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
     # outputs read from the worker's memory at once (timed.commit.MemoryReader)
-    rt, reply = w.ask(len(slots), op="run", flushes=k, sums=w.pad, where=bool(w.reader))
+    try:  # a CPU worker stopped as its reply's last byte arrives, before it is parsed
+        rt, reply = w.ask(len(slots), None if w.reader is None else w.reader.stop, REPLY_BYTES,
+                          op="run", flushes=k, sums=w.pad, where=bool(w.reader))
+    except BaseException:
+        if w.reader is not None and w.reader.held:
+            w.reader.resume()
+        raise
     sums = reply.get("sums") if w.reader is None else w.reader.read(
         reply.get("where"), len(slots), 4 * nbytes(pool.slots[0]) + 2**20)
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
@@ -270,7 +274,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     # 10 with 3 busy loops on 2 CPUs); a slowed clock reads low in every one
     clocked, claimed = list(runs), list(own)
     for _ in range(CONFIRM):
-        if _clock_fault(clocked, claimed, nulls) is None:
+        if clock_fault(clocked, claimed, nulls) is None:
             break
         rt, mine = _calls(w, k, cpu, pool, seeds, sums, watch=watch)
         clocked.append((rt, len(mine)))
@@ -279,6 +283,11 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     watch.check()  # the last request's threads
     if watch.fault is not None:
         faults.setdefault(THREAD, watch.fault)
+    left = escaped(w.since)[0]  # while the worker lives: what its code double-forked
+    if left:
+        faults.setdefault(OUTSIDE, "a process left its worker (a double fork, re-parented to "
+                          "the harness, where no reading of the worker's CPU counts it): "
+                          + "; ".join(left[:3]))
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
     said = reply.get("faults")
@@ -292,9 +301,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     if changed is not None:
         faults.setdefault(MODIFIED, changed)
     cpu["null_wall"] = null  # what an empty request's own CPU may be, at most
-    _judge_cpu(cpu, idle_wall, faults, direction, device)
+    judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
-    why = _clock_fault(clocked, claimed, nulls)
+    why = clock_fault(clocked, claimed, nulls)
     if why is not None:
         faults.setdefault(CLOCK, why)
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
@@ -321,80 +330,3 @@ def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> flo
         faults.setdefault(OUTSIDE, f"the device was still busy {sync - plain:.3g} s after "
                           "a timed request's reply")
     return pause
-
-
-def _clock_fault(runs: list, own: list, nulls: list) -> str | None:
-    """Why the worker's clock is tampered, or None: in every timed request its own time
-    for the request's calls (``own``: per call, x the calls) under :data:`CLOCK_RATIO` x
-    the harness's round trip less the fastest empty one (``runs``: (round trip, calls)),
-    and in every request by more than the empty requests' low-end noise explains (2 x (p10
-    - fastest) + 0.1 ms). A slowed clock reads low in every request, however busy the
-    machine; an honest worker reads about 1 in its least disturbed request (the caller
-    times more requests before it believes a suspicion). Before, fastest against fastest
-    by more than the empty requests' p10-p90: on a busy machine that spread, 3-15 ms, hid
-    a worker whose clock ran at 0.3x in 7 runs of 8."""
-    fastest = min(nulls)
-    noise = 2 * (float(np.percentile(nulls, 10)) - fastest) + 1e-4
-    spans = [max(rt - fastest, 1e-9) for rt, _ in runs]
-    claims = [o * n for o, (_, n) in zip(own, runs, strict=True)]
-    best = max(range(len(runs)), key=lambda i: claims[i] / spans[i])
-    if (claims[best] < CLOCK_RATIO * spans[best]
-            and min(s - c for s, c in zip(spans, claims, strict=True)) > noise):
-        n = runs[best][1]
-        return (f"the worker's own clock says {own[best]:.4g} s a call, the harness's "
-                f"{spans[best] / n:.4g} s (its round trip less the fastest empty request's, "
-                f"over {n} call(s)) in the request where they agree best; under "
-                f"{CLOCK_RATIO:g}x in all {len(runs)} timed requests")
-    return None
-
-
-def reading_noise(pairs: int) -> float:
-    """Seconds of CPU the stage-minus-run sum over ``pairs`` stage/run pairs may show from
-    the readings alone: /proc/<pid>/stat counts whole clock ticks, each reading short by up
-    to one, so each pair's difference (2 c1 - c0 - c2) errs with sd sqrt(1/2) tick, the sum
-    with sd sqrt(pairs / 2): 2 ticks + 4 of those sd."""
-    return _TICK * (2 + 4 * math.sqrt(max(pairs, 1) / 2))
-
-
-def staging_allowance(cpu: dict, requests: str = "pairs") -> float:
-    """CPU the stage requests may take beyond the runs with no kernel work in them: the
-    empty requests' own CPU per request (unpickling, replying: the harness's code) times
-    the stage requests, plus :func:`reading_noise` of the stage/run pairs and the empty
-    requests. (A 2-tick margin flagged a correct decode under load: 0.02 s readying,
-    0 s running, 13 pairs; a tiny kernel's staging costs more than its calls.)"""
-    pairs, nulls = cpu.get(requests, 1), cpu.get("nulls", 0)  # or the fill requests
-    # at most the empty requests' median round trip: a probe's forked helper spun while they
-    # ran, raising the allowance of the stage whose work it did (/proc counts its CPU)
-    per_request = min(cpu.get("null", 0.0) / nulls, cpu.get("null_wall", math.inf)) \
-        if nulls else 0.0
-    return per_request * pairs + reading_noise(pairs + nulls)
-
-
-def _judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
-               device: str = "cpu") -> None:
-    """CPU while the worker should be idle over 2 ticks + 10 % of the idle time; more CPU
-    from the moment a request's inputs were written to their copies' end (``load``, a
-    backward's dO too) than :data:`COPY_FACTOR` x what copying them costs this process; or
-    more CPU readying the calls (``stage``; not "bwd", whose stage runs the forward) than
-    running them (beyond :func:`staging_allowance`). Not the last two on a GPU, where a
-    call's CPU time is its launches and a synchronisation's wait, not its work (on an H200
-    an honest Triton forward ran 0.14 s of CPU against 0.4 s readying its inputs): work
-    outside the timed call."""
-    if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
-                          f"{idle_wall:.3g} s of idle pauses after its replies "
-                          "(/proc/<pid>/stat, read by the harness)")
-        return
-    if device == "cuda":
-        return
-    copying = COPY_FACTOR * cpu.get("copied", 0) * cpu.get("copy_s_per_byte", 0.0)
-    if cpu.get("load", 0.0) > copying + staging_allowance(cpu, "fills"):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['load']:.3g} s of CPU copying its "
-                          f"calls' inputs in, more than {COPY_FACTOR:g}x what copying their "
-                          f"{cpu['copied'] / 2**20:.3g} MiB costs the harness "
-                          f"({copying / COPY_FACTOR:.3g} s)")
-    elif direction != "bwd" and cpu["stage"] > staging_allowance(cpu):
-        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
-                          f"its calls (the timed calls {cpu['run']:.3g} s), more than its "
-                          f"empty requests' cost and the readings' noise "
-                          f"({staging_allowance(cpu):.3g} s): nothing is computed there")

@@ -11,6 +11,7 @@ to match them after the reply an output must be its final bits at the reply."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ import time
 from flashbench.timed.guard import WRONG
 
 __all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
-           "changed_after_reply", "checksum_s", "where", "MemoryReader", "digests",
+           "changed_after_reply", "checksum_s", "where", "MemoryReader", "frozen", "digests",
            "MAX_TENSORS", "MAX_RUNS"]
 
 _MASK = 0xFFFFFFFF
@@ -112,10 +113,12 @@ class MemoryReader:
     read of an output that had left the core's caches cost 45-75 us a request here
     (1x4x256x64 fp32: 0.70-0.84 ms a call of 0.55-0.59 on the worker's own clock, 0.58-0.61
     before the sums). :meth:`of` gives None where this process may not read the worker's
-    memory (the worker sums inside the clock)."""
+    memory (the worker sums inside the clock). :meth:`stop` is the worker's call as its
+    reply's last byte is read, before the harness parses it (a red-team probe's worker sent
+    replies that took 400 ms to unpickle while a thread finished its outputs: 4.2x, PASS)."""
 
     def __init__(self, pid: int):
-        self.pid = pid
+        self.pid, self.held = pid, False
 
     @classmethod
     def of(cls, pid: int) -> MemoryReader | None:
@@ -125,50 +128,37 @@ class MemoryReader:
             return None
         return cls(pid)
 
+    def stop(self) -> None:
+        """SIGSTOP to the worker's group and the worker, now (:meth:`read` or
+        :meth:`resume` sends SIGCONT)."""
+        _send(self.pid, signal.SIGSTOP)
+        self.held = True
+
+    def resume(self) -> None:
+        _send(self.pid, signal.SIGCONT)
+        self.held = False
+
     def read(self, said, calls: int, limit: int) -> list:
         """Per call, what :func:`digests` gives of the outputs the worker's reply placed
-        (``said``: a :func:`where` per call), read now; a call's entry None where the reply
-        is not that, or a tensor holds more than ``limit`` bytes or cannot be read."""
-        if not isinstance(said, list) or len(said) != calls:
-            return [None] * calls
-        self._send(signal.SIGSTOP)
-        self._stopped()
+        (``said``: a :func:`where` per call), read now, the worker stopped (since
+        :meth:`stop`, or from here), then let go; a call's entry None where the reply is not
+        that, or a tensor holds more than ``limit`` bytes or cannot be read."""
+        if not self.held:
+            self.stop()
+        fd = None
         try:
-            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
-        except OSError:
-            fd = None
-        try:
+            if not isinstance(said, list) or len(said) != calls:
+                return [None] * calls
+            _wait_stopped(self.pid)
+            try:
+                fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+            except OSError:
+                fd = None
             return [self._call(fd, placed, limit) for placed in said]
         finally:
             if fd is not None:
                 os.close(fd)
-            self._send(signal.SIGCONT)
-
-    def _stopped(self, wait_s: float = 0.05) -> None:
-        """Until every thread of the worker has stopped, for up to ``wait_s``: a signal
-        takes hold when each thread next runs in the kernel (a sleeping one is woken to
-        stop: a reader's test caught it running)."""
-        end = time.perf_counter() + wait_s
-        while time.perf_counter() <= end:
-            try:
-                states = []
-                for tid in os.listdir(f"/proc/{self.pid}/task"):
-                    with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                        states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                return  # ended, or no /proc: each read then fails
-            if all(state in "tTZX" for state in states):
-                return
-            time.sleep(0)
-
-    def _send(self, sig: int) -> None:
-        """``sig`` to the worker's process group (its own session's: what it started there
-        too) and to the worker itself (a worker that left that group is still stopped)."""
-        for send in (os.killpg, os.kill):
-            try:
-                send(self.pid, sig)
-            except OSError:
-                pass  # no such group, or the worker ended: each read then fails
+            self.resume()
 
     @staticmethod
     def _call(fd, placed, limit: int) -> list | None:
@@ -178,6 +168,52 @@ class MemoryReader:
             return [None if t is None else _read_digest(fd, *t, limit) for t in placed]
         except (TypeError, ValueError, OverflowError, OSError):  # not what where() gives
             return None
+
+
+
+@contextlib.contextmanager
+def frozen(*pids: int):
+    """The workers ``pids`` (each one's group, and itself) stopped for the block: while the
+    harness writes a request's new contents into the pages one maps (a red-team probe's
+    kept thread read each content as it was written and computed it there, where no reading
+    of the worker's CPU looked: 12x, PASS), or while another worker's row is timed."""
+    for pid in pids:
+        _send(pid, signal.SIGSTOP)
+    try:
+        for pid in pids:
+            _wait_stopped(pid)
+        yield
+    finally:
+        for pid in pids:
+            _send(pid, signal.SIGCONT)
+
+
+def _wait_stopped(pid: int, wait_s: float = 0.05) -> None:
+    """Until every thread of ``pid`` has stopped, for up to ``wait_s``: a signal takes hold
+    when each thread next runs in the kernel (a sleeping one is woken to stop: a reader's
+    test caught it running)."""
+    end = time.perf_counter() + wait_s
+    while time.perf_counter() <= end:
+        try:
+            states = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            return  # ended, or no /proc: each read then fails
+        if all(state in "tTZX" for state in states):
+            return
+        time.sleep(0)
+
+
+def _send(pid: int, sig: int) -> None:
+    """``sig`` to the worker's process group (its own session's: what it started there too)
+    and to the worker itself (a worker that left that group is stopped all the same)."""
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+        except OSError:
+            pass  # no such group, or the worker ended: each read then fails
 
 
 MAX_TENSORS = 16  # tensors of one call's output the harness reads (o, lse; dq, dk, dv)

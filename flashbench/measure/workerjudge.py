@@ -1,0 +1,100 @@
+"""What a user's kernel's worker did where it should not work, judged from the harness's
+readings (:mod:`flashbench.measure.speedworker`): its CPU over idle pauses, over the copies
+of its calls' inputs and over readying its calls (**work outside the timed call**), and its
+own clock against the harness's (**clock tampered**). Limits: docs/speed.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flashbench.infra.cpuload import TICK as _TICK
+from flashbench.timed.guard import OUTSIDE
+
+__all__ = ["clock_fault", "reading_noise", "staging_allowance", "judge_cpu", "COPY_FACTOR",
+           "CLOCK_RATIO"]
+
+CLOCK_RATIO = 0.5  # the worker's own time under this x the harness's in every request: tampered
+# a worker's copies of its calls' inputs may cost this many times the harness's own copies
+# of as many bytes (read from another core's cache they cost ~2x: the decode case
+# 4x8/2x1x128:4096 fp32 copied at 7 GB/s): more is work hidden in the copies
+COPY_FACTOR = 4.0
+
+
+def clock_fault(runs: list, own: list, nulls: list) -> str | None:
+    """Why the worker's clock is tampered, or None: in every timed request its own time
+    for the request's calls (``own``: per call, x the calls) under :data:`CLOCK_RATIO` x
+    the harness's round trip less the fastest empty one (``runs``: (round trip, calls)),
+    and in every request by more than the empty requests' low-end noise explains (2 x (p10
+    - fastest) + 0.1 ms). A slowed clock reads low in every request, however busy the
+    machine; an honest worker reads about 1 in its least disturbed request (the caller
+    times more requests before it believes a suspicion). Before, fastest against fastest
+    by more than the empty requests' p10-p90: on a busy machine that spread, 3-15 ms, hid
+    a worker whose clock ran at 0.3x in 7 runs of 8."""
+    fastest = min(nulls)
+    noise = 2 * (float(np.percentile(nulls, 10)) - fastest) + 1e-4
+    spans = [max(rt - fastest, 1e-9) for rt, _ in runs]
+    claims = [o * n for o, (_, n) in zip(own, runs, strict=True)]
+    best = max(range(len(runs)), key=lambda i: claims[i] / spans[i])
+    if (claims[best] < CLOCK_RATIO * spans[best]
+            and min(s - c for s, c in zip(spans, claims, strict=True)) > noise):
+        n = runs[best][1]
+        return (f"the worker's own clock says {own[best]:.4g} s a call, the harness's "
+                f"{spans[best] / n:.4g} s (its round trip less the fastest empty request's, "
+                f"over {n} call(s)) in the request where they agree best; under "
+                f"{CLOCK_RATIO:g}x in all {len(runs)} timed requests")
+    return None
+
+
+def reading_noise(pairs: int) -> float:
+    """Seconds of CPU the stage-minus-run sum over ``pairs`` stage/run pairs may show from
+    the readings alone: /proc/<pid>/stat counts whole clock ticks, each reading short by up
+    to one, so each pair's difference (2 c1 - c0 - c2) errs with sd sqrt(1/2) tick, the sum
+    with sd sqrt(pairs / 2): 2 ticks + 4 of those sd."""
+    return _TICK * (2 + 4 * math.sqrt(max(pairs, 1) / 2))
+
+
+def staging_allowance(cpu: dict, requests: str = "pairs") -> float:
+    """CPU the stage requests may take beyond the runs with no kernel work in them: the
+    empty requests' own CPU per request (unpickling, replying: the harness's code) times
+    the stage requests, plus :func:`reading_noise` of the stage/run pairs and the empty
+    requests. (A 2-tick margin flagged a correct decode under load: 0.02 s readying,
+    0 s running, 13 pairs; a tiny kernel's staging costs more than its calls.)"""
+    pairs, nulls = cpu.get(requests, 1), cpu.get("nulls", 0)  # or the fill requests
+    # at most the empty requests' median round trip: a probe's forked helper spun while they
+    # ran, raising the allowance of the stage whose work it did (/proc counts its CPU)
+    per_request = min(cpu.get("null", 0.0) / nulls, cpu.get("null_wall", math.inf)) \
+        if nulls else 0.0
+    return per_request * pairs + reading_noise(pairs + nulls)
+
+
+def judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
+               device: str = "cpu") -> None:
+    """CPU while the worker should be idle over 2 ticks + 10 % of the idle time; more CPU
+    from the moment a request's inputs were written to their copies' end (``load``, a
+    backward's dO too) than :data:`COPY_FACTOR` x what copying them costs this process; or
+    more CPU readying the calls (``stage``; not "bwd", whose stage runs the forward) than
+    running them (beyond :func:`staging_allowance`). Not the last two on a GPU, where a
+    call's CPU time is its launches and a synchronisation's wait, not its work (on an H200
+    an honest Triton forward ran 0.14 s of CPU against 0.4 s readying its inputs): work
+    outside the timed call."""
+    if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
+                          f"{idle_wall:.3g} s of idle pauses after its replies "
+                          "(/proc/<pid>/stat, read by the harness)")
+        return
+    if device == "cuda":
+        return
+    copying = COPY_FACTOR * cpu.get("copied", 0) * cpu.get("copy_s_per_byte", 0.0)
+    if cpu.get("load", 0.0) > copying + staging_allowance(cpu, "fills"):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['load']:.3g} s of CPU copying its "
+                          f"calls' inputs in, more than {COPY_FACTOR:g}x what copying their "
+                          f"{cpu['copied'] / 2**20:.3g} MiB costs the harness "
+                          f"({copying / COPY_FACTOR:.3g} s)")
+    elif direction != "bwd" and cpu["stage"] > staging_allowance(cpu):
+        faults.setdefault(OUTSIDE, f"the worker used {cpu['stage']:.3g} s of CPU readying "
+                          f"its calls (the timed calls {cpu['run']:.3g} s), more than its "
+                          f"empty requests' cost and the readings' noise "
+                          f"({staging_allowance(cpu):.3g} s): nothing is computed there")

@@ -1,0 +1,201 @@
+"""What a red team's kernels (2026-12-06, /tmp/rt11) did around `flashbench speed`'s clock
+from their workers, each a test that failed before: a helper process double-forked out of
+the worker's tree (re-parented to the harness, whose sweep reaped it as a zombie, silently:
+31x over its honest twin, PASS); a run's reply made slow to parse while a thread finished
+the outputs (4.2x, PASS); the harness's threads pinned to one CPU or put to SCHED_IDLE from
+a kernel's import, so that torch's rows ran slow (an honest sdpa read 5.5x faster, PASS);
+the busy reading summed a CPU's time since boot once the harness's affinity changed."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.cli import main
+
+SDPA = ("    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,"
+        " scale=scale)\n")
+
+ESCAPE = textwrap.dedent('''
+    import os
+    import time
+
+    import torch
+
+    _started = []
+
+
+    def attn(q, k, v, causal=False, scale=None):
+        if not _started:  # its first call: a helper out of the worker's tree
+            _started.append(1)
+            pid = os.fork()
+            if pid == 0:
+                if NEW_SESSION:
+                    os.setsid()
+                if os.fork() == 0:
+                    time.sleep(LIFETIME)
+                os._exit(0)
+            os.waitpid(pid, 0)
+''') + SDPA
+
+
+@pytest.mark.parametrize("new_session, lifetime", [(True, 0.0), (False, 0.0), (False, 30.0)])
+def test_a_process_double_forked_out_of_the_worker_fails_its_row(user_module, capsys,
+                                                                  new_session, lifetime):
+    code = ESCAPE.replace("NEW_SESSION", str(new_session)).replace("LIFETIME", str(lifetime))
+    user_module("fbescape", code)
+    user_module("fbstays", ESCAPE.replace("if not _started", "if False"))
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
+               "1x2x128x32", "--causal", "off", "--only", "fbescape:attn", "fbstays:attn"])
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 1 and rows["fbstays:attn"]["status"] == "PASS", rows["fbstays:attn"]
+    bad = rows["fbescape:attn"]
+    assert bad["status"] == "FAIL", bad
+    why = bad["failures"]["work outside the timed call"]
+    assert why.startswith("a process left its worker (a double fork"), why
+    assert ("ended (a zombie)" in why) == (lifetime == 0.0), why
+
+
+def test_the_harness_stops_a_cpu_worker_before_it_parses_the_runs_reply(monkeypatch):
+    """The clock stops as a run's reply is read; the worker is stopped at that moment, before
+    the reply is unpickled (a probe's replies took 400 ms to unpickle while a thread of its
+    finished the outputs: 4.2x, PASS), and a reply over REPLY_BYTES is not read at all."""
+    from flashbench.backends import worker as worker_module
+    from flashbench.backends.worker import Worker
+    from flashbench.kernels.validate import BackendFailed
+    from flashbench.timed import commit
+    from flashbench.timed.commit import MemoryReader
+
+    w = Worker("flashbench.kernels.torch_peers:sdpa_output")
+    w.call({"op": "null"})
+    reader, states = MemoryReader(w.proc.pid), []
+    real = worker_module._unpack
+
+    def unpack(data):
+        commit._wait_stopped(w.proc.pid)  # a signal sent takes hold in a moment (50 ms at most)
+        with open(f"/proc/{w.proc.pid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+        return real(data)
+
+    monkeypatch.setattr(worker_module, "_unpack", unpack)
+    try:
+        w.call({"op": "null"}, on_reply=reader.stop)
+        assert reader.held and states[-1] in "tT", states  # stopped (SIGSTOP) as parsed
+        reader.resume()
+        w.call({"op": "null"})
+        assert states[-1] not in "tT", states  # going on, once let go
+        with pytest.raises(BackendFailed, match="bytes"):
+            w.call({"op": "null"}, most_bytes=8)
+        with pytest.raises(BackendFailed, match="bytes"):  # and stopped for good
+            w.call({"op": "null"})
+    finally:
+        if reader.held:
+            reader.resume()
+        w.close()
+
+
+RESCHEDULE = textwrap.dedent('''
+    import os
+
+    import torch
+
+
+    def _harness():
+        with open(f"/proc/{os.getppid()}/stat") as f:  # the zygote's parent
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+    _H = _harness()
+    for _t in os.listdir(f"/proc/{_H}/task"):
+        try:
+            os.sched_setaffinity(int(_t), {min(os.sched_getaffinity(_H))})
+            os.sched_setscheduler(int(_t), os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+
+
+    def attn(q, k, v, causal=False, scale=None):
+''') + SDPA
+
+
+def test_a_kernel_that_reschedules_the_harness_at_import_fails_the_run(user_module, capsys):
+    user_module("fbresched", RESCHEDULE)
+    cpus = os.sched_getaffinity(0)
+    try:
+        rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
+                   "1x2x128x32", "--causal", "off", "--only", "fbresched:attn", "torch-sdpa"])
+    finally:  # this test's own process was the harness
+        for t in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(t), cpus)
+                os.sched_setscheduler(int(t), os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["passed"] is False
+    (why,) = report["meta"]["interference"]
+    assert why.startswith("this process's scheduling was changed before the first timing"), why
+    assert "SCHED_IDLE" in why and why.endswith("set back"), why
+    assert report["meta"]["host"]["cpus"] == len(cpus)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: no affinity to widen")
+def test_the_busy_reading_keeps_the_cpus_it_started_with():
+    """A reading of the CPUs' busy time after the affinity widened summed the new CPU's time
+    since boot: "8114 CPUs busy" on 2."""
+    code = ("import os\nfrom flashbench.infra.cpuload import machine_cpu, cpus_watched\n"
+            "a = machine_cpu()\nos.sched_setaffinity(0, set(range(os.cpu_count())))\n"
+            "b = machine_cpu()\nprint(b - a, len(cpus_watched()))")
+    one = min(os.sched_getaffinity(0))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True, preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    gained, watched = r.stdout.split()
+    assert watched == "1" and float(gained) < 1.0, r.stdout
+
+
+SABOTEUR = textwrap.dedent('''
+    import os
+    import threading
+    import time
+
+    import torch
+
+
+    def _leave():  # a process out of its worker's tree every 5 ms, from its import on
+        while True:
+            pid = os.fork()
+            if pid == 0:
+                if os.fork() == 0:
+                    time.sleep(0.01)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            time.sleep(0.005)
+
+
+    threading.Thread(target=_leave, daemon=True).start()
+
+
+    def attn(q, k, v, causal=False, scale=None):
+''') + SDPA
+
+
+def test_a_kernel_that_leaves_processes_all_the_time_fails_no_other_row(user_module, capsys):
+    """Each other kernel's worker is stopped while a row is timed: a saboteur's processes,
+    left while another kernel's row ran, failed that row."""
+    user_module("fbsaboteur", SABOTEUR)
+    user_module("fbhonest", ESCAPE.replace("if not _started", "if False"))
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
+               "1x2x128x32", "--causal", "both", "--only", "fbhonest:attn", "fbsaboteur:attn",
+               "torch-sdpa"])
+    report = json.loads(capsys.readouterr().out)
+    status = {(r["backend"], r["causal"]): r["status"] for r in report["rows"]}
+    assert rc == 1 and report["passed"] is False
+    for causal in (False, True):
+        assert status["fbhonest:attn", causal] == "PASS", report["rows"]
+        assert status["torch-sdpa", causal] == "PASS", report["rows"]
+        assert status["fbsaboteur:attn", causal] == "FAIL", report["rows"]
+    assert report["meta"]["strays"], report["meta"]  # left between rows: the run's
