@@ -199,3 +199,54 @@ def test_a_kernel_that_leaves_processes_all_the_time_fails_no_other_row(user_mod
         assert status["torch-sdpa", causal] == "PASS", report["rows"]
         assert status["fbsaboteur:attn", causal] == "FAIL", report["rows"]
     assert report["meta"]["strays"], report["meta"]  # left between rows: the run's
+
+
+PEEK = textwrap.dedent('''
+    import os
+
+    import torch
+
+
+    def _harness():
+        parent = os.getppid()  # the zygote, whose parent is the harness; or the harness
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            if b"--zygote" not in f.read():
+                return parent
+        with open(f"/proc/{parent}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+    _SAID = []
+    for _pid in (_harness(), os.getppid()):
+        try:
+            os.close(os.open(f"/proc/{_pid}/mem", os.O_RDWR))
+            _SAID.append("opened")
+        except OSError as exc:
+            _SAID.append(type(exc).__name__)
+    with open(os.environ["FB_PEEK_OUT"], "w") as f:
+        f.write(" ".join(_SAID))
+
+
+    def attn(q, k, v, causal=False, scale=None):
+''') + SDPA
+
+
+@pytest.mark.parametrize("command", ["speed", "check"])
+def test_a_kernel_cannot_open_the_harness_memory(user_module, capsys, tmp_path, monkeypatch,
+                                                 command):
+    """A red-team probe's kernel opened /proc/<harness>/mem for writing from its import (root,
+    no Yama): the harness and the zygote are not dumpable while kernels run, and a worker
+    holds no CAP_SYS_PTRACE (flashbench.infra.sealed)."""
+    from flashbench.infra.sealed import dumpable
+
+    out = tmp_path / "peek.txt"
+    monkeypatch.setenv("FB_PEEK_OUT", str(out))
+    user_module("fbpeek", PEEK)
+    before = dumpable()
+    args = (["--dtype", "fp32", "--json", "--shape", "1x2x64x32"]
+            + (["--quiet", "--causal", "off", "--only", "fbpeek:attn"] if command == "speed"
+               else ["--backend", "fbpeek:attn"]))
+    assert main([command, *args]) == 0
+    capsys.readouterr()
+    assert out.read_text() == "PermissionError PermissionError", out.read_text()
+    assert dumpable() == before  # as it was, after the run

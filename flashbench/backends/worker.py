@@ -250,6 +250,9 @@ atexit.register(close_all)
 
 def _serve(spec: str) -> None:
     from flashbench.backends import child
+    from flashbench.infra.sealed import worker_sealed
+
+    worker_sealed()  # no ptrace of the harness from here on (infra.sealed)
 
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")

@@ -239,6 +239,9 @@ def preload() -> None:
 def main(fd: int, serve: Callable[[str], None]) -> None:
     """The zygote's loop (:class:`_Zygote`); a forked worker runs ``serve(spec)`` (the
     worker's protocol loop). It ends when the harness closes its end."""
+    from flashbench.infra.sealed import set_dumpable
+
+    set_dumpable(False)  # its workers' memory neighbour: none may read it (infra.sealed)
     preload()
     # Its second thread is torch's, idle; fork is how torch's DataLoader and asv's
     # forkserver start workers from processes that imported torch too.

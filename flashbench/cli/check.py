@@ -179,6 +179,13 @@ def _backward_cases(args, cases):
 
 
 def run(args) -> int:
+    from flashbench.infra.sealed import sealed
+
+    with sealed():  # no kernel's worker may read or write this process's memory
+        return _run(args)
+
+
+def _run(args) -> int:
     # the door: each --dtype name becomes its Precision here, once; every layer below takes it
     args.dtype = [get_precision(d) for d in distinct(args.dtype, "--dtype", "check")]
     if args.dist is None:  # only the cases asked for: a given case is drawn from N(0, 1)

@@ -203,6 +203,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 
 def run(args) -> int:
     from flashbench.backends.strays import adopt, priority
+    from flashbench.infra.sealed import sealed
     from flashbench.measure.peaks import remember
     from flashbench.measure.planted import import_judges, snapshot
     from flashbench.timed.threads import without_spinning
@@ -214,7 +215,8 @@ def run(args) -> int:
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
     args.scheduling = priority()  # before any kernel's worker: one may change it (speedrun)
     try:
-        return _run(args)
+        with sealed():  # no worker may read or write this process's memory (infra.sealed)
+            return _run(args)
     finally:
         adopt(False)
 
