@@ -381,3 +381,32 @@ def test_a_variant_reference_that_drops_its_variant_fails_its_own_suite(monkeypa
     suite.time_attention(*args)
     with pytest.raises(KernelFailed, match="stale or wrong"):
         suite.teardown(*args)
+
+
+def test_a_kernel_that_computes_only_the_rows_its_caller_will_check_fails():
+    """A red team's kernel (2026-12-06) read the rows a call would check from its caller's
+    frame (the new row and the extra rows drawn in setup) and computed those alone: 28 ms a
+    call against 57 honest, verify passed. The extra rows are drawn once the call returns."""
+    import sys
+
+    reference = need("reference", "online_attention")
+
+    def cheat(q, k, v, **kw):
+        fc = sys._getframe(1).f_locals["self"]  # FreshCalls.__call__
+        rows = {int(fc.rows[(fc.i - 1) % fc.BANK])}  # the new row: known before the call
+        for name in ("extra", "checked", "rows_to_check"):  # and any drawn ahead
+            rows |= {int(x) for x in np.ravel(getattr(fc, name, []))}
+        o = np.zeros(q.shape[:-1] + (v.shape[-1],))
+        idx = sorted(rows)
+        o[..., idx, :] = reference(q[..., idx, :], k, v, **kw)[0]
+        return o
+
+    honest = FreshCalls("1x2x128x128x16", reference)
+    for _ in range(4):
+        honest()
+    honest.verify()
+    call = FreshCalls("1x2x128x128x16", cheat)
+    for _ in range(4):
+        call()
+    with pytest.raises(KernelFailed, match="stale or wrong"):
+        call.verify()
