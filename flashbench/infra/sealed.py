@@ -7,14 +7,17 @@ makes itself not dumpable (:func:`sealed`), so that only a process holding CAP_S
 may read or write its memory (ptrace, ``/proc/<pid>/mem``, ``/proc/<pid>/environ``); each
 worker drops that capability for good before any kernel's module is imported, and is made
 dumpable again so that the harness reads its outputs (:func:`worker_sealed`). The zygote
-that forks the workers is not dumpable either. Limits: a worker may still read or write
-another worker's memory (the same user, both dumpable), and signal the harness.
+that forks the workers is not dumpable either, nor, where the harness runs as root, any
+worker (so that none reads or writes another's; elsewhere the OS's ptrace scope decides).
+A worker may still signal the harness (speed stops every other worker while one's row is
+timed, and checks the harness's scheduling).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 
 __all__ = ["sealed", "worker_sealed", "dumpable", "set_dumpable"]
 
@@ -73,8 +76,7 @@ class _Data(ctypes.Structure):
 def worker_sealed() -> bool:
     """A worker's, before it imports a kernel: CAP_SYS_PTRACE dropped from its bounding set
     (no program it runs gets it back) and from its effective, permitted and inheritable
-    sets, then dumpable again (the harness reads its outputs from its memory). Whether it
-    holds no CAP_SYS_PTRACE now."""
+    sets, then dumpable again unless root (below). Whether it holds no CAP_SYS_PTRACE now."""
     libc = _libc()
     if libc is None or not hasattr(libc, "capget"):
         return False
@@ -87,5 +89,8 @@ def worker_sealed() -> bool:
     data[0].permitted &= bit
     data[0].inheritable &= bit
     done = libc.capset(ctypes.byref(header), data) == 0
-    set_dumpable(True)  # a forked worker inherits the zygote's 0
+    # a forked worker inherits the zygote's 0: kept where the harness runs as root (it reads
+    # the worker's memory by its CAP_SYS_PTRACE), so that no other worker reads or writes
+    # it; else set back to 1, the harness's only way to read it
+    set_dumpable(os.geteuid() != 0)
     return done
