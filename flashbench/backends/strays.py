@@ -110,7 +110,8 @@ def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
              and (st := _stat(int(n))) is not None and st[0] == me and st[2] != mine]
     after, before = [], []
     for pid, st in found:
-        said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else _command(pid))
+        said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else
+                                  f"running (its command line, a fork's: {_command(pid)})")
         ours = since is None or _started(pid) > since
         (after if ours else before).append(said)
         try:

@@ -2,16 +2,17 @@
 
 This process makes the pool (:func:`~flashbench.measure.workerpool.harness_pool`) in pages
 the worker maps (:mod:`flashbench.timed.shared`) and writes each new content just before
-its request; the worker (:class:`flashbench.backends.child.Server`) warms up
+its request, the worker stopped; the worker (:class:`flashbench.backends.child.Server`) warms up
 (``prepare``), copies the named slots' inputs into its own buffers (``fill``; a backward's
 dO in a second fill, written after the stage), readies their calls (``stage``, outside the
 clock) and runs them (``run``). The clock that counts is this process's, which never runs
 user code: a request's round trip, less the median empty round trip (``null``), over its
 calls; the worker's own figure is a cross-check (less: **clock tampered**). Read from /proc
 here: a thread newer than the warm-up that ends or works after a reply (**thread left
-running**: :class:`~flashbench.timed.threads.ThreadWatch`), and the worker's CPU while it
-should idle, filling beyond the copies' cost or readying more than running (**work outside
-the timed call**). ``fetch`` returns the outputs, judged here. Limits: docs/speed.md.
+running**: :class:`~flashbench.timed.threads.ThreadWatch`), the worker's CPU while it
+should idle, filling beyond the copies' cost or readying more than running, and a process
+that left its tree (**work outside the timed call**: :mod:`.workerjudge`, backends.strays).
+``fetch`` returns the outputs, judged here. Limits: docs/speed.md.
 """
 
 from __future__ import annotations
