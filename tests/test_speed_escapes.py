@@ -56,7 +56,7 @@ def test_a_process_double_forked_out_of_the_worker_fails_its_row(user_module, ca
     bad = rows["fbescape:attn"]
     assert bad["status"] == "FAIL", bad
     why = bad["failures"]["work outside the timed call"]
-    assert why.startswith("a process left its worker (a double fork"), why
+    assert why.startswith("a process left its worker's tree (a double fork"), why
     assert ("ended (a zombie)" in why) == (lifetime == 0.0), why
 
 
@@ -266,3 +266,75 @@ def test_a_kernel_cannot_open_the_harness_memory(user_module, capsys, tmp_path, 
     if os.geteuid() == 0:  # and, as root, the other kernel's worker (else the OS's scope)
         assert len(said) > 2 and set(said[2:]) == {"PermissionError"}, said
     assert dumpable() == before  # as it was, after the run
+
+
+CLONE = textwrap.dedent('''
+    import ctypes
+    import os
+    import sys
+
+    import torch
+
+    _started = []
+
+
+    def attn(q, k, v, causal=False, scale=None):
+        if not _started:  # its first call: the zygote's child, the worker's sibling
+            _started.append(1)
+            pid = ctypes.CDLL(None, use_errno=True).syscall(56, 0x8000 | 17, 0, 0, 0, 0)
+            if pid == 0:  # clone(CLONE_PARENT | SIGCHLD), x86-64's number
+                os.setsid()
+                os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(30)"])
+''') + SDPA
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="clone's syscall number is x86-64's")
+def test_a_process_cloned_as_the_workers_sibling_fails_its_row(user_module, capsys):
+    """A second red team's helper (2026-12-06) was cloned with CLONE_PARENT: the zygote's
+    child in a session of its own, on no reading and in no group the harness stopped; it
+    precomputed each new content (34 of 34 calls hit, PASS)."""
+    user_module("fbclone", CLONE)
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
+               "1x2x128x32", "--causal", "off", "--only", "fbclone:attn"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert "clone with CLONE_PARENT" in row["failures"]["work outside the timed call"], row
+
+
+def test_a_module_written_during_the_run_is_not_imported_by_the_harness(tmp_path,
+                                                                        monkeypatch):
+    """A second red team's kernel wrote code into a module the harness imported later in
+    the same run (it switched the plant check off: a zeros kernel PASSed, 54x) or in later
+    runs (a torch module imported lazily)."""
+    import importlib
+    import py_compile
+
+    from flashbench.measure.planted import ImportGuard
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "fbold.py").write_text("X = 1\n")
+    (tmp_path / "fbpyc.py").write_text("X = 1\n")
+    py_compile.compile(str(tmp_path / "fbpyc.py"))  # genuine, made before the run
+    guard = ImportGuard.install()
+    try:
+        (tmp_path / "fbnew.py").write_text("X = 2\n")  # a kernel's, during the run
+        pyc = importlib.util.cache_from_source(str(tmp_path / "fbpyc.py"))
+        code = compile("X = 666\n", str(tmp_path / "fbpyc.py"), "exec")
+        with open(pyc, "r+b") as f:  # its header kept, its code another's
+            header = f.read(16)
+            f.seek(0)
+            f.truncate()
+            f.write(header + __import__("marshal").dumps(code))
+        importlib.invalidate_caches()
+        assert importlib.import_module("fbold").X == 1
+        with pytest.raises(ImportError, match="written during this run"):
+            importlib.import_module("fbnew")
+        with pytest.raises(ImportError, match="does not compile to"):
+            importlib.import_module("fbpyc")
+        assert not os.path.exists(pyc)  # deleted
+        assert [r.split(":")[0] for r in guard.refused] == [
+            str(tmp_path / "fbnew.py"), str(tmp_path / "fbpyc.py")]
+    finally:
+        guard.remove()
+        for name in ("fbold", "fbnew", "fbpyc"):
+            sys.modules.pop(name, None)

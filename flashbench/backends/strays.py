@@ -94,33 +94,43 @@ def sweep() -> list[str]:
 
 
 def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
-    """This process's children, in any state (a zombie too), that are no zygote or worker
-    and sit outside this process's session: read while a worker lives, a process its
-    kernel's code double-forked (re-parented here, its subreaper: no reading of the
-    worker's tree counts its CPU). A red-team probe's helper (2026-12-06) computed each new
-    input while the harness wrote it and exited at the fetch: swept as a zombie, silently,
-    and the kernel read 31x faster than its honest twin, PASS. Each is killed; returned as
-    (those started after ``since``, a :func:`now_since_boot` reading, reaped; the others,
-    started before it by a kernel stopped since, left as zombies for the run's next call
-    without ``since``, which takes and reaps them all)."""
+    """This process's and the zygotes' children, in any state (a zombie too), that are no
+    zygote or worker and sit outside this process's session: read while a worker lives, a
+    process its kernel's code double-forked (re-parented here, its subreaper) or cloned with
+    CLONE_PARENT (the zygote's child, its sibling); no reading of the worker's tree counts
+    their CPU. A red-team probe's helper (2026-12-06) computed each new input while the
+    harness wrote it and exited at the fetch: swept as a zombie, silently, and the kernel
+    read 31x faster than its honest twin, PASS. Each is killed; returned as (those started
+    after ``since``, a :func:`now_since_boot` reading; the others, started before it by a
+    kernel stopped since, left for the run's next call without ``since``, which takes them
+    all). A zygote's zombie is its to reap: told once."""
     if not os.path.isdir("/proc"):
         return [], []
+    from flashbench.backends.zygote import zygote_pids
+
     me, mine, known = os.getpid(), os.getsid(0), _known()
+    parents = {me, *zygote_pids()}  # a zygote's too: clone(CLONE_PARENT) from a worker
     found = [(int(n), st) for n in os.listdir("/proc") if n.isdigit() and int(n) not in known
-             and (st := _stat(int(n))) is not None and st[0] == me and st[2] != mine]
+             and int(n) not in _TOLD and (st := _stat(int(n))) is not None
+             and st[0] in parents and st[2] != mine]
     after, before = [], []
     for pid, st in found:
         said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else
                                   f"running (its command line, a fork's: {_command(pid)})")
         ours = since is None or _started(pid) > since
         (after if ours else before).append(said)
+        if ours and st[0] != me:
+            _TOLD.add(pid)  # a zygote's zombie, told once
         try:
             os.kill(pid, signal.SIGKILL)
-            if ours:
+            if ours and st[0] == me:  # a zygote reaps its own
                 os.waitpid(pid, 0)
         except (OSError, ChildProcessError):
             pass
     return after, before
+
+
+_TOLD: set[int] = set()
 
 
 def now_since_boot() -> float:

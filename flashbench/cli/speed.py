@@ -205,7 +205,7 @@ def run(args) -> int:
     from flashbench.backends.strays import adopt, priority
     from flashbench.infra.sealed import sealed
     from flashbench.measure.peaks import remember
-    from flashbench.measure.planted import import_judges, snapshot
+    from flashbench.measure.planted import ImportGuard, import_judges, snapshot
     from flashbench.timed.threads import without_spinning
 
     args.environment = without_spinning()  # before torch's OpenMP reads them (timed.threads)
@@ -214,10 +214,12 @@ def run(args) -> int:
     args.files = snapshot()
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
     args.scheduling = priority()  # before any kernel's worker: one may change it (speedrun)
+    args.guard = ImportGuard.install()  # and no file written since is imported here
     try:
         with sealed():  # no worker may read or write this process's memory (infra.sealed)
             return _run(args)
     finally:
+        args.guard.remove()
         adopt(False)
 
 
@@ -281,7 +283,8 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
                            first=getattr(args, "scheduling", None))
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
     report["meta"]["environment"] = list(getattr(args, "environment", ()))
-    report["meta"]["planted"] = planted(args.files) if hasattr(args, "files") else []
+    report["meta"]["planted"] = (planted(args.files) if hasattr(args, "files") else []) + \
+        (args.guard.refused if hasattr(args, "guard") else [])
     if left:
         report["meta"]["strays"] += left
     report["passed"] = report["passed"] and not left and not report["meta"]["planted"]

@@ -16,17 +16,21 @@ start-up hook imported from outside the interpreter's folders (:func:`startup_ho
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import marshal
 import os
 import sys
 
-__all__ = ["JUDGES", "import_judges", "snapshot", "planted", "startup_hooks"]
+__all__ = ["JUDGES", "import_judges", "snapshot", "planted", "startup_hooks",
+           "ImportGuard"]
 
 # what judges a speed run's outputs, imported before any kernel's code runs
 JUDGES = ("flashbench.measure.speedrun", "flashbench.measure.speedworker",
           "flashbench.measure.speedgrad", "flashbench.measure.speedvarlen",
           "flashbench.measure.speeddecode", "flashbench.measure.decode",
+          "flashbench.timed.shared", "flashbench.timed.decode", "flashbench.timed.commit",
+          "flashbench.backends.tensors",  # imported at the first user's row before (rt12)
           "flashbench.bands.table", "flashbench.bands.case", "flashbench.accuracy",
           "flashbench.numerics", "flashbench.reference", "flashbench.backends.outputs",
           "scipy.special")
@@ -159,3 +163,64 @@ def planted(before: dict) -> list[str]:
             found.append(f"{path}: {'removed' if now[path] is None else 'written'} during "
                          "the run")
     return found
+
+
+class ImportGuard(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path`` while kernels run (:meth:`install`): a module this process
+    imports from a file written since (its ctime), or whose bytecode was written since and
+    is not its source's (deleted), is refused (ImportError) and named in :attr:`refused`.
+    A second red team's kernel (2026-12-06) wrote code into a flashbench module the harness
+    first imported at the first user's row: it ran in the harness, switched the plant check
+    off and put the file back (a zeros kernel PASSed, 54x); another's, into a torch module
+    imported later, ran in every later run. Modules loaded by path (torch.compile's and
+    Triton's caches) do not pass here."""
+
+    def __init__(self, since_ns: int):
+        self.since, self.refused = since_ns, []
+
+    @classmethod
+    def install(cls) -> ImportGuard:
+        import time
+
+        guard = cls(time.time_ns())
+        sys.meta_path.insert(0, guard)
+        return guard
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, name, path=None, target=None):
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        origin = spec.origin if spec.has_location else None
+        why = self._written(origin) if isinstance(origin, str) else None
+        if why is not None:
+            self.refused.append(f"{origin}: {why}: not imported by the harness")
+            raise ImportError(f"flashbench: {origin} {why}", name=name)
+        return spec
+
+    def _written(self, origin: str) -> str | None:
+        key = _key(origin)
+        if key is None:
+            return None
+        if key[3] >= self.since:
+            return "written during this run, after its kernels' workers could write it"
+        if origin.endswith(".py"):
+            pyc = importlib.util.cache_from_source(origin)
+            cached = _key(pyc)
+            if cached is not None and cached[3] >= self.since and not genuine(pyc):
+                try:
+                    os.remove(pyc)
+                except OSError:
+                    pass
+                return "has bytecode written during this run that its source does not " \
+                       "compile to (deleted)"
+        return None

@@ -286,9 +286,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         faults.setdefault(THREAD, watch.fault)
     left = escaped(w.since)[0]  # while the worker lives: what its code double-forked
     if left:
-        faults.setdefault(OUTSIDE, "a process left its worker (a double fork, re-parented to "
-                          "the harness, where no reading of the worker's CPU counts it): "
-                          + "; ".join(left[:3]))
+        faults.setdefault(OUTSIDE, "a process left its worker's tree (a double fork makes it "
+                          "the harness's child, a clone with CLONE_PARENT the zygote's: no "
+                          "reading of the worker's CPU counts it): " + "; ".join(left[:3]))
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
     reply = w.ask(calls, op="fetch")[1]
     said = reply.get("faults")
