@@ -338,3 +338,39 @@ def test_a_module_written_during_the_run_is_not_imported_by_the_harness(tmp_path
         guard.remove()
         for name in ("fbold", "fbnew", "fbpyc"):
             sys.modules.pop(name, None)
+
+
+ZYGOTE = textwrap.dedent('''
+    import os
+    import resource
+
+    import torch
+
+    _Z = os.getppid()  # a forked worker's parent: the zygote, whose later workers inherit
+    for _t in os.listdir(f"/proc/{_Z}/task"):
+        os.sched_setscheduler(int(_t), os.SCHED_IDLE, os.sched_param(0))
+    with open(f"/proc/{_Z}/status") as _f:
+        _kb = int(next(line for line in _f if line.startswith("VmSize")).split()[1])
+    resource.prlimit(_Z, resource.RLIMIT_AS, ((_kb + 1024) * 1024,) * 2)
+
+
+    def attn(q, k, v, causal=False, scale=None):
+''') + SDPA
+
+
+def test_a_kernel_that_limits_the_zygote_changes_no_other_kernels_verdict(user_module,
+                                                                          capsys):
+    """A second red team's kernel set the zygote to SCHED_IDLE (nice 19, one CPU) or its
+    address space to 1 MB from its import: workers forked later inherited it (an honest
+    kernel read 3-14x slower, or FAILed "can't allocate memory"). The zygote and each row's
+    worker are compared with the harness at each row, set back or started again."""
+    user_module("fbzygote", ZYGOTE)
+    user_module("fbhonest2", ESCAPE.replace("if not _started", "if False"))
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
+               "1x2x128x32", "--causal", "off", "--only", "fbzygote:attn", "fbhonest2:attn"])
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 1 and rows["fbhonest2:attn"]["status"] == "PASS", rows["fbhonest2:attn"]
+    said = " ".join(report["meta"]["interference"])
+    assert "the zygote (every worker forked from it inherits it) was not scheduled" in said
+    assert "SCHED_IDLE" in said and "resource limits" in said, said

@@ -19,7 +19,8 @@ import time
 from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import tree_cpu
 
-__all__ = ["adopt", "sweep", "escaped", "now_since_boot", "others_cpu", "priority", "said"]
+__all__ = ["adopt", "sweep", "escaped", "now_since_boot", "others_cpu", "priority", "said",
+           "limits", "kept_as"]
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -182,6 +183,52 @@ def priority(restore: tuple | None = None) -> tuple:
         except OSError:
             pass
     return tuple(sorted({s for t in tids if (s := _scheduling(t)) is not None})), group()
+
+
+try:
+    import resource
+except ImportError:  # not a Unix
+    resource = None
+_LIMITS = tuple(getattr(resource, f"RLIMIT_{n}") for n in (
+    "AS", "CPU", "DATA", "FSIZE", "NOFILE", "NPROC", "STACK", "MEMLOCK", "RSS")
+    if hasattr(resource, f"RLIMIT_{n}")) if hasattr(resource, "prlimit") else ()
+
+
+def limits(pid: int = 0) -> tuple:
+    """Process ``pid``'s resource limits (address space, CPU time, files, processes, ...),
+    (soft, hard) each; () where unread."""
+    try:
+        return tuple(resource.prlimit(pid, r) for r in _LIMITS)
+    except OSError:
+        return ()
+
+
+def kept_as(pid: int, first: tuple, mine: tuple) -> str | None:
+    """Where another process of the run (the zygote, a worker) is not scheduled as this one
+    was at the start (``first``: a :func:`priority` reading; ``mine``: its :func:`limits`),
+    what differed, each thread and limit set back where the OS allows; None where alike or
+    gone. A second red team's kernel (2026-12-06) set the zygote to SCHED_IDLE, nice 19 and
+    one CPU from its import, which every worker forked later inherited (an honest kernel
+    read 6.6-12.7 ms against 0.5: 3-14x, PASS), or its address-space limit to 1 MB (an
+    honest kernel FAILed "can't allocate memory")."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return None
+    threads = tuple(sorted({st for t in tids if (st := _scheduling(t)) is not None}))
+    now = limits(pid)
+    if set(threads) <= set(first[0]) and now in ((), mine):
+        return None
+    for tid in tids:
+        _set_back(tid, first[0])
+    for r, was, got in zip(_LIMITS, mine, now, strict=False):
+        if was != got:
+            try:
+                resource.prlimit(pid, r, was)
+            except (OSError, ValueError):
+                pass
+    return (f"threads: {said((threads, None)).split('; autogroup')[0][9:]}"
+            + ("" if now in ((), mine) else f"; resource limits {now} (were {mine})"))
 
 
 def _scheduling(tid: int) -> tuple | None:

@@ -14,7 +14,15 @@ import os
 import sys
 import time
 
-from flashbench.backends.strays import escaped, others_cpu, priority, said, sweep
+from flashbench.backends.strays import (
+    escaped,
+    kept_as,
+    limits,
+    others_cpu,
+    priority,
+    said,
+    sweep,
+)
 from flashbench.backends.worker import worker_of, worker_pids
 from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import Load, cpus_watched, outside_cpu
@@ -214,6 +222,31 @@ def _alone(interference: list, first: tuple, time_row, case, b, *args):
     return row
 
 
+def _others_kept(interference: list, first: tuple, mine: tuple, worker, when: str) -> None:
+    """Onto ``interference``: the zygote, or the row's own worker, scheduled or limited not
+    as this process was at the start (:func:`~flashbench.backends.strays.kept_as`); set
+    back."""
+    from flashbench.backends import zygote
+
+    pids = [(z, "the zygote (every worker forked from it inherits it)")
+            for z in zygote.zygote_pids()]
+    if worker is not None and worker.proc is not None:
+        pids.append((worker.proc.pid, "its worker"))
+    for pid, who in pids:
+        why = kept_as(pid, first, mine)
+        if why is None:
+            continue
+        back = "set back"
+        if kept_as(pid, first, mine) is not None:  # the OS refused (a hard limit raised):
+            back = "replaced (the OS refused to set it back)"  # started again as it was
+            if worker is not None and pid == worker.proc.pid:
+                worker.close()
+                worker.call({"op": "null"})  # a new one, from a zygote set back or new
+            else:
+                zygote._close_zygote()
+        interference.append(f"{who} was not scheduled as this process {when} ({why}): {back}")
+
+
 def _rescheduled(interference: list, first: tuple, when: str) -> None:
     """Onto ``interference``: this process's scheduling (:func:`~flashbench.backends.strays.
     priority`) changed from ``first``, ``when``; set back."""
@@ -234,6 +267,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     device = "cuda" if torch.cuda.is_available() else "cpu"
     interference: list[str] = []
     first = priority() if first is None else first
+    mine_limits = limits()
     _rescheduled(interference, first, "before the first timing (by a kernel's import)")
     host = {"cpus": len(cpus_watched()), "torch_threads": torch.get_num_threads(),
             "load": _load()}
@@ -258,6 +292,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             with frozen(*(p for p in worker_pids() if mine is None or mine.proc is None
                           or p != mine.proc.pid)):
                 strays += [f"{s} {before}" for s in escaped()[0]]  # none of this row's
+                _others_kept(interference, first, mine_limits, mine, before)
                 if mine is not None:  # a user's: timed by the harness's clock
                     row = time_row(case, b, roof, seed, samples, warmup, device)
                 else:  # timed here: no other process of the run may run meanwhile
