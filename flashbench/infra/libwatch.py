@@ -104,6 +104,19 @@ class _Loader:
                 LOADED.setdefault(name, entry)
 
 
+def spec_elsewhere(skip, name: str, path=None, target=None):
+    """Module ``name``'s spec from the finders on sys.meta_path other than ``skip`` (a
+    finder that sits first and looks at what the others find), None where none finds it."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if finder is skip or find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
 class _Finder:
     """First on sys.meta_path: a watched module's spec from the other finders, its loader
     wrapped in :class:`_Loader`."""
@@ -111,16 +124,11 @@ class _Finder:
     def find_spec(self, name, path=None, target=None):
         if name not in GUARDED_MODULES and name not in LIBRARY_OWN:
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, name)
-                return spec
-        return None
+        spec = spec_elsewhere(self, name, path, target)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader,
+                                                                     "exec_module"):
+            spec.loader = _Loader(spec.loader, name)
+        return spec
 
 
 FINDER = _Finder()

@@ -22,6 +22,8 @@ import marshal
 import os
 import sys
 
+from flashbench.infra.libwatch import spec_elsewhere
+
 __all__ = ["JUDGES", "import_judges", "snapshot", "planted", "startup_hooks",
            "ImportGuard"]
 
@@ -191,14 +193,8 @@ class ImportGuard(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
     def find_spec(self, name, path=None, target=None):
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                break
-        else:
+        spec = spec_elsewhere(self, name, path, target)
+        if spec is None:
             return None
         origin = spec.origin if spec.has_location else None
         why = self._written(origin) if isinstance(origin, str) else None
