@@ -374,3 +374,34 @@ def test_a_kernel_that_limits_the_zygote_changes_no_other_kernels_verdict(user_m
     said = " ".join(report["meta"]["interference"])
     assert "the zygote (every worker forked from it inherits it) was not scheduled" in said
     assert "SCHED_IDLE" in said and "resource limits" in said, said
+
+
+LIMITS = textwrap.dedent('''
+    import os
+    import resource
+
+    import torch
+
+    with open(f"/proc/{os.getppid()}/stat") as _f:  # the zygote's parent: the harness
+        _H = int(_f.read().rsplit(")", 1)[1].split()[1])
+    _soft, _hard = resource.prlimit(_H, resource.RLIMIT_NOFILE)
+    resource.prlimit(_H, resource.RLIMIT_NOFILE, (_soft - 1, _hard))
+
+
+    def attn(q, k, v, causal=False, scale=None):
+''') + SDPA
+
+
+def test_a_kernel_that_lowers_the_harness_limits_fails_the_run(user_module, capsys):
+    import resource
+
+    user_module("fblimits", LIMITS)
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
+                   "1x2x128x32", "--causal", "off", "--only", "fblimits:attn"])
+    finally:  # this test's process was the harness
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and any("resource limits were changed by a kernel's import" in why
+                           for why in report["meta"]["interference"]), report["meta"]

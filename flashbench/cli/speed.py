@@ -202,7 +202,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
 
 
 def run(args) -> int:
-    from flashbench.backends.strays import adopt, priority
+    from flashbench.backends.strays import adopt, limits, priority
     from flashbench.infra.sealed import sealed
     from flashbench.measure.peaks import remember
     from flashbench.measure.planted import ImportGuard, import_judges, snapshot
@@ -214,6 +214,7 @@ def run(args) -> int:
     args.files = snapshot()
     adopt()  # a process a kernel leaves behind is re-parented here (backends.strays)
     args.scheduling = priority()  # before any kernel's worker: one may change it (speedrun)
+    args.limits = limits()
     args.guard = ImportGuard.install()  # and no file written since is imported here
     try:
         with sealed():  # no worker may read or write this process's memory (infra.sealed)
@@ -280,7 +281,8 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
     with user.session(args.timeout):
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet,
-                           first=getattr(args, "scheduling", None))
+                           first=getattr(args, "scheduling", None),
+                           first_limits=getattr(args, "limits", None))
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
     report["meta"]["environment"] = list(getattr(args, "environment", ()))
     report["meta"]["planted"] = (planted(args.files) if hasattr(args, "files") else []) + \

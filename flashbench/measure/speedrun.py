@@ -259,16 +259,20 @@ def _rescheduled(interference: list, first: tuple, when: str) -> None:
 
 def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
               baseline: str | None = None, progress: bool = True,
-              first: tuple | None = None) -> dict:
+              first: tuple | None = None, first_limits: tuple | None = None) -> dict:
     """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed.
-    ``first``: this process's scheduling before any kernel's worker started (strays.priority)."""
+    ``first``, ``first_limits``: this process's scheduling and resource limits before any
+    kernel's worker started (strays.priority, strays.limits)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     interference: list[str] = []
     first = priority() if first is None else first
-    mine_limits = limits()
+    mine_limits = limits() if first_limits is None else first_limits
     _rescheduled(interference, first, "before the first timing (by a kernel's import)")
+    if limits() != mine_limits:  # lowered from a kernel's worker (they bind from here)
+        interference.append(f"this process's resource limits were changed by a kernel's "
+                            f"import ({mine_limits} -> {limits()})")
     host = {"cpus": len(cpus_watched()), "torch_threads": torch.get_num_threads(),
             "load": _load()}
     roof = measure_roofline(device, [c.dtype for c in cases])
