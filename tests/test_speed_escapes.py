@@ -19,6 +19,14 @@ from flashbench.cli import main
 SDPA = ("    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,"
         " scale=scale)\n")
 
+
+def _speed(capsys, *only: str, causal: str = "off", seed: int = 4) -> tuple[int, dict]:
+    """One small ``flashbench speed`` run of ``only`` (fp32, 1x2x128x32): (its exit status,
+    its --json report)."""
+    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", str(seed), "--shape",
+               "1x2x128x32", "--causal", causal, "--only", *only])
+    return rc, json.loads(capsys.readouterr().out)
+
 ESCAPE = textwrap.dedent('''
     import os
     import time
@@ -48,9 +56,7 @@ def test_a_process_double_forked_out_of_the_worker_fails_its_row(user_module, ca
     code = ESCAPE.replace("NEW_SESSION", str(new_session)).replace("LIFETIME", str(lifetime))
     user_module("fbescape", code)
     user_module("fbstays", ESCAPE.replace("if not _started", "if False"))
-    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
-               "1x2x128x32", "--causal", "off", "--only", "fbescape:attn", "fbstays:attn"])
-    report = json.loads(capsys.readouterr().out)
+    rc, report = _speed(capsys, "fbescape:attn", "fbstays:attn")
     rows = {r["backend"]: r for r in report["rows"]}
     assert rc == 1 and rows["fbstays:attn"]["status"] == "PASS", rows["fbstays:attn"]
     bad = rows["fbescape:attn"]
@@ -126,8 +132,7 @@ def test_a_kernel_that_reschedules_the_harness_at_import_fails_the_run(user_modu
     user_module("fbresched", RESCHEDULE)
     cpus = os.sched_getaffinity(0)
     try:
-        rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "5", "--shape",
-                   "1x2x128x32", "--causal", "off", "--only", "fbresched:attn", "torch-sdpa"])
+        rc, report = _speed(capsys, "fbresched:attn", "torch-sdpa", seed=5)
     finally:  # this test's own process was the harness
         for t in os.listdir("/proc/self/task"):
             try:
@@ -135,7 +140,6 @@ def test_a_kernel_that_reschedules_the_harness_at_import_fails_the_run(user_modu
                 os.sched_setscheduler(int(t), os.SCHED_OTHER, os.sched_param(0))
             except OSError:
                 pass
-    report = json.loads(capsys.readouterr().out)
     assert rc == 1 and report["passed"] is False
     (why,) = report["meta"]["interference"]
     assert why.startswith("this process's scheduling was changed before the first timing"), why
@@ -188,10 +192,7 @@ def test_a_kernel_that_leaves_processes_all_the_time_fails_no_other_row(user_mod
     left while another kernel's row ran, failed that row."""
     user_module("fbsaboteur", SABOTEUR)
     user_module("fbhonest", ESCAPE.replace("if not _started", "if False"))
-    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
-               "1x2x128x32", "--causal", "both", "--only", "fbhonest:attn", "fbsaboteur:attn",
-               "torch-sdpa"])
-    report = json.loads(capsys.readouterr().out)
+    rc, report = _speed(capsys, "fbhonest:attn", "fbsaboteur:attn", "torch-sdpa", causal="both")
     status = {(r["backend"], r["causal"]): r["status"] for r in report["rows"]}
     assert rc == 1 and report["passed"] is False
     for causal in (False, True):
@@ -294,9 +295,8 @@ def test_a_process_cloned_as_the_workers_sibling_fails_its_row(user_module, caps
     child in a session of its own, on no reading and in no group the harness stopped; it
     precomputed each new content (34 of 34 calls hit, PASS)."""
     user_module("fbclone", CLONE)
-    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
-               "1x2x128x32", "--causal", "off", "--only", "fbclone:attn"])
-    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    rc, report = _speed(capsys, "fbclone:attn")
+    (row,) = report["rows"]
     assert rc == 1 and row["status"] == "FAIL", row
     assert "clone with CLONE_PARENT" in row["failures"]["work outside the timed call"], row
 
@@ -366,9 +366,7 @@ def test_a_kernel_that_limits_the_zygote_changes_no_other_kernels_verdict(user_m
     worker are compared with the harness at each row, set back or started again."""
     user_module("fbzygote", ZYGOTE)
     user_module("fbhonest2", ESCAPE.replace("if not _started", "if False"))
-    rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
-               "1x2x128x32", "--causal", "off", "--only", "fbzygote:attn", "fbhonest2:attn"])
-    report = json.loads(capsys.readouterr().out)
+    rc, report = _speed(capsys, "fbzygote:attn", "fbhonest2:attn")
     rows = {r["backend"]: r for r in report["rows"]}
     assert rc == 1 and rows["fbhonest2:attn"]["status"] == "PASS", rows["fbhonest2:attn"]
     said = " ".join(report["meta"]["interference"])
@@ -398,10 +396,8 @@ def test_a_kernel_that_lowers_the_harness_limits_fails_the_run(user_module, caps
     user_module("fblimits", LIMITS)
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
-        rc = main(["speed", "--dtype", "fp32", "--json", "--quiet", "--seed", "4", "--shape",
-                   "1x2x128x32", "--causal", "off", "--only", "fblimits:attn"])
+        rc, report = _speed(capsys, "fblimits:attn")
     finally:  # this test's process was the harness
         resource.setrlimit(resource.RLIMIT_NOFILE, before)
-    report = json.loads(capsys.readouterr().out)
     assert rc == 1 and any("resource limits were changed by a kernel's import" in why
                            for why in report["meta"]["interference"]), report["meta"]

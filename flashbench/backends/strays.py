@@ -20,7 +20,7 @@ from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import tree_cpu
 
 __all__ = ["adopt", "sweep", "escaped", "now_since_boot", "others_cpu", "priority", "said",
-           "limits", "kept_as"]
+           "limits", "limits_said", "kept_as"]
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -189,9 +189,15 @@ try:
     import resource
 except ImportError:  # not a Unix
     resource = None
-_LIMITS = tuple(getattr(resource, f"RLIMIT_{n}") for n in (
-    "AS", "CPU", "DATA", "FSIZE", "NOFILE", "NPROC", "STACK", "MEMLOCK", "RSS")
-    if hasattr(resource, f"RLIMIT_{n}")) if hasattr(resource, "prlimit") else ()
+# the resource limits compared, each with its name and unit in the words of a report
+_NAMED = (("AS", "address space", "bytes"), ("CPU", "CPU time", "s"),
+          ("DATA", "data segment", "bytes"), ("FSIZE", "file size", "bytes"),
+          ("NOFILE", "open files", "files"), ("NPROC", "processes", "processes"),
+          ("STACK", "stack", "bytes"), ("MEMLOCK", "locked memory", "bytes"),
+          ("RSS", "resident set", "bytes"))
+_NAMED = tuple(n for n in _NAMED if hasattr(resource, "prlimit")
+               and hasattr(resource, f"RLIMIT_{n[0]}"))
+_LIMITS = tuple(getattr(resource, f"RLIMIT_{n[0]}") for n in _NAMED)
 
 
 def limits(pid: int = 0) -> tuple:
@@ -227,12 +233,24 @@ def kept_as(pid: int, first: tuple, mine: tuple) -> str | None:
                 resource.prlimit(pid, r, was)
             except (OSError, ValueError):
                 pass
-    return (f"threads: {said((threads, None)).split('; autogroup')[0][9:]}"
-            + ("" if now in ((), mine) else f"; resource limits {now} (were {mine})"))
+    return f"threads: {_threads_said(threads)}" + (
+        "" if now in ((), mine) else f"; resource limits: {limits_said(now, mine)}")
+
+
+def limits_said(now: tuple, was: tuple) -> str:
+    """The :func:`limits` that differ, in words: "address space (RLIMIT_AS) soft 1048576
+    bytes, hard 1048576 bytes, were unlimited, unlimited"."""
+    def value(v: int, unit: str) -> str:
+        return "unlimited" if v == getattr(resource, "RLIM_INFINITY", -1) else f"{v} {unit}"
+
+    return "; ".join(f"{name} (RLIMIT_{key}) soft {value(n[0], unit)}, hard "
+                     f"{value(n[1], unit)}, were {value(w[0], unit)}, {value(w[1], unit)}"
+                     for (key, name, unit), n, w in zip(_NAMED, now, was, strict=False)
+                     if n != w) or "alike"
 
 
 def _scheduling(tid: int) -> tuple | None:
-    """(nice, policy, priority, CPUs allowed as "0-3,8") of thread ``tid``; None where gone."""
+    """(nice, policy, priority, CPUs allowed) of thread ``tid``; None where gone."""
     try:
         cpus = sorted(os.sched_getaffinity(tid)) if hasattr(os, "sched_getaffinity") else []
         policy = os.sched_getscheduler(tid) if hasattr(os, "sched_getscheduler") else None
@@ -240,13 +258,7 @@ def _scheduling(tid: int) -> tuple | None:
         nice = os.getpriority(os.PRIO_PROCESS, tid)
     except OSError:
         return None
-    runs: list[list[int]] = []
-    for c in cpus:
-        if runs and c == runs[-1][1] + 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return nice, policy, level, ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    return nice, policy, level, tuple(cpus)
 
 
 def _set_back(tid: int, first: tuple) -> None:
@@ -257,8 +269,7 @@ def _set_back(tid: int, first: tuple) -> None:
     nice, policy, level, cpus = first[0]
     try:
         if hasattr(os, "sched_setaffinity") and now[3] != cpus:
-            os.sched_setaffinity(tid, {c for part in cpus.split(",") if part for c in range(
-                int(part.split("-")[0]), int(part.split("-")[-1]) + 1)})
+            os.sched_setaffinity(tid, cpus)
         if policy is not None and now[1:3] != (policy, level):
             os.sched_setscheduler(tid, policy, os.sched_param(level))
         if now[0] != nice:
@@ -273,7 +284,21 @@ _POLICIES = {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR", 3: "SCHED_BATCH",
 def said(state: tuple) -> str:
     """A :func:`priority` reading in words: "threads: nice 0, SCHED_OTHER, CPUs 0-1;
     autogroup nice 0"."""
-    threads = "; ".join(f"nice {n}, {_POLICIES.get(p, f'policy {p}')}"
-                        + (f" {level}" if level else "") + f", CPUs {cpus}"
-                        for n, p, level, cpus in state[0])
-    return f"threads: {threads or 'none read'}; autogroup nice {state[1]}"
+    return f"threads: {_threads_said(state[0])}; autogroup nice {state[1]}"
+
+
+def _threads_said(threads: tuple) -> str:
+    return "; ".join(f"nice {n}, {_POLICIES.get(p, f'policy {p}')}"
+                     + (f" {level}" if level else "") + f", CPUs {_cpus_said(cpus)}"
+                     for n, p, level, cpus in threads) or "none read"
+
+
+def _cpus_said(cpus: tuple) -> str:
+    """CPUs 0, 1, 2, 3, 8 as "0-3,8"."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)

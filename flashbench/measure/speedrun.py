@@ -18,6 +18,7 @@ from flashbench.backends.strays import (
     escaped,
     kept_as,
     limits,
+    limits_said,
     others_cpu,
     priority,
     said,
@@ -272,7 +273,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     _rescheduled(interference, first, "before the first timing (by a kernel's import)")
     if limits() != mine_limits:  # lowered from a kernel's worker (they bind from here)
         interference.append(f"this process's resource limits were changed by a kernel's "
-                            f"import ({mine_limits} -> {limits()})")
+                            f"import ({limits_said(limits(), mine_limits)})")
     host = {"cpus": len(cpus_watched()), "torch_threads": torch.get_num_threads(),
             "load": _load()}
     roof = measure_roofline(device, [c.dtype for c in cases])
