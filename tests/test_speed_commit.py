@@ -295,13 +295,14 @@ def fwd(q, k, v, causal=False, scale=None):
 
 @pytest.mark.parametrize("name, code, fault, why", [
     ("fbsendsnone", SENDS_NONE, guard.WRONG, "call 1's output did not come back"),
-    ("fbequal", EQUAL_SAYS_TRUE, guard.MODIFIED, "k changed by a call")])
+    ("fbequal", EQUAL_SAYS_TRUE, guard.MODIFIED, "k in ")])
 def test_a_worker_that_patches_its_own_checks_fails_by_name(user_module, capsys, name, code,
                                                             fault, why):
     """A red-team probe (2026-12-05): a module that patched its worker's fetch to send no
     outputs and no faults PASSed with nothing computed (the harness took a worker's None for
     its own structural fault, named elsewhere); one that set ``torch.equal`` to say True
-    wrote into k unseen (the worker's comparison is now the import-time op)."""
+    wrote into k unseen (the worker's comparison is now the import-time op; on a CPU the
+    harness reads the inputs back from the worker's buffers itself: timed.placed)."""
     user_module(name, code)
     rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--only", f"{name}:fwd")
     row = rows[f"{name}:fwd"]

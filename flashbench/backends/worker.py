@@ -167,11 +167,13 @@ class Worker:
         if self in _WORKERS:
             _WORKERS.remove(self)
 
-    def call(self, request: dict, on_reply=None, most_bytes: int | None = None) -> dict:
+    def call(self, request: dict, on_reply=None, most_bytes: int | None = None,
+             on_sent=None) -> dict:
         """The child's reply to ``request``; BackendFailed when it times out or ends, or its
         reply is longer than ``most_bytes``. Replies ``{"failed": why}`` / ``{"unavailable":
         why}`` are raised as such. ``on_reply()`` runs as the reply's last byte is read,
-        before it is parsed (speedworker: the worker stopped there)."""
+        before it is parsed (speedworker: the worker stopped there); ``on_sent()`` as soon as
+        the request is written, the clock running (the worker, stopped, let go there)."""
         if self.stopped is not None:
             raise BackendFailed(self.stopped)
         if self.proc is None or self.proc.poll() is not None:
@@ -184,6 +186,8 @@ class Worker:
             sent = time.perf_counter()
             self.proc.stdin.write(frame)
             self.proc.stdin.flush()
+            if on_sent is not None:
+                on_sent()
             deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)

@@ -1,22 +1,23 @@
-"""A user's kernel timed by the harness's own clock: prepare / fill / stage / run / fetch.
+"""A user's kernel timed by the harness's own clock: prepare / stage / run / fetch.
 
-This process makes the pool (:func:`~flashbench.measure.workerpool.harness_pool`) in pages
-the worker maps (:mod:`flashbench.timed.shared`) and writes each new content just before
-its request, the worker stopped; the worker (:class:`flashbench.backends.child.Server`) warms up
-(``prepare``), copies the named slots' inputs into its own buffers (``fill``; a backward's
-dO in a second fill, written after the stage), readies their calls (``stage``, outside the
-clock) and runs them (``run``). The clock that counts is this process's, which never runs
-user code: a request's round trip, less the median empty round trip (``null``), over its
-calls; the worker's own figure is a cross-check (less: **clock tampered**). Read from /proc
-here: a thread newer than the warm-up that ends or works after a reply (**thread left
-running**: :class:`~flashbench.timed.threads.ThreadWatch`), the worker's CPU while it
-should idle, filling beyond the copies' cost or readying more than running, and a process
-that left its tree (**work outside the timed call**: :mod:`.workerjudge`, backends.strays).
-``fetch`` returns the outputs, judged here. Limits: docs/speed.md.
+This process makes the pool (:func:`~flashbench.measure.workerpool.harness_pool`); the
+worker (:class:`flashbench.backends.timedserver.TimedServer`) maps it for its warm-up
+(``prepare``, :mod:`flashbench.timed.shared`), readies the calls (``stage``, outside the
+clock) and runs them (``run``). On a CPU this process writes each call's inputs into the
+worker's buffers with its tree stopped, just before the run request lets it go
+(:mod:`flashbench.timed.placed`; a backward's q, k, v before its stage); elsewhere the
+worker copies them in from the pages (``fill``). The clock that counts is this process's:
+a request's round trip, less the median empty round trip (``null``), over its calls; the
+worker's own figure is a cross-check (less: **clock tampered**). Read from /proc here: a
+thread newer than the warm-up that works after a reply (**thread left running**), the
+worker's CPU while it should idle, filling beyond the copies' cost or readying more than
+running, a process that left its tree (**work outside the timed call**: :mod:`.workerjudge`,
+backends.strays). ``fetch`` returns the outputs, judged here. Limits: docs/speed.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import statistics
@@ -30,6 +31,7 @@ from flashbench.measure.workerjudge import clock_fault, judge_cpu
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
+from flashbench.timed.placed import Hold, Placer, PlacesRefused
 from flashbench.timed.threads import ThreadWatch
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s",
@@ -69,10 +71,14 @@ class _Clocked:
         self.since = now_since_boot()  # its row's start: a process left later is its own
         self.pad = 0  # blank outputs a run and an empty request sum: k on a GPU, else none
         self.reader = None  # a CPU worker's: its outputs read by this process at each reply
+        self.placer = None  # ... and its inputs written by this process (timed.placed)
 
-    def ask(self, calls: int = 1, on_reply=None, most_bytes=None, **request) -> tuple:
+    def ask(self, calls: int = 1, on_reply=None, most_bytes=None, hold=None,
+            **request) -> tuple:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
-        x the per-call limit, + 2 (``on_reply``, ``most_bytes``: the worker's call's)."""
+        x the per-call limit, + 2 (``on_reply``, ``most_bytes``: the worker's call's);
+        ``hold``: the worker's stopped tree (:class:`~flashbench.timed.placed.Hold`), let
+        go once the request is sent."""
         from flashbench.backends.tensors import BackendFailed
         from flashbench.backends.worker import OverLimit, set_time_limit, time_limit
 
@@ -80,7 +86,8 @@ class _Clocked:
         allowed = min(86400.0, self.limit * (calls + 2))
         set_time_limit(allowed)
         try:
-            reply = self.worker.call(request, on_reply, most_bytes)
+            reply = self.worker.call(request, on_reply, most_bytes,
+                                     None if hold is None else hold.release)
             return self.worker.round_trip_s, reply
         except OverLimit:
             raise BackendFailed(  # the limit as the user gave it, not the request's
@@ -89,6 +96,14 @@ class _Clocked:
             ) from None
         finally:
             set_time_limit(saved)
+            if hold is not None:
+                hold.release()
+
+    def null(self, **request) -> float:
+        """An empty request's round trip: sent as a run is, the worker held where this
+        process writes its inputs (a stopped worker let go takes its own time to wake)."""
+        hold = None if self.placer is None else Hold(self.pid, self.family)
+        return self.ask(op="null", hold=hold, **request)[0]
 
     def over_limit(self, runs: list, null: float) -> None:
         """BackendFailed where a request's calls took more than the per-call limit each
@@ -105,57 +120,85 @@ class _Clocked:
 def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
            new: list | None = None, watch: ThreadWatch | None = None) -> tuple[float, list]:
     """Up to k calls (never past a refill, nor from returning contents into new ones):
-    their new contents made and written here (:mod:`flashbench.timed.shared`), filled,
-    staged, a backward's dO drawn and written after the stage (:meth:`Pool.arm`) and filled,
-    run: (the run's round trip, the worker's own time of each call). The worker's CPU over
-    the fills (from the end of the harness's writes: the worker's OpenMP threads may spin
-    while the harness draws), over the stage and over the run, into ``cpu``; whether the
+    their new contents made here, staged, a backward's dO drawn after the stage
+    (:meth:`Pool.arm`), run: (the run's round trip, the worker's own time of each call).
+    Where this process writes the worker's memory (``w.placer``) the calls' inputs are
+    written into the worker's buffers with its tree stopped, just before the run request
+    that lets it go (a backward's q, k, v before its stage, which runs the forward);
+    elsewhere into pages both map (the worker stopped), copied in by the worker's fills.
+    The worker's CPU over the fills, the stage and the run, into ``cpu``; whether the
     contents were new, onto ``new``; each call's content seed onto ``seeds``, its output's
     sums at the reply onto ``said`` (:mod:`flashbench.timed.commit`)."""
     if watch is not None:
         watch.check()
-    w.family = descendants(w.pid)  # a process it started before this request is read too
-    with one_thread(), commit.frozen(w.pid):  # the worker stopped while they are written
-        pool.refill(secrets.randbits(62), k)  # the request's new contents, unknown till now
+    w.family = descendants(w.pid)  # a process it started before this request: read, stopped
+    if w.reader is not None:
+        w.reader.family = w.family
+    placer, late = w.placer, pool.late_n
+    # the request's new contents, unknown till now: the worker stopped where they are
+    # written into the pages it maps (made in this process's own memory where it places them)
+    with one_thread(), commit.frozen(w.pid) if placer is None else contextlib.nullcontext():
+        pool.refill(secrets.randbits(62), k)
     if new is not None:
         new.append(pool.next_is_new())
     slots = [pool.next()[0] for _ in range(min(k, pool.left_in_group()))]
+    early = len(pool.slots[0]) - late
     c0 = cpu_s(w.pid, w.family)
-    w.ask(len(slots), op="fill", slots=slots)  # copied into the worker's own buffers
+    if placer is None:
+        w.ask(len(slots), op="fill", slots=slots)  # copied into the worker's own buffers
+    elif late:  # q, k, v for the stage's forward
+        _place(w, slots, pool, 0, early).release()
     c1 = cpu_s(w.pid, w.family)
     w.ask(len(slots), op="stage", slots=slots)
     c2 = c3 = c4 = cpu_s(w.pid, w.family)
-    if pool.late_n:  # dO exists from here: after the forwards the stage ran
-        with one_thread(), commit.frozen(w.pid):
+    if late:  # dO exists from here: after the forwards the stage ran
+        with one_thread(), commit.frozen(w.pid) if placer is None else contextlib.nullcontext():
             pool.arm(secrets.randbits(62), slots)
         c3 = cpu_s(w.pid, w.family)
-        w.ask(len(slots), op="fill", slots=slots, late=True)
+        if placer is None:
+            w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
+    hold = None if placer is None else _place(w, slots, pool, early if late else 0, None)
+    if hold is not None:
+        c3 = c4 = cpu_s(w.pid, w.family)  # stopped: nothing more before the run
     # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
     # outputs read from the worker's memory at once (timed.commit.MemoryReader)
     try:  # a CPU worker stopped as its reply's last byte arrives, before it is parsed
         rt, reply = w.ask(len(slots), None if w.reader is None else w.reader.stop, REPLY_BYTES,
-                          op="run", flushes=k, sums=w.pad, where=bool(w.reader))
+                          hold, op="run", flushes=k, sums=w.pad, where=bool(w.reader))
     except BaseException:
         if w.reader is not None and w.reader.held:
             w.reader.resume()
         raise
     sums = reply.get("sums") if w.reader is None else w.reader.read(
-        reply.get("where"), len(slots), 4 * nbytes(pool.slots[0]) + 2**20)
+        reply.get("where"), len(slots), 4 * nbytes(pool.slots[0]) + 2**20,
+        None if placer is None else lambda: placer.read_back(pool, slots))
     said += sums if isinstance(sums, list) and len(sums) == len(slots) else [None] * len(slots)
     c5 = cpu_s(w.pid, w.family)
     if watch is not None:
         watch.after_run()
-    w.ask(len(slots), op="collect")  # outputs checked, copied, released: outside the clock
+    w.ask(len(slots), op="collect", placed=placer is not None)  # outside the clock
     if None not in (c0, c1, c2, c3, c4, c5):
         cpu["load"] = cpu.get("load", 0.0) + (c1 - c0) + (c4 - c3)
-        cpu["fills"] = cpu.get("fills", 0) + 1 + bool(pool.late_n)
-        cpu["copied"] = cpu.get("copied", 0) + sum(nbytes(pool.slots[i]) for i in slots)
+        if placer is None:
+            cpu["fills"] = cpu.get("fills", 0) + 1 + bool(late)
+            cpu["copied"] = cpu.get("copied", 0) + sum(nbytes(pool.slots[i]) for i in slots)
         cpu["stage"] += c2 - c1
         cpu["run"] += c5 - c4
         cpu["pairs"] = cpu.get("pairs", 0) + 1
     seeds += [pool.seeds[i] for i in slots]  # after arm: a backward's (contents, dO)
     return rt, reply["own_s"]
+
+
+def _place(w: _Clocked, slots: list, pool: Pool, start: int, stop: int | None) -> Hold:
+    """:meth:`Placer.place` of the slots' arguments [start:stop]: the worker's stopped tree."""
+    from flashbench.backends.tensors import BackendFailed
+
+    try:
+        return w.placer.place(w.family, slots, pool.slots, start, stop)
+    except OSError as exc:
+        raise BackendFailed(f"its calls' inputs could not be written into its worker's "
+                            f"buffers ({exc})") from None
 
 
 def _device() -> str:
@@ -206,9 +249,10 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     seeds: list = []  # each timed call's content seed, in order
     sums: list = []  # each call's output sums at its run's reply
     warm = warm_slots(pool, warmup)
-    said = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
-                 late=pool.late_n, names=list(pool.names), causal=causal,
-                 direction=direction, variant=variant or {}, **packed)[1]["device"]
+    ready = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
+                  late=pool.late_n, names=list(pool.names), causal=causal,
+                  direction=direction, variant=variant or {}, **packed)[1]
+    said = ready["device"]
     shared.unlink()  # mapped by both: nothing else may open it
     device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
@@ -219,7 +263,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     gpu = device == "cuda"
     w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
     w.reader = None if gpu else commit.MemoryReader.of(w.pid)
-    nulls = [w.ask(op="null", flushes=1)[0] for _ in range(3)]
+    if w.reader is not None and ready.get("places") is not None:
+        w.placer = _placer(w, ready["places"], pool)
+    nulls = [w.null(flushes=1) for _ in range(3)]
     tries = []
     for _ in range(3):
         tries.append((_calls(w, 1, cpu, pool, seeds, sums, watch=watch)[0], 1))
@@ -239,7 +285,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         if gpu and i == 0:
             nulls = []  # the calibration's (one flush each) do not match k calls' requests
         c0 = cpu_s(w.pid, w.family)
-        nulls.append(w.ask(op="null", flushes=k, sums=w.pad)[0])
+        nulls.append(w.null(flushes=k, sums=w.pad))
         c1 = cpu_s(w.pid, w.family)
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
@@ -290,7 +336,9 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
                           "the harness's child, a clone with CLONE_PARENT the zygote's: no "
                           "reading of the worker's CPU counts it): " + "; ".join(left[:3]))
     calls = 3 + sum(n for _, n in clocked)  # every call's output is fetched and judged
-    reply = w.ask(calls, op="fetch")[1]
+    reply = w.ask(calls, op="fetch", placed=w.placer is not None)[1]
+    if w.placer is not None:
+        w.placer.close()
     said = reply.get("faults")
     faults = {**({str(n): str(why) for n, why in said.items()} if isinstance(said, dict)
                  else {}), **faults}
@@ -298,7 +346,8 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     late = commit.changed_after_reply(sums, outputs, read=w.reader is not None)
     if late is not None:
         faults.setdefault(OUTSIDE, late)
-    changed = pool.modified()  # read here, in the pages the worker's calls were handed
+    changed = pool.modified(None if w.placer is None else "each call's inputs read back "
+                            "from its worker's buffers at its run's reply")
     if changed is not None:
         faults.setdefault(MODIFIED, changed)
     cpu["null_wall"] = null  # what an empty request's own CPU may be, at most
@@ -311,6 +360,22 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
             "outputs": outputs, "faults": faults, "device": device,
             "own_median_s": own_med, "k": k, "null_s": null, "null_cap_s": cap,
             "interpreted": w.worker.interpreted()}
+
+
+def _placer(w: _Clocked, places, pool: Pool) -> Placer | None:
+    """The worker's buffers, where this process may write them (None: the worker's fills);
+    from here the pool's contents are made in this process's own memory, never in the
+    pages the worker maps (BackendFailed where its prepare named no such buffers)."""
+    from flashbench.backends.tensors import BackendFailed
+
+    try:
+        placer = Placer.of(w.pid, places, pool.slots)
+    except PlacesRefused as exc:
+        raise BackendFailed(str(exc)) from None
+    if placer is not None:
+        pool.slots = [tuple(None if x is None else x.clone() for x in slot)
+                      for slot in pool.slots]
+    return placer
 
 
 def _settle(w: _Clocked, rt: float, device: str, cpu: dict, faults: dict) -> float:

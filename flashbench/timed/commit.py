@@ -119,6 +119,7 @@ class MemoryReader:
 
     def __init__(self, pid: int):
         self.pid, self.held = pid, False
+        self.family: list = []  # its descendants (a setsid helper too): stopped with it
 
     @classmethod
     def of(cls, pid: int) -> MemoryReader | None:
@@ -129,27 +130,33 @@ class MemoryReader:
         return cls(pid)
 
     def stop(self) -> None:
-        """SIGSTOP to the worker's group and the worker, now (:meth:`read` or
-        :meth:`resume` sends SIGCONT)."""
-        _send(self.pid, signal.SIGSTOP)
+        """SIGSTOP to the worker's group, the worker and :attr:`family`, now (:meth:`read`
+        or :meth:`resume` sends SIGCONT)."""
+        for pid in (self.pid, *self.family):
+            _send(pid, signal.SIGSTOP)
         self.held = True
 
     def resume(self) -> None:
-        _send(self.pid, signal.SIGCONT)
+        for pid in (self.pid, *self.family):
+            _send(pid, signal.SIGCONT)
         self.held = False
 
-    def read(self, said, calls: int, limit: int) -> list:
+    def read(self, said, calls: int, limit: int, then=None) -> list:
         """Per call, what :func:`digests` gives of the outputs the worker's reply placed
         (``said``: a :func:`where` per call), read now, the worker stopped (since
-        :meth:`stop`, or from here), then let go; a call's entry None where the reply is not
-        that, or a tensor holds more than ``limit`` bytes or cannot be read."""
+        :meth:`stop`, or from here), then ``then()`` (the harness reads its inputs back),
+        then let go; a call's entry None where the reply is not that, or a tensor holds
+        more than ``limit`` bytes or cannot be read."""
         if not self.held:
             self.stop()
         fd = None
         try:
+            for pid in (self.pid, *self.family):
+                _wait_stopped(pid)
+            if then is not None:
+                then()
             if not isinstance(said, list) or len(said) != calls:
                 return [None] * calls
-            _wait_stopped(self.pid)
             try:
                 fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
             except OSError:

@@ -237,10 +237,11 @@ class Pool:
         self._last, self.used[i], self.fresh[i] = i, True, False
         return i, self.seeds[i], self.slots[i]
 
-    def modified(self) -> str | None:
+    def modified(self, how: str | None = None) -> str | None:
         """None when every slot handed to a call still holds the contents it was filled
         with (fingerprints: :func:`fingerprint`), else which arguments changed, in words
-        (read after the timed calls, outside the clock)."""
+        (read after the timed calls, outside the clock); ``how``: how they were compared,
+        where another reader counted them (:attr:`changed`, :attr:`checked`)."""
         changed, used = dict(self.changed), self.checked + sum(self.used)
         for i, slot in enumerate(self.slots):
             if not self.used[i]:
@@ -252,5 +253,6 @@ class Pool:
         if not changed:
             return None
         which = ", ".join(f"{name} in {n} of {used}" for name, n in changed.items())
-        return (f"{which} pool inputs handed to its calls since they were filled (each "
-                "fingerprinted when filled, compared after the timed calls)")
+        return (f"{which} pool inputs handed to its calls since they were filled ("
+                + (how or "each fingerprinted when filled, compared after the timed calls")
+                + ")")
