@@ -82,7 +82,7 @@ def test_the_harness_stops_a_cpu_worker_before_it_parses_the_runs_reply(monkeypa
     real = worker_module._unpack
 
     def unpack(data):
-        commit._wait_stopped(w.proc.pid)  # a signal sent takes hold in a moment (50 ms at most)
+        commit.wait_stopped(w.proc.pid)  # a signal sent takes hold in a moment (50 ms at most)
         with open(f"/proc/{w.proc.pid}/stat") as f:
             states.append(f.read().rsplit(")", 1)[1].split()[0])
         return real(data)

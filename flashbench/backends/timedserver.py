@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from flashbench.backends.declared import DECODE, FORWARD, call_decode, call_forward, call_varlen
-from flashbench.kernels.validate import BackendUnavailable, expand_kv
+from flashbench.kernels.validate import BackendFailed, BackendUnavailable, expand_kv
 from flashbench.timed import commit, guard, threads  # clocks captured before any user module loads
 
 __all__ = ["TimedServer"]
@@ -37,6 +37,8 @@ def _same(x, src) -> bool:
 class TimedServer:
     """The timed requests (``self.timing``: their state, prepare to fetch)."""
 
+    go = None  # the harness's posting byte, read (the worker's loop sets it)
+
     def _prepare(self, r: dict) -> dict:
         """The timed protocol's first step (:mod:`flashbench.measure.speedworker`): the pool's
         slots mapped from the harness's file (``r["shared"]``, :mod:`flashbench.timed.shared`:
@@ -47,8 +49,8 @@ class TimedServer:
         device synchronised before the reply; the harness times the round trip),
         ``collect``, ``null`` (the same round trip with no work) and ``fetch``. On a CPU the
         reply says where the worker's own buffers lie (``places``: per slot, per argument,
-        [address, bytes]): the harness writes each call's inputs there itself, the worker
-        stopped, instead of its fills (:mod:`flashbench.timed.placed`)."""
+        [address, bytes]; the harness reads them back), and a run's inputs are posted after
+        its request (``posted``: :meth:`_take`, :mod:`flashbench.timed.placed`)."""
         from flashbench.timed.attention import NoBackward, pass_call
         from flashbench.timed.shared import attach
 
@@ -153,6 +155,7 @@ class TimedServer:
         between the calls: the threads alive after them are the harness's to watch, the
         outputs checked, copied and released by :meth:`_collect`, a request of its own."""
         t, own = self.timing, []
+        self._take(r)
         # L2 cold as the harness's own timer: a flush before each call, and as many flushes
         # as the empty requests make (a run may hold fewer calls than k)
         self._flush(r.get("flushes", 0) - len(t["staged"]))
@@ -212,10 +215,23 @@ class TimedServer:
         t["ran"] = []
         return {}
 
+    def _take(self, r: dict) -> None:
+        """A posted request's inputs (``r["posted"]``: slots, their arguments from
+        ``r["start"]``), copied in once the harness's byte arrives (:meth:`_load_slot`):
+        inside the clock, in a run and in an empty request alike."""
+        if r.get("posted") is None:
+            return
+        if self.go() != b"g":
+            raise BackendFailed("its inputs' posting ended before its byte came")
+        for i in r["posted"]:
+            self._load_slot(i, r.get("start", 0), None)
+        self._sync()
+
     def _null(self, r: dict) -> dict:
         """An empty request; ``flushes``: the L2 flushes (each synchronised) a run request
         of that many calls makes on a GPU, so that its round trip less this one is the calls'
         alone."""
+        self._take(r)
         self._flush(r.get("flushes", 0))
         self._sums([], r.get("sums", 0))
         if r.get("sync"):

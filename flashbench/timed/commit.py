@@ -20,7 +20,7 @@ from flashbench.timed.guard import WRONG
 
 __all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
            "changed_after_reply", "checksum_s", "where", "MemoryReader", "frozen", "digests",
-           "MAX_TENSORS", "MAX_RUNS"]
+           "MAX_TENSORS", "MAX_RUNS", "signal_tree", "wait_stopped"]
 
 _MASK = 0xFFFFFFFF
 _INTS: dict = {}  # element size -> torch's integer dtype of that size, filled at first use
@@ -133,12 +133,12 @@ class MemoryReader:
         """SIGSTOP to the worker's group, the worker and :attr:`family`, now (:meth:`read`
         or :meth:`resume` sends SIGCONT)."""
         for pid in (self.pid, *self.family):
-            _send(pid, signal.SIGSTOP)
+            signal_tree(pid, signal.SIGSTOP)
         self.held = True
 
     def resume(self) -> None:
         for pid in (self.pid, *self.family):
-            _send(pid, signal.SIGCONT)
+            signal_tree(pid, signal.SIGCONT)
         self.held = False
 
     def read(self, said, calls: int, limit: int, then=None) -> list:
@@ -152,7 +152,7 @@ class MemoryReader:
         fd = None
         try:
             for pid in (self.pid, *self.family):
-                _wait_stopped(pid)
+                wait_stopped(pid)
             if then is not None:
                 then()
             if not isinstance(said, list) or len(said) != calls:
@@ -185,17 +185,17 @@ def frozen(*pids: int):
     kept thread read each content as it was written and computed it there, where no reading
     of the worker's CPU looked: 12x, PASS), or while another worker's row is timed."""
     for pid in pids:
-        _send(pid, signal.SIGSTOP)
+        signal_tree(pid, signal.SIGSTOP)
     try:
         for pid in pids:
-            _wait_stopped(pid)
+            wait_stopped(pid)
         yield
     finally:
         for pid in pids:
-            _send(pid, signal.SIGCONT)
+            signal_tree(pid, signal.SIGCONT)
 
 
-def _wait_stopped(pid: int, wait_s: float = 0.05) -> None:
+def wait_stopped(pid: int, wait_s: float = 0.05) -> None:
     """Until every thread of ``pid`` has stopped, for up to ``wait_s``: a signal takes hold
     when each thread next runs in the kernel (a sleeping one is woken to stop: a reader's
     test caught it running)."""
@@ -213,7 +213,7 @@ def _wait_stopped(pid: int, wait_s: float = 0.05) -> None:
         time.sleep(0)
 
 
-def _send(pid: int, sig: int) -> None:
+def signal_tree(pid: int, sig: int) -> None:
     """``sig`` to the worker's process group (its own session's: what it started there too)
     and to the worker itself (a worker that left that group is stopped all the same)."""
     for send in (os.killpg, os.kill):

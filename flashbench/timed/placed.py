@@ -1,119 +1,67 @@
-"""A CPU worker's call inputs written by the harness into the worker's own buffers, the
-worker's whole process tree stopped, just before the run request that uses them; the worker
-let go only once that request is sent and the clock runs (:mod:`flashbench.measure.
-speedworker`). Before, the harness wrote each content into pages the worker maps and the
-worker copied it in (``fill``) and readied its calls (``stage``) before the run: a thread
-kept since the warm-up computed each content in those moments and the timed calls looked
-the outputs up (a red-team probe, 2026-12-06: PASS, 16x over its honest twin, 33 of 33
-calls precomputed). Now no code of the kernel's runs between the moment a call's inputs
-exist in its memory and the clock's start. Through ``/proc/<pid>/mem`` (:meth:`Placer.of`
-says whether this process may write it); the harness reads the inputs back at the reply,
-the worker stopped again, to find a call that wrote into them.
+"""A CPU worker's call inputs posted after its run request, the clock running
+(:mod:`flashbench.measure.speedworker`). The harness makes each content in its own memory;
+it sends the run request, then copies the calls' inputs into the pages the worker maps
+(:func:`post`, by ``ctypes.memmove``: no thread pool woken) and sends one byte (``go``); the
+worker waits for that byte, copies the inputs into its own buffers and makes the calls. An
+empty request posts as many bytes (the last run's contents, seen already) and the worker
+copies them the same way, so the posting and the copies cancel in the round trips' difference.
+Before, the contents were written and copied in (``fill``) and the calls readied (``stage``)
+before the run: a thread kept since the warm-up attended each content there and the timed
+calls looked the outputs up (a red-team probe, 2026-12-06: PASS, 16x over its honest twin,
+33 of 33 calls precomputed). Stopping the worker across the post instead (SIGSTOP, its
+inputs written through ``/proc/<pid>/mem``, SIGCONT once the request was sent) cost an honest
+2-thread kernel 2-4x at 0.3 ms a call here: its OpenMP pool woke slowly from the stop. The
+harness reads the inputs back from the worker's buffers at the reply (:class:`Places`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import signal
 
-from flashbench.infra.cpuload import descendants
-from flashbench.timed.commit import _send, _wait_stopped
+__all__ = ["Places", "PlacesRefused", "post"]
 
-__all__ = ["Hold", "Placer", "PlacesRefused"]
-
-ROUNDS = 8  # scans of the worker's descendants for processes started as the hold began
+_MEMMOVE = ctypes.memmove
 
 
 class PlacesRefused(ValueError):
     """The worker's ``places`` are not buffers of its pool's slots (the row fails)."""
 
 
-class Hold:
-    """The worker ``pid``'s process group, itself and every descendant (``known``, then as
-    /proc finds them until no new one shows) stopped (SIGSTOP) from construction to
-    :meth:`release` (SIGCONT to each): a helper in its own session is stopped too."""
-
-    def __init__(self, pid: int, known=()):
-        self.pid, self.pids, self.held = pid, [pid], True
-        _send(pid, signal.SIGSTOP)
-        pending = [p for p in known if p != pid]
-        for _ in range(ROUNDS):
-            for p in pending:
-                _kill(p, signal.SIGSTOP)
-            self.pids += pending
-            for p in self.pids:
-                _wait_stopped(p)
-            pending = [p for p in descendants(pid) if p not in self.pids]
-            if not pending:
-                break
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        _send(self.pid, signal.SIGCONT)
-        for p in self.pids[1:]:
-            _kill(p, signal.SIGCONT)
+def post(mail: list, slots: list, args: list, start: int) -> None:
+    """The arguments [start:] of ``slots`` (``args``: every slot's, this process's own CPU
+    tensors) copied into the pages the worker maps (``mail``: the same slots' views)."""
+    for i in slots:
+        for dst, src in list(zip(mail[i], args[i], strict=True))[start:]:
+            if dst is not None:
+                _MEMMOVE(dst.data_ptr(), src.data_ptr(), src.nbytes)
 
 
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass  # ended
-
-
-class Placer:
-    """Writes a pool's slots into the worker's buffers (``places``: per slot, per argument,
-    [address, bytes] or None, as the worker's prepare replied) and reads them back."""
+class Places:
+    """Where the worker's own buffers lie (``places``: per slot, per argument, [address,
+    bytes] or None, as its prepare replied), read back through ``/proc/<pid>/mem`` with the
+    worker stopped (:meth:`read_back`)."""
 
     def __init__(self, pid: int, places: list, slots: list):
         self.pid, self.places = pid, _checked(places, slots)
         self.fd: int | None = None
 
     @classmethod
-    def of(cls, pid: int, places, slots: list) -> Placer | None:
-        """None where this process may not write the worker's memory (the worker then
-        copies its inputs in itself); PlacesRefused where ``places`` are not its buffers."""
+    def of(cls, pid: int, places, slots: list) -> Places | None:
+        """None where this process may not read the worker's memory (the worker's own
+        comparison stands alone then); PlacesRefused where ``places`` are not its buffers."""
         try:
-            os.close(os.open(f"/proc/{pid}/mem", os.O_RDWR))
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
         except OSError:
             return None
-        return cls(pid, places, slots)
-
-    def _open(self) -> int:
-        if self.fd is None:
-            self.fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
-        return self.fd
+        found = cls(pid, places, slots)
+        found.fd = fd
+        return found
 
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-
-    def write(self, i: int, args, start: int = 0, stop: int | None = None) -> None:
-        """Slot ``i``'s arguments [start:stop] (CPU tensors) written at its places (the
-        worker stopped: :class:`Hold`); OSError where a write falls short."""
-        fd = self._open()
-        for x, place in list(zip(args, self.places[i], strict=True))[start:stop]:
-            if x is None:
-                continue
-            data = _raw(x)
-            if os.pwrite(fd, data, place[0]) != len(data):
-                raise OSError(f"a short write into the worker's slot {i}")
-
-    def place(self, known, slots: list, args: list, start: int, stop: int | None) -> Hold:
-        """The worker's tree stopped (:class:`Hold`, ``known``: its descendants) and the
-        arguments [start:stop] of ``slots`` (``args``: every slot's) written: the hold, to
-        be let go by the request that uses them; OSError (let go) where a write fails."""
-        hold = Hold(self.pid, known)
-        try:
-            for i in slots:
-                self.write(i, args[i], start, stop)
-        except BaseException:
-            hold.release()
-            raise
-        return hold
 
     def read_back(self, pool, slots: list) -> None:
         """The slots' inputs read back from the worker's buffers (stopped at the reply): a
@@ -127,12 +75,19 @@ class Placer:
 
     def changed(self, i: int, args) -> list[int]:
         """The positions of slot ``i``'s arguments whose bytes in the worker's buffers are
-        not ``args``'s (read now; the worker stopped)."""
-        fd, found = self._open(), []
+        not ``args``'s, or can no longer be read there (read now; the worker stopped)."""
+        found = []
         for j, (x, place) in enumerate(zip(args, self.places[i], strict=True)):
-            if x is not None and os.pread(fd, place[1], place[0]) != _raw(x).tobytes():
+            if x is not None and _read(self.fd, place) != _raw(x).tobytes():
                 found.append(j)
         return found
+
+
+def _read(fd: int | None, place) -> bytes | None:
+    try:
+        return os.pread(fd, place[1], place[0])
+    except (OSError, TypeError):  # unmapped by the kernel since, or not open
+        return None
 
 
 def _raw(x):

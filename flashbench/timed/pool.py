@@ -224,6 +224,11 @@ class Pool:
                 self.changed[name] = self.changed.get(name, 0) + 1
         self.checked += 1
 
+    def upcoming(self, n: int) -> list[int]:
+        """The slots of the next ``n`` calls as the round's order stands (a refill changes
+        their contents, not the order; fewer where the round ends first)."""
+        return self._order[:n]
+
     def next_is_new(self) -> bool:
         """Whether the next call's contents were filled for it in this round's refill and
         never handed to a call (a request of :meth:`left_in_group` calls is all one kind)."""
