@@ -6,8 +6,6 @@ cases (`--only k:topleft k:batch0 --pass fwd`, exit 0)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 from flashbench.measure.forward import default_cases
@@ -33,15 +31,17 @@ def test_a_default_case_has_batches_groups_unequal_lengths_and_ragged_blocks():
     assert s.Nq % 64 and s.Nk % 64 and s.Nq % 16 and s.Nk % 16  # no block divides them
 
 
-def test_the_edge_case_fails_a_top_left_mask_and_batch_zeros_keys(tmp_path):
-    (tmp_path / "k.py").write_text(KERNELS)
+def test_the_edge_case_fails_a_top_left_mask_and_batch_zeros_keys(user_module, capsys):
+    """`flashbench check` through the CLI's main in this process (the kernels in their
+    worker processes, as ever; python and torch's import spared)."""
+    from flashbench.cli import main
+
+    user_module("k", KERNELS)
     s = next(c for c in default_cases() if c.shape.B > 1).shape
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--json", "--shape",
-                        s.spec(),
-                        "--causal", "on", "--dtype", "fp32", "--pass", "fwd",
-                        "--only", "k:topleft", "k:batch0"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1, r.stdout[-2000:] + r.stderr
-    rows = {row["backend"]: row for row in json.loads(r.stdout)["backends"]}
+    rc = main(["check", "--json", "--shape", s.spec(), "--causal", "on", "--dtype", "fp32",
+               "--pass", "fwd", "--only", "k:topleft", "k:batch0"])
+    out, err = capsys.readouterr()
+    assert rc == 1, out[-2000:] + err
+    rows = {row["backend"]: row for row in json.loads(out)["backends"]}
     assert set(rows) == {"k:topleft", "k:batch0"}
     assert not rows["k:topleft"]["passed"] and not rows["k:batch0"]["passed"]

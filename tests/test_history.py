@@ -18,6 +18,7 @@ import pytest
 from asv_project import make_repo, run_asv
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from once_per_run import once_per_run
 
 from flashbench.history import (
     ACCURACY,
@@ -50,17 +51,28 @@ def second_interpreter(root):
 
 
 @pytest.fixture(scope="module")
-def asv_results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("asvproj")
-    repo = make_repo(root)
-    commits = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, text=True,
-                             capture_output=True, check=True).stdout.split()
-    py_a, py_b = sys.executable, second_interpreter(root)
-    run_asv(repo, commits[0], "m1", py_a, "--record-samples", "-a", "repeat=3", cpu=CPU)
-    run_asv(repo, commits[1], "m1", py_a, "--quick", cpu=CPU)
-    run_asv(repo, commits[1], "m1", py_b, "--quick", cpu=CPU)
-    run_asv(repo, commits[1], "m2", py_a, "--quick", cpu="Other CPU")
-    return repo / "results", commits
+def asv_results(tmp_path_factory, worker_id):
+    """(results folder, commits) of 4 real asv runs on a tiny project, made once a test run
+    (tests/once_per_run.py: its 3 tests, spread over the workers, each ran it: 5 s of CPU
+    a time); the tests only read the folder."""
+    def run():
+        if worker_id == "master":
+            root = tmp_path_factory.mktemp("asvproj")
+        else:  # beside the workers' own temp folders: the run's, read by every worker
+            root = tmp_path_factory.getbasetemp().parent / "asvproj"
+            root.mkdir()
+        repo = make_repo(root)
+        commits = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, text=True,
+                                 capture_output=True, check=True).stdout.split()
+        py_a, py_b = sys.executable, second_interpreter(root)
+        run_asv(repo, commits[0], "m1", py_a, "--record-samples", "-a", "repeat=3", cpu=CPU)
+        run_asv(repo, commits[1], "m1", py_a, "--quick", cpu=CPU)
+        run_asv(repo, commits[1], "m1", py_b, "--quick", cpu=CPU)
+        run_asv(repo, commits[1], "m2", py_a, "--quick", cpu="Other CPU")
+        return [str(repo / "results"), commits]
+
+    path, commits = once_per_run(tmp_path_factory, worker_id, "asv-results", run)
+    return Path(path), commits
 
 
 @pytest.mark.slow

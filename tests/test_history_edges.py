@@ -264,23 +264,27 @@ def test_a_windowed_variants_flops_count_only_its_visible_pairs(window):
     assert plain[3] is False and plain[6] == shape.flops(False, "fwd")
 
 
-def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
+def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path, committed_report):
     """The decode merge study's rows (partials, lse_dtype) and the decode tracks' case read
     as duplicates with empty kernels in report.md's accuracy tables: an "other" column
-    holds those parameters now, as the answer's table does."""
-    from pathlib import Path
-
+    holds those parameters now, as the answer's table does. The committed history's report
+    is the run's one (conftest.committed_report: `flashbench history results`, 8 s of CPU
+    a report); the folder that gave nothing, said, is a small history's beside it."""
     from flashbench.history.answer import other_params
     from flashbench.history.report import build_report
 
     assert other_params("dtype='bf16', partials='fp16', lse_dtype='fp32'") == \
         "partials='fp16' lse_dtype='fp32'"
     assert other_params("kernel='flex', dtype='fp16'") is None
-    results = Path(__file__).resolve().parents[1] / "results"
     (tmp_path / "empty").mkdir()  # a folder holding no results: said, not only named
-    build_report([results, tmp_path / "empty"], tmp_path / "r")
-    text = (tmp_path / "r" / "report.md").read_text()
-    assert f"- skipped `{tmp_path / 'empty'}`: no asv results in it" in text
+    small = tiny_results(tmp_path / "results", commits=2)
+    build_report([small, tmp_path / "empty"], tmp_path / "r")
+    said = (tmp_path / "r" / "report.md").read_text()
+    assert f"- skipped `{tmp_path / 'empty'}`: no asv results in it" in said
+    assert f"- skipped `{small}`" not in said  # the folder that gave results is not
+    rc, report = committed_report
+    assert rc == 0
+    text = (report / "report.md").read_text()
     accuracy = text.split("## Accuracy bands", 1)[1].split("\n## ", 1)[0]
     assert "partials='bf16' lse_dtype='fp32'" in accuracy and "| other " in accuracy
     # ... and name a study's rows so (red team, 2026-12-06: the merge study's rows, with no
@@ -294,7 +298,7 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path):
     from flashbench.history.plots import commit_order, loaded_runs
     from flashbench.history.summaries import throughput_points
 
-    df = load_results([results])
+    df = load_results([RESULTS])
     order = commit_order(df)
     at = {x: c for c, x in order.items()}
     loaded = loaded_runs(throughput_points(df), order)

@@ -7,8 +7,6 @@ A wrong kernel at that size still FAILs, by the band rule."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -39,14 +37,20 @@ def test_a_baseline_fail_of_the_models_own_record_is_not_counted(drawn):
     assert rules["disagreement"].startswith(DRAW) is drawn
 
 
-def _check(tmp_path, *args):
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--json", *args],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    return r.returncode, json.loads(r.stdout) if r.stdout.startswith("{") else r
+def _check(capsys, *args):
+    """``flashbench check --json *args`` through the CLI's main in this process (a user's
+    kernel in its worker process, as ever; python and torch's import spared): (exit status,
+    the report, or the output where it is none)."""
+    from flashbench.cli import main
+
+    capsys.readouterr()
+    code = main(["check", "--json", *args])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if out.startswith("{") else out + err
 
 
-def test_the_red_teams_tiny_case_passes_and_says_which_rule_judged(tmp_path):
-    code, report = _check(tmp_path, "--shape", "1x1x2x16", "--seed", "2", "--no-backends")
+def test_the_red_teams_tiny_case_passes_and_says_which_rule_judged(capsys):
+    code, report = _check(capsys, "--shape", "1x1x2x16", "--seed", "2", "--no-backends")
     assert code == 0, report
     rows = report["gradients"]
     drawn = [r for r in rows if r.get("baseline_draw")]
@@ -54,16 +58,16 @@ def test_the_red_teams_tiny_case_passes_and_says_which_rule_judged(tmp_path):
     assert all(r["disagreement"].startswith(DRAW) for r in drawn)
 
 
-def test_a_wrong_kernel_at_that_size_still_fails(tmp_path):
-    (tmp_path / "k.py").write_text(textwrap.dedent("""
+def test_a_wrong_kernel_at_that_size_still_fails(user_module, capsys):
+    user_module("k", textwrap.dedent("""
         import math, torch
         def scaled(q, k, v, causal=False, scale=None):
             s = 1.5 / math.sqrt(q.shape[-1])  # the wrong scale
             return torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, is_causal=causal, scale=s), None
     """))
-    code, report = _check(tmp_path, "--shape", "1x1x2x16", "--seed", "2", "--only",
-                          "k:scaled", "--pass", "fwd", "--dtype", "fp32")
+    code, report = _check(capsys, "--shape", "1x1x2x16", "--seed", "2", "--only", "k:scaled",
+                          "--pass", "fwd", "--dtype", "fp32")
     assert code == 1, report
     rows = [r for r in report["backends"] if r.get("backend") == "k:scaled"]
     assert rows and not any(r["passed"] for r in rows)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from once_per_run import once_per_run
 
 from flashbench.site import publish
 
@@ -26,9 +27,18 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    html = tmp_path_factory.mktemp("html")
-    publish(config=str(ROOT / "asv.conf.json"), html_dir=str(html))
+def site(tmp_path_factory, worker_id):
+    """(the site's URL, its folder): the committed results published once a test run
+    (tests/once_per_run.py: its two tests, on two workers, each published it: 2-3 s of CPU
+    a time), served by each worker that asks; the tests only read it."""
+    def run():
+        if worker_id == "master":
+            html = tmp_path_factory.mktemp("html")
+        else:  # beside the workers' own temp folders: the run's, read by every worker
+            html = tmp_path_factory.getbasetemp().parent / "site" / "html"
+        return str(publish(config=str(ROOT / "asv.conf.json"), html_dir=str(html)))
+
+    html = Path(once_per_run(tmp_path_factory, worker_id, "site-html", run))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
     handler.log_message = lambda *a, **k: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -95,16 +94,28 @@ def test_a_peers_packed_path_gives_a_sequence_with_no_key_zeros_and_minus_inf():
     assert torch.isfinite(lse[:, 4:]).all()
 
 
-def _check(tmp_path, *args):
-    (tmp_path / "pk.py").write_text(KERNELS)
-    r = subprocess.run([sys.executable, "-m", "flashbench.cli", *args], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
-    return r
+@pytest.fixture
+def cli(user_module, capsys):
+    """``cli(*args)``: ``flashbench *args`` through the CLI's main in this process (its
+    workers, a user kernel's among them, as a subprocess's: python and torch's import, 2-3 s
+    of CPU a run, spared), the kernels above as module ``pk``: (exit status, stdout, stderr)
+    as a process's."""
+    from flashbench.cli import main
+
+    user_module("pk", KERNELS)
+
+    def run(*args):
+        capsys.readouterr()
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, status, out, err)
+
+    return run
 
 
-def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(tmp_path):
-    r = _check(tmp_path, "check", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype",
-               "fp32", "--pass", "fwd", "--only", "pk:good", "pk:mixed")
+def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(cli):
+    r = cli("check", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype", "fp32", "--pass",
+            "fwd", "--only", "pk:good", "pk:mixed")
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr
     rows = json.loads(r.stdout)["backends"]
     assert {(x["backend"], x["passed"]) for x in rows} == {("pk:good", True),
@@ -112,15 +123,14 @@ def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(tmp_path):
     assert all(x["case"].split()[2] == "30:45,17,25:9,6:0" for x in rows)
 
 
-def test_speed_times_q_colon_k_and_fails_a_kernel_that_cuts_keys_at_the_queries(tmp_path):
+def test_speed_times_q_colon_k_and_fails_a_kernel_that_cuts_keys_at_the_queries(cli):
     """speed --varlen takes Q:K items (it refused them before): torch's packed path and an
     honest user kernel PASS, one that cuts K, V at cu_seqlens_q FAILs by its timed outputs;
     FLOPs count each sequence's Nq x Nk (bottom-right causal) pairs."""
     from flashbench.measure.speed import SpeedCase
 
-    r = _check(tmp_path, "speed", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype",
-               "fp32", "--causal", "on", "--shape", "1x2x64x16", "--only", "torch-sdpa",
-               "pk:good", "pk:mixed")
+    r = cli("speed", "--json", "--varlen", "30:45,17,25:9,6:0", "--dtype", "fp32", "--causal",
+            "on", "--shape", "1x2x64x16", "--only", "torch-sdpa", "pk:good", "pk:mixed")
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert {(x["backend"], x["status"]) for x in rows} == {
@@ -137,13 +147,12 @@ def test_speed_times_q_colon_k_and_fails_a_kernel_that_cuts_keys_at_the_queries(
 
 
 @pytest.mark.parametrize("seed", ["1", "2"])
-def test_speed_checks_the_first_row_of_each_sequence(tmp_path, seed):
+def test_speed_checks_the_first_row_of_each_sequence(cli, seed):
     """A causal 100:99 sequence's first row sees no key: a kernel that gives it key 0 FAILs
     at every seed (the packed judge checked a random and the last row of each sequence: it
     passed 2 runs in 3, a red team)."""
-    r = _check(tmp_path, "speed", "--json", "--varlen", "100:99,50,50,50", "--dtype", "fp32",
-               "--causal", "on", "--shape", "1x2x64x16", "--seed", seed, "--only",
-               "pk:first_key")
+    r = cli("speed", "--json", "--varlen", "100:99,50,50,50", "--dtype", "fp32", "--causal",
+            "on", "--shape", "1x2x64x16", "--seed", seed, "--only", "pk:first_key")
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr
     (row,) = json.loads(r.stdout)["rows"]
     assert row["status"] == "FAIL" and "a row that sees no key must be 0" in str(row["failures"])
