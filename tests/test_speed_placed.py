@@ -138,8 +138,8 @@ def test_a_worker_that_names_false_buffers_fails_by_name(kernels, capsys, monkey
 
 
 def test_where_inputs_are_not_posted_the_worker_copies_them_in(kernels, capsys, monkeypatch):
-    """The fills' path (a GPU's): an honest kernel passes, and a kernel that writes into
-    an input is still named (the worker's comparison with the pages after its calls)."""
+    """The fills' path (a GPU's), taken on this CPU: an honest kernel passes there too
+    (test_speed_shared_pool's writer into dO is named on the posting path)."""
     monkeypatch.setattr(speedworker, "_mailbox", lambda *a: None)
     rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--only", "fbplaced:honest")
     assert rc == 0 and rows["fbplaced:honest"]["status"] == "PASS", rows

@@ -131,7 +131,7 @@ class TimedServer:
 
     def _stage(self, r: dict) -> dict:
         """The calls of the slots ``r["slots"]`` readied (the harness chose them: its pool
-        decides the order, and it wrote their contents just before this request)."""
+        decides the order; their contents come with the fills, or posted with the run)."""
         t = self.timing
         for i in r["slots"]:
             t["staged"].append((i, self._ready(i)))

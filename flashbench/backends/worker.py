@@ -192,7 +192,13 @@ class Worker:
             self.proc.stdin.write(frame)
             self.proc.stdin.flush()
             if on_sent is not None:
-                on_sent()
+                try:
+                    on_sent()
+                except (EOFError, BrokenPipeError):
+                    raise  # the worker is gone: said below
+                except BaseException:  # the worker waits on what was not sent: never reused
+                    self.close()
+                    raise
             deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)

@@ -27,7 +27,7 @@ import numpy as np
 
 from flashbench.backends.strays import escaped, now_since_boot
 from flashbench.infra.cpuload import descendants, stat_cpu
-from flashbench.measure.workerjudge import clock_fault, judge_cpu
+from flashbench.measure.workerjudge import COPY_FACTOR, clock_fault, judge_cpu
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
 from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
@@ -73,7 +73,7 @@ class _Clocked:
         self.reader = None  # a CPU worker's: its outputs read by this process at each reply
         self.places = None  # ... and its inputs read back (timed.placed.Places)
         self.mail = None  # the pages it maps, where a CPU worker's inputs are posted
-        self.last, self.start = [0], 0  # the last run's slots and first posted argument
+        self.start = 0  # the first argument a run posts (a backward's dO: its last)
 
     def ask(self, calls: int = 1, on_reply=None, most_bytes=None, on_sent=None,
             **request) -> tuple:
@@ -97,25 +97,25 @@ class _Clocked:
         finally:
             set_time_limit(saved)
 
-    def posting(self, slots: list, pool: Pool, start: int) -> dict:
-        """The request's fields and ``on_sent`` that post the slots' arguments [start:]
-        once it is sent (:mod:`flashbench.timed.placed`); none where nothing is posted."""
+    def posting(self, slots: list, pool: Pool, start: int, k: int) -> dict:
+        """The request's fields and ``on_sent`` posting the slots' arguments [start:] once
+        it is sent (:mod:`flashbench.timed.placed`), padded to ``k`` slots with contents the
+        worker has seen, so that every request copies as many bytes (none: not posting)."""
         if self.mail is None:
             return {}
+        seen = [i for i in pool.upcoming(pool.size) + list(range(pool.size))
+                if not pool.fresh[i] and i not in slots]
+        slots = list(slots) + (seen * k)[:max(0, k - len(slots))]
 
         def send():
             post(self.mail, slots, pool.slots, start)
             self.worker.go()
         return {"on_sent": send, "posted": slots, "start": start}
 
-    def null(self, pool: Pool, **request) -> float:
-        """An empty request's round trip; where inputs are posted, as many as the last
-        run's, of the slots the next run will use (contents the worker has seen: a refill
-        comes after), copied in by the worker the same way (the last run's own slots, hot
-        in its cache, made the empty requests 0.06 ms a call cheaper than a run's copies)."""
-        seen = [i for i in pool.upcoming(len(self.last)) if not pool.fresh[i]]  # posted once
-        slots = (seen + self.last)[:len(self.last)]
-        return self.ask(op="null", **self.posting(slots, pool, self.start), **request)[0]
+    def null(self, pool: Pool, k: int, **request) -> float:
+        """An empty request's round trip; where inputs are posted, k slots' worth, those the
+        next run uses first (the last run's, hot in the worker's cache, read 0.06 ms less)."""
+        return self.ask(op="null", **self.posting([], pool, self.start, k), **request)[0]
 
     def over_limit(self, runs: list, null: float) -> None:
         """BackendFailed where a request's calls took more than the per-call limit each
@@ -175,8 +175,7 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     try:  # a CPU worker stopped as its reply's last byte arrives, before it is parsed
         rt, reply = w.ask(len(slots), None if w.reader is None else w.reader.stop, REPLY_BYTES,
                           op="run", flushes=k, sums=w.pad, where=bool(w.reader),
-                          **w.posting(slots, pool, early if late else 0))
-        w.last, w.start = slots, early if late else 0
+                          **w.posting(slots, pool, w.start, k))
     except BaseException:
         if w.reader is not None and w.reader.held:
             w.reader.resume()
@@ -268,7 +267,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     w.reader = None if gpu else commit.MemoryReader.of(w.pid)
     if not gpu:
         _mailbox(w, ready.get("places") if w.reader is not None else None, pool)
-    nulls = [w.null(pool, flushes=1) for _ in range(3)]
+    nulls = [w.null(pool, 1, flushes=1) for _ in range(3)]
     tries = []
     for _ in range(3):
         tries.append((_calls(w, 1, cpu, pool, seeds, sums, watch=watch)[0], 1))
@@ -285,10 +284,10 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
                          " (the harness's own torch.cuda.is_available())")
     i = 0  # requests until ``samples`` of them ran on new contents (the row's times: NEW_ONLY)
     while sum(new) < samples and i < NEW_TRIES * samples:
-        if gpu and i == 0:
-            nulls = []  # the calibration's (one flush each) do not match k calls' requests
+        if (gpu or w.mail is not None) and i == 0:
+            nulls = []  # the calibration's (one flush, one slot posted) do not match k calls'
         c0 = cpu_s(w.pid, w.family)
-        nulls.append(w.null(pool, flushes=k, sums=w.pad))
+        nulls.append(w.null(pool, k, flushes=k, sums=w.pad))
         c1 = cpu_s(w.pid, w.family)
         if None not in (c0, c1):  # a request's own cost in the worker, with no work
             cpu["null"] = cpu.get("null", 0.0) + c1 - c0
@@ -308,8 +307,11 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     flushes = k * getattr(w.worker, "trusted_flush_s", 0.0) if gpu else 0.0
     summing = 2 * k * commit.checksum_s(min(commit.said_bytes(sums),
                                             4 * nbytes(pool.slots[0]))) if gpu else 0.0
+    # posted inputs: copied twice a request (here, in the worker), each at COPY_FACTOR x ours
+    posting = 0.0 if w.mail is None else 2 * COPY_FACTOR * k * nbytes(
+        pool.slots[0][w.start:]) * cpu["copy_s_per_byte"]
     cap = math.inf if trusted is None else (NULL_CAP * (trusted + flushes) + NULL_SLACK
-                                            + summing)
+                                            + summing + posting)
     nulls = [min(t, cap) for t in nulls]
     null = statistics.median(nulls)
     per_call = [max(rt - null, 0.0) / n for (rt, n), fresh in zip(runs, new, strict=True)
@@ -373,7 +375,8 @@ def _mailbox(w: _Clocked, places, pool: Pool) -> None:
         w.places = None if places is None else Places.of(w.pid, places, pool.slots)
     except PlacesRefused as exc:
         raise BackendFailed(str(exc)) from None
-    w.mail = pool.slots
+    w.mail, w.start, pool.private = pool.slots, len(pool.slots[0]) - pool.late_n, True
+    w.start = w.start if pool.late_n else 0
     pool.slots = [tuple(None if x is None else x.clone() for x in slot) for slot in pool.slots]
 
 

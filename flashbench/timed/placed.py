@@ -30,7 +30,8 @@ class PlacesRefused(ValueError):
 
 def post(mail: list, slots: list, args: list, start: int) -> None:
     """The arguments [start:] of ``slots`` (``args``: every slot's, this process's own CPU
-    tensors) copied into the pages the worker maps (``mail``: the same slots' views)."""
+    tensors; a slot may come twice) copied into the pages the worker maps (``mail``: the
+    same slots' views)."""
     for i in slots:
         for dst, src in list(zip(mail[i], args[i], strict=True))[start:]:
             if dst is not None:
@@ -50,12 +51,11 @@ class Places:
     def of(cls, pid: int, places, slots: list) -> Places | None:
         """None where this process may not read the worker's memory (the worker's own
         comparison stands alone then); PlacesRefused where ``places`` are not its buffers."""
+        found = cls(pid, places, slots)
         try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            found.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
         except OSError:
             return None
-        found = cls(pid, places, slots)
-        found.fd = fd
         return found
 
     def close(self) -> None:

@@ -121,6 +121,7 @@ class Pool:
         self.late_n = 0 if self.late is None else len(self.late(0))
         self.changed: dict[str, int] = {}  # writes into inputs found before a refill
         self.checked = 0  # used slots compared before a refill
+        self.private = False  # its slots reach no kernel: another reader counts the writes
 
     @staticmethod
     def _prints(slot) -> list:
@@ -216,7 +217,7 @@ class Pool:
     def _check(self, i: int) -> None:
         """A used slot's inputs compared with their fingerprints before they are written
         over (a write into an input found then is counted in :meth:`modified`)."""
-        if not self.used[i]:
+        if not self.used[i] or self.private:
             return
         for j, (x, was) in enumerate(zip(self.slots[i], self.prints[i], strict=True)):
             if fingerprint(x) != was:
@@ -247,9 +248,9 @@ class Pool:
         with (fingerprints: :func:`fingerprint`), else which arguments changed, in words
         (read after the timed calls, outside the clock); ``how``: how they were compared,
         where another reader counted them (:attr:`changed`, :attr:`checked`)."""
-        changed, used = dict(self.changed), self.checked + sum(self.used)
+        changed, used = dict(self.changed), self.checked + (0 if how else sum(self.used))
         for i, slot in enumerate(self.slots):
-            if not self.used[i]:
+            if not self.used[i] or how:  # counted by that reader alone
                 continue
             for j, (x, was) in enumerate(zip(slot, self.prints[i], strict=True)):
                 if fingerprint(x) != was:
