@@ -101,14 +101,12 @@ KERNELS = textwrap.dedent('''
 
 
 @pytest.fixture()
-def kernels(tmp_path, monkeypatch):
-    (tmp_path / "fbplaced.py").write_text(KERNELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+def kernels(user_module, tmp_path, monkeypatch):
+    """The module above (conftest's ``user_module``), its calls' log."""
     monkeypatch.setenv("PLACED_LOG", str(tmp_path / "log.txt"))
     (tmp_path / "log.txt").write_text("")
-    yield tmp_path / "log.txt"
-    sys.modules.pop("fbplaced", None)
+    user_module("fbplaced", KERNELS)
+    return tmp_path / "log.txt"
 
 
 def _rows(capsys, *args):

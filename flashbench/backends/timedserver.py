@@ -33,7 +33,6 @@ def _same(x, src) -> bool:
         return _EQUAL(x, src)
 
 
-
 class TimedServer:
     """The timed requests (``self.timing``: their state, prepare to fetch)."""
 

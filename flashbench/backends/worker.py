@@ -178,7 +178,7 @@ class Worker:
         reply is longer than ``most_bytes``. Replies ``{"failed": why}`` / ``{"unavailable":
         why}`` are raised as such. ``on_reply()`` runs as the reply's last byte is read,
         before it is parsed (speedworker: the worker stopped there); ``on_sent()`` as soon as
-        the request is written, the clock running (the worker, stopped, let go there)."""
+        the request is written, the clock running (speedworker: the call's inputs posted)."""
         if self.stopped is not None:
             raise BackendFailed(self.stopped)
         if self.proc is None or self.proc.poll() is not None:

@@ -103,8 +103,8 @@ class _Clocked:
         worker has seen, so that every request copies as many bytes (none: not posting)."""
         if self.mail is None:
             return {}
-        seen = [i for i in pool.upcoming(pool.size) + list(range(pool.size))
-                if not pool.fresh[i] and i not in slots]
+        seen = [i for i in dict.fromkeys(pool.upcoming(pool.size) + list(range(pool.size)))
+                if not pool.fresh[i] and i not in slots]  # the next run's first
         slots = list(slots) + (seen * k)[:max(0, k - len(slots))]
 
         def send():
@@ -191,7 +191,7 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     w.ask(len(slots), op="collect", placed=places is not None)  # outside the clock
     if None not in (c0, c1, c2, c3, c4, c5):
         cpu["load"] = cpu.get("load", 0.0) + (c1 - c0) + (c4 - c3)
-        fills = (0, 1)[bool(late)] if mail is not None else 1 + bool(late)
+        fills = int(bool(late)) if mail is not None else 1 + bool(late)
         cpu["fills"] = cpu.get("fills", 0) + fills
         cpu["copied"] = cpu.get("copied", 0) + (fills and sum(nbytes(pool.slots[i][
             :early if mail is not None else None]) for i in slots))
@@ -375,8 +375,8 @@ def _mailbox(w: _Clocked, places, pool: Pool) -> None:
         w.places = None if places is None else Places.of(w.pid, places, pool.slots)
     except PlacesRefused as exc:
         raise BackendFailed(str(exc)) from None
-    w.mail, w.start, pool.private = pool.slots, len(pool.slots[0]) - pool.late_n, True
-    w.start = w.start if pool.late_n else 0
+    w.mail, pool.private = pool.slots, True
+    w.start = len(pool.slots[0]) - pool.late_n if pool.late_n else 0  # a backward's dO
     pool.slots = [tuple(None if x is None else x.clone() for x in slot) for slot in pool.slots]
 
 

@@ -78,7 +78,7 @@ class Places:
         not ``args``'s, or can no longer be read there (read now; the worker stopped)."""
         found = []
         for j, (x, place) in enumerate(zip(args, self.places[i], strict=True)):
-            if x is not None and _read(self.fd, place) != _raw(x).tobytes():
+            if x is not None and _read(self.fd, place) != memoryview(_raw(x)):
                 found.append(j)
         return found
 

@@ -246,11 +246,12 @@ class Pool:
     def modified(self, how: str | None = None) -> str | None:
         """None when every slot handed to a call still holds the contents it was filled
         with (fingerprints: :func:`fingerprint`), else which arguments changed, in words
-        (read after the timed calls, outside the clock); ``how``: how they were compared,
-        where another reader counted them (:attr:`changed`, :attr:`checked`)."""
-        changed, used = dict(self.changed), self.checked + (0 if how else sum(self.used))
+        (read after the timed calls, outside the clock); ``how``: how they were compared
+        where another reader counted them (:attr:`private`: :attr:`changed`, :attr:`checked`)."""
+        changed, used = dict(self.changed), self.checked + (0 if self.private else
+                                                            sum(self.used))
         for i, slot in enumerate(self.slots):
-            if not self.used[i] or how:  # counted by that reader alone
+            if not self.used[i] or self.private:  # counted by another reader alone
                 continue
             for j, (x, was) in enumerate(zip(slot, self.prints[i], strict=True)):
                 if fingerprint(x) != was:
