@@ -6,8 +6,13 @@ timed by `flashbench speed` beside torch's in-process `torch-sdpa` row, in runs 
 alternate the two arms (the order flipping each round, a fresh process per run, the seed
 moving on): "posted" (the default: flashbench.timed.placed) and "filled" (the pages written
 before the request and copied in by the worker's fill, the path a GPU keeps: the harness's
-mailbox turned off in that run's process). Per arm: the median over the runs of the user
-row's median over torch-sdpa's, so that the machine's drift between runs cancels.
+mailbox turned off in that run's process). Per arm, medians over the runs of three ratios
+to torch-sdpa's median in the same run (the machine's drift between runs cancels): the user
+row's median ("row"), its worker's own clock's median of the calls alone ("calls"), and
+the row's median less the worker's ("clock": what the harness's clock adds to the calls:
+the round trips, the posting, the subtraction of the empty requests). Posting changes the
+last alone where it costs nothing in the calls; the first also carries the kernel's own
+scatter in its worker (2-3x slow stretches of a 2-thread kernel here, in both arms).
 Answer: docs/speed.md, "prepare / fill / stage / run".
 
 Usage: python -m studies.posting_price [--shape 1x2x256x64] [--pass fwd] [--rounds 8]
@@ -44,12 +49,14 @@ with contextlib.redirect_stdout(out):
           "--pass", os.environ["PASS"], "--only", "pricekernel:honest", "torch-sdpa",
           "--samples", "20"])
 rows = {r["backend"]: r for r in json.loads(out.getvalue())["rows"]}
-print(json.dumps({b: [r["status"], r["median_s"]] for b, r in rows.items()}))
+print(json.dumps({b: [r["status"], r["median_s"], r.get("worker_median_s")]
+                  for b, r in rows.items()}))
 '''
 
 
-def one_run(arm: str, shape: str, direction: str, seed: int, folder: str) -> float | None:
-    """The user row's median over torch-sdpa's in one `flashbench speed` run of ``arm``."""
+def one_run(arm: str, shape: str, direction: str, seed: int, folder: str) -> tuple | None:
+    """(row, calls, clock) over torch-sdpa's median in one `flashbench speed` run of
+    ``arm`` (module docstring)."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, ARM=arm, SHAPE=shape, PASS=direction, SEED=str(seed),
                PYTHONPATH=os.pathsep.join([str(root), folder]))
@@ -60,11 +67,11 @@ def one_run(arm: str, shape: str, direction: str, seed: int, folder: str) -> flo
     except (IndexError, json.JSONDecodeError):
         print(f"{arm}: no rows ({done.stderr.strip()[-300:]})")
         return None
-    (status, mine), (_, torch_s) = rows["pricekernel:honest"], rows["torch-sdpa"]
-    if status != "PASS" or not mine or not torch_s:
+    (status, mine, own), (_, torch_s, _) = rows["pricekernel:honest"], rows["torch-sdpa"]
+    if status != "PASS" or not mine or not torch_s or own is None:
         print(f"{arm}: the honest row says {status}")
         return None
-    return mine / torch_s
+    return mine / torch_s, own / torch_s, (mine - own) / torch_s
 
 
 def main(argv=None) -> int:
@@ -81,12 +88,14 @@ def main(argv=None) -> int:
                 got = one_run(arm, args.shape, args.direction, 30 + r, folder)
                 if got is not None:
                     ratios[arm].append(got)
-    print(f"{args.shape} fp32 {args.direction}: the honest user row / torch-sdpa's, "
-          f"medians per run (flashbench speed, --samples 20), {args.rounds} rounds")
+    print(f"{args.shape} fp32 {args.direction}: the honest user row against torch-sdpa's "
+          f"median in the same run (flashbench speed, --samples 20), {args.rounds} rounds; "
+          "row: its median, calls: its worker's own clock's, clock: row less calls")
     for arm, got in ratios.items():
-        if got:
-            print(f"  {arm:>6}: median {statistics.median(got):.3f}x over {len(got)} runs "
-                  f"({', '.join(f'{x:.2f}' for x in got)})")
+        for n, what in enumerate(("row", "calls", "clock") if got else ()):
+            each = [g[n] for g in got]
+            print(f"  {arm:>6} {what:>5}: median {statistics.median(each):+.3f}x over "
+                  f"{len(each)} runs ({', '.join(f'{x:.3f}' for x in each)})")
     return 0
 
 

@@ -220,6 +220,8 @@ class TimedServer:
         inside the clock, in a run and in an empty request alike."""
         if r.get("posted") is None:
             return
+        if self.go is None:  # a server outside a worker's loop: nothing to read the byte from
+            raise BackendFailed("its inputs were posted to a server with no posting pipe")
         if self.go() != b"g":
             raise BackendFailed("its inputs' posting ended before its byte came")
         for i in r["posted"]:

@@ -273,8 +273,8 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
         tries.append((_calls(w, 1, cpu, pool, seeds, sums, watch=watch)[0], 1))
         w.over_limit(tries[-1:], min(nulls))
     first = min(rt for rt, _ in tries) - min(nulls)  # load only adds
-    span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))
-    k = max(1, min(MAX_K, math.ceil(span / max(first, 1e-7))))
+    span = max(REQUEST_S, NULLS_UNDER * statistics.median(nulls))  # k: <= largest_group (noise)
+    k = max(1, min(MAX_K, pool.largest_group(), math.ceil(span / max(first, 1e-7))))
     w.pad = k if gpu else 0
     rng = np.random.default_rng()  # OS entropy: the worker cannot know where pauses fall
     settle_at = set(rng.choice(samples, min(SETTLES, samples), replace=False).tolist())

@@ -156,6 +156,14 @@ class Pool:
         still the contents their seeds say when the calls run."""
         return len(self._order) or self.size
 
+    def largest_group(self) -> int:
+        """The most calls a request can hold after the first round (:meth:`left_in_group`):
+        its returning contents or its new ones, half the slots each, rounded up. A worker's
+        k stops there: empty requests padded to more calls than a run holds (posted inputs,
+        L2 flushes) only added noise (k 23 for runs of 2 calls: a memo's hits read above
+        the roofline floor, 2026-12-06)."""
+        return -(-self.size // 2)
+
     def left_in_group(self) -> int:
         """Calls before the next new round, the switch from returning contents to new ones,
         or slots not filled yet: a request of that many is all one kind, so that a contents
