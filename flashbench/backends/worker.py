@@ -167,18 +167,14 @@ class Worker:
         if self in _WORKERS:
             _WORKERS.remove(self)
 
-    def go(self) -> None:
-        """The one byte a request that waits for its inputs (``posted``) waits for."""
-        self.proc.stdin.write(b"g")
-        self.proc.stdin.flush()
-
     def call(self, request: dict, on_reply=None, most_bytes: int | None = None,
-             on_sent=None) -> dict:
+             on_clock=None) -> dict:
         """The child's reply to ``request``; BackendFailed when it times out or ends, or its
         reply is longer than ``most_bytes``. Replies ``{"failed": why}`` / ``{"unavailable":
         why}`` are raised as such. ``on_reply()`` runs as the reply's last byte is read,
-        before it is parsed (speedworker: the worker stopped there); ``on_sent()`` as soon as
-        the request is written, the clock running (speedworker: the call's inputs posted)."""
+        before it is parsed (speedworker: the worker stopped there); ``on_clock()`` once the
+        clock has started, before the request is written (speedworker: the call's inputs
+        posted, the worker waiting on its pipe)."""
         if self.stopped is not None:
             raise BackendFailed(self.stopped)
         if self.proc is None or self.proc.poll() is not None:
@@ -189,16 +185,14 @@ class Worker:
         try:
             frame = _pack(request)
             sent = time.perf_counter()
-            self.proc.stdin.write(frame)
-            self.proc.stdin.flush()
-            if on_sent is not None:
+            if on_clock is not None:
                 try:
-                    on_sent()
-                except (EOFError, BrokenPipeError):
-                    raise  # the worker is gone: said below
-                except BaseException:  # the worker waits on what was not sent: never reused
+                    on_clock()
+                except BaseException:  # its pages half written: never reused
                     self.close()
                     raise
+            self.proc.stdin.write(frame)
+            self.proc.stdin.flush()
             deadline = time.monotonic() + limit  # the call's clock starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)
@@ -277,7 +271,6 @@ def _serve(spec: str) -> None:
     os.dup2(devnull, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = child.Server(spec)
-    server.go = lambda: proto_in.read(1)  # a posting's byte (flashbench.timed.placed)
     proto_out.write(_pack({"ready": True}))  # the user's module is imported on first call
     proto_out.flush()
     while True:

@@ -4,9 +4,9 @@ This process makes the pool (:func:`~flashbench.measure.workerpool.harness_pool`
 worker (:class:`flashbench.backends.timedserver.TimedServer`) maps it for its warm-up
 (``prepare``, :mod:`flashbench.timed.shared`), readies the calls (``stage``, outside the
 clock) and runs them (``run``). On a CPU this process posts each call's inputs once the
-run request is sent, the clock running (:mod:`flashbench.timed.placed`; a backward's q, k,
-v before its stage); on a GPU the worker copies them in from the pages before the stage
-(``fill``). The clock that counts is this process's:
+run request's clock has started, before it is sent (:mod:`flashbench.timed.placed`; a
+backward's q, k, v before its stage); on a GPU the worker copies them in from the pages
+before the stage (``fill``). The clock that counts is this process's:
 a request's round trip, less the median empty round trip (``null``), over its calls; the
 worker's own figure is a cross-check (less: **clock tampered**). Read from /proc here: a
 thread newer than the warm-up that works after a reply (**thread left running**), the
@@ -75,10 +75,10 @@ class _Clocked:
         self.mail = None  # the pages it maps, where a CPU worker's inputs are posted
         self.start = 0  # the first argument a run posts (a backward's dO: its last)
 
-    def ask(self, calls: int = 1, on_reply=None, most_bytes=None, on_sent=None,
+    def ask(self, calls: int = 1, on_reply=None, most_bytes=None, on_clock=None,
             **request) -> tuple:
         """(round trip, s, on this process's clock; the reply); the time limit: ``calls``
-        x the per-call limit, + 2 (``on_reply``, ``most_bytes``, ``on_sent``: the
+        x the per-call limit, + 2 (``on_reply``, ``most_bytes``, ``on_clock``: the
         worker's call's)."""
         from flashbench.backends.tensors import BackendFailed
         from flashbench.backends.worker import OverLimit, set_time_limit, time_limit
@@ -87,7 +87,7 @@ class _Clocked:
         allowed = min(86400.0, self.limit * (calls + 2))
         set_time_limit(allowed)
         try:
-            reply = self.worker.call(request, on_reply, most_bytes, on_sent)
+            reply = self.worker.call(request, on_reply, most_bytes, on_clock)
             return self.worker.round_trip_s, reply
         except OverLimit:
             raise BackendFailed(  # the limit as the user gave it, not the request's
@@ -98,9 +98,10 @@ class _Clocked:
             set_time_limit(saved)
 
     def posting(self, slots: list, pool: Pool, start: int, k: int) -> dict:
-        """The request's fields and ``on_sent`` posting the slots' arguments [start:] once
-        it is sent (:mod:`flashbench.timed.placed`), padded to ``k`` slots with contents the
-        worker has seen, so that every request copies as many bytes (none: not posting)."""
+        """The request's fields and ``on_clock`` posting the slots' arguments [start:] once
+        its clock has started, before it is sent (:mod:`flashbench.timed.placed`), padded
+        to ``k`` slots with contents the worker has seen, so that every request copies as
+        many bytes (none: not posting)."""
         if self.mail is None:
             return {}
         seen = [i for i in dict.fromkeys(pool.upcoming(pool.size) + list(range(pool.size)))
@@ -109,8 +110,7 @@ class _Clocked:
 
         def send():
             post(self.mail, slots, pool.slots, start)
-            self.worker.go()
-        return {"on_sent": send, "posted": slots, "start": start}
+        return {"on_clock": send, "posted": slots, "start": start}
 
     def null(self, pool: Pool, k: int, **request) -> float:
         """An empty request's round trip; where inputs are posted, k slots' worth, those the
@@ -134,10 +134,10 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     """Up to k calls (never past a refill, nor from returning contents into new ones):
     their new contents made here, staged, a backward's dO drawn after the stage
     (:meth:`Pool.arm`), run: (the run's round trip, the worker's own time of each call).
-    On a CPU (``w.mail``) the calls' inputs are posted once the run request is sent, the
-    clock running (:mod:`flashbench.timed.placed`; a backward's q, k, v before its stage,
-    which runs the forward); elsewhere written into the pages (the worker stopped) and
-    copied in by the worker's fills. The worker's CPU over the fills, the stage and the
+    On a CPU (``w.mail``) the calls' inputs are posted once the run request's clock has
+    started, before it is sent (:mod:`flashbench.timed.placed`; a backward's q, k, v
+    before its stage, which runs the forward); elsewhere written into the pages (the worker
+    stopped) and copied in by the worker's fills. The worker's CPU over the fills, the stage and the
     run, into ``cpu``; whether the contents were new, onto ``new``; each call's content
     seed onto ``seeds``, its output's sums at the reply onto ``said``."""
     if watch is not None:

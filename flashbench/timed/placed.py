@@ -1,16 +1,16 @@
-"""A CPU worker's call inputs posted after its run request, the clock running
+"""A CPU worker's call inputs posted inside the run request's clock
 (:mod:`flashbench.measure.speedworker`). The harness makes each content in its own memory;
-it sends the run request, then copies the calls' inputs into the pages the worker maps
-(:func:`post`, by ``ctypes.memmove``: no thread pool woken) and sends one byte (``go``); the
-worker waits for that byte, copies the inputs into its own buffers and makes the calls. An
-empty request posts as many bytes (the last run's contents, seen already) and the worker
-copies them the same way, so the posting and the copies cancel in the round trips' difference.
-Before, the contents were written and copied in (``fill``) and the calls readied (``stage``)
-before the run: a thread kept since the warm-up attended each content there and the timed
-calls looked the outputs up (a red-team probe, 2026-12-06: PASS, 16x over its honest twin,
-33 of 33 calls precomputed). Stopping the worker across the post instead (SIGSTOP, its
-inputs written through ``/proc/<pid>/mem``, SIGCONT once the request was sent) cost an honest
-2-thread kernel 2-4x at 0.3 ms a call here: its OpenMP pool woke slowly from the stop. The
+it starts the clock, copies the calls' inputs into the pages the worker maps (:func:`post`,
+by ``ctypes.memmove``: no thread pool woken) and sends the run request; the worker, waiting
+on its pipe all along, copies them into its own buffers and makes the calls. An empty
+request posts as many bytes (contents seen already) and the worker copies them the same
+way, so the posting and the copies cancel in the round trips' difference. A byte sent
+after the copies instead (the request first) woke the worker twice: the harness, preempted
+by it, waited for a CPU while the calls ran. Before, the contents were written and copied
+in (``fill``) and the calls readied (``stage``) before the run: a kept thread attended each
+content there (a red-team probe, 2026-12-06: PASS, 16x over its honest twin). Stopping the
+worker across the post instead (SIGSTOP, SIGCONT once the request was sent) cost an honest
+2-thread kernel 2-4x at 0.3 ms a call: its OpenMP pool woke slowly from the stop. The
 harness reads the inputs back from the worker's buffers at the reply (:class:`Places`).
 """
 
