@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -125,6 +127,42 @@ def test_a_kept_thread_never_attends_a_new_content_before_the_clock(kernels, cap
     # runs: the calls on it found nothing precomputed, and their zeros fail the row
     assert rc == 1 and cheat["status"] == "FAIL", cheat
     assert guard.WRONG in cheat["failures"], cheat["failures"]
+    # k no more than a request of its pool holds (10 samples: 3 slots, 2 calls a request):
+    # empty requests padded to more posted calls only added their copies' noise
+    assert 1 <= honest["calls_per_request"] <= 2, honest["calls_per_request"]
+
+
+def test_inputs_are_posted_on_the_clock_before_the_request_goes_out(kernels, monkeypatch):
+    """The clock starts, the inputs are posted, then the request is written: one wake-up
+    of the worker, which waits on its pipe all along (a byte sent after the posting woke it
+    twice, and the harness it preempted waited for a CPU while the calls ran)."""
+    from flashbench.backends import worker as workers
+
+    order, real = [], time.perf_counter
+
+    class Pipe:  # the worker's stdin, each write said
+        def __init__(self, pipe):
+            self.pipe = pipe
+
+        def write(self, data):
+            order.append("request")
+            return self.pipe.write(data)
+
+        def __getattr__(self, name):  # flush, close: the pipe's own
+            return getattr(self.pipe, name)
+
+    w = workers.Worker("fbplaced:honest")
+    try:
+        w.call({"op": "null"})  # started, its module loaded
+        w.proc.stdin = Pipe(w.proc.stdin)
+        with monkeypatch.context() as m:
+            m.setattr(workers, "time", SimpleNamespace(
+                perf_counter=lambda: (order.append("clock"), real())[1],
+                monotonic=time.monotonic, sleep=time.sleep))
+            w.call({"op": "null"}, on_clock=lambda: order.append("posted"))
+    finally:
+        w.close()
+    assert order[:3] == ["clock", "posted", "request"], order
 
 
 def test_a_worker_that_names_false_buffers_fails_by_name(kernels, capsys, monkeypatch):

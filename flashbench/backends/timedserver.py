@@ -220,8 +220,9 @@ class TimedServer:
         and in an empty request alike. Then, on a CPU, this CPU yielded once, in every run
         and empty request: the harness, preempted as the request woke this process, runs
         to its wait on the reply (before, it waited for a CPU while the calls ran and took
-        one mid-call: an honest 2-thread sdpa's own clock read 12% slower posted than
-        filled at 1x4x512x64 fp32, 8 alternating runs; yielding, 0.995x against 1.004x)."""
+        one mid-call: an honest 2-thread sdpa's own clock read 1.12x torch's in-process row
+        posted, 1.01x filled, at 1x4x512x64 fp32, 8 alternating runs; yielding, 0.99x
+        against 1.02x: studies/posting_price)."""
         if r.get("posted") is not None:
             for i in r["posted"]:
                 self._load_slot(i, r.get("start", 0), None)

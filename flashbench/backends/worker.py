@@ -193,7 +193,7 @@ class Worker:
                     raise
             self.proc.stdin.write(frame)
             self.proc.stdin.flush()
-            deadline = time.monotonic() + limit  # the call's clock starts once it is sent
+            deadline = time.monotonic() + limit  # its time limit starts once it is sent
             fd = self.proc.stdout.fileno()
             head = _read(fd, _HEADER.size, deadline)
             size = None if head is None else _HEADER.unpack(head)[0]
