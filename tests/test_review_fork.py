@@ -518,11 +518,18 @@ def test_a_side_that_blinds_the_watch_and_shaves_its_samples_is_clock_tampered(
                             samples=2)
     finally:
         w.stop()
-    assert pair["status"] == "failed" and pair["side"] == ("head" if process == "request"
-                                                            else pair["side"]), pair
-    assert "clock tampered" in pair["reason"] and "under 0.8x in all 11 tries" in pair["reason"]
-    assert honest["status"] == "failed" and "clock tampered" in honest["reason"], honest
-    assert honest["side"] == "head" or process == "one"  # it does so every time
+    # never measured; on a machine loaded enough that the side's waits for a CPU
+    # (schedstat) would explain its short claims, "busy" (not measured here, never passed:
+    # forklane.confirmed): seen once in 4 test runs for the second pair, 2026-12-06
+    verdicts = [pair, honest]
+    assert all(v["status"] in ("failed", "busy") for v in verdicts), verdicts
+    assert all("waits for a CPU (schedstat)" in v["reason"] for v in verdicts
+               if v["status"] == "busy"), verdicts
+    tampered = [v for v in verdicts if v["status"] == "failed"]
+    assert tampered, verdicts  # named at least once, however busy the machine
+    for v in tampered:
+        assert "clock tampered" in v["reason"] and "under 0.8x in all 11 tries" in v["reason"]
+    assert all(v["side"] == "head" for v in verdicts) or process == "one"  # every time
 
 
 def test_a_side_whose_import_starts_a_thread_in_the_worker_is_refused(tmp_path, monkeypatch):
