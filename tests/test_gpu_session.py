@@ -114,8 +114,8 @@ def test_dry_run_walks_every_phase(tmp_path):
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # records each call's arguments, one JSON list a line; runs nothing
-"$REAL_PYTHON" -c 'import json, sys; open(sys.argv[1], "a").write(json.dumps(sys.argv[2:]) + "\\n")' \\
-  "$FAKE_LOG" "$@"
+"$REAL_PYTHON" -c 'import json, os, sys; open(sys.argv[1], "a").write(json.dumps(sys.argv[2:] \\
+  + ["POSTING=" + os.environ.get("FLASHBENCH_GPU_POSTING", "")]) + "\\n")' "$FAKE_LOG" "$@"
 """
 
 
@@ -138,7 +138,7 @@ def test_the_device_speed_runs_are_commands_flashbench_takes(tmp_path, monkeypat
                             "FAKE_LOG": str(log)})
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.findall(r"^(\w+): exit 0", r.stdout, re.M) == [
-        "fwd", "fp8", "fwdbwd", "decode", "softcap", "varlen", "dsinks"]
+        "fwd", "fwd_posted", "fp8", "fwdbwd", "decode", "softcap", "varlen", "dsinks"]
 
     class Reached(Exception):
         pass
@@ -149,8 +149,10 @@ def test_the_device_speed_runs_are_commands_flashbench_takes(tmp_path, monkeypat
     monkeypatch.setattr(speed, "_timed", reached)
     monkeypatch.setattr(run, "run_check", reached)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
+    posting = [c.pop() for c in calls]  # FLASHBENCH_GPU_POSTING: the fwd_posted run's alone
+    assert posting.count("POSTING=1") == 1 and posting.count("POSTING=") == len(calls) - 1
     commands = [c[2:] for c in calls if c[:2] == ["-m", "flashbench.cli"]]
-    assert len(commands) == 7
+    assert len(commands) == 8
     for argv in commands:
         args = build_parser().parse_args(argv)
         with pytest.raises(Reached):

@@ -4,6 +4,9 @@
 #   fwd     2x16x2048x128 bf16, causal and not: triton, sdpa-flash, sdpa-cudnn, and the same
 #           triton and sdpa-flash as a user's kernels (tools/gpu/userkernels.py: a worker
 #           process, the harness's clock less the empty requests', the worker's L2 flush)
+#   fwd_posted  sdpa-flash and the user's again, the user's inputs posted inside the clock
+#           (FLASHBENCH_GPU_POSTING=1, flashbench.timed.placed: a CPU's default, untried on
+#           a GPU): the price of posting there, the user row over sdpa-flash against fwd's
 #   fp8     the same shape in e4m3 on triton-fp8: the % peak against the fp8 matmul peak
 #   fwdbwd  forward + backward, causal: triton, sdpa-flash, and sdpa-flash as a user's
 #   decode  a paged GQA cache of 8 sequences, 256 to 32768 keys, on the decode backends
@@ -63,6 +66,10 @@ echo "precompile: $(( $(date +%s) - t0 ))s"
 S=2x16x2048x128
 run fwd --shape $S --dtype bf16 --causal both --backend triton --backend sdpa-flash \
   --backend sdpa-cudnn --backend "$U:triton" --backend "$U:sdpa_flash"
+# the user's sdpa-flash again, its inputs posted inside the clock as on a CPU (the fills
+# before the stage are a GPU's default): its ratio to sdpa-flash against fwd.json's
+FLASHBENCH_GPU_POSTING=1 run fwd_posted --shape $S --dtype bf16 --causal both \
+  --backend sdpa-flash --backend "$U:sdpa_flash"
 run fp8 --shape $S --dtype fp8 --backend triton-fp8
 run fwdbwd --shape $S --dtype bf16 --causal on --pass fwdbwd --backend triton \
   --backend sdpa-flash --backend "$U:sdpa_flash"
