@@ -1,4 +1,4 @@
-"""Study: what does posting a CPU worker's inputs after its run request cost an honest
+"""Study: what does posting a CPU worker's inputs inside its run request's clock cost an honest
 user's kernel, against the fills it replaced? (issue 35)
 
 Question: an honest 2-thread sdpa, as a user's kernel (`--backend mod:fn` in its worker),

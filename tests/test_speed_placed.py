@@ -1,7 +1,7 @@
-"""A CPU worker's inputs are posted after its run request is sent, the clock running
-(issue 35, :mod:`flashbench.timed.placed`): the harness makes each content in its own
-memory, copies it into the pages the worker maps once the request is out, and the worker
-copies it in on the harness's byte. Before, a thread kept since the warm-up computed each
+"""A CPU worker's inputs are posted inside its run request's clock (issue 35,
+:mod:`flashbench.timed.placed`): the harness makes each content in its own memory, starts
+the clock, copies it into the pages the worker maps and sends the request, and the worker
+copies it in. Before, a thread kept since the warm-up computed each
 new content while the worker copied it in (``fill``) and readied its calls (``stage``), and
 the timed calls looked the outputs up: PASS, 16x over its honest twin, 33 of 33 calls
 served (a red-team probe, 2026-12-06)."""

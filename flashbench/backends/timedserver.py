@@ -18,7 +18,7 @@ from flashbench.timed import commit, guard, threads  # clocks captured before an
 
 __all__ = ["TimedServer"]
 
-# before any kernel's module loads (Server._load_slot, _collect): a kernel may rebind any
+# before any kernel's module loads (_load_slot, _collect): a kernel may rebind any
 # of these names (a module that set torch.equal to say True wrote into k unseen)
 _MEMMOVE, _COPY, _EQUAL = ctypes.memmove, torch.Tensor.copy_, torch.equal
 _PLAIN = getattr(torch._C, "DisableTorchFunction", None)  # no __torch_function__ mode either
@@ -47,8 +47,9 @@ class TimedServer:
         device synchronised before the reply; the harness times the round trip),
         ``collect``, ``null`` (the same round trip with no work) and ``fetch``. On a CPU the
         reply says where the worker's own buffers lie (``places``: per slot, per argument,
-        [address, bytes]; the harness reads them back), and a run's inputs are posted after
-        its request (``posted``: :meth:`_take`, :mod:`flashbench.timed.placed`)."""
+        [address, bytes]; the harness reads them back), and a run's inputs are posted with
+        its request, the harness's clock running (``posted``: :meth:`_take`,
+        :mod:`flashbench.timed.placed`)."""
         from flashbench.timed.attention import NoBackward, pass_call
         from flashbench.timed.shared import attach
 

@@ -138,9 +138,9 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
     On a CPU (``w.mail``) the calls' inputs are posted once the run request's clock has
     started, before it is sent (:mod:`flashbench.timed.placed`; a backward's q, k, v
     before its stage, which runs the forward); elsewhere written into the pages (the worker
-    stopped) and copied in by the worker's fills. The worker's CPU over the fills, the stage and the
-    run, into ``cpu``; whether the contents were new, onto ``new``; each call's content
-    seed onto ``seeds``, its output's sums at the reply onto ``said``."""
+    stopped) and copied in by the worker's fills. The worker's CPU over the fills, the
+    stage and the run, into ``cpu``; whether the contents were new, onto ``new``; each
+    call's content seed onto ``seeds``, its output's sums at the reply onto ``said``."""
     if watch is not None:
         watch.check()
     w.family = descendants(w.pid)  # a process it started before this request: read, stopped
