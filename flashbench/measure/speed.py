@@ -393,9 +393,8 @@ def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     if reply is not None:
         row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"]) + (
             f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
-            "before the kernel's module was imported, + 1 ms; on a GPU + its k L2 flushes and 2x "
+            "before the kernel's module was imported, + 1 ms; on a GPU + its k L2 flushes, 2x "
             "the harness's time to sum k outputs; on a CPU + 2 copies of k posted inputs at 4x "
-            "the harness's copy rate)"
-            if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
+            "the harness's copy rate)" if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
         row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
     return row
