@@ -108,6 +108,28 @@ def _busy(report: dict) -> set:
             and r.outside_cpus is not None and r.outside_cpus > limit}
 
 
+# a user's row whose median a call is over this many times its worker's own: the round trip
+# to its worker is a visible part of its time (docs/speed.md, "The worker's path costs")
+ROUND_TRIP_SHARE = 1.25
+
+
+def _unlike(r, rows) -> str | None:
+    """A note where a user's kernel's speedup is against a row timed in this process while
+    its own time a call reads over :data:`ROUND_TRIP_SHARE` x its worker's own clock: the
+    round trip to the worker (its jitter, the worker's wake-up) weighs in the ratio."""
+    base = next((b for b in rows if b.case == r.case and b.backend == r.baseline), None)
+    if (r.worker_median_s is None or not r.median_s or r.speedup is None or base is None
+            or base.worker_median_s is not None
+            or r.median_s <= ROUND_TRIP_SHARE * r.worker_median_s):
+        return None
+    return (f"{r.backend} on {r.case}: its {r.median_s * 1e3:.3g} ms a call is "
+            f"{r.median_s / r.worker_median_s:.2g}x its worker's own clock: at calls this "
+            "short the round trip to its worker is part of its time, and its speedup "
+            f"against {r.baseline} (timed in this process) is not like for like; give the "
+            "peer as a user's kernel too (--backend mod:fn --baseline mod:fn) or raise "
+            "--samples (more calls a request)")
+
+
 def render_text(report: dict) -> str:
     m = report["meta"]
     roof = m["roofline"]
@@ -148,6 +170,9 @@ def render_text(report: dict) -> str:
                          "worker's own "
                          f"clock says {r.worker_median_s * 1e3:.3g} ms a call (median; a "
                          "cross-check only)")
+        unlike = _unlike(r, report["rows"])
+        if unlike is not None:
+            notes.append(unlike)
     clocks = sorted({r.clock for r in report["rows"] if r.clock and r.worker_median_s is None})
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
