@@ -223,29 +223,3 @@ def test_the_harness_reads_another_process_inputs_back():
         child.kill()
         child.wait()
 
-
-def test_each_run_follows_a_warm_request_that_kept_the_worker_busy(kernels, capsys,
-                                                                  monkeypatch):
-    """On a CPU the worker's threads are kept busy just before each run request, outside its
-    clock (TimedServer._warm): idle between requests, a worker's CPUs slept, and an honest
-    0.27 ms sdpa read 0.5-4.2 ms a call on its own clock, 2.8-15x torch's row (docs)."""
-    from flashbench.backends import worker as workers
-
-    ops, real = [], workers.Worker.call
-
-    def call(self, request, *args, **kwargs):
-        reply = real(self, request, *args, **kwargs)
-        ops.append((request.get("op"), self.round_trip_s))
-        return reply
-
-    monkeypatch.setattr(workers.Worker, "call", call)
-    rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--causal", "off",
-                     "--only", "fbplaced:honest")
-    assert rc == 0 and rows["fbplaced:honest"]["status"] == "PASS", rows
-    names = [op for op, _ in ops]
-    runs = [i for i, op in enumerate(names) if op == "run"]
-    assert len(runs) >= 10, names
-    assert all(names[i - 1] == "warm" for i in runs), names
-    warm = [rt for op, rt in ops if op == "warm"]
-    assert min(warm) >= speedworker.WARM_S, warm  # deadline-bound on the worker's clock
-    assert names.count("warm") == len(runs), names  # never before an empty request

@@ -20,7 +20,7 @@ __all__ = ["TimedServer"]
 
 # before any kernel's module loads (_load_slot, _collect): a kernel may rebind any
 # of these names (a module that set torch.equal to say True wrote into k unseen)
-_MEMMOVE, _COPY, _EQUAL, _ADD = ctypes.memmove, torch.Tensor.copy_, torch.equal, torch.add
+_MEMMOVE, _COPY, _EQUAL = ctypes.memmove, torch.Tensor.copy_, torch.equal
 _PLAIN = getattr(torch._C, "DisableTorchFunction", None)  # no __torch_function__ mode either
 
 
@@ -230,26 +230,6 @@ class TimedServer:
             self._sync()
         if self.device.type == "cpu":
             os.sched_yield()
-
-    def _warm(self, r: dict) -> dict:
-        """On a CPU, torch's threads kept busy for ``r["s"]`` seconds (at most 0.05) just
-        before a run request, outside its clock (no input of its calls is here yet: they
-        are posted with it): a vector add over torch's pool, again and again. Idle between
-        requests (the harness's refills, fills and checks; its pauses), a worker's CPUs went
-        to sleep, and a 2-thread call's first milliseconds after that ran slow: an honest
-        0.27 ms sdpa read 0.5-4.2 ms a call on its worker's own clock, 2.8-15x torch's row,
-        warmed 0.32-0.37 ms, 1.7-2.7x (6 runs alternating, 2026-12-06, docs/speed.md)."""
-        t = self.timing
-        if self.device.type != "cpu" or t is None:
-            return {}
-        if t.get("warm") is None:
-            n = 2**15 * max(8, 2 * torch.get_num_threads())
-            t["warm"] = (torch.ones(n), torch.empty(n))
-        x, out = t["warm"]
-        end = guard._PERF() + min(float(r.get("s", 0.0)), 0.05)
-        while guard._PERF() < end:
-            _ADD(x, x, out=out)
-        return {}
 
     def _null(self, r: dict) -> dict:
         """An empty request; ``flushes``: the L2 flushes (each synchronised) a run request

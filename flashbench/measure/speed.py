@@ -25,9 +25,8 @@ from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofl
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
 __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "roofline_floor",
-           "fp8_peak_tflops", "row_from", "lse_fault", "FLOOR_MARGIN",
-           "CHECK_ROWS", "checked_rows", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER",
-           "worker_row"]
+           "fp8_peak_tflops", "row_from", "lse_fault", "FLOOR_MARGIN", "CHECK_ROWS",
+           "checked_rows", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
 CHECK_ROWS = 8  # query rows per input checked against the float64 reference
@@ -343,8 +342,8 @@ class SpeedRow:
     peak: str | None = None  # which measured peak % peak and the floor are of
     worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
     calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
-    # torch's own attention (Backend.peer): its FAIL is information, as in check, and not
-    # the run's verdict (torch-naive's S rounded twice in bf16 failed 1 run in 12)
+    null_s: float | None = None  # a user kernel: its empty request's median round trip
+    # torch's own attention (Backend.peer): its FAIL is information, not the run's verdict
     peer: bool = False
     # CPUs that processes outside the run kept busy on average while it was timed (/proc)
     outside_cpus: float | None = None
@@ -396,5 +395,6 @@ def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
             "before the kernel's module was imported, + 1 ms; on a GPU + its k L2 flushes, 2x "
             "the harness's time to sum k outputs; on a CPU + 2 copies of k posted inputs at 4x "
             "the harness's copy rate)" if math.isfinite(reply.get("null_cap_s", math.inf)) else "")
-        row.worker_median_s, row.calls_per_request = reply["own_median_s"], reply["k"]
+        row.worker_median_s, row.calls_per_request, row.null_s = (
+            reply["own_median_s"], reply["k"], reply["null_s"])
     return row

@@ -40,13 +40,14 @@ __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
 NULLS_UNDER = 10  # ... and this many empty requests' round trips (their noise is then small)
-MAX_K, WARM_S = 64, 5e-3
+MAX_K = 64
 SETTLES = 3  # idle pauses after random run requests (and one after the last)
 CONFIRM = 20  # requests more, at most, before a suspected clock is called tampered
 NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its first + 1 ms
 # the row's times are its requests on new contents alone (a content memo padded to 0.6x the
-# roofline floor read as its hits' time on returning ones: PASS, 2x over sdpa, a probe,
-# 2026-12-05); returning ones are judged against the floor; at most NEW_TRIES x samples in all
+# roofline floor read as its hits' time on returning contents: PASS, 2x over sdpa, a probe,
+# 2026-12-05); those on returning contents are judged against the floor; at most NEW_TRIES
+# x samples requests in all
 NEW_TRIES = 4
 REPLY_BYTES = 2**20  # a run's reply (where its outputs lie, or their sums) is read up to this
 
@@ -170,9 +171,8 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         if mail is None:
             w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
-    if w.reader is not None:  # a CPU: its threads busy till the request (TimedServer._warm)
-        w.ask(op="warm", s=WARM_S)
-    # on a GPU k L2 flushes and k outputs summed, as an empty request's; on a CPU read at once
+    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
+    # outputs read from the worker's memory at once (timed.commit.MemoryReader)
     try:  # a CPU worker stopped as its reply's last byte arrives, before it is parsed
         rt, reply = w.ask(len(slots), None if w.reader is None else w.reader.stop, REPLY_BYTES,
                           op="run", flushes=k, sums=w.pad, where=bool(w.reader),
