@@ -222,4 +222,3 @@ def test_the_harness_reads_another_process_inputs_back():
     finally:
         child.kill()
         child.wait()
-
