@@ -27,10 +27,34 @@ def test_json_rows_carry_times_throughput_and_verdicts(capsys):
         assert r["speedup"] is not None and r["baseline"] in ("torch-naive", "torch-sdpa")
     fastest = min(timed[:2], key=lambda r: r["median_s"])
     assert fastest["speedup"] == 1.0
+    for r in timed:  # every other row's speedup with its interval around it
+        ci = r["speedup_ci"]
+        assert (ci is None) == (r["backend"] == r["baseline"]), r
+        assert ci is None or ci[0] <= r["speedup"] <= ci[1], r
     triton = [r for r in report["rows"] if r["backend"] == "triton"]
     assert all(r["status"] == "not timed" and r["median_s"] is None for r in triton)
     assert any("interpreter" in (r["reason"] or "") or "triton" in (r["reason"] or "")
                for r in triton)
+
+
+def test_a_speedups_interval_covers_one_for_twins_and_excludes_it_two_times_apart():
+    """The speedup's interval (speedrun.speedup_interval): the bootstrap's percentile
+    interval of the ratio of the rows' medians, the same for the same times; 1 inside it for
+    two draws of one kernel's times, out of it for a kernel 2x slower; none without two
+    times a row or with a median of 0 s."""
+    import numpy as np
+
+    from flashbench.measure.speedrun import speedup_interval
+
+    rng = np.random.default_rng(7)
+    a, b = (list(1e-3 * rng.lognormal(0, 0.1, 10)) for _ in range(2))
+    twins = speedup_interval(a, b)
+    assert twins[0] < 1 < twins[1] and twins == speedup_interval(a, b)
+    slower = speedup_interval(a, [2 * x for x in b])
+    assert slower[0] < 0.5 < slower[1] < 1, slower  # the true ratio in, 1 out
+    assert speedup_interval(a, b[:1]) is None and speedup_interval(a, [0.0] * 10) is None
+    wide = speedup_interval(a, list(1e-3 * rng.lognormal(0, 1.0, 10)))
+    assert wide[1] / wide[0] > (twins[1] / twins[0]) ** 2  # a scattered row: a wide interval
 
 
 def test_text_names_the_clock_the_peak_and_the_verdict(capsys):

@@ -144,7 +144,9 @@ def render_text(report: dict) -> str:
              "peak (TFLOP/s of the matmul each dtype's rows are judged against, named below): "
              + ", ".join(f"{d} {v:.3g}" for d, v in roof["matmul_tflops"].items())
              + f"; copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
-             f"speedup: against {m['baseline']}", "",
+             f"speedup: against {m['baseline']}: its median time a call over the row's, and "
+             "(low-high) its 95% interval (scipy.stats.bootstrap, percentile, each row's timed "
+             "calls resampled; the calls' scatter, not a rerun's)", "",
              "| case | backend | verdict | median ms | p10-p90 ms | n | TFLOP/s | GB/s "
              "| % peak | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
@@ -154,6 +156,8 @@ def render_text(report: dict) -> str:
         lines.append(f"| {r.case} | {r.backend} | {r.status} | {_fmt(r.median_s, '', 1e3)} | "
                      f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
                      f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')}"
+                     + ("" if r.speedup_ci is None else
+                        f" ({_fmt(r.speedup_ci[0])}-{_fmt(r.speedup_ci[1], 'x')})")
                      + (" (busy)" if r.speedup is not None and busy & {
                          (r.case, r.backend), (r.case, r.baseline)} else "") + " |")
         if (r.case, r.backend) in busy:

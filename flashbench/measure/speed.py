@@ -343,8 +343,8 @@ class SpeedRow:
     worker_median_s: float | None = None  # a user kernel: its worker's own clock (cross-check)
     calls_per_request: int | None = None  # a user kernel: calls per timed request (k)
     null_s: float | None = None  # a user kernel: its empty request's median round trip
-    # torch's own attention (Backend.peer): its FAIL is information, not the run's verdict
-    peer: bool = False
+    speedup_ci: list | None = None  # the speedup's 95% interval (speedrun.speedup_interval)
+    peer: bool = False  # torch's own attention: its FAIL is information, not the run's verdict
     # CPUs that processes outside the run kept busy on average while it was timed (/proc)
     outside_cpus: float | None = None
 

@@ -53,6 +53,8 @@ from flashbench.timed.commit import frozen
 from flashbench.timed.guard import Pool, l2_flusher, structural, timed_calls
 from flashbench.timed.pool import names_for
 
+# each speedup's interval (speedup_interval): its level, the bootstrap's resamples
+SPEEDUP_LEVEL, SPEEDUP_RESAMPLES = 0.95, 1999
 # the harness's own rows: other processes of the run may use 2 ticks + 5% of their time
 # (a worker's OpenMP threads spin a while after its last request)
 INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
@@ -62,7 +64,7 @@ INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
 OUTSIDE_CPUS = 0.1
 OUTSIDE_WALL = 0.5  # s: a shorter row is not judged (/proc/stat counts in 10 ms ticks)
 
-__all__ = ["time_backend", "run_speed", "OUTSIDE_CPUS"]
+__all__ = ["time_backend", "run_speed", "OUTSIDE_CPUS", "speedup_interval"]
 
 
 def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
@@ -200,6 +202,32 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
                                None if reply is None else reply["floor_samples_s"]), reply)
 
 
+def speedup_interval(base: list, mine: list, level: float = SPEEDUP_LEVEL) -> list | None:
+    """[low, high]: the speedup's interval at ``level``, scipy.stats.bootstrap's percentile
+    interval of the baseline's median time a call over this row's, each row's timed calls
+    resampled on their own (:data:`SPEEDUP_RESAMPLES`; a fixed generator: the same times
+    give the same interval). None with fewer than 2 times a row or a bound not finite (a
+    median of 0 s). The times of one row move together on a machine's slow stretch, which
+    no resampling sees: the interval is the calls' scatter, not the run-to-run one."""
+    import inspect
+
+    import numpy as np
+    from scipy import stats
+
+    if min(len(base), len(mine)) < 2:
+        return None
+    seed = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters
+            else "random_state": np.random.default_rng(0)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = stats.bootstrap((np.asarray(base, float), np.asarray(mine, float)),
+                              lambda a, b, axis: np.median(a, axis=axis)
+                              / np.median(b, axis=axis), vectorized=True, paired=False,
+                              n_resamples=SPEEDUP_RESAMPLES, confidence_level=level,
+                              method="percentile", **seed).confidence_interval
+    low, high = float(got.low), float(got.high)
+    return [low, high] if np.isfinite(low) and np.isfinite(high) else None
+
+
 def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRow | None:
     timed = [r for r in rows if r.status == "PASS"]
     if name is not None:
@@ -313,6 +341,8 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
         for r in case_rows:
             if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none
                 r.speedup, r.baseline = base.median_s / r.median_s, base.backend
+                if r is not base:
+                    r.speedup_ci = speedup_interval(base.samples_s, r.samples_s)
         rows += case_rows
     for r in rows:  # of the run's last peaks: a floor verdict may raise them mid-run (rows
         if r.peak_fraction is not None:  # judged before kept the older: two in one table)
