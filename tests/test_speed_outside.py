@@ -8,8 +8,10 @@ were watched, `interference`; the rest of the machine was not)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,12 +70,19 @@ def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
     own, reported = _cpu_of_child(0.4)
     assert own >= reported - 0.02 and reported > 0.05, (own, reported)  # 0.18 under load
     start = outside_cpu()
-    pids = _spinners(tmp_path, 1.2, orphans=True)
-    time.sleep(1.0)  # this process sleeps: the CPUs' busy time is (nearly) all the strangers'
-    used = outside_cpu(start)
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:  # still spinning, and no descendant of ours
-            assert int(f.read().rsplit(")", 1)[1].split()[1]) != os.getpid()
+    # they spin past the reading (a clean-clone CI run read a spinner of 1.2 s gone: its
+    # /proc/<pid>/stat missing), then are stopped
+    pids = _spinners(tmp_path, 30.0, orphans=True)
+    try:
+        time.sleep(1.0)  # this process sleeps: the CPUs' busy time is (nearly) the strangers'
+        used = outside_cpu(start)
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:  # still spinning, and no descendant of ours
+                assert int(f.read().rsplit(")", 1)[1].split()[1]) != os.getpid()
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert used is not None and used > 0.5, used
 
 
