@@ -144,9 +144,9 @@ def render_text(report: dict) -> str:
              "peak (TFLOP/s of the matmul each dtype's rows are judged against, named below): "
              + ", ".join(f"{d} {v:.3g}" for d, v in roof["matmul_tflops"].items())
              + f"; copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
-             f"speedup: against {m['baseline']}: its median time a call over the row's, and "
-             "(low-high) its 95% interval (scipy.stats.bootstrap, percentile, each row's timed "
-             "calls resampled; the calls' scatter, not a rerun's)", "",
+             f"speedup: the median time a call of {m['baseline']} over the row's, then (low-high) "
+             "its 95% interval (scipy.stats.bootstrap, percentile, each row's timed calls "
+             "resampled: the calls' scatter, not a rerun's)", "",
              "| case | backend | verdict | median ms | p10-p90 ms | n | TFLOP/s | GB/s "
              "| % peak | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
