@@ -222,3 +222,31 @@ def test_the_harness_reads_another_process_inputs_back():
     finally:
         child.kill()
         child.wait()
+
+
+def test_each_run_and_empty_request_follows_a_warm_request(kernels, capsys, monkeypatch):
+    """On a CPU the worker's threads are kept busy just before each run and each empty
+    request, outside their clock (TimedServer._warm): idle between requests a worker's CPUs
+    slept, and an honest 0.27 ms sdpa read a median 13x torch's row (docs/speed.md)."""
+    from flashbench.backends import worker as workers
+
+    ops, real = [], workers.Worker.call
+
+    def call(self, request, *args, **kwargs):
+        reply = real(self, request, *args, **kwargs)
+        ops.append((request.get("op"), self.round_trip_s))
+        return reply
+
+    monkeypatch.setattr(workers.Worker, "call", call)
+    rc, rows = _rows(capsys, "--shape", "1x2x64x32", "--causal", "off",
+                     "--only", "fbplaced:honest")
+    row = rows["fbplaced:honest"]
+    assert rc == 0 and row["status"] == "PASS", rows
+    assert "threads kept busy 5 ms before each" in row["clock"], row["clock"]
+    names = [op for op, _ in ops]
+    timed = [i for i, op in enumerate(names) if op in ("run", "null")
+             and i > names.index("prepare")]  # the worker's own first empty ones: before it
+    assert names.count("run") >= 10 and all(names[i - 1] == "warm" for i in timed), names
+    assert names.count("warm") == len(timed), names
+    warm = [rt for op, rt in ops if op == "warm"]
+    assert min(warm) >= speedworker.WARM_S, warm  # deadline-bound on the worker's clock

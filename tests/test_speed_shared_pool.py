@@ -355,7 +355,7 @@ def test_a_long_warm_up_fills_no_new_contents_before_the_worker_maps_them():
     """Drawn from the pool, a warm-up of 25 calls on 16 slots started its second round:
     7 slots held new contents from before prepare, and the first requests timed as new ran
     on them (a review of this change)."""
-    from flashbench.measure.speedworker import warm_slots
+    from flashbench.measure.workerpool import warm_slots
 
     pool = harness_pool("1x2x16x16x8", "fp32", 16, 3)
     seeds = list(pool.seeds)

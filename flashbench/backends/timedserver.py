@@ -20,7 +20,7 @@ __all__ = ["TimedServer"]
 
 # before any kernel's module loads (_load_slot, _collect): a kernel may rebind any
 # of these names (a module that set torch.equal to say True wrote into k unseen)
-_MEMMOVE, _COPY, _EQUAL = ctypes.memmove, torch.Tensor.copy_, torch.equal
+_MEMMOVE, _COPY, _EQUAL, _ADD = ctypes.memmove, torch.Tensor.copy_, torch.equal, torch.add
 _PLAIN = getattr(torch._C, "DisableTorchFunction", None)  # no __torch_function__ mode either
 
 
@@ -230,6 +230,26 @@ class TimedServer:
             self._sync()
         if self.device.type == "cpu":
             os.sched_yield()
+
+    def _warm(self, r: dict) -> dict:
+        """On a CPU, torch's threads kept busy for ``r["s"]`` seconds (at most 0.05) just
+        before each run and empty request, outside their clock (no input of a run's calls is
+        here yet: they are posted with it): a vector add over torch's pool, again and again.
+        A worker idle between its requests lets its CPUs sleep, and on this virtual machine
+        a 2-thread call's first milliseconds after that ran slow: an honest sdpa as a user's
+        kernel read a median 13x torch's in-process row at 0.27 ms a call and 1.9x at 1.6
+        ms, kept busy 1.7x and 1.08x (runs alternating, 2026-12-06: docs/speed.md)."""
+        t = self.timing
+        if self.device.type != "cpu" or t is None:
+            return {}
+        if t.get("warm") is None:
+            n = 2**15 * max(8, 2 * torch.get_num_threads())
+            t["warm"] = (torch.ones(n), torch.empty(n))
+        x, out = t["warm"]
+        end = guard._PERF() + min(float(r.get("s", 0.0)), 0.05)
+        while guard._PERF() < end:
+            _ADD(x, x, out=out)
+        return {}
 
     def _null(self, r: dict) -> dict:
         """An empty request; ``flushes``: the L2 flushes (each synchronised) a run request

@@ -34,8 +34,9 @@ MIN_SAMPLES = 10
 # the clock a row's times were read from, as the row says it (forward, backward and decode)
 CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
 CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
-CLOCK_WORKER = ("the harness's host clock: each request's round trip to the kernel's worker "
-                "less the empty request's median ({null:.3g} s), over its calls (up to {k})")
+CLOCK_WORKER = ("the harness's host clock: each request's round trip to the kernel's worker less "
+                "the empty request's median ({null_s:.3g} s), over its calls (up to {k}){warm}")
+WARMED = "; its worker's threads kept busy 5 ms before each, outside the clock (awake)"
 
 
 @dataclass(frozen=True)
@@ -345,8 +346,7 @@ class SpeedRow:
     null_s: float | None = None  # a user kernel: its empty request's median round trip
     speedup_ci: list | None = None  # the speedup's 95% interval (speedrun.speedup_interval)
     peer: bool = False  # torch's own attention: its FAIL is information, not the run's verdict
-    # CPUs that processes outside the run kept busy on average while it was timed (/proc)
-    outside_cpus: float | None = None
+    outside_cpus: float | None = None  # CPUs kept busy outside the run while it was timed
 
 
 def interpreted(faults: dict) -> str:
@@ -390,7 +390,7 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
 def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     """A user kernel's row names the harness's clock, k, and the worker's own figure."""
     if reply is not None:
-        row.clock = CLOCK_WORKER.format(k=reply["k"], null=reply["null_s"]) + (
+        row.clock = CLOCK_WORKER.format_map({**reply, "warm": WARMED * bool(reply["warmed"])}) + (
             f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
             "before the kernel's module was imported, + 1 ms; on a GPU + its k L2 flushes, 2x "
             "the harness's time to sum k outputs; on a CPU + 2 copies of k posted inputs at 4x "

@@ -28,19 +28,21 @@ import numpy as np
 
 from flashbench.backends.strays import escaped, now_since_boot
 from flashbench.infra.cpuload import descendants, stat_cpu
-from flashbench.measure.workerjudge import COPY_FACTOR, clock_fault, judge_cpu
+from flashbench.measure import workerpool
+from flashbench.measure.workerjudge import COPY_FACTOR, clock_fault, judge_cpu, memo_fault
 from flashbench.measure.workerpool import copy_s_per_byte, harness_pool, nbytes, one_thread
 from flashbench.timed import commit
-from flashbench.timed.guard import CLOCK, MODIFIED, OUTSIDE, THREAD, Pool
+from flashbench.timed.guard import CLOCK, MEMO, MODIFIED, OUTSIDE, THREAD, Pool
 from flashbench.timed.placed import Places, PlacesRefused, post
 from flashbench.timed.threads import ThreadWatch
 
 __all__ = ["time_in_worker", "REQUEST_S", "MAX_K", "SETTLES", "NEW_TRIES", "cpu_s",
-           "warm_slots", "REPLY_BYTES"]
+           "REPLY_BYTES"]
 
 REQUEST_S = 1e-3  # a run request holds k calls, k chosen so that it lasts at least this
 NULLS_UNDER = 10  # ... and this many empty requests' round trips (their noise is then small)
 MAX_K = 64
+WARM_S = 5e-3  # a CPU worker's threads kept busy this long before each run request
 SETTLES = 3  # idle pauses after random run requests (and one after the last)
 CONFIRM = 20  # requests more, at most, before a suspected clock is called tampered
 NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its first + 1 ms
@@ -75,6 +77,7 @@ class _Clocked:
         self.places = None  # ... and its inputs read back (timed.placed.Places)
         self.mail = None  # the pages it maps, where a CPU worker's inputs are posted
         self.start = 0  # the first argument a run posts (a backward's dO: its last)
+        self.warming = False  # its threads kept busy before each run (a CPU's: _timed)
 
     def ask(self, calls: int = 1, on_reply=None, most_bytes=None, on_clock=None,
             **request) -> tuple:
@@ -116,7 +119,12 @@ class _Clocked:
     def null(self, pool: Pool, k: int, **request) -> float:
         """An empty request's round trip; where inputs are posted, k slots' worth, those the
         next run uses first (the last run's, hot in the worker's cache, read 0.06 ms less)."""
+        self.warm()  # as a run is: whatever its threads' spinning costs the clock cancels
         return self.ask(op="null", **self.posting([], pool, self.start, k), **request)[0]
+
+    def warm(self) -> None:
+        if self.warming:  # its threads awake when the request comes (TimedServer._warm)
+            self.ask(op="warm", s=WARM_S)
 
     def over_limit(self, runs: list, null: float) -> None:
         """BackendFailed where a request's calls took more than the per-call limit each
@@ -171,8 +179,8 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         if mail is None:
             w.ask(len(slots), op="fill", slots=slots, late=True)
         c4 = cpu_s(w.pid, w.family)
-    # on a GPU k L2 flushes, and k calls' outputs summed, as an empty request's; on a CPU the
-    # outputs read from the worker's memory at once (timed.commit.MemoryReader)
+    w.warm()
+    # on a GPU k L2 flushes and k outputs summed, as an empty request's; on a CPU read at once
     try:  # a CPU worker stopped as its reply's last byte arrives, before it is parsed
         rt, reply = w.ask(len(slots), None if w.reader is None else w.reader.stop, REPLY_BYTES,
                           op="run", flushes=k, sums=w.pad, where=bool(w.reader),
@@ -201,21 +209,6 @@ def _calls(w: _Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         cpu["pairs"] = cpu.get("pairs", 0) + 1
     seeds += [pool.seeds[i] for i in slots]  # after arm: a backward's (contents, dO)
     return rt, reply["own_s"]
-
-
-def _device() -> str:
-    """The device a kernel's worker runs on, as this process knows it (the worker picks
-    "cuda" where torch sees one: backends.child)."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def warm_slots(pool: Pool, warmup: int) -> list[int]:
-    """The slots of the warm-up's calls: the first contents in turn, the pool's order
-    untouched (drawn from it, a warm-up longer than the pool started its second round and
-    filled new contents before the worker mapped them, timed later as new)."""
-    return [i % pool.size for i in range(warmup)]
 
 
 def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samples: int,
@@ -252,12 +245,12 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     """:func:`time_in_worker`'s requests on ``pool``; ``packed``: a packed batch's lengths."""
     seeds: list = []  # each timed call's content seed, in order
     sums: list = []  # each call's output sums at its run's reply
-    warm = warm_slots(pool, warmup)
+    warm = workerpool.warm_slots(pool, warmup)
     ready = w.ask(warmup + 1, op="prepare", shared=shared.spec(), warmup=warm,
                   late=pool.late_n, names=list(pool.names), causal=causal,
                   direction=direction, variant=variant or {}, **packed)[1]
     shared.unlink()  # mapped by both: nothing else may open it
-    device = _device()  # the harness's own: a worker that said "cuda" on a CPU lifted the cap
+    device = workerpool.harness_device()  # the harness's own: a worker's word lifted the cap
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0,  # and the copies' cost here, per byte
            "copy_s_per_byte": copy_s_per_byte(nbytes(pool.slots[0]))}
@@ -266,6 +259,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     gpu = device == "cuda"
     w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
     w.reader = None if gpu else commit.MemoryReader.of(w.pid)
+    w.warming = w.reader is not None  # a CPU's: its threads awake at each run (TimedServer)
     if not gpu or os.environ.get("FLASHBENCH_GPU_POSTING") == "1":  # a GPU's: docs/gpu.md
         _mailbox(w, ready.get("places") if w.reader is not None else None, pool)
     nulls = [w.null(pool, 1, flushes=1) for _ in range(3)]
@@ -357,13 +351,14 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     cpu["null_wall"] = null  # what an empty request's own CPU may be, at most
     judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
-    why = clock_fault(clocked, claimed, nulls)
-    if why is not None:
-        faults.setdefault(CLOCK, why)
+    for name, why in ((CLOCK, clock_fault(clocked, claimed, nulls)),
+                      (MEMO, memo_fault(runs, new, null))):
+        if why is not None:
+            faults.setdefault(name, why)
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
             "outputs": outputs, "faults": faults, "device": device,
             "own_median_s": own_med, "k": k, "null_s": null, "null_cap_s": cap,
-            "interpreted": w.worker.interpreted()}
+            "interpreted": w.worker.interpreted(), "warmed": w.warming}
 
 
 def _mailbox(w: _Clocked, places, pool: Pool) -> None:

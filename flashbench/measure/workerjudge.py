@@ -1,7 +1,9 @@
 """What a user's kernel's worker did where it should not work, judged from the harness's
 readings (:mod:`flashbench.measure.speedworker`): its CPU over idle pauses, over the copies
 of its calls' inputs and over readying its calls (**work outside the timed call**), and its
-own clock against the harness's (**clock tampered**). Limits: docs/speed.md.
+own clock against the harness's (**clock tampered**), its requests on contents it had been
+given before against those on new ones (**faster on inputs seen before**). Limits:
+docs/speed.md.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ import numpy as np
 from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.timed.guard import OUTSIDE
 
-__all__ = ["clock_fault", "reading_noise", "staging_allowance", "judge_cpu", "COPY_FACTOR",
-           "CLOCK_RATIO"]
+__all__ = ["clock_fault", "memo_fault", "reading_noise", "staging_allowance", "judge_cpu",
+           "COPY_FACTOR", "CLOCK_RATIO", "MEMO_RATIO", "MEMO_P", "MEMO_PAIRS"]
 
 CLOCK_RATIO = 0.5  # the worker's own time under this x the harness's in every request: tampered
 # a worker's copies of its calls' inputs may cost this many times the harness's own copies
 # of as many bytes (read from another core's cache they cost ~2x: the decode case
 # 4x8/2x1x128:4096 fp32 copied at 7 GB/s): more is work hidden in the copies
 COPY_FACTOR = 4.0
+# a request on returning contents under this x the next on new ones in most pairs, at this
+# p of a sign test, over at least this many pairs: a memo's hits (memo_fault)
+MEMO_RATIO, MEMO_P, MEMO_PAIRS = 0.5, 0.05, 6
 
 
 def clock_fault(runs: list, own: list, nulls: list) -> str | None:
@@ -46,6 +51,43 @@ def clock_fault(runs: list, own: list, nulls: list) -> str | None:
                 f"over {n} call(s)) in the request where they agree best; under "
                 f"{CLOCK_RATIO:g}x in all {len(runs)} timed requests")
     return None
+
+
+def memo_fault(runs: list, new: list, null: float) -> str | None:
+    """Why the kernel memoises, or None: each request on contents it had been given before
+    (``new`` False; ``runs``: (round trip, calls), less ``null`` over the calls) against the
+    next request on new contents (a round hands out its returning contents, then its new
+    ones, so a pair shares a stretch of a busy machine), over at least :data:`MEMO_PAIRS`
+    pairs: the returning request under :data:`MEMO_RATIO` x its partner in more than half
+    the pairs, and such pairs outnumbering those the other way round (over 1 / MEMO_RATIO
+    x) by a one-sided sign test at p < :data:`MEMO_P` (scipy.stats.binomtest: an honest
+    kernel's two requests of a pair are alike, so either way is as likely, and a lone slow
+    request moves one pair). The row's time is its requests on new contents alone: a memo's
+    hits never make it faster; this names them where they land above half the roofline
+    floor (a worker's round trip on a loaded machine lifted a content memo's hits there)."""
+    waiting, pairs = [], []
+    for (rt, n), fresh in zip(runs, new, strict=True):
+        t = max(rt - null, 0.0) / n
+        if not fresh:
+            waiting.append(t)
+        elif waiting:
+            pairs.append((waiting.pop(0), t))
+    ratios = [max(a, 1e-9) / max(b, 1e-9) for a, b in pairs]
+    below = sum(r < MEMO_RATIO for r in ratios)
+    above = sum(r > 1 / MEMO_RATIO for r in ratios)
+    if len(pairs) < MEMO_PAIRS or not 2 * below > len(pairs):
+        return None
+    from scipy.stats import binomtest
+
+    p = float(binomtest(below, below + above, 0.5, alternative="greater").pvalue)
+    if not p < MEMO_P:
+        return None
+    hit, miss = (float(np.median([pair[i] for pair in pairs])) for i in (0, 1))
+    return (f"its requests on contents it had been given before took a median {hit:.3g} s a "
+            f"call, the next ones on new contents {miss:.3g} s: under {MEMO_RATIO:g}x in "
+            f"{below} of {len(pairs)} pairs, over {1 / MEMO_RATIO:g}x in {above} (the "
+            f"harness's clock, less the empty request's median; sign test p = {p:.2g}): "
+            "its outputs come from a memo")
 
 
 def reading_noise(pairs: int) -> float:

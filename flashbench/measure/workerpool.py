@@ -13,7 +13,8 @@ import numpy as np
 
 from flashbench.timed.guard import Pool
 
-__all__ = ["harness_pool", "copy_s_per_byte", "nbytes", "one_thread"]
+__all__ = ["harness_pool", "copy_s_per_byte", "nbytes", "one_thread", "harness_device",
+           "warm_slots"]
 
 
 def nbytes(args) -> int:
@@ -86,3 +87,18 @@ def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = 
         if direction == "bwd":
             late = do_maker(Shape.parse(shape), dtype, "cpu", "cpu")
     return Pool(make, size, seed, names_for(direction, varlen is not None), late=late)
+
+
+def harness_device() -> str:
+    """The device a kernel's worker runs on, as this process knows it (the worker picks
+    "cuda" where torch sees one: backends.child)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def warm_slots(pool: Pool, warmup: int) -> list[int]:
+    """The slots of the warm-up's calls: the first contents in turn, the pool's order
+    untouched (drawn from it, a warm-up longer than the pool started its second round and
+    filled new contents before the worker mapped them, timed later as new)."""
+    return [i % pool.size for i in range(warmup)]

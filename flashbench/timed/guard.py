@@ -29,7 +29,7 @@ from flashbench.timed.threads import joined, new_threads, thread_census
 
 __all__ = ["Pool", "Batch", "timed_calls", "structural", "tampered_clocks", "thread_census",
            "l2_flusher", "Kept", "L2_FLUSH_BYTES", "STALE", "WRONG", "LAZY", "ALIAS",
-           "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "MODIFIED", "CHECKS"]
+           "THREAD", "FLOOR", "CLOCK", "OUTSIDE", "MODIFIED", "MEMO", "CHECKS"]
 
 # the failure names a row carries (DESIGN.md, "Timed calls")
 STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
@@ -37,7 +37,8 @@ STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK = (
     "below the roofline floor", "clock tampered")
 OUTSIDE = "work outside the timed call"  # a worker's CPU or device busy while it idles
 MODIFIED = "modified its inputs in place"  # as check names it (backends.outputs)
-CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK, OUTSIDE, MODIFIED)
+MEMO = "faster on inputs seen before"  # a worker's requests on returning contents
+CHECKS = (STALE, WRONG, LAZY, ALIAS, THREAD, FLOOR, CLOCK, OUTSIDE, MODIFIED, MEMO)
 
 # captured at import, before any kernel's module is imported (the worker imports this first)
 _CLOCKS = {"time.perf_counter": (time, "perf_counter", time.perf_counter),
