@@ -4,6 +4,7 @@ and the harness believed them: ``liar`` (its worker's clock patched to run at 0.
 with 0.3x its time, and ``backlog`` (a thread started at import finishes each call after the
 reply) was caught only where its time fell below the roofline floor."""
 
+import statistics
 import sys
 import textwrap
 
@@ -438,20 +439,28 @@ def _busy(draw, spikes: int, n: int = 24):
 
 @settings(max_examples=100, deadline=None)
 @given(work=st.floats(2e-4, 0.05), honest=_busy(spikes=5), busy=_busy(spikes=2),
-       hit=st.floats(0.0, 0.3))
+       hit=st.floats(0.0, 0.3), pipe=st.lists(st.floats(0.5, 3), min_size=24, max_size=24),
+       tiny=st.floats(0, 2, exclude_max=True))
 def test_a_memo_is_told_from_a_busy_machine_by_returning_against_new_contents(
-        work, honest, busy, hit):
+        work, honest, busy, hit, pipe, tiny):
     """Requests on returning and new contents alternate by rounds, so a busy stretch falls on
     both kinds of a pair: an honest kernel is never named, however up to 5 lone slow
-    requests fall; a memo whose hits take ``hit`` x a miss's time is, through 2."""
+    requests fall, and no kernel is where its calls are lost in the pipe's noise (a
+    request's calls under 2 x the median empty round trip); a memo whose hits
+    take ``hit`` x a miss's time is, through 2, its requests as long as k makes them."""
     from flashbench.measure.workerjudge import memo_fault
 
-    null = 2e-4
+    nulls = [2e-4 * p for p in pipe]  # empty round trips, 0.5-3x their least
+    null = statistics.median(nulls)
     new = [i % 4 >= 2 for i in range(24)]  # a round: two requests returning, two new
-    assert memo_fault([(null + 4 * work * s, 4) for s in honest], new, null) is None
-    memo = [(null + 4 * work * (1 if fresh else hit) * s, 4)
+    assert memo_fault([(null + 4 * work * s, 4) for s in honest], new, nulls) is None
+    # calls within two empty round trips are not judged, however the pairs go
+    lost = [(null + tiny * null * fresh, 2) for fresh in new]
+    assert memo_fault(lost, new, nulls) is None
+    calls = max(4 * work, 10 * null)  # k calls last 10 empty round trips (speedworker)
+    memo = [(null + calls * (1 if fresh else hit) * s, 4)
             for fresh, s in zip(new, busy, strict=True)]
-    said = memo_fault(memo, new, null)
+    said = memo_fault(memo, new, nulls)
     assert said is not None and "of 12 pairs" in said, said
 
 

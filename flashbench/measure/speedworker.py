@@ -352,7 +352,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     judge_cpu(cpu, idle_wall, faults, direction, device)
     own_med = statistics.median(own)
     for name, why in ((CLOCK, clock_fault(clocked, claimed, nulls)),
-                      (MEMO, memo_fault(runs, new, null))):
+                      (MEMO, memo_fault(runs, new, nulls))):
         if why is not None:
             faults.setdefault(name, why)
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,

@@ -16,7 +16,7 @@ from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.timed.guard import OUTSIDE
 
 __all__ = ["clock_fault", "memo_fault", "reading_noise", "staging_allowance", "judge_cpu",
-           "COPY_FACTOR", "CLOCK_RATIO", "MEMO_RATIO", "MEMO_P", "MEMO_PAIRS"]
+           "COPY_FACTOR", "CLOCK_RATIO", "MEMO_RATIO", "MEMO_P", "MEMO_PAIRS", "MEMO_CLEAR"]
 
 CLOCK_RATIO = 0.5  # the worker's own time under this x the harness's in every request: tampered
 # a worker's copies of its calls' inputs may cost this many times the harness's own copies
@@ -26,6 +26,7 @@ COPY_FACTOR = 4.0
 # a request on returning contents under this x the next on new ones in most pairs, at this
 # p of a sign test, over at least this many pairs: a memo's hits (memo_fault)
 MEMO_RATIO, MEMO_P, MEMO_PAIRS = 0.5, 0.05, 6
+MEMO_CLEAR = 2.0  # ... where the new requests' calls take over this x an empty round trip
 
 
 def clock_fault(runs: list, own: list, nulls: list) -> str | None:
@@ -53,18 +54,27 @@ def clock_fault(runs: list, own: list, nulls: list) -> str | None:
     return None
 
 
-def memo_fault(runs: list, new: list, null: float) -> str | None:
+def memo_fault(runs: list, new: list, nulls: list) -> str | None:
     """Why the kernel memoises, or None: each request on contents it had been given before
-    (``new`` False; ``runs``: (round trip, calls), less ``null`` over the calls) against the
-    next request on new contents (a round hands out its returning contents, then its new
-    ones, so a pair shares a stretch of a busy machine), over at least :data:`MEMO_PAIRS`
+    (``new`` False; ``runs``: (round trip, calls), less the median of the empty round trips
+    ``nulls``, over the calls) against the next request on new contents (a round hands out
+    its returning contents, then its new ones, so a pair shares a stretch of a busy
+    machine), over at least :data:`MEMO_PAIRS`
     pairs: the returning request under :data:`MEMO_RATIO` x its partner in more than half
     the pairs, and such pairs outnumbering those the other way round (over 1 / MEMO_RATIO
     x) by a one-sided sign test at p < :data:`MEMO_P` (scipy.stats.binomtest: an honest
     kernel's two requests of a pair are alike, so either way is as likely, and a lone slow
-    request moves one pair). The row's time is its requests on new contents alone: a memo's
-    hits never make it faster; this names them where they land above half the roofline
-    floor (a worker's round trip on a loaded machine lifted a content memo's hits there)."""
+    request moves one pair). Judged only where the new requests' calls take a median over
+    :data:`MEMO_CLEAR` x the median empty round trip: calls lost in the pipe's noise (an
+    honest kernel's pairs then go either way by chance) are not; on a loaded machine the
+    empty requests' p10-p90 reached 3 ms and let a memo of 12 ms misses pass. The row's time is its
+    requests on new contents alone: a memo's hits never make it faster; this names them
+    where they land above half the roofline floor (a worker's round trip on a loaded
+    machine lifted a content memo's hits there)."""
+    null = float(np.median(nulls))
+    misses = [rt - null for (rt, _), fresh in zip(runs, new, strict=True) if fresh]
+    if not misses or not np.median(misses) > MEMO_CLEAR * null:
+        return None
     waiting, pairs = [], []
     for (rt, n), fresh in zip(runs, new, strict=True):
         t = max(rt - null, 0.0) / n
