@@ -233,8 +233,10 @@ class TimedServer:
 
     def _warm(self, r: dict) -> dict:
         """On a CPU, torch's threads kept busy for ``r["s"]`` seconds (at most 0.05) just
-        before each run and empty request, outside their clock (no input of a run's calls is
-        here yet: they are posted with it): a vector add over torch's pool, again and again.
+        before each run and empty request, outside their clock (a forward's inputs are not
+        here yet: they are posted with the run; a backward's q, k, v are, its forward staged
+        untimed already): a vector add over torch's pool, again and again, with no
+        ``__torch_function__`` mode.
         A worker idle between its requests lets its CPUs sleep, and on this virtual machine
         a 2-thread call's first milliseconds after that ran slow: an honest sdpa as a user's
         kernel read a median 13x torch's in-process row at 0.27 ms a call and 1.9x at 1.6
@@ -247,8 +249,9 @@ class TimedServer:
             t["warm"] = (torch.ones(n), torch.empty(n))
         x, out = t["warm"]
         end = guard._PERF() + min(float(r.get("s", 0.0)), 0.05)
-        while guard._PERF() < end:
-            _ADD(x, x, out=out)
+        with _PLAIN() if _PLAIN is not None else contextlib.nullcontext():
+            while guard._PERF() < end:
+                _ADD(x, x, out=out)
         return {}
 
     def _null(self, r: dict) -> dict:

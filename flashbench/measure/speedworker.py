@@ -261,7 +261,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     gpu = device == "cuda"
     w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
     w.reader = None if gpu else commit.MemoryReader.of(w.pid)
-    w.warming = w.reader is not None  # a CPU's: its threads awake at each run (TimedServer)
+    w.warming = not gpu  # a CPU's threads awake at each run and empty request (TimedServer)
     if not gpu or os.environ.get("FLASHBENCH_GPU_POSTING") == "1":  # a GPU's: docs/gpu.md
         _mailbox(w, ready.get("places") if w.reader is not None else None, pool)
     nulls = [w.null(pool, 1, flushes=1) for _ in range(3)]
