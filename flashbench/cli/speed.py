@@ -176,8 +176,8 @@ def render_text(report: dict) -> str:
         if r.worker_median_s is not None:
             notes.append(f"{r.backend} on {r.case}: clock: {r.clock}; n counts its timed "
                          "requests on new contents (those on returning contents are judged "
-                         "against the floor alone), p10-p90 spreads their times a call; its "
-                         "worker's own "
+                         "against the floor and their neighbours on new contents), p10-p90 "
+                         "spreads their times a call; its worker's own "
                          f"clock says {r.worker_median_s * 1e3:.3g} ms a call (median; a "
                          "cross-check only)")
         unlike = _unlike(r, report["rows"])

@@ -48,8 +48,8 @@ CONFIRM = 20  # requests more, at most, before a suspected clock is called tampe
 NULL_CAP, NULL_SLACK = 3.0, 1e-3  # an empty request's cost: at most 3x its first + 1 ms
 # the row's times are its requests on new contents alone (a content memo padded to 0.6x the
 # roofline floor read as its hits' time on returning contents: PASS, 2x over sdpa, a probe,
-# 2026-12-05); those on returning contents are judged against the floor; at most NEW_TRIES
-# x samples requests in all
+# 2026-12-05); those on returning contents are judged against the floor and against their
+# neighbours on new contents (workerjudge.memo_fault); at most NEW_TRIES x samples requests
 NEW_TRIES = 4
 REPLY_BYTES = 2**20  # a run's reply (where its outputs lie, or their sums) is read up to this
 
