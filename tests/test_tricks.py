@@ -430,6 +430,50 @@ def test_an_output_from_freed_memory_fails(gpu_tricks):
     assert row.status == "FAIL" and _named((guard.WRONG, guard.STALE), row.failures)
 
 
+GPU_MEMO = textwrap.dedent('''
+    import torch
+
+    def honest(q, k, v, causal=False, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                scale=scale)
+
+    _SEEN = {}
+
+    def memo(q, k, v, causal=False, scale=None):
+        """A copy of the kept answer where q's and k's first values were seen before."""
+        key = tuple(t.flatten()[:64].float().cpu().numpy().tobytes() for t in (q, k))
+        if key not in _SEEN:
+            _SEEN[key] = honest(q, k, v, causal, scale)
+        return _SEEN[key].clone()
+
+    for _f in (honest, memo):
+        _f.flashbench_dtypes = ("bf16", "fp16", "fp32")
+''')
+
+
+@pytest.mark.gpu
+def test_a_users_memo_on_the_gpu_is_named_and_its_honest_twin_is_not(tmp_path, monkeypatch,
+                                                                     capsys):
+    """In a user's worker on a GPU the pool's refill (the worker stopped while the harness
+    writes new contents) comes before requests on new contents alone: an honest kernel's
+    requests on returning contents must not read as a memo's beside their neighbours
+    (faster on inputs seen before), and a content memo is named (or under the floor)."""
+    (tmp_path / "fbgpumemo.py").write_text(GPU_MEMO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    # calls of ~0.25 ms on an H200 (137 GFLOP): a request's 2 calls (a pool of 3 slots at
+    # this size) well over its empty round trip, so that the pairs are judged
+    main(["speed", "--shape", "1x16x4096x128", "--dtype", "bf16", "--json", "--quiet",
+          "--seed", "9", "--backend", "fbgpumemo:honest", "--baseline", "fbgpumemo:honest",
+          "--backend", "fbgpumemo:memo"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    honest, memo = rows["fbgpumemo:honest"], rows["fbgpumemo:memo"]
+    assert honest["status"] == "PASS", honest["failures"]
+    assert memo["status"] == "FAIL" and _named((guard.MEMO, guard.FLOOR), memo["failures"]), \
+        memo["failures"]
+    sys.modules.pop("fbgpumemo", None)
+
+
 def _row_cache(fn):
     """Caches each output row keyed on its query row's contents (k, v not in the key): under
     one new query row a call, only that row is recomputed by a real row-caching kernel."""
