@@ -36,7 +36,7 @@ CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
 CLOCK_GPU = "CUDA events, L2 flushed, torch.cuda.synchronize() before the end event"
 CLOCK_WORKER = ("the harness's host clock: each request's round trip to the kernel's worker less "
                 "the empty request's median ({null_s:.3g} s), over its calls (up to {k}){warm}")
-WARMED = "; its worker's threads kept busy 5 ms before each, outside the clock (awake)"
+WARMED = "; its worker's threads kept busy {:g} ms before each, outside the clock (awake)"
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,7 @@ class SpeedCase:
 
 
 def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
-    """Seconds a call cannot beat: FLOPs over the precision's measured matmul peak or bytes
-    over the copy bandwidth, the longer."""
+    """Seconds a call cannot beat: FLOPs over the dtype's matmul peak or bytes over copy's."""
     return max(case.flops() / (roof.floor_peak(case.dtype) * 1e12),
                case.bytes() / (roof.copy_gbs * 1e9))
 
@@ -390,7 +389,8 @@ def row_from(case: SpeedCase, backend: str, samples, failures: dict, roof: Roofl
 def worker_row(row: SpeedRow, reply: dict | None) -> SpeedRow:
     """A user kernel's row names the harness's clock, k, and the worker's own figure."""
     if reply is not None:
-        row.clock = CLOCK_WORKER.format_map({**reply, "warm": WARMED * bool(reply["warmed"])}) + (
+        warm = WARMED.format(reply["warmed"] * 1e3) if reply["warmed"] else ""
+        row.clock = CLOCK_WORKER.format_map({**reply, "warm": warm}) + (
             f"; an empty request counted at most {reply['null_cap_s']:.3g} s (3x its cost "
             "before the kernel's module was imported, + 1 ms; on a GPU + its k L2 flushes, 2x "
             "the harness's time to sum k outputs; on a CPU + 2 copies of k posted inputs at 4x "

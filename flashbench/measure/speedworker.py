@@ -361,7 +361,7 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
     return {"samples_s": per_call, "floor_samples_s": fastest, "seeds": seeds,
             "outputs": outputs, "faults": faults, "device": device,
             "own_median_s": own_med, "k": k, "null_s": null, "null_cap_s": cap,
-            "interpreted": w.worker.interpreted(), "warmed": w.warming}
+            "interpreted": w.worker.interpreted(), "warmed": WARM_S * w.warming}
 
 
 def _mailbox(w: _Clocked, places, pool: Pool) -> None:
