@@ -481,10 +481,9 @@ def test_a_memo_is_told_from_a_busy_machine_by_returning_against_new_contents(
     load and 2 lone 20x requests, wherever they fall, nor any kernel whose calls are lost in
     the pipe's noise (a request's under the lesser of 2x the median empty round trip and
     4x their IQR); a memo whose hits take ``hit`` x a miss's time is, through 1 step or 1
-    lone request (in a run of 8 such
-    requests both, as 6 below and 1 above, leave it unnamed: sign test p = 0.06). (Pairing
-    each new request with the oldest unpaired returning one, a 2.2x step named an honest
-    kernel.)"""
+    lone request (in a run of 8 such requests both, as 6 below and 1 above, leave it
+    unnamed: sign test p = 0.06). (Pairing each new request with the oldest unpaired
+    returning one, a 2.2x step named an honest kernel.)"""
     from flashbench.measure.workerjudge import memo_fault
 
     new, calls = _requests(size, k)
