@@ -28,7 +28,7 @@ def test_check_json_small(capsys):
 
 
 def test_check_text_report_and_failure_exit(capsys, monkeypatch):
-    import flashbench.measure.forward as measure
+    import flashbench.measure.records as measure
 
     rc = main(["check", "--shape", "1x1x40x16", "--dtype", "fp16", "--causal", "on",
                "--no-backends", "--quiet", "--tables"])

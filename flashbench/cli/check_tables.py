@@ -33,10 +33,10 @@ def render_tables(report: dict) -> str:
                    f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
     out.append("")
     out.append(f"1. Exactness in float64: streamed vs one-shot, max |diff|; PASS iff <= "
-               f"{EXACT_TOL:g}")
-    out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]),
+               f"{EXACT_TOL:g} x scale, scale = max(1, the quantity's largest |value|)")
+    out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]), _g(r["scale"]),
                           "PASS" if r["passed"] else "FAIL"] for r in report["exactness"]],
-                        headers=["case", "quantity", "max |diff|", "verdict"]))
+                        headers=["case", "quantity", "max |diff|", "scale", "verdict"]))
     out += ["", "2. Streamed vs one-shot in the same dtype (flash_model vs standard_model), O:",
             "   abs = |streamed - one-shot|; rel = abs / max(|one-shot|, 0.1 RMS); "
             "eps = the dtype's machine epsilon"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 from flashbench.accuracy.bandrule import DEFECT_TABLE, likely_cause
 from flashbench.cli.common import result_line
+from flashbench.measure.records import EXACT_TOL
 
 __all__ = ["render_compact", "save_target", "SAVE_NAME", "WIDTH"]
 
@@ -145,7 +146,7 @@ def _exact(rows: list[dict], what: str, value: str) -> list[str]:
     worst = max(r[value] for r in rows)
     bad = [r for r in rows if not r["passed"]]
     out = _fold(f"  {what}: worst {worst:.1e} over {len(rows)} quantities, "
-                f"{len({r['case'] for r in rows})} case(s) (PASS iff <= 1e-12)   "
+                f"{len({r['case'] for r in rows})} case(s) (PASS iff <= {EXACT_TOL:g})   "
                 f"{'FAIL' if bad else 'PASS'}")
     return out + [x for r in bad for x in _fold(
         f"      {r['case']} {r['what']}: {r[value]:.2e}", 8)]
@@ -189,7 +190,8 @@ def render_compact(report: dict, saved: str | None = None) -> str:
             "rule, a draw on that case (it is correct by",
             "construction): its band rule judged it."]
     fwd, grads = report["dtypes"] + report["backends"], report.get("gradients") or []
-    out += _exact(report["exactness"], "exactness, forward, max |diff|", "max_abs")
+    out += _exact(report["exactness"], "exactness, forward, max |diff| / max(1, |value|)",
+                  "rel")
     out += _exact(report.get("grad_exactness") or [], "exactness, backward, max |diff| / scale",
                   "rel")
     out += _block(fwd, grads, peers=False)

@@ -43,10 +43,11 @@ def render_decode(report: dict) -> str:
 
     out = [f"flashbench check --decode   seed={report['seed']}", "",
            f"1. Exactness in float64: split-KV merged vs one-shot, vs the forward reference, "
-           f"paged vs contiguous; max |diff|; PASS iff <= {report['exact_tol']:g} (paged: equal)"]
-    out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]),
+           f"paged vs contiguous; max |diff|; PASS iff <= {report['exact_tol']:g} x scale, "
+           f"scale = max(1, the largest |value|) (paged: equal)"]
+    out.append(tabulate([[r["case"], r["what"], _g(r["max_abs"]), _g(r.get("scale", 1.0)),
                           "PASS" if r["passed"] else "FAIL"] for r in report["exactness"]],
-                        headers=["case", "quantity", "max |diff|", "verdict"]))
+                        headers=["case", "quantity", "max |diff|", "scale", "verdict"]))
     out += ["", f"2. Against the float64 decode: the baseline rule (kernel max |err| <= 2 x "
             f"the same-dtype standard decode's + eps/4, O and LSE) and the band rule; "
             f"split_model = {report['model_splits']} splits, fp32 partials",

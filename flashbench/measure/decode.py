@@ -44,6 +44,7 @@ from flashbench.measure.records import (
     Unavailable,
     accuracy_record,
     attempt,
+    exact,
     not_taken,
     with_note,
 )
@@ -182,8 +183,8 @@ def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
         o, lse = case_reference(case, inputs, num_splits=splits)
         diffs[0].append(error_stats(o, ref[0])["max_abs"])
         diffs[1].append(error_stats(lse, ref[1])["max_abs"])
-    out += [Exactness(case, f"split-KV 2/3/16 merged vs one-shot {t}", max(d),
-                      max(d) <= EXACT_TOL) for t, d in zip(("O", "LSE"), diffs, strict=True)]
+    out += [exact(case, f"split-KV 2/3/16 merged vs one-shot {t}", max(d), want)
+            for t, d, want in zip(("O", "LSE"), diffs, ref, strict=True)]
     worst = 0.0
     for b, n in enumerate(lens.tolist()):
         if n == 0:
@@ -194,8 +195,8 @@ def decode_exactness(case: DecodeCase, inputs, ref) -> list[Exactness]:
                                      causal=case.causal)
         worst = max(worst, error_stats(o.transpose(1, 0, 2), ref[0][b])["max_abs"],
                     error_stats(lse, ref[1][b])["max_abs"])
-    out.append(Exactness(case, "one-shot vs forward reference per sequence (O, LSE)", worst,
-                         worst <= EXACT_TOL))
+    out.append(exact(case, "one-shot vs forward reference per sequence (O, LSE)", worst,
+                     *ref[:2]))
     if table is not None:
         o, lse = reference.decode_attention(*_contiguous(inputs), causal=case.causal,
                                             num_splits=3)

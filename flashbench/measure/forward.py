@@ -4,7 +4,7 @@ Measuring apart from reporting: this module returns the records of :mod:`.record
 ``flashbench check`` renders (:mod:`flashbench.cli.check_tables`), the asv accuracy suite
 tracks and the GPU script tabulates; nothing here prints (progress goes through ``say``) or
 decides an exit status. :func:`default_cases`; :func:`exactness` (streamed vs one-shot in
-float64 -> :class:`~.records.Exactness`, passed iff max |diff| <= :data:`EXACT_TOL`);
+float64 -> :class:`~.records.Exactness`, passed iff max |diff| <= 1e-12 x max(1, |value|));
 :func:`measure_accuracy` (each kernel in each dtype against the float64 reference, by the
 baseline rule and the band rule -> :class:`~.records.Accuracy`, or
 :class:`~.records.Unavailable` with the reason, or :class:`~.records.Failed`). Gradients:
@@ -27,7 +27,6 @@ from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands
 from flashbench.measure.records import (
-    EXACT_TOL,
     INTERPRETER_NOTE,
     Accuracy,
     Case,
@@ -35,6 +34,7 @@ from flashbench.measure.records import (
     Unavailable,
     accuracy_record,
     attempt,
+    exact,
     handed,
     not_taken,
     private,
@@ -69,14 +69,14 @@ def exactness(case: Case, q, k, v, ref, block: int, seed: int = 0) -> list[Exact
     o_s, lse_s = reference.online_attention(q, k, v, block=block, **kw)
     mask = Variant(causal=case.causal, window=case.window, softcap=case.softcap)
     s = masked_scores(q[0, 0], k[0, 0], 1 / math.sqrt(case.shape.d), mask)
+    one = reference.softmax(s)
     diffs = {
-        "softmax": error_stats(reference.online_softmax(s, block), reference.softmax(s),
-                               max_only=True),
-        "attention O": error_stats(o_s, ref[0], max_only=True),
-        "attention LSE": error_stats(lse_s, ref[1], max_only=True),
+        "softmax": (reference.online_softmax(s, block), one),
+        "attention O": (o_s, ref[0]),
+        "attention LSE": (lse_s, ref[1]),
     }
-    return [Exactness(case, what, st["max_abs"], st["max_abs"] <= EXACT_TOL)
-            for what, st in diffs.items()]
+    return [exact(case, what, error_stats(got, want, max_only=True)["max_abs"], want)
+            for what, (got, want) in diffs.items()]
 
 
 def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Sequence[str],

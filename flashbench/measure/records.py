@@ -24,9 +24,9 @@ from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands, combine
 
 __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "INTERPRETER_NOTE",
-           "LSE_NOT_RETURNED", "LSE_STAND_IN", "Case", "Exactness", "Accuracy", "Unavailable",
-           "Failed", "interpreter_too_slow", "unavailable_reason", "with_note", "attempt",
-           "not_taken", "users", "accuracy_record", "private", "handed"]
+           "LSE_NOT_RETURNED", "LSE_STAND_IN", "Case", "Exactness", "exact", "Accuracy",
+           "Unavailable", "Failed", "interpreter_too_slow", "unavailable_reason", "with_note",
+           "attempt", "not_taken", "users", "accuracy_record", "private", "handed"]
 
 EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
@@ -98,16 +98,29 @@ class Case:
 
 @dataclass(frozen=True)
 class Exactness:
-    """Streamed vs one-shot in float64 for one quantity ("softmax", "attention O", ...)."""
+    """Streamed vs one-shot in float64 for one quantity ("softmax", "attention O", ...).
+    ``scale``: max(1, the largest |value| of the quantity): the 1e-12 is absolute up to
+    magnitude 1 and relative beyond (an LSE of 5838, large logits, differed by 2 ulp,
+    1.8e-12: FAIL for an exact streaming, a probe of 2026-12-07). :func:`exact`."""
 
     case: Case
     what: str
     max_abs: float
     passed: bool
+    scale: float = 1.0
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), "what": self.what, "max_abs": self.max_abs,
-                "passed": self.passed}
+                "scale": self.scale, "rel": self.max_abs / self.scale, "passed": self.passed}
+
+
+def exact(case: Case, what: str, diff: float, *values) -> Exactness:
+    """The :class:`Exactness` of ``diff`` (max |diff| of a quantity), scaled by max(1, the
+    largest finite |value| of ``values``, the one-shot's arrays; a row that sees no key has
+    an LSE of -inf): PASS iff <= EXACT_TOL x that."""
+    finite = [np.abs(a[np.isfinite(a)]) for a in (np.asarray(v, dtype=float) for v in values)]
+    scale = max([1.0, *(float(a.max(initial=0.0)) for a in finite)])
+    return Exactness(case, what, diff, bool(diff <= EXACT_TOL * scale), scale)
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,14 @@ from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.measure.bandjudge import CaseBands
 from flashbench.measure.records import (
-    EXACT_TOL,
     INTERPRETER_LIMIT,
     INTERPRETER_TOO_SLOW,
     Case,
-    Exactness,
     Failed,
     Unavailable,
     accuracy_record,
     attempt,
+    exact,
     handed,
     not_taken,
 )
@@ -65,9 +64,8 @@ def varlen_exactness(case: Case, q, k, v, cu, cu_k, ref, block: int, seed: int =
     """Streamed vs one-shot in float64, per sequence: O and LSE."""
     o, lse = reference.online_varlen_attention(q, k, v, cu, cu_k, block=block,
                                                **case.kwargs(seed))
-    diffs = {"attention O": error_stats(o, ref[0]), "attention LSE": error_stats(lse, ref[1])}
-    return [Exactness(case, what, st["max_abs"], st["max_abs"] <= EXACT_TOL)
-            for what, st in diffs.items()]
+    return [exact(case, what, error_stats(got, want, max_only=True)["max_abs"], want)
+            for what, got, want in (("attention O", o, ref[0]), ("attention LSE", lse, ref[1]))]
 
 
 def _why_not(backend, case: Case, dtype: str, seed: int, grad: bool = False) -> str | None:

@@ -1,0 +1,50 @@
+"""Wrong verdicts a first-use probe found (2026-12-07), each a test that failed before its
+fix: the float64 exactness of an exact streaming on large logits, ..."""
+
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench import reference
+from flashbench.cli import main
+from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.measure.forward import exactness
+from flashbench.measure.records import EXACT_TOL, Case, exact
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(16, 160), d=st.sampled_from([32, 80, 96]),
+       block=st.sampled_from([7, 16, 64]), causal=st.booleans())
+def test_the_exact_streaming_is_exact_on_large_logits(seed, n, d, block, causal):
+    """Large logits put the LSE near 10^3-10^4, where an ulp is ~1e-12: an absolute 1e-12
+    FAILed the exact streaming by 2 ulp (1x4x200x96 seed 3, causal: LSE 5838, 1.8e-12).
+    The bound is 1e-12 x max(1, the quantity's largest |value|)."""
+    case = Case(Shape(1, 2, n, n, d), "large-logits", causal)
+    q, k, v = make_qkv(case.shape, case.dist, seed)
+    ref = reference.attention(q, k, v, **case.kwargs(seed))
+    rows = exactness(case, q, k, v, ref, block, seed)
+    assert all(r.passed for r in rows), [(r.what, r.max_abs, r.scale) for r in rows]
+    lse = next(r for r in rows if r.what == "attention LSE")
+    assert lse.scale == max(1.0, float(np.abs(ref[1]).max()))
+
+
+def test_the_exactness_bound_is_absolute_up_to_one_and_relative_beyond():
+    case = Case(Shape(1, 1, 4, 4, 8), "normal", False)
+    assert exact(case, "x", 0.9e-12, np.array([0.5])).passed
+    assert not exact(case, "x", 1.1e-12, np.array([0.5])).passed  # |value| <= 1: absolute
+    assert exact(case, "x", 1.1e-12, np.array([-5000.0])).passed  # 2 ulp of 5000
+    assert not exact(case, "x", 2 * EXACT_TOL * 5000, np.array([-5000.0])).passed
+    assert exact(case, "x", 0.0, np.array([-np.inf, 2.0])).scale == 2.0  # a row seeing no key
+
+
+def test_check_passes_the_probes_large_logits_case(capsys):
+    rc = main(["check", "--shape", "1x4x200x96", "--seed", "3", "--dist", "large-logits",
+               "--causal", "on", "--pass", "fwd", "--no-backends", "--dtype", "fp32", "--json",
+               "--quiet"])
+    report = json.loads(capsys.readouterr().out)
+    lse = next(r for r in report["exactness"] if r["what"] == "attention LSE")
+    assert lse["passed"] and lse["max_abs"] > 0 and lse["scale"] > 1000, lse
+    assert lse["rel"] == lse["max_abs"] / lse["scale"]
+    assert rc == 0, report["exactness"]
