@@ -48,3 +48,21 @@ def test_check_passes_the_probes_large_logits_case(capsys):
     assert lse["passed"] and lse["max_abs"] > 0 and lse["scale"] > 1000, lse
     assert lse["rel"] == lse["max_abs"] / lse["scale"]
     assert rc == 0, report["exactness"]
+
+
+def test_a_peer_named_alone_is_counted_toward_result(capsys):
+    """``check --only torch-naive`` read RESULT: PASS (the yardsticks') while torch-naive, the
+    one kernel asked about, FAILed its band: a named peer now counts, in check and decode."""
+    args = ["check", "--shape", "1x2x128x192/128", "--dtype", "bf16", "--causal", "off",
+            "--pass", "fwd", "--quiet", "--json"]
+    rc = main([*args, "--only", "torch-naive"])
+    report = json.loads(capsys.readouterr().out)
+    naive = [r for r in report["backends"] if r["backend"] == "torch-naive"]
+    assert naive and not naive[0]["passed"] and naive[0]["named"] and not naive[0]["peer"]
+    assert rc == 1 and report["passed"] is False
+    rc = main([*args[:-1], "--only", "torch-naive"])
+    assert rc == 1 and "the peers you named" in capsys.readouterr().out
+    rc = main([*args, "--only", "torch-sdpa"])  # a peer that passes: PASS, counted
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"] is True
+    assert all(r["named"] for r in report["backends"] if r["backend"] == "torch-sdpa")

@@ -7,6 +7,7 @@ from dataclasses import replace
 from flashbench.cli.common import (
     block,
     chosen_backends,
+    count_named_peers,
     distinct,
     emit,
     finite,
@@ -218,7 +219,7 @@ def _run(args) -> int:
     refusal = _band_refusal(args.dtype, cases, backward)
     if refusal is not None:  # refused before a minute's reference and forward bands
         raise ValueError(refusal)
-    from flashbench.measure.run import run_check
+    from flashbench.measure.run import overall_passed, run_check
 
     backends = chosen_backends(args, _resolve)
     saved = save_target(args.save)  # checked before the work
@@ -229,7 +230,10 @@ def _run(args) -> int:
     if spec is not None and spec.seeded:
         report["meta"]["varlen"] = {"spec": spec.text, "seed": args.seed,
                                     "lengths": list(args.varlen)}
-    mark_unjudged(args, report, (report.get("backends") or []) + (report.get("gradients") or []))
+    rows = (report.get("backends") or []) + (report.get("gradients") or [])
+    if count_named_peers(args, rows):
+        report["passed"] = overall_passed(report)
+    mark_unjudged(args, report, rows)
     text = _render(report, saved, args.tables)  # the tables are saved with --json too
     return emit(report, lambda r: text, args.json)
 

@@ -179,8 +179,9 @@ def render_compact(report: dict, saved: str | None = None) -> str:
     if drawn:
         out += _fold(f"varlen {drawn['spec']} with seed {drawn['seed']} drew "
                      f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
+    named = any(r.get("named") for r in report["backends"] + (report.get("gradients") or []))
     out += ["", "Counted toward RESULT: the float64 exactness, the flash model, flashbench's "
-            "kernels and yours.",
+            f"kernels{', the peers you named' if named else ''} and yours.",
             "worst ratio: the rule nearest its limit over the dtypes (rule tensor dtype ratio "
             "of limit; PASS iff ratio <= limit,",
             "or the error is within the rule's floor: (floor)); "

@@ -185,6 +185,19 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
     return say
 
 
+def count_named_peers(args, rows: list) -> bool:
+    """A peer (torch's kernels: information only) that ``--only`` or ``--backend`` named is
+    counted toward RESULT: its verdict is the question asked (``check --only torch-naive``
+    read RESULT: PASS from the yardsticks while torch-naive FAILed, a probe, 2026-12-07).
+    Its records lose ``peer`` and gain ``named``; returns whether any did."""
+    named = {*(getattr(args, "only", None) or ()), *args.backend}
+    changed = False
+    for r in rows:
+        if r.get("peer") and (r.get("backend") or r.get("kernel")) in named:
+            r["peer"], r["named"], changed = False, True, True
+    return changed
+
+
 def mark_unjudged(args, report: dict, rows: list) -> None:
     """``report["unjudged"]``: {name: why} of each kernel ``--only`` or ``--backend`` named
     that no record of ``rows`` judged (each skipped, or none at all), when that is every one

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from flashbench.cli.common import (
     chosen_backends,
+    count_named_peers,
     emit,
     mark_unjudged,
     progress_printer,
@@ -86,7 +87,7 @@ def render_decode(report: dict) -> str:
 def run(args) -> int:
     """``check --decode`` (the check subcommand's parsed arguments)."""
     from flashbench.backends.decode import resolve_decode_backends
-    from flashbench.measure.decode import run_decode_check
+    from flashbench.measure.decode import decode_passed, run_decode_check
     from flashbench.measure.footprint import decode_too_big
 
     cases = decode_cases(args)
@@ -96,5 +97,7 @@ def run(args) -> int:
     backends = chosen_backends(args, resolve_decode_backends)
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=progress_printer(not args.quiet), time_limit=args.timeout)
+    if count_named_peers(args, report.get("rows") or []):
+        report["passed"] = decode_passed(report)
     mark_unjudged(args, report, report.get("rows") or [])
     return emit(report, render_decode, args.json)

@@ -52,7 +52,7 @@ from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",
            "band_edge", "MODEL", "MODEL_SPLITS", "decode_inputs", "run_decode_check",
-           "decode_bytes", "handed_decode", "absorbed_inputs", "case_reference"]
+           "decode_bytes", "handed_decode", "absorbed_inputs", "case_reference", "decode_passed"]
 
 MODEL = "split_model"  # the kernel name of the precision model's rows
 MODEL_SPLITS = DECODE_SPLITS  # the split model's splits, in its row and its bands
@@ -343,6 +343,11 @@ def _run_decode_check(cases, precs: list[Precision], backends, seed, say) -> dic
                 row["band_err"] = bands.get((rec.kernel, rec.dtype))
             records_kernel = row.pop("kernel")
             report["rows"].append({"kernel": records_kernel, **row})
-    report["passed"] = (all(r["passed"] for r in report["exactness"])
-                        and all(r.get("passed", True) or r.get("peer") for r in report["rows"]))
+    report["passed"] = decode_passed(report)
     return report
+
+
+def decode_passed(report: dict) -> bool:
+    """PASS iff the exactness and every non-peer row pass (skips pass)."""
+    return (all(r["passed"] for r in report["exactness"])
+            and all(r.get("passed", True) or r.get("peer") for r in report["rows"]))
