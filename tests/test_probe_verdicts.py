@@ -66,3 +66,27 @@ def test_a_peer_named_alone_is_counted_toward_result(capsys):
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] is True
     assert all(r["named"] for r in report["backends"] if r["backend"] == "torch-sdpa")
+
+
+def test_speed_of_a_named_kernel_that_took_no_case_is_no_pass(tmp_path, monkeypatch, capsys):
+    """``speed --backend mine`` where ``mine`` takes no case (it declares no dv != d) read
+    "verdict: PASS", exit 0, on torch's rows alone; ``--only triton`` on a CPU (interpreted,
+    never timed) exited 2 with ``"passed": true`` in its JSON. Both: exit 2, passed null."""
+    (tmp_path / "fbprobe_nodv.py").write_text(
+        "import torch\n\n\ndef nodv(q, k, v, causal=False, scale=None):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["speed", "--shape", "1x2x64x192/128", "--dtype", "fp32", "--causal", "off",
+            "--seed", "1", "--quiet", "--json"]
+    rc = main([*args, "--backend", "fbprobe_nodv:nodv"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 2 and report["passed"] is None, report.get("untimed")
+    assert "declares no dv != d" in report["untimed"]["fbprobe_nodv:nodv"]
+    assert any(r["status"] == "PASS" for r in report["rows"])  # torch's rows still timed
+    rc = main(["speed", "--shape", "1x2x32x64", "--dtype", "bf16", "--only", "triton",
+               "--quiet", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 2 and report["passed"] is None
+    rc = main([*args[:2], "1x2x64x64", *args[3:-1], "--backend", "fbprobe_nodv:nodv"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "verdict: PASS" in out  # where it takes the case: timed and judged

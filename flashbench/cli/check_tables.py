@@ -54,7 +54,8 @@ def render_tables(report: dict) -> str:
             f"flash model over {CASE_SEEDS} seeds of the same case, more for a small one "
             f"({BAND_TOTAL_ROWS:,} query rows in all, at most {MAX_SEEDS} seeds; PASS at <= 1)",
             "   (peer): torch's own attention, judged for information; the RESULT counts "
-            "the exactness, the flash model, flashbench's Triton kernel and users' kernels"]
+            "the exactness, the flash model, flashbench's Triton kernel, users' kernels and "
+            "the peers --only or --backend named (no \"(peer)\" then)"]
     rows, skipped, failed = [], {}, {}
     for r in report["dtypes"]:
         rows.append([r["case"], "flash_model", r["dtype"], *judge_cells(r)])

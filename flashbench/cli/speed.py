@@ -197,7 +197,8 @@ def render_text(report: dict) -> str:
               *([f"% peak and the floor are of: {'; '.join(peaks)}"] if peaks else []),
               "verdict: " + ("nothing timed (exit 2)" if all(
                   r.status == "not timed" for r in report["rows"])
-                  else "PASS" if report["passed"] else "FAIL")]
+                  else f"none of the kernels named was timed (exit 2): {_untimed(report)}"
+                  if report.get("untimed") else "PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
 
 
@@ -351,16 +352,35 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
             for s in dict.fromkeys(shapes) for d in dtypes for c in causals]
 
 
+def _untimed(report: dict) -> str:
+    return "; ".join(f"{n}: {why}" for n, why in report["untimed"].items())
+
+
 def _emit(args, report: dict) -> int:
     """The report (text, or --json), and the exit status; 2 with one line on stderr when
-    no row was timed (every backend unavailable, not applicable, or interpreted): the
-    table, its reasons included, is still printed, --json or not."""
+    no row was timed (every backend unavailable, not applicable, or interpreted), or none
+    of the kernels ``--backend`` / ``--only`` named (``untimed``: {name: why}; a user's
+    kernel that took no case read PASS on torch's rows, exit 0: a probe, 2026-12-07), the
+    report's ``passed`` then None: the table, its reasons included, is still printed."""
     rows = report["rows"]
+    named = list(dict.fromkeys([*args.backend, *(args.only or ())]))
+    whys: dict = {n: [r.reason for r in rows if r.backend == n] for n in named}
+    timed = {r.backend for r in rows if r.status != "not timed"}
+    nothing = all(r.status == "not timed" for r in rows)  # none at all, too
+    if named and not timed & set(named):
+        report["untimed"] = {n: "; ".join(dict.fromkeys(map(str, w))) or "no case took it"
+                             for n, w in whys.items()}
+    if nothing or report.get("untimed"):
+        report["passed"] = None  # no verdict: --json said true beside exit 2
     status = (emit({**report, "rows": [asdict(r) for r in rows]}, render_text, True)
               if args.json else emit(report, render_text, False))
-    if all(r.status == "not timed" for r in rows):  # none at all, too
+    if nothing:
         why = "; ".join(dict.fromkeys(f"{r.backend}: {r.reason}" for r in rows)) or "no rows"
         print(f"flashbench speed: nothing was timed: {why}", file=sys.stderr)
+        return 2
+    if report.get("untimed"):
+        print(f"flashbench speed: none of the kernels named was timed: {_untimed(report)}",
+              file=sys.stderr)
         return 2
     return status
 
