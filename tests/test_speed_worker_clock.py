@@ -478,9 +478,10 @@ def test_a_memo_is_told_from_a_busy_machine_by_returning_against_new_contents(
         size, k, data, work, hit, pipe, tiny):
     """Each request on returning contents against its neighbours on new contents, in the
     order the pool hands them out: an honest kernel is never named through 2 steps in the
-    load and 2 lone 20x requests, wherever they fall, nor any kernel whose calls are lost in
-    the pipe's noise (a request's under the lesser of 2x the median empty round trip and
-    4x their IQR); a memo whose hits take ``hit`` x a miss's time is, through 1 step or 1
+    load and 2 lone 20x requests, wherever they fall, its calls long or lost in the pipe's
+    noise (under the lesser of 2x the median empty round trip and 4x their IQR; a pool of
+    3 puts 2 returning calls against 1 new one: per call, the pipe read "below"); a memo
+    whose hits take ``hit`` x a miss's time is, through 1 step or 1
     lone request (in a run of 8 such requests both, as 6 below and 1 above, leave it
     unnamed: sign test p = 0.06). (Pairing each new request with the oldest unpaired
     returning one, a 2.2x step named an honest kernel.)"""
@@ -496,7 +497,7 @@ def test_a_memo_is_told_from_a_busy_machine_by_returning_against_new_contents(
                       new, nulls) is None
     iqr = float(np.percentile(nulls, 75) - np.percentile(nulls, 25))
     clear = min(null, 2 * iqr)  # a request's calls under 2x the empty ones' median or 4x IQR
-    lost = [(null + tiny * clear * f, c) for f, c in zip(new, calls, strict=True)]
+    lost = [(null + c * tiny * clear * s, c) for c, s in zip(calls, honest, strict=True)]
     assert memo_fault(lost, new, nulls) is None
     step = data.draw(st.booleans())
     busy = data.draw(_busy(n, steps=int(step), spikes=int(not step)))
