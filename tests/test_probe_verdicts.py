@@ -90,3 +90,17 @@ def test_speed_of_a_named_kernel_that_took_no_case_is_no_pass(tmp_path, monkeypa
     rc = main([*args[:2], "1x2x64x64", *args[3:-1], "--backend", "fbprobe_nodv:nodv"])
     out = capsys.readouterr().out
     assert rc == 0 and "verdict: PASS" in out  # where it takes the case: timed and judged
+
+
+def test_an_honest_users_kernel_too_small_for_torchs_pool_passes(tmp_path, monkeypatch, capsys):
+    """An honest sdpa as a user's kernel at 1x1x32x32 FAILed "thread left running" in 4 runs
+    of 4, quiet or not: the worker's warm-up started torch's thread pool after the threads
+    were counted (the call itself too small to use it), and the pool spun past replies."""
+    (tmp_path / "fbprobe_tiny.py").write_text(
+        "import torch\n\n\ndef honest(q, k, v, causal=False, scale=None):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["speed", "--shape", "1x1x32x32", "--dtype", "fp32", "--causal", "off",
+               "--seed", "41", "--quiet", "--json", "--only", "fbprobe_tiny:honest"])
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert rc == 0 and row["status"] == "PASS", row["failures"]

@@ -247,6 +247,9 @@ def test_each_run_and_empty_request_follows_a_warm_request(kernels, capsys, monk
     timed = [i for i, op in enumerate(names) if op in ("run", "null")
              and i > names.index("prepare")]  # the worker's own first empty ones: before it
     assert names.count("run") >= 10 and all(names[i - 1] == "warm" for i in timed), names
-    assert names.count("warm") == len(timed), names
+    # and one more before the threads are counted (ThreadWatch): the pool it starts is the
+    # harness's, not a thread the kernel left running (an honest 1x1x32x32 FAILed so)
+    first = names.index("prepare") + 1
+    assert names[first] == "warm" and names.count("warm") == len(timed) + 1, names
     warm = [rt for op, rt in ops if op == "warm"]
     assert min(warm) >= speedworker.WARM_S, warm  # deadline-bound on the worker's clock

@@ -253,15 +253,16 @@ def _timed(w: _Clocked, pool: Pool, shared, samples: int, warmup: int, direction
                   direction=direction, variant=variant or {}, **packed)[1]
     shared.unlink()  # mapped by both: nothing else may open it
     device = workerpool.harness_device()  # the harness's own: a worker's word lifted the cap
+    gpu = device == "cuda"
+    w.warming = not gpu  # a CPU's threads awake at each run and empty request (TimedServer)
+    w.warm()  # torch's pool, started by it at a call too small to use it, spun past replies
     watch = ThreadWatch(w.pid)  # the threads after the warm-up: a kept pool's are no fault
     cpu = {"stage": 0.0, "run": 0.0, "idle": 0.0,  # and the copies' cost here, per byte
            "copy_s_per_byte": copy_s_per_byte(nbytes(pool.slots[0]))}
     # on a GPU each call follows an L2 flush (the worker's, as the harness's own timer's):
     # the empty requests make as many, so that a run's round trip less theirs is the calls'
-    gpu = device == "cuda"
     w.pad = int(gpu)  # k calls' outputs summed a request on a GPU, once k is chosen
     w.reader = None if gpu else commit.MemoryReader.of(w.pid)
-    w.warming = not gpu  # a CPU's threads awake at each run and empty request (TimedServer)
     if not gpu or os.environ.get("FLASHBENCH_GPU_POSTING") == "1":  # a GPU's: docs/gpu.md
         _mailbox(w, ready.get("places") if w.reader is not None else None, pool)
     nulls = [w.null(pool, 1, flushes=1) for _ in range(3)]
