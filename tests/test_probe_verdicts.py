@@ -104,3 +104,23 @@ def test_an_honest_users_kernel_too_small_for_torchs_pool_passes(tmp_path, monke
                "--seed", "41", "--quiet", "--json", "--only", "fbprobe_tiny:honest"])
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert rc == 0 and row["status"] == "PASS", row["failures"]
+
+
+def test_speed_decode_times_every_default_case_unless_causal_is_given(monkeypatch):
+    """``speed --decode`` timed 2 of check --decode's 5 cases: its --causal defaulted to off,
+    which dropped the causal ones (paged GQA, speculative MQA, d=128 with pages of 256)."""
+    import flashbench.cli.speed as speed
+    from flashbench.measure.decode import default_decode_cases
+
+    seen = {}
+
+    def timed(args, cases, *rest):
+        seen["cases"] = [c.case for c in cases]
+        return 0
+
+    monkeypatch.setattr(speed, "_timed", timed)
+    assert main(["speed", "--decode", "--dtype", "fp32", "--quiet"]) == 0
+    assert seen["cases"] == default_decode_cases()
+    assert sum(c.causal for c in seen["cases"]) == 3
+    assert main(["speed", "--decode", "--dtype", "fp32", "--causal", "off", "--quiet"]) == 0
+    assert seen["cases"] and not any(c.causal for c in seen["cases"])

@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
                    "repeat for several (default 1x8x1024x64)")
     s.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
-    s.add_argument("--causal", choices=["both", "on", "off"], default="off")
+    s.add_argument("--causal", choices=["both", "on", "off"], default=None,
+                   help="default: off; --decode's default cases each their own (3 of the 5 "
+                   "are causal: off left them out)")
     s.add_argument("--window", type=_window, metavar="L,R",
                    help="sliding window, as check takes it (query i sees keys "
                    "i + Nk - Nq - L .. i + Nk - Nq + R: bottom-right aligned)")
@@ -232,7 +234,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
                          "given with --decode-case")
     cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
              if args.decode_case else
-             [c for c in default_decode_cases() if c.causal in causals])
+             [c for c in default_decode_cases() if args.causal is None or c.causal in causals])
     return _timed(args, [DecodeSpeedCase(c, d) for c in cases for d in dtypes],
                   chosen_backends(args, resolve_decode_backends), get_decode_backend, run_seed)
 
@@ -277,9 +279,10 @@ def _run(args) -> int:
     refusal = too_big(shapes)
     if refusal is not None:
         raise ValueError(refusal)
-    causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    decode = bool(args.decode or args.decode_case)
+    causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal or "off"]
     run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
-    if args.decode or args.decode_case:
+    if decode:
         if args.varlen is not None:
             raise ValueError("speed --decode does not read --varlen: a decode case's "
                              "lengths are given with --decode-case")
