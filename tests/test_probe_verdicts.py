@@ -124,3 +124,42 @@ def test_speed_decode_times_every_default_case_unless_causal_is_given(monkeypatc
     assert sum(c.causal for c in seen["cases"]) == 3
     assert main(["speed", "--decode", "--dtype", "fp32", "--causal", "off", "--quiet"]) == 0
     assert seen["cases"] and not any(c.causal for c in seen["cases"])
+
+
+GQA_VARLEN = '''
+import torch
+
+
+def packed(q, k, v, causal=False, scale=None, cu_seqlens_q=None, cu_seqlens_k=None,
+           max_seqlen_q=None, max_seqlen_k=None):
+    assert k.shape[1] == 2 and v.shape[1] == 2, f"k has {k.shape[1]} heads"
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+    for b in range(len(cu_seqlens_q) - 1):
+        s, e = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        kk = k[s:e].repeat_interleave(2, dim=1).transpose(0, 1)
+        vv = v[s:e].repeat_interleave(2, dim=1).transpose(0, 1)
+        out[s:e] = torch.nn.functional.scaled_dot_product_attention(
+            q[s:e].transpose(0, 1), kk, vv).transpose(0, 1)
+    return out
+packed.flashbench_varlen = True
+packed.flashbench_gqa = True
+'''
+
+
+def test_kv_heads_reaches_a_packed_batch_and_a_contradiction_is_refused(tmp_path, monkeypatch,
+                                                                        capsys):
+    """``check --varlen 10,20 --shape 1x4x1x64 --kv-heads 2`` handed k with 4 heads (the
+    flag was not read for a packed batch); ``--shape 1x4/2x.. --kv-heads 1`` ran Hkv = 1."""
+    (tmp_path / "fbprobe_gqa_varlen.py").write_text(GQA_VARLEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["check", "--varlen", "10,20", "--shape", "1x4x1x64", "--kv-heads", "2",
+               "--dtype", "fp32", "--pass", "fwd", "--causal", "off", "--quiet", "--json",
+               "--only", "fbprobe_gqa_varlen:packed"])
+    report = json.loads(capsys.readouterr().out)
+    rows = [r for r in report["backends"] if r["backend"] == "fbprobe_gqa_varlen:packed"]
+    assert rc == 0 and rows and all(r["passed"] for r in rows), rows
+    assert "Hkv=2" in rows[0]["case"]
+    rc = main(["check", "--shape", "1x4/2x64x64", "--kv-heads", "1", "--no-backends",
+               "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--kv-heads 1 contradicts the shape" in err, err

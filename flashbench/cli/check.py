@@ -123,7 +123,7 @@ def _cases(args):
             cases = [Case(c.shape, d, c.causal) for d in args.dist
                      for c in {(c.shape, c.causal): c for c in cases}.values()]
     if args.kv_heads is not None:
-        cases = [replace(c, shape=replace(c.shape, Hkv=args.kv_heads)) for c in cases]
+        cases = [replace(c, shape=_kv_heads(c.shape, args.kv_heads)) for c in cases]
     cases = [replace(c, **_variant(args)) for c in cases]
     if args.variants:
         return _variant_set(args, cases)
@@ -134,11 +134,21 @@ def _cases(args):
     keys = getattr(args, "varlen_k", None)  # Q:K items: the key lengths where they differ
     # the shape's B, Nq, Nk: the batch and its longest sequence of queries, of keys
     n, m = max(args.varlen), max(args.varlen if keys is None else keys)
-    shapes = args.shape or [Shape(1, 2, 64, 64, 64)]
+    shapes = [s if args.kv_heads is None else _kv_heads(s, args.kv_heads)
+              for s in args.shape or [Shape(1, 2, 64, 64, 64)]]  # it was not read here
     return [replace(c, shape=replace(s, B=len(args.varlen), Nq=n, Nk=m),
                     varlen=args.varlen, varlen_k=keys)
             for s in dict.fromkeys(shapes)
             for c in {(c.dist, c.causal): c for c in cases}.values()]
+
+
+def _kv_heads(shape, n: int):
+    """``shape`` with ``n`` key/value heads (--kv-heads); a shape that says other ones
+    (1x4/2x...) contradicts it: ValueError (the flag won without a word)."""
+    if shape.Hkv is not None and shape.Hkv != n:
+        raise ValueError(f"--kv-heads {n} contradicts the shape {shape.spec()}, whose H/Hkv "
+                         f"says {shape.Hkv}: give the heads once")
+    return replace(shape, Hkv=n)
 
 
 def _variant_set(args, cases):
