@@ -61,7 +61,7 @@ def test_a_peer_named_alone_is_counted_toward_result(capsys):
     assert naive and not naive[0]["passed"] and naive[0]["named"] and not naive[0]["peer"]
     assert rc == 1 and report["passed"] is False
     rc = main([*args[:-1], "--only", "torch-naive"])
-    assert rc == 1 and "the peers you named" in capsys.readouterr().out
+    assert rc == 1 and "the peers --only named" in capsys.readouterr().out
     rc = main([*args, "--only", "torch-sdpa"])  # a peer that passes: PASS, counted
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] is True
@@ -163,3 +163,38 @@ def test_kv_heads_reaches_a_packed_batch_and_a_contradiction_is_refused(tmp_path
                "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "--kv-heads 1 contradicts the shape" in err, err
+
+
+NO_WINDOW = '''
+import torch
+
+
+def nowin(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0):
+    """Declares the window and ignores it (softcap as the reference has it)."""
+    s = (q.double() @ k.double().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        n, m = s.shape[-2:]
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(m - n + 1), float("-inf"))
+    p = torch.softmax(s, -1)
+    lse = torch.logsumexp(s, -1)
+    return (p @ v.double()).to(q.dtype), lse.float()
+nowin.flashbench_variants = ("window", "softcap")
+'''
+
+
+def test_variants_at_a_small_shape_use_a_window_that_hides_keys(tmp_path, monkeypatch, capsys):
+    """``check --variants --shape 1x2x128x64`` passed a kernel that ignores the window: the
+    set's (128, 0) hides no key of a causal query at N <= 129. Its window there is N // 4."""
+    (tmp_path / "fbprobe_nowin.py").write_text(NO_WINDOW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["check", "--variants", "--shape", "1x2x128x64", "--dtype", "fp32", "--pass",
+               "fwd", "--quiet", "--json", "--only", "fbprobe_nowin:nowin"])
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["case"]: r for r in report["backends"]}
+    window = [c for c in rows if "window=(32,0)" in c]
+    assert window and not rows[window[0]]["passed"], list(rows)
+    assert rc == 1
+    judged = [r for c, r in rows.items() if "window" not in c and "skipped" not in r]
+    assert len(judged) == 1 and judged[0]["passed"], rows  # softcap

@@ -55,7 +55,7 @@ def render_tables(report: dict) -> str:
             f"({BAND_TOTAL_ROWS:,} query rows in all, at most {MAX_SEEDS} seeds; PASS at <= 1)",
             "   (peer): torch's own attention, judged for information; the RESULT counts "
             "the exactness, the flash model, flashbench's Triton kernel, users' kernels and "
-            "the peers --only or --backend named (no \"(peer)\" then)"]
+            "the peers --only named (no \"(peer)\" then)"]
     rows, skipped, failed = [], {}, {}
     for r in report["dtypes"]:
         rows.append([r["case"], "flash_model", r["dtype"], *judge_cells(r)])

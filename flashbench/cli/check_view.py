@@ -181,7 +181,7 @@ def render_compact(report: dict, saved: str | None = None) -> str:
                      f"{len(drawn['lengths'])} lengths: {','.join(map(str, drawn['lengths']))}")
     named = any(r.get("named") for r in report["backends"] + (report.get("gradients") or []))
     out += ["", "Counted toward RESULT: the float64 exactness, the flash model, flashbench's "
-            f"kernels{', the peers you named' if named else ''} and yours.",
+            f"kernels{', the peers --only named' if named else ''} and yours.",
             "worst ratio: the rule nearest its limit over the dtypes (rule tensor dtype ratio "
             "of limit; PASS iff ratio <= limit,",
             "or the error is within the rule's floor: (floor)); "

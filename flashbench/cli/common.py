@@ -186,11 +186,12 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
 
 
 def count_named_peers(args, rows: list) -> bool:
-    """A peer (torch's kernels: information only) that ``--only`` or ``--backend`` named is
-    counted toward RESULT: its verdict is the question asked (``check --only torch-naive``
-    read RESULT: PASS from the yardsticks while torch-naive FAILed, a probe, 2026-12-07).
-    Its records lose ``peer`` and gain ``named``; returns whether any did."""
-    named = {*(getattr(args, "only", None) or ()), *args.backend}
+    """A peer (torch's kernels: information only) that ``--only`` named is counted toward
+    RESULT: its verdict is the question asked (``check --only torch-naive`` read RESULT:
+    PASS from the yardsticks while torch-naive FAILed, a probe, 2026-12-07); ``--backend``
+    adds to the defaults, a peer among them still information. Its records lose ``peer``
+    and gain ``named``; returns whether any did."""
+    named = set(getattr(args, "only", None) or ())
     changed = False
     for r in rows:
         if r.get("peer") and (r.get("backend") or r.get("kernel")) in named:
