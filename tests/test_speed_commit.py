@@ -93,6 +93,7 @@ KERNELS = textwrap.dedent('''
 
 
     _commit.where = lambda out: [[8, 4, [1], [1]]] if id(out) in _MISPLACED else _where(out)
+    honest_grad.flashbench_differentiable = True  # speed times a declared backward only
 ''')
 
 

@@ -71,6 +71,14 @@ KERNELS = textwrap.dedent('''
 
     def wrong_backward(q, k, v, causal=False, scale=None):
         return _Half.apply(q, k, v)
+
+    def undeclared(q, k, v, causal=False, scale=None):
+        return good(q, k, v, causal)
+
+    # speed times a declared backward only, as check judges one (no_grad declares one it
+    # has not: autograd does not flow)
+    for _f in (good, no_grad, memo_backward, wrong_backward):
+        _f.flashbench_differentiable = True
 ''')
 CASE = SpeedCase(Shape(1, 2, 64, 64, 32), "fp32", False, "bwd")
 
@@ -153,6 +161,11 @@ def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys
     assert good["status"] == "PASS", (good["failures"], good["reason"])
     assert rows["fbpasses:no_grad"]["status"] == "not timed"
     assert "no backward" in rows["fbpasses:no_grad"]["reason"]
+    rc, report = _speed(capsys, "--shape", "1x2x32x16", "--pass", "fwdbwd", "--only",
+                        "fbpasses:undeclared")  # check judged its gradients not: nor speed
+    row = report["rows"][0]
+    assert rc == 2 and row["status"] == "not timed", row
+    assert "not declared differentiable" in row["reason"], row["reason"]
     memo = rows["fbpasses:memo_backward"]
     assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo
 

@@ -113,6 +113,10 @@ KERNELS = textwrap.dedent('''
         if o.requires_grad:
             o.register_hook(lambda g: g.mul_(2.0))
         return o
+
+
+    for _f in (peek_do, honest_grad, scribble_do):  # speed times a declared backward only
+        _f.flashbench_differentiable = True
 ''')
 
 

@@ -166,8 +166,13 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         return untimed("not timed", "runs under the Triton interpreter here: its speed means "
                        "nothing, so it is never timed")
     worker = worker_of(backend)
-    if case.direction != "fwd" and worker is None and not backend.differentiable:
-        return untimed("not timed", "no backward: autograd does not flow through it here")
+    if case.direction != "fwd" and not backend.differentiable:  # a user's: as check says
+        from flashbench.measure.backward import NOT_DIFFERENTIABLE
+        from flashbench.measure.records import users
+
+        return untimed("not timed", NOT_DIFFERENTIABLE.removeprefix("not applicable: ")
+                       if users(backend) else
+                       "no backward: autograd does not flow through it here")
     try:
         reply = None
         if worker is None:
