@@ -198,3 +198,31 @@ def test_variants_at_a_small_shape_use_a_window_that_hides_keys(tmp_path, monkey
     assert rc == 1
     judged = [r for c, r in rows.items() if "window" not in c and "skipped" not in r]
     assert len(judged) == 1 and judged[0]["passed"], rows  # softcap
+
+
+def test_messages_name_the_problem(tmp_path, monkeypatch, capsys):
+    """A first-use probe's unclear messages: --samples 0 said ">= 1", then 5 said ">= 10";
+    a baseline never timed left every speedup "-" without a word; a machine's folder given
+    to history read "no results"; a decode function in a forward speed run was sent to
+    check --decode."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["speed", "--samples", "0"])
+    assert "must be an integer >= 10" in capsys.readouterr().err
+    rc = main(["speed", "--shape", "1x2x64x32", "--dtype", "fp32", "--causal", "off",
+               "--seed", "1", "--quiet", "--baseline", "triton"])
+    assert rc == 0 and "no speedup on 1x2x64x64x32 fp32 fwd: the baseline, triton, is not " \
+        "timed there" in capsys.readouterr().out
+    machine = tmp_path / "results" / "m1"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text("{}")
+    rc = main(["history", str(machine), "--out", str(tmp_path / "out")])
+    assert rc == 2 and "is one machine's folder" in capsys.readouterr().err
+    (tmp_path / "fbprobe_dec.py").write_text(
+        "def dec(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False):\n"
+        "    raise RuntimeError\ndec.flashbench_kind = 'decode'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    main(["speed", "--shape", "1x2x64x32", "--dtype", "fp32", "--quiet", "--only",
+          "fbprobe_dec:dec"])
+    assert "speed --decode" in capsys.readouterr().out

@@ -80,7 +80,7 @@ def check_kind(spec: str, kind: str, wanted: str) -> None:
         raise BackendFailed(f"{spec} declares no decode signature (flashbench_kind = "
                             f"{kind!r}; a decode function sets flashbench_kind = 'decode')")
     raise BackendFailed(f"{spec} is a decode function (flashbench_kind = {kind!r}): run it "
-                        "with check --decode")
+                        "with --decode (check --decode, speed --decode)")
 
 
 def call_forward(fn, q, k, v, causal=False, scale=None, **variant):

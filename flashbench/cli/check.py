@@ -35,8 +35,9 @@ def add_parser(sub) -> None:
                        "and per-dtype accuracy with the baseline rule, for the flash model and "
                        "every backend. Exit 1 on any FAIL, 2 on bad input.")
     c.add_argument("--shape", type=parse_shape, action="append",
-                   help="BxHxNxd or BxHxNqxNkxd, H may be H/Hkv (grouped-query: 1x32/8x1024x128);"
-                   " repeat for several (default: realistic set)")
+                   help="BxHxNxd or BxHxNqxNkxd, H may be H/Hkv (grouped-query: 1x32/8x1024x128),"
+                   " d may be d/dv (v's head dim: 1x8x1024x192/128); repeat for several "
+                   "(default: realistic set)")
     c.add_argument("--kv-heads", type=positive_int, metavar="N",
                    help="key/value heads (grouped-query attention) for every shape, given or "
                    "default; N must divide each shape's H")
@@ -104,9 +105,11 @@ def add_parser(sub) -> None:
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
                    "split-KV exactness, paged vs contiguous, accuracy of the split model and "
                    "the decode backends (docs/decode.md)")
-    c.add_argument("--decode-case", action="append", metavar="BxH[/Hkv]xNqxd:L1,L2,..[:pP]",
+    c.add_argument("--decode-case", action="append",
+                   metavar="BxH[/Hkv]xNqxd[/dv]:L1,L2,..[:pP][:mla]",
                    help="with --decode: a case, cache lengths per sequence, pages of P keys "
-                   "(contiguous without :pP); repeatable (default: a small set)")
+                   "(contiguous without :pP), :mla the absorbed form (V = K[..., :dv], "
+                   "1x4/1x1x576/512:32:p16:mla); repeatable (default: a small set)")
     c.set_defaults(func=run)
 
 

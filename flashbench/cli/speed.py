@@ -18,6 +18,7 @@ from flashbench.cli.common import (
 )
 from flashbench.cli.common import softcap as _softcap
 from flashbench.cli.common import window as _window
+from flashbench.infra.args import int_at_least
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
@@ -40,8 +41,7 @@ def add_parser(sub) -> None:
     s.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
     s.add_argument("--causal", choices=["both", "on", "off"], default=None,
-                   help="default: off; --decode's default cases each their own (3 of the 5 "
-                   "are causal: off left them out)")
+                   help="default: off; --decode's default cases each their own (3 causal)")
     s.add_argument("--window", type=_window, metavar="L,R",
                    help="sliding window, as check takes it (query i sees keys "
                    "i + Nk - Nq - L .. i + Nk - Nq + R: bottom-right aligned)")
@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
                    "defaults: your kernel alone, or beside the one peer you name")
     s.add_argument("--baseline", metavar="NAME",
                    help="the backend speedups are against (default: the fastest torch peer)")
-    s.add_argument("--samples", type=positive_int, default=10,
+    s.add_argument("--samples", type=int_at_least(10, "samples"), default=10,  # MIN_SAMPLES
                    help="timed calls per row, >= 10 (default 10)")
     s.add_argument("--warmup", type=positive_int, default=2, help="untimed calls first")
     s.add_argument("--seed", type=seed, default=None,
@@ -185,6 +185,7 @@ def render_text(report: dict) -> str:
         unlike = _unlike(r, report["rows"])
         if unlike is not None:
             notes.append(unlike)
+    notes += _no_speedup(report["rows"], m["baseline"])
     clocks = sorted({r.clock for r in report["rows"] if r.clock and r.worker_median_s is None})
     peaks = sorted({f"{r.dtype}: {r.peak}" for r in report["rows"] if r.peak})
     notes += [f"FAIL: a process a kernel left running was killed: {s}; every figure of this "
@@ -202,6 +203,18 @@ def render_text(report: dict) -> str:
                   else f"none of the kernels named was timed (exit 2): {_untimed(report)}"
                   if report.get("untimed") else "PASS" if report["passed"] else "FAIL")]
     return "\n".join(lines)
+
+
+def _no_speedup(rows: list, baseline: str) -> list[str]:
+    """Why a case's rows have no speedup (its cells read "-" and nothing said why)."""
+    out = []
+    for case in dict.fromkeys(r.case for r in rows):
+        mine = [r for r in rows if r.case == case]
+        if any(r.status == "PASS" for r in mine) and all(r.speedup is None for r in mine):
+            base = next((r for r in mine if r.backend == baseline), None)
+            out.append(f"no speedup on {case}: the baseline, {baseline}, " + (
+                f"is {base.status} there" if base is not None else "has no PASS there"))
+    return out
 
 
 def _variant(args, shape, causal: bool, run_seed: int):
@@ -355,24 +368,20 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
             for s in dict.fromkeys(shapes) for d in dtypes for c in causals]
 
 
-def _untimed(report: dict) -> str:
+def _untimed(report: dict) -> str:  # {name: why} of the kernels named and never timed
     return "; ".join(f"{n}: {why}" for n, why in report["untimed"].items())
 
 
 def _emit(args, report: dict) -> int:
-    """The report (text, or --json), and the exit status; 2 with one line on stderr when
-    no row was timed (every backend unavailable, not applicable, or interpreted), or none
-    of the kernels ``--backend`` / ``--only`` named (``untimed``: {name: why}; a user's
-    kernel that took no case read PASS on torch's rows, exit 0: a probe, 2026-12-07), the
-    report's ``passed`` then None: the table, its reasons included, is still printed."""
+    """The report (text, or --json), the exit status: 2, one line on stderr, ``passed``
+    None, where no row was timed or none of the kernels --backend / --only named (a user's
+    that took no case read PASS on torch's rows, exit 0: a probe, 2026-12-07)."""
     rows = report["rows"]
     named = list(dict.fromkeys([*args.backend, *(args.only or ())]))
-    whys: dict = {n: [r.reason for r in rows if r.backend == n] for n in named}
-    timed = {r.backend for r in rows if r.status != "not timed"}
     nothing = all(r.status == "not timed" for r in rows)  # none at all, too
-    if named and not timed & set(named):
-        report["untimed"] = {n: "; ".join(dict.fromkeys(map(str, w))) or "no case took it"
-                             for n, w in whys.items()}
+    if named and not {r.backend for r in rows if r.status != "not timed"} & set(named):
+        report["untimed"] = {n: "; ".join(dict.fromkeys(str(r.reason) for r in rows if r.backend
+                                                        == n)) or "no case took it" for n in named}
     if nothing or report.get("untimed"):
         report["passed"] = None  # no verdict: --json said true beside exit 2
     status = (emit({**report, "rows": [asdict(r) for r in rows]}, render_text, True)

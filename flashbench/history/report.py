@@ -162,7 +162,11 @@ def build_report(results_dir, out, force: bool = False) -> str:
     where = ", ".join(str(r) for r in roots)
     df = load_results(roots if len(roots) > 1 else roots[0])
     if not (df["status"] == "ok").any():
-        raise ValueError(f"no results in {where}")
+        machine = [r for r in roots if (Path(r) / "machine.json").is_file()
+                   and not (Path(r) / "benchmarks.json").is_file()]
+        raise ValueError(f"no results in {where}" + (
+            f": {machine[0]} is one machine's folder (machine.json): give the results folder "
+            "above it, which holds benchmarks.json" if machine else ""))
     files = [Path(str(f)) for f in df["file"].astype(object).unique()]
     # a folder that gave nothing is said, not only named in the title (one folder: it
     # gave the results above; its files' paths are relative to it, not under it)
@@ -276,7 +280,8 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
                  "seeds; bands.png)", "", widened_markdown(band_rows)]
                 if not band_rows.empty else []),
               "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds)",
-              "", "FLOPs = 4·B·H·Nq·Nk·d for a forward pass, counting only visible (query, "
+              "", "FLOPs = 2·B·H·Nq·Nk·(d + dv) for a forward pass (4·B·H·Nq·Nk·d where dv = d), "
+              "counting only visible (query, "
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
               "TFLOP/s, change_pct latest against first in %. latest_pct_peak: % of the "
               "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["Parser", "positive_int", "seed"]
+__all__ = ["Parser", "positive_int", "seed", "int_at_least"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -17,7 +17,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
-def _int_at_least(lo: int, what: str):
+def int_at_least(lo: int, what: str):
+    """An argparse type: an integer >= ``lo`` (``what``: its name in errors)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -32,6 +33,6 @@ def _int_at_least(lo: int, what: str):
 
 
 # every subcommand's counts: --threads, --seeds, --n, --kv-heads, ...: an integer >= 1
-positive_int = _int_at_least(1, "positive_int")
+positive_int = int_at_least(1, "positive_int")
 # a random seed: an integer >= 0 (numpy's generators take no negative seed)
-seed = _int_at_least(0, "seed")
+seed = int_at_least(0, "seed")
