@@ -115,7 +115,7 @@ def test_check_on_a_head_dim_triton_lacks_still_runs_the_others(capsys):
 
 
 def test_kv_heads_applies_to_given_shapes_and_checks_them(capsys):
-    rc = main(["check", "--shape", "1x4x64x32", "--shape", "1x8/8x40x16", "--kv-heads", "2",
+    rc = main(["check", "--shape", "1x4x64x32", "--shape", "1x8x40x16", "--kv-heads", "2",
                "--dtype", "bf16", "--dist", "normal", "--causal", "off", "--backend",
                "torch-naive", "--json", "--quiet"])
     report = json.loads(capsys.readouterr().out)
@@ -124,6 +124,10 @@ def test_kv_heads_applies_to_given_shapes_and_checks_them(capsys):
     assert all(r["passed"] for r in report["exactness"])
     r = refused_in_a_process("check", "--shape", "1x6x8x16", "--kv-heads", "4")
     assert "Hkv=4 must divide the query heads H=6" in r.stderr
+    # a shape that names its heads (1x8/8: 8) and a --kv-heads of 2 contradict: refused
+    # (the flag won without a word, a first-use probe, 2026-12-07)
+    r = refused_in_a_process("check", "--shape", "1x8/8x40x16", "--kv-heads", "2")
+    assert "--kv-heads 2 contradicts the shape" in r.stderr
     r = subprocess.run([sys.executable, "-m", "flashbench.cli", "check", "--kv-heads", "0"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "must be an integer >= 1" in r.stderr
