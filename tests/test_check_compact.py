@@ -54,14 +54,12 @@ def test_compact_view_has_one_line_per_kernel_and_case_and_result_last(tiny):
     assert rc == 0 and lines[-1] == "RESULT: PASS"
     assert max(map(len, lines)) <= WIDTH
     rows = [ln.split() for ln in lines if CASE in ln]
-    # forward and gradients: the flash model (counted), torch-naive (peer); dtypes folded
+    # forward and gradients: the flash model, then torch-naive, counted: --only named it
+    # (a peer is information only where it was not asked for); dtypes folded
     assert [r[0] for r in rows] == ["flash_model", "flash_model", "torch-naive",
                                     "torch-naive"]
-    peers = next(i for i, ln in enumerate(lines) if ln.startswith("Peers, for information"))
-    naive = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("torch-naive")]
-    flash = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("flash_model")]
-    assert max(flash) < peers < min(naive)
-    assert "do not count toward RESULT" in lines[peers]
+    assert not any(ln.startswith("Peers, for information") for ln in lines)
+    assert "the peers --only named" in " ".join(lines)
     for ln in lines:  # each row: its verdict and the worst ratio's rule, tensor, dtype
         if CASE in ln:
             assert ("PASS" in ln or "FAIL" in ln) and any(
@@ -99,6 +97,8 @@ def test_json_is_unchanged_and_still_saves_the_tables(tiny):
 
 def test_a_counted_fail_names_its_likely_cause_folded_to_the_width(tiny):
     report = copy.deepcopy(tiny[3])
+    for b in report["backends"] + report["gradients"]:  # torch-naive as a default's peer
+        b.update(peer=True, named=False)
     row = next(b for b in report["backends"] if b["dtype"] == "bf16")
     row.update(backend="mine", peer=False, passed=False, band_passed=False,
                baseline_passed=True, disagreement="band rule FAIL, baseline rule PASS: " +
@@ -113,6 +113,8 @@ def test_a_counted_fail_names_its_likely_cause_folded_to_the_width(tiny):
     assert DEFECT_TABLE in " ".join(lines[i + 1:i + 6])
     peers = next(i for i, ln in enumerate(lines) if ln.startswith("Peers"))
     assert i < peers  # a user's kernel counts: above the peers
+    assert "do not count toward RESULT" in lines[peers]
+    assert any(ln.lstrip().startswith("torch-naive") for ln in lines[peers:])
 
 
 def test_save_to_a_missing_folder_is_refused_before_the_work(tmp_path, capsys):

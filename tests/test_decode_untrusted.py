@@ -171,8 +171,8 @@ def test_a_decode_function_is_refused_by_a_forward_check(kernels, capsys):
     for name in ("misfiled", "fbdecode_untrusted:good"):
         (row,) = [r for r in report["backends"] if r["backend"] == name]
         assert not row["passed"] and ("fbdecode_untrusted:good is a decode function "
-                                      "(flashbench_kind = 'decode'): run it with check "
-                                      "--decode") in row["failed"], row
+                                      "(flashbench_kind = 'decode'): run it with --decode "
+                                      "(check --decode") in row["failed"], row
     assert rc == 1
 
 

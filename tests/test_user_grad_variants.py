@@ -109,5 +109,5 @@ def test_speed_times_a_user_backward_under_a_variant_and_fails_a_wrong_one(user,
 
     out = json.loads(capsys.readouterr().out)
     verdicts = {r["backend"]: r["status"] for r in out["rows"]}
-    assert verdicts == {f"{user}:honest": "PASS", f"{user}:capless": "FAIL"}, verdicts
+    assert verdicts == {f"{user}:honest": "PASS", f"{user}:capless": "FAIL"}, out["rows"]
     assert code == 1
