@@ -54,9 +54,9 @@ def test_compact_view_has_one_line_per_kernel_and_case_and_result_last(tiny):
     assert rc == 0 and lines[-1] == "RESULT: PASS"
     assert max(map(len, lines)) <= WIDTH
     rows = [ln.split() for ln in lines if CASE in ln]
-    # forward and gradients: the flash model, then torch-naive, counted: --only named it
+    # forward, then gradients: the flash model and torch-naive, counted: --only named it
     # (a peer is information only where it was not asked for); dtypes folded
-    assert [r[0] for r in rows] == ["flash_model", "flash_model", "torch-naive",
+    assert [r[0] for r in rows] == ["flash_model", "torch-naive", "flash_model",
                                     "torch-naive"]
     assert not any(ln.startswith("Peers, for information") for ln in lines)
     assert "the peers --only named" in " ".join(lines)

@@ -226,3 +226,16 @@ def test_messages_name_the_problem(tmp_path, monkeypatch, capsys):
     main(["speed", "--shape", "1x2x64x32", "--dtype", "fp32", "--quiet", "--only",
           "fbprobe_dec:dec"])
     assert "speed --decode" in capsys.readouterr().out
+
+
+def test_speed_counts_a_peer_only_names_as_check_does(capsys):
+    """``speed --only torch-naive``: its row counts toward the verdict (peer false in
+    --json: a FAIL is exit 1), as check counts it; beside the defaults it is information."""
+    args = ["speed", "--shape", "1x2x32x16", "--dtype", "fp32", "--causal", "off", "--seed",
+            "1", "--quiet", "--json"]
+    main([*args, "--only", "torch-naive"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["backend"], r["peer"]) for r in rows] == [("torch-naive", False)]
+    main([*args, "--backend", "torch-naive"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["peer"] for r in rows if r["backend"].startswith("torch-"))

@@ -334,7 +334,7 @@ def _timed(args, cases, names, get, run_seed: int) -> int:
         report = run_speed(cases, backends, run_seed, args.samples, args.warmup,
                            args.baseline, progress=not args.quiet,
                            first=getattr(args, "scheduling", None),
-                           first_limits=getattr(args, "limits", None))
+                           first_limits=getattr(args, "limits", None), counted=args.only)
     left = [f"{s} (found after the workers ended)" for s in sweep()]  # before the report
     report["meta"]["environment"] = list(getattr(args, "environment", ()))
     report["meta"]["planted"] = (planted(args.files) if hasattr(args, "files") else []) + \

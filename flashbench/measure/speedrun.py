@@ -293,10 +293,12 @@ def _rescheduled(interference: list, first: tuple, when: str) -> None:
 
 def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
               baseline: str | None = None, progress: bool = True,
-              first: tuple | None = None, first_limits: tuple | None = None) -> dict:
+              first: tuple | None = None, first_limits: tuple | None = None,
+              counted=None) -> dict:
     """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed.
     ``first``, ``first_limits``: this process's scheduling and resource limits before any
-    kernel's worker started (strays.priority, strays.limits)."""
+    kernel's worker started (strays.priority, strays.limits); ``counted``: names whose rows
+    count toward ``passed`` though peers (--only's: the question asked, as check's)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -341,7 +343,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 row.outside_cpus = load.cpus
             case_rows.append(row)
         for r, b in zip(case_rows, backends, strict=True):
-            r.peer = bool(getattr(b, "peer", False))
+            r.peer = bool(getattr(b, "peer", False)) and b.name not in (counted or ())
         base = _baseline(case_rows, by_name, baseline)
         for r in case_rows:
             if base is not None and r.median_s and r.status == "PASS":  # a FAIL's: none
