@@ -239,3 +239,21 @@ def test_speed_counts_a_peer_only_names_as_check_does(capsys):
     main([*args, "--backend", "torch-naive"])
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert all(r["peer"] for r in rows if r["backend"].startswith("torch-"))
+
+
+def test_review_says_when_threads_leave_its_worker_unpinned(capsys):
+    """``review --threads 64`` on 2 CPUs (or 2 on 2) ran its worker unpinned (lane_cpus:
+    none left over) under a header that said "fewer threads than cores"; and check --decode
+    refused --pass with the variants' reason."""
+    from flashbench.review.run import threads_note
+    from flashbench.review.worker_client import lane_cpus
+
+    assert "fewer threads than cores" in threads_note(1, 2)
+    for threads in (2, 64):
+        note = threads_note(threads, 2)
+        assert "not pinned" in note and "fewer threads than cores" not in note, note
+    if hasattr(__import__("os"), "sched_getaffinity"):
+        n = len(__import__("os").sched_getaffinity(0))
+        assert lane_cpus(n) == [None] and "not pinned" in threads_note(n, n)
+    assert main(["check", "--decode", "--pass", "bwd"]) == 2
+    assert "a decode step is a forward alone, no backward pass" in capsys.readouterr().err

@@ -224,9 +224,9 @@ def _run(args) -> int:
             args, {"--pass": "pass_"}.get(flag, flag[2:].replace("-", "_"))) not in (None, False)]
         if given:
             raise ValueError(f"check --decode does not read {', '.join(given)}: forward "
-                             "options (the decode paths take no window, softcap, sinks, "
-                             "packed batch or streaming block; a decode case is given with "
-                             "--decode-case)")
+                             "options (a decode step is a forward alone, no backward pass; "
+                             "the decode paths take no window, softcap, sinks, packed batch "
+                             "or streaming block; a decode case is given with --decode-case)")
         return decode.run(args)
     from flashbench.cli.check_view import save_target
     from flashbench.measure.footprint import packed_too_big, too_big
