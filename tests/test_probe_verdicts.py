@@ -245,7 +245,7 @@ def test_review_says_when_threads_leave_its_worker_unpinned(capsys):
     """``review --threads 64`` on 2 CPUs (or 2 on 2) ran its worker unpinned (lane_cpus:
     none left over) under a header that said "fewer threads than cores"; and check --decode
     refused --pass with the variants' reason."""
-    from flashbench.review.run import threads_note
+    from flashbench.infra.cpuload import threads_note
     from flashbench.review.worker_client import lane_cpus
 
     assert "fewer threads than cores" in threads_note(1, 2)

@@ -1,8 +1,8 @@
 """CPU time from /proc: a process's (its threads', and its children's it waited for), a
 process tree's, the busy time of the CPUs this process may run on, and from these what
 processes *outside* a run used while it measured: the speed run marks a row timed while
-they kept a CPU busy, the review does not judge a timing whose rounds met them. Linux;
-elsewhere the readings are None (or nothing).
+they kept a CPU busy, the review does not judge a timing whose rounds met them (and the
+review's note on --threads against those CPUs). Linux; elsewhere the readings are None.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
-           "cpu_limit", "Load", "load_note", "cpus_watched"]
+           "cpu_limit", "Load", "load_note", "cpus_watched", "threads_note"]
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
 # the CPUs this process may run on as it starts (imported before any kernel's worker runs):
@@ -154,3 +154,19 @@ def load_note(cpus: list, limit: float, who: str, option: str) -> str:
     return (f"Processes outside {who} kept {statistics.median(seen):.2f} CPUs busy (median of "
             f"{len(seen)} timings, at most {max(seen):.2f}; /proc): "
             f"{sum(x > limit for x in seen)} above {limit:g} ({option}), not judged.")
+
+
+def threads_note(threads: int, cpus: int | None = None) -> str:
+    """The review header's note on --threads; ``cpus``: this process's (its affinity). As
+    many threads as CPUs or more leave the timing worker unpinned (review.worker_client.
+    lane_cpus: no CPU left over), where the note said "fewer threads than cores"."""
+    if cpus is None and hasattr(os, "sched_getaffinity"):
+        cpus = len(os.sched_getaffinity(0))
+    few = cpus is None or threads < cpus
+    return (f"Measured with {threads} thread(s) per worker (OpenMP, OpenBLAS and MKL thread "
+            "pools): " + ("fewer threads than cores keep a busy machine's load from "
+                          "stretching one side's calls." if few else
+                          f"as many as or more than the {cpus} CPUs this process may use: the "
+                          "worker is not pinned, and a busy machine's load stretches one "
+                          "side's calls (single rounds of an unchanged function read "
+                          "0.47x-1.68x, a probe at --threads 64 on 2 CPUs)."))

@@ -9,13 +9,12 @@ processes are gone.
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from flashbench.infra.cpuload import load_note, outside_cpu
+from flashbench.infra.cpuload import load_note, outside_cpu, threads_note
 from flashbench.infra.git import checked_out, git, resolve
 from flashbench.infra.interrupts import signals_raise
 from flashbench.infra.machine import gpu_model, identity
@@ -209,23 +208,10 @@ def _lane(w: Worker, budget: float = float("inf")) -> Lane:
     return Lane(measure, measure_pair)
 
 
-def threads_note(threads: int, cpus: int | None) -> str:
-    """The header's note on --threads: fewer than the ``cpus`` this process may use pins the
-    worker (lane_cpus); as many or more leaves it unpinned (the note said otherwise)."""
-    return (f"Measured with {threads} thread(s) per worker (OpenMP, OpenBLAS and MKL thread "
-            "pools): " + ("fewer threads than cores keep a busy machine's load from "
-                          "stretching one side's calls." if cpus is None or threads < cpus
-                          else f"as many as or more than the {cpus} CPUs this process may "
-                          "use: the worker is not pinned, and a busy machine's load stretches "
-                          "one side's calls (single rounds of an unchanged function read "
-                          "0.47x-1.68x, a probe at --threads 64 on 2 CPUs)."))
-
-
 def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
               log) -> None:
     if opts.threads:
-        review.notes.append(threads_note(opts.threads, len(os.sched_getaffinity(0)) if hasattr(
-            os, "sched_getaffinity") else None))
+        review.notes.append(threads_note(opts.threads))
     if opts.existing:
         review.notes.append("--existing has no effect here: same-run A/B always runs in this "
                             "Python, with each commit's tree first on sys.path while it runs.")
