@@ -257,3 +257,17 @@ def test_review_says_when_threads_leave_its_worker_unpinned(capsys):
         assert lane_cpus(n) == [None] and "not pinned" in threads_note(n, n)
     assert main(["check", "--decode", "--pass", "bwd"]) == 2
     assert "a decode step is a forward alone, no backward pass" in capsys.readouterr().err
+
+
+def test_a_memo_is_read_whole_when_the_median_empty_round_trip_is_the_least():
+    """The second reading (less the fastest empty round trip, no gate) was skipped where the
+    empty round trips' median equalled their least (capped ones tie), the first reading's
+    gate shut: a memo whose misses sit under 2x the median went unnamed."""
+    from flashbench.measure.workerjudge import memo_fault
+
+    nulls = [1e-3] * 6 + [5e-3] * 4  # median = least, IQR 4 ms: the gate wants 2 ms misses
+    new = [False, True] * 12
+    runs = [(1e-3 + (1.5e-3 if f else 1e-5), 1) for f in new]  # misses 1.5 ms, hits ~0
+    assert memo_fault(runs, new, nulls) is not None
+    honest = [(1e-3 + 1.5e-3, 1) for _ in new]
+    assert memo_fault(honest, new, nulls) is None

@@ -82,9 +82,7 @@ def memo_fault(runs: list, new: list, nulls: list) -> str | None:
     misses = [rt - null for (rt, _), fresh in zip(runs, new, strict=True) if fresh]
     clear = bool(misses) and np.median(misses) > max(min(MEMO_CLEAR[0] * null,
                                                         MEMO_CLEAR[1] * noise), 0.0)
-    for base, whole in ((null, False), (least, True)):
-        if base == null and not clear:
-            continue
+    for base, whole in ((null, False), (least, True))[0 if clear else 1:]:
         named = _signs(runs, new, base, whole)
         if named is not None:
             below, above, judged, p = named
