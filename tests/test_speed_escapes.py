@@ -402,3 +402,24 @@ def test_a_kernel_that_lowers_the_harness_limits_fails_the_run(user_module, caps
         resource.setrlimit(resource.RLIMIT_NOFILE, before)
     assert rc == 1 and any("resource limits were changed by a kernel's import" in why
                            for why in report["meta"]["interference"]), report["meta"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_process_started_in_the_rows_first_clock_tick_is_the_rows():
+    """/proc counts a start time in whole clock ticks, truncated: a helper its kernel
+    started within 10 ms of its row's start read as older than the row, was told to no row
+    and its run FAILed with every row PASS (a clean-clone CI, 2026-12-07: the CLONE_PARENT
+    test above). Each of these children starts after ``since`` and is the row's."""
+    from flashbench.backends.strays import escaped, now_since_boot
+
+    for _ in range(10):
+        since = now_since_boot()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                                 start_new_session=True)
+        try:
+            after, before = escaped(since)
+        finally:
+            child.kill()
+            child.wait()
+        assert any(f"pid {child.pid}:" in s for s in after), (after, before)
+        assert not any(f"pid {child.pid}:" in s for s in before), (after, before)

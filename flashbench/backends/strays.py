@@ -118,7 +118,9 @@ def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
     for pid, st in found:
         said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else
                                   f"running (its command line, a fork's: {_command(pid)})")
-        ours = since is None or _started(pid) > since
+        # /proc's start time is truncated to a clock tick: one started in since's own
+        # tick, after it, may read up to a tick before it (a CI run's clone did)
+        ours = since is None or _started(pid) + _TICK > since
         (after if ours else before).append(said)
         if ours and st[0] != me:
             _TOLD.add(pid)  # a zygote's zombie, told once
@@ -140,7 +142,7 @@ def now_since_boot() -> float:
 
 
 def _started(pid: int) -> float:
-    """When ``pid`` started, seconds since boot, a clock tick early at most (inf: unread)."""
+    """When ``pid`` started, seconds since boot, truncated to a clock tick (inf: unread)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[19]) * _TICK
