@@ -314,12 +314,13 @@ def test_the_stand_in_lse_is_the_float64_one_rounded_once_to_fp32(hkv, group, nq
 def test_torch_floats_and_user_defaults_come_from_the_precision_registry():
     """Finding 17: no literal dtype lists: the default-judged precisions stored in a torch
     dtype of their own (tf32 is fp32 storage, a compute mode)."""
-    from flashbench.backends import TORCH_FLOATS, user
+    from flashbench.backends import TORCH_FLOATS
+    from flashbench.backends.declared import DEFAULT_DTYPES
     from flashbench.inputs.precision import CHECK_DTYPES
 
     assert TORCH_FLOATS == tuple(d for d in CHECK_DTYPES if d != "tf32") == ("fp32", "fp16",
                                                                             "bf16")
-    assert user.DEFAULT_DTYPES is TORCH_FLOATS
+    assert DEFAULT_DTYPES is TORCH_FLOATS
     assert BACKENDS["torch-naive"].dtypes == TORCH_FLOATS
 
 

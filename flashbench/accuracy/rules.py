@@ -12,7 +12,9 @@ drew an unusually small error (the kernel fails against it but is within the fac
 caller's *fallback*, the same-dtype flash model's error on the same inputs: it passes), the
 ratio is taken against that fallback, which the verdict's ``yardstick`` names; without one
 it is NaN (yardstick "none"): factor x max(standard, flash model) + floor where a fallback
-is given (check gives one; the asv tracks do not). Why: docs/check.md; docs/backward.md.
+is given (check gives one; the asv tracks do not). At fp64 the same-dtype standard is the
+reference's own arithmetic (its error 0 or a few ulp: a draw, no yardstick), so the floor is
+the exactness bound, :func:`exact_floor`. Why: docs/check.md; docs/backward.md.
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from flashbench.accuracy.metrics import error_stats, to_numpy
 from flashbench.inputs.precision import Precision, get_precision
 
 __all__ = ["baseline_rule", "BaselineVerdict", "judge", "BASELINE_FACTOR", "GRAD_FACTOR",
-           "gradient_rule", "gradient_floor", "lse_floor", "judge_gradient", "sinks_limit"]
+           "gradient_rule", "gradient_floor", "lse_floor", "judge_gradient", "sinks_limit",
+           "EXACT_TOL", "exact_floor"]
 
 BASELINE_FACTOR = 2.0  # FlashAttention's tests: outputs within 2x the same-dtype standard
+EXACT_TOL = 1e-12  # the float64 exactness bound, x max(1, the quantity's largest |value|)
 
 class Verdict:
     """What every rule's verdict record can do (a frozen dataclass below)."""
@@ -99,7 +103,10 @@ def baseline_rule(kernel_error: float, standard_error: float, dtype: str | Preci
     fails against the standard but is within factor x fallback + floor (the standard drew
     an unusually small error: tiny shapes).
     """
-    floor = get_precision(dtype).out.eps / 4 if floor is None else float(floor)
+    prec = get_precision(dtype)
+    floor = prec.out.eps / 4 if floor is None else float(floor)
+    if prec.name == "fp64":  # at least the exactness bound of values up to 1 (module doc)
+        floor = max(floor, EXACT_TOL)
     kernel_error = float("inf") if np.isnan(float(kernel_error)) else _error(
         kernel_error, "kernel_error")
     standard_error = _error(standard_error, "standard_error")
@@ -190,6 +197,17 @@ def sinks_limit(ref, model, do, sinks, dsinks, dtype: str | Precision) -> np.nda
     return SINKS_SPREAD * spread + SINKS_SUM * summed + own
 
 
+def exact_floor(ref) -> float:
+    """The fp64 floor: EXACT_TOL x max(1, the largest finite |value| of ``ref``), the bound
+    the streamed float64 result keeps to the one-shot's. At fp64 the 2x rule compared two
+    draws of a few ulp: the flash model itself (correct by construction) FAILed it on the
+    default outliers cases (O 3.9e-14 against the standard's 1.8e-14, values near 100) and
+    at large logits (scores near 5,000, blocked matrix products rounding them otherwise)."""
+    values = np.abs(np.asarray(to_numpy(ref), dtype=np.float64))
+    values = values[np.isfinite(values)]
+    return EXACT_TOL * max(1.0, float(values.max(initial=0.0)))
+
+
 def lse_floor(ref) -> float:
     """One fp32 ulp of the largest finite |LSE| of ``ref``: every kernel stores its LSE in
     fp32, so none is closer than half of it, and the standard's error is often below it
@@ -237,6 +255,8 @@ def judge_gradient(grad, standard, reference, dtype: str | Precision, metric: st
     k_stats = error_stats(grad, reference, prec)
     s_stats = error_stats(standard, reference, prec)
     floor = gradient_floor(reference, prec)
+    if prec.name == "fp64":
+        floor = max(floor, exact_floor(reference))
     bound = None if model else GRAD_FACTOR * s_stats[metric] + floor
     verdict = gradient_rule(k_stats[metric], s_stats[metric], prec, floor=floor, metric=metric,
                             fallback_error=_fallback_error(fallback, None, reference, metric,
@@ -254,7 +274,8 @@ def judge(kernel, standard, reference, dtype: str | Precision, metric: str = "ma
     ``fallback``: the same-dtype flash model's (o, lse), or a callable giving it, used
     (and called) where the standard overflowed or the kernel fails against the standard
     alone (module docstring); ``model``: ``kernel`` is that flash model's own (no rescue).
-    The LSE's floor is at least :func:`lse_floor`: one fp32 ulp of its largest value.
+    The LSE's floor is at least :func:`lse_floor`: one fp32 ulp of its largest value; at
+    fp64 each floor is at least :func:`exact_floor`.
     """
     result, prec = {}, get_precision(dtype)  # a name becomes its Precision once, here
     for i, name in enumerate(("o", "lse")):
@@ -263,6 +284,8 @@ def judge(kernel, standard, reference, dtype: str | Precision, metric: str = "ma
         floor = prec.out.eps / 4
         if name == "lse":  # an LSE is stored in fp32: no kernel rounds it closer than that
             floor = max(floor, lse_floor(reference[i]))
+        if prec.name == "fp64":
+            floor = max(floor, exact_floor(reference[i]))
         bound = None if model else BASELINE_FACTOR * s_stats[metric] + floor
         verdict = baseline_rule(k_stats[metric], s_stats[metric], prec, metric=metric,
                                 floor=floor,

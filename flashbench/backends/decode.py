@@ -27,6 +27,7 @@ from flashbench.backends.declared import DECODE, DECODE_INPUTS, call_decode, par
 from flashbench.backends.outputs import BackendOutput, checked_decode_output, guarded
 from flashbench.backends.record import TORCH_FLOATS, Implementation, always_available, never
 from flashbench.backends.registry import BACKENDS
+from flashbench.inputs.precision import DTYPES
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
 from flashbench.kernels.headdim import (  # the second and third re-exported for measure
@@ -145,8 +146,9 @@ def _made(spec, name, origin, worker, declared) -> DecodeBackend:
 
 
 def _failing(spec, name, origin, reason) -> DecodeBackend:
+    """Every call FAILs with ``reason``; every dtype declared (user._failing's why)."""
     fail = partial(user.broken, reason)
-    return DecodeBackend(name, fail, f"user function {spec}", TORCH_FLOATS, timed=fail,
+    return DecodeBackend(name, fail, f"user function {spec}", DTYPES, timed=fail,
                          own_lse=True, origin=origin)
 
 

@@ -22,7 +22,6 @@ import importlib.metadata
 from functools import partial
 
 from flashbench.backends.declared import (
-    DEFAULT_DTYPES,
     FORWARD,
     call_forward,
     check_kind,
@@ -30,6 +29,7 @@ from flashbench.backends.declared import (
     parse_spec,
 )
 from flashbench.backends.record import VARIANTS, Backend
+from flashbench.inputs.precision import DTYPES
 from flashbench.kernels.validate import BackendFailed
 
 __all__ = ["GROUP", "parse_spec", "load", "user_backend", "worker_backend", "request",
@@ -46,13 +46,13 @@ def broken(reason: str, *args, **kwargs):
 def _failing(name: str, description: str, origin: str, reason: str):
     """A backend whose every call fails with ``reason`` (the check reports it as FAIL).
 
-    It declares every variant, a packed path and a backward, so that a check with
-    ``--window``, ``--softcap``, ``--sinks``, ``--varlen`` or ``--pass bwd`` calls it and
-    FAILs it by name, never "not applicable" (a PASS for a kernel that never ran; --pass
-    bwd read "its forward is not declared differentiable" for a module that did not
-    import)."""
+    It declares every dtype, every variant, a packed path and a backward, so that a check
+    with ``--dtype fp64``, ``--window``, ``--softcap``, ``--sinks``, ``--varlen`` or ``--pass
+    bwd`` calls it and FAILs it by name, never "not applicable" (a PASS for a kernel that
+    never ran; --pass bwd read "its forward is not declared differentiable", --dtype fp64
+    "takes fp32, fp16, bf16, not fp64", for a module that did not import)."""
     fail = partial(broken, reason)
-    return Backend(name, fail, description, DEFAULT_DTYPES, timed=fail, gqa=True,
+    return Backend(name, fail, description, DTYPES, timed=fail, gqa=True,
                    origin=origin, variants=VARIANTS, varlen=fail, differentiable=True,
                    grad_variants=VARIANTS, varlen_grad=True, grads=fail)
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashbench.accuracy import BASELINE_FACTOR, judge
+from flashbench.accuracy.rules import EXACT_TOL
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision
 from flashbench.inputs.problem import Shape
@@ -28,7 +29,6 @@ __all__ = ["EXACT_TOL", "INTERPRETER_LIMIT", "INTERPRETER_TOO_SLOW", "INTERPRETE
            "Unavailable", "Failed", "interpreter_too_slow", "unavailable_reason", "with_note",
            "attempt", "not_taken", "users", "accuracy_record", "private", "handed"]
 
-EXACT_TOL = 1e-12
 # The Triton interpreter takes ~1 s per 2M score elements (B*H*Nq*Nk): larger cases skip it.
 INTERPRETER_LIMIT = 2 * 1024 * 1024
 INTERPRETER_TOO_SLOW = "Triton interpreter: too slow at this shape (needs a GPU)"
