@@ -562,3 +562,39 @@ def test_no_new_content_exists_in_the_worker_before_its_request(tmp_path, monkey
     assert row["status"] == "FAIL" and set(row["failures"]) == {guard.MEMO}, row["failures"]
     assert len(row["samples_s"]) >= 10, row
     assert min(row["samples_s"]) > 0.017, row["samples_s"]  # every new content a miss
+
+
+SDPA_FWD = '''
+import torch
+
+
+def fwd(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+'''
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_a_memo_is_named_only_where_as_many_requests_more_name_it_too(
+        tmp_path, monkeypatch, capsys, again):
+    """An honest sdpa at 1x1x32x32 was named a memo once beside 3 test workers (5 of 5
+    below both neighbours, p = 0.031): a suspected memo is judged again on as many requests
+    more, on their own, and named only where they say so too. The judge stands in here for
+    the load: it names the first batch; the second where ``again``."""
+    from flashbench.measure import speedworker
+
+    said = []
+
+    def judge(runs, new, nulls):
+        said.append((len(runs), sum(new)))
+        return "a memo, said the stand-in" if len(said) == 1 or again else None
+
+    monkeypatch.setattr(speedworker, "memo_fault", judge)
+    row = _user_row(tmp_path, monkeypatch, capsys, "fbconfirm", SDPA_FWD)
+    assert len(said) == 2 and said[1][1] >= 10, said  # the second batch: its own requests
+    if again:
+        assert row["status"] == "FAIL", row
+        assert row["failures"][guard.MEMO] == (f"a memo, said the stand-in; named again by "
+                                               f"{said[1][0]} requests more, on their own")
+    else:
+        assert row["status"] == "PASS", row.get("failures")
+        assert len(row["samples_s"]) == said[0][1], row  # the row's times: the first batch's

@@ -353,7 +353,10 @@ def test_speed_cli_names_each_trick_run_in_its_worker(tricks, capsys):
     assert rows["good"]["speedup"] == 1.0 and rows["good"]["median_s"] > 0
     assert rows["good_threads"]["status"] == "PASS", rows["good_threads"]["failures"]
     assert rows["good_lse"]["status"] == "PASS", rows["good_lse"]["failures"]
-    for trick, name in EXPECTED.items():
+    # in its worker the background thread's outputs are also read at the reply and fetched
+    # after: which of the two sees it first is the machine's load (a run beside 3 test
+    # workers named the output changed after the reply)
+    for trick, name in {**EXPECTED, "background": (guard.THREAD, guard.OUTSIDE)}.items():
         assert rows[trick]["status"] == "FAIL" and _named(name, rows[trick]["failures"]), \
             (trick, rows[trick]["failures"], rows[trick]["reason"])
         assert rows[trick]["speedup"] is None  # a FAIL's time is no speed (385x once)
