@@ -115,7 +115,9 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
                     "of each block's fastest sample; head/base is the mean of the rounds' "
                     f"log-ratios ({TRIM:.0%} trimmed from each end from {MIN_TRIM_ROUNDS} "
                     "rounds on) with its interval at the level shown; the detail names the "
-                    "variance prior it rests on.")
+                    "variance prior it rests on. It may differ from head over base: each round's "
+                    "head is set against that round's own base, so the machine's drift between "
+                    "rounds cancels in it, not in the two medians.")
         else:
             note = "Timings: asv's stored values (median per call); n is asv's samples."
         lines += ["", note]

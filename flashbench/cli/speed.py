@@ -57,9 +57,9 @@ def add_parser(sub) -> None:
     s.add_argument("--decode", action="store_true",
                    help="decode over a KV cache instead, as check --decode: GB/s of the cache "
                    "read and %% of this run's copy bandwidth (the decode backends)")
-    s.add_argument("--decode-case", action="append", metavar="BxH[/Hkv]xNqxd:L1,L2,..[:pP]",
-                   help="with --decode: a case, cache lengths per sequence, pages of P keys "
-                   "(default: check --decode's cases)")
+    s.add_argument("--decode-case", action="append",
+                   metavar="BxH[/Hkv]xNqxd[/dv]:L1,L2,..[:pP][:mla]", help="with --decode: a "
+                   "case, cache lengths, pages of P keys, :mla (as check --decode-case's)")
     s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
                    help="the pass timed: fwd, bwd (the backward alone; its forward is built "
                    "outside the clock) or fwdbwd (default fwd)")
