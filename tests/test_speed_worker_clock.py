@@ -574,27 +574,29 @@ def fwd(q, k, v, causal=False, scale=None):
 
 
 @pytest.mark.parametrize("again", [False, True])
-def test_a_memo_is_named_only_where_as_many_requests_more_name_it_too(
+def test_a_memo_is_named_only_where_it_stands_with_as_many_requests_more(
         tmp_path, monkeypatch, capsys, again):
     """An honest sdpa at 1x1x32x32 was named a memo once beside 3 test workers (5 of 5
-    below both neighbours, p = 0.031): a suspected memo is judged again on as many requests
-    more, on their own, and named only where they say so too. The judge stands in here for
-    the load: it names the first batch; the second where ``again``."""
+    below both neighbours, p = 0.031): a suspected memo is judged again over its requests
+    and as many more, and named only where it stands. The judge stands in here for the load:
+    it names the first batch; both together where ``again``."""
     from flashbench.measure import speedworker
 
     said = []
 
     def judge(runs, new, nulls):
-        said.append((len(runs), sum(new)))
+        said.append((len(runs), sum(new), len(nulls)))
         return "a memo, said the stand-in" if len(said) == 1 or again else None
 
     monkeypatch.setattr(speedworker, "memo_fault", judge)
     row = _user_row(tmp_path, monkeypatch, capsys, "fbconfirm", SDPA_FWD)
-    assert len(said) == 2 and said[1][1] >= 10, said  # the second batch: its own requests
+    assert len(said) == 2 and said[1][1] >= 2 * said[0][1] >= 20, said  # both batches
+    assert said[1][0] == said[1][2] > said[0][0], said  # each request with its empty one
     if again:
         assert row["status"] == "FAIL", row
-        assert row["failures"][guard.MEMO] == (f"a memo, said the stand-in; named again by "
-                                               f"{said[1][0]} requests more, on their own")
+        assert row["failures"][guard.MEMO] == (
+            f"a memo, said the stand-in ({said[0][0]} requests named it, and it stood with "
+            f"{said[1][0] - said[0][0]} more)")
     else:
         assert row["status"] == "PASS", row.get("failures")
         assert len(row["samples_s"]) == said[0][1], row  # the row's times: the first batch's

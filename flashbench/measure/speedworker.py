@@ -221,13 +221,14 @@ def _timed(w: Clocked, pool: Pool, shared, samples: int, warmup: int, direction:
     fastest = [max(rt - least, 0.0) / n for rt, n in runs]
     clocked, claimed = list(runs), list(own)
     memo = memo_fault(runs, new, nulls)
-    if memo is not None:  # named where as many requests more name it on their own too: load
+    if memo is not None:  # named where it stands with as many requests more: a burst of load
         # named an honest sdpa at 1x1x32x32 beside 3 test workers once (5 of 5 below, p 0.03)
         again: list = []
         more, mine, fresh, pauses = _requests(w, k, cpu, pool, seeds, sums, watch, samples,
                                               again, faults, device)
-        memo = None if memo_fault(more, fresh, [min(t, cap) for t in again]) is None else (
-            f"{memo}; named again by {len(more)} requests more, on their own")
+        memo = memo_fault(runs + more, new + fresh, nulls + [min(t, cap) for t in again])
+        memo = None if memo is None else (f"{memo} ({len(runs)} requests named it, and it "
+                                          f"stood with {len(more)} more)")
         clocked, claimed, idle_wall = clocked + more, claimed + mine, idle_wall + pauses
     # a suspected clock is timed again, up to CONFIRM requests, until one request agrees:
     # an honest worker on a saturated machine read under half in all 10 requests (1 run in
