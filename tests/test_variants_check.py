@@ -139,3 +139,24 @@ def test_the_variant_set_runs_each_variant_once_and_refuses_a_mix(capsys):
     cases = list(dict.fromkeys(r["case"] for r in report["exactness"]))
     assert rc == 0 and len(cases) == 4 and cases[-1].startswith("normal varlen 512,1000,77")
     assert main(["check", "--variants", "--softcap", "3"]) == 2
+
+
+def test_variants_judge_the_sinks_causal_where_a_kernel_that_ignores_them_fails(user_module,
+                                                                                capsys):
+    """Causal off, one N(0, 1) sink beside 1,024 keys weighs under bf16's rounding: a kernel
+    that declared the sinks and ignored them PASSed `--variants --shape 1x2x1024x64 --dtype
+    bf16` (a probe, 2026-12-07). --variants judges the sinks causal, where rows see few keys."""
+    import json
+
+    from flashbench.cli import main
+
+    user_module("fbsinkless", "import torch.nn.functional as F\n\n\n"
+                "def attn(q, k, v, causal=False, scale=None, sinks=None):\n"
+                "    return F.scaled_dot_product_attention(q, k, v, scale=scale, "
+                "is_causal=causal)\n\n\nattn.flashbench_variants = ('sinks',)\n")
+    rc = main(["check", "--variants", "--shape", "1x2x256x32", "--dtype", "bf16", "--pass",
+               "fwd", "--json", "--quiet", "--only", "fbsinkless:attn"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in report["backends"] if "sinks" in r["case"]]
+    assert "causal" in row["case"] and not row["passed"], row
+    assert rc == 1

@@ -70,8 +70,8 @@ def add_parser(sub) -> None:
     c.add_argument("--variants", action="store_true",
                    help="judge each shape with every variant of flashbench.measure.varlen."
                    "VARIANT_SET (causal window=(128,0), softcap=30, sinks, varlen 512,1000,77) "
-                   "in one report; at N <= 129 keys the window is (N // 4, 0), one that hides "
-                   "keys")
+                   "in one report, the sinks causal (where a row's sink weighs); at N <= 129 "
+                   "keys the window is (N // 4, 0), one that hides keys")
     c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
@@ -147,9 +147,14 @@ def _cases(args):
 
 
 def _biting(kw: dict, nk: int) -> dict:
-    """A variant's fields with a window that hides keys at ``nk`` keys: where the set's
-    window covers every key a causal query sees (nk <= left + 1), left = max(1, nk // 4)
-    (a kernel that ignored the window PASSed --variants at N <= 128, a probe, 2026-12-07)."""
+    """A variant's fields as --variants judges them, each where it changes the result:
+    sinks causal (a row that sees few keys weighs its sink: causal off, one N(0, 1) sink
+    beside 1,024 keys weighs under bf16's rounding, and a kernel that ignored the sinks
+    PASSed `--variants --shape 1x2x1024x64 --dtype bf16`, a probe, 2026-12-07); a window
+    that hides keys at ``nk`` keys: where the set's covers every key a causal query sees
+    (nk <= left + 1), left = max(1, nk // 4) (one that ignored it PASSed at N <= 128)."""
+    if kw.get("sinks"):
+        return {**kw, "causal": True}
     left, right = kw.get("window") or (None, None)
     if left is None or nk > left + 1:
         return kw
