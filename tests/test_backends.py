@@ -402,9 +402,11 @@ def test_a_packed_outputs_bad_sequence_is_named_as_the_judges_name_it():
     assert sum(lengths) == 31
 
 
-def test_a_decode_lse_of_plus_inf_on_an_empty_sequence_is_named_as_such():
-    """A red team (2026-12-06): +inf (FlashAttention-2's non-split path) or NaN as the LSE
-    of a length-0 sequence FAILed (right) "on rows that see keys": those rows see none."""
+def test_a_decode_lse_of_plus_inf_on_an_empty_sequence_is_flashattentions_and_nan_is_named():
+    """A red team (2026-12-06): +inf or NaN as the LSE of a length-0 sequence FAILed "on rows
+    that see keys": those rows see none. +inf there is FlashAttention-2's own convention (its
+    non-split path's ``sum == 0 ? INFINITY``): read as the reference's -inf since a probe
+    (2026-12-07) found a FlashAttention wrapper FAILed for it; NaN is named."""
     from flashbench.backends.outputs import checked_decode_output
     from flashbench.inputs.kvcache import make_decode
 
@@ -413,7 +415,10 @@ def test_a_decode_lse_of_plus_inf_on_an_empty_sequence_is_named_as_such():
     o = torch.zeros(2, 1, 4, 16, dtype=q.dtype)
     lse = torch.zeros(2, 4, 1)
     lse[0] = float("inf")  # the empty sequence's 4 heads
-    with pytest.raises(BackendFailed, match=r": 4 \+inf or NaN on rows that see no key"):
+    got = checked_decode_output((o, lse), q, k, v, lens, table, False, None)
+    assert torch.isneginf(got[1][0]).all() and torch.isfinite(got[1][1]).all()
+    lse[0, 1] = float("nan")
+    with pytest.raises(BackendFailed, match=r": 1 NaN on rows that see no key"):
         checked_decode_output((o, lse), q, k, v, lens, table, False, None)
     lse[0], lse[1, 0] = float("-inf"), float("nan")  # right there; NaN where keys are seen
     with pytest.raises(BackendFailed, match=r": 1 on rows that see keys \(the float64"):

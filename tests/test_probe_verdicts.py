@@ -4,6 +4,7 @@ fix: the float64 exactness of an exact streaming on large logits, ..."""
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -271,3 +272,40 @@ def test_a_memo_is_read_whole_when_the_median_empty_round_trip_is_the_least():
     assert memo_fault(runs, new, nulls) is not None
     honest = [(1e-3 + 1.5e-3, 1) for _ in new]
     assert memo_fault(honest, new, nulls) is None
+
+
+FA_LSE = '''
+import math
+
+import torch
+
+
+def attn(q, k, v, causal=False, scale=None):
+    """FlashAttention's convention: LSE +inf on a row that sees no key (sum == 0 ? INFINITY)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    s = (q.double() @ k.double().transpose(-1, -2)) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        i, j = torch.arange(nq)[:, None], torch.arange(nk)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    o = (torch.exp(s - lse[..., None]).nan_to_num(0.0) @ v.double()).to(q.dtype)
+    return o, torch.where(torch.isneginf(lse), torch.inf, lse).float()
+'''
+
+
+@pytest.mark.parametrize("command", ["check", "speed"])
+def test_flashattentions_plus_inf_lse_on_rows_that_see_no_key_passes(user_module, capsys,
+                                                                       command):
+    """A probe (2026-12-07): a correct kernel that writes FlashAttention's +inf as the LSE of
+    a row that sees no key (causal, Nq > Nk) FAILed check ("+inf or NaN on rows that see no
+    key") and speed ("on rows whose o is not zero": o was zero there)."""
+    user_module("fbfa_lse", FA_LSE)
+    args = ([command, "--shape", "1x1x8x4x16", "--causal", "on", "--dtype", "fp32", "--json",
+             "--quiet", "--only", "fbfa_lse:attn", "--seed", "1"]
+            + (["--pass", "fwd"] if command == "check" else []))
+    rc = main(args)
+    report = json.loads(capsys.readouterr().out)
+    rows = report["backends"] if command == "check" else report["rows"]
+    (row,) = [r for r in rows if r.get("backend") == "fbfa_lse:attn"]
+    assert rc == 0, row
+    assert row["passed"] if command == "check" else row["status"] == "PASS", row

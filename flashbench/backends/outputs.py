@@ -186,23 +186,26 @@ def _checked(out, q, k, v, causal, scale, out_dtype, own_lse) -> BackendOutput:
             sees_nothing[:] = True
         seen = ("every row (with sinks each row sees its sink)" if variant.sinks is not None
                 else "rows that see keys")
-        _lse_finite_where_seen(lse, sees_nothing, seen)
+        lse = _lse_finite_where_seen(lse, sees_nothing, seen)
     return BackendOutput(o, lse, own_lse)
 
 
-def _lse_finite_where_seen(lse, blind, seen: str = "rows that see keys") -> None:
-    """BackendFailed where an LSE is not finite on a row that sees a key, or is +inf or NaN
-    on one that sees none (the float64 reference's -inf there), each counted and named
-    apart (a length-0 sequence's +inf read "on rows that see keys": a red team)."""
-    odd = torch.isnan(lse) | torch.isposinf(lse)
-    on_seen = (odd | torch.isneginf(lse)) & ~blind
-    on_blind = odd & blind
+def _lse_finite_where_seen(lse, blind, seen: str = "rows that see keys"):
+    """The LSE, where it is finite on every row that sees a key and -inf or +inf on each
+    that sees none (+inf: FlashAttention's own convention there, its kernels' ``sum == 0 ?
+    INFINITY``; read as the float64 reference's -inf); else BackendFailed, NaN anywhere and
+    a non-finite value on a row that sees a key counted and named apart (a length-0
+    sequence's +inf read "on rows that see keys": a red team)."""
+    on_seen = ~torch.isfinite(lse) & ~blind
+    on_blind = torch.isnan(lse) & blind
     parts = ([f"{int(on_seen.sum())} on {seen} (the float64 reference is finite there)"]
              if bool(on_seen.any()) else []) + (
-        [f"{int(on_blind.sum())} +inf or NaN on rows that see no key (the float64 reference "
-         "is -inf there)"] if bool(on_blind.any()) else [])
+        [f"{int(on_blind.sum())} NaN on rows that see no key (the float64 reference is -inf "
+         "there)"] if bool(on_blind.any()) else [])
     if parts:
         raise BackendFailed("returned non-finite LSE value(s): " + "; ".join(parts))
+    plus = torch.isposinf(lse) & blind
+    return torch.where(plus, -torch.inf, lse) if bool(plus.any()) else lse
 
 
 def checked_packed_output(out, q, k, v, cu_q, cu_k, causal=False, scale=None) -> BackendOutput:
@@ -273,5 +276,5 @@ def _checked_decode(out, q, k_cache, v_cache, cache_seqlens, block_table, causal
         lens = cache_seqlens.to(lse.device).long()[:, None, None]
         i = torch.arange(nq, device=lse.device)[None, None, :]
         blind = (lens == 0) | ((lens - nq + i < 0) if causal else torch.zeros_like(i, dtype=bool))
-        _lse_finite_where_seen(lse, blind.expand_as(lse))
+        lse = _lse_finite_where_seen(lse, blind.expand_as(lse))
     return BackendOutput(o, lse, own_lse)
