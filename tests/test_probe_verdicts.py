@@ -309,3 +309,42 @@ def test_flashattentions_plus_inf_lse_on_rows_that_see_no_key_passes(user_module
     (row,) = [r for r in rows if r.get("backend") == "fbfa_lse:attn"]
     assert rc == 0, row
     assert row["passed"] if command == "check" else row["status"] == "PASS", row
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 700), st.integers(1, 60), st.integers(0, 2**32 - 1))
+def test_a_runs_checked_rows_cover_every_row_before_any_twice(n, contents, seed):
+    """Each input's rows are dealt from a shuffled deck of all n, ceil(n / contents) an
+    input (8 to 64): over ``contents`` inputs every row is checked where that covers n."""
+    from flashbench.measure.checkrows import CHECK_ROWS, MOST_ROWS, checked_rows
+
+    rng, decks = np.random.default_rng(seed), {}
+    dealt = [checked_rows(rng, n, decks, contents) for _ in range(contents)]
+    per = min(MOST_ROWS, max(CHECK_ROWS, -(-n // contents)))
+    seen = set().union(*map(set, dealt)) - {0, n - 1}
+    assert all(0 in d and n - 1 in d for d in dealt)
+    assert len(seen) >= min(n - 2, per * contents - 2 * contents)
+    if per * contents >= n:
+        assert set().union(*map(set, dealt)) == set(range(n))
+
+
+ONE_ROW = '''
+import torch.nn.functional as F
+
+
+def attn(q, k, v, causal=False, scale=None):
+    o = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
+    o[:, :, 70] *= 0.5
+    return o
+'''
+
+
+def test_speed_fails_a_kernel_wrong_on_one_row_of_every_call(user_module, capsys):
+    """A probe (2026-12-07): one row of 256 halved in every call PASSed speed 1 run in 3
+    (8 rows drawn afresh for each of the run's inputs); its rows now cover every row."""
+    user_module("fbonerow", ONE_ROW)
+    rc = main(["speed", "--shape", "1x2x256x32", "--dtype", "fp32", "--causal", "off",
+               "--seed", "2", "--json", "--quiet", "--only", "fbonerow:attn"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert "at row 70 " in row["failures"]["wrong"], row["failures"]

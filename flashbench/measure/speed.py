@@ -21,6 +21,7 @@ import numpy as np
 
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.problem import Shape
+from flashbench.measure.checkrows import CHECK_ROWS, checked_rows, lse_fault
 from flashbench.measure.roofline import Roofline, fp8_peak_tflops, measure_roofline
 from flashbench.timed.guard import FLOOR, STALE, WRONG
 
@@ -29,7 +30,6 @@ __all__ = ["SpeedCase", "SpeedRow", "Judge", "Roofline", "measure_roofline", "ro
            "checked_rows", "MIN_SAMPLES", "CLOCK_CPU", "CLOCK_GPU", "CLOCK_WORKER", "worker_row"]
 
 FLOOR_MARGIN = 0.5  # a call under half the roofline floor fails (noise in the peak: docs)
-CHECK_ROWS = 8  # query rows per input checked against the float64 reference
 MIN_SAMPLES = 10
 # the clock a row's times were read from, as the row says it (forward, backward and decode)
 CLOCK_CPU = "host clock (time.perf_counter captured at import) per call"
@@ -105,42 +105,6 @@ def roofline_floor(case: SpeedCase, roof: Roofline) -> float:
                case.bytes() / (roof.copy_gbs * 1e9))
 
 
-def checked_rows(rng, n: int):
-    """The rows of n a judge checks on one input: :data:`CHECK_ROWS` drawn from its own
-    entropy, and the first and last, where a kernel's partial blocks lie (a kernel that
-    halved its last row PASSed 5 runs in 6: a red team, 2026-12-06); sorted, int64."""
-    drawn = rng.choice(n, min(n, CHECK_ROWS), replace=False)
-    return np.unique(np.concatenate([drawn, [0, n - 1]] if n else [drawn])).astype(np.int64)
-
-
-def lse_fault(out, want: tuple, zero_rows) -> tuple[str, str] | None:
-    """(WRONG, why) when a timed call's return value is a pair whose LSE is not a floating
-    tensor of shape ``want``, holds NaN, or +inf or -inf on a row whose o is not all zeros
-    (a row that sees no key has o = 0 and LSE -inf: DESIGN.md; or FlashAttention's +inf);
-    None for o alone or an LSE that passes. ``zero_rows()``: o's all-zero rows, as the LSE."""
-    import torch
-
-    if not isinstance(out, tuple | list):
-        return None
-    if len(out) != 2:
-        return WRONG, f"returned a {type(out).__name__} of {len(out)} item(s); expected o or " \
-                      "(o, lse)"
-    lse = out[1]
-    if lse is None:
-        return None
-    if (type(lse) is not torch.Tensor or not lse.is_floating_point()
-            or tuple(lse.shape) != tuple(want)):
-        got = (f"a {lse.dtype} tensor {tuple(lse.shape)}" if isinstance(lse, torch.Tensor)
-               else f"a {type(lse).__name__}")
-        return WRONG, f"lse is {got}, expected a floating tensor {tuple(want)}"
-    x = lse.detach().float()
-    said = [f"{int(n.sum())} {what}" for n, what in (
-        (torch.isnan(x), "NaN"), (torch.isinf(x) & ~zero_rows().to(x.device),
-                                  "+inf or -inf on rows whose o is not zero")) if n.any()]
-    return (WRONG, f"lse holds {' and '.join(said)} (only a row that sees no key, o = 0 there, "
-            "has an infinite LSE: -inf, or FlashAttention's +inf)") if said else None
-
-
 class Judge:
     """Judges the timed outputs of one case, outside the clock (module docstring).
 
@@ -152,7 +116,8 @@ class Judge:
     def __init__(self, case: SpeedCase, make, seed: int, out_dtype: str | None = None):
         self.case, self.make = case, make
         self.out_dtype = case.dtype if out_dtype is None else out_dtype
-        self.rng = np.random.default_rng()  # not ``seed``: see the docstring
+        self.rng, self.decks = np.random.default_rng(), {}  # not ``seed``: see the docstring
+        self.contents = 0  # the run's distinct inputs judged (checked_rows), where known
         self.first: dict = {}  # content seed -> checksum of the first checked output
         self.verdicts: dict = {}  # content seed -> None or (failure, why)
 
@@ -166,7 +131,7 @@ class Judge:
             return self._variant_check(q, k, v, o, lse)
         nq, nk = q.shape[-2], k.shape[-2]
         k, v = (np.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))
-        rows = checked_rows(self.rng, nq)
+        rows = checked_rows(self.rng, nq, self.decks, self.contents)
         got, errs, seen = o.detach().cpu().double().numpy(), {}, []
         for i in rows:
             see = i + nk - nq + 1 if self.case.causal else nk
@@ -234,7 +199,7 @@ class Judge:
         ref, ref_lse = reference.attention(q, k, v, causal=self.case.variant)
         sm, sm_lse = (np.asarray(x, np.float64) for x in numerics.standard_model(
             q, k, v, self.case.dtype, causal=self.case.variant))
-        rows = checked_rows(self.rng, q.shape[-2])
+        rows = checked_rows(self.rng, q.shape[-2], self.decks, self.contents)
         diff = np.abs(o.detach().cpu().double().numpy()[..., rows, :] - ref[..., rows, :])
         err, worst = float(diff.max()), int(rows[np.unravel_index(diff.argmax(), diff.shape)[-2]])
         verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)

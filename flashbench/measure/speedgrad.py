@@ -34,7 +34,8 @@ class GradJudge:
 
     def __init__(self, case: SpeedCase, make, seed: int):
         self.case, self.make = case, make
-        self.rng = np.random.default_rng()  # fresh entropy: the rows checked are secret
+        self.rng, self.decks = np.random.default_rng(), {}  # fresh entropy: rows are secret
+        self.contents = 0  # as Judge's
         self.first: dict = {}
         self.verdicts: dict = {}
 
@@ -60,7 +61,7 @@ class GradJudge:
         bad = []
         for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
             n = r.shape[-2]
-            rows = checked_rows(self.rng, n)
+            rows = checked_rows(self.rng, n, self.decks, self.contents)
             got = got.detach().cpu().double().numpy()[..., rows, :]
             # the rows' error against the whole gradient's yardstick and floor (a few rows
             # of the standard backward may happen to round well)
