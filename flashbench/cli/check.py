@@ -41,11 +41,13 @@ def add_parser(sub) -> None:
     c.add_argument("--kv-heads", type=positive_int, metavar="N",
                    help="key/value heads (grouped-query attention) for every shape, given or "
                    "default; N must divide each shape's H")
-    c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES))
+    c.add_argument("--dtype", nargs="+", default=list(CHECK_DTYPES), choices=list(DTYPES),
+                   help=f"precisions judged (default: {' '.join(CHECK_DTYPES)})")
     c.add_argument("--dist", nargs="+", default=None, choices=list(DISTRIBUTIONS),
                    help="input distributions (default: normal for the cases --shape, "
                    "--varlen or --decode-case give; normal and outliers for the default set)")
-    c.add_argument("--causal", choices=["both", "on", "off"], default="both")
+    c.add_argument("--causal", choices=["both", "on", "off"], default="both",
+                   help="causal masking, bottom-right aligned (default: both: each case twice)")
     c.add_argument("--seed", type=seed, default=0, help="input seed, >= 0 (default 0)")
     c.add_argument("--block", type=block, default=None,
                    help="streaming block (keys) of the flash model, >= 1 (default 64)")
