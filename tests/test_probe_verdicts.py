@@ -348,3 +348,31 @@ def test_speed_fails_a_kernel_wrong_on_one_row_of_every_call(user_module, capsys
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert rc == 1 and row["status"] == "FAIL", row
     assert "at row 70 " in row["failures"]["wrong"], row["failures"]
+
+
+DV_SCALE = '''
+import math
+
+import torch
+
+
+def attn(q, k, v, causal=False, scale=None):
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(v.shape[-1])  # dv's, not d's
+    return (torch.softmax(s, -1) @ v.float()).to(q.dtype), torch.logsumexp(s, -1)
+
+
+attn.flashbench_dv = True
+'''
+
+
+def test_a_band_fail_of_o_beside_a_gross_lse_names_a_wrong_result(user_module, capsys):
+    """A probe (2026-12-07): a 1/sqrt(dv) scale at 192/128 in bf16 read "likely the O
+    accumulator kept in the dtype" on O (94x its band's edge, where precision defects reach
+    too) beside "a wrong result" on its LSE (5.9e5x) in the same record."""
+    user_module("fbdvscale", DV_SCALE)
+    rc = main(["check", "--shape", "1x2x128x192/128", "--dtype", "bf16", "--causal", "off",
+               "--pass", "fwd", "--only", "fbdvscale:attn"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 1
+    assert "band rule FAIL on O: likely" in out and "but its LSE in the same record is" in out
+    assert "a wrong result, and so likely is this O" in out

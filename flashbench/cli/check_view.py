@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
-from flashbench.accuracy.bandrule import DEFECT_TABLE, likely_cause
+from flashbench.accuracy.bandrule import DEFECT_TABLE, GROSS, likely_cause
 from flashbench.cli.common import result_line
 from flashbench.measure.records import EXACT_TOL
 
@@ -77,11 +77,17 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
     out = []
     band = r.get("band") if isinstance(r.get("band"), dict) else {}
     variant = [v for v in ("window", "softcap", "sinks") if v in r["case"]]
+    gross = {t: b["ratio"] for t, b in band.items() if isinstance(b, dict)
+             and isinstance(b.get("ratio"), float | int) and b["ratio"] > GROSS}
     for t in tensors:
         b = band.get(t)
         if isinstance(b, dict) and b.get("passed") is False:
             also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
                     "applies it (docs/variants.md)") if variant else ""
+            other = next((u for u in gross if u != t), None) if t not in gross else None
+            also += (f"; but its {_TENSORS[other]} in the same record is {gross[other]:.3g}x "
+                     f"its band's edge, a wrong result, and so likely is this {_TENSORS[t]} "
+                     "(the scale, the mask, the softmax)") if other else ""
             out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
                        f"{likely_cause(t, b.get('ratio'), r['dtype'], r.get(f'{t}_ratio'))}"
                        f"{also}")
