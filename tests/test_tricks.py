@@ -248,7 +248,14 @@ def test_an_lse_is_judged_in_each_layout_minus_inf_only_where_o_is_zero():
     assert lse_fault((o, lse), (2, 3, 5), lambda: Judge.lse_rows(o == 0)) is None
     lse[0, 0, 0] = -torch.inf
     fault = lse_fault((o, lse), (2, 3, 5), lambda: Judge.lse_rows(o == 0))
-    assert fault[0] == guard.WRONG and "1 NaN, +inf, or -inf" in fault[1], fault
+    assert fault[0] == guard.WRONG and "1 +inf or -inf on rows whose o is not zero" in \
+        fault[1], fault
+    lse[0, 0, 0], lse[1, 2, 4] = 0.0, torch.inf  # FlashAttention's +inf where o is zero
+    assert lse_fault((o, lse), (2, 3, 5), lambda: Judge.lse_rows(o == 0)) is None
+    lse[1, 2, 4] = torch.nan  # NaN is named wherever it is
+    assert "lse holds 1 NaN (" in lse_fault((o, lse), (2, 3, 5),
+                                            lambda: Judge.lse_rows(o == 0))[1]
+    lse[0, 0, 0] = -torch.inf
     assert lse_fault((o, lse, lse), (2, 3, 5), lambda: None)[1].startswith("returned a tuple of 3")
     assert "expected a floating tensor (2, 3, 5)" in lse_fault(
         (o, lse.long()), (2, 3, 5), lambda: None)[1]
