@@ -3,18 +3,16 @@
 :func:`baseline_rule` is FlashAttention's own test criterion: a kernel's error against the
 float64 reference is at most ``factor`` (:data:`BASELINE_FACTOR`, 2) times the error of the
 same-dtype standard attention (:func:`flashbench.numerics.standard_model`) plus a floor,
-eps/4 of the format O is written in (bf16 for the fp8 dtypes: FlashAttention's ``fwd_atol``;
-the LSE's: :func:`lse_floor`). :func:`judge` applies it to (o, lse);
-:func:`gradient_rule` / :func:`judge_gradient` to dq, dk, dv (:data:`GRAD_FACTOR` 3, plus
-:func:`gradient_floor`). A non-finite kernel error always fails (ratio inf). Where the
-standard overflowed (its error inf: the kernel passes), is exact and the kernel is not, or
-drew an unusually small error (the kernel fails against it but is within the factor of the
-caller's *fallback*, the same-dtype flash model's error on the same inputs: it passes), the
-ratio is taken against that fallback, which the verdict's ``yardstick`` names; without one
-it is NaN (yardstick "none"): factor x max(standard, flash model) + floor where a fallback
-is given (check gives one; the asv tracks do not). At fp64 the same-dtype standard is the
-reference's own arithmetic (its error 0 or a few ulp: a draw, no yardstick), so the floor is
-the exactness bound, :func:`exact_floor`. Why: docs/check.md; docs/backward.md.
+eps/4 of the format O is written in (bf16 for fp8: FlashAttention's ``fwd_atol``; the LSE's:
+:func:`lse_floor`; fp64's: :func:`exact_floor`, its standard being the reference's own
+arithmetic). :func:`judge` applies it to (o, lse); :func:`gradient_rule` /
+:func:`judge_gradient` to dq, dk, dv (:data:`GRAD_FACTOR` 3, plus :func:`gradient_floor`).
+A non-finite kernel error always fails (ratio inf). Where the standard overflowed (its
+error inf: the kernel passes), is exact and the kernel is not, or drew an unusually small
+error (the kernel fails against it but is within the factor of the caller's *fallback*,
+the same-dtype flash model's error on the same inputs: it passes), the ratio is taken
+against that fallback (``yardstick``); without one it is NaN (yardstick "none"). Why:
+docs/check.md; docs/backward.md.
 """
 from __future__ import annotations
 
