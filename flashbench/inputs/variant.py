@@ -203,10 +203,12 @@ class Variant:
         return [name for name, on in given.items() if on and name not in takes]
 
     def label(self) -> str:
-        """Short text for tables: ``causal window=(128,0) softcap=30 sinks``; ``full``."""
+        """Short text for tables: ``causal window=(128,0) softcap=30 sinks``; ``full``. A
+        causal window's right side reads 0, as it applies (FlashAttention's own: causal sets
+        it; a probe read ``causal window=(8,8)`` of a case judged as (8,0))."""
         parts = ["causal"] if self.causal else []
         if self.window != (-1, -1):
-            parts.append(f"window=({self.window[0]},{self.window[1]})")
+            parts.append(f"window=({self.window[0]},{0 if self.causal else self.window[1]})")
         if self.softcap is not None:
             parts.append(f"softcap={self.softcap:g}")
         if self.sinks is not None:

@@ -85,8 +85,9 @@ class Case:
         return None if len(kw) == 1 else Variant(**kw)
 
     def label(self) -> str:
-        extra = Variant(window=self.window, softcap=self.softcap,
-                        sinks=(0.0,) if self.sinks else None).label()
+        extra = Variant(window=self.window, softcap=self.softcap,  # a causal window's
+                        sinks=(0.0,) if self.sinks else None, causal=self.causal).label()
+        extra = extra.removeprefix("causal").strip() or "full"  # right side reads 0
         s = self.shape  # a packed batch's label names its heads and dims as a shape's does
         shape = s.label() if self.varlen is None else (  # (1x4x1x192 and its /128 were one)
             f"varlen {lengths_text(self.varlen, self.varlen_k)} H={s.H}"
