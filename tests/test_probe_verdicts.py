@@ -376,3 +376,90 @@ def test_a_band_fail_of_o_beside_a_gross_lse_names_a_wrong_result(user_module, c
     assert rc == 1
     assert "band rule FAIL on O: likely" in out and "but its LSE in the same record is" in out
     assert "a wrong result, and so likely is this O" in out
+
+
+DK_ROW = '''
+import torch
+
+
+def _attn(q, k, v, causal, scale):
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    return torch.softmax(s, -1) @ v
+
+
+class _Halved(torch.autograd.Function):
+    """Right forward and dq; key row 100 of dk halved in every call."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale):
+        ctx.save_for_backward(q, k, v)
+        ctx.scale = scale
+        with torch.no_grad():
+            return _attn(q, k, v, causal, scale)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+        with torch.enable_grad():
+            dq, dk, dv = torch.autograd.grad(_attn(q, k, v, False, ctx.scale), (q, k, v), do)
+        dk = dk.clone()
+        dk[..., 100, :] *= 0.5
+        return dq, dk, dv, None, None
+
+
+def attn(q, k, v, causal=False, scale=None):
+    return _Halved.apply(q, k, v, causal, scale)
+
+
+attn.flashbench_differentiable = True
+'''
+
+
+def test_speed_checks_every_key_row_of_dk_as_of_dq(user_module, capsys):
+    """A probe (2026-12-07): dq, dk and dv dealt their rows from one deck (keyed by the row
+    count alone): a dk halved on key row 100 of 128 PASSed speed --pass bwd 1 run in 8. Each
+    gradient has a deck of its own."""
+    user_module("fbdkrow", DK_ROW)
+    rc = main(["speed", "--pass", "bwd", "--shape", "1x2x128x32", "--dtype", "fp32", "--causal",
+               "off", "--seed", "3", "--json", "--quiet", "--only", "fbdkrow:attn"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert "dk rows" in row["failures"]["wrong"] and "100" in row["failures"]["wrong"], row
+
+
+FP8_BF16 = '''
+import torch
+
+
+def _a(q, k, v, scale, fac):
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5) * fac
+    return (torch.softmax(s, -1) @ v.float()).to(torch.bfloat16), torch.logsumexp(s, -1)
+
+
+def exact(q, k, v, causal=False, scale=None):
+    return _a(q, k, v, scale, 1.0)
+
+
+def wrong(q, k, v, causal=False, scale=None):
+    return _a(q, k, v, scale, 1.1)
+
+
+exact.flashbench_dtypes = wrong.flashbench_dtypes = ("fp8",)
+'''
+
+
+@pytest.mark.parametrize("command", ["check", "speed"])
+def test_an_fp8_kernel_may_write_o_in_bf16_as_flashattention_3_does(user_module, capsys,
+                                                                      command):
+    """A probe (2026-12-07): an FA3-style fp8 kernel returning o in bf16 FAILed check
+    ("expected torch.float8_e4m3fn"), while the same kernel rounding o to e4m3 PASSed."""
+    user_module("fbfp8o", FP8_BF16)
+    rc = main([command, "--shape", "1x2x64x32", "--dtype", "fp8", "--causal", "off", "--json",
+               "--quiet", "--seed", "1", "--only", "fbfp8o:exact", "fbfp8o:wrong"]
+              + (["--pass", "fwd"] if command == "check" else []))
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["backend"]: r for r in report["backends" if command == "check" else "rows"]
+            if r.get("backend", "").startswith("fbfp8o")}
+    passed = {n: r["passed"] if command == "check" else r["status"] == "PASS"
+              for n, r in rows.items()}
+    assert rc == 1 and passed == {"fbfp8o:exact": True, "fbfp8o:wrong": False}, rows

@@ -237,13 +237,14 @@ class Judge:
         """None, or (failure name, why) for one timed call's output on input ``content``."""
         import torch
 
+        from flashbench.backends.outputs import fp8_o
         from flashbench.timed.attention import torch_dtype
 
         o = out[0] if isinstance(out, tuple | list) and out else out
         want, dtype = self.want(), torch_dtype(self.out_dtype)
         if not isinstance(o, torch.Tensor):
             return WRONG, f"returned {type(o).__name__} as o, not a tensor"
-        if tuple(o.shape) != want or o.dtype != dtype:
+        if tuple(o.shape) != want or o.dtype != dtype and not fp8_o(dtype, o.dtype):
             return WRONG, f"o is {o.dtype} {tuple(o.shape)}, expected {dtype} {want}"
         x = o.detach().double()  # once, for both (fp8 has no isfinite of its own)
         if not bool(torch.isfinite(x).all()):
