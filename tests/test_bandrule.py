@@ -300,3 +300,14 @@ def test_a_band_fail_as_large_as_the_standard_models_names_the_materialised_form
     assert "materialised form" not in likely_cause("dq", 1.15, "bf16", 0.6)
     assert "materialised form" not in likely_cause("dq", 1.15, "fp32", 1.0)
     assert "wrong result" in likely_cause("dq", 1e6, "bf16", 1.0)
+
+
+def test_a_16_bit_fail_far_over_the_standards_error_leads_with_a_wrong_result():
+    """A probe (2026-12-07): all-zero bf16 gradients (196x the standard backward's max
+    error, band 274x) read "likely the dQ accumulator kept in the dtype"; the defect
+    table's precision losses reach 61x the standard's."""
+    from flashbench.accuracy.bandrule import likely_cause
+
+    text = likely_cause("dq", 274.0, "bf16", 196.0)
+    assert text.startswith("196x the same-dtype standard's max error") and "wrong result" in text
+    assert likely_cause("dq", 274.0, "bf16", 61.0).startswith("likely the dQ accumulator")

@@ -155,7 +155,9 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     result. An fp32 or fp64 ``dtype`` has causes of its own (:data:`WIDE_CAUSE`). In 16
     bits, a max error within :data:`STANDARD_LIKE` of the same-dtype standard model's
     (``standard_ratio``) names the materialised form first (a red team, 2026-12-06:
-    FlashAttention's own reference backward was told to look for accumulators it has not)."""
+    FlashAttention's own reference backward was told to look for accumulators it has not);
+    over :data:`AMBIGUOUS` x it, a wrong result (the defect table's reach 61x; zero bf16
+    gradients read "likely the dQ accumulator", a probe, 2026-12-07)."""
     if ratio is not None and ratio > GROSS:
         return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
                 "(the scale, the mask or its alignment, the softmax, a sink, the inputs' "
@@ -166,6 +168,10 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     if ratio is not None and ratio > AMBIGUOUS:  # a red team's dropped columns read 617x
         causes += (f"; at {ratio:.3g}x the edge it may as well be a wrong result (the scale, "
                    "the mask, columns or keys left out: a wrong scale reads 1e3-1e4x)")
+    if standard_ratio is not None and standard_ratio > AMBIGUOUS:  # zero gradients: 196x
+        return (f"{standard_ratio:.3g}x the same-dtype standard's max error, where the precision "
+                "defects reach 61x: likely a wrong result (the scale, the mask, the softmax, "
+                f"a head's sum, a row or key left out); else {causes} ({DEFECT_TABLE})")
     if standard_ratio is not None and STANDARD_LIKE[0] <= standard_ratio <= STANDARD_LIKE[1]:
         return (f"likely the materialised form: S and P (dS) stored in the dtype, as the "
                 f"same-dtype standard model, whose max error it matches ({standard_ratio:.2f}x); "
