@@ -91,3 +91,14 @@ def test_a_module_that_does_not_import_fails_at_fp64_for_that_reason(capsys):
     (row,) = json.loads(capsys.readouterr().out)["backends"]
     assert rc == 1 and not row["passed"], row
     assert row["failed"].startswith("cannot import fbnothere_64:fn"), row
+
+
+def test_a_pass_under_the_floor_beside_an_exact_standard_reads_so(capsys):
+    """A probe (2026-12-07) read "2x LSE fp64 inf of 2 (floor)" of a PASS: infinitely over
+    its limit. The standard's LSE error is exactly 0 at fp64; the line says the error is
+    under the floor."""
+    rc = main(["check", "--shape", "1x2x64x32", "--causal", "off", "--pass", "fwd",
+               "--dtype", "fp64", "--no-backends"])
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  flash_model")]
+    assert rc == 0 and lines and all(" inf of " not in x for x in lines), lines
+    assert any(x.endswith("2x LSE fp64 under the floor") for x in lines), lines

@@ -62,8 +62,10 @@ def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float
         if ratio is not None and not (t == "lse" and r.get("lse_note")) and baseline:
             vs = f" vs {against}" if against else ""
             floor = " (floor)" if ratio > limit and r.get("baseline_passed") and not vs else ""
-            out.append((ratio / limit, f"{limit:g}x {name} {r['dtype']} {_ratio(ratio)} of "
-                                       f"{limit:g}{vs}{floor}"))
+            text = (f"{limit:g}x {name} {r['dtype']} {_ratio(ratio)} of {limit:g}{vs}{floor}"
+                    if ratio < float("inf") or not floor else  # "inf of 2" read as over it
+                    f"{limit:g}x {name} {r['dtype']} under the floor")
+            out.append((ratio / limit, text))
         band = r.get(f"{t}_band_ratio")
         if band is not None and band_shown:
             out.append((band, f"band {name} {r['dtype']} {_ratio(band)} of 1"))
