@@ -340,7 +340,7 @@ def attn(q, k, v, causal=False, scale=None):
 
 
 def test_speed_fails_a_kernel_wrong_on_one_row_of_every_call(user_module, capsys):
-    """A probe (2026-12-07): one row of 256 halved in every call PASSed speed 1 run in 3
+    """A probe (2026-12-07): one row of 256 halved in every call PASSed speed 3 runs of 3
     (8 rows drawn afresh for each of the run's inputs); its rows now cover every row."""
     user_module("fbonerow", ONE_ROW)
     rc = main(["speed", "--shape", "1x2x256x32", "--dtype", "fp32", "--causal", "off",

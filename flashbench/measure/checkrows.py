@@ -18,8 +18,9 @@ def checked_rows(rng, n: int, decks: dict, contents: int = 0):
     """The rows of n a judge checks on one input: the next of a deck of all n shuffled by
     its own entropy (``decks``: the judge's, by n), so that a run checks every row once
     before any twice: ceil(n / ``contents``) (the run's distinct inputs judged), at least
-    :data:`CHECK_ROWS` and at most :data:`MOST_ROWS` (8 rows drawn afresh left a kernel wrong
-    on one row of 256 PASS in 1 run of 3, over 33 calls: a probe, 2026-12-07); and the
+    :data:`CHECK_ROWS` and at most :data:`MOST_ROWS` (8 rows drawn afresh an input left a
+    kernel wrong on one row of 256 PASS 3 runs of 3, over 33 calls: a probe, 2026-12-07;
+    dealt 8 an input from a deck, 1 run of 3); and the
     first and last, where partial blocks lie (halving the last row PASSed 5 runs in 6: a red
     team); sorted, int64."""
     per = min(MOST_ROWS, max(CHECK_ROWS, -(-n // contents) if contents else 0))

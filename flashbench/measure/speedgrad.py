@@ -61,7 +61,7 @@ class GradJudge:
         bad = []
         for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
             n = r.shape[-2]
-            # a deck each: dq, dk and dv sharing one by n left a row of dk unchecked 1 run in 3
+            # a deck each: dq, dk and dv sharing one by n left a row of dk unchecked 1 run in 8
             rows = checked_rows(self.rng, n, self.decks.setdefault(name, {}), self.contents)
             got = got.detach().cpu().double().numpy()[..., rows, :]
             # the rows' error against the whole gradient's yardstick and floor (a few rows
