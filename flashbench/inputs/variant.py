@@ -208,7 +208,8 @@ class Variant:
         it; a probe read ``causal window=(8,8)`` of a case judged as (8,0))."""
         parts = ["causal"] if self.causal else []
         if self.window != (-1, -1):
-            parts.append(f"window=({self.window[0]},{0 if self.causal else self.window[1]})")
+            right = -1 if self.right is None else self.right  # causal's cap, as it applies
+            parts.append(f"window=({self.window[0]},{right})")
         if self.softcap is not None:
             parts.append(f"softcap={self.softcap:g}")
         if self.sinks is not None:
