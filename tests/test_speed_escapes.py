@@ -194,11 +194,12 @@ def test_a_kernel_that_leaves_processes_all_the_time_fails_no_other_row(user_mod
     user_module("fbhonest", ESCAPE.replace("if not _started", "if False"))
     rc, report = _speed(capsys, "fbhonest:attn", "fbsaboteur:attn", "torch-sdpa", causal="both")
     status = {(r["backend"], r["causal"]): r["status"] for r in report["rows"]}
+    why = {(r["backend"], r["causal"]): (r["failures"], r["reason"]) for r in report["rows"]}
     assert rc == 1 and report["passed"] is False
     for causal in (False, True):
-        assert status["fbhonest:attn", causal] == "PASS", report["rows"]
-        assert status["torch-sdpa", causal] == "PASS", report["rows"]
-        assert status["fbsaboteur:attn", causal] == "FAIL", report["rows"]
+        assert status["fbhonest:attn", causal] == "PASS", why
+        assert status["torch-sdpa", causal] == "PASS", why
+        assert status["fbsaboteur:attn", causal] == "FAIL", why
     assert report["meta"]["strays"], report["meta"]  # left between rows: the run's
 
 
