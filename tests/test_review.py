@@ -313,6 +313,48 @@ def test_a_point_head_renamed_or_dropped_is_never_ok(project):
     assert re.search(r"NOT COMPARED: [12] result\(s\)", doc["summary"]), doc["summary"]
 
 
+def test_a_point_head_dropped_is_coverage_lost_with_base_checked_out(project):
+    """A fresh-eyes probe (2026-12-07): with base checked out, as the CI recipe runs it
+    (base's suites on both sides), a head that renamed a benchmark read "OK: nothing
+    regressed", exit 0, a header note aside; with head checked out, "coverage lost", exit 2.
+    Head's own suites are now listed beside the ones that ran."""
+    _, _, c = project
+    r = review(project, c["base"], c["dropped"], "--bench", r"TimeSoftmax.*N=1024,",
+               "--budget", "20", "--json", "--factor", WIDE)
+    assert r.returncode == 2, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    (lost,) = [x for x in doc["rows"] if "impl='online'" in x["params"]]
+    assert lost["verdict"] == "coverage lost" and "not in head's own benchmarks/" in \
+        lost["detail"], lost
+    assert "COVERAGE LOST: 1 result(s)" in doc["summary"], doc["summary"]
+    (kept,) = [x for x in doc["rows"] if "impl='one-shot'" in x["params"]]
+    assert kept["verdict"] != "coverage lost", kept  # head still holds it
+
+
+def test_an_uncommitted_benchmark_edit_is_not_blamed_on_head(project):
+    """A fresh-eyes probe (2026-12-07): an uncommitted edit of a suite in the working tree
+    (base checked out, head a docs-only commit) read "head changed this benchmark"."""
+    repo, _, c = project
+    target = repo / "benchmarks" / "bench_reference.py"
+    original = target.read_text()
+    edited = original.replace("    def time_softmax(self, rows, N, dtype, impl):\n        self.call()",
+                              "    def time_softmax(self, rows, N, dtype, impl):\n        self.call()"
+                              "  # edited")
+    assert edited != original
+    target.write_text(edited)
+    try:
+        r = review(project, c["base"], c["same"], "--bench", r"TimeSoftmax.*N=1024,",
+                   "--budget", "10", "--json", "--factor", WIDE)
+    finally:
+        target.write_text(original)
+    assert r.returncode == 2, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    changed = [x for x in doc["rows"] if x["reason"] == "benchmark-changed"]
+    assert changed, doc["rows"]
+    assert all("the working tree's suites changed this benchmark" in x["detail"]
+               and "head changed" not in x["detail"] for x in changed), changed
+
+
 def test_a_head_whose_benchmark_edit_handicaps_base_is_never_faster(project):
     """With head checked out its benchmarks/ run on both sides: a head whose TimeAttention
     setup called base's function twice read "faster" on every row, exit 0. A row whose
@@ -402,9 +444,13 @@ def test_reuse_rebased_head_dated_before_base_is_still_slower(project):
     assert warm.returncode in (0, 1, 2), warm.stdout + warm.stderr
     assert "stored results (--reuse)" in warm.stdout
     r = review(project, "--reuse", "--existing", "--results", str(own), "--bench",
-               SOFTMAX_1024, c["base"], c["sleepy"], "--json")
+               SOFTMAX_1024, c["base"], c["sleepy"], "--json", "--budget", "5", "--process",
+               "one")
     assert r.returncode == 1, r.stdout + r.stderr
     doc = json.loads(r.stdout)
+    # same-run options a --reuse review does not use are named (a probe's went unsaid)
+    assert any(n.startswith("--budget, --process had no effect with --reuse")
+               for n in doc["notes"]), doc["notes"]
     # N=1024: 200 ms of sleep on a ~3 ms call (the issue had 50 ms: 15.8x; more here, so
     # that load on a busy machine cannot stretch an ancestor's run that far)
     (one_shot,) = [x for x in doc["rows"] if "N=1024, dtype='fp64', impl='one-shot'"

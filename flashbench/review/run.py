@@ -32,7 +32,9 @@ from flashbench.review.stored import review_stored
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
-def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None) -> list[str]:
+def _dirty_notes(opts: Options, root: Path, head: str, base: str | None) -> list[str]:
+    """The header's notes on the working tree: uncommitted edits, and whose suites ran
+    (none with --reuse, ``base`` None: stored results are read)."""
     notes = []
     if checked_out(root) == head:
         files = dirty_files(root)
@@ -45,7 +47,10 @@ def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None) 
             notes.append(f"Uncommitted edits were NOT measured ({len(files)} file(s) under "
                          "flashbench/ or benchmarks/): head is the committed "
                          f"{head[:8]}.")
-    elif any(f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
+    if base is None:  # --reuse: no suite runs, stored results are read
+        return notes
+    if checked_out(root) != head and any(
+            f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
         notes.append("benchmarks/ has uncommitted edits: today's suites, edits included, "
                      "ran against both commits (as asv does).")
     tree = checked_out(root)
@@ -57,7 +62,7 @@ def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None) 
                      f"tree's, at {tree[:8]}) in {len(changed)} file(s), "
                      f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: the "
                      "suites as head defines them were not run (check head out to run "
-                     "them).")
+                     "them); a grid point they lack is coverage lost.")
     elif base and (own := git("diff", "--name-only", base, head, "--", "benchmarks",
                               cwd=root).split()):  # head checked out: its own suites ran
         notes.append(f"The suites that ran are head's own, changed since base in "
@@ -79,17 +84,15 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                          "GPU (a long call's two sides would meet different contention); "
                          "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
-    notes = _dirty_notes(opts, root, head, base)
+    notes = _dirty_notes(opts, root, head, None if opts.reuse else base)
     with signals_raise():
         if opts.reuse:
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
                                    log)
-            if opts.threads:
-                review.notes.append("--threads has no effect with --reuse (asv runs with the "
-                                    "libraries' own thread pools).")
-            if opts.jobs > 1:
-                review.notes.append("--jobs has no effect with --reuse (asv runs one "
-                                    "benchmark at a time).")
+            if idle := _idle_with_reuse(opts):
+                review.notes.append(f"{', '.join(idle)} had no effect with --reuse: stored "
+                                    "results are judged (a commit with none is measured by "
+                                    "asv run, with asv's own settings).")
         else:
             review = Review(base, head, machine, cpu, "same-run A/B (paired, interleaved)",
                             opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
@@ -99,6 +102,15 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
     review.seconds = time.monotonic() - start
     review.sort()
     return review
+
+
+def _idle_with_reuse(opts: Options) -> list[str]:
+    """The same-run options a --reuse review was given, which it does not use (a probe's
+    --budget, --process and --outside-limit were taken without a word)."""
+    given = {"--threads": opts.threads, "--jobs": opts.jobs > 1 or None,
+             "--budget": opts.budget, "--process": opts.process,
+             "--outside-limit": opts.outside_limit}
+    return [name for name, value in given.items() if value is not None]
 
 
 def _tracks_at_once(workers: dict, tracks: list[Point], log) -> dict:
@@ -264,8 +276,10 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.notes.append(load_note([p.load.cpus for p in pairs], opts.outside_cpus,
                                           "the review", "--outside-limit"))
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
-        _against_base_suites(review, points, root, bench_dir, trees["base"], session.folder,
-                             opts.bench)
+        base_own = _against_base_suites(review, points, root, bench_dir, trees["base"],
+                                        session.folder, opts.bench)
+        _against_head_suites(review, points, base_own, root, bench_dir, trees["head"],
+                             session.folder, opts.bench)
         for side, tree in trees.items():  # a side's code wrote into a commit's own files
             if edited := git("diff", "--name-only", cwd=tree).split():
                 review.problems.append(f"{side}'s checkout was edited while the review ran "
@@ -297,20 +311,26 @@ def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -
 
 
 def _against_base_suites(review: Review, points: list[Point], root: Path, bench_dir: Path,
-                         tree: Path, folder: Path, bench: str | None) -> None:
+                         tree: Path, folder: Path, bench: str | None) -> list[Point] | None:
     """Base's own suites beside those that ran, where they differ (docs/review.md,
     "Coverage"): a point only base's hold is "coverage lost"; one whose code head changed
-    (asv's version) is "not compared" unless it regressed or base could not run it."""
+    (asv's version) is "not compared" unless it regressed or base could not run it.
+    Returns base's own points (``points`` where they are the suites that ran; None where
+    they could not be listed)."""
     rel = Path(bench_dir).resolve().relative_to(root.resolve())
     if not git("diff", "--name-only", review.base, "--", str(rel), cwd=root).split():
-        return  # the suites that ran are base's own
+        return points  # the suites that ran are base's own
     try:
         own = select(list_suites(tree, tree / rel, folder / "base-suites.log"), bench)
     except (RuntimeError, ValueError) as exc:  # none selected, or they do not import
         review.notes.append(f"Base's own benchmarks/ were not listed ({str(exc)[:200]}): a "
                             "benchmark head renamed or removed would go unseen.")
-        return
+        return None
     ran, rows = {(p.name, p.params): p for p in points}, review.rows
+    # whose edit ran: head's where head is checked out and its benchmarks/ clean, else the
+    # working tree's (uncommitted edits were blamed on head: a fresh-eyes probe)
+    who = ("head" if checked_out(root) == review.head and not dirty_files(root, (str(rel),))
+           else "the working tree's suites")
     for p in own:
         if (now := ran.get((p.name, p.params))) is None:
             rows.append(Row(p.kind, p.name, p.params, p.unit, "coverage lost", "coverage-lost",
@@ -322,10 +342,49 @@ def _against_base_suites(review: Review, points: list[Point], root: Path, bench_
                     r.reason == "coverage-gained" or not (r.regression or r.undecided or {
                         "not-measured", "still-failing", "failing-at-base"} & set(
                         r.reason.split(", "))))]:  # measured by neither, or failing at base
-                r.detail += (f"; head changed this benchmark (asv version {p.version[:8]} "
-                             f"-> {now.version[:8]}): read {r.verdict} under head's code, "
+                r.detail += (f"; {who} changed this benchmark (asv version {p.version[:8]} "
+                             f"-> {now.version[:8]}): read {r.verdict} under "
+                             f"{'head' if who == 'head' else 'the working tree'}'s code, "
                              "base's own measures it")
                 r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
+    return own
+
+
+def _against_head_suites(review: Review, points: list[Point], base_own: list[Point] | None,
+                         root: Path, bench_dir: Path, tree: Path, folder: Path,
+                         bench: str | None) -> None:
+    """Head's own suites beside those that ran, where they differ (head not checked out: the
+    CI recipe runs base's suites). A point base's suites hold and head's lack (head renamed
+    or removed the benchmark, or a parameter value) is **coverage lost**: measured under the
+    old name on both sides, it read OK, exit 0, while head's asv records it no more (a
+    fresh-eyes probe, 2026-12-07). Points only head's suites hold are named in a note."""
+    rel = Path(bench_dir).resolve().relative_to(root.resolve())
+    if not git("diff", "--name-only", review.head, "--", str(rel), cwd=root).split():
+        return  # the suites that ran are head's own
+    try:
+        own = select(list_suites(tree, tree / rel, folder / "head-suites.log"), bench)
+    except ValueError:  # head's suites hold nothing --bench selects
+        own = []
+    except RuntimeError as exc:  # they do not import
+        review.problems.append(f"Head's own benchmarks/ do not import ({str(exc)[:200]}): "
+                               "once merged, asv would record none of them.")
+        return
+    heads = {(p.name, p.params) for p in own}
+    bases = {(p.name, p.params) for p in (points if base_own is None else base_own)}
+    lost = [p for p in points if (p.name, p.params) not in heads
+            and (p.name, p.params) in bases]  # not a point only the working tree adds
+    for p in lost:
+        for r in [r for r in review.rows if (r.benchmark, r.params) == (p.name, p.params)]:
+            r.detail = ((r.detail + "; ") if r.detail else "") + (
+                "in the suites that ran, not in head's own benchmarks/ (renamed or removed in "
+                "head): once merged, asv records it no more")
+            if not r.regression:
+                r.verdict, r.reason, r.undecided = "coverage lost", "coverage-lost", True
+    ran = {(p.name, p.params) for p in points}
+    if new := sorted({p.name for p in own if (p.name, p.params) not in ran}):
+        review.notes.append(f"{len(new)} benchmark(s) only head's own benchmarks/ define "
+                            f"(new or renamed in head) were not run: "
+                            f"{', '.join(new[:3])}{' ...' if len(new) > 3 else ''}.")
 
 
 def _prior_note(prior) -> str:
