@@ -206,3 +206,33 @@ def test_a_changed_benchmark_leaves_standing_failures_and_unmeasured_points_alon
     assert after[:3] == before[:3], after  # failing at base, in both, measured by neither
     assert after[3] == ("not compared", "benchmark-changed")  # "same": bought, maybe
     assert after[4] == before[4] and review.rows[4].regression  # a regression stands
+
+
+def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
+    """A fresh-eyes probe (2026-12-07): a head that scaled the bf16 flash model's O (the
+    band of the head-dim cases is measured from it) read "better" on Triton's band ratios,
+    Triton's code and output unchanged. A ratio whose kernel's own max |error| is the same
+    in base and head moved with its yardstick: said so, never "better"."""
+    from flashbench.review.rules import yardstick_moved
+
+    hd = "bench_headdims.TrackHeadDimAccuracy."
+    tri, mine = f"kernel='triton', {SHAPE}", f"kernel='mine', {SHAPE}"
+    cases = [(hd + "track_o_max_abs", tri, 3e-3, 3e-3),  # Triton: the same output
+             (hd + "track_o_band_ratio", tri, 0.70, 0.49),
+             (hd + "track_lse_band_ratio", tri, 0.5, 0.3),  # no LSE max_abs to tell: kept
+             (hd + "track_o_max_abs", mine, 3e-3, 2.5e-3),  # a kernel that did change
+             (hd + "track_o_band_ratio", mine, 0.70, 0.49),
+             (hd + "track_o_baseline_ratio", tri, 1.0, 2.5)]  # a regression keeps its verdict
+    rows = {(r.benchmark.rsplit(".", 1)[1], r.params): r
+            for r in yardstick_moved(_rows(cases))}
+    moved = rows["track_o_band_ratio", tri]
+    assert (moved.verdict, moved.reason) == ("yardstick moved", "yardstick-moved"), moved
+    assert not moved.regression and "the yardstick moved, not the kernel" in moved.detail
+    assert rows["track_lse_band_ratio", tri].verdict == "better"
+    assert rows["track_o_band_ratio", mine].verdict == "better"
+    failing = rows["track_o_baseline_ratio", tri]
+    assert failing.regression and failing.verdict != "yardstick moved"
+    assert "the yardstick moved" in failing.detail
+    review = Review("b" * 40, "h" * 40, "m", "cpu", "same-run", 1.1, 0.02, 0.05, 1.0)
+    review.rows = list(rows.values())
+    assert "1 ratio(s) moved with their yardstick alone" in review.summary()

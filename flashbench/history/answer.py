@@ -116,11 +116,10 @@ def _newest(df: pd.DataFrame, labels: dict) -> str:
                                                                   if "cpu" in df else
                                                                   ["machine", "commit"])
     parts = []
-    for (m, c), label in labels.items():
-        mine = first[(first["machine"].astype(object) == m)
-                     & (first["cpu"].astype(object).map(lambda x: x if isinstance(x, str)
-                                                        else None) == c
-                        if "cpu" in first else True)]
+    cpus = (first["cpu"].astype(object).map(lambda x: x if isinstance(x, str) else "")
+            if "cpu" in first else pd.Series("", index=first.index))
+    for (m, c), label in labels.items():  # c None: no cpu recorded ("== None" is never True)
+        mine = first[(first["machine"].astype(object) == m) & (cpus == (c or ""))]
         if len(mine):
             row = mine.iloc[-1]
             parts.append(f"{label} `{str(row['commit'])[:8]}` ({row['date']:%Y-%m-%d})")
@@ -135,9 +134,11 @@ def other_params(label, named=SHOWN) -> str | None:
 
 
 def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
-           labels: dict, listed: int = 12) -> list[str]:
+           labels: dict, listed: int = 12, trend: pd.DataFrame | None = None) -> list[str]:
     """The report's first section: what changed, what lies outside its band (counted and
-    which), which steps were found, which results failed."""
+    which), which steps were found, the timings whose latest point ran at under half their
+    best (``trend``: :func:`~flashbench.history.summaries.throughput`), which results
+    failed."""
     lines = ["## The answer", "", f"- Newest commit per machine: {_newest(df, labels)}."]
     judged = bands[bands["inside"].notna()] if not bands.empty else bands
     out = judged[judged["inside"].eq(False)] if not judged.empty else judged
@@ -186,6 +187,7 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                      + ", ".join(f"{s} {n}" for s, n in at_top.items()) + f"{hosts}). "
                      "Per suite: " + ", ".join(f"{s} {n}" for s, n in
                                                suites.value_counts().items()) + ".")
+    lines += _slow_latest(trend, labels)
     failed = df[df["status"] == "failed"]
     if len(failed):
         which = failed["benchmark"].astype(object).value_counts()
@@ -196,3 +198,29 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
     else:
         lines.append("- Failed results: none.")
     return [*lines, "", "Machines:", *machine_legend(labels)]
+
+
+SLOW_LATEST = 0.5  # a timing whose latest TFLOP/s is under this share of its best: named
+
+
+def _slow_latest(trend: pd.DataFrame | None, labels: dict, listed: int = 5) -> list[str]:
+    """The answer's line on timings whose newest point ran at under half their best: a
+    single last point is no step (asv's detection needs more), and a 9x drop was said only
+    deep in the throughput table (a fresh-eyes probe, 2026-12-07)."""
+    if trend is None or trend.empty:
+        return []
+    slow = trend[(trend["commits"] > 1) & (trend["latest"] < SLOW_LATEST * trend["best"])]
+    if slow.empty:
+        return [f"- Throughput: no timing's latest point under {SLOW_LATEST:.0%} of its best "
+                "TFLOP/s."]
+    slow = slow.assign(_r=slow["latest"] / slow["best"]).sort_values("_r", kind="stable")
+    named = "; ".join(
+        f"{labels.get((r.machine, r.cpu if isinstance(r.cpu, str) else None), r.machine)} "
+        f"{r.backend} {r.dtype} {r.shape}{' causal' if r.causal else ''} {r.direction}: "
+        f"{r.latest:.3g} against a best of {r.best:.3g} TFLOP/s at `{r.latest_commit}`"
+        for r in slow.head(listed).itertuples())
+    return [f"- Throughput: **{len(slow)}** timing(s) whose latest point ran at under "
+            f"{SLOW_LATEST:.0%} of their best TFLOP/s (one point is no step: a slowdown, or "
+            f"a loaded run; rerun to tell): {named}"
+            + (f"; ... and {len(slow) - listed} more (throughput.csv)" if len(slow) > listed
+               else "") + "."]

@@ -41,7 +41,7 @@ from flashbench.history.parts import (
 from flashbench.history.rows import Rows, parse
 from flashbench.infra.locks import locked
 
-SCHEMA = 3  # bump when what a part holds, or what a parse gathers, changes
+SCHEMA = 4  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
 OFF = {"", "0", "off", "no", "false", "none"}
 MAX_PARTS = 8

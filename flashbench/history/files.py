@@ -119,7 +119,7 @@ def floats(items: list, where: str, notes: list) -> np.ndarray:
     except (TypeError, ValueError):
         odd = [v for v in items if v is not None and not isinstance(v, (int, float))]
         notes.append(f"{where}: {len(odd)} value(s) are not numbers (e.g. {odd[0]!r}); "
-                     "read as NaN")
+                     "read as NaN (a result's value: a failed result)")
         return np.array([float(v) if isinstance(v, (int, float)) else math.nan
                          for v in items], dtype=float)
 

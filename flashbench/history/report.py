@@ -39,7 +39,7 @@ from flashbench.history.plots import (
     plot_rule_ratios,
     plot_tflops,
 )
-from flashbench.history.steps import flagged, steps
+from flashbench.history.steps import current_code, flagged, steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
 
@@ -223,19 +223,23 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
 def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
     """The report's files into ``stage`` (moved into ``out`` by the caller); its text.
     ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`)."""
-    points = throughput_points(df)
-    bands, trend, jumps = error_bands(df), throughput(df, points), steps(df, host=host)
+    # the bands, trends and plots read each benchmark's current code alone, as asv's graphs
+    # do (steps.current_code); results.csv and the steps (code_changed) keep every row
+    current = current_code(df)
+    now = df if current.all() else df[current]
+    points = throughput_points(now)
+    bands, trend, jumps = error_bands(now), throughput(now, points), steps(df, host=host)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
         stage / "results.csv", index=False)
     bands.to_csv(stage / "error_bands.csv", index=False)
     trend.to_csv(stage / "throughput.csv", index=False)
     jumps.to_csv(stage / "steps.csv", index=False)
-    band_rows = band_history(df)
+    band_rows = band_history(now)
     labels = machine_labels(df)
     plots = [name for name, made in (
-        ("errors.png", plot_errors(df, stage / "errors.png")),
+        ("errors.png", plot_errors(now, stage / "errors.png")),
         ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=labels)),
-        ("rules.png", plot_rule_ratios(df, stage / "rules.png")),
+        ("rules.png", plot_rule_ratios(now, stage / "rules.png")),
         ("tflops.png", plot_tflops(points, df, stage / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
@@ -246,7 +250,13 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
     for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
         lines.append(f"- skipped `{what}`: {why}")
-    lines += ["", *answer(df, bands, jumps, labels)]
+    if not current.all():
+        older = df.loc[~current, "benchmark"].astype(object).nunique()
+        lines.append(f"- {int((~current).sum())} results of {older} benchmark(s) were recorded "
+                     "under earlier code (asv's version differs from the newest result's: asv "
+                     "starts a new series there): the bands, trends and plots leave them out, "
+                     "as asv's graphs do; results.csv and the steps (commit marked *) keep them")
+    lines += ["", *answer(df, bands, jumps, labels, trend=trend)]
     main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
     units = main["unit"].dropna().unique() if not main.empty else []
     unit = f"{units[0]}, unitless" if len(units) == 1 else MAIN_METRIC

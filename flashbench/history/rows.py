@@ -159,14 +159,24 @@ class Rows:
         self.entry_version += cells(rows, where.get("version"))
 
         values, short = gather(cells(rows, where["result"]), sizes)
+        noted = len(self.notes)
         value = floats(values, str(path), self.notes)
         status = np.where(np.isnan(value), np.int8(SKIPPED), np.int8(OK))
+        if len(self.notes) > noted:  # values that are no number: no result, not a skip
+            status[[i for i, v in enumerate(values) if v is not None
+                    and not isinstance(v, (int, float))]] = FAILED
         if not np.isfinite(value[status == OK]).all():
             self._not_finite(path, data, value, status, sizes)
         if values.count(None):
             status[[i for i, v in enumerate(values) if v is None]] = FAILED
         for first, count in short:
             status[first:first + count] = MISSING
+        if short:  # asv writes a value (or null) for every grid point: said, not silent
+            benches = np.repeat(np.asarray(self.entry_bench[-len(sizes):], object), sizes)
+            self.notes.append(f"{path}: {sum(c for _, c in short)} result(s) of "
+                              f"{len(short)} benchmark(s) absent, their lists shorter than "
+                              f"the parameter grid (e.g. {benches[short[0][0]]}): read as "
+                              "missing")
         self.values.append(value)
         self.status.append(status)
         for long, short_name in STAT_COLUMNS.items():

@@ -53,6 +53,10 @@ REASONS = {
     "both-not-finite": "NaN or infinite in base and head alike (no rule applies): nothing "
                        "changed that can be judged",
     "better": "head's error is below base's by more than the tolerance",
+    "yardstick-moved": "a rule's or band's ratio moved while the kernel's own error did not "
+                       "(its max |error| the same in base and head): the yardstick moved (the "
+                       "flash model that measures the band, or the standard model), not the "
+                       "kernel",
     "failing-at-base": "base broke the rule too, head is no worse: a standing failure (apart)",
     "not-comparable": "NaN in base and head alike (no value, or a ratio its rule does not judge)",
     "peer": "torch's own attention, for information (as in check): never fails the gate",
@@ -66,7 +70,8 @@ REASONS = {
               "whatever base did",
     "still-failing": "failed in base and in head: already failing at base (not compared)",
     "coverage-lost": "measured in base, skipped or gone in head (or in base's own benchmarks/ "
-                     "and not in the suites that ran: renamed or removed)",
+                     "and not in the suites that ran, or in those and not in head's own: "
+                     "renamed or removed)",
     "coverage-gained": "measured in head, not in base",
     "base-refused": "the worker refused base (its code replaced a function both sides share, "
                     "or an import left a process or thread in the worker): nothing compared",
@@ -144,6 +149,9 @@ class Review:
         parts = [f"{at_base} result(s) already failing at base"] if at_base else []
         if n := sum("not-comparable" in c for c in own):
             parts.append(f"{n} not comparable (NaN in base and head)")
+        if n := sum("yardstick-moved" in c for c in own):
+            parts.append(f"{n} ratio(s) moved with their yardstick alone (the kernel's "
+                         "own error unchanged)")
         info = [f"{n} {who}" for who in ("peer", "study") if (n := sum(who in c for c in codes))]
         return parts + [f"{' and '.join(info)} row(s) for information"] * bool(info)
 

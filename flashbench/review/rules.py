@@ -6,6 +6,7 @@ no processes), shared by same-run and stored reviews. The rules in words: docs/r
 from __future__ import annotations
 
 import math
+import re
 
 from flashbench.history.suites import accuracy_metric, role, rule_limit
 from flashbench.infra.libwatch import LEFT_IN_WORKER, REFUSED
@@ -204,4 +205,31 @@ def for_information(rows: list[Row]) -> list[Row]:
         if r.reason != "not-measured" and (who := role(r.benchmark, r.params)):
             r.regression = r.undecided = False
             r.reason = f"{r.reason}, {who}"
+    return rows
+
+
+_RATIO = re.compile(r"track_(o|lse|dq|dk|dv)_(band_ratio|baseline_ratio|ratio)$")
+
+
+def yardstick_moved(rows: list[Row]) -> list[Row]:
+    """``rows``, each rule or band ratio that moved while the kernel's own error did not (its
+    ``track_<tensor>_max_abs`` the same in base and head: the same output) said as the
+    yardstick's move: "better" becomes "yardstick moved", a regression keeps its verdict
+    with the words. A head that scaled the bf16 flash model's O, which the band of head-dim
+    cases is measured from, read "better" on untouched Triton rows (a fresh-eyes probe,
+    2026-12-07)."""
+    own = {(r.benchmark, r.params): r for r in rows
+           if r.benchmark.endswith("_max_abs") and r.base is not None and r.head is not None}
+    for r in rows:
+        m = _RATIO.search(r.benchmark)
+        if not m or r.base is None or not (r.verdict == "better" or r.regression):
+            continue
+        twin = own.get((r.benchmark[:m.start()] + f"track_{m[1]}_max_abs", r.params))
+        if twin is None or twin.base != twin.head:
+            continue
+        words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
+                 f"({twin.base:.4g}): the yardstick moved, not the kernel")
+        r.detail = f"{r.detail}; {words}" if r.detail else words
+        if r.verdict == "better":
+            r.verdict, r.reason = "yardstick moved", "yardstick-moved"
     return rows

@@ -26,15 +26,16 @@ from flashbench.review.options import Options, select
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
 from flashbench.review.prior import OUTLIER_P
 from flashbench.review.results import band_source
-from flashbench.review.rules import for_information, track_rows
+from flashbench.review.rules import for_information, track_rows, yardstick_moved
 from flashbench.review.stats import FALSE_ALARM_RATE, LOOKS
 from flashbench.review.stored import review_stored
 from flashbench.review.worker_client import Worker, lane_cpus, list_suites, peak_memory
 
 
-def _dirty_notes(opts: Options, root: Path, head: str, base: str | None) -> list[str]:
+def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None,
+                 reuse: bool = False) -> list[str]:
     """The header's notes on the working tree: uncommitted edits, and whose suites ran
-    (none with --reuse, ``base`` None: stored results are read)."""
+    (none with ``reuse``: stored results are read)."""
     notes = []
     if checked_out(root) == head:
         files = dirty_files(root)
@@ -47,7 +48,7 @@ def _dirty_notes(opts: Options, root: Path, head: str, base: str | None) -> list
             notes.append(f"Uncommitted edits were NOT measured ({len(files)} file(s) under "
                          "flashbench/ or benchmarks/): head is the committed "
                          f"{head[:8]}.")
-    if base is None:  # --reuse: no suite runs, stored results are read
+    if reuse:  # no suite runs: stored results are read
         return notes
     if checked_out(root) != head and any(
             f.startswith("benchmarks/") for f in dirty_files(root, ("benchmarks",))):
@@ -84,7 +85,7 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                          "GPU (a long call's two sides would meet different contention); "
                          "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
-    notes = _dirty_notes(opts, root, head, None if opts.reuse else base)
+    notes = _dirty_notes(opts, root, head, base, reuse=opts.reuse)
     with signals_raise():
         if opts.reuse:
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
@@ -98,7 +99,7 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                             opts.factor, opts.acc_tol, FALSE_ALARM_RATE, opts.seconds)
             _same_run(opts, root, bench_dir, review, results, log)
     review.notes[:0] = notes
-    for_information(review.rows)
+    for_information(yardstick_moved(review.rows))
     review.seconds = time.monotonic() - start
     review.sort()
     return review

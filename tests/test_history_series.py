@@ -1,0 +1,126 @@
+"""The history report read by a fresh-eyes probe (2026-12-07): a trend across a benchmark's
+own code change, a folder without benchmarks.json, a value that is no number, a result list
+cut short, a single slow last point, a machine that recorded no processor."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+from test_history import results_file, run_cli, tiny_results, write
+
+from flashbench.history import load_results
+from flashbench.history.answer import answer, machine_labels
+from flashbench.history.steps import current_code, steps
+from flashbench.history.summaries import error_bands, throughput
+
+TIMING = "t.TimeX.time_fwd"
+SHAPE = "'1x2x256x256x64'"
+
+
+def versioned_results(root, seconds: list[float], versions: list[str]):
+    """A results folder: one timing with a shape, a commit per value, each recorded under
+    the benchmark version given (asv's hash of the benchmark's code)."""
+    write(root / "benchmarks.json", {TIMING: {"param_names": ["shape"], "unit": "seconds",
+                                              "type": "time", "version": versions[-1]}})
+    for k, (s, v) in enumerate(zip(seconds, versions, strict=True)):
+        write(root / "m" / f"{k:08x}-env.json", results_file(
+            {TIMING: [[s], [[SHAPE]], v]}, commit=f"{k:08x}" + "0" * 32,
+            date=1700000000000 + k * 60000, cpu="CPU A"))
+    return root
+
+
+def test_current_code_keeps_each_machines_newest_version_and_rows_without_one():
+    df = pd.DataFrame({
+        "machine": ["m", "m", "m", "m", "m", "n"], "cpu": [None] * 6,
+        "benchmark": ["a", "a", "a", "b", "b", "a"],
+        "date": pd.to_datetime(["2026-01-01", "2026-01-03", "2026-01-02", "2026-01-01",
+                                "2026-01-02", "2026-01-01"]),
+        "version": pd.Categorical(["v1", "v2", "v1", None, "w", "v1"])})
+    # m's "a" is v2 now (its newest row by date, whatever the row order); "b"'s first row
+    # recorded no version (kept: nothing tells); n's "a" is a series of its own
+    assert current_code(df).tolist() == [False, True, False, True, True, True]
+    assert current_code(df.drop(columns="version")).all()
+
+
+def test_a_trend_across_the_benchmarks_own_code_change_reads_the_current_code(tmp_path,
+                                                                             capsys):
+    """The probe's trend of 9 points over 3 asv versions read -29 % where the benchmark
+    itself changed. asv starts a new series there and its graphs show the newest alone."""
+    root = versioned_results(tmp_path / "results", [1e-3] * 3 + [2e-3] * 3,
+                             ["v1"] * 3 + ["v2"] * 3)
+    df = load_results(root, cache=False)
+    every = throughput(df).iloc[0]
+    assert every["commits"] == 6 and every["change_pct"] < -49  # what the table read
+    now = throughput(df[current_code(df)]).iloc[0]
+    assert now["commits"] == 3 and abs(now["change_pct"]) < 1e-9
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    assert "- 3 results of 1 benchmark(s) were recorded under earlier code" in out
+    trend = pd.read_csv(tmp_path / "out" / "throughput.csv")
+    assert trend["commits"].tolist() == [3] and abs(trend["change_pct"].iloc[0]) < 1e-9
+    assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 6  # every row kept there
+
+
+def test_a_folder_without_benchmarks_json_is_said(tmp_path, capsys):
+    """The probe's report lost most of its rows (units, types and parameter names unknown),
+    exit 0, nothing said."""
+    root = tiny_results(tmp_path / "results")
+    (root / "benchmarks.json").unlink()
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    assert "benchmarks.json: missing: the units, types and parameter names" in err
+    assert "benchmarks.json`: missing" in out
+
+
+def test_a_value_that_is_no_number_fails_and_a_short_list_is_said(tmp_path):
+    """The probe: "oops" read as NaN became "skipped" (setup raised NotImplementedError, the
+    docs say), and a list cut to 1 of its 3 values left 2 "missing" with no word."""
+    write(tmp_path / "benchmarks.json", {"b.Track.track_x": {
+        "param_names": ["n"], "type": "track", "unit": "err"}})
+    write(tmp_path / "m" / "a.json", results_file({
+        "b.Track.track_x": [[1.0, "oops", 3.0], [["1", "2", "3"]]],
+        "b.Track.track_y": [[1.0], [["1", "2", "3"]]]}))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        df = load_results(tmp_path, cache=False)
+    status = dict(zip(df["benchmark"].astype(str) + df["params"].astype(str),
+                      df["status"].astype(str), strict=True))
+    assert status["b.Track.track_xn=2"] == "failed" and status["b.Track.track_xn=1"] == "ok"
+    assert sorted(v for k, v in status.items() if "track_y" in k) == ["missing", "missing",
+                                                                     "ok"]
+    text = " ".join(str(w.message) for w in said)
+    assert "1 value(s) are not numbers" in text and "a failed result" in text
+    assert "2 result(s) of 1 benchmark(s) absent" in text and "b.Track.track_y" in text
+
+
+def frame(seconds, machine="m", cpu="CPU A"):
+    n = len(seconds)
+    return pd.DataFrame({"machine": machine, "cpu": cpu, "env": "e",
+                         "commit": [f"{i:040d}" for i in range(n)],
+                         "date": pd.date_range("2026-01-01", periods=n, tz="UTC"),
+                         "file": [f"f{i}" for i in range(n)], "benchmark": TIMING,
+                         "params": f"shape={SHAPE}", "type": "time", "unit": "seconds",
+                         "value": seconds, "status": "ok", "shape": SHAPE.strip("'")})
+
+
+def test_the_answer_names_a_last_point_under_half_its_best():
+    """The probe: a 9x drop in the newest run was said only deep in the throughput table
+    (one point is no step), never in the answer."""
+    df = frame([1e-3, 1e-3, 1.1e-3, 9e-3])
+    text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df),
+                            trend=throughput(df)))
+    line = next(x for x in text.splitlines() if x.startswith("- Throughput"))
+    assert "**1** timing(s)" in line and "B=1 H=2 Nq=256 Nk=256 d=64 fwd" in line, line
+    steady = frame([1e-3, 1e-3, 1.1e-3, 1.2e-3])
+    text = "\n".join(answer(steady, error_bands(steady), steps(steady),
+                            machine_labels(steady), trend=throughput(steady)))
+    assert "- Throughput: no timing's latest point under 50%" in text
+
+
+def test_the_newest_commit_names_a_machine_that_recorded_no_processor():
+    """The probe: "Newest commit per machine: ." where asv recorded no cpu (None == None is
+    never True in a pandas comparison)."""
+    df = frame([1e-3, 1e-3], cpu=None)
+    text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df)))
+    assert "Newest commit per machine: M1 `00000000` (2026-01-02)." in text, text
