@@ -181,13 +181,11 @@ def current_code(df: pd.DataFrame) -> np.ndarray:
     d = with_identity(df)
     key = d.groupby([*IDENTITY, "benchmark"], observed=True, dropna=False,
                     sort=False).ngroup().to_numpy()
-    version = d["version"].astype(object).to_numpy()
+    version = pd.Categorical(d["version"]).codes  # -1: no version recorded
     order = np.lexsort((d["date"].to_numpy(), key))  # by series, then date
     ks = key[order]
     ends = np.r_[ks[1:] != ks[:-1], True]  # each series' newest row, in that order
-    newest = np.empty(key.max() + 1, dtype=object)
+    newest = np.full(key.max() + 1, -1, dtype=version.dtype)
     newest[ks[ends]] = version[order][ends]
     now = newest[key]
-    known = np.array([isinstance(v, str) for v in version])
-    known_now = np.array([isinstance(v, str) for v in now])
-    return ~known | ~known_now | (version == now)
+    return (version < 0) | (now < 0) | (version == now)
