@@ -181,7 +181,7 @@ def test_a_changed_benchmark_leaves_standing_failures_and_unmeasured_points_alon
     by GPU-only points on a CPU). The row that could have been bought still is."""
     from unittest import mock
 
-    from flashbench.review import run
+    from flashbench.review import ownsuites as run
     from flashbench.review.ab import Point
     from flashbench.review.model import Review
     from flashbench.review.rules import coverage_row, value_row
@@ -200,8 +200,8 @@ def test_a_changed_benchmark_leaves_standing_failures_and_unmeasured_points_alon
             mock.patch.object(run, "list_suites", return_value=None), \
             mock.patch.object(run, "select", return_value=[
                 Point(p.name, p.index, p.params, p.type, p.unit, version="old") for p in points]):
-        run._against_base_suites(review, points, tmp_path, tmp_path / "benchmarks", tmp_path,
-                                 tmp_path, None)
+        run.against_base_suites(review, points, tmp_path, tmp_path / "benchmarks", tmp_path,
+                                tmp_path, None)
     after = [(r.verdict, r.reason) for r in review.rows]
     assert after[:3] == before[:3], after  # failing at base, in both, measured by neither
     assert after[3] == ("not compared", "benchmark-changed")  # "same": bought, maybe

@@ -192,11 +192,13 @@ def band_notes(rows, sources: bool = True) -> list[str]:
                                                   for r in rows) else ""
     out = ["   band: the band rule's ratio (<= 1 passes); FAIL (2x) / (band) / (both): the "
            f"rule(s) that failed{dsinks}"]
-    from flashbench.accuracy.bandrule import likely_cause
+    from flashbench.cli.check_view import band_cause
 
     for r in rows:
         label = r.get("backend") or r.get("kernel") or "flash_model"
-        if r.get("disagreement"):
+        if r.get("diagnosis"):  # found by trying it (measure.diagnose)
+            out.append(f"   {label} {r['dtype']} {r['case']}: {r['diagnosis']}")
+        elif r.get("disagreement"):
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['disagreement']}")
         elif r.get("band_passed") is False and not r.get("peer"):  # both rules failed
             verdicts = r.get("band") if isinstance(r.get("band"), dict) else r.get("band_rule")
@@ -204,7 +206,7 @@ def band_notes(rows, sources: bool = True) -> list[str]:
                       if isinstance(b, dict) and b.get("passed") is False]
             out += [f"   {label} {r['dtype']} {r['case']}: band rule FAIL on "
                     f"{t.upper() if t in ('o', 'lse') else t}: "
-                    f"{likely_cause(t, verdicts[t].get('ratio'), r['dtype'])}" for t in failed]
+                    f"{band_cause(r, t, verdicts)}" for t in failed]
     if not sources:
         return out
     sources = {b["source"] for r in rows for b in (r.get("band") or {}).values()}

@@ -72,27 +72,39 @@ def _scores(r: dict, tensors: tuple[str, ...], limit: float) -> list[tuple[float
     return out
 
 
+def band_cause(r: dict, t: str, band: dict) -> str:
+    """The likely cause of record ``r``'s band FAIL on tensor ``t`` (``band``: its band
+    verdicts by tensor): :func:`~flashbench.accuracy.bandrule.likely_cause` with the
+    same-dtype standard's ratio, a variant the reference may apply otherwise, and another
+    tensor of the record grossly off. Shared by the compact view and the tables (the
+    decode table read "likely the O accumulator" at 100x the standard's error: a probe)."""
+    variant = [v for v in ("window", "softcap", "sinks") if v in r["case"]]
+    gross = {u: b["ratio"] for u, b in band.items() if isinstance(b, dict)
+             and isinstance(b.get("ratio"), float | int) and b["ratio"] > GROSS}
+    also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
+            "applies it (docs/variants.md)") if variant else ""
+    other = next((u for u in gross if u != t), None) if t not in gross else None
+    also += (f"; but its {_TENSORS[other]} in the same record is {gross[other]:.3g}x "
+             f"its band's edge, a wrong result, and so likely is this {_TENSORS[t]} "
+             "(the scale, the mask, the softmax)") if other else ""
+    standard = r.get(f"{t}_ratio")
+    standard = standard if isinstance(standard, float | int) else None
+    return f"{likely_cause(t, band[t].get('ratio'), r['dtype'], standard)}{also}"
+
+
 def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
     """Why a counted record FAILed: a band FAIL's likely cause, a baseline FAIL's ratio."""
     if r.get("note"):
         return [f"{r['dtype']}: {r['note']}"]
+    if r.get("diagnosis"):  # found by trying it (measure.diagnose): no guess beside it
+        return [f"{r['dtype']}: {r['diagnosis']}",
+                *([f"{r['dtype']}: {r['worst_at']}"] if r.get("worst_at") else [])]
     out = []
     band = r.get("band") if isinstance(r.get("band"), dict) else {}
-    variant = [v for v in ("window", "softcap", "sinks") if v in r["case"]]
-    gross = {t: b["ratio"] for t, b in band.items() if isinstance(b, dict)
-             and isinstance(b.get("ratio"), float | int) and b["ratio"] > GROSS}
     for t in tensors:
         b = band.get(t)
         if isinstance(b, dict) and b.get("passed") is False:
-            also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
-                    "applies it (docs/variants.md)") if variant else ""
-            other = next((u for u in gross if u != t), None) if t not in gross else None
-            also += (f"; but its {_TENSORS[other]} in the same record is {gross[other]:.3g}x "
-                     f"its band's edge, a wrong result, and so likely is this {_TENSORS[t]} "
-                     "(the scale, the mask, the softmax)") if other else ""
-            out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: "
-                       f"{likely_cause(t, b.get('ratio'), r['dtype'], r.get(f'{t}_ratio'))}"
-                       f"{also}")
+            out.append(f"{r['dtype']} band rule FAIL on {_TENSORS[t]}: {band_cause(r, t, band)}")
     if r.get("baseline_passed") is False or r.get("dsinks_passed") is False or not out:
         out.append(f"{r['dtype']}: {r.get('disagreement') or 'the baseline rule FAILed'} "
                    f"(the defects each rule sees: {DEFECT_TABLE})")

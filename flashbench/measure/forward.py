@@ -26,6 +26,7 @@ from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands
+from flashbench.measure.diagnose import diagnose
 from flashbench.measure.records import (
     INTERPRETER_NOTE,
     Accuracy,
@@ -147,5 +148,9 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
                                   bands=bands)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
+            elif not rec.passed and not rec.peer:  # tried: a plausible wrong semantics
+                rec = replace(rec, diagnosis=diagnose(
+                    q, k, v, kw, out, ref, rec.o_standard["max_abs"],
+                    rec.lse_standard["max_abs"] if rec.lse is not None else None))
             records.append(rec)
     return records

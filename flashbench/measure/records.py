@@ -175,6 +175,7 @@ class Accuracy:
     disagreement: str | None = None
     worst_at: str | None = None  # a packed batch's FAIL: the sequence its worst error is in
     baseline_draw: bool | None = None  # its baseline FAIL not counted (bandjudge.combine)
+    diagnosis: str | None = None  # a FAIL matching a plausible wrong semantics (.diagnose)
 
     def as_dict(self) -> dict:
         """JSON-ready row (the case as its label; absent comparisons left out)."""

@@ -21,8 +21,9 @@ from flashbench.infra.machine import gpu_model, identity
 from flashbench.review.ab import Lane, Point, Sampler, every
 from flashbench.review.asvrun import project
 from flashbench.review.gitops import Session, dirty_files
-from flashbench.review.model import Review, Row
+from flashbench.review.model import Review
 from flashbench.review.options import Options, select
+from flashbench.review.ownsuites import against_base_suites, against_head_suites
 from flashbench.review.paired import PRIOR_FROM_ROUNDS, family_prior, look_level, paired_rows
 from flashbench.review.prior import OUTLIER_P
 from flashbench.review.results import band_source
@@ -277,10 +278,10 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.notes.append(load_note([p.load.cpus for p in pairs], opts.outside_cpus,
                                           "the review", "--outside-limit"))
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
-        base_own = _against_base_suites(review, points, root, bench_dir, trees["base"],
-                                        session.folder, opts.bench)
-        _against_head_suites(review, points, base_own, root, bench_dir, trees["head"],
-                             session.folder, opts.bench)
+        base_own = against_base_suites(review, points, root, bench_dir, trees["base"],
+                                       session.folder, opts.bench)
+        against_head_suites(review, points, base_own, root, bench_dir, trees["head"],
+                            session.folder, opts.bench)
         for side, tree in trees.items():  # a side's code wrote into a commit's own files
             if edited := git("diff", "--name-only", cwd=tree).split():
                 review.problems.append(f"{side}'s checkout was edited while the review ran "
@@ -309,83 +310,6 @@ def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -
                 r.detail += "; base alone, in a worker that never imported head: ok"
     finally:
         alone.stop()
-
-
-def _against_base_suites(review: Review, points: list[Point], root: Path, bench_dir: Path,
-                         tree: Path, folder: Path, bench: str | None) -> list[Point] | None:
-    """Base's own suites beside those that ran, where they differ (docs/review.md,
-    "Coverage"): a point only base's hold is "coverage lost"; one whose code head changed
-    (asv's version) is "not compared" unless it regressed or base could not run it.
-    Returns base's own points (``points`` where they are the suites that ran; None where
-    they could not be listed)."""
-    rel = Path(bench_dir).resolve().relative_to(root.resolve())
-    if not git("diff", "--name-only", review.base, "--", str(rel), cwd=root).split():
-        return points  # the suites that ran are base's own
-    try:
-        own = select(list_suites(tree, tree / rel, folder / "base-suites.log"), bench)
-    except (RuntimeError, ValueError) as exc:  # none selected, or they do not import
-        review.notes.append(f"Base's own benchmarks/ were not listed ({str(exc)[:200]}): a "
-                            "benchmark head renamed or removed would go unseen.")
-        return None
-    ran, rows = {(p.name, p.params): p for p in points}, review.rows
-    # whose edit ran: head's where head is checked out and its benchmarks/ clean, else the
-    # working tree's (uncommitted edits were blamed on head: a fresh-eyes probe)
-    who = ("head" if checked_out(root) == review.head and not dirty_files(root, (str(rel),))
-           else "the working tree's suites")
-    for p in own:
-        if (now := ran.get((p.name, p.params))) is None:
-            rows.append(Row(p.kind, p.name, p.params, p.unit, "coverage lost", "coverage-lost",
-                            "in base's own benchmarks/, not in the suites that ran (renamed or "
-                            "removed in head): measured by neither side here", undecided=True))
-        elif p.version and now.version and p.version != now.version:
-            # head's edit ran on both sides: what it could buy is no verdict (docs/review.md)
-            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params) and (
-                    r.reason == "coverage-gained" or not (r.regression or r.undecided or {
-                        "not-measured", "still-failing", "failing-at-base"} & set(
-                        r.reason.split(", "))))]:  # measured by neither, or failing at base
-                r.detail += (f"; {who} changed this benchmark (asv version {p.version[:8]} "
-                             f"-> {now.version[:8]}): read {r.verdict} under "
-                             f"{'head' if who == 'head' else 'the working tree'}'s code, "
-                             "base's own measures it")
-                r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
-    return own
-
-
-def _against_head_suites(review: Review, points: list[Point], base_own: list[Point] | None,
-                         root: Path, bench_dir: Path, tree: Path, folder: Path,
-                         bench: str | None) -> None:
-    """Head's own suites beside those that ran, where they differ (head not checked out: the
-    CI recipe runs base's suites). A point base's suites hold and head's lack (head renamed
-    or removed the benchmark, or a parameter value) is **coverage lost**: measured under the
-    old name on both sides, it read OK, exit 0, while head's asv records it no more (a
-    fresh-eyes probe, 2026-12-07). Points only head's suites hold are named in a note."""
-    rel = Path(bench_dir).resolve().relative_to(root.resolve())
-    if not git("diff", "--name-only", review.head, "--", str(rel), cwd=root).split():
-        return  # the suites that ran are head's own
-    try:
-        own = select(list_suites(tree, tree / rel, folder / "head-suites.log"), bench)
-    except ValueError:  # head's suites hold nothing --bench selects
-        own = []
-    except RuntimeError as exc:  # they do not import
-        review.problems.append(f"Head's own benchmarks/ do not import ({str(exc)[:200]}): "
-                               "once merged, asv would record none of them.")
-        return
-    heads = {(p.name, p.params) for p in own}
-    bases = {(p.name, p.params) for p in (points if base_own is None else base_own)}
-    lost = [p for p in points if (p.name, p.params) not in heads
-            and (p.name, p.params) in bases]  # not a point only the working tree adds
-    for p in lost:
-        for r in [r for r in review.rows if (r.benchmark, r.params) == (p.name, p.params)]:
-            r.detail = ((r.detail + "; ") if r.detail else "") + (
-                "in the suites that ran, not in head's own benchmarks/ (renamed or removed in "
-                "head): once merged, asv records it no more")
-            if not r.regression:
-                r.verdict, r.reason, r.undecided = "coverage lost", "coverage-lost", True
-    ran = {(p.name, p.params) for p in points}
-    if new := sorted({p.name for p in own if (p.name, p.params) not in ran}):
-        review.notes.append(f"{len(new)} benchmark(s) only head's own benchmarks/ define "
-                            f"(new or renamed in head) were not run: "
-                            f"{', '.join(new[:3])}{' ...' if len(new) > 3 else ''}.")
 
 
 def _prior_note(prior) -> str:

@@ -1,0 +1,90 @@
+"""A FAIL's cause found by trying it: the float64 reference under the plausible wrong
+semantics kernel authors write (a scale of 1/sqrt(dv), of a padded d, or none; a causal
+mask aligned top-left, left out or added; grouped-query heads mapped h % Hkv; an LSE in base
+2). The first the kernel's output matches within what its dtype allows (2x the same-dtype
+standard's max error, and under a quarter of its error against the true attention), or
+that explains 99% of that error, is named. Only a FAILed record is tried: a few float64
+references of its case. A probe
+(2026-12-07): a 1/sqrt(dv) scale at d = 192, dv = 128 in bf16 read "likely the O
+accumulator" (36.6x the standard's error, under the precision defects' 61x)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from flashbench import reference
+from flashbench.accuracy.metrics import to_numpy
+
+MATCH = 2.0  # the candidate's error within this many times the standard's (the 2x rule)
+CLEARER = 0.25  # and under this share of the kernel's error against the true attention,
+EXPLAINS = 0.01  # or under this share alone (an fp32 kernel's own rounding of its LSE in
+# base 2 is several times the standard's error, and a hundredth of the base's)
+
+
+def _candidates(q, k, v, kw: dict) -> Iterator[tuple[str, tuple, dict]]:
+    d, dv = q.shape[-1], v.shape[-1]
+    nq, nk = q.shape[-2], k.shape[-2]
+    if dv != d:
+        yield (f"a scale of 1/sqrt(dv) = 1/sqrt({dv}), not 1/sqrt(d) = 1/sqrt({d})",
+               (q, k, v), {**kw, "scale": 1 / math.sqrt(dv)})
+    padded = 1 << (d - 1).bit_length()
+    if padded != d:
+        yield (f"a scale of 1/sqrt({padded}) (d = {d} padded to {padded}), not 1/sqrt({d})",
+               (q, k, v), {**kw, "scale": 1 / math.sqrt(padded)})
+    yield "no 1/sqrt(d) scale (a scale of 1)", (q, k, v), {**kw, "scale": 1.0}
+    if "window" not in kw:
+        if kw.get("causal"):
+            if nq < nk:  # top-left: query i sees keys 0..i, the bottom-right mask of Nk = Nq
+                yield ("a causal mask aligned top-left (query i sees keys 0..i), not "
+                       "bottom-right as FlashAttention aligns it when Nq < Nk",
+                       (q, k[..., :nq, :], v[..., :nq, :]), kw)
+            yield "no causal mask", (q, k, v), {**kw, "causal": False}
+        else:
+            yield "a causal mask where none was asked", (q, k, v), {**kw, "causal": True}
+    h, hkv = q.shape[-3], k.shape[-3]
+    if hkv not in (1, h):
+        wrong = np.arange(h) % hkv
+        yield (f"grouped-query heads mapped h % Hkv, not h // (H / Hkv) = h // {h // hkv}",
+               (q, k[..., wrong, :, :], v[..., wrong, :, :]), kw)
+
+
+def _matches(err: float, standard: float, own: float) -> bool:
+    return (err <= MATCH * max(standard, 1e-12) and err < CLEARER * own) or err < EXPLAINS * own
+
+
+def _max_abs(a, b) -> float:
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.abs(a - b), initial=0.0))
+
+
+def diagnose(q, k, v, kw: dict, out, ref, o_standard: float,
+             lse_standard: float | None = None) -> str | None:
+    """The wrong semantics the kernel's output (``out``: o, and lse or None) matches, in
+    words, or None. ``q``, ``k``, ``v``: the case's float64 inputs; ``kw``: its keywords
+    (causal and the variant's: :meth:`~flashbench.measure.records.Case.kwargs`); ``ref``:
+    the true (o, lse); ``o_standard`` / ``lse_standard``: the same-dtype standard model's
+    max abs errors (the rule's yardstick)."""
+    o = to_numpy(out[0]).astype(np.float64)
+    if not np.isfinite(o).all() or o.shape != ref[0].shape:
+        return None
+    own = _max_abs(o, ref[0])
+    for words, (qq, kk, vv), alt_kw in _candidates(q, k, v, kw):
+        alt = reference.attention(qq, kk, vv, **alt_kw)[0]
+        err = _max_abs(o, alt)
+        if _matches(err, o_standard, own):
+            return (f"its O matches attention with {words}: max |O - that| {err:.2g} (the "
+                    f"same-dtype standard's error: {o_standard:.2g}; against the true "
+                    f"attention: {own:.2g})")
+    lse = out[1] if len(out) > 1 else None
+    if lse is not None and lse_standard is not None:
+        lse = to_numpy(lse).astype(np.float64)
+        if lse.shape == ref[1].shape and np.isfinite(lse).all():
+            err, own = _max_abs(lse, ref[1] / math.log(2)), _max_abs(lse, ref[1])
+            if _matches(err, lse_standard, own):
+                return (f"its LSE matches the true LSE in base 2 (divided by ln 2): max "
+                        f"|LSE - that| {err:.2g}, against the true LSE {own:.2g}; "
+                        "FlashAttention's LSE is the natural log")
+    return None

@@ -1,0 +1,117 @@
+"""A FAIL's cause found by trying it (flashbench.measure.diagnose): each plausible wrong
+semantics, computed and rounded as a bf16 kernel would return it, is named; a correct
+output or another defect names none. A probe (2026-12-07): a 1/sqrt(dv) scale at 192/128
+in bf16 read "likely the O accumulator"."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashbench import numerics, reference
+from flashbench.cli import main
+from flashbench.inputs import Shape, make_qkv
+from flashbench.measure.diagnose import diagnose
+
+BF16 = "bf16"
+
+
+def _bf16(x):
+    import ml_dtypes
+
+    return np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def _case(shape: str, causal: bool, seed: int = 0):
+    q, k, v = make_qkv(Shape.parse(shape), "normal", seed)
+    kw = {"causal": causal}
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, BF16, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    lse_std = float(np.max(np.abs(std[1] - ref[1])))
+    return q, k, v, kw, ref, o_std, lse_std
+
+
+def _wrong(name: str, q, k, v, kw):
+    """(o, lse) of attention under the wrong semantics ``name``, rounded to bf16."""
+    d, dv, nq, h, hkv = q.shape[-1], v.shape[-1], q.shape[-2], q.shape[-3], k.shape[-3]
+    if name == "dv":
+        out = reference.attention(q, k, v, **kw, scale=1 / math.sqrt(dv))
+    elif name == "padded":
+        out = reference.attention(q, k, v, **kw, scale=1 / math.sqrt(1 << (d - 1).bit_length()))
+    elif name == "unscaled":
+        out = reference.attention(q, k, v, **kw, scale=1.0)
+    elif name == "top-left":
+        out = reference.attention(q, k[..., :nq, :], v[..., :nq, :], **kw)
+    elif name == "no mask":
+        out = reference.attention(q, k, v, causal=False)
+    elif name == "gqa":
+        wrong = np.arange(h) % hkv
+        out = reference.attention(q, k[..., wrong, :, :], v[..., wrong, :, :], **kw)
+    elif name == "log2":
+        o, lse = reference.attention(q, k, v, **kw)
+        out = (o, lse / math.log(2))
+    return _bf16(out[0]), _bf16(out[1])
+
+
+NAMED = {"dv": "1/sqrt(dv) = 1/sqrt(128)", "padded": "d = 80 padded to 128",
+         "unscaled": "no 1/sqrt(d) scale", "top-left": "aligned top-left",
+         "no mask": "no causal mask", "gqa": "h % Hkv", "log2": "LSE in base 2"}
+SHAPES = {"dv": "1x2x96x160x192/128", "padded": "1x4/2x96x160x80", "unscaled": "1x2x96x96x64",
+          "top-left": "1x2x64x200x64", "no mask": "1x2x96x96x64", "gqa": "1x4/2x96x96x64",
+          "log2": "1x2x96x96x64"}
+
+
+@pytest.mark.parametrize("wrong", sorted(NAMED))
+def test_each_wrong_semantics_is_named_and_a_correct_output_is_not(wrong):
+    q, k, v, kw, ref, o_std, lse_std = _case(SHAPES[wrong], causal=True)
+    said = diagnose(q, k, v, kw, _wrong(wrong, q, k, v, kw), ref, o_std, lse_std)
+    assert said is not None and NAMED[wrong] in said, said
+    right = (_bf16(ref[0]), _bf16(ref[1]))
+    assert diagnose(q, k, v, kw, right, ref, o_std, lse_std) is None
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), nq=st.integers(16, 80), extra=st.integers(0, 64),
+       d=st.sampled_from([32, 48, 64, 80]), causal=st.booleans())
+def test_another_defect_is_named_as_none_of_them(seed, nq, extra, d, causal):
+    """A kernel that halves one row, or stores S and P in bf16, matches none of the
+    candidates: nothing is named (a wrong name would send its author astray)."""
+    q, k, v, kw, ref, o_std, lse_std = _case(f"1x2x{nq}x{nq + extra}x{d}", causal, seed)
+    halved = _bf16(ref[0]).copy()
+    halved[0, 1, nq // 2] *= 0.5
+    assert diagnose(q, k, v, kw, (halved, _bf16(ref[1])), ref, o_std, lse_std) is None
+    # a precision loss: the materialised form, S and P stored in bf16
+    coarse = numerics.standard_model(q, k, v, BF16, **kw)
+    assert diagnose(q, k, v, kw, coarse, ref, o_std, lse_std) is None
+
+
+SCALE_DV = textwrap.dedent('''
+    import torch
+
+    def attn(q, k, v, causal=False, scale=None):
+        s = (q.float() @ k.float().transpose(-1, -2)) * v.shape[-1] ** -0.5
+        if causal:
+            nq, nk = s.shape[-2:]
+            s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool).triu(nk - nq + 1),
+                              float("-inf"))
+        return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+    attn.flashbench_dv = True
+''')
+
+
+def test_check_names_the_scale_of_an_mla_prefill_kernel(user_module, capsys):
+    """The probe's command: before, "band rule FAIL on O: likely the O accumulator"."""
+    user_module("fbscaledv", SCALE_DV)
+    rc = main(["check", "--shape", "1x2x256x192/128", "--dtype", "bf16", "--causal", "on",
+               "--only", "fbscaledv:attn", "--pass", "fwd", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "its O matches attention with a scale of 1/sqrt(dv) = 1/sqrt(128)" in out, out
+    assert "likely the O accumulator" not in out, out
