@@ -374,8 +374,25 @@ def test_a_band_fail_of_o_beside_a_gross_lse_names_a_wrong_result(user_module, c
                "--pass", "fwd", "--only", "fbdvscale:attn"])
     out = " ".join(capsys.readouterr().out.split())
     assert rc == 1
-    assert "band rule FAIL on O: " in out and "but its LSE in the same record is" in out
-    assert "a wrong result, and so likely is this O" in out
+    # since found by trying it (measure.diagnose): the scale itself, no guess
+    assert "its O matches attention with a scale of 1/sqrt(dv) = 1/sqrt(128)" in out, out
+    assert "likely the O accumulator" not in out
+    # where nothing is found, the O line still reads the record's gross LSE (the tables'
+    # notes too: check --decode read "accumulator" beside it, a probe, 2026-12-07)
+    from flashbench.cli.check_tables import band_notes
+    from flashbench.cli.check_view import band_cause
+
+    record = {"case": "normal B=1 H=2 Nq=128 Nk=128 d=192 dv=128", "dtype": "bf16",
+              "kernel": "k", "band_passed": False, "o_ratio": 40.0,
+              "band": {"o": {"passed": False, "ratio": 73.0},
+                       "lse": {"passed": False, "ratio": 5.9e5}}}
+    said = band_cause(record, "o", record["band"])
+    assert "but its LSE in the same record is 5.9e+05x its band's edge" in said, said
+    notes = " ".join(band_notes([record], sources=False))
+    assert "but its LSE in the same record is" in notes, notes
+    record |= {"o_ratio": 100.3, "band": {"o": {"passed": False, "ratio": 199.8}}}
+    notes = " ".join(band_notes([record], sources=False))
+    assert "100x the same-dtype standard's max error" in notes, notes
 
 
 DK_ROW = '''
@@ -463,3 +480,22 @@ def test_an_fp8_kernel_may_write_o_in_bf16_as_flashattention_3_does(user_module,
     passed = {n: r["passed"] if command == "check" else r["status"] == "PASS"
               for n, r in rows.items()}
     assert rc == 1 and passed == {"fbfp8o:exact": True, "fbfp8o:wrong": False}, rows
+
+
+def test_a_users_packed_backward_is_said_not_judged_not_missing(tmp_path, monkeypatch,
+                                                                 capsys):
+    """A probe (2026-12-07): a differentiable packed function read "not applicable: its
+    backward takes no packed (varlen) batch", blaming the kernel for what flashbench does
+    not judge yet (a kernel halving every gradient PASSed beside it, the skip unexplained)."""
+    (tmp_path / "fbprobe_grad_varlen.py").write_text(
+        GQA_VARLEN + "packed.flashbench_differentiable = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["check", "--varlen", "10,20", "--shape", "1x4x1x64", "--kv-heads", "2",
+               "--dtype", "fp32", "--causal", "off", "--quiet", "--json",
+               "--only", "fbprobe_grad_varlen:packed"])
+    report = json.loads(capsys.readouterr().out)
+    skipped = [r["skipped"] for r in report["gradients"]
+               if r.get("kernel") == "fbprobe_grad_varlen:packed" and "skipped" in r]
+    assert rc == 0 and skipped, report["gradients"]
+    assert all(s.startswith("not judged: flashbench judges the packed (varlen) backward of "
+                            "its own kernels") for s in skipped), skipped

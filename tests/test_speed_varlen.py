@@ -262,6 +262,20 @@ def test_a_packed_fail_names_the_sequence_its_worst_error_is_in(lengths, data):
         said
 
 
+def test_a_packed_fail_of_a_q_colon_k_item_names_its_queries_and_keys():
+    """A probe (2026-12-07): check --varlen 100:300,37,0,65:20 named the last item "length
+    65", its 65 queries over 20 keys (speed said "65 queries, 20 keys")."""
+    from flashbench.measure.varlen import worst_sequence
+
+    cu_q, cu_k = np.array([0, 100, 137, 137, 202]), np.array([0, 300, 337, 337, 357])
+    ref = np.zeros((202, 2, 4))
+    o = ref.copy()
+    o[150] += 1.0
+    said = worst_sequence(o, ref, cu_q, cu_q, cu_k)
+    assert said.startswith("worst in sequence 4 of 4 (index 3, 65 queries, 20 keys, packed "
+                           "rows 137-201)"), said
+
+
 @settings(max_examples=60, deadline=None)
 @given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=12).filter(any),
        seed=st.integers(0, 2**31))
@@ -310,8 +324,8 @@ def test_a_packed_gradient_fail_names_its_sequence(monkeypatch):
     recs = vl.measure_varlen_gradients(case, ["fp32"], ["flash_model", "last-scaled"])
     bad = [r for r in recs if getattr(r, "kernel", None) == "last-scaled"]
     assert bad and not bad[0].passed, recs
-    assert "in sequence 4 of 4 (index 3, length 9, packed rows 57-65)" in bad[0].worst_at, \
-        bad[0].worst_at
+    assert "in sequence 4 of 4 (index 3, 9 queries, 9 keys, packed rows 57-65)" in \
+        bad[0].worst_at, bad[0].worst_at
     assert all(r.worst_at is None for r in recs if getattr(r, "passed", False))
 
 

@@ -121,6 +121,10 @@ class Backend(Implementation):
         if missing:
             return f"not applicable: its {'backward' if grad else 'forward'} takes no " \
                    f"{' or '.join(missing)}"
+        if packed and grad and self.varlen is not None and not self.varlen_grad \
+                and self.grads is not None:  # a user's function with a backward
+            return ("not judged: flashbench judges the packed (varlen) backward of its own "
+                    "kernels and torch's only, not yet a user function's (docs/backends.md)")
         if packed and not (self.varlen_grad if grad else self.varlen is not None):
             return f"not applicable: {'its backward' if grad else 'it'} takes no packed " \
                    "(varlen) batch"

@@ -36,8 +36,8 @@ def add_parser(sub) -> None:
         "against --baseline. Exit 0 all PASS, 1 a timed output failed or a trick was caught, "
         "2 bad input, 3 flashbench failed. docs/speed.md.")
     s.add_argument("--shape", type=parse_shape, action="append",
-                   help="BxHxNxd or BxHxNqxNkxd[xdv], H may be H/Hkv (1x32/8x1024x128); "
-                   "repeat for several (default 1x8x1024x64)")
+                   help="BxHxNxd or BxHxNqxNkxd, H may be H/Hkv (1x32/8x1024x128), d may "
+                   "be d/dv (1x8x1024x192/128); repeat for several (default 1x8x1024x64)")
     s.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="precisions (default: bf16 on a GPU, fp32 on a CPU)")
     s.add_argument("--causal", choices=["both", "on", "off"], default=None,

@@ -135,23 +135,26 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
             rec = accuracy_record(case, name, prec, out, std, ref, fallback=flash,
                                   own_lse=own_lse, peer=backend.peer, bands=bands)
             records.append(rec if rec.passed else replace(
-                rec, worst_at=worst_sequence(out[0], ref[0], cu)))
+                rec, worst_at=worst_sequence(out[0], ref[0], cu, cu, cu_k)))
     return records
 
 
-def worst_sequence(o, ref_o, cu) -> str:
+def worst_sequence(o, ref_o, cu, cu_q=None, cu_k=None) -> str:
     """Where a packed output's largest |error| against the float64 reference lies: the
-    sequence (its index, length and packed rows) and its max |err|, beside the other
-    sequences' largest (a kernel that lets rows see past their sequence's end, or drops
-    one, is wrong in some sequences only)."""
+    sequence (its index, its queries and keys where ``cu_q`` and ``cu_k`` are given, else
+    its length, and packed rows, ``cu`` being the rows' offsets) and its max |err|, beside
+    the other sequences' largest (a kernel that lets rows see past their sequence's end, or
+    drops one, is wrong in some sequences only)."""
     cu = [int(x) for x in cu]
     worst = [float(np.abs(o[a:b] - ref_o[a:b]).max()) if b > a else 0.0
              for a, b in zip(cu, cu[1:], strict=False)]
     s = int(np.argmax(worst))
     others = max((w for i, w in enumerate(worst) if i != s), default=0.0)
-    return (f"worst in sequence {s + 1} of {len(worst)} (index {s}, length "
-            f"{cu[s + 1] - cu[s]}, packed rows {cu[s]}-{cu[s + 1] - 1}): max |err| "
-            f"{worst[s]:.3g}; the other sequences' largest {others:.3g}")
+    size = (f"{int(cu_q[s + 1]) - int(cu_q[s])} queries, {int(cu_k[s + 1]) - int(cu_k[s])} "
+            "keys" if cu_q is not None and cu_k is not None else f"length {cu[s + 1] - cu[s]}")
+    return (f"worst in sequence {s + 1} of {len(worst)} (index {s}, {size}, packed rows "
+            f"{cu[s]}-{cu[s + 1] - 1}): max |err| {worst[s]:.3g}; the other sequences' "
+            f"largest {others:.3g}")
 
 
 def varlen_grad_output(case: Case, seed: int = 0) -> np.ndarray:
@@ -244,6 +247,6 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
         if grads is not None and getattr(r, "passed", True) is False and (
                 r.baseline_passed is False or r.band_passed is False):  # not dsinks' alone
             t = max(range(3), key=lambda j: getattr(r, f"{GRADS[j]}_ratio"))
-            where = worst_sequence(grads[t], ref[t], cu if t == 0 else cu_k)  # dk, dv: keys
+            where = worst_sequence(grads[t], ref[t], cu if t == 0 else cu_k, cu, cu_k)
             records[i] = replace(r, worst_at=f"{GRADS[t]}: {where}")
     return records
