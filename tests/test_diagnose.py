@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from flashbench import numerics, reference
 from flashbench.cli import main
 from flashbench.inputs import Shape, make_qkv
-from flashbench.measure.diagnose import diagnose
+from flashbench.measure.diagnose import dense_candidates, diagnose
 
 BF16 = "bf16"
 
@@ -70,10 +70,11 @@ SHAPES = {"dv": "1x2x96x160x192/128", "padded": "1x4/2x96x160x80", "unscaled": "
 @pytest.mark.parametrize("wrong", sorted(NAMED))
 def test_each_wrong_semantics_is_named_and_a_correct_output_is_not(wrong):
     q, k, v, kw, ref, o_std, lse_std = _case(SHAPES[wrong], causal=True)
-    said = diagnose(q, k, v, kw, _wrong(wrong, q, k, v, kw), ref, o_std, lse_std)
+    said = diagnose(dense_candidates(q, k, v, kw), _wrong(wrong, q, k, v, kw), ref, o_std,
+                     lse_std)
     assert said is not None and NAMED[wrong] in said, said
     right = (_bf16(ref[0]), _bf16(ref[1]))
-    assert diagnose(q, k, v, kw, right, ref, o_std, lse_std) is None
+    assert diagnose(dense_candidates(q, k, v, kw), right, ref, o_std, lse_std) is None
 
 
 @settings(max_examples=12, deadline=None)
@@ -85,10 +86,11 @@ def test_another_defect_is_named_as_none_of_them(seed, nq, extra, d, causal):
     q, k, v, kw, ref, o_std, lse_std = _case(f"1x2x{nq}x{nq + extra}x{d}", causal, seed)
     halved = _bf16(ref[0]).copy()
     halved[0, 1, nq // 2] *= 0.5
-    assert diagnose(q, k, v, kw, (halved, _bf16(ref[1])), ref, o_std, lse_std) is None
+    assert diagnose(dense_candidates(q, k, v, kw), (halved, _bf16(ref[1])), ref, o_std,
+                    lse_std) is None
     # a precision loss: the materialised form, S and P stored in bf16
     coarse = numerics.standard_model(q, k, v, BF16, **kw)
-    assert diagnose(q, k, v, kw, coarse, ref, o_std, lse_std) is None
+    assert diagnose(dense_candidates(q, k, v, kw), coarse, ref, o_std, lse_std) is None
 
 
 SCALE_DV = textwrap.dedent('''
@@ -115,3 +117,46 @@ def test_check_names_the_scale_of_an_mla_prefill_kernel(user_module, capsys):
     assert rc == 1, out
     assert "its O matches attention with a scale of 1/sqrt(dv) = 1/sqrt(128)" in out, out
     assert "likely the O accumulator" not in out, out
+
+
+def test_a_decode_kernels_mla_scale_is_named():
+    """The probe's MLA decode kernel scaling by 1/sqrt(512), not 1/sqrt(576), read "likely
+    the O accumulator" at 15x the standard's error in bf16."""
+    from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
+    from flashbench.measure.diagnose import decode_candidates
+
+    case = DecodeCase.parse("1x8/1x1x576/512:96:p16:mla")
+    inputs = decode_inputs(case)
+    ref = case_reference(case, inputs)
+    q, k, v, lens, table = inputs
+    wrong = reference.decode_attention(q, k, None, lens, table, causal=case.causal,
+                                       dv=case.dv, scale=512 ** -0.5)
+    std = numerics.standard_decode_model(*inputs, dtype=BF16, causal=case.causal, dv=case.dv)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
+                    (_bf16(wrong[0]), None), ref, o_std)
+    assert said is not None and "1/sqrt(dv) = 1/sqrt(512), not 1/sqrt(d) = 1/sqrt(576)" in said
+    assert diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
+                    (_bf16(ref[0]), None), ref, o_std) is None
+
+
+def test_a_decode_fail_in_one_sequence_alone_is_said_a_wrong_result_there():
+    """The probe's kernel reading a wrong page of sequence 0 (40x the standard's error)
+    read "likely the O accumulator"; a precision loss spreads over every sequence, each in
+    proportion to the standard's error there, and is not called one."""
+    from flashbench.measure.decode import worst_decode_sequence
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((3, 2, 4, 16))
+    std = ref + np.array([1e-3, 3e-3, 1e-2])[:, None, None, None] * rng.standard_normal(
+        ref.shape)
+    lossy = ref + 3 * (std - ref)  # 3x the standard's error in every sequence
+    said = worst_decode_sequence(lossy, ref, std, [1000, 64, 1])
+    assert said.startswith("worst in sequence 3 of 3 (index 2, 1 cached keys)"), said
+    assert "wrong result" not in said
+    paged = _bf16(ref).copy()
+    paged[0] += 0.3  # sequence 0 read another page
+    said = worst_decode_sequence(paged, ref, std, [1000, 64, 1])
+    assert said.startswith("worst in sequence 1 of 3") and "a wrong result in that " \
+        "sequence" in said, said
+    assert worst_decode_sequence(paged[:1], ref[:1], std[:1], [1000]) is None

@@ -196,6 +196,8 @@ def band_notes(rows, sources: bool = True) -> list[str]:
 
     for r in rows:
         label = r.get("backend") or r.get("kernel") or "flash_model"
+        if r.get("worst_at") and r.get("passed") is False and not r.get("peer"):
+            out.append(f"   {label} {r['dtype']} {r['case']}: {r['worst_at']}")
         if r.get("diagnosis"):  # found by trying it (measure.diagnose)
             out.append(f"   {label} {r['dtype']} {r['case']}: {r['diagnosis']}")
         elif r.get("disagreement"):

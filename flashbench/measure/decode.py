@@ -26,6 +26,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.accuracy.metrics import to_numpy
 from flashbench.backends.decode import (
     DECODE_HEAD_DIMS,
     decode_head_dims_problem,
@@ -35,6 +36,7 @@ from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.bandjudge import DecodeBands
+from flashbench.measure.diagnose import decode_candidates, diagnose
 from flashbench.measure.records import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
@@ -302,6 +304,13 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                                   own_lse=out.own_lse, peer=backend.peer, bands=judged)
             if not rec.passed and with_note("", backend, dtype):
                 rec = replace(rec, note=INTERPRETER_NOTE)
+            elif not rec.passed and not rec.peer:  # tried: a plausible wrong semantics
+                rec = replace(rec, worst_at=worst_decode_sequence(out[0], ref[0], std[0],
+                                                                  case.lens),
+                              diagnosis=diagnose(
+                    decode_candidates(inputs, case.causal, case.dv, case.absorbed), out, ref,
+                    rec.o_standard["max_abs"],
+                    rec.lse_standard["max_abs"] if rec.lse is not None else None))
             records.append(rec)
             if bands is not None:
                 bands[(name, dtype)] = error_stats(out[0], rounded)["max_abs"]
@@ -345,6 +354,33 @@ def _run_decode_check(cases, precs: list[Precision], backends, seed, say) -> dic
             report["rows"].append({"kernel": records_kernel, **row})
     report["passed"] = decode_passed(report)
     return report
+
+
+def worst_decode_sequence(o, ref_o, std_o, lens) -> str | None:
+    """Where a decode output's largest |error| lies, beside the other sequences' largest;
+    and where that sequence alone is off (its error over the same-dtype standard's there,
+    :data:`LOCAL` x every other sequence's), a wrong result there: a wrong page or length
+    hits some sequences, a precision loss all (a probe's kernel reading a wrong page of
+    sequence 0 read "likely the O accumulator" at 40x the standard's error, 2026-12-07).
+    None for one sequence."""
+    def per_sequence(x):
+        return np.abs(to_numpy(x) - ref_o).reshape(len(lens), -1).max(axis=1)
+
+    worst, std = per_sequence(o), per_sequence(std_o)
+    if len(lens) < 2 or not np.isfinite(worst).all():
+        return None
+    s = int(np.argmax(worst))
+    others = float(np.delete(worst, s).max())
+    rel = worst / np.maximum(std, 1e-300)
+    alone = (f": {rel[s]:.3g}x the same-dtype standard's error there, over {LOCAL:g}x any "
+             "other sequence's: a wrong result in that sequence (its pages, its length), not "
+             "a precision loss, which spreads over every sequence"
+             if rel[s] > LOCAL * np.delete(rel, s).max() else "")
+    return (f"worst in sequence {s + 1} of {len(lens)} (index {s}, {lens[s]} cached keys): "
+            f"max |err| {worst[s]:.3g}; the other sequences' largest {others:.3g}{alone}")
+
+
+LOCAL = 10.0  # one sequence's max error this many times the others': a wrong result there
 
 
 def decode_passed(report: dict) -> bool:

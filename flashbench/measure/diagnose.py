@@ -11,7 +11,7 @@ accumulator" (36.6x the standard's error, under the precision defects' 61x)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -24,31 +24,57 @@ EXPLAINS = 0.01  # or under this share alone (an fp32 kernel's own rounding of i
 # base 2 is several times the standard's error, and a hundredth of the base's)
 
 
-def _candidates(q, k, v, kw: dict) -> Iterator[tuple[str, tuple, dict]]:
-    d, dv = q.shape[-1], v.shape[-1]
-    nq, nk = q.shape[-2], k.shape[-2]
+def _scales(d: int, dv: int) -> Iterator[tuple[str, float]]:
     if dv != d:
-        yield (f"a scale of 1/sqrt(dv) = 1/sqrt({dv}), not 1/sqrt(d) = 1/sqrt({d})",
-               (q, k, v), {**kw, "scale": 1 / math.sqrt(dv)})
+        yield f"a scale of 1/sqrt(dv) = 1/sqrt({dv}), not 1/sqrt(d) = 1/sqrt({d})", dv ** -0.5
     padded = 1 << (d - 1).bit_length()
     if padded != d:
-        yield (f"a scale of 1/sqrt({padded}) (d = {d} padded to {padded}), not 1/sqrt({d})",
-               (q, k, v), {**kw, "scale": 1 / math.sqrt(padded)})
-    yield "no 1/sqrt(d) scale (a scale of 1)", (q, k, v), {**kw, "scale": 1.0}
+        yield f"a scale of 1/sqrt({padded}) (d = {d} padded to {padded}), not 1/sqrt({d})", \
+            padded ** -0.5
+    yield "no 1/sqrt(d) scale (a scale of 1)", 1.0
+
+
+def dense_candidates(q, k, v, kw: dict) -> Iterator[tuple[str, Callable]]:
+    """(words, the O of attention so) of each plausible wrong semantics of a dense case:
+    ``q``, ``k``, ``v`` its float64 inputs, ``kw`` its keywords (causal and the variant's:
+    :meth:`~flashbench.measure.records.Case.kwargs`)."""
+    def o_of(qq, kk, vv, **over):
+        return lambda: reference.attention(qq, kk, vv, **{**kw, **over})[0]
+
+    for words, scale in _scales(q.shape[-1], v.shape[-1]):
+        yield words, o_of(q, k, v, scale=scale)
+    nq, nk = q.shape[-2], k.shape[-2]
     if "window" not in kw:
         if kw.get("causal"):
             if nq < nk:  # top-left: query i sees keys 0..i, the bottom-right mask of Nk = Nq
                 yield ("a causal mask aligned top-left (query i sees keys 0..i), not "
                        "bottom-right as FlashAttention aligns it when Nq < Nk",
-                       (q, k[..., :nq, :], v[..., :nq, :]), kw)
-            yield "no causal mask", (q, k, v), {**kw, "causal": False}
+                       o_of(q, k[..., :nq, :], v[..., :nq, :]))
+            yield "no causal mask", o_of(q, k, v, causal=False)
         else:
-            yield "a causal mask where none was asked", (q, k, v), {**kw, "causal": True}
+            yield "a causal mask where none was asked", o_of(q, k, v, causal=True)
     h, hkv = q.shape[-3], k.shape[-3]
     if hkv not in (1, h):
         wrong = np.arange(h) % hkv
         yield (f"grouped-query heads mapped h % Hkv, not h // (H / Hkv) = h // {h // hkv}",
-               (q, k[..., wrong, :, :], v[..., wrong, :, :]), kw)
+               o_of(q, k[..., wrong, :, :], v[..., wrong, :, :]))
+
+
+def decode_candidates(inputs, causal: bool, dv: int | None,
+                      absorbed: bool) -> Iterator[tuple[str, Callable]]:
+    """The same for a decode case (``inputs``: q, k and v caches, cache_seqlens, block
+    table; ``absorbed``: MLA's form, V the first ``dv`` columns of K): the scales, and the
+    causal mask among several new tokens left out."""
+    q, k, v, lens, table = inputs
+
+    def o_of(**over):
+        return lambda: reference.decode_attention(q, k, None if absorbed else v, lens, table,
+                                                  **{"causal": causal, "dv": dv, **over})[0]
+
+    for words, scale in _scales(q.shape[-1], dv or v.shape[-1]):
+        yield words, o_of(scale=scale)
+    if causal and q.shape[1] > 1:
+        yield "no causal mask among the new tokens", o_of(causal=False)
 
 
 def _matches(err: float, standard: float, own: float) -> bool:
@@ -60,20 +86,18 @@ def _max_abs(a, b) -> float:
         return float(np.max(np.abs(a - b), initial=0.0))
 
 
-def diagnose(q, k, v, kw: dict, out, ref, o_standard: float,
+def diagnose(candidates, out, ref, o_standard: float,
              lse_standard: float | None = None) -> str | None:
     """The wrong semantics the kernel's output (``out``: o, and lse or None) matches, in
-    words, or None. ``q``, ``k``, ``v``: the case's float64 inputs; ``kw``: its keywords
-    (causal and the variant's: :meth:`~flashbench.measure.records.Case.kwargs`); ``ref``:
-    the true (o, lse); ``o_standard`` / ``lse_standard``: the same-dtype standard model's
-    max abs errors (the rule's yardstick)."""
+    words, or None. ``candidates``: :func:`dense_candidates` or :func:`decode_candidates`;
+    ``ref``: the true (o, lse); ``o_standard`` / ``lse_standard``: the same-dtype standard
+    model's max abs errors (the rule's yardstick)."""
     o = to_numpy(out[0]).astype(np.float64)
     if not np.isfinite(o).all() or o.shape != ref[0].shape:
         return None
     own = _max_abs(o, ref[0])
-    for words, (qq, kk, vv), alt_kw in _candidates(q, k, v, kw):
-        alt = reference.attention(qq, kk, vv, **alt_kw)[0]
-        err = _max_abs(o, alt)
+    for words, alt in candidates:
+        err = _max_abs(o, alt())
         if _matches(err, o_standard, own):
             return (f"its O matches attention with {words}: max |O - that| {err:.2g} (the "
                     f"same-dtype standard's error: {o_standard:.2g}; against the true "

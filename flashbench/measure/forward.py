@@ -26,7 +26,7 @@ from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands
-from flashbench.measure.diagnose import diagnose
+from flashbench.measure.diagnose import dense_candidates, diagnose
 from flashbench.measure.records import (
     INTERPRETER_NOTE,
     Accuracy,
@@ -150,7 +150,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
                 rec = replace(rec, note=INTERPRETER_NOTE)
             elif not rec.passed and not rec.peer:  # tried: a plausible wrong semantics
                 rec = replace(rec, diagnosis=diagnose(
-                    q, k, v, kw, out, ref, rec.o_standard["max_abs"],
+                    dense_candidates(q, k, v, kw), out, ref, rec.o_standard["max_abs"],
                     rec.lse_standard["max_abs"] if rec.lse is not None else None))
             records.append(rec)
     return records
