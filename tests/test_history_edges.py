@@ -294,14 +294,18 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path, commi
     assert "a (study) row is a study's measurement, not a kernel's verdict" in accuracy
     # a run slower across the board (tflops.png's red band) is named by the throughput
     # table too: a latest value from one read -88 % there with no note
+    from flashbench.history.files import read_benchmarks
     from flashbench.history.load import load_results
     from flashbench.history.plots import commit_order, loaded_runs
+    from flashbench.history.steps import current_code, declared_versions
     from flashbench.history.summaries import throughput_points
 
     df = load_results([RESULTS])
     order = commit_order(df)
     at = {x: c for c, x in order.items()}
-    loaded = loaded_runs(throughput_points(df), order)
+    # the report's trends read each benchmark's current code alone (history.steps)
+    now = df[current_code(df, declared_versions(df, [read_benchmarks(RESULTS)], [RESULTS]))]
+    loaded = loaded_runs(throughput_points(now), order)
     throughput = text.split("## Throughput", 1)[1].split("\n## ", 1)[0]
     assert bool(loaded) == ("**Runs slower across the board**" in throughput)
     for xs in loaded.values():

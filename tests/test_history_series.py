@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pandas as pd
 from test_history import results_file, run_cli, tiny_results, write
 
@@ -41,6 +42,21 @@ def test_current_code_keeps_each_machines_newest_version_and_rows_without_one():
     # recorded no version (kept: nothing tells); n's "a" is a series of its own
     assert current_code(df).tolist() == [False, True, False, True, True, True]
     assert current_code(df.drop(columns="version")).all()
+    # benchmarks.json's version decides where it names one (asv's rule): a backfill of
+    # older commits after the benchmark's edit is current, the newest commit's run before
+    # it is not (a review, 2026-12-07: the newest result's version dropped the backfill)
+    declared = np.array(["v1", "v1", "v1", None, None, "v1"], dtype=object)
+    assert current_code(df, declared).tolist() == [True, False, True, True, True, True]
+    gone = np.array(["v9"] * 6, dtype=object)  # a version no row holds: none is current
+    assert current_code(df.assign(version=pd.Categorical(["v1"] * 6)), gone).tolist() == \
+        [False] * 6
+    # the same date in two envs: each env is a series of its own, whatever the row order
+    twin = pd.DataFrame({"machine": "m", "cpu": None, "env": ["py310", "py311"] * 2,
+                         "benchmark": "a", "date": pd.to_datetime(["2026-01-01"] * 2 +
+                                                                  ["2026-01-02"] * 2, utc=True),
+                         "version": pd.Categorical(["v1", "v1", "v2", "v1"])})
+    assert current_code(twin).tolist() == [False, True, True, True]
+    assert current_code(twin.iloc[::-1]).tolist() == [True, True, True, False]
 
 
 def test_a_trend_across_the_benchmarks_own_code_change_reads_the_current_code(tmp_path,
@@ -56,7 +72,8 @@ def test_a_trend_across_the_benchmarks_own_code_change_reads_the_current_code(tm
     assert now["commits"] == 3 and abs(now["change_pct"]) < 1e-9
     rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
     assert rc == 0, err
-    assert "- 3 results of 1 benchmark(s) were recorded under earlier code" in out
+    assert "- 3 results of 1 benchmark(s) were recorded under other code than the " \
+        "benchmark's current" in out
     trend = pd.read_csv(tmp_path / "out" / "throughput.csv")
     assert trend["commits"].tolist() == [3] and abs(trend["change_pct"].iloc[0]) < 1e-9
     assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 6  # every row kept there
@@ -70,7 +87,7 @@ def test_a_folder_without_benchmarks_json_is_said(tmp_path, capsys):
     rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
     assert rc == 0, err
     assert "benchmarks.json: missing: the units, types and parameter names" in err
-    assert "benchmarks.json`: missing" in out
+    assert "- `" in out and "benchmarks.json`: missing" in out and "skipped `" not in out
 
 
 def test_a_value_that_is_no_number_fails_and_a_short_list_is_said(tmp_path):

@@ -219,20 +219,24 @@ def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
     tri, mine = f"kernel='triton', {SHAPE}", f"kernel='mine', {SHAPE}"
     cases = [(hd + "track_o_max_abs", tri, 3e-3, 3e-3),  # Triton: the same output
              (hd + "track_o_band_ratio", tri, 0.70, 0.49),
-             (hd + "track_lse_band_ratio", tri, 0.5, 0.3),  # no LSE max_abs to tell: kept
+             (hd + "track_dv_band_ratio", tri, 0.5, 0.3),  # no dv max_abs to tell: kept
              (hd + "track_o_max_abs", mine, 3e-3, 2.5e-3),  # a kernel that did change
              (hd + "track_o_band_ratio", mine, 0.70, 0.49),
-             (hd + "track_o_baseline_ratio", tri, 1.0, 2.5)]  # a regression keeps its verdict
+             (hd + "track_o_baseline_ratio", tri, 1.0, 2.5),  # past its rule: counted
+             (hd + "track_lse_max_abs", tri, 1e-3, 1e-3),
+             (hd + "track_lse_baseline_ratio", tri, 1.0, 1.5)]  # worse, within its rule
     rows = {(r.benchmark.rsplit(".", 1)[1], r.params): r
             for r in yardstick_moved(_rows(cases))}
     moved = rows["track_o_band_ratio", tri]
     assert (moved.verdict, moved.reason) == ("yardstick moved", "yardstick-moved"), moved
     assert not moved.regression and "the yardstick moved, not the kernel" in moved.detail
-    assert rows["track_lse_band_ratio", tri].verdict == "better"
+    assert rows["track_dv_band_ratio", tri].verdict == "better"
     assert rows["track_o_band_ratio", mine].verdict == "better"
     failing = rows["track_o_baseline_ratio", tri]
     assert failing.regression and failing.verdict != "yardstick moved"
     assert "the yardstick moved" in failing.detail
+    worse = rows["track_lse_baseline_ratio", tri]  # worse than base, the same output
+    assert (worse.verdict, worse.regression) == ("yardstick moved", False), worse
     review = Review("b" * 40, "h" * 40, "m", "cpu", "same-run", 1.1, 0.02, 0.05, 1.0)
     review.rows = list(rows.values())
-    assert "1 ratio(s) moved with their yardstick alone" in review.summary()
+    assert "2 ratio(s) moved with their yardstick alone" in review.summary()

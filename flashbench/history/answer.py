@@ -216,7 +216,8 @@ def _slow_latest(trend: pd.DataFrame | None, labels: dict, listed: int = 5) -> l
     slow = slow.assign(_r=slow["latest"] / slow["best"]).sort_values("_r", kind="stable")
     named = "; ".join(
         f"{labels.get((r.machine, r.cpu if isinstance(r.cpu, str) else None), r.machine)} "
-        f"{r.backend} {r.dtype} {r.shape}{' causal' if r.causal else ''} {r.direction}: "
+        f"{r.backend} {r.dtype} {r.shape}{' causal' if r.causal else ''} {r.direction}"
+        f"{f' {r.variant}' if isinstance(r.variant, str) and r.variant else ''}: "
         f"{r.latest:.3g} against a best of {r.best:.3g} TFLOP/s at `{r.latest_commit}`"
         for r in slow.head(listed).itertuples())
     return [f"- Throughput: **{len(slow)}** timing(s) whose latest point ran at under "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from flashbench.history.answer import (
     other_params,
 )
 from flashbench.history.bands import band_history, widened_markdown
-from flashbench.history.files import host_reader
+from flashbench.history.files import host_reader, read_benchmarks
 from flashbench.history.load import folders, load_results
 from flashbench.history.plots import (
     commit_order,
@@ -39,7 +40,7 @@ from flashbench.history.plots import (
     plot_rule_ratios,
     plot_tflops,
 )
-from flashbench.history.steps import current_code, flagged, steps
+from flashbench.history.steps import current_code, declared_versions, flagged, steps
 from flashbench.history.suites import MAIN_METRIC
 from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
 
@@ -183,7 +184,10 @@ def build_report(results_dir, out, force: bool = False) -> str:
     except OSError as exc:
         raise ValueError(f"--out {str(out)!r}: cannot write the report there: {exc}") from None
     try:
-        text = _write_report(df, where, out, stage, host_reader(roots))
+        with warnings.catch_warnings():  # an unreadable benchmarks.json: said by the load
+            warnings.simplefilter("ignore")
+            declared = declared_versions(df, [read_benchmarks(Path(r)) for r in roots], roots)
+        text = _write_report(df, where, out, stage, host_reader(roots), declared)
         for f in sorted(stage.iterdir(), key=lambda f: f.name == "report.md"):
             os.replace(f, out / f.name)  # each file whole; report.md, which names them, last
     finally:
@@ -220,12 +224,13 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
                            fold=("params", "env"), legend=folded)]
 
 
-def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
+def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=None) -> str:
     """The report's files into ``stage`` (moved into ``out`` by the caller); its text.
-    ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`)."""
+    ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`);
+    ``declared``: per row, its benchmarks.json's version (steps.declared_versions)."""
     # the bands, trends and plots read each benchmark's current code alone, as asv's graphs
     # do (steps.current_code); results.csv and the steps (code_changed) keep every row
-    current = current_code(df)
+    current = current_code(df, declared)
     now = df if current.all() else df[current]
     points = throughput_points(now)
     bands, trend, jumps = error_bands(now), throughput(now, points), steps(df, host=host)
@@ -249,13 +254,14 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None) -> str:
              f"{len(labels)} machine{'s' * (len(labels) != 1)}; {len(df)} results: "
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
     for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
-        lines.append(f"- skipped `{what}`: {why}")
+        lines.append(f"- {'' if why.startswith('missing:') else 'skipped '}`{what}`: {why}")
     if not current.all():
         older = df.loc[~current, "benchmark"].astype(object).nunique()
         lines.append(f"- {int((~current).sum())} results of {older} benchmark(s) were recorded "
-                     "under earlier code (asv's version differs from the newest result's: asv "
-                     "starts a new series there): the bands, trends and plots leave them out, "
-                     "as asv's graphs do; results.csv and the steps (commit marked *) keep them")
+                     "under other code than the benchmark's current (asv's version differs "
+                     "from the one benchmarks.json declares, or without one from the newest "
+                     "result's): the bands, trends and plots leave them out, as asv's graphs "
+                     "do; results.csv and the steps (commit marked *) keep them")
     lines += ["", *answer(df, bands, jumps, labels, trend=trend)]
     main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
     units = main["unit"].dropna().unique() if not main.empty else []

@@ -169,23 +169,47 @@ def steps(df: pd.DataFrame, min_change: float = 0.01, host=None) -> pd.DataFrame
     return out.reindex(columns=COLUMNS).reset_index(drop=True)
 
 
-def current_code(df: pd.DataFrame) -> np.ndarray:
-    """Which rows were recorded under their benchmark's current code: asv's version of the
-    benchmark in that measurement machine's newest result of it (by commit date). asv
-    ignores results of another version once a benchmark's code changes (a new series);
-    the report's bands, trends and plots do the same: a throughput trend of 9 points over
-    3 versions read -29 % where the benchmark itself changed (a fresh-eyes probe,
-    2026-12-07). A row with no version, or a series whose newest has none, is kept."""
+def current_code(df: pd.DataFrame, declared: np.ndarray | None = None) -> np.ndarray:
+    """Which rows were recorded under their benchmark's current code. Where ``declared``
+    (per row: the version its folder's benchmarks.json gives the benchmark, None where it
+    gives none) names one, a row whose asv version is another is left out, as asv's graphs
+    leave it (``Results.get_result_keys``); elsewhere the version of the newest result (by
+    commit date, then the version's order) of each measurement machine x env x benchmark
+    is current. A trend of 9 points over 3 versions read -29 % where the benchmark itself
+    changed (a fresh-eyes probe, 2026-12-07). A row with no version is kept."""
     if "version" not in df.columns or df.empty:
         return np.ones(len(df), dtype=bool)
     d = with_identity(df)
-    key = d.groupby([*IDENTITY, "benchmark"], observed=True, dropna=False,
-                    sort=False).ngroup().to_numpy()
-    version = pd.Categorical(d["version"]).codes  # -1: no version recorded
-    order = np.lexsort((d["date"].to_numpy(), key))  # by series, then date
+    by = [*IDENTITY, *(["env"] if "env" in d else []), "benchmark"]
+    key = d.groupby(by, observed=True, dropna=False, sort=False).ngroup().to_numpy()
+    cat = pd.Categorical(d["version"])
+    version = cat.codes  # -1: no version recorded
+    dates = d["date"].array.asi8 if isinstance(d["date"].dtype, pd.DatetimeTZDtype) \
+        else d["date"].astype("int64").to_numpy()  # integers: a sort at C speed
+    order = np.lexsort((version, dates, key))  # by series, then date, then version
     ks = key[order]
     ends = np.r_[ks[1:] != ks[:-1], True]  # each series' newest row, in that order
     newest = np.full(key.max() + 1, -1, dtype=version.dtype)
     newest[ks[ends]] = version[order][ends]
     now = newest[key]
-    return (version < 0) | (now < 0) | (version == now)
+    if declared is not None:  # benchmarks.json's version, as a code of the same categories
+        codes = pd.Index(cat.categories).get_indexer(declared)  # -1: no row holds it
+        given = np.where(pd.notna(declared), np.where(codes >= 0, codes, -2), -1)
+        now = np.where(given != -1, given, now)  # -2: a version no row holds
+    return (version < 0) | (now == -1) | (version == now)
+
+
+def declared_versions(df: pd.DataFrame, metas: list[dict], roots: list) -> np.ndarray:
+    """Per row, the version its folder's benchmarks.json (``metas[i]`` of ``roots[i]``)
+    declares for its benchmark, None where none: one folder's rows are all its; with
+    several, a row's ``file`` is the path as given, under its folder."""
+    bench = pd.Categorical(df["benchmark"])
+    out = np.full(len(df), None, dtype=object)
+    files = df["file"].astype(str) if len(metas) > 1 else None
+    for i, meta in enumerate(metas):
+        per = np.array([meta.get(b, {}).get("version") if isinstance(
+            meta.get(b), dict) else None for b in bench.categories] + [None], dtype=object)
+        mine = np.ones(len(df), bool) if files is None else files.str.startswith(
+            str(roots[i]).rstrip("/") + "/").to_numpy()
+        out[mine] = per[bench.codes[mine]]  # code -1: the trailing None
+    return out

@@ -380,7 +380,8 @@ def throughput(df: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataF
     if pts.empty:
         return pd.DataFrame(columns=keys + tail)
     g = pts.groupby(keys, sort=True, observed=True, dropna=False)
-    out = g.agg(commits=("tflops", "size"), first=("tflops", "first"), best=("tflops", "max"),
+    out = g.agg(commits=("commit", "nunique"), first=("tflops", "first"),
+                best=("tflops", "max"),
                 latest=("tflops", "last"), latest_pct_peak=("pct_peak", "last"),
                 latest_commit=("commit", "last")).reset_index()
     out["change_pct"] = 100 * (out["latest"] / out["first"] - 1)

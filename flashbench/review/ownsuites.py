@@ -70,16 +70,23 @@ def against_head_suites(review: Review, points: list[Point], base_own: list[Poin
             list_suites(tree, tree / rel, folder / "head-suites.log"), bench)}
     except ValueError:  # head's suites hold nothing --bench selects
         heads = set()
-    except RuntimeError as exc:  # they do not import
-        review.problems.append(f"Head's own benchmarks/ do not import ({str(exc)[:200]}): "
-                               "once merged, asv would record none of them.")
+    except RuntimeError as exc:  # they do not import, or their listing timed out
+        review.problems.append(f"Head's own benchmarks/ could not be listed "
+                               f"({str(exc)[:200]}): a benchmark head renamed or removed "
+                               "would go unseen.")
         return
     bases = {(p.name, p.params) for p in (points if base_own is None else base_own)}
     lost = {(p.name, p.params) for p in points} & bases - heads  # not the tree's own
+    # base's suites changed since head branched: a point base added meanwhile reads lost too
+    fork = git("merge-base", review.base, review.head, cwd=root).strip()
+    moved = bool(fork) and bool(git("diff", "--name-only", fork, review.base, "--", str(rel),
+                                    cwd=root).split())
+    why = ("renamed or removed in head, or added to base after head branched: rebase head "
+           "to tell" if moved else "renamed or removed in head: once merged, asv records it "
+           "no more")
     for r in [r for r in review.rows if (r.benchmark, r.params) in lost]:
         r.detail = (f"{r.detail}; " if r.detail else "") + (
-            "in the suites that ran, not in head's own benchmarks/ (renamed or removed in "
-            "head): once merged, asv records it no more")
+            f"in the suites that ran, not in head's own benchmarks/ ({why})")
         if not r.regression:
             r.verdict, r.reason, r.undecided = "coverage lost", "coverage-lost", True
     if new := sorted({name for name, params in heads - {(p.name, p.params) for p in points}}):

@@ -214,10 +214,10 @@ _RATIO = re.compile(r"track_(o|lse|dq|dk|dv)_(band_ratio|baseline_ratio|ratio)$"
 def yardstick_moved(rows: list[Row]) -> list[Row]:
     """``rows``, each rule or band ratio that moved while the kernel's own error did not (its
     ``track_<tensor>_max_abs`` the same in base and head: the same output) said as the
-    yardstick's move: "better" becomes "yardstick moved", a regression keeps its verdict
-    with the words. A head that scaled the bf16 flash model's O, which the band of head-dim
-    cases is measured from, read "better" on untouched Triton rows (a fresh-eyes probe,
-    2026-12-07)."""
+    yardstick's move: "better", "worse" or "above band" (against base) become "yardstick
+    moved"; a ratio now past its rule's or band's limit stays a regression, with the
+    words. A head that scaled the bf16 flash model's O, which the band of head-dim cases is
+    measured from, read "better" on untouched Triton rows (a fresh-eyes probe, 2026-12-07)."""
     own = {(r.benchmark, r.params): r for r in rows
            if r.benchmark.endswith("_max_abs") and r.base is not None and r.head is not None}
     for r in rows:
@@ -230,6 +230,7 @@ def yardstick_moved(rows: list[Row]) -> list[Row]:
         words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
                  f"({twin.base:.4g}): the yardstick moved, not the kernel")
         r.detail = f"{r.detail}; {words}" if r.detail else words
-        if r.verdict == "better":
-            r.verdict, r.reason = "yardstick moved", "yardstick-moved"
+        if r.verdict == "better" or set(r.reason.split(", ")) <= {"worse", "above-band"}:
+            # the same output: only a rule or band it now breaks (its limit) stays counted
+            r.verdict, r.reason, r.regression = "yardstick moved", "yardstick-moved", False
     return rows
