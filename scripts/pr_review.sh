@@ -5,16 +5,18 @@
 #   bash scripts/pr_review.sh review KIND [REVIEW ARGS...]   # in the pull request's checkout
 #   bash scripts/pr_review.sh comment DIR                    # with a write token, no checkout
 #
-# review: `flashbench review BASE HEAD` of the pull request's base (the event's base sha,
-# else origin/$GITHUB_BASE_REF) against its head: HEAD, or with REVIEW_HEAD_DIR (a second
+# review: `flashbench review BASE HEAD` of the pull request's base (with REVIEW_HEAD_DIR
+# the merge commit's first parent, else the event's base sha, else
+# origin/$GITHUB_BASE_REF) against its head: HEAD, or with REVIEW_HEAD_DIR (a second
 # checkout, of the merge commit GitHub makes) that checkout's commit, fetched, so that the
 # reviewing flashbench and its suites are the base's (this checkout) and the head's code
 # is only the commit under review. The
 # Markdown, under a verdict line, goes to $GITHUB_STEP_SUMMARY and to
 # $REVIEW_DIR/KIND.md (uploaded for the comment job). Exit status: 0 nothing regressed;
 # 1 regressed (the check fails; the verdict line quotes the review's summary); 2 "could not decide": said in the verdict
-# line and a warning annotation, the check passes unless REVIEW_UNDECIDED=fail; 3 the
-# review itself failed (the check fails). $FLASHBENCH is the command (flashbench).
+# line and a warning annotation, the check passes unless REVIEW_UNDECIDED=fail (exit 2
+# with no report: its input refused, the check fails); 3 the review itself failed (the
+# check fails). $FLASHBENCH is the command (flashbench).
 #
 # comment: one comment on the pull request ($GITHUB_EVENT_PATH: a workflow_run event's
 # pull request, the number GitHub gives, never an artifact's), found by a hidden marker
@@ -28,11 +30,13 @@ LIMIT=${REVIEW_COMMENT_LIMIT:-60000}  # bytes; a comment holds at most 65536 cha
 
 verdict() {  # status kind [the review's own summary line] -> the line above the report
   local why=${3:+: $3}  # what regressed or stayed open, as the review says it (its words
-  case "$1" in          # for exit 1 were "slower or outside band" for an accuracy "worse")
+  local open=": see the ambiguous rows; more --budget may settle them"  # for exit 1 were
+  case "$1" in          # "slower or outside band" for an accuracy "worse")
     0) echo "### flashbench review on $2: nothing regressed (exit 0)" ;;
     1) echo "### flashbench review on $2: regressed (exit 1): the check fails$why" ;;
-    2) echo "### flashbench review on $2: could not decide (exit 2)${why:-: see the" \
-         "ambiguous rows; more --budget may settle them}" ;;
+    2) echo "### flashbench review on $2: could not decide (exit 2)${why:-$open}" ;;
+    refused) echo "### flashbench review on $2: the review refused its input (exit 2, no" \
+                  "report): the check fails" ;;
     *) echo "### flashbench review on $2: the review itself failed (exit $1): the check fails" ;;
   esac
 }
@@ -64,6 +68,16 @@ review() {
     git fetch --quiet --no-tags "$REVIEW_HEAD_DIR" HEAD
     head=$(git rev-parse FETCH_HEAD)
   fi
+  # the merge commit GitHub makes (REVIEW_HEAD_DIR; its second parent the pull request's
+  # head where the event names one): its first parent is the base it merged into (the
+  # event's base sha can lag the branch: the review blamed the pull request for what the
+  # base gained meanwhile). A branch whose own tip merged main in keeps the event's base.
+  local pr_head
+  pr_head=$(event pull_request.head.sha)
+  if [ -n "${REVIEW_HEAD_DIR:-}" ] && git rev-parse --verify -q "$head^2" >/dev/null &&
+     { [ -z "$pr_head" ] || [ "$(git rev-parse "$head^2")" = "$pr_head" ]; }; then
+    base=$(git rev-parse "$head^1")
+  fi
   mkdir -p "$out"
   rm -f "$out/$kind.review.md"  # --output writes a new file only
   local status=0
@@ -72,8 +86,10 @@ review() {
   local said=""  # the report's bold summary line ("**REGRESSION: ...; exit 1**")
   [ -s "$out/$kind.review.md" ] &&
     said=$(sed -n 's/^\*\*\(.*\)\*\*$/\1/p' "$out/$kind.review.md" | head -n 1)
+  local shown=$status  # exit 2 without a report: bad input refused, no "could not decide"
+  [ "$status" = 2 ] && [ ! -s "$out/$kind.review.md" ] && shown=refused
   {
-    verdict "$status" "$kind" "$said"
+    verdict "$shown" "$kind" "$said"
     echo
     if [ -s "$out/$kind.review.md" ]; then
       cat "$out/$kind.review.md"
@@ -87,12 +103,12 @@ review() {
   cat "$out/$kind.md" >> "${GITHUB_STEP_SUMMARY:-/dev/stdout}"
   echo "status=$status" >> "${GITHUB_OUTPUT:-/dev/null}"
   cat "$out/$kind.stderr" >&2
-  case "$status" in
+  case "$shown" in
     0) return 0 ;;
     2) echo "::warning title=flashbench review on $kind::could not decide (exit 2)"
        [ "${REVIEW_UNDECIDED:-pass}" = fail ] && return 2
        return 0 ;;
-    *) echo "::error title=flashbench review on $kind::$(verdict "$status" "$kind" "$said" |
+    *) echo "::error title=flashbench review on $kind::$(verdict "$shown" "$kind" "$said" |
          cut -c5-)"
        return "$status" ;;
   esac

@@ -27,6 +27,9 @@ status = int(os.environ["FAKE_STATUS"])
 if status == 3:
     print("flashbench review: failed: git worktree add failed", file=sys.stderr)
     sys.exit(3)
+if os.environ.get("FAKE_REFUSE"):  # bad input: one line, no report, exit 2
+    print("flashbench review: error: bench 'bench_gpuu' matches no benchmark", file=sys.stderr)
+    sys.exit(2)
 text = "| benchmark | verdict |\\n|---|---|\\n| time_attention | " + os.environ["FAKE_ROW"] + " |\\n"
 if os.environ.get("FAKE_SUMMARY"):
     text = "**" + os.environ["FAKE_SUMMARY"] + "**\\n\\n" + text
@@ -174,6 +177,53 @@ def test_the_base_reviews_a_second_checkout_of_the_head(pr):
     assert review(pr, 0, REVIEW_HEAD_DIR=str(tmp / "head")).returncode == 0
     assert json.loads((tmp / "args.json").read_text())[:3] == ["review", base, head]
     assert sh("git", "rev-parse", "HEAD", cwd=repo).strip() == base
+
+
+def test_a_refused_review_fails_the_check_and_is_not_called_undecided(pr):
+    """A probe (2026-12-07): a typo in the review's arguments (`--bench bench_gpuu`: exit 2,
+    no report) read "could not decide (exit 2): see the ambiguous rows; more --budget may
+    settle them" (with a run of spaces inside) and passed the check, for good."""
+    _, _, _, tmp = pr
+    r = review(pr, 2, FAKE_REFUSE="1")
+    assert r.returncode == 2, r.stdout + r.stderr
+    summary = (tmp / "summary.md").read_text()
+    assert summary.startswith("### flashbench review on cpu-x86_64: the review refused its "
+                              "input (exit 2, no report): the check fails"), summary
+    assert "matches no benchmark" in summary and "::error" in r.stdout
+    undecided = review(pr, 2)  # with a report: could not decide, the check passes
+    line = (tmp / "summary.md").read_text().splitlines()[-7:]
+    assert undecided.returncode == 0 and any(
+        x.endswith("could not decide (exit 2): see the ambiguous rows; more --budget may "
+                   "settle them") for x in line), line
+
+
+def test_the_base_is_the_merge_commits_first_parent(pr):
+    """A probe (2026-12-07): the event's base sha lags the branch when main moved after the
+    pull request was opened; GitHub's merge commit (the head under review) merged into
+    main's newer tip, and the review of old base against it blamed the pull request for
+    another one's change. The merge commit's first parent is the base now."""
+    repo, base, env, tmp = pr
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    pr_head = sh("git", "rev-parse", "HEAD", cwd=repo).strip()
+    sh("git", "checkout", "-q", "main", cwd=repo)
+    (repo / "other.py").write_text("another pull request\n")
+    sh(*git, "add", ".", cwd=repo)
+    sh(*git, "commit", "-qm", "main moved", cwd=repo)
+    moved = sh("git", "rev-parse", "HEAD", cwd=repo).strip()
+    sh("git", "clone", "-q", str(repo), str(tmp / "merge"), cwd=tmp)
+    sh(*git, "merge", "-q", "--no-ff", "-m", "merge", pr_head, cwd=tmp / "merge")
+    merge = sh("git", "rev-parse", "HEAD", cwd=tmp / "merge").strip()
+    sh("git", "reset", "-q", "--hard", base, cwd=repo)  # the job's checkout: the event's base
+    event = json.loads((tmp / "event.json").read_text())
+    event["pull_request"]["head"]["sha"] = pr_head
+    (tmp / "event.json").write_text(json.dumps(event))
+    assert review(pr, 0, REVIEW_HEAD_DIR=str(tmp / "merge")).returncode == 0
+    assert json.loads((tmp / "args.json").read_text())[:3] == ["review", moved, merge]
+    # a head whose second parent is not the pull request's head keeps the event's base
+    event["pull_request"]["head"]["sha"] = moved
+    (tmp / "event.json").write_text(json.dumps(event))
+    assert review(pr, 0, REVIEW_HEAD_DIR=str(tmp / "merge")).returncode == 0
+    assert json.loads((tmp / "args.json").read_text())[1] == base
 
 
 def comment(pr, event: dict) -> subprocess.CompletedProcess:
