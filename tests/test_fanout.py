@@ -240,6 +240,28 @@ def test_the_job_reads_results_dir_from_asv_conf(tmp_path):
     assert fanout_job.results_dir(tmp_path) == tmp_path / "r" / "x"
 
 
+def test_a_failed_result_and_a_silent_machine_are_reported(upstream, tmp_path, monkeypatch):
+    """A probe (2026-12-07): a benchmark that failed once (asv writes null) left its
+    commit's results file pushed, so no job measured it again, and --report-missing said
+    "missing: none"; a machine failing on every commit of the window dropped out of the
+    report as if retired."""
+    remote, work = upstream
+    commits = sh("git", "rev-list", "--reverse", "main", cwd=work).split()
+    repo = clone(remote, tmp_path / "job")
+
+    def report(*window) -> str:
+        out, = finish(start(repo, "gpu-f", tmp_path, "--report-missing", *window))
+        return out
+
+    monkeypatch.setenv("FAKE_ASV_NULL", commits[-1][:8])
+    finish(start(repo, "gpu-f", tmp_path, "--max-commits", "2"))
+    said = report("--max-commits", "2")
+    assert f"failed: gpu-f: commit {commits[-1][:8]}: 1 benchmark(s) failed" in said, said
+    assert f"commit {commits[-2][:8]}" not in said
+    said = report("--rev", commits[0], "--max-commits", "1")  # gpu-f measured none of it
+    assert "silent: gpu-f: no results in the last 1 commits" in said, said
+
+
 def test_an_existing_environment_runs_asv_once_per_commit_and_missing_is_reported(
         upstream, tmp_path):
     """asv refuses a commit range in an existing environment (the GPU default of the
