@@ -218,7 +218,9 @@ def test_faults_on_a_real_slurm_lose_nothing(slurm, tmp_path):  # noqa: F811
     array = submit("--array=0-1")
     slurm.wait(array)
     logs = outputs(tmp_path, array)
-    assert sum("no new commit in the last 4 of HEAD" in o for o in logs.values()) == 2, logs
+    # the tasks share the branch as it was at the submission (its last commit then)
+    assert sum(f"no new commit in the last 4 of {commits[-1]}" in o for o in logs.values()) \
+        == 2, logs
     assert asv_log(tmp_path) == [" ".join(["fake-a", *run]) for run in runs]
     assert sh("git", "rev-parse", BRANCH, cwd=remote) == tip
 
@@ -254,3 +256,42 @@ def test_the_cluster_stops_every_process_it_started(tmp_path):
     assert not cluster.procs
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
     assert not running(marker)
+
+
+def test_a_push_while_the_array_runs_shifts_no_task_off_its_share(tmp_path):
+    """A probe (2026-12-07), the script run as tasks 0 and 1 of one array: a commit pushed
+    to main between them moved task 1's window (each task clones when it starts): it
+    measured only the new commit, and two were never measured. The tasks now share the
+    branch as it was at the array's submission (scontrol's SubmitTime; here a fake)."""
+    remote, work, commits = project(tmp_path, commits=4)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    submitted = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 1))
+    (bin_ / "scontrol").write_text(f"#!/bin/sh\necho 'JobId=77 SubmitTime={submitted} "
+                                   "EligibleTime=x'\n")
+    (bin_ / "scontrol").chmod(0o755)
+    time.sleep(2.1)  # the new commit is dated after the submission
+    (work / "CHANGES.txt").write_text("pushed while the array ran\n")
+    late = commit(work, "late")
+    env = {**os.environ, **job_env(tmp_path, remote, FLASHBENCH_MAX_COMMITS="4",
+                                   FLASHBENCH_MACHINE="fake-s",
+                                   FLASHBENCH_ASV=f"{sys.executable} {FAKE}",
+                                   FLASHBENCH_ASV_ARGS="--quick",
+                                   FAKE_ASV_LOG=str(tmp_path / "asv.log"),
+                                   FLASHBENCH_VENV=str(Path(sys.executable).parents[1])),
+           "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "SLURM_ARRAY_JOB_ID": "77",
+           "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "0"}
+
+    def task(i: int) -> str:
+        r = subprocess.run(["bash", str(SBATCH)], cwd=tmp_path, capture_output=True,
+                           text=True, env={**env, "SLURM_ARRAY_TASK_ID": str(i)}, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout + r.stderr
+
+    first = task(0)
+    sh("git", "push", "-q", str(remote), "main", cwd=work)  # main moves between the tasks
+    second = task(1)
+    short = [c[:8] for c in commits]
+    assert f"2 new commit(s): {short[0]} {short[2]}" in first, first
+    assert f"2 new commit(s): {short[1]} {short[3]}" in second, second
+    assert late[:8] not in first + second
