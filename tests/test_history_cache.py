@@ -398,3 +398,45 @@ def test_runs_cover_the_stretches_in_order_with_no_two_adjacent(pairs):
     assert [i for s, n in got for i in range(s, s + n)] == want
     assert all(n > 0 for _, n in got)
     assert all(a + n != b for (a, n), (b, _) in itertools.pairwise(got))
+
+
+def test_a_fresh_checkouts_files_are_not_parsed_again_and_its_clones_share_a_cache(
+        tmp_path, monkeypatch):
+    """A probe (2026-12-07): a fresh checkout gives every results file new times, and the
+    cache parsed all 56 files again at every publish (its key: size, mtime, ctime); under a
+    chosen cache folder, each Slurm job's clone path named a new cache (a full copy a run).
+    Unchanged contents are now known by their digest, and clones of one repository share
+    the chosen folder's cache."""
+    import subprocess
+
+    root = tmp_path / "corpus"
+    CORPUS.make_corpus(root, 4, 4)
+    age(root)
+    where = tmp_path / "cache"
+    quiet_load(root, cache=where)
+    calls = spy_parse(monkeypatch)
+    for path in root.glob("*/*.json"):  # as a new checkout writes them: new mtime, ctime
+        path.write_bytes(path.read_bytes())
+    assert_same_frame(quiet_load(root, cache=False), quiet_load(root, cache=where))
+    assert calls == []
+    edited = next(root.glob("*/00000001-env.json"))
+    edited.write_text(edited.read_text().replace('"env_name": "env"', '"env_name": "vne"'))
+    assert "vne" in set(quiet_load(root, cache=where)["env"]) and calls == [[edited.name]]
+
+    def git(*args, cwd):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                       check=True, capture_output=True, env={**os.environ,
+                                                             "GIT_CONFIG_GLOBAL": os.devnull})
+
+    origin = tmp_path / "origin"
+    shutil.copytree(root, origin / "results")
+    git("init", "-q", "-b", "main", cwd=origin)
+    git("add", "-A", cwd=origin)
+    git("commit", "-qm", "results", cwd=origin)
+    for job in ("job-1", "job-2"):
+        git("clone", "-q", str(origin), str(tmp_path / job), cwd=tmp_path)
+    chosen = tmp_path / "shared"
+    one, two = (hcache.cache_dir(tmp_path / job / "results", chosen) for job in ("job-1",
+                                                                                  "job-2"))
+    assert one == two and one.parent == chosen
+    assert hcache.cache_dir(root, chosen) != one  # no checkout: its own path names it

@@ -3,8 +3,9 @@
 Each results folder has a cache folder (:func:`cache_dir`) of immutable *parts*
 (:mod:`flashbench.history.parts`) and ``index.json``, which names the parts and the
 cache's :data:`SCHEMA`. A results file is known by its path in the folder, size, mtime
-and ctime (which no one can set back by hand); one whose mtime lay within ``RACY_NS`` of
-its listing is read again next time (git's "racily clean" rule). Parts
+and ctime (which no one can set back by hand); where those moved (a fresh checkout) or its
+mtime lay within ``RACY_NS`` of its listing (git's "racily clean" rule), a digest of its
+contents decides whether it is parsed again. Parts
 carry Parquet page checksums, verified as they are read: a corrupt part is reported,
 dropped and its files parsed again.
 Only new or changed files are parsed, into one new part; parts that hold mostly
@@ -34,14 +35,16 @@ from flashbench.history.parts import (
     TABLES,
     CacheCorrupt,
     check,
+    digest,
     part_tables,
     select,
     to_rows,
 )
 from flashbench.history.rows import Rows, parse
+from flashbench.infra.git import GitError, git
 from flashbench.infra.locks import locked
 
-SCHEMA = 4  # bump when what a part holds, or what a parse gathers, changes
+SCHEMA = 5  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
 OFF = {"", "0", "off", "no", "false", "none"}
 MAX_PARTS = 8
@@ -56,7 +59,8 @@ def cache_dir(root: Path, cache=None) -> Path | None:
     holds the caches of every results folder. The default is
     ``<root's parent>/.flashbench-cache/<root's name>``: in a checkout that is beside
     ``results/`` and ignored by git, and it goes away with the checkout. Under a chosen
-    folder, each results folder's cache is named by its name and resolved path.
+    folder, each results folder's cache is named by its name and where it is from (a
+    checkout's origin and its path there, else its resolved path: :func:`_where_from`).
     """
     if cache is None:
         env = os.environ.get(ENV)
@@ -69,8 +73,21 @@ def cache_dir(root: Path, cache=None) -> Path | None:
         return root.parent / ".flashbench-cache" / root.name
     if not isinstance(cache, (str, os.PathLike)):
         raise TypeError(f"cache must be None, True, False or a folder, got {cache!r}")
-    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-    return Path(cache) / f"{root.name}-{digest}"
+    key = hashlib.sha256(_where_from(root).encode()).hexdigest()[:12]
+    return Path(cache) / f"{root.name}-{key}"
+
+
+def _where_from(root: Path) -> str:
+    """What names ``root``'s cache under a chosen folder: in a git checkout with an
+    origin, that URL and the folder's path inside the checkout (every clone of one
+    repository shares a cache: a Slurm publish clones into a new path each job, and its
+    cache folder gained a full copy each run, a probe, 2026-12-07); else its path."""
+    try:
+        top = Path(git("rev-parse", "--show-toplevel", cwd=root)).resolve()
+        origin = git("config", "--get", "remote.origin.url", cwd=root)
+    except GitError:
+        return str(root)
+    return f"{origin}:{root.relative_to(top).as_posix()}"
 
 
 def listing(root: Path, paths: list[Path]) -> tuple[list[tuple[str, int, int, int]], int]:
@@ -125,10 +142,10 @@ class Part:
         return tables
 
     def known(self) -> list[tuple]:
-        """(path, size, mtime_ns, ctime_ns, racy) of each of its records."""
+        """(path, size, mtime_ns, ctime_ns, racy, digest) of each of its records."""
         f = self.tables["files"]
         return list(zip(*(f[c].to_pylist() for c in ("path", "size", "mtime_ns", "ctime_ns",
-                                                        "racy")), strict=True))
+                                                        "racy", "digest")), strict=True))
 
 
 class Store:
@@ -202,7 +219,7 @@ def update(where: Path, root: Path, meta: dict, paths: list[Path], jobs: int | N
     parts = store.parts()
     known = _known(parts)
     todo = [path for path, (rel, *stat) in zip(paths, listed, strict=True)
-            if known.get(rel, (0, 0, -1, -1, -1, True))[2:] != (*stat, False)]
+            if _changed(path, known.get(rel), stat)]
     if todo:
         stats = {rel: tuple(stat) for rel, *stat in listed}
         rows = parse([root], [meta], [(0, p) for p in todo], jobs)
@@ -218,8 +235,21 @@ def update(where: Path, root: Path, meta: dict, paths: list[Path], jobs: int | N
     return keep, picks, len(todo)
 
 
+def _changed(path: Path, record: tuple | None, stat: list) -> bool:
+    """Whether results file ``path`` (``stat``: size, mtime_ns, ctime_ns) must be parsed
+    again: no ``record`` of it, or one of another size, or of other contents where its
+    stat moved or lay racily near its listing (a fresh checkout's files all have new
+    times: their contents decide)."""
+    if record is None:
+        return True
+    if tuple(record[2:6]) == (*stat, False):
+        return False
+    return record[2] != stat[0] or digest(path) != record[6]
+
+
 def _known(parts: list[Part]) -> dict[str, tuple]:
-    """path -> (part index, record, size, mtime_ns, ctime_ns, racy) of its newest record."""
+    """path -> (part index, record, size, mtime_ns, ctime_ns, racy, digest) of its newest
+    record."""
     return {rel: (k, j, *rest) for k, part in enumerate(parts)
             for j, (rel, *rest) in enumerate(part.known())}
 

@@ -13,6 +13,7 @@ same code; parameter names are resolved from today's benchmarks.json.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -39,7 +40,8 @@ class CacheCorrupt(Exception):
 
 FILES_SCHEMA = pa.schema([
     ("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
-    ("ctime_ns", pa.int64()), ("racy", pa.bool_()), ("kept", pa.bool_()), ("machine", pa.string()),
+    ("ctime_ns", pa.int64()), ("racy", pa.bool_()), ("digest", pa.string()),
+    ("kept", pa.bool_()), ("machine", pa.string()),
     ("cpu", pa.string()), ("env", pa.string()), ("commit", pa.string()),
     ("date", pa.float64()), ("entries", pa.int64()), ("rows", pa.int64()),
     ("samples", pa.int64()),
@@ -47,12 +49,18 @@ FILES_SCHEMA = pa.schema([
     ("notes", pa.list_(pa.string()))])
 
 
+def digest(path: Path) -> str:
+    """A results file's contents as a key: a fresh checkout gives every file a new mtime
+    and ctime, and the cache parsed everything again (a probe, 2026-12-07)."""
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
 def part_tables(rows: Rows, root: Path, stats: dict, now: int) -> dict[str, pa.Table]:
     """The three tables of a part holding what ``rows`` read (one folder, every file
     marked); ``stats``: path in root -> (size, mtime_ns, ctime_ns) as listed at ``now``."""
     files: dict[str, list] = {k: [] for k in (
-        "path", "size", "mtime_ns", "ctime_ns", "racy", "kept", "machine", "cpu", "env", "commit",
-        "date", "entries", "rows", "skipped_what", "skipped_why", "notes")}
+        "path", "size", "mtime_ns", "ctime_ns", "racy", "digest", "kept", "machine", "cpu",
+        "env", "commit", "date", "entries", "rows", "skipped_what", "skipped_why", "notes")}
     sizes = np.asarray(rows.sizes, dtype=np.int64)
     before = (0, 0, 0, 0)
     for path, f, e, s, n in rows.marks:
@@ -60,9 +68,10 @@ def part_tables(rows: Rows, root: Path, stats: dict, now: int) -> dict[str, pa.T
         size, mtime, ctime = stats[rel]
         facts = rows.files[f - 1] if f > before[0] else (None,) * 5
         text = str(path)
-        for key, value in zip(("path", "size", "mtime_ns", "ctime_ns", "racy", "kept"),
-                              (rel, size, mtime, ctime, mtime >= now - RACY_NS, f > before[0]),
-                              strict=True):
+        for key, value in zip(("path", "size", "mtime_ns", "ctime_ns", "racy", "digest",
+                               "kept"),
+                              (rel, size, mtime, ctime, mtime >= now - RACY_NS,
+                               digest(path), f > before[0]), strict=True):
             files[key].append(value)
         for key, value in zip(("machine", "cpu", "env", "commit", "date"), facts[:5],
                               strict=True):
@@ -104,7 +113,8 @@ def _suffix(text: str, prefix: str) -> str:
 
 
 FILE_COLUMNS = {"path": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64(),
-                "ctime_ns": pa.int64(), "racy": pa.bool_(), "kept": pa.bool_(),
+                "ctime_ns": pa.int64(), "racy": pa.bool_(), "digest": pa.string(),
+                "kept": pa.bool_(),
                 "entries": pa.int64(), "rows": pa.int64(), "samples": pa.int64()}
 
 
