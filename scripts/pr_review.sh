@@ -148,24 +148,33 @@ for line in sys.stdin:
   # the comment without the CPU's verdict); a report's own text cannot open a section (a
   # head's stderr, quoted in its report, is its own); each section gets an equal share of
   # the limit, so that every kind's verdict line stays
-  python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" "$LIMIT" "${reports[@]}" \
-    > "$body" <<'EOF'
+  # the pull request's head now: a run of an older push that finishes last (a re-run, a
+  # label's run) replaced the newer push's sections and marked those "earlier" (a probe)
+  local current
+  current=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$pr" --jq .head.sha 2>/dev/null) ||
+    current=
+  python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" "$LIMIT" "$current" \
+    "${reports[@]}" > "$body" <<'EOF'
 import os, re, sys
-marker, old, head, limit, *reports = sys.argv[1:]
+marker, old, head, limit, current, *reports = sys.argv[1:]
 opens = re.compile(r"^<!-- flashbench-review:([\w.-]+):(\w*) -->\r?\n", re.M)
 stale = re.compile(r"\A_From an earlier push \(\w*\)[^\n]*\n\s*")
 text = open(old).read()
 found = list(opens.finditer(text))
 sections = {m[1]: (m[2], stale.sub("", text[m.end():n.start() if n else len(text)]).strip())
             for m, n in zip(found, found[1:] + [None])}
+now = current or head  # the pull request's head (this run's where GitHub did not say)
 for path in reports:  # KIND.md: its kind is its file's name
+    kind = os.path.basename(path)[:-3]
+    if head != now and sections.get(kind, ("",))[0] == now:
+        continue  # this run reviewed an older push: the newer push's section stays
     body = open(path).read().replace("<!-- flashbench-review", "&lt;!-- flashbench-review")
-    sections[os.path.basename(path)[:-3]] = (head, body.strip())
+    sections[kind] = (head, body.strip())
 def opening(kind, sha):
     line = f"<!-- flashbench-review:{kind}:{sha} -->\n"
-    if sha != head:  # kept from a run of another head (or of an unknown one)
+    if sha != now:  # kept from a run of another head (or of an unknown one)
         line += (f"_From an earlier push ({sha[:8] or 'unknown'})"
-                 + (f": not reviewed again for {head[:8]}" if head else "") + "._\n\n")
+                 + (f": not reviewed again for {now[:8]}" if now else "") + "._\n\n")
     return line
 cut = "\n\n**Cut at {} bytes**: the whole report is in the job summary."
 spare = int(limit) - len(marker) - 1 - sum(

@@ -48,6 +48,11 @@ with open(state + ".calls", "a") as log:
 assert args[0] == "api", args
 method = args[args.index("--method") + 1] if "--method" in args else "GET"
 path = [a for a in args[1:] if a.startswith("repos/")][0]
+if method == "GET" and "/pulls/" in path:  # the pull request's head, where the test says
+    if not os.environ.get("FAKE_PR_HEAD"):
+        sys.exit(1)
+    print(os.environ["FAKE_PR_HEAD"])
+    sys.exit(0)
 if method == "GET":
     assert path.endswith("/comments?per_page=100") and "--jq" in args, args
     for c in comments:
@@ -255,7 +260,8 @@ def test_one_comment_edited_in_place(pr):
     assert body.startswith(MARKER + "\n<!-- flashbench-review:cpu-x86_64: -->\n"
                            "### flashbench review on cpu-x86_64: nothing regressed")
     assert "| time_attention | same |" in body and "slower" not in body
-    calls = (tmp / "comments.json.calls").read_text().splitlines()
+    calls = [c for c in (tmp / "comments.json.calls").read_text().splitlines()
+             if "/pulls/" not in c]  # the pull request's head asked (test_a_stale_run_...)
     assert [c.split()[2] if c.split()[1] == "--method" else "GET" for c in calls] == [
         "GET", "POST", "GET", "PATCH"]
     assert all("team/flashbench/issues/" in c for c in calls)
@@ -263,6 +269,37 @@ def test_one_comment_edited_in_place(pr):
 
 def _run(sha: str) -> dict:
     return {"workflow_run": {**RUN["workflow_run"], "head_sha": sha}}
+
+
+def test_a_stale_run_finishing_last_keeps_the_newer_pushs_sections(pr):
+    """A probe (2026-12-07): the comment job of an older push's run (a re-run, a label's
+    run) finishing after the newer push's replaced the newer sections: a current H100
+    regression gone, a stale "nothing regressed" shown as current, and the newer CPU verdict
+    marked "from an earlier push". The pull request's head now decides."""
+    _, _, env, tmp = pr
+    new, old = "b" * 40, "a" * 40
+    out = tmp / "review-out"
+    out.mkdir(exist_ok=True)
+    for kind in ("cpu-x86_64", "nvidia-h100"):
+        (out / f"{kind}.md").write_text(f"### flashbench review on {kind}: regressed (exit 1)\n")
+    assert comment(pr, _run(new)).returncode == 0
+    (out / "cpu-x86_64.md").unlink()
+    (out / "nvidia-h100.md").write_text("### flashbench review on nvidia-h100: nothing "
+                                         "regressed (exit 0)\n")
+    env["FAKE_PR_HEAD"] = new
+    r = comment(pr, _run(old))
+    assert r.returncode == 0, r.stderr
+    body = json.loads((tmp / "comments.json").read_text())[-1]["body"]
+    assert "nvidia-h100: regressed (exit 1)" in body and "nothing regressed" not in body, body
+    assert "From an earlier push" not in body, body  # both sections are the newest push's
+    # an older push's section the newer run did not replace is still marked as such
+    (out / "nvidia-h100.md").unlink()
+    (out / "cpu-x86_64.md").write_text("### flashbench review on cpu-x86_64: nothing "
+                                       "regressed (exit 0)\n")
+    env["FAKE_PR_HEAD"] = "c" * 40
+    assert comment(pr, _run("c" * 40)).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[-1]["body"]
+    assert f"_From an earlier push ({new[:8]}): not reviewed again for cccccccc._" in body
 
 
 def test_a_run_of_one_kind_keeps_the_other_kinds_sections(pr):
