@@ -125,3 +125,26 @@ def test_a_window_failure_is_one_line_exit_3(tmp_path, capsys):
     assert site.main(["--config", str(conf), "--last", "5"]) == 3
     err = capsys.readouterr().err
     assert "--last needs the git repository on disk" in err and err.count("\n") == 1
+
+
+def test_a_window_without_results_is_said(tmp_path, capsys):
+    """A probe (2026-12-07): `--last 5` on a branch whose last 5 commits have no results
+    published a site with no graphs, exit 0, nothing said."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    for i in range(3):
+        git(root, "commit", "-q", "--allow-empty", "-m", f"c{i}")
+    commits = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout.split()
+    write_results(root / "results", "every", commits[:1])
+    (root / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "proj", "repo": ".", "branches": ["main"], "dvcs": "git",
+        "results_dir": "results", "html_dir": "html"}))
+    assert site.main(["--config", str(root / "asv.conf.json"), "--html-dir",
+                      str(tmp_path / "html"), "--last", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no results in the last 2 commits of any branch" in err, err
+    assert site.main(["--config", str(root / "asv.conf.json"), "--html-dir",
+                      str(tmp_path / "html"), "--last", "3"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -139,7 +139,11 @@ def publish(config: str = "asv.conf.json", html_dir: str | None = None,
         source, spec = Path(config).resolve(), None
         if last is not None:
             (work / "window").mkdir()
-            source, spec, _ = window_config(source, conf, last, work / "window")
+            source, spec, files = window_config(source, conf, last, work / "window")
+            if not files:  # a site with no graph, said (a probe: exit 0, nothing said)
+                print(f"python -m flashbench.site: warning: no results in the last {last} "
+                      "commits of any branch: the site has no graphs (--last all, or a "
+                      "larger --last)", file=sys.stderr)
         view = view_config(source, _config(str(source)), work / "view")
         cmd = [sys.executable, "-m", "asv", "publish", "--config", str(view),
                *([spec] if spec else [])]
