@@ -7,13 +7,12 @@ and ctime (which no one can set back by hand); where those moved (a fresh checko
 mtime lay within ``RACY_NS`` of its listing (git's "racily clean" rule), a digest of its
 contents decides whether it is parsed again. Parts
 carry Parquet page checksums, verified as they are read: a corrupt part is reported,
-dropped and its files parsed again.
-Only new or changed files are parsed, into one new part; parts that hold mostly
-replaced files, and past :data:`MAX_PARTS` all but the largest, are merged. A part
-is written under a private name and the index replaced atomically, under a lock of
-the cache folder (flashbench.infra.locks): one process updates it at a time, a second
-finds the work done. The cache is derived data: safe to delete, rebuilt when
-SCHEMA changes, rebuilt with a :class:`ResultsWarning` when it cannot be read.
+dropped and its files parsed again. Only new or changed files are parsed, into one new
+part; parts that hold mostly replaced files, and past :data:`MAX_PARTS` all but the
+largest, are merged. A part is written under a private name and the index replaced
+atomically, under a lock of the cache folder (flashbench.infra.locks): one process
+updates it at a time, a second finds the work done. The cache is derived data: safe to
+delete, rebuilt when SCHEMA changes, rebuilt with a warning when it cannot be read.
 """
 
 from __future__ import annotations
