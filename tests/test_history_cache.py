@@ -94,6 +94,17 @@ def age(root: Path) -> None:
         os.utime(path, ns=(OLD, OLD))
 
 
+def warm_corpus(tmp_path: Path, files: int) -> tuple[Path, Path]:
+    """A generated corpus of ``files`` files a machine, long written, and its cache built:
+    (the results folder, the cache folder)."""
+    root = tmp_path / "corpus"
+    CORPUS.make_corpus(root, files, 4)
+    age(root)
+    where = tmp_path / "cache"
+    quiet_load(root, cache=where)
+    return root, where
+
+
 def spy_parse(monkeypatch) -> list:
     """The results files each cache update parses (one list per parse)."""
     calls = []
@@ -233,11 +244,7 @@ def test_a_corrupt_cache_is_reported_and_rebuilt(tmp_path, damage):
 def test_an_edit_that_puts_back_size_and_mtime_is_read_again(tmp_path, monkeypatch):
     """Issue 36 (7): size and mtime can be put back by hand (os.utime, touch -d); the
     kernel's ctime cannot. Failed before: the cache served the old env name."""
-    root = tmp_path / "corpus"
-    CORPUS.make_corpus(root, 3, 4)
-    age(root)
-    where = tmp_path / "cache"
-    quiet_load(root, cache=where)
+    root, where = warm_corpus(tmp_path, 3)
     calls = spy_parse(monkeypatch)
     path = next(root.glob("*/00000001-env.json"))
     stat = path.stat()
@@ -409,11 +416,7 @@ def test_a_fresh_checkouts_files_are_not_parsed_again_and_its_clones_share_a_cac
     the chosen folder's cache."""
     import subprocess
 
-    root = tmp_path / "corpus"
-    CORPUS.make_corpus(root, 4, 4)
-    age(root)
-    where = tmp_path / "cache"
-    quiet_load(root, cache=where)
+    root, where = warm_corpus(tmp_path, 4)
     calls = spy_parse(monkeypatch)
     for path in root.glob("*/*.json"):  # as a new checkout writes them: new mtime, ctime
         path.write_bytes(path.read_bytes())
