@@ -499,3 +499,29 @@ def test_a_users_packed_backward_is_said_not_judged_not_missing(tmp_path, monkey
     assert rc == 0 and skipped, report["gradients"]
     assert all(s.startswith("not judged: flashbench judges the packed (varlen) backward of "
                             "its own kernels") for s in skipped), skipped
+
+
+def test_a_pass_says_which_counted_kernels_went_unjudged():
+    """A probe (2026-12-07): `check --shape 1x8x4096x128` read "RESULT: PASS" on the flash
+    model alone (the Triton kernel skipped on every record: the interpreter too slow at that
+    shape), and a speed run "verdict: PASS" beside Triton's rows "not timed"."""
+    from types import SimpleNamespace
+
+    from flashbench.cli.common import result_line, speed_pass
+
+    why = "Triton interpreter: too slow at this shape (needs a GPU)"
+    rows = [{"kernel": "flash_model", "passed": True},
+            {"backend": "torch-sdpa", "peer": True, "skipped": "needs a GPU"},
+            {"backend": "triton", "skipped": why}, {"backend": "triton", "skipped": why}]
+    line = result_line({"passed": True, "backends": rows})
+    assert line.startswith("RESULT: PASS, but no kernel of yours or flashbench's was judged")
+    assert f"not judged: triton on 2 of 2 record(s) ({why})" in line and "torch" not in line
+    rows[-1] = {"backend": "triton", "passed": True}
+    line = result_line({"passed": True, "backends": rows})
+    assert line == f"RESULT: PASS; not judged: triton on 1 of 2 record(s) ({why})"
+    assert result_line({"passed": True, "backends": rows[:2] + rows[3:]}) == "RESULT: PASS"
+    assert result_line({"passed": False, "backends": rows}) == "RESULT: FAIL"
+    timed = [SimpleNamespace(status="PASS", backend="torch-sdpa"),
+             SimpleNamespace(status="not timed", backend="triton")]
+    assert speed_pass({"rows": timed}) == "PASS (1 of 2 row(s) not timed: triton)"
+    assert speed_pass({"rows": timed[:1]}) == "PASS"

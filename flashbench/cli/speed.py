@@ -15,6 +15,7 @@ from flashbench.cli.common import (
     parse_shape,
     positive_int,
     seed,
+    speed_pass,
 )
 from flashbench.cli.common import softcap as _softcap
 from flashbench.cli.common import window as _window
@@ -129,9 +130,8 @@ def _unlike(r, rows) -> str | None:
     if not short and r.median_s <= ROUND_TRIP_SHARE * r.worker_median_s:
         return None
     why = (f"a request's {r.calls_per_request or 1} call(s) last less than its empty round "
-           f"trip ({r.null_s * 1e3:.3g} ms)" if short else
-           f"its {r.median_s * 1e3:.3g} ms a call is {r.median_s / r.worker_median_s:.2g}x "
-           "its worker's own clock")
+           f"trip ({r.null_s * 1e3:.3g} ms)" if short else f"its {r.median_s * 1e3:.3g} ms "
+           f"a call is {r.median_s / r.worker_median_s:.2g}x its worker's own clock")
     return (f"{r.backend} on {r.case}: {why}: at calls this short the round trip to its "
             f"worker is part of its time, and its speedup against {r.baseline} (timed in "
             "this process) is not like for like; give the peer as a user's kernel too "
@@ -201,7 +201,7 @@ def render_text(report: dict) -> str:
               "verdict: " + ("nothing timed (exit 2)" if all(
                   r.status == "not timed" for r in report["rows"])
                   else f"none of the kernels named was timed (exit 2): {_untimed(report)}"
-                  if report.get("untimed") else "PASS" if report["passed"] else "FAIL")]
+                  if report.get("untimed") else speed_pass(report) if report["passed"] else "FAIL")]
     return "\n".join(lines)
 
 
