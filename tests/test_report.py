@@ -254,3 +254,22 @@ def test_a_log_panel_spanning_under_two_powers_of_ten_gets_more_than_one_label()
     shown = visible_tick_labels(ax)
     pyplot().close(fig)
     assert len(shown) >= 3, shown
+
+
+def test_the_answer_counts_worse_and_better_and_names_a_moved_yardstick():
+    """A probe (2026-12-07): after the standard decode model's summation order changed on
+    purpose, four kernels' baseline ratios read -42.5% among 12 rows past 1%, worse and
+    better sorted together, nothing saying whether anything got worse; each kernel's own
+    max error was the same at both commits."""
+    base = {"kernel": "triton", "dtype": "fp32", "causal": False}
+    df = pd.concat([
+        frame([2e-7, 2e-7, 2e-7], "a.TrackAccuracy.track_o_max_abs", base),
+        frame([0.8, 0.8, 0.46], "a.TrackAccuracy.track_o_baseline_ratio", base),
+        frame([1e-3, 1e-3, 3e-3], "a.TrackAccuracy.track_o_max_abs", base | {"dtype": "bf16"}),
+    ])
+    text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df)))
+    assert "**1** with more error than ever before (or no number), 1 with less" in text, text
+    assert "1 of them a ratio whose kernel's own max error stayed in its band" in text
+    rows = [line for line in text.splitlines() if line.startswith("| M1")]
+    assert "bf16" in rows[0] and "o_max_abs" in rows[0]  # the worse first
+    assert "o_baseline_ratio" in rows[1] and "yardstick" in rows[1], rows

@@ -142,28 +142,36 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
     lines = ["## The answer", "", f"- Newest commit per machine: {_newest(df, labels)}."]
     judged = bands[bands["inside"].notna()] if not bands.empty else bands
     out = judged[judged["inside"].eq(False)] if not judged.empty else judged
-    if len(out):  # the farthest first (a failed or non-finite latest value before all)
+    if len(out):  # past 1% first (worse, then better), then the rest; the farthest first
         out = out.assign(change_pct=100 * (out["latest"] / out["band_hi"].where(
             out["latest"] > out["band_hi"], out["band_lo"]) - 1))
         far = out["change_pct"].abs().fillna(np.inf)
-        out = out.assign(_far=far).sort_values("_far", ascending=False, kind="stable")
+        out = out.assign(_far=far, _small=far <= FAR_PCT, _better=out["change_pct"] < 0,
+                         why=_yardstick(out, bands)).sort_values(
+            ["_small", "_better", "_far"], ascending=[True, True, False], kind="stable")
         big = int((far > FAR_PCT).sum())
+        worse, moved = int((~out["_better"]).sum()), int(out["why"].notna().sum())
     lines.append(f"- Outside its band: **{len(out)} of {len(judged)}** accuracy tracks "
                  "(latest value outside [band_lo, band_hi], the range of the earlier "
                  "commits' values; tracks with one commit are not judged)"
-                 + (f"; **{big}** of them by more than {FAR_PCT:g}% or not a number, "
-                    "listed first, the farthest first (change_pct: the latest value against "
-                    "the band edge it passed, in %; an error grows worse upwards, so a "
-                    "positive change_pct is more error than ever before, a negative one "
-                    "less):" if len(out) else "."))
+                 + (f": **{worse}** with more error than ever before (or no number), "
+                    f"{len(out) - worse} with less; **{big}** of them by more than "
+                    f"{FAR_PCT:g}%"
+                    + (f"; {moved} of them a ratio whose kernel's own max error stayed in its "
+                       "band (why: yardstick: the model it is divided by moved)" if moved
+                       else "")
+                    + ". Listed those past it first, worse before better, the farthest first "
+                    "(change_pct: the latest value against the band edge it passed, in %; "
+                    "positive is more error):"
+                    if len(out) else "."))
     if len(out):
         shown = out.assign(band=[f"[{lo:.4g}, {hi:.4g}]" for lo, hi in
                                  zip(out["band_lo"], out["band_hi"], strict=True)],
                            other=[other_params(p) for p in out.get("params", [""] * len(out))])
         cols = [c for c in (*SHOWN, "other", "metric", "band", "latest", "change_pct",
-                            "latest_status", "latest_commit") if c in shown
+                            "why", "latest_status", "latest_commit") if c in shown
                 and (c != "latest_status" or shown[c].ne("ok").any())
-                and (c != "other" or shown[c].notna().any())]
+                and (c not in ("other", "why") or shown[c].notna().any())]
         lines += ["", *narrow(shown[cols].head(listed), labels,
                               optional=("shape", "dist", "variant", "other"), floatfmt=".4g")]
         if len(out) > listed:
@@ -225,3 +233,22 @@ def _slow_latest(trend: pd.DataFrame | None, labels: dict, listed: int = 5) -> l
             f"a loaded run; rerun to tell): {named}"
             + (f"; ... and {len(slow) - listed} more (throughput.csv)" if len(slow) > listed
                else "") + "."]
+
+
+def _yardstick(out: pd.DataFrame, bands: pd.DataFrame) -> list:
+    """Per row of ``out``: "yardstick" where it is a ratio (``<tensor>_baseline_ratio``,
+    ``_band_ratio``) whose kernel's own ``<tensor>_max_abs`` track, same machine and
+    parameters, lies inside its band: the ratio moved with what it is divided by (a probe,
+    2026-12-07: four kernels' unchanged errors read -42.5% after the standard decode
+    model's summation order changed on purpose), else None."""
+    def key(m, c, p, t):
+        return m, c if isinstance(c, str) else None, p, str(t).split("_", 1)[0]
+
+    own = bands[bands["metric"].astype(str).str.endswith("_max_abs")] if len(bands) else bands
+    inside = {key(m, c, p, t) for m, c, p, t, ok in zip(
+        own.get("machine", []), own.get("cpu", []), own.get("params", []),
+        own.get("metric", []), own.get("inside", []), strict=True) if ok is True}
+    return [("yardstick" if str(t).endswith(("_baseline_ratio", "_band_ratio"))
+             and key(m, c, p, t) in inside else None)
+            for m, c, p, t in zip(out["machine"], out["cpu"], out["params"], out["metric"],
+                                  strict=True)]
