@@ -299,8 +299,11 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
               "", "FLOPs = 2·B·H·Nq·Nk·(d + dv) for a forward pass (4·B·H·Nq·Nk·d where dv = d), "
               "counting only visible (query, "
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
-              "TFLOP/s, change_pct latest against first in %. latest_pct_peak: % of the "
-              "same run's measured matmul TFLOP/s (where recorded). variant: the timing's "
+              "TFLOP/s (of the benchmark's current code), commits: how many recorded it, "
+              "change_pct latest against first in %."
+              + (" latest_pct_peak: % of the same run's measured matmul TFLOP/s." if
+                 "latest_pct_peak" in trend and trend["latest_pct_peak"].notna().any()
+                 else "") + " variant: the timing's "
               "other parameters, and a window's pairs. Per point: throughput_points in "
               "flashbench.history.", *_loaded_note(points, df, labels), "",
               *narrow(_without_empty(trend[trend_cols].assign(variant=trend["variant"].map(compact))
