@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
         "timer: a pool of inputs drawn from a per-run seed, refilled in place, every timed "
         "output checked outside the clock (stale, wrong, lazy type, aliases an input, thread "
         "left running, clock tampered, below the roofline floor). Per row: median, p10, p90 "
-        "of >= 10 calls, TFLOP/s, GB/s, % of this run's measured matmul peak, speedup "
+        "of >= 10 calls, TFLOP/s, GB/s, % of the best matmul peak measured here, speedup "
         "against --baseline. Exit 0 all PASS, 1 a timed output failed or a trick was caught, "
         "2 bad input, 3 flashbench failed. docs/speed.md.")
     s.add_argument("--shape", type=parse_shape, action="append",

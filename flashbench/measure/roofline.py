@@ -140,6 +140,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     src = torch.empty(16 * 1024**2).normal_()
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
+    ran = {**peaks, "copy": gbs}  # this run's own, said where a remembered one is used
     peaks, gbs, raised, capped = best_peaks(peaks, gbs, bounds)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
     # a kernel may compute in fp32 whatever its inputs, and in any precision at all: % peak
@@ -147,7 +148,10 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     # failed torch's own SDPA "below the roofline floor"), the floor of the fastest measured
     fastest = max(peaks, key=peaks.get)
     how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
-           "has measured (measure.peaks" + (": this run measured less" if raised else "")
+           "has measured (measure.peaks" + (
+               ": this run measured less: " + ", ".join(
+                   f"{d} {v:.3g}" + (" GB/s" if d == "copy" else "") for d, v in ran.items())
+               if raised else "")
            + (f"; remembered {', '.join(capped)} over {CAP:g}x this run's: capped there "
               "(a busy machine measures low; a corrupt or tampered peaks.json remembers "
               "high)" if capped else "")
