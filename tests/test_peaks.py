@@ -3,6 +3,7 @@ machine is busy never raises the floor above what the machine has shown it can d
 
 import json
 import os
+import re
 
 import torch
 
@@ -86,6 +87,11 @@ def test_a_peaks_file_raised_by_code_under_test_lowers_no_floor(tmp_path, monkey
     peak, copy = map(float, later.stdout.splitlines()[0].split())
     assert peak < 100 and copy < 10_000  # 5x its own (here about 0.2 and 40), not 2e11
     assert "remembered fp32, copy GB/s over 5x this run's: capped there" in later.stdout
+    # the run's own figures are given beside the remembered ones it uses (a probe: "this
+    # run measured less" and no number; the footer's one-thread bound read as a 2nd peak)
+    said = re.search(r"this run measured less: fp32 ([\d.e+-]+), copy ([\d.e+-]+) GB/s",
+                     later.stdout)
+    assert said and float(said[1]) < peak and float(said[2]) < copy, later.stdout
 
 
 def test_a_peaks_file_that_breaks_the_parser_is_replaced(tmp_path, monkeypatch):
@@ -99,6 +105,7 @@ def test_a_peaks_file_that_breaks_the_parser_is_replaced(tmp_path, monkeypatch):
 POISON = '''
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
