@@ -587,3 +587,15 @@ def test_a_head_that_edits_base_s_checkout_is_a_problem(project):
     assert r.returncode == 2, r.stdout + r.stderr
     assert ("base's checkout was edited while the review ran "
             "(flashbench/reference/oneshot.py)") in r.stdout, r.stdout
+
+
+def test_a_review_of_one_commit_against_itself_says_so(project):
+    """A probe (2026-12-07): `review main HEAD` with main checked out read "OK: nothing
+    regressed", exit 0, nothing saying that base and head were one commit."""
+    _, _, c = project
+    r = review(project, c["base"], c["base"], "--bench", SOFTMAX_1024, "--budget", "5",
+               "--json", "--factor", WIDE)
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert notes[0].startswith(f"Base and head are the same commit ({c['base'][:8]}): an A/A "
+                               "review"), notes

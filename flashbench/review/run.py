@@ -87,6 +87,9 @@ def run_review(opts: Options, cwd=".", log=None) -> Review:
                          "use --jobs 1 here")
     results = Path(opts.results) if opts.results else root / "results"
     notes = _dirty_notes(opts, root, head, base, reuse=opts.reuse)
+    if base == head:  # `review main HEAD` on main read "OK" with nothing said (a probe)
+        notes.insert(0, f"Base and head are the same commit ({head[:8]}): an A/A review, "
+                        "in which nothing but the noise can differ.")
     with signals_raise():
         if opts.reuse:
             review = review_stored(opts, root, bench_dir, base, head, machine, cpu, results,
