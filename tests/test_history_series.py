@@ -141,3 +141,21 @@ def test_the_newest_commit_names_a_machine_that_recorded_no_processor():
     df = frame([1e-3, 1e-3], cpu=None)
     text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df)))
     assert "Newest commit per machine: M1 `00000000` (2026-01-02)." in text, text
+
+
+def test_a_panels_commit_labels_never_sit_on_each_other():
+    """A probe (2026-12-07): tflops.png printed three 12-03 commits' labels over each other
+    ("f561b3b7dde01a2c1b6e8"): a panel's commits sat side by side on history's x axis, and
+    every one of them got a label. Labels now keep a fifth of the axis apart."""
+    from flashbench.history import figure as fg
+
+    fig = fg.pyplot().figure()
+    ax = fig.add_subplot()
+    labels = {x: f"c{x}" for x in range(50)}
+    fg.commit_axis(ax, labels, [3, 40, 41, 42])
+    assert list(ax.get_xticks()) == [3, 42]  # the latest always, then the far one
+    fg.commit_axis(ax, labels, range(21))
+    ticks = list(ax.get_xticks())
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert ticks[-1] == 20 and len(ticks) == 4 and min(gaps) >= 4, ticks
+    fg.pyplot().close(fig)

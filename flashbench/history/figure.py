@@ -88,8 +88,14 @@ def commit_axis(ax, labels: dict, xs) -> None:
     xs = sorted({int(x) for x in xs if x == x})
     if not xs:
         return
-    step = max(1, -(-len(xs) // 4))
-    ticks = xs[::-1][::step][::-1]
+    # from the latest back, a tick at least a fifth of the axis from the last one kept: the
+    # x positions are history's order across every machine, and a panel's commits can sit
+    # side by side (three 12-03 commits' labels printed over each other: a probe)
+    gap, ticks = (xs[-1] - xs[0]) / 5, []
+    for x in reversed(xs):
+        if len(ticks) < 4 and (not ticks or ticks[-1] - x >= gap):
+            ticks.append(x)
+    ticks.reverse()
     ax.set_xticks(ticks)
     ax.set_xticklabels([labels.get(x, str(x)) for x in ticks], fontsize=6)
     ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
