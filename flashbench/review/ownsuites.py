@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashbench.infra.git import checked_out, git
+from flashbench.infra.git import GitError, checked_out, git
 from flashbench.review.ab import Point
 from flashbench.review.gitops import dirty_files
 from flashbench.review.model import Review, Row
@@ -78,9 +78,12 @@ def against_head_suites(review: Review, points: list[Point], base_own: list[Poin
     bases = {(p.name, p.params) for p in (points if base_own is None else base_own)}
     lost = {(p.name, p.params) for p in points} & bases - heads  # not the tree's own
     # base's suites changed since head branched: a point base added meanwhile reads lost too
-    fork = git("merge-base", review.base, review.head, cwd=root).strip()
-    moved = bool(fork) and bool(git("diff", "--name-only", fork, review.base, "--", str(rel),
-                                    cwd=root).split())
+    try:
+        fork = git("merge-base", review.base, review.head, cwd=root)
+        moved = bool(git("diff", "--name-only", fork, review.base, "--", str(rel),
+                         cwd=root).split())
+    except GitError:  # no common commit: nothing tells which side added it
+        moved = True
     why = ("renamed or removed in head, or added to base after head branched: rebase head "
            "to tell" if moved else "renamed or removed in head: once merged, asv records it "
            "no more")
