@@ -159,3 +159,21 @@ def test_a_panels_commit_labels_never_sit_on_each_other():
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
     assert ticks[-1] == 20 and len(ticks) == 4 and min(gaps) >= 4, ticks
     fg.pyplot().close(fig)
+
+
+def test_the_plots_draw_an_earlier_code_faint_and_apart(tmp_path):
+    """Reading the current code alone left tflops.png with the committed history's last 3
+    commits of 51 (a review of this change, 2026-12-07): the plots draw every result, each
+    benchmark code a line of its own, an earlier code's faint."""
+    from flashbench.history.plots import tflops_figure
+    from flashbench.history.summaries import throughput_points
+
+    root = versioned_results(tmp_path / "results", [1e-3] * 3 + [2e-3] * 3,
+                             ["v1"] * 3 + ["v2"] * 3)
+    df = load_results(root, cache=False)
+    points = throughput_points(df.assign(current=current_code(df)))
+    fig = tflops_figure(points, df)
+    drawn = [ln for ln in fig.axes[0].get_lines() if len(ln.get_xdata()) == 3]
+    assert sorted(ln.get_alpha() for ln in drawn) == [0.3, 1], drawn
+    faint, bold = sorted(drawn, key=lambda ln: ln.get_alpha())
+    assert max(faint.get_xdata()) < min(bold.get_xdata())  # the earlier code, earlier

@@ -71,14 +71,17 @@ class _Series:
         self.kernels: dict = {}
         self.settings: dict = {}
         self.styles: dict = {}
+        self.faint: set = set()  # kernels whose legend sample is a faint line, for now
 
     def draw(self, ax, sub: pd.DataFrame, y: str, order: dict) -> list:
         lines = []
-        keys = [*IDENTITY, "benchmark", "params"]
+        # a line per benchmark code (asv's version) too: a change of the benchmark's own code
+        # is no step of the kernel's, and a result of an earlier code is drawn faint
+        keys = [*IDENTITY, "benchmark", "params", *(["version"] if "current" in sub else [])]
         # the columns a line needs, put in history order once: each group keeps that
         # order (a sort per line of every column cost most of a report's plotting time)
         cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
-                                          "variant", "commit", y]) if c in sub]
+                                          "variant", "commit", "current", y]) if c in sub]
         for _, g in by_commit(sub[cols], order).groupby(keys, observed=True, dropna=False,
                                                          sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
@@ -92,16 +95,24 @@ class _Series:
             peer = fg.is_peer(kernel)
             style = "-." if kernel is None else "--" if causal else "-"
             varied = "variant" in g and bool(VARIED.search(str(g["variant"].iloc[0])))
+            old = "current" in g and not bool(g["current"].iloc[0])
             line = ax.plot(g["x"], g[y], color=self.colours.get(kernel, "k"), marker=marker,
-                           markersize=3, lw=0.8 if peer else 1.3, alpha=0.6 if peer else 1,
+                           markersize=3, lw=0.8 if peer else 1.3,
+                           alpha=(0.6 if peer else 1) * (0.3 if old else 1),
                            linestyle=style, markerfacecolor="white" if varied else None)[0]
-            if varied:
-                self.styles.setdefault("hollow marker: a window, softcap or sinks", line)
-            name = kernel or self.study
-            self.kernels.setdefault(name + (" (peer: information only)" if peer else ""),
-                                    line)
-            self.styles.setdefault({"-": "solid: non-causal", "--": "dashed: causal",
-                                    "-.": f"dash-dot: {self.study}"}[style], line)
+            name = (kernel or self.study) + (" (peer: information only)" if peer else "")
+            if old:
+                self.styles.setdefault("faint: the benchmark's earlier code", line)
+            if name not in self.kernels or not old and name in self.faint:
+                self.kernels[name] = line  # a current line is its kernel's legend sample
+                self.faint.discard(name)
+                if old:
+                    self.faint.add(name)
+            if not old:
+                if varied:
+                    self.styles.setdefault("hollow marker: a window, softcap or sinks", line)
+                self.styles.setdefault({"-": "solid: non-causal", "--": "dashed: causal",
+                                        "-.": f"dash-dot: {self.study}"}[style], line)
             lines.append(line)
         return lines
 

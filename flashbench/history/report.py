@@ -228,11 +228,14 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
     """The report's files into ``stage`` (moved into ``out`` by the caller); its text.
     ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`);
     ``declared``: per row, its benchmarks.json's version (steps.declared_versions)."""
-    # the bands, trends and plots read each benchmark's current code alone, as asv's graphs
-    # do (steps.current_code); results.csv and the steps (code_changed) keep every row
+    # the bands and trends read each benchmark's current code alone, as asv's graphs do
+    # (steps.current_code); results.csv, the steps (code_changed) and the plots every row
     current = current_code(df, declared)
     now = df if current.all() else df[current]
-    points = throughput_points(now)
+    # the plots draw every result, an earlier code's faint and a series of its own
+    marked = df if current.all() else df.assign(current=current)
+    every = throughput_points(marked)
+    points = every if current.all() else every[every["current"].to_numpy(bool)]
     bands, trend, jumps = error_bands(now), throughput(now, points), steps(df, host=host)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
         stage / "results.csv", index=False)
@@ -242,10 +245,10 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
     band_rows = band_history(now)
     labels = machine_labels(df)
     plots = [name for name, made in (
-        ("errors.png", plot_errors(now, stage / "errors.png")),
+        ("errors.png", plot_errors(marked, stage / "errors.png")),
         ("bands.png", plot_bands(band_rows, stage / "bands.png", machines=labels)),
-        ("rules.png", plot_rule_ratios(now, stage / "rules.png")),
-        ("tflops.png", plot_tflops(points, df, stage / "tflops.png"))) if made]
+        ("rules.png", plot_rule_ratios(marked, stage / "rules.png")),
+        ("tflops.png", plot_tflops(every, df, stage / "tflops.png"))) if made]
 
     counts = {k: v for k, v in df["status"].value_counts().items() if v}
     machines = _machines(df)
@@ -260,8 +263,9 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
         lines.append(f"- {int((~current).sum())} results of {older} benchmark(s) were recorded "
                      "under other code than the benchmark's current (asv's version differs "
                      "from the one benchmarks.json declares, or without one from the newest "
-                     "result's): the bands, trends and plots leave them out, as asv's graphs "
-                     "do; results.csv and the steps (commit marked *) keep them")
+                     "result's): the bands and trends leave them out, as asv's graphs do, and "
+                     "the plots draw them faint, each code a line of its own; results.csv and "
+                     "the steps (commit marked *) keep them")
     lines += ["", *answer(df, bands, jumps, labels, trend=trend)]
     main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
     units = main["unit"].dropna().unique() if not main.empty else []

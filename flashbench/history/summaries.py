@@ -333,7 +333,9 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
     shaped = np.array([isinstance((parse_params(x) or {}).get("shape"), str)
                        for x in labels] + [False])
     rows = _timings(df) & (legacy[b] | shaped[p])  # code -1 -> the trailing False
-    sel = df.loc[rows, [*_RUN, "date", "benchmark", "params", "value"]]
+    extra = [c for c in ("version", "current") if c in df.columns]  # the plots' series
+    columns += extra
+    sel = df.loc[rows, [*_RUN, "date", "benchmark", "params", "value", *extra]]
     which, pairs = combinations(sel)
     found = [problem(b, p) for b, p in pairs]
     known = np.array([f is not None for f in found] + [False])[which]
