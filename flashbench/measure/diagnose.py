@@ -65,6 +65,7 @@ def dense_view(x):
 def _dense(q, k, v, kw: dict) -> Iterator[tuple[str, Callable]]:
     full_nq = q.shape[-2]
     q, k, v = q[:1, ..., -ROWS:, :], k[:1], v[:1]  # batch 0's last rows: same alignment
+
     def o_of(qq, kk, vv, **over):
         return functools.cache(lambda: reference.attention(qq, kk, vv, **{**kw, **over})[0])
 
@@ -121,7 +122,7 @@ def diagnose(candidates, out, ref, o_standard: float,
     the true (o, lse); ``o_standard`` / ``lse_standard``: the same-dtype standard model's
     max abs errors (the rule's yardstick)."""
     view = getattr(candidates, "view", lambda x: x)
-    o = to_numpy(out[0]).astype(np.float64)
+    o = to_numpy(out[0])  # a float64 copy
     if not np.isfinite(o).all() or o.shape != ref[0].shape:
         return None
     o = view(o)
@@ -134,7 +135,7 @@ def diagnose(candidates, out, ref, o_standard: float,
                     f"attention: {own:.2g})")
     lse = out[1] if len(out) > 1 else None
     if lse is not None and lse_standard is not None:
-        lse = to_numpy(lse).astype(np.float64)
+        lse = to_numpy(lse)
         seen = np.isfinite(ref[1])  # rows that see no key: -inf in any base
         if lse.shape == ref[1].shape and np.isfinite(lse[seen]).all():
             lse, truth = lse[seen], ref[1][seen]
