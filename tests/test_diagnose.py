@@ -94,6 +94,100 @@ def test_another_defect_is_named_as_none_of_them(seed, nq, extra, d, causal):
     assert diagnose(dense_candidates(q, k, v, kw), coarse, ref, o_std, lse_std) is None
 
 
+def _explicit(q, k, v, visible, score=lambda s: s):
+    """Attention written out: ``visible(i, j)`` the mask of query i and key j (bottom-right
+    indices of the whole case), ``score`` the map of the scaled scores; rounded to bf16."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    s = score(np.einsum("...qd,...kd->...qk", q, k) * q.shape[-1] ** -0.5)
+    s = np.where(visible(np.arange(nq)[:, None], np.arange(nk)[None, :]), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return _bf16(p / p.sum(-1, keepdims=True) @ v)
+
+
+def _tail_wrong(name, q, k, v, kw):
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    diag = nk - nq  # bottom-right: query i's last key is i + diag
+    if name == "dropped, causal":
+        return _explicit(q, k, v, lambda i, j: (j <= i + diag) & (j < nk // 64 * 64))
+    if name == "dropped":
+        return _explicit(q, k, v, lambda i, j: j < nk // 64 * 64)
+    if name == "unmasked":  # zero-padded K and V to 256 keys, the padding unmasked
+        pad = [(0, 0)] * (k.ndim - 2) + [(0, 256 - nk), (0, 0)]
+        return _explicit(q, np.pad(k, pad), np.pad(v, pad), lambda i, j: j >= 0)
+    if name == "q.k block":
+        return _explicit(q[..., :64], k[..., :64], v, lambda i, j: j <= i + diag,
+                         score=lambda s: s * (64 / d) ** 0.5)
+    if name == "O block":
+        o = _bf16(reference.attention(q, k, v, **kw)[0])
+        o[..., 64:] = 0.0
+        return o
+    if name == "softcap before scale":
+        return _explicit(q, k, v, lambda i, j: j >= 0,
+                         score=lambda s: 5.0 * np.tanh(s * d ** 0.5 / 5.0) * d ** -0.5)
+    if name == "window + 1":
+        return _explicit(q, k, v, lambda i, j: (j <= i + diag) & (j >= i + diag - 33))
+    left_out = {"no softcap": "softcap", "no sinks": "sinks", "no window": "window"}[name]
+    return _bf16(reference.attention(q, k, v, **{x: y for x, y in kw.items()
+                                                 if x != left_out})[0])
+
+
+SINKS = np.array([0.5, 2.0])
+TAILS = {  # name: (shape, keywords, what diagnose says)
+    "dropped, causal": ("1x2x100x300x64", {"causal": True}, "keys 256 to 299 of Nk = 300 "
+                        "left out (a loop over key blocks of 64 or 128"),
+    "dropped": ("1x2x96x200x64", {"causal": False}, "keys 192 to 199 of Nk = 200 left out"),
+    "unmasked": ("1x2x96x200x64", {"causal": False}, "keys past Nk = 200 left unmasked up "
+                 "to 256 (the last block of 64 or 128 keys)"),
+    "q.k block": ("1x2x96x160x80", {"causal": True}, "summed over the first 64 of d = 80"),
+    "O block": ("1x2x96x160x96", {"causal": True}, "O's columns past the first 64 of dv = 96"),
+    "no softcap": ("1x2x96x160x64", {"causal": False, "softcap": 5.0}, "no softcap"),
+    "softcap before scale": ("1x2x96x160x64", {"causal": False, "softcap": 5.0},
+                             "the softcap applied before the 1/sqrt(d) scale"),
+    "no sinks": ("1x2x96x160x64", {"causal": True, "sinks": SINKS}, "the sinks left out"),
+    "no window": ("1x2x96x160x64", {"causal": True, "window": (32, 0)}, "no sliding window"),
+    "window + 1": ("1x2x96x160x64", {"causal": True, "window": (32, 0)},
+                   "a window of (33, 0), not (32, 0): one key more on the left"),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(TAILS))
+def test_a_partial_block_a_head_dim_block_or_a_variant_gone_wrong_is_named(wrong):
+    """Each planted bug written out by hand (an explicit mask or map of the scores), in
+    bf16: the tail of a partial key block dropped or unmasked, q.k or O cut to a head-dim
+    block of 64, the variant left out, a softcap before the scale, a window one key wide."""
+    shape, kw, words = TAILS[wrong]
+    q, k, v = make_qkv(Shape.parse(shape), "normal", 3)
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, BF16, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(dense_candidates(q, k, v, kw), (_tail_wrong(wrong, q, k, v, kw), None),
+                    ref, o_std)
+    assert said is not None and words in said, said
+    assert diagnose(dense_candidates(q, k, v, kw), (_bf16(ref[0]), None), ref, o_std) is None
+    # the standard model in bf16 (a precision loss, no wrong semantics) names none either
+    assert diagnose(dense_candidates(q, k, v, kw), std, ref, o_std) is None
+
+
+def test_a_decode_kernel_that_drops_each_sequences_partial_block_is_named():
+    from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
+    from flashbench.measure.diagnose import decode_candidates
+
+    case = DecodeCase.parse("3x4x1x64:300,77,150:p16")
+    inputs = decode_inputs(case)
+    ref = case_reference(case, inputs)
+    q, k, v, lens, table = inputs
+    assert (np.asarray(lens) % 32).any(), lens  # a partial block to drop
+    wrong = reference.decode_attention(q, k, v, np.asarray(lens) // 32 * 32, table)
+    std = numerics.standard_decode_model(*inputs, dtype=BF16, causal=case.causal, dv=case.dv)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
+                    (_bf16(wrong[0]), None), ref, o_std)
+    assert said is not None and "each sequence's last key block dropped (a loop over key " \
+        "blocks of 32" in said, said
+    assert diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
+                    (_bf16(ref[0]), None), ref, o_std) is None
+
+
 SCALE_DV = textwrap.dedent('''
     import torch
 
@@ -167,3 +261,70 @@ def test_a_decode_fail_in_one_sequence_alone_is_said_a_wrong_result_there():
     assert "a wrong result in that sequence" in said and "or a loss growing with length" \
         in said, said
     assert worst_decode_sequence(paged[:1], ref[:1], std[:1], [1000]) is None
+
+
+def _packed(lengths_q, lengths_k, h=2, d=64, seed=0):
+    """A packed batch [total, H, d] and its offsets, drawn per row."""
+    rng = np.random.default_rng(seed)
+    cu, cu_k = (np.concatenate([[0], np.cumsum(x)]) for x in (lengths_q, lengths_k))
+    q, k, v = (rng.standard_normal((n, h, d)) for n in (cu[-1], cu_k[-1], cu_k[-1]))
+    return q, k, v, cu, cu_k
+
+
+VARLEN = {  # name: (query lengths, key lengths, causal, what diagnose says)
+    "one sequence": ((70, 100, 40), (70, 100, 40), True,
+                     "the packed batch attended as one sequence"),
+    "offsets of q": ((70, 100, 40), (90, 130, 60), False,
+                     "the queries' offsets (cu_seqlens_q) used for the keys too"),
+    "top-left": ((70, 100, 40), (90, 130, 60), True, "aligned top-left in each sequence"),
+    "tail": ((70, 100, 40), (90, 130, 60), False, "each sequence's last key block dropped "
+             "(a loop over key blocks of 32"),
+    "dv scale": ((70, 100, 40), (70, 100, 40), True, "1/sqrt(dv) = 1/sqrt(64)"),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(VARLEN))
+def test_a_packed_kernels_wrong_semantics_is_named(wrong):
+    """A packed batch's own mistakes (the pack as one sequence, the queries' offsets for
+    the keys) and the dense ones per sequence, each written out with an explicit mask."""
+    from flashbench.measure.diagnose import varlen_candidates
+    from flashbench.reference.varlen import per_sequence
+
+    lengths_q, lengths_k, causal, words = VARLEN[wrong]
+    q, k, v, cu, cu_k = _packed(lengths_q, lengths_k, d=64 if wrong != "dv scale" else 96)
+    if wrong == "dv scale":
+        v = v[..., :64].copy()
+    kw = {"causal": causal}
+    ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw)
+    std = per_sequence(numerics.standard_model, q, k, v, cu, cu_k, dtype=BF16, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+
+    def each(fn, cq=cu, ck=cu_k):  # fn(q_b, k_b, v_b) [n, H, d] -> o_b, sequence by sequence
+        o = np.zeros((q.shape[0], q.shape[1], v.shape[-1]))
+        for a, b, c, e in zip(cq, cq[1:], ck, ck[1:], strict=False):
+            o[a:b] = fn(q[a:b], k[c:e], v[c:e])
+        return _bf16(o)
+
+    def explicit(qb, kb, vb, visible, scale=None):
+        s = np.einsum("qhd,khd->hqk", qb, kb) * (scale or qb.shape[-1] ** -0.5)
+        i, j = np.arange(len(qb))[:, None], np.arange(len(kb))[None, :]
+        s = np.where(visible(i, j, len(qb), len(kb)), s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        return np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), vb)
+
+    bottom_right = (lambda i, j, n, m: j <= i + m - n) if causal else (lambda i, j, n, m: j >= 0)
+    if wrong == "one sequence":
+        out = _bf16(explicit(q, k, v, bottom_right))
+    elif wrong == "offsets of q":
+        out = each(lambda qb, kb, vb: explicit(qb, kb, vb, bottom_right), ck=cu)
+    elif wrong == "top-left":
+        out = each(lambda qb, kb, vb: explicit(qb, kb, vb, lambda i, j, n, m: j <= i))
+    elif wrong == "tail":
+        out = each(lambda qb, kb, vb: explicit(qb, kb, vb,
+                                                lambda i, j, n, m: j < m // 32 * 32))
+    else:
+        out = each(lambda qb, kb, vb: explicit(qb, kb, vb, bottom_right, scale=64 ** -0.5))
+    said = diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), (out, None), ref, o_std)
+    assert said is not None and words in said, said
+    for right in ((_bf16(ref[0]), None), std):
+        assert diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), right, ref, o_std) is None

@@ -121,6 +121,10 @@ def test_check_fails_a_kernel_that_cuts_keys_at_the_queries_offsets(cli):
     assert {(x["backend"], x["passed"]) for x in rows} == {("pk:good", True),
                                                          ("pk:mixed", False)}
     assert all(x["case"].split()[2] == "30:45,17,25:9,6:0" for x in rows)
+    # its cause, tried: the reference with the queries' offsets for the keys
+    mixed = next(x for x in rows if x["backend"] == "pk:mixed")
+    assert "the queries' offsets (cu_seqlens_q) used for the keys too" in mixed["diagnosis"]
+    assert "worst in sequence" in mixed["worst_at"]
 
 
 def test_speed_times_q_colon_k_and_fails_a_kernel_that_cuts_keys_at_the_queries(cli):

@@ -16,8 +16,10 @@ judge the flash model and every backend whose packed path is differentiable
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.measure.bandjudge import CaseBands
+from flashbench.measure.diagnose import diagnose, varlen_candidates
 from flashbench.measure.records import (
     INTERPRETER_LIMIT,
     INTERPRETER_TOO_SLOW,
@@ -95,6 +98,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
     ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw) if ref is None else ref
     records = []
     bands = CaseBands(case, (q, k, v), apply=band_rule, seed=seed)
+    tried = functools.cache(partial(varlen_candidates, q, k, v, cu, cu_k, kw))  # FAILs'
     for prec in (get_precision(d) for d in dtypes):  # the door: names become Precisions
         dtype = prec.name  # what records and backends (their declared dtypes) speak
         std = per_sequence(numerics.standard_model, q, k, v, cu, cu_k, dtype=prec, **kw)
@@ -134,8 +138,13 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 continue
             rec = accuracy_record(case, name, prec, out, std, ref, fallback=flash,
                                   own_lse=own_lse, peer=backend.peer, bands=bands)
-            records.append(rec if rec.passed else replace(
-                rec, worst_at=worst_sequence(out[0], ref[0], cu, cu, cu_k)))
+            if not rec.passed:  # where, and a plausible wrong semantics tried
+                rec = replace(rec, worst_at=worst_sequence(out[0], ref[0], cu, cu, cu_k),
+                              diagnosis=None if rec.peer else diagnose(
+                                  tried(), out, ref, rec.o_standard["max_abs"],
+                                  rec.lse_standard["max_abs"] if rec.lse is not None
+                                  else None))
+            records.append(rec)
     return records
 
 
@@ -201,8 +210,6 @@ def measure_varlen_gradients(case: Case, dtypes: Sequence[str | Precision],
     """:func:`flashbench.measure.backward.measure_gradients` for a packed batch (module
     docstring): ``dtypes`` names or their Precisions, resolved once, here; ``inputs`` (q, k,
     v, do, cu_seqlens_q, cu_seqlens_k), ``ref`` their float64 (dq, dk, dv[, dsinks])."""
-    import functools
-
     from flashbench.measure.backward import GRADS, judge_gradients
     from flashbench.measure.bandjudge import CaseBands
 
