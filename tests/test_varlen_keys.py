@@ -160,3 +160,42 @@ def test_speed_checks_the_first_row_of_each_sequence(cli, seed):
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr
     (row,) = json.loads(r.stdout)["rows"]
     assert row["status"] == "FAIL" and "a row that sees no key must be 0" in str(row["failures"])
+
+
+SINKS_KERNEL = textwrap.dedent('''
+    import torch
+
+    def _seq(q, k, v, causal, sinks):
+        nq, nk = q.shape[0], k.shape[0]
+        qh, kh, vh = (x.transpose(0, 1).double() for x in (q, k, v))
+        s = qh @ kh.transpose(-1, -2) * q.shape[-1] ** -0.5
+        if causal:
+            i, j = torch.arange(nq)[:, None], torch.arange(nk)[None, :]
+            s = s.masked_fill(j > i + nk - nq, float("-inf"))
+        sink = torch.tensor(sinks, dtype=torch.float64)[:, None, None].expand(-1, nq, 1)
+        lse = torch.logsumexp(torch.cat([s, sink], -1), -1)
+        return (torch.exp(s - lse[..., None]) @ vh).transpose(0, 1).to(q.dtype), lse.float()
+
+    def packed(q, k, v, causal=False, scale=None, cu_seqlens_q=None, cu_seqlens_k=None,
+               max_seqlen_q=None, max_seqlen_k=None, sinks=None):
+        assert isinstance(sinks, tuple) and all(type(x) is float for x in sinks), sinks
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        got = [_seq(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], causal, sinks)
+               for b in range(len(cq) - 1)]
+        return torch.cat([o for o, _ in got]), torch.cat([l for _, l in got], dim=-1)
+
+    packed.flashbench_varlen = True
+    packed.flashbench_variants = ("sinks",)
+''')
+
+
+def test_a_packed_kernel_takes_its_sinks_as_the_docs_say(user_module, cli):
+    """A packed batch's sinks reached the worker as a NumPy array, which its loader refuses:
+    every packed kernel ended with "its worker process ended during the call" under --sinks
+    (a probe, 2026-12-07). They arrive as a tuple of H floats, as the dense path's do."""
+    user_module("pksinks", SINKS_KERNEL)
+    r = cli("check", "--json", "--varlen", "70,100", "--dtype", "fp32", "--causal", "on",
+            "--sinks", "--pass", "fwd", "--only", "pksinks:packed")
+    rows = json.loads(r.stdout)["backends"]
+    assert [(x["backend"], x["passed"]) for x in rows] == [("pksinks:packed", True)], rows
+    assert r.returncode == 0, r.stdout[-2000:]

@@ -69,9 +69,21 @@ def _timed(spec: str, q, k, v, causal=False, scale=None, **variant):
 
 
 def request(op: str, tensors: dict, **rest) -> dict:
-    """A worker request: ``op``, CPU tensors (None stays None) and the other fields."""
+    """A worker request: ``op``, CPU tensors (None stays None) and the other fields; a
+    variant's NumPy values as Python's (the worker's loader takes no NumPy object: a packed
+    batch's sinks, a NumPy array, ended every packed call with --sinks, a probe 2026-12-07)."""
+    if rest.get("variant"):
+        rest["variant"] = {n: _plain(x) for n, x in rest["variant"].items()}
     return {"op": op, **{n: None if t is None else t.detach().cpu() for n, t in tensors.items()},
             **rest}
+
+
+def _plain(value):
+    """A NumPy array as a tuple of Python numbers, a NumPy number as a Python one."""
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":
+        value = value.tolist()
+        return tuple(value) if isinstance(value, list) else value
+    return value
 
 
 def output(reply: dict, device):
