@@ -182,8 +182,9 @@ def test_a_decode_kernel_that_drops_each_sequences_partial_block_is_named():
     o_std = float(np.max(np.abs(std[0] - ref[0])))
     said = diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
                     (_bf16(wrong[0]), None), ref, o_std)
-    assert said is not None and "each sequence's last key block dropped (a loop over key " \
-        "blocks of 32" in said, said
+    assert said is not None and "each sequence's last keys left out (12 of 300 in sequence " \
+        "0, 13 of 77 in sequence 1, 22 of 150 in sequence 2: a loop over key blocks of 32 " \
+        "that ends one block early)" in said, said
     assert diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
                     (_bf16(ref[0]), None), ref, o_std) is None
 
@@ -277,8 +278,9 @@ VARLEN = {  # name: (query lengths, key lengths, causal, what diagnose says)
     "offsets of q": ((70, 100, 40), (90, 130, 60), False,
                      "the queries' offsets (cu_seqlens_q) used for the keys too"),
     "top-left": ((70, 100, 40), (90, 130, 60), True, "aligned top-left in each sequence"),
-    "tail": ((70, 100, 40), (90, 130, 60), False, "each sequence's last key block dropped "
-             "(a loop over key blocks of 32"),
+    "tail": ((70, 100, 40), (90, 130, 60), False, "each sequence's last keys left out (26 "
+             "of 90 in sequence 0, 2 of 130 in sequence 1, 28 of 60 in sequence 2: a loop "
+             "over key blocks of 32 that ends one block early)"),
     "dv scale": ((70, 100, 40), (70, 100, 40), True, "1/sqrt(dv) = 1/sqrt(64)"),
 }
 
@@ -328,3 +330,145 @@ def test_a_packed_kernels_wrong_semantics_is_named(wrong):
     assert said is not None and words in said, said
     for right in ((_bf16(ref[0]), None), std):
         assert diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), right, ref, o_std) is None
+
+
+def _probe_wrong(name, q, k, v, kw):
+    """The 2026-12-07 probe's kernels, written out (bf16)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    diag = nk - nq
+    if name == "keys to Nq":  # the key loop bounded by Nq, the bottom-right mask kept
+        return _explicit(q, k, v, lambda i, j: (j < nq) & ((j <= i + diag) if kw["causal"]
+                                                            else (j >= 0)))
+    if name == "diagonal + 1, Nq = 2":
+        return _explicit(q, k, v, lambda i, j: j <= i + diag + 1)
+    if name == "strict diagonal, Nq = 1":
+        return _explicit(q, k, v, lambda i, j: j < i + diag)
+    if name == "top-left, Nq > Nk":
+        return _explicit(q, k, v, lambda i, j: j <= i)
+    if name == "window top-left":
+        return _explicit(q, k, v, lambda i, j: (j <= i) & (j >= i - 32))
+    if name == "sinks left out, past 256 rows":
+        return _bf16(reference.attention(q, k, v, causal=True)[0])
+    if name == "GQA map and scores in bf16":  # fp32: the map, and S rounded to bf16
+        wrong = np.arange(q.shape[-3]) % k.shape[-3]
+        s = _bf16(np.einsum("...qd,...kd->...qk", q, k[..., wrong, :, :]) * q.shape[-1] ** -0.5)
+        s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None] + diag, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        return (p / p.sum(-1, keepdims=True) @ v[..., wrong, :, :]).astype(np.float32)
+    raise AssertionError(name)
+
+
+PROBE = {  # name: (shape, keywords, dtype, every part of what diagnose says)
+    "keys to Nq": ("1x2x256x300x64", {"causal": True}, BF16, [
+        "keys 256 to 299 of Nk = 300 left out (a loop over key blocks of 64 or 128 that ends "
+        "one block early, or a key loop bounded by the queries' length Nq = 256)"]),
+    "diagonal + 1, Nq = 2": ("1x2x2x300x64", {"causal": True}, BF16, [
+        "no causal mask, or (the same here) the causal diagonal one key late"]),
+    "strict diagonal, Nq = 1": ("1x2x1x257x64", {"causal": True}, BF16, [
+        "the causal diagonal one key early", "or (the same here) key 256 of Nk = 257 left "
+        "out (a loop over key blocks of 16 or 32 or 64 or 128 that ends one block early, or "
+        "a key count one short)"]),
+    "top-left, Nq > Nk": ("1x2x300x100x64", {"causal": True}, BF16, [
+        "a causal mask aligned top-left (query i sees keys up to i), not bottom-right (up to "
+        "i - (Nq - Nk) = i - 200"]),
+    "window top-left": ("1x2x100x300x64", {"causal": True, "window": (32, 0)}, BF16, [
+        "a causal mask aligned top-left"]),
+    "sinks left out, past 256 rows": ("1x2x300x64", {"causal": True, "sinks": SINKS}, BF16,
+                                      ["the sinks left out"]),
+    "GQA map and scores in bf16": ("1x4/2x256x64", {"causal": True}, "fp32", [
+        "its O is nearest attention with grouped-query heads mapped h % Hkv", "a second "
+        "defect"]),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(PROBE))
+def test_the_probes_kernels_are_named_for_what_they_do(wrong):
+    """A probe (2026-12-07): a key loop bounded by Nq read "a loop that ends one block
+    early"; a diagonal one key late at Nq = 2 read "no causal mask" alone; one key short,
+    a block bug; top-left masks at Nq > Nk or with a window and sinks left out past the
+    256 rows tried were not named; a second defect beside a GQA map was hidden."""
+    shape, kw, dtype, parts = PROBE[wrong]
+    q, k, v = make_qkv(Shape.parse(shape), "normal", 5)
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, dtype, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(dense_candidates(q, k, v, kw), (_probe_wrong(wrong, q, k, v, kw), None),
+                    ref, o_std)
+    assert said is not None and all(p in said for p in parts), said
+    if not any("second defect" in p for p in parts):
+        assert "second defect" not in said, said
+
+
+def test_sinks_left_out_of_the_lse_alone_are_named():
+    q, k, v = make_qkv(Shape.parse("1x2x128x64"), "normal", 1)
+    kw = {"causal": True, "sinks": SINKS}
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, BF16, **kw)
+    o_std, lse_std = (float(np.max(np.abs(a - b))) for a, b in zip(std, ref, strict=True))
+    lse = reference.attention(q, k, v, causal=True)[1]  # its O right, its LSE sinkless
+    said = diagnose(dense_candidates(q, k, v, kw), (_bf16(ref[0]) + 0.05, lse), ref, o_std,
+                    lse_std)
+    assert said is not None and "its LSE matches the true LSE without the sink term" in said
+
+
+DECODE_WRONG = {  # name: (case, what the kernel does to the reference's call, words)
+    "h % Hkv": ("2x8/2x1x64:300,77:p16", "hmod", "grouped-query heads mapped h % Hkv"),
+    "no cache offset": ("2x4x4x64:300,77:p16", "offset", "a causal mask without the cache's "
+                        "offset (new token i sees keys up to i, not up to cache_seqlens - 4 "
+                        "+ i)"),
+    "read past the length": ("2x4x1x64:300,77", "unmasked", "keys past each sequence's "
+                             "length read on to the end of its last block of"),
+    "one short": ("3x4x1x64:257,129,17:p16", "short", "each sequence's last keys left out (1 "
+                  "of 257 in sequence 0, 1 of 129 in sequence 1, 1 of 17 in sequence 2: a loop "
+                  "over key blocks of 16 that ends one block early, or a key count one short "
+                  "(cache_seqlens - 1, or a causal diagonal one key early))"),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(DECODE_WRONG))
+def test_a_decode_kernels_map_offset_and_length_bugs_are_named(wrong):
+    from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
+    from flashbench.measure.diagnose import decode_candidates
+
+    spec, how, words = DECODE_WRONG[wrong]
+    case = DecodeCase.parse(spec)
+    inputs = decode_inputs(case)
+    ref = case_reference(case, inputs)
+    q, k, v, lens, table = inputs
+    lens = np.asarray(lens)
+    if how == "hmod":
+        h = np.arange(q.shape[2]) % k.shape[-2]
+        k, v = k[..., h, :], v[..., h, :]
+    elif how == "offset":
+        lens = np.full_like(lens, q.shape[1])
+    elif how == "unmasked":  # a contiguous cache's stale entries up to a block of 64
+        lens = np.minimum(-(-lens // 64) * 64, k.shape[1])
+    else:
+        lens = lens - 1
+    wrong_o = reference.decode_attention(q, k, v, lens, table, causal=case.causal)[0]
+    std = numerics.standard_decode_model(*inputs, dtype=BF16, causal=case.causal, dv=case.dv)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(decode_candidates(inputs, case.causal, case.dv, case.absorbed),
+                    (_bf16(wrong_o), None), ref, o_std)
+    assert said is not None and words in said, said
+
+
+def test_a_packed_kernel_reading_into_the_next_sequence_is_named():
+    from flashbench.measure.diagnose import varlen_candidates
+    from flashbench.reference.varlen import per_sequence
+
+    q, k, v, cu, cu_k = _packed((30, 17, 25), (45, 17, 9), seed=2)
+    kw = {"causal": False}
+    ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw)
+    std = per_sequence(numerics.standard_model, q, k, v, cu, cu_k, dtype="fp32", **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    out = np.zeros_like(ref[0])
+    for a, b, c, n in zip(cu, cu[1:], cu_k, np.diff(cu_k), strict=False):
+        stop = min(c + -(-n // 16) * 16, k.shape[0])  # on to its block of 16's end
+        o = reference.attention(*(x.transpose(1, 0, 2) for x in (q[a:b], k[c:stop],
+                                                                  v[c:stop])))[0]
+        out[a:b] = o.transpose(1, 0, 2)
+    said = diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), (out.astype(np.float32), None),
+                    ref, o_std)
+    assert said is not None and "each sequence's keys read on to the end of its last block " \
+        "of 16 (no length mask: the next sequence's keys in its softmax)" in said, said
