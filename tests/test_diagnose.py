@@ -170,7 +170,7 @@ def test_a_partial_block_a_head_dim_block_or_a_variant_gone_wrong_is_named(wrong
 
 def test_a_decode_kernel_that_drops_each_sequences_partial_block_is_named():
     from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
-    from flashbench.measure.diagnose import decode_candidates
+    from flashbench.measure.seqdiagnose import decode_candidates
 
     case = DecodeCase.parse("3x4x1x64:300,77,150:p16")
     inputs = decode_inputs(case)
@@ -219,7 +219,7 @@ def test_a_decode_kernels_mla_scale_is_named():
     """The probe's MLA decode kernel scaling by 1/sqrt(512), not 1/sqrt(576), read "likely
     the O accumulator" at 15x the standard's error in bf16."""
     from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
-    from flashbench.measure.diagnose import decode_candidates
+    from flashbench.measure.seqdiagnose import decode_candidates
 
     case = DecodeCase.parse("1x8/1x1x576/512:96:p16:mla")
     inputs = decode_inputs(case)
@@ -289,7 +289,7 @@ VARLEN = {  # name: (query lengths, key lengths, causal, what diagnose says)
 def test_a_packed_kernels_wrong_semantics_is_named(wrong):
     """A packed batch's own mistakes (the pack as one sequence, the queries' offsets for
     the keys) and the dense ones per sequence, each written out with an explicit mask."""
-    from flashbench.measure.diagnose import varlen_candidates
+    from flashbench.measure.seqdiagnose import varlen_candidates
     from flashbench.reference.varlen import per_sequence
 
     lengths_q, lengths_k, causal, words = VARLEN[wrong]
@@ -428,7 +428,7 @@ DECODE_WRONG = {  # name: (case, what the kernel does to the reference's call, w
 @pytest.mark.parametrize("wrong", sorted(DECODE_WRONG))
 def test_a_decode_kernels_map_offset_and_length_bugs_are_named(wrong):
     from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
-    from flashbench.measure.diagnose import decode_candidates
+    from flashbench.measure.seqdiagnose import decode_candidates
 
     spec, how, words = DECODE_WRONG[wrong]
     case = DecodeCase.parse(spec)
@@ -454,7 +454,7 @@ def test_a_decode_kernels_map_offset_and_length_bugs_are_named(wrong):
 
 
 def test_a_packed_kernel_reading_into_the_next_sequence_is_named():
-    from flashbench.measure.diagnose import varlen_candidates
+    from flashbench.measure.seqdiagnose import varlen_candidates
     from flashbench.reference.varlen import per_sequence
 
     q, k, v, cu, cu_k = _packed((30, 17, 25), (45, 17, 9), seed=2)

@@ -36,7 +36,7 @@ from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
 from flashbench.measure.bandjudge import DecodeBands
-from flashbench.measure.diagnose import decode_candidates, diagnose
+from flashbench.measure.diagnose import diagnose
 from flashbench.measure.records import (
     EXACT_TOL,
     INTERPRETER_LIMIT,
@@ -50,6 +50,7 @@ from flashbench.measure.records import (
     not_taken,
     with_note,
 )
+from flashbench.measure.seqdiagnose import decode_candidates
 from flashbench.reference.decode import sequence_cache
 
 __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_decode",

@@ -30,7 +30,7 @@ from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.problem import make_varlen_qkv
 from flashbench.measure.bandjudge import CaseBands
-from flashbench.measure.diagnose import diagnose, varlen_candidates
+from flashbench.measure.diagnose import diagnose
 from flashbench.measure.records import (
     INTERPRETER_LIMIT,
     INTERPRETER_TOO_SLOW,
@@ -43,6 +43,7 @@ from flashbench.measure.records import (
     handed,
     not_taken,
 )
+from flashbench.measure.seqdiagnose import varlen_candidates
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
 __all__ = ["VARIANT_SET", "varlen_inputs", "varlen_exactness", "measure_varlen",
