@@ -285,7 +285,17 @@ def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
             assert "tf32" in said and "fp16 or bf16" in said and "kept in the dtype" \
                 not in said and "wrong result" in said, said
         assert "beyond any rounding point" in likely_cause(tensor, 2 * GROSS, dtype)
+        # past 100x the ratio is said, a wrong result first (an LSE off by 0.01: 23,345x
+        # read "about 1.1-1.5x the band's edge", a probe 2026-12-07)
+        said = likely_cause(tensor, 23_345, dtype)
+        assert said.startswith("at 2.33e+04x the band's edge a wrong result"), said
+        assert "1.1-1.5x" not in said
+        assert "1.1-1.5x" in likely_cause(tensor, 1.3, dtype)
     assert "tf32" not in likely_cause(tensor, 22_702, "bf16")
+    # an infinite ratio is said in words (a probe read "infx its band's edge")
+    said = likely_cause(tensor, float("inf"), "bf16")
+    assert said.startswith("an infinite error (a value finite where the true one is -inf") \
+        and "infx" not in said, said
 
 
 def test_a_band_fail_as_large_as_the_standard_models_names_the_materialised_form_first():

@@ -262,6 +262,15 @@ def test_a_decode_fail_in_one_sequence_alone_is_said_a_wrong_result_there():
     assert "a wrong result in that sequence" in said and "or a loss growing with length" \
         in said, said
     assert worst_decode_sequence(paged[:1], ref[:1], std[:1], [1000]) is None
+    # lengths alike: no sequence is "the longest" (a probe read that at 100,100,100)
+    said = worst_decode_sequence(longest, ref, std, [100, 100, 100])
+    assert "not a precision loss" in said and "the longest sequence" not in said, said
+    # beside an empty sequence (no keys, no error) nothing is said "alone"
+    empty = ref.copy()
+    empty[0] += 0.3
+    empty[1:] = ref[1:]
+    said = worst_decode_sequence(empty[:2], ref[:2], std[:2], [77, 0])
+    assert said is not None and "wrong result" not in said, said
 
 
 def _packed(lengths_q, lengths_k, h=2, d=64, seed=0):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from flashbench.accuracy.rules import Verdict
 
 __all__ = ["BAND_LIMIT", "BAND_MULTIPLIER", "BAND_GROUP", "EDGE_FLOOR", "BandVerdict", "band_rule",
-           "multipliers", "rules_disagree"]
+           "multipliers", "rules_disagree", "times_edge"]
 
 # inputs -> group -> statistic -> multiplier: 1.2x the worst of 1,037 correct-kernel runs
 # (studies/band_calibration.py, seed 2026; docs/bandrule.md), rounded up. "outliers" (0.1% of
@@ -148,6 +148,15 @@ WIDE_CAUSE = ("a narrower rounding inside the kernel: matmul inputs rounded to t
 STANDARD_LIKE = (0.85, 1.2)  # a 16-bit max error this near the standard model's: its form
 
 
+def times_edge(ratio: float) -> str:
+    """``ratio`` x the band's edge, in words; an infinite one says where it comes from (a
+    probe read "infx its band's edge")."""
+    if ratio == float("inf"):
+        return ("an infinite error (a value finite where the true one is -inf, a row that "
+                "sees no key, or the reverse)")
+    return f"{ratio:.3g}x the band's edge"
+
+
 def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = None,
                  standard_ratio: float | None = None) -> str:
     """What a band FAIL on ``tensor`` most likely means, with the defect table's link; at a
@@ -159,10 +168,17 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     over :data:`AMBIGUOUS` x it, a wrong result (the defect table's reach 61x; zero bf16
     gradients read "likely the dQ accumulator", a probe, 2026-12-07)."""
     if ratio is not None and ratio > GROSS:
-        return (f"{ratio:.3g}x the band's edge is beyond any rounding point: a wrong result "
+        return (f"{times_edge(ratio)} is beyond any rounding point: a wrong result "
                 "(the scale, the mask or its alignment, the softmax, a sink, the inputs' "
                 f"layout, an LSE in another base), not a precision loss ({DEFECT_TABLE})")
     if dtype in WIDE:
+        if ratio is not None and ratio > AMBIGUOUS:  # an LSE off by 0.01 read 23,345x
+            return (f"at {ratio:.3g}x the band's edge a wrong result (the scale, the mask, a "
+                    "sink, a row or key left out, an LSE off by a constant: a sink left out of "
+                    "the LSE read 22,702x), or a rounding far narrower than fp32 inside the "
+                    "kernel: matmul inputs in tf32 (Triton's and cuBLAS's default for fp32 on "
+                    "a GPU), an accumulator, P or the scores kept in fp16 or bf16 (O rounded to "
+                    f"fp16 every 16 keys read 1,410x) ({DEFECT_TABLE})")
         return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
     causes = LIKELY_CAUSES.get(tensor, "a rounding point moved to the dtype")
     if ratio is not None and ratio > AMBIGUOUS:  # a red team's dropped columns read 617x

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
-from flashbench.accuracy.bandrule import DEFECT_TABLE, GROSS, likely_cause
+from flashbench.accuracy.bandrule import DEFECT_TABLE, GROSS, likely_cause, times_edge
 from flashbench.cli.common import result_line
 from flashbench.measure.records import EXACT_TOL
 
@@ -84,8 +84,9 @@ def band_cause(r: dict, t: str, band: dict) -> str:
     also = (f"; or the case's {' and '.join(variant)} not applied as the reference "
             "applies it (docs/variants.md)") if variant else ""
     other = next((u for u in gross if u != t), None) if t not in gross else None
-    also += (f"; but its {_TENSORS[other]} in the same record is {gross[other]:.3g}x "
-             f"its band's edge, a wrong result, and so likely is this {_TENSORS[t]} "
+    also += (f"; but its {_TENSORS[other]} in the same record is "
+             f"{times_edge(gross[other]).replace('the band', 'its band')}, a wrong result, and "
+             f"so likely is this {_TENSORS[t]} "
              "(the scale, the mask, the softmax)") if other else ""
     standard = r.get(f"{t}_ratio")
     standard = standard if isinstance(standard, float | int) else None

@@ -373,13 +373,15 @@ def worst_decode_sequence(o, ref_o, std_o, lens) -> str | None:
     s = int(np.argmax(worst))
     others = float(np.delete(worst, s).max())
     rel = worst / np.maximum(std, 1e-300)
-    longest = lens[s] == max(lens)  # a loss that grows with length is worst there too
+    # a loss that grows with length is worst in the longest too (the one longest)
+    longest = lens[s] == max(lens) and list(lens).count(lens[s]) == 1
+    held = [i for i in range(len(lens)) if i != s and lens[i] > 0]  # an empty one: no error
     alone = (f": {rel[s]:.3g}x the same-dtype standard's error there, over {LOCAL:g}x any "
              "other sequence's: a wrong result in that sequence (its pages, its length)"
              + (", or a loss growing with length far faster than the standard's (the "
                 "longest sequence)" if longest else ", not a precision loss, which spreads "
                 "over every sequence")
-             if rel[s] > LOCAL * np.delete(rel, s).max() else "")
+             if held and rel[s] > LOCAL * rel[held].max() else "")
     return (f"worst in sequence {s + 1} of {len(lens)} (index {s}, {lens[s]} cached keys): "
             f"max |err| {worst[s]:.3g}; the other sequences' largest {others:.3g}{alone}")
 
