@@ -228,3 +228,20 @@ def test_the_defaults_hold_a_paged_cache_unmasked_whose_last_pages_end_mid_page(
                    "fp16", "--json", "--quiet", "--only", kernel])
         report = json.loads(capsys.readouterr().out)
         assert rc == code, (kernel, report)
+
+
+def test_an_empty_cache_under_the_default_causal_both_runs_without_causal(capsys):
+    """The default --causal both refused a case with an empty cache (exit 2, "shorter than
+    Nq = 1"), though causal was never asked for by name (a probe, 2026-12-07): it runs
+    without causal and says why; --causal on still refuses it."""
+    import json
+
+    rc = main(["check", "--decode", "--decode-case", "2x4x1x64:0,77:p16", "--dtype", "fp32",
+               "--quiet", "--only", "torch-sdpa", "--json"])
+    out, err = capsys.readouterr()
+    rows = json.loads(out)["rows"]
+    assert rc == 0 and rows and all("causal" not in r["case"] for r in rows), rows
+    assert "2x4x1x64:0,77:p16 runs without causal alone: a cache of 0 keys" in err
+    assert main(["check", "--decode", "--decode-case", "2x4x1x64:0,77:p16", "--dtype", "fp32",
+                 "--quiet", "--causal", "on"]) == 2
+    assert "shorter than Nq = 1" in capsys.readouterr().err
