@@ -88,6 +88,13 @@ def test_speed_of_a_named_kernel_that_took_no_case_is_no_pass(tmp_path, monkeypa
                "--quiet", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 2 and report["passed"] is None
+    # named beside a torch peer, as --help suggests (`--only mine torch-sdpa`): the peer's
+    # row answered nothing asked of it, "verdict: PASS", exit 0 (a probe, 2026-12-07)
+    rc = main([*args, "--only", "fbprobe_nodv:nodv", "torch-sdpa"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 2 and report["passed"] is None, report
+    assert list(report["untimed"]) == ["fbprobe_nodv:nodv"]
+    assert [r["status"] for r in report["rows"] if r["backend"] == "torch-sdpa"] == ["PASS"]
     rc = main([*args[:2], "1x2x64x64", *args[3:-1], "--backend", "fbprobe_nodv:nodv"])
     out = capsys.readouterr().out
     assert rc == 0 and "verdict: PASS" in out  # where it takes the case: timed and judged

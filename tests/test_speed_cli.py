@@ -281,7 +281,7 @@ def test_a_peers_fail_is_information_and_not_the_runs_verdict():
     import dataclasses
 
     from flashbench.backends import Backend
-    from flashbench.cli.speed import render_text
+    from flashbench.cli.speed_view import render_text
     from flashbench.inputs import Shape
     from flashbench.measure.speed import SpeedCase
     from flashbench.measure.speedrun import run_speed

@@ -221,7 +221,10 @@ def _fault(out, args, spans) -> tuple[str, str] | None:
                 if lo < ahi and alo < hi:
                     return ALIAS, "its output shares memory with an input (a view of it)"
         if any(dev == t.device and lo < ehi and elo < hi for dev, elo, ehi in spans):
-            return STALE, "returned the buffer of an earlier call's output"
+            return STALE, ("returned the buffer of an earlier call's output: each call's "
+                           "output is checked after later calls ran, so a buffer reused across "
+                           "calls (a serving engine's or CUDA graph's static output) reads as "
+                           "a cached result; return a new tensor each call (o.clone())")
     return None
 
 
