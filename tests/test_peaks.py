@@ -178,3 +178,18 @@ def test_a_peak_measured_again_higher_takes_its_own_words():
                     measure=lambda: Roofline({"fp32": 0.2, "bf16": 0.87}, 40.0, "how"))
     assert roof.again() and roof.peak("bf16") == 0.87 and roof.peak("fp32") == 0.24
     assert roof.peak_used("bf16") == "bf16 matmul" and roof.copy_gbs == 50.0
+
+
+def test_each_dtypes_floor_is_one_and_the_fastest_any_precision_shows():
+    """A kernel may compute in any precision: every dtype's floor is the fastest bound any
+    matmul showed, and its text names that one alone (fp16's read "the floor of the bf16
+    matmul, 1.62 TFLOP/s" beside bf16's 2.71, a superseded floor among them: a probe)."""
+    from flashbench.measure.roofline import measure_roofline
+
+    roof = measure_roofline("cpu", ["fp16", "bf16", "fp32"])
+    floors = {d: roof.floor.get(d, roof.tflops[d]) for d in ("fp16", "bf16", "fp32")}
+    assert max(floors.values()) - min(floors.values()) <= 1e-9 * max(floors.values()), floors
+    for d, how in roof.peak_how.items():
+        assert how.count("the floor of") <= 1, how
+        if d in roof.floor:
+            assert f"{roof.floor[d]:.3g} TFLOP/s" in how, how

@@ -165,15 +165,18 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             peaks[d] = peaks["fp32"]
             used[d] = (f"fp32 matmul (faster here than {d}'s own, {own:.3g} TFLOP/s: a "
                        "kernel may compute in fp32)")
-        if peaks[fastest] > peaks[d]:
-            floor[d] = peaks[fastest]
-            used[d] = (used.get(d, f"{d} matmul") + f"; the floor of the {fastest} matmul, "
-                       f"{peaks[fastest]:.3g} TFLOP/s (the fastest measured here)")
-        if single.get(d, 0.0) > max(floor.get(d, 0.0), peaks[d]):
-            floor[d] = single[d]
-            used[d] = (used.get(d, f"{d} matmul") + f"; the floor of one thread's x the "
-                       f"threads, {single[d]:.3g} TFLOP/s (a busy CPU slows a parallel "
-                       "matmul most)")
+        # the floor: the highest of these over its own peak, and that one alone said (a
+        # superseded one beside it read as a second floor: a probe, 2026-12-07)
+        quick = max(single, key=single.get, default=d)  # any precision, as the fastest's
+        above = [(single.get(quick, 0.0), f"one thread's x the threads ({quick} matmul), "
+                  f"{single.get(quick, 0.0):.3g} TFLOP/s (a busy CPU slows a parallel matmul "
+                  "most)"),
+                 (peaks[fastest], f"the {fastest} matmul, {peaks[fastest]:.3g} TFLOP/s (the "
+                  "fastest measured here)")]
+        top, words = max(above, key=lambda x: x[0])
+        if top > peaks[d]:
+            floor[d] = top
+            used[d] = used.get(d, f"{d} matmul") + f"; the floor of {words}"
     return Roofline(peaks, gbs, how, used, measure=lambda: measure_roofline(device, dtypes),
                     floor=floor)
 
