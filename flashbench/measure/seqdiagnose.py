@@ -28,9 +28,9 @@ __all__ = ["varlen_candidates", "decode_candidates"]
 def varlen_candidates(q, k, v, cu, cu_k, kw: dict) -> Candidates:
     """The same for a packed batch (q, k, v [total, heads, d], ``cu`` / ``cu_k`` the
     queries' and keys' offsets), on the whole batch: the pack read as one sequence, the
-    queries' offsets used for the keys, and per sequence the dense case's semantics (the
-    scales, head-dim blocks, variant, masks, grouped-query map, a partial last key block
-    dropped)."""
+    queries' offsets used for the keys, each sequence's keys read on into the next one's,
+    and per sequence the dense case's semantics (the scales, head-dim blocks, variant,
+    masks, grouped-query map, keys cut short)."""
     return Candidates(_varlen(q, k, v, np.asarray(cu), np.asarray(cu_k), kw), lses=lses_of(kw))
 
 
@@ -140,13 +140,14 @@ def decode_candidates(inputs, causal: bool, dv: int | None,
     cache's offset, each sequence's last keys left out or read on past its length."""
     q, k, v, lens, table = inputs
 
-    def o_of(**over):
-        return lambda: reference.decode_attention(q, k, None if absorbed else v, lens, table,
-                                                  **{"causal": causal, "dv": dv, **over})[0]
+    def o_of(**over):  # computed once, when first asked (diagnose compares them again)
+        return functools.cache(lambda: reference.decode_attention(
+            q, k, None if absorbed else v, lens, table, **{"causal": causal, "dv": dv,
+                                                           **over})[0])
 
     def with_caches(kk, vv, kept=lens):
-        return lambda: reference.decode_attention(q, kk, None if absorbed else vv, kept, table,
-                                                  causal=causal, dv=dv)[0]
+        return functools.cache(lambda: reference.decode_attention(
+            q, kk, None if absorbed else vv, kept, table, causal=causal, dv=dv)[0])
 
     for words, scale in scales(q.shape[-1], dv or v.shape[-1]):
         yield words, o_of(scale=scale)
