@@ -1,8 +1,10 @@
 """GPU timings that carry their samples: ``time_`` benchmarks whose timed call synchronises.
 
 asv times each call of a ``time_`` method with its own clock; the call runs one pass and
-then ``torch.cuda.synchronize()``, so each sample is the device time of that pass (plus tens
-of microseconds of launch and sync). With ``asv run --record-samples`` every sample is kept.
+then ``torch.cuda.synchronize()``, so each sample is the time of that pass, tens of
+microseconds of launch and sync, and the new contents' one-tensor rewrite before it (k's or
+dO's in-place multiply: ~3% of a 4x16x4096x4096x128 bf16 forward; docs/asv.md). With ``asv
+run --record-samples`` every sample is kept.
 TimeAttentionGPU times flashbench's kernel and the pinned SDPA flash peer (fwd; bwd:
 ``torch.autograd.grad(o, (q, k, v), do)``), TimeAttentionFP8GPU the FP8 forward on e4m3
 inputs; each call on new contents, its output row checked in teardown (:func:`fresh_pass`,

@@ -98,7 +98,7 @@ def render_text(report: dict) -> str:
     notes = []
     busy = _busy(report)
     for r in report["rows"]:
-        spread = "-" if r.p10_s is None else f"{r.p10_s * 1e3:.3g}-{r.p90_s * 1e3:.3g}"
+        spread = "-" if r.p10_s is None else f"{_fmt(r.p10_s, '', 1e3)}-{_fmt(r.p90_s, '', 1e3)}"
         lines.append(f"| {r.case} | {r.backend} | {r.status} | {_fmt(r.median_s, '', 1e3)} | "
                      f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
                      f"{_fmt(r.peak_fraction, '%', 100)} | {_fmt(r.speedup, 'x')}"

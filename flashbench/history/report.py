@@ -42,7 +42,13 @@ from flashbench.history.plots import (
 )
 from flashbench.history.steps import current_code, declared_versions, flagged, steps
 from flashbench.history.suites import MAIN_METRIC
-from flashbench.history.summaries import error_bands, identities, throughput, throughput_points
+from flashbench.history.summaries import (
+    error_bands,
+    identities,
+    peaks,
+    throughput,
+    throughput_points,
+)
 
 MARKER = ".flashbench-history"
 
@@ -133,7 +139,7 @@ def peak_tables(points: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     history order (short hash)."""
     if points.empty or not points["pct_peak"].notna().any():
         return []
-    order = commit_order(df)
+    order, measured = commit_order(df), peaks(df).astype({"machine": object})
     lines = []
     timed = points[points["pct_peak"].notna()].astype({"machine": object, "cpu": object})
     for (machine, cpu), g in timed.groupby(["machine", "cpu"], dropna=False, sort=True):
@@ -146,7 +152,14 @@ def peak_tables(points: pd.DataFrame, df: pd.DataFrame) -> list[str]:
                                               aggfunc="last", sort=False)
         wide = wide[list(dict.fromkeys(g.sort_values("x")["commit_"]))].reset_index()
         where = f"`{machine}`" + (f" ({cpu})" if isinstance(cpu, str) else "")
-        lines += ["", f"### {where}: TFLOP/s (% of the same run's matmul peak) per commit",
+        # a dtype whose matmul no run timed is of the run's fastest (fp8 of bf16's: speed's
+        # is of torch._scaled_mm's, about 2x: said, a probe 2026-12-07)
+        of = set(measured.loc[measured["machine"] == machine, "dtype"].dropna())
+        other = sorted(set(g["dtype"].dropna()) - of)
+        lines += ["", f"### {where}: TFLOP/s (% of the same run's matmul peak in the row's "
+                  "dtype" + (f"; {', '.join(other)}: of the run's fastest measured matmul "
+                             f"({', '.join(sorted(of))}), none of {', '.join(other)} timed"
+                             if other else "") + ") per commit",
                   "", _table(_without_empty(wide, ["variant"]))]
     return ["", "## Throughput per commit where a matmul peak was measured", *lines]
 

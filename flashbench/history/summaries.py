@@ -304,7 +304,7 @@ def _timings(df: pd.DataFrame) -> np.ndarray:
     return timed & finite_ok(df)
 
 
-def _peaks(df: pd.DataFrame) -> pd.DataFrame:
+def peaks(df: pd.DataFrame) -> pd.DataFrame:
     """Measured matmul TFLOP/s per run and dtype (the best of its matmul-peak timings)."""
     peak = ok_rows(df, [b for b in names(df["benchmark"]) if isinstance(b, str)
                         and is_matmul_peak(b)], [*_RUN, "benchmark", "params", "value"])
@@ -350,13 +350,13 @@ def throughput_points(df: pd.DataFrame) -> pd.DataFrame:
     points["tflops"] = (np.array(described[6], dtype=float)[which]
                         / points["value"].to_numpy(float) * 1e-12)
     points = points.sort_values("date", kind="stable", ignore_index=True)
-    peaks = _peaks(df)
-    if peaks.empty:
+    measured = peaks(df)
+    if measured.empty:
         points["pct_peak"] = np.nan
         return points[columns]
     runs = points[_RUN].astype(object)
-    same = runs.assign(dtype=points["dtype"]).merge(peaks, on=[*_RUN, "dtype"], how="left")
-    best = runs.merge(peaks.groupby(_RUN, dropna=False)["peak_tflops"].max().reset_index(),
+    same = runs.assign(dtype=points["dtype"]).merge(measured, on=[*_RUN, "dtype"], how="left")
+    best = runs.merge(measured.groupby(_RUN, dropna=False)["peak_tflops"].max().reset_index(),
                       on=_RUN, how="left")
     peak = same["peak_tflops"].fillna(best["peak_tflops"]).to_numpy(float)
     points["pct_peak"] = 100 * points["tflops"].to_numpy(float) / peak
