@@ -72,3 +72,28 @@ def test_gpu_state_describes_the_stack():
         assert key in state
     if not torch.cuda.is_available():
         assert state["gpu"] == "no-gpu"
+
+
+def test_a_tf32_peak_times_fp32_operands_on_tf32_and_sets_the_flag_back(monkeypatch):
+    """tf32 rows' % peak was of the bf16 matmul, "no tf32 matmul peak on this device" (a
+    probe, 2026-12-07: a Hopper GPU's tf32 peak is about half bf16's, so they read about 2x
+    low). The peak is timed on fp32 operands with torch's tf32 flag on, then set back; the
+    device is stood in for (this machine has none)."""
+    import flashbench.measure.timing as timing
+
+    seen = []
+    real = torch.randn
+    monkeypatch.setattr(timing, "_require_cuda", lambda: None)
+    monkeypatch.setattr(torch, "randn", lambda *a, device=None, dtype=None: real(
+        *a, dtype=dtype))
+
+    def seconds(fn):
+        seen.append((torch.backends.cuda.matmul.allow_tf32, fn().dtype))
+        return 1.0
+
+    monkeypatch.setattr(timing, "device_seconds", seconds)
+    before = torch.backends.cuda.matmul.allow_tf32
+    assert timing.matmul_peak_tflops("tf32", n=8) == pytest.approx(2 * 8**3 * 1e-12)
+    assert timing.matmul_peak_tflops("fp32", n=8) == pytest.approx(2 * 8**3 * 1e-12)
+    assert seen == [(True, torch.float32), (False, torch.float32)]
+    assert torch.backends.cuda.matmul.allow_tf32 == before

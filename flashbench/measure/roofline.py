@@ -106,7 +106,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             if fp8 is not None:
                 peaks[d], how[d] = fp8, "fp8 e4m3 torch._scaled_mm"
                 continue
-            mm = d if d in ("fp16", "bf16", "fp32") else "bf16"
+            mm = d if d in ("fp16", "bf16", "fp32", "tf32") else "bf16"
             peaks[d] = matmul_peak_tflops(mm)
             if mm != d:
                 how[d] = f"{mm} matmul (no {d} matmul peak on this device)"

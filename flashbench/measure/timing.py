@@ -137,7 +137,14 @@ def matmul_peak_tflops(dtype: str = "bf16", n: int = 8192) -> float:
 
     a = torch.randn(n, n, device="cuda", dtype=TORCH_DTYPES[dtype])
     b = torch.randn(n, n, device="cuda", dtype=TORCH_DTYPES[dtype])
-    seconds = device_seconds(lambda: torch.matmul(a, b))
+    # tf32: fp32 operands on the tensor cores (about half bf16's peak on a Hopper GPU; the
+    # bf16 matmul stood for it, and tf32 rows read about 2x low: a probe, 2026-12-07)
+    was = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        seconds = device_seconds(lambda: torch.matmul(a, b))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
     return 2.0 * n**3 / seconds * 1e-12
 
 
