@@ -304,3 +304,26 @@ def test_fp8_suite_reads_its_records_and_skips_where_a_commit_has_no_fp8():
         suite.setup({}, *key)
     with pytest.raises(NotImplementedError, match="lacks"):
         suite.setup({"missing": "this commit lacks flashbench.numerics"}, *key)
+
+
+def test_speed_times_the_fp8_forward_on_its_pools_e4m3_inputs():
+    """speed's fp8 pool holds e4m3 q, k, v (quantised before the clock, FlashAttention-3's
+    convention); triton-fp8's timed call sent them to the quantising path, which refuses
+    e4m3: every fp8 row "raised" (a probe, 2026-12-07; a GPU's rows, seen here with the
+    interpreter let through). Its GB/s counts o in bf16, as it is written (5 units of
+    e4m3 q's size at Nq = Nk, d = dv, not 4)."""
+    import dataclasses
+
+    from flashbench.backends import get_backend
+    from flashbench.inputs import Shape
+    from flashbench.measure.roofline import measure_roofline
+    from flashbench.measure.speed import SpeedCase
+    from flashbench.measure.speedrun import time_backend
+
+    backend = dataclasses.replace(get_backend("triton-fp8"), interpreted=lambda: False)
+    case = SpeedCase(Shape(1, 2, 64, 64, 32), "fp8")
+    row = time_backend(case, backend, measure_roofline("cpu", ["fp8"]), seed=1, samples=3,
+                       warmup=1)
+    assert row.status == "PASS" and not row.failures, (row.reason, row.failures)
+    assert case.bytes() == 5 * 2 * 64 * 32  # q, k, v in e4m3, o in bf16
+    assert SpeedCase(Shape(1, 2, 64, 64, 32), "bf16").bytes() == 4 * 2 * 64 * 32 * 2

@@ -83,11 +83,16 @@ class SpeedCase:
         read = self.varlen_k and [k * (q > 0) for q, k in zip(self.varlen, self.varlen_k,
                                                               strict=True)]
         s = packed_shape(self.varlen, self.shape, read) if self.varlen else self.shape
-        qo = s.H * s.Nq * (s.d + s.head_dim_v)  # q and o (q and dO; dq and o)
-        kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v)
-        per = {"fwd": qo + kv, "bwd": 2 * (qo + kv)}
+        from flashbench.inputs.precision import get_precision
+
+        size = torch_dtype(self.dtype).itemsize  # o in its own precision (fp8's: bf16)
+        out = torch_dtype(get_precision(self.dtype).out.name).itemsize
+        q, o = s.H * s.Nq * s.d * size, s.H * s.Nq * s.head_dim_v
+        kv = s.kv_heads * s.Nk * (s.d + s.head_dim_v) * size
+        # fwd reads q, k, v, writes o; bwd reads q, k, v, o, dO, writes dq, dk, dv
+        per = {"fwd": q + o * out + kv, "bwd": 2 * (q + kv + o * out)}
         per["fwdbwd"] = per["fwd"] + per["bwd"]
-        return torch_dtype(self.dtype).itemsize * s.B * per[self.direction]
+        return s.B * per[self.direction]
 
     def label(self) -> str:
         mask = f" {self.variant.label()}" if self.variant else " causal" * self.causal
