@@ -131,6 +131,18 @@ def _tail_wrong(name, q, k, v, kw):
                                                  if x != left_out})[0])
 
 
+def _planted(shape: str, kw: dict, dtype: str, seed: int, planter, wrong: str):
+    """(what diagnose says of ``planter(wrong, q, k, v, kw)``'s O, (q, k, v), the float64
+    (o, lse), the same-dtype standard's (o, lse), its max O error)."""
+    q, k, v = make_qkv(Shape.parse(shape), "normal", seed)
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, dtype, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    said = diagnose(dense_candidates(q, k, v, kw), (planter(wrong, q, k, v, kw), None), ref,
+                    o_std)
+    return said, (q, k, v), ref, std, o_std
+
+
 SINKS = np.array([0.5, 2.0])
 TAILS = {  # name: (shape, keywords, what diagnose says)
     "dropped, causal": ("1x2x100x300x64", {"causal": True}, "keys 256 to 299 of Nk = 300 "
@@ -156,12 +168,7 @@ def test_a_partial_block_a_head_dim_block_or_a_variant_gone_wrong_is_named(wrong
     bf16: the tail of a partial key block dropped or unmasked, q.k or O cut to a head-dim
     block of 64, the variant left out, a softcap before the scale, a window one key wide."""
     shape, kw, words = TAILS[wrong]
-    q, k, v = make_qkv(Shape.parse(shape), "normal", 3)
-    ref = reference.attention(q, k, v, **kw)
-    std = numerics.standard_model(q, k, v, BF16, **kw)
-    o_std = float(np.max(np.abs(std[0] - ref[0])))
-    said = diagnose(dense_candidates(q, k, v, kw), (_tail_wrong(wrong, q, k, v, kw), None),
-                    ref, o_std)
+    said, (q, k, v), ref, std, o_std = _planted(shape, kw, BF16, 3, _tail_wrong, wrong)
     assert said is not None and words in said, said
     assert diagnose(dense_candidates(q, k, v, kw), (_bf16(ref[0]), None), ref, o_std) is None
     # the standard model in bf16 (a precision loss, no wrong semantics) names none either
@@ -397,12 +404,7 @@ def test_the_probes_kernels_are_named_for_what_they_do(wrong):
     a block bug; top-left masks at Nq > Nk or with a window and sinks left out past the
     256 rows tried were not named; a second defect beside a GQA map was hidden."""
     shape, kw, dtype, parts = PROBE[wrong]
-    q, k, v = make_qkv(Shape.parse(shape), "normal", 5)
-    ref = reference.attention(q, k, v, **kw)
-    std = numerics.standard_model(q, k, v, dtype, **kw)
-    o_std = float(np.max(np.abs(std[0] - ref[0])))
-    said = diagnose(dense_candidates(q, k, v, kw), (_probe_wrong(wrong, q, k, v, kw), None),
-                    ref, o_std)
+    said = _planted(shape, kw, dtype, 5, _probe_wrong, wrong)[0]
     assert said is not None and all(p in said for p in parts), said
     if not any("second defect" in p for p in parts):
         assert "second defect" not in said, said
