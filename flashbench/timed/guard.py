@@ -100,11 +100,10 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
     """Time ``samples`` calls of ``call(*args)``, each on the pool's next arguments
     (``setup``: ``args = setup(*args)`` first, outside the clock: a backward's forward).
 
-    On ``device`` "cuda": the L2 ``flush()`` queued before each call and not waited for (the
-    host's launch of the call overlaps it: off the clock, as in triton.testing.do_bench),
-    CUDA events around the call with ``torch.cuda.synchronize()`` (the whole device) before
-    the end event, and the host clock around the same span as a bound (a device time above
-    it is a tampered clock). On "cpu":
+    On ``device`` "cuda": the L2 ``flush()`` before each call, the device synchronised, CUDA
+    events around the call with ``torch.cuda.synchronize()`` (the whole device) before the
+    end event, and the host clock around the same span as a bound (a device time above it is
+    a tampered clock); the call's host launch is inside its time, as every backend's. On "cpu":
     the host clock. Nothing about an output is judged inside the window; after it, its
     structure is checked (:func:`structural`, against the earlier outputs still alive), a
     copy kept and the call's own buffers released before the next call (:class:`Kept`).
@@ -143,12 +142,14 @@ def timed_calls(call: Callable, pool: Pool, samples: int, warmup: int = 2,
         seed = pool.seeds[slot]  # after arm: (contents, dO) where dO came late
         tasks = thread_census()[1]
         if cuda:
+            if flush is not None:
+                flush()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # the device idle before the start: a flush left running would hide the launch,
+            # and as much of a side stream's work as overlaps it (a review, 2026-12-07)
             sync()
             t0 = _PERF()
-            if flush is not None:  # queued first: the device zeroes the L2's buffer while the
-                flush()  # host records the start and launches the call, whose launch is then
-            start.record()  # off the clock (after a sync it was on it: a probe, 2026-12-07)
+            start.record()
             out = call(*args)
             joined(tasks)
             sync()
