@@ -483,3 +483,49 @@ def test_a_packed_kernel_reading_into_the_next_sequence_is_named():
                     ref, o_std)
     assert said is not None and "each sequence's keys read on to the end of its last block " \
         "of 16 (no length mask: the next sequence's keys in its softmax)" in said, said
+
+
+def test_a_window_side_read_unbounded_is_named_so_and_an_int32_side_is_no_crash():
+    """A review (2026-12-07): a right bound of 0 read as -1 (no bound) was named "a window of
+    (8, -1), not (8, 0): one key fewer on the right", the opposite; a side at int32's
+    largest ended the check (Variant refuses one more)."""
+    q, k, v = make_qkv(Shape.parse("1x2x96x160x64"), "normal", 4)
+    kw = {"causal": False, "window": (8, 0)}
+    ref = reference.attention(q, k, v, **kw)
+    std = numerics.standard_model(q, k, v, BF16, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    wrong = _bf16(reference.attention(q, k, v, causal=False, window=(8, -1))[0])
+    said = diagnose(dense_candidates(q, k, v, kw), (wrong, None), ref, o_std)
+    assert said is not None and "the window's right bound left out (unbounded), not 0" in said
+    assert "one key fewer" not in said, said
+    kw = {"causal": False, "window": (2**31 - 1, 4)}
+    ref = reference.attention(q, k, v, **kw)
+    off = _bf16(ref[0]) + 0.1
+    assert diagnose(dense_candidates(q, k, v, kw), (off, None), ref, o_std) is None
+
+
+def test_offsets_below_the_diagonal_are_written_with_their_sign():
+    q, k, v = make_qkv(Shape.parse("1x2x300x100x64"), "normal", 2)
+    words = [w for w, *_ in dense_candidates(q, k, v, {"causal": True})]
+    late = next(w for w in words if "one key late" in w)
+    assert "= i - 199)" in late and "+ -" not in " ".join(words), words
+
+
+def test_a_packed_top_left_mask_is_named_where_sequences_have_more_queries_than_keys():
+    from flashbench.measure.seqdiagnose import varlen_candidates
+    from flashbench.reference.varlen import per_sequence
+
+    q, k, v, cu, cu_k = _packed((40, 90), (90, 40), seed=6)
+    kw = {"causal": True}
+    ref = reference.varlen_attention(q, k, v, cu, cu_k, **kw)
+    std = per_sequence(numerics.standard_model, q, k, v, cu, cu_k, dtype=BF16, **kw)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    out = np.zeros_like(ref[0])
+    for a, b, c, e in zip(cu, cu[1:], cu_k, cu_k[1:], strict=False):
+        n, m = b - a, e - c  # query i sees keys 0..i, written out
+        s = np.einsum("qhd,khd->hqk", q[a:b], k[c:e]) * q.shape[-1] ** -0.5
+        s = np.where(np.arange(m)[None, :] <= np.arange(n)[:, None], s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out[a:b] = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), v[c:e])
+    said = diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), (_bf16(out), None), ref, o_std)
+    assert said is not None and "aligned top-left in each sequence" in said, said

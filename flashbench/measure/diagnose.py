@@ -21,6 +21,7 @@ import numpy as np
 
 from flashbench import reference
 from flashbench.accuracy.metrics import to_numpy
+from flashbench.inputs.variant import MAX_WINDOW
 
 MATCH = 2.0  # the candidate's error within this many times the standard's (the 2x rule)
 CLEARER = 0.25  # and under this share of the kernel's error against the true attention,
@@ -101,7 +102,7 @@ def _dense(q, k, v, kw: dict) -> Iterator[tuple]:
     if kw.get("causal"):
         if nq < nk:  # top-left: query i sees keys 0..i, the bottom-right mask of Nk = Nq
             yield (f"a causal mask aligned top-left (query i sees keys up to i), not "
-                   f"bottom-right (up to i + Nk - Nq = i + {nk - nq}) as FlashAttention "
+                   f"bottom-right (up to i + Nk - Nq = {_plus(nk - nq)}) as FlashAttention "
                    "aligns it", o_of(q, k[..., :nq, :], v[..., :nq, :]))
         elif nq > nk and "window" not in kw:  # keys up to i: bottom-right's i + (Nq - Nk)
             yield (f"a causal mask aligned top-left (query i sees keys up to i), not "
@@ -112,11 +113,11 @@ def _dense(q, k, v, kw: dict) -> Iterator[tuple]:
             yield "no causal mask", o_of(q, k, v, causal=False)
             if nq > 1:  # at Nq = 2 the same as no mask: both said (diagnose)
                 yield (f"the causal diagonal one key late (query i sees keys up to i + Nk - "
-                       f"Nq + 1 = i + {nk - nq + 1})", o_of(q, k, v, causal=False,
+                       f"Nq + 1 = {_plus(nk - nq + 1)})", o_of(q, k, v, causal=False,
                                                             window=(-1, 1)))
         if nk > 1 and "window" not in kw:  # at Nq = 1 the last key left out: both said
             yield (f"the causal diagonal one key early (query i sees keys up to i + Nk - Nq "
-                   f"- 1 = i + {nk - nq - 1}, not the key at its own position)",
+                   f"- 1 = {_plus(nk - nq - 1)}, not the key at its own position)",
                    o_of(q, k[..., :-1, :], v[..., :-1, :]))
     elif "window" not in kw:
         yield "a causal mask where none was asked", o_of(q, k, v, causal=True)
@@ -126,6 +127,11 @@ def _dense(q, k, v, kw: dict) -> Iterator[tuple]:
         yield (f"grouped-query heads mapped h % Hkv, not h // (H / Hkv) = h // {h // hkv}",
                o_of(q, k[..., wrong, :, :], v[..., wrong, :, :]))
     yield from _key_tail(q, k, v, kw, o_of, full_nq)
+
+
+def _plus(n: int) -> str:
+    """``i + n`` in words, its sign written (i - 211, not i + -211)."""
+    return f"i + {n}" if n > 0 else f"i - {-n}" if n < 0 else "i"
 
 
 def _first_rows(q, k, v, kw: dict):
@@ -190,14 +196,22 @@ def variant_left_out(kw, o_of, q, k, v, first=None):
     if "window" in kw:
         left, right = kw["window"]
         yield "no sliding window (every key the mask allows)", o_of(q, k, v, window=(-1, -1))
+        for side, other in (("left", (-1, right)), ("right", (left, -1))):
+            bound = left if side == "left" else right
+            if bound >= 0 and other != (-1, -1) and not (side == "right" and kw.get("causal")):
+                yield (f"the window's {side} bound left out (unbounded), not {bound} (a bound "
+                       "of 0 read as -1, no bound?)" if bound == 0 else
+                       f"the window's {side} bound left out (unbounded), not {bound}",
+                       o_of(q, k, v, window=other))
         for side, other in (("left", (left + 1, right)), ("left", (left - 1, right)),
                             ("right", (left, right + 1)), ("right", (left, right - 1))):
-            bound = left if side == "left" else right
-            if bound < 0 or min(other) < -1 or (side == "right" and kw.get("causal")):
-                continue  # an unbounded side, a bound of 0 made -1, causal's right of 0
-            more = sum(other) > left + right
+            bound, new = (left, other[0]) if side == "left" else (right, other[1])
+            if bound < 0 or not 0 <= new <= MAX_WINDOW or (side == "right" and kw.get(
+                    "causal")):  # an unbounded side, a bound of 0 made -1 (unbounded), past
+                continue  # int32, causal's right of 0
             yield (f"a window of {other}, not {(left, right)}: one key "
-                   f"{'more' if more else 'fewer'} on the {side}", o_of(q, k, v, window=other))
+                   f"{'more' if new > bound else 'fewer'} on the {side}",
+                   o_of(q, k, v, window=other))
 
 
 def _key_tail(q, k, v, kw, o_of, nq: int):
@@ -243,6 +257,14 @@ def _matches(err: float, standard: float, own: float) -> bool:
     return (err <= MATCH * max(standard, 1e-12) and err < CLEARER * own) or err < EXPLAINS * own
 
 
+def _same(alt, output) -> bool:
+    """Whether candidate ``alt`` gives ``output`` (to float64's rounding)."""
+    try:
+        return _max_abs(alt(), output) <= 1e-12 * max(1.0, float(np.abs(output).max()))
+    except ValueError:
+        return False
+
+
 def _max_abs(a, b) -> float:
     with np.errstate(invalid="ignore"):
         return float(np.max(np.abs(a - b), initial=0.0))
@@ -266,10 +288,12 @@ def diagnose(candidates, out, ref, o_standard: float,
     for words, alt, view in items:  # alt: computed at the first FAIL that asks (cached)
         mine = view(o)
         own = _max_abs(mine, view(ref[0]))
-        err = _max_abs(mine, alt())
+        try:
+            err = _max_abs(mine, alt())
+        except ValueError:  # a semantics the reference refuses here: not this one
+            continue
         if _matches(err, o_standard, own):
-            same = [w for w, a, v in items if v is view and w != words
-                    and _max_abs(a(), alt()) <= 1e-12 * max(1.0, float(np.abs(alt()).max()))]
+            same = [w for w, a, v in items if v is view and w != words and _same(a, alt())]
             named = words + "".join(f", or (the same here) {w}" for w in same)
             if err <= MATCH * max(o_standard, 1e-12):
                 return (f"its O matches attention with {named}: max |O - that| {err:.2g} "

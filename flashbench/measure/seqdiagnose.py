@@ -58,9 +58,9 @@ def _varlen(q, k, v, cu, cu_k, kw: dict) -> Iterator[tuple[str, Callable]]:
     lengths = list(zip(np.diff(cu), np.diff(cu_k), strict=True))
     if "window" not in kw:
         if kw.get("causal"):
-            if any(0 < n < m for n, m in lengths):
+            if any(n != m and n > 0 and m > 0 for n, m in lengths):
                 yield ("a causal mask aligned top-left in each sequence (query i sees keys "
-                       "0..i), not bottom-right as FlashAttention aligns it when Nq < Nk",
+                       "0..i), not bottom-right as FlashAttention aligns it when Nq != Nk",
                        o_of(q, k, v, fn=_top_left))
             yield "no causal mask", o_of(q, k, v, causal=False)
         else:
@@ -128,7 +128,12 @@ def _longer(keys, rooms, starts, total):
 
 
 def _top_left(q, k, v, **kw):
-    nq = q.shape[-2]
+    """One sequence's attention with query i seeing keys 0..i: its first Nq keys under the
+    bottom-right mask (Nq <= Nk), else no mask but keys up to i (Nq - Nk past the
+    bottom-right diagonal: a review, 2026-12-07, found those sequences left bottom-right)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    if nq > nk:
+        return reference.attention(q, k, v, **{**kw, "causal": False, "window": (-1, nq - nk)})
     return reference.attention(q, k[..., :nq, :], v[..., :nq, :], **kw)
 
 
