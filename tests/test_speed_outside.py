@@ -151,3 +151,20 @@ def test_a_user_row_against_a_peer_in_this_process_says_its_speedup_is_unlike():
     assert near is not None and "pays the worker's path" in near, near
     other = row("mod:peer", 6e-4, own=5.9e-4)
     assert _unlike(row("mod:fn", 6e-4, own=3.5e-4, baseline="mod:peer"), [other]) is None
+
+
+def test_no_speedup_names_the_torch_peers_named_in_only_that_did_not_pass():
+    """A review (2026-12-07): a torch peer --only named counts (its row's peer is False), so
+    "no speedup" read "--only named no torch peer" beside a torch-sdpa that FAILed."""
+    from flashbench.cli.speed_view import _no_speedup
+
+    def row(backend, status, speedup=None, reason=None):
+        return SimpleNamespace(case="c", backend=backend, status=status, speedup=speedup,
+                               reason=reason, peer=False)
+
+    said = _no_speedup([row("mod:fn", "PASS"), row("torch-sdpa", "FAIL")],
+                       "the fastest torch peer that passed")
+    assert said == ["no speedup on c: the baseline, the fastest torch peer that passed, has "
+                    "no PASS there: torch-sdpa FAIL"], said
+    alone = _no_speedup([row("mod:fn", "PASS")], "the fastest torch peer that passed")
+    assert "--only named no torch peer" in alone[0], alone

@@ -97,3 +97,19 @@ def test_a_tf32_peak_times_fp32_operands_on_tf32_and_sets_the_flag_back(monkeypa
     assert timing.matmul_peak_tflops("fp32", n=8) == pytest.approx(2 * 8**3 * 1e-12)
     assert seen == [(True, torch.float32), (False, torch.float32)]
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_on_a_gpu_tf32_rows_are_of_the_tf32_matmul_and_floored_as_fp32s(monkeypatch):
+    """A tf32 row's % peak is of the tf32 matmul; its floor, as fp32's, of the bf16 matmul
+    (its dots may run in 16 bits: a review, 2026-12-07, found tf32's floor half fp32's).
+    The device's peaks are stood in for."""
+    import flashbench.measure.timing as timing
+    from flashbench.measure.roofline import measure_roofline
+
+    rates = {"bf16": 800.0, "fp32": 60.0, "tf32": 400.0}
+    monkeypatch.setattr(timing, "matmul_peak_tflops", lambda d: rates[d])
+    monkeypatch.setattr(timing, "copy_bandwidth_gbs", lambda: 4000.0)
+    roof = measure_roofline("cuda", ["tf32", "fp32", "bf16"])
+    assert roof.tflops == rates
+    assert roof.floor == {"tf32": 800.0, "fp32": 800.0}
+    assert roof.peak_how["tf32"].startswith("tf32 matmul; the floor of the bf16 matmul, 800")

@@ -28,12 +28,12 @@ def decode_cases(args):
         cases = [(spec, DecodeCase.parse(spec, causal=c, dist=dist)) for spec in args.decode_case
                  for dist in args.dist for c in causals]
         if args.causal == "both":  # a causal pass the user did not ask for by name: left out
-            for spec, c in cases:  # where a cache is shorter than the new tokens (exit 2 before)
-                if c.causal and min(c.lens) < c.Nq:
-                    say = f"check --decode: {spec} runs without causal alone: a cache of " \
-                          f"{min(c.lens)} keys is shorter than its Nq = {c.Nq} new tokens, " \
-                          "which a causal mask places at the cache's end"
-                    print(say, file=sys.stderr)
+            for spec in dict.fromkeys(s for s, c in cases  # where a cache is shorter than its
+                                      if c.causal and min(c.lens) < c.Nq):  # Nq (exit 2 before)
+                c = next(c for s, c in cases if s == spec)
+                print(f"check --decode: {spec} runs without causal alone: a cache of "
+                      f"{min(c.lens)} keys is shorter than its Nq = {c.Nq} new tokens, which "
+                      "a causal mask places at the cache's end", file=sys.stderr)
             cases = [(s, c) for s, c in cases if not c.causal or min(c.lens) >= c.Nq]
         return [c for _, c in cases]
     return [c for c in default_decode_cases() if c.causal in causals]

@@ -152,16 +152,30 @@ def peak_tables(points: pd.DataFrame, df: pd.DataFrame) -> list[str]:
                                               aggfunc="last", sort=False)
         wide = wide[list(dict.fromkeys(g.sort_values("x")["commit_"]))].reset_index()
         where = f"`{machine}`" + (f" ({cpu})" if isinstance(cpu, str) else "")
-        # a dtype whose matmul no run timed is of the run's fastest (fp8 of bf16's: speed's
-        # is of torch._scaled_mm's, about 2x: said, a probe 2026-12-07)
-        of = set(measured.loc[measured["machine"] == machine, "dtype"].dropna())
-        other = sorted(set(g["dtype"].dropna()) - of)
         lines += ["", f"### {where}: TFLOP/s (% of the same run's matmul peak in the row's "
-                  "dtype" + (f"; {', '.join(other)}: of the run's fastest measured matmul "
-                             f"({', '.join(sorted(of))}), none of {', '.join(other)} timed"
-                             if other else "") + ") per commit",
-                  "", _table(_without_empty(wide, ["variant"]))]
+                  f"dtype{_of_another(g, measured)}) per commit", "",
+                  _table(_without_empty(wide, ["variant"]))]
     return ["", "## Throughput per commit where a matmul peak was measured", *lines]
+
+
+def _of_another(g: pd.DataFrame, measured: pd.DataFrame) -> str:
+    """Where some rows' % is of another dtype's matmul, their run timing none of theirs:
+    which, and of which (fp8 of bf16's; speed's is of torch._scaled_mm's, about 2x: said, a
+    probe 2026-12-07), run by run."""
+    run = [c for c in measured.columns if c not in ("dtype", "peak_tflops")]
+    keys = g[[*run, "dtype"]].astype(object)
+    have = keys.merge(measured.astype({c: object for c in run}), on=[*run, "dtype"],
+                      how="left")["peak_tflops"].notna().to_numpy()
+    other = keys[~have]
+    if other.empty:
+        return ""
+    measured = measured.dropna(subset=["peak_tflops"])
+    fastest = measured.loc[measured.groupby(run, dropna=False)["peak_tflops"].idxmax()]
+    used = other.drop(columns="dtype").merge(fastest.astype({c: object for c in run}),
+                                             on=run, how="left")["dtype"].dropna()
+    lost = ", ".join(sorted(set(other["dtype"].dropna())))
+    return (f"; {lost}: of the run's fastest measured matmul ({', '.join(sorted(set(used)))}),"
+            f" none of {lost} timed in it")
 
 
 def build_report(results_dir, out, force: bool = False) -> str:

@@ -110,15 +110,17 @@ def measure_roofline(device: str, dtypes) -> Roofline:
             peaks[d] = matmul_peak_tflops(mm)
             if mm != d:
                 how[d] = f"{mm} matmul (no {d} matmul peak on this device)"
-        if "fp32" in peaks:  # an fp32 kernel's dots may run as tf32 on the tensor cores:
-            try:  # its floor is of them (its % peak stays of the fp32 matmul)
+        for d in ("fp32", "tf32"):  # their dots may run on the tensor cores in 16 bits
+            if d not in peaks:  # (tf32's 10-bit mantissa is fp16's): the floor of the bf16
+                continue  # matmul, their % peak of their own (a review, 2026-12-07)
+            try:
                 tensor = peaks.get("bf16") or matmul_peak_tflops("bf16")
-            except RuntimeError:  # a device without a bf16 matmul: fp32's own
+            except RuntimeError:  # a device without a bf16 matmul: their own
                 tensor = 0.0
-            if tensor > peaks["fp32"]:
-                floor["fp32"] = tensor
-                how["fp32"] = (f"fp32 matmul; the floor of the bf16 matmul, {tensor:.3g} "
-                               "TFLOP/s (the tensor cores, where a kernel's tf32 dots run)")
+            if tensor > peaks[d]:
+                floor[d] = tensor
+                how[d] = (f"{d} matmul; the floor of the bf16 matmul, {tensor:.3g} TFLOP/s "
+                          "(the tensor cores, where a kernel's dots may run in 16 bits)")
         return Roofline(peaks, copy_bandwidth_gbs(), "CUDA events, L2 flushed, median of 20: "
                         "8192^3 torch.matmul (fp8: torch._scaled_mm); 2 GiB device copy; "
                         "measured again before a floor verdict", how,
