@@ -74,7 +74,8 @@ def add_parser(sub) -> None:
                    help="the backend speedups are against (default: the fastest torch peer)")
     s.add_argument("--samples", type=int_at_least(10, "samples"), default=10,  # MIN_SAMPLES
                    help="timed calls per row, >= 10 (default 10)")
-    s.add_argument("--warmup", type=positive_int, default=2, help="untimed calls first")
+    s.add_argument("--warmup", type=positive_int, default=2,
+                   help="untimed calls first, >= 1 (default 2)")
     s.add_argument("--seed", type=seed, default=None,
                    help="the run's seed, >= 0 (default: drawn at random, printed)")
     s.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
