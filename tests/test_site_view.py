@@ -59,3 +59,33 @@ def test_view_skips_a_corrupt_results_file_and_says_so(tmp_path, capsys):
     assert "skipped" in capsys.readouterr().err
     assert not (tmp_path / "view" / "cpu-epyc" / "bad-env.json").exists()
     assert (tmp_path / "view" / "cpu-epyc" / "abc-env.json").exists()
+
+
+def test_infinite_values_show_as_failed_and_malformed_files_are_skipped_by_name(tmp_path,
+                                                                                capsys):
+    """A probe (2026-12-07): one Infinity timing left `asv publish` running for good (the
+    site never came); a results file whose "results" is a string was a traceback; a commit
+    given as a number failed asv publish without naming the file; a list was left out
+    unsaid; a date of 1e20 was published."""
+    root = tmp_path / "results"
+    _results(root, [math.inf, 2.0, math.nan, -math.inf])
+    folder = root / "cpu-epyc"
+    good = json.loads((folder / "abc-env.json").read_text())
+    for name, change in (("str-env.json", {"results": "abc"}), ("num-env.json",
+                         {"commit_hash": 12}), ("date-env.json", {"date": 10**20})):
+        (folder / name).write_text(json.dumps({**good, **change}))
+    (folder / "list-env.json").write_text("[1, 2]")
+    view_tree(root, tmp_path / "view")
+    err = capsys.readouterr().err
+    for name, why in (("str-env.json", "'results' is not an object"),
+                      ("num-env.json", "'commit_hash' is not a string"),
+                      ("date-env.json", "'date' 100000000000000000000 is no time"),
+                      ("list-env.json", "not a JSON object")):
+        assert f"skipped {folder / name}: not a readable results file: {why}" in err, err
+    assert "2 infinite value(s) in the results shown as failed" in err
+    kept = sorted(p.name for p in (tmp_path / "view" / "cpu-epyc").glob("*-env.json"))
+    assert kept == ["abc-env.json"]
+    row = json.loads((tmp_path / "view" / "cpu-epyc" / "abc-env.json").read_text())[
+        "results"]["a.T.track_x"]
+    assert row[0][0] is None and row[0][1] == 2.0 and row[0][3] is None
+    assert math.isnan(row[0][2])  # asv's skip stays a skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,15 +23,42 @@ from flashbench.site.window import PATH_KEYS
 NOISE = ("os", "ram", "num_cpu", "arch")  # facts that drift or that the machine name holds
 
 
+LATEST_DATE = 4102444800000  # 2100-01-01 in asv's milliseconds: past it, no real run
+
+
 def _read(path: Path) -> dict | None:
-    """A results file's JSON; None, said on stderr, for one that is not (left out)."""
+    """A results file's JSON; None, said on stderr, for one that is not (left out): not
+    JSON, not an object, its results no object, its commit no string, its date no time (a
+    probe, 2026-12-07: a string of results was a traceback, a number for a commit failed
+    asv publish without naming the file, a list was left out unsaid)."""
     try:
         data = json.loads(path.read_text())
+        why = ("not a JSON object" if not isinstance(data, dict) else
+               "'results' is not an object" if not isinstance(data.get("results", {}), dict)
+               else "'commit_hash' is not a string"
+               if not isinstance(data.get("commit_hash"), str) else
+               f"'date' {data.get('date')!r} is no time in milliseconds from 1970 to 2100"
+               if data.get("date") is not None and (isinstance(data["date"], bool) or not
+                                                    isinstance(data["date"], int) or not
+                                                    0 <= data["date"] <= LATEST_DATE)
+               else None)
     except (OSError, ValueError) as exc:
-        print(f"flashbench.site: skipped {path}: not a readable results file ({exc})",
+        why = f"({exc})"
+    if why is not None:
+        print(f"flashbench.site: skipped {path}: not a readable results file: {why}",
               file=sys.stderr)
         return None
-    return data if isinstance(data, dict) else None
+    return data
+
+
+def _finite(value, count: list):
+    """``value`` with every infinite number made None, asv's "failed" (``count[0]`` counts
+    them): one Infinity timing left asv publish running for good (a probe, 2026-12-07).
+    NaN, asv's "skipped", stays."""
+    if isinstance(value, float) and value in (math.inf, -math.inf):
+        count[0] += 1
+        return None
+    return [_finite(v, count) for v in value] if isinstance(value, list) else value
 
 
 def _measured(results: dict, names: dict) -> dict:
@@ -106,6 +134,7 @@ def view_tree(results: Path, tree: Path) -> int:
         machine = json.loads((folder / "machine.json").read_text())
         (tree / folder.name / "machine.json").write_text(json.dumps(
             {k: v for k, v in machine.items() if k not in NOISE}))
+    infinite = [0]
     for path, data in files.items():
         if not (tree / path.parent.name).is_dir():
             continue
@@ -115,7 +144,12 @@ def view_tree(results: Path, tree: Path) -> int:
             data["results"] = {n: _trim_result(row, columns, seen[n])
                                if n in trim and isinstance(row, list) else row
                                for n, row in data.get("results", {}).items()}
+        data["results"] = {n: _finite(row, infinite)
+                           for n, row in data.get("results", {}).items()}
         (tree / path.parent.name / path.name).write_text(json.dumps(data))
+    if infinite[0]:
+        print(f"flashbench.site: {infinite[0]} infinite value(s) in the results shown as "
+              "failed (asv's null): no real timing or error is infinite", file=sys.stderr)
     return dropped
 
 
