@@ -310,3 +310,22 @@ def test_the_accuracy_tables_show_the_parameters_no_column_shows(tmp_path, commi
     assert bool(loaded) == ("**Runs slower across the board**" in throughput)
     for xs in loaded.values():
         assert all(f"`{str(at[x])[:8]}`" in throughput for x in xs)
+
+
+def test_a_results_file_dated_past_2100_is_refused_by_name(tmp_path):
+    """A probe (2026-12-07): "date": 1e20 ended history and bands with exit 3 (an
+    OverflowError converting it); 1e17 with OutOfBoundsDatetime."""
+    import json
+
+    from flashbench.history.files import read_results_file
+
+    good = {"version": 2, "commit_hash": "abc", "env_name": "e", "date": 1, "params": {},
+            "python": "3.11", "requirements": {}, "result_columns": [], "results": {}}
+    path = tmp_path / "r.json"
+    for date in (10**20, 10**17, -5):
+        path.write_text(json.dumps({**good, "date": date}))
+        with pytest.raises(ValueError, match=r"'date' is \S+, expected milliseconds since "
+                                             r"1970 \(before 2100\)"):
+            read_results_file(path)
+    path.write_text(json.dumps(good))
+    assert read_results_file(path)["date"] == 1

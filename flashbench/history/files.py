@@ -76,9 +76,14 @@ def read_results_file(path: Path) -> dict:
     for key in ("commit_hash", "env_name"):
         if not isinstance(data[key], str):
             raise ValueError(f"{key!r} is {data[key]!r}, expected a string")
-    if isinstance(data["date"], bool) or not isinstance(data["date"], (int, float)):
-        raise ValueError(f"'date' is {data['date']!r}, expected milliseconds since 1970")
+    if isinstance(data["date"], bool) or not isinstance(data["date"], (int, float)) or not (
+            0 <= data["date"] <= LATEST_DATE):  # 1e20 ended history with an OverflowError
+        raise ValueError(f"'date' is {data['date']!r}, expected milliseconds since 1970 "
+                         "(before 2100)")
     return data
+
+
+LATEST_DATE = 4102444800000  # 2100-01-01 in milliseconds: past it, no real run (a probe)
 
 
 def machine_facts(path: Path, data: dict) -> tuple[str, str | None]:
