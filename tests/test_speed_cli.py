@@ -315,3 +315,11 @@ def test_a_rows_band_says_when_it_is_the_tables_d64_not_the_cases_head_dim():
     assert words(d=64) == words(d=64, dv=64) == "flashbench.tolerance"
     assert words(d=192, dv=128).endswith("at d = 64: this case's d = 192/128")
     assert words(d=80).endswith("this case's d = 80")
+
+
+def test_a_decode_case_with_every_cache_empty_is_refused(capsys):
+    """A probe (2026-12-07): `speed --decode --decode-case 1x2x1x8:0` FAILed torch's rows
+    "stale" (every call's output is zeros) and read "verdict: PASS", exit 0."""
+    rc = main(["speed", "--quiet", "--seed", "1", "--decode", "--decode-case", "1x2x1x8:0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "a case whose every cache is empty (0 keys)" in err, err

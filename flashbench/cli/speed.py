@@ -117,6 +117,11 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
     cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
              if args.decode_case else
              [c for c in default_decode_cases() if args.causal is None or c.causal in causals])
+    empty = [c for c in cases if not any(c.lens)]  # every call's output 0: "stale" (a probe)
+    if empty:
+        raise ValueError(f"speed --decode: a case whose every cache is empty "
+                         f"({', '.join(map(str, empty[0].lens))} keys) gives every call the "
+                         "same output, zeros: nothing to time (check --decode judges it)")
     return _timed(args, [DecodeSpeedCase(c, d) for c in cases for d in dtypes],
                   chosen_backends(args, resolve_decode_backends), get_decode_backend, run_seed)
 
