@@ -328,6 +328,13 @@ def test_cli_from_results(tmp_path, capsys):
     assert "00000001" in out  # the latest commit
     bf16 = next(ln for ln in out.splitlines() if ln.startswith("| bf16"))
     assert "1.0e-04 / 5.0e-04 / 1.5e-03" in bf16
+    # the newest commit's file corrupt: an older commit's bands, and the skip said (a
+    # probe, 2026-12-07: silence, exit 0)
+    newest = root / "m" / "00000001-env.json"
+    newest.write_text(newest.read_text()[:200])
+    status, out, err = run_cli(["bands", "--from-results", str(root)], capsys)
+    assert status == 0 and "00000000" in out, err
+    assert f"flashbench bands: {newest}: skipped: not valid JSON" in err, err
 
 
 # --------------------------------------------------------------------------- history
