@@ -99,6 +99,7 @@ def render_text(report: dict) -> str:
     notes = []
     busy = _busy(report)
     for r in report["rows"]:
+        unlike = _unlike(r, report["rows"])  # its note below, its mark in the table
         spread = "-" if r.p10_s is None else f"{_fmt(r.p10_s, '', 1e3)}-{_fmt(r.p90_s, '', 1e3)}"
         lines.append(f"| {r.case} | {r.backend} | {r.status} | {_fmt(r.median_s, '', 1e3)} | "
                      f"{spread} | {len(r.samples_s)} | {_fmt(r.tflops)} | {_fmt(r.gbs)} | "
@@ -107,7 +108,7 @@ def render_text(report: dict) -> str:
                         f" ({_fmt(r.speedup_ci[0])}-{_fmt(r.speedup_ci[1], 'x')})")
                      + (" (busy)" if r.speedup is not None and busy & {
                          (r.case, r.backend), (r.case, r.baseline)} else "")
-                     + (" *" if _unlike(r, report["rows"]) else "") + " |")
+                     + (" *" if unlike else "") + " |")
         if (r.case, r.backend) in busy:
             notes.append(f"busy: {r.backend} on {r.case}: processes outside this run kept "
                          f"{r.outside_cpus:.2f} CPUs busy on average while it was timed "
@@ -128,7 +129,6 @@ def render_text(report: dict) -> str:
                          "spreads their times a call; its worker's own "
                          f"clock says {r.worker_median_s * 1e3:.3g} ms a call (median; a "
                          "cross-check only)")
-        unlike = _unlike(r, report["rows"])
         if unlike is not None:
             notes.append(unlike)
     notes += _no_speedup(report["rows"], m["baseline"])
