@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flashbench.infra.asv import LATEST_DATE
+
 
 class ResultsWarning(UserWarning):
     """A results file or entry that could not be read; the message names it and the reason."""
@@ -81,9 +83,6 @@ def read_results_file(path: Path) -> dict:
         raise ValueError(f"'date' is {data['date']!r}, expected milliseconds since 1970 "
                          "(before 2100)")
     return data
-
-
-LATEST_DATE = 4102444800000  # 2100-01-01 in milliseconds: past it, no real run (a probe)
 
 
 def machine_facts(path: Path, data: dict) -> tuple[str, str | None]:

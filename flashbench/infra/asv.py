@@ -19,6 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# a results file's latest plausible "date", asv's milliseconds since 1970: 2100-01-01 (1e20
+# ended history with an OverflowError, and the site published it: a probe, 2026-12-07)
+LATEST_DATE = 4102444800000
+
 
 def read_config(path: Path | str) -> dict:
     """The asv configuration at ``path``; ValueError naming the file where it is missing

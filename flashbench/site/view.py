@@ -18,12 +18,10 @@ import math
 import sys
 from pathlib import Path
 
+from flashbench.infra.asv import LATEST_DATE
 from flashbench.site.window import PATH_KEYS
 
 NOISE = ("os", "ram", "num_cpu", "arch")  # facts that drift or that the machine name holds
-
-
-LATEST_DATE = 4102444800000  # 2100-01-01 in asv's milliseconds: past it, no real run
 
 
 def _read(path: Path) -> dict | None:
