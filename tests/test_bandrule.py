@@ -1,5 +1,6 @@
 """The band rule: the pure rule, the case bands it reads, and both rules in the check."""
 
+import json
 import math
 
 import numpy as np
@@ -321,3 +322,25 @@ def test_a_16_bit_fail_far_over_the_standards_error_leads_with_a_wrong_result():
     text = likely_cause("dq", 274.0, "bf16", 196.0)
     assert text.startswith("196x the same-dtype standard's max error") and "wrong result" in text
     assert likely_cause("dq", 274.0, "bf16", 61.0).startswith("likely the dQ accumulator")
+
+
+@pytest.mark.parametrize("garbage, why", [("[1, 2]", "not a band"), ("{oops", "Expecting"),
+                                          ('{"key": "other", "edges": {}}',
+                                           "another case's band")])
+def test_an_unreadable_band_cache_entry_is_said_and_measured_again(tmp_path, monkeypatch,
+                                                                   capsys, garbage, why):
+    """A probe: a list in the band cache ended check with a traceback (AttributeError);
+    garbage was measured again without a word. Said on stderr, measured, replaced."""
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(case_bands, "_MEMO", {})
+    band = {"key": "k", "edges": {"o": {"max_abs": 1.0}}}
+    path = case_bands._cache_file("k", 3, "p")
+    path.parent.mkdir(parents=True)
+    path.write_text(garbage)
+    assert case_bands.cached_band("k", 3, lambda: "p", lambda: band) == band
+    err = capsys.readouterr().err
+    assert f"the band cache entry {path} is unreadable (" in err and why in err
+    assert json.loads(path.read_text()) == band  # replaced by the measurement
+    monkeypatch.setattr(case_bands, "_MEMO", {})
+    assert case_bands.cached_band("k", 3, lambda: "p", lambda: 1 / 0) == band  # read back
+    assert not capsys.readouterr().err

@@ -94,3 +94,22 @@ def test_git_takes_extra_environment_on_top_of_this_process(tmp_path):
     index = tmp_path / "private-index"
     git("read-tree", "HEAD", cwd=tmp_path, env={"GIT_INDEX_FILE": str(index)})
     assert index.exists()
+
+
+@pytest.mark.parametrize("content", [None, "{not json"])
+def test_the_site_refuses_a_missing_or_unreadable_config_with_status_2(tmp_path, content,
+                                                                       capsys):
+    """A probe: ``--config`` naming no file exited 3, as a failed ``asv publish`` does; a
+    configuration the user named wrongly is bad input: one line naming it, exit 2."""
+    from flashbench.site.publish import main
+
+    conf = tmp_path / "asv.conf.json"
+    if content is not None:
+        conf.write_text(content)
+    with pytest.raises(SystemExit) as ended:
+        main(["--config", str(conf)])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1, err
+    assert "--config" in err and str(conf) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if content is None
+                                                           else ["asv.conf.json"])

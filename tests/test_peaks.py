@@ -32,11 +32,37 @@ def test_a_low_peak_is_raised_to_the_best_remembered(tmp_path, monkeypatch):
         torch.set_num_threads(threads)
 
 
-def test_an_unreadable_peaks_file_is_replaced(tmp_path, monkeypatch):
+def test_an_unreadable_peaks_file_is_replaced_and_said(tmp_path, monkeypatch, capsys):
+    """Replaced, never fatal; and said (a probe: replaced without a word), once, on stderr
+    and in the roofline's "how" that speed prints."""
+    from flashbench.measure.peaks import unreadable
+    from flashbench.measure.roofline import measure_roofline
+
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
     (tmp_path / PEAKS_FILE).write_text("{not json")
     assert best_peaks({"fp32": 0.2}, 40.0) == ({"fp32": 0.2}, 40.0, False, [])
     assert list(json.loads((tmp_path / PEAKS_FILE).read_text()).values()) == [40.0, 0.2]
+    assert "Expecting property name" in unreadable()
+    err = capsys.readouterr().err
+    assert f"the remembered peaks {tmp_path / PEAKS_FILE} were unreadable" in err
+    assert err.count("\n") == 1 and unreadable() and not capsys.readouterr().err  # once
+    assert f"{PEAKS_FILE} unreadable (Expecting property name" in \
+        measure_roofline("cpu", ["fp32"]).how
+
+
+def test_implausible_peaks_are_dropped_and_said(tmp_path, monkeypatch):
+    from flashbench.measure.peaks import unreadable
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path / "a"))
+    assert unreadable() is None  # no file: nothing to say
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / PEAKS_FILE).write_text(json.dumps({"x": 1.0, "y": -2, "z": "9"}))
+    assert remembered() == {} and unreadable() == ("2 of its 3 entries not a positive finite "
+                                                   "number, dropped")
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path / "b"))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / PEAKS_FILE).write_text("[1, 2]")
+    assert remembered() == {} and unreadable() == "not a JSON object"
 
 
 def test_a_precision_slower_than_fp32_is_floored_by_the_fastest_matmul(tmp_path, monkeypatch):

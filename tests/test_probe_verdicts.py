@@ -217,7 +217,11 @@ def test_messages_name_the_problem(tmp_path, monkeypatch, capsys):
 
     with pytest.raises(SystemExit):
         main(["speed", "--samples", "0"])
-    assert "must be an integer >= 10" in capsys.readouterr().err
+    assert "must be an integer from 10 to 10,000" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # 1e11 ran on with no end (its bootstrap: 1,999 copies)
+        main(["speed", "--samples", "100000000000"])
+    assert "must be an integer from 10 to 10,000, got '100000000000'" in \
+        capsys.readouterr().err
     rc = main(["speed", "--shape", "1x2x64x32", "--dtype", "fp32", "--causal", "off",
                "--seed", "1", "--quiet", "--baseline", "triton"])
     assert rc == 0 and "no speedup on 1x2x64x64x32 fp32 fwd: the baseline, triton, is not " \

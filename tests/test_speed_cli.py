@@ -95,7 +95,7 @@ def test_the_default_set_leaves_out_backends_that_take_no_dtype_asked(capsys):
 
 def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
-                 ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],
+                 ["--samples", "10001"], ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],
                  ["--decode", "--pass", "bwd"], ["--decode-case", "2x4x1x32:5"],
                  ["--pass", "sideways"]):
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
@@ -325,11 +326,18 @@ def cached_band(key: str, seeds: int, prints: Callable[[], str], measure: Callab
     if path is not None and path.is_file():
         try:
             band = json.loads(path.read_text())
-            if band.get("key") == key:
-                _MEMO[memo] = band
-                return band
-        except (OSError, ValueError):
-            pass  # an unreadable cache entry is measured again
+            why = ("not a band" if not isinstance(band, dict)
+                   or not isinstance(band.get("edges"), dict) else
+                   None if band.get("key") == key else "another case's band")
+        except (OSError, ValueError, RecursionError) as exc:
+            why = " ".join(str(exc).split())[:120] or type(exc).__name__
+        if why is None:
+            _MEMO[memo] = band
+            return band
+        # said, then measured again and replaced (a probe: a list there ended check with a
+        # traceback; garbage was replaced without a word)
+        print(f"flashbench: warning: the band cache entry {path} is unreadable ({why}): "
+              "measured again", file=sys.stderr)
     band = measure()
     _MEMO[memo] = band
     if path is not None:

@@ -24,6 +24,8 @@ from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
 
+MAX_SAMPLES = 10_000  # --samples' bound (below, where the option is defined)
+
 
 def add_parser(sub) -> None:
     s = sub.add_parser(
@@ -72,8 +74,11 @@ def add_parser(sub) -> None:
                    "defaults: your kernel alone, or beside the one peer you name")
     s.add_argument("--baseline", metavar="NAME",
                    help="the backend speedups are against (default: the fastest torch peer)")
-    s.add_argument("--samples", type=int_at_least(10, "samples"), default=10,  # MIN_SAMPLES
-                   help="timed calls per row, >= 10 (default 10)")
+    # at most 10,000: the speedup's bootstrap holds 1,999 resamples of every call (a probe's
+    # 1e11 ran on unbounded; at 1e6 the resamples alone would take 16 GB)
+    s.add_argument("--samples", type=int_at_least(10, "samples", MAX_SAMPLES),
+                   default=10,  # MIN_SAMPLES
+                   help=f"timed calls per row, 10 to {MAX_SAMPLES:,} (default 10)")
     s.add_argument("--warmup", type=positive_int, default=2,
                    help="untimed calls first, >= 1 (default 2)")
     s.add_argument("--seed", type=seed, default=None,

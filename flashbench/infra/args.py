@@ -17,15 +17,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
-def int_at_least(lo: int, what: str):
-    """An argparse type: an integer >= ``lo`` (``what``: its name in errors)."""
+def int_at_least(lo: int, what: str, hi: int | None = None):
+    """An argparse type: an integer >= ``lo`` (and <= ``hi`` where given; ``what``: its
+    name in errors)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        if value is None or value < lo or (hi is not None and value > hi):
+            within = f">= {lo}" if hi is None else f"from {lo} to {hi:,}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {text!r}")
         return value
 
     parse.__name__ = what

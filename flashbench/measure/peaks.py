@@ -13,14 +13,17 @@ import json
 import math
 import os
 import platform
+import sys
 from pathlib import Path
 
-__all__ = ["best_peaks", "remember", "remembered", "PEAKS_FILE", "CAP"]
+__all__ = ["best_peaks", "remember", "remembered", "unreadable", "PEAKS_FILE", "CAP"]
 
 PEAKS_FILE = "peaks.json"
 COPY = "copy GB/s"
 CAP = 5.0  # a remembered peak stands for at most this x the run's own (busy: 4.6x low)
 _SEEN = {}  # path -> the file as this process first read it, and what it measured since
+_PROBLEM = {}  # path -> what was wrong with it when first read (unreadable())
+_SAID = set()  # paths whose problem was said on stderr
 
 
 def _key(what: str) -> str:
@@ -32,15 +35,35 @@ def _key(what: str) -> str:
 
 def _read(path: Path) -> dict:
     """The file's plausible entries (finite, positive numbers); anything else is dropped: a
-    corrupt file (even one that fails to parse by recursion) is replaced, never fatal."""
+    corrupt file (even one that fails to parse by recursion) is replaced, never fatal, and
+    said (:func:`unreadable`, on stderr and in the roofline's "how")."""
+    if not path.exists():
+        return {}
     try:
         known = json.loads(path.read_text())
-    except Exception:  # noqa: BLE001 (OSError, ValueError, RecursionError: all one answer)
-        return {}
+    except Exception as exc:  # noqa: BLE001 (OSError, ValueError, RecursionError: one answer)
+        _PROBLEM[str(path)] = " ".join(str(exc).split())[:120] or type(exc).__name__
+        known = None
     if not isinstance(known, dict):
+        _PROBLEM.setdefault(str(path), "not a JSON object")
         return {}
-    return {k: float(v) for k, v in known.items() if isinstance(k, str)
+    good = {k: float(v) for k, v in known.items() if isinstance(k, str)
             and isinstance(v, int | float) and math.isfinite(v) and v > 0}
+    if len(good) < len(known):
+        _PROBLEM[str(path)] = (f"{len(known) - len(good)} of its {len(known)} entries not a "
+                               "positive finite number, dropped")
+    return good
+
+
+def unreadable() -> str | None:
+    """What was wrong with the peaks file as this process read it, said once on stderr
+    (None where it read cleanly or is absent): it is rewritten with what was readable."""
+    problem = _PROBLEM.get(str(_path()))
+    if problem is not None and str(_path()) not in _SAID:
+        _SAID.add(str(_path()))
+        print(f"flashbench: warning: the remembered peaks {_path()} were unreadable "
+              f"({problem}): rewritten", file=sys.stderr)
+    return problem
 
 
 def _path() -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flashbench.measure.peaks import CAP, best_peaks, remembered
+from flashbench.measure.peaks import CAP, PEAKS_FILE, best_peaks, remembered, unreadable
 
 __all__ = ["Roofline", "measure_roofline", "fp8_peak_tflops"]
 
@@ -143,6 +143,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     dst = torch.empty_like(src)
     gbs = 2.0 * src.numel() * 4 / _best_time(lambda: dst.copy_(src)) * 1e-9
     ran = {**peaks, "copy": gbs}  # this run's own, said where a remembered one is used
+    bad = unreadable()  # a corrupt peaks file: said, not replaced silently
     peaks, gbs, raised, capped = best_peaks(peaks, gbs, bounds)
     peaks.update({d: peaks[m] for d, m in fp8.items()})
     # a kernel may compute in fp32 whatever its inputs, and in any precision at all: % peak
@@ -157,6 +158,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
            + (f"; remembered {', '.join(capped)} over {CAP:g}x this run's: capped there "
               "(a busy machine measures low; a corrupt or tampered peaks.json remembers "
               "high)" if capped else "")
+           + (f"; {PEAKS_FILE} unreadable ({bad}): rewritten" if bad else "")
            + "); measured again before a floor verdict")
     used = {d: f"{m} matmul (a CPU's fp8 matmul is emulated, 0.0008 TFLOP/s)"
             for d, m in fp8.items()}

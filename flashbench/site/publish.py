@@ -10,7 +10,8 @@ them (the CDN integrity hashes do not match npm's builds, so they are dropped).
 the last N commits of each branch only (:mod:`.window`). Concurrent runs are safe: each
 publishes into a private folder swapped into place under a lock (the last one wins); the
 cache is filled under its own lock. A failing ``asv publish`` is a :class:`PublishError`
-carrying its own last words; ``main`` prints one line and exits 3 (2 for bad arguments).
+carrying its own last words; ``main`` prints one line and exits 3 (2 for bad arguments,
+a missing or unreadable ``--config`` among them).
 More: docs/asv.md ("The offline site").
 """
 
@@ -185,6 +186,10 @@ def main(argv=None) -> int:
                    help="publish only the last N commits of each branch (default: all, "
                         "every commit; docs/team.md, 'The site at 3M rows')")
     args = p.parse_args(argv)
+    try:  # a missing or unreadable configuration is bad input (exit 2), not a failed publish
+        read_config(args.config)
+    except ValueError as exc:
+        p.error(f"--config: {exc}")
     try:
         print(publish(config=args.config, html_dir=args.html_dir, last=args.last))
     except (PublishError, WindowError, OSError, ValueError) as exc:
