@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import pytest
 from test_history import results_file, run_cli, tiny_results, write
 
 from flashbench.history import load_results
@@ -177,3 +178,28 @@ def test_the_plots_draw_an_earlier_code_faint_and_apart(tmp_path):
     assert sorted(ln.get_alpha() for ln in drawn) == [0.3, 1], drawn
     faint, bold = sorted(drawn, key=lambda ln: ln.get_alpha())
     assert max(faint.get_xdata()) < min(bold.get_xdata())  # the earlier code, earlier
+
+
+
+@pytest.mark.parametrize("damage", ["truncated", "an entry a list"])
+def test_a_corrupt_benchmarks_json_is_said_in_the_report(tmp_path, capsys, damage):
+    """A probe: a truncated benchmarks.json was said on stderr alone, the report (whose
+    summaries lost the rows it types) saying nothing; and entries that are no objects were
+    left out unsaid. Both are listed with what was skipped."""
+    import json
+
+    root = tiny_results(tmp_path / "results")
+    path = root / "benchmarks.json"
+    if damage == "truncated":
+        path.write_text(path.read_text()[:100])
+        why = "benchmarks.json: unreadable ("
+    else:
+        meta = json.loads(path.read_text())
+        name = next(k for k in meta if k != "version")
+        meta[name] = [1, 2]
+        path.write_text(json.dumps(meta))
+        why = f"benchmarks.json: 1 entries are no objects ({name})"
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    assert why in err
+    assert why.replace("benchmarks.json:", "benchmarks.json`:") in out, out

@@ -28,19 +28,33 @@ class ResultsWarning(UserWarning):
 RESULT_KEYS = ("commit_hash", "env_name", "date", "params", "results", "result_columns")
 
 
-def read_benchmarks(root: Path) -> dict:
-    """benchmarks.json of a results folder: benchmark name -> its entry ({} if absent;
-    an unreadable file is reported by a :class:`ResultsWarning`)."""
+def read_benchmarks(root: Path, problems: list | None = None) -> dict:
+    """benchmarks.json of a results folder: benchmark name -> its entry ({} if absent).
+    An unreadable file, or entries that are no objects, are reported: appended to
+    ``problems`` as (file, why), for the report's list of what was skipped (a probe: only
+    stderr said it), or else by a :class:`ResultsWarning`."""
     path = root / "benchmarks.json"
     if not path.exists():
         return {}
+    lost = ("the units, types and parameter names of this folder's benchmarks are unknown, "
+            "and the summaries that need them leave its results out")
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        warnings.warn(f"{path}: skipped: {exc}", ResultsWarning, stacklevel=3)
-        return {}
+    except (OSError, ValueError, RecursionError) as exc:
+        data, why = {}, f"unreadable ({' '.join(str(exc).split())[:160]}): {lost}"
+    else:
+        bad = [k for k, v in data.items() if not isinstance(v, dict) and k != "version"]
+        why = (f"{len(bad)} entries are no objects ({', '.join(bad[:3])}"
+               f"{', ...' if len(bad) > 3 else ''}): their units, types and parameter "
+               "names are unknown, and the summaries that need them leave their results out"
+               if bad else None)
+    if why is not None:
+        if problems is None:
+            warnings.warn(f"{path}: {why}", ResultsWarning, stacklevel=3)
+        else:
+            problems.append((str(path), why))
     return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 

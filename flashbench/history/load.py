@@ -99,7 +99,8 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     directory.
     """
     roots = folders(path_or_paths)
-    metas = [read_benchmarks(root) for root in roots]
+    unread: list = []  # an unreadable benchmarks.json: said in the report (below)
+    metas = [read_benchmarks(root, unread) for root in roots]
     twins: list = []
     files = results_files(roots, twins)
     wheres = [cache_dir(root, cache) for root in roots]
@@ -135,7 +136,7 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
                "them leave its results out (asv writes it beside every run: copy it with "
                "the results)") for i, root in enumerate(roots)
               if not metas[i] and not (root / "benchmarks.json").exists()
-              and any(folder == i for folder, _ in files)]
+              and any(folder == i for folder, _ in files)] + unread
     for what, why in twins:
         warnings.warn(f"{what}: {why}", ResultsWarning, stacklevel=2)
     with gc_paused():
