@@ -41,6 +41,8 @@ def test_mla_case_text():
     # d == dv keeps the text (and so the band keys and asv series) it had
     assert DecodeCase.parse("4x8/2x4x64:1000,517,64,4:p64").spec() == "4x8/2x4x64:1000,517,64,4:p64"
     assert DecodeCase(1, 2, 1, 1, 64, (5,)).dv == 64
+    # the suffixes in either order (a probe: ":mla:p16" was refused by its order alone)
+    assert DecodeCase.parse("1x4/1x1x576/512:64:mla:p16") == case
 
 
 @settings(max_examples=60, deadline=None)
@@ -60,7 +62,8 @@ def test_case_text_round_trips(b, hkv, group, nq, d, dv, absorbed, page, data):
 @pytest.mark.parametrize("spec,match", [
     ("1x16/1x1x576:256:p64:mla", "needs d/dv with dv < d"),
     ("1x16/1x1x512/576:256:mla", "needs dv < d .* got d=512, dv=576"),
-    ("1x16/1x1x576/512:256:mla:p64", r"BxH\[/Hkv\]xNqxd\[/dv\]:L1,L2,...\[:pPAGE\]\[:mla\]"),
+    ("1x16/1x1x576/512:256:p16:mla:p64", "a page size given twice"),
+    ("1x16/1x1x576/512:256:mla:mla", r"BxH\[/Hkv\]xNqxd\[/dv\]:L1,L2,...\[:pPAGE\]\[:mla\]"),
     ("1x16/1x1x576/0:256", "DecodeCase.dv must be an int >= 1, got 0"),
 ])
 def test_bad_mla_cases_one_line(spec, match):

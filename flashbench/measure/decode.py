@@ -60,7 +60,7 @@ __all__ = ["DecodeCase", "default_decode_cases", "decode_exactness", "measure_de
 MODEL = "split_model"  # the kernel name of the precision model's rows
 MODEL_SPLITS = DECODE_SPLITS  # the split model's splits, in its row and its bands
 _SPEC = re.compile(r"^(\d+)x(\d+)(?:/(\d+))?x(\d+)x(\d+)(?:/(\d+))?:(\d+(?:,\d+)*)"
-                   r"(?::p(\d+))?(:mla)?$")
+                   r"(?::p(\d+))?(:mla)?(?::p(\d+))?$")  # :mla:pP as :pP:mla (a probe)
 _FORM = "BxH[/Hkv]xNqxd[/dv]:L1,L2,...[:pPAGE][:mla]"
 
 
@@ -122,6 +122,9 @@ class DecodeCase:
             raise ValueError(f"decode case must be {_FORM} (one cache length per sequence; "
                              f":mla the absorbed MLA form, V = K's first dv columns), got "
                              f"{text!r}")
+        if m[8] is not None and m[10] is not None:
+            raise ValueError(f"decode case {text.strip()!r}: a page size given twice")
+        page = m[8] if m[10] is None else m[10]
         b, h, hkv, nq, d, dv = (int(x) if x else None for x in m.groups()[:6])
         if m[9] and dv is None:
             raise ValueError(f"decode case {text.strip()!r}: the absorbed MLA form (:mla) needs "
@@ -129,7 +132,7 @@ class DecodeCase:
                              f"1x16/1x1x576/512:256:p64:mla")
         return cls(b, h, h if hkv is None else hkv, nq, d,
                    tuple(int(x) for x in m[7].split(",")),
-                   None if m[8] is None else int(m[8]), causal, dist, dv, bool(m[9]))
+                   None if page is None else int(page), causal, dist, dv, bool(m[9]))
 
 
 def default_decode_cases() -> list[DecodeCase]:
