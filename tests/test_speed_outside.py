@@ -53,10 +53,13 @@ def _spinners(tmp_path, seconds: float, orphans: bool) -> list:
     if not orphans:
         return [subprocess.Popen([sys.executable, str(script), str(c), str(seconds)],
                                  start_new_session=True) for c in cpus]
+    # the spinners' output goes nowhere: holding the launcher's pipe open, they kept this
+    # read waiting their whole 30 s, and were gone (zombies) when the test looked for them
     launch = ("import subprocess, sys\n"
               f"for c in {cpus!r}:\n"
               f"    print(subprocess.Popen([sys.executable, {str(script)!r}, str(c), "
-              f"'{seconds}'], start_new_session=True).pid)\n")
+              f"'{seconds}'], start_new_session=True, stdout=subprocess.DEVNULL, "
+              "stderr=subprocess.DEVNULL).pid)\n")
     out = subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True,
                          check=True).stdout
     return [int(x) for x in out.split()]
@@ -78,7 +81,8 @@ def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
         used = outside_cpu(start)
         for pid in pids:
             with open(f"/proc/{pid}/stat") as f:  # still spinning, and no descendant of ours
-                assert int(f.read().rsplit(")", 1)[1].split()[1]) != os.getpid()
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+            assert state != "Z" and int(parent) != os.getpid(), (state, parent)
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
