@@ -67,6 +67,31 @@ def test_a_peer_named_alone_is_counted_toward_result(capsys):
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] is True
     assert all(r["named"] for r in report["backends"] if r["backend"] == "torch-sdpa")
+    # a name given to --backend selects (the docs said it added to the defaults), its peer
+    # beside the kernel under test for information
+    rc = main([*args, "--backend", "torch-naive"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["passed"] is True
+    assert {r["backend"] for r in report["backends"]} == {"torch-naive"}
+    assert all(r["peer"] for r in report["backends"] if r["backend"] == "torch-naive")
+
+
+def test_result_counts_no_peer_among_what_went_unjudged(capsys):
+    """A probe: `check --variants` read "RESULT: PASS; not judged: ... torch-sdpa on 2 of 2
+    record(s) ...; torch-naive on 1 of 1 record(s)": the peers' skipped records carried no
+    ``peer``, so RESULT listed them (information only) and counted only their skipped ones."""
+    rc = main(["check", "--variants", "--shape", "1x2x64x32", "--dtype", "fp32",
+               "--pass", "fwd", "--quiet", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    skipped = [r for r in report["backends"] if r.get("skipped")
+               and r["kernel" if "kernel" in r else "backend"].startswith("torch-")]
+    assert skipped and all(r["peer"] for r in skipped), skipped
+    assert rc == 0
+    rc = main(["check", "--variants", "--shape", "1x2x64x32", "--dtype", "fp32",
+               "--pass", "fwd", "--quiet"])
+    result = next(line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("RESULT:"))
+    assert rc == 0 and "torch-" not in result, result
 
 
 def test_speed_of_a_named_kernel_that_took_no_case_is_no_pass(tmp_path, monkeypatch, capsys):

@@ -166,7 +166,9 @@ def chosen_backends(args, resolve) -> list:
                          "each other")
     if only and args.backend:
         raise ValueError("--only and --backend contradict each other: --only NAME... runs "
-                         "just those, --backend adds to the defaults' selection")
+                         "just those, counting the peers it names; --backend NAME selects "
+                         "(its peers for information) and --backend module:function adds "
+                         "yours to the defaults: give one of the two")
     if only:  # exactly these (a user's function alone brings no defaults)
         only = list(dict.fromkeys(only))
         return [n for n in resolve(only) if n in only]
@@ -188,9 +190,10 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
 def count_named_peers(args, rows: list) -> bool:
     """A peer (torch's kernels: information only) that ``--only`` named is counted toward
     RESULT: its verdict is the question asked (``check --only torch-naive`` read RESULT:
-    PASS from the yardsticks while torch-naive FAILed, a probe, 2026-12-07); ``--backend``
-    adds to the defaults, a peer among them still information. Its records lose ``peer``
-    and gain ``named``; returns whether any did."""
+    PASS from the yardsticks while torch-naive FAILed, a probe, 2026-12-07). A name given
+    to ``--backend`` selects too, but a peer so selected stays information: beside the
+    kernel under test, as ``--backend triton --backend sdpa-math`` asks. Its records lose
+    ``peer`` and gain ``named``; returns whether any did."""
     named = set(getattr(args, "only", None) or ())
     changed = False
     for r in rows:

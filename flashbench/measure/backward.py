@@ -341,7 +341,7 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                 continue
             reason = why_not(backend, dtype)
             if reason is not None:
-                records.append(Unavailable(case, name, dtype, reason))
+                records.append(Unavailable(case, name, dtype, reason, backend.peer))
                 continue
             say(f"  {name} backward {dtype}{where}")
             grads, failed = attempt(case, name, dtype, backend, run, backend, prec,

@@ -295,7 +295,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                     case.B * case.H * case.Nq * max(case.lens) > INTERPRETER_LIMIT):
                 reason = INTERPRETER_TOO_SLOW
             if reason is not None:
-                records.append(Unavailable(case, name, dtype, reason))
+                records.append(Unavailable(case, name, dtype, reason, backend.peer))
                 continue
             say(f"  {name} {dtype}")
             # fresh copies per call: what a backend does to them reaches no other

@@ -129,7 +129,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
                 continue
             reason = unavailable_reason(backend, case.shape, dtype)
             if reason is not None:
-                records.append(Unavailable(case, name, dtype, reason))
+                records.append(Unavailable(case, name, dtype, reason, backend.peer))
                 continue
             say(f"  {name} {dtype}")
             # fp8 kernels quantise fp32 inputs themselves

@@ -191,10 +191,11 @@ class Unavailable:
     kernel: str
     dtype: str
     reason: str
+    peer: bool = False  # torch's: for information, as its judged rows (RESULT counts none)
 
     def as_dict(self) -> dict:
         return {"case": self.case.label(), "kernel": self.kernel, "dtype": self.dtype,
-                "skipped": self.reason}
+                "skipped": self.reason, "peer": self.peer}
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def attempt(case, name: str, dtype: str, backend, fn: Callable, /, *args,
     try:
         return fn(*args, **kwargs), None
     except BackendUnavailable as exc:  # this shape or dtype, found out by running
-        return None, Unavailable(case, name, dtype, str(exc))
+        return None, Unavailable(case, name, dtype, str(exc), backend.peer)
     except BackendFailed as exc:  # raised, wrong shape/dtype, non-finite output, a time-out
         return None, Failed(case, name, dtype, with_note(str(exc), backend, dtype),
                             peer=backend.peer)

@@ -118,7 +118,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 continue
             reason = _why_not(backend, case, dtype, seed)
             if reason is not None:
-                records.append(Unavailable(case, name, dtype, reason))
+                records.append(Unavailable(case, name, dtype, reason, backend.peer))
                 continue
             say(f"  {name} {dtype} varlen")
             # rounded by NumPy first (torch rounds float64 to fp16 / bf16 through fp32)
