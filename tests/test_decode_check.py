@@ -245,3 +245,24 @@ def test_an_empty_cache_under_the_default_causal_both_runs_without_causal(capsys
     assert main(["check", "--decode", "--decode-case", "2x4x1x64:0,77:p16", "--dtype", "fp32",
                  "--quiet", "--causal", "on"]) == 2
     assert "shorter than Nq = 1" in capsys.readouterr().err
+
+
+def test_check_decode_writes_its_tables_where_save_says(tmp_path, capsys, monkeypatch):
+    """A probe: `check --decode --save PATH` wrote nothing and said nothing (the flag read by
+    no one). The decode tables go there, --json runs too; without --save, no file."""
+    target = tmp_path / "decode.txt"
+    args = ["check", "--decode", "--decode-case", "1x2/1x1x16:40:p16", "--dtype", "fp32",
+            "--causal", "off", "--only", "torch-naive"]
+    rc = main([*args, "--save", str(target), "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and json.loads(out)["passed"] is True
+    text = target.read_text()
+    assert text.startswith("flashbench check --decode") and "RESULT: PASS" in text
+    assert f"the tables written to {target}" in err
+    assert main([*args, "--save", str(tmp_path / "nowhere" / "x.txt")]) == 2  # before the work
+    capsys.readouterr()
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main([*args, "--quiet"]) == 0
+    assert list(here.iterdir()) == []

@@ -98,11 +98,12 @@ def add_parser(sub) -> None:
     c.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     c.add_argument("--tables", action="store_true",
                    help="print the five full tables instead of the compact view (one line "
-                   "per kernel and case)")
+                   "per kernel and case; --decode prints its tables either way)")
     c.add_argument("--save", metavar="PATH", default=None,
                    help="where the five tables are written, every run: a file, or a folder "
                    "(then flashbench-check.txt in it); rewritten each run (default: "
-                   "flashbench-check.txt in the working folder)")
+                   "flashbench-check.txt in the working folder; with --decode, its tables "
+                   "and only where --save is given)")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--decode", action="store_true", help="decode over a KV cache instead: "
                    "split-KV exactness, paged vs contiguous, accuracy of the split model and "

@@ -98,6 +98,8 @@ def render_decode(report: dict) -> str:
 def run(args) -> int:
     """``check --decode`` (the check subcommand's parsed arguments)."""
     from flashbench.backends.decode import resolve_decode_backends
+    from flashbench.cli.check_view import save_target
+    from flashbench.cli.output import write_atomically
     from flashbench.measure.decode import decode_passed, run_decode_check
     from flashbench.measure.footprint import decode_too_big
 
@@ -106,9 +108,18 @@ def run(args) -> int:
     if refusal is not None:
         raise ValueError(refusal)
     backends = chosen_backends(args, resolve_decode_backends)
+    # --save: its tables written there, --json runs too (a probe: --save was read by nothing
+    # and said nothing); no file without it (flashbench-check.txt is the forward's). Its view
+    # is its tables: --tables changes nothing here
+    saved = save_target(args.save) if args.save else None  # checked before the work
     report = run_decode_check(cases, args.dtype, backends, seed=args.seed,
                               say=progress_printer(not args.quiet), time_limit=args.timeout)
     if count_named_peers(args, report.get("rows") or []):
         report["passed"] = decode_passed(report)
     mark_unjudged(args, report, report.get("rows") or [])
-    return emit(report, render_decode, args.json)
+    text = render_decode(report)
+    if saved is not None:
+        write_atomically(saved, text + "\n", force=True)
+        if not args.quiet:
+            print(f"check --decode: the tables written to {saved}", file=sys.stderr)
+    return emit(report, lambda r: text, args.json)
