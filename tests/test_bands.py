@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -277,7 +278,10 @@ def test_cli_small_run_and_json(tmp_path, capsys):
             "--seeds", "2", "--dtype", "fp32", "bf16", "--quiet", "--json", str(path)]
     status, out, err = run_cli(argv, capsys)
     assert status == 0, err
-    assert "|err| p50 / p99 / max" in out and "max vs one-shot" in out
+    assert "\\|err\\| p50 / p99 / max" in out and "max vs one-shot" in out
+    # a Markdown table: every line as many cells as the header (|err| unescaped shifted them)
+    table = [ln for ln in out.splitlines() if ln.startswith("|")]
+    assert len({len(re.findall(r"(?<!\\)\|", ln)) for ln in table}) == 1, table[:2]
     lines = [ln for ln in out.splitlines() if ln.startswith("| bf16")]
     assert len(lines) == 2 and "| 64 " in lines[0]
     data = json.loads(path.read_text())

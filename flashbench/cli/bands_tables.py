@@ -58,9 +58,10 @@ def render_table(bands, tensor: str = "o", kernel: str = "flash_model") -> str:
     lines = []
     for _, r in main.iterrows():
         key = (r["dtype"], r["n"], r["dist"], r["causal"])
+        # |err| escaped: a Markdown table (its pipes shifted the columns, a probe)
         line = {"dtype": r["dtype"], "N": r["n"], "dist": r["dist"],
                 "causal": "yes" if r["causal"] else "no",
-                "|err| p50 / p99 / max": _triple(r, ["abs_p50", "abs_p99", "abs_max"]),
+                "\\|err\\| p50 / p99 / max": _triple(r, ["abs_p50", "abs_p99", "abs_max"]),
                 "in eps": _triple(r, ["abs_p50_eps", "abs_p99_eps", "abs_max_eps"]),
                 "rel p50 / p99 / max": _triple(r, ["rel_p50", "rel_p99", "rel_max"]),
                 "rel in eps": _triple(r, ["rel_p50_eps", "rel_p99_eps", "rel_max_eps"]),

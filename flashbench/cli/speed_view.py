@@ -87,8 +87,8 @@ def render_text(report: dict) -> str:
     roof = m["roofline"]
     lines = [f"flashbench speed  seed {m['seed']}  device {m['device']}  {m['samples']} timed "
              f"calls per row after {m['warmup']} warm-up", *_host(m.get("host")),
-             "peak (TFLOP/s of the matmul each dtype's rows are judged against, named below): "
-             + ", ".join(f"{d} {v:.3g}" for d, v in roof["matmul_tflops"].items())
+             "peaks (which one each row's % peak and floor are of: named below): matmul "
+             "TFLOP/s " + ", ".join(f"{d} {v:.3g}" for d, v in roof["matmul_tflops"].items())
              + f"; copy {roof['copy_gbs']:.3g} GB/s ({roof['how']})",
              f"speedup: the median time a call of {m['baseline']} over the row's, then (low-high) "
              "its 95% interval (scipy.stats.bootstrap, percentile, each row's timed calls "

@@ -70,7 +70,7 @@ def check_out(out, force: bool = False) -> Path:
             raise ValueError(
                 f"--out {str(path)!r} holds {len(held)} entries that are not a flashbench "
                 f"history report (e.g. {held[0]!r}); name a new or empty folder, or pass "
-                f"--force (force=True) to write into it")
+                f"--force to write into it (force=True from Python)")
     parent = path if path.is_dir() else path.absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -309,7 +309,8 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
         main = main.assign(kernel=np.where(main["role"] == "study", "(study)",
                                            main["kernel"].astype(object)))
     trend_cols = [c for c in trend.columns if c != "latest_commit"]
-    lines += ["", f"## Accuracy bands ({unit}, over all recorded commits)",
+    lines += ["", f"## Accuracy bands ({unit}, over the commits recorded under each "
+              "benchmark's current code)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
               "commits. o_ratio / lse_ratio: kernel error / same-dtype standard_model error "
               "(baseline rule passes at <= 2); o_band / lse_band: the band rule's ratio "
