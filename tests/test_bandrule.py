@@ -270,6 +270,13 @@ def test_a_16_bit_fail_far_past_the_edge_names_a_wrong_result_beside_the_roundin
         assert f"at {ratio:.3g}x the edge it may as well be a wrong result" in text, text
     assert "wrong result" not in likely_cause("o", AMBIGUOUS / 2, "bf16")
     assert "wrong result" not in likely_cause("lse", 3.0, "fp16")
+    # past the 61x of the standard's max error the precision defects reach, a wrong result
+    # first (a probe: q.k over 64 of 192 columns in bf16, 98x the standard's and 201x the
+    # edge, read "likely the O accumulator")
+    text = likely_cause("o", 201, "bf16", standard_ratio=98.47)
+    assert text.startswith("98.5x the same-dtype standard's max error, past the 61.3x") and \
+        "likely a wrong result" in text, text
+    assert likely_cause("lse", 900, "bf16", standard_ratio=61.28).startswith("likely the ")
 
 
 @pytest.mark.parametrize("tensor", ["o", "lse", "dq", "dk", "dv"])

@@ -114,10 +114,10 @@ def _tail_wrong(name, q, k, v, kw):
     if name == "unmasked":  # zero-padded K and V to 256 keys, the padding unmasked
         pad = [(0, 0)] * (k.ndim - 2) + [(0, 256 - nk), (0, 0)]
         return _explicit(q, np.pad(k, pad), np.pad(v, pad), lambda i, j: j >= 0)
-    if name == "q.k block":
+    if name.startswith("q.k block"):
         return _explicit(q[..., :64], k[..., :64], v, lambda i, j: j <= i + diag,
                          score=lambda s: s * (64 / d) ** 0.5)
-    if name == "O block":
+    if name.startswith("O block"):
         o = _bf16(reference.attention(q, k, v, **kw)[0])
         o[..., 64:] = 0.0
         return o
@@ -152,6 +152,14 @@ TAILS = {  # name: (shape, keywords, what diagnose says)
                  "to 256 (the last block of 64 or 128 keys)"),
     "q.k block": ("1x2x96x160x80", {"causal": True}, "summed over the first 64 of d = 80"),
     "O block": ("1x2x96x160x96", {"causal": True}, "O's columns past the first 64 of dv = 96"),
+    # a probe: 64 of 192 columns (only 128, the largest block, was tried) and of a
+    # power-of-two d (no block tried) read "likely the O accumulator" in bf16
+    "q.k block of 192": ("1x2x96x160x192/128", {"causal": True},
+                         "summed over the first 64 of d = 192"),
+    "q.k block of 128": ("1x2x96x160x128", {"causal": True},
+                         "summed over the first 64 of d = 128"),
+    "O block of 128": ("1x2x96x160x128", {"causal": True},
+                       "O's columns past the first 64 of dv = 128"),
     "no softcap": ("1x2x96x160x64", {"causal": False, "softcap": 5.0}, "no softcap"),
     "softcap before scale": ("1x2x96x160x64", {"causal": False, "softcap": 5.0},
                              "the softcap applied before the 1/sqrt(d) scale"),
@@ -173,6 +181,26 @@ def test_a_partial_block_a_head_dim_block_or_a_variant_gone_wrong_is_named(wrong
     assert diagnose(dense_candidates(q, k, v, kw), (_bf16(ref[0]), None), ref, o_std) is None
     # the standard model in bf16 (a precision loss, no wrong semantics) names none either
     assert diagnose(dense_candidates(q, k, v, kw), std, ref, o_std) is None
+
+
+def test_a_decode_kernels_head_dim_block_is_named():
+    """A probe: a decode kernel summing q.k over 64 of d = 80 columns FAILed with no cause
+    named, where the forward check names it (decode tried no head-dim block)."""
+    from flashbench.measure.decode import DecodeCase, case_reference, decode_inputs
+    from flashbench.measure.seqdiagnose import decode_candidates
+
+    case = DecodeCase.parse("2x8/2x4x80:100,37:p16")
+    inputs = decode_inputs(case)
+    ref = case_reference(case, inputs)
+    q, k, v, lens, table = inputs
+    wrong = reference.decode_attention(q[..., :64], k[..., :64], v, lens, table,
+                                       causal=case.causal, scale=80 ** -0.5)
+    std = numerics.standard_decode_model(*inputs, dtype=BF16, causal=case.causal, dv=case.dv)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    candidates = decode_candidates(inputs, case.causal, case.dv, case.absorbed)
+    said = diagnose(candidates, (_bf16(wrong[0]), None), ref, o_std)
+    assert said is not None and "scores q.k summed over the first 64 of d = 80" in said, said
+    assert diagnose(candidates, std, ref, o_std) is None
 
 
 def test_a_decode_kernel_that_drops_each_sequences_partial_block_is_named():

@@ -133,6 +133,11 @@ GROSS = 1e5
 # past it (O accumulated in bf16: hundreds), and so do logic errors (a red team's 16 of 192
 # q.k columns dropped: 617x, a 1/sqrt(dv) scale at 192/128: 538x, "likely the accumulator")
 AMBIGUOUS = 100.0
+# the most a precision defect of docs/check.md's table reaches in the same-dtype standard's
+# max error (l kept in bf16, its LSE: 61.28x); past it a wrong result is named first (a
+# probe's q.k over 64 of 192 columns in bf16: 98x the standard's, 201x the band's edge, read
+# "likely the O accumulator" under the 100x that named it before)
+DEFECTS_REACH = 61.3
 # at fp32 and wider no "kept in the dtype" defect exists (the flash model keeps everything
 # in fp32 there); the causes are narrower roundings inside an fp32 kernel: tf32 matmul inputs,
 # an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
@@ -165,7 +170,7 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     bits, a max error within :data:`STANDARD_LIKE` of the same-dtype standard model's
     (``standard_ratio``) names the materialised form first (a red team, 2026-12-06:
     FlashAttention's own reference backward was told to look for accumulators it has not);
-    over :data:`AMBIGUOUS` x it, a wrong result (the defect table's reach 61x; zero bf16
+    over :data:`DEFECTS_REACH` x it, a wrong result (the defect table's reach; zero bf16
     gradients read "likely the dQ accumulator", a probe, 2026-12-07)."""
     if ratio is not None and ratio > GROSS:
         return (f"{times_edge(ratio)} is beyond any rounding point: a wrong result "
@@ -183,11 +188,13 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
     causes = LIKELY_CAUSES.get(tensor, "a rounding point moved to the dtype")
     if ratio is not None and ratio > AMBIGUOUS:  # a red team's dropped columns read 617x
         causes += (f"; at {ratio:.3g}x the edge it may as well be a wrong result (the scale, "
-                   "the mask, columns or keys left out: a wrong scale reads 1e3-1e4x)")
-    if standard_ratio is not None and standard_ratio > AMBIGUOUS:  # zero gradients: 196x
-        return (f"{standard_ratio:.3g}x the same-dtype standard's max error, where the precision "
-                "defects reach 61x: likely a wrong result (the scale, the mask, the softmax, "
-                f"a head's sum, a row or key left out); else {causes} ({DEFECT_TABLE})")
+                   "the mask, columns or keys left out: such errors read from tens to 1e4x "
+                   "the edge, a 1/sqrt(dv) scale 20-540x)")
+    if standard_ratio is not None and standard_ratio > DEFECTS_REACH:  # zero gradients: 196x
+        return (f"{standard_ratio:.3g}x the same-dtype standard's max error, past the "
+                f"{DEFECTS_REACH:g}x the precision defects reach: likely a wrong result (the "
+                "scale, the mask, the softmax, a head's sum, columns, a row or key left out); "
+                f"else {causes} ({DEFECT_TABLE})")
     if standard_ratio is not None and STANDARD_LIKE[0] <= standard_ratio <= STANDARD_LIKE[1]:
         return (f"likely the materialised form: S and P (dS) stored in the dtype, as the "
                 f"same-dtype standard model, whose max error it matches ({standard_ratio:.2f}x); "

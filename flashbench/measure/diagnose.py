@@ -154,26 +154,38 @@ def _first_rows(q, k, v, kw: dict):
 BLOCKS = (16, 32, 64, 128)  # the key blocks a kernel's last, partial one is tried at
 
 
+HEAD_BLOCKS = (32, 64, 128, 256)  # the head-dim blocks a kernel's loop may stop after
+
+
+def column_blocks(d: int) -> list[int]:
+    """The head-dim blocks shorter than ``d``, the largest first (a probe's q.k over 64 of
+    192 columns went untried: only 128, the largest, was, and none at a power-of-two d)."""
+    return [p for p in reversed(HEAD_BLOCKS) if p < d]
+
+
+def zeroed_past(true: Callable, p: int) -> Callable:
+    """``true()``'s output with its columns past the first ``p`` at zero (computed once)."""
+    @functools.cache
+    def zeroed():
+        o = true().copy()
+        o[..., p:] = 0.0
+        return o
+
+    return zeroed
+
+
 def head_dim_blocks(q, k, v, kw, o_of):
-    """A d or dv that is no power of two held in a power-of-two block that misses the rest:
-    q.k summed over the block's columns alone, or O's columns past it never written."""
+    """A head dim held in a block that misses the rest (a loop over head-dim blocks of
+    32-256 that stops after the first): q.k summed over the block's columns alone, or O's
+    columns past it never written."""
     d, dv = q.shape[-1], v.shape[-1]
-    if d & (d - 1):
-        p = 1 << (d.bit_length() - 1)
-        yield (f"scores q.k summed over the first {p} of d = {d} columns (the rest of a "
-               f"head-dim block of {p} left out)", o_of(q[..., :p], k[..., :p], v,
-                                                         scale=kw.get("scale", d ** -0.5)))
-    if dv & (dv - 1):
-        p = 1 << (dv.bit_length() - 1)
-        true = o_of(q, k, v)
-
-        @functools.cache
-        def zeroed():
-            o = true().copy()
-            o[..., p:] = 0.0
-            return o
-
-        yield f"O's columns past the first {p} of dv = {dv} left at zero", zeroed
+    for p in column_blocks(d):
+        yield (f"scores q.k summed over the first {p} of d = {d} columns (the rest of the "
+               "head dim left out: a loop over head-dim blocks that stops after the first)",
+               o_of(q[..., :p], k[..., :p], v, scale=kw.get("scale", d ** -0.5)))
+    true = o_of(q, k, v)
+    for p in column_blocks(dv):
+        yield f"O's columns past the first {p} of dv = {dv} left at zero", zeroed_past(true, p)
 
 
 def variant_left_out(kw, o_of, q, k, v, first=None):

@@ -16,10 +16,12 @@ from flashbench import reference
 from flashbench.measure.diagnose import (
     BLOCKS,
     Candidates,
+    column_blocks,
     head_dim_blocks,
     lses_of,
     scales,
     variant_left_out,
+    zeroed_past,
 )
 
 __all__ = ["varlen_candidates", "decode_candidates"]
@@ -156,6 +158,17 @@ def decode_candidates(inputs, causal: bool, dv: int | None,
 
     for words, scale in scales(q.shape[-1], dv or v.shape[-1]):
         yield words, o_of(scale=scale)
+    d = q.shape[-1]
+    if not absorbed:  # a head-dim block that misses the rest (the dense case's, on caches)
+        for p in column_blocks(d):
+            yield (f"scores q.k summed over the first {p} of d = {d} columns (the rest of the "
+                   "head dim left out: a loop over head-dim blocks that stops after the "
+                   "first)", functools.cache(lambda p=p: reference.decode_attention(
+                       q[..., :p], k[..., :p], v, lens, table, causal=causal, dv=dv,
+                       scale=d ** -0.5)[0]))
+    for p in column_blocks(dv or v.shape[-1]):
+        yield (f"O's columns past the first {p} of dv = {dv or v.shape[-1]} left at zero",
+               zeroed_past(o_of(), p))
     h, hkv, nq = q.shape[2], k.shape[-2], q.shape[1]
     if hkv not in (1, h):
         wrong = np.arange(h) % hkv
