@@ -151,3 +151,23 @@ def test_decode_plan_shapes_are_those_of_the_drawn_inputs(data):
                       dv=data.draw(st.sampled_from([d, 8])))
     drawn = tuple(None if x is None else tuple(x.shape) for x in decode_inputs(case))
     assert gpu_decode.check_shapes(case) == drawn
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("2x8/2x1x100:100,37:p16", "head dim d=100 is not a multiple of 8: the Triton decode "
+                               "takes d and dv multiples of 8 from 8 to 256"),
+    ("2x8/2x1x320:100,37:p16", "head dim d=320 exceeds 256"),
+    ("1x4/1x1x100/96:40:mla", "the absorbed decode takes dv a multiple of 8")])
+def test_the_triton_decodes_skip_names_its_own_rule(spec, words):
+    """A probe: a plain d = 100 decode case read "head dim d=100 is not one it takes (8, 16,
+    ..., 760, 768)", a list that takes the absorbed form's widths for the plain form's (its
+    d up to 256): the Triton decode's skip is its own rule, in check and speed alike."""
+    from flashbench.backends.decode import get_decode_backend
+    from flashbench.measure.decode import DecodeCase
+
+    triton = get_decode_backend("triton")
+    case = DecodeCase.parse(spec)
+    reason = triton.case_unavailable(case, "fp32")
+    assert reason is not None and words in reason and "768" not in reason.split("(")[0], reason
+    assert ", 760, 768" not in reason
+    assert triton.case_unavailable(DecodeCase.parse("2x8/2x1x96:100,37:p16"), "fp32") is None

@@ -59,9 +59,21 @@ class DecodeBackend(Implementation):
         reason = self.unavailable()
         if reason is None and dtype not in self.dtypes:
             reason = f"takes {', '.join(self.dtypes)}, not {dtype}"
-        if reason is None and self.head_dims is not None and d not in self.head_dims:
+        if reason is None and d is not None and self.head_dims is not None \
+                and d not in self.head_dims:
             reason = f"head dim d={d} is not one it takes ({', '.join(map(str, self.head_dims))})"
         return reason
+
+    def case_unavailable(self, case, dtype: str) -> str | None:
+        """Why this backend cannot take decode ``case`` (a measure.decode.DecodeCase) in
+        ``dtype``, None where it can: the Triton decode by its own rules, its head dims
+        (plain or absorbed) and query rows (its d list, up to the absorbed form's 768, read
+        "d=100 is not one it takes (8, 16, ..., 768)" of a plain case it takes up to 256)."""
+        if self.head_dims != DECODE_HEAD_DIMS:
+            return self.unavailable_for(case.d, dtype)
+        return (self.unavailable_for(None, dtype)
+                or decode_head_dims_problem(case.d, case.dv, case.absorbed)
+                or decode_rows_problem(case.H // case.Hkv, case.Nq))
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
                  scale=None) -> BackendOutput:

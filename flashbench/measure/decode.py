@@ -27,11 +27,6 @@ import numpy as np
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.accuracy.metrics import to_numpy
-from flashbench.backends.decode import (
-    DECODE_HEAD_DIMS,
-    decode_head_dims_problem,
-    decode_rows_problem,
-)
 from flashbench.bands.decode import DECODE_SPLITS, decode_case_inputs
 from flashbench.inputs.precision import Precision, get_precision
 from flashbench.inputs.validation import head_group
@@ -287,10 +282,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
             if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
                 records += not_taken(case, name, dtype, backend, dtypes)
                 continue
-            reason = backend.unavailable_for(case.d, dtype)
-            if reason is None and backend.head_dims == DECODE_HEAD_DIMS:  # the Triton decode
-                reason = (decode_head_dims_problem(case.d, case.dv, case.absorbed)
-                          or decode_rows_problem(case.H // case.Hkv, case.Nq))
+            reason = backend.case_unavailable(case, dtype)
             if reason is None and backend.interpreted() and (
                     case.B * case.H * case.Nq * max(case.lens) > INTERPRETER_LIMIT):
                 reason = INTERPRETER_TOO_SLOW

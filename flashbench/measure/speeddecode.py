@@ -152,7 +152,7 @@ def time_decode(case: DecodeSpeedCase, backend, roof, seed: int, samples: int, w
         return SpeedRow(case.label(), case.case.spec(), case.dtype, case.causal, "decode",
                         backend.name, status, reason=reason)
 
-    reason = backend.unavailable_for(case.case.d, case.dtype)
+    reason = backend.case_unavailable(case.case, case.dtype)
     if reason is not None:
         return untimed("not timed", reason)
     if backend.interpreted():
