@@ -188,3 +188,29 @@ def test_a_fail_shows_the_ratio_of_the_rule_that_failed():
     ok = {**row, "dq_band_ratio": 0.9, "band_passed": True, "passed": True}
     line = _lines([ok], "kernel", ("dq", "dk", "dv"), 3.0, peers=False)[0]
     assert "PASS" in line and line.endswith("3x dq fp32 3.58 of 3 (floor)"), line
+
+
+def test_a_kernel_skipped_in_both_passes_says_which_line_is_the_gradients(tmp_path, capsys,
+                                                                           monkeypatch):
+    """A probe: "triton skipped on 1 case(s) x dtype(s): head dim d=44 is not a multiple of
+    8" printed twice, nothing telling the forward's line from the gradients'."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["check", "--shape", "1x1x16x44", "--dtype", "fp32", "--causal", "on",
+               "--only", "triton", "torch-naive", "--quiet"])
+    lines = [x for x in capsys.readouterr().out.splitlines() if "skipped on" in x]
+    assert rc == 0 and len(lines) == 2, lines
+    assert lines[0].strip().startswith("triton skipped on 1 case(s)"), lines
+    assert lines[1].strip().startswith("triton (gradients) skipped on 1 case(s)"), lines
+
+
+def test_a_pinned_sdpa_kernels_refusal_is_said_once_in_its_skip(tmp_path, monkeypatch,
+                                                                 recwarn, capsys):
+    """A probe: at 192/128 torch's UserWarnings (its flash kernel's reasons) reached stderr
+    under --quiet from the gradients' call, beside the skip that says the same."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["check", "--shape", "1x2x32x192/128", "--dtype", "fp32", "--causal", "on",
+               "--only", "sdpa-flash", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 2 and "requires q,k,v to have the same last dimension" in out, out
+    assert not [w for w in recwarn if "Flash attention" in str(w.message)], \
+        [str(w.message) for w in recwarn]

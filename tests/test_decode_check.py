@@ -266,3 +266,15 @@ def test_check_decode_writes_its_tables_where_save_says(tmp_path, capsys, monkey
     monkeypatch.chdir(here)
     assert main([*args, "--quiet"]) == 0
     assert list(here.iterdir()) == []
+
+
+def test_the_peer_legend_is_printed_only_beside_a_peers_row(capsys):
+    """A probe: "(peer): torch's attention ..., judged for information" under a table with
+    no peer row in it."""
+    args = ["check", "--decode", "--decode-case", "1x2/1x1x16:40:p16", "--dtype", "fp32",
+            "--causal", "off", "--quiet"]
+    assert main([*args, "--only", "triton"]) == 0
+    assert "(peer): torch's attention" not in capsys.readouterr().out
+    assert main([*args, "--backend", "triton", "--backend", "torch-naive"]) == 0
+    out = capsys.readouterr().out
+    assert "(peer): torch's attention" in out and "PASS (peer)" in out

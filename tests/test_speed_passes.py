@@ -166,6 +166,7 @@ def test_user_kernels_backward_is_timed_and_judged_in_its_worker(kernels, capsys
     row = report["rows"][0]
     assert rc == 2 and row["status"] == "not timed", row
     assert "not declared differentiable" in row["reason"], row["reason"]
+    assert "to time its backward" in row["reason"] and "judge" not in row["reason"]  # timed
     memo = rows["fbpasses:memo_backward"]
     assert memo["status"] == "FAIL" and guard.STALE in memo["failures"], memo
 

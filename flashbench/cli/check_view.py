@@ -151,14 +151,16 @@ def _rule(bad: list[dict]) -> str:
     return f"FAIL ({'both' if len(named) > 1 else named.pop()})"
 
 
-def _skips(rows: list[dict], key: str) -> list[str]:
+def _skips(rows: list[dict], key: str, what: str = "") -> list[str]:
+    """One line per kernel and reason it was skipped for; ``what``: the pass named (the
+    gradients' line read the same as the forward's, twice, a probe)."""
     skipped: dict[tuple[str, str], int] = {}
     for r in rows:
         if "skipped" in r:
             k = (r.get(key), r["skipped"])
             skipped[k] = skipped.get(k, 0) + 1
     return [x for (kernel, why), n in skipped.items()
-            for x in _fold(f"  {kernel} skipped on {n} case(s) x dtype(s): {why}")]
+            for x in _fold(f"  {kernel}{what} skipped on {n} case(s) x dtype(s): {why}")]
 
 
 def _exact(rows: list[dict], what: str, value: str) -> list[str]:
@@ -221,7 +223,7 @@ def render_compact(report: dict, saved: str | None = None) -> str:
     if peers:
         out += ["", "Peers, for information: torch's own attention, judged by the same rules; "
                 "their FAILs do not count toward RESULT.", *peers[1:]]
-    skips = _skips(report["backends"], "backend") + _skips(grads, "kernel")
+    skips = _skips(report["backends"], "backend") + _skips(grads, "kernel", " (gradients)")
     if skips:
         out += ["", "Not run (not applicable, or not available here):", *skips]
     if saved:

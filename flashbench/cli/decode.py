@@ -90,8 +90,9 @@ def render_decode(report: dict) -> str:
     # the notes read the band rule's verdicts under "band" (here the tolerance edge's key)
     out += band_notes([{**r, "band": r.get("band_rule")} for r in report["rows"] if "o" in r],
                        sources=False)
-    out += ["   (peer): torch's attention on the gathered cache, judged for information",
-            *dict.fromkeys(notes), "", result_line(report)]
+    peers = any(r.get("peer") and "skipped" not in r for r in report["rows"])  # rows shown
+    out += [*(["   (peer): torch's attention on the gathered cache, judged for information"]
+              if peers else []), *dict.fromkeys(notes), "", result_line(report)]
     return "\n".join(out)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -251,7 +252,14 @@ def _autograd(backend, q, k, v, do, prec: Precision, causal, variant=None):
         if dsinks:
             kw["sinks"] = torch.tensor(kw["sinks"], dtype=torch.float32,
                                        device=prepared[0].device, requires_grad=True)
-        out = backend.timed_fn(*prepared, causal=causal, **kw)
+        # a pinned SDPA kernel that cannot take the case warns its reason, then raises
+        # BackendUnavailable carrying it: its warnings are said once, in the skip (a probe:
+        # torch's UserWarnings on stderr under --quiet); a call that returns keeps them
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = backend.timed_fn(*prepared, causal=causal, **kw)
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         o = out[0] if isinstance(out, tuple) else out
         grads = torch.autograd.grad(o, [*leaves, kw["sinks"]] if dsinks else leaves,
                                     grad_o.to(o.dtype).to(o.device))

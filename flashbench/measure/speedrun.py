@@ -173,6 +173,7 @@ def time_backend(case: SpeedCase, backend, roof: Roofline, seed: int, samples: i
         from flashbench.measure.records import users
 
         return untimed("not timed", NOT_DIFFERENTIABLE.removeprefix("not applicable: ")
+                       .replace("to judge its gradients", "to time its backward")
                        if users(backend) else
                        "no backward: autograd does not flow through it here")
     try:
