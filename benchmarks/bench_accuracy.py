@@ -14,6 +14,8 @@ kernel is a failure in the history, never a gap. Units, rules, the interpreter:
 docs/asv.md ("Suites").
 """
 
+import numpy as np
+
 from .common import BACKEND_DTYPES, TrackStandard, need, record_or_raise, shape_of
 from .common import known_dtypes as _known
 from .common import record_field as _field
@@ -133,6 +135,62 @@ class TrackStandardModel(TrackStandard):
         return self.error("lse")
 
     track_standard_lse_max_abs.unit = "max |LSE_standard_model - LSE_fp64|"
+
+
+class TrackReference:
+    """The float64 reference itself, against attention computed here (numpy and scipy's
+    logsumexp, never the commit's flashbench) on inputs drawn here: every accuracy track
+    measures kernels against the commit's reference, so a head that degraded it (computing
+    in float32: error 5e-8) read "better" or "same" on every kernel's row, a probe
+    (2026-12-07). Its error over the exactness tolerance (1e-12 x max(1, the largest |value|),
+    DESIGN.md): at most 1 passes; read 0.01 where below that (float64 rounding, which a change
+    of summation order moves: no verdict should)."""
+
+    params = ([False, True], SHAPES)
+    param_names = ["causal", "shape"]
+    FLOOR = 0.01
+
+    def setup_cache(self):
+        import scipy.special
+
+        try:
+            attention = need("reference", "attention")
+        except NotImplementedError as exc:
+            return {"missing": str(exc)}
+        results = {}
+        for shape in SHAPES:
+            b, h, nq, nk, d = (int(x) for x in shape.split("x"))
+            rng = np.random.default_rng(0)
+            q, k, v = (rng.standard_normal((b, h, n, d)) for n in (nq, nk, nk))
+            for causal in (False, True):
+                s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+                if causal:  # bottom-right, as FlashAttention aligns it
+                    s = np.where(np.tri(nq, nk, nk - nq, dtype=bool), s, -np.inf)
+                lse = scipy.special.logsumexp(s, axis=-1)
+                o = np.exp(s - lse[..., None]) @ v
+                got = attention(q, k, v, causal=causal)
+                results[(causal, shape)] = {
+                    name: max(self.FLOOR, float(np.max(np.abs(np.asarray(x, np.float64) - t)))
+                              / (1e-12 * max(1.0, float(np.max(np.abs(t))))))
+                    for name, x, t in (("o", got[0], o), ("lse", got[1], lse))}
+        return results
+
+    def setup(self, results, causal, shape):
+        if "missing" in results:
+            raise NotImplementedError(results["missing"])
+        self.errors = results[(causal, shape)]
+
+    def track_reference_o_exactness(self, results, causal, shape):
+        return self.errors["o"]
+
+    track_reference_o_exactness.unit = ("max |O_reference - O_here| / (1e-12 x max(1, max |O|))"
+                                        ", 0.01 where below")
+
+    def track_reference_lse_exactness(self, results, causal, shape):
+        return self.errors["lse"]
+
+    track_reference_lse_exactness.unit = ("max |LSE_reference - LSE_here| / (1e-12 x max(1, "
+                                          "max |LSE|)), 0.01 where below")
 
 
 FP8_DTYPES = ["fp8", "fp8_e5m2"]

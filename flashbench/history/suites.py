@@ -33,14 +33,16 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN
 ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
                       r"|TrackDecodeAccuracy|TrackDecodeMerge|TrackVariantAccuracy"
                       r"|TrackMLADecodeAccuracy|TrackHeadDimAccuracy|TrackStandardModel"
-                      r"|TrackStandardBackward)"
+                      r"|TrackStandardBackward|TrackReference)"
                       r"\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
 # rule-ratio tracks: kernel error / same-dtype standard error, and the factor of their rule
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR,
-               **{f"{t}_band_ratio": BAND_LIMIT for t in ("o", "lse", "dq", "dk", "dv")}}
+               **{f"{t}_band_ratio": BAND_LIMIT for t in ("o", "lse", "dq", "dk", "dv")},
+               # the float64 reference's error over the exactness tolerance (TrackReference)
+               "reference_o_exactness": 1.0, "reference_lse_exactness": 1.0}
 # the band rule's ratio beside each baseline-rule ratio (history tables and plots)
 BAND_PAIRS = {"o_baseline_ratio": "o_band_ratio", "lse_baseline_ratio": "lse_band_ratio",
               "dq_ratio": "dq_band_ratio", "dk_ratio": "dk_band_ratio",
