@@ -64,6 +64,19 @@ def test_a_head_that_changed_no_value_passes_and_says_what_stands_apart():
     assert "TrackDecodeMerge.track_lse_baseline_ratio (already failing at base, study): 1" in text
 
 
+def test_the_summary_counts_improvements():
+    """A probe: a head 2x faster read "OK: nothing regressed across 6 compared results;
+    exit 0", the CI line quoting the summary alone: the speed-up unsaid. A peer's better
+    row is a peer's (counted once)."""
+    better = [(ACC + "track_o_max_abs", f"kernel='triton', {SHAPE}", 3e-3, 1e-3),
+              (ACC + "track_o_max_abs", f"kernel='torch-sdpa', {SHAPE}", 3e-3, 1e-3),
+              (ACC + "track_o_rmse", f"kernel='triton', {SHAPE}", 1e-4, 1e-4)]
+    review = _review(_rows(better))
+    assert review.summary() == ("OK: nothing regressed across 3 compared results; 1 improved "
+                                "(faster, better, less memory); 1 peer row(s) for "
+                                "information; exit 0")
+
+
 def test_a_change_that_made_flashbenchs_own_kernel_worse_still_fails_the_gate():
     worse = [(ACC + "track_o_baseline_ratio", f"kernel='triton', {SHAPE}", 2.4, 2.6),
              (ACC + "track_o_max_abs", f"kernel='flash_model', {SHAPE}", 1e-3, math.nan),

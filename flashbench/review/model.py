@@ -9,6 +9,7 @@ from flashbench.accuracy import BASELINE_FACTOR, GRAD_FACTOR
 
 # Exit statuses of ``flashbench review`` (and of the CLI as a whole).
 OK, REGRESSED, UNDECIDED, ERROR = 0, 1, 2, 3
+IMPROVED = ("faster", "better", "less memory")  # verdicts the summary counts
 
 # Reason codes: why a row got its verdict (the Markdown and the JSON carry them).
 REASONS = {
@@ -141,17 +142,19 @@ class Review:
         return OK
 
     def apart(self) -> list[str]:
-        """What the summary reports apart from the verdict: flashbench's standing failures
-        and values not comparable, then peers' and studies' rows (each row counted once)."""
+        """What the summary reports apart from the verdict: flashbench's standing failures,
+        values not comparable, improvements; then peers' and studies' rows (each once)."""
         codes = [set(r.reason.split(", ")) for r in self.rows]
-        own = [c for c in codes if not c & {"peer", "study"}]
-        at_base = sum(bool(c & {"failing-at-base", "still-failing"}) for c in own)
+        own = [(r, c) for r, c in zip(self.rows, codes, strict=True) if not c & {"peer", "study"}]
+        at_base = sum(bool(c & {"failing-at-base", "still-failing"}) for _, c in own)
         parts = [f"{at_base} result(s) already failing at base"] if at_base else []
-        if n := sum("not-comparable" in c for c in own):
+        if n := sum("not-comparable" in c for _, c in own):
             parts.append(f"{n} not comparable (NaN in base and head)")
-        if n := sum("yardstick-moved" in c for c in own):
+        if n := sum("yardstick-moved" in c for _, c in own):
             parts.append(f"{n} ratio(s) moved with their yardstick alone (the kernel's "
                          "own error unchanged)")
+        if n := sum(r.verdict in IMPROVED for r, _ in own):  # a 2x speed-up went unsaid
+            parts.append(f"{n} improved ({', '.join(IMPROVED)})")
         info = [f"{n} {who}" for who in ("peer", "study") if (n := sum(who in c for c in codes))]
         return parts + [f"{' and '.join(info)} row(s) for information"] * bool(info)
 

@@ -50,7 +50,7 @@ def against_base_suites(review: Review, points: list[Point], root: Path, bench_d
                 r.detail += (f"; {who} changed this benchmark (asv version {p.version[:8]} "
                              f"-> {now.version[:8]}): read {r.verdict} under "
                              f"{'head' if who == 'head' else 'the working tree'}'s code, "
-                             "base's own measures it")
+                             "not under base's own (compare by hand)")
                 r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
     return own
 
