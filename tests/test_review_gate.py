@@ -59,6 +59,8 @@ def test_a_head_that_changed_no_value_passes_and_says_what_stands_apart():
     assert by[(MERGE, NO_OP[3][1][:20])].reason == "rule-fails, failing-at-base, study"
     text = render_markdown(review)
     assert "2 not comparable" in text and "(not comparable)" not in text  # said once
+    listed = render_markdown(review, all_rows=True)  # a NaN pair's ratio read "nan"
+    assert "| not comparable" in listed and "nan" not in listed.lower().replace("nan in", "")
     assert "| track_" not in text  # no table row: nothing against head
     assert "Reported apart, never against head" in text and "`peer`:" in text
     assert "TrackDecodeMerge.track_lse_baseline_ratio (already failing at base, study): 1" in text

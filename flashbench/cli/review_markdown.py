@@ -27,7 +27,7 @@ def _num(x) -> str:
 
 
 def _ratio(r: Row) -> str:
-    if r.ratio is None:
+    if r.ratio is None or math.isnan(r.ratio):  # two NaNs read "nan" (a probe)
         return "-"
     text = f"{r.ratio:.3f}"
     if r.ci_low is not None and r.ci_high is not None:
