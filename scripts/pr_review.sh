@@ -127,9 +127,18 @@ comment() {
   for f in "$dir"/*.md; do  # KIND.md: the verdict line over the report (KIND.review.md)
     [[ "$f" == *.review.md ]] || reports+=("$f")
   done
-  if [ "${#reports[@]}" = 0 ]; then  # a run whose review jobs did not run (another label)
-    echo "pr_review: no review report in $dir (no review job ran): no comment"
-    return 0
+  local note='' ended
+  ended=$(event workflow_run.conclusion)
+  if [ "${#reports[@]}" = 0 ]; then
+    case "$ended" in
+      failure|cancelled|timed_out)  # its jobs ended before a report (an install step failed,
+        # a time-out, a lost runner): the comment's sections, an earlier push's "nothing
+        # regressed" among them, showed as current beside a red check (a probe)
+        note="_This push's review ($(event workflow_run.head_sha | cut -c1-8)) gave no"
+        note+=" report: its run ended ${ended} before one (the run's log says why)._" ;;
+      *) echo "pr_review: no review report in $dir (no review job ran): no comment"
+         return 0 ;;  # a run whose review jobs did not run (another label)
+    esac
   fi
   body=$(mktemp)
   : > "$body.old"
@@ -153,10 +162,11 @@ for line in sys.stdin:
   local current
   current=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$pr" --jq .head.sha 2>/dev/null) ||
     current=
-  python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" "$LIMIT" "$current" \
-    "${reports[@]}" > "$body" <<'EOF'
+  PR_REVIEW_NOTE=$note python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" \
+    "$LIMIT" "$current" "${reports[@]}" > "$body" <<'EOF'
 import os, re, sys
 marker, old, head, limit, current, *reports = sys.argv[1:]
+note = os.environ.get("PR_REVIEW_NOTE", "")  # above the sections: this run's own word
 opens = re.compile(r"^<!-- flashbench-review:([\w.-]+):(\w*) -->\r?\n", re.M)
 stale = re.compile(r"\A_From an earlier push \(\w*\)[^\n]*\n\s*")
 text = open(old).read()
@@ -177,10 +187,10 @@ def opening(kind, sha):
                  + (f": not reviewed again for {now[:8]}" if now else "") + "._\n\n")
     return line
 cut = "\n\n**Cut at {} bytes**: the whole report is in the job summary."
-spare = int(limit) - len(marker) - 1 - sum(
+spare = int(limit) - len(marker) - len(note.encode()) - 3 - sum(
     len(opening(k, sha).encode()) + len(cut) + 12 for k, (sha, _) in sections.items())
 share = max(spare // max(len(sections), 1), 0)  # bytes of report a section
-out = [marker + "\n"]
+out = [marker + "\n" + (note + "\n\n" if note else "")]
 for kind, (sha, body) in sections.items():
     raw = body.encode()
     if len(raw) > share:  # whole characters, a code fence left open closed

@@ -377,6 +377,31 @@ def test_a_run_without_a_review_job_comments_nothing_and_passes(pr):
     assert not (tmp / "comments.json.calls").exists()
 
 
+def test_a_run_that_ended_before_a_report_marks_the_comment_stale(pr):
+    """A probe: a push whose review job failed before its report (an install step, a
+    time-out, a lost runner) left the earlier push's "nothing regressed" shown as current
+    beside a red check. The comment says this push gave no report, the earlier section marked."""
+    _, _, env, tmp = pr
+    review(pr, 0, row="same")
+    assert comment(pr, _run("a" * 40)).returncode == 0
+    for f in (tmp / "review-out").iterdir():
+        f.unlink()  # this push's run: no report
+    env["FAKE_PR_HEAD"] = "b" * 40
+    failed = {"workflow_run": {**_run("b" * 40)["workflow_run"], "conclusion": "failure"}}
+    r = comment(pr, failed)
+    assert r.returncode == 0 and "updated comment 100" in r.stdout, r.stderr
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert body.startswith(MARKER + "\n_This push's review (bbbbbbbb) gave no report: its "
+                           "run ended failure before one"), body
+    assert "_From an earlier push (aaaaaaaa): not reviewed again for bbbbbbbb._" in body
+    assert body.count("_This push's review") == 1
+    # its next run's report replaces the note (said once, never kept)
+    review(pr, 0, row="same")
+    assert comment(pr, _run("b" * 40)).returncode == 0
+    body = json.loads((tmp / "comments.json").read_text())[0]["body"]
+    assert "gave no report" not in body and "earlier push" not in body, body
+
+
 def test_a_comment_too_long_for_github_is_cut_and_says_so(pr):
     """Each kind's section gets an equal share of the limit: a long earlier section cut the
     newest kind's verdict off the end (a fresh-eyes review)."""
