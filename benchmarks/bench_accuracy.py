@@ -16,7 +16,7 @@ docs/asv.md ("Suites").
 
 import numpy as np
 
-from .common import BACKEND_DTYPES, TrackStandard, need, record_or_raise, shape_of
+from .common import BACKEND_DTYPES, TrackStandard, need, qkv, record_or_raise, shape_of
 from .common import known_dtypes as _known
 from .common import record_field as _field
 
@@ -144,7 +144,9 @@ class TrackReference:
     in float32: error 5e-8) read "better" or "same" on every kernel's row, a probe
     (2026-12-07). Its error over the exactness tolerance (1e-12 x max(1, the largest |value|),
     DESIGN.md): at most 1 passes; read 0.01 where below that (float64 rounding, which a change
-    of summation order moves: no verdict should)."""
+    of summation order moves: no verdict should). And the inputs every accuracy track draws
+    (flashbench.inputs.make_qkv, "normal", seed 0) against the suite's own draws: a head
+    that drew easier ones (zeros, a smaller spread) read every row "better"."""
 
     params = ([False, True], SHAPES)
     param_names = ["causal", "shape"]
@@ -155,13 +157,17 @@ class TrackReference:
 
         try:
             attention = need("reference", "attention")
+            need("inputs", "make_qkv", "Shape")
         except NotImplementedError as exc:
             return {"missing": str(exc)}
         results = {}
         for shape in SHAPES:
             b, h, nq, nk, d = (int(x) for x in shape.split("x"))
-            rng = np.random.default_rng(0)
+            rng = np.random.default_rng(0)  # make_qkv's "normal": q, k, v drawn in turn
             q, k, v = (rng.standard_normal((b, h, n, d)) for n in (nq, nk, nk))
+            drawn = qkv(shape)
+            inputs = max(self.FLOOR, max(float(np.max(np.abs(np.asarray(x, np.float64) - t)))
+                                         for x, t in zip(drawn, (q, k, v), strict=True)) / 1e-12)
             for causal in (False, True):
                 s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
                 if causal:  # bottom-right, as FlashAttention aligns it
@@ -169,10 +175,10 @@ class TrackReference:
                 lse = scipy.special.logsumexp(s, axis=-1)
                 o = np.exp(s - lse[..., None]) @ v
                 got = attention(q, k, v, causal=causal)
-                results[(causal, shape)] = {
+                results[(causal, shape)] = {"inputs": inputs, **{
                     name: max(self.FLOOR, float(np.max(np.abs(np.asarray(x, np.float64) - t)))
                               / (1e-12 * max(1.0, float(np.max(np.abs(t))))))
-                    for name, x, t in (("o", got[0], o), ("lse", got[1], lse))}
+                    for name, x, t in (("o", got[0], o), ("lse", got[1], lse))}}
         return results
 
     def setup(self, results, causal, shape):
@@ -191,6 +197,12 @@ class TrackReference:
 
     track_reference_lse_exactness.unit = ("max |LSE_reference - LSE_here| / (1e-12 x max(1, "
                                           "max |LSE|)), 0.01 where below")
+
+    def track_inputs_exactness(self, results, causal, shape):
+        return self.errors["inputs"]
+
+    track_inputs_exactness.unit = ("max |make_qkv's q, k, v - the suite's draws| / 1e-12, 0.01 "
+                                   "where below")
 
 
 FP8_DTYPES = ["fp8", "fp8_e5m2"]

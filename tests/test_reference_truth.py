@@ -46,6 +46,32 @@ def test_the_reference_reads_the_floor_and_a_float32_one_fails_its_rule(causal, 
                               accuracy_rule(metric))[2] is False
 
 
+@pytest.mark.parametrize("easier", ["zeros", "a tenth"])
+def test_inputs_drawn_easier_fail_their_rule(easier, monkeypatch):
+    """A head drawing easier inputs (zeros, a smaller spread) made every kernel's and the
+    standard's errors smaller: every accuracy row "better", none worse."""
+    import flashbench.inputs as inputs
+
+    make = inputs.make_qkv
+
+    def drawn(*args, **kw):
+        q, k, v = make(*args, **kw)
+        return tuple(np.zeros_like(x) if easier == "zeros" else x / 10 for x in (q, k, v))
+
+    suite = TrackReference()
+    shape = suite.params[1][0]
+    results = suite.setup_cache()
+    suite.setup(results, False, shape)
+    assert suite.track_inputs_exactness(results, False, shape) == TrackReference.FLOOR
+    monkeypatch.setattr(inputs, "make_qkv", drawn)
+    results = suite.setup_cache()
+    suite.setup(results, False, shape)
+    value = suite.track_inputs_exactness(results, False, shape)
+    assert value > 1e9, value
+    assert judge_accuracy(TrackReference.FLOOR, value, [], 0.02,
+                          accuracy_rule("inputs_exactness"))[2] is True
+
+
 def test_a_commit_without_the_reference_skips():
     suite = TrackReference()
     with pytest.raises(NotImplementedError, match="no"):

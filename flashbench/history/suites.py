@@ -42,7 +42,8 @@ RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELI
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR,
                **{f"{t}_band_ratio": BAND_LIMIT for t in ("o", "lse", "dq", "dk", "dv")},
                # the float64 reference's error over the exactness tolerance (TrackReference)
-               "reference_o_exactness": 1.0, "reference_lse_exactness": 1.0}
+               "reference_o_exactness": 1.0, "reference_lse_exactness": 1.0,
+               "inputs_exactness": 1.0}
 # the band rule's ratio beside each baseline-rule ratio (history tables and plots)
 BAND_PAIRS = {"o_baseline_ratio": "o_band_ratio", "lse_baseline_ratio": "lse_band_ratio",
               "dq_ratio": "dq_band_ratio", "dk_ratio": "dk_band_ratio",
