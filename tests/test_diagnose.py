@@ -557,3 +557,26 @@ def test_a_packed_top_left_mask_is_named_where_sequences_have_more_queries_than_
         out[a:b] = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), v[c:e])
     said = diagnose(varlen_candidates(q, k, v, cu, cu_k, kw), (_bf16(out), None), ref, o_std)
     assert said is not None and "aligned top-left in each sequence" in said, said
+
+
+@pytest.mark.parametrize("scale, words", [(1.0, "no 1/sqrt(d) scale (a scale of 1)"),
+                                          (1 / 64, "a scale of 1/d = 1/64 (the square root "
+                                                   "left out)")])
+def test_a_forgotten_scale_or_square_root_is_named_in_fp32(scale, words):
+    """A newcomer's fp32 kernels: a scale of 1 read "explains 100.0% of its error ... 19x
+    the same-dtype standard's error: a second defect" (its larger scores round coarser:
+    no second defect); a scale of 1/d was named by no candidate."""
+    q, k, v = make_qkv(Shape.parse("1x2x128x64"), "normal", 2)
+    ref = reference.attention(q, k, v, causal=False)
+    std = numerics.standard_model(q, k, v, "fp32", causal=False)
+    o_std = float(np.max(np.abs(std[0] - ref[0])))
+    q32, k32, v32 = (x.astype(np.float32) for x in (q, k, v))
+    s = (q32 @ k32.swapaxes(-1, -2)) * np.float32(scale)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    o = ((p / p.sum(-1, keepdims=True)) @ v32).astype(np.float64)
+    said = diagnose(dense_candidates(q, k, v, {"causal": False}), (o, None), ref, o_std)
+    assert said is not None and words in said, said
+    assert "100.0%" not in said and "100.00%" not in said, said
+    if "nearest" in said:
+        assert "that semantics' own rounding (larger scores round coarser), or a second " \
+            "defect" in said, said

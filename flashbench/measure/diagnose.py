@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from flashbench import reference
+from flashbench.accuracy.bandrule import DEFECTS_REACH
 from flashbench.accuracy.metrics import to_numpy
 from flashbench.inputs.variant import MAX_WINDOW
 
@@ -37,6 +38,7 @@ def scales(d: int, dv: int) -> Iterator[tuple[str, float]]:
         yield f"a scale of 1/sqrt({padded}) (d = {d} padded to {padded}), not 1/sqrt({d})", \
             padded ** -0.5
     yield "no 1/sqrt(d) scale (a scale of 1)", 1.0
+    yield f"a scale of 1/d = 1/{d} (the square root left out), not 1/sqrt({d})", 1.0 / d
 
 
 def dense_candidates(q, k, v, kw: dict) -> list[tuple[str, Callable]]:
@@ -311,11 +313,15 @@ def diagnose(candidates, out, ref, o_standard: float,
                 return (f"its O matches attention with {named}: max |O - that| {err:.2g} "
                         f"(the same-dtype standard's error: {o_standard:.2g}; against the "
                         f"true attention: {own:.2g})")
+            left = err / max(o_standard, 1e-12)
+            # a newcomer's scale of 1 explained "100.0%" and read "a second defect" at 19x:
+            # that semantics' own rounding (scores 8x larger) is coarser than the standard's
+            why = ("a second defect" if left > DEFECTS_REACH else "that semantics' own "
+                   "rounding (larger scores round coarser), or a second defect")
             return (f"its O is nearest attention with {named}, which explains "
-                    f"{100 * (1 - err / own):.1f}% of its error (against the true attention: "
-                    f"{own:.2g}); what remains, max |O - that| {err:.2g}, is "
-                    f"{err / max(o_standard, 1e-12):.0f}x the same-dtype standard's error: a "
-                    "second defect")
+                    f"{math.floor(10000 * (1 - err / own)) / 100:.2f}% of its error (against "
+                    f"the true attention: {own:.2g}); what remains, max |O - that| "
+                    f"{err:.2g}, is {left:.0f}x the same-dtype standard's error: {why}")
     lse = out[1] if len(out) > 1 else None
     if lse is None or lse_standard is None or to_numpy(lse).shape != ref[1].shape:
         return None
