@@ -300,6 +300,10 @@ def test_at_fp32_no_kept_in_the_dtype_cause_is_named(tensor):
         assert "1.1-1.5x" not in said
         assert "1.1-1.5x" in likely_cause(tensor, 1.3, dtype)
     assert "tf32" not in likely_cause(tensor, 22_702, "bf16")
+    # a newcomer's textbook fp32 kernel (P = exp(S - LSE), 1.48-1.57x the edge) read the
+    # exp(S - LSE) form as the last of four causes: near the edge it is named first
+    assert likely_cause(tensor, 1.5, "fp32").startswith("likely P = exp(S - LSE) with an fp32")
+    assert likely_cause(tensor, 3.0, "fp32").startswith("likely a narrower rounding")
     # an infinite ratio is said in words (a probe read "infx its band's edge")
     said = likely_cause(tensor, float("inf"), "bf16")
     assert said.startswith("an infinite error (a value finite where the true one is -inf") \

@@ -143,6 +143,7 @@ DEFECTS_REACH = 61.3
 # an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
 # or the exp(S - LSE) form; a wrong result can read as small (a sink left out: 22,702x)
 WIDE = ("fp32", "tf32", "fp64")  # tf32: inputs rounded, everything else fp32
+NEAR_EDGE = 1.6  # an fp32 FAIL this near the band's edge: the exp(S - LSE) form first
 WIDE_CAUSE = ("a narrower rounding inside the kernel: matmul inputs rounded to tf32 (Triton's "
               "and cuBLAS's default for fp32 on a GPU; input_precision=\"ieee\" keeps fp32), "
               "an accumulator, P or the scores kept in fp16 or bf16, or P = exp(S - LSE) with an "
@@ -184,6 +185,12 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
                     "kernel: matmul inputs in tf32 (Triton's and cuBLAS's default for fp32 on "
                     "a GPU), an accumulator, P or the scores kept in fp16 or bf16 (O rounded to "
                     f"fp16 every 16 keys read 1,410x) ({DEFECT_TABLE})")
+        if ratio is not None and ratio <= NEAR_EDGE:  # a newcomer's textbook fp32 kernel
+            # read four causes with this one last (1.06-1.12 of its limit)
+            return (f"likely P = exp(S - LSE) with an fp32 LSE (O = P @ V: a correct form "
+                    "whose rows carry the LSE's rounding, 1.1-1.5x the band's edge; the band "
+                    "rule holds a kernel to a flash kernel's online softmax), else "
+                    f"{WIDE_CAUSE} ({DEFECT_TABLE})")
         return f"likely {WIDE_CAUSE} ({DEFECT_TABLE})"
     causes = LIKELY_CAUSES.get(tensor, "a rounding point moved to the dtype")
     if ratio is not None and ratio > AMBIGUOUS:  # a red team's dropped columns read 617x
