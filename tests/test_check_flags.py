@@ -203,3 +203,15 @@ def test_save_into_a_pipe_or_device_writes_into_it_and_leaves_it_one(tmp_path):
     reader.join(timeout=20)
     assert rc == 0 and stat.S_ISFIFO(fifo.stat().st_mode)
     assert got and "float64" in got[0] and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_backend_takes_several_names_as_only_does():
+    """A newcomer: `check --backend mine:attn mine:attn_softmax` read "unrecognized
+    arguments" (--backend had to be repeated) beside `--only A B`, which takes a list."""
+    from flashbench.cli import build_parser
+
+    parser = build_parser()
+    for sub in ("check", "speed"):
+        args = parser.parse_args([sub, "--backend", "a:f", "b:g", "--backend", "triton"])
+        assert args.backend == ["a:f", "b:g", "triton"], sub
+        assert parser.parse_args([sub]).backend == []  # the default list left alone

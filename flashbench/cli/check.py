@@ -74,13 +74,14 @@ def add_parser(sub) -> None:
                    "VARIANT_SET (causal window=(128,0), softcap=30, sinks, varlen 512,1000,77) "
                    "in one report, the sinks causal (where a row's sink weighs); at N <= 129 "
                    "keys the window is (N // 4, 0), one that hides keys")
-    c.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
+    c.add_argument("--backend", action="extend", nargs="+", default=[],
+                   metavar="NAME|MODULE:FUNCTION",
                    help="a backend name (a flashbench.backends registry name: an unknown name "
                    "lists them; or an installed flashbench.backends entry point) selects it; "
-                   "package.module:function adds "
-                   "your own attention function, judged like flashbench's kernel. Repeatable. "
-                   "Default: flashbench's kernels, torch-naive, torch-sdpa and every entry point; "
-                   "on a GPU machine every backend")
+                   "package.module:function adds your own attention function, judged like "
+                   "flashbench's kernel. One or more, repeatable. Default: flashbench's "
+                   "kernels, torch-naive, torch-sdpa and every entry point; on a GPU machine "
+                   "every backend")
     c.add_argument("--only", nargs="+", metavar="NAME|MODULE:FUNCTION",
                    help="just these backends (names or module:function, as --backend takes "
                    "them), none of the defaults; the flash model and the float64 reference "

@@ -66,9 +66,11 @@ def add_parser(sub) -> None:
     s.add_argument("--pass", dest="direction", choices=PASSES, default="fwd",
                    help="the pass timed: fwd, bwd (the backward alone; its forward is built "
                    "outside the clock) or fwdbwd (default fwd)")
-    s.add_argument("--backend", action="append", default=[], metavar="NAME|MODULE:FUNCTION",
+    s.add_argument("--backend", action="extend", nargs="+", default=[],
+                   metavar="NAME|MODULE:FUNCTION",
                    help="a registry backend or entry point, or package.module:function (your "
-                   "kernel, timed in its worker process); repeatable. Default: as check's")
+                   "kernel, timed in its worker process); one or more, repeatable. "
+                   "Default: as check's")
     s.add_argument("--only", nargs="+", metavar="NAME|MODULE:FUNCTION",
                    help="time just these backends (as --backend takes them), none of the "
                    "defaults: your kernel alone, or beside the one peer you name")
