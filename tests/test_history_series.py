@@ -203,3 +203,33 @@ def test_a_corrupt_benchmarks_json_is_said_in_the_report(tmp_path, capsys, damag
     assert rc == 0, err
     assert why in err
     assert why.replace("benchmarks.json:", "benchmarks.json`:") in out, out
+
+
+def test_a_change_another_machine_read_between_this_machines_runs_is_said(tmp_path, capsys):
+    """A newcomer's report opened with "+71% more error" on M3's newest commit, no cause
+    given: M2 had read that value three commits earlier (inside its band there), and M3 had
+    not run since. The answer's why says where it was seen first."""
+    root = tmp_path / "results"
+    write(root / "benchmarks.json", {
+        "a.TrackAccuracy.track_o_max_abs": {"param_names": ["kernel", "dtype", "shape"],
+                                            "unit": "max |O - O_fp64|", "type": "track"}})
+
+    def run(machine, cpu, k, value):
+        write(root / machine / f"{k:08x}-{cpu[-1]}.json", results_file(
+            {"a.TrackAccuracy.track_o_max_abs": [[value], [["'triton'"], ["'fp32'"],
+                                                            ["'1x2x64x64x16'"]]]},
+            commit=f"{k:08x}" + "0" * 32, date=1700000000000 + k * 60000, machine=machine,
+            cpu=cpu))
+
+    for k in (0, 1):  # M1 (cpu A) runs commits 0, 1 and then 5 alone
+        run("m", "cpu A", k, 2.79e-7)
+    run("m", "cpu A", 5, 4.78e-7)
+    for k, v in ((0, 2.8e-7), (1, 2.8e-7), (2, 4.78e-7), (3, 4.78e-7), (4, 4.78e-7)):
+        run("m", "cpu B", k, v)  # cpu B read the change at commit 2
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    answer = out[out.index("## The answer"):out.index("Machines:")]
+    assert "a value another machine read first, at a commit this machine did not run" \
+        in answer, answer
+    line = next(x for x in answer.splitlines() if "| 4.78e-07" in x)
+    assert "seen on M2 since `00000002`" in line, line

@@ -146,11 +146,15 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
         out = out.assign(change_pct=100 * (out["latest"] / out["band_hi"].where(
             out["latest"] > out["band_hi"], out["band_lo"]) - 1))
         far = out["change_pct"].abs().fillna(np.inf)
+        why = [y or e for y, e in zip(_yardstick(out, bands), _elsewhere(out, df, labels),
+                                      strict=True)]
         out = out.assign(_far=far, _small=far <= FAR_PCT, _better=out["change_pct"] < 0,
-                         why=_yardstick(out, bands)).sort_values(
+                         why=why).sort_values(
             ["_small", "_better", "_far"], ascending=[True, True, False], kind="stable")
         big = int((far > FAR_PCT).sum())
-        worse, moved = int((~out["_better"]).sum()), int(out["why"].notna().sum())
+        worse = int((~out["_better"]).sum())
+        moved = int(out["why"].eq("yardstick").sum())
+        seen = int(out["why"].astype(object).str.startswith("seen on").fillna(False).sum())
     lines.append(f"- Outside its band: **{len(out)} of {len(judged)}** accuracy tracks "
                  "(latest value outside [band_lo, band_hi], the range of the earlier "
                  "commits' values; tracks with one commit are not judged)"
@@ -160,6 +164,10 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                     + (f"; {moved} of them a ratio whose kernel's own max error stayed in its "
                        "band (why: yardstick: the model it is divided by moved)" if moved
                        else "")
+                    + (f"; {seen} of them a value another machine read first, at a commit "
+                       "this machine did not run (why: seen on that machine since that "
+                       "commit: a change between this machine's runs, not its newest commit's)"
+                       if seen else "")
                     + ". Listed those past it first, worse before better, the farthest first "
                     "(change_pct: the latest value against the band edge it passed, in %; "
                     "positive is more error):"
@@ -233,6 +241,41 @@ def _slow_latest(trend: pd.DataFrame | None, labels: dict, listed: int = 5) -> l
             f"a loaded run; rerun to tell): {named}"
             + (f"; ... and {len(slow) - listed} more (throughput.csv)" if len(slow) > listed
                else "") + "."]
+
+
+def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict) -> list:
+    """Per row of ``out``: "seen on M2 since `bb4e146e`" where another machine read the
+    latest value (within 0.1%) first, at a commit after this machine's run before its
+    latest and no later than the latest: the change came between this machine's runs (a
+    newcomer's report opened with "+71% more error" at the newest commit, a change M2 had
+    read, inside its band, three commits earlier), else None."""
+    from flashbench.history.suites import accuracy_metric
+
+    found: list = [None] * len(out)
+    if not len(out) or "params" not in df:
+        return found
+    every = df[df["params"].isin(set(out["params"])).to_numpy() & (df["status"] == "ok")]
+    metric = every["benchmark"].astype(object).map(accuracy_metric)
+    every = every.assign(metric=metric, cpu=every["cpu"].astype(object).where(
+        every["cpu"].notna(), None) if "cpu" in every else None).sort_values("date")
+    groups = {k: g for k, g in every.groupby(["metric", "params"], observed=True, sort=False)}
+    for i, r in enumerate(out.itertuples()):
+        runs = groups.get((r.metric, r.params))
+        if runs is None or not np.isfinite(r.latest):
+            continue
+        cpu = r.cpu if isinstance(r.cpu, str) else None
+        mine = (runs["machine"].astype(object) == r.machine) & (runs["cpu"] == cpu)
+        dates = runs.loc[mine.to_numpy(), "date"]
+        if len(dates) < 2:
+            continue
+        others = runs[~mine.to_numpy() & (runs["date"] > dates.iloc[-2]).to_numpy()
+                      & (runs["date"] <= dates.iloc[-1]).to_numpy()
+                      & np.isclose(runs["value"].to_numpy(float), r.latest, rtol=1e-3)]
+        if len(others):
+            o = others.iloc[0]
+            label = labels.get((o["machine"], o["cpu"]), o["machine"])
+            found[i] = f"seen on {label} since `{str(o['commit'])[:8]}`"
+    return found
 
 
 def _yardstick(out: pd.DataFrame, bands: pd.DataFrame) -> list:
