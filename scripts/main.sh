@@ -106,7 +106,7 @@ elif [ -n "$DONE" ]; then
   say "== 3/5 asv: ${HEAD:0:8} already measured on $MACHINE ($DONE); skipped"
   : >"$OUT/asv.log"
 else
-  say "== 3/5 asv: the first-run selection on ${HEAD:0:8}, machine $MACHINE (about 2 min)"
+  say "== 3/5 asv: the first-run selection on ${HEAD:0:8}, machine $MACHINE (about 3-4 min on 2 CPUs)"
   logged "asv" "$OUT/asv.log" "${ASV[@]}" --bench "$BENCH" || ASV_STATUS=$?
 fi
 ASV_FAILED=$(grep -acE '(failed|timeout)$' "$OUT/asv.log" || true)
