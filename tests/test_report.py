@@ -138,6 +138,23 @@ def test_rules_plot_draws_one_series_per_setting_and_the_study_apart():
     assert "decode merge study (not a kernel)" in labels and len(labels) < 20
 
 
+def test_rules_plot_rings_flashbenchs_points_past_the_limit_alone():
+    """A newcomer: triton's 2.013 against the limit of 2 sat on the dotted line like a
+    pass. A kernel of flashbench's past the limit is ringed red; a peer's is not."""
+    from flashbench.history.plots import rules_figure
+
+    kernel = frame([1.9, 2.013, 2.013], "a.TrackAccuracy.track_o_baseline_ratio",
+                   {"kernel": "triton", "dtype": "fp32", "causal": False})
+    peer = frame([2.5, 2.5, 2.5], "a.TrackAccuracy.track_o_baseline_ratio",
+                 {"kernel": "torch-naive", "dtype": "fp32", "causal": False})
+    fig = rules_figure(pd.concat([kernel, peer], ignore_index=True))
+    rule = next(ax for ax in fig.axes if ax.get_title().startswith("o_baseline_ratio"))
+    rings = [c for c in rule.collections if len(c.get_offsets())]
+    assert len(rings) == 1 and sorted(rings[0].get_offsets()[:, 1]) == [2.013, 2.013]
+    assert "ringed red" in fig.texts[-1].get_text() or any(
+        "ringed red" in t.get_text() for t in fig.texts)
+
+
 def test_errors_plot_has_a_span_floor_tick_labels_on_every_panel_and_one_scale():
     """Failed before: a 4e-13 relative difference filled the tf32 panel (seven equal tick
     labels); the fp8 panel had no y tick labels."""

@@ -126,6 +126,9 @@ class _Series:
                 **({"dtype (marker)": marks} if len(marks) > 1 else {})}
 
 
+SHADED = "every other machine's commits shaded grey"  # fg.machine_spans (a newcomer asked)
+
+
 def _spans(ax, sub: pd.DataFrame, order: dict, labels: dict) -> None:
     fg.machine_spans(ax, fg.spans_of(by_commit(sub[[*IDENTITY, "commit"]], order), labels))
 
@@ -161,8 +164,9 @@ def errors_figure(df: pd.DataFrame):
     for row in axes:
         row[0].set_ylabel(f"{unit[0] if len(unit) else MAIN_METRIC}", fontsize=8)
     return fg.finish(fig, axes, series.legends(), "Accuracy over history: max |O - O_fp64| "
-                     "(unitless), non-causal", "M1, M2, ...: the machine that measured those "
-                     "commits (report.md's legend); dashed line: a machine change")
+                     "(unitless), non-causal cases (causal ones: error_bands.csv)", "M1, M2, "
+                     "...: the machine that measured those commits (report.md's legend); "
+                     f"dashed line: a machine change, {SHADED}")
 
 
 def rules_figure(df: pd.DataFrame):
@@ -195,14 +199,21 @@ def rules_figure(df: pd.DataFrame):
     for ax, name, sub, title in zip(axes.flat, panels, subs, titles, strict=False):
         series.draw(ax, sub, "value", order)
         ax.axhline(rule_limit(name), color="k", linestyle=":", lw=1)
+        # flashbench's kernels past the limit ringed red (a peer's or a study's FAIL is
+        # information): 2.013 against 2 sat on the dotted line like a pass
+        own = sub["kernel"].map(lambda k: isinstance(k, str) and not fg.is_peer(k))
+        bad = sub[(sub["value"].to_numpy(float) > rule_limit(name)) & own.to_numpy(bool)]
+        ax.scatter(bad["commit"].astype(object).map(order), bad["value"], s=28, lw=0.9,
+                   facecolors="none", edgecolors="red", zorder=6)
         fg.span_floor(ax, sub["value"], extra=(rule_limit(name),))
         _spans(ax, sub, order, mlabels)
         ax.set_title(title, fontsize=8)
         fg.commit_axis(ax, labels, sub["commit"].astype(object).map(order))
     return fg.finish(fig, axes, series.legends(), "The two rules over history: baseline "
                      "ratio (kernel / same-dtype standard error) and band-rule ratio",
-                     "one line per parameter setting and machine; M1, M2, ...: the machine "
-                     "(report.md's legend)")
+                     "one line per parameter setting and machine; ringed red: a kernel of "
+                     "flashbench's past the rule's limit; M1, M2, ...: the machine (report.md's "
+                     "legend)")
 
 
 def loaded_runs(points: pd.DataFrame, order: dict, slower: float = 0.75) -> dict:
@@ -250,7 +261,8 @@ def tflops_figure(points: pd.DataFrame, df: pd.DataFrame):
     return fg.finish(fig, axes, series.legends(), "Throughput over history: TFLOP/s = FLOPs "
                      "of the shape (visible pairs) / recorded seconds", "red band: a run "
                      "slower across the board (median TFLOP/s < 75% of usual: load, not "
-                     "code); dashed line: a machine change (M1, M2, ...: report.md)")
+                     f"code); dashed line: a machine change, {SHADED} (M1, M2, ...: "
+                     "report.md)")
 
 
 def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "flash_model",
@@ -294,7 +306,7 @@ def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "
         row[0].set_ylabel(str(unit), fontsize=8)
     return fg.finish(fig, axes, {"N (keys)": handles}, f"Error bands over history ({kernel}, "
                      f"{quantity}): line p99, dotted max over seeds", "M1, M2, ...: the "
-                     "machine (report.md's legend); dashed line: a machine change")
+                     f"machine (report.md's legend); dashed line: a machine change, {SHADED}")
 
 
 def _saved(fig, path) -> bool:
