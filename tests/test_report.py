@@ -91,6 +91,25 @@ def test_the_report_on_the_committed_results_opens_with_the_answer(committed_rep
     assert text.index("## The answer") < text.index("## Accuracy bands")
 
 
+def test_the_answer_names_flashbenchs_ratios_past_their_limit_at_the_newest_commit():
+    """A newcomer: triton's softcap baseline ratio of 2.013 (limit 2) read "inside True":
+    its band held the failing values. The answer names a kernel of flashbench's past a
+    rule's limit at its newest commit; a peer's is information."""
+    own = {"kernel": "triton", "dtype": "fp32", "causal": False}
+    df = pd.concat([
+        frame([2.013, 2.013, 2.013], "a.TrackAccuracy.track_o_baseline_ratio", own),
+        frame([1.2, 1.2, 1.2], "a.TrackAccuracy.track_o_band_ratio", own),
+        frame([3.0, 3.0, 3.0], "a.TrackAccuracy.track_o_baseline_ratio",
+              own | {"kernel": "torch-naive"})])
+    text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df)))
+    line = next(x for x in text.splitlines() if x.startswith("- Rules at the newest commit"))
+    assert "**2** ratio(s) of flashbench's kernels past their limit" in line, line
+    assert "M1 triton fp32 o_baseline_ratio 2.013 (limit 2)" in line and "torch-naive" not in line
+    calm = frame([0.9] * 3, "a.TrackAccuracy.track_o_band_ratio", own)
+    text = "\n".join(answer(calm, error_bands(calm), steps(calm), machine_labels(calm)))
+    assert "no kernel of flashbench's past a rule's limit" in text
+
+
 def test_the_answer_says_when_no_step_was_found():
     df = frame([1.0] * 5, "a.TrackAccuracy.track_o_max_abs", {"kernel": "k", "dtype": "fp32"})
     text = "\n".join(answer(df, error_bands(df), steps(df), machine_labels(df)))

@@ -203,6 +203,7 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                      + ", ".join(f"{s} {n}" for s, n in at_top.items()) + f"{hosts}). "
                      "Per suite: " + ", ".join(f"{s} {n}" for s, n in
                                                suites.value_counts().items()) + ".")
+    lines += _past_rules(bands, labels)
     lines += _slow_latest(trend, labels)
     failed = df[df["status"] == "failed"]
     if len(failed):
@@ -214,6 +215,33 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
     else:
         lines.append("- Failed results: none.")
     return [*lines, "", "Machines:", *machine_legend(labels)]
+
+
+def _past_rules(bands: pd.DataFrame, labels: dict, listed: int = 5) -> list[str]:
+    """The answer's line on flashbench's kernels whose newest rule ratio is past its limit:
+    "inside its band" is about the earlier commits, whose band may hold failing values (a
+    newcomer: triton's softcap ratio of 2.013 against 2 read "inside True")."""
+    from flashbench.history.suites import rule_limit
+
+    if bands.empty:
+        return []
+    limit = bands["metric"].astype(object).map(lambda m: rule_limit(str(m)))
+    past = bands[limit.notna().to_numpy() & bands["role"].isna().to_numpy()
+                 & (bands["latest"].to_numpy(float) > limit.fillna(np.inf).to_numpy(float))]
+    if past.empty:
+        return ["- Rules at the newest commit: no kernel of flashbench's past a rule's limit."]
+    def text(x) -> str:
+        return x if isinstance(x, str) else ""
+
+    named = "; ".join(
+        f"{labels.get((r.machine, r.cpu if isinstance(r.cpu, str) else None), r.machine)} "
+        f"{text(r.kernel)} {text(r.dtype)} {r.metric} {r.latest:.4g} (limit "
+        f"{rule_limit(r.metric):g}) at `{r.latest_commit}`"
+        for r in past.sort_values("latest", ascending=False).head(listed).itertuples())
+    return [f"- Rules at the newest commit: **{len(past)}** ratio(s) of flashbench's kernels "
+            f"past their limit (a band may hold failing values: inside it is no pass): "
+            f"{named}" + (f"; ... and {len(past) - listed} more (error_bands.csv)"
+                          if len(past) > listed else "") + "."]
 
 
 SLOW_LATEST = 0.5  # a timing whose latest TFLOP/s is under this share of its best: named
