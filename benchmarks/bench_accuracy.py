@@ -165,9 +165,8 @@ class TrackReference:
             b, h, nq, nk, d = (int(x) for x in shape.split("x"))
             rng = np.random.default_rng(0)  # make_qkv's "normal": q, k, v drawn in turn
             q, k, v = (rng.standard_normal((b, h, n, d)) for n in (nq, nk, nk))
-            drawn = qkv(shape)
-            inputs = max(self.FLOOR, max(float(np.max(np.abs(np.asarray(x, np.float64) - t)))
-                                         for x, t in zip(drawn, (q, k, v), strict=True)) / 1e-12)
+            inputs = max(self._over(x, t, 1e-12) for x, t in zip(qkv(shape), (q, k, v),
+                                                                 strict=True))
             for causal in (False, True):
                 s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
                 if causal:  # bottom-right, as FlashAttention aligns it
@@ -176,10 +175,19 @@ class TrackReference:
                 o = np.exp(s - lse[..., None]) @ v
                 got = attention(q, k, v, causal=causal)
                 results[(causal, shape)] = {"inputs": inputs, **{
-                    name: max(self.FLOOR, float(np.max(np.abs(np.asarray(x, np.float64) - t)))
-                              / (1e-12 * max(1.0, float(np.max(np.abs(t))))))
+                    name: self._over(x, t, 1e-12 * max(1.0, float(np.max(np.abs(t)))))
                     for name, x, t in (("o", got[0], o), ("lse", got[1], lse))}}
         return results
+
+    @classmethod
+    def _over(cls, got, want, tol: float) -> float:
+        """max |got - want| / ``tol``, :attr:`FLOOR` where below it; inf where that is not
+        finite or ``got`` has another shape (a NaN reference read the floor, a pass)."""
+        got = np.asarray(got, np.float64)
+        if got.shape != want.shape:
+            return float("inf")
+        err = float(np.max(np.abs(got - want)))
+        return max(cls.FLOOR, err / tol) if np.isfinite(err) else float("inf")
 
     def setup(self, results, causal, shape):
         if "missing" in results:

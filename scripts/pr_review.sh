@@ -127,18 +127,29 @@ comment() {
   for f in "$dir"/*.md; do  # KIND.md: the verdict line over the report (KIND.review.md)
     [[ "$f" == *.review.md ]] || reports+=("$f")
   done
-  local note='' ended
+  local note='' ended head current=
   ended=$(event workflow_run.conclusion)
+  head=$(event workflow_run.head_sha)
+  pr_head() {  # the pull request's head now: a run of an older push that finishes last (a
+    # re-run, a label's run) replaced the newer push's sections, marked "earlier" (a probe)
+    gh api "repos/$GITHUB_REPOSITORY/pulls/$pr" --jq .head.sha 2>/dev/null || true
+  }
   if [ "${#reports[@]}" = 0 ]; then
-    case "$ended" in
-      failure|cancelled|timed_out)  # its jobs ended before a report (an install step failed,
-        # a time-out, a lost runner): the comment's sections, an earlier push's "nothing
-        # regressed" among them, showed as current beside a red check (a probe)
-        note="_This push's review ($(event workflow_run.head_sha | cut -c1-8)) gave no"
-        note+=" report: its run ended ${ended} before one (the run's log says why)._" ;;
-      *) echo "pr_review: no review report in $dir (no review job ran): no comment"
-         return 0 ;;  # a run whose review jobs did not run (another label)
-    esac
+    # its jobs ended before a report (an install step failed, a time-out, a lost runner):
+    # the comment's sections, an earlier push's "nothing regressed" among them, showed as
+    # current beside a red check (a probe); said only of the pull request's head (a newer
+    # push's cancelling this run is no news), never of another label's run (skipped jobs)
+    [[ "$ended" =~ ^(failure|timed_out)$ ]] && current=$(pr_head)
+    if [[ "$ended" =~ ^(failure|timed_out)$ ]] && { [ -z "$current" ] || [ "$current" = "$head" ]; }; then
+      note="_This push's review (${head:0:8}) gave no report: its run ended ${ended}"
+      note+=" before one (the run's log says why)._"
+    else
+      echo "pr_review: no review report in $dir (no review job ran, or a newer push's"
+      echo "  run replaced this one): no comment"
+      return 0
+    fi
+  else
+    current=$(pr_head)
   fi
   body=$(mktemp)
   : > "$body.old"
@@ -157,12 +168,7 @@ for line in sys.stdin:
   # the comment without the CPU's verdict); a report's own text cannot open a section (a
   # head's stderr, quoted in its report, is its own); each section gets an equal share of
   # the limit, so that every kind's verdict line stays
-  # the pull request's head now: a run of an older push that finishes last (a re-run, a
-  # label's run) replaced the newer push's sections and marked those "earlier" (a probe)
-  local current
-  current=$(gh api "repos/$GITHUB_REPOSITORY/pulls/$pr" --jq .head.sha 2>/dev/null) ||
-    current=
-  PR_REVIEW_NOTE=$note python3 - "$MARKER" "$body.old" "$(event workflow_run.head_sha)" \
+  PR_REVIEW_NOTE=$note python3 - "$MARKER" "$body.old" "$head" \
     "$LIMIT" "$current" "${reports[@]}" > "$body" <<'EOF'
 import os, re, sys
 marker, old, head, limit, current, *reports = sys.argv[1:]

@@ -233,3 +233,40 @@ def test_a_change_another_machine_read_between_this_machines_runs_is_said(tmp_pa
         in answer, answer
     line = next(x for x in answer.splitlines() if "| 4.78e-07" in x)
     assert "seen on M2 since `00000002`" in line, line
+
+
+@pytest.mark.parametrize("case", ["both ran the newest", "no cpu", "tiny values"])
+def test_seen_elsewhere_is_said_only_of_a_commit_this_machine_did_not_run(tmp_path, capsys,
+                                                                          case):
+    """A review: two machines that both ran the commit that caused a change each read
+    "seen on the other since" it (a change at the newest commit, said to be between
+    runs); machines without a cpu never matched (None == None is False in pandas); numpy's
+    default atol matched any two values under 1e-8."""
+    root = tmp_path / "results"
+    write(root / "benchmarks.json", {
+        "a.TrackAccuracy.track_o_max_abs": {"param_names": ["kernel", "dtype", "shape"],
+                                            "unit": "max |O - O_fp64|", "type": "track"}})
+
+    def run(machine, k, value):
+        write(root / machine / f"{k:08x}.json", results_file(
+            {"a.TrackAccuracy.track_o_max_abs": [[value], [["'triton'"], ["'fp32'"],
+                                                            ["'1x2x64x64x16'"]]]},
+            commit=f"{k:08x}" + "0" * 32, date=1700000000000 + k * 60000, machine=machine,
+            cpu=None if case == "no cpu" else f"cpu {machine}"))
+
+    old, new = (1e-12, 5e-13) if case == "tiny values" else (2.79e-7, 4.78e-7)
+    other = 9e-13 if case == "tiny values" else new
+    for machine in ("a", "b"):
+        for k in (0, 1):
+            run(machine, k, old)
+    if case == "both ran the newest":
+        run("a", 2, new)
+        run("b", 2, new)
+    else:
+        run("b", 2, other)
+        run("a", 3, new)
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    answer = out[out.index("## The answer"):out.index("Machines:")]
+    seen = "seen on" in answer
+    assert seen is (case == "no cpu"), answer

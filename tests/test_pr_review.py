@@ -395,6 +395,13 @@ def test_a_run_that_ended_before_a_report_marks_the_comment_stale(pr):
                            "run ended failure before one"), body
     assert "_From an earlier push (aaaaaaaa): not reviewed again for bbbbbbbb._" in body
     assert body.count("_This push's review") == 1
+    # a run a newer push cancelled, or one of an older head that failed: no news, no edit
+    calls = (tmp / "comments.json.calls").read_text()
+    for ended, sha in (("cancelled", "b" * 40), ("failure", "a" * 40)):
+        run = {"workflow_run": {**_run(sha)["workflow_run"], "conclusion": ended}}
+        r = comment(pr, run)
+        assert r.returncode == 0 and "no comment" in r.stdout, (ended, r.stdout)
+    assert "PATCH" not in (tmp / "comments.json.calls").read_text()[len(calls):]
     # its next run's report replaces the note (said once, never kept)
     review(pr, 0, row="same")
     assert comment(pr, _run("b" * 40)).returncode == 0

@@ -72,6 +72,22 @@ def test_inputs_drawn_easier_fail_their_rule(easier, monkeypatch):
                           accuracy_rule("inputs_exactness"))[2] is True
 
 
+@pytest.mark.parametrize("broken", ["nan", "shape"])
+def test_a_reference_of_nans_or_of_another_shape_is_infinitely_wrong(broken, monkeypatch):
+    """A review: max(FLOOR, nan) is the floor: an all-NaN reference read 0.01, a pass."""
+    def attention(q, k, v, **kw):
+        o = np.full(q.shape, np.nan) if broken == "nan" else np.zeros(q.shape[:-1])
+        return o, np.full(q.shape[:-1], np.nan)
+
+    monkeypatch.setattr(reference, "attention", attention)
+    suite = TrackReference()
+    shape = suite.params[1][0]
+    results = suite.setup_cache()
+    suite.setup(results, True, shape)
+    assert suite.track_reference_o_exactness(results, True, shape) == np.inf
+    assert suite.track_reference_lse_exactness(results, True, shape) == np.inf
+
+
 def test_a_commit_without_the_reference_skips():
     suite = TrackReference()
     with pytest.raises(NotImplementedError, match="no"):

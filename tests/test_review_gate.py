@@ -74,9 +74,8 @@ def test_the_summary_counts_improvements():
               (ACC + "track_o_max_abs", f"kernel='torch-sdpa', {SHAPE}", 3e-3, 1e-3),
               (ACC + "track_o_rmse", f"kernel='triton', {SHAPE}", 1e-4, 1e-4)]
     review = _review(_rows(better))
-    assert review.summary() == ("OK: nothing regressed across 3 compared results; 1 improved "
-                                "(faster, better, less memory); 1 peer row(s) for "
-                                "information; exit 0")
+    assert review.summary() == ("OK: nothing regressed across 3 compared results; improved: "
+                                "1 better; 1 peer row(s) for information; exit 0")
 
 
 def test_a_change_that_made_flashbenchs_own_kernel_worse_still_fails_the_gate():

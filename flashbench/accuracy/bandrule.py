@@ -137,7 +137,7 @@ AMBIGUOUS = 100.0
 # max error (l kept in bf16, its LSE: 61.28x); past it a wrong result is named first (a
 # probe's q.k over 64 of 192 columns in bf16: 98x the standard's, 201x the band's edge, read
 # "likely the O accumulator" under the 100x that named it before)
-DEFECTS_REACH = 61.3
+DEFECTS_REACH = 80.0  # the 61.28x measured, with a margin (another shape or seed)
 # at fp32 and wider no "kept in the dtype" defect exists (the flash model keeps everything
 # in fp32 there); the causes are narrower roundings inside an fp32 kernel: tf32 matmul inputs,
 # an accumulator or P in fp16 / bf16 (1,410x the edge for O rounded to fp16 every 16 keys),
@@ -185,7 +185,7 @@ def likely_cause(tensor: str, ratio: float | None = None, dtype: str | None = No
                     "kernel: matmul inputs in tf32 (Triton's and cuBLAS's default for fp32 on "
                     "a GPU), an accumulator, P or the scores kept in fp16 or bf16 (O rounded to "
                     f"fp16 every 16 keys read 1,410x) ({DEFECT_TABLE})")
-        if ratio is not None and ratio <= NEAR_EDGE:  # a newcomer's textbook fp32 kernel
+        if tensor == "o" and ratio is not None and ratio <= NEAR_EDGE:  # a newcomer's kernel
             # read four causes with this one last (1.06-1.12 of its limit)
             return (f"likely P = exp(S - LSE) with an fp32 LSE (O = P @ V: a correct form "
                     "whose rows carry the LSE's rounding, 1.1-1.5x the band's edge; the band "

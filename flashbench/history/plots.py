@@ -126,7 +126,7 @@ class _Series:
                 **({"dtype (marker)": marks} if len(marks) > 1 else {})}
 
 
-SHADED = "every other machine's commits shaded grey"  # fg.machine_spans (a newcomer asked)
+SHADED = "alternate machines' spans shaded grey"  # fg.machine_spans (a newcomer asked)
 
 
 def _spans(ax, sub: pd.DataFrame, order: dict, labels: dict) -> None:
@@ -213,7 +213,7 @@ def rules_figure(df: pd.DataFrame):
                      "ratio (kernel / same-dtype standard error) and band-rule ratio",
                      "one line per parameter setting and machine; ringed red: a kernel of "
                      "flashbench's past the rule's limit; M1, M2, ...: the machine (report.md's "
-                     "legend)")
+                     f"legend); dashed line: a machine change, {SHADED}")
 
 
 def loaded_runs(points: pd.DataFrame, order: dict, slower: float = 0.75) -> dict:

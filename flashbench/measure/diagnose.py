@@ -316,8 +316,9 @@ def diagnose(candidates, out, ref, o_standard: float,
             left = err / max(o_standard, 1e-12)
             # a newcomer's scale of 1 explained "100.0%" and read "a second defect" at 19x:
             # that semantics' own rounding (scores 8x larger) is coarser than the standard's
-            why = ("a second defect" if left > DEFECTS_REACH else "that semantics' own "
-                   "rounding (larger scores round coarser), or a second defect")
+            why = ("that semantics' own rounding (larger scores round coarser), or a "
+                   "second defect" if left <= DEFECTS_REACH and "scale" in words else
+                   "a second defect")
             return (f"its O is nearest attention with {named}, which explains "
                     f"{math.floor(10000 * (1 - err / own)) / 100:.2f}% of its error (against "
                     f"the true attention: {own:.2g}); what remains, max |O - that| "

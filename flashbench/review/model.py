@@ -45,9 +45,9 @@ REASONS = {
     "worse": "head's error exceeds base's by more than the tolerance",
     "above-band": "head's error is worse than base's and exceeds every earlier result of "
                   "base's ancestors (same benchmark version)",
-    "rule-fails": "a rule ratio (kernel error / same-dtype standard error) above its rule's "
-                  f"factor, or not finite: {BASELINE_FACTOR:g}x for the forward's baseline "
-                  f"rule, {GRAD_FACTOR:g}x for the gradient rule (the row names its factor)",
+    "rule-fails": "a rule ratio (kernel error / same-dtype standard error; the reference's /"
+                  " the exactness tolerance) above its factor, or not finite: "
+                  f"{BASELINE_FACTOR:g}x for the forward, {GRAD_FACTOR:g}x for the gradients",
     "outside-band": "a band ratio (kernel error / the band edge of a correct kernel of that "
                     "dtype at that size) above its limit (the row names it), or not finite",
     "not-finite": "head's value is NaN or infinite where base's is finite",
@@ -153,8 +153,8 @@ class Review:
         if n := sum("yardstick-moved" in c for _, c in own):
             parts.append(f"{n} ratio(s) moved with their yardstick alone (the kernel's "
                          "own error unchanged)")
-        if n := sum(r.verdict in IMPROVED for r, _ in own):  # a 2x speed-up went unsaid
-            parts.append(f"{n} improved ({', '.join(IMPROVED)})")
+        if n := {v: c for v in IMPROVED if (c := sum(r.verdict == v for r, _ in own))}:
+            parts.append("improved: " + ", ".join(f"{c} {v}" for v, c in n.items()))
         info = [f"{n} {who}" for who in ("peer", "study") if (n := sum(who in c for c in codes))]
         return parts + [f"{' and '.join(info)} row(s) for information"] * bool(info)
 

@@ -32,12 +32,12 @@ def accuracy_rule(metric: str | None) -> tuple[float, str] | None:
 def rule_detail(metric: str, acc_tol: float, band: int) -> str:
     """The detail of an accuracy row: tolerance, band size, and the rule's own limit."""
     text = f"tolerance {acc_tol:.0%}, band of {band} earlier result(s)"
-    rule = accuracy_rule(metric)
-    if rule is None:
+    if (rule := accuracy_rule(metric)) is None:
         return text
     if rule[1] == "outside-band":
         return text + f", band rule: at most {rule[0]:g}x the band edge of a correct kernel"
-    return text + f", rule: at most {rule[0]:g}x the same-dtype standard error"
+    what = "the exactness tolerance" if "exactness" in metric else "the same-dtype standard error"
+    return text + f", rule: at most {rule[0]:g}x {what}"
 
 
 def judge_accuracy(base: float, head: float, band: list[float], acc_tol: float,
