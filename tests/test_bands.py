@@ -511,3 +511,21 @@ def test_a_kernel_that_cannot_take_the_head_dim_is_named_not_a_crash(capsys):
     assert rc == 0, out
     assert "Not measured: triton fp16: skipped: head dim d=44 is not a multiple of 8" in out
     assert "\ntriton:\n" not in out  # no table of its own: nothing measured
+
+
+def test_a_kernel_returning_inf_is_an_infinite_error_not_a_failure_of_bands(user_module,
+                                                                            tmp_path, capsys):
+    """A probe: `bands --kernels ... mod:infk` ended with exit 3 ("flashbench bands:
+    failed: returned 8 non-finite value(s)"), no JSON, where the docs count a non-finite
+    output as an infinite error."""
+    user_module("fbbandsinf", "import torch\n\n\ndef infk(q, k, v, causal=False, scale=None):\n"
+                "    o = torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"
+                "    o[..., 0, 0] = float('inf')\n    return o\n")
+    path = tmp_path / "b.json"
+    status, out, err = run_cli(["bands", "--dtype", "fp32", "--n", "64", "--seeds", "2",
+                                "--dist", "normal", "--causal", "off", "--kernels",
+                                "flash_model", "fbbandsinf:infk", "--json", str(path)], capsys)
+    assert status == 0, err
+    assert "fbbandsinf:infk fp32: failed (" in err and "its error counted infinite" in err
+    mine = [b for b in json.loads(path.read_text())["bands"] if b["kernel"] == "fbbandsinf:infk"]
+    assert mine and all(b["abs_max"] == "inf" for b in mine), mine

@@ -236,7 +236,7 @@ def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
         return None
     import torch
 
-    from flashbench.backends import BackendUnavailable
+    from flashbench.backends import BackendFailed, BackendUnavailable
     from flashbench.backends.tensors import torch_dtype
 
     tensors = [torch.from_numpy(x).to(torch_dtype(prec)) for x in inputs]
@@ -245,6 +245,11 @@ def _backend_output(name: str, prec: Precision, inputs, causal: bool, say):
     except BackendUnavailable as exc:  # this case's: a head dim Triton does not take
         say(f"  {name} {prec.name}: skipped: {exc}")  # (exit 3, after the models' cells)
         return None
+    except BackendFailed as exc:  # non-finite where the reference is finite, or raised: an
+        # infinite error, as the docs say (a probe: exit 3, "flashbench failed", no JSON)
+        say(f"  {name} {prec.name}: failed ({exc}): its error counted infinite")
+        rows = inputs[0].shape[:-1]
+        return np.full((*rows, inputs[2].shape[-1]), np.inf), np.full(rows, np.inf), False
     return to_numpy(out[0]), to_numpy(out[1]), bool(getattr(out, "own_lse", backend.own_lse))
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 from tabulate import tabulate
 
+from flashbench.cli.common import jsonable
 from flashbench.review.model import REASONS, Review, Row
 from flashbench.review.paired import look_level
 from flashbench.review.stats import LOOKS, MIN_TRIM_ROUNDS, TRIM, WORST_FALSE_ALARMS
@@ -124,17 +125,6 @@ def render_markdown(review: Review, all_rows: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _clean(x):
-    """NaN and infinities become None: JSON holds neither."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
-
-
 def to_json(review: Review) -> str:
     doc = {"base": review.base, "head": review.head, "machine": review.machine,
            "cpu": review.cpu, "mode": review.mode, "factor": review.factor,
@@ -142,4 +132,6 @@ def to_json(review: Review) -> str:
            "budget_s": review.budget, "seconds": review.seconds, "status": review.status,
            "summary": review.summary(), "notes": review.notes, "problems": review.problems,
            "reasons": REASONS, "rows": [asdict(r) for r in review.rows]}
-    return json.dumps(_clean(doc), indent=1, allow_nan=False)
+    # inf and nan as the strings check's and bands' JSON write: null told neither apart
+    # from a value never measured (a probe)
+    return json.dumps(jsonable(doc), indent=1, allow_nan=False)
