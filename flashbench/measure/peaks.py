@@ -16,7 +16,8 @@ import platform
 import sys
 from pathlib import Path
 
-__all__ = ["best_peaks", "remember", "remembered", "unreadable", "PEAKS_FILE", "CAP"]
+__all__ = ["best_peaks", "remember", "remembered", "unreadable", "peaks_file", "PEAKS_FILE",
+           "CAP"]
 
 PEAKS_FILE = "peaks.json"
 COPY = "copy GB/s"
@@ -69,6 +70,12 @@ def unreadable() -> str | None:
 def _path() -> Path:
     cache = Path(os.environ.get("FLASHBENCH_CACHE", Path.home() / ".cache" / "flashbench"))
     return cache / PEAKS_FILE
+
+
+def peaks_file() -> Path:
+    """Where this machine's best peaks are kept (speed's header names it: a newcomer saw a
+    % peak of "the best this machine has measured" and could not tell where that was)."""
+    return _path()
 
 
 def remember() -> dict:

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flashbench.measure.peaks import CAP, PEAKS_FILE, best_peaks, remembered, unreadable
+from flashbench.measure.peaks import (
+    CAP,
+    PEAKS_FILE,
+    best_peaks,
+    peaks_file,
+    remembered,
+    unreadable,
+)
 
 __all__ = ["Roofline", "measure_roofline", "fp8_peak_tflops"]
 
@@ -151,7 +158,7 @@ def measure_roofline(device: str, dtypes) -> Roofline:
     # failed torch's own SDPA "below the roofline floor"), the floor of the fastest measured
     fastest = max(peaks, key=peaks.get)
     how = ("host clock, best of 10: 1024^3 torch.matmul; 64 MiB copy; the best this machine "
-           "has measured (measure.peaks" + (
+           f"has measured (kept in {peaks_file()}, measure.peaks" + (
                ": this run measured less: " + ", ".join(
                    f"{d} {v:.3g}" + (" GB/s" if d == "copy" else "") for d, v in ran.items())
                if raised else "")
