@@ -349,10 +349,14 @@ def test_an_uncommitted_benchmark_edit_is_not_blamed_on_head(project):
         target.write_text(original)
     assert r.returncode == 2, r.stdout + r.stderr
     doc = json.loads(r.stdout)
-    changed = [x for x in doc["rows"] if x["reason"] == "benchmark-changed"]
-    assert changed, doc["rows"]
+    # every row of the edited benchmark says who changed it, a verdict "not compared" or,
+    # on a machine too busy to measure, "not measured" (a clean-clone CI run under load
+    # found none "benchmark-changed": the busy rows kept their reason, and said nothing)
+    changed = [x for x in doc["rows"] if "changed this benchmark" in x["detail"]]
+    assert changed and len(changed) == len(doc["rows"]), doc["rows"]
     assert all("the working tree's suites changed this benchmark" in x["detail"]
                and "head changed" not in x["detail"] for x in changed), changed
+    assert all(x["reason"] == "benchmark-changed" or x["undecided"] for x in changed), changed
 
 
 def test_a_head_whose_benchmark_edit_handicaps_base_is_never_faster(project):

@@ -41,17 +41,16 @@ def against_base_suites(review: Review, points: list[Point], root: Path, bench_d
             rows.append(Row(p.kind, p.name, p.params, p.unit, "coverage lost", "coverage-lost",
                             "in base's own benchmarks/, not in the suites that ran (renamed or "
                             "removed in head): measured by neither side here", undecided=True))
-        elif p.version and now.version and p.version != now.version:
-            # head's edit ran on both sides: what it could buy is no verdict (docs/review.md)
-            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params) and (
-                    r.reason == "coverage-gained" or not (r.regression or r.undecided or {
-                        "not-measured", "still-failing", "failing-at-base"} & set(
-                        r.reason.split(", "))))]:  # measured by neither, or failing at base
+        elif p.version and now.version and p.version != now.version:  # (docs/review.md)
+            for r in [r for r in rows if (r.benchmark, r.params) == (p.name, p.params)]:
                 r.detail += (f"; {who} changed this benchmark (asv version {p.version[:8]} "
                              f"-> {now.version[:8]}): read {r.verdict} under "
                              f"{'head' if who == 'head' else 'the working tree'}'s code, "
-                             "not under base's own (compare by hand)")
-                r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
+                             "not under base's own (compare by hand)")  # every row says so
+                if r.reason == "coverage-gained" or not (r.regression or r.undecided or {
+                        "not-measured", "still-failing", "failing-at-base"} & set(
+                        r.reason.split(", "))):  # what the edit could buy is no verdict
+                    r.verdict, r.reason, r.undecided = "not compared", "benchmark-changed", True
     return own
 
 
