@@ -376,9 +376,9 @@ def test_a_head_whose_benchmark_edit_handicaps_base_is_never_faster(project):
         (x["verdict"], x["reason"]) == ("not compared", "benchmark-changed") for x in timed), timed
     assert all("head changed this benchmark" in x["detail"] for x in timed)
     # what was read under head's code is said (a 2x handicap reads "faster" on a quiet
-    # machine, "same" under the wide factor on a loaded one: CI 2026-12-07)
-    assert all(re.search(r"read (faster|same) under head's code, not under base's own",
-                         x["detail"]) for x in timed), timed
+    # machine; on a loaded one "same" or, at the budget's end, "not slower": CI 2026-12-07)
+    assert all(re.search(r"read (faster|same|not slower) under head's code, not under base's "
+                         "own", x["detail"]) for x in timed), [x["detail"] for x in timed]
 
 
 def test_broken_head_is_a_regression(project):
