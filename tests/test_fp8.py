@@ -230,6 +230,38 @@ def test_fp8_models_stay_bounded_and_mask_like_the_reference(nq, nk, d, block, c
         assert np.abs(o64).max() <= bound  # a convex combination of v, up to fp8 rounding
 
 
+@given(hkv=st.sampled_from([1, 2, 3]), group=st.sampled_from([2, 3]), nq=st.integers(1, 20),
+       nk=st.integers(1, 20), block=st.integers(1, 24), causal=st.booleans(),
+       quant=st.sampled_from(["block", "tensor"]), incoherent=st.booleans(),
+       dtype=st.sampled_from(["fp8", "fp8_e5m2"]), seed=st.integers(0, 999))
+def test_grouped_query_fp8_equals_the_expanded_heads(hkv, group, nq, nk, block, causal, quant,
+                                                     incoherent, dtype, seed):
+    """k, v with Hkv heads of H = Hkv x group (docs/fp8.md: "k and v may have fewer heads"):
+    both fp8 models equal their run on k, v repeated per q head, bit for bit (a k head's
+    block scales and a tensor's amax are its expansion's). A probe's Hkv = 2 of H = 4 raised
+    a broadcast error (2026-12-07)."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, hkv * group, nq, 8))
+    k, v = rng.standard_normal((2, hkv, nk, 8)), rng.standard_normal((2, hkv, nk, 4))
+    kx, vx = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    for model, options in ((flash_fp8, {"block": block, "quant": quant,
+                                        "incoherent": incoherent}), (standard_fp8, {})):
+        got = model(q, k, v, dtype, causal=causal, **options)
+        want = model(q, kx, vx, dtype, causal=causal, **options)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+
+
+def test_check_takes_grouped_query_fp8(capsys):
+    from flashbench.cli import main
+
+    status = main(["check", "--shape", "1x4/2x64x64x32", "--dtype", "fp8", "--pass", "fwd",
+                   "--no-backends", "--quiet"])
+    out = capsys.readouterr().out
+    assert status == 0 and "RESULT: PASS" in out, out
+
+
 def test_bad_options_are_named():
     q = np.ones((2, 4))
     with pytest.raises(ValueError, match="quant"):

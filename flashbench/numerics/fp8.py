@@ -26,7 +26,13 @@ from flashbench.inputs.precision import (
     get_precision,
     round_to_fp8,
 )
-from flashbench.inputs.validation import check_block, check_causal, check_qkv, check_scale
+from flashbench.inputs.validation import (
+    check_block,
+    check_causal,
+    check_qkv,
+    check_scale,
+    grouped_query,
+)
 from flashbench.reference.products import matmul
 from flashbench.reference.streaming import (
     log_sum_exp,
@@ -136,10 +142,18 @@ def flash_fp8(q, k, v, dtype: str | Precision = "fp8", block: int = 64, causal: 
     if incoherent:
         m = incoherence_matrix(q.shape[-1], seed)
         q, k = q @ m, k @ m
-    tensor = quant == "tensor"
-    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec, None if tensor else rows)
-                                    for x, rows in ((q, block_q), (k, block), (v, block)))
-    o, lse = stream_attention(q8 * dq, k8 * dk, v8 * dv, block=block, causal=causal,
+    return _flash_fp8(q, k, v, prec=prec, rows=(block_q, block, block), causal=causal,
+                      scale=scale, tensor=quant == "tensor")
+
+
+# Grouped-query k, v run grouped (a k or v head's scales are those of each q head it
+# serves; one tensor's amax is that of its expansion): a probe's Hkv = 2 of H = 4 raised
+# a broadcast error, in flashbench check --dtype fp8 too (2026-12-07)
+@grouped_query
+def _flash_fp8(q, k, v, *, prec: Precision, rows, causal, scale, tensor: bool):
+    (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec, None if tensor else n)
+                                    for x, n in zip((q, k, v), rows, strict=True))
+    o, lse = stream_attention(q8 * dq, k8 * dk, v8 * dv, block=rows[1], causal=causal,
                               scale=scale, compute=np.float32, round_p=_p_rounder(prec))
     return prec.out.store(o), lse
 
@@ -151,7 +165,11 @@ def standard_fp8(q, k, v, dtype: str | Precision = "fp8", causal: bool = False,
     Returns (o bf16 [..., Nq, dv], lse float32 [..., Nq]).
     """
     prec, q, k, v, scale = _prepared(q, k, v, dtype, scale, check_finite)
-    causal = check_causal(causal)
+    return _standard_fp8(q, k, v, prec=prec, causal=check_causal(causal), scale=scale)
+
+
+@grouped_query
+def _standard_fp8(q, k, v, *, prec: Precision, causal, scale):
     (q8, dq), (k8, dk), (v8, dv) = (quantize(x, prec) for x in (q, k, v))
     fp16 = PRECISIONS["fp16"]
     s = masked_scores(q8 * dq, k8 * dk, scale, causal, round_s=fp16.stored)
