@@ -309,6 +309,21 @@ def test_error_bands_and_baseline_ratio():
     assert ACCURACY.search("a.TrackAccuracy.track_o_max_abs")["metric"] == "o_max_abs"
 
 
+def test_a_latest_within_a_millionth_of_its_band_is_inside():
+    """The float64 reference's own rounding on another host moved an fp32 kernel's
+    4.780010942617707e-07 by 1.2e-9 of itself: "outside", more error than ever (a probe,
+    2026-12-07). A millionth of the edge is inside; a ten-thousandth is not."""
+    edge = 4.780010942617707e-07
+    rows = {}
+    for name, latest in (("rounding", 4.780010937066592e-07), ("up", edge * (1 + 5e-7)),
+                         ("moved", edge * (1 - 1e-4)), ("far", edge * 1.01)):
+        rows[name] = error_bands(synthetic(
+            [edge, edge, edge, latest], "a.TrackAccuracy.track_o_max_abs",
+            {"kernel": "triton", "dtype": "fp32", "causal": False})).iloc[0]
+    assert rows["rounding"]["inside"] is True and rows["up"]["inside"] is True
+    assert rows["moved"]["inside"] is False and rows["far"]["inside"] is False
+
+
 def test_two_processors_under_one_machine_name_are_two_machines():
     """An Intel host and then an AMD host got the same name: grouped by name alone the
     switch would read as a 2x slowdown (a step) and one wide error band; by
