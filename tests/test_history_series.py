@@ -229,19 +229,22 @@ def test_a_change_another_machine_read_between_this_machines_runs_is_said(tmp_pa
     rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
     assert rc == 0, err
     answer = out[out.index("## The answer"):out.index("Machines:")]
-    assert "a value another machine read first, at a commit this machine did not run" \
+    assert "a value another machine changed to first, at a commit this machine did not run" \
         in answer, answer
     line = next(x for x in answer.splitlines() if "| 4.78e-07" in x)
     assert "seen on M2 since `00000002`" in line, line
 
 
-@pytest.mark.parametrize("case", ["both ran the newest", "no cpu", "tiny values"])
+@pytest.mark.parametrize("case", ["both ran the newest", "no cpu", "tiny values",
+                                  "read it all along"])
 def test_seen_elsewhere_is_said_only_of_a_commit_this_machine_did_not_run(tmp_path, capsys,
                                                                           case):
     """A review: two machines that both ran the commit that caused a change each read
     "seen on the other since" it (a change at the newest commit, said to be between
     runs); machines without a cpu never matched (None == None is False in pandas); numpy's
-    default atol matched any two values under 1e-8."""
+    default atol matched any two values under 1e-8; a machine that read the value from its
+    first run on (another host's numbers, no change) was named "since" a commit between this
+    machine's runs (a probe, 2026-12-07)."""
     root = tmp_path / "results"
     write(root / "benchmarks.json", {
         "a.TrackAccuracy.track_o_max_abs": {"param_names": ["kernel", "dtype", "shape"],
@@ -258,7 +261,7 @@ def test_seen_elsewhere_is_said_only_of_a_commit_this_machine_did_not_run(tmp_pa
     other = 9e-13 if case == "tiny values" else new
     for machine in ("a", "b"):
         for k in (0, 1):
-            run(machine, k, old)
+            run(machine, k, new if case == "read it all along" and machine == "b" else old)
     if case == "both ran the newest":
         run("a", 2, new)
         run("b", 2, new)
