@@ -19,6 +19,7 @@ from flashbench.history.steps import flagged
 from flashbench.history.summaries import identities, parse_params
 
 FAR_PCT = 1.0  # outside its band by more than this (%): counted apart, listed first
+HOST_WHY = "host changed"  # why: the machine's host (os, ram) differs between its runs
 FOLD = 60  # parameter texts longer than this (characters) are folded into a label
 
 # the parameters the accuracy tables show as columns (the others: "other")
@@ -134,11 +135,13 @@ def other_params(label, named=SHOWN) -> str | None:
 
 
 def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
-           labels: dict, listed: int = 12, trend: pd.DataFrame | None = None) -> list[str]:
+           labels: dict, listed: int = 12, trend: pd.DataFrame | None = None,
+           host=None) -> list[str]:
     """The report's first section: what changed, what lies outside its band (counted and
     which), which steps were found, the timings whose latest point ran at under half their
     best (``trend``: :func:`~flashbench.history.summaries.throughput`), which results
-    failed."""
+    failed. ``host``: a results file's host (files.host_reader), for the rows whose
+    machine changed host between its last two runs."""
     lines = ["## The answer", "", f"- Newest commit per machine: {_newest(df, labels)}."]
     judged = bands[bands["inside"].notna()] if not bands.empty else bands
     out = judged[judged["inside"].eq(False)] if not judged.empty else judged
@@ -146,8 +149,8 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
         out = out.assign(change_pct=100 * (out["latest"] / out["band_hi"].where(
             out["latest"] > out["band_hi"], out["band_lo"]) - 1))
         far = out["change_pct"].abs().fillna(np.inf)
-        why = [y or e for y, e in zip(_yardstick(out, bands), _elsewhere(out, df, labels),
-                                      strict=True)]
+        why = [y or e for y, e in zip(_yardstick(out, bands),
+                                      _elsewhere(out, df, labels, host), strict=True)]
         out = out.assign(_far=far, _small=far <= FAR_PCT, _better=out["change_pct"] < 0,
                          why=why).sort_values(
             ["_small", "_better", "_far"], ascending=[True, True, False], kind="stable")
@@ -155,6 +158,7 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
         worse = int((~out["_better"]).sum())
         moved = int(out["why"].eq("yardstick").sum())
         seen = int(out["why"].astype(object).str.startswith("seen on").fillna(False).sum())
+        hosts = int(out["why"].eq(HOST_WHY).sum())
     lines.append(f"- Outside its band: **{len(out)} of {len(judged)}** accuracy tracks "
                  "(latest value outside [band_lo, band_hi], the range of the earlier "
                  "commits' values; tracks with one commit are not judged)"
@@ -168,6 +172,9 @@ def answer(df: pd.DataFrame, bands: pd.DataFrame, jumps: pd.DataFrame,
                        "commit this machine did not run (why: seen on that machine since that "
                        "commit: a change between this machine's runs, not its newest commit's)"
                        if seen else "")
+                    + (f"; {hosts} of them on a machine whose host (os, ram) changed between "
+                       f"its last two runs (why: {HOST_WHY}: the new host's numbers, perhaps, "
+                       "not the code's)" if hosts else "")
                     + ". Listed those past it first, worse before better, the farthest first "
                     "(change_pct: the latest value against the band edge it passed, in %; "
                     "positive is more error):"
@@ -271,13 +278,16 @@ def _slow_latest(trend: pd.DataFrame | None, labels: dict, listed: int = 5) -> l
                else "") + "."]
 
 
-def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict) -> list:
-    """Per row of ``out``: "seen on M2 since `bb4e146e`" where another machine changed to
-    the latest value (within 0.1%; it read another at its last run up to this machine's
-    run before the latest) first, at a commit this machine did not run, after that run
-    and no later than the latest: the change came between this machine's runs (a newcomer's report opened with "+71% more error" at M3's newest
-    commit, a change M2 had read, inside its band, three commits earlier), else None.
-    Vectorised (merges, no loop over rows): the report's summaries stay fast at 3M rows."""
+def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict, host=None) -> list:
+    """Per row of ``out``: "seen on M2 since `bb4e146e`" where another machine changed to the
+    latest value (within 0.1%; it read another at its last run up to this machine's run
+    before the latest) first, at a commit this machine did not run, after that run and no
+    later than the latest: the change came between this machine's runs (a newcomer's report
+    opened with "+71% more error" at M3's newest commit, a change M2 had read, inside its
+    band, three commits earlier); else :data:`HOST_WHY` where ``host`` reads two hosts in
+    the files of this machine's last two runs (a probe: 59 rows at M3's change of host said
+    nothing); else None. Vectorised (merges, no loop over rows): the report's summaries
+    stay fast at 3M rows."""
     from flashbench.history.suites import accuracy_metric
     from flashbench.history.summaries import name_labels, names, with_identity
 
@@ -287,11 +297,13 @@ def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict) -> list:
     every = with_identity(df)
     every = every.loc[every["params"].isin(set(out["params"])).to_numpy()
                       & (every["status"] == "ok").to_numpy(),
-                      ["machine", "cpu", "commit", "date", "benchmark", "params", "value"]]
+                      ["machine", "cpu", "commit", "date", "benchmark", "params", "value",
+                       *(["file"] if "file" in df else [])]]
     hits = {b: accuracy_metric(b) for b in names(every["benchmark"]) if isinstance(b, str)}
     # every key as an integer code (categories, as load_results gives them): merging on the
     # texts took 7-10 s at 2.2M rows
-    cols = {c: _categories(every[c]) for c in ("machine", "cpu", "commit", "params")}
+    cols = {c: _categories(every[c]) for c in ("machine", "cpu", "commit", "params", "file")
+            if c in every}
     cols["metric"] = _categories(pd.Series(name_labels(every["benchmark"], hits)))
     codes = pd.DataFrame({c: v.cat.codes.to_numpy() for c, v in cols.items()})
     codes = codes.assign(date=every["date"].to_numpy("datetime64[ns]"),  # tz-aware: objects
@@ -307,10 +319,19 @@ def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict) -> list:
     want = want[(want[keys] >= 0).all(axis=1).to_numpy()]  # -1: a key no result holds
     mine = want.merge(codes, on=keys).sort_values("date", kind="stable")  # its own runs
     back = mine.groupby("row").cumcount(ascending=False).to_numpy()  # 0: the newest
-    span = mine.loc[back == 1, ["row", "date"]].rename(columns={"date": "prev"}).merge(
-        mine.loc[back == 0, ["row", "date"]].rename(columns={"date": "newest"}), on="row")
+    ends = ["row", "date", *(["file"] if "file" in mine else [])]
+    span = mine.loc[back == 1, ends].rename(columns={"date": "prev", "file": "prev_file"}).merge(
+        mine.loc[back == 0, ends].rename(columns={"date": "newest", "file": "new_file"}),
+        on="row")
     if span.empty:
         return found
+    if host is not None and "prev_file" in span:
+        files = cols["file"].cat.categories
+        for r in span.itertuples():
+            was, now = host(str(files[r.prev_file])), host(str(files[r.new_file]))
+            if was is not None and now is not None and was != now:
+                found[r.row] = HOST_WHY
+        span = span.drop(columns=["prev_file", "new_file"])
     pairs = want.merge(span, on="row").merge(codes, on=["metric", "params"],
                                              suffixes=("", "_o"))
     pairs = pairs[((pairs["machine_o"] != pairs["machine"])

@@ -293,7 +293,7 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
                      "result's): the bands and trends leave them out, as asv's graphs do, and "
                      "the plots draw them faint, each code a line of its own; results.csv and "
                      "the steps (commit marked *) keep them")
-    lines += ["", *answer(df, bands, jumps, labels, trend=trend)]
+    lines += ["", *answer(df, bands, jumps, labels, trend=trend, host=host)]
     main = bands[bands["metric"] == MAIN_METRIC] if not bands.empty else bands
     units = main["unit"].dropna().unique() if not main.empty else []
     unit = f"{units[0]}, unitless" if len(units) == 1 else MAIN_METRIC

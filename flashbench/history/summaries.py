@@ -167,18 +167,18 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     """Accuracy tracks over history, one row per machine x cpu x metric x parameter
     combination.
 
-    Columns: machine, cpu, kernel, dtype, causal, shape, dist (the accuracy
-    parameters where recorded), metric, params (the whole combination), commits (how
-    many recorded it), p50, p99, max (over all commits), band_lo / band_hi (min / max
-    of the finite values of the commits before the latest), latest, latest_commit,
-    latest_status (the newest commit's outcome: "ok", asv's "failed" / "skipped" /
-    "missing", or "non-finite" for an inf or NaN error; latest is NaN unless "ok" or
-    "non-finite", never an older commit's value), inside (latest within [band_lo,
-    band_hi], up to a millionth of the edge; NA with one commit; False when latest_status is not "ok"), o_ratio /
-    lse_ratio (latest baseline-rule ratio of the same combination: kernel error /
-    same-dtype standard_model error, passes at <= 2), o_band / lse_band (latest band-rule
-    ratio, passes at <= 1; NaN before the band rule), unit, role ("study" for a study's
-    result, "peer" for torch's own attention, None for flashbench's: suites.role).
+    Columns: machine, cpu, kernel, dtype, causal, shape, dist (the accuracy parameters
+    where recorded), metric, params (the whole combination), commits (how many recorded
+    it), p50, p99, max (over all commits), band_lo / band_hi (min / max of the finite
+    values of the commits before the latest), latest, latest_commit, latest_status (the
+    newest commit's outcome: "ok", asv's "failed" / "skipped" / "missing", or "non-finite"
+    for an inf or NaN error; latest is NaN unless "ok" or "non-finite", never an older
+    commit's value), inside (latest within [band_lo, band_hi], up to a millionth of the
+    edge; NA with one commit; False when latest_status is not "ok"), o_ratio / lse_ratio
+    (latest baseline-rule ratio of the same combination: kernel error / same-dtype
+    standard_model error, passes at <= 2), o_band / lse_band (latest band-rule ratio,
+    passes at <= 1; NaN before the band rule), unit, role ("study" for a study's result,
+    "peer" for torch's own attention, None for flashbench's: suites.role).
     """
     labels = [*IDENTITY, *ACCURACY_LABELS, "metric", "params"]
     columns = labels + ["commits", "p50", "p99", "max", "band_lo", "band_hi", "latest",
