@@ -119,9 +119,11 @@ def machine_spans(ax, spans: list[tuple[str, float, float]]) -> None:
         if (lo + hi) / 2 - named < gap:
             continue
         named = (lo + hi) / 2
+        # under the lines (zorder 2): a label over the top point hid it (a probe counted
+        # 32 TFLOP/s and 44 error points hidden)
         ax.text(named, 0.97, label, transform=where, ha="center", va="top",
-                fontsize=6, color="0.2", zorder=5,
-                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
+                fontsize=6, color="0.2", zorder=1.5,
+                bbox={"facecolor": "white", "alpha": 0.6, "lw": 0, "pad": 1})
 
 
 def spans_of(frame: pd.DataFrame, machine_label: dict) -> list[tuple[str, float, float]]:
@@ -217,18 +219,31 @@ def finish(fig, axes, entries: dict, title: str, note: str = ""):
     cols = {k: 1 if len(v) <= 12 else 2 for k, v in entries.items()}
     rows = max([-(-len(v) // cols[k]) for k, v in entries.items()] or [0]) + 1
     legend_in = 0.15 * rows + 0.2
-    height = fig.get_figheight() + legend_in + (0.25 if note else 0)
+    # title and note wrapped to the figure's width (a probe read rules.png's note cut off
+    # at both ends): about 0.55 em a character, 1.3 em a line
+    title, note = (_wrapped(text, fig.get_figwidth(), size) for text, size in ((title, 10),
+                                                                               (note, 8)))
+    title_in, note_in = (0.0 if not text else (text.count("\n") + 1) * size * 1.3 / 72
+                         for text, size in ((title, 10), (note, 8)))
+    height = fig.get_figheight() + legend_in + title_in + note_in - 0.15
     fig.set_figheight(height)
     for k, (name, handles) in enumerate(entries.items()):
         fig.legend(list(handles.values()), list(handles), loc="upper left", title=name,
                    title_fontsize=7, fontsize=7, frameon=False, alignment="left",
                    ncol=cols[name], bbox_to_anchor=(0.01 + k / max(1, len(entries)),
                                                     (legend_in - 0.05) / height))
-    fig.suptitle(title, fontsize=10, y=1 - 0.05 / height)
+    fig.suptitle(title, fontsize=10, y=1 - 0.05 / height, va="top")
     if note:
-        fig.text(0.5, 1 - 0.3 / height, note, ha="center", va="top", fontsize=8)
-    fig.tight_layout(rect=(0, legend_in / height, 1, 1 - (0.45 if note else 0.3) / height))
+        fig.text(0.5, 1 - (0.1 + title_in) / height, note, ha="center", va="top", fontsize=8)
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1 - (0.2 + title_in + note_in) / height))
     return fig
+
+
+def _wrapped(text: str, width_in: float, size: float) -> str:
+    """``text`` in lines that fit ``width_in`` inches at ``size`` points."""
+    import textwrap
+
+    return textwrap.fill(text, max(20, int(0.95 * width_in * 72 / (0.55 * size))))
 
 
 def save(fig, path) -> None:

@@ -145,8 +145,14 @@ def errors_figure(df: pd.DataFrame):
     for c in ("kernel", "dtype", "causal"):
         if c not in acc:
             acc[c] = None
+    left = ""  # what the causal filter leaves out is named (a probe: 987 results unsaid)
     if acc["causal"].eq(False).any():
+        out = acc.loc[acc["causal"].ne(False), "benchmark"].astype(object).str.split(".").str[0]
         acc = acc[acc["causal"].eq(False)]
+        kept = set(acc["benchmark"].astype(object).str.split(".").str[0])
+        gone = sorted(set(out) - kept)
+        left = f"; suites without a non-causal case ({', '.join(gone)}): the same" if gone \
+            else ""
     acc = acc.astype({c: object for c in (*IDENTITY, "kernel", "dtype", "params")})
     order, labels, mlabels = commit_order(df), commit_labels(df), machine_labels(df)
     dtypes = _dtype_order({d for d in acc["dtype"] if isinstance(d, str)}) or [None]
@@ -164,7 +170,8 @@ def errors_figure(df: pd.DataFrame):
     for row in axes:
         row[0].set_ylabel(f"{unit[0] if len(unit) else MAIN_METRIC}", fontsize=8)
     return fg.finish(fig, axes, series.legends(), "Accuracy over history: max |O - O_fp64| "
-                     "(unitless), non-causal cases (causal ones: error_bands.csv)", "M1, M2, "
+                     f"(unitless), non-causal cases (causal ones: error_bands.csv{left})",
+                     "M1, M2, "
                      "...: the machine that measured those commits (report.md's legend); "
                      f"dashed line: a machine change, {SHADED}")
 
@@ -259,7 +266,8 @@ def tflops_figure(points: pd.DataFrame, df: pd.DataFrame):
     for row in axes:
         row[0].set_ylabel("TFLOP/s", fontsize=8)
     return fg.finish(fig, axes, series.legends(), "Throughput over history: TFLOP/s = FLOPs "
-                     "of the shape (visible pairs) / recorded seconds", "red band: a run "
+                     "of the shape (visible pairs) / recorded seconds (asv's median of its "
+                     "samples)", "red band: a run "
                      "slower across the board (median TFLOP/s < 75% of usual: load, not "
                      f"code); dashed line: a machine change, {SHADED} (M1, M2, ...: "
                      "report.md)")

@@ -327,7 +327,8 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
               *(["", "## Error bands per dtype x N x distribution (p50 / p99 / max over "
                  "seeds; bands.png)", "", widened_markdown(band_rows)]
                 if not band_rows.empty else []),
-              "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds)",
+              "", "## Throughput (TFLOP/s = FLOPs of the recorded shape / recorded seconds: asv's "
+              "median of its samples)",
               "", "FLOPs = 2·B·H·Nq·Nk·(d + dv) for a forward pass (4·B·H·Nq·Nk·d where dv = d), "
               "counting only visible (query, "
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
