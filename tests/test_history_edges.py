@@ -136,6 +136,27 @@ def test_an_inf_read_from_a_results_file_is_non_finite(tmp_path):
     assert row["latest_status"] == "non-finite" and row["inside"] is False
 
 
+def test_values_left_out_are_said_in_report_md_not_only_on_stderr(tmp_path):
+    """A probe, 2026-12-07: an inf accuracy value and a -1 s timing were named on stderr
+    alone; report.md's rows just counted fewer commits. report.md says them under its
+    header, as it does a corrupt file."""
+    from flashbench.history import report
+
+    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
+        "param_names": ["kernel"], "type": "track", "unit": "err"},
+        "a.Time.time_x": {"param_names": [], "type": "time", "unit": "seconds"}})
+    for k, (err, secs) in enumerate([("1e-3", "0.5"), ("Infinity", "-1.0")]):
+        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
+            {TRACK: [[0.0], [["'triton'"]]], "a.Time.time_x": [[7.0]]},
+            commit=f"{k:040d}", date=1700000000000 + k)).replace("[[0.0]", f"[[{err}]")
+            .replace("[[7.0]]", f"[[{secs}]]"))
+    with pytest.warns(Warning):
+        report.build_report(tmp_path, tmp_path / "out")
+    head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
+    assert f"1 value(s) not finite ({TRACK}) at commit 00000000" in head, head
+    assert "1 time or memory value(s) of 0 or less" in head and "(-1)" in head, head
+
+
 def test_a_report_interrupted_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     """history --out writes each file whole: a run that fails while plotting leaves the
     previous report's files as they were, and no half-written file or staging folder.

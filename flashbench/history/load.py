@@ -142,6 +142,7 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     with gc_paused():
         frame = assemble(rows, metas, samples)
     frame.attrs["skipped_files"] += twins
+    frame.attrs["notes"] = list(rows.notes)  # report.md says them too (not stderr alone)
     _unsized(frame)
     return frame
 
@@ -163,9 +164,11 @@ def _unsized(frame: pd.DataFrame) -> None:
         shown = ", ".join(f"{b} at {str(c)[:8]} ({v:g})" for b, c, v in zip(
             rows["benchmark"].astype(object)[:5], rows["commit"].astype(object)[:5],
             rows["value"][:5], strict=True))
-        warnings.warn(f"{int(bad.sum())} time or memory value(s) of 0 or less, which no "
-                      f"measurement gives: {shown}{' ...' if bad.sum() > 5 else ''}: left "
-                      "out of steps and trends", ResultsWarning, stacklevel=3)
+        note = (f"{int(bad.sum())} time or memory value(s) of 0 or less, which no "
+                f"measurement gives: {shown}{' ...' if bad.sum() > 5 else ''}: left out of "
+                "steps and trends")
+        frame.attrs.setdefault("notes", []).append(note)
+        warnings.warn(note, ResultsWarning, stacklevel=3)
 
 
 def refresh_cache(path_or_paths, cache=None, jobs: int | None = None) -> int:

@@ -285,6 +285,11 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), *machines[1:]]
     for what, why in df.attrs["skipped_files"]:  # a file, or "file: benchmark"
         lines.append(f"- {'' if why.startswith('missing:') else 'skipped '}`{what}`: {why}")
+    notes = df.attrs.get("notes", [])  # values left out (inf, 0 or less, no number): a probe
+    lines += [f"- {note}" for note in notes[:10]]  # read them on stderr alone
+    if len(notes) > 10:
+        lines.append(f"- ... and {len(notes) - 10} more such notes (flashbench's warnings on "
+                     "stderr list every one)")
     if not current.all():
         older = df.loc[~current, "benchmark"].astype(object).nunique()
         lines.append(f"- {int((~current).sum())} results of {older} benchmark(s) were recorded "
