@@ -136,6 +136,22 @@ def test_an_inf_read_from_a_results_file_is_non_finite(tmp_path):
     assert row["latest_status"] == "non-finite" and row["inside"] is False
 
 
+def test_a_benchmark_benchmarks_json_no_longer_declares_gets_asvs_type_and_unit(tmp_path):
+    """A probe, 2026-12-07: steps.csv gave six peak-memory steps no unit (a benchmark
+    removed since, so benchmarks.json declares it no more). asv's type and unit by the
+    name's prefix stand in; a track's unit stays unknown."""
+    write(tmp_path / "benchmarks.json", {"version": 2})
+    write(tmp_path / "m" / "0.json", results_file({
+        "a.P.peakmem_x": [[1e6]], "a.T.time_x": [[0.5]], "a.M.mem_x": [[10.0]],
+        "a.K.track_x": [[3.0]]}))
+    df = load_results(tmp_path)
+    got = {str(b): (t, u) for b, t, u in zip(df["benchmark"], df["type"], df["unit"],
+                                             strict=True)}
+    assert got["a.P.peakmem_x"] == ("peakmemory", "bytes")
+    assert got["a.T.time_x"] == ("time", "seconds") and got["a.M.mem_x"] == ("memory", "bytes")
+    assert got["a.K.track_x"][0] == "track" and pd.isna(got["a.K.track_x"][1])
+
+
 def test_values_left_out_are_said_in_report_md_not_only_on_stderr(tmp_path):
     """A probe, 2026-12-07: an inf accuracy value and a -1 s timing were named on stderr
     alone; report.md's rows just counted fewer commits. report.md says them under its
