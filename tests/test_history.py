@@ -662,6 +662,27 @@ def test_plots_order_commits_by_date_not_by_hash():
     assert list(shuffled["x"]) == [0, 1, 2] and list(shuffled["value"]) == [1.0, 2.0, 3.0]
 
 
+def test_a_machines_line_breaks_where_another_machine_measured_between():
+    """A probe, 2026-12-07: M2's line ran through M3's shaded span, a host step drawn as a
+    ramp across commits M2 never measured. A line now breaks (a NaN) wherever another
+    machine's commits in the panel lie between two of its points; unbroken elsewhere."""
+    from flashbench.history import figure as fg
+    from flashbench.history import plots
+
+    points = {0: ("a", 1.0), 1: ("a", 2.0), 2: ("b", 5.0), 3: ("b", 6.0), 4: ("a", 3.0),
+              5: ("a", 4.0)}  # commit k at hour k
+    df = pd.concat([synthetic([v], "a.T.track_x", {"kernel": "triton"}, machine=m, start=k)
+                    for k, (m, v) in points.items()], ignore_index=True)
+    fig, axes = fg.grid(1, 1)
+    lines = plots._Series({"triton"}).draw(axes[0, 0], df, "value", plots.commit_order(df))
+    got = {tuple(float(x) for x in line.get_xdata()): [float(y) for y in line.get_ydata()]
+           for line in lines}
+    fg.pyplot().close(fig)
+    a = got[(0.0, 1.0, 2.5, 4.0, 5.0)]  # machine a: broken across b's commits 2 and 3
+    assert a[:2] == [1.0, 2.0] and np.isnan(a[2]) and a[3:] == [3.0, 4.0], got
+    assert got[(2.0, 3.0)] == [5.0, 6.0]  # machine b: nothing between its points
+
+
 def test_a_panel_puts_its_rows_in_history_order_once(monkeypatch):
     """Failed before: a panel sorted every column of its rows once per line (1,305 sorts
     for rules.png of results/: most of a report's plotting CPU). Now once a panel, and

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from flashbench.history import figure as fg
@@ -50,6 +51,20 @@ def by_commit(g: pd.DataFrame, order: dict) -> pd.DataFrame:
 
 
 
+def _broken(x: np.ndarray, y: np.ndarray, others: np.ndarray):
+    """x, y with a NaN between two points that another machine's commits (``others``,
+    sorted) lie between: a machine's line crossed the others' spans as if it had measured
+    there (a probe read M2's host step as a ramp through M3's span)."""
+    if len(x) < 2 or not len(others):
+        return x, y
+    gap = np.searchsorted(others, x[:-1], "right") < np.searchsorted(others, x[1:], "left")
+    if not gap.any():
+        return x, y
+    at = np.flatnonzero(gap) + 1
+    mid = (x[at - 1] + x[at]) / 2
+    return np.insert(x, at, mid), np.insert(y, at, np.nan)
+
+
 def _dtype_order(dtypes) -> list[str]:
     from flashbench.inputs.precision import DTYPES  # the registry's order: fp64, fp32, tf32, ...
 
@@ -82,8 +97,11 @@ class _Series:
         # order (a sort per line of every column cost most of a report's plotting time)
         cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
                                           "variant", "commit", "current", y]) if c in sub]
-        for _, g in by_commit(sub[cols], order).groupby(keys, observed=True, dropna=False,
-                                                         sort=True):
+        framed = by_commit(sub[cols], order)
+        machines = framed[IDENTITY].astype(object).fillna("").agg(tuple, axis=1)
+        elsewhere = {m: np.unique(framed["x"].to_numpy()[(machines != m).to_numpy()])
+                     for m in set(machines)}  # commits another machine drew in this panel
+        for _, g in framed.groupby(keys, observed=True, dropna=False, sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
             kernel = kernel if isinstance(kernel, str) else None
             dtype = g["dtype"].iloc[0] if "dtype" in g else None
@@ -96,7 +114,9 @@ class _Series:
             style = "-." if kernel is None else "--" if causal else "-"
             varied = "variant" in g and bool(VARIED.search(str(g["variant"].iloc[0])))
             old = "current" in g and not bool(g["current"].iloc[0])
-            line = ax.plot(g["x"], g[y], color=self.colours.get(kernel, "k"), marker=marker,
+            x, values = _broken(g["x"].to_numpy(float), g[y].to_numpy(float),
+                                elsewhere[machines.loc[g.index[0]]])
+            line = ax.plot(x, values, color=self.colours.get(kernel, "k"), marker=marker,
                            markersize=3, lw=0.8 if peer else 1.3,
                            alpha=(0.6 if peer else 1) * (0.3 if old else 1),
                            linestyle=style, markerfacecolor="white" if varied else None)[0]
