@@ -319,12 +319,18 @@ def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "
     for ax, (dtype, dist) in zip(axes.flat, [(t, s) for t in dtypes for s in dists],
                                  strict=False):
         sub = h[(h["dtype"] == dtype) & (h["dist"] == dist)]
+        machines = sub[IDENTITY].astype(object).fillna("").agg(tuple, axis=1)
         for key, g in sub.groupby([*IDENTITY, "N"], dropna=False, sort=True):
             g = g.sort_values("x")
             colour = colours(0.85 * ns.index(key[2]) / max(1, len(ns) - 1))
-            ax.plot(g["x"], g["max"], color=colour, lw=0.8, linestyle=":")
-            handles[f"N={key[2]}"] = ax.plot(g["x"], g["p99"], color=colour, marker="o",
-                                             markersize=3, lw=1.3)[0]
+            others = np.unique(sub["x"].to_numpy(float)[
+                (machines != machines.loc[g.index[0]]).to_numpy()])
+            x = g["x"].to_numpy(float)
+            ax.plot(*_broken(x, g["max"].to_numpy(float), others), color=colour, lw=0.8,
+                    linestyle=":", marker="_", markersize=4)  # a lone point shows too
+            handles[f"N={key[2]}"] = ax.plot(*_broken(x, g["p99"].to_numpy(float), others),
+                                             color=colour, marker="o", markersize=3,
+                                             lw=1.3)[0]
         fg.span_floor(ax, [*sub["p99"], *sub["max"]])
         fg.machine_spans(ax, fg.spans_of(sub, mlabels))
         ax.set_title(f"{dtype} {dist}", fontsize=8)
