@@ -255,3 +255,43 @@ def test_closed_pipe_is_quiet(clone):
                           env={**os.environ, "HOME": str(home)}, timeout=120)
     os.close(w)
     assert proc.returncode == 3 and proc.stderr == ""
+
+
+@pytest.mark.parametrize("command", [
+    ["check", "--shape", "1x1x16x16", "--dtype", "fp32", "--causal", "off", "--pass", "fwd",
+     "--only", "hang:kernel", "--timeout", "120"],
+    ["speed", "--shape", "1x1x64x16", "--only", "hang:kernel", "--timeout", "120"],
+    ["bands", "--dtype", "fp16", "--n", "64", "--seeds", "2", "--kernels", "hang:kernel",
+     "--quiet"]], ids=["check", "speed", "bands"])
+def test_sigterm_stops_a_run_as_sigint_does(tmp_path, command):
+    """A probe, 2026-12-07: SIGTERM (timeout(1), a CI step's end) killed check, speed and
+    bands with no line, and the worker running a user's hanging kernel lived on, orphaned,
+    holding the caller's stderr: `communicate()` waited until it was killed by hand. Now
+    exit 143, one line, the worker ended, the pipes closed."""
+    started = tmp_path / "started"
+    (tmp_path / "hang.py").write_text(
+        "import time\n\n\ndef kernel(q, k, v, causal=False, **kw):\n"
+        f"    open({str(started)!r}, 'w').close()\n    time.sleep(10000)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    proc = subprocess.Popen([sys.executable, "-m", "flashbench.cli", *command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path)
+    try:
+        for _ in range(1200):  # the kernel runs: its worker is up
+            if started.exists() or proc.poll() is not None:
+                break
+            __import__("time").sleep(0.1)
+        assert started.exists(), proc.communicate(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)  # no orphan holds the pipes
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == f"flashbench {command[0]}: interrupted (SIGTERM)"
+    left = []  # processes still in the run's folder (its workers inherit the cwd)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/cwd") == str(tmp_path):
+                left.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
+    assert not left, left

@@ -27,6 +27,7 @@ import traceback
 
 from flashbench.cli import bands, check, history, review, speed, table
 from flashbench.cli.common import Parser, jsonable, parse_shape
+from flashbench.infra.interrupts import signals_raise
 
 __all__ = ["main", "build_parser", "parse_shape", "jsonable", "COMMANDS", "BAD_INPUT", "ERROR",
            "save_traceback"]
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)  # bad arguments: one line, SystemExit(2)
         name = f"flashbench {args.command}"
-        status = args.func(args)
+        with signals_raise():  # SIGTERM as SIGINT: workers stopped, one line, 143 (a probe:
+            status = args.func(args)  # check's orphaned worker held the caller's pipe)
         sys.stdout.flush()
         return status
     except BrokenPipeError:
