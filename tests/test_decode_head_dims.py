@@ -157,7 +157,11 @@ def test_decode_plan_shapes_are_those_of_the_drawn_inputs(data):
     ("2x8/2x1x100:100,37:p16", "head dim d=100 is not a multiple of 8: the Triton decode "
                                "takes d and dv multiples of 8 from 8 to 256"),
     ("2x8/2x1x320:100,37:p16", "head dim d=320 exceeds 256"),
-    ("1x4/1x1x100/96:40:mla", "the absorbed decode takes dv a multiple of 8")])
+    ("1x4/1x1x100/96:40:mla", "the absorbed decode takes dv a multiple of 8"),
+    # a probe: ":p3" read the kernel's own ValueError as a FAIL of flashbench's kernel
+    ("1x1x1x16:8:p3", "page_size=3: the Triton decode's key block of 64 keys"),
+    ("1x1x1x160:8:p48", "page_size=48: the Triton decode's key block of 32 keys"),
+    ("1x4/1x1x576/512:40:p24:mla", "page_size=24: the Triton decode's key block of 32")])
 def test_the_triton_decodes_skip_names_its_own_rule(spec, words):
     """A probe: a plain d = 100 decode case read "head dim d=100 is not one it takes (8, 16,
     ..., 760, 768)", a list that takes the absorbed form's widths for the plain form's (its
@@ -170,4 +174,6 @@ def test_the_triton_decodes_skip_names_its_own_rule(spec, words):
     reason = triton.case_unavailable(case, "fp32")
     assert reason is not None and words in reason and "768" not in reason.split("(")[0], reason
     assert ", 760, 768" not in reason
-    assert triton.case_unavailable(DecodeCase.parse("2x8/2x1x96:100,37:p16"), "fp32") is None
+    for taken in ("2x8/2x1x96:100,37:p16", "1x1x1x16:8:p128", "1x1x1x160:8:p8",
+                  "1x4/1x1x576/512:40:p64:mla"):
+        assert triton.case_unavailable(DecodeCase.parse(taken), "fp32") is None, taken

@@ -30,16 +30,17 @@ from flashbench.backends.registry import BACKENDS
 from flashbench.inputs.precision import DTYPES
 from flashbench.kernels import torch_decode as td
 from flashbench.kernels import torch_peers as tp
-from flashbench.kernels.headdim import (  # the second and third re-exported for measure
+from flashbench.kernels.headdim import (
     DECODE_HEAD_DIMS,
     decode_head_dims_problem,
+    decode_page_problem,
     decode_rows_problem,
 )
 from flashbench.kernels.validate import TORCH_DTYPES, BackendUnavailable
 
 __all__ = ["DecodeBackend", "DECODE_BACKENDS", "DECODE_GROUP", "get_decode_backend",
            "user_decode_backend", "resolve_decode_backends", "checked_decode_output", "KIND",
-           "DECODE_HEAD_DIMS", "decode_head_dims_problem", "decode_rows_problem"]
+           "DECODE_HEAD_DIMS"]
 
 DECODE_GROUP = "flashbench.decode_backends"
 KIND = DECODE  # the value of a user function's flashbench_kind attribute
@@ -67,13 +68,15 @@ class DecodeBackend(Implementation):
     def case_unavailable(self, case, dtype: str) -> str | None:
         """Why this backend cannot take decode ``case`` (a measure.decode.DecodeCase) in
         ``dtype``, None where it can: the Triton decode by its own rules, its head dims
-        (plain or absorbed) and query rows (its d list, up to the absorbed form's 768, read
-        "d=100 is not one it takes (8, 16, ..., 768)" of a plain case it takes up to 256)."""
+        (plain or absorbed), page size and query rows (its d list, up to the absorbed
+        form's 768, read "d=100 is not one it takes (8, 16, ..., 768)" of a plain case it
+        takes up to 256)."""
         if self.head_dims != DECODE_HEAD_DIMS:
             return self.unavailable_for(case.d, dtype)
         return (self.unavailable_for(None, dtype)
                 or decode_head_dims_problem(case.d, case.dv, case.absorbed)
-                or decode_rows_problem(case.H // case.Hkv, case.Nq))
+                or decode_rows_problem(case.H // case.Hkv, case.Nq)
+                or decode_page_problem(case.page_size, case.d, case.absorbed))
 
     def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False,
                  scale=None) -> BackendOutput:

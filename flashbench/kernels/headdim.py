@@ -80,6 +80,24 @@ def decode_rows_problem(group: int, nq: int, kernel: str = "the Triton decode") 
             "fewer speculative tokens)")
 
 
+def decode_block_n(d: int, absorbed: bool = False) -> int:
+    """The decode kernel's key block (triton_decode.decode_config): 32 keys in the absorbed
+    MLA form and past d=128 (its padded width 256), else 64."""
+    return 32 if absorbed or kernel_width(d) == 256 else 64
+
+
+def decode_page_problem(page: int | None, d: int, absorbed: bool = False,
+                        kernel: str = "the Triton decode") -> str | None:
+    """Why the decode kernel cannot take pages of ``page`` keys (None: it can): a key
+    block lies within one page or covers whole pages (check --decode ran ":p3" and read
+    the kernel's own ValueError as a FAIL, a probe of 2026-12-07)."""
+    block = decode_block_n(d, absorbed)
+    if not page or page % block == 0 or block % page == 0:
+        return None
+    return (f"page_size={page}: {kernel}'s key block of {block} keys must lie within one "
+            f"page or cover whole pages (a page size dividing {block} or a multiple of it)")
+
+
 def validate_head_dims(d: int, dv: int | None = None, kernel: str = "the Triton kernel") -> None:
     """ValueError with :func:`head_dims_problem`'s line unless ``kernel`` takes d, dv."""
     problem = head_dims_problem(d, dv, kernel)

@@ -33,10 +33,10 @@ from flashbench.inputs.validation import check_causal, check_scale
 from flashbench.kernels.headdim import (
     DECODE_MAX_ROWS,
     HEAD_DIMS,
+    decode_block_n,
     decode_head_dims_problem,
     decode_rows_problem,
     dim_constexprs,
-    kernel_width,
 )
 from flashbench.kernels.launch import Config, TritonKernel, interpreted_for
 from flashbench.kernels.triton_decode_kernels import decode_merge, decode_split
@@ -70,9 +70,8 @@ def decode_config(head_dim: int, dtype, absorbed: bool = False) -> Config:
     small): 64-key blocks (32 past d=128), 4 warps, 2 stages; the absorbed MLA form holds
     64 query rows x 512 fp32 accumulator columns: 32-key blocks over 8 warps."""
     if absorbed:
-        return Config.of(num_warps=8, num_stages=2, BLOCK_N=32)
-    return Config.of(num_warps=4, num_stages=2,
-                     BLOCK_N=32 if kernel_width(head_dim) == 256 else 64)
+        return Config.of(num_warps=8, num_stages=2, BLOCK_N=decode_block_n(head_dim, True))
+    return Config.of(num_warps=4, num_stages=2, BLOCK_N=decode_block_n(head_dim))
 
 
 def choose_splits(programs: int, cache_len: int, block_n: int, sm_count: int = H200_SMS,
