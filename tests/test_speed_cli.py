@@ -97,7 +97,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
                  ["--samples", "10001"], ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],
                  ["--decode", "--pass", "bwd"], ["--decode-case", "2x4x1x32:5"],
-                 ["--pass", "sideways"]):
+                 ["--pass", "sideways"], ["--warmup", "0"], ["--warmup", "1000000000"]):
         try:
             rc = main(["speed", "--quiet", *argv])
         except SystemExit as exc:  # argparse's refusal

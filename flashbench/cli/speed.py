@@ -13,7 +13,6 @@ from flashbench.cli.common import (
     finite,
     lengths,
     parse_shape,
-    positive_int,
     seed,
 )
 from flashbench.cli.common import softcap as _softcap
@@ -81,8 +80,9 @@ def add_parser(sub) -> None:
     s.add_argument("--samples", type=int_at_least(10, "samples", MAX_SAMPLES),
                    default=10,  # MIN_SAMPLES
                    help=f"timed calls per row, 10 to {MAX_SAMPLES:,} (default 10)")
-    s.add_argument("--warmup", type=positive_int, default=2,
-                   help="untimed calls first, >= 1 (default 2)")
+    s.add_argument("--warmup", type=int_at_least(1, "warmup", MAX_SAMPLES), default=2,
+                   help=f"untimed calls first, 1 to {MAX_SAMPLES:,} (default 2)")  # a
+    # probe's 1e9 ran on unbounded
     s.add_argument("--seed", type=seed, default=None,
                    help="the run's seed, >= 0 (default: drawn at random, printed)")
     s.add_argument("--timeout", type=finite(0.0, 86400.0, lo_open=True), default=None,
