@@ -366,3 +366,22 @@ def test_band_ratio_tracks_are_judged_by_the_band_rule_in_stored_results():
     assert by["nan"].reason == "not-finite, outside-band" and by["nan"].regression
     assert (by["ok"].verdict, by["ok"].regression) == ("same", False)
     assert "band rule: at most 1x" in by["ok"].detail
+
+
+def test_a_corrupt_stored_results_file_is_named_in_the_reviews_notes(tmp_path):
+    """A probe, 2026-12-07: `review --reuse` over a folder with a truncated results file
+    measured that commit again and said nothing of the file. load_stored names each file
+    it skipped in the review's notes, once however often it loads."""
+    from test_history import results_file, write
+
+    from flashbench.review.results import load_stored
+
+    write(tmp_path / "benchmarks.json", {"version": 2, "b.plain": {
+        "param_names": [], "type": "track", "unit": "x"}})
+    write(tmp_path / "m" / "good.json", results_file({"b.plain": [[3.0]]}))
+    (tmp_path / "m" / "cut.json").write_text('{"version": 2, "results": {"a": [1,')
+    notes: list = []
+    for _ in range(2):
+        frame = load_stored([tmp_path], notes=notes)
+    assert list(frame["value"]) == [3.0]
+    assert len(notes) == 1 and "Stored results `" in notes[0] and "cut.json` skipped" in notes[0]

@@ -1,8 +1,7 @@
 """Verdicts of timings measured in the same run: a review's paired comparisons judged
 together at each look of the schedule ("slower", "faster", "same" or still open) and at
 its end ("not slower" or "ambiguous"), each with the family's variance prior of its look,
-which its row shows (docs/review.md: "The statistics").
-"""
+which its row shows (docs/review.md: "The statistics")."""
 
 from __future__ import annotations
 

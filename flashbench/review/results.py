@@ -1,7 +1,6 @@
 """Stored asv results as the review reads them: loading, this machine's rows, one
 benchmark version, and the accuracy band of a same-run review. The band and ``--reuse``
-select their rows here, so they always mean the same rows by "this machine".
-"""
+select their rows here, so they always mean the same rows by "this machine"."""
 
 from __future__ import annotations
 
@@ -23,16 +22,20 @@ def has_results(folder: Path) -> bool:
     return folder.is_dir() and any(p.name != "machine.json" for p in folder.glob("*/*.json"))
 
 
-def load_stored(dirs: list[Path], samples: bool = True) -> pd.DataFrame:
+def load_stored(dirs: list[Path], samples: bool = True, notes=None) -> pd.DataFrame:
     """The results of every folder of ``dirs`` that holds some (history's frame, without
     the samples column unless ``samples``; an empty frame with its main columns where none
-    does)."""
+    does); each file skipped named once in ``notes`` (a probe's corrupt one went unsaid)."""
     have = [d for d in dirs if has_results(d)]
     if not have:
         return pd.DataFrame(columns=COLUMNS)
     with warnings.catch_warnings():  # history reports corrupt files; the review goes on
         warnings.simplefilter("ignore")
-        return load_results([str(d) for d in have], samples=samples)
+        frame = load_results([str(d) for d in have], samples=samples)
+    for said in [f"Stored results `{w}` skipped: {y}." for w, y in frame.attrs.get(
+            "skipped_files", [])]:
+        (notes if notes is not None and said not in notes else []).append(said)
+    return frame
 
 
 def machine_rows(frame: pd.DataFrame, machine: str, cpu: str | None) -> pd.DataFrame:
@@ -64,7 +67,7 @@ def band_source(results: Path, root: Path, review: Review) -> Band:
 
     def load():
         if "frame" not in cache:
-            frame = machine_rows(load_stored([results], samples=False), review.machine,
+            frame = machine_rows(load_stored([results], False, review.notes), review.machine,
                                  review.cpu)
             keep = set(ancestors(review.base, root)) - {review.head} if len(frame) else set()
             frame = frame[(frame["status"] == "ok") & frame["commit"].isin(keep)]

@@ -1,7 +1,6 @@
 """The verdict rules of accuracy, memory, values without statistics and coverage, and
 the rows of values measured once per commit: pure functions of numbers (no git, no asv,
-no processes), shared by same-run and stored reviews. The rules in words: docs/review.md.
-"""
+no processes), shared by same-run and stored reviews. The rules: docs/review.md."""
 
 from __future__ import annotations
 

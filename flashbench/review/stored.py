@@ -214,7 +214,7 @@ def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machi
     pattern = compile_bench(opts.bench) if opts.bench else None
 
     def load() -> pd.DataFrame:
-        frame = select_rows(load_stored(dirs), pattern)
+        frame = select_rows(load_stored(dirs, notes=review.notes), pattern)
         named = frame["machine"].astype(object) == machine
         return frame[named | frame.index.isin(machine_rows(frame, machine, cpu).index)]
 
