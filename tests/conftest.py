@@ -38,7 +38,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Bands measured on the fly (flashbench.bands.case.cached_band) are cached under
+# Bands measured on the fly (flashbench.bands.cache.cached_band) are cached under
 # $FLASHBENCH_CACHE, default ~/.cache/flashbench: a test that gives a command a private HOME
 # (its own ~/.asv-machine.json) measured them again, tens of seconds a case of fp8 or
 # gradients. Every test shares the one cache of the user running pytest; the tests of the

@@ -18,6 +18,7 @@ from flashbench.accuracy.bandrule import (
     multipliers,
     rules_disagree,
 )
+from flashbench.bands import cache as band_cache
 from flashbench.bands import case as case_bands
 from flashbench.bands.case import case_band, measure_case_band
 from flashbench.inputs import Shape, make_qkv
@@ -106,14 +107,14 @@ def test_bad_input_to_the_bands_is_a_clear_error():
 
 def test_a_case_outside_the_table_is_measured_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
     shape = Shape(1, 2, 24, 40, 16, Hkv=1)
     band = case_band(shape, "outliers", True, "bf16")
     assert band["source"] == "measured" and band["seeds"] == case_bands.band_seeds(shape) == 171
     edges = band["edges"]["o"]
     assert edges["max_abs"] == max(band["per_seed"]["o"]["max_abs"]) > 0
     assert list(tmp_path.glob("bands/*.json"))  # written to the disk cache
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
     monkeypatch.setattr(case_bands, "measure_case_band", None)  # must not measure again
     assert case_band(shape, "outliers", True, "bf16")["edges"] == band["edges"]
 
@@ -339,21 +340,30 @@ def test_a_16_bit_fail_far_over_the_standards_error_leads_with_a_wrong_result():
 
 @pytest.mark.parametrize("garbage, why", [("[1, 2]", "not a band"), ("{oops", "Expecting"),
                                           ('{"key": "other", "edges": {}}',
-                                           "another case's band")])
+                                           "another case's band"),
+                                          # a probe: a NaN edge read as the user's bad input
+                                          ('{"key": "k", "edges": {"o": {"max_abs": NaN}}}',
+                                           "edge max_abs of o is nan, not a finite number"),
+                                          ('{"key": "k", "edges": {"o": {"rmse": -1}}}',
+                                           "edge rmse of o is -1"),
+                                          ('{"key": "k", "edges": {"o": {"rmse": "1"}}}',
+                                           "edge rmse of o is '1'"),
+                                          ('{"key": "k", "edges": {"o": 3}}',
+                                           "edges of o are no statistics")])
 def test_an_unreadable_band_cache_entry_is_said_and_measured_again(tmp_path, monkeypatch,
                                                                    capsys, garbage, why):
     """A probe: a list in the band cache ended check with a traceback (AttributeError);
     garbage was measured again without a word. Said on stderr, measured, replaced."""
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
     band = {"key": "k", "edges": {"o": {"max_abs": 1.0}}}
-    path = case_bands._cache_file("k", 3, "p")
+    path = band_cache._cache_file("k", 3, "p")
     path.parent.mkdir(parents=True)
     path.write_text(garbage)
-    assert case_bands.cached_band("k", 3, lambda: "p", lambda: band) == band
+    assert band_cache.cached_band("k", 3, lambda: "p", lambda: band) == band
     err = capsys.readouterr().err
     assert f"the band cache entry {path} is unreadable (" in err and why in err
     assert json.loads(path.read_text()) == band  # replaced by the measurement
-    monkeypatch.setattr(case_bands, "_MEMO", {})
-    assert case_bands.cached_band("k", 3, lambda: "p", lambda: 1 / 0) == band  # read back
+    monkeypatch.setattr(band_cache, "_MEMO", {})
+    assert band_cache.cached_band("k", 3, lambda: "p", lambda: 1 / 0) == band  # read back
     assert not capsys.readouterr().err

@@ -3,7 +3,7 @@ the Triton kernel within it (check --decode's table: tests/test_decode_check.py)
 
 import pytest
 
-from flashbench.bands import case as case_bands
+from flashbench.bands import cache as band_cache
 from flashbench.bands import decode as decode_bands
 from flashbench.bands.decode import decode_band, decode_band_seeds
 from flashbench.measure.decode import DecodeCase, default_decode_cases, run_decode_check
@@ -11,7 +11,7 @@ from flashbench.measure.decode import DecodeCase, default_decode_cases, run_deco
 
 def test_a_decode_band_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
     case = DecodeCase.parse("2x64/8x8x16:70,33:p16")  # 1024 query rows: 8 seeds
     band = decode_band(case, "fp16")
     assert band["seeds"] == decode_band_seeds(case) == 8 and band["source"] == "measured"
@@ -19,7 +19,7 @@ def test_a_decode_band_is_measured_once_then_read_from_the_cache(tmp_path, monke
     assert all(len(v) == 8 for t in ("o", "lse") for v in band["per_seed"][t].values())
     assert 0 < band["edges"]["lse"]["rmse"] < band["edges"]["o"]["max_abs"] < 1e-2
     assert len(list((tmp_path / "bands").glob("*.json"))) == 1
-    monkeypatch.setattr(case_bands, "_MEMO", {})  # a new process: the disk cache answers
+    monkeypatch.setattr(band_cache, "_MEMO", {})  # a new process: the disk cache answers
 
     def measured(*args):
         raise AssertionError("measured again")

@@ -10,6 +10,7 @@ import pytest
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats, judge
+from flashbench.bands import cache as band_cache
 from flashbench.bands import case as case_bands
 from flashbench.bands.case import SEED0, band_key, case_band, measure_case_band
 from flashbench.bands.measure import caller_inputs
@@ -43,7 +44,7 @@ def test_the_band_runs_the_flash_model_with_the_variant():
 
 def test_a_variants_band_is_keyed_and_cached_by_it_never_the_plain_one(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
     shape = Shape(1, 1, 24, 40, 16)
     plain = band_key(shape, "normal", False, "fp16")
     assert plain == "fp16|B=1 H=1 Nq=24 Nk=40 d=16|normal|full|fwd"  # as shipped
@@ -56,7 +57,7 @@ def test_a_variants_band_is_keyed_and_cached_by_it_never_the_plain_one(tmp_path,
     capped = case_band(shape, "normal", False, "fp16", table=table, softcap=30.0)
     assert capped["source"] == "measured" and capped["key"] == plain + "|softcap=30.0"
     assert len(list(tmp_path.glob("bands/*.json"))) == 1  # on disk, under its own name
-    monkeypatch.setattr(case_bands, "_MEMO", {})
+    monkeypatch.setattr(band_cache, "_MEMO", {})
 
     def measured(*args, **kwargs):
         raise LookupError("measured")

@@ -9,8 +9,8 @@ largest value over the seeds; the band rule (:mod:`flashbench.accuracy.bandrule`
 a kernel with them. The edges come from the shipped table ``flashbench/data/case_bands.json``
 (plain cases: ``python -m tools.data.make_tolerances --cases``), else are measured on the fly (never
 interpolated; a variant's never a plain one), cached per case and variant in memory and in
-``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``), keyed by the flash models'
-fingerprint. A case the machine cannot measure in memory is a ValueError.
+``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``; :mod:`flashbench.bands.cache`),
+keyed by the flash models' fingerprint. A case the machine cannot measure in memory is a ValueError.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
-from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -28,6 +26,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.bands.cache import cached_band
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.lengths import lengths_text
@@ -302,53 +301,6 @@ def variant_fingerprint() -> str:
                                           window=(9, 0), softcap=3.0, sinks=[0.5, -1.0]):
                 h.update(np.ascontiguousarray(np.asarray(x, dtype=np.float64)).tobytes())
     return h.hexdigest()[:16]
-
-
-def _cache_file(key: str, seeds: int, prints: str) -> Path:
-    root = Path(os.environ.get("FLASHBENCH_CACHE", Path.home() / ".cache" / "flashbench"))
-    name = hashlib.sha256(f"{key}|{seeds}|{prints}".encode()).hexdigest()[:24]
-    return root / "bands" / f"{name}.json"
-
-
-_MEMO: dict[tuple, dict] = {}
-
-
-def cached_band(key: str, seeds: int, prints: Callable[[], str], measure: Callable[[], dict],
-                cache: bool = True) -> dict:
-    """The band ``key`` over ``seeds`` seeds: from memory, else from the disk cache (its file
-    named by key, seeds and ``prints()``, the fingerprints of the models that measure it),
-    else ``measure()``, kept in both (an unreadable entry is measured again, an unwritable
-    cache skipped). ``cache`` False: memory only. Shared by :mod:`flashbench.bands.decode`."""
-    memo = (key, seeds)
-    if memo in _MEMO:
-        return _MEMO[memo]
-    path = _cache_file(key, seeds, prints()) if cache else None
-    if path is not None and path.is_file():
-        try:
-            band = json.loads(path.read_text())
-            why = ("not a band" if not isinstance(band, dict)
-                   or not isinstance(band.get("edges"), dict) else
-                   None if band.get("key") == key else "another case's band")
-        except (OSError, ValueError, RecursionError) as exc:
-            why = " ".join(str(exc).split())[:120] or type(exc).__name__
-        if why is None:
-            _MEMO[memo] = band
-            return band
-        # said, then measured again and replaced (a probe: a list there ended check with a
-        # traceback; garbage was replaced without a word)
-        print(f"flashbench: warning: the band cache entry {path} is unreadable ({why}): "
-              "measured again", file=sys.stderr)
-    band = measure()
-    _MEMO[memo] = band
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(band))
-            tmp.replace(path)
-        except OSError:
-            pass  # no writable cache: measured again next time
-    return band
 
 
 def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,

@@ -20,6 +20,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
+from flashbench.bands.cache import cached_band
 from flashbench.bands.case import (
     BAND_TOTAL_ROWS,
     CASE_SEEDS,
@@ -28,7 +29,6 @@ from flashbench.bands.case import (
     MAX_SEED_FLOPS,
     MAX_SEEDS,
     SEED0,
-    cached_band,
 )
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs.kvcache import make_decode

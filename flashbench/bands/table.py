@@ -157,9 +157,10 @@ def _measured_edge(dtype: str, n: int, dist: str, causal: bool, tensor: str, fie
                    d: int, dv: int | None, seeds: int) -> float:
     """The flash model's band edge at head dims (d, dv), N = n, against float64, over
     ``seeds`` seeds (the table's own cell, measured at another head dim), kept in memory and
-    in the bands' disk cache (:func:`flashbench.bands.case.cached_band`, keyed by the flash
+    in the bands' disk cache (:func:`flashbench.bands.cache.cached_band`, keyed by the flash
     models' fingerprint): measured once per machine, not once per process."""
-    from flashbench.bands.case import cached_band, fingerprint
+    from flashbench.bands.cache import cached_band
+    from flashbench.bands.case import fingerprint
     from flashbench.bands.measure import measure_bands
 
     for name, x in (("d", d), ("dv", dv)):
