@@ -295,3 +295,30 @@ def test_sigterm_stops_a_run_as_sigint_does(tmp_path, command):
             if os.readlink(f"/proc/{pid}/cwd") == str(tmp_path):
                 left.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
     assert not left, left
+
+
+def test_an_unwritable_save_keeps_the_result_on_stdout(capsys, monkeypatch):
+    """A probe, 2026-12-07: check --save and review --output wrote their file before
+    printing, so a file that could not be written (/proc/version as root, a full disk) lost
+    the whole run's result: exit 3, stdout empty. The result is printed first; then the
+    failure, one line, exit 3."""
+    from flashbench.cli import review as review_cli
+    from flashbench.review.model import Review
+
+    status = main(["check", "--shape", "1x1x8x16", "--no-backends", "--dtype", "fp32",
+                   "--causal", "off", "--quiet", "--save", "/proc/version"])
+    out, err = capsys.readouterr()
+    assert status == 3 and "RESULT: PASS" in out and "NOT saved" in out, (out, err)
+    assert err.strip().splitlines()[-1].startswith(
+        "flashbench check: failed: the tables were not saved to /proc/version")
+
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("flashbench.review.run_review",
+                        lambda opts, log: Review("b", "h", "m", "c", "same-run", 1.1, 0.0))
+    monkeypatch.setattr(review_cli, "write_atomically", no_room)
+    status = main(["review", "main", "HEAD", "--output", "/tmp/never-written.md"])
+    out, err = capsys.readouterr()
+    assert status == 3 and out.strip(), (out, err)
+    assert "failed: the report was not saved to" in err and "No space left" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 from flashbench.cli.common import (
@@ -268,8 +269,13 @@ def _run(args) -> int:
     if count_named_peers(args, rows):
         report["passed"] = overall_passed(report)
     mark_unjudged(args, report, rows)
-    text = _render(report, saved, args.tables)  # the tables are saved with --json too
-    return emit(report, lambda r: text, args.json)
+    text, unsaved = _render(report, saved, args.tables)  # saved with --json too
+    status = emit(report, lambda r: text, args.json)
+    if unsaved:  # the result printed first: a probe's unwritable --save lost it, exit 3
+        print(f"flashbench check: failed: the tables were not saved to {saved}: {unsaved} "
+              "(the result above stands)", file=sys.stderr)
+        return 3
+    return status
 
 
 def _band_refusal(dtypes, cases, backward) -> str | None:
@@ -294,13 +300,17 @@ def _resolve(names):
     return resolve_backends(names)
 
 
-def _render(report: dict, saved, tables: bool) -> str:
+def _render(report: dict, saved, tables: bool) -> tuple[str, str | None]:
     """The five tables into ``saved`` (every run, --json too), then the compact view or, with
-    --tables, the tables for stdout."""
+    --tables, the tables for stdout; and why ``saved`` could not be written (None: it was)."""
     from flashbench.cli.check_tables import render_tables
     from flashbench.cli.check_view import render_compact
     from flashbench.cli.output import write_atomically
 
-    text = render_tables(report)
-    write_atomically(saved, text + "\n", force=True)
-    return text if tables else render_compact(report, str(saved))
+    text, unsaved = render_tables(report), None
+    try:
+        write_atomically(saved, text + "\n", force=True)
+    except OSError as exc:
+        unsaved = " ".join(str(exc).split())
+    where = f"{saved} (NOT saved: {unsaved})" if unsaved else str(saved)
+    return (text if tables else render_compact(report, where)), unsaved

@@ -94,7 +94,13 @@ def run(args) -> int:
                    outside_limit=args.outside_limit)
     review = run_review(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     text = to_json(review) if args.json else render_markdown(review, all_rows=args.all)
-    if target is not None:
-        write_atomically(target, text if text.endswith("\n") else text + "\n", args.force)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()  # the report first: an unwritable --output lost it (a probe)
+    if target is not None:
+        try:
+            write_atomically(target, text if text.endswith("\n") else text + "\n", args.force)
+        except OSError as exc:
+            print(f"flashbench review: failed: the report was not saved to {target}: "
+                  f"{' '.join(str(exc).split())} (the report above stands)", file=sys.stderr)
+            return 3
     return review.status
