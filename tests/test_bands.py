@@ -527,5 +527,27 @@ def test_a_kernel_returning_inf_is_an_infinite_error_not_a_failure_of_bands(user
                                 "flash_model", "fbbandsinf:infk", "--json", str(path)], capsys)
     assert status == 0, err
     assert "fbbandsinf:infk fp32: failed (" in err and "its error counted infinite" in err
-    mine = [b for b in json.loads(path.read_text())["bands"] if b["kernel"] == "fbbandsinf:infk"]
+    doc = json.loads(path.read_text())
+    mine = [b for b in doc["bands"] if b["kernel"] == "fbbandsinf:infk"]
     assert mine and all(b["abs_max"] == "inf" for b in mine), mine
+
+
+def test_a_kernel_that_raises_is_said_after_the_tables_and_its_percentiles_are_inf(
+        user_module, tmp_path, capsys):
+    """A probe, 2026-12-07: a user kernel that raised read "- / - / inf" (numpy's NaN
+    percentiles of infinite errors, its RuntimeWarning on stderr) and its reason appeared
+    only in the progress lines --quiet hides, the JSON none. Now "inf / inf / inf", the
+    reason after the tables (--quiet too) and in the JSON's meta."""
+    user_module("fbbandsraise", "def k(q, k, v, causal=False, scale=None):\n"
+                "    raise RuntimeError('boom')\n")
+    path = tmp_path / "b.json"
+    status, out, err = run_cli(["bands", "--dtype", "fp16", "--n", "64", "--seeds", "2",
+                                "--dist", "normal", "--causal", "off", "--kernels",
+                                "fbbandsraise:k", "--quiet", "--json", str(path)], capsys)
+    assert status == 0, err
+    assert "RuntimeWarning" not in err and "| inf / inf / inf" in out, (out, err)
+    assert "Failed: fbbandsraise:k fp16: failed (raised RuntimeError: boom)" in out, out
+    doc = json.loads(path.read_text())
+    assert any("RuntimeError: boom" in line for line in doc["meta"]["failed"]), doc["meta"]
+    mine = [b for b in doc["bands"] if b["kernel"] == "fbbandsraise:k"]
+    assert mine and all(b["abs_p50"] == "inf" == b["abs_p99"] for b in mine), mine

@@ -56,7 +56,7 @@ def _run(argv, captured):
 
     err = io.StringIO()
     with mock.patch("flashbench.measure.run.run_check", forward), \
-            mock.patch("flashbench.cli.check._render", lambda r, saved, tables: "ok"), \
+            mock.patch("flashbench.cli.check._render", lambda r, saved, tables: ("ok", None)), \
             mock.patch("flashbench.measure.decode.run_decode_check", decode), \
             mock.patch("flashbench.cli.decode.render_decode", lambda r: "ok"), \
             contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

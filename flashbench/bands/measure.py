@@ -25,6 +25,7 @@ import numpy as np
 
 from flashbench import numerics, reference
 from flashbench.accuracy import REL_FLOOR, to_numpy
+from flashbench.accuracy.metrics import percentiles
 from flashbench.inputs import precision
 from flashbench.inputs.precision import DTYPES, Precision, get_precision
 from flashbench.inputs.problem import DISTRIBUTIONS, Shape, make_qkv
@@ -164,8 +165,8 @@ def element_errors(out, ref: np.ndarray, seeds: int) -> tuple[np.ndarray, np.nda
 
 def _summary(a: np.ndarray, rel: np.ndarray) -> dict:
     flat_a, flat_r = a.ravel(), rel.ravel()
-    a50, a99 = np.percentile(flat_a, [50, 99])
-    r50, r99 = np.percentile(flat_r, [50, 99])
+    a50, a99 = percentiles(flat_a, [50, 99])
+    r50, r99 = percentiles(flat_r, [50, 99])
     return dict(abs_p50=float(a50), abs_p99=float(a99), abs_max=float(flat_a.max()),
                 rel_p50=float(r50), rel_p99=float(r99), rel_max=float(flat_r.max()),
                 seed_max_abs=tuple(float(x) for x in a.max(axis=1)),
@@ -373,5 +374,5 @@ def _ratios(kernel_max: np.ndarray, standard_max: np.ndarray) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(standard_max > 0, kernel_max / standard_max,
                      np.where(kernel_max == 0, 0.0, np.inf))
-    p50, p99 = np.percentile(r, [50, 99])
+    p50, p99 = percentiles(r, [50, 99])
     return {"ratio_p50": float(p50), "ratio_p99": float(p99), "ratio_max": float(r.max())}

@@ -107,11 +107,13 @@ def run(args) -> int:
     if "standard_model" in args.kernels:
         raise ValueError("--kernels standard_model: its band is measured beside every "
                          "kernel's (the ratios' denominator); name flash_model or a backend")
-    printer, skipped = progress_printer(not args.quiet), []
+    printer, skipped, failed = progress_printer(not args.quiet), [], []
 
-    def say(text: str) -> None:  # a kernel skipped is said after the tables too, --quiet or not
-        if ": skipped: " in text:
-            skipped.append(text.strip())
+    def say(text: str) -> None:  # a kernel skipped or failed is said after the tables too,
+        if ": skipped: " in text:  # --quiet or not (a probe read a raising kernel's "inf"
+            skipped.append(text.strip())  # with no reason)
+        elif ": failed (" in text:
+            failed.append(text.strip())
         printer(text)
 
     if args.from_results is not None:
@@ -133,7 +135,11 @@ def run(args) -> int:
         print(render_table(bands, tensor=args.tensor, kernel=kernel))
     if skipped:
         print("\nNot measured: " + "; ".join(dict.fromkeys(skipped)))
+    if failed:
+        print("\nFailed: "
+              + "; ".join(dict.fromkeys(failed)))
     if target is not None:
+        meta = {**meta, "failed": list(dict.fromkeys(failed))}
         write_atomically(target, json.dumps(to_json(bands, meta), indent=1) + "\n", args.force)
         print(f"\nwrote {target}")
     return 0
