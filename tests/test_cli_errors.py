@@ -207,6 +207,15 @@ def test_an_output_into_a_missing_folder_is_refused_before_any_work(clone):
     assert "Traceback" not in err
 
 
+def test_an_output_under_a_file_says_it_is_a_file(tmp_path, capsys):
+    """A probe: `--save existing.txt/sub` read "folder .../existing.txt does not exist"."""
+    (tmp_path / "existing.txt").write_text("x")
+    status = main(["check", "--shape", "1x1x8x16", "--no-backends", "--dtype", "fp32",
+                   "--quiet", "--save", str(tmp_path / "existing.txt" / "sub")])
+    err = capsys.readouterr().err
+    assert status == 2 and "existing.txt is a file, not a folder" in err, err
+
+
 def test_outside_a_project_is_refused(tmp_path, clone):
     _, home = clone
     status, _, err = run_in(tmp_path, home, ["review"])

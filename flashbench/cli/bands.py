@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
                    help="dtypes (default: every registry dtype but fp64 that the models take)")
     b.add_argument("--n", nargs="+", type=positive_int, default=list(BAND_N),
                    help=f"keys per query row (default: {' '.join(map(str, BAND_N))})")
-    b.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
+    b.add_argument("--dist", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS),
+                   help="input distributions (default: all three)")
     b.add_argument("--causal", choices=["both", "on", "off"], default="off",
                    help="causal cells too (default off: the lecture's table; causal rows "
                    "near full length differ little: docs/bands.md)")
@@ -40,7 +41,8 @@ def add_parser(sub) -> None:
     b.add_argument("--unrounded", action="store_true",
                    help="also the error against the reference of the unrounded draws "
                    "(input rounding included, the lecture's script)")
-    b.add_argument("--tensor", choices=["o", "lse"], default="o", help="which output to table")
+    b.add_argument("--tensor", choices=["o", "lse"], default="o",
+                   help="which output to table (default o)")
     b.add_argument("--from-results", metavar="DIR", default=None,
                    help="print the latest commit's bands from these asv results instead")
     b.add_argument("--json", metavar="FILE", default=None,

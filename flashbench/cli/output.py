@@ -28,7 +28,8 @@ def output_file(path: str | None, option: str, force: bool) -> Path | None:
         raise ValueError(f"{option} {path!r} is a folder, not a file name")
     folder = target.absolute().parent
     if not folder.is_dir():
-        raise ValueError(f"{option} {path}: folder {folder} does not exist")
+        raise ValueError(f"{option} {path}: {folder} " + (
+            "is a file, not a folder" if folder.exists() else "(its folder) does not exist"))
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: folder {folder} is not writable")
     if target.exists() and not force:
