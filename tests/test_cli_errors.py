@@ -331,3 +331,19 @@ def test_an_unwritable_save_keeps_the_result_on_stdout(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert status == 3 and out.strip(), (out, err)
     assert "failed: the report was not saved to" in err and "No space left" in err
+
+
+def test_a_shape_given_twice_runs_once_with_a_warning(capsys, tmp_path):
+    """A probe: a repeated --shape ran (and tabled) twice with nothing said, where a
+    repeated --dtype is run once with a warning."""
+    import json
+
+    rows = []
+    for shapes in (["--shape", "1x1x8x16"], ["--shape", "1x1x8x16", "--shape", "1x1x8x16"]):
+        status = main(["check", *shapes, "--no-backends", "--dtype", "fp32", "--causal",
+                       "off", "--json", "--quiet", "--save", str(tmp_path / "t.txt")])
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        rows.append(len(json.loads(out)["exactness"]))
+    assert "--shape 1x1x8x8x16 given more than once; measured once" in err
+    assert rows[0] == rows[1] > 0, rows

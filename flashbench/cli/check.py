@@ -242,6 +242,7 @@ def _run(args) -> int:
     from flashbench.measure.footprint import packed_too_big, too_big
 
     args.dist = distinct(args.dist, "--dist", "check")
+    args.shape = distinct(args.shape, "--shape", "check")  # a probe: a repeat ran twice
     spec = args.varlen
     if spec is not None:  # the lengths: a list as given, a distribution drawn with --seed
         args.varlen, args.varlen_k = spec.draw(args.seed), spec.keys

@@ -141,8 +141,9 @@ def distinct(values, option: str, command: str) -> list | None:
     kept = list(dict.fromkeys(values))
     if len(kept) < len(values):
         extra = [v for i, v in enumerate(values) if v in values[:i]]
-        print(f"flashbench {command}: warning: {option} {' '.join(map(str, extra))} given more "
-              "than once; measured once", file=sys.stderr)
+        shown = " ".join(v.spec() if hasattr(v, "spec") else str(v) for v in extra)
+        print(f"flashbench {command}: warning: {option} {shown} given more than once; measured "
+              "once", file=sys.stderr)
     return kept
 
 

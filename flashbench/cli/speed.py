@@ -169,7 +169,7 @@ def _run(args) -> int:
     default = ["bf16" if torch.cuda.is_available() else "fp32"]
     dtypes = [get_precision(d).name
               for d in distinct(args.dtype or default, "--dtype", "speed")]
-    shapes = args.shape or [parse_shape("1x8x1024x64")]
+    shapes = distinct(args.shape, "--shape", "speed") or [parse_shape("1x8x1024x64")]
     refusal = too_big(shapes)
     if refusal is not None:
         raise ValueError(refusal)
