@@ -4,6 +4,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flashbench.accuracy import baseline_rule, error_stats, judge
 
@@ -240,3 +242,19 @@ def test_a_verdict_in_words_says_its_yardstick_and_limit_not_a_share_of_it():
     assert rescued.passed and rescued.yardstick == "flash_model"
     assert rescued.words().startswith("2.5x the same-dtype flash model's error 2e-07 (PASS "
                                       "iff at most 3x it")
+
+
+@given(st.lists(st.one_of(st.floats(0, 10), st.just(float("inf"))), min_size=1, max_size=9),
+       st.sampled_from([0, 10, 49.5, 50, 75, 99, 100]))
+def test_percentiles_of_errors_with_inf_are_the_linear_interpolations_limit(values, q):
+    """numpy's percentile of [1, inf] at 50 is NaN (its lerp: inf - inf) and warns; the
+    helper's is inf, as a + t x (inf - a) is for t > 0, and the exact order statistic at
+    t = 0 (a review caught "lower" reading 1 there)."""
+    from flashbench.accuracy.metrics import percentiles
+
+    x = np.sort(np.array(values))
+    pos = q / 100 * (len(x) - 1)
+    i, t = int(np.floor(pos)), pos - np.floor(pos)
+    want = x[i] if t == 0 else (np.inf if np.isinf(x[i + 1]) else x[i] + t * (x[i + 1] - x[i]))
+    got = percentiles(np.array(values), [q])[0]
+    assert got == want or abs(got - want) <= 1e-12 * max(1.0, abs(want)), (values, q, got)

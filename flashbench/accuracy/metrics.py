@@ -71,13 +71,14 @@ def error_stats(out, ref, dtype: str | Precision | None = None,
 
 
 def percentiles(x: np.ndarray, qs) -> np.ndarray:
-    """``np.percentile(x, qs)`` (linear interpolation), exact where ``x`` holds inf: numpy
-    reads NaN between two infinite order statistics (inf - inf) and at an exact one before an
-    infinite one (0 x inf), and warns; the lower order statistic is the answer there (a
-    kernel returning inf read "-" for its p50 and leaked numpy's RuntimeWarning: a probe)."""
+    """``np.percentile(x, qs)`` (linear interpolation), exact where ``x`` holds inf: numpy's
+    lerp reads NaN (inf - inf) at an exact order statistic before an infinite one and past
+    the middle of a gap up to an infinite one, and warns; the higher order statistic is the
+    answer there (the exact one, or inf). A kernel returning inf read "-" for its p50 and
+    leaked numpy's RuntimeWarning (a probe; "lower" read 1 for [1, inf]'s p50: a review)."""
     with np.errstate(invalid="ignore"):
         got = np.atleast_1d(np.percentile(x, qs)).astype(float)
     bad = np.isnan(got)
     if bad.any() and not np.isnan(x).any():
-        got[bad] = np.percentile(x, np.asarray(qs, float)[bad], method="lower")
+        got[bad] = np.percentile(x, np.asarray(qs, float)[bad], method="higher")
     return got
