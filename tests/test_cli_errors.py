@@ -314,15 +314,16 @@ def test_an_unwritable_save_keeps_the_result_on_stdout(capsys, monkeypatch):
     from flashbench.cli import review as review_cli
     from flashbench.review.model import Review
 
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("flashbench.cli.output.write_atomically", no_room)
     status = main(["check", "--shape", "1x1x8x16", "--no-backends", "--dtype", "fp32",
-                   "--causal", "off", "--quiet", "--save", "/proc/version"])
+                   "--causal", "off", "--quiet", "--save", "/tmp/never-written.txt"])
     out, err = capsys.readouterr()
     assert status == 3 and "RESULT: PASS" in out and "NOT saved" in out, (out, err)
     assert err.strip().splitlines()[-1].startswith(
-        "flashbench check: failed: the tables were not saved to /proc/version")
-
-    def no_room(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+        "flashbench check: failed: the tables were not saved to /tmp/never-written.txt")
 
     monkeypatch.setattr("flashbench.review.run_review",
                         lambda opts, log: Review("b", "h", "m", "c", "same-run", 1.1, 0.0))

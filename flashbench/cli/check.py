@@ -275,7 +275,7 @@ def _run(args) -> int:
     if unsaved:  # the result printed first: a probe's unwritable --save lost it, exit 3
         print(f"flashbench check: failed: the tables were not saved to {saved}: {unsaved} "
               "(the result above stands)", file=sys.stderr)
-        return 3
+        return status or 3  # a FAIL (1) or nothing judged (2) is still the answer
     return status
 
 

@@ -102,5 +102,5 @@ def run(args) -> int:
         except OSError as exc:
             print(f"flashbench review: failed: the report was not saved to {target}: "
                   f"{' '.join(str(exc).split())} (the report above stands)", file=sys.stderr)
-            return 3
+            return review.status or 3  # a regression (1) or undecided (2) is the answer
     return review.status
