@@ -325,12 +325,13 @@ def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict, host=None) -> 
         on="row")
     if span.empty:
         return found
+    moved = []  # rows whose machine's host differs between its last two (ok) runs
     if host is not None and "prev_file" in span:
-        files = cols["file"].cat.categories
-        for r in span.itertuples():
+        files, ok = cols["file"].cat.categories, out["latest_status"].astype(object).to_numpy()
+        for r in span.itertuples():  # a newest result that failed is no run of a new host
             was, now = host(str(files[r.prev_file])), host(str(files[r.new_file]))
-            if was is not None and now is not None and was != now:
-                found[r.row] = HOST_WHY
+            if ok[r.row] == "ok" and was is not None and now is not None and was != now:
+                moved.append(r.row)
         span = span.drop(columns=["prev_file", "new_file"])
     pairs = want.merge(span, on="row").merge(codes, on=["metric", "params"],
                                              suffixes=("", "_o"))
@@ -349,6 +350,9 @@ def _elsewhere(out: pd.DataFrame, df: pd.DataFrame, labels: dict, host=None) -> 
     near = pairs[keep.to_numpy()].merge(changed, on=other).merge(
         mine[["row", "commit"]].drop_duplicates(), on=["row", "commit"], how="left",
         indicator=True)
+    confirmed = set(near["row"])  # another machine changed to it too: not the host's alone
+    for row in moved:  # (a review: b's same move on an unchanged host read "host changed")
+        found[row] = None if row in confirmed else HOST_WHY
     first = near[near["_merge"].eq("left_only").to_numpy()].sort_values(  # never a commit
         "date", kind="stable").drop_duplicates("row")  # this machine ran (an anti-join)
     name = {c: cols[c].cat.categories for c in ("machine", "cpu", "commit")}
