@@ -44,8 +44,8 @@ def test_the_answer_counts_and_names_what_is_outside_its_band():
 
 
 def test_the_answer_lists_the_farthest_outside_first_and_counts_them_apart():
-    """Failed before: tiny excursions (1e-6 relative then; a millionth is inside now, so
-    1e-5 here) came first in the listing, by table order, and the one real move sat in
+    """Failed before: tiny excursions (1e-6 relative then; 1e-8 is inside now, 1e-5 here)
+    came first in the listing, by table order, and the one real move sat in
     "... and 47 more"."""
     base = {"kernel": "triton", "dtype": "bf16", "causal": False}
     tiny = [frame([1e-3, 1e-3, 1e-3 * (1 + 1e-5)], "a.TrackAccuracy.track_o_max_abs",
