@@ -68,7 +68,8 @@ def cached_band(key: str, seeds: int, prints: Callable[[], str], measure: Callab
               "measured again", file=sys.stderr)
     band = measure()
     _MEMO[memo] = band
-    if path is not None:
+    if path is not None and _bad_edges(band.get("edges", {})) is None:  # else read back as
+        # unreadable, measured and rewritten on every run (a review)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from operator import itemgetter
 from pathlib import Path
@@ -220,13 +221,20 @@ def parse(roots: list[Path], metas: list[dict], files: list[tuple[int, Path]],
         return Rows(roots, metas).read(files)
     size = -(-len(files) // jobs)
     chunks = [files[k:k + size] for k in range(0, len(files), size)]
-    with ProcessPoolExecutor(len(chunks) - 1,
-                             mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(len(chunks) - 1, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_default_signals) as pool:
         others = [pool.submit(_read_part, roots, metas, chunk) for chunk in chunks[1:]]
         rows = Rows(roots, metas).read(chunks[0])  # this process is one of the jobs
         for other in others:
             rows.merge(other.result())
     return rows
+
+
+def _default_signals() -> None:
+    """A forked reader's SIGTERM and SIGINT as Python's defaults: the command's handler
+    (flashbench.infra.interrupts) raised in every worker, each a traceback (a review)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _read_part(roots: list[Path], metas: list[dict], files: list) -> Rows:
