@@ -51,6 +51,11 @@ def by_commit(g: pd.DataFrame, order: dict) -> pd.DataFrame:
 
 
 
+def _machine_codes(frame: pd.DataFrame) -> np.ndarray:
+    """An integer per row naming its (machine, cpu) (one groupby: no tuple per row)."""
+    return frame.groupby(IDENTITY, observed=True, dropna=False, sort=False).ngroup().to_numpy()
+
+
 def _broken(x: np.ndarray, y: np.ndarray, others: np.ndarray):
     """x, y with a NaN between two points that another machine's commits (``others``,
     sorted) lie between: a machine's line crossed the others' spans as if it had measured
@@ -98,9 +103,10 @@ class _Series:
         cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
                                           "variant", "commit", "current", y]) if c in sub]
         framed = by_commit(sub[cols], order)
-        machines = framed[IDENTITY].astype(object).fillna("").agg(tuple, axis=1)
-        elsewhere = {m: np.unique(framed["x"].to_numpy()[(machines != m).to_numpy()])
-                     for m in set(machines)}  # commits another machine drew in this panel
+        machines = _machine_codes(framed)
+        framed = framed.assign(_m=machines)
+        elsewhere = {m: np.unique(framed["x"].to_numpy()[machines != m])
+                     for m in set(machines.tolist())}  # commits another machine drew here
         for _, g in framed.groupby(keys, observed=True, dropna=False, sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
             kernel = kernel if isinstance(kernel, str) else None
@@ -115,7 +121,7 @@ class _Series:
             varied = "variant" in g and bool(VARIED.search(str(g["variant"].iloc[0])))
             old = "current" in g and not bool(g["current"].iloc[0])
             x, values = _broken(g["x"].to_numpy(float), g[y].to_numpy(float),
-                                elsewhere[machines.loc[g.index[0]]])
+                                elsewhere[g["_m"].iloc[0]])
             line = ax.plot(x, values, color=self.colours.get(kernel, "k"), marker=marker,
                            markersize=3, lw=0.8 if peer else 1.3,
                            alpha=(0.6 if peer else 1) * (0.3 if old else 1),
@@ -319,12 +325,12 @@ def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "
     for ax, (dtype, dist) in zip(axes.flat, [(t, s) for t in dtypes for s in dists],
                                  strict=False):
         sub = h[(h["dtype"] == dtype) & (h["dist"] == dist)]
-        machines = sub[IDENTITY].astype(object).fillna("").agg(tuple, axis=1)
+        machines = _machine_codes(sub)
+        sub = sub.assign(_m=machines)
         for key, g in sub.groupby([*IDENTITY, "N"], dropna=False, sort=True):
             g = g.sort_values("x")
             colour = colours(0.85 * ns.index(key[2]) / max(1, len(ns) - 1))
-            others = np.unique(sub["x"].to_numpy(float)[
-                (machines != machines.loc[g.index[0]]).to_numpy()])
+            others = np.unique(sub["x"].to_numpy(float)[machines != g["_m"].iloc[0]])
             x = g["x"].to_numpy(float)
             ax.plot(*_broken(x, g["max"].to_numpy(float), others), color=colour, lw=0.8,
                     linestyle=":", marker="_", markersize=4)  # a lone point shows too
