@@ -51,9 +51,13 @@ def by_commit(g: pd.DataFrame, order: dict) -> pd.DataFrame:
 
 
 
-def _machine_codes(frame: pd.DataFrame) -> np.ndarray:
-    """An integer per row naming its (machine, cpu) (one groupby: no tuple per row)."""
-    return frame.groupby(IDENTITY, observed=True, dropna=False, sort=False).ngroup().to_numpy()
+def _by_machine(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """``frame`` with column ``_m``, an integer naming each row's (machine, cpu) (one
+    groupby: no tuple per row), and per such integer the sorted x of the other machines'
+    rows in it (what :func:`_broken` breaks a line across)."""
+    codes = frame.groupby(IDENTITY, observed=True, dropna=False, sort=False).ngroup().to_numpy()
+    x = frame["x"].to_numpy(float)
+    return frame.assign(_m=codes), {m: np.unique(x[codes != m]) for m in np.unique(codes)}
 
 
 def _broken(x: np.ndarray, y: np.ndarray, others: np.ndarray):
@@ -102,11 +106,7 @@ class _Series:
         # order (a sort per line of every column cost most of a report's plotting time)
         cols = [c for c in dict.fromkeys([*keys, self.kernel_col, "dtype", "causal",
                                           "variant", "commit", "current", y]) if c in sub]
-        framed = by_commit(sub[cols], order)
-        machines = _machine_codes(framed)
-        framed = framed.assign(_m=machines)
-        elsewhere = {m: np.unique(framed["x"].to_numpy()[machines != m])
-                     for m in set(machines.tolist())}  # commits another machine drew here
+        framed, elsewhere = _by_machine(by_commit(sub[cols], order))
         for _, g in framed.groupby(keys, observed=True, dropna=False, sort=True):
             kernel = g[self.kernel_col].iloc[0] if self.kernel_col in g else None
             kernel = kernel if isinstance(kernel, str) else None
@@ -325,12 +325,11 @@ def bands_figure(history: pd.DataFrame, quantity: str = "o_abs", kernel: str = "
     for ax, (dtype, dist) in zip(axes.flat, [(t, s) for t in dtypes for s in dists],
                                  strict=False):
         sub = h[(h["dtype"] == dtype) & (h["dist"] == dist)]
-        machines = _machine_codes(sub)
-        sub = sub.assign(_m=machines)
+        sub, elsewhere = _by_machine(sub)
         for key, g in sub.groupby([*IDENTITY, "N"], dropna=False, sort=True):
             g = g.sort_values("x")
             colour = colours(0.85 * ns.index(key[2]) / max(1, len(ns) - 1))
-            others = np.unique(sub["x"].to_numpy(float)[machines != g["_m"].iloc[0]])
+            others = elsewhere[g["_m"].iloc[0]]
             x = g["x"].to_numpy(float)
             ax.plot(*_broken(x, g["max"].to_numpy(float), others), color=colour, lw=0.8,
                     linestyle=":", marker="_", markersize=4)  # a lone point shows too
