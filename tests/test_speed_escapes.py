@@ -72,8 +72,8 @@ def test_the_harness_stops_a_cpu_worker_before_it_parses_the_runs_reply(monkeypa
     finished the outputs: 4.2x, PASS), and a reply over REPLY_BYTES is not read at all."""
     from flashbench.backends import worker as worker_module
     from flashbench.backends.worker import Worker
+    from flashbench.infra import freeze
     from flashbench.kernels.validate import BackendFailed
-    from flashbench.timed import commit
     from flashbench.timed.commit import MemoryReader
 
     w = Worker("flashbench.kernels.torch_peers:sdpa_output")
@@ -82,7 +82,7 @@ def test_the_harness_stops_a_cpu_worker_before_it_parses_the_runs_reply(monkeypa
     real = worker_module._unpack
 
     def unpack(data):
-        commit.wait_stopped(w.proc.pid)  # a signal sent takes hold in a moment (50 ms at most)
+        freeze.wait_stopped(w.proc.pid)  # a signal sent takes hold in a moment (50 ms at most)
         with open(f"/proc/{w.proc.pid}/stat") as f:
             states.append(f.read().rsplit(")", 1)[1].split()[0])
         return real(data)

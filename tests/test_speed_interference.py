@@ -145,7 +145,7 @@ def test_a_descendant_busy_during_the_harness_row_is_interference():
     """Every kernel's worker is stopped while the harness times its own rows; what else of
     the run works meanwhile (a process no worker's group holds) is still read and named."""
     from flashbench.backends.strays import priority
-    from flashbench.measure.speedrun import _alone
+    from flashbench.measure.speedfaults import timed_alone
 
     class Case:
         def label(self):
@@ -157,7 +157,7 @@ def test_a_descendant_busy_during_the_harness_row_is_interference():
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         interference: list = []
-        row = _alone(interference, priority(), lambda case, b: subprocess.run(
+        row = timed_alone(interference, priority(), lambda case, b: subprocess.run(
             ["sleep", "0.5"]) and "row", Case(), B())
     finally:
         busy.kill()

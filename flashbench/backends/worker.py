@@ -33,6 +33,7 @@ from flashbench.backends.zygote import (
     harness_path,
     start_worker,
 )
+from flashbench.infra import freeze
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT, check_time_limit
 from flashbench.kernels.validate import BackendFailed, BackendUnavailable
 
@@ -174,7 +175,15 @@ class Worker:
         why}`` are raised as such. ``on_reply()`` runs as the reply's last byte is read,
         before it is parsed (speedworker: the worker stopped there); ``on_clock()`` once the
         clock has started, before the request is written (speedworker: the call's inputs
-        posted, the worker waiting on its pipe)."""
+        posted, the worker waiting on its pipe). Every other worker is held still meanwhile,
+        with what it started (:func:`flashbench.infra.freeze.held`): a red-team probe's
+        kernel (2026-12-07) SIGKILLed another user's worker during its call from a helper
+        of its own, and that honest kernel FAILed ("ended during the call")."""
+        with freeze.held(*(w.proc.pid for w in _WORKERS if w is not self
+                           and w.proc is not None)):
+            return self._call(request, on_reply, most_bytes, on_clock)
+
+    def _call(self, request: dict, on_reply, most_bytes, on_clock) -> dict:
         if self.stopped is not None:
             raise BackendFailed(self.stopped)
         if self.proc is None or self.proc.poll() is not None:

@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-from flashbench.backends.strays import (
-    escaped,
-    kept_as,
-    limits,
-    limits_said,
-    others_cpu,
-    priority,
-    said,
-    sweep,
-)
+from flashbench.backends.strays import escaped, limits, limits_said, priority, sweep
 from flashbench.backends.worker import worker_of, worker_pids
-from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import Load, cpus_watched, outside_cpu
+from flashbench.infra.freeze import continued, counting_continues, resume
 from flashbench.measure.speed import (
     CLOCK_CPU,
     CLOCK_GPU,
@@ -39,6 +29,7 @@ from flashbench.measure.speed import (
     row_from,
     worker_row,
 )
+from flashbench.measure.speedfaults import others_kept, rescheduled, stopped_outside, timed_alone
 from flashbench.timed.attention import (
     NoBackward,
     attention_maker,
@@ -55,9 +46,6 @@ from flashbench.timed.pool import names_for
 
 # each speedup's interval (speedup_interval): its level, the bootstrap's resamples
 SPEEDUP_LEVEL, SPEEDUP_RESAMPLES = 0.95, 1999
-# the harness's own rows: other processes of the run may use 2 ticks + 5% of their time
-# (a worker's OpenMP threads spin a while after its last request)
-INTERFERENCE_TICKS, INTERFERENCE = 2, 0.05
 # processes outside the run: a row timed while they kept more than this many CPUs busy on
 # average is marked busy (information: its times, and a speedup it takes part in, are not
 # the kernels' own; an identical kernel read 0.70-1.45x its twin under a bursty load)
@@ -244,60 +232,16 @@ def _baseline(rows: list[SpeedRow], backends: dict, name: str | None) -> SpeedRo
     return min(peers, key=lambda r: r.median_s) if peers else None
 
 
-def _alone(interference: list, first: tuple, time_row, case, b, *args):
-    """``time_row(case, b, *args)``, the harness's own row, with what else this run's
-    processes did meanwhile onto ``interference``: their CPU (/proc) over 2 ticks + 5% of
-    the row's time, or this process's scheduling changed from ``first`` (set back)."""
-    c0, t0 = others_cpu(), time.perf_counter()
-    row = time_row(case, b, *args)
-    used, wall = others_cpu() - c0, time.perf_counter() - t0
-    _rescheduled(interference, first, f"while {b.name} was timed on {case.label()}")
-    if used > INTERFERENCE_TICKS * _TICK + INTERFERENCE * wall:
-        interference.append(f"other processes of this run (a kernel's worker, or what it "
-                            f"started) used {used:.3g} s of CPU in the {wall:.3g} s {b.name} "
-                            f"was timed on {case.label()} (/proc): its times are not its own")
-    return row
+def run_speed(*args, **kwargs) -> dict:
+    """:func:`_run_speed`, this process's SIGCONTs counted (each a stop from outside)."""
+    with counting_continues():
+        return _run_speed(*args, **kwargs)
 
 
-def _others_kept(interference: list, first: tuple, mine: tuple, worker, when: str) -> None:
-    """Onto ``interference``: the zygote, or the row's own worker, scheduled or limited not
-    as this process was at the start (:func:`~flashbench.backends.strays.kept_as`); set
-    back."""
-    from flashbench.backends import zygote
-
-    pids = [(z, "the zygote (every worker forked from it inherits it)")
-            for z in zygote.zygote_pids()]
-    if worker is not None and worker.proc is not None:
-        pids.append((worker.proc.pid, "its worker"))
-    for pid, who in pids:
-        why = kept_as(pid, first, mine)
-        if why is None:
-            continue
-        back = "set back"
-        if kept_as(pid, first, mine) is not None:  # the OS refused (a hard limit raised):
-            back = "replaced (the OS refused to set it back)"  # started again as it was
-            if worker is not None and pid == worker.proc.pid:
-                worker.close()
-                worker.call({"op": "null"})  # a new one, from a zygote set back or new
-            else:
-                zygote._close_zygote()
-        interference.append(f"{who} was not scheduled as this process {when} ({why}): {back}")
-
-
-def _rescheduled(interference: list, first: tuple, when: str) -> None:
-    """Onto ``interference``: this process's scheduling (:func:`~flashbench.backends.strays.
-    priority`) changed from ``first``, ``when``; set back."""
-    now = priority()
-    if now != first:
-        back = "set back" if priority(first) == first else "not set back (the OS refused)"
-        interference.append(f"this process's scheduling was changed {when} ({said(first)} "
-                            f"-> {said(now)}): {back}")
-
-
-def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
-              baseline: str | None = None, progress: bool = True,
-              first: tuple | None = None, first_limits: tuple | None = None,
-              counted=None) -> dict:
+def _run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
+               baseline: str | None = None, progress: bool = True,
+               first: tuple | None = None, first_limits: tuple | None = None,
+               counted=None) -> dict:
     """The report of ``flashbench speed``: meta (seed, roofline, clocks), rows, passed.
     ``first``, ``first_limits``: this process's scheduling and resource limits before any
     kernel's worker started (strays.priority, strays.limits); ``counted``: names whose rows
@@ -308,13 +252,16 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
     interference: list[str] = []
     first = priority() if first is None else first
     mine_limits = limits() if first_limits is None else first_limits
-    _rescheduled(interference, first, "before the first timing (by a kernel's import)")
+    rescheduled(interference, first, "before the first timing (by a kernel's import)")
     if limits() != mine_limits:  # lowered from a kernel's worker (they bind from here)
         interference.append(f"this process's resource limits were changed by a kernel's "
                             f"import ({limits_said(limits(), mine_limits)})")
     host = {"cpus": len(cpus_watched()), "torch_threads": torch.get_num_threads(),
             "load": _load()}
-    roof = measure_roofline(device, [c.dtype for c in cases])
+    stops = continued()
+    with frozen(*worker_pids()):  # the kernels' workers (their imports ran) held still
+        roof = measure_roofline(device, [c.dtype for c in cases])
+    stopped_outside(interference, stops, "while the peaks were measured")
     by_name = {b.name: b for b in backends}
     rows, strays = [], [f"{s} (left by a kernel's import)" for s in sweep()]
     for case in cases:
@@ -328,20 +275,24 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 from flashbench.measure.speeddecode import time_decode as time_row
             else:
                 time_row = time_backend
-            load, reading = Load(), Load.start(outside_cpu)
+            load, reading, stops = Load(), Load.start(outside_cpu), continued()
             mine = worker_of(b)
             # every other kernel's worker stopped meanwhile: none can work, load the
-            # machine or leave a process that this row would be blamed for
+            # machine or leave a process that this row would be blamed for; its own
+            # running (one stopped between two rows by another kernel's process, continued)
             with frozen(*(p for p in worker_pids() if mine is None or mine.proc is None
                           or p != mine.proc.pid)):
+                if mine is not None and mine.proc is not None:
+                    resume(mine.proc.pid)
                 strays += [f"{s} {before}" for s in escaped()[0]]  # none of this row's
-                _others_kept(interference, first, mine_limits, mine, before)
+                others_kept(interference, first, mine_limits, mine, before)
                 if mine is not None:  # a user's: timed by the harness's clock
                     row = time_row(case, b, roof, seed, samples, warmup, device)
                 else:  # timed here: no other process of the run may run meanwhile
-                    row = _alone(interference, first, time_row, case, b, roof, seed,
+                    row = timed_alone(interference, first, time_row, case, b, roof, seed,
                                  samples, warmup, device)
             load.add(outside_cpu, reading)  # less 2 of /proc's ticks, its rounding
+            stopped_outside(interference, stops, f"while {b.name} was timed on {case.label()}")
             if row.status != "not timed" and load.wall >= OUTSIDE_WALL:
                 row.outside_cpus = load.cpus
             case_rows.append(row)
@@ -360,7 +311,7 @@ def run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
             r.peak_fraction = (r.gbs / roof.copy_gbs if r.direction == "decode"
                                else r.tflops / roof.peak(r.dtype))
     strays += [f"{s} (found after the last timing)" for s in sweep() + escaped()[0]]
-    _rescheduled(interference, first, "by the last timing")
+    rescheduled(interference, first, "by the last timing")
     passed = all(r.status != "FAIL" or r.peer for r in rows) and not strays \
         and not interference
     meta = {"seed": seed, "device": device, "samples": samples, "warmup": warmup,

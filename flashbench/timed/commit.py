@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 
+from flashbench.infra import freeze
 from flashbench.timed.guard import WRONG
 
 __all__ = ["received", "checksums", "checksums_of", "blank", "said_bytes",
            "changed_after_reply", "checksum_s", "where", "MemoryReader", "frozen", "digests",
-           "MAX_TENSORS", "MAX_RUNS", "signal_tree", "wait_stopped"]
+           "MAX_TENSORS", "MAX_RUNS"]
 
 _MASK = 0xFFFFFFFF
 _INTS: dict = {}  # element size -> torch's integer dtype of that size, filled at first use
@@ -119,7 +119,8 @@ class MemoryReader:
 
     def __init__(self, pid: int):
         self.pid, self.held = pid, False
-        self.family: list = []  # its descendants (a setsid helper too): stopped with it
+        self.family: list = []  # its descendants at the request's start: stopped with it
+        self._stopped: set = set()
 
     @classmethod
     def of(cls, pid: int) -> MemoryReader | None:
@@ -130,15 +131,15 @@ class MemoryReader:
         return cls(pid)
 
     def stop(self) -> None:
-        """SIGSTOP to the worker's group, the worker and :attr:`family`, now (:meth:`read`
-        or :meth:`resume` sends SIGCONT)."""
-        for pid in (self.pid, *self.family):
-            signal_tree(pid, signal.SIGSTOP)
+        """SIGSTOP to the worker, :attr:`family` and what each started since, its group's
+        and its session's processes (:func:`flashbench.infra.freeze.stop`: a process it
+        started in the request, in a group of its own, worked on after the reply), now
+        (:meth:`read` or :meth:`resume` sends SIGCONT)."""
+        self._stopped = freeze.stop(self.pid, also=self.family)
         self.held = True
 
     def resume(self) -> None:
-        for pid in (self.pid, *self.family):
-            signal_tree(pid, signal.SIGCONT)
+        freeze.cont((self.pid,), self._stopped)
         self.held = False
 
     def read(self, said, calls: int, limit: int, then=None) -> list:
@@ -151,8 +152,8 @@ class MemoryReader:
             self.stop()
         fd = None
         try:
-            for pid in (self.pid, *self.family):
-                wait_stopped(pid)
+            for pid in self._stopped:
+                freeze.wait_stopped(pid)
             if then is not None:
                 then()
             if not isinstance(said, list) or len(said) != calls:
@@ -180,47 +181,13 @@ class MemoryReader:
 
 @contextlib.contextmanager
 def frozen(*pids: int):
-    """The workers ``pids`` (each one's group, and itself) stopped for the block: while the
-    harness writes a request's new contents into the pages one maps (a red-team probe's
-    kept thread read each content as it was written and computed it there, where no reading
-    of the worker's CPU looked: 12x, PASS), or while another worker's row is timed."""
-    for pid in pids:
-        signal_tree(pid, signal.SIGSTOP)
-    try:
-        for pid in pids:
-            wait_stopped(pid)
+    """The workers ``pids`` stopped for the block, each with its group, its descendants and
+    its session's processes (:func:`flashbench.infra.freeze.held`): while the harness
+    writes a request's new contents into the pages one maps (a red-team probe's kept
+    thread read each content as it was written and computed it there, where no reading of
+    the worker's CPU looked: 12x, PASS), or while another worker's row is timed."""
+    with freeze.held(*pids):
         yield
-    finally:
-        for pid in pids:
-            signal_tree(pid, signal.SIGCONT)
-
-
-def wait_stopped(pid: int, wait_s: float = 0.05) -> None:
-    """Until every thread of ``pid`` has stopped, for up to ``wait_s``: a signal takes hold
-    when each thread next runs in the kernel (a sleeping one is woken to stop: a reader's
-    test caught it running)."""
-    end = time.perf_counter() + wait_s
-    while time.perf_counter() <= end:
-        try:
-            states = []
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except OSError:
-            return  # ended, or no /proc: each read then fails
-        if all(state in "tTZX" for state in states):
-            return
-        time.sleep(0)
-
-
-def signal_tree(pid: int, sig: int) -> None:
-    """``sig`` to the worker's process group (its own session's: what it started there too)
-    and to the worker itself (a worker that left that group is stopped all the same)."""
-    for send in (os.killpg, os.kill):
-        try:
-            send(pid, sig)
-        except OSError:
-            pass  # no such group, or the worker ended: each read then fails
 
 
 MAX_TENSORS = 16  # tensors of one call's output the harness reads (o, lse; dq, dk, dv)

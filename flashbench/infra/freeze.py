@@ -1,0 +1,189 @@
+"""A kernel's worker held still with everything it started: SIGSTOP to the worker, its
+process group, its live descendants and every process of its session (/proc), scanned again
+until a scan finds none new (a fork that raced the last one), then SIGCONT to the same.
+Before (2026-12-07), the worker's group and the worker alone were stopped: a red-team
+probe's helper, forked at import into a process group of its own (``setpgid``, the
+worker's session kept), ran on while torch's row was timed and stopped the harness 20 ms at
+a time (torch-sdpa 22.6 ms against 1.9: the kernel "8.76x faster", PASS, and a second
+user's honest twin slowed 2x), or forked busy children it never waited for (SIGCHLD
+ignored: their CPU is in no process's reading; 2.6x, PASS). Nested holds of one worker
+are one hold: the outer one continues it. Linux; elsewhere the worker and its group alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+__all__ = ["held", "family", "wait_stopped", "signal_tree", "stop", "cont", "resume",
+           "continued", "counting_continues"]
+
+_HELD: dict[int, set[int]] = {}  # a held worker -> the processes its hold stopped
+_CONTINUED = [0]  # SIGCONTs this process received under counting_continues()
+
+
+def continued() -> int:
+    """How many times this process was continued (SIGCONT) under
+    :func:`counting_continues`: each, a stop it did not make (SIGSTOP from another process,
+    or a shell's Ctrl-Z and ``fg``). The same probe's helper stopped the harness 20 ms at
+    a time while torch's row was timed; once the family stops with the worker, it may still
+    see its worker stop first and stop the harness before its own SIGSTOP lands."""
+    return _CONTINUED[0]
+
+
+@contextlib.contextmanager
+def counting_continues():
+    """Count this process's SIGCONTs (:func:`continued`) in the block (main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def count(signum, frame):
+        _CONTINUED[0] += 1
+
+    old = signal.signal(signal.SIGCONT, count)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCONT, old)
+
+
+def _table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent, process group, session) of every process /proc shows."""
+    rows = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return rows
+    for n in names:
+        if n.isdigit():
+            try:
+                with open(f"/proc/{n}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                rows[int(n)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+            except (OSError, IndexError, ValueError):
+                continue
+    return rows
+
+
+def family(pid: int, table: dict | None = None) -> set[int]:
+    """``pid``, its live descendants, and the processes of its process group and of its
+    session where those are not this process's own (a worker leads a session of its own;
+    one that shares the harness's is followed by its parents alone)."""
+    rows = _table() if table is None else table
+    mine = {os.getpid(), os.getpgid(0), os.getsid(0)}
+    found = {pid}
+    me = rows.get(pid)
+    for p, (_, group, session) in rows.items():
+        if me is not None and ((group == me[1] and group not in mine)
+                               or (session == me[2] and session not in mine)):
+            found.add(p)
+    grew = True
+    while grew:  # descendants: a parent already found
+        grew = False
+        for p, (parent, _, _) in rows.items():
+            if parent in found and p not in found:
+                found.add(p)
+                grew = True
+    found.discard(os.getpid())
+    return found
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to the worker's process group and to the worker itself (each where it is)."""
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+        except OSError:
+            pass  # no such group, or the worker ended
+
+
+def wait_stopped(pid: int, wait_s: float = 0.05) -> None:
+    """Until every thread of ``pid`` has stopped, for up to ``wait_s``: a signal takes hold
+    when each thread next runs in the kernel (a sleeping one is woken to stop: a reader's
+    test caught it running)."""
+    end = time.perf_counter() + wait_s
+    while time.perf_counter() <= end:
+        try:
+            states = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            return  # ended, or no /proc: each read then fails
+        if all(state in "tTZX" for state in states):
+            return
+        time.sleep(0)
+
+
+def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:
+    """SIGSTOP to each root (its group too) and to ``also`` at once, then to what a scan
+    finds of the roots' families not yet sent it, until none is new, each waited for; the
+    processes it was sent to (also onto ``stopped``, as sent)."""
+    stopped = set() if stopped is None else stopped
+    for pid in set(also) - set(roots):  # what they started first: it may watch them
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+    for pid in roots:
+        signal_tree(pid, signal.SIGSTOP)
+    new = set(roots) | set(also)
+    stopped.update(new)
+    for _ in range(32):  # a process forks at most once a round: it is stopped after it
+        for pid in new:
+            wait_stopped(pid)
+        table = _table()
+        new = set().union(*(family(pid, table) for pid in roots)) - stopped
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        stopped |= new
+    return stopped
+
+
+def cont(roots, stopped) -> None:
+    """SIGCONT to the roots' groups and to each process :func:`stop` stopped."""
+    for pid in roots:
+        signal_tree(pid, signal.SIGCONT)
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def held(*pids: int):
+    """The workers ``pids`` and their families stopped for the block (those already held by
+    an outer block: left to it)."""
+    roots = [p for p in dict.fromkeys(pids) if p not in _HELD]
+    if not roots:
+        yield
+        return
+    stopped: set[int] = set()
+    try:  # a scan first, then all at once: a helper that sees its worker stop acts
+        table = _table()
+        stop(*roots, also=set().union(*(family(p, table) for p in roots)), stopped=stopped)
+        for pid in roots:
+            _HELD[pid] = stopped
+        yield
+    finally:
+        for pid in roots:
+            _HELD.pop(pid, None)
+        cont(roots, stopped)
+
+
+def resume(pid: int) -> None:
+    """SIGCONT to worker ``pid``'s family, unless a hold holds it: what another kernel's
+    process may have stopped before the harness held it (a row starts with its own worker
+    running)."""
+    if pid not in _HELD:
+        cont([pid], family(pid))

@@ -1,0 +1,115 @@
+"""A kernel's worker is held still with everything it started (flashbench.infra.freeze;
+issue 35): a red-team probe (2026-12-07) forked a helper into a process group of its own
+(setpgid, the worker's session kept), which ran on while the worker's group was stopped for
+torch's row. Here a process tree like that worker's: each of its processes stops with it
+and goes on after, a nested hold leaves it to the outer one, and a stop from outside is
+counted."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from flashbench.infra import freeze
+
+# a session leader (as a worker is) with: a child in a group of its own, that child's own
+# child with SIGCHLD ignored, forking a short-lived process every 5 ms, and a child that left
+# the session (setsid): each prints its pid
+TREE = textwrap.dedent('''
+    import os, signal, sys, time
+    def loop():
+        while True:
+            time.sleep(0.001)
+    def spawner():
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        while True:
+            if os.fork() == 0:
+                t = time.time()
+                while time.time() - t < 0.002:
+                    pass
+                os._exit(0)
+            time.sleep(0.005)
+    pids = []
+    for kind in ("group", "setsid"):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            if kind == "group":
+                os.setpgid(0, 0)
+                if os.fork() == 0:
+                    os.write(w, f"{os.getpid()} ".encode())
+                    spawner()
+            else:
+                os.setsid()
+            os.write(w, f"{os.getpid()} ".encode())
+            loop()
+        pids.append(pid)
+    time.sleep(0.3)
+    print(" ".join(str(p) for p in pids), flush=True)
+    loop()
+''')
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def tree():
+    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        proc.stdout.readline()
+        yield proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        for p in freeze.family(proc.pid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux's /proc")
+def test_a_worker_is_held_with_its_group_its_session_and_its_descendants(tree):
+    members = freeze.family(tree)
+    assert len(members) >= 4  # the leader, the grouped child and its spawner, the setsid one
+    assert os.getpid() not in members
+    with freeze.held(tree):
+        held = freeze.family(tree)
+        time.sleep(0.05)  # a spawner still running would have forked again meanwhile
+        assert freeze.family(tree) == held
+        assert {p: _state(p) for p in held} == {p: "T" for p in held}
+        with freeze.held(tree):  # nested: left to the outer hold
+            pass
+        assert all(_state(p) == "T" for p in held)
+    time.sleep(0.05)
+    assert all(_state(p) in ("S", "R") for p in members if _state(p) is not None)
+    # stopped from outside between two holds (a kernel's process may): resume continues it
+    for p in members:
+        os.kill(p, signal.SIGSTOP)
+    freeze.resume(tree)
+    time.sleep(0.05)
+    assert all(_state(p) in ("S", "R") for p in members if _state(p) is not None)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux's /proc")
+def test_a_stop_from_outside_is_counted():
+    code = f"import os, signal, time\nos.kill({os.getpid()}, signal.SIGSTOP)\ntime.sleep(0.05)\n" \
+           f"os.kill({os.getpid()}, signal.SIGCONT)"
+    with freeze.counting_continues():
+        before = freeze.continued()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        time.sleep(0.01)  # the handler runs at the next bytecode of the main thread
+        assert freeze.continued() == before + 1
+    subprocess.run([sys.executable, "-c", code], check=True)  # not counted outside it
+    assert freeze.continued() == before + 1
