@@ -64,12 +64,13 @@ HELPER = textwrap.dedent('''
                 open(MARK, "w").write("stopped the harness\\n")
                 while True:
                     time.sleep(1)
-            elif ACTION == "kill":  # every other worker the zygote forked
+            elif ACTION in ("kill", "pause"):  # every other worker the zygote forked
                 zygote = _stat(worker)[1]
                 for n in os.listdir("/proc"):
-                    if n.isdigit() and int(n) != worker and _stat(int(n))[1] == zygote:
-                        os.kill(int(n), signal.SIGKILL)
-                        open(MARK, "a").write(f"killed {n}\\n")
+                    if n.isdigit() and int(n) != worker and _stat(int(n))[1] == zygote \\
+                            and _stat(int(n))[0] not in "tT":
+                        os.kill(int(n), signal.SIGKILL if ACTION == "kill" else signal.SIGSTOP)
+                        open(MARK, "a").write(f"{ACTION} {n}\\n")
             time.sleep(0.001)
 
 
@@ -143,13 +144,16 @@ def test_a_kernel_that_stops_the_harness_fails_the_run(helper, capsys):
     assert rc == 1 and report["passed"] is False
 
 
-def test_a_kernel_that_kills_another_users_worker_fails_no_honest_kernel(helper, capsys):
-    mark = helper("kill")
+@pytest.mark.parametrize("action", ["kill", "pause"])
+def test_a_kernel_that_kills_or_stops_another_users_worker_fails_no_honest_kernel(
+        helper, capsys, action):
+    """pause: SIGSTOP, which left the honest worker's next call to time out (--timeout)."""
+    mark = helper(action)
     rc = main(["check", "--json", "--quiet", "--dtype", "fp32", "--shape", "1x2x64x32",
-               "--causal", "off", "--dist", "normal", "--only", "fbhelper:fwd",
-               "fbhonest:fwd"])
+               "--causal", "off", "--dist", "normal", "--timeout", "20", "--only",
+               "fbhelper:fwd", "fbhonest:fwd"])
     report = json.loads(capsys.readouterr().out)
     honest = [r for r in report["backends"] if r["backend"] == "fbhonest:fwd"]
     assert honest and all(r["passed"] for r in honest), [r.get("failed") for r in honest]
     assert rc == 0
-    assert mark.exists()  # it killed the honest worker between its calls (restarted there)
+    assert mark.exists()  # it killed or stopped the honest worker between its calls

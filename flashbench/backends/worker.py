@@ -178,9 +178,12 @@ class Worker:
         posted, the worker waiting on its pipe). Every other worker is held still meanwhile,
         with what it started (:func:`flashbench.infra.freeze.held`): a red-team probe's
         kernel (2026-12-07) SIGKILLed another user's worker during its call from a helper
-        of its own, and that honest kernel FAILed ("ended during the call")."""
-        with freeze.held(*(w.proc.pid for w in _WORKERS if w is not self
-                           and w.proc is not None)):
+        of its own, and that honest kernel FAILed ("ended during the call"); this worker,
+        where others are, is continued first (one a helper stopped would time out)."""
+        others = [w.proc.pid for w in _WORKERS if w is not self and w.proc is not None]
+        with freeze.held(*others):
+            if others and self.proc is not None:  # one stopped by another's process before
+                freeze.resume(self.proc.pid)
             return self._call(request, on_reply, most_bytes, on_clock)
 
     def _call(self, request: dict, on_reply, most_bytes, on_clock) -> dict:
