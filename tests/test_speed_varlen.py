@@ -19,6 +19,7 @@ from flashbench.inputs import Shape
 from flashbench.kernels import torch_peers as tp
 from flashbench.measure.speed import SpeedCase, measure_roofline
 from flashbench.measure.speedrun import time_backend
+from flashbench.measure.speedvarlen import PackedJudge
 from flashbench.timed import guard
 from flashbench.timed.attention import packed_shape
 
@@ -277,27 +278,87 @@ def test_a_packed_fail_of_a_q_colon_k_item_names_its_queries_and_keys():
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=12).filter(any),
-       seed=st.integers(0, 2**31))
-def test_every_sequence_of_a_packed_output_has_a_checked_row(lengths, seed):
-    """The rows judged in each timed packed o: a random one, the first and the last one in
-    every non-empty sequence, then random ones to 8 in all. Uniform rows alone left a 2-row
-    sequence of 302 unchecked: a kernel zeroing it passed speed --varlen at seed 1."""
-    from flashbench.measure.speedvarlen import PackedJudge
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=300).filter(any),
+       contents=st.integers(1, 12), seed=st.integers(0, 2**31))
+def test_a_run_covers_every_packed_sequence_and_row_before_any_twice(lengths, contents, seed):
+    """The rows judged in each timed packed o (PackedJudge._rows): the first and the last of
+    each sequence dealt it, a deck of the sequences covering them all over the run's
+    distinct inputs; rows from a deck of all rows, every one over the run where there are
+    at most 64 an input. Before (2026-12-07) a random 64 sequences and 8 rows an input: a
+    kernel that zeroed one of 1,000 sequences PASSed 3 seeds in 6, rows 300-303 of a
+    600-row sequence 4 in 4 (a red team)."""
+    from flashbench.measure.speedvarlen import MOST_SEQUENCES
 
     judge = object.__new__(PackedJudge)
-    judge.rng = np.random.default_rng(seed)
+    judge.rng, judge.decks, judge.contents = np.random.default_rng(seed), {}, contents
     cu = np.concatenate([[0], np.cumsum(lengths)])
-    rows = judge._rows(cu, int(cu[-1]))
-    assert len(set(rows.tolist())) == len(rows) and rows.max() < cu[-1]
-    assert len(rows) >= min(int(cu[-1]), 8)
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        assert b == a or ((b - 1) in rows and a in rows), (a, b, rows)  # first and last
-    many = np.arange(0, 3 * 1000 + 1, 3)  # 1,000 sequences of 3: a random 64 of them
-    rows = judge._rows(many, int(many[-1]))
-    seen = {int(r) // 3 for r in rows}
-    assert len(seen) == 64 and all(3 * s + 2 in rows and 3 * s in rows for s in seen)
-    assert len(rows) <= 3 * 64
+    total, spans = int(cu[-1]), [(a, b) for a, b in zip(cu[:-1], cu[1:], strict=True) if b > a]
+    seen_rows, seen_spans = set(), set()
+    for _ in range(contents):
+        rows = judge._rows(cu, total)
+        assert len(set(rows.tolist())) == len(rows) and rows.max() < total
+        dealt = {s for s in spans if s[0] in rows and s[1] - 1 in rows}
+        assert len(dealt) >= min(len(spans), 64)
+        seen_rows |= set(rows.tolist())
+        seen_spans |= dealt
+    if -(-len(spans) // contents) <= MOST_SEQUENCES:
+        assert seen_spans == set(spans)  # every sequence's first and last rows
+    if -(-total // contents) <= 64:
+        assert seen_rows == set(range(total))
+
+
+def _padded(q, k, v, cu_q, cu_k, causal=False):
+    """Every sequence of a packed batch at once: padded, masked sdpa (a red team's)."""
+    cq, ck = cu_q.long(), cu_k.long()
+    nq, nk = cq[1:] - cq[:-1], ck[1:] - ck[:-1]
+    lq, lk = int(nq.max()), int(nk.max())
+    iq, ik = torch.arange(lq), torch.arange(lk)
+    at_q = (cq[:-1, None] + iq[None, :]).clamp(max=q.shape[0] - 1)
+    at_k = (ck[:-1, None] + ik[None, :]).clamp(max=k.shape[0] - 1)
+    mask = (ik[None, :] < nk[:, None])[:, None, :].expand(len(nq), lq, lk)
+    if causal:
+        mask = mask & (ik[None, None, :] <= iq[None, :, None] + (nk - nq)[:, None, None])
+    seen = mask.any(-1)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        *(t[at].permute(0, 2, 1, 3) for t, at in ((q, at_q), (k, at_k), (v, at_k))),
+        attn_mask=(mask | ~seen[..., None])[:, None])
+    return (o * seen[:, None, :, None]).permute(0, 2, 1, 3)[iq[None, :] < nq[:, None]]
+
+
+def _middle_sequence_zero(q, k, v, cu_q, cu_k, causal=False):
+    o = _padded(q, k, v, cu_q, cu_k, causal)
+    cq = cu_q.tolist()
+    o[cq[len(cq) // 2 - 1]:cq[len(cq) // 2]] = 0
+    return o
+
+
+def _four_rows_zero(q, k, v, cu_q, cu_k, causal=False):
+    o = _padded(q, k, v, cu_q, cu_k, causal)
+    o[150:154] = 0  # the middle of its first, 300-row, sequence
+    return o
+
+
+def _constant_lse(q, k, v, cu_q, cu_k, causal=False):
+    return _padded(q, k, v, cu_q, cu_k, causal), torch.full((q.shape[1], q.shape[0]), 3.0)
+
+
+@pytest.mark.parametrize("fn, lengths", [
+    (_middle_sequence_zero, tuple(int(n) for n in np.random.default_rng(1).integers(2, 5, 1000))),
+    (_four_rows_zero, (300, 20, 30)), (_constant_lse, (100, 37, 60))])
+def test_a_packed_kernel_wrong_where_few_rows_were_checked_fails(roof, fn, lengths):
+    """A red team's varlen kernels (2026-12-07) that PASSed speed --varlen: one sequence of
+    1,000 zeroed (3 seeds in 6), 4 rows of a 600-row sequence (4 in 4; here of 300: a
+    run's rows are all checked up to 64 x its distinct inputs, about 6 at 10 samples), a
+    constant LSE (every run: its values were not judged). Each FAILs now; its honest twin
+    PASSes."""
+    case = SpeedCase(Shape(len(lengths), 2, max(lengths), max(lengths), 16), "fp32", False,
+                     "fwd", None, lengths)
+    row = time_backend(case, _packed(fn.__name__, fn), roof, seed=1, samples=10)
+    assert row.status == "FAIL" and guard.WRONG in row.failures, row.failures
+    if fn is _constant_lse:
+        assert "lse off the float64 reference" in row.failures[guard.WRONG]
+    good = time_backend(case, _packed("padded", _padded), roof, seed=1, samples=10)
+    assert good.status == "PASS", good.failures
 
 
 def test_a_packed_gradient_fail_names_its_sequence(monkeypatch):

@@ -3,10 +3,11 @@
 :func:`packed_call` is the timed call, a backend's bare packed op on q, k, v and cu_seqlens
 from the pool (:func:`flashbench.timed.attention.varlen_maker`); :class:`PackedJudge` checks
 each timed o [total, H, dv] as :class:`~flashbench.measure.speed.Judge` checks a dense one
-(structure, checksum), a random row of each sequence and more random rows (8 in all, at
-least one a sequence) each against the float64 reference over its own
-sequence's keys: inside the band table's tolerance at that sequence's length, else by the
-baseline rule (the same-dtype standard attention of that row). docs/speed.md.
+(structure, checksum), rows of the sequences dealt to it and rows dealt from all of them
+(:meth:`PackedJudge._rows`) each against the float64 reference over its own sequence's
+keys: inside the band table's tolerance at that sequence's length, else by the baseline
+rule (the same-dtype standard attention of that row); a returned LSE's values on them
+too. docs/speed.md.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from flashbench.measure.bandjudge import band_tolerance, band_words, block_baseline
-from flashbench.measure.speed import CHECK_ROWS, Judge
+from flashbench.measure.speed import Judge, checked_rows
 from flashbench.timed.guard import WRONG
 
-__all__ = ["packed_call", "PackedJudge", "SEQUENCES"]
+__all__ = ["packed_call", "PackedJudge", "SEQUENCES", "MOST_SEQUENCES"]
 
-SEQUENCES = 64  # sequences with a checked row in each judged output, at most
+SEQUENCES = 64  # sequences dealt to each judged output, at least (or all there are) ...
+MOST_SEQUENCES = 256  # ... and at most (_rows: enough that a run covers every sequence)
 
 
 def packed_call(backend, case):
@@ -51,20 +53,28 @@ class PackedJudge(Judge):
         return zeros.all(-1).transpose(0, 1)
 
     def _rows(self, cu, total: int):
-        """A random row, the first (a causal ``Q:K`` sequence's with Q > K sees no key: a
-        kernel that gave it key 0 passed 2 runs in 3) and the last (its partial block) of
-        every non-empty sequence, then random rows up to :data:`CHECK_ROWS` in all: uniform
-        rows alone left a short sequence unchecked (a kernel zeroing the last 2 of 302 rows
-        passed at one seed in two)."""
+        """The rows judged in one timed o: of every sequence dealt it (a deck of the
+        non-empty ones, shuffled by the judge's own entropy, ceil(sequences / the run's
+        distinct inputs) an input, 64 to 256: a run covers every sequence before any twice)
+        a random row, the first (a causal ``Q:K`` sequence's with Q > K sees no key: a
+        kernel that gave it key 0 passed 2 runs in 3) and the last (its partial block);
+        then rows dealt from a deck of all ``total`` rows, as a dense judge deals them
+        (:func:`~flashbench.measure.checkrows.checked_rows`). Before (2026-12-07) a random
+        64 sequences an input and 8 rows in all: a kernel that zeroed one sequence of 1,000
+        PASSed 3 seeds in 6, one that zeroed rows 300-303 of a 600-row sequence 4 in 4 (a
+        red team)."""
         spans = [(a, b) for a, b in zip(cu[:-1], cu[1:], strict=True) if b > a]
-        if len(spans) > SEQUENCES:  # thousands of sequences: a random 64 of them a call
-            spans = [spans[i] for i in self.rng.choice(len(spans), SEQUENCES, replace=False)]
-        each = sorted({*(int(self.rng.integers(a, b)) for a, b in spans),
-                       *(a for a, _ in spans), *(b - 1 for _, b in spans)})
-        rest = np.setdiff1d(np.arange(total), each)
-        more = self.rng.choice(rest, min(len(rest), max(CHECK_ROWS - len(each), 0)),
-                               replace=False)
-        return np.unique(np.concatenate([each, more]).astype(np.int64))
+        per = min(MOST_SEQUENCES, max(SEQUENCES, -(-len(spans) // self.contents)
+                                      if self.contents else 0))
+        deck = self.decks.setdefault(("sequences", len(spans)), [])
+        while len(deck) < min(len(spans), per):
+            deck += self.rng.permutation(len(spans)).tolist()
+        dealt, self.decks[("sequences", len(spans))] = deck[:per], deck[per:]
+        spans = [spans[i] for i in sorted(set(dealt))]
+        each = {*(int(self.rng.integers(a, b)) for a, b in spans), *(a for a, _ in spans),
+                *(b - 1 for _, b in spans)}
+        more = checked_rows(self.rng, total, self.decks, self.contents) if total else []
+        return np.unique(np.array(sorted(each | {int(i) for i in more}), np.int64))
 
     def _sequence_yardsticks(self, q, k, v, rows: tuple, keys: tuple, i: int, group: int,
                              err: float):
@@ -81,8 +91,10 @@ class PackedJudge(Judge):
                               self.case.causal)[0]
 
     def _reference_check(self, content: int, o, lse=None) -> tuple[str, str] | None:
-        """o's rows against the float64 reference of their sequences (the LSE's values are
-        judged by ``flashbench check --varlen``, not here: its structure is, lse_fault)."""
+        """o's rows against the float64 reference of their sequences, then a returned LSE's
+        values on those rows that see a key, sequence by sequence, as a dense judge's
+        (:meth:`~flashbench.measure.speed.Judge._lse_check`: a constant LSE PASSed speed
+        --varlen before 2026-12-07, checked in structure only: a red team)."""
         from flashbench import numerics, reference
         from flashbench.accuracy import baseline_rule
 
@@ -92,7 +104,7 @@ class PackedJudge(Judge):
         total, group = q.shape[0], q.shape[1] // k.shape[1]
         got = o.detach().cpu().double().numpy()
         rows = self._rows(cu, total)
-        bad = []
+        bad, seen = [], {}
         for i in rows:
             seq = int(np.searchsorted(cu, i, side="right")) - 1
             start, n = int(cu[seq]), int(cu[seq + 1] - cu[seq])
@@ -108,13 +120,16 @@ class PackedJudge(Judge):
             qi = q[i:i + 1].transpose(1, 0, 2)[None]  # [1, H, 1, d]
             ki, vi = (np.repeat(t[kstart:kstart + see].transpose(1, 0, 2)[None], group,
                                 axis=1) for t in (k, v))
-            ref = reference.attention(qi, ki, vi)[0][0, :, 0, :]
-            sm = np.asarray(numerics.standard_model(qi, ki, vi, self.case.dtype)[0],
-                            np.float64)[0, :, 0, :]
+            ref, ref_lse = reference.attention(qi, ki, vi)
+            seen.setdefault(seq, ((n, nk), []))[1].append(
+                (int(i), qi, ki, vi, ref[..., 0, :], ref_lse[..., 0]))
+            ref = ref[0, :, 0, :]
             err = float(np.abs(got[i] - ref).max())
             limit = band_tolerance(self.case, n, nk)
             if limit is not None and err <= limit:
                 continue
+            sm = np.asarray(numerics.standard_model(qi, ki, vi, self.case.dtype)[0],
+                            np.float64)[0, :, 0, :]
             verdict = baseline_rule(err, float(np.abs(sm - ref).max()), self.case.dtype)
             if not verdict.passed and not bad:  # the sequence's yardsticks, as check's (once
                 # a row is wrong by them, the verdict is: no more of their cost)
@@ -123,12 +138,26 @@ class PackedJudge(Judge):
             if not verdict.passed:
                 bad.append((int(i), seq, (n, nk), err, limit, verdict))
         if not bad:
-            return None
+            return self._lse_values(lse, seen, len(cu) - 1)
         i, seq, (n, nk), err, limit, verdict = bad[0]
-        length = f"length {n}" if n == nk else f"{n} queries, {nk} keys"
         band = (f"above the band's tolerance {limit:.3g} ({band_words(self.case)}) and "
                 if limit is not None else "")
         why = verdict if isinstance(verdict, str) else f"by the baseline rule {verdict.words()}"
-        return WRONG, (f"{len(bad)} of rows {list(map(int, rows))} off the float64 reference "
+        return WRONG, (f"{len(bad)} of {len(rows)} rows checked off the float64 reference "
                        f"of their sequences: row {i} (sequence index {seq} of {len(cu) - 1}, "
-                       f"{length}) max abs error {err:.3g}, {band}{why}")
+                       f"{_length(n, nk)}) max abs error {err:.3g}, {band}{why}")
+
+    def _lse_values(self, lse, seen: dict, sequences: int) -> tuple[str, str] | None:
+        """The first sequence whose checked rows' LSE fails (``seen``: seq -> ((n, nk),
+        its rows as ``_lse_check`` takes them)), named; None where all pass or no LSE."""
+        for seq in sorted(seen) if lse is not None else ():
+            (n, nk), rows = seen[seq]
+            fault = self._lse_check(lse, rows, n, nk)
+            if fault is not None:
+                return fault[0], (f"{fault[1]}; in sequence index {seq} of {sequences} "
+                                  f"({_length(n, nk)})")
+        return None
+
+
+def _length(n: int, nk: int) -> str:
+    return f"length {n}" if n == nk else f"{n} queries, {nk} keys"
