@@ -8,8 +8,11 @@ import json
 import sys
 import textwrap
 
+import numpy as np
 import pytest
+import torch
 
+from flashbench import reference
 from flashbench.backends import Backend, get_backend
 from flashbench.cli import main
 from flashbench.inputs import Shape
@@ -240,6 +243,33 @@ def test_a_memoised_or_wrong_decode_fails_by_name(roof):
         assert row.status == "FAIL" and expected in row.failures, (fn.__name__, row.failures)
     good = time_decode(case, naive, roof, 4, 10, 2, "cpu")
     assert good.status == "PASS" and not good.failures, good.failures
+
+
+def test_a_decode_lse_is_judged_by_its_values(roof):
+    """A decode function's returned LSE was checked in structure only by speed --decode
+    (a constant one PASSed; check --decode judged it): its values now, as o's."""
+    from flashbench.backends.decode import DecodeBackend
+    from flashbench.measure.decode import DecodeCase
+    from flashbench.measure.speeddecode import DecodeSpeedCase, time_decode
+
+    def exact(q, kc, vc, lens, table=None, causal=False, scale=None):
+        o, lse = reference.decode_attention(
+            *(t.double().numpy() for t in (q, kc, vc)), lens.numpy(),
+            None if table is None else table.numpy(), causal=causal)
+        return torch.from_numpy(o).float(), torch.from_numpy(np.ascontiguousarray(lse)).float()
+
+    def constant_lse(q, kc, vc, lens, table=None, causal=False, scale=None):
+        o, lse = exact(q, kc, vc, lens, table, causal)
+        return o, torch.full_like(lse, 3.0)
+
+    case = DecodeSpeedCase(DecodeCase(2, 4, 2, 2, 32, (200, 9), 16, causal=True), "fp32")
+    rows = {fn.__name__: time_decode(case, DecodeBackend(fn.__name__, fn, fn.__name__,
+                                                         ("fp32",), timed=fn),
+                                     roof, 4, 10, 2, "cpu") for fn in (exact, constant_lse)}
+    assert rows["exact"].status == "PASS", rows["exact"].failures
+    bad = rows["constant_lse"]
+    assert bad.status == "FAIL" and bad.failures[guard.WRONG].startswith(
+        "lse off the float64 decode"), bad.failures
 
 
 def test_a_decode_with_dv_below_d_passes_a_correct_kernel_and_counts_both_widths(roof):
