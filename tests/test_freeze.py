@@ -113,3 +113,17 @@ def test_a_stop_from_outside_is_counted():
         assert freeze.continued() == before + 1
     subprocess.run([sys.executable, "-c", code], check=True)  # not counted outside it
     assert freeze.continued() == before + 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux's /proc")
+def test_a_workers_descendants_end_before_it_does(tree):
+    """The review's worker ends what its sides' code left first (a red team's helper, in a
+    group of its own, outlived the review and killed base's processes in the base-alone
+    worker): every live descendant, the spawner's short-lived children too."""
+    members = freeze.family(tree) - {tree}
+    assert freeze.end_descendants(tree) >= len(members) >= 3
+    time.sleep(0.05)
+    assert all(_state(p) in (None, "Z") for p in members), {p: _state(p) for p in members}
+    assert _state(tree) in ("S", "R")
+    assert freeze.family(tree) - {tree} <= {p for p in freeze.family(tree)
+                                            if _state(p) in (None, "Z")}

@@ -4,6 +4,7 @@ carry from request to request, imports learned, setup_cache once, and a child th
 hangs never outliving its request or the worker."""
 
 import os
+import re
 import textwrap
 import time
 
@@ -593,4 +594,67 @@ def test_a_side_whose_import_leaves_a_process_in_the_worker_is_refused(tmp_path,
     # its child's daemon (re-parented here) and the worker's own import's: both head's
     assert later["status"] == "failed" and "left 2 process(es) running" in later["reason"], \
         later
+    assert base["status"] == "ok", base
+
+
+def test_a_helper_a_call_leaves_in_a_group_of_its_own_fails_its_request(tmp_path, monkeypatch):
+    """A red team's head (2026-12-07) forked, from a call, a helper into a process group of
+    its own: the request's group was killed, the helper came back to the worker (its
+    subreaper) and stopped or killed base's later processes, unseen (a 1.5x slower head read
+    OK, exit 0). The worker now looks after every request: the request fails, its sides
+    are refused, the helper is killed."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    trees = _two_trees(tmp_path, {
+        "base": "def run():\n    pass\n",
+        "head": """
+            import os
+            import time
+
+
+            def run():
+                if os.fork() == 0:
+                    os.setpgid(0, 0)
+                    with open(os.path.join(os.path.dirname(__file__), "benchmarks",
+                                           "out.txt"), "a") as f:
+                        f.write(f"helper {os.getpid()}\\n")
+                    time.sleep(600)
+                    os._exit(0)
+            """})
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
+                          samples=2)
+        later = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)
+    finally:
+        w.stop()
+    assert pair["status"] == "failed", pair
+    assert re.search(r"a call left \d+ process\(es\) running in the review's worker "
+                     r"\(killed\)$", pair["reason"]), pair
+    assert later["status"] == "failed" and "left" in later["reason"], later
+    helpers = [int(p) for (p,) in _lines(trees["head"], "helper")]
+    assert helpers and all(_gone(p) for p in helpers)
+
+
+def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monkeypatch):
+    """A red team's head started a thread at import in the review's worker, which killed
+    base's request processes (every row "coverage gained": a real regression read OK). A
+    side whose import leaves a Python thread running there is refused by name."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
+                                  "head": "def run():\n    pass\n"})
+    (trees["head"] / "flashbench").mkdir()  # its own flashbench, imported at the start
+    (trees["head"] / "flashbench" / "__init__.py").write_text(
+        "import threading\nimport time\n\nthreading.Thread(target=time.sleep, args=(600,), "
+        "daemon=True).start()\n")
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        head = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+    finally:
+        w.stop()
+    assert head["status"] == "failed" and "started 1 thread(s) in the review's worker" in \
+        head["reason"], head
     assert base["status"] == "ok", base

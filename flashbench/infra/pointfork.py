@@ -57,10 +57,12 @@ def adopt() -> None:
         pass
 
 
-def _left(sides, blamed: list) -> None:
+def _left(sides, blamed: list) -> int:
     """Kill the processes re-parented to the worker that no request is (zombies reaped),
-    and refuse the ``blamed`` sides, whose imports ran since the last look: a probe's head
-    left CPU burners at import that spun while base's requests ran (all rows "faster")."""
+    and refuse the ``blamed`` sides, whose imports or calls ran since the last look: a
+    probe's head left CPU burners at import that spun while base's requests ran (all rows
+    "faster"); a red team's (2026-12-07) forked, from a call, a helper in a group of its
+    own that outlived its request and stopped or killed base's (exit 0). How many."""
     stray = []
     for name in [n for n in os.listdir("/proc") if n.isdigit() and int(n) not in forklane.CHILDREN]:
         try:
@@ -84,8 +86,9 @@ def _left(sides, blamed: list) -> None:
         except ChildProcessError:
             pass
     for side in blamed if stray else ():
-        sides.errors.setdefault(side, f"its import left {len(stray)} process(es) running "
-                                      "in the review's worker (killed)")
+        sides.errors.setdefault(side, f"its import or a call left {len(stray)} process(es) "
+                                      "running in the review's worker (killed)")
+    return len(stray)
 
 
 def _sides_of(req: dict) -> list:
@@ -208,7 +211,10 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
                 reply, imported = _in_lanes(sides, req, make)
             else:
                 reply, _, imported = forklane.forked(sides, lambda r=req: (sides.answer(r), None))
-            if reply.get("status") == "ok" and set(sides.errors) == refused:
+            if _left(sides, _sides_of(req)):  # a call's leftovers met its samples
+                reply = {"status": "failed", "reason": "; ".join(dict.fromkeys(
+                    sides.errors.get(s, "") for s in _sides_of(req)))}
+            elif reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
         else:
             reply = sides.answer(req, lane=clocked)

@@ -316,8 +316,7 @@ class Sampler:
             settle([p.pair for p in self._plans], [plan.pair], self.factor, self.q_look)
         if plan.pair.decided is not None:
             self.log(f"{plan.point.name}({plan.point.params}): {plan.pair.decided[0]} after "
-                     f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget "
-                     "left")
+                     f"{plan.pair.rounds} rounds, {max(self._left(), 0):.0f} s of budget left")
         return True
 
 

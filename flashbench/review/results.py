@@ -74,8 +74,7 @@ def band_source(results: Path, root: Path, review: Review) -> Band:
             cache["frame"] = {key: group for key, group in frame.groupby(
                 ["benchmark", "params"], observed=True, sort=False)}
             review.notes.append(f"Accuracy band: results stored in {results} for "
-                                f"{frame['commit'].nunique()} ancestor commit(s) of base on "
-                                "this machine.")
+                                f"{frame['commit'].nunique()} ancestor commit(s) of base here.")
         return cache["frame"]
 
     def band(benchmark: str, params: str, version: str | None = None) -> list[float]:

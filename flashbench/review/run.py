@@ -47,8 +47,7 @@ def _dirty_notes(opts: Options, root: Path, head: str, base: str | None = None,
                              f"commits): {shown}; commit them, or pass --allow-dirty")
         if files:
             notes.append(f"Uncommitted edits were NOT measured ({len(files)} file(s) under "
-                         "flashbench/ or benchmarks/): head is the committed "
-                         f"{head[:8]}.")
+                         f"flashbench/ or benchmarks/): head is the committed {head[:8]}.")
     if reuse:  # no suite runs: stored results are read
         return notes
     if checked_out(root) != head and any(
@@ -257,8 +256,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.rows += track_rows(tracks, measured["base"], measured["head"],
                                       opts.acc_tol, opts.factor, band)
         if peakmem := by_type["peakmemory"]:
-            log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a fresh "
-                "process")
+            log(f"review: {len(peakmem)} peak memory value(s) per commit, each in a new process")
             say, measured = every(log), {"base": [], "head": []}
             for side, p in [(side, p) for side in measured for p in peakmem]:
                 measured[side].append(peak_memory(trees[side], bench_dir, p.name, p.index,
@@ -270,8 +268,7 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
                                       opts.acc_tol, opts.factor, band)
         if timed := by_type["time"]:
             q_look = look_level()
-            log(f"review: sampling {len(timed)} timing comparison(s), budget "
-                f"{opts.seconds:.0f} s")
+            log(f"review: sampling {len(timed)} timing comparison(s), budget {opts.seconds:.0f} s")
             sampler = Sampler([_lane(w, opts.seconds) for w in workers], opts.seconds,
                               opts.factor, q_look,
                               log=lambda text: log("review: " + text), load=outside_cpu)
@@ -280,6 +277,8 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
             review.notes.append(_prior_note(family_prior(pairs)))
             review.notes.append(load_note([p.load.cpus for p in pairs], opts.outside_cpus,
                                           "the review", "--outside-limit"))
+        for w in workers:  # and what head's code left: none may reach base alone
+            w.close()
         _base_alone(review.rows, points, trees["base"], bench_dir, session.folder, opts)
         base_own = against_base_suites(review, points, root, bench_dir, trees["base"],
                                        session.folder, opts.bench)
@@ -297,9 +296,9 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
 
 
 def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:
-    """A timing or track head gave and base failed beside it is asked of base alone, in a
-    worker that never imported head: ok there, head's code may have broken base (a probe's
-    head killed base's requests, or made them raise: "coverage gained", exit 0): undecided."""
+    """A timing or track head gave and base failed beside it is asked of base alone, once
+    head's processes are gone (a red team's lived on, killing base there too: 2026-12-07),
+    ok there, head's code may have broken base ("coverage gained", exit 0): undecided."""
     where = {(p.name, p.params): p for p in points if p.type in ("time", "track")}
     gained = [(r, where[r.benchmark, r.params]) for r in rows if r.reason == "coverage-gained"
               and r.detail.startswith("base failed") and (r.benchmark, r.params) in where]

@@ -16,6 +16,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from flashbench.infra import freeze
+
 SCRIPT = Path(__file__).with_name("worker_process.py")
 START_TIMEOUT = 300.0  # importing the suites (torch, triton) on a busy machine
 WAIT_LINE_S = 60.0  # a progress line this often while one request is awaited
@@ -210,7 +212,8 @@ class Worker:
         if proc is None:
             return
         try:
-            if proc.poll() is None:
+            if proc.poll() is None:  # what its sides' code left first (infra.freeze)
+                freeze.end_descendants(proc.pid)
                 with suppress(OSError):
                     proc.stdin.write('{"op": "exit"}\n')
                     proc.stdin.flush()
