@@ -590,10 +590,11 @@ def test_a_side_whose_import_leaves_a_process_in_the_worker_is_refused(tmp_path,
         assert _gone(daemon), f"the daemon {daemon} lives on"
     finally:
         w.stop()
-    assert first["status"] == "ok", first
-    # its child's daemon (re-parented here) and the worker's own import's: both head's
-    assert later["status"] == "failed" and "left 2 process(es) running" in later["reason"], \
-        later
+    # its child's daemon, re-parented here, is found after that request (2026-12-07: before,
+    # after the worker's own import of it, on the next request: "left 2 process(es)")
+    assert first["status"] == "failed" and "left 1 process(es) running" in first["reason"], \
+        first
+    assert later["status"] == "failed" and "left" in later["reason"], later
     assert base["status"] == "ok", base
 
 
