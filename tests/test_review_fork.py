@@ -640,7 +640,8 @@ def test_a_helper_a_call_leaves_in_a_group_of_its_own_fails_its_request(tmp_path
 def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monkeypatch):
     """A red team's head started a thread at import in the review's worker, which killed
     base's request processes (every row "coverage gained": a real regression read OK). A
-    side whose import leaves a Python thread running there is refused by name."""
+    side whose import leaves a Python thread running there is refused by name, and the
+    other side with it (the thread runs beside it: its rows "not compared", undecided)."""
     monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
     trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
                                   "head": "def run():\n    pass\n"})
@@ -658,4 +659,6 @@ def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monke
         w.stop()
     assert head["status"] == "failed" and "started 1 thread(s) in the review's worker" in \
         head["reason"], head
-    assert base["status"] == "ok", base
+    # the thread runs beside base's requests too: base refused, so its rows are undecided
+    assert base["status"] == "failed" and "the other side's import started thread(s)" in \
+        base["reason"], base

@@ -20,6 +20,7 @@ import sys
 
 ENV = "FLASHBENCH_REVIEW_PROCESS"  # "request": a process per request, "one": none
 FORKED_OPS = ("time", "pair", "track")
+THREADED = "thread(s) in the review's worker"  # a side refused for a thread it left there
 
 
 def _sibling(name: str):
@@ -193,6 +194,10 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
     def clocked(*args):  # a pair's side in this process: its samples on the worker's clock
         return forklane.ClockedLane(*args, make)
     _left(sides, list(sides.trees))  # the sides' imports, before the first request
+    if any(THREADED in why for why in sides.errors.values()):  # it runs beside the other
+        for side in sides.trees:  # side too (a red team's killed base's processes: OK)
+            sides.errors.setdefault(side, f"the other side's import started {THREADED}, "
+                                          "which run beside this side's requests")
     at_start = _threads()  # the libraries' own pools at import (OpenBLAS's survives a fork)
     for line in lines:
         req = json.loads(line)
