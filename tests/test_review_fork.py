@@ -662,3 +662,27 @@ def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monke
     # the thread runs beside base's requests too: base refused, so its rows are undecided
     assert base["status"] == "failed" and "the other side's import started thread(s)" in \
         base["reason"], base
+
+
+def test_a_side_that_registers_an_at_fork_hook_is_refused(tmp_path, monkeypatch):
+    """A red team's head (2026-12-07) registered ``os.register_at_fork(after_in_child=...)``
+    at import: its code then ran in every process the worker forked for base (a thread
+    spinning there). The worker's ``os.register_at_fork`` now refuses a caller outside the
+    standard library and site-packages; base, which registered none, is timed."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
+                                  "head": "def run():\n    pass\n"})
+    (trees["head"] / "flashbench").mkdir()
+    (trees["head"] / "flashbench" / "__init__.py").write_text(
+        "import os\n\nos.register_at_fork(after_in_child=lambda: None)\n")
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        head = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
+                     samples=1)
+    finally:
+        w.stop()
+    assert head["status"] == "failed" and "registered an at-fork hook in the review's " \
+        "worker (os.register_at_fork)" in head["reason"], head
+    assert base["status"] == "ok", base

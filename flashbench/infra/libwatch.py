@@ -28,7 +28,9 @@ GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "scipy.
 LIBRARY_OWN = {"torch._dynamo": ("torch.manual_seed",)}
 REFUSED = "replaced what the other side shares"  # the words of a refusal (review/rules.py)
 # ... and of a side refused for what its import left running in the worker (pointfork)
-LEFT_IN_WORKER = ("process(es) running in the review's worker", "thread(s) in the review's worker")
+AT_FORK = "an at-fork hook in the review's worker"
+LEFT_IN_WORKER = ("process(es) running in the review's worker", "thread(s) in the review's worker",
+                  AT_FORK)
 PAST = " (imported past the watch)"
 MODULE = "<module>"  # the entry of a guarded module object itself
 
@@ -244,6 +246,33 @@ def refuse_shadows(tree: str) -> None:
                          "share (it would shadow it for the suites too)")
 
 
+def _at_fork_watched() -> None:
+    """From here on (the review worker's load of this file, before either side's import
+    and any snapshot of the entry points), ``os.register_at_fork`` raises for a caller
+    outside the standard library and site-packages: a red team's head (2026-12-07)
+    registered one at import, and its code ran in every process the worker forked for
+    base. Installed once; the entry-point watch keeps it in place."""
+    import os
+    import posix
+    import sysconfig
+
+    if getattr(os.register_at_fork, "_watched", False):
+        return
+    real = os.register_at_fork
+    libraries = tuple(os.path.realpath(p) + os.sep for p in {
+        sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+    def register_at_fork(**hooks):
+        where = os.path.realpath(sys._getframe(1).f_code.co_filename)
+        if not where.startswith(libraries):
+            raise RuntimeError(f"{where} registered {AT_FORK} (os.register_at_fork): it would "
+                               "run in every process the worker forks for the other side")
+        return real(**hooks)
+
+    register_at_fork._watched = True
+    os.register_at_fork = posix.register_at_fork = register_at_fork
+
+
 def top_level_names(tree: str) -> set:
     """What ``import NAME`` finds at the top of ``tree`` (its own modules), but a library
     both sides share."""
@@ -350,3 +379,7 @@ def discovery_error(exc: BaseException, reason: str) -> str:
         first = traceback.format_exception_only(type(own), own)[-1].strip().splitlines()
         return "its flashbench failed to import: " + (first[0] if first else repr(own))[:500]
     return "benchmark discovery failed: " + reason
+
+
+if __name__ == "libwatch":  # loaded by path in the review's worker (never as flashbench's)
+    _at_fork_watched()
