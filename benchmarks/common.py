@@ -263,15 +263,16 @@ class FreshCalls:
 
 
 def _not_plain(out) -> str | None:
-    """Why a timed call's output (or an item of its tuple) is not plain data: exactly a numpy
-    array or a torch tensor, a number or None. A red team's head (2026-12-07) returned an
-    ndarray subclass that computed a row only when it was read: the rows checked were
-    right, the call did a fraction of the work, the review read it "faster" (0.15x)."""
+    """Why a timed call's output (or an item of its plain tuple or list) is not plain data:
+    exactly a numpy array or a torch tensor, a number or None. A red team's head
+    (2026-12-07) returned an ndarray subclass that computed a row only when it was read: the
+    rows checked were right, the call did a fraction of the work, the review read it
+    "faster" (0.15x)."""
     torch = sys.modules.get("torch")
-    plain = (np.ndarray, *(() if torch is None else (torch.Tensor,)))
-    for x in out if isinstance(out, tuple | list) else (out,):
-        if x is None or type(x) in plain or type(x) in (float, int) or (
-                isinstance(x, np.generic) and type(x) is not np.ndarray):
+    plain = (np.ndarray, *(() if torch is None else (torch.Tensor,)), float, int, bool)
+    for x in out if type(out) in (tuple, list) else (out,):  # a subclass's items may lie
+        if x is None or type(x) in plain or (isinstance(x, np.generic)
+                                             and type(x).__module__ == "numpy"):
             continue
         return (f"returned a {type(x).__module__}.{type(x).__qualname__}, not exactly a "
                 "numpy array or torch tensor (a subclass or wrapper may compute when read)")

@@ -69,13 +69,9 @@ def tree():
     try:
         proc.stdout.readline()
         yield proc.pid
-    finally:
+    finally:  # its descendants first (the setsid one outlived a killpg of the leader)
+        freeze.end_descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        for p in freeze.family(proc.pid):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
         proc.wait()
 
 

@@ -124,6 +124,8 @@ def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:
     finds of the roots' families not yet sent it, until none is new, each waited for; the
     processes it was sent to (also onto ``stopped``, as sent)."""
     stopped = set() if stopped is None else stopped
+    new = set(roots) | set(also)
+    stopped.update(new)  # before any signal: an interrupt between continues them all
     for pid in set(also) - set(roots):  # what they started first: it may watch them
         try:
             os.kill(pid, signal.SIGSTOP)
@@ -131,8 +133,6 @@ def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:
             pass
     for pid in roots:
         signal_tree(pid, signal.SIGSTOP)
-    new = set(roots) | set(also)
-    stopped.update(new)
     for _ in range(32):  # a process forks at most once a round: it is stopped after it
         for pid in new:
             wait_stopped(pid)
@@ -140,12 +140,12 @@ def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:
         new = set().union(*(family(pid, table) for pid in roots)) - stopped
         if not new:
             break
+        stopped |= new
         for pid in new:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except OSError:
                 pass
-        stopped |= new
     return stopped
 
 

@@ -234,6 +234,7 @@ def refuse_shadows(tree: str) -> None:
     suites' own checks'."""
     import os
 
+    _TREES.add(os.path.realpath(tree) + os.sep)
     tops = {m.partition(".")[0] for m in GUARDED_MODULES}
     try:
         entries = os.listdir(tree)
@@ -248,29 +249,31 @@ def refuse_shadows(tree: str) -> None:
 
 def _at_fork_watched() -> None:
     """From here on (the review worker's load of this file, before either side's import
-    and any snapshot of the entry points), ``os.register_at_fork`` raises for a caller
-    outside the standard library and site-packages: a red team's head (2026-12-07)
-    registered one at import, and its code ran in every process the worker forked for
-    base. Installed once; the entry-point watch keeps it in place."""
+    and any snapshot of the entry points), ``os.register_at_fork`` raises for a caller in a
+    side's tree (:func:`refuse_shadows` names them) or in code of no file (``exec``): a red
+    team's head (2026-12-07) registered one at import, and its code ran in every process
+    the worker forked for base. Libraries anywhere else pass (torch registers one)."""
     import os
     import posix
-    import sysconfig
 
     if getattr(os.register_at_fork, "_watched", False):
         return
     real = os.register_at_fork
-    libraries = tuple(os.path.realpath(p) + os.sep for p in {
-        sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 
     def register_at_fork(**hooks):
-        where = os.path.realpath(sys._getframe(1).f_code.co_filename)
-        if not where.startswith(libraries):
+        where = sys._getframe(1).f_code.co_filename
+        path = os.path.realpath(where)
+        if (where.startswith("<") and not where.startswith("<frozen")) or any(
+                path.startswith(tree) for tree in _TREES):
             raise RuntimeError(f"{where} registered {AT_FORK} (os.register_at_fork): it would "
                                "run in every process the worker forks for the other side")
         return real(**hooks)
 
     register_at_fork._watched = True
     os.register_at_fork = posix.register_at_fork = register_at_fork
+
+
+_TREES: set = set()  # the sides' trees, each with a trailing separator (refuse_shadows)
 
 
 def top_level_names(tree: str) -> set:

@@ -135,8 +135,8 @@ class MemoryReader:
         and its session's processes (:func:`flashbench.infra.freeze.stop`: a process it
         started in the request, in a group of its own, worked on after the reply), now
         (:meth:`read` or :meth:`resume` sends SIGCONT)."""
-        self._stopped = freeze.stop(self.pid, also=self.family)
-        self.held = True
+        self.held, self._stopped = True, set()  # first: an interrupt meanwhile resumes
+        freeze.stop(self.pid, also=self.family, stopped=self._stopped)
 
     def resume(self) -> None:
         freeze.cont((self.pid,), self._stopped)
