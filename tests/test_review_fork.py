@@ -686,3 +686,58 @@ def test_a_side_that_registers_an_at_fork_hook_is_refused(tmp_path, monkeypatch)
     assert head["status"] == "failed" and "registered an at-fork hook in the review's " \
         "worker (os.register_at_fork)" in head["reason"], head
     assert base["status"] == "ok", base
+
+
+@pytest.mark.parametrize("process", ["request", "one"])
+def test_a_side_whose_code_stops_the_other_sides_process_fails_the_pair(tmp_path, monkeypatch,
+                                                                        process):
+    """A red team's head (2026-12-07) SIGSTOPped base's process 6 ms in 8 from its own code
+    (a helper; with --process one the worker itself, while base's tree was active): the
+    stopped time was inside base's samples on every clock, and identical code read "faster"
+    at 0.40-0.61, exit 0. A process of the review counts the SIGCONTs it receives; a
+    sample or request that met one fails, naming the stop."""
+    monkeypatch.setenv("FLASHBENCH_REVIEW_PROCESS", process)
+    trees = _two_trees(tmp_path, {
+        "base": "import time\n\n\ndef run():\n    time.sleep(0.002)\n",
+        "head": """
+            import os
+            import signal
+            import time
+
+
+            def run():  # base's process: the pair's other one (a sibling), else the worker
+                time.sleep(0.002)
+                me, parent = os.getpid(), os.getppid()
+                mode = os.environ.get("FLASHBENCH_REVIEW_PROCESS")
+                targets = [me] if mode == "one" else [
+                    int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != me
+                    and _parent(int(n)) == parent]
+                child = os.fork()  # a stopper that ends, reaped here: no leftover
+                if child == 0:
+                    for pid in targets:
+                        os.kill(pid, signal.SIGSTOP)
+                    time.sleep(0.005)
+                    for pid in targets:
+                        os.kill(pid, signal.SIGCONT)
+                    os._exit(0)
+                os.waitpid(child, 0)
+
+
+            def _parent(pid):
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        return int(f.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    return None
+            """})
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
+                          samples=3)
+        alone = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
+                      samples=1)
+    finally:
+        w.stop()
+    assert pair["status"] == "failed", pair
+    assert "was stopped and continued from outside (SIGCONT)" in pair["reason"], pair
+    assert alone["status"] == "ok", alone

@@ -31,6 +31,15 @@ def on_term(signum, frame) -> None:
     os._exit(128 + signum)
 
 
+CONTINUED = [0]  # SIGCONTs this process received (a request's child: since its fork)
+STOPPED = ("was stopped and continued from outside (SIGCONT) during its samples: another "
+           "process of the review's worker (the other side's code may) stopped it")
+
+
+def _continued(signum, frame) -> None:
+    CONTINUED[0] += 1
+
+
 def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -68,6 +77,8 @@ def _spawn() -> tuple[int, int, int]:
         if os.getppid() != parent:  # the worker ended before the line above
             os._exit(1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        CONTINUED[0] = 0  # a stop from outside, counted from here
+        signal.signal(signal.SIGCONT, _continued)
         return 0, to_child[0], from_child[1]
     CHILDREN.add(pid)
     try:
@@ -134,6 +145,8 @@ def forked(sides, work) -> tuple[dict, object, dict]:
         def run():
             before = _loaded(sides)
             reply, extra = work()
+            if CONTINUED[0]:
+                reply = {"status": "failed", "reason": f"the request's process {STOPPED}"}
             with os.fdopen(write, "wb") as pipe:
                 _send(pipe, (reply, extra, sides.errors, _imported(sides, before)))
         _exit_child(run)
@@ -338,7 +351,11 @@ class ForkedLane:
         lane = self.make(sides, self.side, self.req, self.number)
         _send(replies, _attempt(lane.open))
         while (op := asks.read(1)) in (b"s", b"n"):  # a sample, or an empty request
-            _send(replies, _attempt(lane.sample) if op == b"s" else ("ok", None))
+            got = _attempt(lane.sample) if op == b"s" else ("ok", None)
+            if CONTINUED[0]:  # its samples' clock ran while it stood still (a red team's
+                # head's helper stopped base's process 6 ms in 8: "faster", exit 0)
+                got = "raised", RuntimeError(f"the {self.side} side's process {STOPPED}")
+            _send(replies, got)
         failed = lane.close() or sides.refuse_changes(self.side, sides.entry,
                                                       "a call of its code")
         _send(replies, ("ok", (failed, sides.errors, _imported(sides, before))))

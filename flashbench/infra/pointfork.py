@@ -190,6 +190,7 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
     (forklane.ForkedLane, running ``make``), having learnt what they imported."""
     if fork:
         signal.signal(signal.SIGTERM, forklane.on_term)
+    signal.signal(signal.SIGCONT, forklane._continued)  # (a request's child resets it)
 
     def clocked(*args):  # a pair's side in this process: its samples on the worker's clock
         return forklane.ClockedLane(*args, make)
@@ -221,7 +222,10 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
                     sides.errors.get(s, "") for s in _sides_of(req)))}
             elif reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
-        else:
+        else:  # in this process (--process one): a stop from outside fails it
+            stops = forklane.CONTINUED[0]
             reply = sides.answer(req, lane=clocked)
+            if forklane.CONTINUED[0] != stops:
+                reply = {"status": "failed", "reason": f"the worker {forklane.STOPPED}"}
         out.write(json.dumps(reply) + "\n")
         out.flush()
