@@ -92,6 +92,17 @@ def _left(sides, blamed: list) -> int:
     return len(stray)
 
 
+def _checked(sides, req: dict, reply: dict) -> dict:
+    """``reply``, or a failure where the request's child left a process in the worker's
+    tree (:func:`_left`: killed, its sides refused). Not after a request answered in the
+    worker itself (``--process one``): a pool a library keeps there (inductor's compile
+    workers) would read as one; a helper a call forks there is docs/review.md's open end."""
+    if _sides_of(req) and _left(sides, _sides_of(req)):
+        return {"status": "failed", "reason": "; ".join(dict.fromkeys(
+            sides.errors.get(s, "") for s in _sides_of(req)))}
+    return reply
+
+
 def _sides_of(req: dict) -> list:
     """The sides a request runs: its ``side``, or a pair's ``order``."""
     return [req["side"]] if req.get("side") else list(req.get("order") or [])
@@ -217,11 +228,10 @@ def relay(sides, fork: bool, lines, out, entry_points, make) -> None:
                 reply, imported = _in_lanes(sides, req, make)
             else:
                 reply, _, imported = forklane.forked(sides, lambda r=req: (sides.answer(r), None))
-            if _left(sides, _sides_of(req)):  # a call's leftovers met its samples
-                reply = {"status": "failed", "reason": "; ".join(dict.fromkeys(
-                    sides.errors.get(s, "") for s in _sides_of(req)))}
-            elif reply.get("status") == "ok" and set(sides.errors) == refused:
+            left = _checked(sides, req, reply)
+            if left is reply and reply.get("status") == "ok" and set(sides.errors) == refused:
                 learn(sides, imported, entry_points, _sides_of(req))  # none from a failure
+            reply = left
         else:  # in this process (--process one): a stop from outside fails it
             stops = forklane.CONTINUED[0]
             reply = sides.answer(req, lane=clocked)
