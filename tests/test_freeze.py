@@ -92,7 +92,10 @@ def test_a_worker_is_held_with_its_group_its_session_and_its_descendants(tree):
     assert all(_state(p) in ("S", "R") for p in members if _state(p) is not None)
     # stopped from outside between two holds (a kernel's process may): resume continues it
     for p in members:
-        os.kill(p, signal.SIGSTOP)
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except ProcessLookupError:  # one of the spawner's 2 ms children, ended
+            pass
     freeze.resume(tree)
     time.sleep(0.05)
     assert all(_state(p) in ("S", "R") for p in members if _state(p) is not None)
@@ -116,8 +119,8 @@ def test_a_workers_descendants_end_before_it_does(tree):
     """The review's worker ends what its sides' code left first (a red team's helper, in a
     group of its own, outlived the review and killed base's processes in the base-alone
     worker): every live descendant, the spawner's short-lived children too."""
-    members = freeze.family(tree) - {tree}
-    assert freeze.end_descendants(tree) >= len(members) >= 3
+    members = freeze.family(tree) - {tree}  # (a spawner's child may end meanwhile)
+    assert len(members) >= 3 and freeze.end_descendants(tree) >= 3
     time.sleep(0.05)
     assert all(_state(p) in (None, "Z") for p in members), {p: _state(p) for p in members}
     assert _state(tree) in ("S", "R")

@@ -181,10 +181,16 @@ class Worker:
         of its own, and that honest kernel FAILed ("ended during the call"); this worker,
         where others are, is continued first (one a helper stopped would time out)."""
         others = [w.proc.pid for w in _WORKERS if w is not self and w.proc is not None]
+        fresh = [p for p in others if not freeze.is_held(p)]  # held here (check), not by a row
         with freeze.held(*others):
             if others and self.proc is not None:  # one stopped by another's process before
                 freeze.resume(self.proc.pid)
-            return self._call(request, on_reply, most_bytes, on_clock)
+            try:
+                return self._call(request, on_reply, most_bytes, on_clock)
+            except BackendFailed as exc:  # a SIGKILL another's process sent just before
+                if not fresh or "(exit status -9)" not in str(exc):  # they were held lands
+                    raise  # in the call: once more, in a new worker, the others held
+                return self._call(request, on_reply, most_bytes, on_clock)
 
     def _call(self, request: dict, on_reply, most_bytes, on_clock) -> dict:
         if self.stopped is not None:

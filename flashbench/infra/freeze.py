@@ -18,8 +18,8 @@ import signal
 import threading
 import time
 
-__all__ = ["held", "family", "wait_stopped", "signal_tree", "stop", "cont", "resume",
-           "continued", "counting_continues", "end_descendants"]
+__all__ = ["held", "is_held", "family", "wait_stopped", "signal_tree", "stop", "cont",
+           "resume", "continued", "counting_continues", "end_descendants"]
 
 _HELD: dict[int, set[int]] = {}  # a held worker -> the processes its hold stopped
 _CONTINUED = [0]  # SIGCONTs this process received under counting_continues()
@@ -179,6 +179,11 @@ def held(*pids: int):
         for pid in roots:
             _HELD.pop(pid, None)
         cont(roots, stopped)
+
+
+def is_held(pid: int) -> bool:
+    """Whether a :func:`held` block holds worker ``pid`` now."""
+    return pid in _HELD
 
 
 def resume(pid: int) -> None:
