@@ -637,26 +637,30 @@ def test_a_helper_a_call_leaves_in_a_group_of_its_own_fails_its_request(tmp_path
     assert helpers and all(_gone(p) for p in helpers)
 
 
+def _timed_with_heads_flashbench(tmp_path, init: str) -> tuple[dict, dict]:
+    """(head's, base's) reply to a timing request, head's tree holding a flashbench whose
+    ``__init__`` is ``init`` (the worker imports each side's own at its start)."""
+    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
+                                  "head": "def run():\n    pass\n"})
+    (trees["head"] / "flashbench").mkdir()
+    (trees["head"] / "flashbench" / "__init__.py").write_text(init)
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        return tuple(w.ask(side=side, op="time", name="suite.time_helper", index=0, number=1,
+                           samples=1) for side in ("head", "base"))
+    finally:
+        w.stop()
+
+
 def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monkeypatch):
     """A red team's head started a thread at import in the review's worker, which killed
     base's request processes (every row "coverage gained": a real regression read OK). A
     side whose import leaves a Python thread running there is refused by name, and the
     other side with it (the thread runs beside it: its rows "not compared", undecided)."""
     monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
-    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
-                                  "head": "def run():\n    pass\n"})
-    (trees["head"] / "flashbench").mkdir()  # its own flashbench, imported at the start
-    (trees["head"] / "flashbench" / "__init__.py").write_text(
-        "import threading\nimport time\n\nthreading.Thread(target=time.sleep, args=(600,), "
-        "daemon=True).start()\n")
-    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
-    try:
-        head = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
-                     samples=1)
-        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
-                     samples=1)
-    finally:
-        w.stop()
+    head, base = _timed_with_heads_flashbench(
+        tmp_path, "import threading\nimport time\n\nthreading.Thread(target=time.sleep, "
+        "args=(600,), daemon=True).start()\n")
     assert head["status"] == "failed" and "started 1 thread(s) in the review's worker" in \
         head["reason"], head
     # the thread runs beside base's requests too: base refused, so its rows are undecided
@@ -667,22 +671,11 @@ def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monke
 def test_a_side_that_registers_an_at_fork_hook_is_refused(tmp_path, monkeypatch):
     """A red team's head (2026-12-07) registered ``os.register_at_fork(after_in_child=...)``
     at import: its code then ran in every process the worker forked for base (a thread
-    spinning there). The worker's ``os.register_at_fork`` now refuses a caller outside the
-    standard library and site-packages; base, which registered none, is timed."""
+    spinning there). The worker's ``os.register_at_fork`` now refuses a caller in a side's
+    own tree; base, which registered none, is timed."""
     monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
-    trees = _two_trees(tmp_path, {"base": "def run():\n    pass\n",
-                                  "head": "def run():\n    pass\n"})
-    (trees["head"] / "flashbench").mkdir()
-    (trees["head"] / "flashbench" / "__init__.py").write_text(
-        "import os\n\nos.register_at_fork(after_in_child=lambda: None)\n")
-    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
-    try:
-        head = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
-                     samples=1)
-        base = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
-                     samples=1)
-    finally:
-        w.stop()
+    head, base = _timed_with_heads_flashbench(
+        tmp_path, "import os\n\nos.register_at_fork(after_in_child=lambda: None)\n")
     assert head["status"] == "failed" and "registered an at-fork hook in the review's " \
         "worker (os.register_at_fork)" in head["reason"], head
     assert base["status"] == "ok", base

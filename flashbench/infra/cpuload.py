@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-__all__ = ["TICK", "stat_cpu", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
+__all__ = ["TICK", "stat_cpu", "processes", "descendants", "tree_cpu", "machine_cpu", "outside_cpu",
            "cpu_limit", "Load", "load_note", "cpus_watched", "threads_note"]
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01  # /proc's unit
@@ -40,20 +40,29 @@ def stat_cpu(path: str, children: bool = False) -> float | None:
     return sum(int(x) for x in fields[11:15 if children else 13]) * TICK
 
 
-def descendants(pid: int) -> list[int]:
-    """The live processes whose parents lead to ``pid`` (/proc; none where there is none)."""
-    parent = {}
+def processes() -> dict[int, tuple[int, int, int, str]]:
+    """pid -> (parent, process group, session, state) of every process /proc shows (none
+    where there is no /proc)."""
+    rows = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return []
+        return rows
     for n in names:
         if n.isdigit():
             try:
                 with open(f"/proc/{n}/stat") as f:
-                    parent[int(n)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                    fields = f.read().rsplit(")", 1)[1].split()
+                rows[int(n)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0])
             except (OSError, IndexError, ValueError):
                 continue
+    return rows
+
+
+def descendants(pid: int, table: dict | None = None) -> list[int]:
+    """The live processes whose parents lead to ``pid`` (/proc, or a :func:`processes`
+    reading; none where there is none)."""
+    parent = {p: row[0] for p, row in (processes() if table is None else table).items()}
     found: set[int] = set()
     for p in parent:
         chain = []

@@ -18,6 +18,8 @@ import signal
 import threading
 import time
 
+from flashbench.infra.cpuload import descendants, processes
+
 __all__ = ["held", "is_held", "family", "wait_stopped", "signal_tree", "stop", "cont",
            "resume", "continued", "counting_continues", "end_descendants"]
 
@@ -51,43 +53,20 @@ def counting_continues():
         signal.signal(signal.SIGCONT, old)
 
 
-def _table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent, process group, session) of every process /proc shows."""
-    rows = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return rows
-    for n in names:
-        if n.isdigit():
-            try:
-                with open(f"/proc/{n}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                rows[int(n)] = (int(fields[1]), int(fields[2]), int(fields[3]))
-            except (OSError, IndexError, ValueError):
-                continue
-    return rows
-
-
 def family(pid: int, table: dict | None = None) -> set[int]:
     """``pid``, its live descendants, and the processes of its process group and of its
     session where those are not this process's own (a worker leads a session of its own;
-    one that shares the harness's is followed by its parents alone)."""
-    rows = _table() if table is None else table
+    one that shares the harness's is followed by its parents alone); ``table``: a
+    :func:`~flashbench.infra.cpuload.processes` reading, else one now."""
+    rows = processes() if table is None else table
     mine = {os.getpid(), os.getpgid(0), os.getsid(0)}
-    found = {pid}
+    found = {pid, *descendants(pid, rows)}
     me = rows.get(pid)
-    for p, (_, group, session) in rows.items():
-        if me is not None and ((group == me[1] and group not in mine)
-                               or (session == me[2] and session not in mine)):
-            found.add(p)
-    grew = True
-    while grew:  # descendants: a parent already found
-        grew = False
-        for p, (parent, _, _) in rows.items():
-            if parent in found and p not in found:
-                found.add(p)
-                grew = True
+    if me is not None:
+        found |= {p for p, (_, group, session, _) in rows.items()
+                  if (group == me[1] and group not in mine)
+                  or (session == me[2] and session not in mine)}
+        found |= {d for p in list(found) for d in descendants(p, rows)}
     found.discard(os.getpid())
     return found
 
@@ -136,7 +115,7 @@ def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:
     for _ in range(32):  # a process forks at most once a round: it is stopped after it
         for pid in new:
             wait_stopped(pid)
-        table = _table()
+        table = processes()
         new = set().union(*(family(pid, table) for pid in roots)) - stopped
         if not new:
             break
@@ -170,7 +149,7 @@ def held(*pids: int):
         return
     stopped: set[int] = set()
     try:  # a scan first, then all at once: a helper that sees its worker stop acts
-        table = _table()
+        table = processes()
         stop(*roots, also=set().union(*(family(p, table) for p in roots)), stopped=stopped)
         for pid in roots:
             _HELD[pid] = stopped
@@ -201,9 +180,8 @@ def end_descendants(pid: int) -> int:
     own came back to it and outlived the review (a red team, 2026-12-07)."""
     ended = set()
     for _ in range(16):
-        table = _table()
-        alive = family(pid, table) - {pid} - ended
-        alive = {p for p in alive if _state(p) not in ("Z", "X", None)}
+        table = processes()
+        alive = {p for p in family(pid, table) - {pid} - ended if table[p][3] not in "ZX"}
         if not alive:
             break
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -215,11 +193,3 @@ def end_descendants(pid: int) -> int:
         ended |= alive
         time.sleep(0.01)  # reaped by their parent or the subreaper, or re-parented
     return len(ended)
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
