@@ -179,12 +179,13 @@ class Worker:
         with what it started (:func:`flashbench.infra.freeze.held`): a red-team probe's
         kernel (2026-12-07) SIGKILLed another user's worker during its call from a helper
         of its own, and that honest kernel FAILed ("ended during the call"); this worker,
-        where others are, is continued first (one a helper stopped would time out)."""
+        where they were held here, is continued first (one a helper stopped would time
+        out; a speed row holds them and continues its worker once, at its start)."""
         others = [w.proc.pid for w in _WORKERS if w is not self and w.proc is not None]
         fresh = [p for p in others if not freeze.is_held(p)]  # held here (check), not by a row
         with freeze.held(*others):
-            if others and self.proc is not None:  # one stopped by another's process before
-                freeze.resume(self.proc.pid)
+            if fresh and self.proc is not None:  # one stopped by another's process before
+                freeze.resume(self.proc.pid)  # (a row that held them resumed it: once)
             try:
                 return self._call(request, on_reply, most_bytes, on_clock)
             except BackendFailed as exc:  # a SIGKILL another's process sent just before
