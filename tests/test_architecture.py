@@ -260,7 +260,8 @@ def test_the_rooms_stay_small():
     before its Markdown moved to cli/review_markdown.py, then 2,900 at most; raised
     2026-12-06 by the checks against base's own suites and the busy machine's status, 2,954
     lines; to 3,120 on 2026-12-07 by head's own suites beside those that ran, in
-    review/ownsuites.py, and the yardstick rule, 3,103 lines)."""
+    review/ownsuites.py, and the yardstick rule, 3,103 lines; to 3,140 later that day by
+    what the commits' code leaves running, killed and failing it: 3,138 lines)."""
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 400] == []
     long_doc = []
@@ -270,4 +271,4 @@ def test_the_rooms_stay_small():
             long_doc.append(f"{p.relative_to(ROOT)}: {len(doc.splitlines())} lines")
     assert long_doc == []
     review = sum(n for p, n in sizes.items() if p.parent.name == "review")
-    assert review <= 3120, f"flashbench/review/ holds {review} lines"
+    assert review <= 3140, f"flashbench/review/ holds {review} lines"

@@ -126,3 +126,34 @@ def test_a_workers_descendants_end_before_it_does(tree):
     assert _state(tree) in ("S", "R")
     assert freeze.family(tree) - {tree} <= {p for p in freeze.family(tree)
                                             if _state(p) in (None, "Z")}
+
+
+def test_what_a_block_leaves_running_is_killed_and_what_it_found_is_kept(tmp_path):
+    """reaping(): an orphan of a process the block started (a double fork into a session
+    of its own) comes back here, is killed and named; a child started before the block and
+    one the block waited for are not touched; a nested block leaves it to the outer."""
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    pid_file = tmp_path / "daemon.pid"
+    daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+              "        time.sleep(60)\n    os._exit(0)\nos.wait()\n")
+    try:
+        with freeze.reaping() as outer:
+            with freeze.reaping() as inner:
+                subprocess.run([sys.executable, "-c", "print('waited for')"], check=True,
+                               capture_output=True)
+            assert inner == []
+            subprocess.run([sys.executable, "-c", daemon], check=True)
+            deadline = time.monotonic() + 10
+            while not (pid_file.exists() and pid_file.read_text()):
+                assert time.monotonic() < deadline, "the daemon never started"
+                time.sleep(0.05)
+            pid = int(pid_file.read_text())
+            assert os.getsid(pid) != os.getsid(0)  # out of reach of a group or session kill
+        assert len(outer) == 1 and outer[0].startswith(f"pid {pid}: "), outer
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped here: no zombie either
+        assert before.poll() is None  # what ran before the block runs on
+    finally:
+        before.kill()
+        before.wait()

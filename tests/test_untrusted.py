@@ -549,3 +549,30 @@ def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypa
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}"), f"the daemon {pid} lives on"
     sys.modules.pop("fbdaemon", None)
+
+
+def test_a_daemon_a_kernel_leaves_fails_check_too(tmp_path, monkeypatch, capsys):
+    """The same daemon under `flashbench check`: it lived on after check had exited
+    (2026-12-07), where it could rewrite the --json file check wrote. Now check is its
+    subreaper too: it is killed once the workers end and the check FAILs (exit 1) naming
+    it, the kernel's outputs right."""
+    import json
+    import os
+
+    from flashbench.cli import main
+
+    (tmp_path / "fbdaemon.py").write_text(KERNEL_WITH_DAEMON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+    rc = main(["check", "--quiet", "--json", "--shape", "1x2x32x16", "--causal", "off",
+               "--dtype", "fp32", "--pass", "fwd", "--only", "fbdaemon:attn"])
+    report = json.loads(capsys.readouterr().out)
+    pid = int((tmp_path / "daemon.pid").read_text())
+    got = rows(report, "fbdaemon:attn")
+    assert got and all(r["passed"] for r in got)  # its outputs are right
+    assert rc == 1 and not report["passed"], report["meta"]
+    assert [s for s in report["meta"]["strays"] if s.startswith(f"pid {pid}: ")], \
+        report["meta"]["strays"]
+    assert not os.path.exists(f"/proc/{pid}"), f"the daemon {pid} lives on"
+    sys.modules.pop("fbdaemon", None)

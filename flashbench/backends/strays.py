@@ -11,28 +11,16 @@ or a worker, with everything in its session. Linux (elsewhere both do nothing).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import time
 
 from flashbench.infra.cpuload import TICK as _TICK
 from flashbench.infra.cpuload import tree_cpu
+from flashbench.infra.freeze import adopt, command, orphans
 
 __all__ = ["adopt", "sweep", "escaped", "now_since_boot", "others_cpu", "priority", "said",
            "limits", "limits_said", "kept_as"]
-
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def adopt(on: bool = True) -> bool:
-    """Make this process the subreaper of its descendants (``on``), or no longer (an orphan
-    of a later, unrelated process tree would stay a zombie here); whether it worked."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0,
-                                                       0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def _stat(pid: int) -> tuple[int, int, int, str] | None:
@@ -43,14 +31,6 @@ def _stat(pid: int) -> tuple[int, int, int, str] | None:
         return int(fields[1]), int(fields[2]), int(fields[3]), fields[0]
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-    except OSError:
-        return "?"
 
 
 def _known() -> set[int]:
@@ -67,31 +47,8 @@ def sweep() -> list[str]:
     description of each killed ("pid N: its command")."""
     if not os.path.isdir("/proc"):
         return []
-    me, mine, known, found = os.getpid(), os.getsid(0), _known(), []
-    ours = os.getpgid(0)
-    for _ in range(8):  # a killed stray's own children are re-parented here: again
-        strays = [(int(n), st) for n in os.listdir("/proc") if n.isdigit()
-                  and (st := _stat(int(n))) is not None and st[0] == me
-                  and int(n) not in known and st[2] not in (mine, *known)]
-        if not strays:
-            break
-        for pid, (_, group, _, state) in strays:
-            if state != "Z":
-                found.append(f"pid {pid}: {_command(pid)}")
-            if group > 1 and group != ours:  # its group (never this process's own)
-                try:
-                    os.killpg(group, signal.SIGKILL)
-                except OSError:
-                    pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-    return found
+    known = _known()
+    return orphans(keep=known, spare_sessions={os.getsid(0), *known})
 
 
 def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
@@ -117,7 +74,7 @@ def escaped(since: float | None = None) -> tuple[list[str], list[str]]:
     after, before = [], []
     for pid, st in found:
         said = f"pid {pid}: " + ("ended (a zombie)" if st[3] == "Z" else
-                                  f"running (its command line, a fork's: {_command(pid)})")
+                                  f"running (its command line, a fork's: {command(pid)})")
         # /proc's start time is truncated to a clock tick: one started in since's own
         # tick, after it, may read up to a tick before it (a CI run's clone did)
         ours = since is None or _started(pid) + _TICK > since

@@ -19,6 +19,7 @@ from flashbench.cli.common import (
     progress_printer,
     seed,
     softcap,
+    strays_fail,
     window,
 )
 from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
@@ -215,10 +216,15 @@ def _backward_cases(args, cases):
 
 
 def run(args) -> int:
+    from flashbench.backends.strays import adopt
     from flashbench.infra.sealed import sealed
 
-    with sealed():  # no kernel's worker may read or write this process's memory
-        return _run(args)
+    adopt()  # a process a kernel's code leaves is re-parented here (common.strays_fail)
+    try:
+        with sealed():  # no kernel's worker may read or write this process's memory
+            return _run(args)
+    finally:
+        adopt(False)
 
 
 def _run(args) -> int:
@@ -270,6 +276,7 @@ def _run(args) -> int:
     if count_named_peers(args, rows):
         report["passed"] = overall_passed(report)
     mark_unjudged(args, report, rows)
+    strays_fail(report)
     text, unsaved = _render(report, saved, args.tables)  # saved with --json too
     status = emit(report, lambda r: text, args.json)
     if unsaved:  # the result printed first: a probe's unwritable --save lost it, exit 3

@@ -235,7 +235,10 @@ def result_line(report: dict) -> str:
     if report.get("unjudged"):
         return f"RESULT: NOTHING JUDGED (exit 2): {_unjudged(report)}"
     if not report["passed"]:
-        return "RESULT: FAIL"
+        left = report["meta"].get("strays") or []
+        return "RESULT: FAIL" + (f": a kernel's code left {len(left)} process(es) running "
+                                 f"once the workers ended, killed ({'; '.join(left[:3])})"
+                                 if left else "")
     counts: dict[str, list] = {}
     for r in [*report.get("backends", ()), *report.get("gradients", ()),
               *report.get("rows", ())]:
@@ -251,6 +254,20 @@ def result_line(report: dict) -> str:
     return ("RESULT: PASS" + (", but no kernel of yours or flashbench's was judged: only the "
                               "exactness and the models" if alone else "")
             + "; not judged: " + "; ".join(parts))
+
+
+def strays_fail(report: dict) -> None:
+    """What a kernel's code left running once a check's workers ended (a double fork and
+    ``setsid``: re-parented to this process, their subreaper) is killed, named in
+    ``meta.strays`` and fails the check, exit 1 (such a daemon lived on after check had
+    exited, where it could rewrite the --json file: found 2026-12-07)."""
+    from flashbench.backends.strays import sweep
+
+    left = sweep()
+    if left:
+        report["meta"]["strays"] = left
+        report["passed"] = False
+        report.pop("unjudged", None)
 
 
 def emit(report: dict, render, as_json: bool) -> int:

@@ -13,6 +13,7 @@ from flashbench.cli.common import (
     mark_unjudged,
     progress_printer,
     result_line,
+    strays_fail,
 )
 
 __all__ = ["run", "render_decode", "decode_cases"]
@@ -118,6 +119,7 @@ def run(args) -> int:
     if count_named_peers(args, report.get("rows") or []):
         report["passed"] = decode_passed(report)
     mark_unjudged(args, report, report.get("rows") or [])
+    strays_fail(report)
     text = render_decode(report)
     if saved is not None:
         write_atomically(saved, text + "\n", force=True)

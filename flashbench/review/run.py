@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
+from flashbench.infra import freeze
 from flashbench.infra.cpuload import load_note, outside_cpu, threads_note
 from flashbench.infra.git import checked_out, git, resolve
 from flashbench.infra.interrupts import signals_raise
@@ -231,6 +232,17 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
     if opts.existing:
         review.notes.append("--existing has no effect here: same-run A/B always runs in this "
                             "Python, with each commit's tree first on sys.path while it runs.")
+    with freeze.reaping() as left:  # what the commits' code left, a dead worker's too
+        _in_session(opts, root, bench_dir, review, results, log)
+    if left:
+        review.problems.append(f"{len(left)} process(es) the commits' code left ran on and "
+                               f"were killed ({'; '.join(left[:3])}): no verdict here stands")
+    if not review.rows and not review.problems:
+        review.problems.append("nothing was compared")
+
+
+def _in_session(opts: Options, root: Path, bench_dir: Path, review: Review, results: Path,
+                log) -> None:
     with Session(root) as session, ExitStack() as stack:
         points = select(list_suites(root, bench_dir, session.folder / "suites.log"),
                         opts.bench)
@@ -291,8 +303,6 @@ def _same_run(opts: Options, root: Path, bench_dir: Path, review: Review, result
         for w in [w for w in workers if w.unforked][:1]:
             review.notes.append(f"Some requests ran in the {w.label} worker's own process, "
                                 f"not one of their own: {w.unforked} (a fork could hang).")
-    if not review.rows and not review.problems:
-        review.problems.append("nothing was compared")
 
 
 def _base_alone(rows, points, tree: Path, bench_dir: Path, folder: Path, opts) -> None:

@@ -12,6 +12,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -240,15 +241,22 @@ LISTING = ("import json, sys; sys.path.insert(0, {here!r}); import worker_proces
 
 def _script(args: list, tree: Path, log: Path, timeout: float, threads: int | None = None
             ) -> tuple[dict | None, str]:
-    """``python args`` run in ``tree``: (its last line's JSON or None, why)."""
-    with open(log, "a") as err:
-        try:
-            r = subprocess.run([sys.executable, *map(str, args)], cwd=tree,
-                               env=_env(Path(tree), threads), stdout=subprocess.PIPE,
-                               stderr=err, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {timeout:.0f} s"
-    lines = r.stdout.strip().splitlines()
+    """``python args`` run in ``tree``: (its last line's JSON or None, why); what it left
+    running is killed and fails it (:func:`flashbench.infra.freeze.reaping`)."""
+    with open(log, "a") as err, tempfile.TemporaryFile("w+") as out:  # not a pipe: one
+        with freeze.reaping() as left:  # a process it left holds open kept run() waiting
+            try:
+                r = subprocess.run([sys.executable, *map(str, args)], cwd=tree, stdout=out,
+                                   env=_env(Path(tree), threads), stderr=err, text=True,
+                                   timeout=timeout)
+            except subprocess.TimeoutExpired:
+                r = None
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    if left:
+        return None, f"it left {len(left)} process(es) running, killed: {'; '.join(left[:3])}"
+    if r is None:
+        return None, f"timed out after {timeout:.0f} s"
     if r.returncode != 0 or not lines:
         return None, f"exit {r.returncode} ({_tail(log)})"
     return json.loads(lines[-1]), ""
