@@ -76,9 +76,13 @@ class Places:
     def changed(self, i: int, args) -> list[int]:
         """The positions of slot ``i``'s arguments whose bytes in the worker's buffers are
         not ``args``'s, or can no longer be read there (read now; the worker stopped)."""
+        import numpy as np
+
         found = []
         for j, (x, place) in enumerate(zip(args, self.places[i], strict=True)):
-            if x is not None and _read(self.fd, place) != memoryview(_raw(x)):
+            got = None if x is None else _read(self.fd, place)
+            if x is not None and (got is None or not np.array_equal(  # memcmp's speed: a
+                    np.frombuffer(got, np.uint8), _raw(x))):  # memoryview's != was 17x slower
                 found.append(j)
         return found
 
