@@ -170,7 +170,32 @@ def test_values_left_out_are_said_in_report_md_not_only_on_stderr(tmp_path):
         report.build_report(tmp_path, tmp_path / "out")
     head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
     assert f"1 value(s) not finite ({TRACK}) at commit 00000000" in head, head
-    assert "1 time or memory value(s) of 0 or less" in head and "(-1)" in head, head
+    assert "1 time or memory value(s) that no measurement gives" in head and "(-1)" in head, \
+        head
+
+
+def test_a_time_no_clock_gives_is_left_out_and_plotted_without_a_crash(tmp_path):
+    """A probe, 2026-12-07: a timing edited to 1e-300 s read "best inf TFLOP/s" and a
+    -100% step; one of 1e308 s (and a track of 1e308) crashed the plots, exit 3. Both are
+    named and left out of steps and trends; the report is whole."""
+    from flashbench.history import report
+
+    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
+        "param_names": ["kernel"], "type": "track", "unit": "err"},
+        "a.Time.time_x": {"param_names": [], "type": "time", "unit": "seconds"}})
+    values = [("1e-3", "0.5"), ("1e308", "1e-300"), ("2e-3", "1e308"), ("1e-3", "0.6")]
+    for k, (err, secs) in enumerate(values):
+        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
+            {TRACK: [[0.0], [["'triton'"]]], "a.Time.time_x": [[7.0]]},
+            commit=f"{k:040d}", date=1700000000000 + k)).replace("[[0.0]", f"[[{err}]")
+            .replace("[[7.0]]", f"[[{secs}]]"))
+    with pytest.warns(Warning):
+        report.build_report(tmp_path, tmp_path / "out")
+    head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
+    assert "2 time or memory value(s) that no measurement gives" in head, head
+    assert "(1e-300)" in head and "(1e+308)" in head, head
+    answer = (tmp_path / "out" / "report.md").read_text().split("## The answer")[1]
+    assert not __import__("re").search(r"\binf\b", answer), answer
 
 
 def test_a_report_interrupted_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
@@ -366,3 +391,20 @@ def test_a_results_file_dated_past_2100_is_refused_by_name(tmp_path):
             read_results_file(path)
     path.write_text(json.dumps(good))
     assert read_results_file(path)["date"] == 1
+
+
+def test_a_file_nested_too_deep_is_refused_before_it_is_parsed(tmp_path):
+    """A probe, 2026-12-07: one results file of "[" x 100,000 then "]" x 100,000 ended
+    `flashbench history` with a segfault (exit 139, no word), in yyjson's conversion to
+    Python objects. It is now refused by name, as any corrupt file, before it is parsed;
+    asv's own files nest 5 deep."""
+    from flashbench.history.files import read_results_file
+
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(ValueError, match="nested deeper than 64 levels"):
+        read_results_file(deep)
+    shallow = tmp_path / "shallow.json"  # strings' brackets count: a bound, never a miss
+    shallow.write_bytes(b'{"version": 2, "x": "' + b"[" * 60 + b'"}')
+    with pytest.raises(ValueError, match="missing keys"):
+        read_results_file(shallow)

@@ -153,5 +153,7 @@ def test_a_kernel_that_kills_or_stops_another_users_worker_fails_no_honest_kerne
     report = json.loads(capsys.readouterr().out)
     honest = [r for r in report["backends"] if r["backend"] == "fbhonest:fwd"]
     assert honest and all(r["passed"] for r in honest), [r.get("failed") for r in honest]
-    assert rc == 0
+    # its helper dies with its worker (PR_SET_DEATHSIG), or is found alive a moment after
+    # the workers ended and fails the check as a process the kernel left (common.strays_fail)
+    assert rc == 0 or (rc == 1 and report["meta"].get("strays")), report["meta"]
     assert mark.exists()  # it killed or stopped the honest worker between its calls

@@ -41,14 +41,15 @@ def _known() -> set[int]:
     return {*worker_pids(), *zygote_pids()}
 
 
-def sweep() -> list[str]:
+def sweep(spare=()) -> list[str]:
     """Kill (and reap) this process's children that lead or sit in a session that is
-    neither this process's nor a zygote's or worker's, with their sessions' processes; a
-    description of each killed ("pid N: its command")."""
+    neither this process's nor a zygote's or worker's, with their sessions' processes,
+    ``spare`` (pids: children before a run) aside; a description of each killed ("pid N:
+    its command")."""
     if not os.path.isdir("/proc"):
         return []
     known = _known()
-    return orphans(keep=known, spare_sessions={os.getsid(0), *known})
+    return orphans(keep=known | set(spare), spare_sessions={os.getsid(0), *known})
 
 
 def escaped(since: float | None = None) -> tuple[list[str], list[str]]:

@@ -216,10 +216,11 @@ def _backward_cases(args, cases):
 
 
 def run(args) -> int:
-    from flashbench.backends.strays import adopt
+    from flashbench.infra.freeze import adopt, children
     from flashbench.infra.sealed import sealed
 
     adopt()  # a process a kernel's code leaves is re-parented here (common.strays_fail)
+    args.children = children()  # what ran before is not the check's
     try:
         with sealed():  # no kernel's worker may read or write this process's memory
             return _run(args)
@@ -276,7 +277,7 @@ def _run(args) -> int:
     if count_named_peers(args, rows):
         report["passed"] = overall_passed(report)
     mark_unjudged(args, report, rows)
-    strays_fail(report)
+    strays_fail(report, args.children)
     text, unsaved = _render(report, saved, args.tables)  # saved with --json too
     status = emit(report, lambda r: text, args.json)
     if unsaved:  # the result printed first: a probe's unwritable --save lost it, exit 3

@@ -235,7 +235,7 @@ def result_line(report: dict) -> str:
     if report.get("unjudged"):
         return f"RESULT: NOTHING JUDGED (exit 2): {_unjudged(report)}"
     if not report["passed"]:
-        left = report["meta"].get("strays") or []
+        left = report.get("meta", {}).get("strays") or []
         return "RESULT: FAIL" + (f": a kernel's code left {len(left)} process(es) running "
                                  f"once the workers ended, killed ({'; '.join(left[:3])})"
                                  if left else "")
@@ -256,16 +256,19 @@ def result_line(report: dict) -> str:
             + "; not judged: " + "; ".join(parts))
 
 
-def strays_fail(report: dict) -> None:
+def strays_fail(report: dict, before=()) -> None:
     """What a kernel's code left running once a check's workers ended (a double fork and
     ``setsid``: re-parented to this process, their subreaper) is killed, named in
     ``meta.strays`` and fails the check, exit 1 (such a daemon lived on after check had
-    exited, where it could rewrite the --json file: found 2026-12-07)."""
+    exited, where it could rewrite the --json file: found 2026-12-07). ``before``: this
+    process's children at the check's start, not its to judge."""
+    if "flashbench.backends.worker" not in sys.modules:  # no kernel of a user's ran
+        return
     from flashbench.backends.strays import sweep
 
-    left = sweep()
+    left = sweep(before)
     if left:
-        report["meta"]["strays"] = left
+        report.setdefault("meta", {})["strays"] = left
         report["passed"] = False
         report.pop("unjudged", None)
 

@@ -119,7 +119,7 @@ def run(args) -> int:
     if count_named_peers(args, report.get("rows") or []):
         report["passed"] = decode_passed(report)
     mark_unjudged(args, report, report.get("rows") or [])
-    strays_fail(report)
+    strays_fail(report, getattr(args, "children", ()))
     text = render_decode(report)
     if saved is not None:
         write_atomically(saved, text + "\n", force=True)

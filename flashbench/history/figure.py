@@ -172,13 +172,17 @@ def span_floor(ax, values, extra=()) -> None:
         if e is not None and np.isfinite(e):
             lo, hi = min(lo, e), max(hi, e)
     log = ax.get_yscale() == "log"
-    if log and lo > 0:
-        mid, half = np.sqrt(lo * hi), max(np.sqrt(hi / lo), 1 + SPAN_FLOOR)
-        ax.set_ylim(min(lo, mid / half) / 1.05, max(hi, mid * half) * 1.05)
-    else:
-        mid = (lo + hi) / 2
-        half = max((hi - lo) / 2, SPAN_FLOOR * abs(mid), 1e-300)
-        ax.set_ylim(mid - 1.1 * half, mid + 1.1 * half)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if log and lo > 0:
+            mid, half = np.sqrt(lo) * np.sqrt(hi), max(np.sqrt(hi / lo), 1 + SPAN_FLOOR)
+            limits = (min(lo, mid / half) / 1.05, max(hi, mid * half) * 1.05)
+        else:
+            mid = lo / 2 + hi / 2
+            half = max(hi / 2 - lo / 2, SPAN_FLOOR * abs(mid), 1e-300)
+            limits = (mid - 1.1 * half, mid + 1.1 * half)
+    if not np.all(np.isfinite(limits)):  # values near the float's end (1e308: a probe's
+        limits = (np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))  # file crashed it)
+    ax.set_ylim(*limits)
 
 
 def tick_labels(ax) -> None:

@@ -65,11 +65,31 @@ def parse_json(raw: bytes):
     reads the same values and is the fallback where yyjson is not installed.
     Raises ValueError (json.JSONDecodeError from the fallback) for invalid JSON.
     """
+    if _depth(raw) > MAX_DEPTH:  # yyjson's conversion recurses in C: 100,000 deep crashed
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels (asv's own: 5)")  # (a probe)
     try:
         import yyjson
     except ImportError:
         return json.loads(raw)
     return yyjson.Document(raw, flags=yyjson.ReaderFlags.ALLOW_INF_AND_NAN).as_obj
+
+
+MAX_DEPTH = 64  # of [ and { in a results file; brackets inside strings count too
+
+
+def _depth(raw: bytes) -> int:
+    """The deepest nesting of ``raw``'s brackets ([ and {, less ] and }), a bound: those
+    inside strings count as well. In 4 MiB pieces (a copy per piece, not per file)."""
+    depth = top = 0
+    for start in range(0, len(raw), 1 << 22):
+        run = np.cumsum(_STEP[np.frombuffer(raw, np.uint8, min(1 << 22, len(raw) - start),
+                                            start)], dtype=np.int64) + depth
+        top, depth = max(top, int(run.max())), int(run[-1])
+    return top
+
+
+_STEP = np.zeros(256, np.int8)
+_STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1
 
 
 def read_results_file(path: Path) -> dict:

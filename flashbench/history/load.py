@@ -148,7 +148,7 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
 
 
 def _unsized(frame: pd.DataFrame) -> None:
-    """A warning naming the times and memory sizes of 0 or less (no measurement gives one:
+    """A warning naming the times and memory sizes no measurement gives (0 or less, ...:
     an edited or broken file; left out of steps and trends, ``summaries.finite_ok``)."""
     import numpy as np
 
@@ -164,8 +164,9 @@ def _unsized(frame: pd.DataFrame) -> None:
         shown = ", ".join(f"{b} at {str(c)[:8]} ({v:g})" for b, c, v in zip(
             rows["benchmark"].astype(object)[:5], rows["commit"].astype(object)[:5],
             rows["value"][:5], strict=True))
-        note = (f"{int(bad.sum())} time or memory value(s) of 0 or less, which no "
-                f"measurement gives: {shown}{' ...' if bad.sum() > 5 else ''}: left out of "
+        note = (f"{int(bad.sum())} time or memory value(s) that no measurement gives "
+                "(a time of 10 ps or less, or over 1e6 s; a size of 0 or less, or over "
+                f"1e18 bytes): {shown}{' ...' if bad.sum() > 5 else ''}: left out of "
                 "steps and trends")
         frame.attrs.setdefault("notes", []).append(note)
         warnings.warn(note, ResultsWarning, stacklevel=3)

@@ -117,18 +117,25 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
 
 
 SIZED = ("time", "peakmemory", "memory")  # asv types whose values are > 0 when measured
+# what a measurement of each gives at most and at least: a call's time above 10 ps (a CPU
+# cycle is ~0.3 ns) and under 11.6 days; a size under 1 EB (a probe's edited file: a time
+# of 1e-300 s read "best inf TFLOP/s", 1e308 s crashed the plots)
+PLAUSIBLE = {"time": (1e-11, 1e6), "peakmemory": (0.0, 1e18), "memory": (0.0, 1e18)}
 
 
 def finite_ok(df: pd.DataFrame) -> np.ndarray:
-    """Per row: status "ok" and a finite value, and a time or memory size above 0. An
-    infinite value (asv stores what a benchmark returned; the load reports it) is left out
-    of steps and trends: asv's step solver grows without bound on one; so is a time of 0 s
-    or less (a results file's, edited or broken: it read "best inf TFLOP/s")."""
+    """Per row: status "ok" and a finite value, and a time or memory size that a
+    measurement can give (:data:`PLAUSIBLE`). An infinite value (asv stores what a
+    benchmark returned; the load reports it) is left out of steps and trends: asv's step
+    solver grows without bound on one; so is a time of 0 s or less (a results file's,
+    edited or broken: it read "best inf TFLOP/s")."""
     value = df["value"].to_numpy(float)
     ok = (df["status"] == "ok").to_numpy() & np.isfinite(value)
     if "type" in df.columns:
+        kind = df["type"].astype(object).to_numpy()
         with np.errstate(invalid="ignore"):
-            ok &= ~df["type"].isin(SIZED).to_numpy() | (value > 0)
+            for name, (lo, hi) in PLAUSIBLE.items():
+                ok &= (kind != name) | ((value > lo) & (value <= hi))
     return ok
 
 

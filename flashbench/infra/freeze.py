@@ -23,7 +23,7 @@ from flashbench.infra.cpuload import descendants, processes
 
 __all__ = ["held", "is_held", "family", "wait_stopped", "signal_tree", "stop", "cont",
            "resume", "continued", "counting_continues", "end_descendants", "adopt", "command",
-           "orphans", "reaping"]
+           "orphans", "reaping", "children"]
 
 _HELD: dict[int, set[int]] = {}  # a held worker -> the processes its hold stopped
 _CONTINUED = [0]  # SIGCONTs this process received under counting_continues()
@@ -220,6 +220,11 @@ def _adopting() -> bool:
         return False
 
 
+def children() -> set[int]:
+    """This process's children now (/proc), zombies too."""
+    return {p for p, row in processes().items() if row[0] == os.getpid()}
+
+
 def command(pid: int) -> str:
     """Process ``pid``'s command line, its first 120 characters ("?" where unread)."""
     try:
@@ -264,7 +269,7 @@ def reaping():
     the review's listing of the suites that killed base's processes."""
     was = _adopting()
     adopt()
-    before = {p for p, row in processes().items() if row[0] == os.getpid()}
+    before = children()
     found: list[str] = []
     try:
         yield found
