@@ -423,3 +423,21 @@ def test_a_decode_lse_of_plus_inf_on_an_empty_sequence_is_flashattentions_and_na
     lse[0], lse[1, 0] = float("-inf"), float("nan")  # right there; NaN where keys are seen
     with pytest.raises(BackendFailed, match=r": 1 on rows that see keys \(the float64"):
         checked_decode_output((o, lse), q, k, v, lens, table, False, None)
+
+
+@pytest.mark.parametrize("flag", ["differentiable", "gqa", "dv", "varlen"])
+def test_a_declared_flag_that_is_not_a_bool_is_refused_by_name(user_module, flag):
+    """A probe, 2026-12-07: ``flashbench_differentiable = "False"`` (a string) was read as
+    True, and the kernel's gradients judged and FAILed; the other flags alike. Each is
+    now refused by name, as flashbench_dsinks was."""
+    from flashbench.backends import declared
+    from flashbench.backends.tensors import BackendFailed
+
+    user_module("fbflags", f"def attn(q, k, v, causal=False, scale=None):\n    return q\n\n"
+                           f"attn.flashbench_{flag} = 'False'\n")
+    with pytest.raises(BackendFailed, match=rf"its flashbench_{flag} attribute 'False' is "
+                                            r"not valid \(True or False\)"):
+        declared.load("fbflags:attn")
+    user_module("fbflags2", "def attn(q, k, v, causal=False, scale=None):\n    return q\n\n"
+                            f"attn.flashbench_{flag} = True\n")
+    assert declared.load("fbflags2:attn")[1][flag] is True

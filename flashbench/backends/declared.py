@@ -43,7 +43,8 @@ def _declared(fn, attr: str, default, check):
     try:
         return check(value)
     except (TypeError, ValueError):
-        raise BackendFailed(f"its {attr} attribute {value!r} is not valid") from None
+        hint = " (True or False)" if check is _flag else ""
+        raise BackendFailed(f"its {attr} attribute {value!r} is not valid{hint}") from None
 
 
 def _dtypes(value) -> tuple[str, ...]:
@@ -159,7 +160,8 @@ def load(spec: str):
     if not set(grad_variants) <= set(variants):
         raise BackendFailed(f"its flashbench_grad_variants {grad_variants!r} names a variant "
                             f"its forward does not take (flashbench_variants {variants!r})")
-    differentiable = bool(getattr(obj, "flashbench_differentiable", False))
+    differentiable = _declared(obj, "flashbench_differentiable", False, _flag)  # "False"
+    # (a string) read as True before: its gradients judged and failed (a probe, 2026-12-07)
     dsinks = _declared(obj, "flashbench_dsinks", False, _flag)
     if dsinks and not (differentiable and "sinks" in grad_variants):
         raise BackendFailed("it declares flashbench_dsinks but its backward takes no sinks "
@@ -168,8 +170,8 @@ def load(spec: str):
     return obj, {"kind": _declared(obj, "flashbench_kind", FORWARD, _kind),
                  "dtypes": list(_declared(obj, "flashbench_dtypes", DEFAULT_DTYPES, _dtypes)),
                  "head_dims": None if head_dims is None else list(head_dims),
-                 "gqa": bool(getattr(obj, "flashbench_gqa", False)),
+                 "gqa": _declared(obj, "flashbench_gqa", False, _flag),
                  "differentiable": differentiable, "dsinks": dsinks,
                  "variants": list(variants), "grad_variants": list(grad_variants),
-                 "dv": bool(getattr(obj, "flashbench_dv", False)),
-                 "varlen": bool(getattr(obj, "flashbench_varlen", False))}
+                 "dv": _declared(obj, "flashbench_dv", False, _flag),
+                 "varlen": _declared(obj, "flashbench_varlen", False, _flag)}

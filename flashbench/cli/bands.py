@@ -144,7 +144,7 @@ def run(args) -> int:
         meta = {**meta, "failed": list(dict.fromkeys(failed))}
         write_atomically(target, json.dumps(to_json(bands, meta), indent=1) + "\n", args.force)
         print(f"\nwrote {target}")
-    return 0
+    return 1 if failed else 0  # a kernel named that could not run: its bands are no answer
 
 
 def _rows_drawn(ns, causal) -> int | str:
