@@ -561,3 +561,20 @@ def test_a_pass_says_which_counted_kernels_went_unjudged():
              SimpleNamespace(status="not timed", backend="triton")]
     assert speed_pass({"rows": timed}) == "PASS (1 of 2 row(s) not timed: triton)"
     assert speed_pass({"rows": timed[:1]}) == "PASS"
+
+
+def test_a_nan_in_a_users_gradient_is_named_not_blamed_on_the_mask(user_module, capsys):
+    """A probe (2026-12-07): a custom backward that put one NaN into dq read "band dq bf16
+    inf of 1", its cause "an infinite error (a value finite where the true one is -inf, a
+    row that sees no key, or the reverse) ... the scale, the mask", where the forward names
+    the same fault "returned 1 non-finite value(s) (inf or NaN) in o". The gradient's FAIL
+    now says it in the same words."""
+    user_module("fbnangrad", DK_ROW.replace("dk[..., 100, :] *= 0.5", "dk[0, 0, 3, 0] = "
+                                            "float('nan')"))
+    rc = main(["check", "--pass", "bwd", "--shape", "1x2x64x32", "--dtype", "fp32", "--causal",
+               "off", "--json", "--quiet", "--only", "fbnangrad:attn"])
+    report = json.loads(capsys.readouterr().out)
+    mine = [r for r in report["gradients"] if r.get("kernel") == "fbnangrad:attn"]
+    assert rc == 1 and mine and all(not r["passed"] for r in mine), mine
+    assert all(r.get("failed") == "returned 1 non-finite value(s) (inf or NaN) in dk, of "
+               "4096, where the float64 reference is finite" for r in mine), mine

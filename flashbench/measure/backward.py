@@ -354,9 +354,23 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
             say(f"  {name} backward {dtype}{where}")
             grads, failed = attempt(case, name, dtype, backend, run, backend, prec,
                                     what="backward raised")
+            if failed is None and (why := _non_finite(grads, ref)) is not None:
+                failed = Failed(case, name, dtype, why, backend.peer)
             if failed is not None:
                 records.append(failed)
                 continue
             records.append(_grad_accuracy(case, name, prec, grads, std, ref, flash, bands=bands,
                                           peer=backend.peer, dsinks_limit=dsinks_limit))
     return records
+
+
+def _non_finite(grads, ref) -> str | None:
+    """Why gradients with inf or NaN where the float64 reference's are finite fail, named
+    as the forward's are (a probe, 2026-12-07: a NaN in dq read "an infinite error ... a row
+    that sees no key", the band's words for a mask); None where there is none."""
+    for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads, ref, strict=False):
+        g, r = to_numpy(g), np.asarray(r)
+        if g.shape == r.shape and (bad := int((~np.isfinite(g) & np.isfinite(r)).sum())):
+            return (f"returned {bad} non-finite value(s) (inf or NaN) in {name}, of {g.size}, "
+                    "where the float64 reference is finite")
+    return None
