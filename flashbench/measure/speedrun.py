@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from flashbench.backends.strays import escaped, limits, limits_said, priority, sweep
 from flashbench.backends.worker import worker_of, worker_pids
@@ -50,7 +51,7 @@ SPEEDUP_LEVEL, SPEEDUP_RESAMPLES = 0.95, 1999
 # average is marked busy (information: its times, and a speedup it takes part in, are not
 # the kernels' own; an identical kernel read 0.70-1.45x its twin under a bursty load)
 OUTSIDE_CPUS = 0.1
-OUTSIDE_WALL = 0.5  # s: a shorter row is not judged (/proc/stat counts in 10 ms ticks)
+OUTSIDE_WALL = 0.5  # s: a row's outside reading spans this at least (/proc/stat: 10 ms ticks)
 
 __all__ = ["time_backend", "run_speed", "OUTSIDE_CPUS", "speedup_interval"]
 
@@ -291,6 +292,9 @@ def _run_speed(cases, backends, seed: int, samples: int = 10, warmup: int = 2,
                 else:  # timed here: no other process of the run may run meanwhile
                     row = timed_alone(interference, first, time_row, case, b, roof, seed,
                                  samples, warmup, device)
+            if row.status != "not timed":  # a short row's reading spans OUTSIDE_WALL: it
+                time.sleep(max(0.0, OUTSIDE_WALL - (time.monotonic() - reading[1])))  # and
+                # the pause after it (unread before: a probe's 29x apart, never "busy")
             load.add(outside_cpu, reading)  # less 2 of /proc's ticks, its rounding
             stopped_outside(interference, stops, f"while {b.name} was timed on {case.label()}")
             if row.status != "not timed" and load.wall >= OUTSIDE_WALL:
