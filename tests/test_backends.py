@@ -441,3 +441,23 @@ def test_a_declared_flag_that_is_not_a_bool_is_refused_by_name(user_module, flag
     user_module("fbflags2", "def attn(q, k, v, causal=False, scale=None):\n    return q\n\n"
                             f"attn.flashbench_{flag} = True\n")
     assert declared.load("fbflags2:attn")[1][flag] is True
+
+
+def test_a_module_named_with_its_py_is_refused_with_the_name_to_give():
+    """A probe, 2026-12-07: `--backend good.py:forward` FAILed "No module named 'good.py';
+    'good' is not a package" (exit 1), where a path form is refused (exit 2)."""
+    from flashbench.backends.declared import parse_spec
+
+    with pytest.raises(ValueError, match=r"name the module without \.py \(good:forward\)"):
+        parse_spec("good.py:forward")
+    assert parse_spec("pkg.good:forward") == ("pkg.good", "forward")
+
+
+def test_a_dtype_a_users_function_did_not_declare_says_how_to_declare_it(user_module):
+    from flashbench.backends import get_backend
+
+    user_module("fbdtypes", "def attn(q, k, v, causal=False, scale=None):\n    return q\n")
+    reason = get_backend("fbdtypes:attn").unavailable_for(dtype="fp8")
+    assert reason.endswith("not fp8 (a function of yours declares more: "
+                           "fn.flashbench_dtypes)"), reason
+    assert get_backend("torch-naive").unavailable_for(dtype="fp8").endswith("not fp8")

@@ -35,6 +35,9 @@ def parse_spec(spec: str) -> tuple[str, str]:
     if m is None:
         raise ValueError(f"backend {spec!r} is not of the form package.module:function "
                          "(dotted Python names)")
+    if m[1] == "py" or m[1].endswith(".py"):  # "good.py:forward" read as package good
+        raise ValueError(f"backend {spec!r}: name the module without .py "  # (a probe)
+                         f"({m[1][:-3] or m[1]}:{m[2]}), found as python -m finds it")
     return m[1], m[2]
 
 

@@ -142,7 +142,9 @@ class Backend(Implementation):
         if reason is not None:
             return reason
         if dtype is not None and dtype not in self.dtypes:
-            return f"takes {', '.join(self.dtypes)}, not {dtype}"
+            return f"takes {', '.join(self.dtypes)}, not {dtype}" + (
+                " (a function of yours declares more: fn.flashbench_dtypes)"
+                if self.origin == "user" else "")
         if (dtype is not None and self.gpu_dtypes is not None and dtype not in self.gpu_dtypes
                 and self.device("cpu").type == "cuda"):
             return f"takes {', '.join(self.gpu_dtypes)} on a GPU, not {dtype}"
