@@ -152,20 +152,26 @@ def test_a_benchmark_benchmarks_json_no_longer_declares_gets_asvs_type_and_unit(
     assert got["a.K.track_x"][0] == "track" and pd.isna(got["a.K.track_x"][1])
 
 
+def _track_and_time(tmp_path, values) -> None:
+    """A results folder of one track and one timing, a commit per (track, seconds) of
+    ``values``, each as JSON text (inf, 1e308: what a file may hold)."""
+    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
+        "param_names": ["kernel"], "type": "track", "unit": "err"},
+        "a.Time.time_x": {"param_names": [], "type": "time", "unit": "seconds"}})
+    for k, (err, secs) in enumerate(values):
+        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
+            {TRACK: [[0.0], [["'triton'"]]], "a.Time.time_x": [[7.0]]},
+            commit=f"{k:040d}", date=1700000000000 + k)).replace("[[0.0]", f"[[{err}]")
+            .replace("[[7.0]]", f"[[{secs}]]"))
+
+
 def test_values_left_out_are_said_in_report_md_not_only_on_stderr(tmp_path):
     """A probe, 2026-12-07: an inf accuracy value and a -1 s timing were named on stderr
     alone; report.md's rows just counted fewer commits. report.md says them under its
     header, as it does a corrupt file."""
     from flashbench.history import report
 
-    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
-        "param_names": ["kernel"], "type": "track", "unit": "err"},
-        "a.Time.time_x": {"param_names": [], "type": "time", "unit": "seconds"}})
-    for k, (err, secs) in enumerate([("1e-3", "0.5"), ("Infinity", "-1.0")]):
-        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
-            {TRACK: [[0.0], [["'triton'"]]], "a.Time.time_x": [[7.0]]},
-            commit=f"{k:040d}", date=1700000000000 + k)).replace("[[0.0]", f"[[{err}]")
-            .replace("[[7.0]]", f"[[{secs}]]"))
+    _track_and_time(tmp_path, [("1e-3", "0.5"), ("Infinity", "-1.0")])
     with pytest.warns(Warning):
         report.build_report(tmp_path, tmp_path / "out")
     head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
@@ -180,15 +186,8 @@ def test_a_time_no_clock_gives_is_left_out_and_plotted_without_a_crash(tmp_path)
     named and left out of steps and trends; the report is whole."""
     from flashbench.history import report
 
-    write(tmp_path / "benchmarks.json", {"version": 2, TRACK: {
-        "param_names": ["kernel"], "type": "track", "unit": "err"},
-        "a.Time.time_x": {"param_names": [], "type": "time", "unit": "seconds"}})
-    values = [("1e-3", "0.5"), ("1e308", "1e-300"), ("2e-3", "1e308"), ("1e-3", "0.6")]
-    for k, (err, secs) in enumerate(values):
-        write(tmp_path / "m" / f"{k}.json", None, raw=__import__("json").dumps(results_file(
-            {TRACK: [[0.0], [["'triton'"]]], "a.Time.time_x": [[7.0]]},
-            commit=f"{k:040d}", date=1700000000000 + k)).replace("[[0.0]", f"[[{err}]")
-            .replace("[[7.0]]", f"[[{secs}]]"))
+    _track_and_time(tmp_path, [("1e-3", "0.5"), ("1e308", "1e-300"), ("2e-3", "1e308"),
+                               ("1e-3", "0.6")])
     with pytest.warns(Warning):
         report.build_report(tmp_path, tmp_path / "out")
     head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]

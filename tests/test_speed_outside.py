@@ -91,6 +91,24 @@ def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
 
 
 @pytest.mark.slow
+def _speed_beside_a_spinner(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """``flashbench speed --only ARGS --causal off --seed 4 --quiet --json`` in a process
+    of its own while a spinner outside the run keeps one of its CPUs busy."""
+    script = tmp_path / "spinner.py"
+    script.write_text(SPINNER)
+    spinner = subprocess.Popen([sys.executable, str(script), str(min(os.sched_getaffinity(0))),
+                                "120"], start_new_session=True)  # outside the speed run
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "flashbench.cli", "speed", "--only", *args, "--causal",
+             "off", "--seed", "4", "--quiet", "--json"],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+            timeout=300, cwd=tmp_path)
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
 def test_a_row_timed_while_the_machine_was_busy_says_so_and_its_speedup_is_marked(tmp_path):
     """A spinner outside the run, on one of its CPUs, for the whole run: every timed row is
@@ -99,18 +117,7 @@ def test_a_row_timed_while_the_machine_was_busy_says_so_and_its_speedup_is_marke
     from flashbench.cli.speed_view import render_text
     from flashbench.measure.speed import SpeedRow
 
-    script = tmp_path / "spinner.py"
-    script.write_text(SPINNER)
-    spinner = subprocess.Popen([sys.executable, str(script), str(min(os.sched_getaffinity(0))),
-                                "120"], start_new_session=True)  # outside the speed run
-    try:
-        doc = subprocess.run(
-            [sys.executable, "-m", "flashbench.cli", "speed", "--only", "torch-sdpa",
-             "torch-naive", "--causal", "off", "--seed", "4", "--quiet", "--json"], env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    finally:
-        spinner.kill()
-        spinner.wait()
+    doc = _speed_beside_a_spinner(tmp_path, "torch-sdpa", "torch-naive")
     assert doc.returncode == 0, doc.stdout + doc.stderr
     report = json.loads(doc.stdout)
     limit = report["meta"]["outside_cpus"]
@@ -131,19 +138,7 @@ def test_a_short_row_timed_while_the_machine_was_busy_says_so_too(tmp_path):
     """A probe (2026-12-07): torch-sdpa at 1x2x128x64 read 0.260 ms, then 7.53 ms, PASS,
     speedup 1.00x, no row marked: a row under 0.5 s of wall time was never judged. Its
     reading now spans 0.5 s, the pause after it included."""
-    script = tmp_path / "spinner.py"
-    script.write_text(SPINNER)
-    spinner = subprocess.Popen([sys.executable, str(script), str(min(os.sched_getaffinity(0))),
-                                "120"], start_new_session=True)  # outside the speed run
-    try:
-        doc = subprocess.run(
-            [sys.executable, "-m", "flashbench.cli", "speed", "--only", "torch-sdpa",
-             "--shape", "1x2x128x64", "--causal", "off", "--seed", "4", "--quiet", "--json"],
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-            timeout=300, cwd=tmp_path)
-    finally:
-        spinner.kill()
-        spinner.wait()
+    doc = _speed_beside_a_spinner(tmp_path, "torch-sdpa", "--shape", "1x2x128x64")
     assert doc.returncode == 0, doc.stdout + doc.stderr
     report = json.loads(doc.stdout)
     (row,) = report["rows"]

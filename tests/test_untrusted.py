@@ -522,6 +522,14 @@ def attn(q, k, v, causal=False, scale=None):
 """
 
 
+def _daemon_kernel(tmp_path, monkeypatch) -> None:
+    """``fbdaemon:attn`` importable here and by the workers; its daemon's pid file set."""
+    (tmp_path / "fbdaemon.py").write_text(KERNEL_WITH_DAEMON)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+
+
 def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypatch, capsys):
     """A probe's kernel (2026-12-05) left a setsid'd daemon at import, which stopped the
     harness while the peers were timed (the kernel 7.7x "faster"), or rewrote --json after
@@ -533,10 +541,7 @@ def test_a_daemon_a_kernel_leaves_is_killed_and_fails_the_run(tmp_path, monkeypa
 
     from flashbench.cli import main
 
-    (tmp_path / "fbdaemon.py").write_text(KERNEL_WITH_DAEMON)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+    _daemon_kernel(tmp_path, monkeypatch)
     rc = main(["speed", "--quiet", "--json", "--shape", "1x2x128x32", "--causal", "off",
                "--dtype", "fp32", "--seed", "5", "--only", "fbdaemon:attn"])
     report = json.loads(capsys.readouterr().out)
@@ -561,10 +566,7 @@ def test_a_daemon_a_kernel_leaves_fails_check_too(tmp_path, monkeypatch, capsys)
 
     from flashbench.cli import main
 
-    (tmp_path / "fbdaemon.py").write_text(KERNEL_WITH_DAEMON)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("DAEMON_PID", str(tmp_path / "daemon.pid"))
+    _daemon_kernel(tmp_path, monkeypatch)
     rc = main(["check", "--quiet", "--json", "--shape", "1x2x32x16", "--causal", "off",
                "--dtype", "fp32", "--pass", "fwd", "--only", "fbdaemon:attn"])
     report = json.loads(capsys.readouterr().out)
