@@ -116,10 +116,9 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
     return files.astype({"machine": object, "cpu": object})
 
 
-SIZED = ("time", "peakmemory", "memory")  # asv types whose values are > 0 when measured
-# what a measurement of each gives at most and at least: a call's time above 10 ps (a CPU
-# cycle is ~0.3 ns) and under 11.6 days; a size under 1 EB (a probe's edited file: a time
-# of 1e-300 s read "best inf TFLOP/s", 1e308 s crashed the plots)
+# the values a measurement of each asv type gives: a call's time above 10 ps (a CPU cycle
+# is ~0.3 ns) and under 11.6 days, a size above 0 and under 1 EB (a probe's edited file: a
+# time of 1e-300 s read "best inf TFLOP/s", 1e308 s crashed the plots)
 PLAUSIBLE = {"time": (1e-11, 1e6), "peakmemory": (0.0, 1e18), "memory": (0.0, 1e18)}
 
 

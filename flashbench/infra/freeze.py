@@ -265,8 +265,9 @@ def reaping():
     descendants for the block (an orphan, double-forked or ``setsid``, is re-parented here,
     not to init), and at the block's end each child it did not have at the start is killed
     with its group and reaped (:func:`orphans`). Yields a list that then holds "pid N: its
-    command" of each that still ran. A red team's suite (2026-12-08) left a daemon from
-    the review's listing of the suites that killed base's processes."""
+    command" of each that still ran. A daemon left by the review's listing of the suites
+    lived through the review, where it could kill base's processes (an open end of the
+    red team of 2026-12-07, closed the same day)."""
     was = _adopting()
     adopt()
     before = children()
