@@ -176,22 +176,25 @@ def test_values_left_out_are_said_in_report_md_not_only_on_stderr(tmp_path):
         report.build_report(tmp_path, tmp_path / "out")
     head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
     assert f"1 value(s) not finite ({TRACK}) at commit 00000000" in head, head
-    assert "1 time or memory value(s) that no measurement gives" in head and "(-1)" in head, \
-        head
+    assert "1 value(s) that no measurement gives" in head and "(-1)" in head, head
 
 
 def test_a_time_no_clock_gives_is_left_out_and_plotted_without_a_crash(tmp_path):
     """A probe, 2026-12-07: a timing edited to 1e-300 s read "best inf TFLOP/s" and a
-    -100% step; one of 1e308 s (and a track of 1e308) crashed the plots, exit 3. Both are
-    named and left out of steps and trends; the report is whole."""
+    -100% step; one of 1e308 s (and a track of 1e308) crashed the plots, exit 3; a track
+    of -5 read "less error than ever". Each is named and left out of steps, trends and
+    bands (the newest, "below 0"); the report is whole."""
     from flashbench.history import report
 
     _track_and_time(tmp_path, [("1e-3", "0.5"), ("1e308", "1e-300"), ("2e-3", "1e308"),
-                               ("1e-3", "0.6")])
+                               ("-5", "0.6")])
     with pytest.warns(Warning):
         report.build_report(tmp_path, tmp_path / "out")
     head = (tmp_path / "out" / "report.md").read_text().split("## The answer")[0]
-    assert "2 time or memory value(s) that no measurement gives" in head, head
+    assert "3 value(s) that no measurement gives" in head, head  # and a track of -5: it
+    assert "(-5)" in head, head  # read "less error than ever" (a probe)
+    bands = __import__("pandas").read_csv(tmp_path / "out" / "error_bands.csv")
+    assert list(bands["latest_status"]) == ["below 0"], bands
     assert "(1e-300)" in head and "(1e+308)" in head, head
     answer = (tmp_path / "out" / "report.md").read_text().split("## The answer")[1]
     assert not __import__("re").search(r"\binf\b", answer), answer

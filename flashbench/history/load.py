@@ -164,10 +164,10 @@ def _unsized(frame: pd.DataFrame) -> None:
         shown = ", ".join(f"{b} at {str(c)[:8]} ({v:g})" for b, c, v in zip(
             rows["benchmark"].astype(object)[:5], rows["commit"].astype(object)[:5],
             rows["value"][:5], strict=True))
-        note = (f"{int(bad.sum())} time or memory value(s) that no measurement gives "
-                "(a time of 10 ps or less, or over 1e6 s; a size of 0 or less, or over "
-                f"1e18 bytes): {shown}{' ...' if bad.sum() > 5 else ''}: left out of "
-                "steps and trends")
+        note = (f"{int(bad.sum())} value(s) that no measurement gives (a time of 10 ps "
+                "or less, or over 1e6 s; a size of 0 or less, or over 1e18 bytes; a track "
+                f"below 0): {shown}{' ...' if bad.sum() > 5 else ''}: left out of steps, "
+                "trends and bands")
         frame.attrs.setdefault("notes", []).append(note)
         warnings.warn(note, ResultsWarning, stacklevel=3)
 

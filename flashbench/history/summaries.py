@@ -116,10 +116,12 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
     return files.astype({"machine": object, "cpu": object})
 
 
-# the values a measurement of each asv type gives: a call's time above 10 ps (a CPU cycle
-# is ~0.3 ns) and under 11.6 days, a size above 0 and under 1 EB (a probe's edited file: a
-# time of 1e-300 s read "best inf TFLOP/s", 1e308 s crashed the plots)
-PLAUSIBLE = {"time": (1e-11, 1e6), "peakmemory": (0.0, 1e18), "memory": (0.0, 1e18)}
+# the values a measurement of each asv type gives, (above, at most): a call's time above
+# 10 ps (a CPU cycle is ~0.3 ns) and under 11.6 days, a size above 0 and under 1 EB, a track
+# 0 or more (an error, a ratio of errors, bytes). A probe's edited files: a time of 1e-300 s
+# read "best inf TFLOP/s", 1e308 s crashed the plots, a track of -5 read "less error"
+PLAUSIBLE = {"time": (1e-11, 1e6), "peakmemory": (0.0, 1e18), "memory": (0.0, 1e18),
+             "track": (-5e-324, np.inf)}  # (the float below 0: 0 itself is exact)
 
 
 def finite_ok(df: pd.DataFrame) -> np.ndarray:
@@ -197,7 +199,9 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
                       [c for c in dict.fromkeys(["date", *_RUN, "benchmark", "params", "unit",
                                                  "value", "status", *ACCURACY_LABELS])
                        if c in every.columns]].sort_values("date", kind="stable")
-    ok = (every["status"] == "ok").to_numpy()
+    value = every["value"].to_numpy(float)
+    with np.errstate(invalid="ignore"):  # no error is below 0 (PLAUSIBLE): left out
+        ok = (every["status"] == "ok").to_numpy() & ~(value < 0)
     if not ok.any():
         return pd.DataFrame(columns=columns)
     every = every.assign(metric=name_labels(every["benchmark"], hits))
@@ -206,7 +210,6 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     gid = every.groupby(keys, observed=True, dropna=False, sort=True).ngroup().to_numpy()
     every = every.assign(gid=gid)
     last = (every.groupby("gid").cumcount(ascending=False) == 0).to_numpy()
-    value = every["value"].to_numpy(float)
     g = every["value"].where(ok).groupby(gid)
     bands = pd.DataFrame({"commits": g.count(), "p50": g.median(), "max": g.max(),
                           "p99": g.quantile(0.99)})
@@ -222,6 +225,8 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     status = newest["status"].astype(object).to_numpy()
     latest = newest["value"].to_numpy(float)
     status = np.where((status == "ok") & ~np.isfinite(latest), "non-finite", status)
+    with np.errstate(invalid="ignore"):
+        status = np.where((status == "ok") & (latest < 0), "below 0", status)
     bands["latest"] = np.where(np.isin(status, ["ok", "non-finite"]), latest, np.nan)
     bands["latest_commit"] = newest["commit"].astype(object).str[:8]
     bands["latest_status"] = status
