@@ -118,7 +118,7 @@ FAILURES = {
     "wrong_shape": "returned o of shape (1, 2, 1, 32); expected [B, H, Nq, dv] = (1, 2, 64, 32)",
     "wrong_dtype": "returned o in torch.float64; expected torch.float32",
     "nans": "returned 4096 non-finite value(s) (inf or NaN) in o, of 4096, for finite inputs",
-    "NOT_A_FUNCTION": "fbuser_kern:NOT_A_FUNCTION is a int, not a function",
+    "NOT_A_FUNCTION": "fbuser_kern:NOT_A_FUNCTION is an int, not a function",
     "missing": "cannot import fbuser_kern:missing: AttributeError",
 }
 

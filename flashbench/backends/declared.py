@@ -16,7 +16,7 @@ import re
 
 from flashbench.backends.record import TORCH_FLOATS, VARIANTS
 from flashbench.inputs.precision import PRECISIONS
-from flashbench.kernels.validate import BackendFailed
+from flashbench.kernels.validate import BackendFailed, a_type
 
 __all__ = ["DEFAULT_DTYPES", "FORWARD", "DECODE", "DECODE_INPUTS", "parse_spec", "load",
            "check_kind", "call_forward", "call_varlen", "call_decode", "as_declared"]
@@ -156,7 +156,7 @@ def load(spec: str):
     except Exception as exc:
         raise BackendFailed(f"cannot import {spec}: {type(exc).__name__}: {exc}") from exc
     if not callable(obj):
-        raise BackendFailed(f"{spec} is a {type(obj).__name__}, not a function")
+        raise BackendFailed(f"{spec} is {a_type(obj)}, not a function")
     head_dims = _declared(obj, "flashbench_head_dims", None, _head_dims)
     variants = _declared(obj, "flashbench_variants", (), _variants)
     grad_variants = _declared(obj, "flashbench_grad_variants", variants, _variants)

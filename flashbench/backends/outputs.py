@@ -21,7 +21,7 @@ import torch
 from flashbench.inputs.variant import variant_of
 from flashbench.kernels.torch_decode import decode_lse
 from flashbench.kernels.torch_peers import reference_lse
-from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable
+from flashbench.kernels.validate import TORCH_DTYPES, BackendFailed, BackendUnavailable, a_type
 
 __all__ = ["BackendOutput", "checked_output", "checked_packed_output", "checked_decode_output",
            "snapshot", "modified_inputs", "guarded", "raised", "INPUTS_MODIFIED", "finite",
@@ -47,7 +47,7 @@ def _describe(x) -> str:
         return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
     if isinstance(x, tuple | list):
         return f"a {type(x).__name__} of {len(x)} item(s)"
-    return f"a {type(x).__name__}"
+    return a_type(x)
 
 
 def _unpack(out):

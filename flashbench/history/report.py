@@ -68,7 +68,8 @@ def check_out(out, force: bool = False) -> Path:
         held = sorted(p.name for p in path.iterdir())
         if held:
             raise ValueError(
-                f"--out {str(path)!r} holds {len(held)} entries that are not a flashbench "
+                f"--out {str(path)!r} holds {len(held)} "
+                f"{'entry' if len(held) == 1 else 'entries'} that are not a flashbench "
                 f"history report (e.g. {held[0]!r}); name a new or empty folder, or pass "
                 f"--force to write into it (force=True from Python)")
     parent = path if path.is_dir() else path.absolute().parent

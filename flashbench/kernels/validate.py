@@ -20,7 +20,7 @@ from flashbench.inputs.validation import check_causal, head_group
 
 __all__ = ["torch_dtype", "precision_name", "TORCH_DTYPES", "ALL_DTYPES", "validate_tensors",
            "kv_group", "validate_heads", "expand_kv", "GroupedKVError",
-           "BackendUnavailable", "BackendFailed"]
+           "BackendUnavailable", "BackendFailed", "a_type"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -35,6 +35,13 @@ class BackendFailed(RuntimeError):
 
 class GroupedKVError(ValueError):
     """k, v have fewer heads than q, and the kernel takes only Hkv == H."""
+
+
+def a_type(x) -> str:
+    """``x``'s type name with its article, for a message: "an int", "an ndarray" (said
+    "en-d-array"), "a dict"."""
+    name = type(x).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' or name.startswith('nd') else 'a'} {name}"
 
 
 def torch_dtype(dtype: str | Precision) -> torch.dtype:
