@@ -116,20 +116,16 @@ def identities(df: pd.DataFrame) -> pd.DataFrame:
     return files.astype({"machine": object, "cpu": object})
 
 
-# the values a measurement of each asv type gives, (above, at most): a call's time above
-# 10 ps (a CPU cycle is ~0.3 ns) and under 11.6 days, a size above 0 and under 1 EB, a track
-# 0 or more (an error, a ratio of errors, bytes). A probe's edited files: a time of 1e-300 s
-# read "best inf TFLOP/s", 1e308 s crashed the plots, a track of -5 read "less error"
+# what a measurement of each asv type gives, (above, at most): a time 10 ps - 11.6 days, a
+# size up to 1 EB, a track (an error, a ratio, bytes) 0 or more; docs/history.md
 PLAUSIBLE = {"time": (1e-11, 1e6), "peakmemory": (0.0, 1e18), "memory": (0.0, 1e18),
              "track": (-5e-324, np.inf)}  # (the float below 0: 0 itself is exact)
 
 
 def finite_ok(df: pd.DataFrame) -> np.ndarray:
-    """Per row: status "ok" and a finite value, and a time or memory size that a
-    measurement can give (:data:`PLAUSIBLE`). An infinite value (asv stores what a
-    benchmark returned; the load reports it) is left out of steps and trends: asv's step
-    solver grows without bound on one; so is a time of 0 s or less (a results file's,
-    edited or broken: it read "best inf TFLOP/s")."""
+    """Per row: status "ok", a finite value, one a measurement gives (:data:`PLAUSIBLE`):
+    others are left out of steps and trends (an infinite one grew asv's step solver
+    without bound; an edited file's 1e-300 s read "best inf TFLOP/s", docs/history.md)."""
     value = df["value"].to_numpy(float)
     ok = (df["status"] == "ok").to_numpy() & np.isfinite(value)
     if "type" in df.columns:
@@ -200,8 +196,7 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
                                                  "value", "status", *ACCURACY_LABELS])
                        if c in every.columns]].sort_values("date", kind="stable")
     value = every["value"].to_numpy(float)
-    with np.errstate(invalid="ignore"):  # no error is below 0 (PLAUSIBLE): left out
-        ok = (every["status"] == "ok").to_numpy() & ~(value < 0)
+    ok = (every["status"] == "ok").to_numpy() & ~(value < 0)  # none is (PLAUSIBLE): out
     if not ok.any():
         return pd.DataFrame(columns=columns)
     every = every.assign(metric=name_labels(every["benchmark"], hits))
@@ -225,8 +220,7 @@ def error_bands(df: pd.DataFrame) -> pd.DataFrame:
     status = newest["status"].astype(object).to_numpy()
     latest = newest["value"].to_numpy(float)
     status = np.where((status == "ok") & ~np.isfinite(latest), "non-finite", status)
-    with np.errstate(invalid="ignore"):
-        status = np.where((status == "ok") & (latest < 0), "below 0", status)
+    status = np.where((status == "ok") & (latest < 0), "below 0", status)
     bands["latest"] = np.where(np.isin(status, ["ok", "non-finite"]), latest, np.nan)
     bands["latest_commit"] = newest["commit"].astype(object).str[:8]
     bands["latest_status"] = status
