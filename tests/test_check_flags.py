@@ -215,3 +215,23 @@ def test_backend_takes_several_names_as_only_does():
         args = parser.parse_args([sub, "--backend", "a:f", "b:g", "--backend", "triton"])
         assert args.backend == ["a:f", "b:g", "triton"], sub
         assert parser.parse_args([sub]).backend == []  # the default list left alone
+
+
+def test_save_overwrites_a_checks_tables_but_never_another_file(tmp_path, capsys):
+    """A probe, 2026-12-07: `check --save precious.py` replaced a Python source with the
+    tables, exit 0 (bands --json and history --out refuse such a file). A file that does
+    not open with a check's tables is refused before the work (exit 2) and kept whole;
+    the tables of an earlier check are written over, as the default file always was."""
+    from flashbench.cli import main
+
+    precious = tmp_path / "precious.py"
+    precious.write_text("print('mine')\n")
+    args = ["check", "--no-backends", "--shape", "1x1x8x16", "--dtype", "fp32", "--causal",
+            "off", "--quiet"]
+    assert main([*args, "--save", str(precious)]) == 2
+    assert "holds no flashbench check tables" in capsys.readouterr().err
+    assert precious.read_text() == "print('mine')\n"
+    tables = tmp_path / "tables.txt"
+    assert main([*args, "--save", str(tables)]) == 0
+    first = tables.read_text()
+    assert first.startswith("flashbench check") and main([*args, "--save", str(tables)]) == 0

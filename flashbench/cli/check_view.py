@@ -32,6 +32,19 @@ def save_target(path: str | None) -> Path:
         target = target / SAVE_NAME
     if target.is_dir():
         raise ValueError(f"--save {path}: {target} is a folder")
+    first = b""  # a check's tables are written over; any other file is a user's (a probe:
+    try:  # a .py); a device or a FIFO is not opened here (a FIFO's open would wait)
+        if target.is_file():
+            with open(target, "rb") as f:
+                first = f.read(64)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ValueError(f"--save {path}: {target} cannot be read ({exc.strerror})") from None
+    if first and not first.startswith(b"flashbench check"):
+        raise ValueError(f"--save {path}: {target} exists and holds no flashbench check "
+                         "tables; name a new file, or remove it (check overwrites only its "
+                         "own tables)")
     return output_file(str(target), "--save", force=True)
 
 
