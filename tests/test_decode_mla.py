@@ -64,7 +64,7 @@ def test_case_text_round_trips(b, hkv, group, nq, d, dv, absorbed, page, data):
     ("1x16/1x1x512/576:256:mla", "needs dv < d .* got d=512, dv=576"),
     ("1x16/1x1x576/512:256:p16:mla:p64", "a page size given twice"),
     ("1x16/1x1x576/512:256:mla:mla", r"BxH\[/Hkv\]xNqxd\[/dv\]:L1,L2,...\[:pPAGE\]\[:mla\]"),
-    ("1x16/1x1x576/0:256", "DecodeCase.dv must be an int >= 1, got 0"),
+    ("1x16/1x1x576/0:256", "dv must be an int >= 1, got 0"),
 ])
 def test_bad_mla_cases_one_line(spec, match):
     with pytest.raises(ValueError, match=match) as err:
@@ -197,3 +197,11 @@ def test_mla_asv_track_skips_a_commit_without_the_form(monkeypatch):
         track.setup(results, "triton", "bf16", bench_mla.CASES[0])
     name = "bench_mla.TrackMLADecodeAccuracy.track_o_baseline_ratio"
     assert accuracy_metric(name) == "o_baseline_ratio" and rule_limit("o_baseline_ratio") == 2
+
+
+def test_a_bad_page_size_is_said_in_the_cases_own_words():
+    """A probe, 2026-12-07: `:p0` read "DecodeCase.page_size must be an int >= 1", a
+    class's field the user never wrote; now the case and its :pP."""
+    with pytest.raises(ValueError, match=r"decode case '2x4x1x16:70,33:p0': :pP \(the page "
+                                         r"size\) must be an int >= 1, got 0"):
+        DecodeCase.parse("2x4x1x16:70,33:p0")

@@ -125,9 +125,14 @@ class DecodeCase:
             raise ValueError(f"decode case {text.strip()!r}: the absorbed MLA form (:mla) needs "
                              f"d/dv with dv < d (V is K's first dv columns), e.g. "
                              f"1x16/1x1x576/512:256:p64:mla")
-        return cls(b, h, h if hkv is None else hkv, nq, d,
-                   tuple(int(x) for x in m[7].split(",")),
-                   None if page is None else int(page), causal, dist, dv, bool(m[9]))
+        try:
+            return cls(b, h, h if hkv is None else hkv, nq, d,
+                       tuple(int(x) for x in m[7].split(",")),
+                       None if page is None else int(page), causal, dist, dv, bool(m[9]))
+        except ValueError as exc:  # "DecodeCase.page_size ...": the spec's words (a probe)
+            raise ValueError(f"decode case {text.strip()!r}: " + str(exc).replace(
+                "DecodeCase.page_size", ":pP (the page size)").replace(
+                "DecodeCase.", "")) from None
 
 
 def default_decode_cases() -> list[DecodeCase]:
