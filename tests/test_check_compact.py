@@ -214,3 +214,23 @@ def test_a_pinned_sdpa_kernels_refusal_is_said_once_in_its_skip(tmp_path, monkey
     assert rc == 2 and "requires q,k,v to have the same last dimension" in out, out
     assert not [w for w in recwarn if "Flash attention" in str(w.message)], \
         [str(w.message) for w in recwarn]
+
+
+def test_a_long_kernel_name_keeps_the_columns_in_line(user_module, capsys):
+    """A probe, 2026-12-07: kernel names over 16 characters (`kmods:wrong_shape`, any
+    user's "module:function") pushed the verdict and ratio columns out of line. The kernel
+    column is as wide as its longest name (up to 44)."""
+    from flashbench.cli import main
+
+    user_module("fb_a_rather_long_module", "import torch\n\n\ndef attention_forward(q, k, v, "
+                "causal=False, scale=None):\n    return torch.nn.functional."
+                "scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)\n")
+    name = "fb_a_rather_long_module:attention_forward"
+    assert main(["check", "--shape", "1x1x16x16", "--dtype", "fp32", "--causal", "off",
+                 "--pass", "fwd", "--quiet", "--save", "/dev/null", "--only", name]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(ln for ln in lines if ln.lstrip().startswith("kernel") and "verdict" in ln)
+    rows = [ln for ln in lines if ln.startswith("  flash_model ") or ln.startswith(f"  {name}")]
+    assert len(rows) == 2, lines
+    column = head.index("verdict")
+    assert all(row[column:column + 4] == "PASS" for row in rows), [head, *rows]

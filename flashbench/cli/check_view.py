@@ -128,7 +128,7 @@ def _causes(r: dict, tensors: tuple[str, ...]) -> list[str]:
 
 
 def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
-           peers: bool, width: int = 47) -> list[str]:
+           peers: bool, width: int = 47, named: int = 16) -> list[str]:
     """One line per kernel and case (worst over dtypes), and the counted FAILs' causes."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -147,7 +147,7 @@ def _lines(rows: list[dict], key: str, tensors: tuple[str, ...], limit: float,
             verdict = _rule(bad)
         elif verdict == "PASS" and drawn:
             verdict = "PASS (band)"
-        out += _fold(f"  {kernel:<16} {case:<{width}} {verdict:<11} {worst}")
+        out += _fold(f"  {kernel:<{named}} {case:<{width}} {verdict:<11} {worst}")
         why = [f"{r['dtype']}: {r['failed']}" for r in failed]
         if verdict == "PASS (band)" and not peers:
             why += [f"{r['dtype']}: {r['disagreement']}" for r in drawn]
@@ -196,10 +196,13 @@ def _block(fwd: list[dict], grads: list[dict], peers: bool) -> list[str]:
             (grads, "kernel", ("dq", "dk", "dv", "dsinks"), GRAD_FACTOR, "case (gradients)")):
         # the case column as wide as its longest case, to what a line of WIDTH leaves for
         # the worst ratio (a variant's case, 60-70 characters, pushed it to a line of its own)
-        width = min(max([47, *(len(r["case"]) for r in rows)]), WIDTH - 55)
-        lines = _lines(rows, key, tensors, limit, peers, width)
+        # and the kernel column as wide as its longest name, up to 44 (a user's
+        # "mod:function" pushed the columns out of line, a probe)
+        named = min(max([16, *(len(r.get(key) or "flash_model") for r in rows)]), 44)
+        width = min(max([47, *(len(r["case"]) for r in rows)]), WIDTH - 39 - named)
+        lines = _lines(rows, key, tensors, limit, peers, width, named)
         if lines:
-            out += ["", f"  {'kernel':<16} {what:<{width}} {'verdict':<11} worst ratio",
+            out += ["", f"  {'kernel':<{named}} {what:<{width}} {'verdict':<11} worst ratio",
                     *lines]
     return out
 
