@@ -234,3 +234,6 @@ def test_a_long_kernel_name_keeps_the_columns_in_line(user_module, capsys):
     assert len(rows) == 2, lines
     column = head.index("verdict")
     assert all(row[column:column + 4] == "PASS" for row in rows), [head, *rows]
+    # the PASS (band) legend only where a row reads it (it was printed for none)
+    legend = [ln for ln in lines if ln.startswith("PASS (band): ")]
+    assert bool(legend) == any("PASS (band)" in row for row in rows), lines
