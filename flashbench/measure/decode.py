@@ -130,9 +130,11 @@ class DecodeCase:
                        tuple(int(x) for x in m[7].split(",")),
                        None if page is None else int(page), causal, dist, dv, bool(m[9]))
         except ValueError as exc:  # "DecodeCase.page_size ...": the spec's words (a probe)
-            raise ValueError(f"decode case {text.strip()!r}: " + str(exc).replace(
-                "DecodeCase.page_size", ":pP (the page size)").replace(
-                "DecodeCase.", "")) from None
+            said = str(exc)
+            if said.startswith("DecodeCase."):
+                said = f"decode case {text.strip()!r}: " + said.replace(
+                    "DecodeCase.page_size", ":pP (the page size)").replace("DecodeCase.", "")
+            raise ValueError(said) from None
 
 
 def default_decode_cases() -> list[DecodeCase]:
