@@ -41,15 +41,17 @@ def _known() -> set[int]:
     return {*worker_pids(), *zygote_pids()}
 
 
-def sweep(spare=()) -> list[str]:
+def sweep(spare=(), grace: float = 0.0) -> list[str]:
     """Kill (and reap) this process's children that lead or sit in a session that is
     neither this process's nor a zygote's or worker's, with their sessions' processes,
-    ``spare`` (pids: children before a run) aside; a description of each killed ("pid N:
-    its command")."""
+    ``spare`` (pids: children before a run) aside, after ``grace`` s for those ending
+    (:func:`flashbench.infra.freeze.orphans`); a description of each killed ("pid N: its
+    command")."""
     if not os.path.isdir("/proc"):
         return []
     known = _known()
-    return orphans(keep=known | set(spare), spare_sessions={os.getsid(0), *known})
+    return orphans(keep=known | set(spare), spare_sessions={os.getsid(0), *known},
+                   grace=grace)
 
 
 def escaped(since: float | None = None) -> tuple[list[str], list[str]]:

@@ -234,11 +234,13 @@ def command(pid: int) -> str:
         return "?"
 
 
-def orphans(keep=(), spare_sessions=()) -> list[str]:
+def orphans(keep=(), spare_sessions=(), grace: float = 0.0) -> list[str]:
     """Kill and reap this process's children but ``keep`` and those in ``spare_sessions``,
     each with its process group where that is neither this process's nor a kept one's,
     again until none is left (a killed one's children come here where this process is
-    their subreaper); "pid N: its command" of each that was running (not a zombie)."""
+    their subreaper); "pid N: its command" of each that was running (not a zombie).
+    ``grace``: seconds given once to those running to end first (a worker killed a moment
+    ago, re-parented here when a kernel killed its zygote, read as left running)."""
     me, found = os.getpid(), []
     for _ in range(8):
         rows = processes()
@@ -247,6 +249,10 @@ def orphans(keep=(), spare_sessions=()) -> list[str]:
                   and row[2] not in spare_sessions]
         if not strays:
             break
+        if grace > 0 and any(row[3] not in "ZX" for _, row in strays):
+            time.sleep(grace)
+            grace = 0.0
+            continue
         for pid, (_, group, _, state) in strays:
             if state not in "ZX":
                 found.append(f"pid {pid}: {command(pid)}")
