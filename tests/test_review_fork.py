@@ -598,6 +598,19 @@ def test_a_side_whose_import_leaves_a_process_in_the_worker_is_refused(tmp_path,
     assert base["status"] == "ok", base
 
 
+def _pair_then_one(trees: dict, tmp_path, side: str, samples: int) -> tuple[dict, dict]:
+    """suite.time_helper timed as a pair (base, head) of ``samples``, then once on ``side``
+    alone, in one worker: (the pair's reply, the later one's)."""
+    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
+    try:
+        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
+                          samples=samples)
+        return pair, w.ask(side=side, op="time", name="suite.time_helper", index=0, number=1,
+                           samples=1)
+    finally:
+        w.stop()
+
+
 def test_a_helper_a_call_leaves_in_a_group_of_its_own_fails_its_request(tmp_path, monkeypatch):
     """A red team's head (2026-12-07) forked, from a call, a helper into a process group of
     its own: the request's group was killed, the helper came back to the worker (its
@@ -621,14 +634,7 @@ def test_a_helper_a_call_leaves_in_a_group_of_its_own_fails_its_request(tmp_path
                     time.sleep(600)
                     os._exit(0)
             """})
-    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
-    try:
-        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
-                          samples=2)
-        later = w.ask(side="head", op="time", name="suite.time_helper", index=0, number=1,
-                      samples=1)
-    finally:
-        w.stop()
+    pair, later = _pair_then_one(trees, tmp_path, "head", samples=2)
     assert pair["status"] == "failed", pair
     assert re.search(r"a call left \d+ process\(es\) running in the review's worker "
                      r"\(killed\)$", pair["reason"]), pair
@@ -723,14 +729,7 @@ def test_a_side_whose_code_stops_the_other_sides_process_fails_the_pair(tmp_path
                 except OSError:
                     return None
             """})
-    w = Worker("timing", trees, trees["base"] / "benchmarks", tmp_path / "w.log").start()
-    try:
-        pair = w.ask_pair(("base", "head"), name="suite.time_helper", index=0, number=1,
-                          samples=3)
-        alone = w.ask(side="base", op="time", name="suite.time_helper", index=0, number=1,
-                      samples=1)
-    finally:
-        w.stop()
+    pair, alone = _pair_then_one(trees, tmp_path, "base", samples=3)
     assert pair["status"] == "failed", pair
     assert "was stopped and continued from outside (SIGCONT)" in pair["reason"], pair
     assert alone["status"] == "ok", alone
