@@ -267,3 +267,31 @@ def test_a_tensor_subclass_output_fails_check_by_name(tmp_path, monkeypatch, cap
     for name, kind in (("lazy", "fbsubclass.Lazy"), ("parameter", "Parameter")):
         assert kind in failed[f"fbsubclass:{name}"] and "not a plain torch.Tensor" in \
             failed[f"fbsubclass:{name}"] and "Unpickling" not in failed[f"fbsubclass:{name}"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--decode-case", "1x8x1x64:100000000000"], "decode case 1x8/8x1x64:100000000000 needs "
+                                                "about 13.1 PB of memory for the float64 "
+                                                "reference that checks the timed outputs"),
+    (["--shape", "1x8x10000000x64"], "needs about 19.2 PB of memory for the float64 "
+                                     "reference that checks the timed outputs"),
+    (["--varlen", "9000000,9000000"], "try fewer or shorter sequences"),
+])
+def test_speed_refuses_a_case_past_memory_in_its_own_words(capsys, args, message):
+    """A probe, 2026-12-07: speed --decode-case with 1e11 keys drew its cache and ended in an
+    internal error (MemoryError, 373 TiB); speed's other refusals said "for the check"."""
+    try:
+        rc = main(["speed", "--quiet", "--dtype", "fp32", *args])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, (rc, err)
+    assert "for the check" not in err
+
+
+def test_a_memory_figure_past_a_thousand_petabytes_reads_in_powers_of_ten():
+    """A probe read "needs about 320000000000000004...0.0 PB" (27 digits)."""
+    from flashbench.measure.footprint import human
+
+    assert human(3.2e41) == "3.2e+26 PB" and human(999.9e15) == "999.9 PB"
+    assert human(1e18) == "1.0e+03 PB"

@@ -410,3 +410,24 @@ def test_a_file_nested_too_deep_is_refused_before_it_is_parsed(tmp_path):
     shallow.write_bytes(b'{"version": 2, "x": "' + b"[" * 60 + b'"}')
     with pytest.raises(ValueError, match="missing keys"):
         read_results_file(shallow)
+
+
+def test_a_file_larger_than_asv_writes_is_refused_before_it_is_read(tmp_path):
+    """A probe, 2026-12-07: a 96 MB results file held 1.19 GB as Python objects while
+    `flashbench history` read it. A results file or benchmarks.json past 64 MiB (asv's for
+    these suites: under 200 kB) is refused by its size, as any corrupt file, unread (a
+    sparse file here: its bytes are never touched)."""
+    from flashbench.history.files import read_benchmarks, read_results_file
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:
+        f.truncate(96 << 20)
+    with pytest.raises(ValueError, match=r"96 MiB, larger than any file asv writes for "
+                                         r"these suites \(limit 64 MiB\): not read"):
+        read_results_file(huge)
+    folder = tmp_path / "machine"
+    folder.mkdir()
+    huge.rename(folder / "benchmarks.json")
+    problems: list = []
+    assert read_benchmarks(folder, problems) == {}
+    assert len(problems) == 1 and "96 MiB, larger than any file" in problems[0][1]

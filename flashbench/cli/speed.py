@@ -24,6 +24,7 @@ from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
 
 MAX_SAMPLES = 10_000  # --samples' bound (below, where the option is defined)
+CHECKED = "the float64 reference that checks the timed outputs"  # a memory refusal's words
 
 
 def add_parser(sub) -> None:
@@ -112,6 +113,7 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
     """--decode: check --decode's cases (or --decode-case's) on the decode backends."""
     from flashbench.backends.decode import get_decode_backend, resolve_decode_backends
     from flashbench.measure.decode import DecodeCase, default_decode_cases
+    from flashbench.measure.footprint import decode_too_big
     from flashbench.measure.speeddecode import DecodeSpeedCase
 
     given = [o for o, on in (("--shape", args.shape), ("--window", args.window),
@@ -124,6 +126,9 @@ def _decode(args, dtypes, causals, run_seed: int) -> int:
     cases = ([DecodeCase.parse(spec, causal=c) for spec in args.decode_case for c in causals]
              if args.decode_case else
              [c for c in default_decode_cases() if args.causal is None or c.causal in causals])
+    refusal = decode_too_big(cases, purpose=CHECKED)  # 1e11 keys: a MemoryError (a probe)
+    if refusal is not None:
+        raise ValueError(refusal)
     empty = [c for c in cases if not any(c.lens)]  # every call's output 0: "stale" (a probe)
     if empty:
         raise ValueError(f"speed --decode: a case whose every cache is empty "
@@ -170,10 +175,10 @@ def _run(args) -> int:
     dtypes = [get_precision(d).name
               for d in distinct(args.dtype or default, "--dtype", "speed")]
     shapes = distinct(args.shape, "--shape", "speed") or [parse_shape("1x8x1024x64")]
-    refusal = too_big(shapes)
+    decode = bool(args.decode or args.decode_case)
+    refusal = None if decode else too_big(shapes, purpose=CHECKED)
     if refusal is not None:
         raise ValueError(refusal)
-    decode = bool(args.decode or args.decode_case)
     causals = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal or "off"]
     run_seed = secrets.randbelow(2**31) if args.seed is None else args.seed
     if decode:
@@ -241,7 +246,8 @@ def _packed(args, shapes, dtypes, causals, run_seed: int) -> list:
                          "timed forward, without a variant (check --varlen judges them)")
     lens = tuple(args.varlen.draw(run_seed))
     keys = args.varlen.keys  # Q:K items: the key lengths (a list's alone), else None
-    refusal = packed_too_big(shapes, lens, keys)  # each sequence's scores, not the totals'
+    # each sequence's scores, not the totals'
+    refusal = packed_too_big(shapes, lens, keys, purpose=CHECKED)
     if refusal is not None:
         raise ValueError(refusal)
     return [SpeedCase(replace(s, B=len(lens), Nq=max(lens), Nk=max(keys or lens)), d, c, "fwd",

@@ -27,6 +27,19 @@ class ResultsWarning(UserWarning):
 
 RESULT_KEYS = ("commit_hash", "env_name", "date", "params", "results", "result_columns")
 
+# the largest results file asv wrote for this project's suites is 165 kB (gpu-results/),
+# its benchmarks.json 140 kB; a 96 MB file held 1.19 GB as Python objects (a probe)
+MAX_BYTES = 64 << 20
+
+
+def read_bytes(path: Path) -> bytes:
+    """``path``'s bytes; ValueError naming both sizes past :data:`MAX_BYTES`."""
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ValueError(f"{size / 2**20:.0f} MiB, larger than any file asv writes for these "
+                         f"suites (limit {MAX_BYTES >> 20} MiB): not read")
+    return path.read_bytes()
+
 
 def read_benchmarks(root: Path, problems: list | None = None) -> dict:
     """benchmarks.json of a results folder: benchmark name -> its entry ({} if absent).
@@ -39,10 +52,10 @@ def read_benchmarks(root: Path, problems: list | None = None) -> dict:
     lost = ("the units, types and parameter names of this folder's benchmarks are unknown, "
             "and the summaries that need them leave its results out")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(path))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError: a ValueError
         data, why = {}, f"unreadable ({' '.join(str(exc).split())[:160]}): {lost}"
     else:
         bad = [k for k, v in data.items() if not isinstance(v, dict) and k != "version"]
@@ -94,8 +107,9 @@ _STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1
 
 def read_results_file(path: Path) -> dict:
     """The parsed results file; raises ValueError with the reason it cannot be used."""
+    raw = read_bytes(path)
     try:
-        data = parse_json(path.read_bytes())
+        data = parse_json(raw)
     except UnicodeDecodeError as exc:
         raise ValueError(f"not text: {exc}") from None
     except ValueError as exc:

@@ -113,12 +113,17 @@ def available_bytes() -> tuple[int | None, str]:
 
 
 def human(n: float) -> str:
-    """Bytes in decimal units: 1.5 GB, 24.0 TB."""
+    """Bytes in decimal units: 1.5 GB, 24.0 TB; 1.2e+06 PB past a thousand PB (a probe
+    read a 27-digit number of PB)."""
     for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
         if n < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            return (f"{n:.0f} {unit}" if unit == "B" else
+                    f"{n:.1f} {unit}" if n < 1000 else f"{n:.1e} {unit}")
         n /= 1000
     raise AssertionError("unreachable")
+
+
+CHECK = "the check"  # what a refusal says the memory is for (speed: the timed outputs' check)
 
 
 def _first_too_big(items, need, available: int | None) -> tuple | None:
@@ -135,20 +140,21 @@ def _first_too_big(items, need, available: int | None) -> tuple | None:
     return None
 
 
-def too_big(shapes, available: int | None = None) -> str | None:
+def too_big(shapes, available: int | None = None, purpose: str = CHECK) -> str | None:
     """None when every shape's check fits in memory, else a one-line refusal naming the
     first that does not, with both figures. ``available``: bytes (None: measure now)."""
     found = _first_too_big(shapes, check_case_bytes, available)
     if found is None:
         return None
     shape, need, available, where = found
-    return (f"shape {shape.spec()} needs about {human(need)} of memory for the check "
+    return (f"shape {shape.spec()} needs about {human(need)} of memory for {purpose} "
             f"(estimate: {BYTES_PER_SCORE} bytes per element of the B*H*Nq*Nk score "
             f"matrix, which the float64 reference materialises), but only "
             f"{human(available)} is available ({where}); try a smaller shape")
 
 
-def packed_too_big(shapes, lengths, keys=None, available: int | None = None) -> str | None:
+def packed_too_big(shapes, lengths, keys=None, available: int | None = None,
+                   purpose: str = CHECK) -> str | None:
     """:func:`too_big` for packed batches of ``lengths`` (``keys``: the key lengths where they
     differ) at each of ``shapes``' H and head dims (:func:`packed_case_bytes`)."""
     items = [(s, tuple(lengths), None if keys is None else tuple(keys)) for s in shapes]
@@ -158,20 +164,20 @@ def packed_too_big(shapes, lengths, keys=None, available: int | None = None) -> 
     (shape, lens, ks), need, available, where = found
     return (f"a packed batch of {len(lens)} sequences ({sum(lens)} query rows over "
             f"{sum(ks or lens)} keys) at H={shape.H}, d={shape.d} needs about {human(need)} "
-            f"of memory for the check (estimate: {BYTES_PER_SCORE} bytes per score of each "
+            f"of memory for {purpose} (estimate: {BYTES_PER_SCORE} bytes per score of each "
             f"sequence's Nq x Nk, the float64 reference materialising one sequence at a "
             f"time, {BYTES_PER_ROW_VALUE} per packed row value), but only {human(available)} "
             f"is available ({where}); try fewer or shorter sequences")
 
 
-def decode_too_big(cases, available: int | None = None) -> str | None:
+def decode_too_big(cases, available: int | None = None, purpose: str = CHECK) -> str | None:
     """:func:`too_big` for decode cases (:func:`decode_case_bytes`), before any cache is
     drawn: a length or page size past memory is a refusal, never a crash or a swap storm."""
     found = _first_too_big(cases, decode_case_bytes, available)
     if found is None:
         return None
     case, need, available, where = found
-    return (f"decode case {case.spec()} needs about {human(need)} of memory for the check "
+    return (f"decode case {case.spec()} needs about {human(need)} of memory for {purpose} "
             f"(estimate: {BYTES_PER_SCORE} bytes per score of each query row over its cache, "
             f"{BYTES_PER_CACHE_VALUE} per cached K and V value), but only {human(available)} "
             f"is available ({where}); try shorter cache lengths or smaller pages")
