@@ -658,15 +658,18 @@ def _timed_with_heads_flashbench(tmp_path, init: str) -> tuple[dict, dict]:
         w.stop()
 
 
-def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("start", [
+    "import threading\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()",
+    "import _thread\n_thread.start_new_thread(time.sleep, (600,))"])
+def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monkeypatch, start):
     """A red team's head started a thread at import in the review's worker, which killed
     base's request processes (every row "coverage gained": a real regression read OK). A
     side whose import leaves a Python thread running there is refused by name, and the
-    other side with it (the thread runs beside it: its rows "not compared", undecided)."""
+    other side with it (the thread runs beside it: its rows "not compared", undecided).
+    One started through ``_thread``, which ``threading`` does not list, was not counted
+    before 2026-12-07 (every Python thread state is: ``sys._current_frames``)."""
     monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
-    head, base = _timed_with_heads_flashbench(
-        tmp_path, "import threading\nimport time\n\nthreading.Thread(target=time.sleep, "
-        "args=(600,), daemon=True).start()\n")
+    head, base = _timed_with_heads_flashbench(tmp_path, f"import time\n{start}\n")
     assert head["status"] == "failed" and "started 1 thread(s) in the review's worker" in \
         head["reason"], head
     # the thread runs beside base's requests too: base refused, so its rows are undecided

@@ -16,6 +16,22 @@ import sys
 import threading
 import types
 
+
+def _sibling(name: str) -> types.ModuleType:
+    """flashbench/infra/NAME.py, loaded by path (this file imports nothing of flashbench)."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_hooks = _sibling("sidehooks")  # what a side may not leave in the worker: at-fork, threads
+AT_FORK = _hooks.AT_FORK
+
 # the shared libraries whose public callables a side may not replace
 # (os, random, secrets and numpy.random: where the suites draw each run's seeds; a head that
 # made os.urandom constant had every request's inputs known in advance: a probe, 2026-12-05)
@@ -28,7 +44,6 @@ GUARDED_MODULES = ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "scipy.
 LIBRARY_OWN = {"torch._dynamo": ("torch.manual_seed",)}
 REFUSED = "replaced what the other side shares"  # the words of a refusal (review/rules.py)
 # ... and of a side refused for what its import left running in the worker (pointfork)
-AT_FORK = "an at-fork hook in the review's worker"
 LEFT_IN_WORKER = ("process(es) running in the review's worker", "thread(s) in the review's worker",
                   AT_FORK)
 PAST = " (imported past the watch)"
@@ -39,8 +54,10 @@ ACCEPTED: dict = {}  # "module.name": (before, after) a LIBRARY_OWN import chang
 _DEPTH = threading.local()  # watched imports in progress in this thread
 # Python threads when the worker loaded this module, before either side's import: one a
 # side's import started ran beside the other's requests (a red team's, 2026-12-07, killed
-# base's request processes: every row "coverage gained", a 1.5x slower head OK, exit 0)
+# base's request processes: every row "coverage gained", a 1.5x slower head OK, exit 0).
+# Those _thread started count too (sidehooks.threads: threading does not list them).
 _THREADS = threading.active_count()
+
 
 
 def _attr(obj, name: str):
@@ -234,7 +251,7 @@ def refuse_shadows(tree: str) -> None:
     suites' own checks'."""
     import os
 
-    _TREES.add(os.path.realpath(tree) + os.sep)
+    _hooks.TREES.add(os.path.realpath(tree) + os.sep)
     tops = {m.partition(".")[0] for m in GUARDED_MODULES}
     try:
         entries = os.listdir(tree)
@@ -245,35 +262,6 @@ def refuse_shadows(tree: str) -> None:
     if found:
         raise ValueError(f"its tree holds {', '.join(found)}, named as a library both sides "
                          "share (it would shadow it for the suites too)")
-
-
-def _at_fork_watched() -> None:
-    """From here on (the review worker's load of this file, before either side's import
-    and any snapshot of the entry points), ``os.register_at_fork`` raises for a caller in a
-    side's tree (:func:`refuse_shadows` names them) or in code of no file (``exec``): a red
-    team's head (2026-12-07) registered one at import, and its code ran in every process
-    the worker forked for base. Libraries anywhere else pass (torch registers one)."""
-    import os
-    import posix
-
-    if getattr(os.register_at_fork, "_watched", False):
-        return
-    real = os.register_at_fork
-
-    def register_at_fork(**hooks):
-        where = sys._getframe(1).f_code.co_filename
-        path = os.path.realpath(where)
-        if (where.startswith("<") and not where.startswith("<frozen")) or any(
-                path.startswith(tree) for tree in _TREES):
-            raise RuntimeError(f"{where} registered {AT_FORK} (os.register_at_fork): it would "
-                               "run in every process the worker forks for the other side")
-        return real(**hooks)
-
-    register_at_fork._watched = True
-    os.register_at_fork = posix.register_at_fork = register_at_fork
-
-
-_TREES: set = set()  # the sides' trees, each with a trailing separator (refuse_shadows)
 
 
 def top_level_names(tree: str) -> set:
@@ -299,7 +287,7 @@ def import_own(tree: str) -> None:
 
     if os.path.isfile(os.path.join(tree, "flashbench", "__init__.py")):
         __import__("flashbench")
-    if (more := threading.active_count() - _THREADS) > 0:  # this side's or the other's
+    if (more := _hooks.threads() - _THREADS) > 0:  # this side's or the other's
         raise RuntimeError(f"its import started {more} thread(s) in the review's worker, "
                            "where they would run beside the other side's requests")
 
@@ -385,4 +373,6 @@ def discovery_error(exc: BaseException, reason: str) -> str:
 
 
 if __name__ == "libwatch":  # loaded by path in the review's worker (never as flashbench's)
-    _at_fork_watched()
+    _hooks.watch_at_fork()
+    _hooks.count_threads()
+    _THREADS = _hooks.threads()
