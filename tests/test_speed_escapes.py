@@ -424,3 +424,21 @@ def test_a_process_started_in_the_rows_first_clock_tick_is_the_rows():
             child.wait()
         assert any(f"pid {child.pid}:" in s for s in after), (after, before)
         assert not any(f"pid {child.pid}:" in s for s in before), (after, before)
+
+
+def test_a_kernel_that_moves_its_inputs_storage_is_named_for_it(user_module, capsys):
+    """A probe (2026-12-07): a kernel that calls ``q.share_memory_()`` (what
+    torch.multiprocessing does to a tensor it sends to a pool) read "modified its inputs in
+    place: q in 10 of 33 pool inputs", though no value changed: the harness read back the
+    old pages. Its storage moved, so the harness's later inputs would not reach it: still
+    a fault, now named for what it did; a kernel that sends a copy passes."""
+    user_module("fbmoves", "import torch\n\n\ndef attn(q, k, v, causal=False, scale=None):\n"
+                "    q.share_memory_()\n" + SDPA)
+    user_module("fbcopies", "import torch\n\n\ndef attn(q, k, v, causal=False, scale=None):\n"
+                "    q.clone().share_memory_()\n" + SDPA)
+    rc, report = _speed(capsys, "fbmoves:attn", "fbcopies:attn")
+    rows = {r["backend"]: r for r in report["rows"]}
+    assert rc == 1 and rows["fbcopies:attn"]["status"] == "PASS", rows["fbcopies:attn"]
+    why = rows["fbmoves:attn"]["failures"]
+    assert any(v.startswith("q's storage moved by a call (its data no longer where it was "
+                            "handed: Tensor.share_memory_()") for v in why.values()), why

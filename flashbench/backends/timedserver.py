@@ -34,6 +34,14 @@ def _same(x, src) -> bool:
         return _EQUAL(x, src)
 
 
+def _moved(names: tuple, j: int) -> str:
+    name = names[j] if j < len(names) else f"argument {j + 1}"
+    return (f"{name}'s storage moved by a call (its data no longer where it was handed: "
+            "Tensor.share_memory_(), which torch.multiprocessing applies to a tensor it "
+            "sends, or set_()), so later inputs would not reach it: hand another process a "
+            f"copy ({name}.clone())")
+
+
 class TimedServer:
     """The timed requests (``self.timing``: their state, prepare to fetch)."""
 
@@ -85,6 +93,7 @@ class TimedServer:
             raise BackendUnavailable(str(exc)) from None
         self._sync()
         t["kept"] = guard.Kept(t["faults"])
+        t["at"] = [[None if x is None else x.data_ptr() for x in slot] for slot in t["slots"]]
         places = [[None if x is None else [x.data_ptr(), x.nbytes] for x in slot]
                   for slot in t["slots"]] if self.device.type == "cpu" else None
         return {"device": self.device.type, "places": places}
@@ -205,6 +214,9 @@ class TimedServer:
         for out, slot in t["ran"]:
             t["outputs"].append(t["kept"].keep(out, t["slots"][slot]))
             names = t["names"]
+            for j, (x, at) in enumerate(zip(t["slots"][slot], t["at"][slot], strict=True)):
+                if x is not None and x.data_ptr() != at:  # a probe: q.share_memory_() read
+                    t["faults"].setdefault(guard.MODIFIED, _moved(names, j))  # "changed"
             pairs = zip(t["slots"][slot], t["shared"][slot], strict=True)
             for j, (x, src) in enumerate(() if r.get("placed") else pairs):
                 if x is not None and not _same(x, src):

@@ -21,7 +21,7 @@ import time
 
 from flashbench.infra.cpuload import descendants, processes
 
-__all__ = ["held", "is_held", "family", "wait_stopped", "signal_tree", "stop", "cont",
+__all__ = ["held", "is_held", "family", "wait_stopped", "tracer", "signal_tree", "stop", "cont",
            "resume", "continued", "counting_continues", "end_descendants", "adopt", "command",
            "orphans", "reaping", "children"]
 
@@ -98,6 +98,19 @@ def wait_stopped(pid: int, wait_s: float = 0.05) -> None:
         if all(state in "tTZX" for state in states):
             return
         time.sleep(0)
+
+
+def tracer(pid: int) -> int:
+    """The process tracing ``pid`` (0: none, or it ended, or no /proc): a traced process's
+    SIGSTOP goes to its tracer, and stops none of its other threads (infra/sealed.py)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def stop(*roots: int, also=(), stopped: set[int] | None = None) -> set[int]:

@@ -10,16 +10,21 @@ dumpable again so that the harness reads its outputs (:func:`worker_sealed`). Th
 that forks the workers is not dumpable either, nor, where the harness runs as root, any
 worker (so that none reads or writes another's; elsewhere the OS's ptrace scope decides).
 A worker may still signal the harness (speed stops every other worker while one's row is
-timed, and checks the harness's scheduling).
+timed, and checks the harness's scheduling). Nor may a worker, or any process it starts, call
+``ptrace`` (:func:`no_ptrace`): a red team's helper (2026-12-07) made itself traced, so the
+SIGSTOP at its run's reply went to its tracer and stopped none of its threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
+import platform
+import struct
 
-__all__ = ["sealed", "worker_sealed", "dumpable", "set_dumpable"]
+__all__ = ["sealed", "worker_sealed", "dumpable", "set_dumpable", "no_ptrace"]
 
 PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 3, 4, 24
 CAP_SYS_PTRACE = 19
@@ -93,4 +98,44 @@ def worker_sealed() -> bool:
     # the worker's memory by its CAP_SYS_PTRACE), so that no other worker reads or writes
     # it; else set back to 1, the harness's only way to read it
     set_dumpable(os.geteuid() != 0)
+    no_ptrace()
     return done
+
+
+# (seccomp's AUDIT_ARCH, ptrace's syscall number) of the machines these workers run on
+_PTRACE = {"x86_64": (0xC000003E, 101), "aarch64": (0xC00000B7, 117)}
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def no_ptrace() -> bool:
+    """A seccomp filter on this process and all it starts from here on: ``ptrace`` fails
+    with EPERM (PTRACE_TRACEME too), as does any system call of another ABI (x32's, i386's
+    ``int 0x80``: another number for ptrace); the rest pass. A red team's helper made itself
+    traced (PTRACE_TRACEME): a traced process's SIGSTOP stops only the thread it is given
+    to, until its tracer says, so its other thread computed after its run's reply while the
+    harness waited for it to stop, and read it done (a quarter of the work timed: PASS,
+    1.5x). Whether the filter holds (False on another machine or without seccomp)."""
+    libc, machine = _libc(), _PTRACE.get(platform.machine())
+    if libc is None or machine is None:
+        return False
+    arch, nr = machine
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
+    program = b"".join(struct.pack("HBBI", *i) for i in (
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 0, 4, arch),  # another ABI: refused
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (jset, 2, 0, 0x40000000),  # x32's numbers: refused
+        (jeq, 1, 0, nr),  # ptrace: refused
+        (ret, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+        (ret, 0, 0, 0x00050000 | errno.EPERM)))  # SECCOMP_RET_ERRNO
+    buffer = ctypes.create_string_buffer(program)
+    fprog = _Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0)  # needed without CAP_SYS_ADMIN
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) == 0

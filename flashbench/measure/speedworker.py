@@ -255,6 +255,7 @@ def _timed(w: Clocked, pool: Pool, shared, samples: int, warmup: int, direction:
                  else {}), **faults}
     outputs = commit.received(reply.get("outputs"), calls, faults)  # None: failed, named
     late = commit.changed_after_reply(sums, outputs, read=w.reader is not None)
+    late = late if w.reader is None or w.reader.traced is None else w.reader.traced
     if late is not None:
         faults.setdefault(OUTSIDE, late)
     changed = pool.modified(None if w.places is None else "each call's inputs read back "

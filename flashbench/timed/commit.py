@@ -119,6 +119,7 @@ class MemoryReader:
 
     def __init__(self, pid: int):
         self.pid, self.held = pid, False
+        self.traced: str | None = None  # the first process found traced at a reply: a fault
         self.family: list = []  # its descendants at the request's start: stopped with it
         self._stopped: set = set()
 
@@ -156,6 +157,13 @@ class MemoryReader:
                 freeze.wait_stopped(pid)
             if then is not None:
                 then()
+            found = [(pid, by) for pid in sorted(self._stopped) if (by := freeze.tracer(pid))]
+            if found:  # not stopped: its bytes now need not be those at the reply
+                self.traced = self.traced or (
+                    f"process {found[0][0]} of its worker's family was traced by process "
+                    f"{found[0][1]} at its run's reply, so the SIGSTOP that holds it then "
+                    "need not stop it: its outputs cannot be bound to the reply")
+                return [None] * calls
             if not isinstance(said, list) or len(said) != calls:
                 return [None] * calls
             try:
