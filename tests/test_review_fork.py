@@ -677,6 +677,29 @@ def test_a_thread_a_sides_import_starts_in_the_worker_refuses_it(tmp_path, monke
         base["reason"], base
 
 
+def test_no_side_may_trace_a_process_in_the_review_worker(tmp_path, monkeypatch):
+    """A red team's helper (2026-12-07, `flashbench speed`) made itself traced, so that a
+    SIGSTOP went to its tracer and stopped none of its other threads; as root, one side's
+    code could also attach to the other side's processes and hold them. The review's worker
+    sets the kernels' workers' seccomp filter before either side loads (infra/sealed.py):
+    a side's PTRACE_TRACEME fails with EPERM, and both sides are timed."""
+    monkeypatch.delenv("FLASHBENCH_REVIEW_PROCESS", raising=False)
+    said = tmp_path / "ptrace.txt"
+    head, base = _timed_with_heads_flashbench(tmp_path, textwrap.dedent(f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        pid = os.fork()
+        if pid == 0:
+            r = libc.ptrace(0, 0, None, None)
+            open({str(said)!r}, "w").write(f"{{r}} {{ctypes.get_errno()}}")
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """))
+    assert said.read_text() == "-1 1"  # EPERM
+    assert head["status"] == "ok" and base["status"] == "ok", (head, base)
+
+
 def test_a_side_that_registers_an_at_fork_hook_is_refused(tmp_path, monkeypatch):
     """A red team's head (2026-12-07) registered ``os.register_at_fork(after_in_child=...)``
     at import: its code then ran in every process the worker forked for base (a thread

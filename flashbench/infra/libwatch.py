@@ -373,6 +373,7 @@ def discovery_error(exc: BaseException, reason: str) -> str:
 
 
 if __name__ == "libwatch":  # loaded by path in the review's worker (never as flashbench's)
+    _sibling("sealed").no_ptrace()  # neither side may trace the other's processes
     _hooks.watch_at_fork()
     _hooks.count_threads()
     _THREADS = _hooks.threads()
