@@ -59,7 +59,6 @@ _DEPTH = threading.local()  # watched imports in progress in this thread
 _THREADS = threading.active_count()
 
 
-
 def _attr(obj, name: str):
     try:
         return getattr(obj, name, None)
