@@ -461,3 +461,20 @@ def test_a_dtype_a_users_function_did_not_declare_says_how_to_declare_it(user_mo
     assert reason.endswith("not fp8 (a function of yours declares more: "
                            "fn.flashbench_dtypes)"), reason
     assert get_backend("torch-naive").unavailable_for(dtype="fp8").endswith("not fp8")
+
+
+def test_a_dtype_declared_as_one_string_is_refused_with_the_form_to_give(user_module):
+    """A probe, 2026-12-07: ``flashbench_dtypes = "bf16"`` read "attribute 'bf16' is not
+    valid" (a string is iterated letter by letter); the refusal now shows the form."""
+    from flashbench.backends import declared
+    from flashbench.backends.tensors import BackendFailed
+
+    user_module("fbdtype", "def attn(q, k, v, causal=False, scale=None):\n    return q\n\n"
+                           "attn.flashbench_dtypes = 'bf16'\n")
+    with pytest.raises(BackendFailed, match=r"its flashbench_dtypes attribute 'bf16' is not "
+                                            r"valid \(a tuple of precision names, e\.g\. "
+                                            r"\('fp16', 'bf16'\); of fp64, fp32"):
+        declared.load("fbdtype:attn")
+    user_module("fbdtype2", "def attn(q, k, v, causal=False, scale=None):\n    return q\n\n"
+                            "attn.flashbench_dtypes = ['bf16']\n")
+    assert declared.load("fbdtype2:attn")[1]["dtypes"] == ["bf16"]

@@ -46,11 +46,15 @@ def _declared(fn, attr: str, default, check):
     try:
         return check(value)
     except (TypeError, ValueError):
-        hint = " (True or False)" if check is _flag else ""
+        hint = " (True or False)" if check is _flag else (
+            f" (a tuple of precision names, e.g. ('fp16', 'bf16'); of {', '.join(PRECISIONS)})"
+            if check is _dtypes else "")
         raise BackendFailed(f"its {attr} attribute {value!r} is not valid{hint}") from None
 
 
 def _dtypes(value) -> tuple[str, ...]:
+    if isinstance(value, str):  # "bf16" read as ('b', 'f', '1', '6') (a probe)
+        raise ValueError(value)
     names = tuple(value)
     if not names or any(n not in PRECISIONS for n in names):
         raise ValueError(names)
