@@ -238,9 +238,15 @@ def test_state_does_not_carry_from_request_to_request(tmp_path, monkeypatch):
     states = _lines(root, "state")
     pids = [int(pid) for pid, _ in states]
     # one call per single-sided request (number 1, one sample); the pair's sides each in a
-    # process of its own, an untimed call and a sample each
+    # process of its own, an untimed call and a sample each (a sample taken again where
+    # the clock's cross-check met a busy machine: forklane.confirmed; a CI run beside
+    # another job read 3 calls in one side's process), each process counting from 1
     assert [count for _, count in states][:2] == ["1", "1"]
-    assert sorted(count for _, count in states[2:]) == ["1", "1", "2", "2"]
+    sides: dict = {}
+    for pid, count in states[2:]:
+        sides.setdefault(pid, []).append(int(count))
+    assert len(sides) == 2 and all(c == list(range(1, len(c) + 1)) and len(c) >= 2
+                                   for c in sides.values()), states
     assert len(set(pids)) == 4 and worker_pid not in pids
 
 
