@@ -340,12 +340,12 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
             from flashbench.backends import get_backend  # torch: the flash model needs none
 
             backend = get_backend(name)
+            if not backend.differentiable:  # not applicable: a user's is told why (before
+                if users(backend):  # the dtypes it takes: one reason a record, the first)
+                    records.append(Unavailable(case, name, dtype, NOT_DIFFERENTIABLE))
+                continue
             if dtype not in backend.dtypes:
                 records += not_taken(case, name, dtype, backend, dtypes)
-                continue
-            if not backend.differentiable:  # not applicable: a user's is told why
-                if users(backend):
-                    records.append(Unavailable(case, name, dtype, NOT_DIFFERENTIABLE))
                 continue
             reason = why_not(backend, dtype)
             if reason is not None:
