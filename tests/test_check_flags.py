@@ -172,7 +172,8 @@ def test_a_check_that_judged_none_of_the_kernels_named_exits_2(tmp_path, monkeyp
     assert "RESULT: NOTHING JUDGED (exit 2)" in out and "takes fp16, not fp32" in err
     assert main([*base, "--dtype", "fp32", "--json", how, "fbnarrow:fp16_only"]) == 2
     report = json.loads(capsys.readouterr().out)
-    assert report["unjudged"] == {"fbnarrow:fp16_only": "takes fp16, not fp32"}
+    assert report["unjudged"] == {"fbnarrow:fp16_only": "takes fp16, not fp32 (a function "
+                                  "of yours declares more: fn.flashbench_dtypes)"}
     assert report["passed"] is None  # no verdict (it read true beside exit 2: a red team)
     assert main([*base, "--dtype", "fp16", how, "fbnarrow:fp16_only"]) == 0
     assert "RESULT: PASS" in capsys.readouterr().out

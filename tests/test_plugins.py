@@ -170,7 +170,8 @@ def test_declared_dtypes_are_respected(user_module, capsys):
     # the dtype it does not take is said, not dropped: "RESULT: PASS" told nothing of it (a
     # probe, 2026-12-07); the kernel judged on the other still passes the run
     assert [(r["dtype"], r["skipped"]) for r in records if "skipped" in r] == [
-        ("fp32", "takes fp16, not fp32")]
+        ("fp32", "takes fp16, not fp32 (a function of yours declares more: "
+                 "fn.flashbench_dtypes)")]
     assert report["passed"] is True and "unjudged" not in report
 
 

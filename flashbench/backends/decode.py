@@ -58,8 +58,8 @@ class DecodeBackend(Implementation):
 
     def unavailable_for(self, d: int, dtype: str) -> str | None:
         reason = self.unavailable()
-        if reason is None and dtype not in self.dtypes:
-            reason = f"takes {', '.join(self.dtypes)}, not {dtype}"
+        if reason is None:
+            reason = self.dtype_refusal(dtype)
         if reason is None and d is not None and self.head_dims is not None \
                 and d not in self.head_dims:
             reason = f"head dim d={d} is not one it takes ({', '.join(map(str, self.head_dims))})"

@@ -61,6 +61,15 @@ class Implementation:
     def timed_fn(self) -> Callable:
         return self.fn if self.timed is None else self.timed
 
+    def dtype_refusal(self, dtype: str) -> str | None:
+        """Why it does not take ``dtype`` (None where it does); a user's function's says how
+        to declare more."""
+        if dtype in self.dtypes:
+            return None
+        return f"takes {', '.join(self.dtypes)}, not {dtype}" + (
+            " (a function of yours declares more: fn.flashbench_dtypes)"
+            if getattr(self, "origin", None) == "user" else "")
+
 
 @dataclass(frozen=True)
 class Backend(Implementation):
@@ -142,9 +151,7 @@ class Backend(Implementation):
         if reason is not None:
             return reason
         if dtype is not None and dtype not in self.dtypes:
-            return f"takes {', '.join(self.dtypes)}, not {dtype}" + (
-                " (a function of yours declares more: fn.flashbench_dtypes)"
-                if self.origin == "user" else "")
+            return self.dtype_refusal(dtype)
         if (dtype is not None and self.gpu_dtypes is not None and dtype not in self.gpu_dtypes
                 and self.device("cpu").type == "cuda"):
             return f"takes {', '.join(self.gpu_dtypes)} on a GPU, not {dtype}"

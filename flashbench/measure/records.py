@@ -245,7 +245,7 @@ def not_taken(case, name: str, dtype: str, backend, asked) -> list:
     fp16 and bf16, never judged at the default fp32 and tf32)."""
     if not users(backend):
         return []
-    return [Unavailable(case, name, dtype, f"takes {', '.join(backend.dtypes)}, not {dtype}")]
+    return [Unavailable(case, name, dtype, backend.dtype_refusal(dtype))]
 
 
 def with_note(reason: str, backend, dtype: str) -> str:
