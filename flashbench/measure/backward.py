@@ -345,7 +345,7 @@ def judge_gradients(case, dtypes, kernels, models, why_not, run, bands: CaseBand
                     records.append(Unavailable(case, name, dtype, NOT_DIFFERENTIABLE))
                 continue
             if dtype not in backend.dtypes:
-                records += not_taken(case, name, dtype, backend, dtypes)
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = why_not(backend, dtype)
             if reason is not None:

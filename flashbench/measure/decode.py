@@ -287,7 +287,7 @@ def measure_decode(case: DecodeCase, dtypes: Sequence[str | Precision], kernels:
                 continue
             backend = get_decode_backend(name)
             if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
-                records += not_taken(case, name, dtype, backend, dtypes)
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = backend.case_unavailable(case, dtype)
             if reason is None and backend.interpreted() and (

@@ -125,7 +125,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
 
             backend = get_backend(name)
             if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
-                records += not_taken(case, name, dtype, backend, dtypes)
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = unavailable_reason(backend, case.shape, dtype)
             if reason is not None:

@@ -236,13 +236,13 @@ def users(backend) -> bool:
     return getattr(backend, "origin", None) not in (None, "flashbench", "torch")
 
 
-def not_taken(case, name: str, dtype: str, backend, asked) -> list:
+def not_taken(case, name: str, dtype: str, backend) -> list:
     """No record where flashbench's or torch's ``backend`` does not take ``dtype`` (not
     applicable), but a user's kernel is said to be skipped there and why, since the user
-    asked for it: one that took none of the dtypes ``asked`` (the run's precisions) was
-    dropped silently, and such a run ended "RESULT: PASS"; one that took some read
-    "RESULT: PASS" with no word of the others (a probe, 2026-12-07: a kernel declaring
-    fp16 and bf16, never judged at the default fp32 and tf32)."""
+    asked for it: one that took none of the run's dtypes was dropped silently, and such a
+    run ended "RESULT: PASS"; one that took some read "RESULT: PASS" with no word of the
+    others (a probe, 2026-12-07: fp16 and bf16 declared, the default fp32 and tf32 never
+    judged)."""
     if not users(backend):
         return []
     return [Unavailable(case, name, dtype, backend.dtype_refusal(dtype))]

@@ -114,7 +114,7 @@ def measure_varlen(case: Case, dtypes: Sequence[str | Precision], kernels: Seque
                 continue
             backend = get_backend(name)
             if dtype not in backend.dtypes:  # not applicable: a user's kernel says so
-                records += not_taken(case, name, dtype, backend, dtypes)
+                records += not_taken(case, name, dtype, backend)
                 continue
             reason = _why_not(backend, case, dtype, seed)
             if reason is not None:
