@@ -90,7 +90,6 @@ def test_the_runs_own_processes_are_its_own_and_a_stranger_is_outside(tmp_path):
     assert used is not None and used > 0.5, used
 
 
-@pytest.mark.slow
 def _speed_beside_a_spinner(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """``flashbench speed --only ARGS --causal off --seed 4 --quiet --json`` in a process
     of its own while a spinner outside the run keeps one of its CPUs busy."""
@@ -109,6 +108,7 @@ def _speed_beside_a_spinner(tmp_path, *args: str) -> subprocess.CompletedProcess
         spinner.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc")
 def test_a_row_timed_while_the_machine_was_busy_says_so_and_its_speedup_is_marked(tmp_path):
     """A spinner outside the run, on one of its CPUs, for the whole run: every timed row is
