@@ -6,11 +6,15 @@ call on the same input (another input's gradients: stale), and, once per input, 
 (query rows of dq, key rows of dk and dv) against the float64 gradients
 (:func:`flashbench.reference.attention_grad`) by the gradient rule
 (:func:`flashbench.accuracy.gradient_rule`: the rows' error within 3x the same-dtype standard
-backward's error over the whole gradient plus the rounding floor, or, as ``check`` has it,
-within 3x the same-dtype flash model backward's). docs/speed.md.
+backward's error plus the rounding floor, or, as ``check`` has it, within 3x the same-dtype
+flash model backward's), once the run's calls are all in (:meth:`GradJudge.finish`): the
+standard's error is its largest over the whole gradients of all the run's inputs, the
+extreme set beside the kernel's extreme. docs/speed.md.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,6 +24,16 @@ from flashbench.timed.guard import STALE, WRONG
 __all__ = ["GradJudge"]
 
 GRADS = ("dq", "dk", "dv")
+
+
+class _Seen(NamedTuple):
+    """One content's checked rows of one gradient: their max abs error against the float64
+    gradient, the standard backward's over the whole gradient, and the rounding floor."""
+    content: int
+    rows: list
+    err: float
+    std: float
+    floor: float
 
 
 def _sums(grads) -> tuple[float, ...]:
@@ -37,49 +51,72 @@ class GradJudge:
         self.rng, self.decks = np.random.default_rng(), {}  # fresh entropy: rows are secret
         self.contents = 0  # as Judge's
         self.first: dict = {}
-        self.verdicts: dict = {}
+        self.verdicts: dict = {}  # content -> None or a (STALE, why): the rule's is finish's
+        self.seen: dict[str, list[_Seen]] = {}  # gradient -> each content's checked rows
 
-    def _reference_check(self, content: int, grads) -> tuple[str, str] | None:
+    def _reference_check(self, content: int, grads) -> None:
+        """Records one content's checked rows: their error against the float64 gradients and
+        the same-dtype standard backward's error over the whole gradient; :meth:`finish`
+        judges them all."""
         from flashbench import numerics, reference
-        from flashbench.accuracy import gradient_floor, gradient_rule
+        from flashbench.accuracy import gradient_floor
 
         q, k, v, do = (t.double().cpu().numpy() for t in self.make(content))
-        mask = self.case.causal if self.case.variant is None else self.case.variant
-        ref = reference.attention_grad(q, k, v, do, causal=mask)[:3]  # dsinks: not timed
-        std = numerics.standard_model_grad(q, k, v, do, self.case.dtype, causal=mask)[:3]
-        flash: list = []  # the flash model's gradients, made where a row fails the standard
-
-        def fallback(i: int) -> float:
-            """The same-dtype flash model backward's error over gradient i: check's
-            yardstick where a gradient fails against the standard alone (an honest fp32
-            sdpa backward failed 2 contents in 200 at 1x2x64x32 without it)."""
-            if not flash:
-                flash.extend(numerics.flash_model_grad(q, k, v, do, self.case.dtype,
-                                                       causal=mask)[:3])
-            return float(np.abs(np.asarray(flash[i], np.float64) - ref[i]).max())
-
-        bad = []
-        for i, (name, got, r, s) in enumerate(zip(GRADS, grads, ref, std, strict=True)):
-            n = r.shape[-2]
+        ref = reference.attention_grad(q, k, v, do, causal=self._mask())[:3]  # dsinks: untimed
+        std = numerics.standard_model_grad(q, k, v, do, self.case.dtype, causal=self._mask())[:3]
+        for name, got, r, s in zip(GRADS, grads, ref, std, strict=True):
             # a deck each: dq, dk and dv sharing one by n left a row of dk unchecked 1 run in 8
-            rows = checked_rows(self.rng, n, self.decks.setdefault(name, {}), self.contents)
+            rows = checked_rows(self.rng, r.shape[-2], self.decks.setdefault(name, {}),
+                                self.contents)
             got = got.detach().cpu().double().numpy()[..., rows, :]
-            # the rows' error against the whole gradient's yardstick and floor (a few rows
-            # of the standard backward may happen to round well)
-            err = float(np.abs(got - r[..., rows, :]).max())
-            std = float(np.abs(np.asarray(s, np.float64) - r).max())
-            floor = gradient_floor(r, self.case.dtype)
-            verdict = gradient_rule(err, std, self.case.dtype, floor=floor)
-            if not verdict.passed:
-                verdict = gradient_rule(err, std, self.case.dtype, floor=floor,
-                                        fallback_error=fallback(i))
-            if not verdict.passed:
-                bad.append(f"{name} rows {list(map(int, rows))}: max abs error {err:.3g}, "
-                           f"{verdict.words()}")
+            self.seen.setdefault(name, []).append(_Seen(
+                content, list(map(int, rows)), float(np.abs(got - r[..., rows, :]).max()),
+                float(np.abs(np.asarray(s, np.float64) - r).max()),
+                gradient_floor(r, self.case.dtype)))
+
+    def _mask(self):
+        return self.case.causal if self.case.variant is None else self.case.variant
+
+    def _flash_errors(self, content: int) -> list[float]:
+        """The same-dtype flash model backward's error over each gradient of ``content``:
+        check's yardstick where a gradient fails against the standard alone."""
+        from flashbench import numerics, reference
+
+        q, k, v, do = (t.double().cpu().numpy() for t in self.make(content))
+        ref = reference.attention_grad(q, k, v, do, causal=self._mask())[:3]
+        flash = numerics.flash_model_grad(q, k, v, do, self.case.dtype, causal=self._mask())
+        return [float(np.abs(np.asarray(f, np.float64) - r).max())
+                for f, r in zip(flash[:3], ref, strict=True)]
+
+    def finish(self) -> tuple[str, str] | None:
+        """None, or (WRONG, why): the checked rows of every content judged by the gradient
+        rule against the standard backward's largest error over the run's contents (or,
+        where a content fails that, 3x its own flash model backward's error), module
+        docstring. Each content against its own standard made the rule a draw per content:
+        an honest fp32 sdpa backward failed 2 runs in 2 at 200 samples (1x2x64x32), its
+        worst content 1.1-1.2x the limit; by the extremes, 0 runs in 31 (docs/speed.md)."""
+        from flashbench.accuracy import gradient_rule
+
+        bad, flash = [], {}
+        for name in GRADS:
+            seen = self.seen.get(name, [])
+            std = max((s.std for s in seen), default=0.0)
+            for s in sorted(seen, key=lambda s: -s.err):  # the worst failing content
+                verdict = gradient_rule(s.err, std, self.case.dtype, floor=s.floor)
+                if not verdict.passed:
+                    if s.content not in flash:
+                        flash[s.content] = self._flash_errors(s.content)
+                    verdict = gradient_rule(s.err, std, self.case.dtype, floor=s.floor,
+                                            fallback_error=flash[s.content][GRADS.index(name)])
+                if not verdict.passed:
+                    bad.append(f"{name} rows {s.rows} of input {s.content}: max abs error "
+                               f"{s.err:.3g}, {verdict.words()}")
+                    break
         if not bad:
             return None
         return WRONG, ("off the float64 gradients (flashbench.reference.attention_grad), by "
-                       "the gradient rule: " + "; ".join(bad))
+                       "the gradient rule (the standard's error: its largest over the "
+                       f"{len(self.seen.get('dq', []))} inputs judged): " + "; ".join(bad))
 
     def judge(self, content: int, grads) -> tuple[str, str] | None:
         """None, or (failure name, why) for one timed call's (dq, dk, dv) on ``content``."""

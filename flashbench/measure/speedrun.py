@@ -87,6 +87,10 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
             bad = judge.judge(content, out[0]) or grads.judge(content, tuple(out[1:]))
         if bad is not None:
             faults.setdefault(*bad)
+    if case.direction != "fwd":  # the gradients' rule, over every input judged
+        bad = grads.finish()
+        if bad is not None:
+            faults.setdefault(*bad)
     return faults, len(outputs)
 
 

@@ -154,13 +154,13 @@ def staging_allowance(cpu: dict, requests: str = "pairs") -> float:
 def judge_cpu(cpu: dict, idle_wall: float, faults: dict, direction: str,
                device: str = "cpu") -> None:
     """CPU while the worker should be idle over 2 ticks + 10 % of the idle time; more CPU
-    from the moment a request's inputs were written to their copies' end (``load``, a
-    backward's dO too) than :data:`COPY_FACTOR` x what copying them costs this process; or
-    more CPU readying the calls (``stage``; not "bwd", whose stage runs the forward) than
-    running them (beyond :func:`staging_allowance`). Not the last two on a GPU, where a
-    call's CPU time is its launches and a synchronisation's wait, not its work (on an H200
-    an honest Triton forward ran 0.14 s of CPU against 0.4 s readying its inputs): work
-    outside the timed call."""
+    from the moment a request's inputs were written to their copies' end (``load``: a
+    forward's inputs, a backward's dO alone) than :data:`COPY_FACTOR` x what copying them
+    costs this process; or more CPU readying the calls (``stage``; not "bwd", whose stage
+    runs the forward) than running them (beyond :func:`staging_allowance`). Not the last
+    two on a GPU, where a call's CPU time is its launches and a synchronisation's wait, not
+    its work (on an H200 an honest Triton forward ran 0.14 s of CPU against 0.4 s readying
+    its inputs): work outside the timed call."""
     if cpu["idle"] > 2 * _TICK + 0.1 * idle_wall:
         faults.setdefault(OUTSIDE, f"the worker used {cpu['idle']:.3g} s of CPU during "
                           f"{idle_wall:.3g} s of idle pauses after its replies "
