@@ -119,7 +119,7 @@ def _calls(w: Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         # a backward's dO fill alone (none where it is posted, inside the clock): what its q,
         # k, v allow, its stage (their forward, untimed and unweighed) may compute as well,
         # and the threads' spin after the last warm-up fell in their fill (an honest sdpa
-        # backward failed 3 runs in 3 at --samples 30-200, 1x2x64x32, a quiet machine)
+        # backward failed 5 runs in 5 at --samples 200, 1x2x64x32, a quiet machine)
         weighed = (early, None) if late else (0, None)
         fills = int(mail is None)  # a posted forward's inputs come with the run
         cpu["load"] = cpu.get("load", 0.0) + ((c4 - c3) if late else (c1 - c0))
