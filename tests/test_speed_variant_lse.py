@@ -1,0 +1,69 @@
+"""A variant's returned LSE in `flashbench speed` is judged against the same-dtype flash
+model's LSE error, not the standard attention's: a red team (2026-12-07) had bf16 kernels
+that skipped their softcap or their sinks PASS speed (their O within bf16's rounding, their
+LSE within the bf16 standard's 0.01-0.05 error), while check put such an LSE at 7,000x
+its band."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from flashbench.cli import main
+
+KERNELS = textwrap.dedent('''
+    import torch
+
+    def _attention(q, k, v, causal, softcap, sinks):
+        """Attention with fp32 scores and LSE (a flash kernel's), o in q's dtype."""
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
+        if causal:
+            n, m = s.shape[-2:]
+            hide = torch.ones(n, m, dtype=torch.bool).triu(m - n + 1)
+            s = s.masked_fill(hide, float("-inf"))
+        if sinks is not None:
+            sink = torch.tensor(sinks, dtype=torch.float32).view(1, -1, 1, 1)
+            s = torch.cat([s, sink.expand(*s.shape[:-1], 1)], -1)
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None])[..., :k.shape[-2]]
+        return (p @ v.float()).to(q.dtype), lse
+
+    def honest(q, k, v, causal=False, scale=None, softcap=None, sinks=None):
+        return _attention(q, k, v, causal, softcap, sinks)
+
+    def capless(q, k, v, causal=False, scale=None, softcap=None, sinks=None):
+        return _attention(q, k, v, causal, None, sinks)
+
+    def sinkless(q, k, v, causal=False, scale=None, softcap=None, sinks=None):
+        return _attention(q, k, v, causal, softcap, None)
+
+    for _f in (honest, capless, sinkless):
+        _f.flashbench_variants = ("softcap", "sinks")
+''')
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    (tmp_path / "fbvarlse.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the worker finds it too
+    monkeypatch.delitem(sys.modules, "fbvarlse", raising=False)
+    yield
+    sys.modules.pop("fbvarlse", None)
+
+
+@pytest.mark.parametrize("variant, cheat", [
+    (["--shape", "1x2x128x64", "--softcap", "50", "--causal", "on"], "capless"),
+    (["--shape", "1x2x512x64", "--sinks"], "sinkless")])  # a sink: 1 logit among 513
+def test_a_bf16_kernel_that_skips_its_variant_fails_by_its_lse(kernels, capsys, variant, cheat):
+    rc = main(["speed", "--quiet", "--json", "--seed", "17", "--dtype", "bf16", *variant,
+               "--only", "fbvarlse:honest", f"fbvarlse:{cheat}"])
+    rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    honest, bad = rows["fbvarlse:honest"], rows[f"fbvarlse:{cheat}"]
+    assert honest["status"] == "PASS", (honest["failures"], honest["reason"])
+    assert rc == 1 and bad["status"] == "FAIL", bad
+    why = bad["failures"]["wrong"]
+    assert why.startswith("lse off the float64 reference") and "flash model's LSE" in why, why
