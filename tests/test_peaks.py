@@ -90,6 +90,20 @@ def test_a_precision_slower_than_fp32_is_floored_by_the_fastest_matmul(tmp_path,
     assert roof.peak("fp32") <= alone.peak("fp32") and alone.peak_used("fp32") == "fp32 matmul"
 
 
+def test_an_fp64_rows_peak_is_fp64s_own(tmp_path, monkeypatch):
+    """An fp64 row's % peak was of the fp32 matmul, "faster here than fp64's own: a kernel
+    may compute in fp32" (a red team, 2026-12-07): an fp64 kernel computing in fp32 fails
+    its check (1e-12), so its % peak read about 2.5x low. Its floor stays the fastest
+    measured matmul's (lenient: a floor is what no kernel beats)."""
+    from flashbench.measure.roofline import measure_roofline
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path))
+    roof = measure_roofline("cpu", ["fp64", "fp32"])
+    assert roof.peak("fp64") == roof.tflops["fp64"] < roof.peak("fp32"), roof.tflops
+    assert roof.peak_used("fp64").startswith("fp64 matmul;"), roof.peak_used("fp64")
+    assert roof.floor_peak("fp64") == max(roof.tflops.values())
+
+
 def _tampered(path, factor: float) -> None:
     known = json.loads(path.read_text())
     path.write_text(json.dumps({k: v * factor for k, v in known.items()}))

@@ -174,6 +174,7 @@ def _no_speedup(rows: list, baseline: str) -> list[str]:
                 f"is {base.status} there" + (f" ({base.reason})" if base.reason else "")
                 if base is not None else "has no PASS there: " + "; ".join(
                     f"{r.backend} {r.status}" + (f" ({r.reason})" if r.reason else "")
-                    for r in peers) if peers else "is none of its rows (--only named no "
-                "torch peer: name one, or give --baseline one of the rows)"))
+                    for r in peers) if peers else "is none of its rows (no torch peer "
+                "timed it: --only named none, or none takes its dtype or variant: give "
+                "--baseline one of the rows)"))
     return out
