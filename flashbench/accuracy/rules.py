@@ -3,12 +3,11 @@
 :func:`baseline_rule` is FlashAttention's own test criterion: a kernel's error against the
 float64 reference is at most ``factor`` (:data:`BASELINE_FACTOR`, 2) times the error of the
 same-dtype standard attention (:func:`flashbench.numerics.standard_model`) plus a floor,
-eps/4 of the format O is written in (bf16 for fp8; FlashAttention's ``fwd_atol`` where |O|
-< 0.2, up to 8x less than it above: docs/check.md; the LSE's: :func:`lse_floor`; fp64's:
-:func:`exact_floor`, its standard being the reference's own arithmetic). :func:`judge`
-applies it to (o, lse); :func:`gradient_rule` / :func:`judge_gradient` to dq, dk, dv
-(:data:`GRAD_FACTOR` 3, plus :func:`gradient_floor`).
-A non-finite kernel error always fails (ratio inf). Where the standard overflowed (its
+eps/4 of O's format (bf16 for fp8; FlashAttention's ``fwd_atol`` where |O| < 0.2, up to 8x
+less above: docs/check.md; the LSE's: :func:`lse_floor`; fp64's: :func:`exact_floor`).
+:func:`judge` applies it to (o, lse); :func:`gradient_rule` / :func:`judge_gradient` to dq,
+dk, dv (:data:`GRAD_FACTOR` 3, plus :func:`gradient_floor`). A non-finite kernel error
+always fails (ratio inf). Where the standard overflowed (its
 error inf: the kernel passes), is exact and the kernel is not, or drew an unusually small
 error (the kernel fails against it but is within the factor of the caller's *fallback*,
 the same-dtype flash model's error on the same inputs: it passes), the ratio is taken
