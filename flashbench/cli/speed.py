@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
                    "and d (default 1x8x1024x64's); the forward pass, no variant")
     s.add_argument("--decode", action="store_true",
                    help="decode over a KV cache instead, as check --decode: GB/s of the cache "
-                   "read and %% of this run's copy bandwidth (the decode backends)")
+                   "read and %% of the copy bandwidth (the best this machine has measured, this "
+                   "run's included: measure.peaks) (the decode backends)")
     s.add_argument("--decode-case", action="append",
                    metavar="BxH[/Hkv]xNqxd[/dv]:L1,L2,..[:pP][:mla]", help="with --decode: a "
                    "case, cache lengths, pages of P keys, :mla (as check --decode-case's)")

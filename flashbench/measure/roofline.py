@@ -25,7 +25,8 @@ __all__ = ["Roofline", "measure_roofline", "fp8_peak_tflops"]
 
 @dataclass
 class Roofline:
-    """The same run's measured peaks: matmul TFLOP/s per precision, copy GB/s (1e9 B/s)."""
+    """The peaks, the best this machine has measured (this run's included: :mod:`.peaks`):
+    matmul TFLOP/s per precision, copy GB/s (1e9 B/s)."""
 
     tflops: dict
     copy_gbs: float

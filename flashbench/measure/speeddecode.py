@@ -8,7 +8,8 @@ finiteness, a checksum against the first call on the same input) and once per in
 the float64 decode (:func:`flashbench.reference.decode_attention`): inside the tolerance band's
 edge (:func:`flashbench.measure.decode.band_edge`) or by the baseline rule (the split model
 its fallback yardstick, as check's). GB/s counts the cache's bytes read
-(:func:`flashbench.measure.decode.decode_bytes`); % peak is of this run's copy bandwidth.
+(:func:`flashbench.measure.decode.decode_bytes`); % peak is of the copy bandwidth: the best
+this machine has measured, this run's included (:mod:`flashbench.measure.peaks`).
 """
 
 from __future__ import annotations
