@@ -97,13 +97,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     for argv in (["--baseline", "sdpa-math", "--backend", "torch-naive"], ["--samples", "5"],
                  ["--samples", "10001"], ["--shape", "1x1x0x16"], ["--backend", "nosuch"], ["--window", "3"],
                  ["--decode", "--pass", "bwd"], ["--decode-case", "2x4x1x32:5"],
-                 ["--pass", "sideways"], ["--warmup", "0"], ["--warmup", "1000000000"]):
+                 ["--pass", "sideways"], ["--warmup", "0"], ["--warmup", "1000000000"],
+                 # mid-run, after the first row: "causal must be True or False (a bool),
+                 # got Variant" (the fp8 models take no variant; a probe, 2026-12-07)
+                 ["--dtype", "fp32", "fp8", "--softcap", "5", "--shape", "1x1x16x16"]):
         try:
             rc = main(["speed", "--quiet", *argv])
         except SystemExit as exc:  # argparse's refusal
             rc = exc.code
         err = capsys.readouterr().err
         assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+        assert "Variant" not in err, err
 
 
 def test_nothing_timed_is_exit_2_with_one_line_naming_why(capsys):

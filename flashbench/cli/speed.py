@@ -19,7 +19,7 @@ from flashbench.cli.common import softcap as _softcap
 from flashbench.cli.common import window as _window
 from flashbench.cli.speed_view import render_text, untimed
 from flashbench.infra.args import int_at_least
-from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, get_precision
+from flashbench.inputs.precision import CHECK_DTYPES, DTYPES, FP8_DTYPES, get_precision
 from flashbench.inputs.validation import DEFAULT_TIME_LIMIT
 from flashbench.timed.attention import PASSES  # fwd, bwd, fwdbwd (docs/speed.md)
 
@@ -187,6 +187,11 @@ def _run(args) -> int:
             raise ValueError("speed --decode does not read --varlen: a decode case's "
                              "lengths are given with --decode-case")
         return _decode(args, dtypes, causals, run_seed)
+    fp8 = [d for d in dtypes if d in FP8_DTYPES]
+    if fp8 and (args.window is not None or args.softcap is not None or args.sinks):
+        # as check says it; it was "causal must be True or False ..., got Variant" mid-run
+        raise ValueError(f"the fp8 models take causal only; --window, --softcap and --sinks "
+                         f"are not modelled for {', '.join(fp8)}: time those without fp8")
     if args.varlen is not None:
         cases = _packed(args, shapes, dtypes, causals, run_seed)
     else:
