@@ -5,7 +5,6 @@ LSE within the bf16 standard's 0.01-0.05 error), while check put such an LSE at 
 its band."""
 
 import json
-import sys
 import textwrap
 
 import pytest
@@ -45,20 +44,12 @@ KERNELS = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture
-def kernels(tmp_path, monkeypatch):
-    (tmp_path / "fbvarlse.py").write_text(KERNELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the worker finds it too
-    monkeypatch.delitem(sys.modules, "fbvarlse", raising=False)
-    yield
-    sys.modules.pop("fbvarlse", None)
-
-
 @pytest.mark.parametrize("variant, cheat", [
     (["--shape", "1x2x128x64", "--softcap", "50", "--causal", "on"], "capless"),
     (["--shape", "1x2x512x64", "--sinks"], "sinkless")])  # a sink: 1 logit among 513
-def test_a_bf16_kernel_that_skips_its_variant_fails_by_its_lse(kernels, capsys, variant, cheat):
+def test_a_bf16_kernel_that_skips_its_variant_fails_by_its_lse(user_module, capsys, variant,
+                                                               cheat):
+    user_module("fbvarlse", KERNELS)
     rc = main(["speed", "--quiet", "--json", "--seed", "17", "--dtype", "bf16", *variant,
                "--only", "fbvarlse:honest", f"fbvarlse:{cheat}"])
     rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["rows"]}

@@ -120,12 +120,11 @@ def _calls(w: Clocked, k: int, cpu: dict, pool: Pool, seeds: list, said: list,
         # k, v allow, its stage (their forward, untimed and unweighed) may compute as well,
         # and the threads' spin after the last warm-up fell in their fill (an honest sdpa
         # backward failed 5 runs in 5 at --samples 200, 1x2x64x32, a quiet machine)
-        weighed = (early, None) if late else (0, None)
         fills = int(mail is None)  # a posted forward's inputs come with the run
         cpu["load"] = cpu.get("load", 0.0) + ((c4 - c3) if late else (c1 - c0))
         cpu["fills"] = cpu.get("fills", 0) + fills
         cpu["copied"] = cpu.get("copied", 0) + (fills and sum(nbytes(pool.slots[i][
-            slice(*weighed)]) for i in slots))
+            early if late else 0:]) for i in slots))
         cpu["stage"] += c2 - c1
         cpu["run"] += c6 - c5
         cpu["pairs"] = cpu.get("pairs", 0) + 1
