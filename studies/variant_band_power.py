@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from flashbench import numerics, reference  # noqa: E402
 from flashbench.accuracy import judge  # noqa: E402
-from flashbench.inputs import Shape, make_qkv  # noqa: E402
+from flashbench.inputs import Shape  # noqa: E402
 from flashbench.inputs.precision import get_precision  # noqa: E402
 from flashbench.measure import Case  # noqa: E402
 from flashbench.measure.bandjudge import CaseBands  # noqa: E402
@@ -46,7 +46,7 @@ def main(argv=None):
         prec = get_precision(dtype)
         for name, kw in VARIANTS.items():
             case = Case(Shape(1, 1, 256, args.n, 64), "normal", **kw)
-            q, k, v = make_qkv(case.shape, case.dist, 0)
+            q, k, v = case.qkv(0)  # a softcap's scaled, as its band's
             ckw = case.kwargs(0)
             ref = reference.attention(q, k, v, **ckw)
             std = numerics.standard_model(q, k, v, prec, **ckw)

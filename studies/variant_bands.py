@@ -52,7 +52,7 @@ def main(argv=None):
             variant = {k: v for k, v in band_kw.items() if k != "causal"}
             flash, std = [], []
             for seed in range(args.seeds):
-                qkv = make_qkv(shape, args.dist, seed)
+                qkv = make_qkv(shape, args.dist, seed, softcap=variant.get("softcap"))
                 q, k, v = (caller_inputs(dtype, x) for x in qkv)
                 kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
                 ref = reference.attention(q, k, v, **kw)[0]

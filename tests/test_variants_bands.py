@@ -85,7 +85,7 @@ def _judged(name, defect, dtype="fp16", n=1024):
     from tools import defects
 
     case = Case(Shape(1, 1, 256, n, 64), "normal", **VARIANTS[name])
-    q, k, v = make_qkv(case.shape, case.dist, 0)
+    q, k, v = case.qkv(0)  # a softcap's scaled as the band's
     kw, prec = case.kwargs(0), PRECISIONS[dtype]
     out = defects.kernel(q, k, v, dtype, defect=defect, **kw)
     base = judge(out, numerics.standard_model(q, k, v, prec, **kw),

@@ -31,7 +31,7 @@ from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision, get_precision
-from flashbench.inputs.problem import make_varlen_qkv
+from flashbench.inputs.problem import make_varlen_qkv, softcap_gain
 from flashbench.inputs.variant import Variant
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
@@ -196,7 +196,8 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
     # the streamed one (equal to 1e-13)
     oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
     if lengths is not None:  # a packed batch: the flash model per sequence
-        *qkv, cu, cu_k = make_varlen_qkv(lengths, shape, dist, seed, keys)
+        *qkv, cu, cu_k = make_varlen_qkv(lengths, shape, dist, seed, keys,
+                                         softcap=variant.get("softcap"))
         q, k, v = (caller_inputs(prec, x) for x in qkv)
         if grad:  # dO as the check's (measure.varlen.varlen_grad_output)
             do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
@@ -211,13 +212,15 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
                                block=block, **kw)
             names = FORWARD
     elif not grad:
-        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed,
+                                                             softcap=variant.get("softcap")))
         ref = (reference.attention(q, k, v, **kw) if oneshot
                else reference.online_attention(q, k, v, **kw))
         out = numerics.flash_model(q, k, v, prec, block=block, **kw)
         names = FORWARD
     else:
-        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed))
+        q, k, v = (caller_inputs(prec, x) for x in make_qkv(shape, dist, seed,
+                                                             softcap=variant.get("softcap")))
         do = caller_inputs(prec, np.random.default_rng(seed + 1).standard_normal(
             (shape.B, shape.H, shape.Nq, shape.head_dim_v)))
         if oneshot:
@@ -289,12 +292,15 @@ def fingerprint() -> str:
 
 @lru_cache(maxsize=1)
 def variant_fingerprint() -> str:
-    """:func:`fingerprint` of the flash models with a window, a softcap and sinks: the disk
-    cache keys a variant's band by both (a changed variant path measures anew)."""
+    """:func:`fingerprint` of the flash models with a window, a softcap and sinks, and of a
+    softcap's inputs (:func:`~flashbench.inputs.problem.softcap_gain`): the disk cache keys a
+    variant's band by both (a changed variant path measures anew)."""
     from flashbench.bands.measure import band_dtypes
 
     q, k, v = make_qkv(Shape(1, 2, 16, 40, 64), "normal", 7)
     h = hashlib.sha256()
+    # and the inputs a softcap's case draws (scaled since 2026-12-08: bands before, anew)
+    h.update(repr([softcap_gain(c) for c in (1.0, 30.0, 50.0)]).encode())
     for dtype in band_dtypes():
         if dtype in numerics.GRAD_DTYPES:  # the fp8 models take causal only
             for x in numerics.flash_model(q, k, v, dtype, block=16, causal=True,

@@ -1,10 +1,8 @@
 """Seeded attention inputs: the distributions and shapes accuracy is judged on.
 
 Every generator returns float64 NumPy arrays ``q [B, H, Nq, d]``, ``k [B, H, Nk, d]``,
-``v [B, H, Nk, dv]`` drawn from ``numpy.random.default_rng(seed)``: the same seed
-always gives the same arrays, on every machine.
-
-Distributions (``dist``):
+``v [B, H, Nk, dv]`` drawn from ``numpy.random.default_rng(seed)``: the same seed always
+gives the same arrays, on every machine. Distributions (``dist``):
 
 - ``"normal"``: every entry N(0, 1).
 - ``"outliers"``: FlashAttention-3's accuracy benchmark: N(0, 1) plus, with
@@ -12,6 +10,8 @@ Distributions (``dist``):
 - ``"large-logits"``: q and k scaled so the scaled scores have standard deviation
   ``logit_std`` (default 2000, tails near 1e4): they push fp16 scores toward its
   largest finite value (65504) and make softmax rows nearly one-hot.
+
+With a softcap c, q and k are scaled so the scores bend under it (:func:`softcap_gain`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "make_varlen_qkv", "ODD_SHAPES"]
+__all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "make_varlen_qkv", "ODD_SHAPES",
+           "softcap_gain"]
 
 DISTRIBUTIONS = ("normal", "outliers", "large-logits")
 
@@ -137,8 +138,22 @@ def _draw(rng: np.random.Generator, shape, dist: str, logit_std: float, role: st
     return x
 
 
-def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float = 2000.0):
-    """Draw (q, k, v) of ``shape`` from ``dist`` (module docstring), float64, seeded.
+def softcap_gain(softcap: float | None, dist: str = "normal") -> float:
+    """The factor on q and k of a case with a softcap c: sqrt(max(1, c / 4)), so that the
+    scaled scores have standard deviation max(1, c / 4) and the cap bends them (1 without a
+    cap, and for ``large-logits``, whose scores are larger still). On N(0, 1) inputs a cap
+    of 50 (Gemma 2's) moves O by less than bf16's rounding: a bf16 kernel that skipped it
+    PASSed `check` (causal) and `speed` (a probe, 2026-12-08); at c / 4 it reads 35-100x
+    the flash model's error (studies/softcap_inputs.py)."""
+    if softcap is None or dist == "large-logits":
+        return 1.0
+    return float(np.sqrt(max(1.0, float(softcap) / 4.0)))
+
+
+def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float = 2000.0,
+             softcap: float | None = None):
+    """Draw (q, k, v) of ``shape`` from ``dist`` (module docstring), float64, seeded; with
+    ``softcap``, q and k times :func:`softcap_gain` (the same draws, scaled).
 
     k and v have ``shape.kv_heads`` heads (fewer than q's under grouped-query attention).
     """
@@ -150,22 +165,24 @@ def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float
     q = _draw(rng, (shape.B, shape.H, shape.Nq, shape.d), dist, logit_std, "q")
     k = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.d), dist, logit_std, "k")
     v = _draw(rng, (shape.B, shape.kv_heads, shape.Nk, shape.head_dim_v), dist, logit_std, "v")
-    return q, k, v
+    gain = softcap_gain(softcap, dist)
+    return (q, k, v) if gain == 1.0 else (q * gain, k * gain, v)
 
 
 def make_varlen_qkv(lengths, shape: Shape, dist: str = "normal", seed: int = 0,
-                    key_lengths=None):
+                    key_lengths=None, softcap: float | None = None):
     """A packed batch (FlashAttention's varlen layout) of sequences of ``lengths`` queries
     and ``key_lengths`` keys (None: the same) with ``shape``'s H, Hkv, d, dv: (q [total_q,
     H, d], k, v [total_k, Hkv, d or dv] float64, cu_seqlens_q, cu_seqlens_k int64 [len +
-    1]), drawn as one problem of total_q queries on total_k keys by :func:`make_qkv` and cut
+    1]), drawn as one problem of total_q queries on total_k keys by :func:`make_qkv` (with
+    ``softcap``'s gain) and cut
     at cu_seqlens (equal lengths: the same draw as one total x total problem)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     keys = lengths if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
     packed = Shape(1, shape.H, int(lengths.sum()), int(keys.sum()), shape.d, shape.dv,
                    Hkv=shape.Hkv)
     q, k, v = (np.ascontiguousarray(np.swapaxes(x[0], 0, 1))
-               for x in make_qkv(packed, dist, seed))
+               for x in make_qkv(packed, dist, seed, softcap=softcap))
     return (q, k, v, np.concatenate([[0], np.cumsum(lengths)]),
             np.concatenate([[0], np.cumsum(keys)]))
 

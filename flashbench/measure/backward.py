@@ -30,7 +30,7 @@ from flashbench.accuracy import GRAD_FACTOR, error_stats, judge_gradient, to_num
 from flashbench.accuracy.rules import sinks_limit
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
-from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.inputs.problem import Shape
 from flashbench.measure.bandjudge import CaseBands, combine
 from flashbench.measure.records import (
     EXACT_TOL,
@@ -286,7 +286,7 @@ def measure_gradients(case: Case, dtypes: Sequence[str | Precision], kernels: Se
     """
 
     if inputs is None:
-        inputs = (*make_qkv(case.shape, case.dist, seed), grad_output(case.shape, seed))
+        inputs = (*case.qkv(seed), grad_output(case.shape, seed))
     q, k, v, do = private(*inputs)
     kw, variant = case.kwargs(seed), case.variant(seed)
     if ref is None:

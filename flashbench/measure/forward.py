@@ -23,7 +23,7 @@ from flashbench import numerics, reference
 from flashbench.accuracy import error_stats
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs.precision import Precision, get_precision
-from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.inputs.problem import Shape
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands
 from flashbench.measure.diagnose import dense_candidates, diagnose
@@ -99,7 +99,7 @@ def measure_accuracy(case: Case, dtypes: Sequence[str | Precision], kernels: Seq
     in that order: :class:`Accuracy`, or :class:`Unavailable` for a kernel that
     cannot run the case here; backends get no record for dtypes they do not take.
     """
-    q, k, v = private(*(make_qkv(case.shape, case.dist, seed) if inputs is None else inputs))
+    q, k, v = private(*(case.qkv(seed) if inputs is None else inputs))
     kw, variant = case.kwargs(seed), case.variant(seed)
     ref = reference.attention(q, k, v, **kw) if ref is None else ref
     records: list[Accuracy | Unavailable] = []

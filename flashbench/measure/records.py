@@ -20,7 +20,7 @@ from flashbench.accuracy import BASELINE_FACTOR, judge
 from flashbench.accuracy.rules import EXACT_TOL
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision
-from flashbench.inputs.problem import Shape
+from flashbench.inputs.problem import Shape, make_qkv
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands, combine
 
@@ -78,6 +78,11 @@ class Case:
         if self.sinks:
             kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(self.shape.H)
         return kw
+
+    def qkv(self, seed: int = 0) -> tuple:
+        """The case's (q, k, v), float64: :func:`~flashbench.inputs.make_qkv` of its shape
+        and distribution, q and k scaled under a softcap (where it bends the scores)."""
+        return make_qkv(self.shape, self.dist, seed, softcap=self.softcap)
 
     def variant(self, seed: int = 0) -> Variant | None:
         """The case's :class:`Variant` for backends (None: plain attention, causal or not)."""

@@ -27,7 +27,6 @@ import numpy as np
 
 from flashbench import reference
 from flashbench.inputs.precision import CHECK_DTYPES, Precision, get_precision
-from flashbench.inputs.problem import make_qkv
 from flashbench.measure.backward import (
     backward_exactness,
     default_backward_cases,
@@ -98,7 +97,7 @@ def _run(cases, dtypes: list[Precision], seed, block, backends, say, backward_ca
         if case.varlen is not None:  # a packed batch: per-sequence reference and models
             _run_varlen(report, case, dtypes, seed, block, backends if forward else (), say)
             continue
-        q, k, v = private(*make_qkv(case.shape, case.dist, seed))
+        q, k, v = private(*case.qkv(seed))
         ref = reference.attention(q, k, v, **case.kwargs(seed))
         report["exactness"] += [r.as_dict() for r in exactness(case, q, k, v, ref, block, seed)]
         judged = ["flash_model", *(backends if forward else ())]
@@ -144,7 +143,7 @@ def _run_gradients(report, cases, backward_cases, dtypes, seed, block, backends,
         if case.varlen is not None:  # a packed batch: per-sequence gradients and models
             _run_varlen_gradients(report, case, dtypes, seed, block, backends, say)
             continue
-        q, k, v, do = private(*make_qkv(case.shape, case.dist, seed),
+        q, k, v, do = private(*case.qkv(seed),
                               grad_output(case.shape, seed))
         ref = reference.attention_grad(q, k, v, do, **case.kwargs(seed))
         report["grad_exactness"] += [r.as_dict() for r in

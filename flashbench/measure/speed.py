@@ -69,6 +69,11 @@ class SpeedCase:
         return full * self.variant.visible_pairs(s.Nq, s.Nk) / max(
             1, visible_pairs(s.Nq, s.Nk, self.causal))
 
+    @property
+    def softcap(self) -> float | None:
+        """The variant's softcap (None: none), which scales q and k as check's case does."""
+        return None if self.variant is None else self.variant.softcap
+
     def kwargs(self) -> dict:
         """The variant's keywords for a backend (empty without one)."""
         from flashbench.inputs.variant import variant_kwargs

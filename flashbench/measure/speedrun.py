@@ -67,12 +67,15 @@ def _judged(case: SpeedCase, seed: int, outputs, seeds, faults: dict,
         from flashbench.measure.speedvarlen import PackedJudge
 
         judge = PackedJudge(case, varlen_maker(case.varlen, case.shape, case.dtype,
-                                               keys=case.varlen_k), seed,
+                                               keys=case.varlen_k, softcap=case.softcap),
+                            seed,
                             out_dtype)
     else:
-        judge = Judge(case, attention_maker(case.shape, case.dtype, drawn_on, "device"), seed,
+        judge = Judge(case, attention_maker(case.shape, case.dtype, drawn_on, "device",
+                                              case.softcap), seed,
                       out_dtype)
-    grads = GradJudge(case, grad_maker(case.shape, case.dtype, drawn_on, "device"), seed)
+    grads = GradJudge(case, grad_maker(case.shape, case.dtype, drawn_on, "device",
+                                          case.softcap), seed)
     judge.contents = grads.contents = len({c for o, c in zip(outputs, seeds, strict=True)
                                            if o is not None})  # their rows cover every row
     faults = dict(faults)
@@ -116,15 +119,18 @@ def _in_process(case: SpeedCase, backend, seed: int, samples: int, warmup: int, 
         from flashbench.measure.speedvarlen import packed_call
 
         pool = Pool(varlen_maker(case.varlen, case.shape, case.dtype, dev.type,
-                                 case.varlen_k), size, seed, names_for("fwd", varlen=True))
+                                 case.varlen_k, case.softcap), size, seed,
+                    names_for("fwd", varlen=True))
         setup, call = None, packed_call(backend, case)
     elif case.direction == "fwd":
-        make = attention_maker(case.shape, case.dtype, dev.type, "device")  # _judged's too
+        make = attention_maker(case.shape, case.dtype, dev.type, "device",  # _judged's too
+                               case.softcap)
         pool = Pool(lambda s: backend.prepare(*make(s), device=dev), size, seed)
         setup, call = None, lambda q, k, v: backend.timed_fn(q, k, v, causal=case.causal,
                                                              **case.kwargs())
     else:  # gradients of the Hkv-head k, v: a backend without GQA gets them expanded in
-        pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device"), size, seed,
+        pool = Pool(grad_maker(case.shape, case.dtype, dev.type, "device", case.softcap),
+                    size, seed,
                     names_for(case.direction), late=_late_do(case, dev.type, "device"))
         setup, call = pass_call(lambda q, k, v: backend.timed_fn(
             q, *(expand_kv(q, k, v) if not backend.gqa else (k, v)), causal=case.causal,

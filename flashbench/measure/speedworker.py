@@ -149,7 +149,8 @@ def time_in_worker(worker, shape: str, dtype: str, causal: bool, seed: int, samp
     from flashbench.timed.shared import share
 
     w = Clocked(worker, time_limit())
-    pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa, varlen_k)
+    pool = harness_pool(shape, dtype, pool, seed, direction, decode, varlen, gqa, varlen_k,
+                        (variant or {}).get("softcap"))
     shared = share(pool)
     try:
         return _timed(w, pool, shared, samples, warmup, direction, causal, variant, {} if

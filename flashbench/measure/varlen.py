@@ -61,7 +61,8 @@ def varlen_inputs(case: Case, seed: int = 0):
     """(q, k, v, cu_seqlens_q, cu_seqlens_k) of a varlen case: float64 [total, heads, d],
     int64 [B + 1] (:func:`flashbench.inputs.problem.make_varlen_qkv`; the key lengths
     ``case.varlen_k`` where they differ from the query lengths)."""
-    return make_varlen_qkv(case.varlen, case.shape, case.dist, seed, case.varlen_k)
+    return make_varlen_qkv(case.varlen, case.shape, case.dist, seed, case.varlen_k,
+                           softcap=case.softcap)
 
 
 def varlen_exactness(case: Case, q, k, v, cu, cu_k, ref, block: int, seed: int = 0):

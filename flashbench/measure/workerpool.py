@@ -56,11 +56,12 @@ def one_thread():
 
 def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = "fwd",
                  decode: dict | None = None, varlen=None, gqa: bool = True,
-                 varlen_k=None) -> Pool:
+                 varlen_k=None, softcap: float | None = None) -> Pool:
     """The pool of a worker's calls, made in this process from the run's seed (the worker
     maps its slots: :func:`flashbench.timed.shared.share`): the inputs as the judges
-    rebuild them (CPU draws), k and v expanded to q's heads for a function without GQA
-    (``gqa`` False; a backward expands them in its graph), a backward's dO late."""
+    rebuild them (CPU draws; ``softcap``: q and k scaled as its case's), k and v expanded to
+    q's heads for a function without GQA (``gqa`` False; a backward expands them in its
+    graph), a backward's dO late."""
     from flashbench.backends.tensors import expand_kv
     from flashbench.inputs.problem import Shape
     from flashbench.timed.attention import attention_maker, do_maker, grad_maker, varlen_maker
@@ -71,19 +72,19 @@ def harness_pool(shape: str, dtype: str, size: int, seed: int, direction: str = 
     if direction == "decode":
         make = decode_maker(decode, dtype, "cpu")
     elif varlen is not None:
-        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu", varlen_k)
+        packed = varlen_maker(list(varlen), Shape.parse(shape), dtype, "cpu", varlen_k, softcap)
 
         def make(s):
             q, k, v, cu_q, cu_k = packed(s)
             return (q, *((k, v) if gqa else expand_kv(q, k, v)), cu_q, cu_k)
     elif direction == "fwd":
-        qkv = attention_maker(Shape.parse(shape), dtype, "cpu", "cpu")
+        qkv = attention_maker(Shape.parse(shape), dtype, "cpu", "cpu", softcap)
 
         def make(s):
             q, k, v = qkv(s)
             return (q, *((k, v) if gqa else expand_kv(q, k, v)))
     else:
-        make = grad_maker(Shape.parse(shape), dtype, "cpu", "cpu")
+        make = grad_maker(Shape.parse(shape), dtype, "cpu", "cpu", softcap)
         if direction == "bwd":
             late = do_maker(Shape.parse(shape), dtype, "cpu", "cpu")
     return Pool(make, size, seed, names_for(direction, varlen is not None), late=late)

@@ -26,22 +26,35 @@ def torch_dtype(dtype: str):
     return getattr(torch, get_precision(dtype).torch_name)
 
 
-def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
+def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu",
+                    softcap: float | None = None):
     """``make(seed) -> (q, k, v)``: torch tensors [B, H, Nq, d], [B, Hkv, Nk, d],
     [B, Hkv, Nk, dv] in ``dtype`` on ``device``, N(0, 1) from a generator seeded with
-    ``seed``. ``draw``: "cpu", a CPU generator (identical in every process: the harness
+    ``seed`` (with ``softcap``, q and k times :func:`~flashbench.inputs.problem.softcap_gain`,
+    as check's: where the cap bends the scores). ``draw``: "cpu", a CPU generator (identical
+    in every process: the harness
     rebuilds a worker's inputs), or "device", one on ``device`` (identical within a process,
     hundreds of times faster on a GPU: the harness's own rows, whose pool and checks share
     its process; on an H200 the CPU draws were a quarter of a speed run)."""
     import torch
 
     dt, dims, on = torch_dtype(dtype), qkv_shapes(shape), _drawn_on(device, draw)
+    gains = _gains(softcap)
 
     def make(seed: int) -> tuple:
         g = torch.Generator(device=on).manual_seed(int(seed))
-        return tuple(torch.randn(d, generator=g, device=on).to(dt).to(device) for d in dims)
+        return tuple((torch.randn(d, generator=g, device=on) * a).to(dt).to(device)
+                     for d, a in zip(dims, gains, strict=True))
 
     return make
+
+
+def _gains(softcap) -> tuple[float, float, float]:
+    """q's, k's and v's factors: a softcap's gain on q and k (1 without one)."""
+    from flashbench.inputs.problem import softcap_gain
+
+    a = softcap_gain(softcap)
+    return a, a, 1.0
 
 
 def qkv_shapes(shape: Shape) -> tuple:
@@ -73,34 +86,39 @@ def _cu(lengths):
                         dtype=torch.int32)
 
 
-def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu", keys=None):
+def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu", keys=None,
+                 softcap: float | None = None):
     """``make(seed) -> (q, k, v, cu_seqlens_q, cu_seqlens_k)``: a packed batch in
     FlashAttention's varlen layout, q [total_q, H, d], k [total_k, Hkv, d], v [total_k, Hkv,
     dv] in ``dtype`` on ``device``, N(0, 1) from a CPU generator seeded with ``seed``
     (identical in every process); the cu_seqlens int32 [len + 1] on ``device``, the same for
-    every seed (``keys``: the key lengths where they differ from ``lengths``)."""
+    every seed (``keys``: the key lengths where they differ from ``lengths``; ``softcap``:
+    q and k scaled as :func:`attention_maker`'s)."""
     import torch
 
     dt = torch_dtype(dtype)
     p = packed_shape(lengths, shape, keys)
     dims = ((p.Nq, p.H, p.d), (p.Nk, p.kv_heads, p.d), (p.Nk, p.kv_heads, p.head_dim_v))
     cu_q, cu_k = _cu(lengths), _cu(lengths if keys is None else keys)
+    gains = _gains(softcap)
 
     def make(seed: int) -> tuple:
         g = torch.Generator().manual_seed(int(seed))
-        return (*(torch.randn(d, generator=g).to(dt).to(device) for d in dims),
+        return (*((torch.randn(d, generator=g) * a).to(dt).to(device)
+                  for d, a in zip(dims, gains, strict=True)),
                 cu_q.clone().to(device), cu_k.clone().to(device))
 
     return make
 
 
-def grad_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu"):
+def grad_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "cpu",
+               softcap: float | None = None):
     """``make(seed) -> (q, k, v, do)``: :func:`attention_maker`'s q, k, v and the output
     gradient dO [B, H, Nq, dv] in ``dtype``, N(0, 1) from a second generator, drawn where
     ``draw`` says (as :func:`attention_maker`). ``seed``: an int (dO's generator seeded with
     ``seed + 1``) or a pair (q, k, v's seed, dO's seed: a pool's content once its dO was
     drawn after the forward, :meth:`flashbench.timed.pool.Pool.arm`)."""
-    qkv = attention_maker(shape, dtype, device, draw)
+    qkv = attention_maker(shape, dtype, device, draw, softcap)
     do = do_maker(shape, dtype, device, draw)
 
     def make(seed) -> tuple:
