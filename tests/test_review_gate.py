@@ -231,8 +231,11 @@ def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
 
     hd = "bench_headdims.TrackHeadDimAccuracy."
     tri, mine = f"kernel='triton', {SHAPE}", f"kernel='mine', {SHAPE}"
+    peer = f"kernel='torch-naive', {SHAPE}"
     cases = [(hd + "track_o_max_abs", tri, 3e-3, 3e-3),  # Triton: the same output
              (hd + "track_o_band_ratio", tri, 0.70, 0.49),
+             (hd + "track_o_max_abs", peer, 9e-3, 9e-3),  # a peer, the same output: the
+             (hd + "track_o_band_ratio", peer, 2.1, 1.47),  # band moved for both
              (hd + "track_dv_band_ratio", tri, 0.5, 0.3),  # no dv max_abs to tell: kept
              (hd + "track_o_max_abs", mine, 3e-3, 2.5e-3),  # a kernel that did change
              (hd + "track_o_band_ratio", mine, 0.70, 0.49),
@@ -254,3 +257,28 @@ def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
     review = Review("b" * 40, "h" * 40, "m", "cpu", "same-run", 1.1, 0.02, 0.05, 1.0)
     review.rows = list(rows.values())
     assert "2 ratio(s) moved with their yardstick alone" in review.summary()
+
+
+def test_a_band_ratio_that_moved_alone_is_the_kernels_own_change():
+    """A red team (2026-12-08): a head that moved the bf16 flash model's LSE everywhere but
+    at its largest error (1.8x its rounding error) read band ratio 0.50 -> 0.91 "yardstick
+    moved", OK, exit 0: its max |error| was the same, but the band (the shipped table) had
+    not moved; no other kernel's band ratio there moved. It stays "worse", a regression."""
+    from flashbench.review.rules import yardstick_moved
+
+    fm, naive = f"kernel='flash_model', {SHAPE}", f"kernel='torch-naive', {SHAPE}"
+    cases = [(ACC + "track_lse_max_abs", fm, 1.808e-3, 1.808e-3),
+             (ACC + "track_lse_band_ratio", fm, 0.4966, 0.9111),
+             (ACC + "track_lse_max_abs", naive, 0.02, 0.02),
+             (ACC + "track_lse_band_ratio", naive, 3.0, 3.0),  # the band: unmoved
+             (ACC + "track_o_max_abs", fm, 1e-3, 1e-3),  # and one that moved up with a
+             (ACC + "track_o_band_ratio", fm, 0.5, 0.6),  # peer moving down: no witness
+             (ACC + "track_o_max_abs", naive, 0.01, 0.01),
+             (ACC + "track_o_band_ratio", naive, 3.0, 2.5)]
+    rows = {(r.benchmark.rsplit(".", 1)[1], r.params): r for r in yardstick_moved(_rows(cases))}
+    for name in ("track_lse_band_ratio", "track_o_band_ratio"):
+        row = rows[name, fm]
+        assert row.verdict == "worse" and row.regression, row
+        assert "no other kernel's band ratio here moved" in row.detail, row.detail
+        assert "the yardstick moved" not in row.detail
+    assert "2 result(s) got worse" in _review(list(rows.values())).summary()

@@ -208,23 +208,48 @@ def for_information(rows: list[Row]) -> list[Row]:
 
 
 _RATIO = re.compile(r"track_(o|lse|dq|dk|dv)_(band_ratio|baseline_ratio|ratio)$")
+_KERNEL = re.compile(r"(?:^|, )kernel='[^']*'")
+
+
+def _same(row: Row | None) -> bool:
+    return row is not None and row.base is not None and row.base == row.head
 
 
 def yardstick_moved(rows: list[Row]) -> list[Row]:
-    """``rows``, each rule or band ratio that moved while the kernel's own error did not (its
-    ``track_<tensor>_max_abs`` the same in base and head: the same output) said as the
-    yardstick's move: "better", "worse" or "above band" (against base) become "yardstick
-    moved"; a ratio now past its rule's or band's limit stays a regression, with the
-    words. A head that scaled the bf16 flash model's O, which the band of head-dim cases is
-    measured from, read "better" on untouched Triton rows (a fresh-eyes probe, 2026-12-07)."""
-    own = {(r.benchmark, r.params): r for r in rows
-           if r.benchmark.endswith("_max_abs") and r.base is not None and r.head is not None}
+    """``rows``, each rule or band ratio that moved with its yardstick alone said so:
+    "better", "worse" or "above band" (against base) become "yardstick moved"; a ratio now
+    past its rule's or band's limit stays a regression, with the words. A baseline ratio
+    (max |error| over the standard's) moved with its yardstick where the kernel's own
+    ``track_<tensor>_max_abs`` is the same in base and head. A band ratio reads RMSE and p99,
+    which may move while the max does not: its yardstick moved only where another kernel of
+    the same grid point, its max the same too, saw its band ratio move the same way (a moved
+    band moves every kernel's). A head that scaled the bf16 flash model's O, which the band of
+    head-dim cases is measured from, read "better" on untouched Triton rows (a fresh-eyes
+    probe, 2026-12-07); one that moved a flash model's LSE everywhere but at its largest
+    error read "yardstick moved", OK, exit 0 (a red team, 2026-12-08)."""
+    own = {(r.benchmark, r.params): r for r in rows if r.benchmark.endswith("_max_abs")}
+    moved: dict[tuple, list[tuple[str, bool]]] = {}  # band ratios moved, max the same
+    for r in rows:
+        m = _RATIO.search(r.benchmark)
+        if m and m[2] == "band_ratio" and r.base is not None and r.head is not None and \
+                r.base != r.head and _same(own.get((r.benchmark[:m.start()] +
+                                                    f"track_{m[1]}_max_abs", r.params))):
+            moved.setdefault((r.benchmark, _KERNEL.sub("", r.params)), []).append(
+                (r.params, r.head > r.base))
     for r in rows:
         m = _RATIO.search(r.benchmark)
         if not m or r.base is None or not (r.verdict == "better" or r.regression):
             continue
         twin = own.get((r.benchmark[:m.start()] + f"track_{m[1]}_max_abs", r.params))
-        if twin is None or twin.base != twin.head:
+        if not _same(twin):
+            continue
+        if m[2] == "band_ratio" and not any(
+                params != r.params and up == (r.head > r.base)
+                for params, up in moved.get((r.benchmark, _KERNEL.sub("", r.params)), [])):
+            words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
+                     f"({twin.base:.4g}), but no other kernel's band ratio here moved: the "
+                     "band did not, the statistics it reads (RMSE, p99) did")
+            r.detail = f"{r.detail}; {words}" if r.detail else words
             continue
         words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
                  f"({twin.base:.4g}): the yardstick moved, not the kernel")
