@@ -55,9 +55,10 @@ REASONS = {
                        "changed that can be judged",
     "better": "head's error is below base's by more than the tolerance",
     "yardstick-moved": "a rule's or band's ratio moved while the kernel's own error did not "
-                       "(its max |error| the same in base and head): the yardstick moved (the "
-                       "flash model that measures the band, or the standard model), not the "
-                       "kernel",
+                       "(its max |error| the same in base and head; a band ratio: another "
+                       "kernel's, its max the same, moved the same way): the yardstick moved "
+                       "(the flash model that measures the band, or the standard model), not "
+                       "the kernel",
     "failing-at-base": "base broke the rule too, head is no worse: a standing failure (apart)",
     "not-comparable": "NaN in base and head alike (no value, or a ratio its rule does not judge)",
     "peer": "torch's own attention, for information (as in check): never fails the gate",
