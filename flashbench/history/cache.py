@@ -43,7 +43,7 @@ from flashbench.history.rows import Rows, parse
 from flashbench.infra.git import GitError, git
 from flashbench.infra.locks import locked
 
-SCHEMA = 5  # bump when what a part holds, or what a parse gathers, changes
+SCHEMA = 6  # bump when what a part holds, or what a parse gathers, changes
 ENV = "FLASHBENCH_HISTORY_CACHE"  # a folder for every cache, or "off"
 OFF = {"", "0", "off", "no", "false", "none"}
 MAX_PARTS = 8

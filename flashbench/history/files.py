@@ -164,16 +164,37 @@ def host_reader(roots: list[Path]):
     return host
 
 
+NUMBERS = frozenset({int, float, type(None)})  # what asv writes for a value (NaN, inf: float)
+
+
+def not_number(v) -> bool:
+    """True for a recorded item that is no number: a bool, a string, a list, ... (None,
+    a failed result, is not one; bool is an int to isinstance, not here)."""
+    return type(v) not in NUMBERS
+
+
 def floats(items: list, where: str, notes: list) -> np.ndarray:
-    """float64 array of recorded numbers (None -> NaN); anything else NaN, noted."""
-    try:
-        return np.array(items, dtype=float)
-    except (TypeError, ValueError):
-        odd = [v for v in items if v is not None and not isinstance(v, (int, float))]
+    """float64 array of recorded numbers (None -> NaN); anything else NaN, noted. A bool
+    or a numeric string is no number (np.array(..., float) read false as 0.0 and "0.5"
+    as 0.5: a red team, 2026-12-08)."""
+    if set(map(type, items)) <= NUMBERS:  # C speed
+        try:
+            return np.array(items, dtype=float)
+        except OverflowError:  # an int past float range: below, as its sign's infinity
+            pass
+    odd = [v for v in items if not_number(v)]
+    if odd:
         notes.append(f"{where}: {len(odd)} value(s) are not numbers (e.g. {odd[0]!r}); "
                      "read as NaN (a result's value: a failed result)")
-        return np.array([float(v) if isinstance(v, (int, float)) else math.nan
-                         for v in items], dtype=float)
+    return np.array([math.nan if v is None or not_number(v) else _float(v) for v in items],
+                    dtype=float)
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 def sample_column(samples: list, where: str, notes: list) -> tuple[np.ndarray, np.ndarray]:
@@ -184,11 +205,8 @@ def sample_column(samples: list, where: str, notes: list) -> tuple[np.ndarray, n
     else:
         counts = np.array([len(x) if isinstance(x, list) else -1 for x in samples], np.int64)
         listed = [x for x in samples if isinstance(x, list)]
-    total = int(counts[counts > 0].sum())
-    try:
-        return np.fromiter(itertools.chain.from_iterable(listed), float, total), counts
-    except (TypeError, ValueError):
-        return floats(list(itertools.chain.from_iterable(listed)), where, notes), counts
+    flat = list(itertools.chain.from_iterable(listed))
+    return floats(flat, where, notes), counts
 
 
 def literal(text, cache: dict):

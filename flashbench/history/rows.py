@@ -28,6 +28,7 @@ from flashbench.history.files import (
     floats,
     gc_paused,
     machine_facts,
+    not_number,
     read_results_file,
     sample_column,
 )
@@ -119,7 +120,8 @@ class Rows:
         names, rows = list(results), list(results.values())
         if (self._layout is not None and set(map(type, rows)) == {list}
                 and min(map(len, rows), default=0) > i_result
-                and (names, cells(rows, i_params)) == self._layout[0]):
+                and (names, cells(rows, i_params)) == self._layout[0]
+                and not any(map(_longer, cells(rows, i_result), self._layout[1][2]))):
             benches, grids, sizes = self._layout[1]
             self.entry_bench += benches
             self.entry_grid += grids
@@ -134,6 +136,11 @@ class Rows:
                 gid, m = self._grid(bench, [] if params is None else params)
             except ValueError as exc:
                 self.skip(f"{path}: {bench}", str(exc))
+                continue
+            if _longer(row[i_result], m):  # cut, its values read under the wrong points
+                self.skip(f"{path}: {bench}", f"{len(row[i_result])} results, longer than "
+                          f"its parameter grid of {m} point(s): which value is which point "
+                          "is unknown, none read")
                 continue
             kept.append(row)
             benches.append(bench)
@@ -164,8 +171,8 @@ class Rows:
         value = floats(values, str(path), self.notes)
         status = np.where(np.isnan(value), np.int8(SKIPPED), np.int8(OK))
         if len(self.notes) > noted:  # values that are no number: no result, not a skip
-            status[[i for i, v in enumerate(values) if v is not None
-                    and not isinstance(v, (int, float))]] = FAILED
+            status[[i for i, v in enumerate(values) if v is not None and not_number(v)]] = \
+                FAILED
         if not np.isfinite(value[status == OK]).all():
             self._not_finite(path, data, value, status, sizes)
         if values.count(None):
@@ -242,6 +249,13 @@ def _read_part(roots: list[Path], metas: list[dict], files: list) -> Rows:
     return Rows(roots, metas).read(files)
 
 
+def _longer(cell, m: int) -> bool:
+    """A result list longer than its grid of ``m`` points (a red team, 2026-12-08: a grid
+    shrunk to one model while four values remained read flash_model's times as
+    standard_model's)."""
+    return isinstance(cell, list) and len(cell) > m
+
+
 def cells(rows: list[list], i: int | None) -> list:
     """Column ``i`` of every entry row (None where a row is shorter or i is None)."""
     if i is None:
@@ -257,8 +271,8 @@ def gather(cells: list, sizes: list[int]) -> tuple[list, list[tuple[int, int]]]:
 
     A cell that is not a list counts as a one-item list; a cell shorter than its
     grid is padded with None (returned as (first padded row, count) pairs) and a
-    longer one cut. When every cell is a list of the right length this runs at C
-    speed.
+    longer one cut (a longer result list never gets here: :meth:`Rows._entries`). When
+    every cell is a list of the right length this runs at C speed.
     """
     if set(map(type, cells)) == {list} and list(map(len, cells)) == sizes:
         return list(itertools.chain.from_iterable(cells)), []

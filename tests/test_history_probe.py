@@ -1,0 +1,88 @@
+"""A red team's findings on `flashbench history`, 2026-12-08: each test failed before its fix."""
+
+import os
+import re
+import warnings
+
+from test_history import results_file, write
+
+from flashbench.history import load_results
+
+TRACK = "b.Track.track_x"
+
+
+def _load(root, **kw):
+    """(frame, warning messages) of ``root``, read without a cache."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = load_results(root, cache=False, **kw)
+    return df, [str(w.message) for w in caught]
+
+
+def _track_folder(root):
+    write(root / "benchmarks.json", {"version": 2, TRACK: {
+        "param_names": ["n"], "type": "track", "unit": "err"}})
+    return root
+
+
+def test_a_bool_or_a_string_value_is_a_failed_result(tmp_path):
+    """`false` and "0.5" were read as 0.0 and 0.5, status ok (np.array(..., float) takes
+    them): a value that is no number is a failed result, and said."""
+    root = _track_folder(tmp_path / "results")
+    write(root / "m" / "a.json", results_file({
+        TRACK: [[False, "0.5", 1.5, True, None], [["1", "2", "3", "4", "5"]]]}))
+    write(root / "m" / "b.json", results_file({TRACK: [[True, False], [["1", "2"]]]},
+                                              commit="d" * 40, date=1700000060000))
+    df, said = _load(root)
+    a = df[df["file"] == os.path.join("m", "a.json")].sort_values("n")
+    assert a["status"].astype(str).tolist() == ["failed", "failed", "ok", "failed", "failed"]
+    assert a["value"].isna().tolist() == [True, True, False, True, True]
+    b = df[df["file"] == os.path.join("m", "b.json")]
+    assert (b["status"] == "failed").all() and b["value"].isna().all()
+    assert any("not numbers" in s and "a.json" in s for s in said), said
+    assert any("not numbers" in s and "b.json" in s for s in said), said
+
+
+def test_a_result_list_longer_than_its_grid_is_said_and_never_mislabelled(tmp_path):
+    """A grid shrunk to one model while its four values remained: the list was cut and
+    flash_model's times read as standard_model's. The entry is skipped and said, in both
+    the first file of a layout and a file that reuses the layout before it."""
+    root = _track_folder(tmp_path / "results")
+    for k, values in enumerate([[1.0], [2.0, 3.0], [4.0]]):
+        write(root / "m" / f"{k}.json", results_file({
+            TRACK: [values, [["1"]]], "b.plain": [[5.0 + k]]},
+            commit=f"{k:040d}", date=1700000000000 + k))
+    write(root / "m" / "3.json", results_file({TRACK: [[7.0, 8.0, 9.0], [["1", "2"]]]},
+                                              commit=f"{3:040d}", date=1700000000003))
+    df, said = _load(root)
+    track = df[df["benchmark"] == TRACK].sort_values("date")
+    assert track["value"].tolist() == [1.0, 4.0]  # 2.0 and 7.0, 8.0 never under n=1, 2
+    assert (df["benchmark"] == "b.plain").sum() == 3
+    skipped = dict(df.attrs["skipped_files"])
+    for name, grid in (("1.json", 1), ("3.json", 2)):
+        why = next(v for k, v in skipped.items() if k.endswith(f"{name}: {TRACK}"))
+        assert "longer than" in why and f"grid of {grid}" in why, why
+    assert sum("longer than" in s for s in said) == 2, said
+
+
+def _copy_with_other_name(folder):
+    for f in sorted(folder.glob("*/*.json")):
+        (f.parent / f"{f.stem}-copy.json").write_bytes(f.read_bytes())
+
+
+def _two_envs(root, names, values=(1.0, 2.0), started=(1700000100000, 1700000200000)):
+    """One machine, one commit, two environments: ``values[i]`` in file ``names[i]``,
+    run at ``started[i]``."""
+    _track_folder(root)
+    for name, value, when, env in zip(names, values, started, ("virtualenv-py", "existing-py"),
+                                      strict=True):
+        data = results_file({TRACK: [[value], [["1"]], "v", when]},
+                            columns=["result", "params", "version", "started_at"])
+        write(root / "m" / name, data | {"env_name": env})
+    return root
+
+
+def _cells(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
