@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from test_review_stats import band_limits  # noqa: F401  (the band rule's limits, a fixture)
 
+from flashbench.review import stored
 from flashbench.review.envs import comparable, existing_name, facts
+from flashbench.review.model import Review
 from flashbench.review.stored import compare_stored, judge_time_stored, within_history
 
 REQS = ["matplotlib", "ml_dtypes", "numpy", "pandas", "tabulate", "torch", "triton"]
@@ -52,7 +54,12 @@ def test_run_to_run_range_of_ancestors_demotes_noise():
         "ambiguous", "inside-run-to-run-range")
     assert within_history("slower", "s", 1.6, [1.0, 1.3, 1.1])[0] == "slower"
     assert within_history("faster", "s", 0.8, [1.0, 1.3])[0] == "faster"
-    assert within_history("slower", "s", 1.25, [1.0])[0] == "slower"  # no range from one
+    # no range from one or none: separate runs' scatter is unknown (7.8x on unchanged code)
+    for earlier in ([1.0], []):
+        assert within_history("slower", "s", 7.8, earlier)[:2] == (
+            "ambiguous", "no-run-to-run-range")
+        assert within_history("faster", "s", 0.1, earlier)[0] == "ambiguous"
+    assert within_history("same", "within-factor", 1.0, [])[:2] == ("same", "within-factor")
     # only the 5 newest ancestors count: an old slow level does not hide a return to it
     assert within_history("slower", "s", 3.0, [1.0] * 5 + [3.0])[0] == "slower"
 
@@ -205,7 +212,8 @@ def test_existing_environment_of_this_python_compares_with_matching_virtualenv()
 
 def test_accuracy_regression_even_when_faster():
     acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
-    rows = [row("b", 2.0, "2026-01-02"), row("h", 1.0, "2026-01-03"),
+    rows = [row("a1", 2.1, "2026-01-01"), row("b", 2.0, "2026-01-02"),
+            row("h", 1.0, "2026-01-03"),
             row("a1", 1e-3, "2026-01-01", bench=acc, params="k", type="track", unit="err"),
             row("b", 1e-3, "2026-01-02", bench=acc, params="k", type="track", unit="err"),
             row("h", 4e-3, "2026-01-03", bench=acc, params="k", type="track", unit="err")]
@@ -327,7 +335,6 @@ def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, t
     Both now read ``results.machine_rows``: this processor's rows under any machine name
     (the name changed with flashbench's naming), and rows of this name without one."""
     from flashbench.review import results
-    from flashbench.review.model import Review
 
     acc = "bench_accuracy.TrackAccuracy.track_o_max_abs"
     kw = dict(bench=acc, params="k", type="track", unit="err")
@@ -385,3 +392,43 @@ def test_a_corrupt_stored_results_file_is_named_in_the_reviews_notes(tmp_path):
         frame = load_stored([tmp_path], notes=notes)
     assert list(frame["value"]) == [3.0]
     assert len(notes) == 1 and "Stored results `" in notes[0] and "cut.json` skipped" in notes[0]
+
+
+def test_a_review_bench_pattern_reaches_asv_in_asvs_own_form(monkeypatch, tmp_path):
+    """A red team (2026-12-08): `review --reuse --bench "TimeSoftmax.*N=1024"` (the review's
+    name(k=v) form) gave asv a pattern matching nothing of its name(v, ...) form: "asv run
+    wrote no results", exit 3. asv now gets the grid points the review selects, by name."""
+    import re
+
+    from flashbench.review import stored
+
+    listing = [{"name": "bench_reference.TimeSoftmax.time_softmax", "type": "time", "unit": "s",
+                "labels": [f"N={n}, dtype='fp64'" for n in (256, 1024)],
+                "asv_labels": [f"{n}, 'fp64'" for n in (256, 1024)]},
+               {"name": "bench_memory.track_rss", "type": "track", "unit": "bytes",
+                "labels": [""], "asv_labels": [""]}]
+    monkeypatch.setattr(stored, "list_suites", lambda *a: listing)
+    asv = stored._asv_bench(tmp_path, tmp_path, "TimeSoftmax.*N=1024")
+
+    def asv_selects(name, values):  # asv.benchmarks.Benchmarks' own matching
+        return bool(re.search(asv, f"{name}({values})" if values else name))
+
+    assert asv_selects(listing[0]["name"], "1024, 'fp64'")
+    assert not asv_selects(listing[0]["name"], "256, 'fp64'")
+    assert not asv_selects("bench_memory.track_rss", "")
+    assert re.search(stored._asv_bench(tmp_path, tmp_path, "rss"), "bench_memory.track_rss")
+    assert stored._asv_bench(tmp_path, tmp_path, None) is None
+    with pytest.raises(ValueError, match="matches no benchmark"):
+        stored._asv_bench(tmp_path, tmp_path, "NoSuchThing")
+
+
+def test_stored_results_undecided_are_not_told_to_raise_the_budget():
+    """--budget does nothing under --reuse: the summary said to raise it (a red team)."""
+    from flashbench.review.model import Row
+
+    row = Row("time", "t", "p", "seconds", "ambiguous", "no-run-to-run-range", undecided=True)
+    stored_review = Review("b" * 40, "h" * 40, "m", "cpu", stored.MODE, 1.1, 0.02, rows=[row])
+    assert "without --reuse" in stored_review.summary()
+    assert "--budget" not in stored_review.summary()
+    same_run = Review("b" * 40, "h" * 40, "m", "cpu", "same-run A/B", 1.1, 0.02, rows=[row])
+    assert "--budget" in same_run.summary()

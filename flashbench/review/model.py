@@ -35,6 +35,8 @@ REASONS = {
     "ratio-only": "one sample per commit, no statistics: the ratio alone cannot call a "
                   "change",
     "not-significant": "the ratio passes the factor but asv's test finds no difference",
+    "no-run-to-run-range": "slower or faster by asv's test, but fewer than 2 earlier runs of "
+                           "base's ancestors show how far separate runs scatter: undecided",
     "inside-run-to-run-range": "the head lies inside the range of earlier runs of base's "
                                "ancestors",
     "benchmark-changed": "the benchmark's code differs between base's and head's (asv "
@@ -197,10 +199,13 @@ class Review:
                                  loaded_slow)) + ", the sampling budget "
                              "ran out or the machine was too busy (their rows say which; "
                              "--bench PATTERN, --budget SECONDS, or a quieter machine)")
-            if open_rows:
-                parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous (more rounds "
-                             "decide: a larger --budget SECONDS, or --bench PATTERN on "
-                             "them alone)")
+            if open_rows:  # stored results take no more rounds (a red team's --reuse
+                # review was told to raise the --budget it ignores)
+                parts.append(f"UNDECIDED: {open_rows} result(s) ambiguous " + (
+                    "(stored results of separate runs: the same-run review, without "
+                    "--reuse, decides them)" if self.mode.startswith("stored") else
+                    "(more rounds decide: a larger --budget SECONDS, or --bench PATTERN "
+                    "on them alone)"))
             if self.problems:
                 parts.append(f"{len(self.problems)} problem(s) below")
             text = "; ".join(parts)

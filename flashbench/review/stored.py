@@ -9,7 +9,9 @@ of base's ancestors; other values and coverage as in same-run reviews (docs/revi
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -60,10 +62,18 @@ def judge_time_stored(base: pd.Series, head: pd.Series, factor: float) -> tuple[
 def within_history(verdict: str, reason: str, head: float, earlier: list[float]
                    ) -> tuple[str, str, str]:
     """Demote slower/faster to ambiguous when earlier runs of base's ancestors (newest
-    first, at most RECENT) already reached the head's value; (verdict, reason, detail)."""
+    first, at most RECENT) already reached the head's value, or are fewer than 2: without
+    them nothing tells a change from separate runs' scatter (a red team, 2026-12-08: an
+    unchanged float64 path read 7.8x "slower", exit 1, base and head run by asv under other
+    jobs' load, with no ancestor run); (verdict, reason, detail)."""
     recent = earlier[:RECENT]
-    if len(recent) < 2 or verdict not in ("slower", "faster"):
+    if verdict not in ("slower", "faster"):
         return verdict, reason, ""
+    if len(recent) < 2:
+        return "ambiguous", "no-run-to-run-range", (
+            f"{verdict} by asv's test, but {len(recent)} earlier run(s) of base's ancestors "
+            "(2 needed) to show separate runs' scatter (up to 1.5x on a 2-CPU machine): "
+            "judge it by the same-run review (without --reuse)")
     lo, hi = min(recent), max(recent)
     span = f"{lo:.4g}..{hi:.4g}, runs of {len(recent)} ancestor commits"
     if (verdict == "slower" and head <= hi) or (verdict == "faster" and head >= lo):
@@ -206,6 +216,23 @@ def _row(name: str, params: str, bb, hh, history, factor: float, acc_tol: float)
                undecided=verdict == "ambiguous")
 
 
+def _asv_bench(root: Path, bench_dir: Path, bench: str | None) -> str | None:
+    """asv's ``--bench`` for the review's: the names of today's benchmarks it selects, by
+    name or ``name(k=v, ...)`` (ValueError where it selects none). asv reads its own form,
+    ``name(v, ...)``: a review's ``--bench "TimeSoftmax.*N=1024"`` selected nothing there
+    and the review exited 3, "the tool failed" (a red team, 2026-12-08)."""
+    if not bench:
+        return None
+    log_file = root / ".asv" / "review-suites.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    listing = list_suites(root, bench_dir, log_file)
+    chosen = {(p.name, p.index) for p in select(listing, bench)}
+    return "|".join(  # asv matches a parameterised benchmark as name(v, ...) alone
+        f"^{re.escape(b['name'])}\\({re.escape(label)}\\)$" if label else
+        f"^{re.escape(b['name'])}$"
+        for b in listing for i, label in enumerate(b["asv_labels"]) if (b["name"], i) in chosen)
+
+
 def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machine: str, cpu: str,
                   results: Path, log) -> Review:
     """Load stored results, run asv for a commit without any, compare (module docstring)."""
@@ -218,15 +245,14 @@ def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machi
         named = frame["machine"].astype(object) == machine
         return frame[named | frame.index.isin(machine_rows(frame, machine, cpu).index)]
 
+    asv_bench = functools.cache(lambda: _asv_bench(root, bench_dir, opts.bench))
     frame = load()
     if pattern is not None and not len(frame):  # ValueError where the suites have none
-        log_file = root / ".asv" / "review-suites.log"
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        select(list_suites(root, bench_dir, log_file), opts.bench)
+        asv_bench()
     requirements = requirement_names(root)
     for commit in dict.fromkeys((base, head)):
         if not (frame["commit"].astype(object) == commit).any():
-            run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
+            run_asv(root, commit, machine, opts.quick, opts.existing, asv_bench(), log)
             frame = load()
     if pick_envs(frame, base, head, requirements)[0] is None:
         # leftover results of another kind of environment: measure in the kind asked for
@@ -236,10 +262,13 @@ def review_stored(opts, root: Path, bench_dir: Path, base: str, head: str, machi
             wanted = ({kind_now} if kind_now else {e for e in envs
                                                    if not e.startswith("existing-")})
             if not envs & wanted:
-                run_asv(root, commit, machine, opts.quick, opts.existing, opts.bench, log)
+                run_asv(root, commit, machine, opts.quick, opts.existing, asv_bench(), log)
                 frame = load()
                 break
     review.rows, review.problems, review.notes = compare_stored(
         frame, base, head, machine, cpu, ancestors(base, root), opts.factor, opts.acc_tol,
         requirements)
+    if (where := _this_machine(frame, base, head, machine, cpu)[1]).startswith("measured on"):
+        # the header named this machine's processor over another's numbers (a red team)
+        review.cpu = f"{where.split(', not ')[0]}; this machine: {cpu}"
     return review

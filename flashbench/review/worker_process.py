@@ -48,17 +48,17 @@ class Suites:
             self.benchmarks = {only: get_benchmark_from_name(root, only)}
         self.caches = {}
 
-    def describe(self) -> list:
+    def describe(self) -> list:  # each benchmark's grid: the review's labels and asv's
         out = []
         for name in sorted(self.benchmarks):
             b = self.benchmarks[name]
             combos = list(itertools.product(*b.params)) if b.params else [()]
             values = list(itertools.product(*b._params)) if b._params else [()]
-            labels = [", ".join(f"{n}={v}" for n, v in zip(b.param_names, c, strict=True))
-                      for c in combos]
+            labels = [", ".join(map("=".join, zip(b.param_names, c, strict=True))) for c in combos]
             skips = {tuple(s) for s in b._skip_tuples}
             out.append({"name": name, "type": b.type, "unit": b.unit, "version": b.version,
-                        "timeout": b.timeout, "labels": labels,
+                        "timeout": b.timeout, "labels": labels, "asv_labels": [
+                            ", ".join(c) for c in combos],  # asv's own --bench form
                         "not_applicable": [i for i, v in enumerate(values) if v in skips]})
         return out
 
