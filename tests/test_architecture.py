@@ -261,7 +261,10 @@ def test_the_rooms_stay_small():
     2026-12-06 by the checks against base's own suites and the busy machine's status, 2,954
     lines; to 3,120 on 2026-12-07 by head's own suites beside those that ran, in
     review/ownsuites.py, and the yardstick rule, 3,103 lines; to 3,140 later that day by
-    what the commits' code leaves running, killed and failing it: 3,138 lines)."""
+    what the commits' code leaves running, killed and failing it: 3,138 lines; to 3,200 on
+    2026-12-08 by a red team's four wrong answers: a band ratio's yardstick needing a
+    witness, --reuse without ancestor runs undecided, asv's own --bench form, the stored
+    results' processor in the header: 3,198 lines)."""
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 400] == []
     long_doc = []
@@ -271,4 +274,4 @@ def test_the_rooms_stay_small():
             long_doc.append(f"{p.relative_to(ROOT)}: {len(doc.splitlines())} lines")
     assert long_doc == []
     review = sum(n for p, n in sizes.items() if p.parent.name == "review")
-    assert review <= 3140, f"flashbench/review/ holds {review} lines"
+    assert review <= 3200, f"flashbench/review/ holds {review} lines"
