@@ -1,10 +1,13 @@
 """A red team's findings on `flashbench history`, 2026-12-08: each test failed before its fix."""
 
+import json
 import os
 import re
 import warnings
 
-from test_history import results_file, write
+import numpy as np
+import pandas as pd
+from test_history import results_file, run_cli, tiny_results, write
 
 from flashbench.history import load_results
 
@@ -82,7 +85,62 @@ def _two_envs(root, names, values=(1.0, 2.0), started=(1700000100000, 1700000200
     return root
 
 
+def test_every_log_scaled_axis_says_so():
+    """rules.png was log-scaled with nothing saying so: finish labelled only an axis that
+    had a label."""
+    from test_report import _merge_study, frame
+
+    from flashbench.history.plots import rules_figure
+
+    kernel = frame([0.5, 0.6, 0.55], "a.TrackAccuracy.track_o_baseline_ratio",
+                   {"kernel": "triton", "dtype": "bf16", "causal": False})
+    fig = rules_figure(pd.concat([kernel, _merge_study()], ignore_index=True))
+    logs = [ax for ax in fig.axes if ax.get_visible() and ax.get_yscale() == "log"]
+    assert logs
+    assert all("log" in ax.get_ylabel() for ax in logs), [ax.get_ylabel() for ax in logs]
+
+
 def _cells(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))
 
 
+def test_a_pipe_in_a_parameter_value_is_escaped_in_every_table(tmp_path, capsys):
+    """`|` inside a value made one cell too many in the Markdown tables."""
+    from flashbench.history.answer import _render
+    from flashbench.history.report import _table
+
+    table = pd.DataFrame({"kernel": ["a|b", "c"], "x": [1.0, np.nan]})
+    for text in (_render(table, ".3g"), _table(table)):
+        assert "a\\|b" in text
+        assert len({_cells(line) for line in text.splitlines()}) == 1, text
+    root = tiny_results(tmp_path / "results", commits=4)
+    for f in root.glob("m/*.json"):
+        data = json.loads(f.read_text())
+        data["results"]["a.TrackAccuracy.track_o_max_abs"][1][0] = ["'tri|ton'"]
+        data["results"]["t.TimeX.time_fwd"][1][0] = ["'1x2x64x64x16|x'"]
+        f.write_text(json.dumps(data))
+    rc, out, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 0, err
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "tri\\|ton" in text
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        if line.startswith("|") and (k == 0 or not lines[k - 1].startswith("|")):
+            block = [x for x in lines[k:] if x.startswith("|")]
+            block = block[:next((i for i, x in enumerate(lines[k:]) if not x.startswith("|")),
+                                len(block))]
+            assert len({_cells(x) for x in block}) == 1, "\n".join(block)
+
+
+def test_a_folder_whose_results_all_failed_says_so(tmp_path, capsys):
+    """It said "no results in ...", which was false: they are there, all failed."""
+    root = tiny_results(tmp_path / "results")
+    for f in root.glob("m/*.json"):
+        data = json.loads(f.read_text())
+        for row in data["results"].values():
+            row[0] = [None] * len(row[0])
+        f.write_text(json.dumps(data))
+    rc, _, err = run_cli(["history", str(root), "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2, err
+    assert "no measured result in" in err and "12 results, all failed" in err, err
+    assert "no results in" not in err

@@ -78,9 +78,24 @@ def _fold(table: pd.DataFrame, columns, legend: dict) -> pd.DataFrame:
 
 def _render(table: pd.DataFrame, floatfmt: str) -> str:
     """GitHub Markdown; a value not recorded (NaN, None, NA) is an empty cell."""
-    cells = table.astype(object).where(table.notna(), None)
+    cells = escaped(table.astype(object).where(table.notna(), None))
     return tabulate(cells, headers="keys", tablefmt="github", showindex=False,
                     floatfmt=floatfmt, missingval="")
+
+
+def escaped(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``|`` in its texts and column names written ``\\|``: a Markdown
+    table's cell ended there (a red team, 2026-12-08: a value with ``|`` made one cell
+    too many)."""
+    def cell(v):
+        return v.replace("|", "\\|") if isinstance(v, str) else v
+
+    table = table.rename(columns=cell)  # a new frame: set below without touching the caller's
+    for k in range(table.shape[1]):
+        column = table.iloc[:, k].astype(object)
+        if column.map(lambda v: isinstance(v, str) and "|" in v).any():
+            table.isetitem(k, column.map(cell))
+    return table
 
 
 def narrow(table: pd.DataFrame, labels: dict, optional=(), fold=(), legend: dict | None = None,

@@ -218,8 +218,9 @@ def finish(fig, axes, entries: dict, title: str, note: str = ""):
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7, which="both")
             tick_labels(ax)
-            if ax.get_yscale() == "log" and ax.get_ylabel():  # said (a probe: no plot did)
-                ax.set_ylabel(f"{ax.get_ylabel()} (log scale)", fontsize=8)
+            if ax.get_yscale() == "log" and "log" not in ax.get_ylabel():  # said (a probe:
+                # no plot did; a red team, 2026-12-08: rules.png's axes had no label at all)
+                ax.set_ylabel(f"{ax.get_ylabel()} (log scale)".strip(), fontsize=8)
     entries = {k: v for k, v in entries.items() if v}
     rows = max([len(v) for v in entries.values()] or [0])
     cols = {k: 1 if len(v) <= 12 else 2 for k, v in entries.items()}

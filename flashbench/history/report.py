@@ -24,6 +24,7 @@ from tabulate import tabulate
 from flashbench.history.answer import (
     answer,
     compact,
+    escaped,
     fold_legend,
     machine_labels,
     narrow,
@@ -84,7 +85,8 @@ def check_out(out, force: bool = False) -> Path:
 def _table(df: pd.DataFrame, floatfmt=".3g") -> str:
     if df.empty:
         return "_none recorded_"
-    return tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
+    return tabulate(escaped(df), headers="keys", tablefmt="github", showindex=False,
+                    floatfmt=floatfmt)
 
 
 def _without_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
@@ -184,7 +186,8 @@ def build_report(results_dir, out, force: bool = False) -> str:
     report.md into ``out`` (see the module docstring); return the report.
 
     ValueError: ``out`` refused (:func:`check_out`), a results folder missing, or no
-    result with a measured value in them ("no results in FOLDER").
+    result with a measured value in them ("no results in FOLDER"; "no measured result in
+    FOLDER: N results, all failed" where they are there, none measured).
     """
     out = check_out(out, force)
     roots = folders(results_dir)
@@ -193,6 +196,11 @@ def build_report(results_dir, out, force: bool = False) -> str:
     if not (df["status"] == "ok").any():
         machine = [r for r in roots if (Path(r) / "machine.json").is_file()
                    and not (Path(r) / "benchmarks.json").is_file()]
+        if len(df):  # there, none measured (a red team, 2026-12-08: "no results" was false)
+            counts = df["status"].value_counts()
+            raise ValueError(f"no measured result in {where}: {len(df)} results, " + (
+                "all failed" if counts.get("failed", 0) == len(df) else "none measured (" +
+                ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ")"))
         raise ValueError(f"no results in {where}" + (
             f": {machine[0]} is one machine's folder (machine.json): give the results folder "
             "above it, which holds benchmarks.json" if machine else ""))
