@@ -825,7 +825,8 @@ def test_history_on_a_folder_without_results(tmp_path, capsys, contents):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResultsWarning)
         rc, _, err = run_cli(["history", str(folder), "--out", str(out)], capsys)
-    refused(rc, err, f"no results in {folder}")
+    refused(rc, err, *([f"no measured result in {folder}: 2 results, all failed"]
+                       if contents == "null results" else [f"no results in {folder}"]))
     assert not out.exists()  # nothing written
 
 
