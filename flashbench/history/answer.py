@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from flashbench.history.markdown import escaped
 from flashbench.history.steps import flagged
 from flashbench.history.summaries import identities, parse_params
 
@@ -81,21 +82,6 @@ def _render(table: pd.DataFrame, floatfmt: str) -> str:
     cells = escaped(table.astype(object).where(table.notna(), None))
     return tabulate(cells, headers="keys", tablefmt="github", showindex=False,
                     floatfmt=floatfmt, missingval="")
-
-
-def escaped(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with ``|`` in its texts and column names written ``\\|``: a Markdown
-    table's cell ended there (a red team, 2026-12-08: a value with ``|`` made one cell
-    too many)."""
-    def cell(v):
-        return v.replace("|", "\\|") if isinstance(v, str) else v
-
-    table = table.rename(columns=cell)  # a new frame: set below without touching the caller's
-    for k in range(table.shape[1]):
-        column = table.iloc[:, k].astype(object)
-        if column.map(lambda v: isinstance(v, str) and "|" in v).any():
-            table.isetitem(k, column.map(cell))
-    return table
 
 
 def narrow(table: pd.DataFrame, labels: dict, optional=(), fold=(), legend: dict | None = None,

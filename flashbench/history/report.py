@@ -24,7 +24,6 @@ from tabulate import tabulate
 from flashbench.history.answer import (
     answer,
     compact,
-    escaped,
     fold_legend,
     machine_labels,
     narrow,
@@ -33,6 +32,7 @@ from flashbench.history.answer import (
 from flashbench.history.bands import band_history, widened_markdown
 from flashbench.history.files import host_reader, read_benchmarks
 from flashbench.history.load import folders, load_results
+from flashbench.history.markdown import escaped
 from flashbench.history.plots import (
     commit_order,
     loaded_runs,
