@@ -73,6 +73,20 @@ def _copy_with_other_name(folder):
         (f.parent / f"{f.stem}-copy.json").write_bytes(f.read_bytes())
 
 
+def test_a_copy_under_another_name_is_read_once_and_said(tmp_path):
+    """Every file of a machine copied to <name>-copy.json: each point was read twice."""
+    alone, _ = _load(tiny_results(tmp_path / "alone"))
+    root = tiny_results(tmp_path / "results")
+    _copy_with_other_name(root)
+    df, said = _load(root)
+    assert len(df) == len(alone)
+    assert sorted(df["value"]) == sorted(alone["value"])
+    assert df.groupby(["commit", "benchmark", "params"], observed=True).size().max() == 1
+    left = [n for n in df.attrs["notes"] if "left out" in n]
+    assert len(left) == 3 and all("identical" in n and "-copy.json" in n for n in left), left
+    assert all(n in said for n in left)
+
+
 def _two_envs(root, names, values=(1.0, 2.0), started=(1700000100000, 1700000200000)):
     """One machine, one commit, two environments: ``values[i]`` in file ``names[i]``,
     run at ``started[i]``."""
@@ -83,6 +97,30 @@ def _two_envs(root, names, values=(1.0, 2.0), started=(1700000100000, 1700000200
                             columns=["result", "params", "version", "started_at"])
         write(root / "m" / name, data | {"env_name": env})
     return root
+
+
+def test_one_commit_in_two_environments_reads_the_newer_run_whatever_the_file_names(tmp_path):
+    """Two results files of one machine and commit in two environments read as two
+    commits, and which won depended on the names' order. The newest run is kept (its
+    latest started_at), the other said; swapping the names changes no number."""
+    numbers = []
+    for k, names in enumerate((("a.json", "b.json"), ("b.json", "a.json"))):
+        df, said = _load(_two_envs(tmp_path / f"r{k}", names))
+        assert df["value"].tolist() == [2.0] and df["env"].tolist() == ["existing-py"]
+        note = next(n for n in df.attrs["notes"] if "left out" in n)
+        assert f"{names[0]} left out" in note and names[1] in note, note
+        numbers.append(df.drop(columns=["file", "samples"]))
+    pd.testing.assert_frame_equal(numbers[0], numbers[1])
+
+
+def test_the_same_run_twice_keeps_one_by_its_content_not_its_name(tmp_path):
+    """Two differing files of one run with the same started_at: the choice is the
+    content's, never the names' order."""
+    kept = set()
+    for k, names in enumerate((("a.json", "b.json"), ("b.json", "a.json"))):
+        df, _ = _load(_two_envs(tmp_path / f"r{k}", names, started=(5, 5)))
+        kept.add(float(df["value"].iloc[0]))
+    assert len(kept) == 1
 
 
 def test_every_log_scaled_axis_says_so():

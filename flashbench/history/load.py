@@ -139,11 +139,79 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
               and any(folder == i for folder, _ in files)] + unread
     for what, why in twins:
         warnings.warn(f"{what}: {why}", ResultsWarning, stacklevel=2)
+    left_out, said = one_run_each(rows, roots)
+    for note in said:
+        warnings.warn(note, ResultsWarning, stacklevel=2)
     with gc_paused():
         frame = assemble(rows, metas, samples)
+    if left_out:
+        frame = _without_files(frame, rows, left_out)
     frame.attrs["skipped_files"] += twins
-    frame.attrs["notes"] = list(rows.notes)  # report.md says them too (not stderr alone)
+    frame.attrs["notes"] = list(rows.notes) + said  # report.md says them too (not stderr alone)
     _unsized(frame)
+    return frame
+
+
+def one_run_each(rows, roots: list[Path]) -> tuple[set[int], list[str]]:
+    """(files left out, a note per one): one results file per machine (name and cpu) and
+    commit, whatever its environment or name. A red team, 2026-12-08: a copy under
+    another name was read twice (steps 343 -> 777), and two environments of one commit
+    read as two runs, the value a band or step took hanging on the names' order. Kept:
+    the newest run (its latest ``started_at``), then the later ``date``, then the larger
+    SHA-256 of the file's bytes; never the name."""
+    groups: dict[tuple, list[int]] = {}
+    for k, (machine, cpu, _, commit, *_) in enumerate(rows.files):
+        groups.setdefault((machine, cpu, commit), []).append(k)
+    left_out, said = set(), []
+    for (machine, _, commit), ks in groups.items():
+        if len(ks) < 2:
+            continue
+        facts = {k: _run_facts(rows, roots, k) for k in ks}
+        # of identical ones the shortest name, for the file column (a copy's is longer)
+        ks.sort(key=lambda k: (len(rows.files[k][5]), rows.files[k][5]))
+        kept = max(ks, key=lambda k: facts[k][:3])  # the first of equals
+        for k in sorted(set(ks) - {kept}, key=lambda k: rows.files[k][5]):
+            left_out.add(k)
+            env, kept_env = rows.files[k][2], rows.files[kept][2]
+            why = ("identical content" if facts[k][2] == facts[kept][2] else
+                   f"environment {env} beside {kept_env}" if env != kept_env else
+                   "the same environment, another content")
+            said.append(f"{rows.files[k][5]} left out: {rows.files[kept][5]} is the same "
+                        f"machine ({machine}) and commit ({str(commit)[:8]}), {why}; one file "
+                        "per machine and commit is read, its newest run (latest started_at)")
+    return left_out, said
+
+
+def _run_facts(rows, roots: list[Path], k: int) -> tuple:
+    """(latest started_at, date, SHA-256) of file ``k`` of ``rows``, read again."""
+    import hashlib
+
+    from flashbench.history.files import read_bytes, read_results_file
+
+    _, _, _, _, date, name, folder = rows.files[k]
+    path = roots[folder] / name if len(roots) == 1 else Path(name)
+    try:
+        data, raw = read_results_file(path), read_bytes(path)
+    except (OSError, ValueError):  # gone since it was parsed: kept last
+        return -1.0, date, ""
+    i = data["result_columns"].index("started_at") \
+        if "started_at" in data["result_columns"] else None
+    started = [row[i] for row in data["results"].values() if i is not None
+               and isinstance(row, list) and len(row) > i and type(row[i]) in (int, float)]
+    return float(max(started, default=-1.0)), date, hashlib.sha256(raw).hexdigest()
+
+
+def _without_files(frame: pd.DataFrame, rows, left_out: set[int]) -> pd.DataFrame:
+    """``frame`` without the rows of files ``left_out`` (indices into ``rows.files``)."""
+    import numpy as np
+
+    of_row = np.repeat(np.asarray(rows.entry_file, np.int64),
+                       np.asarray(rows.sizes, np.int64))
+    attrs = frame.attrs
+    frame = frame[~np.isin(of_row, list(left_out))].reset_index(drop=True)
+    for c in ("file", "env"):
+        frame[c] = frame[c].cat.remove_unused_categories()
+    frame.attrs = attrs
     return frame
 
 
