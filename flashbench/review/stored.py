@@ -219,7 +219,7 @@ def _row(name: str, params: str, bb, hh, history, factor: float, acc_tol: float)
 def _asv_bench(root: Path, bench_dir: Path, bench: str | None) -> str | None:
     """asv's ``--bench`` for the review's: the names of today's benchmarks it selects, by
     name or ``name(k=v, ...)`` (ValueError where it selects none). asv reads its own form,
-    ``name(v, ...)``: a review's ``--bench "TimeSoftmax.*N=1024"`` selected nothing there
+    ``name(v, ...)``: a review's ``--bench "softmax.*N=1024"`` selected nothing there
     and the review exited 3, "the tool failed" (a red team, 2026-12-08)."""
     if not bench:
         return None
