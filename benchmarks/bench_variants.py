@@ -2,8 +2,8 @@
 x dtype x variant, and CPU time of the float64 reference with each.
 
 ``variant`` is a parameter naming the case's variant in the text ``flashbench check``
-prints (``causal window=(128,0)``, ``softcap=30``, ``sinks``: one seeded N(0, 1) logit per
-head, ``varlen 512,1000,77``: a packed batch of three sequences with the shape's H and
+prints (``causal window=(128,0)``, ``softcap=30``, ``sinks``: one seeded N(0, 1) + log(N) - 2
+logit per head, ``varlen 512,1000,77``: a packed batch of three sequences with the shape's H and
 d); :data:`VARIANTS` maps it to the keywords of flashbench.measure's ``Case``. Accuracy
 comes from flashbench.measure (``measure_accuracy``, ``measure_varlen``) in setup_cache,
 as in bench_accuracy; a kernel that does not take a variant is declared in skip_params

@@ -54,7 +54,8 @@ def main(argv=None):
             for seed in range(args.seeds):
                 qkv = make_qkv(shape, args.dist, seed, softcap=variant.get("softcap"))
                 q, k, v = (caller_inputs(dtype, x) for x in qkv)
-                kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
+                kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant,
+                                                         keys=shape.Nk)}
                 ref = reference.attention(q, k, v, **kw)[0]
                 f = numerics.flash_model(q, k, v, dtype, block=64, **kw)[0]
                 s = numerics.standard_model(q, k, v, dtype, **kw)[0]

@@ -39,14 +39,19 @@ KERNELS = textwrap.dedent('''
     def sinkless(q, k, v, causal=False, scale=None, softcap=None, sinks=None):
         return _attention(q, k, v, causal, softcap, None)
 
-    for _f in (honest, capless, sinkless):
+    def sinkless_lse(q, k, v, causal=False, scale=None, softcap=None, sinks=None):
+        """O with its sinks, the LSE without them."""
+        return (_attention(q, k, v, causal, softcap, sinks)[0],
+                _attention(q, k, v, causal, softcap, None)[1])
+
+    for _f in (honest, capless, sinkless, sinkless_lse):
         _f.flashbench_variants = ("softcap", "sinks")
 ''')
 
 
 @pytest.mark.parametrize("variant, cheat", [
     (["--shape", "1x2x128x64", "--softcap", "50", "--causal", "on"], "capless"),
-    (["--shape", "1x2x512x64", "--sinks"], "sinkless")])  # a sink: 1 logit among 513
+    (["--shape", "1x2x512x64", "--sinks"], "sinkless_lse")])  # a sink: 1 logit among 513
 def test_a_bf16_kernel_that_skips_its_variant_fails_by_its_lse(user_module, capsys, variant,
                                                                cheat):
     user_module("fbvarlse", KERNELS)
@@ -58,3 +63,16 @@ def test_a_bf16_kernel_that_skips_its_variant_fails_by_its_lse(user_module, caps
     assert rc == 1 and bad["status"] == "FAIL", bad
     why = bad["failures"]["wrong"]
     assert why.startswith("lse off the float64 reference") and "flash model's LSE" in why, why
+
+
+def test_a_kernel_that_skips_its_sinks_fails_by_its_o(user_module, capsys):
+    """The sinks are drawn N(0, 1) + log(Nk) - 2 (inputs.sink_logits), about 8% of a row:
+    the red team's bf16 kernel that skipped them (O and LSE) failed by its LSE alone, its O
+    within bf16's rounding beside plain N(0, 1) sinks; its O fails now (12x here)."""
+    user_module("fbvarlso", KERNELS)
+    rc = main(["speed", "--quiet", "--json", "--seed", "17", "--dtype", "bf16", "--shape",
+               "1x2x512x64", "--sinks", "--only", "fbvarlso:sinkless"])
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["rows"]
+              if r["backend"] == "fbvarlso:sinkless"]
+    assert rc == 1 and row["status"] == "FAIL", row
+    assert row["failures"]["wrong"].startswith("off the float64 reference of sinks"), row

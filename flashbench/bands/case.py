@@ -31,7 +31,7 @@ from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs import DISTRIBUTIONS, Shape, make_qkv
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision, get_precision
-from flashbench.inputs.problem import make_varlen_qkv, softcap_gain
+from flashbench.inputs.problem import make_varlen_qkv, sink_logits, softcap_gain
 from flashbench.inputs.variant import Variant
 from flashbench.reference.varlen import per_sequence, per_sequence_grad
 
@@ -72,17 +72,17 @@ def band_key(shape: Shape, dist: str, causal: bool, dtype: str | Precision, grad
 
 
 def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
-                   softcap: float | None = None, sinks: bool = False) -> dict:
+                   softcap: float | None = None, sinks: bool = False, keys: int = 1) -> dict:
     """The variant's keywords of one seed's problem (those of ``flashbench check``'s case,
     :meth:`flashbench.measure.records.Case.kwargs`): the window and softcap where set, and
-    with ``sinks`` one N(0, 1) logit per query head from ``default_rng(seed + 2)``."""
+    with ``sinks`` one logit per query head beside ``keys`` keys (:func:`sink_logits`)."""
     kw = {}
     if tuple(window) != (-1, -1):
         kw["window"] = tuple(window)
     if softcap is not None:
         kw["softcap"] = softcap
     if sinks:
-        kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(heads)
+        kw["sinks"] = sink_logits(heads, seed, keys)
     return kw
 
 
@@ -191,7 +191,8 @@ def _seed_stats(shape, dist, causal, prec: Precision, grad, seed, block,
     variant = dict(variant)
     lengths, keys = variant.pop("varlen"), variant.pop("varlen_k", None)
     shape = shape if lengths is not None else band_shape(shape, grad)
-    kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant)}
+    most = shape.Nk if lengths is None else max(keys or lengths, default=1)  # a row's keys
+    kw = {"causal": causal, **variant_kwargs(shape.H, seed, **variant, keys=most)}
     # the one-shot reference where its Nq x Nk matrices fit in ONESHOT_BYTES (faster), else
     # the streamed one (equal to 1e-13)
     oneshot = shape.B * shape.H * shape.Nq * shape.Nk * 8 * 4 <= ONESHOT_BYTES
@@ -299,8 +300,10 @@ def variant_fingerprint() -> str:
 
     q, k, v = make_qkv(Shape(1, 2, 16, 40, 64), "normal", 7)
     h = hashlib.sha256()
-    # and the inputs a softcap's case draws (scaled since 2026-12-08: bands before, anew)
+    # and the inputs a softcap's case draws and its sinks (since 2026-12-08: bands before,
+    # anew)
     h.update(repr([softcap_gain(c) for c in (1.0, 30.0, 50.0)]).encode())
+    h.update(sink_logits(2, 7, 40).tobytes())
     for dtype in band_dtypes():
         if dtype in numerics.GRAD_DTYPES:  # the fp8 models take causal only
             for x in numerics.flash_model(q, k, v, dtype, block=16, causal=True,

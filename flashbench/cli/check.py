@@ -60,8 +60,9 @@ def add_parser(sub) -> None:
     c.add_argument("--softcap", type=softcap, metavar="C",
                    help="logit softcap C > 0: scores become C tanh(s / C) (Gemma 2: 50)")
     c.add_argument("--sinks", action="store_true",
-                   help="attention sinks: one seeded N(0, 1) logit per query head in each "
-                   "row's softmax denominator (gpt-oss)")
+                   help="attention sinks: one seeded logit per query head, N(0, 1) + log(Nk) - 2 "
+                   "(about 8% of a row, where it weighs), in each row's softmax "
+                   "denominator (gpt-oss)")
     c.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed variable-length batch (FlashAttention's varlen layout), "
                    "with each shape's H, Hkv and d (--shape BxHxNxd, its N unused; default "
@@ -154,9 +155,10 @@ def _cases(args):
 
 def _biting(kw: dict, nk: int) -> dict:
     """A variant's fields as --variants judges them, each where it changes the result:
-    sinks causal (a row that sees few keys weighs its sink: causal off, one N(0, 1) sink
-    beside 1,024 keys weighs under bf16's rounding, and a kernel that ignored the sinks
-    PASSed `--variants --shape 1x2x1024x64 --dtype bf16`, a probe, 2026-12-07); a window
+    sinks causal (a row that sees few keys weighs its sink: causal off, an N(0, 1) sink
+    beside 1,024 keys weighed under bf16's rounding, and a kernel that ignored the sinks
+    PASSed `--variants --shape 1x2x1024x64 --dtype bf16`, a probe, 2026-12-07; they are
+    drawn + log(Nk) - 2 since 2026-12-08, and weigh either way); a window
     that hides keys at ``nk`` keys: where the set's covers every key a causal query sees
     (nk <= left + 1), left = max(1, nk // 4) (one that ignored it PASSed at N <= 128)."""
     if kw.get("sinks"):

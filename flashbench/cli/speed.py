@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
     s.add_argument("--softcap", type=_softcap, metavar="C",
                    help="logit softcap C > 0: scores become C tanh(s / C)")
     s.add_argument("--sinks", action="store_true",
-                   help="attention sinks: one N(0, 1) logit per query head from the run's seed")
+                   help="attention sinks: one logit per query head, N(0, 1) from the run's "
+                        "seed + log(Nk) - 2 (about 8% of a row, where they weigh)")
     s.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed batch (FlashAttention's varlen layout) of these lengths, as "
                    "check --varlen takes them (a list, or uniform:LO-HI:COUNT, "
@@ -97,14 +98,13 @@ def add_parser(sub) -> None:
 
 def _variant(args, shape, causal: bool, run_seed: int):
     """The Variant of --window, --softcap, --sinks for one shape (None without them); the
-    sinks drawn from default_rng(seed + 2), one per query head, as check draws them."""
-    import numpy as np
-
+    sinks one per query head beside Nk keys, as check draws them (inputs.sink_logits)."""
+    from flashbench.inputs.problem import sink_logits
     from flashbench.inputs.variant import no_variant, variant_of
 
     window = args.window if args.window is not None else (-1, -1)
-    sinks = (tuple(float(x) for x in np.random.default_rng(run_seed + 2).standard_normal(
-        shape.H)) if args.sinks else None)
+    sinks = (tuple(float(x) for x in sink_logits(shape.H, run_seed, shape.Nk))
+             if args.sinks else None)
     if no_variant(window, args.softcap, sinks):
         return None
     return variant_of(causal, window=window, softcap=args.softcap, sinks=sinks)

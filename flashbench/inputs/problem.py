@@ -11,7 +11,8 @@ gives the same arrays, on every machine. Distributions (``dist``):
   ``logit_std`` (default 2000, tails near 1e4): they push fp16 scores toward its
   largest finite value (65504) and make softmax rows nearly one-hot.
 
-With a softcap c, q and k are scaled so the scores bend under it (:func:`softcap_gain`).
+With a softcap c, q and k are scaled so the scores bend under it (:func:`softcap_gain`);
+sinks are drawn to weigh beside the keys (:func:`sink_logits`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Shape", "DISTRIBUTIONS", "PASS_FLOPS", "make_qkv", "make_varlen_qkv", "ODD_SHAPES",
-           "softcap_gain"]
+           "softcap_gain", "sink_logits"]
 
 DISTRIBUTIONS = ("normal", "outliers", "large-logits")
 
@@ -148,6 +149,19 @@ def softcap_gain(softcap: float | None, dist: str = "normal") -> float:
     if softcap is None or dist == "large-logits":
         return 1.0
     return float(np.sqrt(max(1.0, float(softcap) / 4.0)))
+
+
+def sink_logits(heads: int, seed: int, keys: int) -> np.ndarray:
+    """A case's sinks: one logit per query head, N(0, 1) from ``default_rng(seed + 2)`` plus
+    log(``keys``) - 2, so that beside a row of that many keys of N(0, 1) scores (exp(s)
+    averages e^(1/2)) a sink takes about 8% (its median). Plain N(0, 1) sinks beside 1,024
+    keys weighed about 1/1,700 of a row, under bf16's rounding: a bf16 kernel that skipped
+    them, returning O alone, PASSed check without a causal mask (a probe, 2026-12-08); it
+    reads 33-317x the flash model's error now. At log(keys) alone (40%) an fp16 O
+    accumulator kept its O within the band (0.95-0.98, 1.34-1.42 here and on N(0, 1)).
+    """
+    return (np.random.default_rng(seed + 2).standard_normal(heads)
+            + np.log(max(int(keys), 1)) - 2.0)
 
 
 def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float = 2000.0,

@@ -20,7 +20,7 @@ from flashbench.accuracy import BASELINE_FACTOR, judge
 from flashbench.accuracy.rules import EXACT_TOL
 from flashbench.inputs.lengths import lengths_text
 from flashbench.inputs.precision import Precision
-from flashbench.inputs.problem import Shape, make_qkv
+from flashbench.inputs.problem import Shape, make_qkv, sink_logits
 from flashbench.inputs.variant import Variant
 from flashbench.measure.bandjudge import CaseBands, combine
 
@@ -48,7 +48,7 @@ LSE_STAND_IN = ("not returned by the op: flashbench's stand-in (float64 logsumex
 class Case:
     """One accuracy problem: a shape, an input distribution, causal or not, and a variant
     (:mod:`flashbench.inputs.variant`): a window, a softcap, sinks (``sinks=True``: one
-    seeded N(0, 1) logit per query head, :meth:`kwargs`). ``varlen``: a packed batch of
+    seeded logit per query head, :meth:`kwargs`). ``varlen``: a packed batch of
     sequences of these lengths (:mod:`flashbench.measure.varlen`; ``shape`` gives H, Hkv, d).
     """
 
@@ -69,14 +69,16 @@ class Case:
 
     def kwargs(self, seed: int = 0) -> dict:
         """The keywords every path takes for this case: causal, and the variant's where set
-        (the sinks drawn from ``default_rng(seed + 2)``; the inputs use seed, dO seed + 1)."""
+        (the sinks: :func:`~flashbench.inputs.problem.sink_logits` beside the most keys a
+        row sees; the inputs use seed, dO seed + 1)."""
         kw = {"causal": self.causal}
         if self.window != (-1, -1):
             kw["window"] = self.window
         if self.softcap is not None:
             kw["softcap"] = self.softcap
         if self.sinks:
-            kw["sinks"] = np.random.default_rng(seed + 2).standard_normal(self.shape.H)
+            keys = self.shape.Nk if self.varlen is None else max(self.key_lengths, default=1)
+            kw["sinks"] = sink_logits(self.shape.H, seed, keys)
         return kw
 
     def qkv(self, seed: int = 0) -> tuple:
