@@ -264,7 +264,8 @@ def test_the_rooms_stay_small():
     what the commits' code leaves running, killed and failing it: 3,138 lines; to 3,200 on
     2026-12-08 by a red team's four wrong answers: a band ratio's yardstick needing a
     witness, --reuse without ancestor runs undecided, asv's own --bench form, the stored
-    results' processor in the header: 3,198 lines)."""
+    results' processor in the header: 3,198 lines; to 3,220 that day by a looser yardstick
+    counted a regression and a band's move needing every kernel's: 3,216 lines)."""
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert [f"{p.relative_to(ROOT)}: {n}" for p, n in sizes.items() if n > 400] == []
     long_doc = []
@@ -274,4 +275,4 @@ def test_the_rooms_stay_small():
             long_doc.append(f"{p.relative_to(ROOT)}: {len(doc.splitlines())} lines")
     assert long_doc == []
     review = sum(n for p, n in sizes.items() if p.parent.name == "review")
-    assert review <= 3200, f"flashbench/review/ holds {review} lines"
+    assert review <= 3220, f"flashbench/review/ holds {review} lines"

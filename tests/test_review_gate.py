@@ -222,63 +222,93 @@ def test_a_changed_benchmark_leaves_standing_failures_and_unmeasured_points_alon
     assert after[4] == before[4] and review.rows[4].regression  # a regression stands
 
 
+def _yardstick(cases) -> dict:
+    """The rows of ``cases`` after the yardstick rule, then the peers' (as review.run)."""
+    from flashbench.review.rules import yardstick_moved
+
+    points = [Point(name, 0, params, "track", "ratio") for name, params, _, _ in cases]
+    ok = [{"status": "ok", "value": c[2]} for c in cases]
+    head = [{"status": "ok", "value": c[3]} for c in cases]
+    rows = for_information(yardstick_moved(track_rows(points, ok, head, 0.02, 1.1,
+                                                      lambda *a: [])))
+    return {(r.benchmark.rsplit(".", 1)[1], r.params): r for r in rows}
+
+
 def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
     """A fresh-eyes probe (2026-12-07): a head that scaled the bf16 flash model's O (the
     band of the head-dim cases is measured from it) read "better" on Triton's band ratios,
     Triton's code and output unchanged. A ratio whose kernel's own max |error| is the same
-    in base and head moved with its yardstick: said so, never "better"."""
-    from flashbench.review.rules import yardstick_moved
-
+    in base and head moved with its yardstick (a band ratio: with every other kernel's):
+    said so, never "better". A yardstick that got looser (the ratio fell) lets more error
+    pass: a regression of that model (red teams, 2026-12-08); tighter, not counted unless
+    past its limit."""
     hd = "bench_headdims.TrackHeadDimAccuracy."
     tri, mine = f"kernel='triton', {SHAPE}", f"kernel='mine', {SHAPE}"
-    peer = f"kernel='torch-naive', {SHAPE}"
-    cases = [(hd + "track_o_max_abs", tri, 3e-3, 3e-3),  # Triton: the same output
-             (hd + "track_o_band_ratio", tri, 0.70, 0.49),
-             (hd + "track_o_max_abs", peer, 9e-3, 9e-3),  # a peer, the same output: the
-             (hd + "track_o_band_ratio", peer, 2.1, 1.47),  # band moved for both
-             (hd + "track_dv_band_ratio", tri, 0.5, 0.3),  # no dv max_abs to tell: kept
-             (hd + "track_o_max_abs", mine, 3e-3, 2.5e-3),  # a kernel that did change
-             (hd + "track_o_band_ratio", mine, 0.70, 0.49),
-             (hd + "track_o_baseline_ratio", tri, 1.0, 2.5),  # past its rule: counted
-             (hd + "track_lse_max_abs", tri, 1e-3, 1e-3),
-             (hd + "track_lse_baseline_ratio", tri, 1.0, 1.5)]  # worse, within its rule
-    rows = {(r.benchmark.rsplit(".", 1)[1], r.params): r
-            for r in yardstick_moved(_rows(cases))}
-    moved = rows["track_o_band_ratio", tri]
-    assert (moved.verdict, moved.reason) == ("yardstick moved", "yardstick-moved"), moved
-    assert not moved.regression and "the yardstick moved, not the kernel" in moved.detail
+    fm = f"kernel='flash_model', {SHAPE}"
+    rows = _yardstick([
+        (hd + "track_o_max_abs", tri, 3e-3, 3e-3),  # Triton: the same output
+        (hd + "track_o_band_ratio", tri, 0.70, 0.49),
+        (hd + "track_o_max_abs", fm, 9e-3, 9e-3),  # the flash model's max the same too:
+        (hd + "track_o_band_ratio", fm, 2.1, 1.47),  # the band moved for both
+        (hd + "track_dv_band_ratio", tri, 0.5, 0.3),  # no dv max_abs to tell: kept
+        (hd + "track_o_max_abs", mine, 3e-3, 2.5e-3),  # a kernel that did change
+        (hd + "track_o_band_ratio", mine, 0.70, 0.49),
+        (hd + "track_o_baseline_ratio", tri, 1.0, 2.5),  # tighter, past its rule: counted
+        (hd + "track_lse_max_abs", tri, 1e-3, 1e-3),
+        (hd + "track_lse_baseline_ratio", tri, 1.0, 1.5)])  # tighter, within its rule
+    looser = rows["track_o_band_ratio", tri]
+    assert (looser.verdict, looser.reason, looser.regression) == (
+        "yardstick looser", "yardstick-looser", True), looser
+    assert "its yardstick got looser" in looser.detail
     assert rows["track_dv_band_ratio", tri].verdict == "better"
     assert rows["track_o_band_ratio", mine].verdict == "better"
     failing = rows["track_o_baseline_ratio", tri]
     assert failing.regression and failing.verdict != "yardstick moved"
     assert "the yardstick moved" in failing.detail
-    worse = rows["track_lse_baseline_ratio", tri]  # worse than base, the same output
-    assert (worse.verdict, worse.regression) == ("yardstick moved", False), worse
-    review = Review("b" * 40, "h" * 40, "m", "cpu", "same-run", 1.1, 0.02, 0.05, 1.0)
-    review.rows = list(rows.values())
-    assert "2 ratio(s) moved with their yardstick alone" in review.summary()
+    tighter = rows["track_lse_baseline_ratio", tri]  # worse than base, the same output
+    assert (tighter.verdict, tighter.regression) == ("yardstick moved", False), tighter
+    summary = _review(list(rows.values())).summary()
+    assert "1 ratio(s) moved with their yardstick alone" in summary
+    assert "ratio(s) fell with their yardstick, which got looser" in summary
+    assert summary.startswith("REGRESSION")
 
 
 def test_a_band_ratio_that_moved_alone_is_the_kernels_own_change():
-    """A red team (2026-12-08): a head that moved the bf16 flash model's LSE everywhere but
-    at its largest error (1.8x its rounding error) read band ratio 0.50 -> 0.91 "yardstick
+    """Red teams (2026-12-08): a head that moved the bf16 flash model's LSE everywhere but at
+    its largest error (1.8x its rounding error) read band ratio 0.50 -> 0.91 "yardstick
     moved", OK, exit 0: its max |error| was the same, but the band (the shipped table) had
-    not moved; no other kernel's band ratio there moved. It stays "worse", a regression."""
-    from flashbench.review.rules import yardstick_moved
-
+    not moved; and two kernels made worse alike (flash_model and Triton, softcap 30) read the
+    same while torch-naive's ratio there stayed put. A band's move is every kernel's."""
     fm, naive = f"kernel='flash_model', {SHAPE}", f"kernel='torch-naive', {SHAPE}"
-    cases = [(ACC + "track_lse_max_abs", fm, 1.808e-3, 1.808e-3),
-             (ACC + "track_lse_band_ratio", fm, 0.4966, 0.9111),
-             (ACC + "track_lse_max_abs", naive, 0.02, 0.02),
-             (ACC + "track_lse_band_ratio", naive, 3.0, 3.0),  # the band: unmoved
-             (ACC + "track_o_max_abs", fm, 1e-3, 1e-3),  # and one that moved up with a
-             (ACC + "track_o_band_ratio", fm, 0.5, 0.6),  # peer moving down: no witness
-             (ACC + "track_o_max_abs", naive, 0.01, 0.01),
-             (ACC + "track_o_band_ratio", naive, 3.0, 2.5)]
-    rows = {(r.benchmark.rsplit(".", 1)[1], r.params): r for r in yardstick_moved(_rows(cases))}
-    for name in ("track_lse_band_ratio", "track_o_band_ratio"):
-        row = rows[name, fm]
+    tri = f"kernel='triton', {SHAPE}"
+    rows = _yardstick([
+        (ACC + "track_lse_max_abs", fm, 1.808e-3, 1.808e-3),
+        (ACC + "track_lse_band_ratio", fm, 0.4966, 0.9111),
+        (ACC + "track_lse_max_abs", naive, 0.02, 0.02),
+        (ACC + "track_lse_band_ratio", naive, 3.0, 3.0),  # the band: unmoved
+        (ACC + "track_o_max_abs", fm, 1e-3, 1e-3),  # two made worse alike,
+        (ACC + "track_o_band_ratio", fm, 0.71, 0.89),
+        (ACC + "track_o_max_abs", tri, 1e-3, 1e-3),
+        (ACC + "track_o_band_ratio", tri, 0.71, 0.89),
+        (ACC + "track_o_max_abs", naive, 0.01, 0.01),  # a third unmoved
+        (ACC + "track_o_band_ratio", naive, 12.6, 12.6)])
+    for key in (("track_lse_band_ratio", fm), ("track_o_band_ratio", fm),
+                ("track_o_band_ratio", tri)):
+        row = rows[key]
         assert row.verdict == "worse" and row.regression, row
-        assert "no other kernel's band ratio here moved" in row.detail, row.detail
+        assert "not every other kernel's band ratio here moved" in row.detail, row.detail
         assert "the yardstick moved" not in row.detail
-    assert "2 result(s) got worse" in _review(list(rows.values())).summary()
+    assert "3 result(s) got worse" in _review(list(rows.values())).summary()
+
+
+def test_a_variants_standard_made_worse_is_a_regression_of_the_yardstick():
+    """A red team (2026-12-08): the variants' fp32 standard model rounded through fp16 (no
+    standard track covers the variants) read every fp32 baseline ratio "yardstick moved"
+    (0.99 -> 0.008), OK, exit 0, and the 2x rule then passed kernels ~1,000x worse."""
+    var = "bench_variants.TrackVariantAccuracy."
+    params = "kernel='triton', dtype='fp32', variant='softcap=30', shape='1x2x1024x1024x64'"
+    rows = _yardstick([(var + "track_o_max_abs", params, 5e-7, 5e-7),
+                       (var + "track_o_baseline_ratio", params, 0.7737, 0.0065)])
+    row = rows["track_o_baseline_ratio", params]
+    assert (row.verdict, row.regression) == ("yardstick looser", True), row
+    assert _review(list(rows.values())).summary().startswith("REGRESSION")

@@ -61,6 +61,10 @@ REASONS = {
                        "kernel's, its max the same, moved the same way): the yardstick moved "
                        "(the flash model that measures the band, or the standard model), not "
                        "the kernel",
+    "yardstick-looser": "a rule's or band's ratio fell while the kernel's own error did not: "
+                        "its yardstick (the same-dtype standard model, or the flash model "
+                        "that measures the band) got worse and lets more error pass: a "
+                        "regression of that model",
     "failing-at-base": "base broke the rule too, head is no worse: a standing failure (apart)",
     "not-comparable": "NaN in base and head alike (no value, or a ratio its rule does not judge)",
     "peer": "torch's own attention, for information (as in check): never fails the gate",
@@ -153,6 +157,9 @@ class Review:
         parts = [f"{at_base} result(s) already failing at base"] if at_base else []
         if n := sum("not-comparable" in c for _, c in own):
             parts.append(f"{n} not comparable (NaN in base and head)")
+        if n := sum("yardstick-looser" in c for _, c in own):
+            parts.append(f"{n} ratio(s) fell with their yardstick, which got looser (the "
+                         "kernel's own error unchanged; counted as regressions)")
         if n := sum("yardstick-moved" in c for _, c in own):
             parts.append(f"{n} ratio(s) moved with their yardstick alone (the kernel's "
                          "own error unchanged)")

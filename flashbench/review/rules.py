@@ -216,26 +216,26 @@ def _same(row: Row | None) -> bool:
 
 
 def yardstick_moved(rows: list[Row]) -> list[Row]:
-    """``rows``, each rule or band ratio that moved with its yardstick alone said so:
-    "better", "worse" or "above band" (against base) become "yardstick moved"; a ratio now
-    past its rule's or band's limit stays a regression, with the words. A baseline ratio
-    (max |error| over the standard's) moved with its yardstick where the kernel's own
-    ``track_<tensor>_max_abs`` is the same in base and head. A band ratio reads RMSE and p99,
-    which may move while the max does not: its yardstick moved only where another kernel of
-    the same grid point, its max the same too, saw its band ratio move the same way (a moved
-    band moves every kernel's). A head that scaled the bf16 flash model's O, which the band of
-    head-dim cases is measured from, read "better" on untouched Triton rows (a fresh-eyes
-    probe, 2026-12-07); one that moved a flash model's LSE everywhere but at its largest
-    error read "yardstick moved", OK, exit 0 (a red team, 2026-12-08)."""
+    """``rows``, each rule or band ratio that moved with its yardstick alone said so. A
+    baseline ratio (max |error| over the standard's max) moved with its yardstick where the
+    kernel's own ``track_<tensor>_max_abs`` is the same in base and head. A band ratio reads
+    RMSE and p99, which may move where the max does not: its yardstick moved only where every
+    other kernel of the grid point, its max the same too, saw its band ratio move the same
+    way (a moved band moves every kernel's), one at least. A yardstick that got looser (the
+    ratio fell: the standard's error or the band grew) is a regression of the standard model
+    or of the band's flash model ("yardstick looser"); one that got tighter reads
+    "yardstick moved", counted only past its limit. A fresh-eyes probe (2026-12-07) had
+    untouched Triton rows read "better" under a scaled flash model; red teams (2026-12-08)
+    had an LSE made worse everywhere but at its max, two kernels made worse alike, and the
+    variants' standard model rounded through fp16 all read "yardstick moved", OK, exit 0."""
     own = {(r.benchmark, r.params): r for r in rows if r.benchmark.endswith("_max_abs")}
-    moved: dict[tuple, list[tuple[str, bool]]] = {}  # band ratios moved, max the same
+    band: dict[tuple, dict[str, bool | None]] = {}  # kernel: moved up (None: stayed)
     for r in rows:
         m = _RATIO.search(r.benchmark)
-        if m and m[2] == "band_ratio" and r.base is not None and r.head is not None and \
-                r.base != r.head and _same(own.get((r.benchmark[:m.start()] +
-                                                    f"track_{m[1]}_max_abs", r.params))):
-            moved.setdefault((r.benchmark, _KERNEL.sub("", r.params)), []).append(
-                (r.params, r.head > r.base))
+        if m and m[2] == "band_ratio" and _finite(r.base) and _finite(r.head) and _same(
+                own.get((r.benchmark[:m.start()] + f"track_{m[1]}_max_abs", r.params))):
+            band.setdefault((r.benchmark, _KERNEL.sub("", r.params)), {})[r.params] = (
+                None if r.base == r.head else r.head > r.base)
     for r in rows:
         m = _RATIO.search(r.benchmark)
         if not m or r.base is None or not (r.verdict == "better" or r.regression):
@@ -243,18 +243,29 @@ def yardstick_moved(rows: list[Row]) -> list[Row]:
         twin = own.get((r.benchmark[:m.start()] + f"track_{m[1]}_max_abs", r.params))
         if not _same(twin):
             continue
-        if m[2] == "band_ratio" and not any(
-                params != r.params and up == (r.head > r.base)
-                for params, up in moved.get((r.benchmark, _KERNEL.sub("", r.params)), [])):
-            words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
-                     f"({twin.base:.4g}), but no other kernel's band ratio here moved: the "
-                     "band did not, the statistics it reads (RMSE, p99) did")
-            r.detail = f"{r.detail}; {words}" if r.detail else words
+        same = f"the kernel's own max |{m[1]} error| is the same in base and head ({twin.base:.4g})"
+        if m[2] == "band_ratio":
+            others = [up for params, up in band.get(
+                (r.benchmark, _KERNEL.sub("", r.params)), {}).items() if params != r.params]
+            if not others or any(up is not (r.head > r.base) for up in others):
+                _say(r, f"{same}, but not every other kernel's band ratio here moved with it: "
+                        "the band did not move, the statistics it reads (RMSE, p99) did")
+                continue
+        if r.head < r.base:  # the yardstick got looser: it lets more error pass
+            _say(r, f"{same}: its yardstick got looser (the same-dtype standard's error, or "
+                    "the band's flash model, grew): a regression of that model")
+            r.verdict, r.reason, r.regression = "yardstick looser", "yardstick-looser", True
             continue
-        words = (f"the kernel's own max |{m[1]} error| is the same in base and head "
-                 f"({twin.base:.4g}): the yardstick moved, not the kernel")
-        r.detail = f"{r.detail}; {words}" if r.detail else words
-        if r.verdict == "better" or set(r.reason.split(", ")) <= {"worse", "above-band"}:
+        _say(r, f"{same}: the yardstick moved, not the kernel")
+        if set(r.reason.split(", ")) <= {"worse", "above-band"}:
             # the same output: only a rule or band it now breaks (its limit) stays counted
             r.verdict, r.reason, r.regression = "yardstick moved", "yardstick-moved", False
     return rows
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _say(row: Row, words: str) -> None:
+    row.detail = f"{row.detail}; {words}" if row.detail else words
