@@ -161,3 +161,38 @@ def test_a_packed_batch_is_judged_by_the_band_of_its_own_lengths():
         assert all(j["verdict"].passed for j in judge(out, std, ref, prec).values())
         verdicts = bands.judge(prec, out, ("o", "lse"))
         assert all(v.passed for v in verdicts.values()) is inside, verdicts["o"].ratio
+
+
+def test_a_change_to_the_code_that_measures_a_band_measures_it_anew(tmp_path, monkeypatch):
+    """A red team (2026-12-08): a head that changed the flash model at softcaps of 10 and
+    more (the models' fingerprint runs a softcap of 3) read base's cached band. The disk
+    cache is keyed by the measuring code's bytes too (bands.case.source_fingerprint)."""
+    import shutil
+    from pathlib import Path
+
+    band_case = case_bands
+    root = Path(band_case.__file__).resolve().parents[1]
+    copy = tmp_path / "flashbench"
+    for package in ("numerics", "inputs", "reference", "accuracy", "bands"):
+        shutil.copytree(root / package, copy / package)
+    before = band_case.source_fingerprint(copy)
+    assert before == band_case.source_fingerprint(root)
+    with open(copy / "numerics" / "forward.py", "a") as f:
+        f.write("# a head's change\n")
+    assert band_case.source_fingerprint.__wrapped__(copy) != before
+
+    monkeypatch.setenv("FLASHBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(band_cache, "_MEMO", {})
+    measured = []
+    real = band_case.measure_case_band
+    monkeypatch.setattr(band_case, "measure_case_band",
+                        lambda *a, **k: measured.append(1) or real(*a, **k))
+    shape = Shape(1, 1, 16, 24, 16)
+    band_case.case_band(shape, "normal", False, "fp16", softcap=20.0)
+    monkeypatch.setattr(band_cache, "_MEMO", {})
+    band_case.case_band(shape, "normal", False, "fp16", softcap=20.0)  # from the disk
+    assert len(measured) == 1
+    monkeypatch.setattr(band_cache, "_MEMO", {})
+    monkeypatch.setattr(band_case, "source_fingerprint", lambda root=None: "another head")
+    band_case.case_band(shape, "normal", False, "fp16", softcap=20.0)
+    assert len(measured) == 2

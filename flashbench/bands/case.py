@@ -10,7 +10,8 @@ a kernel with them. The edges come from the shipped table ``flashbench/data/case
 (plain cases: ``python -m tools.data.make_tolerances --cases``), else are measured on the fly (never
 interpolated; a variant's never a plain one), cached per case and variant in memory and in
 ``$FLASHBENCH_CACHE`` (default ``~/.cache/flashbench``; :mod:`flashbench.bands.cache`),
-keyed by the flash models' fingerprint. A case the machine cannot measure in memory is a ValueError.
+keyed by the flash models' fingerprint and their code's (:func:`source_fingerprint`). A
+case the machine cannot measure in memory is a ValueError.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = ["CASE_SEEDS", "BAND_TOTAL_ROWS", "MAX_SEEDS", "band_seeds", "SEED0", 
            "FORWARD", "BACKWARD", "BAND_ROWS", "band_shape", "case_band",
            "measure_case_band", "band_key", "memory_needed", "memory_limit", "CASE_TABLE",
            "write_case_table", "fingerprint", "variant_fingerprint", "variant_kwargs",
-           "cached_band", "size_refusal"]
+           "cached_band", "size_refusal", "source_fingerprint"]
 
 CASE_SEEDS = 8  # seeds per band at least (studies/band_calibration.py: the edge of 8 seeds)
 BAND_TOTAL_ROWS = 8192  # query rows over all seeds: a small problem gets more seeds
@@ -291,6 +292,22 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+@lru_cache(maxsize=4)
+def source_fingerprint(root: Path | None = None) -> str:
+    """A short hash of the code that measures a band (this flashbench's numerics, inputs,
+    reference, accuracy and bands packages, byte for byte): the disk cache keys every
+    measured band by it too. The models' fingerprints run one small input: a red team's
+    head (2026-12-08) changed the flash model at softcaps of 10 and more, which the
+    fingerprint's softcap of 3 never reached, and read base's cached band. ``root``: the
+    flashbench package's folder (this one's by default)."""
+    root = Path(__file__).resolve().parents[1] if root is None else Path(root)
+    h = hashlib.sha256()
+    for package in ("numerics", "inputs", "reference", "accuracy", "bands"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def variant_fingerprint() -> str:
     """:func:`fingerprint` of the flash models with a window, a softcap and sinks, and of a
@@ -334,7 +351,7 @@ def case_band(shape: Shape, dist: str, causal: bool, dtype: str | Precision,
         else ""
     return cached_band(key, band_seeds(shape),
                        lambda: fingerprint() + ("" if plain else f"|{variant_fingerprint()}")
-                       + grouped,
+                       + grouped + f"|{source_fingerprint()}",
                        lambda: measure_case_band(shape, dist, causal, prec, grad, **variant),
                        cache)
 

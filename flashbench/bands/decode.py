@@ -29,6 +29,7 @@ from flashbench.bands.case import (
     MAX_SEED_FLOPS,
     MAX_SEEDS,
     SEED0,
+    source_fingerprint,
 )
 from flashbench.bands.measure import caller_inputs, single_threaded_blas
 from flashbench.inputs.kvcache import make_decode
@@ -125,4 +126,5 @@ def decode_band(case, dtype: str | Precision, cache: bool = True) -> dict:
     (:func:`measure_decode_band`); ``cache`` False: not read from or written to disk."""
     prec = _check(case, dtype)
     return cached_band(decode_band_key(case, prec), decode_band_seeds(case),
-                       decode_fingerprint, lambda: measure_decode_band(case, prec), cache)
+                       lambda: f"{decode_fingerprint()}|{source_fingerprint()}",
+                       lambda: measure_decode_band(case, prec), cache)

@@ -160,7 +160,7 @@ def _measured_edge(dtype: str, n: int, dist: str, causal: bool, tensor: str, fie
     in the bands' disk cache (:func:`flashbench.bands.cache.cached_band`, keyed by the flash
     models' fingerprint): measured once per machine, not once per process."""
     from flashbench.bands.cache import cached_band
-    from flashbench.bands.case import fingerprint
+    from flashbench.bands.case import fingerprint, source_fingerprint
     from flashbench.bands.measure import measure_bands
 
     for name, x in (("d", d), ("dv", dv)):
@@ -174,7 +174,8 @@ def _measured_edge(dtype: str, n: int, dist: str, causal: bool, tensor: str, fie
         return {"key": key, "edges": {b.tensor: {f: getattr(b, f) for f in TABLE_METRICS.values()}
                                       for b in bands if b.kernel == "flash_model"}}
 
-    return float(cached_band(key, seeds, fingerprint, measure)["edges"][tensor][field])
+    return float(cached_band(key, seeds, lambda: f"{fingerprint()}|{source_fingerprint()}",
+                             measure)["edges"][tensor][field])
 
 
 def build_table(bands, safety: float = SAFETY, command: str = "", meta: dict | None = None) -> dict:
