@@ -96,6 +96,83 @@ def _band_ratio(rec, name: str) -> float:
     return float("nan") if value is None else float(value)
 
 
+class TrackVariantReference:
+    """The float64 reference under each variant against attention computed here
+    (``common.attention_row``: numpy and scipy, never the commit's flashbench), on the
+    inputs the variant's case draws; and those inputs (q, k, v, and the sinks) against the
+    suite's own draws of them (N(0, 1) from seed 0; a softcap c's q and k times
+    sqrt(max(1, c / 4)); sinks N(0, 1) from seed 2 + log(N) - 2). TrackReference holds plain
+    attention alone: a head whose reference took the softcap's tanh in float32, or whose
+    softcap case drew N(0, 1) q and k again, read kernels' rows worse with nothing naming the
+    truth or the inputs (a red team, 2026-12-08). Each error over the exactness tolerance
+    (1e-12 x max(1, the largest |value|)): at most 1 passes; 0.01 where below that."""
+
+    params = (["causal window=(128,0)", "softcap=30", "sinks"], SHAPES)
+    param_names = ["variant", "shape"]
+    FLOOR = 0.01
+
+    def setup_cache(self):
+        import numpy as np
+
+        from .common import attention_row
+
+        try:
+            Case = need("measure", "Case")
+            attention = need("reference", "attention")
+            need("inputs.problem", "softcap_gain", "sink_logits")  # the draws of 2026-12-08
+        except NotImplementedError as exc:
+            return {"missing": str(exc)}
+        results = {}
+        for shape in SHAPES:
+            b, h, nq, nk, d = (int(x) for x in shape.split("x"))
+            rng = np.random.default_rng(0)  # make_qkv's "normal": q, k, v drawn in turn
+            draws = [rng.standard_normal((b, h, n, d)) for n in (nq, nk, nk)]
+            for name in self.params[0]:
+                case = Case(shape_of(shape), "normal", **VARIANTS[name])
+                got, kw = case.qkv(0), case.kwargs(0)
+                gain = np.sqrt(max(1.0, kw["softcap"] / 4)) if "softcap" in kw else 1.0
+                want = [draws[0] * gain, draws[1] * gain, draws[2]]
+                if "sinks" in kw:
+                    got = [*got, kw["sinks"]]
+                    want.append(np.random.default_rng(2).standard_normal(h) + np.log(nk) - 2)
+                inputs = max(_over(x, t) for x, t in zip(got, want, strict=True))
+                q, k, v = got[:3]
+                here = np.stack([attention_row((q, k, v), r, **kw) for r in range(nq)], -2)
+                results[(name, shape)] = {"inputs": inputs,
+                                          "o": _over(attention(q, k, v, **kw)[0], here)}
+        return results
+
+    def setup(self, results, variant, shape):
+        if "missing" in results:
+            raise NotImplementedError(results["missing"])
+        self.errors = results[(variant, shape)]
+
+    def track_reference_o_exactness(self, results, variant, shape):
+        return self.errors["o"]
+
+    track_reference_o_exactness.unit = ("max |O_reference - O_here| / (1e-12 x max(1, max |O|))"
+                                        ", 0.01 where below")
+
+    def track_inputs_exactness(self, results, variant, shape):
+        return self.errors["inputs"]
+
+    track_inputs_exactness.unit = ("max |the case's q, k, v, sinks - the suite's draws| / (1e-12 "
+                                   "x max(1, max |value|)), 0.01 where below")
+
+
+def _over(got, want) -> float:
+    """max |got - want| over the exactness tolerance, 1e-12 x max(1, max |want|);
+    TrackVariantReference.FLOOR where below it, inf where not finite or of another shape."""
+    import numpy as np
+
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return float("inf")
+    err = float(np.max(np.abs(got - want)))
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(want))))
+    return max(TrackVariantReference.FLOOR, err / tol) if np.isfinite(err) else float("inf")
+
+
 class TimeVariantReference(Benchmark):
     """The float64 reference at N = 4096, d = 64, B = H = 1 with each variant: one-shot
     (materialises the scores) and streamed (block = 64, skipping key blocks a window hides:

@@ -33,7 +33,7 @@ __all__ = ["ACCURACY", "BANDS", "RULE_LIMITS", "BAND_PAIRS", "rule_limit", "MAIN
 ACCURACY = re.compile(r"(?:TrackAccuracy|TrackGradAccuracy|TrackFP8Accuracy|TrackBands"
                       r"|TrackDecodeAccuracy|TrackDecodeMerge|TrackVariantAccuracy"
                       r"|TrackMLADecodeAccuracy|TrackHeadDimAccuracy|TrackStandardModel"
-                      r"|TrackStandardBackward|TrackReference)"
+                      r"|TrackStandardBackward|TrackReference|TrackVariantReference)"
                       r"\.track_(?P<metric>\w+)$")
 # the tolerance-bands suite: a band edge per dtype x N x dist x causal x stat (p50/p99/max)
 BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|ratio)$")
@@ -41,7 +41,8 @@ BANDS = re.compile(r"TrackBands\.track_(?P<tensor>o|lse)_(?P<metric>abs|rel|rati
 RULE_LIMITS = {"o_baseline_ratio": BASELINE_FACTOR, "lse_baseline_ratio": BASELINE_FACTOR,
                "dq_ratio": GRAD_FACTOR, "dk_ratio": GRAD_FACTOR, "dv_ratio": GRAD_FACTOR,
                **{f"{t}_band_ratio": BAND_LIMIT for t in ("o", "lse", "dq", "dk", "dv")},
-               # the float64 reference's error over the exactness tolerance (TrackReference)
+               # the float64 reference's error over the exactness tolerance (TrackReference,
+               # TrackVariantReference)
                "reference_o_exactness": 1.0, "reference_lse_exactness": 1.0,
                "inputs_exactness": 1.0}
 # the band rule's ratio beside each baseline-rule ratio (history tables and plots)
