@@ -182,3 +182,32 @@ def test_a_folder_whose_results_all_failed_says_so(tmp_path, capsys):
     assert rc == 2, err
     assert "no measured result in" in err and "12 results, all failed" in err, err
     assert "no results in" not in err
+
+
+def test_a_time_faster_than_the_machine_is_left_out_of_the_throughput_and_said(tmp_path):
+    """A time of 1e-9 s read 6.9e7 TFLOP/s, +1.4e11% on its row, without a word, on a
+    machine whose same run measured an fp32 matmul near 0.2 TFLOP/s."""
+    import shutil
+    from pathlib import Path
+
+    from flashbench.history.report import build_report
+
+    src = Path(__file__).resolve().parents[1] / "results"
+    root = tmp_path / "results"
+    (root / "m").mkdir(parents=True)
+    shutil.copy(src / "benchmarks.json", root)
+    shutil.copy(src / "cpu-x86_64-xeon-2cpu-24gb" / "machine.json", root / "m")
+    name = "-virtualenv-py3.11-matplotlib-ml_dtypes-numpy-pandas-tabulate-torch2.13.0-triton.json"
+    for commit in ("6729dcc1", "10665f79"):
+        shutil.copy(src / "cpu-x86_64-xeon-2cpu-24gb" / f"{commit}{name}", root / "m")
+    bad = root / "m" / f"10665f79{name}"
+    data = json.loads(bad.read_text())
+    values = data["results"]["bench_reference.TimeModels.time_model"][0]
+    values[0] = 1e-9
+    bad.write_text(json.dumps(data))
+    report = build_report(root, tmp_path / "out")
+    said = [line for line in report.splitlines() if "left out of the throughput" in line]
+    assert len(said) == 1 and "TimeModels" in said[0] and "10665f79" in said[0], said
+    assert "is 6.87e+07 TFLOP/s, over 5,000 TFLOP/s (no machine's" in said[0], said
+    trend = pd.read_csv(tmp_path / "out" / "throughput.csv")
+    assert not (trend["best"] >= 10).any(), trend.sort_values("best").tail(3)

@@ -52,6 +52,8 @@ from flashbench.history.summaries import (
 )
 
 MARKER = ".flashbench-history"
+FASTER_THAN = 2.0  # x a run's measured matmul peak: `flashbench speed`'s floor margin
+NO_MACHINE = 5000.0  # TFLOP/s: past any machine's (an H200's dense fp8 peak: 1,979)
 
 
 def check_out(out, force: bool = False) -> Path:
@@ -260,6 +262,22 @@ def _steps(jumps: pd.DataFrame, labels: dict, folded: dict) -> list[str]:
                            fold=("params", "env"), legend=folded)]
 
 
+def _possible(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``points`` less those faster than any machine: past :data:`FASTER_THAN` x their
+    run's measured matmul peak (speed's roofline floor fails them), or where the run
+    measured none past :data:`NO_MACHINE` TFLOP/s; and a note on each. A time of 1e-9 s
+    read 6.9e7 TFLOP/s, +1.4e11% on its row, without a word (a red team, 2026-12-08)."""
+    pct, tflops = points["pct_peak"].to_numpy(float), points["tflops"].to_numpy(float)
+    fast = np.where(np.isnan(pct), tflops > NO_MACHINE, pct > 100 * FASTER_THAN)
+    notes = [f"{r.machine} {str(r.commit)[:8]}: {r.benchmark}({r.params}) left out of the "
+             f"throughput: {r.value:.3g} s a call is {r.tflops:.3g} TFLOP/s, " + (
+                 f"over {NO_MACHINE:,.0f} TFLOP/s (no machine's; the run measured no "
+                 "matmul peak)" if np.isnan(r.pct_peak) else
+                 f"{r.pct_peak / 100:.3g}x the same run's measured matmul peak (no kernel "
+                 f"is faster than {FASTER_THAN:g}x it)") for r in points[fast].itertuples()]
+    return points[~fast], notes
+
+
 def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=None) -> str:
     """The report's files into ``stage`` (moved into ``out`` by the caller); its text.
     ``host``: a results file's host (:func:`~flashbench.history.files.host_reader`);
@@ -270,7 +288,8 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
     now = df if current.all() else df[current]
     # the plots draw every result, an earlier code's faint and a series of its own
     marked = df if current.all() else df.assign(current=current)
-    every = throughput_points(marked)
+    every, too_fast = _possible(throughput_points(marked))
+    df.attrs["notes"] = [*df.attrs.get("notes", []), *too_fast]
     points = every if current.all() else every[every["current"].to_numpy(bool)]
     bands, trend, jumps = error_bands(now), throughput(now, points), steps(df, host=host)
     df.assign(samples=df["samples"].map(_joined, na_action="ignore")).to_csv(
