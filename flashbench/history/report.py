@@ -341,7 +341,10 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
         # failing kernel under "baseline rule passes at <= 2": o_ratio 13.4)
         main = main.assign(kernel=np.where(main["role"] == "study", "(study)",
                                            main["kernel"].astype(object)))
-    trend_cols = [c for c in trend.columns if c != "latest_commit"]
+    if "latest_commit" in trend:  # which commit "latest" is (a red team: the answer's
+        # newest commit had no timing, and nothing said whose the latest were)
+        trend = trend.assign(latest_commit=trend["latest_commit"].astype(object).str[:8])
+    trend_cols = list(trend.columns)
     lines += ["", f"## Accuracy bands ({unit}, over the commits recorded under each "
               "benchmark's current code)",
               "", "inside: the latest value lies within [band_lo, band_hi] of the earlier "
@@ -365,9 +368,12 @@ def _write_report(df, where: str, out: Path, stage: Path, host=None, declared=No
               "", "FLOPs = 2·B·H·Nq·Nk·(d + dv) for a forward pass (4·B·H·Nq·Nk·d where dv = d), "
               "counting only visible (query, "
               "key) pairs when causal; bwd 2.5x, fwd+bwd 3.5x. first / best / latest in "
-              "TFLOP/s (of the benchmark's current code), commits: how many recorded it, "
+              "TFLOP/s (of the benchmark's current code; latest_commit: whose), commits: "
+              "how many recorded it, "
               "change_pct latest against first in %."
-              + (" latest_pct_peak: % of the same run's measured matmul TFLOP/s." if
+              + (" latest_pct_peak: % of the same run's measured matmul TFLOP/s in the "
+                 "row's dtype, else of its fastest (an fp8 row's: bf16's where the run timed "
+                 "no fp8 matmul)." if
                  "latest_pct_peak" in trend and trend["latest_pct_peak"].notna().any()
                  else "") + " variant: the timing's "
               "other parameters, and a window's pairs. Per point: throughput_points in "
