@@ -61,7 +61,7 @@ def add_parser(sub) -> None:
                    help="logit softcap C > 0: scores become C tanh(s / C) (Gemma 2: 50)")
     c.add_argument("--sinks", action="store_true",
                    help="attention sinks: one seeded logit per query head, N(0, 1) + log(Nk) - 2 "
-                   "(about 8% of a row, where it weighs), in each row's softmax "
+                   "(about 8%% of a row, where it weighs), in each row's softmax "
                    "denominator (gpt-oss)")
     c.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed variable-length batch (FlashAttention's varlen layout), "

@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
                    help="logit softcap C > 0: scores become C tanh(s / C)")
     s.add_argument("--sinks", action="store_true",
                    help="attention sinks: one logit per query head, N(0, 1) from the run's "
-                        "seed + log(Nk) - 2 (about 8% of a row, where they weigh)")
+                        "seed + log(Nk) - 2 (about 8%% of a row, where they weigh)")
     s.add_argument("--varlen", type=lengths, metavar="SPEC",
                    help="a packed batch (FlashAttention's varlen layout) of these lengths, as "
                    "check --varlen takes them (a list, or uniform:LO-HI:COUNT, "
