@@ -113,6 +113,22 @@ def test_one_commit_in_two_environments_reads_the_newer_run_whatever_the_file_na
     pd.testing.assert_frame_equal(numbers[0], numbers[1])
 
 
+def test_the_reviews_stored_results_keep_each_environment(tmp_path):
+    """`review --reuse` compares like environments (review.envs.pick_envs): the newest run
+    alone left it a same-environment run of an older date to compare across or re-run (a
+    fresh-eyes review, 2026-12-08). Its load keeps one file per environment; copies of one
+    run in one environment are still read once."""
+    root = _two_envs(tmp_path / "r", ("a.json", "b.json"))
+    write(root / "m" / "a-copy.json", json.loads((root / "m" / "a.json").read_text()))
+    df, _ = _load(root, each_env=True)
+    assert sorted(df["env"].astype(str)) == ["existing-py", "virtualenv-py"]
+    assert sorted(df["value"]) == [1.0, 2.0]
+    from flashbench.review.results import load_stored
+
+    stored = load_stored([root])
+    assert sorted(stored["env"].astype(str)) == ["existing-py", "virtualenv-py"]
+
+
 def test_the_same_run_twice_keeps_one_by_its_content_not_its_name(tmp_path):
     """Two differing files of one run with the same started_at: the choice is the
     content's, never the names' order."""

@@ -78,7 +78,7 @@ def _same_bytes(a: Path, b: Path) -> bool:
 
 
 def load_results(path_or_paths, jobs: int | None = None, cache=None,
-                 samples: bool = True) -> pd.DataFrame:
+                 samples: bool = True, each_env: bool = False) -> pd.DataFrame:
     """Every results file under one or several results folders as one tidy DataFrame
     (the columns: :mod:`flashbench.history`).
 
@@ -95,8 +95,9 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     is the same either way, and a folder whose cache cannot be written is read
     without one (a :class:`ResultsWarning` says so). ``samples=False`` leaves the
     samples column out (the summaries do not read it; with 5 samples a point it is
-    about a third of the frame's memory). Raises ValueError if a path is not a
-    directory.
+    about a third of the frame's memory). One results file per machine and commit is read
+    (:func:`one_run_each`); ``each_env``: one per environment of each (the review's stored
+    mode compares like environments). Raises ValueError if a path is not a directory.
     """
     roots = folders(path_or_paths)
     unread: list = []  # an unreadable benchmarks.json: said in the report (below)
@@ -139,7 +140,7 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
               and any(folder == i for folder, _ in files)] + unread
     for what, why in twins:
         warnings.warn(f"{what}: {why}", ResultsWarning, stacklevel=2)
-    left_out, said = one_run_each(rows, roots)
+    left_out, said = one_run_each(rows, roots, each_env)
     for note in said:
         warnings.warn(note, ResultsWarning, stacklevel=2)
     with gc_paused():
@@ -152,18 +153,19 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     return frame
 
 
-def one_run_each(rows, roots: list[Path]) -> tuple[set[int], list[str]]:
+def one_run_each(rows, roots: list[Path], each_env: bool = False
+                 ) -> tuple[set[int], list[str]]:
     """(files left out, a note per one): one results file per machine (name and cpu) and
     commit, whatever its environment or name. A red team, 2026-12-08: a copy under
     another name was read twice (steps 343 -> 777), and two environments of one commit
     read as two runs, the value a band or step took hanging on the names' order. Kept:
     the newest run (its latest ``started_at``), then the later ``date``, then the larger
-    SHA-256 of the file's bytes; never the name."""
+    SHA-256 of the file's bytes; never the name. ``each_env``: one per environment too."""
     groups: dict[tuple, list[int]] = {}
-    for k, (machine, cpu, _, commit, *_) in enumerate(rows.files):
-        groups.setdefault((machine, cpu, commit), []).append(k)
+    for k, (machine, cpu, env, commit, *_) in enumerate(rows.files):
+        groups.setdefault((machine, cpu, commit, env if each_env else None), []).append(k)
     left_out, said = set(), []
-    for (machine, _, commit), ks in groups.items():
+    for (machine, _, commit, _), ks in groups.items():
         if len(ks) < 2:
             continue
         facts = {k: _run_facts(rows, roots, k) for k in ks}

@@ -31,7 +31,7 @@ def load_stored(dirs: list[Path], samples: bool = True, notes=None) -> pd.DataFr
         return pd.DataFrame(columns=COLUMNS)
     with warnings.catch_warnings():  # history reports corrupt files; the review goes on
         warnings.simplefilter("ignore")
-        frame = load_results([str(d) for d in have], samples=samples)
+        frame = load_results([str(d) for d in have], samples=samples, each_env=True)
     for said in [f"Stored results `{w}` skipped: {y}." for w, y in frame.attrs.get(
             "skipped_files", [])]:
         (notes if notes is not None and said not in notes else []).append(said)
