@@ -105,3 +105,20 @@ def test_speed_fails_an_fp16_kernel_that_skips_a_cap_of_100(user_module, capsys)
     # 50 in bf16 is about the bf16 standard's own error: docs/variants.md)
     assert bad["failures"]["wrong"].startswith("off the float64 reference of softcap=100"), \
         bad["failures"]
+
+
+@pytest.mark.parametrize("cap", [None, 30.0, 50.0])
+def test_a_sink_weighs_beside_a_capped_case_too(cap):
+    """The sinks are drawn beside the row's log-sum-exp (inputs.sink_logits): log(Nk) + 1/2
+    for N(0, 1) scores, a draw of capped scores under a softcap, whose case scales q and k:
+    beside those the first sinks weighed 1e-7 at a cap of 30 (a fresh-eyes review,
+    2026-12-08), and skipping them could not fail. A median share of 5-8% here."""
+    import scipy.special
+
+    case = Case(Shape(1, 4, 256, 1024, 64), "normal", sinks=True, softcap=cap)
+    (q, k, _), kw = case.qkv(0), case.kwargs(0)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / 8
+    s = s if cap is None else cap * np.tanh(s / cap)
+    lse = scipy.special.logsumexp(s, -1)
+    share = 1 / (1 + np.exp(lse - kw["sinks"][None, :, None]))
+    assert 0.02 < np.median(share) < 0.2, np.median(share)

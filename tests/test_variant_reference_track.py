@@ -42,7 +42,7 @@ def test_a_head_that_moves_the_truth_or_the_draws_reads_past_the_limit(monkeypat
     fakes = {
         "flashbench.inputs.problem.softcap_gain": lambda c, dist="normal": 1.0,
         "flashbench.measure.records.sink_logits":
-            lambda h, seed, keys: np.random.default_rng(seed + 2).standard_normal(h),
+            lambda h, seed, keys, cap=None: np.random.default_rng(seed + 2).standard_normal(h),
         "flashbench.reference.attention":  # the softcap's tanh in float32, as a head's
             lambda q, k, v, **kw: (real(q, k, v, **kw)[0].astype(np.float32).astype(
                 np.float64), real(q, k, v, **kw)[1]) if kw.get("softcap") else real(

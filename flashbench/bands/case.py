@@ -83,7 +83,7 @@ def variant_kwargs(heads: int, seed: int, window: tuple[int, int] = (-1, -1),
     if softcap is not None:
         kw["softcap"] = softcap
     if sinks:
-        kw["sinks"] = sink_logits(heads, seed, keys)
+        kw["sinks"] = sink_logits(heads, seed, keys, softcap)
     return kw
 
 
@@ -320,7 +320,7 @@ def variant_fingerprint() -> str:
     # and the inputs a softcap's case draws and its sinks (since 2026-12-08: bands before,
     # anew)
     h.update(repr([softcap_gain(c) for c in (1.0, 30.0, 50.0)]).encode())
-    h.update(sink_logits(2, 7, 40).tobytes())
+    h.update(sink_logits(2, 7, 40).tobytes() + sink_logits(2, 7, 40, 30.0).tobytes())
     for dtype in band_dtypes():
         if dtype in numerics.GRAD_DTYPES:  # the fp8 models take causal only
             for x in numerics.flash_model(q, k, v, dtype, block=16, causal=True,

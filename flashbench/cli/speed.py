@@ -103,7 +103,7 @@ def _variant(args, shape, causal: bool, run_seed: int):
     from flashbench.inputs.variant import no_variant, variant_of
 
     window = args.window if args.window is not None else (-1, -1)
-    sinks = (tuple(float(x) for x in sink_logits(shape.H, run_seed, shape.Nk))
+    sinks = (tuple(float(x) for x in sink_logits(shape.H, run_seed, shape.Nk, args.softcap))
              if args.sinks else None)
     if no_variant(window, args.softcap, sinks):
         return None

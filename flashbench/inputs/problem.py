@@ -151,17 +151,23 @@ def softcap_gain(softcap: float | None, dist: str = "normal") -> float:
     return float(np.sqrt(max(1.0, float(softcap) / 4.0)))
 
 
-def sink_logits(heads: int, seed: int, keys: int) -> np.ndarray:
+def sink_logits(heads: int, seed: int, keys: int, softcap: float | None = None) -> np.ndarray:
     """A case's sinks: one logit per query head, N(0, 1) from ``default_rng(seed + 2)`` plus
     log(``keys``) - 2, so that beside a row of that many keys of N(0, 1) scores (exp(s)
     averages e^(1/2)) a sink takes about 8% (its median). Plain N(0, 1) sinks beside 1,024
-    keys weighed about 1/1,700 of a row, under bf16's rounding: a bf16 kernel that skipped
-    them, returning O alone, PASSed check without a causal mask (a probe, 2026-12-08); it
-    reads 33-317x the flash model's error now. At log(keys) alone (40%) an fp16 O
-    accumulator kept its O within the band (0.95-0.98, 1.34-1.42 here and on N(0, 1)).
-    """
-    return (np.random.default_rng(seed + 2).standard_normal(heads)
-            + np.log(max(int(keys), 1)) - 2.0)
+    keys weighed 1/1,700 of a row, under bf16's rounding: a bf16 kernel that skipped them,
+    returning O alone, PASSed check without a causal mask (a probe, 2026-12-08). With a
+    ``softcap``, whose case draws larger scores (:func:`softcap_gain`), the row's log-sum-exp
+    is a draw of ``keys`` capped scores (``default_rng(seed + 3)``) in place of log(keys) +
+    1/2: beside them the first sinks weighed 1e-7 at a cap of 30 (a fresh-eyes review)."""
+    n = max(int(keys), 1)
+    typical = np.log(n) + 0.5  # log(n E[exp(s)]), s ~ N(0, 1)
+    if softcap is not None:
+        import scipy.special
+
+        s = softcap_gain(softcap) ** 2 * np.random.default_rng(seed + 3).standard_normal(n)
+        typical = float(scipy.special.logsumexp(softcap * np.tanh(s / softcap)))
+    return np.random.default_rng(seed + 2).standard_normal(heads) + typical - 2.5
 
 
 def make_qkv(shape: Shape, dist: str = "normal", seed: int = 0, logit_std: float = 2000.0,

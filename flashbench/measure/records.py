@@ -78,7 +78,7 @@ class Case:
             kw["softcap"] = self.softcap
         if self.sinks:
             keys = self.shape.Nk if self.varlen is None else max(self.key_lengths, default=1)
-            kw["sinks"] = sink_logits(self.shape.H, seed, keys)
+            kw["sinks"] = sink_logits(self.shape.H, seed, keys, self.softcap)
         return kw
 
     def qkv(self, seed: int = 0) -> tuple:
