@@ -23,12 +23,12 @@ from flashbench.bands.case import measure_case_band, variant_kwargs
 from flashbench.bands.measure import caller_inputs
 from flashbench.inputs import Shape, make_qkv
 
-VARIANTS = {  # causal, and the band's variant keywords (sinks: seeded N(0, 1) per head)
+VARIANTS = {  # causal, and the band's variant keywords (sinks: inputs.sink_logits per head)
     "full": {}, "causal": dict(causal=True),
     "window=(128,0) causal": dict(window=(128, 0), causal=True),
     "softcap=50": dict(softcap=50.0), "softcap=20": dict(softcap=20.0),
     "softcap=5": dict(softcap=5.0), "softcap=1": dict(softcap=1.0),
-    "sinks N(0,1)": dict(sinks=True),
+    "sinks": dict(sinks=True),
 }
 
 

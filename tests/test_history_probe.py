@@ -227,3 +227,18 @@ def test_a_time_faster_than_the_machine_is_left_out_of_the_throughput_and_said(t
     assert "is 6.87e+07 TFLOP/s, over 5,000 TFLOP/s (no machine's" in said[0], said
     trend = pd.read_csv(tmp_path / "out" / "throughput.csv")
     assert not (trend["best"] >= 10).any(), trend.sort_values("best").tail(3)
+
+
+def test_an_fp8_row_has_room_for_its_own_matmul_over_a_16_bit_peak():
+    """fp8 rows' % peak is of the bf16 matmul where no fp8 one was timed (TimeMatmulPeak
+    times bf16), and fp8's dense rate is about 2x: at 2x they would be dropped as
+    impossible (a fresh-eyes review, 2026-12-08)."""
+    from flashbench.history.report import _possible
+
+    points = pd.DataFrame({
+        "machine": ["g"] * 4, "commit": ["c" * 40] * 4, "benchmark": ["b"] * 4,
+        "params": ["p"] * 4, "value": [1.0] * 4, "dtype": ["fp8", "bf16", "fp8", "fp32"],
+        "tflops": [3000.0, 3000.0, 9000.0, 6000.0], "pct_peak": [300.0, 300.0, 500.0, np.nan]})
+    kept, notes = _possible(points)
+    assert kept["dtype"].tolist() == ["fp8"] and kept["tflops"].tolist() == [3000.0]
+    assert len(notes) == 3 and "over 5,000 TFLOP/s" in notes[2], notes

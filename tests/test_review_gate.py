@@ -270,7 +270,9 @@ def test_a_ratio_that_moved_with_its_yardstick_alone_is_said_so():
     summary = _review(list(rows.values())).summary()
     assert "1 ratio(s) moved with their yardstick alone" in summary
     assert "ratio(s) fell with their yardstick, which got looser" in summary
-    assert summary.startswith("REGRESSION")
+    assert summary.startswith("REGRESSION: 1 yardstick(s) got looser and 1 result(s) "
+                              "failed in head") or summary.startswith(
+        "REGRESSION: 1 result(s) got worse and 1 yardstick(s) got looser"), summary
 
 
 def test_a_band_ratio_that_moved_alone_is_the_kernels_own_change():
@@ -311,4 +313,17 @@ def test_a_variants_standard_made_worse_is_a_regression_of_the_yardstick():
                        (var + "track_o_baseline_ratio", params, 0.7737, 0.0065)])
     row = rows["track_o_baseline_ratio", params]
     assert (row.verdict, row.regression) == ("yardstick looser", True), row
-    assert _review(list(rows.values())).summary().startswith("REGRESSION")
+    summary = _review(list(rows.values())).summary()
+    assert summary.startswith("REGRESSION: 1 yardstick(s) got looser (accuracy)"), summary
+    assert "got worse" not in summary  # its ratio fell (a fresh-eyes review)
+
+
+def test_a_ratio_gone_nan_gets_no_yardstick_words():
+    """A head's NaN ratio with the kernel's max unchanged stays its rule's (not finite), and
+    the detail no longer says "the yardstick moved, not the kernel" (a fresh-eyes review)."""
+    var = "bench_variants.TrackVariantAccuracy."
+    params = "kernel='triton', dtype='fp32', variant='sinks', shape='1x2x1024x1024x64'"
+    rows = _yardstick([(var + "track_o_max_abs", params, 5e-7, 5e-7),
+                       (var + "track_o_baseline_ratio", params, 0.7, math.nan)])
+    row = rows["track_o_baseline_ratio", params]
+    assert row.regression and "yardstick" not in row.detail, row

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_variants import TrackVariantReference  # noqa: E402
-
 from flashbench.history.suites import ACCURACY, rule_limit  # noqa: E402
 
 SHAPE = "1x2x1024x1024x64"

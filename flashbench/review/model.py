@@ -183,10 +183,13 @@ class Review:
         apart = "".join(f"; {part}" for part in self.apart())
         if regressions:
             failed = sum(r.reason == "failed" for r in regressions)
+            looser = sum(r.reason == "yardstick-looser" for r in regressions)
             kinds = sorted({r.kind for r in regressions})
             parts = []
-            if len(regressions) > failed:
-                parts.append(f"{len(regressions) - failed} result(s) got worse")
+            if len(regressions) > failed + looser:
+                parts.append(f"{len(regressions) - failed - looser} result(s) got worse")
+            if looser:  # their ratios fell: "got worse" misread them (a fresh-eyes review)
+                parts.append(f"{looser} yardstick(s) got looser")
             if failed:
                 parts.append(f"{failed} result(s) failed in head")
             text = f"REGRESSION: {' and '.join(parts)} ({' and '.join(kinds)})"

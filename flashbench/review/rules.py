@@ -241,8 +241,8 @@ def yardstick_moved(rows: list[Row]) -> list[Row]:
         if not m or r.base is None or not (r.verdict == "better" or r.regression):
             continue
         twin = own.get((r.benchmark[:m.start()] + f"track_{m[1]}_max_abs", r.params))
-        if not _same(twin):
-            continue
+        if not _same(twin) or not (_finite(r.base) and _finite(r.head)):
+            continue  # a NaN or inf ratio is its rule's to judge, with no yardstick words
         same = f"the kernel's own max |{m[1]} error| is the same in base and head ({twin.base:.4g})"
         if m[2] == "band_ratio":
             others = [up for params, up in band.get(
