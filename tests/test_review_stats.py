@@ -471,7 +471,7 @@ def test_track_rows_and_the_band_of_base_ancestors(monkeypatch, tmp_path):
            # an earlier version of the suite measured something else: never in the band
            dict(machine="m", cpu="Xeon", commit="a1", benchmark=acc, params="k", value=5e-2,
                 status="ok", version="v0")])
-    monkeypatch.setattr(results, "load_results", lambda folders, samples=True: frame)
+    monkeypatch.setattr(results, "load_results", lambda folders, **kw: frame)
     monkeypatch.setattr(results, "ancestors", lambda base, root: ["a2", "a1", "head"])
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.json").write_text("{}")

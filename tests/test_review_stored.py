@@ -344,7 +344,7 @@ def test_the_accuracy_band_and_reuse_select_the_same_machine_rows(monkeypatch, t
     (r,), problems, _ = compare(rows, ancestry=("b", "a2", "a1"))
     assert not problems and "band of 2 earlier" in r.detail and r.reason == "worse"
     frame = pd.DataFrame(rows)
-    monkeypatch.setattr(results, "load_results", lambda folders, samples=True, each_env=False: frame)
+    monkeypatch.setattr(results, "load_results", lambda folders, **kw: frame)
     monkeypatch.setattr(results, "ancestors", lambda base, root: ["b", "a2", "a1"])
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.json").write_text("{}")
