@@ -242,3 +242,41 @@ def test_an_fp8_row_has_room_for_its_own_matmul_over_a_16_bit_peak():
     kept, notes = _possible(points)
     assert kept["dtype"].tolist() == ["fp8"] and kept["tflops"].tolist() == [3000.0]
     assert len(notes) == 3 and "over 5,000 TFLOP/s" in notes[2], notes
+
+
+def test_two_commits_of_one_date_read_parent_first(tmp_path):
+    """Commits made in one second (the committed 6729dcc1 and its parent 728b1696) were
+    ordered by hash, a child before its parent on the plots and in the steps (a red team,
+    2026-12-08). Where git holds them (the results inside the repository), parent first."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_DATE": "2026-12-08T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-12-08T00:00:00Z", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo, env=env, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "parent")
+    parent = git("rev-parse", "HEAD")
+    for k in range(64):  # a child whose hash sorts before its parent's, as the pair's did
+        git("commit", "-q", "--allow-empty", "-m", f"child {k}")
+        child = git("rev-parse", "HEAD")
+        if child < parent:
+            break
+        git("reset", "-q", "--hard", parent)
+    assert child < parent
+    root = _track_folder(repo / "results")
+    for commit, value in ((parent, 1.0), (child, 2.0)):
+        write(root / "m" / f"{commit[:8]}.json", results_file(
+            {TRACK: [[value], [["1"]]]}, commit=commit, date=1700000000000))
+    df, _ = _load(root)
+    assert list(df["commit"].cat.categories) == [parent, child]
+    outside = tmp_path / "elsewhere"  # no repository: by hash, as before
+    root.rename(outside)
+    df, _ = _load(outside)
+    assert list(df["commit"].cat.categories) == [child, parent]

@@ -144,13 +144,31 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
     for note in said:
         warnings.warn(note, ResultsWarning, stacklevel=2)
     with gc_paused():
-        frame = assemble(rows, metas, samples)
+        frame = assemble(rows, metas, samples, _ancestry(roots[0]) if roots else None)
     if left_out:
         frame = _without_files(frame, rows, left_out)
     frame.attrs["skipped_files"] += twins
     frame.attrs["notes"] = list(rows.notes) + said  # report.md says them too (not stderr alone)
     _unsized(frame)
     return frame
+
+
+def _ancestry(where: Path):
+    """``is_ancestor(a, b)``: git's, in the repository holding ``where`` (False where git
+    cannot tell: no repository there, or a commit it does not hold)."""
+    from functools import cache
+
+    from flashbench.infra.git import GitError, git
+
+    @cache
+    def is_ancestor(a, b) -> bool:
+        try:
+            git("merge-base", "--is-ancestor", str(a), str(b), cwd=where)
+        except GitError:
+            return False
+        return True
+
+    return is_ancestor
 
 
 def one_run_each(rows, roots: list[Path], each_env: bool = False
