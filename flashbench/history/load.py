@@ -155,10 +155,15 @@ def load_results(path_or_paths, jobs: int | None = None, cache=None,
 
 def _ancestry(where: Path):
     """``is_ancestor(a, b)``: git's, in the repository holding ``where`` (False where git
-    cannot tell: no repository there, or a commit it does not hold)."""
+    cannot tell: a commit it does not hold); None outside a repository."""
     from functools import cache
 
     from flashbench.infra.git import GitError, git
+
+    try:
+        git("rev-parse", "--git-dir", cwd=where)
+    except GitError:
+        return None
 
     @cache
     def is_ancestor(a, b) -> bool:
