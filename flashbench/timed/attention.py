@@ -32,10 +32,10 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "
     [B, Hkv, Nk, dv] in ``dtype`` on ``device``, N(0, 1) from a generator seeded with
     ``seed`` (with ``softcap``, q and k times :func:`~flashbench.inputs.problem.softcap_gain`,
     as check's: where the cap bends the scores). ``draw``: "cpu", a CPU generator (identical
-    in every process: the harness
-    rebuilds a worker's inputs), or "device", one on ``device`` (identical within a process,
-    hundreds of times faster on a GPU: the harness's own rows, whose pool and checks share
-    its process; on an H200 the CPU draws were a quarter of a speed run)."""
+    in every process: the harness rebuilds a worker's inputs), or "device", one on
+    ``device`` (identical within a process, hundreds of times faster on a GPU: the harness's
+    own rows, whose pool and checks share its process; on an H200 the CPU draws were a
+    quarter of a speed run)."""
     import torch
 
     dt, dims, on = torch_dtype(dtype), qkv_shapes(shape), _drawn_on(device, draw)
@@ -43,7 +43,7 @@ def attention_maker(shape: Shape, dtype: str, device: str = "cpu", draw: str = "
 
     def make(seed: int) -> tuple:
         g = torch.Generator(device=on).manual_seed(int(seed))
-        return tuple((torch.randn(d, generator=g, device=on) * a).to(dt).to(device)
+        return tuple(_scaled(torch.randn(d, generator=g, device=on), a).to(dt).to(device)
                      for d, a in zip(dims, gains, strict=True))
 
     return make
@@ -55,6 +55,12 @@ def _gains(softcap) -> tuple[float, float, float]:
 
     a = softcap_gain(softcap)
     return a, a, 1.0
+
+
+def _scaled(x, gain: float):
+    """``x`` times ``gain``, in place; untouched at 1 (every pool without a softcap: no pass
+    over its draws for nothing)."""
+    return x if gain == 1.0 else x.mul_(gain)
 
 
 def qkv_shapes(shape: Shape) -> tuple:
@@ -104,7 +110,7 @@ def varlen_maker(lengths, shape: Shape, dtype: str, device: str = "cpu", keys=No
 
     def make(seed: int) -> tuple:
         g = torch.Generator().manual_seed(int(seed))
-        return (*((torch.randn(d, generator=g) * a).to(dt).to(device)
+        return (*(_scaled(torch.randn(d, generator=g), a).to(dt).to(device)
                   for d, a in zip(dims, gains, strict=True)),
                 cu_q.clone().to(device), cu_k.clone().to(device))
 
